@@ -1,0 +1,34 @@
+"""Named errors. A Lambda raising one of these fails with `errorType` = the class name, which
+is the `Error` Step Functions sees, so the state machine and the user see the same name."""
+
+
+class SmltError(Exception):
+    """Base of smlt's named errors."""
+
+
+class InvalidJob(SmltError):
+    """The execution input does not validate; the message names the field."""
+
+
+class InvalidDataset(SmltError):
+    """The dataset is missing, unreadable, corrupt or does not match the model."""
+
+
+class ModelTooLarge(SmltError):
+    """The model does not fit the memory tier chosen for the workers."""
+
+
+class AccessDenied(SmltError):
+    """The stack may not read or write the location named in the job."""
+
+
+class Diverged(SmltError):
+    """Training produced NaN/Inf and the fallback (last good model, halved LR) did not help."""
+
+
+class Infeasible(SmltError):
+    """The planner predicts the deadline or budget cannot be met and best_effort is off."""
+
+
+class StaleInvocation(SmltError):
+    """A worker invocation for a round that is already aggregated (late or duplicated)."""

@@ -1,0 +1,167 @@
+"""The job: one pydantic model for the execution input.
+
+The Step Functions console input, the CLI's job file and the planner's event all validate
+against `Job`, so a field means the same thing everywhere. `parse_job` turns any validation
+failure into `InvalidJob` whose message names the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from smlt.errors import InvalidJob
+
+# Built-in model names; anything else must look like "package.module:function".
+BUILTIN_MODELS = ("mlp", "logreg")
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class DatasetSpec(_Strict):
+    """Where the prepared (sharded) dataset lives.
+
+    `s3://bucket/prefix/` on AWS. The CLI also accepts a local folder holding a manifest, a
+    .csv/.npz file, or `sklearn:NAME`; it prepares and uploads those and rewrites the URI.
+    """
+
+    uri: str = Field(min_length=1)
+
+
+class ModelSpec(_Strict):
+    """A built-in model (`mlp`, `logreg`) or a user's `package.module:build_model`.
+
+    The builder is called as `build_model(input_dim, output_dim, **params)` and returns a
+    `torch.nn.Module`.
+    """
+
+    name: str = "mlp"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v in BUILTIN_MODELS or _ENTRYPOINT.match(v):
+            return v
+        raise ValueError(
+            f"unknown model {v!r}: use one of {', '.join(BUILTIN_MODELS)} "
+            "or an entry point 'package.module:build_model'"
+        )
+
+
+class TrainingSpec(_Strict):
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    learning_rate: PositiveFloat = 0.05
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    batch_size: PositiveInt = 32
+    # Local SGD steps per worker per round (k). The planner may change it round by round.
+    local_steps: PositiveInt = 20
+    max_rounds: PositiveInt = 50
+    target_metric: Literal["val_accuracy", "val_loss"] = "val_accuracy"
+    target_value: float | None = None
+    # Server-side step applied to the averaged delta (1.0 = plain FedAvg).
+    server_lr: PositiveFloat = 1.0
+    # Fraction of assigned workers whose updates must arrive for a round to count.
+    quorum: float = Field(default=0.5, gt=0.0, le=1.0)
+    mode: Literal["local_sgd", "sync"] = "local_sgd"
+    compression: Literal["none", "fp16", "bf16"] = "none"
+
+
+class Constraints(_Strict):
+    deadline_seconds: PositiveFloat | None = None
+    budget_usd: PositiveFloat | None = None
+    # "cost": cheapest plan that meets the deadline; "speed": fastest plan within the budget.
+    objective: Literal["cost", "speed"] = "cost"
+    # Train even when the planner predicts the constraints cannot be met.
+    best_effort: bool = False
+
+
+class WorkersSpec(_Strict):
+    initial: PositiveInt = 4
+    min: PositiveInt = 1
+    max: PositiveInt = 64
+    # Pin the memory tier (MB); None lets the planner choose among the deployed tiers.
+    memory_mb: PositiveInt | None = None
+    # Planner: "fixed" keeps (initial, memory, local_steps); "adaptive" optimises them.
+    planner: Literal["fixed", "adaptive"] = "fixed"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "WorkersSpec":
+        if not self.min <= self.initial <= self.max:
+            raise ValueError(
+                f"need min <= initial <= max, got min={self.min}, initial={self.initial}, max={self.max}"
+            )
+        return self
+
+
+class Job(_Strict):
+    """The execution input of a training run."""
+
+    name: str = Field(default="job", max_length=64)
+    # Run id; defaults to the Step Functions execution name. Must be S3-key and DynamoDB safe.
+    run_id: str | None = None
+    dataset: DatasetSpec
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    constraints: Constraints = Field(default_factory=Constraints)
+    workers: WorkersSpec = Field(default_factory=WorkersSpec)
+    seed: NonNegativeInt = 0
+    # Start from this model (s3://.../model.safetensors) instead of a fresh initialisation.
+    warm_start: str | None = None
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str | None) -> str | None:
+        if v is not None and not _RUN_ID.match(v):
+            raise ValueError("run_id must be 1-80 characters of letters, digits, '-' or '_'")
+        return v
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "job"
+        msg = e["msg"]
+        if e["type"] == "missing":
+            msg = "field required"
+        elif e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        got = e.get("input")
+        shown = "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {json.dumps(got, default=str)[:60]})"
+        parts.append(f"{loc}: {msg}{shown}")
+    return "; ".join(parts)
+
+
+def parse_job(raw: Any) -> Job:
+    """Validate raw input (dict, JSON text or bytes) into a Job, or raise InvalidJob naming the field."""
+    if isinstance(raw, (bytes, bytearray)):
+        raw = raw.decode("utf-8", errors="replace")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise InvalidJob(f"job: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(raw, dict):
+        raise InvalidJob(f"job: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return Job.model_validate(raw)
+    except ValidationError as e:
+        raise InvalidJob(_describe(e)) from None
