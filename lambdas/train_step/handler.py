@@ -1,0 +1,14 @@
+"""train_step Lambda (container image with PyTorch): one worker's round of local SGD."""
+
+from aws_lambda_powertools import Logger
+
+from smlt.config import Settings
+from smlt.train.worker import run_worker
+
+logger = Logger(service="smlt")
+
+
+def handler(event, context):
+    result = run_worker(Settings.from_env(), event["run_id"], int(event["round"]), int(event["worker"]))
+    logger.debug("worker done", extra=result)
+    return result

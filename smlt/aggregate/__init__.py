@@ -1,0 +1,1 @@
+"""Aggregation: sample-weighted averaging of worker deltas (numpy + safetensors; no torch)."""

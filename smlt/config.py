@@ -1,0 +1,36 @@
+"""Settings a function reads from its environment (set by the CDK stack, or the local engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from smlt.prices import Prices
+
+
+@dataclass(frozen=True)
+class Settings:
+    artifacts_bucket: str
+    data_bucket: str
+    table: str
+    architecture: str = "x86_64"
+    memory_mb: int = 0
+    train_functions: dict[int, str] = field(default_factory=dict)
+    max_concurrency: int = 64
+    prices: Prices = field(default_factory=Prices)
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        env = os.environ
+        fns = json.loads(env.get("SMLT_TRAIN_FUNCTIONS") or "{}")
+        return cls(
+            artifacts_bucket=env["SMLT_ARTIFACTS_BUCKET"],
+            data_bucket=env.get("SMLT_DATA_BUCKET", ""),
+            table=env["SMLT_TABLE"],
+            architecture=env.get("SMLT_ARCHITECTURE", "x86_64"),
+            memory_mb=int(env.get("SMLT_MEMORY_MB") or env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") or 0),
+            train_functions={int(k): v for k, v in fns.items()},
+            max_concurrency=int(env.get("SMLT_MAX_CONCURRENCY", "64")),
+            prices=Prices.from_env(),
+        )

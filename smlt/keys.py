@@ -1,0 +1,74 @@
+"""Every S3 key and DynamoDB key smlt writes, in one place.
+
+Keys are derived from (run, round, worker) only, so a retried or duplicated step writes the
+same key again instead of a new one.
+"""
+
+from __future__ import annotations
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/"
+
+
+def job_key(run_id: str) -> str:
+    return f"runs/{run_id}/job.json"
+
+
+def round_prefix(run_id: str, rnd: int) -> str:
+    return f"runs/{run_id}/rounds/{rnd:06d}/"
+
+
+def plan_key(run_id: str, rnd: int) -> str:
+    return round_prefix(run_id, rnd) + "plan.json"
+
+
+def model_key(run_id: str, rnd: int) -> str:
+    """The global model that round `rnd` starts from."""
+    return round_prefix(run_id, rnd) + "model.safetensors"
+
+
+def update_key(run_id: str, rnd: int, worker: int) -> str:
+    return round_prefix(run_id, rnd) + f"updates/{worker:05d}.safetensors"
+
+
+def final_model_key(run_id: str) -> str:
+    return f"runs/{run_id}/final/model.safetensors"
+
+
+def final_metrics_key(run_id: str) -> str:
+    return f"runs/{run_id}/final/metrics.json"
+
+
+# DynamoDB: one partition per run.
+def pk(run_id: str) -> str:
+    return f"RUN#{run_id}"
+
+
+META = "META"
+
+
+def plan_sk(rnd: int) -> str:
+    return f"PLAN#{rnd:06d}"
+
+
+def worker_sk(rnd: int, worker: int) -> str:
+    return f"WORKER#{rnd:06d}#{worker:05d}"
+
+
+def worker_prefix(rnd: int) -> str:
+    return f"WORKER#{rnd:06d}#"
+
+
+def round_sk(rnd: int) -> str:
+    return f"ROUND#{rnd:06d}"
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """'s3://bucket/some/prefix' -> ('bucket', 'some/prefix')."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    bucket, _, key = uri[5:].partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {uri!r}")
+    return bucket, key

@@ -1,0 +1,63 @@
+"""What the planner reads (the run's history) and what it decides."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class WorkerTiming(BaseModel):
+    """One worker's measured round, as recorded in DynamoDB (WORKER# item)."""
+
+    worker: int
+    memory_mb: int
+    samples: int
+    load_s: float = 0.0      # global model + shards from the store (cache hits are fast)
+    eval_s: float = 0.0      # evaluation of the incoming model on the validation slice
+    compute_s: float = 0.0   # k local steps
+    upload_s: float = 0.0    # writing the update
+    total_s: float = 0.0     # the whole handler (what Lambda bills)
+    cold: bool = False       # first invocation of a fresh process/instance
+
+
+class RoundRecord(BaseModel):
+    """One aggregated round (ROUND# item) with its plan and the workers that reported."""
+
+    round: int
+    workers: int                     # n planned
+    memory_mb: int
+    local_steps: int
+    batch_size: int
+    workers_ok: int = 0
+    timings: list[WorkerTiming] = Field(default_factory=list)
+    aggregate_s: float = 0.0
+    round_s: float = 0.0             # wall time from plan to aggregated
+    train_loss: float | None = None
+    val_loss: float | None = None    # of the model the round started from
+    val_accuracy: float | None = None
+    cost_usd: float = 0.0            # everything billed for this round
+
+
+class RunHistory(BaseModel):
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    elapsed_s: float = 0.0           # since the run started
+    cost_total_usd: float = 0.0      # the ledger so far (plans, rounds, aggregation)
+    param_count: int = 0             # model size, drives communication time
+    train_rows: int = 0              # dataset size
+
+
+class Decision(BaseModel):
+    action: Literal["train", "stop"]
+    workers: int = 0
+    memory_mb: int = 0
+    local_steps: int = 0
+    reason: str = ""
+    # The constraint that bound the choice: "deadline", "budget", "target", "max_rounds", "none".
+    bound: str = "none"
+    predicted_round_s: float | None = None
+    predicted_round_cost_usd: float | None = None
+    predicted_rounds_left: float | None = None
+    # Straggler limit for workers of this round (seconds); None = function timeout.
+    worker_time_limit_s: float | None = None
+    infeasible: bool = False

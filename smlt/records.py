@@ -1,0 +1,115 @@
+"""DynamoDB data access for a run: one partition per run (see smlt/keys.py).
+
+Every write that a retried step could repeat is conditional (`attribute_not_exists`), so the
+first writer wins and a duplicate gets the stored item back instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from dynamodb_json import json_util
+
+from smlt import keys
+
+
+@functools.lru_cache(maxsize=None)
+def dynamodb_client():
+    return boto3.client("dynamodb", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}))
+
+
+def _to_item(obj: dict[str, Any]) -> dict:
+    return json.loads(json_util.dumps(obj))
+
+
+def _from_item(item: dict) -> dict[str, Any]:
+    return json_util.loads(item)
+
+
+class RunTable:
+    def __init__(self, table: str, run_id: str, client=None):
+        self.table = table
+        self.run_id = run_id
+        self.pk = keys.pk(run_id)
+        self._client = client
+
+    @property
+    def client(self):
+        return self._client or dynamodb_client()
+
+    def get(self, sk: str) -> dict[str, Any] | None:
+        resp = self.client.get_item(TableName=self.table, Key=_to_item({"pk": self.pk, "sk": sk}), ConsistentRead=True)
+        return _from_item(resp["Item"]) if "Item" in resp else None
+
+    def put_once(self, sk: str, attrs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Write the item unless it exists. Returns (written, the item now stored)."""
+        item = {"pk": self.pk, "sk": sk, **attrs}
+        try:
+            self.client.put_item(TableName=self.table, Item=_to_item(item),
+                                 ConditionExpression="attribute_not_exists(pk)")
+            return True, item
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False, self.get(sk) or item
+
+    def update(self, sk: str, attrs: dict[str, Any], *, only_if: str | None = None,
+               values: dict[str, Any] | None = None) -> bool:
+        """Set attributes on an existing item; with `only_if` (a condition), False when it fails."""
+        names = {f"#a{i}": k for i, k in enumerate(attrs)}
+        vals = {f":v{i}": v for i, v in enumerate(attrs.values())}
+        vals.update(values or {})
+        cond = "attribute_exists(pk)" + (f" AND ({only_if})" if only_if else "")
+        try:
+            self.client.update_item(
+                TableName=self.table, Key=_to_item({"pk": self.pk, "sk": sk}),
+                UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attrs))),
+                ConditionExpression=cond,
+                ExpressionAttributeNames={**names, **{f"#{n}": n for n in _names_in(only_if)}},
+                ExpressionAttributeValues=_to_item(vals),
+            )
+            return True
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+
+    def query(self, prefix: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        kwargs = dict(TableName=self.table, ConsistentRead=True,
+                      KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                      ExpressionAttributeValues=_to_item({":pk": self.pk, ":p": prefix}))
+        while True:
+            resp = self.client.query(**kwargs)
+            items.extend(_from_item(i) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return items
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    # Named accessors keep the key layout in one place.
+    def meta(self) -> dict[str, Any] | None:
+        return self.get(keys.META)
+
+    def plan(self, rnd: int) -> dict[str, Any] | None:
+        return self.get(keys.plan_sk(rnd))
+
+    def workers(self, rnd: int) -> list[dict[str, Any]]:
+        return self.query(keys.worker_prefix(rnd))
+
+    def rounds(self) -> list[dict[str, Any]]:
+        return self.query("ROUND#")
+
+    def plans(self) -> list[dict[str, Any]]:
+        return self.query("PLAN#")
+
+
+def _names_in(expr: str | None) -> list[str]:
+    """Attribute names written as #name in a condition expression."""
+    import re
+
+    return re.findall(r"#([A-Za-z_]\w*)", expr or "")

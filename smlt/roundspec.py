@@ -1,0 +1,32 @@
+"""The round spec: what the planner decided for a round, as the workers read it (plan.json)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from smlt.job import Job
+
+
+class RoundSpec(BaseModel):
+    run_id: str
+    round: int
+    workers: int
+    memory_mb: int
+    local_steps: int          # 0 = evaluation only (the final model's measurement)
+    function_name: str
+    planned_at: float         # epoch seconds
+    time_limit_s: float | None = None  # a worker finishing later than this is a straggler
+    learning_rate: float
+    reason: str = ""
+    job: Job
+
+    @property
+    def eval_only(self) -> bool:
+        return self.local_steps == 0
+
+
+def shard_slice(n_shards: int, workers: int, worker: int) -> list[int]:
+    """Shards a worker owns: round-robin; with more workers than shards, workers share a shard."""
+    if workers <= n_shards:
+        return list(range(worker, n_shards, workers))
+    return [worker % n_shards]

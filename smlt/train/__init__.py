@@ -1,0 +1,1 @@
+"""The training runtime (PyTorch): models and the worker's local-SGD round."""

@@ -1,0 +1,149 @@
+"""One worker's round: evaluate the global model on a validation slice, take k local SGD steps
+on the worker's shards, write the delta (safetensors) and the timings.
+
+Deterministic: the sample order is seeded by (job seed, round, worker), so a retried or
+duplicated invocation computes the same update, and the conditional writes keep the first.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from smlt import keys
+from smlt.config import Settings
+from smlt.data.shards import load_manifest, load_shards
+from smlt.errors import InvalidDataset, StaleInvocation
+from smlt.records import RunTable
+from smlt.roundspec import RoundSpec, shard_slice
+from smlt.store import NotFound, S3Store
+from smlt.train.models import build_model
+from smlt.train.tensors import bytes_to_state, state_to_bytes
+
+_COLD = True  # first invocation in this process (a cold start on Lambda)
+
+
+def _optimizer(params, spec: RoundSpec) -> torch.optim.Optimizer:
+    t = spec.job.training
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=spec.learning_rate, momentum=t.momentum, weight_decay=t.weight_decay)
+    cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=spec.learning_rate, weight_decay=t.weight_decay)
+
+
+def _loss_fn(task: str) -> nn.Module:
+    return nn.CrossEntropyLoss(reduction="sum") if task == "classification" else nn.MSELoss(reduction="sum")
+
+
+def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, task: str) -> tuple[float, int, int]:
+    """(loss sum, correct, count) on x, y."""
+    if len(x) == 0:
+        return 0.0, 0, 0
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.from_numpy(x))
+        target = torch.from_numpy(y)
+        loss = float(_loss_fn(task)(out, target))
+        correct = int((out.argmax(1) == target).sum()) if task == "classification" else 0
+    return loss, correct, len(x)
+
+
+def _initial_state(spec: RoundSpec, manifest) -> bytes:
+    model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
+    return state_to_bytes(model.state_dict())
+
+
+def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
+    global _COLD
+    cold, _COLD = _COLD, False
+    t0 = time.perf_counter()
+    artifacts = S3Store(settings.artifacts_bucket)
+    table = RunTable(settings.table, run_id)
+    if table.get(keys.round_sk(rnd)) is not None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
+    done = table.get(keys.worker_sk(rnd, worker))
+    if done is not None:  # a duplicate of a finished invocation: same answer, no new writes
+        return {"worker": worker, "samples": int(done["samples"]), "duplicate": True}
+
+    spec = RoundSpec.model_validate_json(artifacts.get(keys.plan_key(run_id, rnd)))
+    manifest = load_manifest(spec.job.dataset.uri)
+    torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
+
+    # Round 0 starts from a deterministic initialisation that every worker can build; the first
+    # writer stores it, and everyone then uses the stored one.
+    try:
+        global_blob = artifacts.get(keys.model_key(run_id, rnd))
+    except NotFound:
+        if rnd != 0:
+            raise
+        artifacts.put(keys.model_key(run_id, 0), _initial_state(spec, manifest), if_absent=True)
+        global_blob = artifacts.get(keys.model_key(run_id, 0))
+    model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
+    try:
+        model.load_state_dict(bytes_to_state(global_blob))
+    except RuntimeError as e:
+        raise InvalidDataset(f"the model does not match the dataset ({manifest.features} features, "
+                             f"{manifest.outputs} outputs): {str(e).splitlines()[0]}") from None
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    vs = shard_slice(len(manifest.validation.shards), spec.workers, worker)
+    # With more workers than validation shards, only the first owner of a shard evaluates it.
+    if spec.workers > len(manifest.validation.shards) and worker >= len(manifest.validation.shards):
+        vs = []
+    ts = shard_slice(len(manifest.train.shards), spec.workers, worker)
+    xv, yv = load_shards(spec.job.dataset.uri, [manifest.validation.shards[i] for i in vs]) if vs else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
+    xt, yt = load_shards(spec.job.dataset.uri, [manifest.train.shards[i] for i in ts])
+    if xt.shape[1] != manifest.features:
+        raise InvalidDataset(f"shards have {xt.shape[1]} features, the manifest says {manifest.features}")
+    t_load = time.perf_counter()
+
+    val_loss, val_correct, val_count = _evaluate(model, xv, yv, manifest.task)
+    t_eval = time.perf_counter()
+
+    samples, train_loss = 0, 0.0
+    if not spec.eval_only:
+        model.train()
+        opt = _optimizer(model.parameters(), spec)
+        loss_fn = _loss_fn(manifest.task)
+        rng = np.random.default_rng([spec.job.seed, rnd, worker])
+        b, k = spec.job.training.batch_size, spec.local_steps
+        need = b * k
+        order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
+        xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
+        for step in range(k):
+            idx = torch.from_numpy(order[step * b:(step + 1) * b])
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xt_t[idx]), yt_t[idx])
+            (loss / len(idx)).backward()
+            opt.step()
+            train_loss += loss.item()
+        samples = need
+        train_loss /= need
+    t_compute = time.perf_counter()
+
+    update_bytes = 0
+    if not spec.eval_only:
+        delta = {k: (v - global_state[k]) for k, v in model.state_dict().items() if v.is_floating_point()}
+        meta = {"samples": str(samples), "train_loss": repr(train_loss), "worker": str(worker)}
+        blob = state_to_bytes(delta, metadata=meta)
+        update_bytes = len(blob)
+        artifacts.put(keys.update_key(run_id, rnd, worker), blob, if_absent=True)
+    t_upload = time.perf_counter()
+
+    record = {
+        "worker": worker, "samples": samples, "train_loss": train_loss,
+        "val_loss_sum": val_loss, "val_correct": val_correct, "val_count": val_count,
+        "memory_mb": spec.memory_mb, "cold": cold, "update_bytes": update_bytes,
+        "load_s": t_load - t0, "eval_s": t_eval - t_load, "compute_s": t_compute - t_eval,
+        "upload_s": t_upload - t_compute, "total_s": time.perf_counter() - t0,
+        "finished_at": time.time(),
+        "late": spec.time_limit_s is not None and time.time() - spec.planned_at > spec.time_limit_s,
+    }
+    table.put_once(keys.worker_sk(rnd, worker), record)
+    return {"worker": worker, "samples": samples}
