@@ -19,6 +19,11 @@ class WorkerTiming(BaseModel):
     upload_s: float = 0.0    # writing the update
     total_s: float = 0.0     # the whole handler (what Lambda bills)
     cold: bool = False       # first invocation of a fresh process/instance
+    # Extensions (optional; older records parse with the defaults):
+    init_s: float = 0.0      # cold-start init duration (billed since 2025; 0 when warm)
+    start_s: float = 0.0     # invoke delay: from the Map's start to the handler's start
+    cache_miss: bool = False  # the worker's shards were read from S3, not the /tmp cache
+    error: str | None = None  # e.g. "OutOfMemory", "TimeLimit"; None when the update arrived
 
 
 class RoundRecord(BaseModel):
@@ -37,6 +42,8 @@ class RoundRecord(BaseModel):
     val_loss: float | None = None    # of the model the round started from
     val_accuracy: float | None = None
     cost_usd: float = 0.0            # everything billed for this round
+    # Extensions (optional):
+    time_limit_s: float | None = None  # the straggler limit the plan set
 
 
 class RunHistory(BaseModel):
@@ -45,6 +52,10 @@ class RunHistory(BaseModel):
     cost_total_usd: float = 0.0      # the ledger so far (plans, rounds, aggregation)
     param_count: int = 0             # model size, drives communication time
     train_rows: int = 0              # dataset size
+    # Extensions (optional; 0/None = unknown, the planner falls back to priors):
+    val_rows: int = 0                # validation split size (evaluation time, metric noise)
+    dataset_bytes: int = 0           # prepared training shards in bytes (first-load time)
+    flops_per_sample: float | None = None  # training FLOPs per sample if measured (else ~6 x params)
 
 
 class Decision(BaseModel):
@@ -61,3 +72,9 @@ class Decision(BaseModel):
     # Straggler limit for workers of this round (seconds); None = function timeout.
     worker_time_limit_s: float | None = None
     infeasible: bool = False
+    # Extensions (optional):
+    predicted_total_s: float | None = None       # rest of the run (to the target) at this plan
+    predicted_total_cost_usd: float | None = None
+    earliest_deadline_s: float | None = None     # set when infeasible: the earliest deadline that works
+    min_budget_usd: float | None = None          # set when infeasible: the smallest budget that works
+    explore: bool = False                        # chosen partly to learn (uncertain model)

@@ -1,0 +1,252 @@
+"""Measure the curves and step times the planner simulator is calibrated from.
+
+Run:  .venv/bin/python bench/planner_calibrate.py   (about 2-4 minutes on 2 cores)
+
+Writes smlt/sim/calibration.json with
+  - `curves`: validation accuracy/loss per round of local SGD (the same semantics as smlt's workers:
+    every worker starts each round from the global model with a fresh SGD-momentum optimizer,
+    takes k steps of batch 32 on its own shard, deltas are averaged) for a grid of (n, k), on
+    scikit-learn's digits (1,437 train / 360 val rows) and on a harder synthetic 10-class set
+    (make_classification, 16,000 / 4,000 rows), 3 seeds each (the mean curve is stored);
+  - `fit`: the progress model fitted to those curves (see smlt/sim/progress.py for the form);
+  - `steps`: measured seconds per training step (batch 32, 1 and 2 threads) for models from 10k
+    to 4M parameters, from which the simulator's per-step overhead and FLOP rate come.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import least_squares
+from sklearn.datasets import load_digits, make_classification
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from smlt.planner.progress import round_progress, saturation  # noqa: E402
+
+OUT = ROOT / "smlt" / "sim" / "calibration.json"
+BATCH = 32
+LR = 0.05
+MOMENTUM = 0.9
+HIDDEN = 128
+SEEDS = (0, 1, 2)
+GRID_N = (1, 2, 4, 8, 16)
+GRID_K = (1, 2, 5, 10, 20, 50)
+
+
+def datasets():
+    X, y = load_digits(return_X_y=True)
+    X = (X / 16.0).astype(np.float32)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(X))
+    yield "digits", X[idx[:1437]], y[idx[:1437]], X[idx[1437:]], y[idx[1437:]], 10
+    X, y = make_classification(
+        n_samples=20000, n_features=40, n_informative=24, n_redundant=8, n_classes=10,
+        n_clusters_per_class=2, class_sep=1.2, flip_y=0.03, random_state=0,
+    )
+    X = ((X - X.mean(0)) / X.std(0)).astype(np.float32)
+    yield "synthetic20k", X[:16000], y[:16000], X[16000:], y[16000:], 10
+
+
+class LocalSGD:
+    """n workers' MLPs as batched tensors, so n workers cost about as much as one."""
+
+    def __init__(self, Xt, yt, Xv, yv, classes):
+        self.Xt, self.yt = torch.tensor(Xt), torch.tensor(yt, dtype=torch.long)
+        self.Xv, self.yv = torch.tensor(Xv), torch.tensor(yv, dtype=torch.long)
+        self.d, self.c = Xt.shape[1], classes
+
+    def init(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        return [
+            torch.randn(self.d, HIDDEN, generator=g) / math.sqrt(self.d), torch.zeros(HIDDEN),
+            torch.randn(HIDDEN, self.c, generator=g) / math.sqrt(HIDDEN), torch.zeros(self.c),
+        ]
+
+    @staticmethod
+    def fwd(p, x):
+        W1, b1, W2, b2 = p
+        h = torch.relu(torch.bmm(x, W1) + b1[:, None, :])
+        return torch.bmm(h, W2) + b2[:, None, :]
+
+    def evaluate(self, p):
+        with torch.no_grad():
+            out = self.fwd([q[None] for q in p], self.Xv[None])[0]
+            acc = (out.argmax(1) == self.yv).float().mean().item()
+            loss = torch.nn.functional.cross_entropy(out, self.yv).item()
+        return acc, loss
+
+    def run(self, n, k, rounds, seed):
+        g = np.random.default_rng(seed)
+        p = self.init(seed)
+        shards = np.array_split(g.permutation(len(self.Xt)), n)
+        orders = [g.permutation(s) for s in shards]
+        ptr = [0] * n
+        acc, loss = [], []
+        for _ in range(rounds):
+            a, l = self.evaluate(p)
+            acc.append(a)
+            loss.append(l)
+            lp = [q[None].repeat(n, *([1] * q.dim())).clone().requires_grad_(True) for q in p]
+            buf = [torch.zeros_like(q) for q in lp]  # fresh optimizer every round (stateless worker)
+            for _ in range(k):
+                rows = []
+                for w in range(n):
+                    if ptr[w] + BATCH > len(orders[w]):
+                        orders[w], ptr[w] = g.permutation(shards[w]), 0
+                    rows.append(orders[w][ptr[w]:ptr[w] + BATCH])
+                    ptr[w] += BATCH
+                rows = np.stack(rows)
+                out = self.fwd(lp, self.Xt[rows])
+                lossv = torch.nn.functional.cross_entropy(out.reshape(-1, self.c), self.yt[rows].reshape(-1)) * n
+                grads = torch.autograd.grad(lossv, lp)
+                with torch.no_grad():
+                    for q, gq, bq in zip(lp, grads, buf):
+                        bq.mul_(MOMENTUM).add_(gq)
+                        q.sub_(LR * bq)
+            with torch.no_grad():
+                p = [q.detach().mean(0) for q in lp]  # equal shards: sample-weighted mean = mean
+        a, l = self.evaluate(p)
+        acc.append(a)
+        loss.append(l)
+        return acc, loss
+
+
+def measure_curves():
+    curves = []
+    for name, Xt, yt, Xv, yv, c in datasets():
+        trainer = LocalSGD(Xt, yt, Xv, yv, c)
+        steps_cap = 300 if name == "digits" else 1500
+        for n in GRID_N:
+            for k in GRID_K:
+                rounds = int(min(120, max(8, math.ceil(steps_cap / k))))
+                accs, losses = [], []
+                for s in SEEDS:
+                    a, l = trainer.run(n, k, rounds, seed=s)
+                    accs.append(a)
+                    losses.append(l)
+                curves.append({
+                    "dataset": name, "train_rows": len(Xt), "val_rows": len(Xv), "n": n, "k": k,
+                    "batch": BATCH, "lr": LR, "momentum": MOMENTUM, "seeds": len(SEEDS),
+                    "val_accuracy": np.round(np.mean(accs, 0), 4).tolist(),
+                    "val_loss": np.round(np.mean(losses, 0), 4).tolist(),
+                })
+                print(f"  {name} n={n:2d} k={k:2d} rounds={rounds:3d} final acc={np.mean(accs, 0)[-1]:.3f}", flush=True)
+    return curves
+
+
+def fit_dataset(curves, name):
+    """Fit the progress model (saturation of accuracy/loss in progress units tau) to all (n, k)."""
+    cs = [c for c in curves if c["dataset"] == name]
+    a0 = float(np.mean([c["val_accuracy"][0] for c in cs]))
+    l0 = float(np.mean([c["val_loss"][0] for c in cs]))
+
+    def unpack(x):
+        return dict(acc_max=x[0], tau_acc=math.exp(x[1]), p_acc=x[2], loss_min=x[3], tau_loss=math.exp(x[4]),
+                    p_loss=x[5], beta=math.exp(x[6]), drift_k=math.exp(x[7]))
+
+    def resid(x):
+        q = unpack(x)
+        out = []
+        for c in cs:
+            dt = round_progress(c["n"], c["k"], MOMENTUM, q["beta"], q["drift_k"])
+            tau = dt * np.arange(len(c["val_accuracy"]))
+            acc = saturation(tau, a0, q["acc_max"], q["tau_acc"], q["p_acc"])
+            loss = saturation(tau, l0, q["loss_min"], q["tau_loss"], q["p_loss"])
+            out.append((acc - np.array(c["val_accuracy"])) / 0.02)
+            out.append((loss - np.array(c["val_loss"])) / (0.05 * l0))
+        return np.concatenate(out)
+
+    x0 = np.array([0.95, math.log(50.0), 1.0, 0.1 * l0, math.log(50.0), 1.0, math.log(2.0), math.log(20.0)])
+    lo = [0.2, math.log(0.5), 0.3, 0.0, math.log(0.5), 0.3, math.log(0.01), math.log(0.5)]
+    hi = [1.0, math.log(1e5), 3.0, l0, math.log(1e5), 3.0, math.log(1e3), math.log(1e4)]
+    r = least_squares(resid, x0, bounds=(lo, hi))
+    q = unpack(r.x)
+    rms_acc = float(np.sqrt(np.mean((resid(r.x).reshape(-1)) ** 2)))
+    q.update(acc0=a0, loss0=l0, train_rows=cs[0]["train_rows"], batch=BATCH, momentum=MOMENTUM,
+             rms_scaled_residual=rms_acc)
+    # how many sequential steps (progress units) until 95 % of the accuracy gain
+    q["tau_95"] = q["tau_acc"] * (-math.log(0.05)) ** (1.0 / q["p_acc"])
+    q["epochs_95"] = q["tau_95"] * BATCH / q["train_rows"]
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in q.items()}
+
+
+def step_times():
+    """Seconds per training step (batch 32, SGD) of MLPs and a small CNN at 1 and 2 threads."""
+    out = []
+    configs = [("mlp", 64, 128), ("mlp", 256, 512), ("mlp", 784, 1024), ("mlp", 1024, 2048), ("cnn", 32, 0)]
+    for kind, d, h in configs:
+        if kind == "mlp":
+            model = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
+                                        torch.nn.ReLU(), torch.nn.Linear(h, 10))
+            x = torch.randn(BATCH, d)
+            flops_fwd = 2 * sum(p.numel() for p in model.parameters())
+        else:
+            model = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                torch.nn.Flatten(), torch.nn.Linear(128, 10))
+            x = torch.randn(BATCH, 3, d, d)
+            flops_fwd = 2 * (32 * 32 * 32 * 27 + 16 * 16 * 64 * 32 * 9 + 8 * 8 * 128 * 64 * 9) + 2 * 1280
+        params = sum(p.numel() for p in model.parameters())
+        y = torch.randint(0, 10, (BATCH,))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        row = {"kind": kind, "params": params, "train_flops_per_sample": 3 * flops_fwd}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for _ in range(5):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            reps, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < 1.0:
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                reps += 1
+            row[f"step_s_{threads}t"] = (time.perf_counter() - t0) / reps
+        out.append(row)
+        print(f"  step {kind} params={params:>9,d} 1t={row['step_s_1t']*1e3:.2f} ms 2t={row['step_s_2t']*1e3:.2f} ms",
+              flush=True)
+    torch.set_num_threads(1)
+    # least squares: step_s_1t = overhead + flops * batch / rate
+    A = np.array([[1.0, r["train_flops_per_sample"] * BATCH] for r in out])
+    t = np.array([r["step_s_1t"] for r in out])
+    w = 1.0 / t
+    coef, *_ = np.linalg.lstsq(A * w[:, None], t * w, rcond=None)
+    overhead = max(float(coef[0]), 1e-5)
+    rate = 1.0 / max(float(coef[1]), 1e-13)
+    speedups = [r["step_s_1t"] / r["step_s_2t"] for r in out]
+    return {"rows": out, "overhead_s": overhead, "flops_per_s_1thread": rate,
+            "two_thread_speedup": [round(s, 3) for s in speedups]}
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    t0 = time.time()
+    print("step times ...", flush=True)
+    steps = step_times()
+    print("curves ...", flush=True)
+    curves = measure_curves()
+    fits = {name: fit_dataset(curves, name) for name in sorted({c["dataset"] for c in curves})}
+    for name, f in fits.items():
+        print(f"  fit {name}: {f}")
+    OUT.write_text(json.dumps({
+        "about": "measured by bench/planner_calibrate.py; see the docstring there",
+        "torch": torch.__version__, "seconds": round(time.time() - t0, 1),
+        "steps": steps, "fit": fits, "curves": curves,
+    }, indent=1) + "\n")
+    print(f"wrote {OUT} in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

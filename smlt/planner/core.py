@@ -1,0 +1,394 @@
+"""The decision of one round: train (n workers, memory tier m, k local steps) or stop, and why.
+
+See docs/planner.md for the models and the rule. numpy + pydantic only (planner Lambda).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from smlt.job import Job
+from smlt.planner import priors as P
+from smlt.planner.progress import ProgressModel
+from smlt.planner.timing import Forecast, JobShape, TimingModel
+from smlt.planner.types import Decision, RunHistory
+from smlt.prices import Prices
+
+N_SET = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1000)
+K_SET = (1, 2, 3, 5, 8, 12, 20, 30, 50, 80, 120, 200, 300, 500, 800, 1200)
+EXPLORE_KAPPA = 1.0
+EXPLORE_MIN_ROUNDS = 5.0     # explore only when enough rounds remain to use what is learned
+FEASIBLE_Q = 0.7             # plan with the 70th percentile of the rounds still needed
+
+
+# ------------------------------------------------------------------------------ helpers
+def fmt_s(s: float) -> str:
+    if s is None or not math.isfinite(s):
+        return "never"
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def fmt_usd(c: float) -> str:
+    if c is None or not math.isfinite(c):
+        return "unbounded"
+    if c < 0.01:
+        return f"${c:.5f}"
+    if c < 10:
+        return f"${c:.4f}"
+    return f"${c:,.2f}"
+
+
+def default_tier(tiers: list[int]) -> int:
+    above = [t for t in sorted(tiers) if t >= P.FULL_VCPU_MB]
+    return above[0] if above else max(tiers)
+
+
+def finalize_cost_ub(prices: Prices, arch: str) -> float:
+    return (prices.lambda_cost(P.PLANNER_MEMORY_MB, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put
+            + 4 * prices.sfn_transition)
+
+
+def finalize_cost(prices: Prices, arch: str) -> float:
+    return prices.lambda_cost(P.PLANNER_MEMORY_MB, P.FINALIZE_S, arch) + 2 * prices.s3_put + 2 * prices.sfn_transition
+
+
+def _metric_value(job: Job, history: RunHistory):
+    if not history.rounds:
+        return None
+    return getattr(history.rounds[-1], job.training.target_metric)
+
+
+def target_met(job: Job, history: RunHistory) -> bool:
+    t = job.training.target_value
+    v = _metric_value(job, history)
+    if t is None or v is None:
+        return False
+    return v <= t if job.training.target_metric == "val_loss" else v >= t
+
+
+def _stop(reason: str, bound: str, **kw) -> Decision:
+    return Decision(action="stop", reason=reason, bound=bound, **kw)
+
+
+def _terminal(job: Job, history: RunHistory) -> Decision | None:
+    r = len(history.rounds)
+    if target_met(job, history):
+        v = _metric_value(job, history)
+        op = "<=" if job.training.target_metric == "val_loss" else ">="
+        return _stop(f"target reached: {job.training.target_metric} {v:.4f} {op} {job.training.target_value} "
+                     f"(model of round {r - 1})", "target")
+    if r >= job.training.max_rounds:
+        return _stop(f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained", "max_rounds")
+    return None
+
+
+def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
+    tiers = sorted(set(int(t) for t in tiers))
+    if job.workers.memory_mb:
+        return [job.workers.memory_mb]
+    oom = [t.memory_mb for r in history.rounds for t in r.timings if t.error and "memory" in t.error.lower()]
+    floor = max(oom) if oom else 0
+    need = P.memory_needed_mb(history.param_count or 0)
+    ok = [t for t in tiers if t > floor and t >= need]
+    if not ok:
+        ok = [t for t in tiers if t > floor] or [max(tiers)]
+        ok = ok[-1:]
+    return ok
+
+
+# ------------------------------------------------------------------------------ fixed
+def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
+    done = _terminal(job, history)
+    if done:
+        return done
+    n = job.workers.initial
+    m = job.workers.memory_mb or default_tier(tiers)
+    k = job.training.local_steps
+    tm = TimingModel(JobShape.of(history, job.training.batch_size, job.training.compression), prices, arch)
+    tm.fit(history)
+    f = tm.forecast([n], [m], [k], history)
+    c = job.constraints
+    fin_ub = finalize_cost_ub(prices, arch)
+    need = float(f.cost_ub[0] + f.eval_round_ub[0] + fin_ub)
+    left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
+    common = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
+    if need > left:
+        return _stop(f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
+                     f"({fmt_usd(float(f.cost_ub[0]))}) plus the final evaluation and finalisation "
+                     f"({fmt_usd(float(f.eval_round_ub[0]) + fin_ub)})", "budget", **common)
+    if c.deadline_seconds is not None and not c.best_effort:
+        t_left = c.deadline_seconds - history.elapsed_s
+        if float(f.round_s[0] + f.eval_round_s[0]) + P.FINALIZE_S > t_left:
+            return _stop(f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
+                         "deadline", **common)
+    budget_txt = f"; budget left {fmt_usd(left)}" if math.isfinite(left) else ""
+    return Decision(
+        action="train", workers=n, memory_mb=m, local_steps=k, bound="none",
+        reason=(f"fixed plan: {n} workers x {m} MB x {k} steps; predicted round {fmt_s(float(f.round_s[0]))}, "
+                f"{fmt_usd(float(f.cost[0]))} (worst case {fmt_usd(float(f.cost_ub[0]))}){budget_txt}"),
+        worker_time_limit_s=round(float(f.time_limit_s[0]), 1),
+        **common)
+
+
+# ------------------------------------------------------------------------------ adaptive
+@dataclass
+class Candidates:
+    n: np.ndarray
+    m: np.ndarray
+    k: np.ndarray
+
+
+def candidates(job: Job, history: RunHistory, tiers: list[int]) -> Candidates:
+    w = job.workers
+    ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, w.initial})
+    ks = sorted(set(K_SET) | {job.training.local_steps})
+    ms = _tiers_usable(job, history, tiers)
+    N, M, K = np.meshgrid(np.array(ns, float), np.array(ms, float), np.array(ks, float), indexing="ij")
+    return Candidates(N.ravel(), M.ravel(), K.ravel())
+
+
+@dataclass
+class Evaluation:
+    """Per-candidate predictions of the rest of the run."""
+
+    f: Forecast
+    R: dict
+    T: dict        # total seconds to the end, by quantile
+    C: dict        # total cost to the end, by quantile
+    ok_rounds: dict
+    ok_deadline: dict
+    ok_budget: dict
+    affordable: np.ndarray      # the next round's worst case + reserve fits the budget
+    fits_time: np.ndarray       # the next round (+ final evaluation) fits before the deadline
+    valid: np.ndarray           # within Lambda limits
+
+
+def _evaluate(job: Job, history: RunHistory, cand: Candidates, tm: TimingModel, pm: ProgressModel,
+              prices: Prices, arch: str) -> Evaluation:
+    c = job.constraints
+    f = tm.forecast(cand.n, cand.m, cand.k, history)
+    # rounds needed: computed per distinct (n, k) then mapped
+    nk = np.stack([cand.n, cand.k], 1)
+    uniq, inv = np.unique(nk, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    s = pm.forecast.summary(uniq[:, 0], uniq[:, 1])
+    R = {q: v[inv] for q, v in s.items()}
+    fin = finalize_cost(prices, arch)
+    fin_ub = finalize_cost_ub(prices, arch)
+    spent = history.cost_total_usd
+    budget = c.budget_usd if c.budget_usd is not None else math.inf
+    deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
+    rounds_left = job.training.max_rounds - len(history.rounds)
+    T, C, okr, okd, okb = {}, {}, {}, {}, {}
+    slack = f.cost_ub - f.cost_warm
+    for q in (0.2, 0.5, 0.7, 0.8, "mean"):
+        r = R[q]
+        T[q] = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
+        C[q] = f.cost + np.maximum(r - 1, 0) * f.cost_warm + fin
+        okr[q] = r <= rounds_left
+        okd[q] = history.elapsed_s + T[q] <= deadline
+        okb[q] = spent + C[q] + slack + f.eval_round_ub + fin_ub <= budget
+    affordable = spent + f.cost_ub + f.eval_round_ub + fin_ub <= budget
+    fits_time = history.elapsed_s + f.round_s + f.eval_round_s + P.FINALIZE_S <= deadline
+    valid = f.handler_p90 + P.COLD_INIT_MAX_S <= 0.8 * P.LAMBDA_TIMEOUT_S
+    return Evaluation(f, R, T, C, okr, okd, okb, affordable, fits_time, valid)
+
+
+def _describe(i: int, cand: Candidates, ev: Evaluation) -> str:
+    return f"{int(cand.n[i])} workers x {int(cand.m[i])} MB x {int(cand.k[i])} steps"
+
+
+def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation, base: np.ndarray) -> Decision:
+    c = job.constraints
+    q = 0.5
+    fin_slack = (ev.f.cost_ub - ev.f.cost_warm) + ev.f.eval_round_ub
+    need_budget = history.cost_total_usd + ev.C[q] + fin_slack
+    total_t = history.elapsed_s + ev.T[q]
+    ok = base & ev.ok_rounds[q] & np.isfinite(ev.T[q])
+    parts = []
+    earliest = min_budget = None
+    if c.deadline_seconds is not None:
+        sel = ok & ev.ok_budget[q] if c.budget_usd is not None else ok
+        pool = sel if sel.any() else ok
+        if pool.any():
+            i = int(np.argmin(np.where(pool, total_t, np.inf)))
+            earliest = float(total_t[i])
+            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({earliest:,.0f} s, "
+                         f"{_describe(i, cand, ev)})")
+    if c.budget_usd is not None:
+        sel = ok & ev.ok_deadline[q] if c.deadline_seconds is not None else ok
+        pool = sel if sel.any() else ok
+        if pool.any():
+            i = int(np.argmin(np.where(pool, need_budget, np.inf)))
+            min_budget = float(need_budget[i])
+            parts.append(f"smallest budget that works ~{fmt_usd(min_budget)} ({_describe(i, cand, ev)})")
+    if not ok.any():
+        rl = job.training.max_rounds - len(history.rounds)
+        parts.append(f"the target is not predicted within the {rl} rounds max_rounds allows "
+                     f"(or is never reached by the curve so far)")
+    tgt = (f"{job.training.target_metric} {job.training.target_value}" if job.training.target_value is not None
+           else f"{job.training.max_rounds} rounds of work")
+    have = []
+    if c.deadline_seconds is not None:
+        have.append(f"deadline {fmt_s(c.deadline_seconds)}")
+    if c.budget_usd is not None:
+        have.append(f"budget {fmt_usd(c.budget_usd)}")
+    reason = (f"infeasible: reaching {tgt} is predicted impossible with {' and '.join(have) or 'these limits'} "
+              f"even optimistically; " + "; ".join(parts))
+    return _stop(reason, "deadline" if earliest is not None and c.deadline_seconds is not None
+                 and earliest > c.deadline_seconds else "budget", infeasible=True,
+                 earliest_deadline_s=earliest, min_budget_usd=min_budget)
+
+
+def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
+    done = _terminal(job, history)
+    if done:
+        return done
+    c = job.constraints
+    tr = job.training
+    shape = JobShape.of(history, tr.batch_size, tr.compression)
+    tm = TimingModel(shape, prices, arch).fit(history)
+    pm = ProgressModel(metric=tr.target_metric, target=tr.target_value, momentum=tr.momentum, batch=tr.batch_size,
+                       train_rows=shape.train_rows, val_rows=shape.val_rows, quorum=tr.quorum,
+                       max_rounds=tr.max_rounds, initial_workers=job.workers.initial,
+                       initial_steps=tr.local_steps, optimizer=tr.optimizer).fit(history)
+    if tr.target_value is None and pm.forecast.p_done > 0.5 and history.rounds:
+        return _stop(f"planned work done: the progress of {tr.max_rounds} rounds of {job.workers.initial} workers "
+                     f"x {tr.local_steps} steps has been made (no target set)", "max_rounds")
+    cand = candidates(job, history, tiers)
+    ev = _evaluate(job, history, cand, tm, pm, prices, arch)
+    f = ev.f
+    spent = history.cost_total_usd
+    budget = c.budget_usd if c.budget_usd is not None else math.inf
+    first = not history.rounds
+
+    base = ev.valid.copy()
+    # hard guards: the next round must be affordable in the worst case, and finish before the deadline
+    guard = base & ev.affordable
+    if not guard.any():
+        i = int(np.argmin(np.where(base, f.cost_ub + f.eval_round_ub, np.inf)))
+        return _stop(f"budget: {fmt_usd(budget - spent)} left cannot pay the worst case of one more round "
+                     f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus the final "
+                     f"evaluation and finalisation ({fmt_usd(float(f.eval_round_ub[i]) + finalize_cost_ub(prices, arch))})",
+                     "budget", predicted_round_cost_usd=float(f.cost[i]))
+    if c.deadline_seconds is not None and not c.best_effort:
+        timely = guard & ev.fits_time
+        if not timely.any():
+            i = int(np.argmin(np.where(guard, f.round_s, np.inf)))
+            t_left = c.deadline_seconds - history.elapsed_s
+            if first:
+                return _infeasible(job, history, cand, ev, base)
+            return _stop(f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({_describe(i, cand, ev)}) "
+                         f"takes ~{fmt_s(float(f.round_s[i]))} plus the final evaluation", "deadline",
+                         predicted_round_s=float(f.round_s[i]))
+        guard = timely
+
+    objective = c.objective
+    chosen = None
+    level = None
+    for q in (FEASIBLE_Q, 0.5, 0.2):
+        ok = guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[q] & np.isfinite(ev.C[q])
+        if ok.any():
+            chosen, level = ok, q
+            break
+
+    best_effort_note = ""
+    if chosen is None:
+        if first and not c.best_effort:
+            return _infeasible(job, history, cand, ev, base)
+        # Mid-run (or best effort): keep going within the hard guards, as well as possible.
+        q = 0.5
+        in_budget = guard & ev.ok_budget[q]
+        if in_budget.any() and c.deadline_seconds is not None:
+            chosen, level, objective = in_budget, q, "speed"
+            best_effort_note = "best effort: the deadline is predicted to be missed, so the fastest plan within budget"
+        else:
+            chosen, level, objective = guard, q, "cost"
+            best_effort_note = ("best effort: the target is predicted out of reach within the budget, so the cheapest "
+                                "progress per round")
+            # cheapest per unit progress: cost per round / progress per round
+    R_mean = ev.R["mean"]
+    if objective == "speed":
+        base_obj = ev.T["mean"] if level != 0.2 else ev.T[0.2]
+    else:
+        base_obj = ev.C["mean"] if level != 0.2 else ev.C[0.2]
+    if best_effort_note and objective == "cost":
+        prog = 1.0 / np.maximum(ev.R["mean"], 1.0)
+        base_obj = f.cost_warm / np.maximum(prog, 1e-9)
+    base_obj = np.where(np.isfinite(base_obj), base_obj, 1e300)
+    kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0)
+    lcb = base_obj * np.maximum(0.5, 1.0 - kappa * f.rel_sd_param)
+    i_exploit = int(np.argmin(np.where(chosen, base_obj, np.inf)))
+    i = int(np.argmin(np.where(chosen, lcb, np.inf)))
+    explore = i != i_exploit
+
+    # which constraint bound the choice
+    qb = level
+    free = guard & ev.ok_rounds[qb] & np.isfinite(ev.C[qb])
+    i_free = int(np.argmin(np.where(free, ev.C["mean"] if objective == "cost" else ev.T["mean"], np.inf))) \
+        if free.any() else i
+    if best_effort_note:
+        bound = "deadline" if objective == "speed" else "budget"
+    elif objective == "cost":
+        bound = "deadline" if not ev.ok_deadline[qb][i_free] else (
+            "budget" if not ev.ok_budget[qb][i_free] else "none")
+    else:
+        bound = "budget" if not ev.ok_budget[qb][i_free] else "none"
+    if bound == "none" and not ev.ok_rounds[FEASIBLE_Q][i]:
+        bound = "max_rounds"
+
+    rq = float(ev.R[level][i])
+    r50 = float(ev.R[0.5][i])
+    T_i, C_i = float(ev.T["mean"][i]), float(ev.C["mean"][i])
+    pieces = [f"{_describe(i, cand, ev)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
+              f"(worst case {fmt_usd(float(f.cost_ub[i]))})"]
+    if tr.target_value is not None:
+        pieces.append(f"~{r50:.0f} rounds to {tr.target_metric} {tr.target_value} (p{int(level * 100)} {rq:.0f}), "
+                      f"~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all")
+    else:
+        pieces.append(f"~{r50:.0f} rounds of planned work left, ~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all")
+    lim = []
+    if c.deadline_seconds is not None:
+        lim.append(f"{fmt_s(max(c.deadline_seconds - history.elapsed_s, 0))} left")
+    if c.budget_usd is not None:
+        lim.append(f"{fmt_usd(budget - spent)} left")
+    if lim:
+        pieces.append(" and ".join(lim))
+    if bound == "deadline" and not best_effort_note:
+        pieces.append(f"deadline binds (the cheapest plan, {_describe(i_free, cand, ev)}, would take "
+                      f"~{fmt_s(float(ev.T[qb][i_free]))})")
+    elif bound == "budget" and not best_effort_note:
+        pieces.append(f"budget binds (the fastest plan, {_describe(i_free, cand, ev)}, would cost "
+                      f"~{fmt_usd(float(ev.C[qb][i_free]))})")
+    elif bound == "max_rounds":
+        pieces.append("max_rounds binds")
+    if level != FEASIBLE_Q and not best_effort_note:
+        pieces.append(f"tight: feasible only at the p{int(level * 100)} progress forecast")
+    if explore:
+        pieces.append(f"exploring: {int(cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
+                      f"the best-known plan is {_describe(i_exploit, cand, ev)}")
+    if best_effort_note:
+        pieces.append(best_effort_note)
+    return Decision(
+        action="train", workers=int(cand.n[i]), memory_mb=int(cand.m[i]), local_steps=int(cand.k[i]),
+        reason="; ".join(pieces), bound=bound,
+        predicted_round_s=float(f.round_s[i]), predicted_round_cost_usd=float(f.cost[i]),
+        predicted_rounds_left=r50, worker_time_limit_s=round(float(f.time_limit_s[i]), 1),
+        predicted_total_s=T_i if math.isfinite(T_i) else None,
+        predicted_total_cost_usd=C_i if math.isfinite(C_i) else None, explore=explore)
+
+
+def decide(job: Job, history: RunHistory, tiers: list[int], prices: Prices, architecture: str = "x86_64") -> Decision:
+    """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason."""
+    if not tiers:
+        tiers = [job.workers.memory_mb or 2048]
+    if job.workers.planner == "fixed":
+        return decide_fixed(job, history, list(tiers), prices, architecture)
+    return decide_adaptive(job, history, list(tiers), prices, architecture)

@@ -1,0 +1,111 @@
+"""What the planner believes before it has measured anything (round 0), and the shape of its models.
+
+Every number here comes from shared/facts.md or from a measurement made in this repository
+(bench/planner_calibrate.py -> smlt/sim/calibration.json). The online models start from these
+and move to the measurements as rounds arrive; see docs/planner.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# --- CPU ------------------------------------------------------------------------------------
+# facts.md: 1 vCPU at 1,769 MB, about 6 vCPUs at 10,240 MB. Below 1,769 MB a function gets a
+# proportional share of one vCPU.
+FULL_VCPU_MB = 1769.0
+MAX_MB = 10240.0
+MAX_VCPU = 6.0
+
+
+def vcpus(memory_mb):
+    m = np.asarray(memory_mb, dtype=float)
+    return np.where(m <= FULL_VCPU_MB, m / FULL_VCPU_MB,
+                    1.0 + (MAX_VCPU - 1.0) * (m - FULL_VCPU_MB) / (MAX_MB - FULL_VCPU_MB))
+
+
+def speed(memory_mb, efficiency):
+    """Compute speed relative to one full vCPU: a fraction below 1 vCPU, and beyond it every
+    extra vCPU adds `efficiency` of one (intra-op parallelism of small models is poor)."""
+    v = vcpus(memory_mb)
+    return np.where(v <= 1.0, v, 1.0 + np.asarray(efficiency, dtype=float) * (v - 1.0))
+
+
+# calibration.json "steps": one thread of this machine trains at ~50 GFLOP/s with ~0.3 ms of
+# per-step overhead (batch 32, MLPs 26k-6M params and a small CNN). A Lambda vCPU (a hyperthread)
+# is assumed 0.8 of that.
+FLOPS_PER_VCPU = 0.8 * 4.96e10
+STEP_OVERHEAD_S = 0.3e-3 / 0.8
+# Two-thread speedups measured there grow with the work per step W (FLOPs): 0.7x at 5 MFLOP,
+# 1.0x at 0.36 GFLOP, 1.27x at 1.2 GFLOP (MLP), 1.8x at 2 GFLOP (CNN). Prior for the parallel
+# efficiency of extra vCPUs, with a wide spread (the online model learns it per run):
+EFF_HALF_FLOPS = 1.5e9
+EFF_PRIOR_SD = 0.3
+
+
+def efficiency_prior(step_flops: float) -> float:
+    return 0.85 * step_flops / (step_flops + EFF_HALF_FLOPS)
+
+
+# Training FLOPs per sample when the job does not say: dense layers cost ~6 FLOPs per parameter
+# per sample (forward 2, backward 4). Convolutional models cost far more per parameter, so the
+# prior on the compute coefficient is wide when this guess is used.
+FLOPS_PER_PARAM_GUESS = 6.0
+
+# --- Storage and network --------------------------------------------------------------------
+# facts.md: a Lambda fetched 100 MB in 2.49 s, about 540 Mbit/s per function.
+S3_MB_PER_S = 67.5
+S3_GET_LATENCY_S = 0.03
+S3_PUT_LATENCY_S = 0.05
+AGG_MB_PER_S = 2 * S3_MB_PER_S      # the aggregator reads updates over parallel streams
+AGG_SHARD_MB = 64.0                # an aggregator shard handles this many MB of the model
+AGG_MEMORY_MB = 3008
+PLANNER_MEMORY_MB = 1024
+
+
+def net_share(memory_mb):
+    """Network share by memory (assumed: full above one vCPU, ~sqrt of the CPU share below)."""
+    return np.minimum(1.0, np.sqrt(np.asarray(memory_mb, dtype=float) / FULL_VCPU_MB))
+
+
+# --- Cold starts and orchestration ----------------------------------------------------------
+# train_step is a container image with torch: a cold start imports torch and reads the image,
+# a few seconds (log-normal). Lambda bills the init phase; it is capped at 10 s.
+COLD_INIT_MEDIAN_S = 3.0
+COLD_INIT_SIGMA = 0.35
+COLD_INIT_MAX_S = 10.0
+WARM_IDLE_S = 300.0                # an idle instance is kept at least ~5 minutes
+# facts.md (SMLT, 2021): Step Functions launched 100 workers in 20.6 s -> ~0.2 s per worker.
+FANOUT_PER_WORKER_S = 0.206
+ROUND_BASE_OVERHEAD_S = 1.0        # Plan + Choice + Map start + Aggregate invoke + Continue
+PLAN_S = 0.4
+FINALIZE_S = 1.5
+LAMBDA_TIMEOUT_S = 900.0
+
+# --- Memory need ----------------------------------------------------------------------------
+RUNTIME_MB = 450.0                 # python + torch + the handler
+BYTES_PER_PARAM = 24.0             # weights, grads, momentum, the incoming and outgoing copies
+
+
+def memory_needed_mb(params: int) -> float:
+    return 1.3 * (RUNTIME_MB + BYTES_PER_PARAM * params / 2**20)
+
+
+# --- Progress -------------------------------------------------------------------------------
+# Fitted on measured local-SGD curves (calibration.json "fit"): the effective momentum of a
+# round that starts from a fresh optimizer was 0.735 (digits) and 0.83 (synthetic) for mu = 0.9.
+MOMENTUM_EFFECTIVE_RATIO = 0.87
+# Critical-batch ratio beta = B_noise / b: 0.3 (digits) and 0.5-0.7 (synthetic) measured; larger
+# tasks have much larger critical batches (McCandlish et al. 2018), so the prior is wide.
+BETA_GRID = np.array([0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
+BETA_PRIOR_MEDIAN = 2.0
+BETA_PRIOR_SD_LOG = math.log(5.0)
+# No drift penalty was measurable up to k = 50 on iid shards; keep a mild one.
+DRIFT_K = 1000.0
+# Steady steps (tau) to the target, in epochs (tau * batch / rows): 1.2 (digits, acc 0.93) and
+# 1.8 (synthetic, acc 0.80) measured; bigger models on harder data need more.
+EPOCHS_TO_TARGET_MEDIAN = 2.0
+EPOCHS_TO_TARGET_SD_LOG = math.log(4.0)
+# Curve shape exponent p of the stretched exponential: 0.76 (digits), 0.39-0.47 (synthetic).
+P_GRID = np.array([0.4, 0.6, 0.8, 1.0])

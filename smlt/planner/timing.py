@@ -1,0 +1,410 @@
+"""Round time and cost as functions of workers n, memory tier m and local steps k, fitted online.
+
+Each measured component gets a small Bayesian linear regression whose prior comes from
+`priors` (so round 0 has a model) and whose features carry the physics:
+
+    compute_s / k = c0 + c1 * W / (FLOPS * speed(m, e))        W = batch * FLOPs per sample
+    eval_s        = v0 + v1 * (val_rows / n) * F/3 / (FLOPS * speed(m, e))
+    load_s        = a0 + a1 * model_MB / net(m) + a2 * (data_MB / n) * cache_miss / net(m)
+    upload_s      = u0 + u1 * update_MB / net(m)
+    handler rest  = total_s - (load + eval + compute + upload)
+    init_s        = log-normal, shrunk from the prior to the measured cold starts
+    overhead      = round_s - slowest worker - aggregate_s = o0 + o1 * n     (fan-out grows with n)
+    aggregate_s   = g0 + g1 * n * update_MB / shards                          (aggregation ~ n * params)
+    other cost    = cost_usd - workers - Step Functions - S3 = r0 + r1 * aggregate_s
+
+The parallel efficiency e of vCPUs beyond the first is not linear in the coefficients; it is
+handled by Bayesian model averaging over a grid of e (the marginal likelihood of each e weighs
+it). With one memory tier measured, e stays near its prior; that uncertainty is what the
+planner's exploration looks at. numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from smlt.planner import priors as P
+from smlt.planner.types import RunHistory
+from smlt.prices import Prices
+
+E_GRID = np.linspace(0.0, 1.0, 11)
+HISTORY_ROUNDS = 200  # the newest rounds the fits use
+
+
+def norm_ppf(p):
+    """Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9)."""
+    p = np.clip(np.asarray(p, dtype=float), 1e-12, 1 - 1e-12)
+    a = [-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00]
+    b = [-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01]
+    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00]
+    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00]
+    q = np.where(p < 0.5, p, 1 - p)
+    t = np.sqrt(-2 * np.log(q))
+    tail = (((((c[0] * t + c[1]) * t + c[2]) * t + c[3]) * t + c[4]) * t + c[5]) / \
+        ((((d[0] * t + d[1]) * t + d[2]) * t + d[3]) * t + 1)
+    r = p - 0.5
+    s = r * r
+    mid = (((((a[0] * s + a[1]) * s + a[2]) * s + a[3]) * s + a[4]) * s + a[5]) * r / \
+        (((((b[0] * s + b[1]) * s + b[2]) * s + b[3]) * s + b[4]) * s + 1)
+    low = np.where(p < 0.5, -tail, tail)
+    return np.where(np.abs(r) <= 0.425, mid, low)
+
+
+def expected_max_z(n):
+    """E[max of n standard normals] (Blom's approximation); 0 for n = 1."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    return np.where(n <= 1, 0.0, norm_ppf((n - 0.375) / (n + 0.25)))
+
+
+class BLR:
+    """Bayesian linear regression with a diagonal Gaussian prior and known per-row noise."""
+
+    def __init__(self, prior_mean, prior_sd):
+        self.m0 = np.asarray(prior_mean, dtype=float)
+        self.s0 = np.asarray(prior_sd, dtype=float)
+        self.mean = self.m0.copy()
+        self.cov = np.diag(self.s0 ** 2)
+        self.logml = 0.0
+
+    def fit(self, X, y, sd):
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        y = np.asarray(y, dtype=float)
+        if y.size == 0:
+            return self
+        dinv = 1.0 / np.asarray(sd, dtype=float) ** 2
+        p0 = 1.0 / self.s0 ** 2
+        A = np.diag(p0) + (X * dinv[:, None]).T @ X
+        cov = np.linalg.inv(A)
+        self.mean = cov @ (p0 * self.m0 + X.T @ (y * dinv))
+        self.cov = cov
+        # log N(y | X m0, D + X S0 X^T) by Woodbury and the matrix determinant lemma
+        r = y - X @ self.m0
+        xr = X.T @ (r * dinv)
+        quad = float(r @ (r * dinv) - xr @ cov @ xr)
+        _, logdet_a = np.linalg.slogdet(A)
+        logdet = float(logdet_a + np.sum(np.log(self.s0 ** 2)) - np.sum(np.log(dinv)))
+        self.logml = -0.5 * (quad + logdet + y.size * math.log(2 * math.pi))
+        return self
+
+    def predict(self, X):
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        mu = X @ self.mean
+        var = np.einsum("ij,jk,ik->i", X, self.cov, X)
+        return mu, np.maximum(var, 0.0)
+
+
+@dataclass
+class JobShape:
+    """The constants of a run that the time model needs."""
+
+    params: int
+    flops_per_sample: float
+    flops_known: bool
+    batch: int
+    update_mb: float
+    model_mb: float
+    data_mb: float
+    val_rows: int
+    train_rows: int
+
+    @classmethod
+    def of(cls, history: RunHistory, batch: int, compression: str = "none") -> "JobShape":
+        params = history.param_count or 100_000
+        known = bool(history.flops_per_sample)
+        flops = float(history.flops_per_sample) if known else P.FLOPS_PER_PARAM_GUESS * params
+        rows = history.train_rows or 10_000
+        data_mb = history.dataset_bytes / 1e6 if history.dataset_bytes else rows * 400 / 1e6
+        model_mb = params * 4 / 1e6
+        update_mb = model_mb / 2 if compression in ("fp16", "bf16") else model_mb
+        val_rows = history.val_rows or max(1, rows // 4)
+        return cls(params, flops, known, batch, update_mb, model_mb, data_mb, val_rows, rows)
+
+    @property
+    def step_flops(self) -> float:
+        return self.batch * self.flops_per_sample
+
+    @property
+    def agg_shards(self) -> int:
+        return max(1, math.ceil(self.update_mb / P.AGG_SHARD_MB))
+
+
+@dataclass
+class Forecast:
+    """Per candidate (flat arrays): the next round and a steady (warm) round."""
+
+    round_s: np.ndarray
+    cost: np.ndarray
+    round_s_warm: np.ndarray
+    cost_warm: np.ndarray
+    cost_ub: np.ndarray          # hard upper bound of the next round's bill (limit-capped)
+    handler_s: np.ndarray        # mean warm worker handler seconds
+    handler_p90: np.ndarray
+    time_limit_s: np.ndarray
+    rel_sd_param: np.ndarray     # relative parameter uncertainty of the worker time (exploration)
+    cold_workers: np.ndarray
+    eval_round_ub: np.ndarray    # hard upper bound of an evaluation-only round at (n, m)
+    eval_round_s: np.ndarray
+
+
+class TimingModel:
+    def __init__(self, shape: JobShape, prices: Prices, architecture: str = "x86_64"):
+        self.shape = shape
+        self.prices = prices
+        self.arch = architecture
+        s = shape
+        # compute: per-step seconds = c0 + c1 * W / (FLOPS * speed)
+        self.e_prior = P.efficiency_prior(s.step_flops)
+        self.compute = [BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 2, 0.5 if s.flops_known else 3.0])
+                        for _ in E_GRID]
+        lw = -0.5 * ((E_GRID - self.e_prior) / P.EFF_PRIOR_SD) ** 2
+        self.e_logprior = lw - np.log(np.sum(np.exp(lw)))
+        self.e_weights = np.exp(self.e_logprior)
+        self.eval = BLR([0.02, 1.0], [0.05, 0.5 if s.flops_known else 3.0])
+        inv_bw = 1.0 / P.S3_MB_PER_S
+        self.load = BLR([P.S3_GET_LATENCY_S * 2, inv_bw, inv_bw], [0.2, inv_bw, inv_bw])
+        self.upload = BLR([P.S3_PUT_LATENCY_S, inv_bw], [0.2, inv_bw])
+        self.rest = BLR([0.05], [0.2])
+        self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, P.FANOUT_PER_WORKER_S], [1.0, 0.1])
+        self.agg = BLR([0.3, 1.0 / P.AGG_MB_PER_S], [0.5, 1.0 / P.AGG_MB_PER_S])
+        gbs = prices.lambda_gb_second[architecture]
+        plan_cost = prices.lambda_cost(P.PLANNER_MEMORY_MB, P.PLAN_S, architecture)
+        agg_rate = s.agg_shards * P.AGG_MEMORY_MB / 1024.0 * gbs
+        self.other_cost = BLR([plan_cost + s.agg_shards * prices.lambda_request, agg_rate],
+                              [plan_cost * 2 + 1e-6, agg_rate])
+        self.init_log_mu = math.log(P.COLD_INIT_MEDIAN_S)
+        self.init_log_sd = P.COLD_INIT_SIGMA
+        self.cv = 0.08            # worker-to-worker spread of handler time
+        self.fitted_rounds = 0
+
+    # ---------------------------------------------------------------- features
+    def _compute_x(self, memory_mb, e):
+        s = self.shape
+        return np.stack([np.ones_like(np.asarray(memory_mb, dtype=float)),
+                         s.step_flops / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e))], axis=-1)
+
+    def _eval_x(self, n, memory_mb, e):
+        s = self.shape
+        n = np.asarray(n, dtype=float)
+        work = (s.val_rows / np.maximum(n, 1.0)) * s.flops_per_sample / 3.0
+        return np.stack([np.ones_like(n), work / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e))], axis=-1)
+
+    def _load_x(self, n, memory_mb, miss):
+        s = self.shape
+        n = np.asarray(n, dtype=float)
+        net = P.net_share(memory_mb)
+        return np.stack([np.ones_like(n), s.model_mb / net + 0 * n,
+                         (s.data_mb / np.maximum(n, 1.0)) * np.asarray(miss, dtype=float) / net], axis=-1)
+
+    def _upload_x(self, memory_mb):
+        net = P.net_share(memory_mb)
+        return np.stack([np.ones_like(net), self.shape.update_mb / net], axis=-1)
+
+    def _agg_x(self, n):
+        n = np.asarray(n, dtype=float)
+        return np.stack([np.ones_like(n), n * self.shape.update_mb / self.shape.agg_shards], axis=-1)
+
+    def sfn_s3_cost(self, n, eval_only: bool = False):
+        """Step Functions transitions and S3 requests of a round (counted, not fitted)."""
+        n = np.asarray(n, dtype=float)
+        puts = (0 if eval_only else n) + 2 + self.shape.agg_shards     # updates, plan, model(s)
+        gets = n * (2 + 1) + (0 if eval_only else n)                     # plan, model, shards; aggregator reads
+        return (6 + 3 * n) * self.prices.sfn_transition + puts * self.prices.s3_put + gets * self.prices.s3_get
+
+    # ---------------------------------------------------------------- fitting
+    def fit(self, history: RunHistory) -> "TimingModel":
+        rounds = [r for r in history.rounds[-HISTORY_ROUNDS:] if r.timings]
+        self.fitted_rounds = len(rounds)
+        if not rounds:
+            return self
+        comp_m, comp_y, comp_sd = [], [], []
+        ev_n, ev_m, ev_y, ev_sd = [], [], [], []
+        ld_n, ld_m, ld_miss, ld_y, ld_sd = [], [], [], [], []
+        up_m, up_y, up_sd = [], [], []
+        rest_y, rest_sd = [], []
+        ov_n, ov_y, ag_n, ag_y, oc_x, oc_y = [], [], [], [], [], []
+        cvs, inits = [], []
+        for r in rounds:
+            ok = [t for t in r.timings if t.error is None and t.total_s > 0]
+            if not ok:
+                continue
+            cnt = len(ok)
+            tot = np.array([t.total_s for t in ok])
+            if cnt >= 3 and tot.mean() > 0:
+                cvs.append(float(tot.std() / tot.mean()))
+            if r.local_steps > 0:
+                c = np.array([t.compute_s for t in ok]) / r.local_steps
+                comp_m.append(r.memory_mb)
+                comp_y.append(c.mean())
+                comp_sd.append(0.1 * c.mean() / math.sqrt(cnt) + 1e-5)
+                u = np.array([t.upload_s for t in ok])
+                up_m.append(r.memory_mb)
+                up_y.append(u.mean())
+                up_sd.append(0.15 * u.mean() / math.sqrt(cnt) + 0.01)
+            e = np.array([t.eval_s for t in ok])
+            ev_n.append(r.workers)
+            ev_m.append(r.memory_mb)
+            ev_y.append(e.mean())
+            ev_sd.append(0.15 * e.mean() / math.sqrt(cnt) + 0.005)
+            for miss in (False, True):
+                grp = [t.load_s for t in ok if t.cache_miss == miss]
+                if grp:
+                    ld_n.append(r.workers)
+                    ld_m.append(r.memory_mb)
+                    ld_miss.append(miss)
+                    ld_y.append(float(np.mean(grp)))
+                    ld_sd.append(0.2 * float(np.mean(grp)) / math.sqrt(len(grp)) + 0.01)
+            rest = tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])
+            rest_y.append(float(rest.mean()))
+            rest_sd.append(0.05 + 0.2 * abs(float(rest.mean())))
+            inits += [t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1
+                      for t in ok if t.cold and t.init_s > 0]
+            span = max((t.init_s + t.total_s) for t in r.timings)
+            if r.round_s > 0:
+                ov_n.append(r.workers)
+                ov_y.append(max(r.round_s - span - r.aggregate_s, 0.0))
+            if r.aggregate_s > 0:
+                ag_n.append(r.workers)
+                ag_y.append(r.aggregate_s)
+            if r.cost_usd > 0:
+                worker_cost = sum(self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch)
+                                  for t in r.timings)
+                resid = r.cost_usd - worker_cost - float(self.sfn_s3_cost(r.workers, r.local_steps == 0))
+                oc_x.append(r.aggregate_s)
+                oc_y.append(resid)
+        if comp_y:
+            comp_m = np.array(comp_m, dtype=float)
+            logml = np.empty(len(E_GRID))
+            for i, e in enumerate(E_GRID):
+                logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), comp_y, comp_sd).logml
+            lw = self.e_logprior + logml
+            lw -= lw.max()
+            w = np.exp(lw)
+            self.e_weights = w / w.sum()
+        if ev_y:
+            e_hat = float(self.e_weights @ E_GRID)
+            self.eval.fit(self._eval_x(np.array(ev_n), np.array(ev_m, dtype=float), e_hat), ev_y, ev_sd)
+        if ld_y:
+            self.load.fit(self._load_x(np.array(ld_n), np.array(ld_m, dtype=float), np.array(ld_miss)), ld_y, ld_sd)
+        if up_y:
+            self.upload.fit(self._upload_x(np.array(up_m, dtype=float)), up_y, up_sd)
+        if rest_y:
+            self.rest.fit(np.ones((len(rest_y), 1)), rest_y, rest_sd)
+        if ov_y:
+            self.overhead.fit(np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), ov_y,
+                              [0.3 + 0.1 * y for y in ov_y])
+        if ag_y:
+            self.agg.fit(self._agg_x(np.array(ag_n)), ag_y, [0.05 + 0.1 * y for y in ag_y])
+        if oc_y:
+            oc_y = np.array(oc_y)
+            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), oc_y,
+                                1e-7 + 0.1 * np.abs(oc_y))
+        if cvs:
+            self.cv = float(np.clip(np.median(cvs), 0.02, 0.5))
+        if inits:
+            logs = np.log(np.maximum(inits, 1e-3))
+            k0 = 4.0  # prior weight in observations
+            self.init_log_mu = float((k0 * self.init_log_mu + logs.sum()) / (k0 + len(logs)))
+            if len(logs) >= 3:
+                self.init_log_sd = float(max(0.1, (k0 * P.COLD_INIT_SIGMA + len(logs) * logs.std()) / (k0 + len(logs))))
+        return self
+
+    # ---------------------------------------------------------------- prediction
+    def step_seconds(self, memory_mb):
+        """Per-step compute seconds at memory_mb: mixture mean and parameter sd over e."""
+        memory_mb = np.asarray(memory_mb, dtype=float)
+        mus, vs = [], []
+        for i, e in enumerate(E_GRID):
+            mu, var = self.compute[i].predict(self._compute_x(memory_mb.ravel(), e))
+            mus.append(mu)
+            vs.append(var)
+        mus, vs = np.array(mus), np.array(vs)
+        w = self.e_weights[:, None]
+        mean = (w * mus).sum(0)
+        var = (w * (vs + mus ** 2)).sum(0) - mean ** 2
+        floor = P.STEP_OVERHEAD_S * 0.1
+        return np.maximum(mean, floor).reshape(memory_mb.shape), np.sqrt(np.maximum(var, 0)).reshape(memory_mb.shape)
+
+    def init_seconds(self, memory_mb):
+        scale = np.sqrt(np.maximum(1.0, P.FULL_VCPU_MB / np.asarray(memory_mb, dtype=float)))
+        mean = math.exp(self.init_log_mu + 0.5 * self.init_log_sd ** 2) * scale
+        return np.minimum(mean, P.COLD_INIT_MAX_S)
+
+    def forecast(self, N, M, K, history: RunHistory) -> Forecast:
+        """Predict the next round and a steady round for each candidate (flat arrays N, M, K)."""
+        N = np.asarray(N, dtype=float)
+        M = np.asarray(M, dtype=float)
+        K = np.asarray(K, dtype=float)
+        price = self.prices.lambda_gb_second[self.arch] * M / 1024.0
+        req = self.prices.lambda_request
+        tiers = np.unique(M)
+        st_mu, st_sd = self.step_seconds(tiers)
+        idx = np.searchsorted(tiers, M)
+        step, step_sd = st_mu[idx], st_sd[idx]
+        e_hat = float(self.e_weights @ E_GRID)
+        ev = np.maximum(self.eval.predict(self._eval_x(N, M, e_hat))[0], 0.0)
+        ld_hit = np.maximum(self.load.predict(self._load_x(N, M, np.zeros_like(N)))[0], 0.01)
+        ld_miss = np.maximum(self.load.predict(self._load_x(N, M, np.ones_like(N)))[0], ld_hit)
+        up = np.maximum(self.upload.predict(self._upload_x(M))[0], 0.01)
+        rest = max(float(self.rest.mean[0]), 0.0)
+        comp = K * step
+        h_warm = ld_hit + ev + comp + up + rest
+        h_miss = h_warm + (ld_miss - ld_hit)
+        rel_sd_param = K * step_sd / np.maximum(h_warm, 1e-6)
+        init = self.init_seconds(M)
+
+        # state: warm instances per tier, the last round's n (shard assignment)
+        pool, prev_n = self._warm_pool(history)
+        warm_avail = np.array([pool.get(int(m), 0) for m in M], dtype=float)
+        cold = np.maximum(N - warm_avail, 0.0)
+        reshard = N != prev_n
+        h_next_warm = np.where(reshard, h_miss, h_warm)
+        z = expected_max_z(N)
+        zc = expected_max_z(np.maximum(cold, 1.0))
+        span_warm = h_warm * (1.0 + self.cv * z)
+        span_next = np.maximum(np.where(cold < N, h_next_warm * (1.0 + self.cv * z), 0.0),
+                               np.where(cold > 0, init + h_miss * (1.0 + self.cv * zc), 0.0))
+        ov = np.maximum(self.overhead.predict(np.stack([np.ones_like(N), N], 1))[0], 0.2)
+        agg = np.maximum(self.agg.predict(self._agg_x(N))[0], 0.05)
+        other = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg], 1))[0], 0.0)
+        sfn = self.sfn_s3_cost(N)
+        round_s_warm = ov + span_warm + agg
+        round_s = ov + span_next + agg
+        cost_warm = N * (price * h_warm + req) + other + sfn
+        cost = (N - cold) * (price * h_next_warm + req) + cold * (price * (init + h_miss) + req) + other + sfn
+
+        # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
+        h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
+        p90 = h_miss + 1.2816 * h_sd
+        limit = np.minimum(3.0 * p90 + 10.0, P.LAMBDA_TIMEOUT_S - 5.0)
+        agg_ub = 3.0 * agg + 5.0
+        other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.5 + 1e-5
+        cost_ub = N * (price * (P.COLD_INIT_MAX_S + limit) + req) + other_ub + sfn * 1.5
+
+        # evaluation-only round at (n, m): load + eval, no update
+        e_h = ld_miss + ev + rest
+        e_limit = np.minimum(3.0 * e_h * (1 + 1.28 * self.cv) + 10.0, P.LAMBDA_TIMEOUT_S - 5.0)
+        eval_ub = (N * (price * (P.COLD_INIT_MAX_S + e_limit) + req)
+                   + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.5)
+        eval_s = ov + e_h * (1 + self.cv * z) + agg
+        return Forecast(round_s, cost, round_s_warm, cost_warm, cost_ub, h_warm, p90, limit, rel_sd_param,
+                        cold, eval_ub, eval_s)
+
+    @staticmethod
+    def _warm_pool(history: RunHistory):
+        """Instances per tier that are probably still warm, and the last round's n."""
+        pool: dict[int, int] = {}
+        if not history.rounds:
+            return pool, -1
+        since = 0.0
+        for r in reversed(history.rounds):
+            if since > P.WARM_IDLE_S:
+                break
+            pool[r.memory_mb] = max(pool.get(r.memory_mb, 0), r.workers)
+            since += max(r.round_s, 0.0)
+        return pool, history.rounds[-1].workers
