@@ -1,0 +1,265 @@
+"""Sharded aggregation: flat layout from the header, ranged-GET slice reduce, sliced models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import save as np_save
+from safetensors.torch import save as torch_save
+
+from smlt import keys
+from smlt.aggregate import sharded
+from smlt.aggregate.compress import compress_torch_state
+from smlt.aggregate.reduce import apply_update, decode, encode, weighted_average
+from smlt.store import NotFound
+
+RUN = "r1"
+
+
+def _state(rng, scale=1.0):
+    return {"0.weight": (rng.standard_normal((64, 33)) * scale).astype(np.float32),
+            "0.bias": (rng.standard_normal(64) * scale).astype(np.float32),
+            "2.weight": (rng.standard_normal((10, 64)) * scale).astype(np.float32),
+            "2.bias": (rng.standard_normal(10) * scale).astype(np.float32)}
+
+
+def _put_round(store, rnd, n, rng, *, meta=True, codec="none"):
+    """Model rnd + n worker updates written the way the worker writes them (torch safetensors)."""
+    glob = _state(rng)
+    store.put(keys.model_key(RUN, rnd), encode(glob))
+    updates, weights = [], []
+    for w in range(n):
+        u = _state(rng, 0.01)
+        samples = 32 * (w + 1)
+        tu = compress_torch_state({k: torch.from_numpy(v) for k, v in u.items()}, codec)
+        md = {"samples": str(samples), "train_loss": repr(0.1 * w), "worker": str(w)} if meta else None
+        store.put(keys.update_key(RUN, rnd, w), torch_save(tu, metadata=md))
+        updates.append(decode(torch_save(tu)))
+        weights.append(samples)
+    return glob, updates, weights
+
+
+def test_layout_from_header_matches_state():
+    rng = np.random.default_rng(0)
+    st = _state(rng)
+    blob = np_save(st, metadata={"samples": "12345", "worker": "7"})
+    lay = sharded.layout_of(blob)
+    assert lay.names == sorted(st)
+    assert lay.numel == sum(v.size for v in st.values())
+    assert lay.metadata["samples"] == "12345"
+    # a uniform-dtype object: any flat slice is ONE contiguous byte range
+    for s, e in [(0, 10), (5, 2000), (100, lay.numel), (0, lay.numel)]:
+        assert len(lay.byte_ranges(s, e)) == 1
+    flat = sharded.flatten(st)
+    b, e = lay.byte_ranges(1000, 2500)[0]
+    np.testing.assert_array_equal(np.frombuffer(blob[b:e], np.float32), flat[1000:2500])
+    back = sharded.unflatten(flat, lay)
+    for k in st:
+        np.testing.assert_array_equal(back[k], st[k])
+
+
+def test_layout_skips_integer_buffers_and_handles_mixed_dtypes():
+    st = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "steps": np.array([3], np.int64),
+          "h": np.arange(4, dtype=np.float16)}
+    blob = np_save(st)
+    lay = sharded.layout_of(blob)
+    assert lay.names == ["h", "w"] and lay.others == ("steps",)
+    out = []
+    for lo, hi, arr in sharded.read_flat_raw(_Mem(blob), "k", lay, 2, 8):
+        out.append((lo, hi, arr.astype(np.float32)))
+    got = np.concatenate([a for _, _, a in sorted(out, key=lambda x: x[0])])
+    np.testing.assert_array_equal(got, np.array([2, 3, 0, 1, 2, 3], np.float32))
+
+
+class _Mem:
+    def __init__(self, blob):
+        self.blob = blob
+
+    def get_range(self, key, start, end):
+        return self.blob[start:end]
+
+
+def test_read_layout_with_long_header_takes_a_second_get(store):
+    st = {f"t{i:04d}": np.full(3, i, np.float32) for i in range(3000)}  # header ~ 200 KB
+    blob = np_save(st)
+    store.put("long", blob)
+    lay = sharded.read_layout(store, "long", probe=4096)
+    assert len(lay.tensors) == 3000 and lay.numel == 9000
+    np.testing.assert_array_equal(sharded.read_flat(store, "long", lay, 2997, 3003),
+                                  np.array([999, 999, 999, 1000, 1000, 1000], np.float32))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_reduce_slice_is_bit_identical_to_the_single_reduce(store, k):
+    rng = np.random.default_rng(1)
+    _, updates, weights = _put_round(store, 0, 5, rng)
+    ukeys = [keys.update_key(RUN, 0, w) for w in range(5)]
+    single = sharded.flatten(weighted_average(updates, weights))
+    parts = [sharded.reduce_slice(store, ukeys, weights, s, e) for s, e in sharded.slice_bounds(single.size, k)]
+    np.testing.assert_array_equal(np.concatenate(parts), single)
+
+
+def test_reduce_slice_equal_weights_and_compressed_updates(store):
+    rng = np.random.default_rng(2)
+    _, updates, _ = _put_round(store, 0, 4, rng, codec="bf16")
+    ukeys = [keys.update_key(RUN, 0, w) for w in range(4)]
+    single = sharded.flatten(weighted_average(updates, [1.0] * 4))
+    got = sharded.reduce_slice(store, ukeys, [1.0] * 4, 100, 1500)
+    np.testing.assert_array_equal(got, single[100:1500])
+
+
+def test_reduce_slice_rejects_mismatched_updates(store):
+    store.put("a", np_save({"w": np.zeros(4, np.float32)}))
+    store.put("b", np_save({"w": np.zeros(5, np.float32)}))
+    with pytest.raises(ValueError, match="does not have the tensors"):
+        sharded.reduce_slice(store, ["a", "b"], [1, 1], 0, 4)
+    with pytest.raises(NotFound):
+        sharded.reduce_slice(store, ["a", "missing"], [1, 1], 0, 4)
+
+
+def test_reduce_slice_reads_only_its_bytes(store):
+    rng = np.random.default_rng(3)
+    _put_round(store, 0, 3, rng)
+    ukeys = [keys.update_key(RUN, 0, w) for w in range(3)]
+    seen = []
+    real = store.get_range
+
+    def spy(key, s, e):
+        seen.append((key, s, e))
+        return real(key, s, e)
+
+    store.get_range = spy
+    get = store.get
+    store.get = lambda key: pytest.fail(f"whole-object GET of {key}")
+    try:
+        sharded.reduce_slice(store, ukeys, [1, 2, 3], 500, 900)
+    finally:
+        store.get_range, store.get = real, get
+    data_reads = [(k, s, e) for k, s, e in seen if e - s != sharded.HEADER_PROBE]
+    assert len(seen) == 6 and len(data_reads) == 3  # one header probe + one data range per update
+    assert all(e - s == 400 * 4 for _, s, e in data_reads)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_aggregate_slices_make_the_same_model_as_the_single_aggregator(store, k):
+    rng = np.random.default_rng(4)
+    glob, updates, weights = _put_round(store, 0, 4, rng)
+    accepted = sharded.commit_accepted(store, RUN, 0, [{"worker": w, "samples": s} for w, s in enumerate(weights)])
+    for j in range(k):
+        info = sharded.aggregate_slice(store, RUN, 0, j, k, accepted, server_lr=0.7)
+        assert not info["skipped"]
+    assert sharded.sliced_model_complete(store, RUN, 1)
+    expect = apply_update(glob, weighted_average(updates, weights), 0.7)
+    got = sharded.read_model(store, RUN, 1)
+    for name in expect:
+        np.testing.assert_array_equal(got[name], expect[name])
+    # retried aggregator: a no-op that reports it
+    assert sharded.aggregate_slice(store, RUN, 0, 0, k, accepted, server_lr=0.7)["skipped"]
+    # the assembled blob loads with torch's safetensors
+    from safetensors.torch import load as torch_load
+
+    t = torch_load(sharded.read_model_blob(store, RUN, 1))
+    np.testing.assert_array_equal(t["0.weight"].numpy(), expect["0.weight"])
+
+
+def test_round_after_a_sliced_round_reads_the_sliced_model(store):
+    """Model r+1 is sliced (k=3); round r+1 aggregates with k=2 from those slices."""
+    rng = np.random.default_rng(5)
+    glob, updates, weights = _put_round(store, 0, 3, rng)
+    acc = [{"worker": w, "samples": s} for w, s in enumerate(weights)]
+    for j in range(3):
+        sharded.aggregate_slice(store, RUN, 0, j, 3, acc)
+    m1 = apply_update(glob, weighted_average(updates, weights), 1.0)
+    upd2 = [_state(rng, 0.01) for _ in range(2)]
+    for w, u in enumerate(upd2):
+        store.put(keys.update_key(RUN, 1, w), np_save(u))
+    for j in range(2):
+        sharded.aggregate_slice(store, RUN, 1, j, 2, [{"worker": 0, "samples": 1}, {"worker": 1, "samples": 3}])
+    expect = apply_update(m1, weighted_average(upd2, [1, 3]), 1.0)
+    got = sharded.read_model(store, RUN, 2)
+    for name in expect:
+        np.testing.assert_array_equal(got[name], expect[name])
+
+
+def test_commit_accepted_first_writer_wins(store):
+    a = sharded.commit_accepted(store, RUN, 3, [{"worker": 0, "samples": 10}])
+    b = sharded.commit_accepted(store, RUN, 3, [{"worker": 0, "samples": 10}, {"worker": 1, "samples": 5}])
+    assert a == b == [{"worker": 0, "samples": 10.0}]
+
+
+def test_nan_slice_raises_and_writes_nothing(store):
+    rng = np.random.default_rng(6)
+    _put_round(store, 0, 1, rng)
+    bad = _state(rng)
+    bad["2.bias"][3] = np.nan
+    store.put(keys.update_key(RUN, 0, 1), np_save(bad))
+    acc = [{"worker": 0, "samples": 1}, {"worker": 1, "samples": 1}]
+    k = 2
+    bounds = sharded.slice_bounds(sum(v.size for v in bad.values()), k)
+    outcomes = []
+    for j in range(k):
+        try:
+            sharded.aggregate_slice(store, RUN, 0, j, k, acc)
+            outcomes.append("ok")
+        except FloatingPointError:
+            outcomes.append("nan")
+    assert outcomes.count("nan") == 1  # the NaN lives in exactly one slice
+    assert not sharded.sliced_model_complete(store, RUN, 1)
+    assert bounds
+
+
+def test_non_float_buffers_travel_in_rest(store):
+    rng = np.random.default_rng(7)
+    glob = _state(rng)
+    glob["bn.num_batches_tracked"] = np.array(5, np.int64)
+    store.put(keys.model_key(RUN, 0), np_save(glob))
+    u = {k: v for k, v in _state(rng, 0.01).items()}
+    store.put(keys.update_key(RUN, 0, 0), np_save(u))
+    for j in range(2):
+        sharded.aggregate_slice(store, RUN, 0, j, 2, [{"worker": 0, "samples": 8}])
+    got = sharded.read_model(store, RUN, 1)
+    assert int(got["bn.num_batches_tracked"]) == 5
+    np.testing.assert_array_equal(got["0.weight"], glob["0.weight"] + u["0.weight"])
+
+
+def test_write_and_read_sliced_model(store):
+    rng = np.random.default_rng(8)
+    st = _state(rng)
+    m = sharded.write_sliced_model(store, RUN, 0, st, 4)
+    assert len(m.keys) == 4
+    got = sharded.read_model(store, RUN, 0)
+    for k in st:
+        np.testing.assert_array_equal(got[k], st[k])
+    np.testing.assert_array_equal(sharded.read_model_range(store, RUN, 0, 10, 2800),
+                                  sharded.flatten(st)[10:2800])
+    with pytest.raises(ValueError):
+        sharded.read_model_range(store, RUN, 0, 10, 3000)
+    with pytest.raises(NotFound):
+        sharded.read_model(store, RUN, 9)
+
+
+@pytest.mark.parametrize("param_bytes,n,expect", [
+    (4 << 20, 8, 1),            # 1M float32 x 8 workers: one aggregator
+    (4 << 20, 32, 1),           # slices would be < 4 MiB
+    (44 << 20, 8, 2),
+    (44 << 20, 32, 6),          # 32 x 11M: 1.4 GB to read
+    (44 << 20, 64, 11),
+    (400 << 20, 200, 64),       # capped
+    (1000, 1000, 1),
+])
+def test_plan_slices(param_bytes, n, expect):
+    assert sharded.plan_slices(param_bytes, n) == expect
+
+
+def test_plan_slices_keeps_traffic_per_aggregator_flat():
+    p = 44 << 20
+    per = [n * p / sharded.plan_slices(p, n) for n in (8, 16, 32, 64)]
+    assert max(per) <= 256 << 20
+
+
+def test_slice_bounds_cover_exactly():
+    for numel, k in [(10, 3), (7, 7), (5, 9), (1_000_003, 6)]:
+        b = sharded.slice_bounds(numel, k)
+        assert b[0][0] == 0 and b[-1][1] == numel
+        assert all(x[1] == y[0] for x, y in zip(b, b[1:]))
