@@ -1,0 +1,78 @@
+"""smlt's local engine: the very state machine ``cdk synth`` produces, run on one machine with no
+AWS account, on moto's Step Functions interpreter, with Lambda invocations served by local
+handler processes.
+
+Parts
+-----
+``synth.py``
+    ``synthesize(build_app, outdir) -> Synthesized``: builds the CDK app in-process with
+    ``aws:cdk:bundling-stacks = []`` (no Docker) and ``aws:cdk:enable-asset-metadata``, reads the
+    one stack's template and the staged asset directory of every function.
+``resolve.py``
+    ``Resolver``: deterministic local names (``<stack>-<LogicalId>``, shortened with a hash where
+    a service limit requires: S3 3-63 lowercase, Lambda 64, state machine 80, ...), ARNs in
+    account 123456789012 / us-east-1, and resolution of ``Ref``, ``Fn::GetAtt``, ``Fn::Join``,
+    ``Fn::Sub`` and the pseudo parameters. Any other intrinsic raises ``UnresolvableError``. The
+    only change made to the definition is names and ARNs (``Resolver.definition()``).
+``functions.py``
+    How each function runs: zip = handler module file in the staged asset dir; image =
+    ``ImageConfig.Command`` module path under the project root. Modules load by file path under a
+    unique name per function.
+``server.py``
+    moto's ``ThreadedMotoServer`` on 127.0.0.1, port 0, ``MOTO_PORT`` set, Step Functions
+    execution switched on (``execute_state_machine``).
+``pool.py``
+    Pre-warmed forkserver pool of handler processes (one per core); a job carries the handler's
+    file, the full environment, the payload and the deadline. Timeout -> ``Sandbox.Timedout`` and
+    the process is replaced.
+``invoke.py``
+    The seam: a botocore ``before-send.lambda.Invoke`` handler placed first in
+    ``BUILTIN_HANDLERS`` answers the interpreter's Lambda calls with Lambda's own response shapes
+    (error payload + ``X-Amz-Function-Error``, 429 throttles, 6 MB limits) and hosts the fault
+    injection filter (ok / fail / throttle / duplicate / timeout).
+``limits.py``
+    What production enforces and moto does not: 256 KiB state payloads (inclusive boundary,
+    ``States.DataLimitExceeded`` not catchable by ``States.ALL``), 25,000 history events per
+    execution, 256 KiB execution input. Small monkeypatches, checked against moto 5.2.5.
+``engine.py``
+    ``LocalEngine``: puts it together (pool -> synth -> moto -> buckets, tables, state machine ->
+    seam) and offers ``start_execution`` / ``wait`` / ``history`` / ``client`` / ``names`` /
+    ``function_env``.
+
+Traps
+-----
+- JSONata is not supported by moto's interpreter: definitions must use JSONPath (the resolver
+  refuses a JSONata definition).
+- ``ToleratedFailurePercentage`` must be written as a float to parse in moto, and it has no effect
+  there: catch failures inside the Map's child instead.
+- Fork before threads: the pool starts before the moto server and the interpreter's threads, and
+  uses ``forkserver`` (never plain ``fork``) so replacement workers are safe too.
+- Configuration reaches handler processes through the environment of each job, never through
+  module-level side effects in the parent; handlers should read their settings at call time.
+- moto's backends are process-global: one ``LocalEngine`` at a time per process.
+- ``tests`` is shadowed by a ``tests`` package in site-packages (dynamodb-json ships one); handler
+  modules are therefore loaded by file path, not by import name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LocalEngine", "Synthesized", "synthesize", "Resolver", "UnresolvableError",
+           "WorkerPool"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: importing smlt.local must not import CDK or moto
+    if name == "LocalEngine":
+        from .engine import LocalEngine
+        return LocalEngine
+    if name in ("Synthesized", "synthesize"):
+        from . import synth
+        return getattr(synth, name)
+    if name in ("Resolver", "UnresolvableError"):
+        from . import resolve
+        return getattr(resolve, name)
+    if name == "WorkerPool":
+        from .pool import WorkerPool
+        return WorkerPool
+    raise AttributeError(name)

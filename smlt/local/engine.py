@@ -1,0 +1,391 @@
+"""``LocalEngine``: the synthesized state machine running on moto, with Lambda invocations served
+by local handler processes. See the package docstring (``smlt/local/__init__.py``) for the parts.
+
+    with LocalEngine(build_app, outdir="cdk.out.local") as engine:
+        arn = engine.start_execution({"dataset": ...})
+        result = engine.wait(arn)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from . import invoke, limits
+from .functions import FunctionSpec, function_specs
+from .invoke import InvokeFilter, InvokeRouter
+from .pool import WorkerPool
+from .resolve import BUCKET, GLOBAL_TABLE, REGION, TABLE, Resolver
+from .server import MotoServer
+from .synth import Synthesized, synthesize
+
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+_ACTIVE_LOCK = threading.Lock()
+_active_engine: "LocalEngine | None" = None
+
+
+def project_root() -> Path:
+    """The repository root (where ``smlt/`` and ``lambdas/`` live): image functions' command
+    module paths resolve from here."""
+    return Path(__file__).resolve().parents[2]
+
+
+class LocalEngine:
+    """Runs the app's (one) state machine locally. Use as a context manager.
+
+    ``build_app(outdir=..., context=...) -> aws_cdk.App`` is synthesized in-process unless a
+    :class:`Synthesized` is given. ``workers`` handler processes (default one per core) are
+    started first, before any server or interpreter thread exists.
+    """
+
+    def __init__(
+        self,
+        build_app: Callable[..., Any] | None = None,
+        *,
+        synthesized: Synthesized | None = None,
+        outdir: str | os.PathLike[str] | None = None,
+        synth_context: dict[str, Any] | None = None,
+        code_root: str | os.PathLike[str] | None = None,
+        workers: int | None = None,
+        start_method: str = "forkserver",
+        invoke_filter: InvokeFilter | None = None,
+        history_limit: int = limits.HISTORY_LIMIT,
+        state_machine: str | None = None,
+    ) -> None:
+        if build_app is None and synthesized is None:
+            raise ValueError("give build_app or synthesized")
+        self._build_app = build_app
+        self.synthesized = synthesized
+        self._outdir = outdir
+        self._synth_context = synth_context
+        self.code_root = Path(code_root).resolve() if code_root else project_root()
+        self._workers = workers
+        self._start_method = start_method
+        self._invoke_filter = invoke_filter
+        self.history_limit = history_limit
+        self._state_machine = state_machine
+        self.timings: dict[str, float] = {}
+        self.pool: WorkerPool | None = None
+        self.server: MotoServer | None = None
+        self.resolver: Resolver | None = None
+        self.functions: dict[str, FunctionSpec] = {}
+        self.definition: dict[str, Any] | None = None
+        self.state_machine_arn: str | None = None
+        self._router: InvokeRouter | None = None
+        self._base_env: dict[str, str] = {}
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
+        self._session: Any = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> "LocalEngine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> "LocalEngine":
+        global _active_engine
+        with _ACTIVE_LOCK:
+            if _active_engine is not None:
+                raise RuntimeError("a LocalEngine is already running in this process (moto's "
+                                   "backends are process-global); stop it first")
+            _active_engine = self
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        t_all = time.perf_counter()
+        # 1. handler processes first: no thread of ours exists yet
+        t = time.perf_counter()
+        self.pool = WorkerPool(self._workers, start_method=self._start_method).start()
+        self.timings["pool"] = time.perf_counter() - t
+
+        # 2. the template
+        if self.synthesized is None:
+            outdir = self._outdir
+            if outdir is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="smlt-cdk-")
+                outdir = self._tmp.name
+            self.synthesized = synthesize(self._build_app, outdir, context=self._synth_context)
+        self.timings["synth"] = self.synthesized.seconds
+
+        # 3. patches + moto
+        t = time.perf_counter()
+        limits.install()
+        limits.set_history_limit(self.history_limit)
+        invoke.install()
+        self.server = MotoServer().start()
+        self.timings["server"] = time.perf_counter() - t
+
+        # 4. names, resources, functions, the state machine
+        t = time.perf_counter()
+        syn = self.synthesized
+        self.resolver = Resolver(syn.template, syn.stack_name)
+        self.names  # assign every name now: errors surface at start
+        self.functions = function_specs(self.resolver, syn.asset_paths, self.code_root)
+        self._base_env = {k: v for k, v in os.environ.items()
+                          if not k.startswith(("AWS_", "MOTO_"))}
+        self._create_buckets()
+        self._create_tables()
+        sm_id = self.resolver.state_machine_id(self._state_machine)
+        self.definition = self.resolver.definition(sm_id)
+        sm_props = syn.template["Resources"][sm_id].get("Properties", {})
+        resp = self.client("stepfunctions").create_state_machine(
+            name=self.resolver.local(sm_id).name,
+            definition=json.dumps(self.definition),
+            roleArn=self.resolver.role_arn(sm_id),
+            type=sm_props.get("StateMachineType", "STANDARD"),
+        )
+        self.state_machine_arn = resp["stateMachineArn"]
+        self._router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env,
+                                    self._invoke_filter)
+        invoke.activate(self._router)
+        self.timings["resources"] = time.perf_counter() - t
+        self.timings["start"] = time.perf_counter() - t_all
+
+    def stop(self) -> None:
+        global _active_engine
+        try:
+            if self.server is not None and self.server.port is not None \
+                    and self.state_machine_arn:
+                self._stop_running_executions()
+        finally:
+            if self._router is not None:
+                invoke.deactivate(self._router)
+                self._router = None
+            if self.server is not None:
+                self.server.stop()
+                self.server = None
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+            self._clients.clear()
+            with _ACTIVE_LOCK:
+                if _active_engine is self:
+                    _active_engine = None
+
+    def _stop_running_executions(self) -> None:
+        sfn = self.client("stepfunctions")
+        try:
+            running = sfn.list_executions(stateMachineArn=self.state_machine_arn,
+                                          statusFilter="RUNNING")["executions"]
+            for ex in running:
+                sfn.stop_execution(executionArn=ex["executionArn"], error="LocalEngineStopped",
+                                   cause="the local engine was stopped")
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+    # -- resources -------------------------------------------------------------------------
+
+    def _create_buckets(self) -> None:
+        assert self.resolver is not None
+        s3 = self.client("s3")
+        for lid in self.resolver.of_type(BUCKET):
+            name = self.resolver.local(lid).name
+            s3.create_bucket(Bucket=name)
+            props = self.resolver.resources[lid].get("Properties", {})
+            status = (props.get("VersioningConfiguration") or {}).get("Status")
+            if status:
+                s3.put_bucket_versioning(Bucket=name,
+                                         VersioningConfiguration={"Status": status})
+
+    def _create_tables(self) -> None:
+        assert self.resolver is not None
+        ddb = self.client("dynamodb")
+        for lid in self.resolver.of_type(TABLE, GLOBAL_TABLE):
+            res = self.resolver.resources[lid]
+            props = res.get("Properties", {})
+            where = f"{lid}.Properties"
+            r = self.resolver.resolve
+            kw: dict[str, Any] = {
+                "TableName": self.resolver.local(lid).name,
+                "KeySchema": r(props["KeySchema"], f"{where}.KeySchema"),
+                "AttributeDefinitions": r(props["AttributeDefinitions"],
+                                          f"{where}.AttributeDefinitions"),
+            }
+            pay_per_request = props.get("BillingMode") == "PAY_PER_REQUEST"
+
+            def throughput(pt: Any) -> dict[str, int]:
+                pt = r(pt or {}, where)
+                return {"ReadCapacityUnits": int(pt.get("ReadCapacityUnits", 5)),
+                        "WriteCapacityUnits": int(pt.get("WriteCapacityUnits", 5))}
+
+            if pay_per_request:
+                kw["BillingMode"] = "PAY_PER_REQUEST"
+            else:
+                kw["ProvisionedThroughput"] = throughput(props.get("ProvisionedThroughput"))
+            gsis = []
+            for g in props.get("GlobalSecondaryIndexes") or []:
+                g = r(g, f"{where}.GlobalSecondaryIndexes")
+                item = {k: g[k] for k in ("IndexName", "KeySchema", "Projection")}
+                if not pay_per_request:
+                    item["ProvisionedThroughput"] = throughput(g.get("ProvisionedThroughput"))
+                gsis.append(item)
+            if gsis:
+                kw["GlobalSecondaryIndexes"] = gsis
+            lsis = [{k: x[k] for k in ("IndexName", "KeySchema", "Projection")}
+                    for x in r(props.get("LocalSecondaryIndexes") or [], where)]
+            if lsis:
+                kw["LocalSecondaryIndexes"] = lsis
+            stream = props.get("StreamSpecification")
+            if stream and stream.get("StreamViewType"):
+                kw["StreamSpecification"] = {"StreamEnabled": True,
+                                             "StreamViewType": stream["StreamViewType"]}
+            ddb.create_table(**kw)
+            ttl = props.get("TimeToLiveSpecification")
+            if ttl and ttl.get("Enabled"):
+                ddb.update_time_to_live(TableName=kw["TableName"], TimeToLiveSpecification={
+                    "Enabled": True, "AttributeName": ttl["AttributeName"]})
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def names(self) -> dict[str, str]:
+        """logical id -> local physical name of every resource of the stack."""
+        if self.resolver is None:
+            raise RuntimeError("the engine is not started")
+        return self.resolver.names()
+
+    @property
+    def endpoint_url(self) -> str:
+        if self.server is None:
+            raise RuntimeError("the engine is not started")
+        return self.server.endpoint_url
+
+    @property
+    def region(self) -> str:
+        return self.resolver.region if self.resolver else REGION
+
+    @property
+    def invoke_filter(self) -> InvokeFilter | None:
+        return self._invoke_filter
+
+    @invoke_filter.setter
+    def invoke_filter(self, value: InvokeFilter | None) -> None:
+        """Fault injection: ``value(function_name, payload) -> "ok" | "fail" | "throttle" |
+        "duplicate" | "timeout"`` (None: no filter). Takes effect for the next invocation."""
+        self._invoke_filter = value
+        if self._router is not None:
+            self._router.invoke_filter = value
+
+    @property
+    def invocations(self) -> list[tuple[str, float, str]]:
+        """(function name, seconds including the seam, outcome) of every invocation so far."""
+        return list(self._router.calls) if self._router else []
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for ``service`` on the local endpoint (dummy credentials)."""
+        with self._clients_lock:
+            c = self._clients.get(service)
+            if c is None:
+                import boto3
+
+                if self._session is None:
+                    self._session = boto3.session.Session(
+                        aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                        aws_session_token=DUMMY_CREDENTIALS["AWS_SESSION_TOKEN"],
+                        region_name=self.region,
+                    )
+                c = self._session.client(service, endpoint_url=self.endpoint_url)
+                self._clients[service] = c
+            return c
+
+    def function(self, key: str) -> FunctionSpec:
+        """A function by logical id or local name."""
+        if key in self.functions:
+            return self.functions[key]
+        for spec in self.functions.values():
+            if spec.name == key:
+                return spec
+        raise KeyError(f"no function {key!r}; functions: {sorted(self.functions)}")
+
+    def runtime_env(self, spec: FunctionSpec) -> dict[str, str]:
+        """The whole environment a handler process runs with: this process's environment
+        without AWS_* / MOTO_* variables, the function's variables, then what the Lambda
+        runtime sets (region, dummy credentials, AWS_ENDPOINT_URL to the moto server...)."""
+        return {**self._base_env, **self.function_env(spec.logical_id)}
+
+    def function_env(self, key: str) -> dict[str, str]:
+        """The function's resolved Environment.Variables plus the local runtime variables
+        (AWS_ENDPOINT_URL, region, dummy credentials, AWS_LAMBDA_*): what a test needs to call
+        the handler in-process the way the engine does."""
+        spec = self.function(key)
+        runtime = {
+            **DUMMY_CREDENTIALS,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.11",
+            "LAMBDA_TASK_ROOT": spec.code_dir or "",
+            "_HANDLER": spec.handler,
+        }
+        return {**spec.env, **runtime}
+
+    def start_execution(self, input: Any = None, name: str | None = None) -> str:
+        """Start an execution of the state machine; returns its ARN. ``input`` is JSON-able
+        (or a JSON string) of at most 256 KiB."""
+        text = limits.check_input({} if input is None else input)
+        kw: dict[str, Any] = {"stateMachineArn": self.state_machine_arn, "input": text}
+        kw["name"] = name or f"local-{uuid.uuid4().hex[:16]}"
+        return self.client("stepfunctions").start_execution(**kw)["executionArn"]
+
+    def wait(self, arn: str, poll: Callable[[dict[str, Any]], Any] | None = None,
+             interval: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
+        """Poll until the execution leaves RUNNING; returns ``describe_execution``'s answer.
+        ``poll(description)`` is called at every poll (progress display)."""
+        sfn = self.client("stepfunctions")
+        t0 = time.monotonic()
+        while True:
+            d = sfn.describe_execution(executionArn=arn)
+            if poll is not None:
+                poll(d)
+            if d["status"] != "RUNNING":
+                return d
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{arn} still RUNNING after {timeout} s")
+            time.sleep(interval)
+
+    def run(self, input: Any = None, name: str | None = None,
+            timeout: float | None = None) -> dict[str, Any]:
+        """start_execution + wait."""
+        return self.wait(self.start_execution(input, name), timeout=timeout)
+
+    def history(self, arn: str) -> list[dict[str, Any]]:
+        """Every history event of the execution, oldest first."""
+        sfn = self.client("stepfunctions")
+        events: list[dict[str, Any]] = []
+        kw: dict[str, Any] = {"executionArn": arn, "maxResults": 1000}
+        while True:
+            page = sfn.get_execution_history(**kw)
+            events.extend(page["events"])
+            token = page.get("nextToken")
+            if not token:
+                return events
+            kw["nextToken"] = token

@@ -1,0 +1,247 @@
+"""The Invoke seam: moto's ASL interpreter calls Lambda with a boto3 client
+(``boto_client_for(...).invoke``, see moto/stepfunctions/parser/asl/component/state/exec/
+state_task/lambda_eval_utils.py). A botocore handler on ``before-send.lambda.Invoke``, inserted
+*first* in ``botocore.handlers.BUILTIN_HANDLERS``, answers those calls before anything is sent
+(and before moto's own stubber, which is appended to the same list), by running the function's
+handler in the :class:`~smlt.local.pool.WorkerPool`.
+
+Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
+
+- success: 200 with the JSON payload;
+- the handler raised: 200, ``X-Amz-Function-Error: Unhandled`` and the Lambda error payload
+  ``{"errorType": <exception class name>, "errorMessage": str(e), "stackTrace": [...]}``;
+  Retry/Catch match ``errorType`` as the ``Error`` name;
+- the handler ran past the function's Timeout: ``errorType`` ``Sandbox.Timedout`` (the stuck
+  process is replaced);
+- response over 6 MB: ``Function.ResponseSizeTooLarge``; request over 6 MB: HTTP 413
+  ``RequestEntityTooLargeException``;
+- throttled (fault injection): HTTP 429 ``TooManyRequestsException``, which the interpreter
+  reports as ``Lambda.TooManyRequestsException``.
+
+Only requests addressed to the active engine's endpoint are answered; any other Lambda call
+(another endpoint, no engine running) passes through untouched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import botocore.handlers
+from botocore.awsrequest import AWSResponse
+
+from .functions import FunctionSpec
+from .pool import InvokeOutcome, WorkerPool, timeout_payload
+
+EVENT = "before-send.lambda.Invoke"
+MAX_INVOKE_PAYLOAD = 6 * 1024 * 1024  # 6 MB, synchronous request and response
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout")
+
+InvokeFilter = Callable[[str, Any], str]
+
+
+class _RawBody(io.BytesIO):
+    """What botocore expects as ``AWSResponse.raw`` (a urllib3-like stream)."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        chunk = self.read()
+        while chunk:
+            yield chunk
+            chunk = self.read()
+
+
+def _response(url: str, status: int, body: bytes, headers: dict[str, str]) -> AWSResponse:
+    hdrs = {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}
+    return AWSResponse(url, status, hdrs, _RawBody(body))
+
+
+def _client_error(url: str, status: int, code: str, message: str, request_id: str,
+                  **extra: Any) -> AWSResponse:
+    body = json.dumps({"Type": "User", "message": message, **extra}).encode()
+    return _response(url, status, body, {"x-amzn-ErrorType": code, "x-amzn-RequestId": request_id})
+
+
+def parse_function_name(url: str) -> tuple[str, str | None]:
+    """(function name, qualifier) from an Invoke URL ``/2015-03-31/functions/{name}/invocations``.
+    The name may be a name, a partial ARN or a full ARN, with or without a qualifier."""
+    parts = urlsplit(url)
+    segs = parts.path.split("/")
+    try:
+        raw = unquote(segs[segs.index("functions") + 1])
+    except (ValueError, IndexError):
+        raise ValueError(f"not a Lambda Invoke URL: {url}") from None
+    qualifier = (parse_qs(parts.query).get("Qualifier") or [None])[0]
+    if raw.startswith("arn:"):
+        fields = raw.split(":")
+        name = fields[6] if len(fields) > 6 else raw
+        if len(fields) > 7:
+            qualifier = qualifier or fields[7]
+    elif ":" in raw:
+        bits = raw.split(":")
+        if len(bits) >= 3 and bits[1] == "function":  # account:function:name[:qualifier]
+            name = bits[2]
+            qualifier = qualifier or (bits[3] if len(bits) > 3 else None)
+        else:
+            name, qualifier = bits[0], qualifier or bits[1]
+    else:
+        name = raw
+    return name, qualifier
+
+
+class InvokeRouter:
+    """Answers Lambda Invoke calls addressed to one engine's endpoint."""
+
+    def __init__(self, functions: dict[str, FunctionSpec], pool: WorkerPool, port: int,
+                 env_for: Callable[[FunctionSpec], dict[str, str]],
+                 invoke_filter: InvokeFilter | None = None) -> None:
+        self.functions = {spec.name: spec for spec in functions.values()}
+        self.pool = pool
+        self.port = port
+        self.env_for = env_for
+        self.invoke_filter = invoke_filter
+        self.calls: list[tuple[str, float, str]] = []  # (function name, seconds, outcome)
+        self._lock = threading.Lock()
+
+    def owns(self, url: str) -> bool:
+        parts = urlsplit(url)
+        return parts.port == self.port and (parts.hostname or "") in LOCAL_HOSTS
+
+    def _job(self, spec: FunctionSpec, payload: bytes, request_id: str, **extra: Any) -> dict:
+        return {
+            "function": spec.name,
+            "arn": spec.arn,
+            "memory": spec.memory,
+            "module_file": spec.module_file,
+            "module_name": spec.handler.rsplit(".", 1)[0],
+            "attr": spec.attr,
+            "package": spec.package,
+            "code_dir": spec.code_dir,
+            "cwd": spec.code_dir,
+            "env": self.env_for(spec),
+            "payload": payload,
+            "request_id": request_id,
+            **extra,
+        }
+
+    def invoke(self, spec: FunctionSpec, payload: bytes, request_id: str,
+               action: str = "ok") -> InvokeOutcome:
+        """Run the function (applying a fault action) and return the outcome."""
+        if spec.kind == "unsupported":
+            body = json.dumps({"errorType": "Runtime.ImportModuleError",
+                               "errorMessage": f"{spec.name} cannot run locally: {spec.problem}"})
+            return InvokeOutcome(False, body.encode(), 0.0, "Runtime.ImportModuleError")
+        extra: dict[str, Any] = {}
+        if action == "fail":
+            extra["fault"] = "fail"
+        elif action == "duplicate":
+            extra["repeat"] = 2
+        out = self.pool.run(self._job(spec, payload, request_id, **extra), spec.timeout)
+        if action == "timeout" and out.error_type != "Sandbox.Timedout":
+            # the handler ran (its side effects stay, as when a function finishes its work but
+            # misses the deadline); the invocation reports the timeout
+            out = InvokeOutcome(False, timeout_payload(request_id, spec.timeout), out.seconds,
+                                "Sandbox.Timedout")
+        if out.ok and len(out.payload) > MAX_INVOKE_PAYLOAD:
+            body = json.dumps({
+                "errorType": "Function.ResponseSizeTooLarge",
+                "errorMessage": "Response payload size exceeded maximum allowed payload size "
+                                f"({MAX_INVOKE_PAYLOAD} bytes).",
+            }).encode()
+            out = InvokeOutcome(False, body, out.seconds, "Function.ResponseSizeTooLarge")
+        return out
+
+    def handle(self, request: Any) -> AWSResponse:
+        t0 = time.perf_counter()
+        url = request.url
+        rid = str(uuid.uuid4())
+        name, _qualifier = parse_function_name(url)
+        spec = self.functions.get(name)
+        if spec is None:
+            return _client_error(url, 404, "ResourceNotFoundException",
+                                 f"Function not found: {name}", rid)
+        body = request.body or b""
+        if hasattr(body, "read"):
+            body = body.read()
+        if isinstance(body, str):
+            body = body.encode()
+        if len(body) > MAX_INVOKE_PAYLOAD:
+            return _client_error(
+                url, 413, "RequestEntityTooLargeException",
+                f"Request must be smaller than {MAX_INVOKE_PAYLOAD} bytes for the "
+                "InvokeFunction operation", rid)
+        action = "ok"
+        if self.invoke_filter is not None:
+            try:
+                event = json.loads(body) if body else {}
+            except ValueError:
+                event = body
+            action = self.invoke_filter(name, event) or "ok"
+            if action not in ACTIONS:
+                raise ValueError(f"invoke_filter returned {action!r}; expected one of {ACTIONS}")
+        if action == "throttle":
+            self._record(name, t0, "throttle")
+            return _client_error(url, 429, "TooManyRequestsException", "Rate Exceeded.", rid,
+                                 Reason="ReservedFunctionConcurrentInvocationLimitExceeded")
+        headers = {"x-amzn-RequestId": rid, "X-Amz-Executed-Version": "$LATEST"}
+        itype = (request.headers.get("X-Amz-Invocation-Type") or b"RequestResponse")
+        itype = itype.decode() if isinstance(itype, bytes) else itype
+        if itype == "DryRun":
+            return _response(url, 204, b"", headers)
+        if itype == "Event":
+            threading.Thread(target=self.invoke, args=(spec, body, rid, action),
+                             daemon=True, name=f"smlt-event-{name}").start()
+            return _response(url, 202, b"", headers)
+        out = self.invoke(spec, body, rid, action)
+        self._record(name, t0, "ok" if out.ok else (out.error_type or "error"))
+        if not out.ok:
+            headers["X-Amz-Function-Error"] = "Unhandled"
+        return _response(url, 200, out.payload, headers)
+
+    def _record(self, name: str, t0: float, outcome: str) -> None:
+        with self._lock:
+            self.calls.append((name, time.perf_counter() - t0, outcome))
+
+
+# --------------------------------------------------------------------------------------------
+# installation of the botocore handler
+
+_active: InvokeRouter | None = None
+
+
+def _before_send(request: Any, **_: Any) -> AWSResponse | None:
+    router = _active
+    if router is None or not router.owns(request.url):
+        return None
+    return router.handle(request)
+
+
+def install() -> None:
+    """Put the seam first in botocore's built-in handlers (sessions created from now on) and
+    on boto3's default session if it already exists. Idempotent."""
+    entry = (EVENT, _before_send)
+    if entry not in botocore.handlers.BUILTIN_HANDLERS:
+        botocore.handlers.BUILTIN_HANDLERS.insert(0, entry)
+    import boto3
+
+    if boto3.DEFAULT_SESSION is not None:
+        boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send,
+                                                    unique_id="smlt-local-invoke")
+
+
+def activate(router: InvokeRouter) -> None:
+    global _active
+    if _active is not None and _active is not router:
+        raise RuntimeError("another local engine is active in this process")
+    _active = router
+
+
+def deactivate(router: InvokeRouter) -> None:
+    global _active
+    if _active is router:
+        _active = None

@@ -1,0 +1,84 @@
+"""moto's AWS emulation as a threaded HTTP server on 127.0.0.1 inside this process.
+
+- Port 0: the OS picks a free port; ``MOTO_PORT`` is then set to it, because moto's ASL
+  interpreter builds its service clients with ``endpoint_url=http://localhost:{MOTO_PORT}``
+  (``moto/stepfunctions/parser/asl/utils/boto_client.py``).
+- Step Functions executions only run when moto's config has
+  ``{"stepfunctions": {"execute_state_machine": True}}``; otherwise StartExecution just records
+  an execution that never moves (``moto/stepfunctions/responses.py:get_backend``). In server mode
+  the config is set through the ``/moto-api/config`` endpoint. (``SF_EXECUTION_HISTORY_TYPE``
+  only shapes the canned history of the non-executing backend and is not used.)
+- On stop, every moto backend is reset (``/moto-api/reset``), the config and ``MOTO_PORT`` are
+  restored: moto's backends are process-global, so one engine at a time per process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.request
+from typing import Any
+
+HOST = "127.0.0.1"
+
+
+def _post(url: str, body: dict[str, Any] | None = None) -> bytes:
+    data = json.dumps(body or {}).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback only
+        return resp.read()
+
+
+class MotoServer:
+    def __init__(self, host: str = HOST) -> None:
+        self.host = host
+        self.port: int | None = None
+        self._server: Any = None
+        self._old_port: str | None = None
+        self._old_sfn_config: dict[str, Any] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the moto server is not running")
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> "MotoServer":
+        from moto.core.config import default_user_config
+        from moto.server import ThreadedMotoServer
+
+        self._old_sfn_config = dict(default_user_config.get("stepfunctions", {}))
+        # werkzeug logs every request at INFO on stderr: thousands of lines per training run
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
+        server.start()
+        self._server = server
+        self.port = int(server.get_host_and_port()[1])
+        self._old_port = os.environ.get("MOTO_PORT")
+        os.environ["MOTO_PORT"] = str(self.port)
+        _post(f"{self.endpoint_url}/moto-api/config",
+              {"stepfunctions": {"execute_state_machine": True}})
+        if not default_user_config.get("stepfunctions", {}).get("execute_state_machine"):
+            raise RuntimeError("moto did not take the execute_state_machine setting")
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        from moto.core.config import default_user_config
+
+        try:
+            _post(f"{self.endpoint_url}/moto-api/reset")
+        except OSError:
+            pass
+        self._server.stop()
+        self._server = None
+        if self._old_sfn_config is not None:
+            default_user_config["stepfunctions"] = self._old_sfn_config  # type: ignore[typeddict-item]
+        if self._old_port is None:
+            os.environ.pop("MOTO_PORT", None)
+        else:
+            os.environ["MOTO_PORT"] = self._old_port
+        self.port = None
