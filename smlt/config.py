@@ -18,6 +18,7 @@ class Settings:
     memory_mb: int = 0
     train_functions: dict[int, str] = field(default_factory=dict)
     max_concurrency: int = 64
+    worker_timeout_s: int = 900
     prices: Prices = field(default_factory=Prices)
 
     @classmethod
@@ -32,5 +33,6 @@ class Settings:
             memory_mb=int(env.get("SMLT_MEMORY_MB") or env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") or 0),
             train_functions={int(k): v for k, v in fns.items()},
             max_concurrency=int(env.get("SMLT_MAX_CONCURRENCY", "64")),
+            worker_timeout_s=int(env.get("SMLT_WORKER_TIMEOUT_S", "900")),
             prices=Prices.from_env(),
         )

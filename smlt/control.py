@@ -7,19 +7,21 @@ PLAN item is written once; a repeated call returns the stored plan.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
 from smlt import keys
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
-from smlt.errors import Infeasible, InvalidJob
+from smlt.errors import AccessDenied, Infeasible, InvalidJob
 from smlt.job import Job, parse_job
 from smlt.planner import decide
 from smlt.planner.types import Decision, RoundRecord, RunHistory, WorkerTiming
 from smlt.records import RunTable
-from smlt.roundspec import RoundSpec
+from smlt.roundspec import RoundSpec, shard_slice
 from smlt.store import S3Store
+from smlt.trigger import job_from_trigger, latest_key
 
 
 def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
@@ -38,8 +40,45 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
             raise InvalidJob(f"warm_start: {e}") from None
         if not S3Store(bucket).exists(key):
             raise InvalidJob(f"warm_start: no model at {job.warm_start}")
-    return {"train_rows": manifest.train.rows, "features": manifest.features, "outputs": manifest.outputs,
-            "task": manifest.task}
+    return {"train_rows": manifest.train.rows, "train_shards": len(manifest.train.shards),
+            "features": manifest.features, "outputs": manifest.outputs, "task": manifest.task}
+
+
+def _check_access(job: Job, settings: Settings) -> None:
+    """The stack's roles may read the data bucket (and artifacts for warm starts) only; say so
+    up front instead of letting every worker fail with AccessDenied."""
+    readable = {settings.data_bucket, settings.artifacts_bucket} - {""}
+    for field, uri in (("dataset.uri", job.dataset.uri), ("warm_start", job.warm_start)):
+        if not uri:
+            continue
+        try:
+            bucket, _ = keys.parse_s3_uri(uri)
+        except ValueError as e:
+            raise InvalidJob(f"{field}: {e}") from None
+        if settings.data_bucket and bucket not in readable:
+            raise AccessDenied(f"{field}: the stack may read only s3://{settings.data_bucket}/ "
+                               f"(and its artifacts bucket), not s3://{bucket}/; copy the data there")
+
+
+def assign_shards(n_shards: int, workers: int, lost: list[int]) -> list[list[int]]:
+    """Round-robin shards over workers, then hand the shards of last round's lost workers to
+    the workers of this round, one each in turn, so no data is skipped twice in a row."""
+    out = [shard_slice(n_shards, workers, w) for w in range(workers)]
+    for i, shard in enumerate(sorted(set(lost))):
+        target = out[i % workers]
+        if shard not in target:
+            target.append(shard)
+    return out
+
+
+def _lost_shards(prev_plan: dict[str, Any] | None, prev_round: dict[str, Any] | None) -> list[int]:
+    if not prev_plan or not prev_round or prev_plan.get("action") != "train" or prev_round.get("eval_only"):
+        return []
+    if prev_round.get("diverged"):
+        return []  # nothing was applied that round; every shard gets its normal turn again
+    spec = RoundSpec.model_validate_json(prev_plan["spec"])
+    accepted = {a["worker"] for a in prev_round.get("accepted", [])}
+    return [s for w in range(spec.workers) if w not in accepted for s in (spec.assignments or [[]] * spec.workers)[w]]
 
 
 def _history(rounds: list[dict], meta: dict) -> RunHistory:
@@ -58,36 +97,54 @@ def _history(rounds: list[dict], meta: dict) -> RunHistory:
 
 
 def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    if item["action"] == "stop":
-        return {"action": "stop", "run_id": item["run_id"], "round": item["round"], "reason": item["reason"]}
+    if item["action"] != "train":
+        return {"action": item["action"], "run_id": item["run_id"], "round": item["round"], "reason": item["reason"]}
     n = int(item["workers"])
+    limit = RoundSpec.model_validate_json(item["spec"]).time_limit_s
     return {"action": "train", "run_id": item["run_id"], "round": item["round"], "workers": list(range(n)),
             "function_name": item["function_name"], "memory_mb": item["memory_mb"],
             "local_steps": item["local_steps"], "max_concurrency": min(n, settings.max_concurrency),
+            # Step Functions stops waiting for a straggler after this (TimeoutSecondsPath).
+            "worker_timeout_s": int(math.ceil(limit)) if limit else settings.worker_timeout_s,
             "reason": item["reason"]}
 
 
 def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any]:
     t0 = time.perf_counter()
+    triggered = isinstance(raw_job, dict) and "trigger" in raw_job
+    if triggered:
+        raw_job = job_from_trigger(raw_job["trigger"], settings.artifacts_bucket)
     job = parse_job(raw_job)
     run_id = job.run_id or execution
     table = RunTable(settings.table, run_id)
     artifacts = S3Store(settings.artifacts_bucket)
     meta = table.meta()
     if meta is None:
+        _check_access(job, settings)
         facts = _check_resources(job, settings)  # nothing is written for a bad job
         _, meta = table.put_once(keys.META, {"job": job.model_dump(mode="json"), "status": "RUNNING",
-                                             "created_at": time.time(), "run_id": run_id, **facts})
+                                             "created_at": time.time(), "run_id": run_id, "execution": execution,
+                                             **facts})
         artifacts.put(keys.job_key(run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
         if job.warm_start:
             bucket, key = keys.parse_s3_uri(job.warm_start)
             artifacts.put(keys.model_key(run_id, 0), S3Store(bucket).get(key), if_absent=True)
+
+    if triggered and meta.get("execution") != execution:
+        # The same upload event delivered twice (or raced): its run already exists.
+        return {"action": "duplicate", "run_id": run_id, "round": 0,
+                "reason": f"duplicate event: run {run_id} belongs to execution {meta.get('execution')}"}
 
     rounds = sorted(table.rounds(), key=lambda r: r["round"])
     rnd = rounds[-1]["round"] + 1 if rounds else 0
     existing = table.plan(rnd)
     if existing is not None:
         return _result(existing, settings)
+    ran_here = sum(1 for p in table.plans() if p.get("execution") == execution)
+    if ran_here >= job.rounds_per_execution:
+        # Hand over to a fresh execution (see chain) before this one's history grows too long.
+        return {"action": "chain", "run_id": run_id, "round": rnd,
+                "reason": f"{ran_here} rounds in this execution; continuing in a new one"}
 
     tiers = sorted(settings.train_functions)
     decision: Decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture)
@@ -96,7 +153,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     item: dict[str, Any] = {"run_id": run_id, "round": rnd, "reason": decision.reason, "bound": decision.bound,
                             "predicted_round_s": decision.predicted_round_s,
                             "predicted_round_cost_usd": decision.predicted_round_cost_usd,
-                            "planned_at": time.time()}
+                            "planned_at": time.time(), "execution": execution}
     if decision.action == "stop":
         measured = rounds and rounds[-1]["stop"] is False and decision.bound in ("max_rounds", "deadline", "target")
         if measured:
@@ -109,11 +166,14 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         else:
             item["action"] = "stop"
     if decision.action == "train":
-        lr = job.training.learning_rate
+        lr = job.training.learning_rate * float(meta.get("lr_scale", 1.0))
+        prev = rounds[-1] if rounds else None
+        lost = _lost_shards(table.plan(rnd - 1) if prev else None, prev)
         spec = RoundSpec(run_id=run_id, round=rnd, workers=decision.workers, memory_mb=decision.memory_mb,
                          local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
                          planned_at=item["planned_at"], time_limit_s=decision.worker_time_limit_s,
-                         learning_rate=lr, reason=decision.reason, job=job)
+                         learning_rate=lr, reason=decision.reason, job=job,
+                         assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost))
         item.update(action="train", workers=spec.workers, memory_mb=spec.memory_mb, local_steps=spec.local_steps,
                     function_name=spec.function_name, spec=spec.model_dump_json())
     item["plan_s"] = time.perf_counter() - t0
@@ -121,6 +181,21 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     if stored["action"] == "train":
         artifacts.put(keys.plan_key(run_id, rnd), stored["spec"].encode())
     return _result(stored, settings)
+
+
+def chain(settings: Settings, job: dict[str, Any], run_id: str, rnd: int, state_machine_arn: str) -> dict[str, Any]:
+    """Start the execution that continues this run from its checkpoint. The name derives from
+    the round, so a repeated call starts nothing new (StartExecution is idempotent by name)."""
+    import boto3
+
+    sfn = boto3.client("stepfunctions")
+    name = f"{run_id[:66]}-r{rnd:06d}"
+    try:
+        arn = sfn.start_execution(stateMachineArn=state_machine_arn, name=name,
+                                  input=json.dumps({**job, "run_id": run_id}))["executionArn"]
+    except sfn.exceptions.ExecutionAlreadyExists:
+        arn = state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + name
+    return {"execution_arn": arn, "name": name}
 
 
 def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
@@ -154,6 +229,10 @@ def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
                "final": final}
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
     table.update(keys.META, {"status": "SUCCEEDED", "final": final})
+    pipeline = (meta.get("job") or {}).get("pipeline")
+    if pipeline and final_round is not None:
+        model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
+        artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
     return {"run_id": run_id, "val_accuracy": final["val_accuracy"], "rounds": final["rounds"],
             "estimated_cost_usd": round(final["estimated_cost_usd"], 6)}
 

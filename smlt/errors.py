@@ -32,3 +32,7 @@ class Infeasible(SmltError):
 
 class StaleInvocation(SmltError):
     """A worker invocation for a round that is already aggregated (late or duplicated)."""
+
+
+class QuorumNotReached(SmltError):
+    """Too few workers of a round reported, on every attempt."""

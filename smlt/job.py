@@ -124,8 +124,14 @@ class Job(_Strict):
     constraints: Constraints = Field(default_factory=Constraints)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     seed: NonNegativeInt = 0
+    # Retraining pipeline this run belongs to (set by the upload trigger); its final model
+    # becomes the pipeline's latest, which the next upload warm-starts from.
+    pipeline: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     # Start from this model (s3://.../model.safetensors) instead of a fresh initialisation.
     warm_start: str | None = None
+    # Rounds one Step Functions execution runs before it chains into a fresh one that resumes
+    # from the checkpoint (keeps each execution far below the 25,000-event history limit).
+    rounds_per_execution: PositiveInt = Field(default=200, le=1000)
 
     @field_validator("run_id")
     @classmethod

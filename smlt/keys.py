@@ -60,6 +60,16 @@ def worker_prefix(rnd: int) -> str:
     return f"WORKER#{rnd:06d}#"
 
 
+def seal_sk(rnd: int) -> str:
+    """Written when the aggregator closes a round: no worker record may land after it."""
+    return f"SEAL#{rnd:06d}"
+
+
+def error_sk(rnd: int, worker: int) -> str:
+    """A worker's non-transient error (bad data, model too large), for the aggregator to report."""
+    return f"ERROR#{rnd:06d}#{worker:05d}"
+
+
 def round_sk(rnd: int) -> str:
     return f"ROUND#{rnd:06d}"
 

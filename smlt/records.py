@@ -58,6 +58,32 @@ class RunTable:
                 raise
             return False, self.get(sk) or item
 
+    def put_unless_sealed(self, sk: str, attrs: dict[str, Any], seal_sk: str) -> str:
+        """Write the item once, atomically with a check that `seal_sk` does not exist yet.
+
+        Returns "written", "duplicate" (the item existed) or "sealed" (too late: the round is
+        closed). The transaction makes lateness a fact of the keys, not of timing.
+        """
+        key = _to_item({"pk": self.pk, "sk": seal_sk})
+        try:
+            self.client.transact_write_items(TransactItems=[
+                {"ConditionCheck": {"TableName": self.table, "Key": key,
+                                    "ConditionExpression": "attribute_not_exists(pk)"}},
+                {"Put": {"TableName": self.table, "Item": _to_item({"pk": self.pk, "sk": sk, **attrs}),
+                         "ConditionExpression": "attribute_not_exists(pk)"}},
+            ])
+            return "written"
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = [r.get("Code") for r in e.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                return "sealed"
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                return "duplicate"
+            # moto and older SDKs may omit reasons: decide by reading.
+            return "sealed" if self.get(seal_sk) is not None else "duplicate"
+
     def update(self, sk: str, attrs: dict[str, Any], *, only_if: str | None = None,
                values: dict[str, Any] | None = None) -> bool:
         """Set attributes on an existing item; with `only_if` (a condition), False when it fails."""

@@ -18,6 +18,9 @@ class RoundSpec(BaseModel):
     time_limit_s: float | None = None  # a worker finishing later than this is a straggler
     learning_rate: float
     reason: str = ""
+    # Train shards per worker; None = round-robin (shard_slice). The planner adds the shards of
+    # workers lost last round to the survivors' lists.
+    assignments: list[list[int]] | None = None
     job: Job
 
     @property

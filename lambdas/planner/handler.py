@@ -3,7 +3,7 @@
 from aws_lambda_powertools import Logger
 
 from smlt.config import Settings
-from smlt.control import finalize, plan_next
+from smlt.control import chain, finalize, plan_next
 
 logger = Logger(service="smlt")
 
@@ -13,6 +13,8 @@ def handler(event, context):
     op = event.get("op", "plan")
     if op == "plan":
         result = plan_next(settings, event.get("job"), event.get("execution") or "run")
+    elif op == "chain":
+        result = chain(settings, event["job"], event["run_id"], int(event["round"]), event["state_machine"])
     elif op == "finalize":
         result = finalize(settings, event["run_id"])
     else:

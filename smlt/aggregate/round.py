@@ -10,6 +10,7 @@ import math
 import time
 from typing import Any
 
+from smlt import errors as smlt_errors
 from smlt import keys
 from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, param_count, weighted_average
 from smlt.config import Settings
@@ -42,6 +43,18 @@ def round_cost(settings: Settings, spec: RoundSpec, records: list[dict], failed:
     return cost
 
 
+MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
+
+
+def _fatal_worker_error(table: RunTable, rnd: int) -> None:
+    """Re-raise a worker's non-transient error (bad data, model too large) under its own name."""
+    errors = table.query(f"ERROR#{rnd:06d}#")
+    if errors:
+        e = errors[0]
+        cls = getattr(smlt_errors, e["error"], smlt_errors.SmltError)
+        raise cls(f"worker {int(e['sk'].rsplit('#', 1)[1])}: {e['message']}")
+
+
 def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[dict] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     table = RunTable(settings.table, run_id)
@@ -51,36 +64,68 @@ def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[di
     artifacts = S3Store(settings.artifacts_bucket)
     spec = RoundSpec.model_validate_json(artifacts.get(keys.plan_key(run_id, rnd)))
     plan_item = table.plan(rnd) or {}
+    meta = table.meta() or {}
+
+    needed = max(1, math.ceil(spec.job.training.quorum * spec.workers))
+    if len(table.workers(rnd)) < needed and table.get(keys.seal_sk(rnd)) is None:
+        _fatal_worker_error(table, rnd)
+        attempts = int(plan_item.get("attempts", 0))
+        table.update(keys.plan_sk(rnd), {"attempts": attempts + 1},
+                     only_if="attribute_not_exists(#attempts) OR #attempts = :n", values={":n": attempts})
+        if attempts + 1 >= MAX_ATTEMPTS:
+            raise smlt_errors.QuorumNotReached(
+                f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
+                f"resume the run with `smlt resume {run_id}` once the cause is fixed")
+        return {"round": rnd, "stop": False, "retry": True, "reason": f"quorum not reached (attempt {attempts + 1})",
+                "val_accuracy": None, "val_loss": None, "cost_usd": None}
+
+    # Close the round: from here on a worker's record can no longer land (see put_unless_sealed),
+    # so the records read after the seal are exactly the ones that count.
+    table.put_once(keys.seal_sk(rnd), {"sealed_at": time.time()})
     records = sorted(table.workers(rnd), key=lambda r: r["worker"])
     failed = max(0, spec.workers - len(records))
 
     global_blob = artifacts.get(keys.model_key(run_id, rnd))
     global_state = decode(global_blob)
-    accepted = [r for r in records if r["samples"] > 0 and not r.get("late")]
+    accepted = [r for r in records if r["samples"] > 0]
     ledger: list[dict] = []
-    if spec.eval_only or not accepted:
-        new_blob = global_blob
-    else:
+    diverged = ""
+    new_blob = global_blob
+    if not spec.eval_only and accepted:
+        bad = [r["worker"] for r in accepted if not r.get("finite", True)]
         updates = [decode(artifacts.get(keys.update_key(run_id, rnd, r["worker"]))) for r in accepted]
-        weights = [r["samples"] for r in accepted]
-        avg = weighted_average(updates, weights)
-        new_state = apply_update(global_state, avg, spec.job.training.server_lr)
-        if not is_finite(new_state):
-            raise FloatingPointError(f"round {rnd}: the averaged model has NaN or Inf")
-        new_blob = encode(new_state)
-        ledger = [{"worker": r["worker"], "samples": r["samples"]} for r in accepted]
+        bad += [r["worker"] for r, u in zip(accepted, updates) if not is_finite(u) and r["worker"] not in bad]
+        if bad:
+            diverged = f"NaN/Inf loss or update from worker(s) {sorted(bad)}"
+        else:
+            avg = weighted_average(updates, [r["samples"] for r in accepted])
+            new_state = apply_update(global_state, avg, spec.job.training.server_lr)
+            if is_finite(new_state):
+                new_blob = encode(new_state)
+                ledger = [{"worker": r["worker"], "samples": r["samples"]} for r in accepted]
+            else:
+                diverged = "the averaged model has NaN/Inf"
+    if diverged:
+        # Fall back to the last good model (this round's) and halve the learning rate, once.
+        if float(meta.get("lr_scale", 1.0)) < 1.0:
+            raise smlt_errors.Diverged(f"round {rnd}: {diverged} again after halving the learning rate to "
+                                       f"{spec.learning_rate:g}; lower training.learning_rate")
+        table.update(keys.META, {"lr_scale": 0.5})
     artifacts.put(keys.model_key(run_id, rnd + 1), new_blob, if_absent=True)
 
     val_count = sum(r["val_count"] for r in records)
     val_loss = sum(r["val_loss_sum"] for r in records) / val_count if val_count else None
     val_acc = sum(r["val_correct"] for r in records) / val_count if val_count else None
-    samples = sum(r["samples"] for r in accepted)
-    train_loss = sum(r["train_loss"] * r["samples"] for r in accepted) / samples if samples else None
+    samples = sum(a["samples"] for a in ledger)
+    by_worker = {r["worker"]: r for r in records}
+    train_loss = sum(by_worker[a["worker"]]["train_loss"] * a["samples"] for a in ledger) / samples if samples else None
 
     if spec.eval_only:
         stop, reason = True, plan_item.get("stop_reason") or "final evaluation"
     elif _target_reached(spec, val_loss, val_acc):
         stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
+    elif diverged:
+        stop, reason = False, f"diverged: {diverged}; back to the last good model, learning rate halved"
     else:
         stop, reason = False, ""
 
@@ -90,7 +135,7 @@ def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[di
     item = {
         "round": rnd, "workers": spec.workers, "workers_ok": len(records), "workers_failed": failed,
         "memory_mb": spec.memory_mb, "local_steps": spec.local_steps, "batch_size": spec.job.training.batch_size,
-        "eval_only": spec.eval_only, "samples": samples, "accepted": ledger,
+        "eval_only": spec.eval_only, "diverged": bool(diverged), "samples": samples, "accepted": ledger,
         "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
         "aggregate_s": aggregate_s, "round_s": time.time() - spec.planned_at,
         "cost_usd": cost, "cost_total_usd": cost + sum(r["cost_usd"] for r in earlier),

@@ -19,7 +19,7 @@ from torch import nn
 from smlt import keys
 from smlt.config import Settings
 from smlt.data.shards import load_manifest, load_shards
-from smlt.errors import InvalidDataset, StaleInvocation
+from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
 from smlt.store import NotFound, S3Store
@@ -54,18 +54,36 @@ def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, task: str) -> tupl
     return loss, correct, len(x)
 
 
-def _initial_state(spec: RoundSpec, manifest) -> bytes:
-    model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
-    return state_to_bytes(model.state_dict())
+def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
+    """Raise ModelTooLarge when training cannot fit the function's memory.
+
+    Weights, gradients, two optimizer buffers, the global copy and the delta: ~6 copies of the
+    parameters, plus the data and ~450 MB for Python + torch themselves.
+    """
+    params = sum(p.numel() for p in model.parameters())
+    need_mb = (6 * params * 4 + data_bytes) / 2**20 + 450
+    if memory_mb and need_mb > memory_mb:
+        raise ModelTooLarge(f"the model has {params / 1e6:.1f}M parameters; training it needs about "
+                            f"{need_mb:,.0f} MB, more than the {memory_mb} MB memory tier "
+                            "(choose a larger workers.memory_mb, or let the planner choose)")
 
 
 def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
+    table = RunTable(settings.table, run_id)
+    try:
+        return _run_worker(settings, table, run_id, rnd, worker)
+    except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied) as e:
+        # Not worth retrying: leave the reason where the aggregator can report it.
+        table.put_once(keys.error_sk(rnd, worker), {"error": type(e).__name__, "message": str(e)})
+        raise
+
+
+def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
     global _COLD
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
     artifacts = S3Store(settings.artifacts_bucket)
-    table = RunTable(settings.table, run_id)
-    if table.get(keys.round_sk(rnd)) is not None:
+    if table.get(keys.seal_sk(rnd)) is not None:
         raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
     done = table.get(keys.worker_sk(rnd, worker))
     if done is not None:  # a duplicate of a finished invocation: same answer, no new writes
@@ -75,6 +93,9 @@ def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[s
     manifest = load_manifest(spec.job.dataset.uri)
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
+    model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
+    assigned = spec.assignments[worker] if spec.assignments else shard_slice(len(manifest.train.shards), spec.workers, worker)
+    _check_fits(model, settings.memory_mb or spec.memory_mb, sum(manifest.train.shards[i].bytes for i in assigned))
     # Round 0 starts from a deterministic initialisation that every worker can build; the first
     # writer stores it, and everyone then uses the stored one.
     try:
@@ -82,9 +103,8 @@ def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[s
     except NotFound:
         if rnd != 0:
             raise
-        artifacts.put(keys.model_key(run_id, 0), _initial_state(spec, manifest), if_absent=True)
+        artifacts.put(keys.model_key(run_id, 0), state_to_bytes(model.state_dict()), if_absent=True)
         global_blob = artifacts.get(keys.model_key(run_id, 0))
-    model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
     try:
         model.load_state_dict(bytes_to_state(global_blob))
     except RuntimeError as e:
@@ -96,7 +116,7 @@ def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[s
     # With more workers than validation shards, only the first owner of a shard evaluates it.
     if spec.workers > len(manifest.validation.shards) and worker >= len(manifest.validation.shards):
         vs = []
-    ts = shard_slice(len(manifest.train.shards), spec.workers, worker)
+    ts = assigned
     xv, yv = load_shards(spec.job.dataset.uri, [manifest.validation.shards[i] for i in vs]) if vs else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
     xt, yt = load_shards(spec.job.dataset.uri, [manifest.train.shards[i] for i in ts])
     if xt.shape[1] != manifest.features:
@@ -125,6 +145,7 @@ def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[s
             train_loss += loss.item()
         samples = need
         train_loss /= need
+    finite = math.isfinite(train_loss)
     t_compute = time.perf_counter()
 
     update_bytes = 0
@@ -137,13 +158,14 @@ def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[s
     t_upload = time.perf_counter()
 
     record = {
-        "worker": worker, "samples": samples, "train_loss": train_loss,
+        "worker": worker, "samples": samples, "train_loss": train_loss if finite else None, "finite": finite,
         "val_loss_sum": val_loss, "val_correct": val_correct, "val_count": val_count,
         "memory_mb": spec.memory_mb, "cold": cold, "update_bytes": update_bytes,
         "load_s": t_load - t0, "eval_s": t_eval - t_load, "compute_s": t_compute - t_eval,
         "upload_s": t_upload - t_compute, "total_s": time.perf_counter() - t0,
         "finished_at": time.time(),
-        "late": spec.time_limit_s is not None and time.time() - spec.planned_at > spec.time_limit_s,
     }
-    table.put_once(keys.worker_sk(rnd, worker), record)
+    outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
+    if outcome == "sealed":
+        raise StaleInvocation(f"round {rnd} of run {run_id} closed before worker {worker} finished; its update is ignored")
     return {"worker": worker, "samples": samples}

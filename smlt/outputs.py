@@ -1,0 +1,42 @@
+"""Fetch a run's results into a folder: model.safetensors, metrics.json, report.png, history.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from smlt import keys
+from smlt.report import write_report
+from smlt.store import NotFound, S3Store
+
+
+def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict] | None = None) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        metrics = json.loads(artifacts.get(keys.final_metrics_key(run_id)))
+    except NotFound:
+        raise SystemExit(f"run {run_id} has no final metrics yet (is it finished?)") from None
+    if metrics["final"].get("model_key"):
+        (out / "model.safetensors").write_bytes(artifacts.get(keys.final_model_key(run_id)))
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    if history is not None:
+        (out / "history.json").write_text(json.dumps(history, indent=1, default=str))
+    write_report(metrics, out / "report.png")
+    return metrics
+
+
+def progress_line(r: dict[str, Any]) -> str:
+    acc = r.get("val_accuracy")
+    loss = r.get("train_loss")
+    parts = [
+        f"round {int(r['round']):3d}",
+        f"workers {int(r['workers_ok'])}/{int(r['workers'])}",
+        f"{int(r['memory_mb'])} MB",
+        "eval only" if r.get("eval_only") else f"k {int(r['local_steps'])}",
+        f"train loss {loss:.4f}" if loss is not None else "train loss   -   ",
+        f"val acc {acc:.4f}" if acc is not None else f"val loss {r.get('val_loss') or float('nan'):.4f}",
+        f"{float(r['round_s']):5.2f} s",
+        f"cost ${float(r['cost_total_usd']):.5f}",
+    ]
+    return " | ".join(parts)

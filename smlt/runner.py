@@ -1,0 +1,168 @@
+"""`smlt run --local`: the synthesized state machine on the local engine, with progress lines.
+
+Synthesize the CDK app in-process, start the engine (moto + handler process pool), stage the
+dataset in the data bucket, start the execution, print a line per aggregated round (following
+chained executions), then write model.safetensors, metrics.json, report.png and history.json.
+The run's S3 objects and DynamoDB items are snapshotted to OUT/.state after every round, which
+is what `smlt resume RUN --local --out OUT` continues from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from smlt.datasets import stage_dataset
+from smlt.errors import InvalidJob
+from smlt.job import parse_job
+from smlt.outputs import fetch_outputs, progress_line
+from smlt.records import RunTable
+from smlt.snapshot import restore_snapshot, save_snapshot
+from smlt.store import S3Store
+
+
+class StackNames:
+    """Physical names of the stack's buckets, table and functions, read from the planner's env."""
+
+    def __init__(self, engine):
+        env = next(e for e in (engine.function_env(lid) for lid in engine.function_ids()) if "SMLT_TRAIN_FUNCTIONS" in e)
+        self.artifacts_bucket = env["SMLT_ARTIFACTS_BUCKET"]
+        self.data_bucket = env["SMLT_DATA_BUCKET"]
+        self.table = env["SMLT_TABLE"]
+        self.train_functions = set(json.loads(env["SMLT_TRAIN_FUNCTIONS"]).values())
+
+
+def _read_job(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InvalidJob(f"job: cannot read {path}: {e.strerror}") from None
+    parse_job(text)  # a named error before anything starts
+    return json.loads(text)
+
+
+def start_engine(faults: str | None, quiet: bool = False):
+    from infra.app import build_app
+    from smlt.faults import FaultInjector, parse_faults
+    from smlt.local import LocalEngine, synthesize
+
+    t0 = time.perf_counter()
+    synth = synthesize(build_app, tempfile.mkdtemp(prefix="smlt-cdk-"))
+    injector = FaultInjector(parse_faults(faults)) if faults else None
+    engine = LocalEngine(synth, invoke_filter=injector)
+    engine.__enter__()
+    names = StackNames(engine)
+    if injector is not None:
+        injector.functions = names.train_functions
+    if not quiet:
+        print(f"local engine up in {time.perf_counter() - t0:.1f} s (synth {synth.seconds:.1f} s)")
+    return engine, names, injector
+
+
+class Follower:
+    """Prints new rounds and snapshots state while an execution (and its chained ones) runs."""
+
+    def __init__(self, engine, names: StackNames, run_id: str, state_dir: Path, quiet: bool):
+        self.engine, self.names, self.run_id = engine, names, run_id
+        self.state_dir, self.quiet = state_dir, quiet
+        self.seen: set[int] = set()
+        self.last_reason = ""
+        self.history: list[dict] = []
+
+    def poll(self, *_: Any) -> None:
+        table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
+        new = [r for r in sorted(table.rounds(), key=lambda r: r["round"]) if r["round"] not in self.seen]
+        if not new:
+            return
+        plans = {p["round"]: p for p in table.plans()}
+        for r in new:
+            self.seen.add(r["round"])
+            reason = plans.get(r["round"], {}).get("reason", "")
+            if not self.quiet:
+                if reason and reason != self.last_reason:
+                    print(f"  plan: {reason}")
+                self.last_reason = reason
+                print(progress_line(r) + (f" | {r['reason']}" if r.get("reason") else ""), flush=True)
+        save_snapshot(self.engine, self.names, self.run_id, self.state_dir)
+
+    def follow(self, arn: str) -> dict[str, Any]:
+        while True:
+            desc = self.engine.wait(arn, poll=self.poll, interval=0.25)
+            self.poll()
+            self.history += [{"execution": arn, **e} for e in self.engine.history(arn)]
+            out = json.loads(desc.get("output") or "{}")
+            if desc["status"] == "SUCCEEDED" and out.get("chain"):
+                arn = out["chain"]["execution_arn"]
+                if not self.quiet:
+                    print(f"  chained into execution {arn.rsplit(':', 1)[-1]}")
+                continue
+            return desc
+
+
+def _execute(engine, names, run_id: str, job: dict, out: Path, quiet: bool, injector=None) -> int:
+    follower = Follower(engine, names, run_id, out / ".state", quiet)
+    t0 = time.time()
+    # A run that already has state (resume) needs a fresh execution name.
+    arn = engine.start_execution(job, name=f"{run_id[:68]}-{int(t0)}" if job.get("run_id") else run_id)
+    desc = follower.follow(arn)
+    if desc["status"] != "SUCCEEDED":
+        print(f"run {run_id} {desc['status']}: {desc.get('error', '')}", file=sys.stderr)
+        cause = desc.get("cause", "")
+        try:
+            cause = json.loads(cause).get("errorMessage", cause)
+        except (ValueError, AttributeError):
+            pass
+        print(f"  cause: {cause}", file=sys.stderr)
+        return 1
+    metrics = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out, follower.history)
+    save_snapshot(engine, names, run_id, out / ".state")
+    f = metrics["final"]
+    acc = "n/a" if f["val_accuracy"] is None else f"{f['val_accuracy']:.4f}"
+    if not quiet:
+        print(f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {f['val_loss']:.4f}, "
+              f"{time.time() - t0:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
+              + (f", faults injected {injector.counts}" if injector else ""))
+        print(f"  stop reason: {f['stop_reason']}")
+        print(f"  outputs in {out}/: model.safetensors metrics.json report.png history.json")
+    return 0
+
+
+def run_local(job_path: Path | None, out: Path, faults: str | None = None, watch: Path | None = None,
+              quiet: bool = False) -> int:
+    if watch is not None:
+        from smlt.watch import watch_folder
+
+        return watch_folder(watch, out, faults=faults, quiet=quiet)
+    if job_path is None:
+        raise InvalidJob("job: give a job file (or --watch DIR)")
+    raw = _read_job(job_path)
+    engine, names, injector = start_engine(faults, quiet)
+    try:
+        raw["dataset"]["uri"] = stage_dataset(raw["dataset"]["uri"], names.data_bucket, base=job_path.parent,
+                                              client=engine.client("s3"))
+        run_id = raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return _execute(engine, names, run_id, raw, out, quiet, injector)
+    finally:
+        engine.__exit__(None, None, None)
+
+
+def resume_local(run_id: str, out: Path, faults: str | None = None, quiet: bool = False) -> int:
+    """Continue a local run from its snapshot in OUT/.state: the last complete round is kept."""
+    engine, names, injector = start_engine(faults, quiet)
+    try:
+        restore_snapshot(engine, names, run_id, out / ".state")
+        meta = RunTable(names.table, run_id, client=engine.client("dynamodb")).meta()
+        if meta is None:
+            raise InvalidJob(f"run_id: no state for run {run_id!r} in {out / '.state'}")
+        job = {**meta["job"], "run_id": run_id}
+        done = len(RunTable(names.table, run_id, client=engine.client("dynamodb")).rounds())
+        if not quiet:
+            print(f"resuming run {run_id} after {done} complete rounds")
+        return _execute(engine, names, run_id, job, out, quiet, injector)
+    finally:
+        engine.__exit__(None, None, None)

@@ -1,0 +1,164 @@
+"""Failure handling in the handlers: quorum retry, divergence, lost shards, fatal worker errors,
+access, corrupt data, triggers and chaining. On moto, with the real digits data."""
+
+import json
+
+import boto3
+import numpy as np
+import pytest
+
+from lambdas.aggregate.handler import handler as aggregate
+from lambdas.planner.handler import handler as planner
+from lambdas.train_step.handler import handler as train_step
+from smlt.errors import AccessDenied, Diverged, InvalidDataset, ModelTooLarge, QuorumNotReached
+from tests.handlers.conftest import job, run_keys
+
+
+def plan(j, execution):
+    return planner({"op": "plan", "job": j, "execution": execution}, None)
+
+
+def test_quorum_retry_then_round_counts_late_arrivals(digits, aws):
+    p = plan(job(digits), "q")
+    train_step({"run_id": "q", "round": 0, "worker": 0}, None)  # 1 of 4: below the quorum of 2
+    first = aggregate({"run_id": "q", "round": 0}, None)
+    assert first["retry"] is True and first["stop"] is False
+    # Plan returns the same round again; the finished worker answers from its record.
+    assert plan(job(digits), "q") == p
+    for w in p["workers"]:
+        train_step({"run_id": "q", "round": 0, "worker": w}, None)
+    second = aggregate({"run_id": "q", "round": 0}, None)
+    assert "retry" not in second and second["round"] == 0
+
+
+def test_quorum_failing_three_times_fails_with_a_named_error(digits, aws):
+    plan(job(digits), "q3")
+    aggregate({"run_id": "q3", "round": 0}, None)
+    aggregate({"run_id": "q3", "round": 0}, None)
+    with pytest.raises(QuorumNotReached, match="fewer than 2 of 4"):
+        aggregate({"run_id": "q3", "round": 0}, None)
+
+
+def test_lost_workers_shards_go_to_the_next_round(digits, aws):
+    p = plan(job(digits), "lost")
+    for w in p["workers"][:3]:  # worker 3 is lost
+        train_step({"run_id": "lost", "round": 0, "worker": w}, None)
+    aggregate({"run_id": "lost", "round": 0}, None)
+    plan(job(digits), "lost")
+    spec = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/lost/rounds/000001/plan.json")["Body"].read())
+    owned = sorted(s for a in spec["assignments"] for s in a)
+    # 8 shards round-robin over 4 workers, plus worker 3's two shards (3 and 7) handed out again.
+    assert owned == sorted(list(range(8)) + [3, 7])
+
+
+def test_divergence_falls_back_halves_lr_then_fails(digits, aws):
+    j = job(digits, learning_rate=1e6, target_value=None)  # explodes at once
+    p = plan(j, "nan")
+    for w in p["workers"]:
+        train_step({"run_id": "nan", "round": 0, "worker": w}, None)
+    a = aggregate({"run_id": "nan", "round": 0}, None)
+    assert "diverged" in a["reason"] and a["stop"] is False
+    m0 = aws.get_object(Bucket="smlt-artifacts", Key="runs/nan/rounds/000000/model.safetensors")["Body"].read()
+    m1 = aws.get_object(Bucket="smlt-artifacts", Key="runs/nan/rounds/000001/model.safetensors")["Body"].read()
+    assert m0 == m1  # back to the last good model
+    plan(j, "nan")
+    spec = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/nan/rounds/000001/plan.json")["Body"].read())
+    assert spec["learning_rate"] == pytest.approx(5e5)
+    for w in p["workers"]:
+        train_step({"run_id": "nan", "round": 1, "worker": w}, None)
+    with pytest.raises(Diverged, match="again after halving"):
+        aggregate({"run_id": "nan", "round": 1}, None)
+
+
+def test_model_too_large_for_the_tier_is_named(digits, aws):
+    j = job(digits)
+    j["model"] = {"name": "mlp", "params": {"hidden": [8000, 8000]}}  # 64M parameters
+    plan(j, "big")
+    with pytest.raises(ModelTooLarge, match="1769 MB memory tier"):
+        train_step({"run_id": "big", "round": 0, "worker": 0}, None)
+    assert run_keys(aws, "big") == ["runs/big/job.json", "runs/big/rounds/000000/plan.json"]  # no 250 MB upload
+    # The other workers fail alike; the aggregator reports the workers' own error, not a quorum.
+    with pytest.raises(ModelTooLarge, match="worker 0: .*1769 MB"):
+        aggregate({"run_id": "big", "round": 0}, None)
+
+
+def test_dataset_outside_the_stack_is_access_denied(digits, aws):
+    aws.create_bucket(Bucket="someone-elses")
+    with pytest.raises(AccessDenied, match="may read only s3://smlt-data/"):
+        plan(job("s3://someone-elses/data/"), "acl")
+    assert run_keys(aws, "acl") == []
+
+
+def test_corrupt_shard_is_named_and_kept_out(digits, aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    aws.put_object(Bucket="smlt-data", Key="datasets/digits/train-00000.safetensors", Body=b"garbage")
+    plan(job(digits), "corrupt")
+    with pytest.raises(InvalidDataset, match="train-00000.safetensors is corrupt"):
+        train_step({"run_id": "corrupt", "round": 0, "worker": 0}, None)
+
+
+def test_features_that_do_not_match_the_manifest(digits, aws, tmp_path, monkeypatch):
+    from safetensors.numpy import save
+    import hashlib
+
+    monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache2"))
+    from smlt.data.shards import load_manifest
+
+    load_manifest.cache_clear()
+    man = json.loads(aws.get_object(Bucket="smlt-data", Key="datasets/digits/manifest.json")["Body"].read())
+    blob = save({"x": np.zeros((10, 7), np.float32), "y": np.zeros(10, np.int64)})
+    for s in man["train"]["shards"]:
+        aws.put_object(Bucket="smlt-data", Key="datasets/digits/" + s["key"], Body=blob)
+        s.update(bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+    aws.put_object(Bucket="smlt-data", Key="datasets/digits/manifest.json", Body=json.dumps(man))
+    plan(job(digits), "feat")
+    with pytest.raises(InvalidDataset, match="7 features, the manifest says 64"):
+        train_step({"run_id": "feat", "round": 0, "worker": 0}, None)
+
+
+def _upload_version(s3, version):
+    from smlt.data.prepare import prepare_dataset
+
+    prepare_dataset("sklearn:digits", f"s3://smlt-data/incoming/digits/{version}/", shards=4)
+    return {"trigger": {"bucket": "smlt-data", "key": f"incoming/digits/{version}/manifest.json", "etag": version}}
+
+
+def test_trigger_dedups_events_and_warm_starts_from_the_pipeline(digits, aws):
+    aws.put_object(Bucket="smlt-data", Key="incoming/digits/job.json",
+                   Body=json.dumps(job("s3://ignored/", max_rounds=2, target_value=None)))
+    event = _upload_version(aws, "v1")
+    first = plan(event, "exec-a")
+    assert first["action"] == "train"
+    dup = plan(event, "exec-b")  # the same event, delivered again
+    assert dup["action"] == "duplicate"
+    from tests.handlers.test_handlers import drive
+
+    final = drive(event, execution="exec-a")
+    latest = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="pipelines/digits/latest.json")["Body"].read())
+    assert latest["run_id"] == final["run_id"]
+    second = plan(_upload_version(aws, "v2"), "exec-c")
+    meta_job = json.loads(aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/job.json")["Body"].read())
+    assert meta_job["warm_start"] == latest["model"]
+    m_prev = aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{final['run_id']}/final/model.safetensors")["Body"].read()
+    m_new = aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/rounds/000000/model.safetensors")["Body"].read()
+    assert m_prev == m_new
+
+
+def test_chain_hands_over_after_rounds_per_execution(digits, aws):
+    sfn = boto3.client("stepfunctions")
+    arn = sfn.create_state_machine(name="sm", definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+                                   roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
+    j = {**job(digits, target_value=None), "rounds_per_execution": 1}
+    p = plan(j, "e1")
+    for w in p["workers"]:
+        train_step({"run_id": "e1", "round": 0, "worker": w}, None)
+    aggregate({"run_id": "e1", "round": 0}, None)
+    nxt = plan(j, "e1")
+    assert nxt["action"] == "chain" and nxt["round"] == 1
+    out = planner({"op": "chain", "job": j, "run_id": "e1", "round": 1, "state_machine": arn}, None)
+    again = planner({"op": "chain", "job": j, "run_id": "e1", "round": 1, "state_machine": arn}, None)
+    assert out["execution_arn"] == again["execution_arn"]
+    started = json.loads(sfn.describe_execution(executionArn=out["execution_arn"])["input"])
+    assert started["run_id"] == "e1"
+    # The new execution continues the same run at round 1.
+    assert plan(started, "e1-r000001")["round"] == 1

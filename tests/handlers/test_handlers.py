@@ -1,0 +1,95 @@
+"""The three handlers driven as the state machine drives them, on moto."""
+
+import json
+
+import boto3
+import pytest
+
+from lambdas.aggregate.handler import handler as aggregate
+from lambdas.planner.handler import handler as planner
+from lambdas.train_step.handler import handler as train_step
+from smlt.errors import InvalidDataset, InvalidJob, StaleInvocation
+from tests.handlers.conftest import job, run_keys
+
+
+def drive(job_input, execution="run-1", duplicate=False, max_rounds=50):
+    """Plan → workers → aggregate until stop, then finalize. With duplicate, every step runs twice."""
+    for _ in range(max_rounds):
+        plan = planner({"op": "plan", "job": job_input, "execution": execution}, None)
+        if duplicate:
+            assert planner({"op": "plan", "job": job_input, "execution": execution}, None) == plan
+        if plan["action"] == "stop":
+            break
+        for w in plan["workers"]:
+            out = train_step({"run_id": plan["run_id"], "round": plan["round"], "worker": w}, None)
+            if duplicate:
+                again = train_step({"run_id": plan["run_id"], "round": plan["round"], "worker": w}, None)
+                assert again["samples"] == out["samples"]
+        agg = aggregate({"run_id": plan["run_id"], "round": plan["round"], "outcomes": []}, None)
+        if duplicate:
+            assert aggregate({"run_id": plan["run_id"], "round": plan["round"]}, None) == agg
+        if agg["stop"]:
+            break
+    return planner({"op": "finalize", "run_id": plan["run_id"]}, None)
+
+
+def test_digits_reaches_target(digits, aws):
+    final = drive(job(digits))
+    assert final["val_accuracy"] >= 0.95
+    metrics = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/run-1/final/metrics.json")["Body"].read())
+    assert metrics["final"]["rounds"] == final["rounds"] > 0
+    assert metrics["final"]["lost_updates"] == 0 and metrics["final"]["double_counted_updates"] == 0
+    assert metrics["final"]["estimated_cost_usd"] > 0
+    assert "runs/run-1/final/model.safetensors" in run_keys(aws, "run-1")
+
+
+def test_every_step_twice_leaves_the_state_of_one_run(digits, aws):
+    once = drive(job(digits, max_rounds=3, target_value=None), execution="once")
+    twice = drive(job(digits, max_rounds=3, target_value=None), execution="twice", duplicate=True)
+    assert once["val_accuracy"] == twice["val_accuracy"] and once["rounds"] == twice["rounds"] == 3
+    a = aws.get_object(Bucket="smlt-artifacts", Key="runs/once/final/model.safetensors")["Body"].read()
+    b = aws.get_object(Bucket="smlt-artifacts", Key="runs/twice/final/model.safetensors")["Body"].read()
+    assert a == b
+    assert [k.replace("twice", "once") for k in run_keys(aws, "twice")] == run_keys(aws, "once")
+
+
+def test_late_worker_is_refused_after_aggregation(digits, aws):
+    plan = planner({"op": "plan", "job": job(digits), "execution": "late"}, None)
+    for w in plan["workers"][:-1]:
+        train_step({"run_id": "late", "round": 0, "worker": w}, None)
+    aggregate({"run_id": "late", "round": 0}, None)
+    with pytest.raises(StaleInvocation):
+        train_step({"run_id": "late", "round": 0, "worker": plan["workers"][-1]}, None)
+
+
+@pytest.mark.parametrize("mutate, error, field", [
+    (lambda j: j.pop("dataset"), InvalidJob, "dataset"),
+    (lambda j: j.update(constraints={"budget_usd": -1}), InvalidJob, "constraints.budget_usd"),
+    (lambda j: j.update(model={"name": "nope"}), InvalidJob, "model.name"),
+    (lambda j: j["training"].update(batch_size="x"), InvalidJob, "training.batch_size"),
+    (lambda j: j["workers"].update(memory_mb=2048), InvalidJob, "workers.memory_mb"),
+    (lambda j: j.update(dataset={"uri": "s3://smlt-data/datasets/missing/"}), InvalidDataset, "no manifest.json"),
+])
+def test_bad_job_is_named_and_nothing_written(digits, aws, mutate, error, field):
+    bad = job(digits)
+    mutate(bad)
+    with pytest.raises(error, match=field.replace(".", r"\.")):
+        planner({"op": "plan", "job": bad, "execution": "bad"}, None)
+    assert run_keys(aws, "bad") == []
+    items = boto3.client("dynamodb").scan(TableName="smlt-runs")["Items"]
+    assert not [i for i in items if i["pk"]["S"] == "RUN#bad"]
+
+
+def test_model_that_does_not_fit_the_data(digits, aws, tmp_path):
+    # A model whose input layer disagrees with the dataset's features fails with a named error.
+    first = job(digits)
+    planner({"op": "plan", "job": first, "execution": "shape"}, None)
+    train_step({"run_id": "shape", "round": 0, "worker": 0}, None)
+    # Replace the stored global model by one of another shape.
+    from safetensors.numpy import save
+    import numpy as np
+
+    aws.put_object(Bucket="smlt-artifacts", Key="runs/shape/rounds/000000/model.safetensors",
+                   Body=save({"0.weight": np.zeros((5, 7), np.float32)}))
+    with pytest.raises(InvalidDataset, match="does not match"):
+        train_step({"run_id": "shape", "round": 0, "worker": 1}, None)

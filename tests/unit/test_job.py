@@ -1,0 +1,44 @@
+import json
+
+import pytest
+
+from smlt.errors import InvalidJob
+from smlt.job import parse_job
+
+GOOD = {"dataset": {"uri": "s3://b/datasets/digits/"}}
+
+
+def test_defaults_fill_in():
+    job = parse_job(GOOD)
+    assert job.model.name == "mlp"
+    assert job.training.local_steps > 0 and job.workers.initial == 4
+
+
+def test_accepts_json_text_and_bytes():
+    assert parse_job(json.dumps(GOOD)).dataset.uri == GOOD["dataset"]["uri"]
+    assert parse_job(json.dumps(GOOD).encode()).dataset.uri == GOOD["dataset"]["uri"]
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        ({}, "dataset: field required"),
+        ({**GOOD, "constraints": {"budget_usd": -1}}, "constraints.budget_usd"),
+        ({**GOOD, "model": {"name": "resnet9000"}}, "model.name"),
+        ({**GOOD, "training": {"batch_size": "big"}}, "training.batch_size"),
+        ({**GOOD, "training": {"learning_rate": 0}}, "training.learning_rate"),
+        ({**GOOD, "workers": {"initial": 10, "max": 4}}, "workers"),
+        ({**GOOD, "bogus": 1}, "bogus: unknown field"),
+        ({**GOOD, "run_id": "has spaces"}, "run_id"),
+        ("{not json", "job: not valid JSON"),
+        ([1, 2], "job: expected a JSON object"),
+    ],
+)
+def test_bad_jobs_name_the_field(raw, field):
+    with pytest.raises(InvalidJob) as e:
+        parse_job(raw)
+    assert field in str(e.value)
+
+
+def test_user_entry_point_is_accepted():
+    assert parse_job({**GOOD, "model": {"name": "mypkg.models:build_model"}}).model.name == "mypkg.models:build_model"
