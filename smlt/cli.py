@@ -31,6 +31,36 @@ def _cmd_prepare(args) -> int:
     return 0
 
 
+def _cmd_start(args) -> int:
+    from smlt.cloud import Stack, start
+
+    start(Path(args.job), Stack.lookup(args.stack))
+    return 0
+
+
+def _cmd_status(args) -> int:
+    from smlt.cloud import Stack, status
+
+    return status(args.run, Stack.lookup(args.stack))
+
+
+def _cmd_fetch(args) -> int:
+    from smlt.cloud import Stack, fetch
+
+    return fetch(args.run, Stack.lookup(args.stack), Path(args.out or f"out/{args.run}"))
+
+
+def _cmd_resume(args) -> int:
+    if args.local:
+        from smlt.runner import resume_local
+
+        return resume_local(args.run, Path(args.out), faults=args.faults, quiet=args.quiet)
+    from smlt.cloud import Stack, resume
+
+    resume(args.run, Stack.lookup(args.stack))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="smlt", description="Serverless, adaptive ML training on AWS Lambda.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -43,6 +73,25 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
     run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     run.set_defaults(fn=_cmd_run)
+
+    for name, fn, helptext in (("start", _cmd_start, "start a run on the deployed stack from a job file"),
+                               ("status", _cmd_status, "progress of a run on the deployed stack"),
+                               ("fetch", _cmd_fetch, "download a finished run's model, metrics, report and history")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("job" if name == "start" else "run")
+        c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
+        if name == "fetch":
+            c.add_argument("--out", help="folder (default: out/RUN)")
+        c.set_defaults(fn=fn)
+
+    res = sub.add_parser("resume", help="continue a run from its last complete round")
+    res.add_argument("run")
+    res.add_argument("--local", action="store_true", help="resume a local run from OUT/.state")
+    res.add_argument("--out", default="out", help="with --local: the run's output folder")
+    res.add_argument("--stack", default="Smlt")
+    res.add_argument("--faults")
+    res.add_argument("--quiet", action="store_true")
+    res.set_defaults(fn=_cmd_resume)
 
     data = sub.add_parser("data", help="dataset tools").add_subparsers(dest="data_cmd", required=True)
     prep = data.add_parser("prepare", help="shard a CSV, NPZ, sklearn:NAME or synthetic:... dataset")

@@ -30,7 +30,7 @@ class StackNames:
     """Physical names of the stack's buckets, table and functions, read from the planner's env."""
 
     def __init__(self, engine):
-        env = next(e for e in (engine.function_env(lid) for lid in engine.function_ids()) if "SMLT_TRAIN_FUNCTIONS" in e)
+        env = next(f.env for f in engine.functions.values() if "SMLT_TRAIN_FUNCTIONS" in f.env)
         self.artifacts_bucket = env["SMLT_ARTIFACTS_BUCKET"]
         self.data_bucket = env["SMLT_DATA_BUCKET"]
         self.table = env["SMLT_TABLE"]
@@ -49,18 +49,22 @@ def _read_job(path: Path) -> dict[str, Any]:
 def start_engine(faults: str | None, quiet: bool = False):
     from infra.app import build_app
     from smlt.faults import FaultInjector, parse_faults
-    from smlt.local import LocalEngine, synthesize
+    from smlt.local import LocalEngine
 
     t0 = time.perf_counter()
-    synth = synthesize(build_app, tempfile.mkdtemp(prefix="smlt-cdk-"))
-    injector = FaultInjector(parse_faults(faults)) if faults else None
-    engine = LocalEngine(synth, invoke_filter=injector)
-    engine.__enter__()
+    try:
+        injector = FaultInjector(parse_faults(faults)) if faults else None
+    except ValueError as e:
+        raise InvalidJob(str(e)) from None
+    if not quiet:
+        print("starting the local engine (synthesizing the CDK app, starting moto and the handler processes)")
+    engine = LocalEngine(build_app, outdir=tempfile.mkdtemp(prefix="smlt-cdk-"), invoke_filter=injector)
+    engine.start()
     names = StackNames(engine)
     if injector is not None:
         injector.functions = names.train_functions
     if not quiet:
-        print(f"local engine up in {time.perf_counter() - t0:.1f} s (synth {synth.seconds:.1f} s)")
+        print(f"local engine up in {time.perf_counter() - t0:.1f} s (synth {engine.synthesized.seconds:.1f} s)")
     return engine, names, injector
 
 
@@ -148,7 +152,7 @@ def run_local(job_path: Path | None, out: Path, faults: str | None = None, watch
         run_id = raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
         return _execute(engine, names, run_id, raw, out, quiet, injector)
     finally:
-        engine.__exit__(None, None, None)
+        engine.stop()
 
 
 def resume_local(run_id: str, out: Path, faults: str | None = None, quiet: bool = False) -> int:
@@ -165,4 +169,4 @@ def resume_local(run_id: str, out: Path, faults: str | None = None, quiet: bool 
             print(f"resuming run {run_id} after {done} complete rounds")
         return _execute(engine, names, run_id, job, out, quiet, injector)
     finally:
-        engine.__exit__(None, None, None)
+        engine.stop()

@@ -1,0 +1,107 @@
+"""CLI commands against a deployed stack: start, status, fetch, resume.
+
+The stack's outputs (CloudFormation) name the state machine, buckets and table, so a user only
+gives the stack name (default "Smlt"). AWS credentials and region come from the usual places.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+
+from smlt.datasets import stage_dataset
+from smlt.errors import InvalidJob
+from smlt.job import parse_job
+from smlt.outputs import fetch_outputs, progress_line
+from smlt.records import RunTable
+from smlt.store import S3Store
+
+OUTPUTS = {"StateMachineArn": "state_machine_arn", "ArtifactsBucketName": "artifacts_bucket",
+           "DataBucketName": "data_bucket", "TableName": "table"}
+
+
+@dataclass
+class Stack:
+    state_machine_arn: str
+    artifacts_bucket: str
+    data_bucket: str
+    table: str
+
+    @classmethod
+    def lookup(cls, name: str, cfn=None) -> "Stack":
+        cfn = cfn or boto3.client("cloudformation")
+        try:
+            outputs = cfn.describe_stacks(StackName=name)["Stacks"][0].get("Outputs", [])
+        except cfn.exceptions.ClientError as e:
+            raise SystemExit(f"error: stack {name!r} not found ({e.response['Error']['Message']}); "
+                             "deploy it with `npx cdk deploy` or pass --stack") from None
+        found = {OUTPUTS[o["OutputKey"]]: o["OutputValue"] for o in outputs if o["OutputKey"] in OUTPUTS}
+        missing = sorted(set(OUTPUTS.values()) - set(found))
+        if missing:
+            raise SystemExit(f"error: stack {name!r} lacks outputs {missing}; is it an smlt stack?")
+        return cls(**found)
+
+
+def start(job_path: Path, stack: Stack, sfn=None) -> str:
+    raw = json.loads(job_path.read_text())
+    job = parse_job(raw)
+    raw["dataset"]["uri"] = stage_dataset(raw["dataset"]["uri"], stack.data_bucket, base=job_path.parent)
+    run_id = job.run_id or f"{re.sub(r'[^A-Za-z0-9-]', '-', job.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    sfn = sfn or boto3.client("stepfunctions")
+    name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
+    arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(raw))["executionArn"]
+    region = arn.split(":")[3]
+    print(f"started run {run_id}\n  execution: {arn}\n  console:   "
+          f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{arn}")
+    return run_id
+
+
+def status(run_id: str, stack: Stack) -> int:
+    table = RunTable(stack.table, run_id)
+    meta = table.meta()
+    if meta is None:
+        raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
+    plans = {p["round"]: p for p in table.plans()}
+    for r in sorted(table.rounds(), key=lambda r: r["round"]):
+        print(progress_line(r) + f" | {plans.get(r['round'], {}).get('reason', '')}")
+    print(f"run {run_id}: {meta['status']}")
+    if meta.get("final"):
+        f = meta["final"]
+        print(f"  final: val accuracy {f.get('val_accuracy')}, {f['rounds']} rounds, ${f['estimated_cost_usd']:.5f}")
+    return 0
+
+
+def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> int:
+    sfn = sfn or boto3.client("stepfunctions")
+    history = []
+    pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)
+    for page in pages:
+        for ex in page["executions"]:
+            if ex["name"] == run_id or ex["name"].startswith(run_id[:66] + "-"):
+                for hp in sfn.get_paginator("get_execution_history").paginate(executionArn=ex["executionArn"]):
+                    history += [{"execution": ex["executionArn"], **e} for e in hp["events"]]
+    metrics = fetch_outputs(S3Store(stack.artifacts_bucket), run_id, out, history)
+    print(f"fetched run {run_id} ({metrics['final']['rounds']} rounds) into {out}/")
+    return 0
+
+
+def resume(run_id: str, stack: Stack, sfn=None) -> str:
+    meta = RunTable(stack.table, run_id).meta()
+    if meta is None:
+        raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
+    if meta.get("status") == "SUCCEEDED":
+        raise InvalidJob(f"run_id: run {run_id!r} already finished")
+    sfn = sfn or boto3.client("stepfunctions")
+    name = f"{run_id[:60]}-resume-{int(time.time())}"
+    arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name,
+                              input=json.dumps({**meta["job"], "run_id": run_id}))["executionArn"]
+    done = len(RunTable(stack.table, run_id).rounds())
+    print(f"resuming run {run_id} after {done} complete rounds: {arn}")
+    return arn
+
+
