@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Prices(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Ignore what we do not price (e.g. "currency") so the table can carry notes.
+    model_config = ConfigDict(extra="ignore")
 
     lambda_gb_second: dict[str, float] = {"x86_64": 0.0000166667, "arm64": 0.0000133334}
     lambda_request: float = 0.20 / 1_000_000

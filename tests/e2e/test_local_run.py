@@ -1,0 +1,66 @@
+"""The digits job through the real stack's state machine on the local engine."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from smlt.faults import FaultInjector
+from smlt.runner import _execute
+from smlt.datasets import stage_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def digits_job(**training):
+    job = json.loads((ROOT / "examples/digits.json").read_text())
+    job["training"].update(training)
+    return job
+
+
+def run(local, job, out, run_id, injector=None):
+    engine, names = local
+    job = {**job, "dataset": {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))}}
+    engine.invoke_filter = injector
+    try:
+        return _execute(engine, names, run_id, job, out, quiet=True, injector=injector)
+    finally:
+        engine.invoke_filter = None
+
+
+def test_short_run_writes_all_outputs(local, tmp_path):
+    rc = run(local, digits_job(max_rounds=3, target_value=None), tmp_path, "short")
+    assert rc == 0
+    for name in ("model.safetensors", "metrics.json", "report.png", "history.json"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    final = metrics["final"]
+    assert final["rounds"] == 3 and final["val_accuracy"] > 0.5
+    assert final["estimated_cost_usd"] > 0 and final["wall_seconds"] > 0
+    # Three training rounds and the evaluation of the last model.
+    assert [r["eval_only"] for r in metrics["rounds"]] == [False, False, False, True]
+    history = json.loads((tmp_path / "history.json").read_text())
+    entered = {e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e}
+    assert {"Plan", "Train", "Aggregate", "Finalize"} <= entered
+
+
+def test_invalid_job_fails_in_the_first_state_and_writes_nothing(local, tmp_path, capsys):
+    engine, names = local
+    job = digits_job()
+    job["constraints"]["budget_usd"] = -1
+    arn = engine.start_execution(job, name="bad-budget")
+    desc = engine.wait(arn, interval=0.1)
+    assert desc["status"] == "FAILED" and desc["error"] == "InvalidJob"
+    assert "constraints.budget_usd" in desc["cause"]
+    s3 = engine.client("s3")
+    assert s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix="runs/bad-budget/").get("KeyCount", 0) == 0
+
+
+def test_faults_still_reach_the_target_with_an_exact_ledger(local, tmp_path):
+    injector = FaultInjector({"fail": 0.2, "duplicate": 0.05}, functions=local[1].train_functions, seed=1)
+    rc = run(local, digits_job(target_value=0.95), tmp_path, "faulty", injector)
+    assert rc == 0
+    final = json.loads((tmp_path / "metrics.json").read_text())["final"]
+    assert final["val_accuracy"] >= 0.95
+    assert final["lost_updates"] == 0 and final["double_counted_updates"] == 0
+    assert injector.counts["fail"] > 0 and injector.counts["duplicate"] > 0
