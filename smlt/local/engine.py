@@ -118,7 +118,8 @@ class LocalEngine:
         self.pool = WorkerPool(self._workers, start_method=self._start_method).start()
         self.timings["pool"] = time.perf_counter() - t
 
-        # 2. the template
+        # 2. the template (importing moto's interpreter in a thread meanwhile was measured: the
+        #    GIL contention slows the synth more than it saves)
         if self.synthesized is None:
             outdir = self._outdir
             if outdir is None:

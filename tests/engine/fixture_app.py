@@ -4,7 +4,7 @@ local engine is tested without depending on infra/.
 Shape: Start (Pass, intrinsics) -> Mode (Choice: spin loop for the history limit test) ->
 Plan (Task, payload response only, zip function) -> ShouldTrain (Choice) -> Train (Distributed Map,
 ItemsPath / MaxConcurrencyPath / ItemSelector, child Task with dynamic ``FunctionName.$``, Retry,
-Catch States.ALL -> Pass) -> Aggregate (Task) -> Continue (Choice loop) -> Finalize -> Done.
+TimeoutSecondsPath, Catch States.ALL -> Pass) -> Aggregate (Task) -> Continue (Choice loop) -> Finalize -> Done.
 
 Two S3 buckets and a DynamoDB table reach the handlers through env vars (Ref). Workers are
 container-image functions (DockerImageCode.from_image_asset: staged at synth, never built).
@@ -127,6 +127,7 @@ class FixtureStack(cdk.Stack):
         worker = sfn.CustomState(self, "TrainWorker", state_json={
             "Type": "Task",
             "Resource": f"arn:{cdk.Aws.PARTITION}:states:::lambda:invoke",
+            "TimeoutSecondsPath": "$.timeout_s",
             "Parameters": {
                 "FunctionName.$": "$.function_name",
                 "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
@@ -151,6 +152,7 @@ class FixtureStack(cdk.Stack):
                 "round.$": "$.plan.round",
                 "worker.$": "$$.Map.Item.Value",
                 "function_name.$": "$.plan.function_name",
+                "timeout_s.$": "$.plan.worker_timeout_s",
             },
             result_path="$.outcomes",
         )

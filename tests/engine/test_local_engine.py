@@ -172,6 +172,14 @@ def test_timeout_kills_and_replaces_the_worker(engine):
     assert _output(d)["outcomes"] == [{"worker": 0, "ok": True}]
 
 
+def test_task_timeout_abandons_a_straggler(engine):
+    # TimeoutSecondsPath on the child task: the state times out, the invocation runs on
+    _, d = _run(engine, workers=["sleep:2.5", "ok"], worker_timeout_s=1)
+    failed, ok = _output(d)["outcomes"]
+    assert failed["error"] == "States.Timeout"
+    assert ok == {"worker": 1, "ok": True}
+
+
 def test_worker_process_exit_is_runtime_exit_error(engine):
     _, d = _run(engine, workers=["exit"])
     (failed,) = _output(d)["outcomes"]

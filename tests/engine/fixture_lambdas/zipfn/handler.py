@@ -39,6 +39,7 @@ def _plan(event):
         "workers": workers,
         "function_name": json.loads(os.environ["FIXTURE_TRAIN_FUNCTIONS"])[job.get("tier", "small")],
         "max_concurrency": job["max_concurrency"],
+        "worker_timeout_s": job.get("worker_timeout_s", 60),
     }
     _s3().put_object(Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"],
                      Key=f"runs/{run_id}/rounds/{rnd:06d}/plan.json", Body=json.dumps(spec))

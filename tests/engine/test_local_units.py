@@ -1,0 +1,217 @@
+"""Unit tests of the local engine's parts that need no moto server or CDK synth."""
+
+import json
+import textwrap
+import uuid
+
+import pytest
+
+from smlt.local import limits
+from smlt.local.functions import _dockerfile_cmd
+from smlt.local.invoke import parse_function_name
+from smlt.local.pool import WorkerPool
+from smlt.local.resolve import Resolver, UnresolvableError, bucket_name
+
+
+def _template(**resources):
+    return {
+        "Parameters": {
+            "Stage": {"Type": "String", "Default": "dev"},
+            "BootstrapVersion": {"Type": "AWS::SSM::Parameter::Value<String>",
+                                 "Default": "/cdk-bootstrap/hnb659fds/version"},
+        },
+        "Resources": {
+            "Bucket83908E77": {"Type": "AWS::S3::Bucket"},
+            "Fn9270CBC0": {"Type": "AWS::Lambda::Function", "Properties": {}},
+            "Named": {"Type": "AWS::DynamoDB::Table",
+                      "Properties": {"TableName": {"Fn::Sub": "t-${Stage}-${AWS::Region}"}}},
+            **resources,
+        },
+    }
+
+
+def test_refs_atts_joins_and_subs():
+    r = Resolver(_template(), "Smlt")
+    assert r.resolve({"Ref": "Bucket83908E77"}) == "smlt-bucket83908e77"
+    assert r.resolve({"Ref": "Fn9270CBC0"}) == "Smlt-Fn9270CBC0"
+    assert r.resolve({"Fn::GetAtt": ["Fn9270CBC0", "Arn"]}) == \
+        "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0"
+    assert r.resolve({"Fn::GetAtt": "Bucket83908E77.Arn"}) == "arn:aws:s3:::smlt-bucket83908e77"
+    assert r.resolve({"Ref": "Named"}) == "t-dev-us-east-1"
+    assert r.resolve({"Fn::Join": ["/", [{"Ref": "AWS::Partition"}, {"Ref": "AWS::URLSuffix"},
+                                         {"Ref": "AWS::AccountId"}]]}) == \
+        "aws/amazonaws.com/123456789012"
+    assert r.resolve({"Fn::Sub": ["${Fn9270CBC0.Arn}|${X}|${!Literal}|${Bucket83908E77}",
+                                  {"X": {"Ref": "Stage"}}]}) == (
+        "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0|dev|${Literal}|"
+        "smlt-bucket83908e77")
+    # plain structures pass through, nested intrinsics resolve
+    assert r.resolve({"a": [1, {"Ref": "AWS::Region"}], "b": None}) == \
+        {"a": [1, "us-east-1"], "b": None}
+
+
+@pytest.mark.parametrize("value,match", [
+    ({"Fn::If": ["C", 1, 2]}, "Fn::If is not supported"),
+    ({"Fn::Select": [0, ["a"]]}, "Fn::Select is not supported"),
+    ({"Fn::ImportValue": "x"}, "Fn::ImportValue"),
+    ({"Ref": "Missing"}, "no resource 'Missing'"),
+    ({"Ref": "BootstrapVersion"}, "no local value"),
+    ({"Ref": "AWS::NotificationARNs"}, "unsupported pseudo parameter"),
+    ({"Fn::GetAtt": ["Fn9270CBC0", "SnapStartResponse"]}, "not supported locally"),
+])
+def test_anything_else_raises_with_its_location(value, match):
+    r = Resolver(_template(), "Smlt")
+    with pytest.raises(UnresolvableError, match=match) as e:
+        r.resolve({"Outer": {"Inner": value}}, where="Here")
+    assert "Here.Outer.Inner" in str(e.value) or "Missing" in str(e.value)
+
+
+def test_names_fit_service_rules_and_are_deterministic():
+    long_id = "A" * 40 + "VeryLongLogicalIdForAResourceThatGoesOnAndOn1234ABCD"
+    t = _template(**{long_id: {"Type": "AWS::S3::Bucket"},
+                     "F" + long_id: {"Type": "AWS::Lambda::Function"},
+                     "Sm" + long_id * 2: {"Type": "AWS::StepFunctions::StateMachine"}})
+    names = Resolver(t, "SmltStackWithALongName").names()
+    assert names == Resolver(t, "SmltStackWithALongName").names()
+    b = names[long_id]
+    assert 3 <= len(b) <= 63 and b == b.lower() and b[0].isalnum() and b[-1].isalnum()
+    assert len(names["F" + long_id]) <= 64
+    assert len(names["Sm" + long_id * 2]) <= 80
+    assert bucket_name("S", "X") == "s-x"
+    assert len(set(names.values())) == len(names)
+
+
+def test_definition_substitutions_and_jsonata_refusal():
+    sm = {"Type": "AWS::StepFunctions::StateMachine", "Properties": {
+        "DefinitionString": '{"StartAt":"A","States":{"A":{"Type":"Task","Resource":"${Fn}",'
+                            '"End":true}}}',
+        "DefinitionSubstitutions": {"Fn": {"Fn::GetAtt": ["Fn9270CBC0", "Arn"]}},
+        "RoleArn": {"Fn::GetAtt": ["Role", "Arn"]}}}
+    t = _template(Sm=sm, Role={"Type": "AWS::IAM::Role"})
+    r = Resolver(t, "Smlt")
+    d = r.definition()
+    assert d["States"]["A"]["Resource"] == \
+        "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0"
+    assert r.role_arn() == "arn:aws:iam::123456789012:role/Smlt-Role"
+    sm2 = {"Type": "AWS::StepFunctions::StateMachine", "Properties": {"Definition": {
+        "QueryLanguage": "JSONata", "StartAt": "A", "States": {"A": {"Type": "Pass",
+                                                                      "End": True}}}}}
+    with pytest.raises(UnresolvableError, match="JSONata"):
+        Resolver(_template(Sm=sm2), "Smlt").definition()
+    with pytest.raises(UnresolvableError, match="2 state machines"):
+        Resolver(_template(Sm=sm, Sm2=sm2), "Smlt").definition()
+
+
+@pytest.mark.parametrize("url,expected", [
+    ("http://localhost:5/2015-03-31/functions/my-fn/invocations", ("my-fn", None)),
+    ("http://localhost:5/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012"
+     "%3Afunction%3Amy-fn/invocations", ("my-fn", None)),
+    ("http://localhost:5/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012"
+     "%3Afunction%3Amy-fn%3Aprod/invocations", ("my-fn", "prod")),
+    ("http://localhost:5/2015-03-31/functions/123456789012%3Afunction%3Amy-fn/invocations",
+     ("my-fn", None)),
+    ("http://localhost:5/2015-03-31/functions/my-fn/invocations?Qualifier=3", ("my-fn", "3")),
+])
+def test_parse_function_name(url, expected):
+    assert parse_function_name(url) == expected
+
+
+def test_dockerfile_cmd(tmp_path):
+    (tmp_path / "Dockerfile").write_text('FROM x\nCMD ["a.b.handler"]\n')
+    assert _dockerfile_cmd(tmp_path, None) == "a.b.handler"
+    (tmp_path / "Other").write_text("FROM x\nCMD a.c.handler\n")
+    assert _dockerfile_cmd(tmp_path, "Other") == "a.c.handler"
+
+
+def test_payload_helpers():
+    assert limits.payload_size({"a": "é"}) == len('{"a":"é"}'.encode())
+    assert limits.check_input({"a": 1}) == '{"a":1}'
+    with pytest.raises(limits.LimitError):
+        limits.check_input("x" * (limits.MAX_PAYLOAD_BYTES + 1))
+
+
+def test_install_refuses_another_moto_version(monkeypatch):
+    import moto
+
+    monkeypatch.setattr(limits, "_installed", False)
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+    with pytest.raises(limits.MotoVersionError, match="found moto 9.9.9"):
+        limits.install()
+
+
+# ------------------------------------------------------------------------------------------
+# the worker pool on its own
+
+
+HANDLER = textwrap.dedent('''
+    import os, time
+
+    class Nope(Exception):
+        pass
+
+    LOADED_WITH = os.environ.get("MARK")
+
+    def handler(event, context):
+        if event.get("raise"):
+            raise Nope("no " + event["raise"])
+        if event.get("sleep"):
+            time.sleep(event["sleep"])
+        return {"mark": os.environ.get("MARK"), "other": os.environ.get("OTHER"),
+                "loaded_with": LOADED_WITH, "pid": os.getpid(),
+                "remaining_ms": context.get_remaining_time_in_millis(),
+                "memory": context.memory_limit_in_mb}
+''')
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(1) as p:
+        yield p
+
+
+def _job(path, name="fn", **payload):
+    return {"function": name, "arn": f"arn:aws:lambda:us-east-1:123456789012:function:{name}",
+            "memory": 256, "module_file": str(path), "module_name": "handler", "attr": "handler",
+            "payload": json.dumps(payload).encode(), "env": {"MARK": name},
+            "request_id": str(uuid.uuid4())}
+
+
+def test_pool_runs_handlers_with_exactly_the_job_environment(pool, tmp_path):
+    path = tmp_path / "handler.py"
+    path.write_text(HANDLER)
+    job = _job(path, "one")
+    job["env"]["OTHER"] = "x"
+    out = pool.run(job, timeout=10)
+    assert out.ok
+    first = json.loads(out.payload)
+    assert first["mark"] == "one" and first["other"] == "x" and first["memory"] == "256"
+    assert 0 < first["remaining_ms"] <= 10_000
+    # a second function in the same worker: its own module instance, no leftover variables
+    second = json.loads(pool.run(_job(path, "two"), timeout=10).payload)
+    assert second == {**second, "mark": "two", "other": None, "loaded_with": "two"}
+    assert second["pid"] == first["pid"]
+    # warm: the first function's module was kept
+    again = json.loads(pool.run(_job(path, "one"), timeout=10).payload)
+    assert again["loaded_with"] == "one"
+
+
+def test_pool_errors_and_timeouts(pool, tmp_path):
+    path = tmp_path / "handler.py"
+    path.write_text(HANDLER)
+    out = pool.run(_job(path, **{"raise": "way"}), timeout=10)
+    assert not out.ok and out.error_type == "Nope"
+    err = json.loads(out.payload)
+    assert err["errorMessage"] == "no way" and err["stackTrace"]
+    assert not any("smlt/local/pool.py" in line for line in err["stackTrace"])
+
+    pid = pool.pids()
+    out = pool.run(_job(path, sleep=5), timeout=0.5)
+    assert out.error_type == "Sandbox.Timedout" and out.seconds < 3
+    assert pool.pids() != pid and len(pool.pids()) == 1
+
+    missing = _job(tmp_path / "nope.py")
+    out = pool.run(missing, timeout=10)
+    assert out.error_type == "Runtime.ImportModuleError"
+    bad_attr = _job(path)
+    bad_attr["attr"] = "nothing"
+    assert pool.run(bad_attr, timeout=10).error_type == "Runtime.HandlerNotFound"
