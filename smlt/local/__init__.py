@@ -43,8 +43,11 @@ Traps
 -----
 - JSONata is not supported by moto's interpreter: definitions must use JSONPath (the resolver
   refuses a JSONata definition).
-- ``ToleratedFailurePercentage`` must be written as a float to parse in moto, and it has no effect
-  there: catch failures inside the Map's child instead.
+- ``ToleratedFailurePercentage`` only parses in moto as a decimal literal (``10.0``; CDK writes
+  ``10``): the engine hands moto whole numbers as floats (same JSON number). moto itself ignores
+  the tolerated-failure fields and leaves ``null`` for a failed child; ``limits.py`` applies AWS's
+  rule (default: any failed child fails the Map with ``States.ExceedToleratedFailureThreshold``).
+  Catch worker failures inside the child, as the contract does.
 - Fork before threads: the pool starts before the moto server and the interpreter's threads, and
   uses ``forkserver`` (never plain ``fork``) so replacement workers are safe too.
 - Configuration reaches handler processes through the environment of each job, never through

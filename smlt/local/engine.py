@@ -34,6 +34,23 @@ _ACTIVE_LOCK = threading.Lock()
 _active_engine: "LocalEngine | None" = None
 
 
+def definition_for_moto(definition: dict[str, Any]) -> str:
+    """The definition as JSON text for moto. moto's ASL grammar only accepts a decimal literal
+    for ``ToleratedFailurePercentage`` (``10`` fails to parse, ``10.0`` parses), and CDK, through
+    JavaScript, always writes whole numbers without the decimal point. Whole numbers there are
+    written as floats: the same JSON number, so the definition is unchanged."""
+
+    def fix(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: (float(v) if k == "ToleratedFailurePercentage" and isinstance(v, int)
+                        and not isinstance(v, bool) else fix(v)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [fix(v) for v in obj]
+        return obj
+
+    return json.dumps(fix(definition))
+
+
 def project_root() -> Path:
     """The repository root (where ``smlt/`` and ``lambdas/`` live): image functions' command
     module paths resolve from here."""
@@ -151,7 +168,7 @@ class LocalEngine:
         sm_props = syn.template["Resources"][sm_id].get("Properties", {})
         resp = self.client("stepfunctions").create_state_machine(
             name=self.resolver.local(sm_id).name,
-            definition=json.dumps(self.definition),
+            definition=definition_for_moto(self.definition),
             roleArn=self.resolver.role_arn(sm_id),
             type=sm_props.get("StateMachineType", "STANDARD"),
         )

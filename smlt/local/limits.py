@@ -22,6 +22,11 @@ and fails with ``States.DataLimitExceeded`` (``moto/stepfunctions/parser/quotas.
    ``DistributedIterationComponent._map_run`` is wrapped to apply that rule (a value of 0 means
    "not set" when the other one is set).
 5. *Execution input*: checked by the engine's ``start_execution`` (see :func:`check_input`).
+6. *Lambda error names of "payload response only" tasks* (``Resource`` = the function ARN): moto
+   names any Lambda API error of such a task ``Exception``; AWS names it ``Lambda.<Code>``
+   (``Lambda.TooManyRequestsException``, ``Lambda.ServiceException``...), as moto already does for
+   ``arn:aws:states:::lambda:invoke``. ``StateTaskLambda._from_error`` is wrapped accordingly, so
+   the Retry CDK adds on Lambda service errors applies locally too.
 
 :func:`install` checks the moto version and that every patched attribute exists: an upgrade
 that moves them fails loudly instead of silently dropping a limit.
@@ -230,6 +235,31 @@ def _patch() -> None:
             ))
 
     component._map_run = _map_run
+
+    # 6. Lambda.<Code> for API errors of payload-response-only Lambda tasks
+    from botocore.exceptions import ClientError
+    from moto.stepfunctions.parser.api import LambdaFunctionFailedEventDetails
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
+        CustomErrorName,
+    )
+
+    task_lambda = state_task_lambda.StateTaskLambda
+    orig_from_error = task_lambda._from_error
+
+    def _from_error(self: Any, env: Any, ex: Exception) -> Any:
+        if not isinstance(ex, ClientError):
+            return orig_from_error(self, env, ex)
+        error = f"Lambda.{ex.response['Error']['Code']}"
+        cause = ex.response["Error"].get("Message", "")
+        return FailureEvent(
+            env=env,
+            error_name=CustomErrorName(error),
+            event_type=HistoryEventType.LambdaFunctionFailed,
+            event_details=EventDetails(lambdaFunctionFailedEventDetails=(
+                LambdaFunctionFailedEventDetails(error=error, cause=cause))),
+        )
+
+    task_lambda._from_error = _from_error
 
     worker = execution_worker.ExecutionWorker
     orig_env = worker._get_evaluation_environment

@@ -226,6 +226,17 @@ def test_throttle_is_retried_as_lambda_too_many_requests(faults):
     assert "Rate Exceeded." in failed["cause"]
 
 
+def test_throttled_payload_only_task_is_named_like_on_aws(faults):
+    engine = faults
+    planner = engine.names[_lid(engine, "Planner")]
+    engine.invoke_filter = lambda name, payload: "throttle" if name == planner else "ok"
+    arn, d = _run(engine)
+    assert d["status"] == "FAILED"
+    assert d["error"] == "Lambda.TooManyRequestsException"  # moto alone says "Exception"
+    failed = [e for e in engine.history(arn) if e["type"] == "LambdaFunctionFailed"]
+    assert failed[0]["lambdaFunctionFailedEventDetails"]["cause"] == "Rate Exceeded."
+
+
 def test_fail_duplicate_and_timeout_actions(faults):
     engine = faults
     engine.invoke_filter = _worker_calls(engine, "fail", worker=0)

@@ -116,6 +116,21 @@ def test_parse_function_name(url, expected):
     assert parse_function_name(url) == expected
 
 
+def test_tolerated_failure_percentage_parses_in_moto():
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    from smlt.local.engine import definition_for_moto
+
+    d = {"StartAt": "M", "States": {"M": {
+        "Type": "Map", "ToleratedFailurePercentage": 10, "ToleratedFailureCount": 2, "End": True,
+        "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+                          "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}}}}
+    text = definition_for_moto(d)
+    assert json.loads(text) == d
+    assert '"ToleratedFailurePercentage": 10.0' in text and '"ToleratedFailureCount": 2' in text
+    AmazonStateLanguageParser.parse(text)
+
+
 def test_dockerfile_cmd(tmp_path):
     (tmp_path / "Dockerfile").write_text('FROM x\nCMD ["a.b.handler"]\n')
     assert _dockerfile_cmd(tmp_path, None) == "a.b.handler"
