@@ -347,8 +347,8 @@ class LocalEngine:
 
     def function_env(self, key: str) -> dict[str, str]:
         """The function's resolved Environment.Variables plus the local runtime variables
-        (AWS_ENDPOINT_URL, region, dummy credentials, AWS_LAMBDA_*): what a test needs to call
-        the handler in-process the way the engine does."""
+        (AWS_ENDPOINT_URL, region, dummy credentials, AWS_LAMBDA_*, SMLT_LOCAL_CONCURRENCY): what
+        a test needs to call the handler in-process the way the engine does."""
         spec = self.function(key)
         runtime = {
             **DUMMY_CREDENTIALS,
@@ -363,6 +363,9 @@ class LocalEngine:
             "AWS_EXECUTION_ENV": "AWS_Lambda_python3.11",
             "LAMBDA_TASK_ROOT": spec.code_dir or "",
             "_HANDLER": spec.handler,
+            # local only: how many invocations run at once (the handler processes); more queue,
+            # and the wait counts against a Task's TimeoutSeconds(Path) but not the function's
+            "SMLT_LOCAL_CONCURRENCY": str(self.pool.size if self.pool else 0),
         }
         return {**spec.env, **runtime}
 

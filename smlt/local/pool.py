@@ -338,7 +338,8 @@ class WorkerPool:
             if not ready:
                 with self._lock:
                     self.stats["timeouts"] += 1
-                back = self._replace(w)
+                if not self._closed:
+                    back = self._replace(w)
                 return InvokeOutcome(False, timeout_payload(rid, timeout), seconds,
                                      "Sandbox.Timedout")
             try:
@@ -348,7 +349,8 @@ class WorkerPool:
                 code = w.proc.exitcode
                 with self._lock:
                     self.stats["crashes"] += 1
-                back = self._replace(w)
+                if not self._closed:  # closing kills busy workers: nothing to replace then
+                    back = self._replace(w)
                 msg = (f"RequestId: {rid} Error: Runtime exited with error: "
                        + (f"signal: {-code}" if code is not None and code < 0
                           else f"exit status {code}"))

@@ -29,7 +29,7 @@ IMG_CMD = "tests.engine.fixture_lambdas.img.app.handler"
 STACK_ID = "SmltFixture"
 
 # tier name -> (construct id, timeout seconds)
-TIERS = {"small": ("TrainSmall", 30), "tiny": ("TrainTiny", 2)}
+TIERS = {"small": ("TrainSmall", 30), "tiny": ("TrainTiny", 1)}
 
 
 class FixtureStack(cdk.Stack):
@@ -135,7 +135,7 @@ class FixtureStack(cdk.Stack):
             "ResultSelector": {"worker.$": "$.Payload.worker", "ok": True},
         })
         worker.add_retry(errors=["Lambda.TooManyRequestsException", "Lambda.ServiceException"],
-                         interval=cdk.Duration.seconds(1), max_attempts=3, backoff_rate=1)
+                         interval=cdk.Duration.seconds(1), max_attempts=2, backoff_rate=1)
         worker.add_retry(errors=["Flaky"], interval=cdk.Duration.seconds(1), max_attempts=2,
                          backoff_rate=1)
         failed = sfn.Pass(self, "WorkerFailed", parameters={

@@ -230,3 +230,13 @@ def test_pool_errors_and_timeouts(pool, tmp_path):
     bad_attr = _job(path)
     bad_attr["attr"] = "nothing"
     assert pool.run(bad_attr, timeout=10).error_type == "Runtime.HandlerNotFound"
+
+
+def test_spawn_start_method_works_too(tmp_path):
+    path = tmp_path / "handler.py"
+    path.write_text(HANDLER)
+    with WorkerPool(1, start_method="spawn") as p:
+        out = p.run(_job(path, "spawned"), timeout=30)
+    assert out.ok and json.loads(out.payload)["mark"] == "spawned"
+    with pytest.raises(ValueError, match="never 'fork'"):
+        WorkerPool(1, start_method="fork")
