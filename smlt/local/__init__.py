@@ -52,7 +52,9 @@ Traps
   uses ``forkserver`` (never plain ``fork``) so replacement workers are safe too.
 - Configuration reaches handler processes through the environment of each job, never through
   module-level side effects in the parent; handlers should read their settings at call time.
-- moto's backends are process-global: one ``LocalEngine`` at a time per process.
+- moto's backends and ``MOTO_PORT`` are process-global: the engines of one process share one moto
+  server (reference counted; each engine removes its own resources on stop, the last one resets
+  moto). Two engines of the same stack cannot run at once (their names would clash).
 - ``tests`` is shadowed by a ``tests`` package in site-packages (dynamodb-json ships one); handler
   modules are therefore loaded by file path, not by import name.
 """

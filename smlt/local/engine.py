@@ -22,6 +22,7 @@ from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
 from .pool import WorkerPool
 from .resolve import BUCKET, GLOBAL_TABLE, REGION, TABLE, Resolver
+from . import server as server_mod
 from .server import MotoServer
 from .synth import Synthesized, synthesize
 
@@ -30,8 +31,6 @@ DUMMY_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
 }
-_ACTIVE_LOCK = threading.Lock()
-_active_engine: "LocalEngine | None" = None
 
 
 def definition_for_moto(definition: dict[str, Any]) -> str:
@@ -104,6 +103,7 @@ class LocalEngine:
         self._clients_lock = threading.Lock()
         self._session: Any = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._created: list[tuple[str, str]] = []  # (service, name/ARN) this engine created
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -115,12 +115,8 @@ class LocalEngine:
         self.stop()
 
     def start(self) -> "LocalEngine":
-        global _active_engine
-        with _ACTIVE_LOCK:
-            if _active_engine is not None:
-                raise RuntimeError("a LocalEngine is already running in this process (moto's "
-                                   "backends are process-global); stop it first")
-            _active_engine = self
+        if self.pool is not None:
+            raise RuntimeError("this engine is already started")
         try:
             self._start()
         except BaseException:
@@ -150,7 +146,7 @@ class LocalEngine:
         limits.install()
         limits.set_history_limit(self.history_limit)
         invoke.install()
-        self.server = MotoServer().start()
+        self.server = server_mod.acquire()
         self.timings["server"] = time.perf_counter() - t
 
         # 4. names, resources, functions, the state machine
@@ -161,6 +157,10 @@ class LocalEngine:
         self.functions = function_specs(self.resolver, syn.asset_paths, self.code_root)
         self._base_env = {k: v for k, v in os.environ.items()
                           if not k.startswith(("AWS_", "MOTO_"))}
+        router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env,
+                              self._invoke_filter)
+        invoke.activate(router)  # refuses a second engine of the same stack
+        self._router = router
         self._create_buckets()
         self._create_tables()
         sm_id = self.resolver.state_machine_id(self._state_machine)
@@ -173,25 +173,27 @@ class LocalEngine:
             type=sm_props.get("StateMachineType", "STANDARD"),
         )
         self.state_machine_arn = resp["stateMachineArn"]
-        self._router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env,
-                                    self._invoke_filter)
-        invoke.activate(self._router)
+        self._created.append(("stepfunctions", self.state_machine_arn))
         self.timings["resources"] = time.perf_counter() - t
         self.timings["start"] = time.perf_counter() - t_all
 
     def stop(self) -> None:
-        global _active_engine
+        """Stop running executions, stop serving this engine's functions, remove its resources
+        from moto (when another engine still uses the server; the last one resets it), end the
+        handler processes. Safe to call twice or after a failed start."""
         try:
-            if self.server is not None and self.server.port is not None \
-                    and self.state_machine_arn:
+            if self.server is not None and self.state_machine_arn:
                 self._stop_running_executions()
         finally:
             if self._router is not None:
                 invoke.deactivate(self._router)
                 self._router = None
             if self.server is not None:
-                self.server.stop()
+                if server_mod.users() > 1:
+                    self._delete_resources()
+                server_mod.release()
                 self.server = None
+            self._created.clear()
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
@@ -199,9 +201,24 @@ class LocalEngine:
                 self._tmp.cleanup()
                 self._tmp = None
             self._clients.clear()
-            with _ACTIVE_LOCK:
-                if _active_engine is self:
-                    _active_engine = None
+
+    def _delete_resources(self) -> None:
+        for kind, name in reversed(self._created):
+            try:
+                if kind == "stepfunctions":
+                    self.client("stepfunctions").delete_state_machine(stateMachineArn=name)
+                elif kind == "dynamodb":
+                    self.client("dynamodb").delete_table(TableName=name)
+                elif kind == "s3":
+                    s3 = self.client("s3")
+                    for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+                        objs = [{"Key": o["Key"], "VersionId": o["VersionId"]}
+                                for o in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                        if objs:
+                            s3.delete_objects(Bucket=name, Delete={"Objects": objs})
+                    s3.delete_bucket(Bucket=name)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
 
     def _stop_running_executions(self) -> None:
         sfn = self.client("stepfunctions")
@@ -222,6 +239,7 @@ class LocalEngine:
         for lid in self.resolver.of_type(BUCKET):
             name = self.resolver.local(lid).name
             s3.create_bucket(Bucket=name)
+            self._created.append(("s3", name))
             props = self.resolver.resources[lid].get("Properties", {})
             status = (props.get("VersioningConfiguration") or {}).get("Status")
             if status:
@@ -271,6 +289,7 @@ class LocalEngine:
                 kw["StreamSpecification"] = {"StreamEnabled": True,
                                              "StreamViewType": stream["StreamViewType"]}
             ddb.create_table(**kw)
+            self._created.append(("dynamodb", kw["TableName"]))
             ttl = props.get("TimeToLiveSpecification")
             if ttl and ttl.get("Enabled"):
                 ddb.update_time_to_live(TableName=kw["TableName"], TimeToLiveSpecification={

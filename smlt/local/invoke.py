@@ -18,8 +18,9 @@ Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
 - throttled (fault injection): HTTP 429 ``TooManyRequestsException``, which the interpreter
   reports as ``Lambda.TooManyRequestsException``.
 
-Only requests addressed to the active engine's endpoint are answered; any other Lambda call
-(another endpoint, no engine running) passes through untouched.
+Only requests addressed to a running engine's endpoint are answered; any other Lambda call
+(another endpoint, no engine running) passes through untouched. Engines of one process share
+the endpoint; a call goes to the engine that has the function.
 """
 
 from __future__ import annotations
@@ -211,14 +212,23 @@ class InvokeRouter:
 # --------------------------------------------------------------------------------------------
 # installation of the botocore handler
 
-_active: InvokeRouter | None = None
+_routers: list[InvokeRouter] = []
+_routers_lock = threading.Lock()
 
 
 def _before_send(request: Any, **_: Any) -> AWSResponse | None:
-    router = _active
-    if router is None or not router.owns(request.url):
+    routers = _routers  # replaced, never mutated: safe to read without the lock
+    owners = [r for r in routers if r.owns(request.url)]
+    if not owners:
         return None
-    return router.handle(request)
+    try:
+        name, _q = parse_function_name(request.url)
+    except ValueError:
+        return None
+    for r in owners:
+        if name in r.functions:
+            return r.handle(request)
+    return owners[0].handle(request)  # answers ResourceNotFoundException
 
 
 def install() -> None:
@@ -235,13 +245,21 @@ def install() -> None:
 
 
 def activate(router: InvokeRouter) -> None:
-    global _active
-    if _active is not None and _active is not router:
-        raise RuntimeError("another local engine is active in this process")
-    _active = router
+    """Route Invoke calls to ``router``'s functions. Engines of one process share the moto
+    server, so their function names must differ (two engines of the same stack cannot run at
+    once)."""
+    global _routers
+    with _routers_lock:
+        for other in _routers:
+            clash = set(other.functions) & set(router.functions)
+            if clash:
+                raise RuntimeError(
+                    f"functions {sorted(clash)[:3]} are already served by another running local "
+                    "engine (the same stack twice?); stop it first")
+        _routers = [*_routers, router]
 
 
 def deactivate(router: InvokeRouter) -> None:
-    global _active
-    if _active is router:
-        _active = None
+    global _routers
+    with _routers_lock:
+        _routers = [r for r in _routers if r is not router]

@@ -8,8 +8,9 @@
   an execution that never moves (``moto/stepfunctions/responses.py:get_backend``). In server mode
   the config is set through the ``/moto-api/config`` endpoint. (``SF_EXECUTION_HISTORY_TYPE``
   only shapes the canned history of the non-executing backend and is not used.)
-- On stop, every moto backend is reset (``/moto-api/reset``), the config and ``MOTO_PORT`` are
-  restored: moto's backends are process-global, so one engine at a time per process.
+- moto's backends and ``MOTO_PORT`` are process-global, so the engines of one process share one
+  server (:func:`acquire` / :func:`release`, reference counted). When the last user releases it,
+  every backend is reset (``/moto-api/reset``) and the config and ``MOTO_PORT`` are restored.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import urllib.request
 from typing import Any
 
@@ -82,3 +84,34 @@ class MotoServer:
         else:
             os.environ["MOTO_PORT"] = self._old_port
         self.port = None
+
+
+_shared_lock = threading.Lock()
+_shared: MotoServer | None = None
+_users = 0
+
+
+def acquire() -> MotoServer:
+    """The process's moto server, started on first use."""
+    global _shared, _users
+    with _shared_lock:
+        if _shared is None:
+            _shared = MotoServer().start()
+        _users += 1
+        return _shared
+
+
+def release() -> None:
+    """Give the server back; the last user stops (and resets) it."""
+    global _shared, _users
+    with _shared_lock:
+        if _users <= 0:
+            return
+        _users -= 1
+        if _users == 0 and _shared is not None:
+            _shared.stop()
+            _shared = None
+
+
+def users() -> int:
+    return _users

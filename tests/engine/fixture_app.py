@@ -196,6 +196,7 @@ class FixtureStack(cdk.Stack):
 
 
 def build_app(outdir: str | None = None, context: dict | None = None) -> cdk.App:
-    app = cdk.App(outdir=outdir, context=context or {})
-    FixtureStack(app, STACK_ID)  # environment-agnostic: pseudo parameters stay in the template
+    context = context or {}
+    app = cdk.App(outdir=outdir, context=context)
+    FixtureStack(app, context.get("fixture:stack", STACK_ID))  # environment-agnostic: pseudo parameters stay in the template
     return app

@@ -8,7 +8,6 @@ import os
 import re
 import threading
 import time
-from decimal import Decimal
 
 import pytest
 from botocore.exceptions import ClientError
@@ -18,11 +17,6 @@ from smlt.local.resolve import Resolver
 
 from .conftest import job
 from .fixture_app import STACK_ID
-
-
-def _by_type(names, engine, rtype):
-    return [lid for lid, r in engine.synthesized.template["Resources"].items()
-            if r["Type"] == rtype]
 
 
 def _lid(engine, prefix):
@@ -434,3 +428,29 @@ def test_per_invoke_overhead(engine, capsys):
     with capsys.disabled():
         print(f"\n[smlt.local] timings {engine.timings}; per-invoke round trip {per * 1000:.1f} ms")
     assert per < 0.5
+
+
+def test_engines_share_the_server_and_clean_up_after_themselves(engine, tmp_path):
+    from smlt.local.engine import LocalEngine
+
+    from .fixture_app import build_app
+
+    # the same stack twice: refused, and the running engine is untouched
+    with pytest.raises(RuntimeError, match="already served"):
+        LocalEngine(synthesized=engine.synthesized, workers=1).start()
+    # another stack alongside
+    with LocalEngine(build_app, outdir=tmp_path / "cdk.out", workers=1,
+                     synth_context={"fixture:stack": "Other"}) as other:
+        assert other.endpoint_url == engine.endpoint_url
+        bucket = other.names[_lid(other, "ArtifactsBucket")]
+        assert bucket.startswith("other-")
+        _, d = _run(other, workers=["ok"])
+        out = _output(d)
+        assert out["plan"]["function_name"].startswith("Other-")
+        _, d = _run(engine, workers=["ok"])
+        _output(d)
+    names = {b["Name"] for b in engine.client("s3").list_buckets()["Buckets"]}
+    assert bucket not in names
+    assert engine.names[_lid(engine, "ArtifactsBucket")] in names
+    _, d = _run(engine, workers=["ok"])
+    assert _output(d)["outcomes"] == [{"worker": 0, "ok": True}]
