@@ -1,0 +1,1 @@
+"""The smlt CDK stack and its constructs."""

@@ -1,0 +1,91 @@
+"""Local (never Docker) bundling of the planner/aggregate layer.
+
+The layer is `python/` with the pinned wheels of `layers/requirements.txt` for the Lambda
+platform (pip `--platform ... --only-binary=:all:`, so nothing compiles and the host OS does not
+matter) plus the `smlt` package. CDK calls `try_bundle` only when the stack is bundled (`cdk synth`,
+`cdk deploy`); with `aws:cdk:bundling-stacks=[]` it is skipped. The bundler never returns False:
+returning False would make CDK fall back to `docker run`, which this project never does. On
+failure it raises with pip's output and the way to synth without bundling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsii
+from aws_cdk import ILocalBundling
+
+# Bump when the bundling recipe changes so the asset hash (and the deployed layer) changes.
+RECIPE_VERSION = "1"
+
+PLATFORMS = {
+    # manylinux2014 covers wheels like safetensors/pydantic-core; numpy 2.4 ships manylinux_2_27/2_28
+    # only. Lambda's AL2023 runtimes (python3.12+) have glibc 2.34, so all of these load.
+    "x86_64": ["manylinux2014_x86_64", "manylinux_2_28_x86_64"],
+    "arm64": ["manylinux2014_aarch64", "manylinux_2_28_aarch64"],
+}
+
+_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+def layer_fingerprint(repo_root: Path, architecture: str, python_version: str) -> str:
+    """Hash of everything that goes into the layer: requirements, the smlt sources, the recipe."""
+    h = hashlib.sha256()
+    h.update(f"recipe={RECIPE_VERSION};arch={architecture};py={python_version}\n".encode())
+    req = repo_root / "layers" / "requirements.txt"
+    h.update(b"requirements.txt\0" + req.read_bytes() + b"\0")
+    pkg = repo_root / "smlt"
+    for path in sorted(pkg.rglob("*")):
+        if not path.is_file() or _SKIP_DIRS.intersection(path.relative_to(pkg).parts) or path.suffix == ".pyc":
+            continue
+        h.update(str(path.relative_to(repo_root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def build_layer(output_dir: Path, repo_root: Path, architecture: str, python_version: str) -> None:
+    """Fill `output_dir/python` with the layer's site-packages. Raises RuntimeError on failure."""
+    site = output_dir / "python"
+    site.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "pip", "install",
+        "--quiet", "--disable-pip-version-check", "--no-compile",
+        "--requirement", str(repo_root / "layers" / "requirements.txt"),
+        "--target", str(site),
+        "--implementation", "cp",
+        "--python-version", python_version,
+        "--only-binary=:all:",
+    ]  # fmt: skip
+    for platform in PLATFORMS[architecture]:
+        cmd += ["--platform", platform]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            "building the smlt layer failed (pip needs a package index; Docker is never used).\n"
+            f"command: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n"
+            "To synthesize without building the layer (tests, offline): "
+            "cdk synth -c aws:cdk:bundling-stacks=[]"
+        )
+    shutil.copytree(
+        repo_root / "smlt",
+        site / "smlt",
+        ignore=shutil.ignore_patterns(*_SKIP_DIRS, "*.pyc"),
+        dirs_exist_ok=True,
+    )
+    for cache in list(site.rglob("__pycache__")):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+@jsii.implements(ILocalBundling)
+class LocalLayerBundling:
+    def __init__(self, repo_root: Path, architecture: str, python_version: str) -> None:
+        self.repo_root = repo_root
+        self.architecture = architecture
+        self.python_version = python_version
+
+    def try_bundle(self, output_dir: str, *args, **kwargs) -> bool:  # noqa: ARG002 - jsii passes options
+        build_layer(Path(output_dir), self.repo_root, self.architecture, self.python_version)
+        return True

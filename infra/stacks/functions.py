@@ -1,0 +1,262 @@
+"""Lambda functions: planner and aggregate (zip + shared layer), train_step (image, one per tier).
+
+Each function has its own role with resource-scoped statements (no managed policies, no `*`
+actions) and its own log group. Environment variables follow docs/architecture.md exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, IgnoreMode, Size, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.stacks.nag import acknowledge
+from infra.stacks.bundling import LocalLayerBundling, layer_fingerprint
+from infra.stacks.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ZIP_HANDLER = "handler.handler"
+IMAGE_CMD = ["lambdas.train_step.handler.handler"]
+TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
+
+PLANNER_MEMORY_MB = 1024
+AGGREGATE_MEMORY_MB = 3008
+PLANNER_TIMEOUT = Duration.minutes(5)
+AGGREGATE_TIMEOUT = Duration.minutes(15)
+TRAIN_TIMEOUT = Duration.minutes(15)
+
+# Item-level DynamoDB actions: the handlers read/write items of this one table, nothing else.
+TABLE_ITEM_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+]
+
+_RETENTION = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+}
+
+
+def retention(days: int) -> logs.RetentionDays:
+    if days not in _RETENTION:
+        raise ValueError(f"context 'log_retention_days': one of {sorted(_RETENTION)}, got {days}")
+    return _RETENTION[days]
+
+
+class Functions(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: Settings,
+        data_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        table: dynamodb.ITable,
+    ) -> None:
+        super().__init__(scope, id)
+        self._settings = settings
+        self._data = data_bucket
+        self._artifacts = artifacts_bucket
+        self._table = table
+        arm = settings.architecture == "arm64"
+        self.architecture = lambda_.Architecture.ARM_64 if arm else lambda_.Architecture.X86_64
+        runtime = {"3.12": lambda_.Runtime.PYTHON_3_12, "3.13": lambda_.Runtime.PYTHON_3_13}[settings.lambda_python]
+        log_retention = retention(settings.log_retention_days)
+
+        base_env = {
+            "SMLT_ARTIFACTS_BUCKET": artifacts_bucket.bucket_name,
+            "SMLT_DATA_BUCKET": data_bucket.bucket_name,
+            "SMLT_TABLE": table.table_name,
+            "SMLT_PRICES": json.dumps(settings.prices, sort_keys=True, separators=(",", ":")),
+            "SMLT_ARCHITECTURE": settings.architecture,
+            "POWERTOOLS_SERVICE_NAME": "smlt",
+        }
+
+        # --- shared layer (numpy, safetensors, pydantic, powertools, smlt), bundled locally ---
+        self.layer = lambda_.LayerVersion(
+            self,
+            "CoreLayer",
+            description="smlt core + numpy/safetensors/pydantic/powertools (no torch)",
+            compatible_runtimes=[runtime],
+            compatible_architectures=[self.architecture],
+            code=lambda_.Code.from_asset(
+                str(REPO_ROOT / "layers"),
+                asset_hash_type=AssetHashType.CUSTOM,
+                asset_hash=layer_fingerprint(REPO_ROOT, settings.architecture, settings.lambda_python),
+                bundling=BundlingOptions(
+                    # Never pulled or run: the local bundler always succeeds or raises.
+                    image=DockerImage.from_registry(f"public.ecr.aws/sam/build-python{settings.lambda_python}"),
+                    local=LocalLayerBundling(REPO_ROOT, settings.architecture, settings.lambda_python),
+                ),
+            ),
+        )
+
+        # --- train_step: one container image, one function per memory tier ---
+        self.train_functions: dict[int, lambda_.Function] = {}
+        for mb in settings.memory_tiers:
+            fid = f"TrainStep{mb}"
+            role = self._role(fid)
+            self._read_data(role)
+            self._write_artifacts(role, tag_updates=True)
+            self._use_table(role)
+            fn = lambda_.DockerImageFunction(
+                self,
+                fid,
+                description=f"smlt train_step worker at {mb} MB",
+                code=lambda_.DockerImageCode.from_image_asset(
+                    str(REPO_ROOT),
+                    file=TRAIN_DOCKERFILE,
+                    cmd=IMAGE_CMD,
+                    platform=ecr_assets.Platform.LINUX_ARM64 if arm else ecr_assets.Platform.LINUX_AMD64,
+                    ignore_mode=IgnoreMode.DOCKER,
+                    build_args={"PYTHON_VERSION": settings.lambda_python},
+                ),
+                architecture=self.architecture,
+                memory_size=mb,
+                ephemeral_storage_size=Size.mebibytes(settings.train_ephemeral_mb),
+                timeout=TRAIN_TIMEOUT,
+                role=role,
+                tracing=lambda_.Tracing.ACTIVE,
+                log_group=self._log_group(fid, role, log_retention),
+                environment={**base_env, "SMLT_MEMORY_MB": str(mb)},
+            )
+            self.train_functions[mb] = fn
+
+        # --- aggregate ---
+        role = self._role("Aggregate")
+        self._write_artifacts(role, tag_updates=False)
+        self._use_table(role)
+        self.aggregate = lambda_.Function(
+            self,
+            "Aggregate",
+            description="smlt aggregate: weighted average of worker updates, metrics, cost ledger",
+            runtime=runtime,
+            architecture=self.architecture,
+            handler=ZIP_HANDLER,
+            code=self._zip_code("aggregate"),
+            layers=[self.layer],
+            memory_size=AGGREGATE_MEMORY_MB,
+            ephemeral_storage_size=Size.mebibytes(2048),
+            timeout=AGGREGATE_TIMEOUT,
+            role=role,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=self._log_group("Aggregate", role, log_retention),
+            environment=base_env,
+        )
+
+        # --- planner ---
+        role = self._role("Planner")
+        self._read_data(role)
+        # runs/ + pipelines/<pipeline>/latest.json (retraining warm start, written by finalize)
+        self._write_artifacts(role, tag_updates=False, prefixes=("runs/", "pipelines/"))
+        self._use_table(role)
+        stack = Stack.of(self)
+        self.planner = lambda_.Function(
+            self,
+            "Planner",
+            description="smlt planner: validate the job, plan each round, finalize",
+            runtime=runtime,
+            architecture=self.architecture,
+            handler=ZIP_HANDLER,
+            code=self._zip_code("planner"),
+            layers=[self.layer],
+            memory_size=PLANNER_MEMORY_MB,
+            timeout=PLANNER_TIMEOUT,
+            role=role,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=self._log_group("Planner", role, log_retention),
+            environment={
+                **base_env,
+                "SMLT_TRAIN_FUNCTIONS": stack.to_json_string(
+                    {str(mb): fn.function_name for mb, fn in self.train_functions.items()}
+                ),
+                "SMLT_MAX_CONCURRENCY": str(settings.max_concurrency),
+            },
+        )
+
+        self.all_functions: list[lambda_.Function] = [self.planner, self.aggregate, *self.train_functions.values()]
+        self._suppress()
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _zip_code(name: str) -> lambda_.Code:
+        return lambda_.Code.from_asset(
+            str(REPO_ROOT / "lambdas" / name),
+            exclude=["__pycache__", "*.pyc", "Dockerfile", "tests"],
+        )
+
+    def _role(self, fid: str) -> iam.Role:
+        return iam.Role(
+            self,
+            f"{fid}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"smlt {fid} execution role",
+        )
+
+    def _log_group(self, fid: str, role: iam.Role, days: logs.RetentionDays) -> logs.LogGroup:
+        group = logs.LogGroup(self, f"{fid}Logs", retention=days)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[group.log_group_arn],
+            )
+        )
+        return group
+
+    def _read_data(self, role: iam.Role) -> None:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._data.arn_for_objects("*")])
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn])
+        )
+
+    def _write_artifacts(self, role: iam.Role, *, tag_updates: bool, prefixes: tuple[str, ...] = ("runs/",)) -> None:
+        actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+        if tag_updates:
+            # Workers write updates with the `smlt-kind=update` tag (lifecycle expiry).
+            actions.append("s3:PutObjectTagging")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=actions, resources=[self._artifacts.arn_for_objects(f"{p}*") for p in prefixes]
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self._artifacts.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
+            )
+        )
+
+    def _use_table(self, role: iam.Role) -> None:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=TABLE_ITEM_ACTIONS, resources=[self._table.table_arn])
+        )
+
+    def _suppress(self) -> None:
+        for fn in (self.planner, self.aggregate):
+            acknowledge(fn, "AwsSolutions-L1")

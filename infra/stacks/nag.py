@@ -1,0 +1,125 @@
+"""cdk-nag acknowledgments, in one place, each with its reason.
+
+cdk-nag 3 runs as a CDK validation plugin (`Validations.of(app).add_plugins(AwsSolutionsChecks())`)
+and fails the synth on any finding that is not acknowledged with
+`Validations.of(construct).acknowledge(Acknowledgment(id=..., reason=...))`. Wildcard findings
+(AwsSolutions-IAM5) are acknowledged one by one (`AwsSolutions-IAM5[Resource::...]`): the policies
+of the stack are scanned here and only the findings that match WILDCARD_ALLOWLIST are
+acknowledged, so any new wildcard fails the synth until it is justified below.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from aws_cdk import aws_iam as iam
+from constructs import IConstruct
+
+# (finding regex, reason). Findings are cdk-nag's flattened form: `Resource::<LogicalId.Arn>/runs/*`.
+WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
+    (
+        r"^Resource::\*$",
+        "Only for actions that support no resource scoping: X-Ray PutTraceSegments/PutTelemetryRecords/"
+        "GetSampling* (active tracing), CloudWatch Logs log-delivery actions of the state machine's "
+        "vended logs, and ecr:GetAuthorizationToken for the train_step image.",
+    ),
+    (
+        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs|pipelines)/\*$",
+        "Objects under the run prefix runs/ (and, for the planner, pipelines/) of the artifacts bucket; "
+        "keys are per run/round/worker or per pipeline and not known at deploy time.",
+    ),
+    (
+        r"^Resource::<\w*Data\w*\.Arn>/\*$",
+        "Read-only access to dataset objects of the stack's own data bucket; dataset names are chosen "
+        "by users at run time.",
+    ),
+    (
+        r'^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:'
+        r'\{"Fn::Select":\[6,\{"Fn::Split":\[":",\{"Ref":"\w*StateMachine\w*"\}\]\}\]\}(/\*)?:\*$',
+        "Distributed Map: the state machine describes, stops and redrives the child executions it starts "
+        "(execution names are generated at run time; the ARN is scoped to this state machine's name).",
+    ),
+    (
+        r"^Resource::<\w*(Planner|Aggregate)\w*\.Arn>:\*$",
+        "lambda:InvokeFunction on versions/aliases of the stack's own planner/aggregate functions "
+        "(added by the CDK LambdaInvoke task next to the unqualified ARN).",
+    ),
+]
+
+# Rule-level acknowledgments (no wildcard finding): (rule id, reason), applied by the constructs.
+REASONS = {
+    "AwsSolutions-S1": "This is the server access log bucket of the data and artifacts buckets; "
+    "logging it into itself would recurse.",
+    "AwsSolutions-L1": "Pinned runtime: the layer's compiled wheels (numpy, pydantic-core) are built for this "
+    "exact Python version, which the train_step image also uses; bump it together with layers/.",
+    "AwsSolutions-SQS3": "This queue is the dead-letter queue of the upload trigger's EventBridge target.",
+}
+
+
+def acknowledge(construct: IConstruct, rule_id: str) -> None:
+    Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=REASONS[rule_id]))
+
+
+def _flatten(node: Any) -> str:
+    """cdk-nag's flattenCfnReference: intrinsics to `<LogicalId.Attr>` strings."""
+    if node is None:
+        return ""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return delimiter.join(_flatten(i) for i in items)
+        if "Fn::Sub" in node:
+            return _flatten(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            res, attr = node["Fn::GetAtt"]
+            return f"<{_flatten(res)}.{_flatten(attr)}>"
+        if "Fn::ImportValue" in node:
+            return _flatten(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{_flatten(node['Ref'])}>"
+    import json
+
+    return json.dumps(node, separators=(",", ":"))
+
+
+def wildcard_findings(document: dict[str, Any]) -> list[str]:
+    """The IAM5 findings cdk-nag reports for one resolved policy document."""
+    found: list[str] = []
+    for st in document.get("Statement", []):
+        if st.get("Effect") != "Allow":
+            continue
+        actions = st.get("Action", [])
+        for a in actions if isinstance(actions, list) else [actions]:
+            if "*" in a:
+                found.append(f"Action::{a}")
+        resources = st.get("Resource", [])
+        for r in resources if isinstance(resources, list) else [resources]:
+            flat = _flatten(r)
+            if "*" in flat:
+                found.append(f"Resource::{flat}")
+    return list(dict.fromkeys(found))
+
+
+def acknowledge_allowed_wildcards(stack: Stack) -> dict[str, list[str]]:
+    """Acknowledge the allowlisted IAM5 findings on every IAM policy of the stack.
+
+    Returns {construct path: [acknowledged finding]} (for tests and review)."""
+    done: dict[str, list[str]] = {}
+    for c in stack.node.find_all():
+        if not (isinstance(c, iam.CfnPolicy) and CfnResource.is_cfn_resource(c)):
+            continue
+        document = stack.resolve(c.policy_document)
+        acked = []
+        for finding in wildcard_findings(document):
+            for pattern, reason in WILDCARD_ALLOWLIST:
+                if re.match(pattern, finding):
+                    Validations.of(c).acknowledge(Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
+                    acked.append(finding)
+                    break
+        if acked:
+            done[c.node.path] = acked
+    return done

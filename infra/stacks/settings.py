@@ -1,0 +1,118 @@
+"""Stack settings read from CDK context (cdk.json, `-c key=value`, or `build_app(context=...)`).
+
+`cdk.json` holds the defaults; `infra.app.build_app` loads them so an in-process caller (the
+local engine) gets the same values as the CDK CLI. Values given on the command line arrive as
+strings (`-c max_concurrency=32`), so every non-string setting is JSON-decoded when it is a string.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from constructs import Construct
+
+ARCHITECTURES = ("x86_64", "arm64")
+# Lambda's Python runtimes on Amazon Linux 2023 (glibc 2.34). python3.11 runs on Amazon Linux 2
+# (glibc 2.26), where numpy 2.4.x (manylinux_2_27) and torch 2.13 (manylinux_2_28) cannot load.
+LAMBDA_PYTHONS = ("3.12", "3.13")
+
+# Fallbacks when neither cdk.json nor the caller provides a value. Keep in sync with cdk.json.
+DEFAULTS: dict[str, Any] = {
+    "memory_tiers": [1769, 3008, 5120, 10240],
+    "max_concurrency": 64,
+    "architecture": "x86_64",
+    "lambda_python": "3.12",
+    "prices": {
+        "currency": "USD",
+        "lambda_gb_second": {"x86_64": 0.0000166667, "arm64": 0.0000133334},
+        "lambda_request": 0.0000002,
+        "sfn_transition": 0.000025,
+        "s3_put": 0.000005,
+        "s3_get": 0.0000004,
+    },
+    "redis_reducer": False,
+    "update_expiry_days": 7,
+    "log_retention_days": 30,
+    "train_ephemeral_mb": 4096,
+    "execution_timeout_hours": 168,
+    "alarm_topic_arn": None,
+}
+
+
+def _decode(key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
+    if isinstance(value, str) and expected is not str:
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"context {key!r}: expected JSON, got {value!r}") from None
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ValueError(f"context {key!r}: expected {expected}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    memory_tiers: tuple[int, ...]
+    max_concurrency: int
+    architecture: str
+    lambda_python: str
+    prices: dict[str, Any]
+    redis_reducer: bool
+    update_expiry_days: int
+    log_retention_days: int
+    train_ephemeral_mb: int
+    execution_timeout_hours: int
+    alarm_topic_arn: str | None = None
+
+    @staticmethod
+    def from_context(scope: Construct) -> "Settings":
+        def get(key: str, expected: type | tuple[type, ...]) -> Any:
+            raw = scope.node.try_get_context(key)
+            if raw is None:
+                raw = DEFAULTS[key]
+            if raw is None:
+                return None
+            return _decode(key, raw, expected)
+
+        tiers = get("memory_tiers", list)
+        if not tiers or any(isinstance(t, bool) or not isinstance(t, int) or not 128 <= t <= 10240 for t in tiers):
+            raise ValueError(f"context 'memory_tiers': need a list of integers in 128..10240 MB, got {tiers!r}")
+        if len(set(tiers)) != len(tiers):
+            raise ValueError(f"context 'memory_tiers': duplicate tier in {tiers!r}")
+        arch = get("architecture", str)
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"context 'architecture': one of {ARCHITECTURES}, got {arch!r}")
+        py = str(get("lambda_python", (str, float)))
+        if py not in LAMBDA_PYTHONS:
+            raise ValueError(f"context 'lambda_python': one of {LAMBDA_PYTHONS}, got {py!r}")
+        max_conc = get("max_concurrency", int)
+        if not 1 <= max_conc <= 10000:
+            raise ValueError(f"context 'max_concurrency': 1..10000, got {max_conc}")
+        prices = get("prices", dict)
+        gbs = prices.get("lambda_gb_second")
+        if not isinstance(gbs, dict) or arch not in gbs:
+            raise ValueError(f"context 'prices.lambda_gb_second' needs a price for {arch!r}")
+        redis = get("redis_reducer", bool)
+        if redis:
+            raise ValueError(
+                "context 'redis_reducer': the Redis reducer (ElastiCache in a VPC) is not part of this "
+                "stack yet; leave it false (updates go through S3)"
+            )
+        topic = get("alarm_topic_arn", str)
+        return Settings(
+            memory_tiers=tuple(sorted(tiers)),
+            max_concurrency=max_conc,
+            architecture=arch,
+            lambda_python=py,
+            prices=prices,
+            redis_reducer=redis,
+            update_expiry_days=get("update_expiry_days", int),
+            log_retention_days=get("log_retention_days", int),
+            train_ephemeral_mb=get("train_ephemeral_mb", int),
+            execution_timeout_hours=get("execution_timeout_hours", int),
+            alarm_topic_arn=topic or None,
+        )

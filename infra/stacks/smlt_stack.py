@@ -1,0 +1,96 @@
+"""SmltStack: storage, table, functions, workflow, trigger and monitoring wired together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from infra.stacks.functions import (
+    AGGREGATE_TIMEOUT,
+    PLANNER_TIMEOUT,
+    Functions,
+    retention,
+)
+from infra.stacks.monitoring import Monitoring
+from infra.stacks.nag import acknowledge_allowed_wildcards
+from infra.stacks.settings import Settings
+from infra.stacks.storage import Storage
+from infra.stacks.table import RunTable
+from infra.stacks.trigger import RetrainTrigger
+from infra.stacks.workflow import Workflow
+
+
+class SmltStack(Stack):
+    def __init__(self, scope: Construct, id: str, **kwargs: Any) -> None:
+        super().__init__(scope, id, **kwargs)
+        settings = Settings.from_context(self)
+        self.settings = settings
+
+        self.storage = Storage(self, "Storage", update_expiry_days=settings.update_expiry_days)
+        self.runs = RunTable(self, "Runs")
+        self.functions = Functions(
+            self,
+            "Functions",
+            settings=settings,
+            data_bucket=self.storage.data,
+            artifacts_bucket=self.storage.artifacts,
+            table=self.runs.table,
+        )
+        self.workflow = Workflow(
+            self,
+            "Workflow",
+            planner=self.functions.planner,
+            aggregate=self.functions.aggregate,
+            train_functions=self.functions.train_functions,
+            planner_timeout=PLANNER_TIMEOUT,
+            aggregate_timeout=AGGREGATE_TIMEOUT,
+            log_retention=retention(settings.log_retention_days),
+            execution_timeout=Duration.hours(settings.execution_timeout_hours),
+        )
+        # Chain: the planner starts the execution that continues a long run. A separate policy
+        # (not the role's default policy, which the function depends on) avoids a cycle
+        # function → policy → state machine → function.
+        iam.Policy(
+            self,
+            "PlannerChainPolicy",
+            roles=[self.functions.planner.role],
+            statements=[
+                iam.PolicyStatement(
+                    actions=["states:StartExecution"],
+                    resources=[self.workflow.state_machine.state_machine_arn],
+                )
+            ],
+        )
+        self.trigger = RetrainTrigger(
+            self,
+            "Trigger",
+            data_bucket=self.storage.data,
+            state_machine=self.workflow.state_machine,
+        )
+        fns = {"Planner": self.functions.planner, "Aggregate": self.functions.aggregate}
+        fns.update({f"TrainStep{mb}": fn for mb, fn in self.functions.train_functions.items()})
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            state_machine=self.workflow.state_machine,
+            functions=fns,
+            dead_letters=self.trigger.dead_letters,
+            alarm_topic_arn=settings.alarm_topic_arn,
+        )
+
+        CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
+        CfnOutput(self, "DataBucketName", value=self.storage.data.bucket_name)
+        CfnOutput(self, "ArtifactsBucketName", value=self.storage.artifacts.bucket_name)
+        CfnOutput(self, "TableName", value=self.runs.table.table_name)
+        CfnOutput(
+            self,
+            "DashboardUrl",
+            value=f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
+            f"#dashboards:name={self.monitoring.dashboard.dashboard_name}",
+        )
+
+        # Last: every IAM policy exists now; acknowledge only the allowlisted wildcards.
+        self.acknowledged_wildcards = acknowledge_allowed_wildcards(self)

@@ -1,0 +1,72 @@
+"""Buckets: data (datasets, EventBridge notifications on), artifacts (runs/), access logs."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.stacks.nag import acknowledge
+
+# Workers write their per-round deltas with this object tag so a lifecycle rule can expire them:
+# S3 lifecycle filters take a literal prefix (no wildcards), so `runs/*/rounds/*/updates/` can
+# only be selected by prefix `runs/` AND a tag. See docs/architecture.md, "Storage".
+UPDATE_TAG_KEY = "smlt-kind"
+UPDATE_TAG_VALUE = "update"
+
+
+class Storage(Construct):
+    def __init__(self, scope: Construct, id: str, *, update_expiry_days: int) -> None:
+        super().__init__(scope, id)
+
+        common = dict(
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            **{**common, "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_PREFERRED},
+            lifecycle_rules=[s3.LifecycleRule(id="expire-logs", expiration=Duration.days(90))],
+        )
+        acknowledge(self.access_logs, "AwsSolutions-S1")
+
+        self.data = s3.Bucket(
+            self,
+            "Data",
+            **common,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="data/",
+            lifecycle_rules=[
+                s3.LifecycleRule(id="abort-multipart", abort_incomplete_multipart_upload_after=Duration.days(1)),
+            ],
+        )
+
+        # EventBridge notifications set natively on AWS::S3::Bucket (NotificationConfiguration.
+        # EventBridgeConfiguration) instead of `event_bridge_enabled=True`, which deploys a
+        # custom-resource Lambda (BucketNotificationsHandler) just to flip this switch.
+        cfn_data: s3.CfnBucket = self.data.node.default_child  # type: ignore[assignment]
+        cfn_data.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
+            event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
+        )
+
+        self.artifacts = s3.Bucket(
+            self,
+            "Artifacts",
+            **common,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="artifacts/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-worker-updates",
+                    prefix="runs/",
+                    tag_filters={UPDATE_TAG_KEY: UPDATE_TAG_VALUE},
+                    expiration=Duration.days(update_expiry_days),
+                ),
+                s3.LifecycleRule(id="abort-multipart", abort_incomplete_multipart_upload_after=Duration.days(1)),
+            ],
+        )

@@ -1,0 +1,238 @@
+"""The training state machine (Standard, JSONPath only), exactly as in docs/architecture.md.
+
+Start → Plan → ShouldTrain → Train (Distributed Map of TrainWorker) → Aggregate → Continue → …
+→ Finalize → Done; ShouldTrain also routes "chain" → Chain → Chained and "duplicate" → Duplicate.
+A failed worker is caught inside the map child (WorkerFailed), so the map never fails because of
+one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the plan) and retries
+Lambda service errors and throttling with exponential backoff.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+# Lambda service errors Step Functions recommends retrying (what CDK adds by default).
+LAMBDA_SERVICE_ERRORS = [
+    "Lambda.ClientExecutionTimeoutException",
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+]
+LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
+
+# Retriers as ASL (used verbatim for the custom TrainWorker state, and via add_retry elsewhere).
+SERVICE_RETRY = {"ErrorEquals": LAMBDA_SERVICE_ERRORS, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2.0}
+THROTTLE_RETRY = {
+    "ErrorEquals": LAMBDA_THROTTLED,
+    "IntervalSeconds": 1,
+    "MaxAttempts": 10,
+    "BackoffRate": 2.0,
+    "MaxDelaySeconds": 60,
+    "JitterStrategy": "FULL",
+}
+
+# Seconds a task may run: the function timeout plus headroom for invoke overhead.
+TASK_HEADROOM = Duration.seconds(60)
+
+
+def _add_retries(state: sfn.TaskStateBase) -> None:
+    state.add_retry(
+        errors=LAMBDA_SERVICE_ERRORS,
+        interval=Duration.seconds(2),
+        max_attempts=6,
+        backoff_rate=2.0,
+    )
+    state.add_retry(
+        errors=LAMBDA_THROTTLED,
+        interval=Duration.seconds(1),
+        max_attempts=10,
+        backoff_rate=2.0,
+        max_delay=Duration.seconds(60),
+        jitter_strategy=sfn.JitterType.FULL,
+    )
+
+
+def _task_timeout(function_timeout: Duration) -> sfn.Timeout:
+    return sfn.Timeout.duration(Duration.seconds(function_timeout.to_seconds() + TASK_HEADROOM.to_seconds()))
+
+
+class Workflow(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        planner: lambda_.Function,
+        aggregate: lambda_.Function,
+        train_functions: dict[int, lambda_.Function],
+        planner_timeout: Duration,
+        aggregate_timeout: Duration,
+        log_retention: logs.RetentionDays,
+        execution_timeout: Duration,
+    ) -> None:
+        super().__init__(scope, id)
+
+        start = sfn.Pass(
+            self,
+            "Start",
+            parameters={"job.$": "$", "execution.$": "$$.Execution.Name"},
+        )
+
+        plan = tasks.LambdaInvoke(
+            self,
+            "Plan",
+            lambda_function=planner,
+            payload_response_only=True,
+            retry_on_service_exceptions=False,
+            payload=sfn.TaskInput.from_object(
+                {"op": "plan", "job": sfn.JsonPath.object_at("$.job"), "execution": sfn.JsonPath.string_at("$.execution")}
+            ),
+            result_path="$.plan",
+            task_timeout=_task_timeout(planner_timeout),
+        )
+        _add_retries(plan)
+
+        # --- the map child: one worker ---
+        train_worker = sfn.CustomState(
+            self,
+            "TrainWorker",
+            state_json={
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {
+                    "FunctionName.$": "$.function_name",
+                    "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+                },
+                "ResultSelector": {"worker.$": "$.Payload.worker", "ok": True},
+                # The planner sets the per-round limit; a straggler past it is abandoned (the
+                # round's seal refuses its late write) and reported as WorkerFailed.
+                "TimeoutSecondsPath": "$.timeout_s",
+                "Retry": [SERVICE_RETRY, THROTTLE_RETRY],
+            },
+        )
+        worker_failed = sfn.Pass(
+            self,
+            "WorkerFailed",
+            parameters={"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"},
+        )
+        train_worker.add_catch(worker_failed, errors=[sfn.Errors.ALL], result_path="$.error")
+
+        train = sfn.DistributedMap(
+            self,
+            "Train",
+            items_path="$.plan.workers",
+            max_concurrency_path="$.plan.max_concurrency",
+            item_selector={
+                "run_id.$": "$.plan.run_id",
+                "round.$": "$.plan.round",
+                "worker.$": "$$.Map.Item.Value",
+                "function_name.$": "$.plan.function_name",
+                "timeout_s.$": "$.plan.worker_timeout_s",
+            },
+            result_path="$.outcomes",
+        )
+        train.item_processor(train_worker)
+
+        aggregate_task = tasks.LambdaInvoke(
+            self,
+            "Aggregate",
+            lambda_function=aggregate,
+            payload_response_only=True,
+            retry_on_service_exceptions=False,
+            payload=sfn.TaskInput.from_object(
+                {
+                    "run_id": sfn.JsonPath.string_at("$.plan.run_id"),
+                    "round": sfn.JsonPath.number_at("$.plan.round"),
+                    "outcomes": sfn.JsonPath.list_at("$.outcomes"),
+                }
+            ),
+            result_path="$.agg",
+            task_timeout=_task_timeout(aggregate_timeout),
+        )
+        _add_retries(aggregate_task)
+
+        finalize = tasks.LambdaInvoke(
+            self,
+            "Finalize",
+            lambda_function=planner,
+            payload_response_only=True,
+            retry_on_service_exceptions=False,
+            payload=sfn.TaskInput.from_object({"op": "finalize", "run_id": sfn.JsonPath.string_at("$.plan.run_id")}),
+            result_path="$.final",
+            task_timeout=_task_timeout(planner_timeout),
+        )
+        _add_retries(finalize)
+        done = sfn.Succeed(self, "Done")
+        finalize.next(done)
+
+        # Long runs continue in a fresh execution (history limit): the planner starts it.
+        chain = tasks.LambdaInvoke(
+            self,
+            "Chain",
+            lambda_function=planner,
+            payload_response_only=True,
+            retry_on_service_exceptions=False,
+            payload=sfn.TaskInput.from_object(
+                {
+                    "op": "chain",
+                    "job": sfn.JsonPath.object_at("$.job"),
+                    "run_id": sfn.JsonPath.string_at("$.plan.run_id"),
+                    "round": sfn.JsonPath.number_at("$.plan.round"),
+                    "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
+                }
+            ),
+            result_path="$.chain",
+            task_timeout=_task_timeout(planner_timeout),
+        )
+        _add_retries(chain)
+        chain.next(sfn.Succeed(self, "Chained", comment="The run continues in $.chain.execution_arn"))
+
+        # A duplicated upload event (see "Trigger" in docs/architecture.md): the run belongs to
+        # another execution, the planner answers "duplicate" and nothing else runs.
+        duplicate = sfn.Succeed(self, "Duplicate", comment="The run is owned by another execution")
+
+        should_train = (
+            sfn.Choice(self, "ShouldTrain")
+            .when(sfn.Condition.string_equals("$.plan.action", "stop"), finalize)
+            .when(sfn.Condition.string_equals("$.plan.action", "chain"), chain)
+            .when(sfn.Condition.string_equals("$.plan.action", "duplicate"), duplicate)
+            .otherwise(train)
+        )
+        continue_choice = (
+            sfn.Choice(self, "Continue")
+            .when(sfn.Condition.boolean_equals("$.agg.stop", True), finalize)
+            .otherwise(plan)
+        )
+        train.next(aggregate_task).next(continue_choice)
+        definition = start.next(plan).next(should_train)
+
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=f"/aws/vendedlogs/states/{Stack.of(self).stack_name}-training",
+            retention=log_retention,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            comment="smlt: adaptive serverless training (plan, train on n workers, aggregate, repeat)",
+            tracing_enabled=True,
+            timeout=execution_timeout,
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        )
+        # The worker task picks its function from the state (FunctionName.$): allow exactly the tiers.
+        self.state_machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"],
+                resources=[fn.function_arn for fn in train_functions.values()],
+            )
+        )
