@@ -109,6 +109,14 @@ def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
             "reason": item["reason"]}
 
 
+def _straggler_limit(decision: Decision, rounds: list[dict]) -> float | None:
+    """The planner's straggler cut-off, but never before timings exist (round 0 pays cold starts
+    the model has not seen) and never under 10 s (a cut-off that tight only loses updates)."""
+    if decision.worker_time_limit_s is None or not rounds:
+        return None
+    return max(decision.worker_time_limit_s, 10.0)
+
+
 def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     triggered = isinstance(raw_job, dict) and "trigger" in raw_job
@@ -171,7 +179,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         lost = _lost_shards(table.plan(rnd - 1) if prev else None, prev)
         spec = RoundSpec(run_id=run_id, round=rnd, workers=decision.workers, memory_mb=decision.memory_mb,
                          local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
-                         planned_at=item["planned_at"], time_limit_s=decision.worker_time_limit_s,
+                         planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds),
                          learning_rate=lr, reason=decision.reason, job=job,
                          assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost))
         item.update(action="train", workers=spec.workers, memory_mb=spec.memory_mb, local_steps=spec.local_steps,

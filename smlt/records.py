@@ -107,9 +107,10 @@ class RunTable:
 
     def query(self, prefix: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
+        values = {":pk": self.pk, **({":p": prefix} if prefix else {})}
         kwargs = dict(TableName=self.table, ConsistentRead=True,
-                      KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-                      ExpressionAttributeValues=_to_item({":pk": self.pk, ":p": prefix}))
+                      KeyConditionExpression="pk = :pk" + (" AND begins_with(sk, :p)" if prefix else ""),
+                      ExpressionAttributeValues=_to_item(values))
         while True:
             resp = self.client.query(**kwargs)
             items.extend(_from_item(i) for i in resp.get("Items", []))

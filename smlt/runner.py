@@ -10,6 +10,7 @@ is what `smlt resume RUN --local --out OUT` continues from.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -47,11 +48,14 @@ def _read_job(path: Path) -> dict[str, Any]:
 
 
 def start_engine(faults: str | None, quiet: bool = False):
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # before jsii starts
     from infra.app import build_app
     from smlt.faults import FaultInjector, parse_faults
     from smlt.local import LocalEngine
 
     t0 = time.perf_counter()
+    # Handler processes inherit this environment: keep their INFO logs off the progress lines.
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     try:
         injector = FaultInjector(parse_faults(faults)) if faults else None
     except ValueError as e:
@@ -75,7 +79,7 @@ class Follower:
         self.engine, self.names, self.run_id = engine, names, run_id
         self.state_dir, self.quiet = state_dir, quiet
         self.seen: set[int] = set()
-        self.last_reason = ""
+        self.last_plan: tuple = ()
         self.history: list[dict] = []
 
     def poll(self, *_: Any) -> None:
@@ -86,11 +90,12 @@ class Follower:
         plans = {p["round"]: p for p in table.plans()}
         for r in new:
             self.seen.add(r["round"])
-            reason = plans.get(r["round"], {}).get("reason", "")
+            plan = plans.get(r["round"], {})
+            shape = (plan.get("workers"), plan.get("memory_mb"), plan.get("local_steps"))
             if not self.quiet:
-                if reason and reason != self.last_reason:
-                    print(f"  plan: {reason}")
-                self.last_reason = reason
+                if plan.get("reason") and shape != self.last_plan:  # say why whenever the plan changes
+                    print(f"  plan: {plan['reason']}")
+                self.last_plan = shape
                 print(progress_line(r) + (f" | {r['reason']}" if r.get("reason") else ""), flush=True)
         save_snapshot(self.engine, self.names, self.run_id, self.state_dir)
 
