@@ -87,6 +87,8 @@ class Follower:
         new = [r for r in sorted(table.rounds(), key=lambda r: r["round"]) if r["round"] not in self.seen]
         if not new:
             return
+        # Checkpoint first, then report: a round that was printed is a round that survives a crash.
+        save_snapshot(self.engine, self.names, self.run_id, self.state_dir)
         plans = {p["round"]: p for p in table.plans()}
         for r in new:
             self.seen.add(r["round"])
@@ -97,7 +99,6 @@ class Follower:
                     print(f"  plan: {plan['reason']}")
                 self.last_plan = shape
                 print(progress_line(r) + (f" | {r['reason']}" if r.get("reason") else ""), flush=True)
-        save_snapshot(self.engine, self.names, self.run_id, self.state_dir)
 
     def follow(self, arn: str) -> dict[str, Any]:
         while True:

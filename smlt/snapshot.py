@@ -34,7 +34,9 @@ def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
             if not path.exists() or key.endswith(".json"):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(store.get(key))
-    (state_dir / "items.json").write_text(json.dumps(items, default=str))
+    tmp = state_dir / "items.json.tmp"
+    tmp.write_text(json.dumps(items, default=str))
+    tmp.replace(state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
 
 
 def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:

@@ -64,3 +64,15 @@ def test_faults_still_reach_the_target_with_an_exact_ledger(local, tmp_path):
     assert final["val_accuracy"] >= 0.95
     assert final["lost_updates"] == 0 and final["double_counted_updates"] == 0
     assert injector.counts["fail"] > 0 and injector.counts["duplicate"] > 0
+
+
+def test_long_run_chains_executions(local, tmp_path):
+    job = digits_job(max_rounds=10, target_value=None, local_steps=2)
+    job["workers"].update(initial=2)
+    job["rounds_per_execution"] = 4
+    assert run(local, job, tmp_path, "chained") == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["final"]["rounds"] == 10
+    assert [r["round"] for r in metrics["rounds"]] == list(range(11))  # no round twice, none lost
+    executions = {e["execution"] for e in json.loads((tmp_path / "history.json").read_text())}
+    assert len(executions) == 3  # 4 + 4 + 3 rounds
