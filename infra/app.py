@@ -29,6 +29,7 @@ STACK_ID = "Smlt"
 BUNDLING_STACKS = "aws:cdk:bundling-stacks"
 ASSET_METADATA = "aws:cdk:enable-asset-metadata"
 CFN_VALIDATE = "smlt:cfn-validate"
+BUNDLE = "smlt:bundle"
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -42,14 +43,15 @@ def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) 
     defaults = cdk_json_context()
     defaults.setdefault(ASSET_METADATA, True)
     final = dict(context or {})
-    # `cdk synth -c aws:cdk:bundling-stacks=[]` reaches the app as the string "[]"; CDK expects a list.
-    cli = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")
-    raw = final.get(BUNDLING_STACKS, cli.get(BUNDLING_STACKS))
-    if isinstance(raw, str):
-        final[BUNDLING_STACKS] = json.loads(raw) if raw.strip().startswith("[") else [raw]
+    cli = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")  # what the CDK CLI passes
+    merged = {**defaults, **cli, **final}
+    # The CLI refuses user context keys starting with "aws:"; `-c smlt:bundle=false` skips
+    # bundling (the layer is not built: synth needs no package index; such an assembly
+    # must not be deployed).
+    if str(merged.get(BUNDLE, "true")).lower() == "false":
+        final[BUNDLING_STACKS] = []
     # CDK's built-in "CloudFormation Validate" plugin costs 5-9 s per synth (the tests run
     # cfn-lint instead); turn it on with `-c smlt:cfn-validate=true`.
-    merged = {**defaults, **cli, **final}
     cfn_validate = str(merged.get(CFN_VALIDATE, "false")).lower() == "true"
     app = cdk.App(
         outdir=outdir,

@@ -3,7 +3,7 @@
 The layer is `python/` with the pinned wheels of `layers/requirements.txt` for the Lambda
 platform (pip `--platform ... --only-binary=:all:`, so nothing compiles and the host OS does not
 matter) plus the `smlt` package. CDK calls `try_bundle` only when the stack is bundled (`cdk synth`,
-`cdk deploy`); with `aws:cdk:bundling-stacks=[]` it is skipped. The bundler never returns False:
+`cdk deploy`); with `aws:cdk:bundling-stacks=[]` (CLI: `-c smlt:bundle=false`) it is skipped. The bundler never returns False:
 returning False would make CDK fall back to `docker run`, which this project never does. On
 failure it raises with pip's output and the way to synth without bundling.
 """
@@ -67,7 +67,7 @@ def build_layer(output_dir: Path, repo_root: Path, architecture: str, python_ver
             "building the smlt layer failed (pip needs a package index; Docker is never used).\n"
             f"command: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n"
             "To synthesize without building the layer (tests, offline): "
-            "cdk synth -c aws:cdk:bundling-stacks=[]"
+            "npx cdk synth -c smlt:bundle=false (or build_app(context={\"aws:cdk:bundling-stacks\": []}))"
         )
     shutil.copytree(
         repo_root / "smlt",
@@ -75,6 +75,9 @@ def build_layer(output_dir: Path, repo_root: Path, architecture: str, python_ver
         ignore=shutil.ignore_patterns(*_SKIP_DIRS, "*.pyc"),
         dirs_exist_ok=True,
     )
+    # Not importable code: console scripts, and a top-level `tests` package some sdists ship.
+    for extra in ("bin", "tests"):
+        shutil.rmtree(site / extra, ignore_errors=True)
     for cache in list(site.rglob("__pycache__")):
         shutil.rmtree(cache, ignore_errors=True)
 

@@ -1,0 +1,94 @@
+"""build_app: context handling, overrides, validation errors and synth time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.infra.conftest import synthesize
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cdk_json_runs_the_app_and_holds_the_defaults():
+    from infra.stacks.settings import DEFAULTS
+
+    cfg = json.loads((REPO / "cdk.json").read_text())
+    assert "infra.app" in cfg["app"]
+    ctx = cfg["context"]
+    for key, value in DEFAULTS.items():
+        assert ctx[key] == value, key
+    assert ctx["memory_tiers"] == [1769, 3008, 5120, 10240]
+    assert ctx["max_concurrency"] == 64
+    assert ctx["architecture"] == "x86_64"
+    assert ctx["redis_reducer"] is False
+    assert set(ctx["prices"]) >= {"lambda_gb_second", "lambda_request", "sfn_transition", "s3_put", "s3_get"}
+
+
+def test_stack_id_and_name(synth):
+    assert synth.stack.node.id == "Smlt"
+    assert synth.stack.stack_name == "Smlt"
+    assert [s.stack_name for s in synth.assembly.stacks] == ["Smlt"]
+
+
+def test_warm_synth_is_fast(synth):
+    # The first synth of the session pays for importing aws_cdk and starting jsii; the local
+    # engine's target is ~3-4 s warm. Generous bound to stay robust on slow CI machines.
+    assert synth.seconds < 30
+
+
+def test_no_bundling_no_docker_only_staging(synth):
+    """With bundling off the layer points at layers/ (not built) and the image is only staged."""
+    manifest = json.loads((synth.outdir / "Smlt.assets.json").read_text())
+    assert len(manifest["dockerImages"]) == 1
+    layer = next(iter(synth.resources("AWS::Lambda::LayerVersion").values()))
+    assert Path(layer["Metadata"]["aws:asset:path"]).resolve() == (REPO / "layers").resolve()
+
+
+def test_context_overrides_from_cli_strings(tmp_path):
+    """`-c key=value` arrives as strings; tiers, architecture and concurrency follow context."""
+    s = synthesize(
+        tmp_path,
+        {"memory_tiers": "[2048, 1769]", "architecture": "arm64", "max_concurrency": "16"},
+    )
+    fns = s.resources("AWS::Lambda::Function")
+    tiers = sorted(int(k[len("FunctionsTrainStep") : -8]) for k in fns if k.startswith("FunctionsTrainStep"))
+    assert tiers == [1769, 2048]
+    for fn in fns.values():
+        assert fn["Properties"]["Architectures"] == ["arm64"]
+        assert fn["Properties"]["Environment"]["Variables"]["SMLT_ARCHITECTURE"] == "arm64"
+    planner = next(v for k, v in fns.items() if k.startswith("FunctionsPlanner"))
+    assert planner["Properties"]["Environment"]["Variables"]["SMLT_MAX_CONCURRENCY"] == "16"
+    (image,) = json.loads((tmp_path / "Smlt.assets.json").read_text())["dockerImages"].values()
+    assert image["source"]["platform"] == "linux/arm64"
+    assert s.seconds < 15  # warm (same process): the local engine's budget is ~3-4 s
+
+
+@pytest.mark.parametrize(
+    "context, message",
+    [
+        ({"memory_tiers": [64]}, "memory_tiers"),
+        ({"memory_tiers": [1769, 1769]}, "duplicate"),
+        ({"architecture": "sparc"}, "architecture"),
+        ({"redis_reducer": True}, "Redis"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"lambda_python": "3.11"}, "lambda_python"),
+        ({"log_retention_days": 31}, "log_retention_days"),
+    ],
+)
+def test_bad_context_fails_with_a_named_setting(tmp_path, context, message):
+    from infra.app import build_app
+
+    with pytest.raises(Exception, match=message):
+        build_app(outdir=str(tmp_path), context={"aws:cdk:bundling-stacks": [], **context})
+
+
+def test_smlt_bundle_false_turns_bundling_off(tmp_path, monkeypatch):
+    """`cdk synth -c smlt:bundle=false` (the CLI forbids user keys starting with aws:)."""
+    from infra.app import BUNDLING_STACKS, build_app
+
+    monkeypatch.setenv("CDK_CONTEXT_JSON", json.dumps({"smlt:bundle": "false"}))
+    app = build_app(outdir=str(tmp_path))
+    assert app.node.try_get_context(BUNDLING_STACKS) == []

@@ -1,0 +1,101 @@
+"""The layer's local bundling: hash inputs, failure message, and (opt-in) a real build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from infra.stacks import bundling
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fake_repo(tmp_path: Path) -> Path:
+    (tmp_path / "layers").mkdir(parents=True)
+    (tmp_path / "layers" / "requirements.txt").write_text("numpy==2.4.6\n")
+    (tmp_path / "smlt").mkdir()
+    (tmp_path / "smlt" / "__init__.py").write_text("")
+    (tmp_path / "smlt" / "job.py").write_text("X = 1\n")
+    return tmp_path
+
+
+def test_fingerprint_tracks_requirements_sources_and_platform(tmp_path):
+    repo = _fake_repo(tmp_path)
+    base = bundling.layer_fingerprint(repo, "x86_64", "3.12")
+    assert bundling.layer_fingerprint(repo, "x86_64", "3.12") == base
+    assert bundling.layer_fingerprint(repo, "arm64", "3.12") != base
+    assert bundling.layer_fingerprint(repo, "x86_64", "3.13") != base
+    (repo / "smlt" / "__pycache__").mkdir()
+    (repo / "smlt" / "__pycache__" / "job.cpython-311.pyc").write_bytes(b"\0")
+    assert bundling.layer_fingerprint(repo, "x86_64", "3.12") == base, "bytecode is not an input"
+    (repo / "smlt" / "job.py").write_text("X = 2\n")
+    changed = bundling.layer_fingerprint(repo, "x86_64", "3.12")
+    assert changed != base
+    (repo / "layers" / "requirements.txt").write_text("numpy==2.4.5\n")
+    assert bundling.layer_fingerprint(repo, "x86_64", "3.12") != changed
+
+
+def test_layer_requirements_pinned_and_without_torch():
+    lines = [
+        line.split("#")[0].strip()
+        for line in (REPO / "layers" / "requirements.txt").read_text().splitlines()
+        if line.split("#")[0].strip()
+    ]
+    names = {line.split("==")[0].lower() for line in lines}
+    assert all("==" in line for line in lines), lines
+    assert {"numpy", "safetensors", "pydantic", "aws-lambda-powertools", "dynamodb-json"} <= names
+    assert "torch" not in names
+    # same pins as pyproject.toml
+    pyproject = (REPO / "pyproject.toml").read_text()
+    for line in lines:
+        assert f'"{line}"' in pyproject, f"{line} differs from pyproject.toml"
+
+
+def test_failed_pip_raises_with_a_way_out(tmp_path, monkeypatch):
+    repo = _fake_repo(tmp_path / "repo")
+
+    def fake_run(cmd, **kwargs):
+        assert "--only-binary=:all:" in cmd and "--platform" in cmd
+        assert cmd[cmd.index("--python-version") + 1] == "3.12"
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="no index\n")
+
+    monkeypatch.setattr(bundling.subprocess, "run", fake_run)
+    with pytest.raises(RuntimeError, match="smlt:bundle=false"):
+        bundling.LocalLayerBundling(repo, "x86_64", "3.12").try_bundle(str(tmp_path / "out"))
+
+
+def test_bundler_copies_smlt_and_prunes(tmp_path, monkeypatch):
+    repo = _fake_repo(tmp_path / "repo")
+    (repo / "smlt" / "__pycache__").mkdir()
+    (repo / "smlt" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+
+    def fake_run(cmd, **kwargs):
+        site = Path(cmd[cmd.index("--target") + 1])
+        (site / "numpy").mkdir(parents=True)
+        (site / "bin").mkdir()
+        (site / "tests").mkdir()
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(bundling.subprocess, "run", fake_run)
+    out = tmp_path / "out"
+    assert bundling.LocalLayerBundling(repo, "arm64", "3.12").try_bundle(str(out)) is True
+    site = out / "python"
+    assert (site / "smlt" / "job.py").exists() and (site / "numpy").is_dir()
+    assert not (site / "bin").exists() and not (site / "tests").exists()
+    assert not list(site.rglob("__pycache__"))
+
+
+@pytest.mark.skipif(os.environ.get("SMLT_TEST_LAYER_BUILD") != "1", reason="set SMLT_TEST_LAYER_BUILD=1 (pip downloads ~60 MB)")
+def test_real_layer_build(tmp_path):
+    bundling.build_layer(tmp_path, REPO, "x86_64", "3.12")
+    site = tmp_path / "python"
+    for pkg in ("numpy", "safetensors", "pydantic", "pydantic_core", "aws_lambda_powertools", "dynamodb_json", "smlt"):
+        assert (site / pkg).is_dir(), pkg
+    assert not (site / "torch").exists()
+    size = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
+    assert size < 200 * 2**20, f"layer is {size / 2**20:.0f} MB unzipped (limit 250 MB with the code)"
+    shutil.rmtree(site)

@@ -1,0 +1,146 @@
+"""The state machine definition: valid ASL, JSONPath only, and the shape of docs/architecture.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.infra import asl
+
+SERVICE_ERRORS = {
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.ClientExecutionTimeoutException",
+}
+
+
+@pytest.fixture(scope="module")
+def defn(synth):
+    return asl.definition(synth.template)
+
+
+@pytest.fixture(scope="module")
+def states(defn):
+    return asl.all_states(defn)
+
+
+def _fn_arn(synth, prefix):
+    (lid,) = [k for k in synth.resources("AWS::Lambda::Function") if k.startswith(prefix)]
+    return asl.placeholder(synth.template, lid, "Arn")
+
+
+def test_definition_is_valid_asl(defn):
+    assert asl.structural_errors(defn) == []
+
+
+def test_jsonpath_only(defn, synth):
+    text = str(defn)
+    assert "JSONata" not in text and "{%" not in text
+    assert "QueryLanguage" not in defn or defn["QueryLanguage"] == "JSONPath"
+
+
+def test_every_task_has_a_timeout_and_retries(states):
+    tasks = {n: s for n, s in states.items() if s["Type"] == "Task"}
+    assert set(tasks) == {"Plan", "TrainWorker", "Aggregate", "Finalize", "Chain"}
+    for name, st in tasks.items():
+        assert "TimeoutSeconds" in st or "TimeoutSecondsPath" in st, name
+        if "TimeoutSeconds" in st:
+            assert 0 < st["TimeoutSeconds"] <= 960, name
+        retried = {}
+        for r in st["Retry"]:
+            for e in r["ErrorEquals"]:
+                retried[e] = r
+        assert SERVICE_ERRORS <= set(retried), name
+        throttle = retried["Lambda.TooManyRequestsException"]
+        assert throttle["BackoffRate"] > 1 and throttle["MaxAttempts"] >= 3, name
+        assert retried["Lambda.ServiceException"]["BackoffRate"] > 1, name
+
+
+def test_contract_shape(states, synth):
+    planner, aggregate = _fn_arn(synth, "FunctionsPlanner"), _fn_arn(synth, "FunctionsAggregate")
+    assert states["Start"] == {
+        "Type": "Pass",
+        "Parameters": {"job.$": "$", "execution.$": "$$.Execution.Name"},
+        "Next": "Plan",
+    }
+    plan = states["Plan"]
+    assert plan["Resource"] == planner
+    assert plan["Parameters"] == {"op": "plan", "job.$": "$.job", "execution.$": "$.execution"}
+    assert plan["ResultPath"] == "$.plan" and plan["Next"] == "ShouldTrain"
+
+    should = states["ShouldTrain"]
+    routes = {c["StringEquals"]: c["Next"] for c in should["Choices"] if c["Variable"] == "$.plan.action"}
+    assert routes == {"stop": "Finalize", "chain": "Chain", "duplicate": "Duplicate"}
+    assert should["Default"] == "Train"
+
+    train = states["Train"]
+    assert train["Type"] == "Map"
+    assert train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert train["ItemsPath"] == "$.plan.workers"
+    assert train["MaxConcurrencyPath"] == "$.plan.max_concurrency"
+    assert train["ItemSelector"] == {
+        "run_id.$": "$.plan.run_id",
+        "round.$": "$.plan.round",
+        "worker.$": "$$.Map.Item.Value",
+        "function_name.$": "$.plan.function_name",
+        "timeout_s.$": "$.plan.worker_timeout_s",
+    }
+    assert train["ResultPath"] == "$.outcomes" and train["Next"] == "Aggregate"
+    if "ToleratedFailurePercentage" in train:  # moto's grammar needs a float
+        assert isinstance(train["ToleratedFailurePercentage"], float)
+    assert train["ItemProcessor"]["StartAt"] == "TrainWorker"
+
+    worker = states["TrainWorker"]
+    assert worker["Resource"] == "arn:aws:states:::lambda:invoke"
+    assert worker["Parameters"] == {
+        "FunctionName.$": "$.function_name",
+        "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+    }
+    assert worker["ResultSelector"] == {"worker.$": "$.Payload.worker", "ok": True}
+    assert worker["TimeoutSecondsPath"] == "$.timeout_s"
+    assert worker["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "WorkerFailed"}]
+    assert states["WorkerFailed"]["Parameters"] == {"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"}
+    assert states["WorkerFailed"]["End"] is True and worker["End"] is True
+
+    agg = states["Aggregate"]
+    assert agg["Resource"] == aggregate
+    assert agg["Parameters"] == {"run_id.$": "$.plan.run_id", "round.$": "$.plan.round", "outcomes.$": "$.outcomes"}
+    assert agg["ResultPath"] == "$.agg" and agg["Next"] == "Continue"
+
+    cont = states["Continue"]
+    assert cont["Choices"] == [{"Variable": "$.agg.stop", "BooleanEquals": True, "Next": "Finalize"}]
+    assert cont["Default"] == "Plan"
+
+    fin = states["Finalize"]
+    assert fin["Resource"] == planner
+    assert fin["Parameters"] == {"op": "finalize", "run_id.$": "$.plan.run_id"}
+    assert fin["ResultPath"] == "$.final" and fin["Next"] == "Done"
+    assert states["Done"]["Type"] == "Succeed"
+
+    chain = states["Chain"]
+    assert chain["Resource"] == planner
+    assert chain["Parameters"] == {
+        "op": "chain",
+        "job.$": "$.job",
+        "run_id.$": "$.plan.run_id",
+        "round.$": "$.plan.round",
+        "state_machine.$": "$$.StateMachine.Id",
+    }
+    assert chain["ResultPath"] == "$.chain" and chain["Next"] == "Chained"
+    assert states["Chained"]["Type"] == "Succeed"
+    assert states["Duplicate"]["Type"] == "Succeed"
+
+
+def test_structural_checker_catches_mistakes():
+    bad = {
+        "StartAt": "A",
+        "States": {
+            "A": {"Type": "Pass", "Next": "Missing"},
+            "B": {"Type": "Pass", "End": True},
+            "C": {"Type": "Task", "Resource": "x"},
+        },
+    }
+    errors = asl.structural_errors(bad)
+    assert any("Missing" in e for e in errors)
+    assert any("B: unreachable" in e for e in errors)
+    assert any("C: neither Next nor End" in e for e in errors)

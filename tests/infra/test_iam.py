@@ -1,0 +1,138 @@
+"""IAM scoping: no wildcard actions, no `Resource: "*"` except for actions AWS cannot scope."""
+
+from __future__ import annotations
+
+from infra.stacks.nag import _flatten
+
+# Actions that only accept Resource "*" (AWS requirement), and why they are here.
+STAR_RESOURCE_ACTIONS = {
+    # Lambda and Step Functions active tracing
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    # Step Functions logging to CloudWatch Logs (vended log delivery)
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def _statements(synth):
+    for lid, pol in synth.resources("AWS::IAM::Policy").items():
+        roles = [r["Ref"] for r in pol["Properties"].get("Roles", [])]
+        for st in pol["Properties"]["PolicyDocument"]["Statement"]:
+            yield lid, roles, st
+
+
+def _grants(synth, role_prefix):
+    """{action: {flattened resource}} of all Allow statements attached to the role."""
+    out: dict[str, set[str]] = {}
+    for _, roles, st in _statements(synth):
+        if not any(r.startswith(role_prefix) for r in roles) or st["Effect"] != "Allow":
+            continue
+        for a in _as_list(st["Action"]):
+            out.setdefault(a, set()).update(_flatten(r) for r in _as_list(st["Resource"]))
+    return out
+
+
+def test_no_wildcard_actions(synth):
+    for lid, _, st in _statements(synth):
+        for action in _as_list(st["Action"]):
+            assert action != "*" and not action.endswith(":*"), (lid, action)
+            assert "*" not in action, f"{lid}: wildcard action {action}"
+
+
+def test_star_resource_only_where_aws_requires_it(synth):
+    for lid, _, st in _statements(synth):
+        if "*" in _as_list(st["Resource"]):
+            extra = set(_as_list(st["Action"])) - STAR_RESOURCE_ACTIONS
+            assert not extra, f"{lid}: Resource '*' for {sorted(extra)}"
+
+
+def test_roles_have_no_managed_or_inline_policies(synth):
+    for lid, role in synth.resources("AWS::IAM::Role").items():
+        assert "ManagedPolicyArns" not in role["Properties"], lid
+        assert "Policies" not in role["Properties"], lid
+
+
+def test_one_role_per_function_trusting_lambda_only(synth):
+    fn_roles = [fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in synth.resources("AWS::Lambda::Function").values()]
+    assert len(set(fn_roles)) == len(fn_roles) == 6
+    for rid in fn_roles:
+        doc = synth.template["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"]
+        (st,) = doc["Statement"]
+        assert st["Principal"] == {"Service": "lambda.amazonaws.com"}
+
+
+def _ids(synth, type_, prefix):
+    return [k for k in synth.resources(type_) if k.startswith(prefix)]
+
+
+def test_function_roles_are_scoped(synth):
+    (data,) = _ids(synth, "AWS::S3::Bucket", "StorageData")
+    (artifacts,) = _ids(synth, "AWS::S3::Bucket", "StorageArtifacts")
+    (table,) = _ids(synth, "AWS::DynamoDB::Table", "Runs")
+    runs, pipelines = f"<{artifacts}.Arn>/runs/*", f"<{artifacts}.Arn>/pipelines/*"
+    data_objects = f"<{data}.Arn>/*"
+
+    planner = _grants(synth, "FunctionsPlannerRole")
+    assert planner["s3:GetObject"] == {data_objects, runs, pipelines}
+    assert planner["s3:PutObject"] == {runs, pipelines}
+    assert planner["dynamodb:PutItem"] == {f"<{table}.Arn>"}
+    sm_ids = list(synth.resources("AWS::StepFunctions::StateMachine"))
+    assert planner["states:StartExecution"] == {f"<{sm_ids[0]}>"}  # Chain
+
+    for tier in (1769, 3008, 5120, 10240):
+        worker = _grants(synth, f"FunctionsTrainStep{tier}Role")
+        assert worker["s3:GetObject"] == {data_objects, runs}
+        assert worker["s3:PutObject"] == {runs}
+        assert worker["s3:PutObjectTagging"] == {runs}
+        assert worker["dynamodb:UpdateItem"] == {f"<{table}.Arn>"}
+        assert not any(a.startswith(("states:", "lambda:")) for a in worker)
+
+    aggregate = _grants(synth, "FunctionsAggregateRole")
+    assert aggregate["s3:GetObject"] == {runs}
+    assert aggregate["s3:PutObject"] == {runs}
+    assert not any(a.startswith(("states:", "lambda:")) for a in aggregate)
+
+    # DynamoDB: item actions on the one table, nothing table-level
+    for prefix in ("FunctionsPlannerRole", "FunctionsAggregateRole", "FunctionsTrainStep1769Role"):
+        g = _grants(synth, prefix)
+        ddb = {a for a in g if a.startswith("dynamodb:")}
+        assert ddb and not ddb & {"dynamodb:DeleteTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:UpdateTable"}
+        assert all(g[a] == {f"<{table}.Arn>"} for a in ddb)
+
+
+def test_state_machine_invokes_exactly_its_functions(synth):
+    g = _grants(synth, "WorkflowStateMachineRole")
+    fns = synth.resources("AWS::Lambda::Function")
+    unqualified = {f"<{lid}.Arn>" for lid in fns}
+    invoke = g.pop("lambda:InvokeFunction")
+    # plus the versions/aliases of planner/aggregate (added by CDK's LambdaInvoke)
+    assert invoke - unqualified == {
+        f"<{lid}.Arn>:*" for lid in fns if lid.startswith(("FunctionsPlanner", "FunctionsAggregate"))
+    }
+    assert unqualified <= invoke
+    sm_id = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    # Distributed Map: start/describe/stop/redrive only its own executions
+    assert g.pop("states:StartExecution") == {f"<{sm_id}>"}
+    for action in ("states:DescribeExecution", "states:StopExecution", "states:RedriveExecution"):
+        (res,) = g.pop(action)
+        assert f'"Ref":"{sm_id}"' in res and ":execution:" in res
+    assert set(g) <= STAR_RESOURCE_ACTIONS
+
+
+def test_trigger_role_starts_only_the_state_machine(synth):
+    g = _grants(synth, "WorkflowStateMachineEventsRole")
+    sm_id = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    assert g == {"states:StartExecution": {f"<{sm_id}>"}}
