@@ -231,17 +231,27 @@ def _before_send(request: Any, **_: Any) -> AWSResponse | None:
     return owners[0].handle(request)  # answers ResourceNotFoundException
 
 
-def install() -> None:
-    """Put the seam first in botocore's built-in handlers (sessions created from now on) and
-    on boto3's default session if it already exists. Idempotent."""
-    entry = (EVENT, _before_send)
-    if entry not in botocore.handlers.BUILTIN_HANDLERS:
-        botocore.handlers.BUILTIN_HANDLERS.insert(0, entry)
-    import boto3
+_installed = False
 
-    if boto3.DEFAULT_SESSION is not None:
-        boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send,
-                                                    unique_id="smlt-local-invoke")
+
+def install() -> None:
+    """Put the seam first in botocore's built-in handlers (sessions created from now on) and on
+    boto3's default session if it already exists. Once per process: botocore calls *every*
+    handler of an event (the first non-None answer wins), so a second registration on the same
+    session would run each invocation twice."""
+    global _installed
+    with _routers_lock:
+        if _installed:
+            return
+        entry = (EVENT, _before_send)
+        if entry not in botocore.handlers.BUILTIN_HANDLERS:
+            botocore.handlers.BUILTIN_HANDLERS.insert(0, entry)
+        import boto3
+
+        if boto3.DEFAULT_SESSION is not None:  # created before the insertion: lacks the seam
+            boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send,
+                                                        unique_id="smlt-local-invoke")
+        _installed = True
 
 
 def activate(router: InvokeRouter) -> None:

@@ -240,3 +240,29 @@ def test_spawn_start_method_works_too(tmp_path):
     assert out.ok and json.loads(out.payload)["mark"] == "spawned"
     with pytest.raises(ValueError, match="never 'fork'"):
         WorkerPool(1, start_method="fork")
+
+
+def test_the_seam_is_registered_once_per_session(monkeypatch):
+    import boto3
+    import botocore.handlers
+
+    from smlt.local import invoke
+
+    invoke.install()
+    invoke.install()
+    entries = [h for h in botocore.handlers.BUILTIN_HANDLERS if h[0] == invoke.EVENT]
+    assert entries == [(invoke.EVENT, invoke._before_send)]
+    assert botocore.handlers.BUILTIN_HANDLERS[0] == entries[0]
+    calls = []
+
+    class Probe:
+        url = "http://localhost:1/2015-03-31/functions/x/invocations"
+
+    router = type("R", (), {"functions": {"x": None}, "owns": lambda self, url: True,
+                            "handle": lambda self, req: calls.append(req) or "answer"})()
+    monkeypatch.setattr(invoke, "_routers", [router])
+    for session in (boto3.session.Session(), boto3._get_default_session()):
+        calls.clear()
+        responses = session.events.emit(invoke.EVENT, request=Probe())
+        assert [r for _, r in responses if r is not None] == ["answer"]
+        assert len(calls) == 1
