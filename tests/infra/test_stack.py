@@ -184,7 +184,7 @@ def test_planner_train_functions_map_refs_every_tier(synth):
     planner = _by_prefix(fns, "FunctionsPlanner")["Properties"]["Environment"]["Variables"]
     assert planner["SMLT_MAX_CONCURRENCY"] == "64"
     join = planner["SMLT_TRAIN_FUNCTIONS"]["Fn::Join"]
-    text = "".join(p if isinstance(p, str) else f'"@{p["Ref"]}"'.strip('"') for p in join[1])
+    text = "".join(p if isinstance(p, str) else "@" + p["Ref"] for p in join[1])
     mapping = json.loads(text)
     assert sorted(mapping, key=int) == ["1769", "3008", "5120", "10240"]
     for mb, ref in mapping.items():
@@ -293,3 +293,15 @@ def test_dashboard_shows_training_metrics(synth):
     for metric in ("Loss", "ValAccuracy", "Workers", "MemoryMB", "SpendUSD", "BudgetUSD", "RoundSeconds"):
         assert f'MetricName=\\\\\\"{metric}\\\\\\"' in text or f'MetricName=\\"{metric}\\"' in text, metric
     assert 'Namespace=\\\\\\"smlt\\\\\\"' in text or 'Namespace=\\"smlt\\"' in text
+
+
+# ------------------------------------------------------------------ outputs
+def test_outputs_the_cli_looks_up(synth):
+    """`smlt start/status/fetch/resume` find the stack's resources through these outputs."""
+    from smlt.cloud import OUTPUTS
+
+    outputs = synth.template["Outputs"]
+    assert set(OUTPUTS) <= set(outputs)
+    sm_id = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    assert outputs["StateMachineArn"]["Value"] == {"Ref": sm_id}
+    assert "DashboardUrl" in outputs
