@@ -110,7 +110,8 @@ def deliver(engine, event: dict[str, Any]) -> list[str]:
         for target in props.get("Targets", []):
             if ":states:" in target["Arn"] and ":stateMachine:" in target["Arn"]:
                 sfn = engine.client("stepfunctions")
-                arns.append(sfn.start_execution(stateMachineArn=target["Arn"],
+                # EventBridge names the execution itself (a fresh id): it cannot be deterministic.
+                arns.append(sfn.start_execution(stateMachineArn=target["Arn"], name=str(uuid.uuid4()),
                                                 input=render_target_input(target, event))["executionArn"])
     return arns
 
@@ -150,7 +151,8 @@ def watch_folder(root: Path, out: Path, faults: str | None = None, quiet: bool =
                 for arn in upload_version(engine, names, manifest.parent, root):
                     print(f"{manifest.parent.relative_to(root)}: started execution {arn.rsplit(':', 1)[-1]}")
                     desc = engine.wait(arn, interval=0.25)
-                    plan = json.loads(desc.get("output") or "{}").get("plan", {})
+                    output = json.loads(desc.get("output") or "{}")
+                    plan = output.get("plan", {})
                     run_id = plan.get("run_id")
                     if desc["status"] != "SUCCEEDED" or not run_id:
                         print(f"  {desc['status']}: {desc.get('error', '')} {desc.get('cause', '')[:300]}")
@@ -163,6 +165,8 @@ def watch_folder(root: Path, out: Path, faults: str | None = None, quiet: bool =
 
                     follower = Follower(engine, names, run_id, out / run_id / ".state", quiet)
                     follower.poll()
+                    if output.get("chain"):  # a long run continues in chained executions
+                        follower.follow(output["chain"]["execution_arn"])
                     m = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out / run_id,
                                       engine.history(arn))
                     print(f"  run {run_id}: val accuracy {m['final']['val_accuracy']}, warm start "

@@ -1,0 +1,53 @@
+"""Retraining on upload, through the stack's own EventBridge rule, on the local engine."""
+
+import json
+
+from smlt.data.prepare import prepare_dataset
+from smlt.watch import deliver, object_created_event, upload_version
+
+
+def _finish(engine, arn):
+    desc = engine.wait(arn, interval=0.1)
+    assert desc["status"] == "SUCCEEDED", desc
+    return json.loads(desc["output"])["plan"]
+
+
+def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_path):
+    engine, names = local
+    s3 = engine.client("s3")
+    root = tmp_path / "watched"
+    job = {"name": "retrain", "dataset": {"uri": "replaced-by-the-trigger"},
+           "training": {"max_rounds": 2, "local_steps": 5}, "workers": {"initial": 2, "memory_mb": 1769}}
+    (root / "incoming/digits").mkdir(parents=True)
+    (root / "incoming/digits/job.json").write_text(json.dumps(job))
+
+    # A manifest outside incoming/<pipeline>/<version>/ matches no rule.
+    s3.put_object(Bucket=names.data_bucket, Key="elsewhere/manifest.json", Body=b"{}")
+    assert deliver(engine, object_created_event(names.data_bucket, "elsewhere/manifest.json", 2, "x")) == []
+
+    prepare_dataset("sklearn:digits", str(root / "incoming/digits/v1"), shards=4)
+    (arn,) = upload_version(engine, names, root / "incoming/digits/v1", root)
+    first = _finish(engine, arn)
+    assert first["action"] == "stop" or first.get("run_id")
+    run1 = first["run_id"]
+
+    # The same event delivered again (EventBridge is at-least-once): nothing new runs.
+    body = (root / "incoming/digits/v1/manifest.json").read_bytes()
+    import hashlib
+
+    again = object_created_event(names.data_bucket, "incoming/digits/v1/manifest.json", len(body), hashlib.md5(body).hexdigest())
+    (dup_arn,) = deliver(engine, again)
+    dup = _finish(engine, dup_arn)
+    assert dup["action"] == "duplicate" and dup["run_id"] == run1
+    rounds = s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix=f"runs/{run1}/rounds/")["KeyCount"]
+
+    # New data: a new run, warm-started from the pipeline's latest model (run 1's final model).
+    prepare_dataset("sklearn:digits", str(root / "incoming/digits/v2"), shards=4, seed=1)
+    (arn2,) = upload_version(engine, names, root / "incoming/digits/v2", root)
+    run2 = _finish(engine, arn2)["run_id"]
+    assert run2 != run1
+    get = lambda key: s3.get_object(Bucket=names.artifacts_bucket, Key=key)["Body"].read()  # noqa: E731
+    assert get(f"runs/{run2}/rounds/000000/model.safetensors") == get(f"runs/{run1}/final/model.safetensors")
+    assert json.loads(get(f"runs/{run2}/job.json"))["warm_start"].endswith(f"runs/{run1}/final/model.safetensors")
+    # The duplicate touched nothing of run 1.
+    assert s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix=f"runs/{run1}/rounds/")["KeyCount"] == rounds
