@@ -93,3 +93,16 @@ def test_model_that_does_not_fit_the_data(digits, aws, tmp_path):
                    Body=save({"0.weight": np.zeros((5, 7), np.float32)}))
     with pytest.raises(InvalidDataset, match="does not match"):
         train_step({"run_id": "shape", "round": 0, "worker": 1}, None)
+
+
+def test_bad_job_for_an_existing_run_changes_nothing(digits, aws):
+    drive(job(digits, max_rounds=1, target_value=None), execution="kept")
+    before = {k: aws.get_object(Bucket="smlt-artifacts", Key=k)["Body"].read() for k in run_keys(aws, "kept")}
+    items_before = boto3.client("dynamodb").scan(TableName="smlt-runs")["Items"]
+    bad = job(digits)
+    bad.update(run_id="kept", constraints={"budget_usd": "lots"})
+    with pytest.raises(InvalidJob, match="constraints.budget_usd"):
+        planner({"op": "plan", "job": bad, "execution": "again"}, None)
+    after = {k: aws.get_object(Bucket="smlt-artifacts", Key=k)["Body"].read() for k in run_keys(aws, "kept")}
+    assert after == before
+    assert boto3.client("dynamodb").scan(TableName="smlt-runs")["Items"] == items_before

@@ -1,0 +1,41 @@
+"""The CLI rejects bad input before starting anything, naming the problem."""
+
+import json
+
+import pytest
+
+from smlt.cli import main
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{not json", "job: not valid JSON"),
+    (json.dumps({"dataset": {"uri": "sklearn:digits"}, "training": {"batch_size": "x"}}), "training.batch_size"),
+    (json.dumps({"model": {"name": "mlp"}}), "dataset: field required"),
+])
+def test_run_rejects_bad_jobs(tmp_path, capsys, text, needle):
+    job = tmp_path / "job.json"
+    job.write_text(text)
+    assert main(["run", "--local", str(job), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "InvalidJob" in err and needle in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_job_file(tmp_path, capsys):
+    assert main(["run", "--local", str(tmp_path / "nope.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_bad_faults_spec(tmp_path, capsys):
+    from smlt.faults import parse_faults
+
+    with pytest.raises(ValueError, match="explode"):
+        parse_faults("explode=0.1")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        parse_faults("fail=2")
+    assert parse_faults("fail=0.2, duplicate=0.05") == {"fail": 0.2, "duplicate": 0.05}
+
+
+def test_data_prepare_reports_bad_source(tmp_path, capsys):
+    assert main(["data", "prepare", "sklearn:nope", "--out", str(tmp_path)]) == 2
+    assert "InvalidDataset" in capsys.readouterr().err
