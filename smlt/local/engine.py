@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -379,7 +380,9 @@ class LocalEngine:
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
-            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.11",
+            # Lambda's value for the function's runtime; the handler runs on this interpreter
+            "AWS_EXECUTION_ENV": "AWS_Lambda_" + (
+                spec.runtime or f"python{sys.version_info[0]}.{sys.version_info[1]}"),
             "LAMBDA_TASK_ROOT": spec.code_dir or "",
             "_HANDLER": spec.handler,
             # local only: how many invocations run at once (the handler processes); more queue,

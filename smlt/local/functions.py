@@ -40,6 +40,7 @@ class FunctionSpec:
     env: dict[str, str] = field(default_factory=dict)  # resolved Environment.Variables
     timeout: int = DEFAULT_TIMEOUT
     memory: int = DEFAULT_MEMORY
+    runtime: str | None = None  # zip: the template's Runtime; image: None (the image decides)
     problem: str | None = None  # why it cannot run locally (kind == "unsupported")
 
 
@@ -139,5 +140,5 @@ def function_specs(resolver: Resolver, asset_paths: dict[str, Path],
             continue
         specs[lid] = FunctionSpec(kind="zip", handler=handler, module_file=str(path), attr=attr,
                                   package=mod.rpartition(".")[0] or None,
-                                  code_dir=str(asset), **common)
+                                  code_dir=str(asset), runtime=runtime, **common)
     return specs

@@ -394,6 +394,7 @@ def test_function_env_and_context_inside_the_handler(engine):
         "small": names[_lid(engine, "TrainSmall")], "tiny": names[_lid(engine, "TrainTiny")]}
     assert env["AWS_ENDPOINT_URL"] == engine.endpoint_url
     assert env["SMLT_LOCAL_CONCURRENCY"] == str(engine.pool.size)
+    assert env["AWS_EXECUTION_ENV"] == "AWS_Lambda_python3.11"  # the fixture's zip Runtime
     resp = engine.client("lambda").invoke(FunctionName=names[planner],
                                           Payload=json.dumps({"op": "echo"}))
     assert "FunctionError" not in resp
