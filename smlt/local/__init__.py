@@ -20,7 +20,7 @@ Parts
     unique name per function.
 ``server.py``
     moto's ``ThreadedMotoServer`` on 127.0.0.1, port 0, ``MOTO_PORT`` set, Step Functions
-    execution switched on (``execute_state_machine``).
+    execution switched on (``execute_state_machine``); one per process, shared by its engines.
 ``pool.py``
     Pre-warmed forkserver pool of handler processes (one per core); a job carries the handler's
     file, the full environment, the payload and the deadline. Timeout -> ``Sandbox.Timedout`` and
@@ -33,7 +33,9 @@ Parts
 ``limits.py``
     What production enforces and moto does not: 256 KiB state payloads (inclusive boundary,
     ``States.DataLimitExceeded`` not catchable by ``States.ALL``), 25,000 history events per
-    execution, 256 KiB execution input. Small monkeypatches, checked against moto 5.2.5.
+    execution, 256 KiB execution input, the Distributed Map's tolerated-failure threshold, and
+    ``Lambda.<Code>`` error names for payload-only Lambda tasks. Small monkeypatches, refused
+    on any moto other than 5.2.5.
 ``engine.py``
     ``LocalEngine``: puts it together (pool -> synth -> moto -> buckets, tables, state machine ->
     seam) and offers ``start_execution`` / ``wait`` / ``history`` / ``client`` / ``names`` /
@@ -49,12 +51,22 @@ Traps
   rule (default: any failed child fails the Map with ``States.ExceedToleratedFailureThreshold``).
   Catch worker failures inside the child, as the contract does.
 - Fork before threads: the pool starts before the moto server and the interpreter's threads, and
-  uses ``forkserver`` (never plain ``fork``) so replacement workers are safe too.
+  uses ``forkserver`` (never plain ``fork``): workers fork from the single-threaded fork server,
+  so replacement workers and a second engine's pool are safe too.
 - Configuration reaches handler processes through the environment of each job, never through
   module-level side effects in the parent; handlers should read their settings at call time.
 - moto's backends and ``MOTO_PORT`` are process-global: the engines of one process share one moto
   server (reference counted; each engine removes its own resources on stop, the last one resets
   moto). Two engines of the same stack cannot run at once (their names would clash).
+- Local concurrency is the pool size (one process per core), not Lambda's 1,000: more
+  invocations queue, and the wait counts against a Task's ``TimeoutSeconds(Path)`` (not against
+  the function's Timeout). Handlers see the pool size in ``SMLT_LOCAL_CONCURRENCY``.
+- A Task that times out (``States.Timeout``) abandons its invocation, which runs on in its worker
+  until it ends or hits the function's Timeout, as a straggler does on AWS.
+- Workers never re-import the parent's ``__main__`` (spawn/forkserver normally do): see
+  ``pool._main_hidden``.
+- moto's interpreter reaches services other than Lambda (S3 ItemReader, SDK integrations) at
+  ``http://localhost:{MOTO_PORT}``; the server listens on 127.0.0.1 only.
 - ``tests`` is shadowed by a ``tests`` package in site-packages (dynamodb-json ships one); handler
   modules are therefore loaded by file path, not by import name.
 """
