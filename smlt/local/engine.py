@@ -21,7 +21,7 @@ from typing import Any, Callable
 from . import invoke, limits
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
-from .pool import WorkerPool
+from .pool import DEFAULT_PRELOAD, WorkerPool
 from .resolve import BUCKET, GLOBAL_TABLE, REGION, TABLE, Resolver
 from . import server as server_mod
 from .server import MotoServer
@@ -62,7 +62,10 @@ class LocalEngine:
 
     ``build_app(outdir=..., context=...) -> aws_cdk.App`` is synthesized in-process unless a
     :class:`Synthesized` is given. ``workers`` handler processes (default one per core) are
-    started first, before any server or interpreter thread exists.
+    started before any server or interpreter thread exists; their fork server imports
+    ``preload`` (say ``("numpy", "torch")``) once, during the synth, so no worker pays for
+    those imports on its first invocation. ``invoke_filter`` is the fault-injection hook
+    (see :attr:`invoke_filter`); ``history_limit`` lowers the 25,000-event quota (tests).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class LocalEngine:
         invoke_filter: InvokeFilter | None = None,
         history_limit: int = limits.HISTORY_LIMIT,
         state_machine: str | None = None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         if build_app is None and synthesized is None:
             raise ValueError("give build_app or synthesized")
@@ -88,6 +92,7 @@ class LocalEngine:
         self.code_root = Path(code_root).resolve() if code_root else project_root()
         self._workers = workers
         self._start_method = start_method
+        self._preload = DEFAULT_PRELOAD + tuple(m for m in preload if m not in DEFAULT_PRELOAD)
         self._invoke_filter = invoke_filter
         self.history_limit = history_limit
         self._state_machine = state_machine
@@ -127,10 +132,9 @@ class LocalEngine:
 
     def _start(self) -> None:
         t_all = time.perf_counter()
-        # 1. handler processes first: no thread of ours exists yet
-        t = time.perf_counter()
-        self.pool = WorkerPool(self._workers, start_method=self._start_method).start()
-        self.timings["pool"] = time.perf_counter() - t
+        # 1. the fork server starts and imports the preloads on another core during the synth
+        self.pool = WorkerPool(self._workers, start_method=self._start_method,
+                               preload=self._preload).prepare()
 
         # 2. the template (importing moto's interpreter in a thread meanwhile was measured: the
         #    GIL contention slows the synth more than it saves)
@@ -142,7 +146,12 @@ class LocalEngine:
             self.synthesized = synthesize(self._build_app, outdir, context=self._synth_context)
         self.timings["synth"] = self.synthesized.seconds
 
-        # 3. patches + moto
+        # 3. handler processes before the moto server and interpreter threads exist
+        t = time.perf_counter()
+        self.pool.start()
+        self.timings["pool"] = time.perf_counter() - t
+
+        # 4. patches + moto
         t = time.perf_counter()
         limits.install()
         limits.set_history_limit(self.history_limit)
@@ -150,7 +159,7 @@ class LocalEngine:
         self.server = server_mod.acquire()
         self.timings["server"] = time.perf_counter() - t
 
-        # 4. names, resources, functions, the state machine
+        # 5. names, resources, functions, the state machine
         t = time.perf_counter()
         syn = self.synthesized
         self.resolver = Resolver(syn.template, syn.stack_name)

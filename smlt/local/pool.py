@@ -230,6 +230,9 @@ class WorkerPool:
 
     def __init__(self, size: int | None = None, *, start_method: str = "forkserver",
                  preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+        """``preload``: modules the fork server imports once, so every worker (and every
+        replacement) starts with them loaded. Only modules that are safe to fork after import
+        (numpy and torch are: OpenBLAS registers fork handlers, torch's pools start lazily)."""
         if start_method not in ("forkserver", "spawn"):
             raise ValueError("start_method must be 'forkserver' or 'spawn' (never 'fork': the "
                              "engine's process has threads)")
@@ -247,9 +250,20 @@ class WorkerPool:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> "WorkerPool":
+    def prepare(self) -> "WorkerPool":
+        """Start the fork server without waiting for it: it imports the ``preload`` modules
+        (``torch``, say) on another core while this process does something else (synth). A fork
+        server already running in this process is reused as it is."""
         if self.start_method == "forkserver":
+            from multiprocessing import forkserver
+
             self._ctx.set_forkserver_preload(list(self.preload))
+            forkserver.ensure_running()
+        return self
+
+    def start(self) -> "WorkerPool":
+        """Start the worker processes (waits for the fork server's preloads)."""
+        self.prepare()
         self._closed = False
         for _ in range(self.size):
             self._idle.put(self._spawn())
