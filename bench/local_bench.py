@@ -1,0 +1,333 @@
+"""`make bench`: everything measured in one run on this machine, written to bench/results/local.json
+and as a table into the `## Local engine and aggregation` section of bench/README.md.
+
+1. time to the target accuracy on digits and on a synthetic set of 250,000 samples:
+   `smlt run --local` against plain single-process PyTorch and PyTorch DDP (gloo, 2 processes),
+   same prepared data, model, optimizer, batch size, target and evaluation cadence (see
+   bench/baselines.py); start-up reported apart from training time.
+2. orchestration overhead per round of the local engine (no-op compute, 8 workers) — filled by
+   the engine's own measurement once it exists.
+3. aggregation: in-process reduce vs numpy, sharded vs single through Redis and S3 (moto), and
+   the accuracy cost of fp16/bf16 updates (bench/aggregation_bench.py).
+
+Ratios are what to read: the machine is shared, so absolute times move with its load; every
+ratio compares runs made minutes apart in the same invocation. `summary` holds the headline
+ratios; the load average at start and end is recorded.
+
+    python bench/local_bench.py [--quick] [--skip-smlt] [--skip-tta] [--skip-aggregation]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results" / "local.json"
+README = ROOT / "bench" / "README.md"
+CACHE = Path(os.environ.get("SMLT_BENCH_CACHE", "/tmp/smlt-bench"))
+SECTION = "## Local engine and aggregation"
+
+# The datasets (prepared once into CACHE, then shared by smlt and the baselines).
+DATASETS = {
+    "digits": {"source": "sklearn:digits", "shards": 16, "validation_fraction": 0.2},
+    # 240,000 training rows, 10,000 validation rows (a large validation split would make every
+    # evaluation, in all three systems alike, cost more than the training between them).
+    "synthetic": {"source": "synthetic:classification?rows=250000&features=64&classes=10&seed=0",
+                  "shards": 32, "validation_fraction": 0.04},
+}
+
+# The jobs: smlt runs them as they are; the baselines take model, optimizer, batch, target and
+# evaluation cadence (workers x local steps x batch samples) from them.
+JOBS = {
+    "digits": {  # examples/digits.json
+        "name": "bench-digits", "model": {"name": "mlp", "params": {"hidden": [128, 64]}},
+        "training": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "batch_size": 32,
+                     "local_steps": 20, "max_rounds": 40, "target_metric": "val_accuracy", "target_value": 0.96},
+        "workers": {"initial": 4, "min": 1, "max": 8, "memory_mb": 1769, "planner": "fixed"},
+        "seed": 0,
+    },
+    "synthetic": {
+        "name": "bench-synthetic", "model": {"name": "mlp", "params": {"hidden": [512, 512]}},
+        "training": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "batch_size": 64,
+                     "local_steps": 200, "max_rounds": 200, "target_metric": "val_accuracy", "target_value": 0.9725},
+        "workers": {"initial": 2, "min": 1, "max": 2, "memory_mb": 1769, "planner": "fixed"},
+        "seed": 0,
+    },
+}
+
+
+def prepare(name: str) -> Path:
+    from smlt.data.prepare import prepare_dataset
+
+    d = DATASETS[name]
+    folder = CACHE / "datasets" / re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-{d['source']}-{d['validation_fraction']}")
+    if not (folder / "manifest.json").exists():
+        tmp = folder.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        prepare_dataset(d["source"], str(tmp), shards=d["shards"], validation_fraction=d["validation_fraction"])
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    return folder
+
+
+def job_for(name: str, dataset_dir: Path) -> dict:
+    return {**JOBS[name], "dataset": {"uri": str(dataset_dir)}}
+
+
+# ----------------------------------------------------------------------------- smlt run --local
+# >>> smlt part: wired to the local engine's CLI. Until `smlt run --local` exists it returns a
+# >>> note instead of numbers, and the summary's smlt ratios stay null.
+
+SMLT_CLI = ROOT / ".venv" / "bin" / "smlt"
+
+
+def run_smlt_local(job: dict, out_dir: Path, timeout_s: float = 600.0) -> dict:
+    """`.venv/bin/smlt run --local JOB --out DIR`, timed from the outside; reads DIR/metrics.json.
+
+    train_s = metrics.final.wall_seconds (from the run's creation, i.e. the first plan, to the
+    final metrics); startup_s = the command's whole wall time minus train_s (synth, engine and
+    process-pool start, and writing the outputs).
+    """
+    if not SMLT_CLI.exists():
+        return {"skipped": True, "note": f"{SMLT_CLI} not found (the local engine is not installed yet)"}
+    help_text = subprocess.run([str(SMLT_CLI), "run", "--help"], capture_output=True, text=True).stdout
+    if "--local" not in help_text:
+        return {"skipped": True, "note": "`smlt run` has no --local option yet"}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job_file = out_dir / "job.json"
+    job_file.write_text(json.dumps(job, indent=1))
+    t0 = time.time()
+    try:
+        proc = subprocess.run([str(SMLT_CLI), "run", "--local", str(job_file), "--out", str(out_dir), "--quiet"],
+                              capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"skipped": True, "note": f"smlt run --local did not finish within {timeout_s:.0f} s"}
+    wall = time.time() - t0
+    metrics_file = out_dir / "metrics.json"
+    if proc.returncode != 0 or not metrics_file.exists():
+        return {"skipped": True, "note": f"smlt run --local failed ({proc.returncode}): "
+                                         f"{(proc.stderr or proc.stdout)[-800:]}"}
+    m = json.loads(metrics_file.read_text())
+    final = m.get("final", {})
+    train_s = float(final.get("wall_seconds") or wall)
+    target = job["training"]["target_value"]
+    acc = final.get("val_accuracy")
+    return {"kind": "smlt", "startup_s": max(0.0, wall - train_s), "train_s": train_s, "wall_s": wall,
+            "reached": acc is not None and acc >= target, "accuracy": acc, "rounds": final.get("rounds"),
+            "samples": final.get("samples"), "stop_reason": final.get("stop_reason"),
+            "estimated_cost_usd": final.get("estimated_cost_usd")}
+
+
+def smlt_overhead_ms_per_round() -> dict:
+    """Orchestration overhead per round at 8 workers with no-op compute: the local engine's own
+    measurement, to be wired in with the engine (null until then)."""
+    return {"skipped": True, "note": "filled in once the local engine provides a no-op-compute mode"}
+
+# <<< smlt part
+# ----------------------------------------------------------------------------- time to accuracy
+
+
+def tta(name: str, with_smlt: bool, max_train_s: float) -> dict:
+    from bench.baselines import run_baseline
+
+    folder = prepare(name)
+    job = job_for(name, folder)
+    res: dict = {"dataset": name, "source": DATASETS[name]["source"], "job": job}
+    print(f"time to accuracy on {name} (target {job['training']['target_value']})", flush=True)
+    # plain PyTorch with torch's default threads (2 here) and with 1: on a busy 2-core machine the
+    # 2-thread run can be many times slower; the faster of the two is the baseline.
+    for key, kind, threads in (("plain_1thread", "plain", 1), ("plain_default", "plain", None), ("ddp", "ddp", None)):
+        cap = max_train_s
+        one = res.get("plain_1thread", {})
+        if key == "plain_default" and one.get("reached"):
+            # it only matters if it beats the 1-thread run: stop it once it cannot
+            cap = min(max_train_s, 1.1 * one["train_s"] + 1.0)
+        try:
+            r = run_baseline(kind, folder, job, max_train_s=cap, threads=threads)
+        except Exception as e:  # noqa: BLE001 - recorded, the bench goes on
+            r = {"skipped": True, "note": f"{type(e).__name__}: {e}"[:800]}
+        r["cap_s"] = cap
+        res[key] = r
+        print(f"  {key:14s} " + _fmt(r), flush=True)
+    plains = [r for r in (res["plain_1thread"], res["plain_default"]) if r.get("reached")]
+    res["plain"] = min(plains, key=lambda r: r["train_s"]) if plains else res["plain_default"]
+    if with_smlt:
+        r = run_smlt_local(job, CACHE / "smlt-out" / name)
+    else:
+        r = {"skipped": True, "note": "skipped (--skip-smlt)"}
+    res["smlt"] = r
+    print(f"  {'smlt':14s} " + _fmt(r), flush=True)
+    return res
+
+
+def _fmt(r: dict) -> str:
+    if r.get("skipped"):
+        return f"skipped: {r.get('note', '')[:200]}"
+    return (f"start-up {r['startup_s']:6.1f} s, training {r['train_s']:7.2f} s, reached={r['reached']} "
+            f"accuracy {r.get('accuracy') or 0:.4f}")
+
+
+def _ratio(a: dict | None, b: dict | None) -> float | None:
+    if not a or not b or a.get("skipped") or b.get("skipped") or not a.get("reached") or not b.get("reached"):
+        return None
+    return a["train_s"] / b["train_s"]
+
+
+# ----------------------------------------------------------------------------- README table
+
+
+def table(results: dict) -> str:
+    lines = [SECTION, "",
+             f"Measured by `make bench` (`bench/local_bench.py`) on {results['machine']['cpus']} shared cores, "
+             f"{time.strftime('%Y-%m-%d', time.gmtime(results['started_at']))}; load average "
+             f"{results['machine']['load_average_start'][0]:.1f} at start, "
+             f"{results['machine']['load_average_end'][0]:.1f} at the end. Raw numbers: `bench/results/local.json`. "
+             "The machine is shared and noisy: read the ratios (each compares runs made in the same invocation).",
+             ""]
+    s = results["summary"]
+    lines += ["| summary | value | target |", "| --- | --- | --- |"]
+
+    def f(v, fmt="{:.2f}"):
+        return "n/a" if v is None else fmt.format(v)
+
+    lines += [f"| `tta_vs_pytorch` (smlt / plain PyTorch training time, synthetic) | {f(s['tta_vs_pytorch'])} | ≤ 1.25 |",
+              f"| `tta_vs_ddp` (smlt / DDP training time, synthetic) | {f(s['tta_vs_ddp'])} | < 1 |",
+              f"| `overhead_ms_per_round` (8 workers, no-op compute) | {f(s['overhead_ms_per_round'], '{:.0f}')} | ≤ 60 |",
+              f"| `reduce_vs_reference` (in-process reduce / numpy sum, worst case) | {f(s['reduce_vs_reference'])} | ≥ 0.5 |",
+              f"| `sharded_vs_single` (single / sharded time, 32 × 11M, worst store) | {f(s['sharded_vs_single'])} | > 1 |",
+              ""]
+    for name, r in results.get("tta", {}).items():
+        t = r["job"]["training"]
+        lines += [f"Time to {t['target_value']} validation accuracy on **{name}** (`{r['source']}`, "
+                  f"model {r['job']['model']['params']}, batch {t['batch_size']}, lr {t['learning_rate']}; "
+                  f"evaluation every {r['job']['workers']['initial'] * t['local_steps'] * t['batch_size']:,} samples):", "",
+                  "| system | start-up s | training s | reached | accuracy | epochs |", "| --- | --- | --- | --- | --- | --- |"]
+        for key, label in (("plain_1thread", "PyTorch, 1 process, 1 thread"),
+                           ("plain_default", "PyTorch, 1 process, default threads"),
+                           ("ddp", "PyTorch DDP, gloo, 2 processes × 1 thread"), ("smlt", "smlt run --local")):
+            x = r.get(key, {})
+            if x.get("skipped"):
+                lines.append(f"| {label} | – | – | – | – | {x.get('note', '')[:120]} |")
+            else:
+                ep = x.get("epochs")
+                lines.append(f"| {label} | {x['startup_s']:.1f} | {x['train_s']:.2f} | {x['reached']} | "
+                             f"{(x.get('accuracy') or 0):.4f} | {'' if ep is None else f'{ep:.2f}'} |")
+        lines.append("")
+    agg = results.get("aggregation")
+    if agg:
+        lines += ["Aggregation, in memory: MB/s of update bytes reduced (best of 3).", "",
+                  "| updates × params | numpy reference | reduce (unequal weights) | ratio | equal weights | from safetensors blobs |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for x in agg["in_process"]:
+            lines.append(f"| {x['updates']} × {x['size']} | {x['reference_mb_s']:.0f} | {x['reduce_mb_s']:.0f} | "
+                         f"{x['reduce_vs_reference']:.2f} | {x['reduce_equal_weights_mb_s']:.0f} | {x['reduce_from_blobs_mb_s']:.0f} |")
+        lines += ["", "Aggregation through a store (real redis-server; moto S3 server; both on loopback): "
+                  "single aggregator (round.py's path) vs k sharded reducer processes (k from `plan_slices`).", "",
+                  "| store | updates × params | k | single s | sharded s | single MB/s | sharded MB/s | speed-up | one reducer s | ranged GET of 1/k ÷ whole GET |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for x in agg["store"]:
+            lines.append(f"| {'moto S3' if x['backend'] == 's3' else x['backend']} | {x['updates']} × {x['size']} | "
+                         f"{x['aggregators']} | {x['single_s']:.2f} | "
+                         f"{x['sharded_s']:.2f} | {x['single_mb_s']:.0f} | {x['sharded_mb_s']:.0f} | {x['sharded_vs_single']:.2f}× | "
+                         f"{x['one_reducer_s']:.2f} | {x['range_get_s'] / x['full_get_s']:.2f} |")
+        lines += ["", "k = 1 rows run the sharded code with one reducer; the system uses the single path when "
+                  "`plan_slices` says 1. moto's S3 server reads the whole object for every ranged GET (last "
+                  "column: a 1/k range costs about a whole GET there, on S3 and Redis it costs ~1/k), so k "
+                  "reducers make it read k × the data; `sharded_vs_single` is therefore taken on Redis. "
+                  "\"one reducer\" is the sharded code with k = 1 (parallel ranged fetch, streaming reduce)."]
+        c = agg["compression"]
+        lines += ["", f"Update compression on digits (local SGD, {c['workers']} workers × {c['local_steps']} steps, "
+                  f"{c['rounds']} rounds, seeds {c['seeds']}; the worker's step and the aggregator's reduce):", "",
+                  "| updates | bytes/param | final accuracy (mean) | accuracy cost | final val loss | loss cost | "
+                  "final model drift vs float32 | rounds to target |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for codec, x in c["codecs"].items():
+            lines.append(f"| {codec} | {x['update_bytes_per_param']} | {x['final_accuracy_mean']:.4f} | "
+                         f"{x.get('accuracy_cost', 0.0):+.4f} | {x['final_val_loss_mean']:.4f} | "
+                         f"{x.get('val_loss_cost', 0.0):+.4f} | {x.get('final_model_relative_drift', 0.0):.1e} | "
+                         f"{x['rounds_to_target']} |")
+    lines += ["", f"Whole bench: {results['elapsed_s']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def update_readme(text: str) -> None:
+    """Replace (or append) only our section; other sections (e.g. `## Planner`) stay as they are."""
+    old = README.read_text() if README.exists() else "# Benchmarks\n"
+    start = old.find(SECTION)
+    if start < 0:
+        new = old.rstrip("\n") + "\n\n" + text
+    else:
+        nxt = re.search(r"^## ", old[start + len(SECTION):], flags=re.M)
+        end = start + len(SECTION) + nxt.start() if nxt else len(old)
+        new = old[:start] + text.rstrip("\n") + "\n" + ("\n" + old[end:] if nxt else "")
+    README.write_text(new)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="digits only, 1M aggregation cases (a smoke run)")
+    ap.add_argument("--skip-smlt", action="store_true")
+    ap.add_argument("--skip-tta", action="store_true")
+    ap.add_argument("--skip-aggregation", action="store_true")
+    ap.add_argument("--max-train-s", type=float, default=240.0, help="cap on one baseline's training time")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--no-readme", action="store_true")
+    a = ap.parse_args()
+
+    t0 = time.time()
+    results: dict = {"started_at": t0, "machine": {"cpus": os.cpu_count(), "load_average_start": os.getloadavg(),
+                                                   "python": sys.version.split()[0]}}
+    try:
+        import torch
+
+        results["machine"]["torch"] = torch.__version__
+    except ImportError:
+        pass
+    results["tta"] = {}
+    if not a.skip_tta:
+        for name in (("digits",) if a.quick else ("digits", "synthetic")):
+            results["tta"][name] = tta(name, not a.skip_smlt, a.max_train_s)
+    results["overhead"] = smlt_overhead_ms_per_round()
+    if not a.skip_aggregation:
+        from bench import aggregation_bench
+
+        agg = aggregation_bench.run(quick=a.quick)
+        agg["summary"] = aggregation_bench.summarize(agg)
+        results["aggregation"] = agg
+    big = results["tta"].get("synthetic", {})
+    results["summary"] = {
+        "tta_vs_pytorch": _ratio(big.get("smlt"), big.get("plain")),
+        "tta_vs_ddp": _ratio(big.get("smlt"), big.get("ddp")),
+        "ddp_vs_pytorch": _ratio(big.get("ddp"), big.get("plain")),
+        "overhead_ms_per_round": results["overhead"].get("ms_per_round"),
+        "reduce_vs_reference": results.get("aggregation", {}).get("summary", {}).get("reduce_vs_reference"),
+        "sharded_vs_single": results.get("aggregation", {}).get("summary", {}).get("sharded_vs_single"),
+        "sharded_vs_single_by_backend": results.get("aggregation", {}).get("summary", {}).get("sharded_vs_single_by_backend"),
+        "compression_accuracy_cost": results.get("aggregation", {}).get("summary", {}).get("compression_accuracy_cost"),
+    }
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["elapsed_s"] = time.time() - t0
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=float))
+    if not a.no_readme:
+        update_readme(table(results))
+    print(json.dumps(results["summary"], indent=1))
+    print(f"bench finished in {results['elapsed_s']:.0f} s; results in {out}")
+
+
+if __name__ == "__main__":
+    main()
