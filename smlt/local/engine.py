@@ -167,19 +167,20 @@ class LocalEngine:
         self.functions = function_specs(self.resolver, syn.asset_paths, self.code_root)
         self._base_env = {k: v for k, v in os.environ.items()
                           if not k.startswith(("AWS_", "MOTO_"))}
+        sm_id = self.resolver.state_machine_id(self._state_machine)
+        self.definition = self.resolver.definition(sm_id)  # errors before anything is created
+        role_arn = self.resolver.role_arn(sm_id)
         router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env,
                               self._invoke_filter)
         invoke.activate(router)  # refuses a second engine of the same stack
         self._router = router
         self._create_buckets()
         self._create_tables()
-        sm_id = self.resolver.state_machine_id(self._state_machine)
-        self.definition = self.resolver.definition(sm_id)
         sm_props = syn.template["Resources"][sm_id].get("Properties", {})
         resp = self.client("stepfunctions").create_state_machine(
             name=self.resolver.local(sm_id).name,
             definition=definition_for_moto(self.definition),
-            roleArn=self.resolver.role_arn(sm_id),
+            roleArn=role_arn,
             type=sm_props.get("StateMachineType", "STANDARD"),
         )
         self.state_machine_arn = resp["stateMachineArn"]
@@ -204,6 +205,7 @@ class LocalEngine:
                 server_mod.release()
                 self.server = None
             self._created.clear()
+            self.state_machine_arn = None
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
@@ -233,9 +235,9 @@ class LocalEngine:
     def _stop_running_executions(self) -> None:
         sfn = self.client("stepfunctions")
         try:
-            running = sfn.list_executions(stateMachineArn=self.state_machine_arn,
-                                          statusFilter="RUNNING")["executions"]
-            for ex in running:
+            pages = sfn.get_paginator("list_executions").paginate(
+                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
+            for ex in [e for page in pages for e in page["executions"]]:
                 sfn.stop_execution(executionArn=ex["executionArn"], error="LocalEngineStopped",
                                    cause="the local engine was stopped")
         except Exception:  # noqa: BLE001 - best effort on the way out

@@ -52,8 +52,13 @@ class MotoServer:
         from moto.server import ThreadedMotoServer
 
         self._old_sfn_config = dict(default_user_config.get("stepfunctions", {}))
-        # werkzeug logs every request at INFO on stderr: thousands of lines per training run
+        # werkzeug logs every request at INFO on stderr: thousands of lines per training run;
+        # moto's interpreter logs every failure (even caught ones: a retried throttle) at ERROR
+        # with a multi-kilobyte dump of the state's parse tree. Errors reach the user through
+        # the execution history instead. Set these loggers' levels back to debug moto itself.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        logging.getLogger(
+            "moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
         server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         server.start()
         self._server = server
