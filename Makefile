@@ -2,15 +2,17 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml package.json 2>/dev/null | sha1sum | cut -c1-12)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run test
+.PHONY: install run test bench bench-planner synth deploy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	scripts/redis.sh install
+	npm ci --no-audit --no-fund --loglevel=error
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)
@@ -20,3 +22,18 @@ run: install
 
 test: install
 	$(BIN)/pytest -q
+
+bench-planner: install
+	$(BIN)/python bench/planner_bench.py
+
+bench: install
+	$(BIN)/python bench/local_bench.py
+
+synth: install
+	npx cdk synth --no-notices
+
+deploy: install
+	npx cdk deploy
+
+clean:
+	rm -rf out cdk.out .pytest_cache

@@ -198,9 +198,12 @@ def chain(settings: Settings, job: dict[str, Any], run_id: str, rnd: int, state_
 
     sfn = boto3.client("stepfunctions")
     name = f"{run_id[:66]}-r{rnd:06d}"
+    # The validated job of the run, not this execution's input: an upload-triggered run's input
+    # is the S3 event, which the next execution would take for a duplicate event.
+    stored = (RunTable(settings.table, run_id).meta() or {}).get("job") or job
     try:
         arn = sfn.start_execution(stateMachineArn=state_machine_arn, name=name,
-                                  input=json.dumps({**job, "run_id": run_id}))["executionArn"]
+                                  input=json.dumps({**stored, "run_id": run_id}))["executionArn"]
     except sfn.exceptions.ExecutionAlreadyExists:
         arn = state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + name
     return {"execution_arn": arn, "name": name}

@@ -32,6 +32,10 @@ def update_key(run_id: str, rnd: int, worker: int) -> str:
     return round_prefix(run_id, rnd) + f"updates/{worker:05d}.safetensors"
 
 
+# S3 lifecycle filters cannot match runs/*/rounds/*/updates/, so updates carry this tag.
+UPDATE_TAG = "smlt-kind=update"
+
+
 def final_model_key(run_id: str) -> str:
     return f"runs/{run_id}/final/model.safetensors"
 

@@ -53,8 +53,11 @@ class S3Store:
                 raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
             raise
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, tagging: str | None = None) -> bool:
+        """`tagging` ("k=v&k2=v2") lets lifecycle rules find objects prefixes cannot describe."""
         extra = {"IfNoneMatch": "*"} if if_absent else {}
+        if tagging:
+            extra["Tagging"] = tagging
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra)
             return True

@@ -154,7 +154,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
         meta = {"samples": str(samples), "train_loss": repr(train_loss), "worker": str(worker)}
         blob = state_to_bytes(delta, metadata=meta)
         update_bytes = len(blob)
-        artifacts.put(keys.update_key(run_id, rnd, worker), blob, if_absent=True)
+        # Tagged so the bucket's lifecycle rule expires per-round updates (infra/stacks/storage.py).
+        artifacts.put(keys.update_key(run_id, rnd, worker), blob, if_absent=True, tagging=keys.UPDATE_TAG)
     t_upload = time.perf_counter()
 
     record = {

@@ -162,3 +162,30 @@ def test_chain_hands_over_after_rounds_per_execution(digits, aws):
     assert started["run_id"] == "e1"
     # The new execution continues the same run at round 1.
     assert plan(started, "e1-r000001")["round"] == 1
+
+
+def test_updates_are_tagged_for_the_lifecycle_rule(digits, aws):
+    p = plan(job(digits), "tags")
+    train_step({"run_id": "tags", "round": 0, "worker": 0}, None)
+    tags = aws.get_object_tagging(Bucket="smlt-artifacts", Key="runs/tags/rounds/000000/updates/00000.safetensors")
+    assert {"Key": "smlt-kind", "Value": "update"} in tags["TagSet"]
+    assert p["round"] == 0
+
+
+def test_a_triggered_run_chains_with_its_job_not_the_event(digits, aws):
+    sfn = boto3.client("stepfunctions")
+    arn = sfn.create_state_machine(name="sm2", definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+                                   roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
+    aws.put_object(Bucket="smlt-data", Key="incoming/digits/job.json",
+                   Body=json.dumps({**job("s3://ignored/", target_value=None), "rounds_per_execution": 1}))
+    event = _upload_version(aws, "v9")
+    p = plan(event, "trig-1")
+    for w in p["workers"]:
+        train_step({"run_id": p["run_id"], "round": 0, "worker": w}, None)
+    aggregate({"run_id": p["run_id"], "round": 0}, None)
+    assert plan(event, "trig-1")["action"] == "chain"
+    out = planner({"op": "chain", "job": event, "run_id": p["run_id"], "round": 1, "state_machine": arn}, None)
+    started = json.loads(sfn.describe_execution(executionArn=out["execution_arn"])["input"])
+    assert "trigger" not in started and started["run_id"] == p["run_id"]
+    nxt = plan(started, out["name"])
+    assert nxt["action"] == "train" and nxt["round"] == 1
