@@ -76,7 +76,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["LocalEngine", "Synthesized", "synthesize", "Resolver", "UnresolvableError",
-           "WorkerPool"]
+           "resolve_definition", "WorkerPool"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing smlt.local must not import CDK or moto
@@ -86,7 +86,7 @@ def __getattr__(name: str) -> Any:  # lazy: importing smlt.local must not import
     if name in ("Synthesized", "synthesize"):
         from . import synth
         return getattr(synth, name)
-    if name in ("Resolver", "UnresolvableError"):
+    if name in ("Resolver", "UnresolvableError", "resolve_definition"):
         from . import resolve
         return getattr(resolve, name)
     if name == "WorkerPool":
