@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None, help="plain: torch threads (default: torch's)")
     a = ap.parse_args(argv)
     t_launch = a.launched or time.time()
-    job = json.loads(Path(a.job).read_text()) if Path(a.job).is_file() else json.loads(a.job)
+    job = json.loads(a.job) if a.job.lstrip().startswith("{") else json.loads(Path(a.job).read_text())
     if a.kind == "plain":
         res = _plain_main(a.dataset, job, t_launch, a.max_train_s, a.threads)
     else:
