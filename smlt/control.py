@@ -148,7 +148,8 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     existing = table.plan(rnd)
     if existing is not None:
         return _result(existing, settings)
-    ran_here = sum(1 for p in table.plans() if p.get("execution") == execution)
+    prev_plan = table.plan(rnd - 1) if rnd > 0 else None
+    ran_here = int(prev_plan.get("execution_rounds", 1)) if prev_plan and prev_plan.get("execution") == execution else 0
     if ran_here >= job.rounds_per_execution:
         # Hand over to a fresh execution (see chain) before this one's history grows too long.
         return {"action": "chain", "run_id": run_id, "round": rnd,
@@ -161,7 +162,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     item: dict[str, Any] = {"run_id": run_id, "round": rnd, "reason": decision.reason, "bound": decision.bound,
                             "predicted_round_s": decision.predicted_round_s,
                             "predicted_round_cost_usd": decision.predicted_round_cost_usd,
-                            "planned_at": time.time(), "execution": execution}
+                            "planned_at": time.time(), "execution": execution, "execution_rounds": ran_here + 1}
     if decision.action == "stop":
         measured = rounds and rounds[-1]["stop"] is False and decision.bound in ("max_rounds", "deadline", "target")
         if measured:
@@ -176,7 +177,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     if decision.action == "train":
         lr = job.training.learning_rate * float(meta.get("lr_scale", 1.0))
         prev = rounds[-1] if rounds else None
-        lost = _lost_shards(table.plan(rnd - 1) if prev else None, prev)
+        lost = _lost_shards(prev_plan if prev else None, prev)
         spec = RoundSpec(run_id=run_id, round=rnd, workers=decision.workers, memory_mb=decision.memory_mb,
                          local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
                          planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds),

@@ -131,14 +131,14 @@ def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[di
 
     aggregate_s = time.perf_counter() - t0
     cost = round_cost(settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s)
-    earlier = [r for r in table.rounds() if r["round"] < rnd]
+    previous = table.get(keys.round_sk(rnd - 1)) if rnd > 0 else None  # the ledger so far
     item = {
         "round": rnd, "workers": spec.workers, "workers_ok": len(records), "workers_failed": failed,
         "memory_mb": spec.memory_mb, "local_steps": spec.local_steps, "batch_size": spec.job.training.batch_size,
         "eval_only": spec.eval_only, "diverged": bool(diverged), "samples": samples, "accepted": ledger,
         "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
         "aggregate_s": aggregate_s, "round_s": time.time() - spec.planned_at,
-        "cost_usd": cost, "cost_total_usd": cost + sum(r["cost_usd"] for r in earlier),
+        "cost_usd": cost, "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
         "param_count": param_count(global_state), "stop": stop, "reason": reason,
         "plan_reason": spec.reason, "finished_at": time.time(),
         "timings": [{k: r[k] for k in ("worker", "memory_mb", "samples", "load_s", "eval_s", "compute_s",

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from . import invoke, limits
+from . import invoke, limits, moto_fixes
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
 from .pool import DEFAULT_PRELOAD, WorkerPool
@@ -154,6 +154,7 @@ class LocalEngine:
         # 4. patches + moto
         t = time.perf_counter()
         limits.install()
+        moto_fixes.install()
         limits.set_history_limit(self.history_limit)
         invoke.install()
         self.server = server_mod.acquire()

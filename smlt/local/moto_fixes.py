@@ -1,0 +1,36 @@
+"""Thread-safety for moto's DynamoDB under the threaded server.
+
+moto's `transact_write_items` deep-copies the table to roll back on failure; a concurrent
+`put_item` from another request thread changes the table during the copy ("dictionary changed
+size during iteration", a 500 that botocore then retries). DynamoDB itself serialises writes to
+an item; here every write operation takes one lock, which is cheap next to the copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+_lock = threading.RLock()
+_installed = False
+
+WRITES = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item")
+
+
+def install() -> None:
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from moto.dynamodb.models import DynamoDBBackend
+
+        for name in WRITES:
+            orig = getattr(DynamoDBBackend, name)  # AttributeError if moto moved it: fail loudly
+
+            @functools.wraps(orig)
+            def locked(self, *args, __orig=orig, **kwargs):
+                with _lock:
+                    return __orig(self, *args, **kwargs)
+
+            setattr(DynamoDBBackend, name, locked)
+        _installed = True
