@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from typing import Any
 
@@ -114,7 +115,11 @@ def _straggler_limit(decision: Decision, rounds: list[dict]) -> float | None:
     the model has not seen) and never under 10 s (a cut-off that tight only loses updates)."""
     if decision.worker_time_limit_s is None or not rounds:
         return None
-    return max(decision.worker_time_limit_s, 10.0)
+    # The local engine runs SMLT_LOCAL_CONCURRENCY handlers at a time and its task timer starts
+    # when the invocation is queued: a worker may wait for earlier waves (on AWS it does not).
+    slots = int(os.environ.get("SMLT_LOCAL_CONCURRENCY") or decision.workers or 1)
+    waves = math.ceil(max(decision.workers, 1) / max(slots, 1))
+    return max(decision.worker_time_limit_s * waves, 10.0)
 
 
 def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any]:
