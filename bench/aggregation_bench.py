@@ -290,6 +290,48 @@ def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]
     return rows
 
 
+# ----------------------------------------------------------------------------- per-step sync mode
+
+
+def bench_sync(backend: str, spec: tuple[str, str], workers: int = 4, numel: int = 300_000, steps: int = 15) -> dict:
+    """Per-step reduce-scatter latency: `workers` threads (the I/O is what is measured) exchanging a
+    `numel` float32 gradient through the store, `steps` times; median step time."""
+    import threading
+
+    from smlt.aggregate.sharded import Poll, ReduceScatter, delete_prefix, sync_prefix
+
+    store = open_store(spec)
+    prefix = sync_prefix(RUN + f"-sync-{backend}", 0)
+    grads = np.random.default_rng(0).standard_normal((workers, numel)).astype(np.float32)
+    times: dict[int, list[float]] = {}
+    errors = []
+
+    def worker(i):
+        rs = ReduceScatter(open_store(spec), prefix, workers, i, numel, poll=Poll(first=0.001, longest=0.01, timeout=60))
+        ts = []
+        try:
+            for s in range(steps):
+                t = time.perf_counter()
+                rs.allreduce(s, grads[i])
+                ts.append(time.perf_counter() - t)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+        times[i] = ts
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    delete_prefix(store, prefix)
+    step = [max(times[i][s] for i in range(workers)) for s in range(steps)] if not errors else []
+    r = {"backend": backend, "workers": workers, "params": numel, "steps": steps,
+         "median_step_s": float(np.median(step[1:])) if step else None, "errors": errors[:3]}
+    print(f"  sync {backend:5s} {workers} workers x {numel:,} params: median step "
+          f"{(r['median_step_s'] or float('nan')) * 1e3:.0f} ms", flush=True)
+    return r
+
+
 # ----------------------------------------------------------------------------- 3. compression
 
 
@@ -409,10 +451,13 @@ def run(quick: bool = False) -> dict:
     out["in_process"] = bench_in_process(cases, repeats=3)
     print("sharded vs single through a store", flush=True)
     out["store"] = []
+    out["sync"] = []
     with LocalRedisServer() as srv:
         out["store"] += bench_store("redis", ("redis", srv.url), store_cases, repeats=2)
+        out["sync"].append(bench_sync("redis", ("redis", srv.url)))
     with MotoServer() as moto:
         out["store"] += bench_store("s3", ("s3", moto.endpoint), store_cases, repeats=1)
+        out["sync"].append(bench_sync("s3", ("s3", moto.endpoint)))
     print("compression accuracy (digits, local SGD)", flush=True)
     out["compression"] = compression_accuracy(rounds=10 if quick else 25, seeds=(0,) if quick else (0, 1, 2))
     out["load_average_end"] = os.getloadavg()

@@ -270,6 +270,14 @@ def table(results: dict) -> str:
                   "as on S3, it costs about 1/k) and k reducers make moto read k × the data on the same 2 "
                   "cores: `sharded_vs_single` is therefore taken on Redis. \"one reducer\" is the sharded "
                   "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies)."]
+        if agg.get("sync"):
+            lines += ["", "Per-step synchronous mode (reduce-scatter through the store, `sharded.ReduceScatter`): "
+                      "median time of one gradient exchange.", "",
+                      "| store | workers | parameters | median step ms |", "| --- | --- | --- | --- |"]
+            for x in agg["sync"]:
+                ms = "failed" if x["median_step_s"] is None else f"{x['median_step_s'] * 1e3:.0f}"
+                lines.append(f"| {'moto S3' if x['backend'] == 's3' else x['backend']} | {x['workers']} | "
+                             f"{x['params']:,} | {ms} |")
         c = agg["compression"]
         lines += ["", f"Update compression on digits (local SGD, {c['workers']} workers × {c['local_steps']} steps, "
                   f"{c['rounds']} rounds, seeds {c['seeds']}; the worker's step and the aggregator's reduce):", "",

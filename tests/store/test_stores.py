@@ -121,3 +121,15 @@ def test_open_store_dispatches_on_scheme(redis_server):
         open_store("ftp://x")
     with pytest.raises(ValueError):
         RedisStore("http://localhost:6379")
+
+
+def test_values_are_bytes_that_safetensors_accepts(store):
+    import numpy as np
+    from safetensors.numpy import load, save
+
+    blob = save({"w": np.arange(300_000, dtype=np.float32)})
+    store.put("st", blob)
+    got = store.get("st")
+    assert type(got) is bytes
+    assert load(got)["w"][-1] == 299_999
+    assert type(store.get_range("st", 0, 8)) is bytes
