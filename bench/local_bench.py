@@ -269,7 +269,8 @@ def table(results: dict) -> str:
                   "ranged GET, so a 1/k range costs a large part of a whole GET there (last column; on Redis, "
                   "as on S3, it costs about 1/k) and k reducers make moto read k × the data on the same 2 "
                   "cores: `sharded_vs_single` is therefore taken on Redis. \"one reducer\" is the sharded "
-                  "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies)."]
+                  "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
+                  "`sharded.reduce_updates` gives round.py as a drop-in for its GET + decode + average."]
         if agg.get("sync"):
             lines += ["", "Per-step synchronous mode (reduce-scatter through the store, `sharded.ReduceScatter`): "
                       "median time of one gradient exchange.", "",

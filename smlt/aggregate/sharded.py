@@ -284,6 +284,17 @@ def reduce_slice(store: ObjectStore, update_keys: Sequence[str], weights: Sequen
     return acc
 
 
+def reduce_updates(store: ObjectStore, update_keys: Sequence[str], weights: Sequence[float],
+                   threads: int = FETCH_THREADS) -> dict[str, np.ndarray]:
+    """The single aggregator's weighted average, streamed: the same result as
+    `weighted_average([decode(store.get(k)) ...], weights)`, bit for bit, but the updates are
+    fetched in parallel (ranged GETs of their data sections) and summed as they arrive, with no
+    decoded copies. Returns float32 arrays keyed like the updates' floating tensors."""
+    layouts = read_layouts(store, update_keys, threads)
+    flat = reduce_slice(store, update_keys, weights, 0, layouts[0].numel, layouts=layouts, threads=threads)
+    return unflatten(flat, layouts[0])
+
+
 def plan_slices(param_bytes: int, n_workers: int, *, read_bytes_per_aggregator: int = 256 << 20,
                 min_slice_bytes: int = 4 << 20, max_aggregators: int = 64) -> int:
     """How many aggregators to use for n_workers updates of param_bytes each.

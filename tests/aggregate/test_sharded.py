@@ -263,3 +263,13 @@ def test_slice_bounds_cover_exactly():
         b = sharded.slice_bounds(numel, k)
         assert b[0][0] == 0 and b[-1][1] == numel
         assert all(x[1] == y[0] for x, y in zip(b, b[1:]))
+
+
+def test_reduce_updates_is_the_single_aggregators_average(store):
+    rng = np.random.default_rng(9)
+    _, updates, weights = _put_round(store, 0, 5, rng, codec="fp16")
+    got = sharded.reduce_updates(store, [keys.update_key(RUN, 0, w) for w in range(5)], weights)
+    expect = weighted_average(updates, weights)
+    assert set(got) == set(expect)
+    for name in expect:
+        np.testing.assert_array_equal(got[name], expect[name])
