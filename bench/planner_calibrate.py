@@ -1,6 +1,7 @@
 """Measure the curves and step times the planner simulator is calibrated from.
 
-Run:  .venv/bin/python bench/planner_calibrate.py   (about 2-4 minutes on 2 cores)
+Run:  .venv/bin/python bench/planner_calibrate.py   (about 2-3 minutes on 2 cores;
+      --fit-only refits the stored measurements)
 
 Writes smlt/sim/calibration.json with
   - `curves`: validation accuracy/loss per round of local SGD (the same semantics as smlt's workers:
@@ -143,39 +144,58 @@ def measure_curves():
 
 
 def fit_dataset(curves, name):
-    """Fit the progress model (saturation of accuracy/loss in progress units tau) to all (n, k)."""
+    """Fit the progress model to all (n, k) curves of one dataset (least squares).
+
+    Shared across the curves: the effective momentum mu_e of a round that starts with a fresh
+    optimizer, beta (averaging benefit), K (drift); per metric: the saturation curve in tau.
+    Accuracy is fitted where it is above 0.5 (the region targets live in); the loss curve is then
+    fitted with (mu_e, beta, K) held.
+    """
     cs = [c for c in curves if c["dataset"] == name]
     a0 = float(np.mean([c["val_accuracy"][0] for c in cs]))
     l0 = float(np.mean([c["val_loss"][0] for c in cs]))
 
-    def unpack(x):
-        return dict(acc_max=x[0], tau_acc=math.exp(x[1]), p_acc=x[2], loss_min=x[3], tau_loss=math.exp(x[4]),
-                    p_loss=x[5], beta=math.exp(x[6]), drift_k=math.exp(x[7]))
+    def taus(c, mu, beta, drift):
+        return round_progress(c["n"], c["k"], mu, beta, drift) * np.arange(len(c["val_accuracy"]))
 
-    def resid(x):
-        q = unpack(x)
+    def resid_acc(x):
+        acc_max, lt0, p, mu, lb, lk = x
         out = []
         for c in cs:
-            dt = round_progress(c["n"], c["k"], MOMENTUM, q["beta"], q["drift_k"])
-            tau = dt * np.arange(len(c["val_accuracy"]))
-            acc = saturation(tau, a0, q["acc_max"], q["tau_acc"], q["p_acc"])
-            loss = saturation(tau, l0, q["loss_min"], q["tau_loss"], q["p_loss"])
-            out.append((acc - np.array(c["val_accuracy"])) / 0.02)
-            out.append((loss - np.array(c["val_loss"])) / (0.05 * l0))
+            a = np.array(c["val_accuracy"])
+            pred = saturation(taus(c, mu, math.exp(lb), math.exp(lk)), a0, acc_max, math.exp(lt0), p)
+            out.append((pred - a) * (a > 0.5))
         return np.concatenate(out)
 
-    x0 = np.array([0.95, math.log(50.0), 1.0, 0.1 * l0, math.log(50.0), 1.0, math.log(2.0), math.log(20.0)])
-    lo = [0.2, math.log(0.5), 0.3, 0.0, math.log(0.5), 0.3, math.log(0.01), math.log(0.5)]
-    hi = [1.0, math.log(1e5), 3.0, l0, math.log(1e5), 3.0, math.log(1e3), math.log(1e4)]
-    r = least_squares(resid, x0, bounds=(lo, hi))
-    q = unpack(r.x)
-    rms_acc = float(np.sqrt(np.mean((resid(r.x).reshape(-1)) ** 2)))
-    q.update(acc0=a0, loss0=l0, train_rows=cs[0]["train_rows"], batch=BATCH, momentum=MOMENTUM,
-             rms_scaled_residual=rms_acc)
-    # how many sequential steps (progress units) until 95 % of the accuracy gain
-    q["tau_95"] = q["tau_acc"] * (-math.log(0.05)) ** (1.0 / q["p_acc"])
-    q["epochs_95"] = q["tau_95"] * BATCH / q["train_rows"]
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in q.items()}
+    best = None
+    for mu0 in (0.0, 0.5, 0.8):
+        r = least_squares(resid_acc, [0.95, math.log(20.0), 0.7, mu0, 0.0, math.log(10.0)],
+                          bounds=([0.3, -3, 0.05, 0.0, -5, -1], [1.0, 15, 5, 0.95, 8, math.log(1e4)]))
+        if best is None or r.cost < best.cost:
+            best = r
+    acc_max, lt0, p, mu, lb, lk = best.x
+    beta, drift = math.exp(lb), math.exp(lk)
+
+    def resid_loss(x):
+        lmin, lt, q = x
+        out = []
+        for c in cs:
+            lv = np.array(c["val_loss"])
+            pred = saturation(taus(c, mu, beta, drift), l0, lmin, math.exp(lt), q)
+            out.append((pred - lv) * (lv < 0.5 * l0))
+        return np.concatenate(out)
+
+    rl = least_squares(resid_loss, [0.2 * l0, math.log(20.0), 0.7], bounds=([0.0, -3, 0.05], [l0, 15, 5]))
+    lmin, lt, q = rl.x
+    out = dict(acc0=a0, acc_max=acc_max, tau_acc=math.exp(lt0), p_acc=p, loss0=l0, loss_min=lmin,
+               tau_loss=math.exp(lt), p_loss=q, momentum=MOMENTUM, momentum_effective=mu, beta=beta,
+               drift_k=drift, rms_acc=float(np.sqrt(np.mean(best.fun[best.fun != 0] ** 2))),
+               rms_loss=float(np.sqrt(np.mean(rl.fun[rl.fun != 0] ** 2))),
+               train_rows=cs[0]["train_rows"], val_rows=cs[0]["val_rows"], batch=BATCH)
+    # tau and epochs until 90 % of the accuracy gain
+    out["tau_90"] = out["tau_acc"] * (-math.log(0.10)) ** (1.0 / p)
+    out["epochs_90"] = out["tau_90"] * BATCH / out["train_rows"]
+    return {k: (round(float(v), 6) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}
 
 
 def step_times():
@@ -233,10 +253,14 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     t0 = time.time()
-    print("step times ...", flush=True)
-    steps = step_times()
-    print("curves ...", flush=True)
-    curves = measure_curves()
+    if "--fit-only" in sys.argv:  # refit the stored measurements
+        old = json.loads(OUT.read_text())
+        steps, curves = old["steps"], old["curves"]
+    else:
+        print("step times ...", flush=True)
+        steps = step_times()
+        print("curves ...", flush=True)
+        curves = measure_curves()
     fits = {name: fit_dataset(curves, name) for name in sorted({c["dataset"] for c in curves})}
     for name, f in fits.items():
         print(f"  fit {name}: {f}")

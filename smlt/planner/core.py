@@ -21,7 +21,14 @@ N_SET = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 1
 K_SET = (1, 2, 3, 5, 8, 12, 20, 30, 50, 80, 120, 200, 300, 500, 800, 1200)
 EXPLORE_KAPPA = 1.0
 EXPLORE_MIN_ROUNDS = 5.0     # explore only when enough rounds remain to use what is learned
-FEASIBLE_Q = 0.7             # plan with the 70th percentile of the rounds still needed
+FEASIBLE_QS = (0.9, 0.7, 0.5, 0.2)   # plan with the highest percentile of the rounds needed that fits
+# The budget is checked at the median at most: the hard per-round guard already makes overspending
+# impossible, and re-planning every round corrects an optimistic start; a high quantile here
+# would make every early plan timid (slow) while the curve is still uncertain.
+BUDGET_Q = 0.5
+BACKUP_QS = (0.9, 0.7)       # the slow-progress percentiles a fast fallback plan must still cover
+P_NEVER_GIVE_UP = 0.9        # the curve says the target is out of reach
+MIN_OBS_TO_GIVE_UP = 5       # validation points before a running job may be stopped as hopeless
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -77,15 +84,35 @@ def _stop(reason: str, bound: str, **kw) -> Decision:
     return Decision(action="stop", reason=reason, bound=bound, **kw)
 
 
-def _terminal(job: Job, history: RunHistory) -> Decision | None:
+def _final_stop(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arch: str, reason: str,
+                bound: str, **kw) -> Decision:
+    """A stop after which the controller evaluates the newest model (deadline, max_rounds,
+    target): only if the budget can pay that evaluation round in the worst case; otherwise the
+    stop is reported as a budget stop, which skips it."""
+    if history.rounds and history.rounds[-1].local_steps > 0:
+        last = history.rounds[-1]
+        f = tm.forecast([last.workers], [last.memory_mb], [0], history)
+        c = job.constraints
+        left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
+        need = float(f.eval_round_ub[0]) + finalize_cost_ub(prices, arch)
+        if need > left:
+            return _stop(f"{reason}; the final evaluation is skipped: {fmt_usd(left)} left < its worst case "
+                         f"{fmt_usd(need)}", "budget", **kw)
+        kw.setdefault("worker_time_limit_s", round(float(f.eval_limit_s[0]), 1))
+    return _stop(reason, bound, **kw)
+
+
+def _terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arch: str) -> Decision | None:
     r = len(history.rounds)
     if target_met(job, history):
         v = _metric_value(job, history)
         op = "<=" if job.training.target_metric == "val_loss" else ">="
-        return _stop(f"target reached: {job.training.target_metric} {v:.4f} {op} {job.training.target_value} "
-                     f"(model of round {r - 1})", "target")
+        return _final_stop(job, history, tm, prices, arch,
+                           f"target reached: {job.training.target_metric} {v:.4f} {op} {job.training.target_value} "
+                           f"(model of round {r - 1})", "target")
     if r >= job.training.max_rounds:
-        return _stop(f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained", "max_rounds")
+        return _final_stop(job, history, tm, prices, arch,
+                           f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained", "max_rounds")
     return None
 
 
@@ -105,29 +132,29 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
 
 # ------------------------------------------------------------------------------ fixed
 def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
-    done = _terminal(job, history)
+    tm = TimingModel(JobShape.of(history, job.training.batch_size, job.training.compression), prices, arch)
+    tm.fit(history)
+    done = _terminal(job, history, tm, prices, arch)
     if done:
         return done
     n = job.workers.initial
     m = job.workers.memory_mb or default_tier(tiers)
     k = job.training.local_steps
-    tm = TimingModel(JobShape.of(history, job.training.batch_size, job.training.compression), prices, arch)
-    tm.fit(history)
     f = tm.forecast([n], [m], [k], history)
     c = job.constraints
     fin_ub = finalize_cost_ub(prices, arch)
-    need = float(f.cost_ub[0] + f.eval_round_ub[0] + fin_ub)
+    need = float(f.cost_ub[0]) + fin_ub
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
     common = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
     if need > left:
         return _stop(f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
-                     f"({fmt_usd(float(f.cost_ub[0]))}) plus the final evaluation and finalisation "
-                     f"({fmt_usd(float(f.eval_round_ub[0]) + fin_ub)})", "budget", **common)
+                     f"({fmt_usd(float(f.cost_ub[0]))}) plus finalisation ({fmt_usd(fin_ub)})", "budget", **common)
     if c.deadline_seconds is not None and not c.best_effort:
         t_left = c.deadline_seconds - history.elapsed_s
-        if float(f.round_s[0] + f.eval_round_s[0]) + P.FINALIZE_S > t_left:
-            return _stop(f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
-                         "deadline", **common)
+        if float(f.round_s[0]) + P.FINALIZE_S > t_left:
+            return _final_stop(job, history, tm, prices, arch,
+                               f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
+                               "deadline", **common)
     budget_txt = f"; budget left {fmt_usd(left)}" if math.isfinite(left) else ""
     return Decision(
         action="train", workers=n, memory_mb=m, local_steps=k, bound="none",
@@ -165,6 +192,7 @@ class Evaluation:
     ok_rounds: dict
     ok_deadline: dict
     ok_budget: dict
+    ok_budget_mean: dict        # the mean cost fits (optimistic: no worst-case slack)
     affordable: np.ndarray      # the next round's worst case + reserve fits the budget
     fits_time: np.ndarray       # the next round (+ final evaluation) fits before the deadline
     valid: np.ndarray           # within Lambda limits
@@ -188,17 +216,22 @@ def _evaluate(job: Job, history: RunHistory, cand: Candidates, tm: TimingModel, 
     rounds_left = job.training.max_rounds - len(history.rounds)
     T, C, okr, okd, okb = {}, {}, {}, {}, {}
     slack = f.cost_ub - f.cost_warm
-    for q in (0.2, 0.5, 0.7, 0.8, "mean"):
+    # one spare round (at most 5 % of the time left) for the noise of the last rounds
+    spare = np.minimum(f.round_s_warm, 0.05 * max(deadline - history.elapsed_s, 0.0)) if math.isfinite(deadline) \
+        else 0.0
+    okbm = {}
+    for q in (*FEASIBLE_QS, 0.1, "mean"):
         r = R[q]
         T[q] = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
         C[q] = f.cost + np.maximum(r - 1, 0) * f.cost_warm + fin
         okr[q] = r <= rounds_left
-        okd[q] = history.elapsed_s + T[q] <= deadline
-        okb[q] = spent + C[q] + slack + f.eval_round_ub + fin_ub <= budget
-    affordable = spent + f.cost_ub + f.eval_round_ub + fin_ub <= budget
-    fits_time = history.elapsed_s + f.round_s + f.eval_round_s + P.FINALIZE_S <= deadline
+        okd[q] = history.elapsed_s + T[q] + spare <= deadline
+        okb[q] = spent + C[q] + slack + fin_ub <= budget
+        okbm[q] = spent + C[q] <= budget
+    affordable = spent + f.cost_ub + fin_ub <= budget
+    fits_time = history.elapsed_s + f.round_s + P.FINALIZE_S <= deadline
     valid = f.handler_p90 + P.COLD_INIT_MAX_S <= 0.8 * P.LAMBDA_TIMEOUT_S
-    return Evaluation(f, R, T, C, okr, okd, okb, affordable, fits_time, valid)
+    return Evaluation(f, R, T, C, okr, okd, okb, okbm, affordable, fits_time, valid)
 
 
 def _describe(i: int, cand: Candidates, ev: Evaluation) -> str:
@@ -208,14 +241,13 @@ def _describe(i: int, cand: Candidates, ev: Evaluation) -> str:
 def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation, base: np.ndarray) -> Decision:
     c = job.constraints
     q = 0.5
-    fin_slack = (ev.f.cost_ub - ev.f.cost_warm) + ev.f.eval_round_ub
-    need_budget = history.cost_total_usd + ev.C[q] + fin_slack
+    need_budget = history.cost_total_usd + ev.C[q] + (ev.f.cost_ub - ev.f.cost_warm)
     total_t = history.elapsed_s + ev.T[q]
     ok = base & ev.ok_rounds[q] & np.isfinite(ev.T[q])
     parts = []
     earliest = min_budget = None
     if c.deadline_seconds is not None:
-        sel = ok & ev.ok_budget[q] if c.budget_usd is not None else ok
+        sel = ok & ev.ok_budget_mean[q] if c.budget_usd is not None else ok
         pool = sel if sel.any() else ok
         if pool.any():
             i = int(np.argmin(np.where(pool, total_t, np.inf)))
@@ -248,20 +280,21 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
 
 
 def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
-    done = _terminal(job, history)
-    if done:
-        return done
     c = job.constraints
     tr = job.training
     shape = JobShape.of(history, tr.batch_size, tr.compression)
     tm = TimingModel(shape, prices, arch).fit(history)
+    done = _terminal(job, history, tm, prices, arch)
+    if done:
+        return done
     pm = ProgressModel(metric=tr.target_metric, target=tr.target_value, momentum=tr.momentum, batch=tr.batch_size,
                        train_rows=shape.train_rows, val_rows=shape.val_rows, quorum=tr.quorum,
                        max_rounds=tr.max_rounds, initial_workers=job.workers.initial,
                        initial_steps=tr.local_steps, optimizer=tr.optimizer).fit(history)
     if tr.target_value is None and pm.forecast.p_done > 0.5 and history.rounds:
-        return _stop(f"planned work done: the progress of {tr.max_rounds} rounds of {job.workers.initial} workers "
-                     f"x {tr.local_steps} steps has been made (no target set)", "max_rounds")
+        return _final_stop(job, history, tm, prices, arch,
+                           f"planned work done: the progress of {tr.max_rounds} rounds of {job.workers.initial} "
+                           f"workers x {tr.local_steps} steps has been made (no target set)", "max_rounds")
     cand = candidates(job, history, tiers)
     ev = _evaluate(job, history, cand, tm, pm, prices, arch)
     f = ev.f
@@ -273,11 +306,12 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
     guard = base & ev.affordable
     if not guard.any():
-        i = int(np.argmin(np.where(base, f.cost_ub + f.eval_round_ub, np.inf)))
+        i = int(np.argmin(np.where(base, f.cost_ub, np.inf)))
+        fin_ub = finalize_cost_ub(prices, arch)
         return _stop(f"budget: {fmt_usd(budget - spent)} left cannot pay the worst case of one more round "
-                     f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus the final "
-                     f"evaluation and finalisation ({fmt_usd(float(f.eval_round_ub[i]) + finalize_cost_ub(prices, arch))})",
-                     "budget", predicted_round_cost_usd=float(f.cost[i]))
+                     f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus "
+                     f"finalisation ({fmt_usd(fin_ub)})", "budget", predicted_round_cost_usd=float(f.cost[i]),
+                     infeasible=first, min_budget_usd=float(f.cost_ub[i] + fin_ub) if first else None)
     if c.deadline_seconds is not None and not c.best_effort:
         timely = guard & ev.fits_time
         if not timely.any():
@@ -285,63 +319,116 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
             t_left = c.deadline_seconds - history.elapsed_s
             if first:
                 return _infeasible(job, history, cand, ev, base)
-            return _stop(f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({_describe(i, cand, ev)}) "
-                         f"takes ~{fmt_s(float(f.round_s[i]))} plus the final evaluation", "deadline",
-                         predicted_round_s=float(f.round_s[i]))
+            return _final_stop(job, history, tm, prices, arch,
+                               f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({_describe(i, cand, ev)}) "
+                               f"takes ~{fmt_s(float(f.round_s[i]))}", "deadline",
+                               predicted_round_s=float(f.round_s[i]))
         guard = timely
 
     objective = c.objective
     chosen = None
     level = None
-    for q in (FEASIBLE_Q, 0.5, 0.2):
-        ok = guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[q] & np.isfinite(ev.C[q])
+    backup = None
+    reachable = float(np.max(ev.R["p_never"])) < P_NEVER_GIVE_UP
+    levels = []
+    if reachable and c.deadline_seconds is not None and objective == "cost":
+        # Plan for the median, but only where a way out stays open: after one round of this plan,
+        # the fastest affordable plan must still finish by the deadline if progress turns out slow
+        # (p90, then p70). Re-planning every round makes this recourse real.
+        t_left = c.deadline_seconds - history.elapsed_s
+        for qs in BACKUP_QS:
+            fast = guard & ev.ok_rounds[qs] & ev.ok_budget_mean[qs] & np.isfinite(ev.T[qs])
+            if not fast.any():
+                continue
+            j = int(np.argmin(np.where(fast, ev.T[qs], np.inf)))
+            safe = f.round_s + ev.T[qs][j] + min(float(f.round_s_warm[j]), 0.05 * t_left) <= t_left
+            levels.append((guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q]
+                           & np.isfinite(ev.C[0.5]) & safe, qs, j))
+    if reachable and c.budget_usd is not None and objective == "speed":
+        # The mirror image for speed: go fast at the median only while, after this round, the
+        # cheapest plan could still pay its way to the target if progress is slow (p90, p70).
+        for qs in BACKUP_QS:
+            cheap = guard & ev.ok_rounds[qs] & ev.ok_deadline[qs] & np.isfinite(ev.C[qs])
+            if not cheap.any():
+                continue
+            j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
+            safe = spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(prices, arch) <= budget
+            levels.append((guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q]
+                           & np.isfinite(ev.T[0.5]) & safe, qs, j))
+    if reachable:
+        for q in FEASIBLE_QS:
+            qb = min(q, BUDGET_Q)
+            levels.append((guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]),
+                           q, None))
+    for ok, q, j in levels:
         if ok.any():
-            chosen, level = ok, q
+            chosen, level, backup = ok, q, j
             break
 
     best_effort_note = ""
     if chosen is None:
-        if first and not c.best_effort:
-            return _infeasible(job, history, cand, ev, base)
-        # Mid-run (or best effort): keep going within the hard guards, as well as possible.
+        # Nothing fits even at the 20th percentile. Confidently infeasible when even the 10th
+        # percentile of the progress forecast with the mean (no worst-case slack) cost misses.
+        q = 0.1
+        hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
+        confident = (not hopeful.any() or not reachable) and (first or pm.n_obs >= MIN_OBS_TO_GIVE_UP)
+        if confident and not c.best_effort:
+            if first:
+                return _infeasible(job, history, cand, ev, base)
+            d = _infeasible(job, history, cand, ev, base)
+            return _final_stop(job, history, tm, prices, arch,
+                               "stopping to save the budget: " + d.reason.replace("infeasible: ", "", 1),
+                               d.bound, earliest_deadline_s=d.earliest_deadline_s, min_budget_usd=d.min_budget_usd)
+        # Not yet sure (or best effort): keep going within the hard guards, as well as possible.
         q = 0.5
         in_budget = guard & ev.ok_budget[q]
         if in_budget.any() and c.deadline_seconds is not None:
             chosen, level, objective = in_budget, q, "speed"
-            best_effort_note = "best effort: the deadline is predicted to be missed, so the fastest plan within budget"
+            best_effort_note = ("best effort: the deadline is predicted to be missed, so the plan that makes the most "
+                                "progress by the deadline within budget")
         else:
             chosen, level, objective = guard, q, "cost"
-            best_effort_note = ("best effort: the target is predicted out of reach within the budget, so the cheapest "
-                                "progress per round")
-            # cheapest per unit progress: cost per round / progress per round
-    R_mean = ev.R["mean"]
-    if objective == "speed":
-        base_obj = ev.T["mean"] if level != 0.2 else ev.T[0.2]
+            best_effort_note = ("best effort: the target is predicted out of reach within the budget, so the plan "
+                                "that buys the most progress with the time and money left")
+    if level is not None and level <= 0.5 and backup is None and objective == "cost" \
+            and c.deadline_seconds is not None and not best_effort_note:
+        # The deadline is at risk: among the plans that may still make it, the fastest.
+        objective = "speed"
+        best_effort_note = ""
+        at_risk = True
     else:
-        base_obj = ev.C["mean"] if level != 0.2 else ev.C[0.2]
-    if best_effort_note and objective == "cost":
-        prog = 1.0 / np.maximum(ev.R["mean"], 1.0)
-        base_obj = f.cost_warm / np.maximum(prog, 1e-9)
+        at_risk = False
+    R_mean = ev.R["mean"]
+    base_obj = ev.T["mean"] if objective == "speed" else ev.C["mean"]
+    if best_effort_note:
+        # Best effort: the most progress (tau) the remaining time and money can buy.
+        dtau = pm.mean_round_progress(cand.n, cand.k)
+        t_left = (c.deadline_seconds - history.elapsed_s) if c.deadline_seconds is not None else math.inf
+        n_rounds = np.minimum((budget - spent) / np.maximum(f.cost_warm, 1e-12),
+                              t_left / np.maximum(f.round_s_warm, 1e-9))
+        n_rounds = np.minimum(n_rounds, job.training.max_rounds - len(history.rounds))
+        base_obj = -np.minimum(n_rounds, 1e9) * dtau
     base_obj = np.where(np.isfinite(base_obj), base_obj, 1e300)
     kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0)
-    lcb = base_obj * np.maximum(0.5, 1.0 - kappa * f.rel_sd_param)
+    lcb = base_obj * np.maximum(0.5, 1.0 - kappa * f.rel_sd_param) if not best_effort_note else base_obj
     i_exploit = int(np.argmin(np.where(chosen, base_obj, np.inf)))
     i = int(np.argmin(np.where(chosen, lcb, np.inf)))
     explore = i != i_exploit
 
     # which constraint bound the choice
-    qb = level
+    qb = 0.5 if backup is not None else level
+    qbud = min(qb, BUDGET_Q)
     free = guard & ev.ok_rounds[qb] & np.isfinite(ev.C[qb])
     i_free = int(np.argmin(np.where(free, ev.C["mean"] if objective == "cost" else ev.T["mean"], np.inf))) \
         if free.any() else i
     if best_effort_note:
         bound = "deadline" if objective == "speed" else "budget"
     elif objective == "cost":
-        bound = "deadline" if not ev.ok_deadline[qb][i_free] else (
-            "budget" if not ev.ok_budget[qb][i_free] else "none")
+        bound = "deadline" if (not ev.ok_deadline[qb][i_free] or i_free != i and not chosen[i_free]) else (
+            "budget" if not ev.ok_budget[qbud][i_free] else "none")
     else:
-        bound = "budget" if not ev.ok_budget[qb][i_free] else "none"
-    if bound == "none" and not ev.ok_rounds[FEASIBLE_Q][i]:
+        bound = "budget" if not ev.ok_budget[qbud][i_free] else "none"
+    if bound == "none" and not ev.ok_rounds[FEASIBLE_QS[0]][i]:
         bound = "max_rounds"
 
     rq = float(ev.R[level][i])
@@ -369,8 +456,18 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
                       f"~{fmt_usd(float(ev.C[qb][i_free]))})")
     elif bound == "max_rounds":
         pieces.append("max_rounds binds")
-    if level != FEASIBLE_Q and not best_effort_note:
-        pieces.append(f"tight: feasible only at the p{int(level * 100)} progress forecast")
+    if backup is not None and not best_effort_note and objective == "speed":
+        pieces.append(f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} could still "
+                      f"pay its way to the target (~{fmt_usd(float(ev.C[level][backup]))})")
+    elif backup is not None and not best_effort_note:
+        pieces.append(f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} would still "
+                      f"finish in ~{fmt_s(float(ev.T[level][backup]))}")
+    elif level < 0.7 and not best_effort_note:
+        pieces.append(f"tight: feasible only at the p{int(level * 100)} progress forecast"
+                      + (", so the fastest plan within budget" if at_risk else ""))
+    p_never = float(ev.R["p_never"][i])
+    if p_never >= 0.05:
+        pieces.append(f"{100 * p_never:.0f} % chance the curve saturates below the target")
     if explore:
         pieces.append(f"exploring: {int(cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
                       f"the best-known plan is {_describe(i_exploit, cand, ev)}")

@@ -26,6 +26,8 @@ import math
 
 import numpy as np
 
+from smlt.planner.stats import norm_ppf
+
 
 def k_effective(k, momentum: float):
     k = np.asarray(k, dtype=float)
@@ -66,7 +68,10 @@ def tau_to_reach(target: float, m0: float, m_inf: float, tau0: float, p: float) 
 # Gauss-Hermite nodes/weights for an expectation over a standard normal (5 points).
 _GH_X = np.array([-2.856970, -1.355626, 0.0, 1.355626, 2.856970])
 _GH_W = np.array([0.011257, 0.222076, 0.533333, 0.222076, 0.011257])
-TAU0_GRID_EPOCHS = np.exp(np.linspace(math.log(1e-3), math.log(300.0), 30))
+TAU0_GRID_EPOCHS = np.exp(np.linspace(math.log(1e-3), math.log(300.0), 64))
+# Real curves have autocorrelated noise and are not exactly this family: temper the likelihood.
+LIKELIHOOD_TEMPER = 0.5
+MISFIT_SD = 0.012
 MIN_OBS_FOR_CURVE = 3
 
 
@@ -91,17 +96,25 @@ class RoundsForecast:
             r = np.ceil(np.maximum(self.tau_rem[None, :], 0.0) / np.maximum(dtau, 1e-12))
         return np.where(self.tau_rem[None, :] <= 0, 0.0, r) + 1.0
 
-    def summary(self, n, k, qs=(0.2, 0.5, 0.7, 0.8), cap=1e6):
+    def summary(self, n, k, qs=(0.1, 0.2, 0.5, 0.7, 0.9)):
         R = self.rounds(n, k)
+        fin = np.isfinite(R)
         order = np.argsort(R, axis=1)
         Rs = np.take_along_axis(R, order, axis=1)
-        cw = np.cumsum(self.w[order], axis=1)
+        # Quantiles are conditional on the target being reachable: the outcomes where it is not
+        # are equally bad for every plan, so they must not steer the choice (p_never reports them).
+        wf_sorted = np.where(np.isfinite(Rs), self.w[order], 0.0)
+        tot = wf_sorted.sum(1, keepdims=True)
+        cw = np.cumsum(wf_sorted, axis=1) / np.maximum(tot, 1e-300)
         out = {}
         for q in qs:
             i = np.argmax(cw >= q - 1e-12, axis=1)
-            out[q] = Rs[np.arange(len(Rs)), i]
-        out["mean"] = (np.minimum(R, cap) * self.w[None, :]).sum(1)
-        out["p_never"] = (np.isinf(R) * self.w[None, :]).sum(1)
+            out[q] = np.where(tot[:, 0] > 0, Rs[np.arange(len(Rs)), i], np.inf)
+        wf = fin * self.w[None, :]
+        mass = wf.sum(1)
+        # mean over the outcomes where the target is reached; p_never carries the rest
+        out["mean"] = np.where(mass > 0, (np.where(fin, R, 0.0) * wf).sum(1) / np.maximum(mass, 1e-300), np.inf)
+        out["p_never"] = 1.0 - mass
         return out
 
 
@@ -135,7 +148,7 @@ class ProgressModel:
         self.init_n = initial_workers
         self.init_k = initial_steps
         self.betas = P.BETA_GRID
-        lb = -0.5 * ((np.log(self.betas) - math.log(P.BETA_PRIOR_MEDIAN)) / P.BETA_PRIOR_SD_LOG) ** 2
+        lb = -0.5 * ((np.log(self.betas) - math.log(P.beta_prior_median(self.rows))) / P.BETA_PRIOR_SD_LOG) ** 2
         self.beta_logprior = lb - np.log(np.exp(lb).sum())
         self.tau_epoch = self.rows / batch
         self.forecast: RoundsForecast | None = None
@@ -177,7 +190,8 @@ class ProgressModel:
         y_t = self.sign * self.target
         if self.n_obs < MIN_OBS_FOR_CURVE:
             # Prior in epochs: tau* ~ lognormal; remaining = tau* - tau_now (per beta).
-            qx, qw = _GH_X, _GH_W
+            qx = norm_ppf((np.arange(20) + 0.5) / 20.0)
+            qw = np.full(20, 1.0 / 20.0)
             tau_star = self.tau_epoch * np.exp(math.log(P.EPOCHS_TO_TARGET_MEDIAN) + P.EPOCHS_TO_TARGET_SD_LOG * qx)
             bi = np.repeat(np.arange(len(self.betas)), len(qx))
             rem = np.tile(tau_star, len(self.betas)) - self.tau_now[bi]
@@ -194,13 +208,17 @@ class ProgressModel:
         d = (y - y0)[1:]
         if self.metric == "val_accuracy":
             yy = np.clip(np.abs(y[1:]), 0.0, 1.0)
-            sd = np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.val_rows + 0.008 ** 2)
+            sd = np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.val_rows + MISFIT_SD ** 2)
             a_max = max(1.0 - y0, 1e-3)
         else:
-            sd = 0.02 * np.abs(y[1:]) + 0.01
+            sd = 0.02 * np.abs(y[1:]) + MISFIT_SD
             a_max = max(-y0, 1e-3)  # loss >= 0
-        prec_obs = 1.0 / sd ** 2
-        mu_a, sd_a = 0.75 * a_max, 0.4 * a_max
+        prec_obs = LIKELIHOOD_TEMPER / sd ** 2
+        # Amplitude prior: the user's target is probably reachable, the plateau somewhere between
+        # the target and the best possible value.
+        need = min(max(y_t - y0, 0.0), a_max)
+        mu_a = need + 0.5 * (a_max - need)
+        sd_a = 0.5 * (a_max - need) + 0.1 * a_max
         tau_obs = tau_before[:, idx[1:]]                                   # (B, O)
         tau0 = self.tau_epoch * TAU0_GRID_EPOCHS                           # (T,)
         ps = P.P_GRID                                                      # (Q,)
@@ -229,7 +247,13 @@ class ProgressModel:
             tau_star = tau0[None, :, None, None] * np.power(inner, 1.0 / ps[None, None, :, None])
         tau_star = np.where(frac >= 1.0, np.inf, np.where(frac <= 0.0, 0.0, tau_star))
         rem = tau_star - self.tau_now[:, None, None, None]
-        w = post[..., None] * _GH_W
+        # the same prior on tau* (epochs to the target) that stands in before the curve exists, so
+        # the forecast moves smoothly from the prior to the data
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = (np.log(tau_star / self.tau_epoch) - math.log(P.EPOCHS_TO_TARGET_MEDIAN)) / P.EPOCHS_TO_TARGET_SD_LOG
+        log_pt = np.where(np.isfinite(z), -0.5 * z ** 2, -2.0)
+        w = post[..., None] * _GH_W * np.exp(log_pt)
+        self.beta_post = w.sum(axis=(1, 2, 3)) / w.sum()
         if self.sign * self.last_metric >= y_t:
             rem = np.zeros_like(rem)
         bi = np.broadcast_to(np.arange(len(self.betas))[:, None, None, None], rem.shape)
@@ -244,6 +268,14 @@ class ProgressModel:
     def target_reached(self) -> bool:
         return (self.target is not None and self.last_metric is not None
                 and self.sign * self.last_metric >= self.sign * self.target)
+
+    def mean_round_progress(self, n, k):
+        """Posterior-mean tau of one round at (n, k)."""
+        n = np.asarray(n, dtype=float)[:, None]
+        k = np.asarray(k, dtype=float)[:, None]
+        d = round_progress(n, k, self.mu_e, self.betas[None, :], self.P.DRIFT_K)
+        w = self.beta_post / self.beta_post.sum()
+        return (d * w[None, :]).sum(1)
 
     def beta_mean(self) -> float:
         return float(np.exp((self.beta_post * np.log(self.betas)).sum()))

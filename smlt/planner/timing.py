@@ -27,39 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from smlt.planner import priors as P
+from smlt.planner.stats import expected_max_z, norm_ppf  # noqa: F401
 from smlt.planner.types import RunHistory
 from smlt.prices import Prices
 
 E_GRID = np.linspace(0.0, 1.0, 11)
 HISTORY_ROUNDS = 200  # the newest rounds the fits use
-
-
-def norm_ppf(p):
-    """Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9)."""
-    p = np.clip(np.asarray(p, dtype=float), 1e-12, 1 - 1e-12)
-    a = [-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00]
-    b = [-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01]
-    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00]
-    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00]
-    q = np.where(p < 0.5, p, 1 - p)
-    t = np.sqrt(-2 * np.log(q))
-    tail = (((((c[0] * t + c[1]) * t + c[2]) * t + c[3]) * t + c[4]) * t + c[5]) / \
-        ((((d[0] * t + d[1]) * t + d[2]) * t + d[3]) * t + 1)
-    r = p - 0.5
-    s = r * r
-    mid = (((((a[0] * s + a[1]) * s + a[2]) * s + a[3]) * s + a[4]) * s + a[5]) * r / \
-        (((((b[0] * s + b[1]) * s + b[2]) * s + b[3]) * s + b[4]) * s + 1)
-    low = np.where(p < 0.5, -tail, tail)
-    return np.where(np.abs(r) <= 0.425, mid, low)
-
-
-def expected_max_z(n):
-    """E[max of n standard normals] (Blom's approximation); 0 for n = 1."""
-    n = np.maximum(np.asarray(n, dtype=float), 1.0)
-    return np.where(n <= 1, 0.0, norm_ppf((n - 0.375) / (n + 0.25)))
+# Straggler cut-off: a worker stops itself (and is billed at most) this long; 2.5 x p90 + 3 s.
+LIMIT_X_P90 = 2.5
+LIMIT_MARGIN_S = 3.0
 
 
 class BLR:
@@ -150,6 +126,7 @@ class Forecast:
     cold_workers: np.ndarray
     eval_round_ub: np.ndarray    # hard upper bound of an evaluation-only round at (n, m)
     eval_round_s: np.ndarray
+    eval_limit_s: np.ndarray
 
 
 class TimingModel:
@@ -268,7 +245,8 @@ class TimingModel:
             if r.round_s > 0:
                 ov_n.append(r.workers)
                 ov_y.append(max(r.round_s - span - r.aggregate_s, 0.0))
-            if r.aggregate_s > 0:
+            if r.aggregate_s > 0 and r is not history.rounds[0]:
+                # the first round's aggregator (and planner) start cold; the bounds add a cold start
                 ag_n.append(r.workers)
                 ag_y.append(r.aggregate_s)
             if r.cost_usd > 0:
@@ -381,19 +359,20 @@ class TimingModel:
         # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
         h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
         p90 = h_miss + 1.2816 * h_sd
-        limit = np.minimum(3.0 * p90 + 10.0, P.LAMBDA_TIMEOUT_S - 5.0)
-        agg_ub = 3.0 * agg + 5.0
-        other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.5 + 1e-5
-        cost_ub = N * (price * (P.COLD_INIT_MAX_S + limit) + req) + other_ub + sfn * 1.5
+        limit = np.minimum(LIMIT_X_P90 * p90 + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
+        agg_ub = 2.0 * agg + 1.5
+        other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.3 + 1e-6
+        # transitions and requests are counted; 20 % covers retried Lambda invocations
+        cost_ub = N * (price * (P.COLD_INIT_MAX_S + limit) + req) + other_ub + sfn * 1.2
 
         # evaluation-only round at (n, m): load + eval, no update
         e_h = ld_miss + ev + rest
-        e_limit = np.minimum(3.0 * e_h * (1 + 1.28 * self.cv) + 10.0, P.LAMBDA_TIMEOUT_S - 5.0)
+        e_limit = np.minimum(LIMIT_X_P90 * e_h * (1 + 1.28 * self.cv) + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
         eval_ub = (N * (price * (P.COLD_INIT_MAX_S + e_limit) + req)
-                   + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.5)
+                   + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.2)
         eval_s = ov + e_h * (1 + self.cv * z) + agg
         return Forecast(round_s, cost, round_s_warm, cost_warm, cost_ub, h_warm, p90, limit, rel_sd_param,
-                        cold, eval_ub, eval_s)
+                        cold, eval_ub, eval_s, e_limit)
 
     @staticmethod
     def _warm_pool(history: RunHistory):
