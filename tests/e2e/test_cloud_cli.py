@@ -1,0 +1,63 @@
+"""`smlt start/status/fetch/resume` against a "deployed" stack: the local engine's endpoint
+stands in for AWS, and a CloudFormation stack in moto carries the outputs the CLI looks up."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from smlt import cloud
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def deployed(local, monkeypatch):
+    engine, names = local
+    for k, v in {"AWS_ENDPOINT_URL": engine.endpoint_url, "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    from smlt.records import dynamodb_client
+    from smlt.store.s3 import s3_client
+
+    s3_client.cache_clear(), dynamodb_client.cache_clear()
+    outputs = {"StateMachineArn": engine.state_machine_arn, "ArtifactsBucketName": names.artifacts_bucket,
+               "DataBucketName": names.data_bucket, "TableName": names.table}
+    template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+                "Outputs": {k: {"Value": v} for k, v in outputs.items()}}
+    cfn = engine.client("cloudformation")
+    cfn.create_stack(StackName="SmltCliTest", TemplateBody=json.dumps(template))
+    yield engine, cloud.Stack.lookup("SmltCliTest", cfn=cfn)
+    cfn.delete_stack(StackName="SmltCliTest")
+    s3_client.cache_clear(), dynamodb_client.cache_clear()
+
+
+def test_start_status_fetch(deployed, tmp_path, capsys):
+    engine, stack = deployed
+    job = json.loads((ROOT / "examples/digits.json").read_text())
+    job.update(run_id="cli-run")
+    job["training"].update(max_rounds=2, target_value=None)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    run_id = cloud.start(path, stack)
+    assert run_id == "cli-run" and "started run cli-run" in capsys.readouterr().out
+    sfn = engine.client("stepfunctions")
+    (ex,) = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+             if e["name"].startswith("cli-run")]
+    assert engine.wait(ex["executionArn"], interval=0.2)["status"] == "SUCCEEDED"
+
+    assert cloud.status("cli-run", stack) == 0
+    out = capsys.readouterr().out
+    assert "round   1" in out and "run cli-run: SUCCEEDED" in out
+
+    assert cloud.fetch("cli-run", stack, tmp_path / "fetched") == 0
+    for name in ("model.safetensors", "metrics.json", "report.png", "history.json"):
+        assert (tmp_path / "fetched" / name).exists()
+    with pytest.raises(Exception, match="already finished"):
+        cloud.resume("cli-run", stack)
+
+
+def test_lookup_names_a_missing_stack(deployed):
+    engine, _ = deployed
+    with pytest.raises(SystemExit, match="stack 'Nope' not found"):
+        cloud.Stack.lookup("Nope", cfn=engine.client("cloudformation"))
