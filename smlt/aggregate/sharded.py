@@ -610,7 +610,7 @@ class ReduceScatter:
       2. reduces slice i: one ranged GET of slice i (with its weight) from each worker's object,
          weighted mean, written as {prefix}{s}/avg/{i}.
       3. reads all n averaged slices (n GETs) into the averaged gradient, which it returns.
-    Traffic per worker per step: ~2 P bytes out and ~2 P bytes in, whatever n is.
+    Traffic per worker per step: about P (1 + 1/n) bytes out and 2 P bytes in, whatever n is.
     Keys are per (step, worker), written first-writer-wins; each wait polls with `poll`.
     After finishing step s a worker deletes its own step s-1 objects (nobody can need them then:
     every worker has written its step s gradient, so has read all of step s-1).
