@@ -20,6 +20,13 @@ class Settings:
     max_concurrency: int = 64
     worker_timeout_s: int = 900
     prices: Prices = field(default_factory=Prices)
+    # Per-step synchronous mode: where workers exchange gradients. "" = the artifacts bucket (S3);
+    # a redis:// URL = Redis (ElastiCache), opened with smlt.store.open_store.
+    exchange_url: str = ""
+    # Sharded aggregation (smlt.aggregate.sharded.plan_slices): bytes one aggregator should read
+    # per round, and the smallest slice worth its own aggregator.
+    aggregator_read_bytes: int = 256 << 20
+    min_slice_bytes: int = 4 << 20
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -35,4 +42,13 @@ class Settings:
             max_concurrency=int(env.get("SMLT_MAX_CONCURRENCY", "64")),
             worker_timeout_s=int(env.get("SMLT_WORKER_TIMEOUT_S", "900")),
             prices=Prices.from_env(),
+            exchange_url=env.get("SMLT_EXCHANGE_URL", ""),
+            aggregator_read_bytes=int(env.get("SMLT_AGGREGATOR_READ_BYTES") or 256 << 20),
+            min_slice_bytes=int(env.get("SMLT_MIN_SLICE_BYTES") or 4 << 20),
         )
+
+    def exchange_store(self):
+        """The store of the per-step gradient exchange (sync mode)."""
+        from smlt.store import S3Store, open_store
+
+        return open_store(self.exchange_url) if self.exchange_url else S3Store(self.artifacts_bucket)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from smlt import keys
+from smlt.aggregate.sharded import plan_slices, read_model_blob
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, Infeasible, InvalidJob
@@ -97,14 +98,42 @@ def _history(rounds: list[dict], meta: dict) -> RunHistory:
                       train_rows=int(meta["train_rows"]))
 
 
+# Sharded aggregation runs its k aggregators in an inline Map (at most 40 iterations at once).
+MAX_AGGREGATORS = 40
+# Step Functions history events of one round (Plan, Train, Aggregate, choices; a few retries)
+# and per aggregator (an inline Map iteration of one task); a Standard execution holds 25,000.
+ROUND_EVENTS = 40
+SLICE_EVENTS = 8
+HISTORY_BUDGET = 20_000
+
+
+def round_events(aggregators: int) -> int:
+    return ROUND_EVENTS + (12 + SLICE_EVENTS * aggregators if aggregators > 1 else 0)
+
+
+def choose_aggregators(settings: Settings, param_count: int, workers: int, eval_only: bool) -> int:
+    """How many aggregators reduce a round: sharded (k > 1) when the updates are large or many
+    (`plan_slices`); 1 before the model's size is known (round 0) and for an evaluation round."""
+    if eval_only or param_count <= 0:
+        return 1
+    return plan_slices(4 * param_count, workers, read_bytes_per_aggregator=settings.aggregator_read_bytes,
+                       min_slice_bytes=settings.min_slice_bytes, max_aggregators=MAX_AGGREGATORS)
+
+
 def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
     if item["action"] != "train":
         return {"action": item["action"], "run_id": item["run_id"], "round": item["round"], "reason": item["reason"]}
     n = int(item["workers"])
-    limit = RoundSpec.model_validate_json(item["spec"]).time_limit_s
+    spec = RoundSpec.model_validate_json(item["spec"])
+    limit = spec.time_limit_s
+    k = int(item.get("aggregators", 1))
+    # Per-step mode: every worker waits for all the others at each step, so all must run at once.
+    concurrency = n if spec.job.training.mode == "sync" else min(n, settings.max_concurrency)
     return {"action": "train", "run_id": item["run_id"], "round": item["round"], "workers": list(range(n)),
             "function_name": item["function_name"], "memory_mb": item["memory_mb"],
-            "local_steps": item["local_steps"], "max_concurrency": min(n, settings.max_concurrency),
+            "local_steps": item["local_steps"], "max_concurrency": concurrency,
+            # Sharded aggregation: the state machine maps the Aggregate function over the slices.
+            "aggregators": k, "slices": list(range(k)),
             # Step Functions stops waiting for a straggler after this (TimeoutSecondsPath).
             "worker_timeout_s": int(math.ceil(limit)) if limit else settings.worker_timeout_s,
             "reason": item["reason"]}
@@ -154,8 +183,11 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     if existing is not None:
         return _result(existing, settings)
     prev_plan = table.plan(rnd - 1) if rnd > 0 else None
-    ran_here = int(prev_plan.get("execution_rounds", 1)) if prev_plan and prev_plan.get("execution") == execution else 0
-    if ran_here >= job.rounds_per_execution:
+    same = bool(prev_plan and prev_plan.get("execution") == execution)
+    ran_here = int(prev_plan.get("execution_rounds", 1)) if same else 0
+    events_here = int(prev_plan.get("execution_events", 0)) if same else 0
+    next_events = round_events(int(prev_plan.get("aggregators", 1)) if prev_plan else 1)
+    if ran_here >= job.rounds_per_execution or events_here + next_events > HISTORY_BUDGET:
         # Hand over to a fresh execution (see chain) before this one's history grows too long.
         return {"action": "chain", "run_id": run_id, "round": rnd,
                 "reason": f"{ran_here} rounds in this execution; continuing in a new one"}
@@ -164,6 +196,12 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     decision: Decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture)
     if decision.infeasible and not job.constraints.best_effort:
         raise Infeasible(decision.reason)
+    if job.training.mode == "sync" and decision.action == "train":
+        # All workers of a per-step round must run at once (each step waits for every worker).
+        slots = min(settings.max_concurrency, int(os.environ.get("SMLT_LOCAL_CONCURRENCY") or settings.max_concurrency))
+        if decision.workers > slots:
+            decision = decision.model_copy(update={
+                "workers": max(1, slots), "reason": f"{decision.reason} (sync mode: at most {slots} concurrent workers)"})
     item: dict[str, Any] = {"run_id": run_id, "round": rnd, "reason": decision.reason, "bound": decision.bound,
                             "predicted_round_s": decision.predicted_round_s,
                             "predicted_round_cost_usd": decision.predicted_round_cost_usd,
@@ -183,13 +221,17 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         lr = job.training.learning_rate * float(meta.get("lr_scale", 1.0))
         prev = rounds[-1] if rounds else None
         lost = _lost_shards(prev_plan if prev else None, prev)
+        n_params = int(rounds[-1]["param_count"]) if rounds else 0
+        k = choose_aggregators(settings, n_params, decision.workers, decision.local_steps == 0)
         spec = RoundSpec(run_id=run_id, round=rnd, workers=decision.workers, memory_mb=decision.memory_mb,
+                         aggregators=k,
                          local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
                          planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds),
                          learning_rate=lr, reason=decision.reason, job=job,
                          assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost))
         item.update(action="train", workers=spec.workers, memory_mb=spec.memory_mb, local_steps=spec.local_steps,
-                    function_name=spec.function_name, spec=spec.model_dump_json())
+                    function_name=spec.function_name, aggregators=k, spec=spec.model_dump_json())
+    item["execution_events"] = events_here + round_events(int(item.get("aggregators", 1)))
     item["plan_s"] = time.perf_counter() - t0
     _, stored = table.put_once(keys.plan_sk(rnd), item)
     if stored["action"] == "train":
@@ -225,7 +267,11 @@ def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
     measured = [r for r in rounds if r.get("val_loss") is not None]
     final_round = measured[-1] if measured else None
     if final_round is not None:
-        artifacts.copy(keys.model_key(run_id, final_round["round"]), keys.final_model_key(run_id))
+        src = keys.model_key(run_id, final_round["round"])
+        if artifacts.exists(src):
+            artifacts.copy(src, keys.final_model_key(run_id))
+        else:  # written as slices by sharded aggregators: assemble one safetensors object
+            artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round["round"]))
     trained = [r for r in rounds if not r["eval_only"] and final_round and r["round"] < final_round["round"]]
     double = sum(len(r["accepted"]) - len({a["worker"] for a in r["accepted"]}) for r in rounds)
     last_plan = plans.get(max(plans)) if plans else {}

@@ -32,6 +32,30 @@ def update_key(run_id: str, rnd: int, worker: int) -> str:
     return round_prefix(run_id, rnd) + f"updates/{worker:05d}.safetensors"
 
 
+def accepted_key(run_id: str, rnd: int) -> str:
+    """Sharded aggregation: the accepted (worker, samples) of a round, first writer wins."""
+    return round_prefix(run_id, rnd) + "accepted.json"
+
+
+def slices_manifest_key(run_id: str, rnd: int) -> str:
+    """A model stored as slices of its flat vector (sharded aggregation): the manifest."""
+    return round_prefix(run_id, rnd) + "model.slices.json"
+
+
+def slice_key(run_id: str, rnd: int, j: int, k: int) -> str:
+    return round_prefix(run_id, rnd) + f"model.slices/{j:05d}-of-{k:05d}.safetensors"
+
+
+def rest_key(run_id: str, rnd: int) -> str:
+    """Non-floating tensors of a sliced model, if it has any."""
+    return round_prefix(run_id, rnd) + "model.slices/rest.safetensors"
+
+
+def sync_prefix(run_id: str, rnd: int) -> str:
+    """Per-step synchronous mode: the gradient exchange objects of a round (deleted after it)."""
+    return round_prefix(run_id, rnd) + "sync/"
+
+
 # S3 lifecycle filters cannot match runs/*/rounds/*/updates/, so updates carry this tag.
 UPDATE_TAG = "smlt-kind=update"
 

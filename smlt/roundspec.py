@@ -21,6 +21,8 @@ class RoundSpec(BaseModel):
     # Train shards per worker; None = round-robin (shard_slice). The planner adds the shards of
     # workers lost last round to the survivors' lists.
     assignments: list[list[int]] | None = None
+    # How many aggregators reduce this round's updates (sharded aggregation when > 1).
+    aggregators: int = 1
     job: Job
 
     @property

@@ -94,6 +94,12 @@ class Functions(Construct):
             "SMLT_ARCHITECTURE": settings.architecture,
             "POWERTOOLS_SERVICE_NAME": "smlt",
         }
+        # Per-step sync mode's gradient exchange: a redis:// URL (ElastiCache, cdk.json context
+        # `exchange_url`); unset = the artifacts bucket. Not set at all by default, so a local
+        # run's process environment can still choose one.
+        exchange_url = self.node.try_get_context("exchange_url")
+        if exchange_url:
+            base_env["SMLT_EXCHANGE_URL"] = str(exchange_url)
 
         # --- shared layer (numpy, safetensors, pydantic, powertools, smlt), bundled locally ---
         self.layer = lambda_.LayerVersion(

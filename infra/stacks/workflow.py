@@ -1,7 +1,10 @@
 """The training state machine (Standard, JSONPath only), exactly as in docs/architecture.md.
 
-Start → Plan → ShouldTrain → Train (Distributed Map of TrainWorker) → Aggregate → Continue → …
-→ Finalize → Done; ShouldTrain also routes "chain" → Chain → Chained and "duplicate" → Duplicate.
+Start → Plan → ShouldTrain → Train (Distributed Map of TrainWorker) → HowToAggregate → Aggregate
+→ Continue → … → Finalize → Done; ShouldTrain also routes "chain" → Chain → Chained and
+"duplicate" → Duplicate. When the plan has k > 1 aggregators, HowToAggregate routes to the sharded
+path instead: AggregatePrepare → Prepared → AggregateSlices (inline Map of AggregateSlice over
+$.plan.slices) → AggregateFinish → Continue.
 A failed worker is caught inside the map child (WorkerFailed), so the map never fails because of
 one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the plan) and retries
 Lambda service errors and throttling with exponential backoff.
@@ -157,6 +160,46 @@ class Workflow(Construct):
         )
         _add_retries(aggregate_task)
 
+        # --- sharded aggregation: prepare, k slices in parallel, finish (same function, op) ---
+        def aggregate_op(sid: str, op: str, result_path: str | None, base: str = "$.plan") -> tasks.LambdaInvoke:
+            payload = {
+                "op": op,
+                "run_id": sfn.JsonPath.string_at(f"{base}.run_id"),
+                "round": sfn.JsonPath.number_at(f"{base}.round"),
+            }
+            if op == "slice":
+                payload.update(slice=sfn.JsonPath.number_at("$.slice"), of=sfn.JsonPath.number_at("$.of"))
+            task = tasks.LambdaInvoke(
+                self,
+                sid,
+                lambda_function=aggregate,
+                payload_response_only=True,
+                retry_on_service_exceptions=False,
+                payload=sfn.TaskInput.from_object(payload),
+                result_path=result_path,
+                task_timeout=_task_timeout(aggregate_timeout),
+            )
+            _add_retries(task)
+            return task
+
+        prepare = aggregate_op("AggregatePrepare", "prepare", "$.agg")
+        slice_task = aggregate_op("AggregateSlice", "slice", sfn.JsonPath.DISCARD, base="$")
+        slices = sfn.Map(
+            self,
+            "AggregateSlices",
+            items_path="$.plan.slices",
+            max_concurrency=40,
+            item_selector={
+                "run_id.$": "$.plan.run_id",
+                "round.$": "$.plan.round",
+                "slice.$": "$$.Map.Item.Value",
+                "of.$": "$.plan.aggregators",
+            },
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        slices.item_processor(slice_task)
+        finish = aggregate_op("AggregateFinish", "finish", "$.agg")
+
         finalize = tasks.LambdaInvoke(
             self,
             "Finalize",
@@ -209,7 +252,27 @@ class Workflow(Construct):
             .when(sfn.Condition.boolean_equals("$.agg.stop", True), finalize)
             .otherwise(plan)
         )
-        train.next(aggregate_task).next(continue_choice)
+        # prepare answers proceed=false for a quorum retry or an already aggregated round.
+        prepared = (
+            sfn.Choice(self, "Prepared")
+            .when(sfn.Condition.boolean_equals("$.agg.proceed", True), slices)
+            .otherwise(continue_choice)
+        )
+        how = (
+            sfn.Choice(self, "HowToAggregate")
+            .when(
+                sfn.Condition.and_(
+                    sfn.Condition.is_present("$.plan.aggregators"),
+                    sfn.Condition.number_greater_than("$.plan.aggregators", 1),
+                ),
+                prepare,
+            )
+            .otherwise(aggregate_task)
+        )
+        prepare.next(prepared)
+        slices.next(finish).next(continue_choice)
+        train.next(how)
+        aggregate_task.next(continue_choice)
         definition = start.next(plan).next(should_train)
 
         self.log_group = logs.LogGroup(

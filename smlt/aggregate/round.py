@@ -1,6 +1,16 @@
 """Aggregate one round: average the updates that arrived into the next global model, combine
 the workers' evaluation of this round's model, price the round, decide whether to stop.
 
+Two paths, chosen by the plan (`RoundSpec.aggregators`):
+
+- one aggregator (`aggregate_round`): quorum check, seal, streamed weighted average of the
+  accepted updates (`sharded.reduce_updates`, bit-identical to decoding them all), model r+1 as
+  one object, metrics and ledger;
+- k > 1 aggregators, three ops of the Aggregate function driven by the state machine:
+  `prepare_round` (quorum check, seal, fix the accepted list with `commit_accepted`),
+  k x `slice_round` in a Map (`sharded.aggregate_slice`: slice j of model r+1), `finish_round`
+  (divergence check, metrics, ledger and stop decision, without the reduce).
+
 Idempotent: the ROUND item is written once (conditional) and a repeated call returns it.
 """
 
@@ -10,13 +20,24 @@ import math
 import time
 from typing import Any
 
+import json
+
 from smlt import errors as smlt_errors
 from smlt import keys
-from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, param_count, weighted_average
+from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, param_count
+from smlt.aggregate.sharded import (
+    aggregate_slice,
+    commit_accepted,
+    delete_prefix,
+    model_source,
+    read_model_blob,
+    reduce_updates,
+    sliced_model_complete,
+)
 from smlt.config import Settings
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
-from smlt.store import S3Store
+from smlt.store import NotFound, S3Store
 
 
 def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | None) -> bool:
@@ -29,17 +50,24 @@ def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | No
 
 
 def round_cost(settings: Settings, spec: RoundSpec, records: list[dict], failed: int,
-               plan_s: float, aggregate_s: float) -> float:
+               plan_s: float, aggregate_s: float, aggregators: int = 1) -> float:
     """Everything billed for one round: worker, planner and aggregator GB-s and requests,
-    Step Functions transitions and S3 requests."""
+    Step Functions transitions and S3 requests. With k > 1 aggregators each is charged the
+    whole aggregation's wall time (an upper bound: the slices run in parallel within it) plus
+    the prepare and finish invocations."""
     p, arch = settings.prices, settings.architecture
     cost = sum(p.lambda_cost(r["memory_mb"], r["total_s"], arch) for r in records)
     if failed:  # a failed worker was billed too; charge it the longest time seen this round
         worst = max((r["total_s"] for r in records), default=spec.time_limit_s or 60.0)
         cost += failed * p.lambda_cost(spec.memory_mb, worst, arch)
-    cost += p.lambda_cost(1024, plan_s, arch) + p.lambda_cost(3008, aggregate_s, arch)
+    cost += p.lambda_cost(1024, plan_s, arch)
+    k = max(1, aggregators)
+    cost += p.lambda_cost(3008, aggregate_s, arch) * (k + 2 if k > 1 else 1)
     n = spec.workers
-    cost += p.round_overhead(n, s3_puts=n + 2, s3_gets=3 * n + 2)
+    # k > 1: prepare, the slice Map (4 + k iterations x 3) and finish add transitions.
+    cost += p.round_overhead(n, s3_puts=n + 2 + (k + 2 if k > 1 else 0), s3_gets=3 * n + 2 + (k * (n + 1) if k > 1 else 0))
+    if k > 1:
+        cost += (6 + 3 * k) * p.sfn_transition
     return cost
 
 
@@ -55,97 +83,232 @@ def _fatal_worker_error(table: RunTable, rnd: int) -> None:
         raise cls(f"worker {int(e['sk'].rsplit('#', 1)[1])}: {e['message']}")
 
 
-def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[dict] | None = None) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    table = RunTable(settings.table, run_id)
-    done = table.get(keys.round_sk(rnd))
-    if done is not None:  # a repeated aggregation returns the first one's answer
-        return _result(done)
-    artifacts = S3Store(settings.artifacts_bucket)
-    spec = RoundSpec.model_validate_json(artifacts.get(keys.plan_key(run_id, rnd)))
-    plan_item = table.plan(rnd) or {}
-    meta = table.meta() or {}
+class _Round:
+    """What every aggregation step of a round reads first."""
 
-    needed = max(1, math.ceil(spec.job.training.quorum * spec.workers))
-    if len(table.workers(rnd)) < needed and table.get(keys.seal_sk(rnd)) is None:
+    def __init__(self, settings: Settings, run_id: str, rnd: int):
+        self.settings, self.run_id, self.rnd = settings, run_id, rnd
+        self.table = RunTable(settings.table, run_id)
+        self.artifacts = S3Store(settings.artifacts_bucket)
+        self._spec: RoundSpec | None = None
+
+    def done(self) -> dict[str, Any] | None:
+        return self.table.get(keys.round_sk(self.rnd))
+
+    @property
+    def spec(self) -> RoundSpec:
+        if self._spec is None:
+            self._spec = RoundSpec.model_validate_json(self.artifacts.get(keys.plan_key(self.run_id, self.rnd)))
+        return self._spec
+
+    def quorum_retry(self) -> dict[str, Any] | None:
+        """The retry answer when fewer than the quorum reported and the round is not sealed yet."""
+        spec, table, rnd = self.spec, self.table, self.rnd
+        needed = max(1, math.ceil(spec.job.training.quorum * spec.workers))
+        if len(table.workers(rnd)) >= needed or table.get(keys.seal_sk(rnd)) is not None:
+            return None
         _fatal_worker_error(table, rnd)
+        plan_item = table.plan(rnd) or {}
         attempts = int(plan_item.get("attempts", 0))
         table.update(keys.plan_sk(rnd), {"attempts": attempts + 1},
                      only_if="attribute_not_exists(#attempts) OR #attempts = :n", values={":n": attempts})
         if attempts + 1 >= MAX_ATTEMPTS:
             raise smlt_errors.QuorumNotReached(
                 f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
-                f"resume the run with `smlt resume {run_id}` once the cause is fixed")
+                f"resume the run with `smlt resume {self.run_id}` once the cause is fixed")
+        self.clear_sync()  # the retried round's exchange starts clean
         return {"round": rnd, "stop": False, "retry": True, "reason": f"quorum not reached (attempt {attempts + 1})",
                 "val_accuracy": None, "val_loss": None, "cost_usd": None}
 
-    # Close the round: from here on a worker's record can no longer land (see put_unless_sealed),
-    # so the records read after the seal are exactly the ones that count.
-    table.put_once(keys.seal_sk(rnd), {"sealed_at": time.time()})
-    records = sorted(table.workers(rnd), key=lambda r: r["worker"])
-    failed = max(0, spec.workers - len(records))
+    def seal(self) -> list[dict]:
+        """Close the round: from here on a worker's record can no longer land (see
+        put_unless_sealed), so the records read after the seal are exactly the ones that count."""
+        self.table.put_once(keys.seal_sk(self.rnd), {"sealed_at": time.time()})
+        return sorted(self.table.workers(self.rnd), key=lambda r: r["worker"])
 
-    global_blob = artifacts.get(keys.model_key(run_id, rnd))
+    def sealed_at(self) -> float | None:
+        item = self.table.get(keys.seal_sk(self.rnd))
+        return float(item["sealed_at"]) if item else None
+
+    def update_key(self, worker: int) -> str:
+        return keys.update_key(self.run_id, self.rnd, int(worker))
+
+    def nonfinite_updates(self, workers: list[int]) -> list[int]:
+        """Workers whose update has NaN or Inf (read one at a time; only on the divergence path)."""
+        return [w for w in workers if not is_finite(decode(self.artifacts.get(self.update_key(w))))]
+
+    def clear_sync(self) -> None:
+        """Per-step mode: delete the round's gradient exchange objects."""
+        if self.spec.job.training.mode == "sync":
+            delete_prefix(self.settings.exchange_store(), keys.sync_prefix(self.run_id, self.rnd))
+
+    def diverged(self, reason: str) -> None:
+        """Fall back to the last good model (this round's) and halve the learning rate, once."""
+        meta = self.table.meta() or {}
+        if float(meta.get("lr_scale", 1.0)) < 1.0:
+            raise smlt_errors.Diverged(f"round {self.rnd}: {reason} again after halving the learning rate to "
+                                       f"{self.spec.learning_rate:g}; lower training.learning_rate")
+        self.table.update(keys.META, {"lr_scale": 0.5})
+
+    def record(self, records: list[dict], ledger: list[dict], diverged: str, n_params: int,
+               aggregate_s: float, aggregators: int = 1) -> dict[str, Any]:
+        """Combine the workers' evaluation, price the round, decide whether to stop, write the
+        ROUND item (once) and answer it."""
+        spec, table, rnd = self.spec, self.table, self.rnd
+        plan_item = table.plan(rnd) or {}
+        failed = max(0, spec.workers - len(records))
+        val_count = sum(r["val_count"] for r in records)
+        val_loss = sum(r["val_loss_sum"] for r in records) / val_count if val_count else None
+        val_acc = sum(r["val_correct"] for r in records) / val_count if val_count else None
+        samples = sum(a["samples"] for a in ledger)
+        by_worker = {r["worker"]: r for r in records}
+        train_loss = sum(by_worker[a["worker"]]["train_loss"] * a["samples"] for a in ledger) / samples if samples else None
+
+        if spec.eval_only:
+            stop, reason = True, plan_item.get("stop_reason") or "final evaluation"
+        elif _target_reached(spec, val_loss, val_acc):
+            stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
+        elif diverged:
+            stop, reason = False, f"diverged: {diverged}; back to the last good model, learning rate halved"
+        else:
+            stop, reason = False, ""
+
+        self.clear_sync()
+        cost = round_cost(self.settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s,
+                          aggregators)
+        previous = table.get(keys.round_sk(rnd - 1)) if rnd > 0 else None  # the ledger so far
+        item = {
+            "round": rnd, "workers": spec.workers, "workers_ok": len(records), "workers_failed": failed,
+            "memory_mb": spec.memory_mb, "local_steps": spec.local_steps, "batch_size": spec.job.training.batch_size,
+            "eval_only": spec.eval_only, "diverged": bool(diverged), "samples": samples, "accepted": ledger,
+            "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
+            "aggregate_s": aggregate_s, "aggregators": aggregators, "round_s": time.time() - spec.planned_at,
+            "cost_usd": cost, "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
+            "param_count": n_params, "stop": stop, "reason": reason,
+            "plan_reason": spec.reason, "finished_at": time.time(),
+            "timings": [{k: r[k] for k in ("worker", "memory_mb", "samples", "load_s", "eval_s", "compute_s",
+                                           "upload_s", "total_s", "cold")} for r in records],
+        }
+        _, stored = table.put_once(keys.round_sk(rnd), item)
+        return _result(stored)
+
+
+def _ledger(accepted: list[dict]) -> list[dict]:
+    return [{"worker": int(a["worker"]), "samples": int(a["samples"])} for a in accepted]
+
+
+def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[dict] | None = None) -> dict[str, Any]:
+    """The single aggregator: everything in one invocation."""
+    t0 = time.perf_counter()
+    r = _Round(settings, run_id, rnd)
+    done = r.done()
+    if done is not None:  # a repeated aggregation returns the first one's answer
+        return _result(done)
+    retry = r.quorum_retry()
+    if retry is not None:
+        return retry
+    records = r.seal()
+    spec = r.spec
+
+    # Model r may be one object or slices (written by k aggregators last round).
+    global_blob = read_model_blob(r.artifacts, run_id, rnd)
     global_state = decode(global_blob)
-    accepted = [r for r in records if r["samples"] > 0]
+    accepted = [x for x in records if x["samples"] > 0]
     ledger: list[dict] = []
     diverged = ""
     new_blob = global_blob
     if not spec.eval_only and accepted:
-        bad = [r["worker"] for r in accepted if not r.get("finite", True)]
-        updates = [decode(artifacts.get(keys.update_key(run_id, rnd, r["worker"]))) for r in accepted]
-        bad += [r["worker"] for r, u in zip(accepted, updates) if not is_finite(u) and r["worker"] not in bad]
-        if bad:
-            diverged = f"NaN/Inf loss or update from worker(s) {sorted(bad)}"
-        else:
-            avg = weighted_average(updates, [r["samples"] for r in accepted])
+        bad = [x["worker"] for x in accepted if not x.get("finite", True)]
+        if not bad:
+            # Streamed: parallel ranged GETs summed as they arrive, bit-identical to decoding all.
+            avg = reduce_updates(r.artifacts, [r.update_key(x["worker"]) for x in accepted],
+                                 [float(x["samples"]) for x in accepted])
             new_state = apply_update(global_state, avg, spec.job.training.server_lr)
             if is_finite(new_state):
                 new_blob = encode(new_state)
-                ledger = [{"worker": r["worker"], "samples": r["samples"]} for r in accepted]
+                ledger = _ledger(accepted)
             else:
-                diverged = "the averaged model has NaN/Inf"
+                bad = r.nonfinite_updates([x["worker"] for x in accepted])
+                if not bad:
+                    diverged = "the averaged model has NaN/Inf"
+        if bad:
+            diverged = f"NaN/Inf loss or update from worker(s) {sorted(bad)}"
     if diverged:
-        # Fall back to the last good model (this round's) and halve the learning rate, once.
-        if float(meta.get("lr_scale", 1.0)) < 1.0:
-            raise smlt_errors.Diverged(f"round {rnd}: {diverged} again after halving the learning rate to "
-                                       f"{spec.learning_rate:g}; lower training.learning_rate")
-        table.update(keys.META, {"lr_scale": 0.5})
-    artifacts.put(keys.model_key(run_id, rnd + 1), new_blob, if_absent=True)
+        r.diverged(diverged)
+    r.artifacts.put(keys.model_key(run_id, rnd + 1), new_blob, if_absent=True)
+    return r.record(records, ledger, diverged, param_count(global_state), time.perf_counter() - t0)
 
-    val_count = sum(r["val_count"] for r in records)
-    val_loss = sum(r["val_loss_sum"] for r in records) / val_count if val_count else None
-    val_acc = sum(r["val_correct"] for r in records) / val_count if val_count else None
-    samples = sum(a["samples"] for a in ledger)
-    by_worker = {r["worker"]: r for r in records}
-    train_loss = sum(by_worker[a["worker"]]["train_loss"] * a["samples"] for a in ledger) / samples if samples else None
 
-    if spec.eval_only:
-        stop, reason = True, plan_item.get("stop_reason") or "final evaluation"
-    elif _target_reached(spec, val_loss, val_acc):
-        stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
-    elif diverged:
-        stop, reason = False, f"diverged: {diverged}; back to the last good model, learning rate halved"
-    else:
-        stop, reason = False, ""
+def prepare_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
+    """Sharded aggregation, step 1: quorum check, seal, fix the accepted updates.
 
-    aggregate_s = time.perf_counter() - t0
-    cost = round_cost(settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s)
-    previous = table.get(keys.round_sk(rnd - 1)) if rnd > 0 else None  # the ledger so far
-    item = {
-        "round": rnd, "workers": spec.workers, "workers_ok": len(records), "workers_failed": failed,
-        "memory_mb": spec.memory_mb, "local_steps": spec.local_steps, "batch_size": spec.job.training.batch_size,
-        "eval_only": spec.eval_only, "diverged": bool(diverged), "samples": samples, "accepted": ledger,
-        "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
-        "aggregate_s": aggregate_s, "round_s": time.time() - spec.planned_at,
-        "cost_usd": cost, "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
-        "param_count": param_count(global_state), "stop": stop, "reason": reason,
-        "plan_reason": spec.reason, "finished_at": time.time(),
-        "timings": [{k: r[k] for k in ("worker", "memory_mb", "samples", "load_s", "eval_s", "compute_s",
-                                       "upload_s", "total_s", "cold")} for r in records],
-    }
-    _, stored = table.put_once(keys.round_sk(rnd), item)
-    return _result(stored)
+    Answers {"proceed": true, ...} when the slices should run, else (a quorum retry, or a round
+    already aggregated) the aggregate answer with "proceed": false."""
+    r = _Round(settings, run_id, rnd)
+    done = r.done()
+    if done is not None:
+        return {**_result(done), "proceed": False}
+    retry = r.quorum_retry()
+    if retry is not None:
+        return {**retry, "proceed": False}
+    records = r.seal()
+    accepted = [] if r.spec.eval_only else [x for x in records if x["samples"] > 0]
+    committed = commit_accepted(r.artifacts, run_id, rnd, _ledger(accepted))
+    return {"round": rnd, "proceed": True, "stop": False, "accepted": len(committed),
+            "aggregators": r.spec.aggregators}
+
+
+def slice_round(settings: Settings, run_id: str, rnd: int, j: int, k: int) -> dict[str, Any]:
+    """Sharded aggregation, step 2 (one of k in parallel): slice j of model r+1."""
+    r = _Round(settings, run_id, rnd)
+    try:
+        accepted = json.loads(r.artifacts.get(keys.accepted_key(run_id, rnd)))
+    except NotFound:
+        raise RuntimeError(f"round {rnd}: no accepted list ({keys.accepted_key(run_id, rnd)}); "
+                           "the prepare step must run first") from None
+    try:
+        info = aggregate_slice(r.artifacts, run_id, rnd, j, k, accepted, r.spec.job.training.server_lr)
+    except FloatingPointError:
+        return {"slice": j, "finite": False}  # nothing written: finish sees an incomplete model
+    return {"slice": j, "finite": True, "seconds": round(info["seconds"], 4), "skipped": info["skipped"]}
+
+
+def finish_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
+    """Sharded aggregation, step 3: divergence check, metrics, ledger, stop decision."""
+    r = _Round(settings, run_id, rnd)
+    done = r.done()
+    if done is not None:
+        return _result(done)
+    records = r.seal()  # normally sealed by prepare already: this only reads the records
+    spec = r.spec
+    try:
+        committed = json.loads(r.artifacts.get(keys.accepted_key(run_id, rnd)))
+    except NotFound:
+        raise RuntimeError(f"round {rnd}: finish without prepare (no {keys.accepted_key(run_id, rnd)})") from None
+    diverged = ""
+    by_worker = {x["worker"]: x for x in records}
+    if committed:
+        bad = [a["worker"] for a in committed if not by_worker.get(a["worker"], {}).get("finite", True)]
+        if not bad and not sliced_model_complete(r.artifacts, run_id, rnd + 1):
+            # a slice refused to write NaN/Inf: name the workers whose update has them
+            bad = r.nonfinite_updates([a["worker"] for a in committed])
+            if not bad:
+                diverged = "the averaged model has NaN/Inf"
+        if bad:
+            diverged = f"NaN/Inf loss or update from worker(s) {sorted(int(w) for w in bad)}"
+    model_next = keys.model_key(run_id, rnd + 1)
+    if diverged:
+        r.diverged(diverged)
+        # The last good model as ONE object: it wins over any slices that were written.
+        r.artifacts.put(model_next, read_model_blob(r.artifacts, run_id, rnd), if_absent=True)
+    elif not sliced_model_complete(r.artifacts, run_id, rnd + 1) and not r.artifacts.exists(model_next):
+        r.artifacts.put(model_next, read_model_blob(r.artifacts, run_id, rnd), if_absent=True)
+    ledger = [] if diverged else _ledger(committed)
+    kind, src = model_source(r.artifacts, run_id, rnd)
+    n_params = src.numel
+    sealed = r.sealed_at()
+    aggregate_s = max(0.0, time.time() - sealed) if sealed else 0.0
+    return r.record(records, ledger, diverged, n_params, aggregate_s, aggregators=spec.aggregators)
 
 
 def _result(item: dict[str, Any]) -> dict[str, Any]:

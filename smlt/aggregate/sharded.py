@@ -317,20 +317,12 @@ def plan_slices(param_bytes: int, n_workers: int, *, read_bytes_per_aggregator: 
 MANIFEST_FORMAT = "smlt-flat-slices/1"
 
 
-def accepted_key(run_id: str, rnd: int) -> str:
-    return keys.round_prefix(run_id, rnd) + "accepted.json"
-
-
-def slices_manifest_key(run_id: str, rnd: int) -> str:
-    return keys.round_prefix(run_id, rnd) + "model.slices.json"
-
-
-def slice_key(run_id: str, rnd: int, j: int, k: int) -> str:
-    return keys.round_prefix(run_id, rnd) + f"model.slices/{j:05d}-of-{k:05d}.safetensors"
-
-
-def rest_key(run_id: str, rnd: int) -> str:
-    return keys.round_prefix(run_id, rnd) + "model.slices/rest.safetensors"
+# The keys live in smlt/keys.py (one place); these names are kept for callers of this module.
+accepted_key = keys.accepted_key
+slices_manifest_key = keys.slices_manifest_key
+slice_key = keys.slice_key
+rest_key = keys.rest_key
+sync_prefix = keys.sync_prefix
 
 
 def commit_accepted(store: ObjectStore, run_id: str, rnd: int, accepted: list[dict]) -> list[dict]:
@@ -594,10 +586,6 @@ def wait_get(store: ObjectStore, key: str, poll: Poll = Poll(), byte_range: tupl
             raise BarrierTimeout(f"timed out waiting for {key}")
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * poll.factor, poll.longest)
-
-
-def sync_prefix(run_id: str, rnd: int) -> str:
-    return keys.round_prefix(run_id, rnd) + "sync/"
 
 
 class ReduceScatter:

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 from smlt import keys
+from smlt.aggregate.compress import compress_torch_state
+from smlt.aggregate.sharded import Poll, ReduceScatter, read_model_blob
 from smlt.config import Settings
 from smlt.data.shards import load_manifest, load_shards
 from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
@@ -68,6 +70,30 @@ def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
                             "(choose a larger workers.memory_mb, or let the planner choose)")
 
 
+def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int):
+    """Per-step synchronous mode: a function (step, weight) that replaces the parameters'
+    gradients with their weighted mean over all workers (reduce-scatter through the store).
+    None in local SGD mode."""
+    t = spec.job.training
+    if t.mode != "sync":
+        return None
+    params = [p for p in model.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    rs = ReduceScatter(settings.exchange_store(), keys.sync_prefix(run_id, rnd), spec.workers, worker, numel,
+                       codec=t.compression, poll=Poll(timeout=spec.time_limit_s or 120.0))
+
+    def exchange(step: int, weight: int) -> None:
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+        avg = torch.from_numpy(rs.allreduce(step, flat.detach().numpy(), weight=float(weight)))
+        pos = 0
+        for p in params:
+            n = p.numel()
+            p.grad = avg[pos:pos + n].view_as(p).clone()
+            pos += n
+
+    return exchange
+
+
 def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
     table = RunTable(settings.table, run_id)
     try:
@@ -97,9 +123,10 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     assigned = spec.assignments[worker] if spec.assignments else shard_slice(len(manifest.train.shards), spec.workers, worker)
     _check_fits(model, settings.memory_mb or spec.memory_mb, sum(manifest.train.shards[i].bytes for i in assigned))
     # Round 0 starts from a deterministic initialisation that every worker can build; the first
-    # writer stores it, and everyone then uses the stored one.
+    # writer stores it, and everyone then uses the stored one. A model written by sharded
+    # aggregators is assembled from its slices (fetched in parallel); a single object wins.
     try:
-        global_blob = artifacts.get(keys.model_key(run_id, rnd))
+        global_blob = read_model_blob(artifacts, run_id, rnd)
     except NotFound:
         if rnd != 0:
             raise
@@ -136,11 +163,14 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
         need = b * k
         order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
         xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
+        sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
         for step in range(k):
             idx = torch.from_numpy(order[step * b:(step + 1) * b])
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt_t[idx]), yt_t[idx])
             (loss / len(idx)).backward()
+            if sync is not None:  # per-step mode: every worker steps with the averaged gradient
+                sync(step, len(idx))
             opt.step()
             train_loss += loss.item()
         samples = need
@@ -152,7 +182,10 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     if not spec.eval_only:
         delta = {k: (v - global_state[k]) for k, v in model.state_dict().items() if v.is_floating_point()}
         meta = {"samples": str(samples), "train_loss": repr(train_loss), "worker": str(worker)}
-        blob = state_to_bytes(delta, metadata=meta)
+        codec = spec.job.training.compression
+        if codec != "none":
+            meta["compression"] = codec
+        blob = state_to_bytes(compress_torch_state(delta, codec), metadata=meta)
         update_bytes = len(blob)
         # Tagged so the bucket's lifecycle rule expires per-round updates (infra/stacks/storage.py).
         artifacts.put(keys.update_key(run_id, rnd, worker), blob, if_absent=True, tagging=keys.UPDATE_TAG)

@@ -41,7 +41,8 @@ def test_jsonpath_only(defn, synth):
 
 def test_every_task_has_a_timeout_and_retries(states):
     tasks = {n: s for n, s in states.items() if s["Type"] == "Task"}
-    assert set(tasks) == {"Plan", "TrainWorker", "Aggregate", "Finalize", "Chain"}
+    assert set(tasks) == {"Plan", "TrainWorker", "Aggregate", "AggregatePrepare", "AggregateSlice",
+                          "AggregateFinish", "Finalize", "Chain"}
     for name, st in tasks.items():
         assert "TimeoutSeconds" in st or "TimeoutSecondsPath" in st, name
         if "TimeoutSeconds" in st:
@@ -85,7 +86,7 @@ def test_contract_shape(states, synth):
         "function_name.$": "$.plan.function_name",
         "timeout_s.$": "$.plan.worker_timeout_s",
     }
-    assert train["ResultPath"] == "$.outcomes" and train["Next"] == "Aggregate"
+    assert train["ResultPath"] == "$.outcomes" and train["Next"] == "HowToAggregate"
     if "ToleratedFailurePercentage" in train:  # moto's grammar needs a float
         assert isinstance(train["ToleratedFailurePercentage"], float)
     assert train["ItemProcessor"]["StartAt"] == "TrainWorker"
@@ -102,10 +103,40 @@ def test_contract_shape(states, synth):
     assert states["WorkerFailed"]["Parameters"] == {"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"}
     assert states["WorkerFailed"]["End"] is True and worker["End"] is True
 
+    how = states["HowToAggregate"]
+    assert how["Choices"] == [{"And": [{"Variable": "$.plan.aggregators", "IsPresent": True},
+                                       {"Variable": "$.plan.aggregators", "NumericGreaterThan": 1}],
+                               "Next": "AggregatePrepare"}]
+    assert how["Default"] == "Aggregate"
+
     agg = states["Aggregate"]
     assert agg["Resource"] == aggregate
     assert agg["Parameters"] == {"run_id.$": "$.plan.run_id", "round.$": "$.plan.round", "outcomes.$": "$.outcomes"}
     assert agg["ResultPath"] == "$.agg" and agg["Next"] == "Continue"
+
+    # sharded aggregation: prepare → Map of slices (inline) → finish, all the Aggregate function
+    prep = states["AggregatePrepare"]
+    assert prep["Resource"] == aggregate
+    assert prep["Parameters"] == {"op": "prepare", "run_id.$": "$.plan.run_id", "round.$": "$.plan.round"}
+    assert prep["ResultPath"] == "$.agg" and prep["Next"] == "Prepared"
+    prepared = states["Prepared"]
+    assert prepared["Choices"] == [{"Variable": "$.agg.proceed", "BooleanEquals": True, "Next": "AggregateSlices"}]
+    assert prepared["Default"] == "Continue"
+    slices = states["AggregateSlices"]
+    assert slices["Type"] == "Map" and slices["ItemsPath"] == "$.plan.slices"
+    assert slices["ItemProcessor"]["ProcessorConfig"]["Mode"] == "INLINE"
+    assert slices["ItemSelector"] == {"run_id.$": "$.plan.run_id", "round.$": "$.plan.round",
+                                      "slice.$": "$$.Map.Item.Value", "of.$": "$.plan.aggregators"}
+    assert slices["ResultPath"] is None and slices["Next"] == "AggregateFinish"
+    assert 0 < slices["MaxConcurrency"] <= 40
+    one = states["AggregateSlice"]
+    assert one["Resource"] == aggregate and one["ResultPath"] is None and one["End"] is True
+    assert one["Parameters"] == {"op": "slice", "run_id.$": "$.run_id", "round.$": "$.round",
+                                 "slice.$": "$.slice", "of.$": "$.of"}
+    fin_agg = states["AggregateFinish"]
+    assert fin_agg["Resource"] == aggregate
+    assert fin_agg["Parameters"] == {"op": "finish", "run_id.$": "$.plan.run_id", "round.$": "$.plan.round"}
+    assert fin_agg["ResultPath"] == "$.agg" and fin_agg["Next"] == "Continue"
 
     cont = states["Continue"]
     assert cont["Choices"] == [{"Variable": "$.agg.stop", "BooleanEquals": True, "Next": "Finalize"}]
