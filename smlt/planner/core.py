@@ -308,6 +308,14 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     if not guard.any():
         i = int(np.argmin(np.where(base, f.cost_ub, np.inf)))
         fin_ub = finalize_cost_ub(prices, arch)
+        if first:
+            d = _infeasible(job, history, cand, ev, base)
+            one = float(f.cost_ub[i] + fin_ub)
+            d.reason += (f"; the budget cannot even pay the worst case of one round plus finalisation "
+                         f"({fmt_usd(one)}, {_describe(i, cand, ev)})")
+            d.min_budget_usd = max(d.min_budget_usd or 0.0, one)
+            d.bound = "budget"
+            return d
         return _stop(f"budget: {fmt_usd(budget - spent)} left cannot pay the worst case of one more round "
                      f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus "
                      f"finalisation ({fmt_usd(fin_ub)})", "budget", predicted_round_cost_usd=float(f.cost[i]),
@@ -409,7 +417,8 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
         n_rounds = np.minimum(n_rounds, job.training.max_rounds - len(history.rounds))
         base_obj = -np.minimum(n_rounds, 1e9) * dtau
     base_obj = np.where(np.isfinite(base_obj), base_obj, 1e300)
-    kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0)
+    # explore only with rounds left to use what is learned, and never while the deadline is at risk
+    kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0) if not at_risk and level >= 0.7 else 0.0
     lcb = base_obj * np.maximum(0.5, 1.0 - kappa * f.rel_sd_param) if not best_effort_note else base_obj
     i_exploit = int(np.argmin(np.where(chosen, base_obj, np.inf)))
     i = int(np.argmin(np.where(chosen, lcb, np.inf)))

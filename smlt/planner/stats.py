@@ -23,7 +23,7 @@ def norm_ppf(p):
     s = r * r
     mid = (((((a[0] * s + a[1]) * s + a[2]) * s + a[3]) * s + a[4]) * s + a[5]) * r / \
         (((((b[0] * s + b[1]) * s + b[2]) * s + b[3]) * s + b[4]) * s + 1)
-    low = np.where(p < 0.5, -tail, tail)
+    low = np.where(p < 0.5, tail, -tail)   # tail is negative: the lower region's value
     return np.where(np.abs(r) <= 0.425, mid, low)
 
 

@@ -32,7 +32,7 @@ from smlt.planner.types import RunHistory
 from smlt.prices import Prices
 
 E_GRID = np.linspace(0.0, 1.0, 11)
-HISTORY_ROUNDS = 200  # the newest rounds the fits use
+HISTORY_ROUNDS = 100  # the newest rounds the fits use
 # Straggler cut-off: a worker stops itself (and is billed at most) this long; 2.5 x p90 + 3 s.
 LIMIT_X_P90 = 2.5
 LIMIT_MARGIN_S = 3.0
@@ -137,12 +137,13 @@ class TimingModel:
         s = shape
         # compute: per-step seconds = c0 + c1 * W / (FLOPS * speed)
         self.e_prior = P.efficiency_prior(s.step_flops)
-        self.compute = [BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 2, 0.5 if s.flops_known else 3.0])
+        # weak priors: a measured round outweighs them (the FLOP rate of small ops can be 10x off)
+        self.compute = [BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 10, 2.0 if s.flops_known else 10.0])
                         for _ in E_GRID]
         lw = -0.5 * ((E_GRID - self.e_prior) / P.EFF_PRIOR_SD) ** 2
         self.e_logprior = lw - np.log(np.sum(np.exp(lw)))
         self.e_weights = np.exp(self.e_logprior)
-        self.eval = BLR([0.02, 1.0], [0.05, 0.5 if s.flops_known else 3.0])
+        self.eval = BLR([0.02, 1.0], [0.05, 2.0 if s.flops_known else 10.0])
         inv_bw = 1.0 / P.S3_MB_PER_S
         self.load = BLR([P.S3_GET_LATENCY_S * 2, inv_bw, inv_bw], [0.2, inv_bw, inv_bw])
         self.upload = BLR([P.S3_PUT_LATENCY_S, inv_bw], [0.2, inv_bw])

@@ -1,0 +1,57 @@
+import numpy as np
+
+from smlt.planner.progress import ProgressModel, k_effective, round_progress, saturation, tau_to_reach
+from smlt.planner.stats import expected_max_z, norm_ppf
+from smlt.planner.timing import JobShape, TimingModel
+
+from .conftest import make_history, make_round
+
+
+def test_round_progress_shape():
+    # averaging n workers is worth less than n sequential steps, and never less than one
+    for k in (1, 10, 100):
+        one = round_progress(1, k, 0.78, 4.0, 1000.0)
+        many = round_progress(16, k, 0.78, 4.0, 1000.0)
+        assert one < many < 16 * one
+    # momentum restarts every round: k = 1 is worth a fraction of a steady step
+    assert k_effective(1, 0.9) < 0.2 and abs(k_effective(1000, 0.9) - 991) < 1
+    assert abs(tau_to_reach(0.9, 0.1, 0.95, 100.0, 0.8) - 100.0 * (-np.log(0.05 / 0.85)) ** (1 / 0.8)) < 1e-6
+    assert tau_to_reach(0.96, 0.1, 0.95, 100.0, 0.8) == float("inf")
+
+
+def test_stats_helpers():
+    assert abs(norm_ppf(0.975) - 1.959964) < 1e-5 and abs(norm_ppf(0.5)) < 1e-9
+    assert expected_max_z(1) == 0 and 0.5 < expected_max_z(2) < 0.6 and 2.3 < expected_max_z(64) < 2.6
+
+
+def test_progress_forecast_brackets_the_truth():
+    """A synthetic run on the model's own family: the 10-90 % range of the forecast contains the
+    rounds actually needed, and the forecast narrows as the curve is observed."""
+    rng = np.random.default_rng(0)
+    n, k, beta, mu_e = 4, 50, 3.0, 0.8
+    tau_star_true = tau_to_reach(0.85, 0.1, 0.92, 800.0, 0.7)
+    dt = round_progress(n, k, mu_e, beta, 1000.0)
+    total = int(np.ceil(tau_star_true / dt)) + 1
+    widths = []
+    for seen in (6, 12, 18):
+        rounds = []
+        for i in range(seen):
+            acc = float(saturation(i * dt, 0.1, 0.92, 800.0, 0.7) + rng.normal(0, 0.005))
+            rounds.append(make_round(i, n=n, k=k, acc=acc))
+        hist = make_history(rounds, rows=20_000)
+        pm = ProgressModel(metric="val_accuracy", target=0.85, momentum=0.9, batch=32, train_rows=20_000,
+                           val_rows=5000, quorum=0.5, max_rounds=1000, initial_workers=4, initial_steps=20).fit(hist)
+        s = pm.forecast.summary(np.array([n]), np.array([k]))
+        need = total - seen + 1
+        assert s[0.1][0] <= need <= s[0.9][0], (seen, need, s)
+        widths.append(s[0.9][0] - s[0.1][0])
+    assert widths[-1] < widths[0]
+
+
+def test_timing_model_learns_compute_speed(prices):
+    hist = make_history([make_round(i, n=4, m=1769, k=50, step_s=0.05, acc=0.2) for i in range(3)],
+                        params=1_000_000, flops=6e6)
+    tm = TimingModel(JobShape.of(hist, 32), prices).fit(hist)
+    mu, sd = tm.step_seconds(np.array([1769.0, 10240.0]))
+    assert abs(mu[0] - 0.05) / 0.05 < 0.1            # measured tier: learned
+    assert mu[1] < mu[0] and sd[1] / mu[1] > sd[0] / mu[0]   # unmeasured tier: faster but uncertain
