@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from . import invoke, limits, moto_fixes
+from . import invoke, limits, moto_fixes, speed
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
 from .pool import DEFAULT_PRELOAD, WorkerPool
@@ -155,6 +155,8 @@ class LocalEngine:
         t = time.perf_counter()
         limits.install()
         moto_fixes.install()
+        if speed.enabled():
+            speed.install()
         limits.set_history_limit(self.history_limit)
         invoke.install()
         self.server = server_mod.acquire()
@@ -343,6 +345,22 @@ class LocalEngine:
     def invocations(self) -> list[tuple[str, float, str]]:
         """(function name, seconds including the seam, outcome) of every invocation so far."""
         return list(self._router.calls) if self._router else []
+
+    def start_trace(self) -> list[dict[str, Any]]:
+        """Diagnostics: record every invocation from now on (function, start/end epoch, seconds
+        in the seam, waiting for an idle handler process, in the process, in the handler, and
+        the handler's AWS API calls by ``service.Operation`` as [count, seconds]). Returns the
+        list being filled; :meth:`stop_trace` ends the recording."""
+        if self._router is None:
+            raise RuntimeError("the engine is not started")
+        self._router.trace = []
+        return self._router.trace
+
+    def stop_trace(self) -> list[dict[str, Any]]:
+        records = (self._router.trace if self._router else None) or []
+        if self._router is not None:
+            self._router.trace = None
+        return records
 
     def client(self, service: str) -> Any:
         """A boto3 client for ``service`` on the local endpoint (dummy credentials)."""

@@ -107,6 +107,8 @@ class InvokeRouter:
         self.env_for = env_for
         self.invoke_filter = invoke_filter
         self.calls: list[tuple[str, float, str]] = []  # (function name, seconds, outcome)
+        # diagnostics: a list to fill with one record per invocation (see LocalEngine.trace)
+        self.trace: list[dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
     def owns(self, url: str) -> bool:
@@ -142,6 +144,8 @@ class InvokeRouter:
             extra["fault"] = "fail"
         elif action == "duplicate":
             extra["repeat"] = 2
+        if self.trace is not None:
+            extra["trace"] = True
         out = self.pool.run(self._job(spec, payload, request_id, **extra), spec.timeout)
         if action == "timeout" and out.error_type != "Sandbox.Timedout":
             # the handler ran (its side effects stay, as when a function finishes its work but
@@ -198,8 +202,16 @@ class InvokeRouter:
             threading.Thread(target=self.invoke, args=(spec, body, rid, action),
                              daemon=True, name=f"smlt-event-{name}").start()
             return _response(url, 202, b"", headers)
+        started = time.time()
         out = self.invoke(spec, body, rid, action)
         self._record(name, t0, "ok" if out.ok else (out.error_type or "error"))
+        trace = self.trace
+        if trace is not None:
+            t = out.trace or {}
+            trace.append({"function": name, "start": started, "end": time.time(),
+                          "seam_s": time.perf_counter() - t0, "queued_s": out.queued_s,
+                          "worker_s": out.seconds, "handler_s": t.get("handler_s"),
+                          "pid": t.get("pid"), "api": t.get("api", {})})
         if not out.ok:
             headers["X-Amz-Function-Error"] = "Unhandled"
         return _response(url, 200, out.payload, headers)

@@ -111,7 +111,53 @@ def _load_handler(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> Any
     return fn
 
 
+# Tracing (diagnostics, off unless a job asks with ``"trace": True``): the AWS API calls a
+# handler makes, timed per ``service.Operation``, and the handler's own time.
+_api_calls: dict[str, list[float]] | None = None
+_api_timer_installed = False
+
+
+def _install_api_timer() -> None:
+    global _api_timer_installed
+    if _api_timer_installed:
+        return
+    import botocore.client
+
+    orig = botocore.client.BaseClient._make_api_call
+
+    def timed(self: Any, operation_name: str, api_params: Any) -> Any:
+        acc = _api_calls
+        if acc is None:
+            return orig(self, operation_name, api_params)
+        t = time.perf_counter()
+        try:
+            return orig(self, operation_name, api_params)
+        finally:
+            c = acc.setdefault(f"{self.meta.service_model.service_name}.{operation_name}", [0, 0.0])
+            c[0] += 1
+            c[1] += time.perf_counter() - t
+
+    botocore.client.BaseClient._make_api_call = timed
+    _api_timer_installed = True
+
+
 def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes]:
+    global _api_calls
+    if not job.get("trace"):
+        return _run_job_untraced(job, cache)
+    _install_api_timer()
+    _api_calls = {}
+    t = time.perf_counter()
+    try:
+        status, payload = _run_job_untraced(job, cache)
+    finally:
+        api, _api_calls = _api_calls, None
+    trace = {"handler_s": time.perf_counter() - t, "pid": os.getpid(),
+             "api": {k: (int(v[0]), v[1]) for k, v in api.items()}}
+    return status, payload, trace  # type: ignore[return-value]
+
+
+def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes]:
     rid = job["request_id"]
     os.environ.clear()
     os.environ.update(job["env"])
@@ -180,6 +226,8 @@ class InvokeOutcome:
     payload: bytes  # the JSON result, or the Lambda error payload when not ok
     seconds: float
     error_type: str | None = None
+    queued_s: float = 0.0  # waiting for an idle worker (the pool's concurrency)
+    trace: dict[str, Any] | None = None  # the worker's trace when the job asked for one
 
 
 _MAIN_LOCK = threading.Lock()
@@ -336,9 +384,11 @@ class WorkerPool:
             raise RuntimeError("the worker pool is closed")
         rid = job.setdefault("request_id", str(uuid.uuid4()))
         job.setdefault("module_name", os.path.basename(job.get("module_file") or "?"))
+        tq = time.perf_counter()
         w = self._idle.get()
         back = w
         t0 = time.perf_counter()
+        queued = t0 - tq
         job["deadline_epoch"] = time.time() + timeout
         try:
             with self._lock:
@@ -355,9 +405,10 @@ class WorkerPool:
                 if not self._closed:
                     back = self._replace(w)
                 return InvokeOutcome(False, timeout_payload(rid, timeout), seconds,
-                                     "Sandbox.Timedout")
+                                     "Sandbox.Timedout", queued)
             try:
-                status, payload = w.conn.recv()
+                status, payload, *rest = w.conn.recv()
+                trace = rest[0] if rest else None
             except (EOFError, OSError):
                 w.proc.join(timeout=2)
                 code = w.proc.exitcode
@@ -370,14 +421,14 @@ class WorkerPool:
                           else f"exit status {code}"))
                 return InvokeOutcome(False, json.dumps({
                     "errorType": "Runtime.ExitError", "errorMessage": msg}).encode(),
-                    time.perf_counter() - t0, "Runtime.ExitError")
+                    time.perf_counter() - t0, "Runtime.ExitError", queued)
             if status == "ok":
-                return InvokeOutcome(True, payload, seconds)
+                return InvokeOutcome(True, payload, seconds, None, queued, trace)
             try:
                 etype = json.loads(payload).get("errorType")
             except (ValueError, AttributeError):
                 etype = None
-            return InvokeOutcome(False, payload, seconds, etype)
+            return InvokeOutcome(False, payload, seconds, etype, queued, trace)
         finally:
             if self._closed:
                 self._discard(back)

@@ -61,6 +61,10 @@ class MotoServer:
             "moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
         server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         server.start()
+        from . import speed
+
+        if speed.enabled():
+            speed.nodelay(server._server)  # werkzeug's WSGI server (see smlt.local.speed, Nagle)
         self._server = server
         self.port = int(server.get_host_and_port()[1])
         self._old_port = os.environ.get("MOTO_PORT")
