@@ -30,10 +30,13 @@ def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
             parts = key.split("/")
             if "updates" in parts and parts[parts.index("rounds") + 1] in sealed:
                 continue
+            # Objects under a run are written once (keys are per round), so copy only new ones.
             path = folder / key
-            if not path.exists() or key.endswith(".json"):
+            if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(store.get(key))
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_bytes(store.get(key))
+                tmp.replace(path)
     tmp = state_dir / "items.json.tmp"
     tmp.write_text(json.dumps(items, default=str))
     tmp.replace(state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
