@@ -10,6 +10,8 @@ Writes smlt/sim/calibration.json with
     scikit-learn's digits (1,437 train / 360 val rows) and on a harder synthetic 10-class set
     (make_classification, 16,000 / 4,000 rows), 3 seeds each (the mean curve is stored);
   - `fit`: the progress model fitted to those curves (see smlt/sim/progress.py for the form);
+  - `progress_check`: the planner's progress model forecasting these curves (coverage of its
+    10-90 % interval, median forecast / truth);
   - `steps`: measured seconds per training step (batch 32, 1 and 2 threads) for models from 10k
     to 4M parameters, from which the simulator's per-step overhead and FLOP rate come.
 """
@@ -198,6 +200,38 @@ def fit_dataset(curves, name):
     return {k: (round(float(v), 6) if isinstance(v, (float, np.floating)) else v) for k, v in out.items()}
 
 
+def check_progress_model(curves):
+    """How well the planner's online progress model forecasts the measured curves: for every curve
+    that reaches the target, forecast the rounds still needed from 30, 50 and 70 % of the way and
+    compare with when the curve really got there (coverage of the 10-90 % interval, median ratio)."""
+    from smlt.planner.progress import ProgressModel
+    from smlt.planner.types import RoundRecord, RunHistory
+
+    targets = {"digits": 0.95, "synthetic20k": 0.80}
+    cover, ratios = [], []
+    for c in curves:
+        t = targets[c["dataset"]]
+        acc = np.array(c["val_accuracy"])
+        if not (acc >= t).any() or int(np.argmax(acc >= t)) < 6:
+            continue
+        hit = int(np.argmax(acc >= t))
+        for frac in (0.3, 0.5, 0.7):
+            upto = max(4, int(hit * frac))
+            rounds = [RoundRecord(round=i, workers=c["n"], memory_mb=2048, local_steps=c["k"], batch_size=BATCH,
+                                  workers_ok=c["n"], val_accuracy=float(acc[i])) for i in range(upto)]
+            hist = RunHistory(rounds=rounds, train_rows=c["train_rows"], val_rows=c["val_rows"])
+            pm = ProgressModel(metric="val_accuracy", target=t, momentum=MOMENTUM, batch=BATCH,
+                               train_rows=c["train_rows"], val_rows=c["val_rows"], quorum=0.5, max_rounds=3000,
+                               initial_workers=4, initial_steps=20).fit(hist)
+            s = pm.forecast.summary(np.array([c["n"]]), np.array([c["k"]]))
+            true = hit - upto + 1
+            cover.append(bool(s[0.1][0] <= true <= s[0.9][0]))
+            ratios.append(float(s[0.5][0] / true))
+    return {"forecasts": len(cover), "coverage_p10_p90": round(float(np.mean(cover)), 3),
+            "median_forecast_over_truth": round(float(np.median(ratios)), 3),
+            "forecast_over_truth_p10_p90": [round(float(x), 3) for x in np.percentile(ratios, [10, 90])]}
+
+
 def step_times():
     """Seconds per training step (batch 32, SGD) of MLPs and a small CNN at 1 and 2 threads."""
     out = []
@@ -264,10 +298,12 @@ def main():
     fits = {name: fit_dataset(curves, name) for name in sorted({c["dataset"] for c in curves})}
     for name, f in fits.items():
         print(f"  fit {name}: {f}")
+    check = check_progress_model(curves)
+    print(f"  progress model on the measured curves: {check}")
     OUT.write_text(json.dumps({
         "about": "measured by bench/planner_calibrate.py; see the docstring there",
         "torch": torch.__version__, "seconds": round(time.time() - t0, 1),
-        "steps": steps, "fit": fits, "curves": curves,
+        "steps": steps, "fit": fits, "progress_check": check, "curves": curves,
     }, indent=1) + "\n")
     print(f"wrote {OUT} in {time.time() - t0:.0f} s")
 

@@ -442,7 +442,7 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
 
     rq = float(ev.R[level][i])
     r50 = float(ev.R[0.5][i])
-    T_i, C_i = float(ev.T["mean"][i]), float(ev.C["mean"][i])
+    T_i, C_i = float(ev.T[0.5][i]), float(ev.C[0.5][i])   # at the median forecast
     pieces = [f"{_describe(i, cand, ev)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
               f"(worst case {fmt_usd(float(f.cost_ub[i]))})"]
     if tr.target_value is not None:
