@@ -43,6 +43,8 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
         if not S3Store(bucket).exists(key):
             raise InvalidJob(f"warm_start: no model at {job.warm_start}")
     return {"train_rows": manifest.train.rows, "train_shards": len(manifest.train.shards),
+            "val_rows": manifest.validation.rows,
+            "dataset_bytes": sum(sh.bytes for sh in manifest.train.shards),
             "features": manifest.features, "outputs": manifest.outputs, "task": manifest.task}
 
 
@@ -91,11 +93,13 @@ def _history(rounds: list[dict], meta: dict) -> RunHistory:
             batch_size=r["batch_size"], workers_ok=r["workers_ok"],
             timings=[WorkerTiming(**t) for t in r.get("timings", [])],
             aggregate_s=r["aggregate_s"], round_s=r["round_s"], train_loss=r.get("train_loss"),
-            val_loss=r.get("val_loss"), val_accuracy=r.get("val_accuracy"), cost_usd=r["cost_usd"]))
+            val_loss=r.get("val_loss"), val_accuracy=r.get("val_accuracy"), cost_usd=r["cost_usd"],
+            time_limit_s=r.get("time_limit_s")))
     return RunHistory(rounds=records, elapsed_s=time.time() - float(meta["created_at"]),
                       cost_total_usd=float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
                       param_count=int(rounds[-1]["param_count"]) if rounds else int(meta.get("param_count", 0)),
-                      train_rows=int(meta["train_rows"]))
+                      train_rows=int(meta["train_rows"]), val_rows=int(meta.get("val_rows", 0)),
+                      dataset_bytes=int(meta.get("dataset_bytes", 0)))
 
 
 # Sharded aggregation runs its k aggregators in an inline Map (at most 40 iterations at once).
@@ -212,7 +216,8 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
             # The newest model has not been evaluated yet: one evaluation-only round measures it.
             last = rounds[-1]
             decision = Decision(action="train", workers=last["workers"], memory_mb=last["memory_mb"], local_steps=0,
-                                reason=f"final evaluation ({decision.reason})", bound=decision.bound)
+                                reason=f"final evaluation ({decision.reason})", bound=decision.bound,
+                                worker_time_limit_s=decision.worker_time_limit_s)
             item["stop_reason"] = item["reason"]
             item["reason"] = decision.reason
         else:
@@ -227,6 +232,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
                          aggregators=k,
                          local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
                          planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds),
+                         compute_limit_s=decision.worker_time_limit_s if rounds else None,
                          learning_rate=lr, reason=decision.reason, job=job,
                          assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost))
         item.update(action="train", workers=spec.workers, memory_mb=spec.memory_mb, local_steps=spec.local_steps,

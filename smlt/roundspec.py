@@ -16,6 +16,8 @@ class RoundSpec(BaseModel):
     function_name: str
     planned_at: float         # epoch seconds
     time_limit_s: float | None = None  # a worker finishing later than this is a straggler
+    # The planner's own limit on a worker's handler time; the worker stops its steps in time.
+    compute_limit_s: float | None = None
     learning_rate: float
     reason: str = ""
     # Train shards per worker; None = round-robin (shard_slice). The planner adds the shards of

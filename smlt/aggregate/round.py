@@ -185,9 +185,10 @@ class _Round:
             "aggregate_s": aggregate_s, "aggregators": aggregators, "round_s": time.time() - spec.planned_at,
             "cost_usd": cost, "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
             "param_count": n_params, "stop": stop, "reason": reason,
-            "plan_reason": spec.reason, "finished_at": time.time(),
+            "plan_reason": spec.reason, "time_limit_s": spec.compute_limit_s, "finished_at": time.time(),
             "timings": [{k: r[k] for k in ("worker", "memory_mb", "samples", "load_s", "eval_s", "compute_s",
-                                           "upload_s", "total_s", "cold")} for r in records],
+                                           "upload_s", "total_s", "cold") if k in r}
+                    | {"cache_miss": bool(r.get("cache_miss", False))} for r in records],
         }
         _, stored = table.put_once(keys.round_sk(rnd), item)
         return _result(stored)

@@ -58,6 +58,10 @@ def load_manifest(uri: str) -> Manifest:
         raise InvalidDataset(f"dataset.uri: manifest.json is not a valid smlt manifest: {e.errors()[0]['msg']}") from None
 
 
+def is_cached(shard: ShardInfo) -> bool:
+    return (_cache_dir() / f"{shard.sha256}.safetensors").exists()
+
+
 def load_shard(uri: str, shard: ShardInfo) -> tuple[np.ndarray, np.ndarray]:
     cache = _cache_dir() / f"{shard.sha256}.safetensors"
     blob = cache.read_bytes() if cache.exists() else None

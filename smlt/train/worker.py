@@ -7,6 +7,7 @@ duplicated invocation computes the same update, and the conditional writes keep 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -20,7 +21,7 @@ from smlt import keys
 from smlt.aggregate.compress import compress_torch_state
 from smlt.aggregate.sharded import Poll, ReduceScatter, read_model_blob
 from smlt.config import Settings
-from smlt.data.shards import load_manifest, load_shards
+from smlt.data.shards import is_cached, load_manifest, load_shards
 from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
@@ -54,6 +55,12 @@ def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, task: str) -> tupl
         loss = float(_loss_fn(task)(out, target))
         correct = int((out.argmax(1) == target).sum()) if task == "classification" else 0
     return loss, correct, len(x)
+
+
+def _metadata(head: bytes) -> dict[str, str]:
+    """The `__metadata__` of a safetensors file from its first bytes (the header)."""
+    n = int.from_bytes(head[:8], "little")
+    return json.loads(head[8:8 + n]).get("__metadata__", {})
 
 
 def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
@@ -144,6 +151,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     if spec.workers > len(manifest.validation.shards) and worker >= len(manifest.validation.shards):
         vs = []
     ts = assigned
+    cache_miss = not all(is_cached(sh) for sh in
+                         [manifest.validation.shards[i] for i in vs] + [manifest.train.shards[i] for i in ts])
     xv, yv = load_shards(spec.job.dataset.uri, [manifest.validation.shards[i] for i in vs]) if vs else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
     xt, yt = load_shards(spec.job.dataset.uri, [manifest.train.shards[i] for i in ts])
     if xt.shape[1] != manifest.features:
@@ -164,7 +173,15 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
         order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
         xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
         sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
+        # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
+        # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
+        # where every worker must take every step).
+        stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
+        done_steps = 0
         for step in range(k):
+            if step and time.perf_counter() > stop_at:
+                break
+            done_steps += 1
             idx = torch.from_numpy(order[step * b:(step + 1) * b])
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt_t[idx]), yt_t[idx])
@@ -173,8 +190,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
                 sync(step, len(idx))
             opt.step()
             train_loss += loss.item()
-        samples = need
-        train_loss /= need
+        samples = done_steps * b
+        train_loss /= samples
     finite = math.isfinite(train_loss)
     t_compute = time.perf_counter()
 
@@ -188,7 +205,13 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
         blob = state_to_bytes(compress_torch_state(delta, codec), metadata=meta)
         update_bytes = len(blob)
         # Tagged so the bucket's lifecycle rule expires per-round updates (infra/stacks/storage.py).
-        artifacts.put(keys.update_key(run_id, rnd, worker), blob, if_absent=True, tagging=keys.UPDATE_TAG)
+        key = keys.update_key(run_id, rnd, worker)
+        if not artifacts.put(key, blob, if_absent=True, tagging=keys.UPDATE_TAG):
+            # Another invocation of this worker stored its update first: report what it stored,
+            # so the record always describes the update that will be averaged.
+            stored = _metadata(artifacts.get_range(key, 0, 65536))
+            samples, train_loss = int(stored["samples"]), float(stored["train_loss"])
+            finite = math.isfinite(train_loss)
     t_upload = time.perf_counter()
 
     record = {
@@ -197,7 +220,7 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
         "memory_mb": spec.memory_mb, "cold": cold, "update_bytes": update_bytes,
         "load_s": t_load - t0, "eval_s": t_eval - t_load, "compute_s": t_compute - t_eval,
         "upload_s": t_upload - t_compute, "total_s": time.perf_counter() - t0,
-        "finished_at": time.time(),
+        "finished_at": time.time(), "cache_miss": cache_miss, "steps": samples // spec.job.training.batch_size,
     }
     outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
     if outcome == "sealed":

@@ -189,3 +189,29 @@ def test_a_triggered_run_chains_with_its_job_not_the_event(digits, aws):
     assert "trigger" not in started and started["run_id"] == p["run_id"]
     nxt = plan(started, out["name"])
     assert nxt["action"] == "train" and nxt["round"] == 1
+
+
+def test_worker_keeps_to_its_time_limit_and_reports_what_it_stored(digits, aws):
+    """A worker stops its steps at the planner's limit (Step Functions abandoning it would not
+    stop the bill); a second invocation that finds the update stored reports that update."""
+    from smlt.roundspec import RoundSpec
+
+    p = plan(job(digits, local_steps=200000), "slow")  # far more steps than the limit allows
+    key = "runs/slow/rounds/000000/plan.json"
+    spec = RoundSpec.model_validate_json(aws.get_object(Bucket="smlt-artifacts", Key=key)["Body"].read())
+    spec.compute_limit_s = 1.0
+    aws.put_object(Bucket="smlt-artifacts", Key=key, Body=spec.model_dump_json())
+    out = train_step({"run_id": "slow", "round": 0, "worker": 0}, None)
+    assert 0 < out["samples"] < 200000 * 32
+    import boto3
+
+    ddb, item_key = boto3.client("dynamodb"), {"pk": {"S": "RUN#slow"}, "sk": {"S": "WORKER#000000#00000"}}
+    assert int(ddb.get_item(TableName="smlt-runs", Key=item_key)["Item"]["samples"]["N"]) == out["samples"]
+    # The first invocation "crashed" after storing its update but before its record; the retry
+    # runs longer (a different number of steps) yet records what the stored update carries.
+    ddb.delete_item(TableName="smlt-runs", Key=item_key)
+    spec.compute_limit_s = 3.0
+    aws.put_object(Bucket="smlt-artifacts", Key=key, Body=spec.model_dump_json())
+    train_step({"run_id": "slow", "round": 0, "worker": 0}, None)
+    assert int(ddb.get_item(TableName="smlt-runs", Key=item_key)["Item"]["samples"]["N"]) == out["samples"]
+    assert p["round"] == 0
