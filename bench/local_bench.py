@@ -5,8 +5,10 @@ and as a table into the `## Local engine and aggregation` section of bench/READM
    `smlt run --local` against plain single-process PyTorch and PyTorch DDP (gloo, 2 processes),
    same prepared data, model, optimizer, batch size, target and evaluation cadence (see
    bench/baselines.py); start-up reported apart from training time.
-2. orchestration overhead per round of the local engine (no-op compute, 8 workers) — filled by
-   the engine's own measurement once it exists.
+2. orchestration overhead per round of the local engine (no-op compute, 8 workers): the real
+   stack with a tiny logistic regression, broken down by state and by the handlers' AWS calls
+   (`smlt_overhead_ms_per_round`; `--overhead-unpatched` adds the same run with
+   smlt/local/speed.py's patches off).
 3. aggregation: in-process reduce vs numpy, sharded vs single through Redis and S3 (moto), and
    the accuracy cost of fp16/bf16 updates (bench/aggregation_bench.py).
 
@@ -15,6 +17,7 @@ ratio compares runs made minutes apart in the same invocation. `summary` holds t
 ratios; the load average at start and end is recorded.
 
     python bench/local_bench.py [--quick] [--skip-smlt] [--skip-tta] [--skip-aggregation]
+                                [--overhead-unpatched] [--overhead-only]
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ JOBS = {
     "synthetic": {
         "name": "bench-synthetic", "model": {"name": "mlp", "params": {"hidden": [512, 512]}},
         "training": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "batch_size": 64,
-                     "local_steps": 200, "max_rounds": 200, "target_metric": "val_accuracy", "target_value": 0.9725},
+                     "local_steps": 400, "max_rounds": 100, "target_metric": "val_accuracy", "target_value": 0.9725},
         "workers": {"initial": 2, "min": 1, "max": 2, "memory_mb": 1769, "planner": "fixed"},
         "seed": 0,
     },
@@ -308,7 +311,12 @@ def table(results: dict) -> str:
               "DDP is 2 processes × 1 thread, gloo, batch per process = the job's batch. Start-up (process, "
               "torch import, data, DDP group; for smlt synth, engine, process pool and the workers' cold round-0 "
               "excess) is apart from training time, which runs until an evaluation meets the target and "
-              "includes the evaluations. Aggregation and compression: `bench/aggregation_bench.py`.", ""]
+              "includes the evaluations. Aggregation and compression: `bench/aggregation_bench.py`. The synthetic "
+              "job trains 400 local steps per round on 2 workers (one per core): each round pays a fixed cost "
+              "(plan, aggregate, the workers' model/shard/record I/O through the one moto server; see the overhead "
+              "table), so fewer, longer rounds; more workers than cores only queue for the handler processes.", ""]
+    for note in results.get("notes", []):
+        lines += [note, ""]
     s = results["summary"]
     lines += ["| summary | value | target |", "| --- | --- | --- |"]
 
@@ -321,6 +329,9 @@ def table(results: dict) -> str:
               f"| `reduce_vs_reference` (in-process reduce / numpy sum, worst case) | {f(s['reduce_vs_reference'])} | ≥ 0.5 |",
               f"| `sharded_vs_single` (single / sharded time, 32 × 11M, Redis) | {f(s['sharded_vs_single'])} | > 1 |",
               ""]
+    ov = results.get("overhead") or {}
+    if ov.get("ms_per_round") is not None:
+        lines += overhead_table(ov, results.get("overhead_unpatched"))
     for name, r in results.get("tta", {}).items():
         t = r["job"]["training"]
         lines += [f"Time to {t['target_value']} validation accuracy on **{name}** (`{r['source']}`, "
@@ -386,6 +397,37 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def overhead_table(ov: dict, before: dict | None) -> list[str]:
+    """The overhead run's breakdown (medians per round), with the unpatched engine beside it when
+    measured (`SMLT_LOCAL_SPEEDUPS=0`, see smlt/local/speed.py)."""
+    cols = [("after", ov)] + ([("SMLT_LOCAL_SPEEDUPS=0", before)] if before and before.get("ms_per_round") else [])
+    rows = [("round (Plan entered → next Plan entered)", "round_ms"), ("Plan state", "plan_ms"),
+            ("  planner handler", "planner_handler_ms"), ("  its AWS calls (count)", "planner_aws"),
+            ("Train (Distributed Map, 8 children)", "map_ms"),
+            ("  train_step handlers, summed", "train_handler_ms"), ("  their AWS calls (count)", "train_aws"),
+            ("  Map wall − handler time / pool processes", "map_minus_workers_per_process_ms"),
+            ("  seam + pipe, summed over the 8", "train_seam_ms"),
+            ("Aggregate state", "aggregate_ms"), ("  aggregate handler", "aggregate_handler_ms"),
+            ("  its AWS calls (count; parallel GETs overlap)", "aggregate_aws"),
+            ("Choice states and transitions", "choice_and_transitions_ms")]
+    lines = [f"Orchestration overhead per round (`smlt_overhead_ms_per_round`): {ov['workers']} workers on "
+             f"{ov['pool_processes']} handler processes, logistic regression, batch 1, 1 local step, 400 rows; "
+             f"median of {ov['rounds_measured']} rounds (rounds 2..), ms. Load average during the run: "
+             f"{ov['load_average'][0]:.1f}.", "",
+             "| part | " + " | ".join(c for c, _ in cols) + " |", "| --- |" + " --- |" * len(cols)]
+    for label, key in rows:
+        cells = []
+        for _, d in cols:
+            b = d["breakdown_median"]
+            if key.endswith("_aws"):
+                cells.append(f"{b[key + '_ms']:.0f} ({b[key + '_calls']:.0f})")
+            else:
+                cells.append(f"{b[key]:.0f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
 def update_readme(text: str) -> None:
     """Replace (or append) only our section; other sections (e.g. `## Planner`) stay as they are."""
     old = README.read_text() if README.exists() else "# Benchmarks\n"
@@ -412,6 +454,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--readme-only", action="store_true", help="rewrite the README section from --out's JSON")
+    ap.add_argument("--overhead-unpatched", action="store_true",
+                    help="also measure the overhead with smlt.local.speed's patches off (about 2 min more)")
     ap.add_argument("--overhead-only", action="store_true",
                     help="print smlt_overhead_ms_per_round()'s JSON and exit (SMLT_LOCAL_SPEEDUPS=0: unpatched)")
     a = ap.parse_args()
@@ -436,6 +480,14 @@ def main() -> None:
         for name in (("digits",) if a.quick else ("digits", "synthetic")):
             results["tta"][name] = tta(name, not a.skip_smlt, a.max_train_s)
     results["overhead"] = smlt_overhead_ms_per_round()
+    if a.overhead_unpatched:  # the same run on an unpatched engine, in a fresh process
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--overhead-only"],
+                              capture_output=True, text=True, env={**os.environ, "SMLT_LOCAL_SPEEDUPS": "0"},
+                              cwd=ROOT, timeout=600)
+        try:
+            results["overhead_unpatched"] = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            results["overhead_unpatched"] = {"skipped": True, "note": proc.stderr[-800:]}
     if not a.skip_aggregation:
         from bench import aggregation_bench
 

@@ -36,10 +36,16 @@ Parts
     execution, 256 KiB execution input, the Distributed Map's tolerated-failure threshold, and
     ``Lambda.<Code>`` error names for payload-only Lambda tasks. Small monkeypatches, refused
     on any moto other than 5.2.5.
+``speed.py``
+    Per-request costs of moto 5.2.5 removed with small patches (same answers): memoised service
+    routing of the server's dispatcher, one cached Lambda client for the interpreter's tasks,
+    cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. Refused on any other
+    moto; ``SMLT_LOCAL_SPEEDUPS=0`` turns them off (to measure them).
 ``engine.py``
     ``LocalEngine``: puts it together (pool -> synth -> moto -> buckets, tables, state machine ->
     seam) and offers ``start_execution`` / ``wait`` / ``history`` / ``client`` / ``names`` /
-    ``function_env``.
+    ``function_env``, and ``start_trace`` / ``stop_trace`` (per invocation: queueing for a
+    handler process, handler time, its AWS calls by operation).
 
 Traps
 -----
