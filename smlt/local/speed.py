@@ -20,7 +20,15 @@ every handler's S3/DynamoDB call waits on it.
    for every path the interpreter evaluates (InputPath, Parameters ``.$`` fields, ResultSelector,
    ResultPath, Choice variables...). Parsed expressions are immutable; they are cached per path
    string in the two modules that parse.
-4. *Nagle*: werkzeug writes a response's headers and body with separate ``send`` calls on an
+4. *TransactWriteItems*: to roll back a cancelled transaction, moto deep-copies every table the
+   transaction names, whole, before it starts: O(items in the table) per call, growing with every
+   round (each worker records its result with one transaction) and under the DynamoDB write lock
+   (``moto_fixes``), so every write of every handler waits for it. The copy is replaced by an
+   equivalent snapshot for the rollback: a shallow copy of the table object with its own item
+   containers, holding deep copies of exactly the items the transaction can change (its keys);
+   items it does not name are never changed by it. Tables with a stream fall back to moto's full
+   copy (their stream records are part of the state a rollback restores).
+5. *Nagle*: werkzeug writes a response's headers and body with separate ``send`` calls on an
    unbuffered socket; with Nagle's algorithm on, the body waits for the client's (delayed) ACK of
    the headers. The server's accepted sockets get ``TCP_NODELAY`` (as urllib3 already sets on
    the client side); see :func:`nodelay` (applied by ``server.MotoServer.start``).
@@ -63,6 +71,7 @@ def install() -> None:
         _patch_backend_for_host()
         _patch_boto_client_for()
         _patch_jsonpath_parse()
+        _patch_transact_snapshot()
         _installed = True
 
 
@@ -121,6 +130,80 @@ def _patch_jsonpath_parse() -> None:
     for module in (json_path, result_path):
         orig = module.parse  # AttributeError if moto moved it: fail loudly
         module.parse = functools.lru_cache(maxsize=4096)(orig)
+
+
+def _patch_transact_snapshot() -> None:
+    import copy as real_copy
+    from collections import defaultdict
+
+    from moto.dynamodb import models as ddb_models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    backend_cls = ddb_models.DynamoDBBackend
+    orig = backend_cls.transact_write_items
+    if ddb_models.copy is not real_copy:
+        raise MotoVersionError("moto.dynamodb.models no longer uses the copy module as expected")
+    local = threading.local()
+
+    def snapshot(table: Any, keys: list[dict[str, Any]]) -> Any:
+        if getattr(table, "stream_shard", None) is not None:
+            return real_copy.deepcopy(table)
+        snap = real_copy.copy(table)
+        items: Any = defaultdict(dict)
+        for h, v in table.items.items():
+            items[h] = dict(v) if table.has_range_key else v
+        snap.items = items
+        for key in keys:
+            try:
+                h = DynamoType(key[table.hash_key_attr])
+                r = DynamoType(key[table.range_key_attr]) if table.has_range_key else None
+            except (KeyError, TypeError):
+                return real_copy.deepcopy(table)  # malformed: moto raises later; copy as it did
+            if table.has_range_key:
+                if h in table.items and r in table.items[h]:
+                    items[h][r] = real_copy.deepcopy(table.items[h][r])
+            elif h in table.items:
+                items[h] = real_copy.deepcopy(table.items[h])
+        return snap
+
+    class _CopyModule:
+        """``copy`` as moto.dynamodb.models sees it: deepcopy of a Table inside
+        transact_write_items takes the snapshot above; everything else is the real module."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_copy, name)
+
+        @staticmethod
+        def deepcopy(x: Any, memo: Any = None) -> Any:
+            touched = getattr(local, "touched", None)
+            if touched is not None and isinstance(x, Table):
+                return snapshot(x, touched.get(x.name, []))
+            return real_copy.deepcopy(x, memo)
+
+    @functools.wraps(orig)
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        touched: dict[str, list[dict[str, Any]]] = {}
+        for item in transact_items:
+            for op_type, op in item.items():
+                if not isinstance(op, dict) or not op.get("TableName"):
+                    continue
+                table = self.tables.get(op["TableName"])
+                if op_type == "Put" and table is not None and isinstance(op.get("Item"), dict):
+                    attrs = op["Item"]
+                    key = {a: attrs[a] for a in (table.hash_key_attr, table.range_key_attr)
+                           if a and a in attrs}
+                else:
+                    key = op.get("Key") or {}
+                touched.setdefault(op["TableName"], []).append(key)
+        local.touched = touched
+        try:
+            return orig(self, transact_items)
+        finally:
+            local.touched = None
+
+    ddb_models.copy = _CopyModule()  # type: ignore[assignment]
+    backend_cls.transact_write_items = transact_write_items
 
 
 def nodelay(wsgi_server: Any) -> None:

@@ -81,3 +81,42 @@ def test_pool_trace_times_the_handler_and_its_aws_calls(tmp_path):
     assert traced.ok and json.loads(traced.payload) == {"ok": True}
     assert traced.trace["handler_s"] > 0 and traced.queued_s >= 0
     assert traced.trace["api"]["s3.ListBuckets"][0] == 1
+
+
+def test_transaction_rollback_restores_exactly_the_named_items():
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+
+    speed.install()
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
+                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                    {"AttributeName": "sk", "KeyType": "RANGE"}],
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                               {"AttributeName": "sk", "AttributeType": "S"}])
+        for sk in ("a", "b", "c"):
+            ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": sk}, "v": {"N": "1"}})
+
+        def key(sk):
+            return {"pk": {"S": "p"}, "sk": {"S": sk}}
+
+        with pytest.raises(ClientError) as e:
+            ddb.transact_write_items(TransactItems=[
+                {"Put": {"TableName": "t", "Item": {**key("new"), "v": {"N": "9"}}}},
+                {"Update": {"TableName": "t", "Key": key("a"), "UpdateExpression": "SET v = :x",
+                            "ExpressionAttributeValues": {":x": {"N": "7"}}}},
+                {"Delete": {"TableName": "t", "Key": key("b")}},
+                {"ConditionCheck": {"TableName": "t", "Key": key("c"),
+                                    "ConditionExpression": "attribute_not_exists(pk)"}}])
+        assert e.value.response["Error"]["Code"] == "TransactionCanceledException"
+        items = {i["sk"]["S"]: i["v"]["N"] for i in ddb.scan(TableName="t")["Items"]}
+        assert items == {"a": "1", "b": "1", "c": "1"}
+        ddb.transact_write_items(TransactItems=[
+            {"Put": {"TableName": "t", "Item": {**key("new"), "v": {"N": "9"}},
+                     "ConditionExpression": "attribute_not_exists(pk)"}},
+            {"Update": {"TableName": "t", "Key": key("a"), "UpdateExpression": "SET v = :x",
+                        "ExpressionAttributeValues": {":x": {"N": "7"}}}}])
+        items = {i["sk"]["S"]: i["v"]["N"] for i in ddb.scan(TableName="t")["Items"]}
+        assert items == {"a": "7", "b": "1", "c": "1", "new": "9"}
