@@ -2,8 +2,9 @@
 
 moto's `transact_write_items` deep-copies the table to roll back on failure; a concurrent
 `put_item` from another request thread changes the table during the copy ("dictionary changed
-size during iteration", a 500 that botocore then retries). DynamoDB itself serialises writes to
-an item; here every write operation takes one lock, which is cheap next to the copy.
+size during iteration", a 500 that botocore then retries), and a query iterating a partition
+while another thread inserts into it fails the same way. DynamoDB itself is consistent under
+concurrency; here every table operation takes one lock (they are short next to the HTTP hop).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import threading
 _lock = threading.RLock()
 _installed = False
 
-WRITES = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item")
+OPERATIONS = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item",
+              "get_item", "query", "scan", "batch_get_item", "transact_get_items")
 
 
 def install() -> None:
@@ -24,7 +26,7 @@ def install() -> None:
             return
         from moto.dynamodb.models import DynamoDBBackend
 
-        for name in WRITES:
+        for name in OPERATIONS:
             orig = getattr(DynamoDBBackend, name)  # AttributeError if moto moved it: fail loudly
 
             @functools.wraps(orig)
