@@ -106,10 +106,13 @@ class RunTable:
             return False
 
     def query(self, prefix: str) -> list[dict[str, Any]]:
+        if not prefix:
+            return self._query("pk = :pk", {":pk": self.pk})
+        return self._query("pk = :pk AND begins_with(sk, :p)", {":pk": self.pk, ":p": prefix})
+
+    def _query(self, condition: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        values = {":pk": self.pk, **({":p": prefix} if prefix else {})}
-        kwargs = dict(TableName=self.table, ConsistentRead=True,
-                      KeyConditionExpression="pk = :pk" + (" AND begins_with(sk, :p)" if prefix else ""),
+        kwargs = dict(TableName=self.table, ConsistentRead=True, KeyConditionExpression=condition,
                       ExpressionAttributeValues=_to_item(values))
         while True:
             resp = self.client.query(**kwargs)
@@ -128,8 +131,12 @@ class RunTable:
     def workers(self, rnd: int) -> list[dict[str, Any]]:
         return self.query(keys.worker_prefix(rnd))
 
-    def rounds(self) -> list[dict[str, Any]]:
-        return self.query("ROUND#")
+    def rounds(self, after: int | None = None) -> list[dict[str, Any]]:
+        """ROUND items, or only those after round `after` (a key range, not a filter)."""
+        if after is None:
+            return self.query("ROUND#")
+        return self._query("pk = :pk AND sk BETWEEN :a AND :b",
+                           {":pk": self.pk, ":a": keys.round_sk(after + 1), ":b": "ROUND#~"})
 
     def plans(self) -> list[dict[str, Any]]:
         return self.query("PLAN#")

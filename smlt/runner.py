@@ -84,7 +84,8 @@ class Follower:
 
     def poll(self, *_: Any) -> None:
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
-        new = [r for r in sorted(table.rounds(), key=lambda r: r["round"]) if r["round"] not in self.seen]
+        last = max(self.seen) if self.seen else None
+        new = [r for r in sorted(table.rounds(after=last), key=lambda r: r["round"]) if r["round"] not in self.seen]
         if not new:
             return
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
@@ -102,7 +103,8 @@ class Follower:
 
     def follow(self, arn: str) -> dict[str, Any]:
         while True:
-            desc = self.engine.wait(arn, poll=self.poll, interval=0.25)
+            # Every poll is a request to the one moto server the handlers use too: not too often.
+            desc = self.engine.wait(arn, poll=self.poll, interval=0.5)
             self.poll()
             self.history += [{"execution": arn, **e} for e in self.engine.history(arn)]
             out = json.loads(desc.get("output") or "{}")
