@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-import pytest
 
 from smlt.faults import FaultInjector
 from smlt.runner import _execute
