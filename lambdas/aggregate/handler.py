@@ -17,7 +17,8 @@ def handler(event, context):
     op = event.get("op", "aggregate")
     run_id, rnd = event["run_id"], int(event["round"])
     if op == "aggregate":
-        result = aggregate_round(settings, run_id, rnd, event.get("outcomes"))
+        # The Map's outcomes travel in the event for the execution history; what counts is DynamoDB.
+        result = aggregate_round(settings, run_id, rnd)
     elif op == "prepare":
         result = prepare_round(settings, run_id, rnd)
     elif op == "slice":

@@ -198,7 +198,7 @@ def _ledger(accepted: list[dict]) -> list[dict]:
     return [{"worker": int(a["worker"]), "samples": int(a["samples"])} for a in accepted]
 
 
-def aggregate_round(settings: Settings, run_id: str, rnd: int, outcomes: list[dict] | None = None) -> dict[str, Any]:
+def aggregate_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
     """The single aggregator: everything in one invocation."""
     t0 = time.perf_counter()
     r = _Round(settings, run_id, rnd)
