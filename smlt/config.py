@@ -18,6 +18,8 @@ class Settings:
     memory_mb: int = 0
     train_functions: dict[int, str] = field(default_factory=dict)
     max_concurrency: int = 64
+    # Set by the local engine: how many handlers run at once there (None on AWS).
+    local_concurrency: int | None = None
     worker_timeout_s: int = 900
     prices: Prices = field(default_factory=Prices)
     # Per-step synchronous mode: where workers exchange gradients. "" = the artifacts bucket (S3);
@@ -40,6 +42,7 @@ class Settings:
             memory_mb=int(env.get("SMLT_MEMORY_MB") or env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") or 0),
             train_functions={int(k): v for k, v in fns.items()},
             max_concurrency=int(env.get("SMLT_MAX_CONCURRENCY", "64")),
+            local_concurrency=int(env["SMLT_LOCAL_CONCURRENCY"]) if env.get("SMLT_LOCAL_CONCURRENCY") else None,
             worker_timeout_s=int(env.get("SMLT_WORKER_TIMEOUT_S", "900")),
             prices=Prices.from_env(),
             exchange_url=env.get("SMLT_EXCHANGE_URL", ""),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from typing import Any
 
@@ -75,14 +74,15 @@ def assign_shards(n_shards: int, workers: int, lost: list[int]) -> list[list[int
     return out
 
 
-def _lost_shards(prev_plan: dict[str, Any] | None, prev_round: dict[str, Any] | None) -> list[int]:
+def _lost_shards(prev_plan: dict[str, Any] | None, prev_round: dict[str, Any] | None, n_shards: int) -> list[int]:
+    """Train shards of last round's workers whose updates were not applied."""
     if not prev_plan or not prev_round or prev_plan.get("action") != "train" or prev_round.get("eval_only"):
         return []
     if prev_round.get("diverged"):
         return []  # nothing was applied that round; every shard gets its normal turn again
     spec = RoundSpec.model_validate_json(prev_plan["spec"])
     accepted = {a["worker"] for a in prev_round.get("accepted", [])}
-    return [s for w in range(spec.workers) if w not in accepted for s in (spec.assignments or [[]] * spec.workers)[w]]
+    return [s for w in range(spec.workers) if w not in accepted for s in spec.train_shards(w, n_shards)]
 
 
 def _history(rounds: list[dict], meta: dict) -> RunHistory:
@@ -143,14 +143,14 @@ def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
             "reason": item["reason"]}
 
 
-def _straggler_limit(decision: Decision, rounds: list[dict]) -> float | None:
+def _straggler_limit(decision: Decision, rounds: list[dict], local_concurrency: int | None) -> float | None:
     """The planner's straggler cut-off, but never before timings exist (round 0 pays cold starts
     the model has not seen) and never under 10 s (a cut-off that tight only loses updates)."""
     if decision.worker_time_limit_s is None or not rounds:
         return None
     # The local engine runs SMLT_LOCAL_CONCURRENCY handlers at a time and its task timer starts
     # when the invocation is queued: a worker may wait for earlier waves (on AWS it does not).
-    slots = int(os.environ.get("SMLT_LOCAL_CONCURRENCY") or decision.workers or 1)
+    slots = local_concurrency or decision.workers or 1
     waves = math.ceil(max(decision.workers, 1) / max(slots, 1))
     return max(decision.worker_time_limit_s * waves, 10.0)
 
@@ -202,7 +202,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         raise Infeasible(decision.reason)
     if job.training.mode == "sync" and decision.action == "train":
         # All workers of a per-step round must run at once (each step waits for every worker).
-        slots = min(settings.max_concurrency, int(os.environ.get("SMLT_LOCAL_CONCURRENCY") or settings.max_concurrency))
+        slots = min(settings.max_concurrency, settings.local_concurrency or settings.max_concurrency)
         if decision.workers > slots:
             decision = decision.model_copy(update={
                 "workers": max(1, slots), "reason": f"{decision.reason} (sync mode: at most {slots} concurrent workers)"})
@@ -224,14 +224,13 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
             item["action"] = "stop"
     if decision.action == "train":
         lr = job.training.learning_rate * float(meta.get("lr_scale", 1.0))
-        prev = rounds[-1] if rounds else None
-        lost = _lost_shards(prev_plan if prev else None, prev)
+        lost = _lost_shards(prev_plan, rounds[-1] if rounds else None, int(meta["train_shards"]))
         n_params = int(rounds[-1]["param_count"]) if rounds else 0
         k = choose_aggregators(settings, n_params, decision.workers, decision.local_steps == 0)
         spec = RoundSpec(run_id=run_id, round=rnd, workers=decision.workers, memory_mb=decision.memory_mb,
                          aggregators=k,
                          local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
-                         planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds),
+                         planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
                          compute_limit_s=decision.worker_time_limit_s if rounds else None,
                          learning_rate=lr, reason=decision.reason, job=job,
                          assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost))
@@ -290,7 +289,9 @@ def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
         "wall_seconds": time.time() - float(meta.get("created_at", time.time())),
         "estimated_cost_usd": float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
         "stop_reason": (rounds[-1]["reason"] if rounds and rounds[-1]["stop"] else last_plan.get("reason", "")),
-        "lost_updates": sum(r["workers_ok"] - len(r["accepted"]) for r in trained if not r["eval_only"]),
+        # Reports that arrived before the round closed but were not applied (a diverged round
+        # rejects its updates on purpose: not a loss).
+        "lost_updates": sum(r["workers_ok"] - len(r["accepted"]) for r in trained if not r.get("diverged")),
         "double_counted_updates": double,
         "model_key": keys.final_model_key(run_id) if final_round else None,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import boto3
@@ -23,11 +24,11 @@ def dynamodb_client():
     return boto3.client("dynamodb", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}))
 
 
-def _to_item(obj: dict[str, Any]) -> dict:
+def to_item(obj: dict[str, Any]) -> dict:
     return json.loads(json_util.dumps(obj))
 
 
-def _from_item(item: dict) -> dict[str, Any]:
+def from_item(item: dict) -> dict[str, Any]:
     return json_util.loads(item)
 
 
@@ -43,14 +44,14 @@ class RunTable:
         return self._client or dynamodb_client()
 
     def get(self, sk: str) -> dict[str, Any] | None:
-        resp = self.client.get_item(TableName=self.table, Key=_to_item({"pk": self.pk, "sk": sk}), ConsistentRead=True)
-        return _from_item(resp["Item"]) if "Item" in resp else None
+        resp = self.client.get_item(TableName=self.table, Key=to_item({"pk": self.pk, "sk": sk}), ConsistentRead=True)
+        return from_item(resp["Item"]) if "Item" in resp else None
 
     def put_once(self, sk: str, attrs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """Write the item unless it exists. Returns (written, the item now stored)."""
         item = {"pk": self.pk, "sk": sk, **attrs}
         try:
-            self.client.put_item(TableName=self.table, Item=_to_item(item),
+            self.client.put_item(TableName=self.table, Item=to_item(item),
                                  ConditionExpression="attribute_not_exists(pk)")
             return True, item
         except ClientError as e:
@@ -64,12 +65,12 @@ class RunTable:
         Returns "written", "duplicate" (the item existed) or "sealed" (too late: the round is
         closed). The transaction makes lateness a fact of the keys, not of timing.
         """
-        key = _to_item({"pk": self.pk, "sk": seal_sk})
+        key = to_item({"pk": self.pk, "sk": seal_sk})
         try:
             self.client.transact_write_items(TransactItems=[
                 {"ConditionCheck": {"TableName": self.table, "Key": key,
                                     "ConditionExpression": "attribute_not_exists(pk)"}},
-                {"Put": {"TableName": self.table, "Item": _to_item({"pk": self.pk, "sk": sk, **attrs}),
+                {"Put": {"TableName": self.table, "Item": to_item({"pk": self.pk, "sk": sk, **attrs}),
                          "ConditionExpression": "attribute_not_exists(pk)"}},
             ])
             return "written"
@@ -93,11 +94,11 @@ class RunTable:
         cond = "attribute_exists(pk)" + (f" AND ({only_if})" if only_if else "")
         try:
             self.client.update_item(
-                TableName=self.table, Key=_to_item({"pk": self.pk, "sk": sk}),
+                TableName=self.table, Key=to_item({"pk": self.pk, "sk": sk}),
                 UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attrs))),
                 ConditionExpression=cond,
                 ExpressionAttributeNames={**names, **{f"#{n}": n for n in _names_in(only_if)}},
-                ExpressionAttributeValues=_to_item(vals),
+                ExpressionAttributeValues=to_item(vals),
             )
             return True
         except ClientError as e:
@@ -113,10 +114,10 @@ class RunTable:
     def _query(self, condition: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         kwargs = dict(TableName=self.table, ConsistentRead=True, KeyConditionExpression=condition,
-                      ExpressionAttributeValues=_to_item(values))
+                      ExpressionAttributeValues=to_item(values))
         while True:
             resp = self.client.query(**kwargs)
-            items.extend(_from_item(i) for i in resp.get("Items", []))
+            items.extend(from_item(i) for i in resp.get("Items", []))
             if "LastEvaluatedKey" not in resp:
                 return items
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
@@ -144,6 +145,4 @@ class RunTable:
 
 def _names_in(expr: str | None) -> list[str]:
     """Attribute names written as #name in a condition expression."""
-    import re
-
     return re.findall(r"#([A-Za-z_]\w*)", expr or "")

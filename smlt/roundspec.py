@@ -31,6 +31,10 @@ class RoundSpec(BaseModel):
     def eval_only(self) -> bool:
         return self.local_steps == 0
 
+    def train_shards(self, worker: int, n_shards: int) -> list[int]:
+        """The train shards `worker` owns this round (the planner's assignment, else round-robin)."""
+        return self.assignments[worker] if self.assignments else shard_slice(n_shards, self.workers, worker)
+
 
 def shard_slice(n_shards: int, workers: int, worker: int) -> list[int]:
     """Shards a worker owns: round-robin; with more workers than shards, workers share a shard."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from smlt import keys
-from smlt.records import RunTable, _to_item
+from smlt.records import RunTable, to_item
 from smlt.store import S3Store
 
 
@@ -60,4 +60,4 @@ def restore_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
                 store.put(path.relative_to(bucket_dir).as_posix(), path.read_bytes())
     ddb = engine.client("dynamodb")
     for item in json.loads(items_file.read_text()):
-        ddb.put_item(TableName=names.table, Item=_to_item(item))
+        ddb.put_item(TableName=names.table, Item=to_item(item))

@@ -127,8 +127,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
     model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
-    assigned = spec.assignments[worker] if spec.assignments else shard_slice(len(manifest.train.shards), spec.workers, worker)
-    _check_fits(model, settings.memory_mb or spec.memory_mb, sum(manifest.train.shards[i].bytes for i in assigned))
+    train_shards = [manifest.train.shards[i] for i in spec.train_shards(worker, len(manifest.train.shards))]
+    _check_fits(model, settings.memory_mb or spec.memory_mb, sum(sh.bytes for sh in train_shards))
     # Round 0 starts from a deterministic initialisation that every worker can build; the first
     # writer stores it, and everyone then uses the stored one. A model written by sharded
     # aggregators is assembled from its slices (fetched in parallel); a single object wins.
@@ -146,15 +146,13 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
                              f"{manifest.outputs} outputs): {str(e).splitlines()[0]}") from None
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
 
-    vs = shard_slice(len(manifest.validation.shards), spec.workers, worker)
+    n_val = len(manifest.validation.shards)
     # With more workers than validation shards, only the first owner of a shard evaluates it.
-    if spec.workers > len(manifest.validation.shards) and worker >= len(manifest.validation.shards):
-        vs = []
-    ts = assigned
-    cache_miss = not all(is_cached(sh) for sh in
-                         [manifest.validation.shards[i] for i in vs] + [manifest.train.shards[i] for i in ts])
-    xv, yv = load_shards(spec.job.dataset.uri, [manifest.validation.shards[i] for i in vs]) if vs else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
-    xt, yt = load_shards(spec.job.dataset.uri, [manifest.train.shards[i] for i in ts])
+    val_shards = [] if worker >= n_val else [manifest.validation.shards[i] for i in shard_slice(n_val, spec.workers, worker)]
+    cache_miss = not all(is_cached(sh) for sh in val_shards + train_shards)
+    xv, yv = (load_shards(spec.job.dataset.uri, val_shards) if val_shards
+              else (np.zeros((0, manifest.features), np.float32), np.zeros(0)))
+    xt, yt = load_shards(spec.job.dataset.uri, train_shards)
     if xt.shape[1] != manifest.features:
         raise InvalidDataset(f"shards have {xt.shape[1]} features, the manifest says {manifest.features}")
     t_load = time.perf_counter()

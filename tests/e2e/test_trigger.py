@@ -27,9 +27,9 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
 
     prepare_dataset("sklearn:digits", str(root / "incoming/digits/v1"), shards=4)
     (arn,) = upload_version(engine, names, root / "incoming/digits/v1", root)
-    first = _finish(engine, arn)
-    assert first["action"] == "stop" or first.get("run_id")
-    run1 = first["run_id"]
+    run1 = _finish(engine, arn)["run_id"]
+    final = json.loads(s3.get_object(Bucket=names.artifacts_bucket, Key=f"runs/{run1}/final/metrics.json")["Body"].read())
+    assert final["final"]["rounds"] == 2 and final["job"]["pipeline"] == "digits"
 
     # The same event delivered again (EventBridge is at-least-once): nothing new runs.
     body = (root / "incoming/digits/v1/manifest.json").read_bytes()
