@@ -150,7 +150,7 @@ def test_sync_mode_through_redis(local, s3_run, tmp_path, monkeypatch, redis_ser
     sets = redis.client.info("commandstats").get("cmdstat_set", {}).get("calls", 0) - before
     assert sets >= ROUNDS * WORKERS * 2 * STEPS, sets
     # ...all deleted after each round...
-    assert redis.list("") == []
+    assert redis.list(keys.run_prefix(run_id)) == []
     # ...and none of it went to S3: a worker writes only its update (and round 0's model).
     assert max(s3_calls(trace, "PutObject")) <= 2
     assert sum(s3_calls(trace, "DeleteObject")) == 0
