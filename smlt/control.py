@@ -155,6 +155,31 @@ def _straggler_limit(decision: Decision, rounds: list[dict], local_concurrency: 
     return max(decision.worker_time_limit_s * waves, 10.0)
 
 
+# The ROUND items this process has read, per (table, run): (the run's created_at, rounds in
+# order). A ROUND item is written once and never changed, so each planner call reads only the
+# rounds after the last one it knows (a warm Lambda container keeps this between rounds).
+_rounds_seen: dict[tuple[str, str], tuple[Any, list[dict[str, Any]]]] = {}
+
+
+def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any] | None]]:
+    """(the ROUND items in round order; META, PLAN of the next round and of the last one): two
+    requests, reading only the rounds this process has not seen."""
+    key = (table.table, table.run_id)
+    while True:
+        stamp, known = _rounds_seen.get(key, (None, []))
+        new = table.rounds(after=known[-1]["round"]) if known else table.rounds()
+        rounds = known + sorted(new, key=lambda r: r["round"])
+        rnd = rounds[-1]["round"] + 1 if rounds else 0
+        items = table.get_many(keys.META, keys.plan_sk(rnd), *([keys.plan_sk(rnd - 1)] if rnd > 0 else []))
+        created = (items[keys.META] or {}).get("created_at")
+        if stamp is not None and stamp != created:
+            del _rounds_seen[key]  # the cached rounds are of a run since recreated under this id
+            continue
+        if rounds and created is not None:
+            _rounds_seen[key] = (created, rounds)
+        return rounds, items
+
+
 def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     triggered = isinstance(raw_job, dict) and "trigger" in raw_job
@@ -164,7 +189,9 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     run_id = job.run_id or execution
     table = RunTable(settings.table, run_id)
     artifacts = S3Store(settings.artifacts_bucket)
-    meta = table.meta()
+    rounds, items = _run_state(table)
+    rnd = rounds[-1]["round"] + 1 if rounds else 0
+    meta = items[keys.META]
     if meta is None:
         _check_access(job, settings)
         facts = _check_resources(job, settings)  # nothing is written for a bad job
@@ -181,12 +208,10 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         return {"action": "duplicate", "run_id": run_id, "round": 0,
                 "reason": f"duplicate event: run {run_id} belongs to execution {meta.get('execution')}"}
 
-    rounds = sorted(table.rounds(), key=lambda r: r["round"])
-    rnd = rounds[-1]["round"] + 1 if rounds else 0
-    existing = table.plan(rnd)
+    existing = items[keys.plan_sk(rnd)]
     if existing is not None:
         return _result(existing, settings)
-    prev_plan = table.plan(rnd - 1) if rnd > 0 else None
+    prev_plan = items.get(keys.plan_sk(rnd - 1))
     same = bool(prev_plan and prev_plan.get("execution") == execution)
     ran_here = int(prev_plan.get("execution_rounds", 1)) if same else 0
     events_here = int(prev_plan.get("execution_events", 0)) if same else 0
@@ -239,8 +264,6 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     item["execution_events"] = events_here + round_events(int(item.get("aggregators", 1)))
     item["plan_s"] = time.perf_counter() - t0
     _, stored = table.put_once(keys.plan_sk(rnd), item)
-    if stored["action"] == "train":
-        artifacts.put(keys.plan_key(run_id, rnd), stored["spec"].encode())
     return _result(stored, settings)
 
 

@@ -19,10 +19,6 @@ def round_prefix(run_id: str, rnd: int) -> str:
     return f"runs/{run_id}/rounds/{rnd:06d}/"
 
 
-def plan_key(run_id: str, rnd: int) -> str:
-    return round_prefix(run_id, rnd) + "plan.json"
-
-
 def model_key(run_id: str, rnd: int) -> str:
     """The global model that round `rnd` starts from."""
     return round_prefix(run_id, rnd) + "model.safetensors"

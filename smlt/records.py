@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import time
 from typing import Any
 
 import boto3
@@ -46,6 +47,26 @@ class RunTable:
     def get(self, sk: str) -> dict[str, Any] | None:
         resp = self.client.get_item(TableName=self.table, Key=to_item({"pk": self.pk, "sk": sk}), ConsistentRead=True)
         return from_item(resp["Item"]) if "Item" in resp else None
+
+    def get_many(self, *sks: str) -> dict[str, dict[str, Any] | None]:
+        """Several items of the run in one BatchGetItem (strongly consistent): {sk: item or None}.
+        A round's steps read 3-4 items before they start; one request instead of one each."""
+        want = list(dict.fromkeys(sks))
+        found: dict[str, dict[str, Any] | None] = dict.fromkeys(want)
+        request = {self.table: {"Keys": [to_item({"pk": self.pk, "sk": sk}) for sk in want], "ConsistentRead": True}}
+        attempt = 0
+        while request:
+            if attempt == 10:
+                raise RuntimeError(f"DynamoDB left keys of {self.table} unprocessed 10 times (throttled)")
+            if attempt:
+                time.sleep(0.05 * 2 ** attempt)
+            attempt += 1
+            resp = self.client.batch_get_item(RequestItems=request)
+            for raw in resp.get("Responses", {}).get(self.table, []):
+                item = from_item(raw)
+                found[item["sk"]] = item
+            request = resp.get("UnprocessedKeys") or {}  # throttled keys: ask again, backing off
+        return found
 
     def put_once(self, sk: str, attrs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """Write the item unless it exists. Returns (written, the item now stored)."""

@@ -1,4 +1,5 @@
-"""The round spec: what the planner decided for a round, as the workers read it (plan.json)."""
+"""The round spec: what the planner decided for a round, as the workers and aggregators read it
+(the `spec` of the round's PLAN item in DynamoDB)."""
 
 from __future__ import annotations
 

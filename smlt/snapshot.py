@@ -12,7 +12,7 @@ from typing import Any
 
 from smlt import keys
 from smlt.records import RunTable, to_item
-from smlt.store import S3Store
+from smlt.store import NotFound, S3Store
 
 
 def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
@@ -30,12 +30,20 @@ def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
             parts = key.split("/")
             if "updates" in parts and parts[parts.index("rounds") + 1] in sealed:
                 continue
+            # A sync round's gradient exchange is transient (workers delete it step by step) and
+            # never needed to resume.
+            if "sync" in parts and "rounds" in parts:
+                continue
             # Objects under a run are written once (keys are per round), so copy only new ones.
             path = folder / key
             if not path.exists():
+                try:
+                    data = store.get(key)
+                except NotFound:  # deleted since the listing: nothing to keep
+                    continue
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_name(path.name + ".tmp")
-                tmp.write_bytes(store.get(key))
+                tmp.write_bytes(data)
                 tmp.replace(path)
     tmp = state_dir / "items.json.tmp"
     tmp.write_text(json.dumps(items, default=str))

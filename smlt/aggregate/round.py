@@ -91,25 +91,37 @@ class _Round:
         self.table = RunTable(settings.table, run_id)
         self.artifacts = S3Store(settings.artifacts_bucket)
         self._spec: RoundSpec | None = None
+        # The round's own items and the previous round's (the ledger so far), in one request.
+        self._items = self.table.get_many(keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd),
+                                          *([keys.round_sk(rnd - 1)] if rnd > 0 else []))
+        self._reported: list[dict] | None = None  # the workers' records read by the quorum check
 
     def done(self) -> dict[str, Any] | None:
-        return self.table.get(keys.round_sk(self.rnd))
+        return self._items[keys.round_sk(self.rnd)]
+
+    @property
+    def plan_item(self) -> dict[str, Any]:
+        return self._items[keys.plan_sk(self.rnd)] or {}
 
     @property
     def spec(self) -> RoundSpec:
         if self._spec is None:
-            self._spec = RoundSpec.model_validate_json(self.artifacts.get(keys.plan_key(self.run_id, self.rnd)))
+            if "spec" not in self.plan_item:
+                raise RuntimeError(f"round {self.rnd} of run {self.run_id} has no training plan "
+                                   f"({keys.plan_sk(self.rnd)}); nothing to aggregate")
+            self._spec = RoundSpec.model_validate_json(self.plan_item["spec"])
         return self._spec
 
     def quorum_retry(self) -> dict[str, Any] | None:
         """The retry answer when fewer than the quorum reported and the round is not sealed yet."""
         spec, table, rnd = self.spec, self.table, self.rnd
         needed = max(1, math.ceil(spec.job.training.quorum * spec.workers))
-        if len(table.workers(rnd)) >= needed or table.get(keys.seal_sk(rnd)) is not None:
+        reported = table.workers(rnd)
+        if len(reported) >= needed or self._items[keys.seal_sk(rnd)] is not None:
+            self._reported = reported
             return None
         _fatal_worker_error(table, rnd)
-        plan_item = table.plan(rnd) or {}
-        attempts = int(plan_item.get("attempts", 0))
+        attempts = int(self.plan_item.get("attempts", 0))
         table.update(keys.plan_sk(rnd), {"attempts": attempts + 1},
                      only_if="attribute_not_exists(#attempts) OR #attempts = :n", values={":n": attempts})
         if attempts + 1 >= MAX_ATTEMPTS:
@@ -123,11 +135,18 @@ class _Round:
     def seal(self) -> list[dict]:
         """Close the round: from here on a worker's record can no longer land (see
         put_unless_sealed), so the records read after the seal are exactly the ones that count."""
-        self.table.put_once(keys.seal_sk(self.rnd), {"sealed_at": time.time()})
-        return sorted(self.table.workers(self.rnd), key=lambda r: r["worker"])
+        was_sealed = self._items[keys.seal_sk(self.rnd)] is not None
+        if not was_sealed:
+            _, self._items[keys.seal_sk(self.rnd)] = self.table.put_once(keys.seal_sk(self.rnd), {"sealed_at": time.time()})
+        records = self._reported
+        # Records read before the seal are final when the round was already sealed then, or when
+        # every worker had reported (each writes once); otherwise read them again.
+        if records is None or not (was_sealed or len({r["worker"] for r in records}) >= self.spec.workers):
+            records = self.table.workers(self.rnd)
+        return sorted(records, key=lambda r: r["worker"])
 
     def sealed_at(self) -> float | None:
-        item = self.table.get(keys.seal_sk(self.rnd))
+        item = self._items[keys.seal_sk(self.rnd)] or self.table.get(keys.seal_sk(self.rnd))
         return float(item["sealed_at"]) if item else None
 
     def update_key(self, worker: int) -> str:
@@ -155,7 +174,7 @@ class _Round:
         """Combine the workers' evaluation, price the round, decide whether to stop, write the
         ROUND item (once) and answer it."""
         spec, table, rnd = self.spec, self.table, self.rnd
-        plan_item = table.plan(rnd) or {}
+        plan_item = self.plan_item
         failed = max(0, spec.workers - len(records))
         val_count = sum(r["val_count"] for r in records)
         val_loss = sum(r["val_loss_sum"] for r in records) / val_count if val_count else None
@@ -176,7 +195,7 @@ class _Round:
         self.clear_sync()
         cost = round_cost(self.settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s,
                           aggregators)
-        previous = table.get(keys.round_sk(rnd - 1)) if rnd > 0 else None  # the ledger so far
+        previous = self._items.get(keys.round_sk(rnd - 1))  # the ledger so far
         item = {
             "round": rnd, "workers": spec.workers, "workers_ok": len(records), "workers_failed": failed,
             "memory_mb": spec.memory_mb, "local_steps": spec.local_steps, "batch_size": spec.job.training.batch_size,

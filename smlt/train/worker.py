@@ -101,6 +101,33 @@ def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id
     return exchange
 
 
+# The newest global model this process read, by (bucket, run, round, plan time). Model r never
+# changes once written (first writer wins), and one process runs several workers of a round (the
+# local engine's pool, a warm Lambda container), so each reads it once. The plan time tells a
+# run recreated under the same id apart.
+_MODEL_CACHE: dict[tuple[str, str, int, float], bytes] = {}
+
+
+def _global_model(artifacts: S3Store, spec: RoundSpec, model: nn.Module) -> bytes:
+    """Model rnd's bytes. Round 0 starts from a deterministic initialisation that every worker
+    can build; the first writer stores it and everyone then uses the stored one. A model written
+    by sharded aggregators is assembled from its slices (fetched in parallel)."""
+    run_id, rnd = spec.run_id, spec.round
+    key = (artifacts.bucket, run_id, rnd, spec.planned_at)
+    if key in _MODEL_CACHE:
+        return _MODEL_CACHE[key]
+    try:
+        blob = read_model_blob(artifacts, run_id, rnd)
+    except NotFound:
+        if rnd != 0:
+            raise
+        artifacts.put(keys.model_key(run_id, 0), state_to_bytes(model.state_dict()), if_absent=True)
+        blob = artifacts.get(keys.model_key(run_id, 0))
+    _MODEL_CACHE.clear()  # keep one model: they can be large
+    _MODEL_CACHE[key] = blob
+    return blob
+
+
 def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
     table = RunTable(settings.table, run_id)
     try:
@@ -116,29 +143,26 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
     artifacts = S3Store(settings.artifacts_bucket)
-    if table.get(keys.seal_sk(rnd)) is not None:
+    # One request for the three items that decide whether and how to run.
+    seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
+    items = table.get_many(seal_sk, worker_sk, plan_sk)
+    if items[seal_sk] is not None:
         raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
-    done = table.get(keys.worker_sk(rnd, worker))
+    done = items[worker_sk]
     if done is not None:  # a duplicate of a finished invocation: same answer, no new writes
         return {"worker": worker, "samples": int(done["samples"]), "duplicate": True}
+    plan = items[plan_sk]
+    if plan is None or "spec" not in plan:
+        raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
 
-    spec = RoundSpec.model_validate_json(artifacts.get(keys.plan_key(run_id, rnd)))
+    spec = RoundSpec.model_validate_json(plan["spec"])
     manifest = load_manifest(spec.job.dataset.uri)
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
     model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
     train_shards = [manifest.train.shards[i] for i in spec.train_shards(worker, len(manifest.train.shards))]
     _check_fits(model, settings.memory_mb or spec.memory_mb, sum(sh.bytes for sh in train_shards))
-    # Round 0 starts from a deterministic initialisation that every worker can build; the first
-    # writer stores it, and everyone then uses the stored one. A model written by sharded
-    # aggregators is assembled from its slices (fetched in parallel); a single object wins.
-    try:
-        global_blob = read_model_blob(artifacts, run_id, rnd)
-    except NotFound:
-        if rnd != 0:
-            raise
-        artifacts.put(keys.model_key(run_id, 0), state_to_bytes(model.state_dict()), if_absent=True)
-        global_blob = artifacts.get(keys.model_key(run_id, 0))
+    global_blob = _global_model(artifacts, spec, model)
     try:
         model.load_state_dict(bytes_to_state(global_blob))
     except RuntimeError as e:

@@ -18,6 +18,21 @@ def plan(j, execution):
     return planner({"op": "plan", "job": j, "execution": execution}, None)
 
 
+def spec_of(run_id, rnd):
+    """The round spec the planner stored (the PLAN item), as the workers read it."""
+    from smlt.records import RunTable
+    from smlt.roundspec import RoundSpec
+
+    return RoundSpec.model_validate_json(RunTable("smlt-runs", run_id).plan(rnd)["spec"])
+
+
+def set_spec(spec):
+    from smlt import keys
+    from smlt.records import RunTable
+
+    RunTable("smlt-runs", spec.run_id).update(keys.plan_sk(spec.round), {"spec": spec.model_dump_json()})
+
+
 def test_quorum_retry_then_round_counts_late_arrivals(digits, aws):
     p = plan(job(digits), "q")
     train_step({"run_id": "q", "round": 0, "worker": 0}, None)  # 1 of 4: below the quorum of 2
@@ -45,8 +60,7 @@ def test_lost_workers_shards_go_to_the_next_round(digits, aws):
         train_step({"run_id": "lost", "round": 0, "worker": w}, None)
     aggregate({"run_id": "lost", "round": 0}, None)
     plan(job(digits), "lost")
-    spec = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/lost/rounds/000001/plan.json")["Body"].read())
-    owned = sorted(s for a in spec["assignments"] for s in a)
+    owned = sorted(s for a in spec_of("lost", 1).assignments for s in a)
     # 8 shards round-robin over 4 workers, plus worker 3's two shards (3 and 7) handed out again.
     assert owned == sorted(list(range(8)) + [3, 7])
 
@@ -62,8 +76,7 @@ def test_divergence_falls_back_halves_lr_then_fails(digits, aws):
     m1 = aws.get_object(Bucket="smlt-artifacts", Key="runs/nan/rounds/000001/model.safetensors")["Body"].read()
     assert m0 == m1  # back to the last good model
     plan(j, "nan")
-    spec = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/nan/rounds/000001/plan.json")["Body"].read())
-    assert spec["learning_rate"] == pytest.approx(5e5)
+    assert spec_of("nan", 1).learning_rate == pytest.approx(5e5)
     for w in p["workers"]:
         train_step({"run_id": "nan", "round": 1, "worker": w}, None)
     with pytest.raises(Diverged, match="again after halving"):
@@ -76,7 +89,7 @@ def test_model_too_large_for_the_tier_is_named(digits, aws):
     plan(j, "big")
     with pytest.raises(ModelTooLarge, match="1769 MB memory tier"):
         train_step({"run_id": "big", "round": 0, "worker": 0}, None)
-    assert run_keys(aws, "big") == ["runs/big/job.json", "runs/big/rounds/000000/plan.json"]  # no 250 MB upload
+    assert run_keys(aws, "big") == ["runs/big/job.json"]  # no 250 MB upload
     # The other workers fail alike; the aggregator reports the workers' own error, not a quorum.
     with pytest.raises(ModelTooLarge, match="worker 0: .*1769 MB"):
         aggregate({"run_id": "big", "round": 0}, None)
@@ -194,13 +207,10 @@ def test_a_triggered_run_chains_with_its_job_not_the_event(digits, aws):
 def test_worker_keeps_to_its_time_limit_and_reports_what_it_stored(digits, aws):
     """A worker stops its steps at the planner's limit (Step Functions abandoning it would not
     stop the bill); a second invocation that finds the update stored reports that update."""
-    from smlt.roundspec import RoundSpec
-
     p = plan(job(digits, local_steps=200000), "slow")  # far more steps than the limit allows
-    key = "runs/slow/rounds/000000/plan.json"
-    spec = RoundSpec.model_validate_json(aws.get_object(Bucket="smlt-artifacts", Key=key)["Body"].read())
+    spec = spec_of("slow", 0)
     spec.compute_limit_s = 1.0
-    aws.put_object(Bucket="smlt-artifacts", Key=key, Body=spec.model_dump_json())
+    set_spec(spec)
     out = train_step({"run_id": "slow", "round": 0, "worker": 0}, None)
     assert 0 < out["samples"] < 200000 * 32
     import boto3
@@ -211,7 +221,7 @@ def test_worker_keeps_to_its_time_limit_and_reports_what_it_stored(digits, aws):
     # runs longer (a different number of steps) yet records what the stored update carries.
     ddb.delete_item(TableName="smlt-runs", Key=item_key)
     spec.compute_limit_s = 3.0
-    aws.put_object(Bucket="smlt-artifacts", Key=key, Body=spec.model_dump_json())
+    set_spec(spec)
     train_step({"run_id": "slow", "round": 0, "worker": 0}, None)
     assert int(ddb.get_item(TableName="smlt-runs", Key=item_key)["Item"]["samples"]["N"]) == out["samples"]
     assert p["round"] == 0

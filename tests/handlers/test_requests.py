@@ -1,0 +1,96 @@
+"""The AWS requests a round makes, counted on moto: each one is a billed request on AWS and most
+of a short round's time on the local engine, so the counts are kept from creeping back up."""
+
+from collections import Counter
+
+import pytest
+
+from lambdas.aggregate.handler import handler as aggregate
+from lambdas.planner.handler import handler as planner
+from lambdas.train_step.handler import handler as train_step
+from smlt import keys
+from smlt.records import RunTable, dynamodb_client
+from smlt.store.s3 import s3_client
+from tests.handlers.conftest import job
+
+
+@pytest.fixture
+def calls(aws):
+    """A Counter of the requests made through smlt's clients ("s3.GetObject", ...)."""
+    seen: Counter = Counter()
+
+    def count(model, **_):
+        seen[f"{model.service_model.endpoint_prefix}.{model.name}"] += 1
+
+    for client in (s3_client(), dynamodb_client()):
+        client.meta.events.register("before-call.*.*", count)
+    return seen
+
+
+def steps(calls, fn, *events):
+    """Run fn on each event; the requests it made, all together."""
+    calls.clear()
+    for e in events:
+        fn(e, None)
+    out = Counter(calls)
+    calls.clear()
+    return out
+
+
+def test_requests_per_round(digits, calls):
+    j = job(digits, max_rounds=4, target_value=None, local_steps=2)
+    run = "req"
+    p = planner({"op": "plan", "job": j, "execution": run}, None)
+    for rnd in range(3):
+        assert p["round"] == rnd and p["action"] == "train"
+        n = len(p["workers"])
+        workers = steps(calls, train_step, *({"run_id": run, "round": rnd, "worker": w} for w in p["workers"]))
+        agg = steps(calls, aggregate, {"run_id": run, "round": rnd})
+        calls.clear()
+        p = planner({"op": "plan", "job": j, "execution": run}, None)
+        plan = Counter(calls)
+        if rnd == 0:
+            continue  # round 0 also writes the initial model and warms the caches
+        # Each worker: one BatchGetItem (seal, own record, plan), its update, its record; the
+        # global model is read once per process for the whole round.
+        assert workers == Counter({"dynamodb.BatchGetItem": n, "s3.PutObject": n,
+                                   "dynamodb.TransactWriteItems": n, "s3.GetObject": 1}), workers
+        # The aggregator: one BatchGetItem, the records, the seal, model r, each (small) update
+        # whole in one GET, model r+1, the ROUND item.
+        assert agg == Counter({"dynamodb.BatchGetItem": 1, "dynamodb.Query": 1, "dynamodb.PutItem": 2,
+                               "s3.GetObject": 1 + n, "s3.PutObject": 1}), agg
+        # The planner: the new ROUND items only, then META and two PLAN items at once, its plan.
+        assert plan == Counter({"dynamodb.Query": 1, "dynamodb.BatchGetItem": 1, "dynamodb.PutItem": 1}), plan
+
+
+def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
+    from smlt import control
+
+    j = job(digits, max_rounds=5, target_value=None, local_steps=2)
+
+    def one_round(execution):
+        p = planner({"op": "plan", "job": j, "execution": execution}, None)
+        for w in p["workers"]:
+            train_step({"run_id": p["run_id"], "round": p["round"], "worker": w}, None)
+        aggregate({"run_id": p["run_id"], "round": p["round"]}, None)
+        return p
+
+    one_round("again"), one_round("again")
+    assert planner({"op": "plan", "job": j, "execution": "again"}, None)["round"] == 2
+    stamp, cached = control._rounds_seen[("smlt-runs", "again")]
+    assert [r["round"] for r in cached] == [0, 1]
+    # The run is deleted and started again under the same id: the cached rounds are not its.
+    table = RunTable("smlt-runs", "again")
+    for item in table.query(""):
+        table.client.delete_item(TableName="smlt-runs", Key={"pk": {"S": item["pk"]}, "sk": {"S": item["sk"]}})
+    assert planner({"op": "plan", "job": j, "execution": "again"}, None)["round"] == 0
+    assert ("smlt-runs", "again") not in control._rounds_seen or control._rounds_seen[("smlt-runs", "again")][0] != stamp
+
+
+def test_get_many_reads_several_items_at_once(aws):
+    table = RunTable("smlt-runs", "many")
+    table.put_once("A", {"v": 1})
+    table.put_once("B", {"v": 2})
+    got = table.get_many("A", "missing", "B", "A")
+    assert list(got) == ["A", "missing", "B"]
+    assert got["A"]["v"] == 1 and got["B"]["v"] == 2 and got["missing"] is None
