@@ -2,6 +2,11 @@
 
 Each function has its own role with resource-scoped statements (no managed policies, no `*`
 actions) and its own log group. Environment variables follow docs/architecture.md exactly.
+
+With the Redis reducer (`exchange` given, context `redis_reducer: true`) the functions that open the
+exchange (`Settings.exchange_store()`: train_step at every tier, aggregate) run in the exchange's
+VPC and get `SMLT_EXCHANGE_URL=rediss://<endpoint>:<port>/0`; the planner never opens it and stays
+outside the VPC (it calls Step Functions, which would need an interface endpoint there).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.stacks.nag import acknowledge
 from infra.stacks.bundling import LocalLayerBundling, layer_fingerprint
+from infra.stacks.exchange import RedisExchange
+from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -75,9 +81,11 @@ class Functions(Construct):
         data_bucket: s3.IBucket,
         artifacts_bucket: s3.IBucket,
         table: dynamodb.ITable,
+        exchange: RedisExchange | None = None,
     ) -> None:
         super().__init__(scope, id)
         self._settings = settings
+        self._exchange = exchange
         self._data = data_bucket
         self._artifacts = artifacts_bucket
         self._table = table
@@ -98,8 +106,15 @@ class Functions(Construct):
         # `exchange_url`); unset = the artifacts bucket. Not set at all by default, so a local
         # run's process environment can still choose one.
         exchange_url = self.node.try_get_context("exchange_url")
+        if exchange_url and exchange is not None:
+            raise ValueError(
+                "context 'exchange_url' and 'redis_reducer': give one (redis_reducer=true sets "
+                "SMLT_EXCHANGE_URL to the stack's own ElastiCache exchange)"
+            )
         if exchange_url:
             base_env["SMLT_EXCHANGE_URL"] = str(exchange_url)
+        # The functions that open the exchange: in its VPC, with its URL (empty without one).
+        exchange_env = {"SMLT_EXCHANGE_URL": exchange.url} if exchange is not None else {}
 
         # --- shared layer (numpy, safetensors, pydantic, powertools, smlt), bundled locally ---
         self.layer = lambda_.LayerVersion(
@@ -128,6 +143,7 @@ class Functions(Construct):
             self._read_data(role)
             self._write_artifacts(role, tag_updates=True)
             self._use_table(role)
+            self._join_vpc(role)
             fn = lambda_.DockerImageFunction(
                 self,
                 fid,
@@ -147,7 +163,8 @@ class Functions(Construct):
                 role=role,
                 tracing=lambda_.Tracing.ACTIVE,
                 log_group=self._log_group(fid, role, log_retention),
-                environment={**base_env, "SMLT_MEMORY_MB": str(mb)},
+                environment={**base_env, **exchange_env, "SMLT_MEMORY_MB": str(mb)},
+                **self._vpc_props(),
             )
             self.train_functions[mb] = fn
 
@@ -155,6 +172,7 @@ class Functions(Construct):
         role = self._role("Aggregate")
         self._write_artifacts(role, tag_updates=False)
         self._use_table(role)
+        self._join_vpc(role)
         self.aggregate = lambda_.Function(
             self,
             "Aggregate",
@@ -170,7 +188,8 @@ class Functions(Construct):
             role=role,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=self._log_group("Aggregate", role, log_retention),
-            environment=base_env,
+            environment={**base_env, **exchange_env},
+            **self._vpc_props(),
         )
 
         # --- planner ---
@@ -231,6 +250,20 @@ class Functions(Construct):
             )
         )
         return group
+
+    def _join_vpc(self, role: iam.Role) -> None:
+        if self._exchange is not None:
+            self._exchange.grant_vpc_access(role)
+
+    def _vpc_props(self) -> dict:
+        """Function props that put a function in the exchange's VPC ({} without the exchange)."""
+        if self._exchange is None:
+            return {}
+        return dict(
+            vpc=self._exchange.vpc,
+            vpc_subnets=self._exchange.subnets,
+            security_groups=[self._exchange.function_sg],
+        )
 
     def _read_data(self, role: iam.Role) -> None:
         role.add_to_principal_policy(

@@ -23,7 +23,14 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         r"^Resource::\*$",
         "Only for actions that support no resource scoping: X-Ray PutTraceSegments/PutTelemetryRecords/"
         "GetSampling* (active tracing), CloudWatch Logs log-delivery actions of the state machine's "
-        "vended logs, and ecr:GetAuthorizationToken for the train_step image.",
+        "vended logs, ecr:GetAuthorizationToken for the train_step image, and (redis_reducer only) "
+        "ec2:DescribeNetworkInterfaces/DescribeSubnets that Lambda needs for a function's VPC ENIs.",
+    ),
+    (
+        r"^Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/\*$",
+        "redis_reducer only: Lambda creates, deletes and re-addresses the VPC network interfaces of the "
+        "functions in the exchange's VPC with the execution role; interface ids are made at run time "
+        "(CreateNetworkInterface is also scoped to the VPC's subnets and the functions' security group).",
     ),
     (
         r"^Resource::<\w*Artifacts\w*\.Arn>/(runs|pipelines)/\*$",
@@ -55,6 +62,14 @@ REASONS = {
     "AwsSolutions-L1": "Pinned runtime: the layer's compiled wheels (numpy, pydantic-core) are built for this "
     "exact Python version, which the train_step image also uses; bump it together with layers/.",
     "AwsSolutions-SQS3": "This queue is the dead-letter queue of the upload trigger's EventBridge target.",
+    "AwsSolutions-AEC4": "The exchange holds only transient per-step gradients of the current round (deleted "
+    "after it; models, records and checkpoints are in S3 and DynamoDB). One node halves the cost; if it "
+    "fails, the round's workers fail, the round is retried (quorum retry) or the run resumed once "
+    "ElastiCache has replaced the node.",
+    "AwsSolutions-AEC6": "No AUTH token: a static token would sit in plain text in the functions' "
+    "SMLT_EXCHANGE_URL. Access is confined by the network instead: isolated subnets without internet "
+    "route, and a security group admitting only the smlt functions' security group on the cache port; "
+    "traffic is TLS (mode required) and the data encrypted at rest.",
 }
 
 

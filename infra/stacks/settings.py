@@ -8,6 +8,7 @@ strings (`-c max_concurrency=32`), so every non-string setting is JSON-decoded w
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,8 @@ ARCHITECTURES = ("x86_64", "arm64")
 # Lambda's Python runtimes on Amazon Linux 2023 (glibc 2.34). python3.11 runs on Amazon Linux 2
 # (glibc 2.26), where numpy 2.4.x (manylinux_2_27) and torch 2.13 (manylinux_2_28) cannot load.
 LAMBDA_PYTHONS = ("3.12", "3.13")
+# ElastiCache node types: cache.<family>.<size> (cache.r7g.large, cache.m7g.xlarge, ...).
+NODE_TYPE = re.compile(r"^cache\.[a-z][a-z0-9-]*\.[a-z0-9]+$")
 
 # Fallbacks when neither cdk.json nor the caller provides a value. Keep in sync with cdk.json.
 DEFAULTS: dict[str, Any] = {
@@ -33,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
         "s3_get": 0.0000004,
     },
     "redis_reducer": False,
+    "redis_node_type": "cache.r7g.large",
     "update_expiry_days": 7,
     "log_retention_days": 30,
     "train_ephemeral_mb": 4096,
@@ -62,6 +66,7 @@ class Settings:
     lambda_python: str
     prices: dict[str, Any]
     redis_reducer: bool
+    redis_node_type: str
     update_expiry_days: int
     log_retention_days: int
     train_ephemeral_mb: int
@@ -96,12 +101,11 @@ class Settings:
         gbs = prices.get("lambda_gb_second")
         if not isinstance(gbs, dict) or arch not in gbs:
             raise ValueError(f"context 'prices.lambda_gb_second' needs a price for {arch!r}")
+        # true: an ElastiCache (Valkey) exchange in a VPC of its own, see infra/stacks/exchange.py.
         redis = get("redis_reducer", bool)
-        if redis:
-            raise ValueError(
-                "context 'redis_reducer': the Redis reducer (ElastiCache in a VPC) is not part of this "
-                "stack yet; leave it false (updates go through S3)"
-            )
+        node_type = get("redis_node_type", str)
+        if not NODE_TYPE.match(node_type):
+            raise ValueError(f"context 'redis_node_type': an ElastiCache node type like cache.r7g.large, got {node_type!r}")
         topic = get("alarm_topic_arn", str)
         return Settings(
             memory_tiers=tuple(sorted(tiers)),
@@ -110,6 +114,7 @@ class Settings:
             lambda_python=py,
             prices=prices,
             redis_reducer=redis,
+            redis_node_type=node_type,
             update_expiry_days=get("update_expiry_days", int),
             log_retention_days=get("log_retention_days", int),
             train_ephemeral_mb=get("train_ephemeral_mb", int),

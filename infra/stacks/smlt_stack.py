@@ -1,13 +1,15 @@
-"""SmltStack: storage, table, functions, workflow, trigger and monitoring wired together."""
+"""SmltStack: storage, table, functions, workflow, trigger and monitoring wired together
+(and, with context `redis_reducer: true`, the ElastiCache exchange and its VPC)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from infra.stacks.exchange import RedisExchange
 from infra.stacks.functions import (
     AGGREGATE_TIMEOUT,
     PLANNER_TIMEOUT,
@@ -31,6 +33,14 @@ class SmltStack(Stack):
 
         self.storage = Storage(self, "Storage", update_expiry_days=settings.update_expiry_days)
         self.runs = RunTable(self, "Runs")
+        self.exchange: RedisExchange | None = None
+        if settings.redis_reducer:
+            self.exchange = RedisExchange(
+                self,
+                "Exchange",
+                node_type=settings.redis_node_type,
+                log_retention=retention(settings.log_retention_days),
+            )
         self.functions = Functions(
             self,
             "Functions",
@@ -38,6 +48,7 @@ class SmltStack(Stack):
             data_bucket=self.storage.data,
             artifacts_bucket=self.storage.artifacts,
             table=self.runs.table,
+            exchange=self.exchange,
         )
         self.workflow = Workflow(
             self,
@@ -91,6 +102,14 @@ class SmltStack(Stack):
             value=f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
             f"#dashboards:name={self.monitoring.dashboard.dashboard_name}",
         )
+        if self.exchange is not None:
+            CfnOutput(
+                self,
+                "RedisEndpoint",
+                description="The smlt exchange (ElastiCache, TLS): host:port of its primary endpoint, "
+                "reachable from the stack's VPC only",
+                value=Fn.join(":", [self.exchange.endpoint_address, self.exchange.endpoint_port]),
+            )
 
         # Last: every IAM policy exists now; acknowledge only the allowlisted wildcards.
         self.acknowledged_wildcards = acknowledge_allowed_wildcards(self)
