@@ -8,7 +8,8 @@ requires it), so two runs of the same app give the same names. ARNs use account
 Supported intrinsics: ``Ref`` (resources, parameters with a Default, pseudo parameters),
 ``Fn::GetAtt`` (the attributes in :data:`_ATTRS`), ``Fn::Join``, ``Fn::Sub``. Anything else raises
 :class:`UnresolvableError` naming where it was found: the local engine would rather refuse than
-guess.
+guess. Resources the engine has no stand-in for (:data:`LOCAL_UNSUPPORTED`: the ElastiCache
+exchange of CDK context ``redis_reducer: true``) are refused with what to do instead.
 """
 
 from __future__ import annotations
@@ -34,6 +35,28 @@ ROLE = "AWS::IAM::Role"
 
 class UnresolvableError(ValueError):
     """An intrinsic or reference the local engine does not resolve."""
+
+
+REDIS_REDUCER_HINT = (
+    "the ElastiCache exchange of CDK context redis_reducer=true does not run on the local engine; "
+    "synthesize with redis_reducer=false (cdk.json, or the engine's synth_context={'redis_reducer': False}) "
+    "and, for a Redis exchange locally, set SMLT_EXCHANGE_URL=redis://127.0.0.1:PORT/0 to a local "
+    "redis-server (smlt.store.redis.LocalRedisServer, scripts/redis.sh)"
+)
+
+# Resource types the local engine has no stand-in for: type -> what to do instead.
+LOCAL_UNSUPPORTED: dict[str, str] = {
+    "AWS::ElastiCache::ReplicationGroup": REDIS_REDUCER_HINT,
+    "AWS::ElastiCache::ServerlessCache": REDIS_REDUCER_HINT,
+    "AWS::ElastiCache::CacheCluster": REDIS_REDUCER_HINT,
+}
+
+
+def unsupported_resources(template: dict[str, Any]) -> list[str]:
+    """One message per resource of ``template`` the local engine cannot run (empty: none)."""
+    return [f"{lid} ({res.get('Type')}): {LOCAL_UNSUPPORTED[res.get('Type')]}"
+            for lid, res in (template.get("Resources") or {}).items()
+            if res.get("Type") in LOCAL_UNSUPPORTED]
 
 
 def _short_hash(text: str, n: int = 8) -> str:
@@ -253,10 +276,18 @@ class Resolver:
             raise UnresolvableError(
                 f"{where}: Ref to parameter {name!r} which has no local value "
                 "(give it a Default or pass the value as CDK context)")
-        return _ref_value(self.local(name), self.account, self.region)
+        lr = self.local(name)
+        self._refuse_unsupported(lr, f"Ref {name}", where)
+        return _ref_value(lr, self.account, self.region)
+
+    @staticmethod
+    def _refuse_unsupported(lr: LocalResource, what: str, where: str) -> None:
+        if lr.type in LOCAL_UNSUPPORTED:
+            raise UnresolvableError(f"{where}: {what} ({lr.type}): {LOCAL_UNSUPPORTED[lr.type]}")
 
     def get_att(self, logical_id: str, attr: str, where: str = "") -> Any:
         lr = self.local(logical_id)
+        self._refuse_unsupported(lr, f"Fn::GetAtt {logical_id}.{attr}", where)
         fn = _ATTRS.get((lr.type, attr))
         if fn is None:
             raise UnresolvableError(

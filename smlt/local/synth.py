@@ -5,6 +5,10 @@ No Docker runs: ``aws:cdk:bundling-stacks = []`` turns bundling off and containe
 only *staged* (their directory is copied into the assembly). ``aws:cdk:enable-asset-metadata``
 makes CDK write ``aws:asset:path`` on every resource that has an asset, which is how the engine
 finds a zip function's code.
+
+A template with resources the engine cannot stand in for (``resolve.LOCAL_UNSUPPORTED``: the
+ElastiCache exchange of CDK context ``redis_reducer: true``) is refused right after the synth with
+a :class:`SynthError` saying what to do instead, before anything else starts.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from .resolve import unsupported_resources
 
 # jsii prints a multi-line end-of-life banner for Node 20 when its kernel starts; silence it
 # unless the user chose otherwise. Harmless when aws_cdk was imported earlier.
@@ -71,6 +77,9 @@ def synthesize(
             + (f" (asked for {stack!r})" if stack else "")
         )
     st = stacks[0]
+    problems = unsupported_resources(st.template)
+    if problems:
+        raise SynthError(f"stack {st.stack_name} cannot run on the local engine: " + "; ".join(problems))
     assembly_dir = Path(assembly.directory).resolve()
     template = st.template
     assets: dict[str, Path] = {}

@@ -46,3 +46,12 @@ def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> Synth:
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory) -> Synth:
     return synthesize(tmp_path_factory.mktemp("cdk-out"))
+
+
+REDIS_CONTEXT = {"redis_reducer": True}
+
+
+@pytest.fixture(scope="session")
+def redis_synth(tmp_path_factory) -> Synth:
+    """The stack with the Redis reducer (ElastiCache exchange in a VPC), synthesized once."""
+    return synthesize(tmp_path_factory.mktemp("cdk-out-redis"), REDIS_CONTEXT)
