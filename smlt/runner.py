@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smlt import keys
 from smlt.datasets import stage_dataset
 from smlt.errors import InvalidJob
 from smlt.job import parse_job
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.records import RunTable
-from smlt.snapshot import restore_snapshot, save_snapshot
+from smlt.snapshot import Snapshot, restore_snapshot
 from smlt.store import S3Store
 
 
@@ -78,6 +79,7 @@ class Follower:
     def __init__(self, engine, names: StackNames, run_id: str, state_dir: Path, quiet: bool):
         self.engine, self.names, self.run_id = engine, names, run_id
         self.state_dir, self.quiet = state_dir, quiet
+        self.snapshot = Snapshot(engine, names, run_id, state_dir)
         self.seen: set[int] = set()
         self.last_plan: tuple = ()
         self.history: list[dict] = []
@@ -89,11 +91,11 @@ class Follower:
         if not new:
             return
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
-        save_snapshot(self.engine, self.names, self.run_id, self.state_dir)
-        plans = {p["round"]: p for p in table.plans()}
+        self.snapshot.save()
+        plans = table.get_many(*(keys.plan_sk(r["round"]) for r in new))
         for r in new:
             self.seen.add(r["round"])
-            plan = plans.get(r["round"], {})
+            plan = plans.get(keys.plan_sk(r["round"])) or {}
             shape = (plan.get("workers"), plan.get("memory_mb"), plan.get("local_steps"))
             if not self.quiet:
                 if plan.get("reason") and shape != self.last_plan:  # say why whenever the plan changes
@@ -132,7 +134,7 @@ def _execute(engine, names, run_id: str, job: dict, out: Path, quiet: bool, inje
         print(f"  cause: {cause}", file=sys.stderr)
         return 1
     metrics = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out, follower.history)
-    save_snapshot(engine, names, run_id, out / ".state")
+    follower.snapshot.save()
     f = metrics["final"]
     acc = "n/a" if f["val_accuracy"] is None else f"{f['val_accuracy']:.4f}"
     if not quiet:

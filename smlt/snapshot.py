@@ -15,39 +15,69 @@ from smlt.records import RunTable, to_item
 from smlt.store import NotFound, S3Store
 
 
-def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
-    table = RunTable(names.table, run_id, client=engine.client("dynamodb"))
-    items = table.query("")
-    meta = next((i for i in items if i["sk"] == keys.META), None)
-    if meta is None:
-        return
-    sealed = {i["sk"].split("#")[1] for i in items if i["sk"].startswith("ROUND#")}
-    for bucket, prefix in ((names.artifacts_bucket, keys.run_prefix(run_id)), _dataset_location(meta)):
-        store = S3Store(bucket, client=engine.client("s3"))
-        folder = state_dir / "s3" / bucket
-        for key in store.list(prefix):
-            # Updates of aggregated rounds are never read again: skip them.
-            parts = key.split("/")
-            if "updates" in parts and parts[parts.index("rounds") + 1] in sealed:
-                continue
-            # A sync round's gradient exchange is transient (workers delete it step by step) and
-            # never needed to resume.
-            if "sync" in parts and "rounds" in parts:
-                continue
+class Snapshot:
+    """The run's state in `state_dir`, brought up to date by `save()` after every round.
+
+    Objects are written once under per-round keys, so each save lists only the keys after the
+    newest round already copied (S3 lists in key order) and reads the dataset's keys once;
+    the items are read whole (they change: META, a retried round's PLAN)."""
+
+    def __init__(self, engine, names, run_id: str, state_dir: Path):
+        self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
+        self.after: str | None = None  # artifacts keys up to here are copied
+        self.dataset_copied = False
+
+    def save(self) -> None:
+        table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
+        items = table.query("")
+        meta = next((i for i in items if i["sk"] == keys.META), None)
+        if meta is None:
+            return
+        sealed = {i["sk"].split("#")[1] for i in items if i["sk"].startswith("ROUND#")}
+        artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
+        listed = artifacts.list(keys.run_prefix(self.run_id), start_after=self.after)
+        newest = max((int(n) for n in sealed), default=None)
+        self._copy(artifacts, [k for k in listed if _kept(k, sealed)])
+        if newest is not None:  # the newest sealed round's prefix may still gain objects: list it again
+            self.after = max(self.after or "", keys.round_prefix(self.run_id, newest))
+        if not self.dataset_copied:
+            bucket, prefix = _dataset_location(meta)
+            data = S3Store(bucket, client=self.engine.client("s3"))
+            self._copy(data, data.list(prefix))
+            self.dataset_copied = True
+        tmp = self.state_dir / "items.json.tmp"
+        tmp.write_text(json.dumps(items, default=str))
+        tmp.replace(self.state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
+
+    def _copy(self, store: S3Store, listed: list[str]) -> None:
+        folder = self.state_dir / "s3" / store.bucket
+        for key in listed:
             # Objects under a run are written once (keys are per round), so copy only new ones.
             path = folder / key
-            if not path.exists():
-                try:
-                    data = store.get(key)
-                except NotFound:  # deleted since the listing: nothing to keep
-                    continue
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_bytes(data)
-                tmp.replace(path)
-    tmp = state_dir / "items.json.tmp"
-    tmp.write_text(json.dumps(items, default=str))
-    tmp.replace(state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
+            if path.exists():
+                continue
+            try:
+                data = store.get(key)
+            except NotFound:  # deleted since the listing: nothing to keep
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+
+
+def _kept(key: str, sealed: set[str]) -> bool:
+    parts = key.split("/")
+    if "rounds" not in parts:
+        return True
+    # Updates of aggregated rounds are never read again; a sync round's gradient exchange is
+    # transient (workers delete it step by step). Neither is needed to resume.
+    return not (("updates" in parts and parts[parts.index("rounds") + 1] in sealed) or "sync" in parts)
+
+
+def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
+    """One whole snapshot (`Snapshot.save` from scratch)."""
+    Snapshot(engine, names, run_id, state_dir).save()
 
 
 def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:

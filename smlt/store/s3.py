@@ -76,9 +76,11 @@ class S3Store:
                 return False
             raise
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Keys under prefix in key order; with start_after, only the keys after that one."""
         keys: list[str] = []
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._k(prefix))
+        extra = {"StartAfter": self._k(start_after)} if start_after else {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra)
         for page in pages:
             keys.extend(o["Key"][len(self.prefix):] for o in page.get("Contents", []))
         return keys

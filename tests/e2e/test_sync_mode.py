@@ -184,8 +184,8 @@ def test_snapshot_skips_the_sync_exchange(local, tmp_path, monkeypatch):
         art.put(key, b"gradient")
 
     class CleanedUpMeanwhile(S3Store):
-        def list(self, prefix):
-            listed = super().list(prefix)
+        def list(self, prefix, start_after=None):
+            listed = super().list(prefix, start_after)
             if self.bucket == names.artifacts_bucket and self.exists(old):
                 self.delete(old)  # the worker finished step 2: step 1's objects go
             return listed
