@@ -18,9 +18,11 @@ from smlt.store import NotFound, S3Store
 class Snapshot:
     """The run's state in `state_dir`, brought up to date by `save()` after every round.
 
-    Objects are written once under per-round keys, so each save lists only the keys after the
-    newest round already copied (S3 lists in key order) and reads the dataset's keys once;
-    the items are read whole (they change: META, a retried round's PLAN)."""
+    A snapshot holds the run up to its newest aggregated round r and model r+1: what a resumed
+    run needs to plan round r+1 afresh. The round in progress (its plan, records, updates) is
+    left out, so a resume never meets half a round. Objects are written once under per-round
+    keys, so each save lists only the keys after the newest round already copied (S3 lists in
+    key order) and reads the dataset's keys once; the items are read whole (META changes)."""
 
     def __init__(self, engine, names, run_id: str, state_dir: Path):
         self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
@@ -33,13 +35,13 @@ class Snapshot:
         meta = next((i for i in items if i["sk"] == keys.META), None)
         if meta is None:
             return
-        sealed = {i["sk"].split("#")[1] for i in items if i["sk"].startswith("ROUND#")}
+        newest = max((int(i["sk"].split("#")[1]) for i in items if i["sk"].startswith("ROUND#")), default=-1)
+        items = [i for i in items if _round_of_item(i["sk"]) <= newest]
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
         listed = artifacts.list(keys.run_prefix(self.run_id), start_after=self.after)
-        newest = max((int(n) for n in sealed), default=None)
-        self._copy(artifacts, [k for k in listed if _kept(k, sealed)])
-        if newest is not None:  # the newest sealed round's prefix may still gain objects: list it again
-            self.after = max(self.after or "", keys.round_prefix(self.run_id, newest))
+        self._copy(artifacts, [k for k in listed if _kept(k, newest)])
+        # Round newest+1's prefix gains its updates after model newest+1: list it again next time.
+        self.after = max(self.after or "", keys.round_prefix(self.run_id, newest + 1))
         if not self.dataset_copied:
             bucket, prefix = _dataset_location(meta)
             data = S3Store(bucket, client=self.engine.client("s3"))
@@ -66,13 +68,22 @@ class Snapshot:
             tmp.replace(path)
 
 
-def _kept(key: str, sealed: set[str]) -> bool:
+def _kept(key: str, newest: int) -> bool:
+    """Objects a resume needs: everything of the run but the updates and gradient exchange (never
+    read again once a round is aggregated) and, of the round in progress, all but its model."""
     parts = key.split("/")
     if "rounds" not in parts:
         return True
-    # Updates of aggregated rounds are never read again; a sync round's gradient exchange is
-    # transient (workers delete it step by step). Neither is needed to resume.
-    return not (("updates" in parts and parts[parts.index("rounds") + 1] in sealed) or "sync" in parts)
+    rnd = int(parts[parts.index("rounds") + 1])
+    if rnd > newest:
+        return rnd == newest + 1 and (parts[-1].startswith("model") or "model.slices" in parts)
+    return "updates" not in parts and "sync" not in parts
+
+
+def _round_of_item(sk: str) -> int:
+    """The round an item belongs to (-1 for the run's own items such as META)."""
+    kind, _, rest = sk.partition("#")
+    return int(rest.split("#")[0]) if kind in ("PLAN", "WORKER", "SEAL", "ERROR", "ROUND") and rest else -1
 
 
 def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
