@@ -32,6 +32,37 @@ every handler's S3/DynamoDB call waits on it.
    unbuffered socket; with Nagle's algorithm on, the body waits for the client's (delayed) ACK of
    the headers. The server's accepted sockets get ``TCP_NODELAY`` (as urllib3 already sets on
    the client side); see :func:`nodelay` (applied by ``server.MotoServer.start``).
+
+Item-sized costs (``bench/moto_calls.py`` measures them, patched against unpatched):
+
+6. *DynamoDB responses*: moto 5.2's generic serializer walks every AttributeValue of every
+   returned item through the botocore model, trying each of the 10 members of the structure
+   through 6 alias providers (new botocore Shape objects at every level: the shape is recursive):
+   ~0.1 ms per value, 15 ms for one 2 KB item, ~1 s for a 75-item Query. The values are already
+   in their wire form ({type: value}, from ``dynamo_to_dict``); the patch writes that form
+   directly, with the serializer's own conversions (base64 for B/BS), and leaves anything else
+   (a None, an unknown key, a wrong type) to moto. Its ``dynamo_to_dict`` (run on every response
+   before that) re-imports DynamoType and tests datetime/to_json/dict/list at every node: the
+   same conversion is done by exact type, anything unusual going to moto's function.
+7. *Query*: ``Table.query`` sorts the whole table (every partition) by (hash, range) key to pick
+   one partition, computes ``Item.size()`` of every item of the partition (matching the key
+   condition or not; ``DynamoType.size`` re-wraps every map value, copying its subtree), and
+   deep-copies the results with ``copy.deepcopy``. The patch takes the partition from the
+   table's dict, sorts it by range key in C (same comparisons, same stable order), runs moto's
+   Limit / 1 MB / range-condition loop unchanged except that an item's size is computed only
+   when it can decide something (items are at most 405,000 bytes: LimitedSizeDict checks every
+   write, and the two ways to grow an item past it in place, nested updates, are watched: one
+   oversized item turns this off), and copies the results like Item/DynamoType.__deepcopy__ do
+   without deepcopy's per-node dispatch. Index queries and QueryFilter go to moto's function.
+8. *S3 ranged GET*: ``get_object`` reads the whole value (``FakeKey.value``: the spooled file,
+   44 MB for a model) and ``_handle_range_header`` then slices it. During a ranged GET the value
+   is handed over as a view that reads only the requested bytes (seek + read, under the key's
+   lock, as ``FakeKey.value`` reads); moto's own range logic (suffix, open-ended, clamping,
+   multi-range or unparsable -> 200, 416) is unchanged, and a view it does not slice is read
+   whole before it leaves.
+9. *S3 large PUT*: a value larger than the key's SpooledTemporaryFile threshold is written to
+   its BytesIO, copied out (getvalue) and written again to the rolled-over file; the patch rolls
+   the (empty) buffer over first, so the value is written once, to the same kind of file.
 """
 
 from __future__ import annotations
@@ -46,6 +77,17 @@ from .limits import MOTO_VERSION, MotoVersionError
 
 _lock = threading.Lock()
 _installed = False
+# (owner, attribute, what moto had) for the patches that go through _replace (the tests put
+# moto's back for a moment to compare answers)
+_ORIGINALS: list[tuple[Any, str, Any]] = []
+
+
+def _replace(owner: Any, name: str, new: Any) -> None:
+    """``owner.name = new``; moto's own attribute is recorded (None: inherited, not owner's)."""
+    if not hasattr(owner, name):
+        raise MotoVersionError(f"moto's {owner.__name__}.{name} is gone")
+    _ORIGINALS.append((owner, name, vars(owner).get(name)))
+    setattr(owner, name, new)
 
 
 def enabled() -> bool:
@@ -72,6 +114,10 @@ def install() -> None:
         _patch_boto_client_for()
         _patch_jsonpath_parse()
         _patch_transact_snapshot()
+        _patch_attribute_value_serializer()
+        _patch_table_query()
+        _patch_dynamo_to_dict()
+        _patch_ranged_get()
         _installed = True
 
 
@@ -204,6 +250,419 @@ def _patch_transact_snapshot() -> None:
 
     ddb_models.copy = _CopyModule()  # type: ignore[assignment]
     backend_cls.transact_write_items = transact_write_items
+
+
+_HELPERS: dict[str, Any] = {}  # item_size, copy_items (for the tests)
+_ITEM_SIZE_BOUND = 405000  # moto's item size limit (LimitedSizeDict)
+_OVERSIZED = threading.Event()  # some item passed it (see _patch_table_query)
+
+
+class _Generic(Exception):
+    """This value is not in the canonical form the fast path handles: let moto serialize it."""
+
+
+# The DynamoDB AttributeValue structure as moto's serializer walks it (botocore's service model):
+# member -> (shape type, list member type). Checked against the model at install time.
+_AV_MEMBERS = {"S": ("string", None), "N": ("string", None), "B": ("blob", None),
+               "SS": ("list", "string"), "NS": ("list", "string"), "BS": ("list", "blob"),
+               "M": ("map", None), "L": ("list", "structure"), "NULL": ("boolean", None),
+               "BOOL": ("boolean", None)}
+
+
+def _patch_attribute_value_serializer() -> None:
+    from moto.core import serialize
+    from moto.core.utils import get_service_model
+
+    av = get_service_model("dynamodb").shape_for("AttributeValue")
+    found = {name: (m.type_name, getattr(getattr(m, "member", None), "type_name", None))
+             for name, m in av.members.items()}
+    serialized_names = [s for s in [av.serialization] + [m.serialization for m in av.members.values()]
+                        + [av.members["M"].value.serialization, av.members["L"].member.serialization]
+                        if s]
+    if (found != _AV_MEMBERS or serialized_names or av.members["M"].value.name != "AttributeValue"
+            or av.members["L"].member.name != "AttributeValue"
+            or serialize.get_serializer_class("dynamodb", "json") is not serialize.JSONSerializer
+            or serialize.JSONSerializer.MAP_TYPE is not dict
+            or "_serialize_type_boolean" in vars(serialize.BaseJSONSerializer)
+            or "_serialize_type_structure" in vars(serialize.JSONSerializer)):
+        raise MotoVersionError("moto's serializer or DynamoDB's AttributeValue shape changed")
+    orig = serialize.BaseJSONSerializer._serialize_type_structure
+
+    def attribute_value(self: Any, value: Any) -> dict[str, Any]:
+        if type(value) is not dict or len(value) != 1:
+            raise _Generic
+        (t, v), = value.items()
+        tv = type(v)
+        if t == "S" or t == "N":
+            if tv is not str:
+                raise _Generic
+        elif t == "M":
+            if tv is not dict:
+                raise _Generic
+            v = {k: attribute_value(self, x) for k, x in v.items()}
+        elif t == "L":
+            if tv is not list:
+                raise _Generic
+            v = [attribute_value(self, x) for x in v]
+        elif t == "BOOL" or t == "NULL":
+            if tv is not bool:
+                raise _Generic
+        elif t == "SS" or t == "NS":
+            if tv is not list or any(type(x) is not str for x in v):
+                raise _Generic
+            v = list(v)
+        elif t == "B":
+            if tv is not bytes and tv is not str:
+                raise _Generic
+            v = self._base64(v)
+        elif t == "BS":
+            if tv is not list or any(type(x) is not bytes and type(x) is not str for x in v):
+                raise _Generic
+            v = [self._base64(x) for x in v]
+        else:
+            raise _Generic
+        return {t: v}
+
+    @functools.wraps(orig)
+    def _serialize_type_structure(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if key and shape.name == "AttributeValue" and self.service_model.service_name == "dynamodb":
+            try:
+                serialized[key] = attribute_value(self, value)
+                return
+            except _Generic:
+                pass
+        orig(self, serialized, value, shape, key)
+
+    _replace(serialize.JSONSerializer, "_serialize_type_structure", _serialize_type_structure)
+
+
+def _patch_table_query() -> None:
+    import copy
+    import inspect
+
+    from moto.dynamodb import comparisons
+    from moto.dynamodb.models import table as table_module
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+    from moto.dynamodb.models.utilities import bytesize
+    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+
+    Table = table_module.Table
+    orig = Table.query
+    params = list(inspect.signature(orig).parameters)
+    expected = ["self", "hash_key", "range_comparison", "range_objs", "limit", "exclusive_start_key",
+                "scan_index_forward", "projection_expressions", "index_name", "consistent_read",
+                "filter_expression", "hash_key_conditions", "range_key_conditions", "filter_kwargs"]
+    if (params != expected or not isinstance(table_module.RESULT_SIZE_LIMIT, int)
+            or _ITEM_SIZE_BOUND not in LimitedSizeDict.__setitem__.__code__.co_consts
+            or not all(hasattr(Table, a) for a in ("_item_comes_before_dct", "_get_last_evaluated_key"))
+            or not callable(getattr(comparisons, "get_comparison_func", None))
+            or not callable(getattr(Item, "update_with_attribute_updates", None))):
+        raise MotoVersionError("moto's Table.query changed")
+
+    def item_size(item: Any) -> int:
+        """``Item.size()`` without its cost: moto's ``DynamoType.size`` wraps every map value in a
+        new ``DynamoType`` (which copies its whole subtree) before sizing it. Same sum, same
+        rules; anything but a plain DynamoType tree is left to moto."""
+        try:
+            return sum(bytesize(k) + _av_size(v) for k, v in item.attrs.items())
+        except _Generic:
+            return item.size()
+
+    def _av_size(d: Any) -> int:
+        if type(d) is not DynamoType:
+            raise _Generic
+        t, v = d.type, d.value
+        if t == "S" or t == "B" or t == "BOOL" or t == "NULL":
+            return 1 if isinstance(v, bool) else bytesize(v)
+        if t == "N":
+            return len(str(v))
+        if t == "M":
+            return sum(bytesize(k) + _av_size(x) for k, x in v.items())
+        if t == "L":
+            return sum(_av_size(x) for x in v)
+        return d.size()  # sets, anything else: moto's own
+
+    def copy_items(items: list[Any]) -> list[Any]:
+        """``copy.deepcopy(items)`` as Item.__deepcopy__ and DynamoType.__deepcopy__ make it (new
+        Item, key and attribute values; list and map values copied, set values as new lists,
+        scalars shared), without deepcopy's per-node dispatch and memo. The memo only kept
+        objects shared between items shared in the copy; query results are only read."""
+        out = []
+        for item in items:
+            if type(item) is not Item:
+                out.append(copy.deepcopy(item))
+                continue
+            try:
+                new = Item.__new__(Item)
+                new.hash_key = _copy_av(item.hash_key)
+                new.range_key = None if item.range_key is None else _copy_av(item.range_key)
+                attrs = LimitedSizeDict.__new__(LimitedSizeDict)
+                dict.__init__(attrs)
+                for k, v in item.attrs.items():
+                    dict.__setitem__(attrs, k, _copy_av(v))
+                new.attrs = attrs
+            except _Generic:
+                new = copy.deepcopy(item)
+            out.append(new)
+        return out
+
+    def _copy_av(d: Any) -> Any:
+        if type(d) is not DynamoType:
+            raise _Generic
+        new = DynamoType.__new__(DynamoType)
+        t = new.type = d.type
+        v = d.value
+        if t == "L":
+            new.value = [_copy_av(x) for x in v]
+        elif t == "M":
+            new.value = {k: _copy_av(x) for k, x in v.items()}
+        elif t == "SS" or t == "NS" or t == "BS":
+            new.value = list(v)
+        else:
+            new.value = v
+        return new
+
+    sample = Item(DynamoType({"S": "h"}), DynamoType({"N": "1"}),
+                  {"h": {"S": "h"}, "r": {"N": "1"}, "m": {"M": {"l": {"L": [{"SS": ["a"]}]}}}})
+    theirs, ours = copy.deepcopy(sample), copy_items([sample])[0]
+    if (vars(theirs).keys() != vars(ours).keys() or theirs.to_json() != ours.to_json()
+            or vars(theirs.attrs["m"]).keys() != vars(ours.attrs["m"]).keys()
+            or type(theirs.attrs) is not type(ours.attrs)):
+        raise MotoVersionError("moto's Item / DynamoType copy changed")
+
+    # Every item's size is at most _ITEM_SIZE_BOUND: LimitedSizeDict checks the whole item on
+    # every top-level set (Item() builds its attrs that way; PartiQL and transactions write
+    # through put_item/update_item). Only an update expression or AttributeUpdates changing a
+    # nested value in place can pass it: those two are watched, and one oversized item turns the
+    # shortcut below off for good.
+    def watch(fn: Any, item_of: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                item = item_of(self, args, kwargs)
+                if item is not None:
+                    try:
+                        if item_size(item) > _ITEM_SIZE_BOUND:
+                            _OVERSIZED.set()
+                    except Exception:
+                        _OVERSIZED.set()
+        return wrapper
+
+    _replace(UpdateExpressionExecutor, "execute", watch(
+        UpdateExpressionExecutor.execute,
+        lambda ex, args, kwargs: ex.item if not args and kwargs.get("node") is None else None))
+    _replace(Item, "update_with_attribute_updates", watch(
+        Item.update_with_attribute_updates, lambda item, args, kwargs: item))
+
+    @functools.wraps(orig)
+    def query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, limit: Any,
+              exclusive_start_key: Any, scan_index_forward: Any, projection_expressions: Any,
+              index_name: Any = None, consistent_read: bool = False, filter_expression: Any = None,
+              hash_key_conditions: Any = None, range_key_conditions: Any = None,
+              **filter_kwargs: Any) -> Any:
+        if (index_name or filter_kwargs or type(hash_key) is not DynamoType
+                or hash_key.type not in ("S", "N", "B")):
+            return orig(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                        scan_index_forward, projection_expressions, index_name, consistent_read,
+                        filter_expression, hash_key_conditions=hash_key_conditions,
+                        range_key_conditions=range_key_conditions, **filter_kwargs)
+        # moto sorts every item of the table by (hash, range) key, keeps those whose hash key
+        # equals hash_key, and sorts them (stably) by range key: that is the one partition
+        # holding hash_key (dict keys are unique under DynamoType equality), in its own order,
+        # sorted stably by range key. Sorting by ``cast_value`` makes the same ``<`` comparisons
+        # as DynamoType.__lt__, in C.
+        part = self.items.get(hash_key)
+        if part is None:
+            candidates: list[Any] = []
+        elif self.range_key_attr:
+            candidates = [i for i in part.values() if isinstance(i, Item) and i.hash_key == hash_key]
+        else:
+            candidates = [i for i in [part] if isinstance(i, Item) and i.hash_key == hash_key]
+        if len(candidates) > 1:
+            candidates.sort(key=lambda i: i.range_key.cast_value)
+        if scan_index_forward is False:
+            candidates.reverse()
+
+        # moto's loop for a table (not index) query without QueryFilter. It checks the Limit and
+        # the 1 MB result size (adding the size of the item in hand, matching or not) before the
+        # range condition; the size is computed only when it can decide something.
+        hash_attrs, range_attrs = [self.hash_key_attr], [self.range_key_attr]
+        last_range_key_name = range_key_conditions[-1][0] if range_key_conditions else None
+        if range_comparison:
+            compare = comparisons.get_comparison_func(range_comparison)
+            range_values = [o.cast_value for o in range_objs]
+        size_limit = table_module.RESULT_SIZE_LIMIT
+        bounded = not _OVERSIZED.is_set()
+        results: list[Any] = []
+        result_size = 0
+        scanned_count = 0
+        last_evaluated_key = None
+        processing_previous_page = exclusive_start_key is not None
+        for result in candidates:
+            if processing_previous_page:
+                if self._item_comes_before_dct(result, exclusive_start_key, hash_attrs, range_attrs,
+                                               scan_index_forward):
+                    continue
+                processing_previous_page = False
+            if bounded and result_size + _ITEM_SIZE_BOUND <= size_limit:
+                size = None  # cannot reach the size limit
+            else:
+                size = item_size(result)
+            if len(results) == limit or (size is not None and result_size + size > size_limit):
+                last_evaluated_key = self._get_last_evaluated_key(results[-1], index_name)
+                break
+            if range_comparison:
+                value = result.attrs.get(last_range_key_name) if last_range_key_name else None
+                if not value:
+                    value = result.range_key
+                if not (compare(value.cast_value, *range_values) if type(value) is DynamoType
+                        else value.compare(range_comparison, range_objs)):
+                    continue
+            results.append(result)
+            result_size += item_size(result) if size is None else size
+            scanned_count += 1
+
+        results = copy_items(results)
+        if filter_expression is not None:
+            results = [item for item in results if filter_expression.expr(item)]
+        if projection_expressions:
+            results = [r.project(projection_expressions) for r in results]
+        return results, scanned_count, last_evaluated_key
+
+    _replace(Table, "query", query)
+    _HELPERS.update(item_size=item_size, copy_items=copy_items)
+
+
+def _patch_dynamo_to_dict() -> None:
+    import base64
+
+    from moto.dynamodb import responses as ddb_responses
+    from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
+    from moto.dynamodb.models.utilities import dynamo_to_dict as orig
+
+    if ddb_responses.dynamo_to_dict is not orig or "dynamo_to_dict" not in (
+            ddb_responses.DynamoResult.__init__.__code__.co_names):
+        raise MotoVersionError("moto's DynamoResult no longer converts with dynamo_to_dict")
+    plain = (str, int, float, bool, bytes, type(None))
+
+    @functools.wraps(orig)
+    def dynamo_to_dict(obj: Any) -> Any:
+        """moto's conversion of a response (DynamoType -> {type: value}, B/BS values decoded to
+        bytes) with its checks (datetime? has to_json? dict? list?) made once per node by exact
+        type; any other type goes to moto's function."""
+        t = type(obj)
+        if t is DynamoType:
+            k, v = obj.type, obj.value
+            if k == "B":
+                return {"B": v if isinstance(v, bytes) else base64.b64decode(v)}
+            if k == "BS":
+                return {"BS": [x if isinstance(x, bytes) else base64.b64decode(x) for x in v]}
+            return {k: dynamo_to_dict(v)}
+        if t is dict or t is LimitedSizeDict:
+            return {k: dynamo_to_dict(v) for k, v in obj.items()}
+        if t is list:
+            return [dynamo_to_dict(x) for x in obj]
+        if t in plain:
+            return obj
+        return orig(obj)
+
+    _replace(ddb_responses, "dynamo_to_dict", dynamo_to_dict)
+
+
+class _KeyBytes:
+    """An S3 key's value as ``S3Response._handle_range_header`` uses it (``len``, truth, one
+    slice), read from the key's buffer on demand: a range costs its own bytes, not the object's."""
+
+    __slots__ = ("key", "read_all")
+
+    def __init__(self, key: Any, read_all: Any) -> None:
+        self.key = key
+        self.read_all = read_all  # moto's FakeKey.value getter: the whole value, as moto reads it
+
+    def __len__(self) -> int:
+        with self.key.lock:
+            buf = self.key._value_buffer
+            return buf.seek(0, os.SEEK_END)
+
+    def __getitem__(self, index: Any) -> bytes:
+        if not isinstance(index, slice):
+            return self.read_all(self.key)[index]
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            return self.read_all(self.key)[index]
+        with self.key.lock:
+            buf = self.key._value_buffer
+            buf.seek(start)
+            return buf.read(max(0, stop - start))
+
+
+def _patch_ranged_get() -> None:
+    import inspect
+
+    from moto.s3 import responses as s3_responses
+    from moto.s3.models import FakeKey
+
+    prop = vars(FakeKey).get("value")
+    S3Response = s3_responses.S3Response
+    orig_get_object = S3Response.get_object
+    orig_key_response = S3Response.key_response
+    orig_range = S3Response._handle_range_header
+    if (not isinstance(prop, property) or prop.fget is None or prop.fset is None
+            or "_value_buffer" not in FakeKey.__init__.__code__.co_names
+            or "lock" not in FakeKey.__init__.__code__.co_names
+            or list(inspect.signature(orig_range).parameters) != [
+                "self", "request", "response_headers", "response_content"]
+            or not {"range", "_send_response"} <= set(orig_key_response.__code__.co_names)
+            | set(orig_key_response.__code__.co_consts)):
+        raise MotoVersionError("moto's S3 FakeKey.value / ranged GET changed")
+    read_all = prop.fget
+    local = threading.local()
+
+    def value(self: Any) -> Any:
+        if getattr(local, "lazy", False):
+            local.lazy = False  # only the body get_object returns
+            return _KeyBytes(self, read_all)
+        return read_all(self)
+
+    @functools.wraps(orig_get_object)
+    def get_object(self: Any) -> Any:
+        if self.method != "GET" or not self.headers.get("range"):
+            return orig_get_object(self)
+        local.lazy = True
+        try:
+            return orig_get_object(self)
+        finally:
+            local.lazy = False
+
+    @functools.wraps(orig_key_response)
+    def key_response(self: Any, request: Any, full_url: str, headers: Any) -> Any:
+        response = orig_key_response(self, request, full_url, headers)
+        if isinstance(response, tuple) and len(response) == 3 and isinstance(response[2], _KeyBytes):
+            # moto answered without slicing (no usable range, partNumber...): the whole value
+            status, response_headers, body = response
+            return status, response_headers, body.read_all(body.key)
+        return response
+
+    write = prop.fset
+
+    def set_value(self: Any, new_value: Any) -> None:
+        # moto writes the value into a SpooledTemporaryFile: into its BytesIO first, then (past
+        # max_size) copies it all out (getvalue) into a real file. A value that will roll over
+        # anyway is written straight to the file: the same file, one copy instead of three.
+        buf = self._value_buffer
+        max_size = getattr(buf, "_max_size", 0)
+        if (max_size and isinstance(new_value, (bytes, bytearray)) and len(new_value) > max_size
+                and not getattr(buf, "_rolled", True)):
+            buf.seek(0)
+            buf.truncate()
+            buf.rollover()
+        write(self, new_value)
+
+    _replace(FakeKey, "value", property(value, set_value, prop.fdel, prop.__doc__))
+    _replace(S3Response, "get_object", get_object)
+    _replace(S3Response, "key_response", key_response)
 
 
 def nodelay(wsgi_server: Any) -> None:

@@ -120,3 +120,337 @@ def test_transaction_rollback_restores_exactly_the_named_items():
                         "ExpressionAttributeValues": {":x": {"N": "7"}}}}])
         items = {i["sk"]["S"]: i["v"]["N"] for i in ddb.scan(TableName="t")["Items"]}
         assert items == {"a": "7", "b": "1", "c": "1", "new": "9"}
+
+
+# --- item-sized patches: each answer equals moto's own, computed on the same data -------------
+
+import contextlib
+
+
+@contextlib.contextmanager
+def moto_unpatched(*names):
+    """moto's own attributes back in place of speed's (those named, or all) for the block."""
+    saved = []
+    for owner, name, old in speed._ORIGINALS:
+        if names and name not in names:
+            continue
+        saved.append((owner, name, vars(owner).get(name)))
+        if old is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, old)
+    assert saved and all(vars(o).get(n) is not new for o, n, new in saved)
+    try:
+        yield
+    finally:
+        for owner, name, new in reversed(saved):
+            setattr(owner, name, new)
+
+
+def both(fn, *names):
+    """fn() patched, then fn() with moto's own attributes named (all if none)."""
+    patched = fn()
+    with moto_unpatched(*names):
+        unpatched = fn()
+    return patched, unpatched
+
+
+def _table(ddb, name, range_type="S"):
+    keys = [{"AttributeName": "pk", "KeyType": "HASH"}]
+    attrs = [{"AttributeName": "pk", "AttributeType": "S"}]
+    if range_type:
+        keys.append({"AttributeName": "sk", "KeyType": "RANGE"})
+        attrs.append({"AttributeName": "sk", "AttributeType": range_type})
+    ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", KeySchema=keys,
+                     AttributeDefinitions=attrs)
+
+
+def _rich(i):
+    """An item body with every attribute type, nesting, and empty containers."""
+    return {"n": {"N": str(i)}, "f": {"N": f"{i / 7:.5f}"}, "s": {"S": "x" * (i % 5)},
+            "e": {"S": ""}, "b": {"B": bytes([i % 256]) * 3}, "t": {"BOOL": i % 2 == 0},
+            "z": {"NULL": True}, "ss": {"SS": [f"a{i}", "b"]}, "ns": {"NS": ["1", str(i + 2)]},
+            "bs": {"BS": [b"\x00\x01", bytes([i % 256 + 0]) + b"q"]},
+            "m": {"M": {"k": {"N": "1"}, "em": {"M": {}}, "el": {"L": []},
+                        "l": {"L": [{"S": "a"}, {"M": {"x": {"B": b"\xff"}}}, {"L": [{"NULL": True}]}]}}},
+            "l": {"L": [{"N": str(j)} for j in range(i % 4)]}}
+
+
+def test_dynamodb_serializer_and_conversion_match_moto():
+    """Every AttributeValue shape, through GetItem/BatchGetItem/Query, and odd values straight
+    through the serializer (they fall back to moto's walk)."""
+    import boto3
+    from moto import mock_aws
+    from moto.core.serialize import JSONSerializer, XFormedAttributePicker
+    from moto.core.utils import get_service_model
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.utilities import dynamo_to_dict as moto_d2d
+
+    speed.install()
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        _table(ddb, "t")
+        for i in range(6):
+            ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": f"s{i}"}, **_rich(i)})
+
+        def calls():
+            key = {"pk": {"S": "p"}, "sk": {"S": "s3"}}
+            out = [ddb.get_item(TableName="t", Key=key),
+                   ddb.get_item(TableName="t", Key=key, ProjectionExpression="m.l, bs"),
+                   ddb.get_item(TableName="t", Key={"pk": {"S": "p"}, "sk": {"S": "none"}}),
+                   ddb.batch_get_item(RequestItems={"t": {"Keys": [
+                       {"pk": {"S": "p"}, "sk": {"S": f"s{i}"}} for i in (0, 2, 5)]}}),
+                   ddb.query(TableName="t", KeyConditionExpression="pk = :p",
+                             ExpressionAttributeValues={":p": {"S": "p"}}),
+                   ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": "s1"}, **_rich(1)},
+                                ReturnValues="ALL_OLD")]
+            for o in out:
+                o.pop("ResponseMetadata")
+            return out
+
+        patched, unpatched = both(calls, "_serialize_type_structure", "dynamo_to_dict")
+        assert patched == unpatched and patched[0]["Item"]["b"] == {"B": b"\x03\x03\x03"}
+
+    om = get_service_model("dynamodb").operation_model("GetItem")
+
+    def body(item):
+        ser = JSONSerializer(operation_model=om, value_picker=XFormedAttributePicker())
+        return ser.serialize({"Item": item})["body"]
+
+    odd = [{"a": {"S": None}}, {"a": {"s": "lower"}}, {"a": {"S": "x", "N": "1"}}, {"a": {}},
+           {"a": {"N": 5}}, {"a": {"M": {"k": None, "j": {"S": "ok"}}}}, {"a": {"L": [None, {"S": "y"}]}},
+           {"a": {"SS": ["a", 1]}}, {"a": {"B": "aGk="}}, {"a": {"BS": ["aGk=", b"hi"]}},
+           {"a": {"BOOL": 1}}, {"a": {"StringAttributeValue": "alias"}}, {"a": None},
+           {"a": {"L": [{"M": {"deep": {"NS": ["1.50"]}}}]}, "b": {"NULL": True}}]
+    for item in odd:
+        patched, unpatched = both(lambda: body(item), "_serialize_type_structure")
+        assert patched == unpatched, item
+
+    from datetime import datetime
+
+    def typed(x):  # equality that also tells bytes from str, list from tuple...
+        if isinstance(x, dict):
+            return (type(x), {k: typed(v) for k, v in x.items()})
+        if isinstance(x, (list, tuple)):
+            return (type(x), [typed(v) for v in x])
+        return (type(x), x)
+
+    from moto.dynamodb import responses as ddb_responses
+
+    values = [DynamoType({"B": "aGk="}), DynamoType({"B": b"raw"}), DynamoType({"BS": ["aGk=", b"r"]}),
+              DynamoType({"M": {"l": {"L": [{"N": "1"}, {"BOOL": False}]}}}), datetime(2024, 1, 2),
+              {"Items": [{"a": DynamoType({"S": "s"})}], "Count": 1, "x": (1, 2), "d": 1.5},
+              [None, b"b", "s", 3]]
+    for v in values:
+        assert typed(ddb_responses.dynamo_to_dict(v)) == typed(moto_d2d(v))
+
+
+def test_query_matches_moto():
+    """Key conditions x Limit x direction x pagination x filter/projection, on string, number
+    and no range keys, a second partition, and a 1 MB limit made small: same pages as moto."""
+    import boto3
+    from moto import mock_aws
+    from moto.dynamodb.models import table as table_module
+
+    speed.install()
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        _table(ddb, "s")
+        _table(ddb, "n", "N")
+        _table(ddb, "h", None)
+        for pk in ("p", "q", "r"):
+            for i in range(12):
+                ddb.put_item(TableName="s", Item={"pk": {"S": pk}, "sk": {"S": f"{'AB'[i % 2]}#{i:02d}"},
+                                                  **_rich(i)})
+                ddb.put_item(TableName="n", Item={"pk": {"S": pk}, "sk": {"N": str(i * 5 - 17) + ".5" * (i % 2)},
+                                                  **_rich(i)})
+            ddb.put_item(TableName="h", Item={"pk": {"S": pk}, **_rich(3)})
+        # an update in place (nested): still a bounded item
+        ddb.update_item(TableName="s", Key={"pk": {"S": "p"}, "sk": {"S": "A#04"}},
+                        UpdateExpression="SET m.k = :v", ExpressionAttributeValues={":v": {"S": "y" * 900}})
+
+        conditions = {
+            "s": [("pk = :p", {}), ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "B#"}}),
+                  ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"S": "A#03"}, ":b": {"S": "B#09"}}),
+                  ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"S": "B"}, ":b": {"S": "A"}}),
+                  ("pk = :p AND sk < :a", {":a": {"S": "A#06"}}), ("pk = :p AND sk >= :a", {":a": {"S": "B#05"}}),
+                  ("pk = :p AND sk = :a", {":a": {"S": "A#10"}}), ("pk = :p AND sk > :a", {":a": {"S": "~"}}),
+                  ("pk = :p AND sk <= :a", {":a": {"S": "A#00"}})],
+            "n": [("pk = :p", {}), ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"N": "-8"}, ":b": {"N": "23.5"}}),
+                  ("pk = :p AND sk > :a", {":a": {"N": "3"}}), ("pk = :p AND sk = :a", {":a": {"N": "-2.00"}})],
+            "h": [("pk = :p", {})],
+        }
+        extras = [{}, {"Limit": 1}, {"Limit": 3}, {"Limit": 6}, {"ScanIndexForward": False},
+                  {"ScanIndexForward": False, "Limit": 4},
+                  {"FilterExpression": "t = :t", "Limit": 5, "ExpressionAttributeValues": {":t": {"BOOL": True}}},
+                  {"ProjectionExpression": "sk, m.l, ns"}, {"Select": "COUNT"}]
+
+        def pages(table, cond, values, extra, pk):
+            extra = dict(extra)
+            extra_values = extra.pop("ExpressionAttributeValues", {})
+            kwargs = dict(TableName=table, KeyConditionExpression=cond, ConsistentRead=True, **extra,
+                          ExpressionAttributeValues={":p": {"S": pk}, **values, **extra_values})
+            out = []
+            while True:
+                resp = ddb.query(**kwargs)
+                resp.pop("ResponseMetadata")
+                out.append(resp)
+                if "LastEvaluatedKey" not in resp or len(out) > 40:
+                    return out
+                kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+        def run_all():
+            return [pages(t, c, v, e, pk) for t, conds in conditions.items() for c, v in conds
+                    for e in extras for pk in ("p", "zz")]
+
+        patched, unpatched = both(run_all, "query")
+        assert patched == unpatched
+        assert any(len(p) > 1 for p in patched) and any(p[0]["Count"] == 0 for p in patched)
+
+        old_limit = table_module.RESULT_SIZE_LIMIT
+        table_module.RESULT_SIZE_LIMIT = 3000  # a few items per page: the size check decides
+        try:
+            patched, unpatched = both(run_all, "query")
+        finally:
+            table_module.RESULT_SIZE_LIMIT = old_limit
+        assert patched == unpatched and max(len(p) for p in patched) > 3
+
+
+def test_query_size_limit_with_an_oversized_item_matches_moto():
+    """Only nested updates grow an item past 405,000 bytes; then moto's size check (which counts
+    the item in hand, matching or not) can end a page early, and the shortcut must be off."""
+    import boto3
+    from moto import mock_aws
+
+    speed.install()
+    was_set = speed._OVERSIZED.is_set()
+    try:
+        with mock_aws():
+            ddb = boto3.client("dynamodb", region_name="us-east-1")
+            _table(ddb, "t")
+            for sk, size in (("A#1", 300_000), ("B#1", 260_000), ("B#2", 10), ("C#1", 10)):
+                ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": sk},
+                                                  "m": {"M": {"x": {"S": "x" * size}}}})
+            assert speed._OVERSIZED.is_set() == was_set
+            for attr in ("y", "z"):  # B#1: 780 KB
+                ddb.update_item(TableName="t", Key={"pk": {"S": "p"}, "sk": {"S": "B#1"}},
+                                UpdateExpression=f"SET m.{attr} = :v",
+                                ExpressionAttributeValues={":v": {"S": "y" * 260_000}})
+            assert speed._OVERSIZED.is_set()
+
+            def run():
+                out = []
+                for cond, vals in [("pk = :p AND begins_with(sk, :a)", {":a": {"S": "A#"}}),
+                                   ("pk = :p", {}), ("pk = :p AND sk > :a", {":a": {"S": "A#1"}})]:
+                    for forward in (True, False):
+                        resp = ddb.query(TableName="t", KeyConditionExpression=cond, ScanIndexForward=forward,
+                                         ExpressionAttributeValues={":p": {"S": "p"}, **vals},
+                                         ProjectionExpression="sk")
+                        resp.pop("ResponseMetadata")
+                        out.append(resp)
+                return out
+
+            patched, unpatched = both(run, "query")
+            assert patched == unpatched
+            # A#1 (300 KB) matched; B#1 (780 KB, not matching) ended the page all the same
+            assert patched[0]["Count"] == 1 and "LastEvaluatedKey" in patched[0]
+    finally:
+        if not was_set:
+            speed._OVERSIZED.clear()
+
+
+def test_item_size_and_copy_match_moto():
+    import copy
+
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+
+    speed.install()
+    item_size, copy_items = speed._HELPERS["item_size"], speed._HELPERS["copy_items"]
+    items = [Item(DynamoType({"S": "p"}), DynamoType({"S": f"s{i}"}),
+                  {"pk": {"S": "p"}, "sk": {"S": f"s{i}"}, **_rich(i), "u": {"S": "é€😀"}})
+             for i in range(8)]
+    odd = copy.deepcopy(items[1])
+    odd.attrs["m"].value["raw"] = {"S": "not a DynamoType"}  # moto's size() wraps it: fall back
+    for item in items + [odd]:
+        assert item_size(item) == item.size()
+    mine, theirs = copy_items(items), copy.deepcopy(items)
+    for a, b, src in zip(mine, theirs, items):
+        assert type(a) is type(b) and type(a.attrs) is type(b.attrs)
+        assert a.to_json() == b.to_json() == src.to_json()
+        assert (a.hash_key, a.range_key) == (b.hash_key, b.range_key)
+        a.attrs["m"].value["l"].value.append(DynamoType({"S": "new"}))  # a copy, not the original
+        assert src.to_json() == b.to_json()
+
+
+def test_s3_ranged_get_and_large_put_match_moto(monkeypatch):
+    """Every kind of Range header on an empty, a small and a rolled-over (on-disk) object, plus
+    partNumber and conditional GETs, HEAD; and a value past the buffer threshold reads back the
+    same."""
+    import os
+
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+    from moto.s3.models import FakeKey
+
+    monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(64 * 1024))
+    speed.install()
+    bodies = {"empty": b"", "small": bytes(range(50)), "big": os.urandom(200 * 1024 + 7)}
+    ranges = ["bytes=0-9", "bytes=10-", "bytes=-10", "bytes=-0", "bytes=0-0", "bytes=49-49",
+              "bytes=5-2", "bytes=40-1000", "bytes=-1000", "bytes=50-", "bytes=100-200",
+              "bytes=0-1,5-6", "bytes=abc", "bytes=", "bytes=-", "bytes=3-x", "bytes=0-",
+              "bytes=70000-140000", "bytes=-70000", "bytes=204806-", "bytes=204807-"]
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="bkt")
+
+        def put_all():
+            for name, body in bodies.items():
+                s3.put_object(Bucket="bkt", Key=name, Body=body)
+            return {name: s3.head_object(Bucket="bkt", Key=name)["ETag"] for name in bodies}
+
+        etags, moto_etags = both(put_all)  # the patched PUT (one write to the rolled file) too
+        assert etags == moto_etags
+
+        def get(**kw):
+            try:
+                r = s3.get_object(Bucket="bkt", **kw)
+            except ClientError as e:
+                return ("error", e.response["Error"]["Code"],
+                        e.response["ResponseMetadata"]["HTTPStatusCode"])
+            h = r["ResponseMetadata"]["HTTPHeaders"]
+            return (r["ResponseMetadata"]["HTTPStatusCode"], r.get("ContentRange"), r["ContentLength"],
+                    h.get("content-length"), r["Body"].read(), r["ETag"], r.get("AcceptRanges"))
+
+        def head(**kw):
+            try:
+                r = s3.head_object(Bucket="bkt", **kw)
+            except ClientError as e:
+                return ("error", e.response["ResponseMetadata"]["HTTPStatusCode"])
+            return (r["ResponseMetadata"]["HTTPStatusCode"], r.get("ContentRange"), r["ContentLength"])
+
+        def run():
+            out = []
+            for name in bodies:
+                out.append(get(Key=name))
+                for rng in ranges:
+                    out.append(get(Key=name, Range=rng))
+                    out.append(head(Key=name, Range=rng))
+                out.append(get(Key=name, PartNumber=1))
+                out.append(get(Key=name, PartNumber=1, Range="bytes=0-3"))
+                out.append(get(Key=name, IfNoneMatch=etags[name], Range="bytes=0-3"))
+                out.append(get(Key=name, IfMatch='"nope"', Range="bytes=0-3"))
+            out.append(get(Key="missing", Range="bytes=0-3"))
+            return out
+
+        patched, unpatched = both(run)
+        assert patched == unpatched
+        small = [o for o in patched if isinstance(o[0], int) and o[0] == 206]
+        assert small and ("error", "InvalidRange", 416) in patched
+        assert get(Key="big", Range="bytes=70000-140000")[4] == bodies["big"][70000:140001]
+        key = FakeKey("k", bodies["big"], account_id="123456789012", region_name="us-east-1",
+                      max_buffer_size=1024)
+        assert key._value_buffer._rolled and key.value == bodies["big"]
+        key.value = b"short"
+        assert key.value == b"short" and key.size == 5

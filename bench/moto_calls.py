@@ -1,0 +1,178 @@
+"""Per-call cost of moto's S3 and DynamoDB through the local engine's threaded moto server, with
+and without smlt.local.speed's patches, in the same run.
+
+Two servers run side by side, each in its own process (``SMLT_LOCAL_SPEEDUPS=0`` and ``=1``; the
+patches are process-wide), holding the same data; this process is the client (as a handler
+process is) and alternates every call between them, so machine noise hits both alike. Prints the
+median of each call on each and the ratio (unpatched / patched).
+
+    .venv/bin/python bench/moto_calls.py [--reps N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUCKET, TABLE = "bench", "runs"
+BIG = 44 * 1024 * 1024  # one update/model blob of the sharded-aggregation bench
+PART_ITEMS = 300  # items of ~2 KB in the queried partition
+KINDS = ("PLAN#", "ROUND#", "SEAL#", "WORKER#")
+
+
+def serve() -> None:
+    """Child: the local engine's moto server (with or without the patches); prints its port."""
+    sys.path.insert(0, str(ROOT))
+    from smlt.local import moto_fixes, server, speed
+
+    moto_fixes.install()
+    if speed.enabled():
+        speed.install()
+    srv = server.MotoServer().start()
+    print(srv.port, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    srv.stop()
+
+
+def item(pk: str, sk: str, i: int) -> dict:
+    """A ROUND-like item (~2 KB of DynamoDB JSON): scalars and a list of per-worker timing maps."""
+    d = {"pk": {"S": pk}, "sk": {"S": sk}, "round": {"N": str(i)}, "stop": {"BOOL": False},
+         "reason": {"S": "plan: 8 x 1769 MB, 20 local steps"}}
+    for j in range(16):
+        d[f"m{j}"] = {"N": f"{i * 1.37 + j:.6f}"}
+    d["timings"] = {"L": [{"M": {**{f"t{j}": {"N": f"{w + j / 3:.6f}"} for j in range(8)},
+                                 "cold": {"BOOL": w == 0}}} for w in range(8)]}
+    return d
+
+
+def setup(s3, ddb) -> None:
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key="big", Body=os.urandom(1024 * 1024) * (BIG // (1024 * 1024)))
+    s3.put_object(Bucket=BUCKET, Key="small", Body=os.urandom(4096))
+    ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                {"AttributeName": "sk", "KeyType": "RANGE"}],
+                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                           {"AttributeName": "sk", "AttributeType": "S"}])
+    for pk in ("RUN#a", "RUN#b"):  # two runs: moto's Query sorted the whole table
+        for i in range(PART_ITEMS):
+            ddb.put_item(TableName=TABLE, Item=item(pk, f"{KINDS[i % 4]}{i // 4:04d}#{i % 8}", i))
+
+
+def calls(s3, ddb):
+    """name -> function; every call is idempotent or uses fresh keys."""
+    n = {"put": 0}
+    small = os.urandom(4096)
+    big = os.urandom(BIG)
+    part = BIG // 8
+
+    def fresh() -> str:
+        n["put"] += 1
+        return f"new#{n['put']}"
+
+    def query(cond: str, **vals: str) -> int:
+        values = {":pk": {"S": "RUN#a"}, **{f":{k}": {"S": v} for k, v in vals.items()}}
+        resp = ddb.query(TableName=TABLE, ConsistentRead=True, KeyConditionExpression=cond,
+                         ExpressionAttributeValues=values)
+        return len(resp["Items"])
+
+    return {
+        "s3 PutObject 4 KB": lambda: s3.put_object(Bucket=BUCKET, Key=fresh(), Body=small),
+        "s3 GetObject 4 KB": lambda: s3.get_object(Bucket=BUCKET, Key="small")["Body"].read(),
+        "s3 PutObject 44 MB": lambda: s3.put_object(Bucket=BUCKET, Key="big-put", Body=big),
+        "s3 GetObject 44 MB": lambda: s3.get_object(Bucket=BUCKET, Key="big")["Body"].read(),
+        "s3 GetObject 44 MB, Range 1/8": lambda: s3.get_object(
+            Bucket=BUCKET, Key="big", Range=f"bytes={3 * part}-{4 * part - 1}")["Body"].read(),
+        "s3 GetObject 44 MB, Range 64 KB": lambda: s3.get_object(
+            Bucket=BUCKET, Key="big", Range="bytes=1000000-1065535")["Body"].read(),
+        "ddb GetItem": lambda: ddb.get_item(TableName=TABLE, ConsistentRead=True, Key={
+            "pk": {"S": "RUN#a"}, "sk": {"S": "ROUND#0007#5"}}),
+        "ddb PutItem (conditional)": lambda: ddb.put_item(
+            TableName=TABLE, Item=item("RUN#b", fresh(), 1), ConditionExpression="attribute_not_exists(pk)"),
+        "ddb TransactWriteItems (check + put)": lambda: ddb.transact_write_items(TransactItems=[
+            {"ConditionCheck": {"TableName": TABLE, "Key": {"pk": {"S": "RUN#a"}, "sk": {"S": "SEAL#9999"}},
+                                "ConditionExpression": "attribute_not_exists(pk)"}},
+            {"Put": {"TableName": TABLE, "Item": item("RUN#b", fresh(), 2),
+                     "ConditionExpression": "attribute_not_exists(pk)"}}]),
+        "ddb BatchGetItem 8 keys": lambda: ddb.batch_get_item(RequestItems={TABLE: {
+            "ConsistentRead": True,
+            "Keys": [{"pk": {"S": "RUN#a"}, "sk": {"S": f"WORKER#{i:04d}#3"}} for i in range(8)]}}),
+        f"ddb Query begins_with, {PART_ITEMS} items -> 1": lambda: query(
+            "pk = :pk AND begins_with(sk, :p)", p="PLAN#0040#"),
+        f"ddb Query begins_with, {PART_ITEMS} items -> 75": lambda: query(
+            "pk = :pk AND begins_with(sk, :p)", p="ROUND#"),
+        f"ddb Query BETWEEN, {PART_ITEMS} items -> 10": lambda: query(
+            "pk = :pk AND sk BETWEEN :a AND :b", a="ROUND#0065", b="ROUND#~"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=15, help="repetitions per call and server (at most)")
+    ap.add_argument("--budget", type=float, default=3.0,
+                    help="seconds of unpatched calls per measurement, fewer repetitions if slower")
+    ap.add_argument("--json", type=Path, help="also write the numbers here")
+    args = ap.parse_args()
+    if args.serve:
+        return serve()
+
+    import boto3
+    from botocore.config import Config
+
+    procs, clients = {}, {}
+    for mode in ("0", "1"):
+        env = {**os.environ, "SMLT_LOCAL_SPEEDUPS": mode, "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        p = subprocess.Popen([sys.executable, __file__, "--serve"], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        procs[mode] = p
+    try:
+        for mode, p in procs.items():
+            url = f"http://127.0.0.1:{int(p.stdout.readline())}"
+            kw = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
+                      aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1}))
+            clients[mode] = (boto3.client("s3", **kw), boto3.client("dynamodb", **kw))
+            setup(*clients[mode])
+        fns = {mode: calls(*clients[mode]) for mode in clients}
+        out = {}
+        t_start = time.perf_counter()
+        print(f"{'call':42s} {'unpatched':>12s} {'patched':>12s}   ratio")
+        for name in fns["0"]:
+            for mode in ("0", "1"):  # warm up, and the two answers must agree
+                fns[mode][name]()
+            times = {"0": [], "1": []}
+            t = time.perf_counter()
+            fns["0"][name]()  # slow calls (unpatched: up to ~1 s) get fewer repetitions
+            reps = max(5, min(args.reps, int(args.budget / (time.perf_counter() - t))))
+            for _ in range(reps):
+                for mode in ("0", "1"):
+                    t = time.perf_counter()
+                    fns[mode][name]()
+                    times[mode].append(time.perf_counter() - t)
+            off, on = (statistics.median(times[m]) * 1e3 for m in ("0", "1"))
+            out[name] = {"unpatched_ms": round(off, 2), "patched_ms": round(on, 2),
+                         "ratio": round(off / on, 2), "reps": reps}
+            print(f"{name:42s} {off:9.2f} ms {on:9.2f} ms   x{off / on:5.1f}   ({reps} reps)", flush=True)
+        print(f"(medians of alternating calls; {time.perf_counter() - t_start:.0f} s)")
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+        for p in procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    main()
