@@ -1,5 +1,6 @@
 """smlt.local.speed: the per-request patches of moto give the same answers, and the pool's trace."""
 
+import contextlib
 import json
 import socket
 import socketserver
@@ -123,8 +124,6 @@ def test_transaction_rollback_restores_exactly_the_named_items():
 
 
 # --- item-sized patches: each answer equals moto's own, computed on the same data -------------
-
-import contextlib
 
 
 @contextlib.contextmanager
