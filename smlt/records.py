@@ -53,7 +53,12 @@ class RunTable:
         A round's steps read 3-4 items before they start; one request instead of one each."""
         want = list(dict.fromkeys(sks))
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(want)
-        request = {self.table: {"Keys": [to_item({"pk": self.pk, "sk": sk}) for sk in want], "ConsistentRead": True}}
+        for i in range(0, len(want), 100):  # BatchGetItem takes at most 100 keys
+            self._get_batch(want[i:i + 100], found)
+        return found
+
+    def _get_batch(self, sks: list[str], found: dict[str, dict[str, Any] | None]) -> None:
+        request = {self.table: {"Keys": [to_item({"pk": self.pk, "sk": sk}) for sk in sks], "ConsistentRead": True}}
         attempt = 0
         while request:
             if attempt == 10:
@@ -66,7 +71,6 @@ class RunTable:
                 item = from_item(raw)
                 found[item["sk"]] = item
             request = resp.get("UnprocessedKeys") or {}  # throttled keys: ask again, backing off
-        return found
 
     def put_once(self, sk: str, attrs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """Write the item unless it exists. Returns (written, the item now stored)."""

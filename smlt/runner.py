@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smlt import keys
 from smlt.datasets import stage_dataset
 from smlt.errors import InvalidJob
 from smlt.job import parse_job
@@ -91,11 +90,10 @@ class Follower:
         if not new:
             return
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
-        self.snapshot.save()
-        plans = table.get_many(*(keys.plan_sk(r["round"]) for r in new))
+        plans = self.snapshot.save(new)
         for r in new:
             self.seen.add(r["round"])
-            plan = plans.get(keys.plan_sk(r["round"])) or {}
+            plan = plans.get(r["round"]) or {}
             shape = (plan.get("workers"), plan.get("memory_mb"), plan.get("local_steps"))
             if not self.quiet:
                 if plan.get("reason") and shape != self.last_plan:  # say why whenever the plan changes

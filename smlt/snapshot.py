@@ -18,38 +18,52 @@ from smlt.store import NotFound, S3Store
 class Snapshot:
     """The run's state in `state_dir`, brought up to date by `save()` after every round.
 
-    A snapshot holds the run up to its newest aggregated round r and model r+1: what a resumed
-    run needs to plan round r+1 afresh. The round in progress (its plan, records, updates) is
-    left out, so a resume never meets half a round. Objects are written once under per-round
-    keys, so each save lists only the keys after the newest round already copied (S3 lists in
-    key order) and reads the dataset's keys once; the items are read whole (META changes)."""
+    A snapshot holds what a resumed run needs to plan round r+1 afresh, r being the newest
+    aggregated round: the META item, the PLAN and ROUND items of rounds 0..r, the run's objects
+    but the updates (never read again once a round is aggregated), and model r+1. The round in
+    progress is left out, so a resume never meets half a round. Every save reads only what is
+    new: the new rounds' items, and the keys after round r (S3 lists in key order; objects are
+    written once under per-round keys); the dataset's keys once."""
 
     def __init__(self, engine, names, run_id: str, state_dir: Path):
         self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
+        self.items: dict[str, dict[str, Any]] = {}
+        self.newest = -1  # the newest aggregated round in the snapshot
         self.after: str | None = None  # artifacts keys up to here are copied
         self.dataset_copied = False
 
-    def save(self) -> None:
+    def save(self, new_rounds: list[dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
+        """Add the ROUND items aggregated since the last save (read here when not given) and
+        their plans; copy the new objects. Returns the new rounds' PLAN items by round."""
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
-        items = table.query("")
-        meta = next((i for i in items if i["sk"] == keys.META), None)
+        if new_rounds is None:
+            new_rounds = table.rounds(after=self.newest if self.newest >= 0 else None)
+        new_rounds = [r for r in new_rounds if keys.round_sk(r["round"]) not in self.items]
+        got = table.get_many(keys.META, *(keys.plan_sk(r["round"]) for r in new_rounds))
+        meta = got.pop(keys.META)
         if meta is None:
-            return
-        newest = max((int(i["sk"].split("#")[1]) for i in items if i["sk"].startswith("ROUND#")), default=-1)
-        items = [i for i in items if _round_of_item(i["sk"]) <= newest]
+            return {}
+        self.items[keys.META] = meta
+        plans = {int(p["round"]): p for p in got.values() if p is not None}
+        for r in new_rounds:
+            self.items[keys.round_sk(r["round"])] = r
+            if r["round"] in plans:
+                self.items[keys.plan_sk(r["round"])] = plans[r["round"]]
+        self.newest = max([self.newest, *(r["round"] for r in new_rounds)])
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
         listed = artifacts.list(keys.run_prefix(self.run_id), start_after=self.after)
-        self._copy(artifacts, [k for k in listed if _kept(k, newest)])
+        self._copy(artifacts, [k for k in listed if _kept(k, self.newest)])
         # Round newest+1's prefix gains its updates after model newest+1: list it again next time.
-        self.after = max(self.after or "", keys.round_prefix(self.run_id, newest + 1))
+        self.after = max(self.after or "", keys.round_prefix(self.run_id, self.newest + 1))
         if not self.dataset_copied:
             bucket, prefix = _dataset_location(meta)
             data = S3Store(bucket, client=self.engine.client("s3"))
             self._copy(data, data.list(prefix))
             self.dataset_copied = True
         tmp = self.state_dir / "items.json.tmp"
-        tmp.write_text(json.dumps(items, default=str))
+        tmp.write_text(json.dumps(list(self.items.values()), default=str))
         tmp.replace(self.state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
+        return plans
 
     def _copy(self, store: S3Store, listed: list[str]) -> None:
         folder = self.state_dir / "s3" / store.bucket
@@ -79,11 +93,6 @@ def _kept(key: str, newest: int) -> bool:
         return rnd == newest + 1 and (parts[-1].startswith("model") or "model.slices" in parts)
     return "updates" not in parts and "sync" not in parts
 
-
-def _round_of_item(sk: str) -> int:
-    """The round an item belongs to (-1 for the run's own items such as META)."""
-    kind, _, rest = sk.partition("#")
-    return int(rest.split("#")[0]) if kind in ("PLAN", "WORKER", "SEAL", "ERROR", "ROUND") and rest else -1
 
 
 def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:

@@ -94,3 +94,11 @@ def test_get_many_reads_several_items_at_once(aws):
     got = table.get_many("A", "missing", "B", "A")
     assert list(got) == ["A", "missing", "B"]
     assert got["A"]["v"] == 1 and got["B"]["v"] == 2 and got["missing"] is None
+
+
+def test_get_many_takes_more_than_a_batch(aws):
+    table = RunTable("smlt-runs", "lots")
+    for i in range(0, 230, 3):
+        table.put_once(f"K#{i:04d}", {"i": i})
+    got = table.get_many(*(f"K#{i:04d}" for i in range(230)))  # three BatchGetItem calls
+    assert [k for k, v in got.items() if v is not None] == [f"K#{i:04d}" for i in range(0, 230, 3)]

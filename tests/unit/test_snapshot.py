@@ -2,7 +2,7 @@
 round's model, never half a round."""
 
 from smlt import keys
-from smlt.snapshot import _kept, _round_of_item
+from smlt.snapshot import _kept
 
 
 def test_objects_kept_up_to_the_newest_round_and_the_next_model():
@@ -17,10 +17,3 @@ def test_objects_kept_up_to_the_newest_round_and_the_next_model():
     assert not _kept(keys.sync_prefix(run, 4) + "000001/grad/00000.safetensors", newest)
     assert not _kept(keys.model_key(run, 5), newest)
     assert _kept(keys.final_model_key(run), newest)
-
-
-def test_items_belong_to_their_round():
-    assert _round_of_item(keys.META) == -1
-    assert _round_of_item(keys.plan_sk(7)) == 7 and _round_of_item(keys.worker_sk(7, 3)) == 7
-    assert _round_of_item(keys.seal_sk(2)) == 2 and _round_of_item(keys.error_sk(5, 1)) == 5
-    assert _round_of_item(keys.round_sk(0)) == 0
