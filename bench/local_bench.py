@@ -361,7 +361,7 @@ def table(results: dict) -> str:
         for x in agg["in_process"]:
             lines.append(f"| {x['updates']} × {x['size']} | {x['reference_mb_s']:.0f} | {x['reduce_mb_s']:.0f} | "
                          f"{x['reduce_vs_reference']:.2f} | {x['reduce_equal_weights_mb_s']:.0f} | {x['reduce_from_blobs_mb_s']:.0f} |")
-        lines += ["", "Aggregation through a store (real redis-server; moto S3 server; both on loopback): "
+        lines += ["", "Aggregation through a store (real redis-server; the local engine's moto S3 server; both on loopback, each in its own process): "
                   "single aggregator (round.py's path) vs k sharded reducer processes (k from `plan_slices`).", "",
                   "| store | updates × params | k | single s | sharded s | single MB/s | sharded MB/s | speed-up | one reducer s | ranged GET of 1/k ÷ whole GET |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -371,10 +371,9 @@ def table(results: dict) -> str:
                          f"{x['sharded_s']:.2f} | {x['single_mb_s']:.0f} | {x['sharded_mb_s']:.0f} | {x['sharded_vs_single']:.2f}× | "
                          f"{x['one_reducer_s']:.2f} | {x['range_get_s'] / x['full_get_s']:.2f} |")
         lines += ["", "k = 1 rows run the sharded code with one reducer; the system uses the single path when "
-                  "`plan_slices` says 1. moto's S3 server reads the whole object from its buffer for every "
-                  "ranged GET, so a 1/k range costs a large part of a whole GET there (last column; on Redis, "
-                  "as on S3, it costs about 1/k) and k reducers make moto read k × the data on the same 2 "
-                  "cores: `sharded_vs_single` is therefore taken on Redis. \"one reducer\" is the sharded "
+                  "`plan_slices` says 1. The S3 server is the local engine's (moto with `smlt.local.speed`, whose "
+                  "ranged GET reads only its range; stock moto reads the whole object, see \"moto hot spots\" "
+                  "below); `sharded_vs_single` is the worse of the two stores. \"one reducer\" is the sharded "
                   "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
                   "`sharded.reduce_updates` gives round.py as a drop-in for its GET + decode + average."]
         if agg.get("sync"):
