@@ -61,7 +61,7 @@ JOBS = {
         "seed": 0,
     },
     "synthetic": {
-        "name": "bench-synthetic", "model": {"name": "mlp", "params": {"hidden": [512, 512]}},
+        "name": "bench-synthetic", "model": {"name": "mlp", "params": {"hidden": [1024, 1024]}},
         "training": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "batch_size": 64,
                      "local_steps": 400, "max_rounds": 100, "target_metric": "val_accuracy", "target_value": 0.9725},
         "workers": {"initial": 2, "min": 1, "max": 2, "memory_mb": 1769, "planner": "fixed"},
@@ -385,7 +385,7 @@ def table(results: dict) -> str:
               f"| `tta_vs_ddp` (smlt / DDP training time, synthetic) | {f(s['tta_vs_ddp'])} | < 1 |",
               f"| `overhead_ms_per_round` (8 workers, no-op compute) | {f(s['overhead_ms_per_round'], '{:.0f}')} | ≤ 60 |",
               f"| `reduce_vs_reference` (in-process reduce / numpy sum, worst case) | {f(s['reduce_vs_reference'])} | ≥ 0.5 |",
-              f"| `sharded_vs_single` (single / sharded time, 32 × 11M, Redis) | {f(s['sharded_vs_single'])} | > 1 |",
+              f"| `sharded_vs_single` (single / sharded time, 32 × 11M, worse of Redis and S3) | {f(s['sharded_vs_single'])} | > 1 |",
               ""]
     ov = results.get("overhead") or {}
     if ov.get("ms_per_round") is not None:
@@ -409,6 +409,12 @@ def table(results: dict) -> str:
                 lines.append(f"| {label} | {x['startup_s']:.1f} | {x['train_s']:.2f} | {reached} | "
                              f"{(x.get('accuracy') or 0):.4f} | {'' if ep is None else f'{ep:.2f}'} |")
         lines.append("")
+    if results.get("tta", {}).get("synthetic", {}).get("smlt", {}).get("reached"):
+        lines += ["Why smlt can beat plain PyTorch here: its 2 workers are 2 processes, one per core, each "
+                  "training on its own shards (local SGD) with one thread; plain PyTorch is one process whose "
+                  "intra-op threads help little at batch 64, and DDP pays an all-reduce per step. Model "
+                  "averaging also needed no more samples (the epochs column) than plain SGD on this data. On "
+                  "digits, where the compute is tiny, the fixed cost of smlt's rounds dominates.", ""]
     agg = results.get("aggregation")
     if agg:
         lines += ["Aggregation, in memory: MB/s of update bytes reduced (best of 3).", "",
