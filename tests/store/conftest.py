@@ -1,1 +1,2 @@
-from tests.store._fixtures import aws_env, redis_server, redis_store, s3_store, store  # noqa: F401
+from tests.store._fixtures import (aws_env, each_redis_server, redis_server, redis_store,  # noqa: F401
+                                   redis_tls_server, s3_store, store)

@@ -1,8 +1,9 @@
-"""The ObjectStore contract, checked on moto S3 and on a real redis-server alike."""
+"""The ObjectStore contract, checked on moto S3 and on a real redis-server, plain and over TLS, alike."""
 
 from __future__ import annotations
 
 import threading
+from urllib.parse import urlparse
 
 import pytest
 
@@ -97,24 +98,30 @@ def test_large_value_roundtrip(store):
     assert store.get_range("big", 5_000_000, 5_000_100) == data[5_000_000:5_000_100]
 
 
-def test_redis_prefix_isolation(redis_server):
-    a, b = RedisStore(redis_server.url, prefix="iso-a/"), RedisStore(redis_server.url, prefix="iso-b/")
+def test_redis_prefix_isolation(each_redis_server):
+    url = each_redis_server.url
+    a, b = RedisStore(url, prefix="iso-a/"), RedisStore(url, prefix="iso-b/")
     a.put("k", b"1")
     assert not b.exists("k")
     assert b.list("") == [] or "k" not in b.list("")
     assert a.list("") == ["k"]
 
 
-def test_redis_url_selects_database(redis_server):
-    base = redis_server.url.rsplit("/", 1)[0]
-    db0, db3 = RedisStore(base + "/0", prefix="dbtest/"), RedisStore(base + "/3", prefix="dbtest/")
+def test_redis_url_selects_database(each_redis_server):
+    url = urlparse(each_redis_server.url)  # a TLS server's URL carries ?ssl_ca_certs=
+    db0 = RedisStore(url._replace(path="/0").geturl(), prefix="dbtest/")
+    db3 = RedisStore(url._replace(path="/3").geturl(), prefix="dbtest/")
     db3.put("only-in-3", b"x")
-    assert db3.exists("only-in-3") and not db0.exists("only-in-3")
+    # get goes through the raw reader, exists through redis-py: both must be on database 3
+    assert db3.get("only-in-3") == b"x" and db3.exists("only-in-3")
+    assert not db0.exists("only-in-3")
+    with pytest.raises(NotFound):
+        db0.get("only-in-3")
     db3.delete("only-in-3")
 
 
-def test_open_store_dispatches_on_scheme(redis_server):
-    assert isinstance(open_store(redis_server.url), RedisStore)
+def test_open_store_dispatches_on_scheme(each_redis_server):
+    assert isinstance(open_store(each_redis_server.url), RedisStore)
     s3 = open_store("s3://bucket/some/prefix")
     assert isinstance(s3, S3Store) and s3.bucket == "bucket" and s3.prefix == "some/prefix/"
     with pytest.raises(ValueError):
