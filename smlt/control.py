@@ -159,6 +159,7 @@ def _straggler_limit(decision: Decision, rounds: list[dict], local_concurrency: 
 # order). A ROUND item is written once and never changed, so each planner call reads only the
 # rounds after the last one it knows (a warm Lambda container keeps this between rounds).
 _rounds_seen: dict[tuple[str, str], tuple[Any, list[dict[str, Any]]]] = {}
+MAX_RUNS_SEEN = 16  # a warm container may plan many runs over its life: keep the recent ones
 
 
 def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any] | None]]:
@@ -176,7 +177,10 @@ def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], dict[str, dict[st
             del _rounds_seen[key]  # the cached rounds are of a run since recreated under this id
             continue
         if rounds and created is not None:
-            _rounds_seen[key] = (created, rounds)
+            _rounds_seen.pop(key, None)
+            _rounds_seen[key] = (created, rounds)  # newest last: the least recently planned run goes first
+            while len(_rounds_seen) > MAX_RUNS_SEEN:
+                del _rounds_seen[next(iter(_rounds_seen))]
         return rounds, items
 
 

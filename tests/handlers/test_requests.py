@@ -102,3 +102,18 @@ def test_get_many_takes_more_than_a_batch(aws):
         table.put_once(f"K#{i:04d}", {"i": i})
     got = table.get_many(*(f"K#{i:04d}" for i in range(230)))  # three BatchGetItem calls
     assert [k for k, v in got.items() if v is not None] == [f"K#{i:04d}" for i in range(0, 230, 3)]
+
+
+def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
+    from smlt import control
+
+    monkeypatch.setattr(control, "MAX_RUNS_SEEN", 1)
+    monkeypatch.setattr(control, "_rounds_seen", {})
+    j = job(digits, max_rounds=5, target_value=None, local_steps=1)
+    for run in ("first", "second"):
+        p = planner({"op": "plan", "job": j, "execution": run}, None)
+        for w in p["workers"]:
+            train_step({"run_id": run, "round": 0, "worker": w}, None)
+        aggregate({"run_id": run, "round": 0}, None)
+        assert planner({"op": "plan", "job": j, "execution": run}, None)["round"] == 1
+    assert list(control._rounds_seen) == [("smlt-runs", "second")]
