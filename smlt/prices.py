@@ -21,6 +21,9 @@ class Prices(BaseModel):
     sfn_transition: float = 0.025 / 1_000
     s3_put: float = 0.005 / 1_000
     s3_get: float = 0.0004 / 1_000
+    # DynamoDB on-demand request units (us-east-1 since November 2024).
+    dynamodb_write_unit: float = 0.625 / 1_000_000
+    dynamodb_read_unit: float = 0.125 / 1_000_000
 
     @classmethod
     def from_env(cls) -> "Prices":
@@ -39,4 +42,18 @@ class Prices(BaseModel):
         execution's start + task + end, Aggregate, Continue.
         """
         transitions = 6 + 3 * workers
-        return transitions * self.sfn_transition + s3_puts * self.s3_put + s3_gets * self.s3_get
+        return (transitions * self.sfn_transition + s3_puts * self.s3_put + s3_gets * self.s3_get
+                + self.dynamodb_round(workers))
+
+    def dynamodb_round(self, workers):
+        """The table's request units in one round of n workers (docs/architecture.md, "Requests
+        per round"; items rounded up to 1 KB written, 4 KB read, transactions at twice the rate).
+
+        Writes: each worker's record in a transaction with the seal's condition check (2 + 2 per
+        ~1 KB item), the seal (1), the ROUND item (~0.7 KB + 0.3 KB per worker) and the PLAN item
+        (~4 KB). Reads, strongly consistent: each worker's BatchGetItem of 3 items, the
+        aggregator's of 4 and its Query of the records (~0.7 KB each), the planner's Query and
+        BatchGetItem of 3. Works on numbers and numpy arrays alike."""
+        writes = 4 * workers + 1 + (1 + 0.3 * workers) + 4
+        reads = 3 * workers + 4 + (1 + 0.2 * workers) + 1 + 3
+        return writes * self.dynamodb_write_unit + reads * self.dynamodb_read_unit

@@ -34,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
         "sfn_transition": 0.000025,
         "s3_put": 0.000005,
         "s3_get": 0.0000004,
+        "dynamodb_write_unit": 0.000000625,
+        "dynamodb_read_unit": 0.000000125,
     },
     "redis_reducer": False,
     "redis_node_type": "cache.r7g.large",

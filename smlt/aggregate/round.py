@@ -65,7 +65,9 @@ def round_cost(settings: Settings, spec: RoundSpec, records: list[dict], failed:
     cost += p.lambda_cost(3008, aggregate_s, arch) * (k + 2 if k > 1 else 1)
     n = spec.workers
     # k > 1: prepare, the slice Map (4 + k iterations x 3) and finish add transitions.
-    cost += p.round_overhead(n, s3_puts=n + 2 + (k + 2 if k > 1 else 0), s3_gets=3 * n + 2 + (k * (n + 1) if k > 1 else 0))
+    # S3: n updates and model r+1 written; model r read by each worker, n updates and model r by
+    # the aggregator (k slices: k x (n + 1) ranged reads instead, and their manifests).
+    cost += p.round_overhead(n, s3_puts=n + 1 + (k + 2 if k > 1 else 0), s3_gets=2 * n + 1 + (k * (n + 1) if k > 1 else 0))
     if k > 1:
         cost += (6 + 3 * k) * p.sfn_transition
     return cost

@@ -190,9 +190,9 @@ class TimingModel:
     def sfn_s3_cost(self, n, eval_only: bool = False):
         """Step Functions transitions and S3 requests of a round (counted, not fitted)."""
         n = np.asarray(n, dtype=float)
-        puts = (0 if eval_only else n) + 2 + self.shape.agg_shards     # updates, plan, model(s)
-        gets = n * (2 + 1) + (0 if eval_only else n)                     # plan, model, shards; aggregator reads
-        return (6 + 3 * n) * self.prices.sfn_transition + puts * self.prices.s3_put + gets * self.prices.s3_get
+        puts = (0 if eval_only else n) + 1 + self.shape.agg_shards     # updates, model(s)
+        gets = n * 2 + (0 if eval_only else n)                           # model, shards; aggregator reads
+        return self.prices.round_overhead(n, puts, gets)
 
     # ---------------------------------------------------------------- fitting
     def fit(self, history: RunHistory) -> "TimingModel":

@@ -58,8 +58,7 @@ def expected(workload: Workload, N, M, K, prices: Prices | None = None, arch: st
     round_first = plan + 0.9 + sfn + work_first + agg + 1.0
     gbs = prices.lambda_gb_second[arch]
     lam = lambda mb, s: mb / 1024.0 * s * gbs + prices.lambda_request  # noqa: E731
-    other = ((6 + 3 * N) * prices.sfn_transition + (N + shards + 1) * prices.s3_put
-             + (2 * N + N * shards) * prices.s3_get)
+    other = prices.round_overhead(N, N + shards + 1, 2 * N + N * shards)
     cost = N * lam(M, h) + shards * lam(C.AGG_MB, agg) + lam(C.PLANNER_MB, plan) + other
     cost_first = (N * lam(M, h_first + init) + shards * lam(C.AGG_MB, agg + 1.0) + lam(C.PLANNER_MB, plan + 0.9)
                   + other + N * prices.s3_get)

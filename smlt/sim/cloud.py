@@ -195,7 +195,8 @@ class Cloud:
         transitions = 6 + 3 * n
         puts = (oks if k > 0 else 0) + shards + 1
         gets = n * 2 + sum(1 for t in timings if t.cache_miss) + oks * shards * (1 if k > 0 else 0)
-        other = transitions * self.prices.sfn_transition + puts * self.prices.s3_put + gets * self.prices.s3_get
+        other = (transitions * self.prices.sfn_transition + puts * self.prices.s3_put + gets * self.prices.s3_get
+                 + self.prices.dynamodb_round(n))
         cost = worker_cost + agg_cost + plan_cost + other
 
         # progress: metrics are of the model the round started from

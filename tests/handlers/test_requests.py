@@ -117,3 +117,21 @@ def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
         aggregate({"run_id": run, "round": 0}, None)
         assert planner({"op": "plan", "job": j, "execution": run}, None)["round"] == 1
     assert list(control._rounds_seen) == [("smlt-runs", "second")]
+
+
+def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
+    """Prices.dynamodb_round assumes a worker record of <= 1 KB, a ROUND item of <= 0.7 KB +
+    0.3 KB per worker and a PLAN item of <= 4 KB; the items a round writes keep to that
+    (measured as plain JSON: names and values, as DynamoDB sizes an item)."""
+    import json
+
+    j = job(digits, max_rounds=2, target_value=None, local_steps=1)
+    p = planner({"op": "plan", "job": j, "execution": "sizes"}, None)
+    for w in p["workers"]:
+        train_step({"run_id": "sizes", "round": 0, "worker": w}, None)
+    aggregate({"run_id": "sizes", "round": 0}, None)
+    table, n = RunTable("smlt-runs", "sizes"), len(p["workers"])
+    kb = lambda item: len(json.dumps(item, default=float)) / 1024  # noqa: E731
+    assert max(kb(r) for r in table.workers(0)) <= 1.0
+    assert kb(table.get(keys.round_sk(0))) <= 0.7 + 0.3 * n
+    assert kb(table.plan(0)) <= 4.0
