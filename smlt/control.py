@@ -162,9 +162,9 @@ _rounds_seen: dict[tuple[str, str], tuple[Any, list[dict[str, Any]]]] = {}
 MAX_RUNS_SEEN = 16  # a warm container may plan many runs over its life: keep the recent ones
 
 
-def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any] | None]]:
-    """(the ROUND items in round order; META, PLAN of the next round and of the last one): two
-    requests, reading only the rounds this process has not seen."""
+def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], int, dict[str, dict[str, Any] | None]]:
+    """(the ROUND items in round order; the round to plan; META, PLAN of that round and of the
+    last one): two requests, reading only the rounds this process has not seen."""
     key = (table.table, table.run_id)
     while True:
         stamp, known = _rounds_seen.get(key, (None, []))
@@ -181,7 +181,7 @@ def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], dict[str, dict[st
             _rounds_seen[key] = (created, rounds)  # newest last: the least recently planned run goes first
             while len(_rounds_seen) > MAX_RUNS_SEEN:
                 del _rounds_seen[next(iter(_rounds_seen))]
-        return rounds, items
+        return rounds, rnd, items
 
 
 def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any]:
@@ -193,8 +193,7 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     run_id = job.run_id or execution
     table = RunTable(settings.table, run_id)
     artifacts = S3Store(settings.artifacts_bucket)
-    rounds, items = _run_state(table)
-    rnd = rounds[-1]["round"] + 1 if rounds else 0
+    rounds, rnd, items = _run_state(table)
     meta = items[keys.META]
     if meta is None:
         _check_access(job, settings)

@@ -54,7 +54,7 @@ class Snapshot:
         listed = artifacts.list(keys.run_prefix(self.run_id), start_after=self.after)
         self._copy(artifacts, [k for k in listed if _kept(k, self.newest)])
         # Round newest+1's prefix gains its updates after model newest+1: list it again next time.
-        self.after = max(self.after or "", keys.round_prefix(self.run_id, self.newest + 1))
+        self.after = keys.round_prefix(self.run_id, self.newest + 1)
         if not self.dataset_copied:
             bucket, prefix = _dataset_location(meta)
             data = S3Store(bucket, client=self.engine.client("s3"))
@@ -93,11 +93,6 @@ def _kept(key: str, newest: int) -> bool:
         return rnd == newest + 1 and (parts[-1].startswith("model") or "model.slices" in parts)
     return "updates" not in parts and "sync" not in parts
 
-
-
-def save_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
-    """One whole snapshot (`Snapshot.save` from scratch)."""
-    Snapshot(engine, names, run_id, state_dir).save()
 
 
 def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:

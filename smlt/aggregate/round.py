@@ -148,7 +148,7 @@ class _Round:
         return sorted(records, key=lambda r: r["worker"])
 
     def sealed_at(self) -> float | None:
-        item = self._items[keys.seal_sk(self.rnd)] or self.table.get(keys.seal_sk(self.rnd))
+        item = self._items[keys.seal_sk(self.rnd)]  # read with the round's items, or written by seal()
         return float(item["sealed_at"]) if item else None
 
     def update_key(self, worker: int) -> str:

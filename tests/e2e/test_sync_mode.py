@@ -170,7 +170,7 @@ def test_snapshot_skips_the_sync_exchange(local, tmp_path, monkeypatch):
     runs: a worker deletes its previous step's exchange objects between the snapshot's listing
     and its copy. Seen in a real run: NotFound for
     runs/sync-s3/rounds/000001/sync/000002/avg/00000.safetensors."""
-    from smlt.snapshot import save_snapshot
+    from smlt.snapshot import Snapshot
 
     engine, names = local
     run_id = "sync-snapshot"
@@ -191,7 +191,7 @@ def test_snapshot_skips_the_sync_exchange(local, tmp_path, monkeypatch):
             return listed
 
     monkeypatch.setattr("smlt.snapshot.S3Store", CleanedUpMeanwhile)
-    save_snapshot(engine, names, run_id, tmp_path)
+    Snapshot(engine, names, run_id, tmp_path).save()
     folder = tmp_path / "s3" / names.artifacts_bucket
     copied = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert copied == [keys.job_key(run_id)]  # the exchange is transient: not part of a snapshot
