@@ -48,10 +48,22 @@ RUN = "bench"
 
 # MLP-shaped parameter sets: ~1.0M and ~11.0M float32 parameters.
 SHAPES = {
-    "1M": {"0.weight": (1024, 784), "0.bias": (1024,), "2.weight": (192, 1024), "2.bias": (192,),
-           "4.weight": (10, 192), "4.bias": (10,)},
-    "11M": {"0.weight": (2048, 4096), "0.bias": (2048,), "2.weight": (1280, 2048), "2.bias": (1280,),
-            "4.weight": (10, 1280), "4.bias": (10,)},
+    "1M": {
+        "0.weight": (1024, 784),
+        "0.bias": (1024,),
+        "2.weight": (192, 1024),
+        "2.bias": (192,),
+        "4.weight": (10, 192),
+        "4.bias": (10,),
+    },
+    "11M": {
+        "0.weight": (2048, 4096),
+        "0.bias": (2048,),
+        "2.weight": (1280, 2048),
+        "2.bias": (1280,),
+        "4.weight": (10, 1280),
+        "4.bias": (10,),
+    },
 }
 
 
@@ -108,16 +120,26 @@ def bench_in_process(cases: list[tuple[int, str]], repeats: int = 3) -> list[dic
             red.append(_best(lambda: weighted_average(ups, unequal), 1))
             req.append(_best(lambda: weighted_average(ups, equal), 1))
             rblob.append(_best(lambda: weighted_average([views(b)[0] for b in blobs], unequal), 1))
-        r = {"updates": n, "params": p, "size": size, "bytes": nbytes, "repeats": reps,
-             "reference_mb_s": nbytes / min(ref) / MB, "reduce_mb_s": nbytes / min(red) / MB,
-             "reduce_equal_weights_mb_s": nbytes / min(req) / MB,
-             "reduce_from_blobs_mb_s": nbytes / min(rblob) / MB}
+        r = {
+            "updates": n,
+            "params": p,
+            "size": size,
+            "bytes": nbytes,
+            "repeats": reps,
+            "reference_mb_s": nbytes / min(ref) / MB,
+            "reduce_mb_s": nbytes / min(red) / MB,
+            "reduce_equal_weights_mb_s": nbytes / min(req) / MB,
+            "reduce_from_blobs_mb_s": nbytes / min(rblob) / MB,
+        }
         r["reduce_vs_reference"] = r["reduce_mb_s"] / r["reference_mb_s"]
         rows.append(r)
-        print(f"  in-process {n:>2} x {size:>3}: reference {r['reference_mb_s']:8.0f} MB/s, reduce "
-              f"{r['reduce_mb_s']:8.0f} MB/s ({r['reduce_vs_reference']:.2f}x), equal weights "
-              f"{r['reduce_equal_weights_mb_s']:.0f}, from blobs {r['reduce_from_blobs_mb_s']:.0f}", flush=True)
-        del ups, blobs
+        print(
+            f"  in-process {n:>2} x {size:>3}: reference {r['reference_mb_s']:8.0f} MB/s, reduce "
+            f"{r['reduce_mb_s']:8.0f} MB/s ({r['reduce_vs_reference']:.2f}x), equal weights "
+            f"{r['reduce_equal_weights_mb_s']:.0f}, from blobs {r['reduce_from_blobs_mb_s']:.0f}",
+            flush=True,
+        )
+        ups = blobs = []  # free the arrays before the next case
     return rows
 
 
@@ -154,8 +176,12 @@ def s3_client(endpoint: str):
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        config=Config(max_pool_connections=32, retries={"max_attempts": 3}))
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        config=Config(max_pool_connections=32, retries={"max_attempts": 3}),
+    )
 
 
 def open_store(spec: tuple[str, str]):
@@ -219,8 +245,10 @@ def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]
         store.put(keys.model_key(RUN, rnd), encode(glob))
 
         def upload(w):
-            store.put(keys.update_key(RUN, rnd, w), encode(ups[w], {"samples": str(640 + w), "worker": str(w),
-                                                                     "train_loss": repr(0.1 + w / 7)}))
+            store.put(
+                keys.update_key(RUN, rnd, w),
+                encode(ups[w], {"samples": str(640 + w), "worker": str(w), "train_loss": repr(0.1 + w / 7)}),
+            )
 
         with ThreadPoolExecutor(4) as ex:
             list(ex.map(upload, range(n)))
@@ -232,7 +260,7 @@ def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]
         full_get_s = _best(lambda: store.get(probe_key), 3)
         range_get_s = _best(lambda: store.get_range(probe_key, 0, max(1, obj_size // max(k, 6))), 3)
         accepted = [{"worker": w, "samples": 640 + w} for w in range(n)]
-        del ups
+        ups = []  # free the arrays before the next round
         nbytes = n * p * 4
         single_t, sharded_t, k1_t = [], [], []
         with ctx.Pool(k, initializer=_reducer_init, initargs=(spec,)) as pool:
@@ -261,18 +289,32 @@ def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]
                     pool.map(_reducer_task, [(rnd, 0, 1, acc)])
                     k1_t.append(time.perf_counter() - t)
         del single_blob
-        r = {"backend": backend, "updates": n, "params": p, "size": size, "bytes": nbytes, "aggregators": k,
-             "upload_s": upload_s, "single_s": min(single_t), "sharded_s": min(sharded_t),
-             "single_mb_s": nbytes / min(single_t) / MB, "sharded_mb_s": nbytes / min(sharded_t) / MB,
-             "sharded_vs_single": min(single_t) / min(sharded_t),
-             "one_reducer_s": min(k1_t) if k1_t else min(sharded_t),
-             "full_get_s": full_get_s, "range_get_s": range_get_s, "range_fraction": 1 / max(k, 6)}
+        r = {
+            "backend": backend,
+            "updates": n,
+            "params": p,
+            "size": size,
+            "bytes": nbytes,
+            "aggregators": k,
+            "upload_s": upload_s,
+            "single_s": min(single_t),
+            "sharded_s": min(sharded_t),
+            "single_mb_s": nbytes / min(single_t) / MB,
+            "sharded_mb_s": nbytes / min(sharded_t) / MB,
+            "sharded_vs_single": min(single_t) / min(sharded_t),
+            "one_reducer_s": min(k1_t) if k1_t else min(sharded_t),
+            "full_get_s": full_get_s,
+            "range_get_s": range_get_s,
+            "range_fraction": 1 / max(k, 6),
+        }
         rows.append(r)
-        print(f"  {backend:5s} {n:>2} x {size:>3}: single {r['single_s']:6.2f} s ({r['single_mb_s']:5.0f} MB/s), "
-              f"sharded k={k} {r['sharded_s']:6.2f} s ({r['sharded_mb_s']:5.0f} MB/s) -> "
-              f"{r['sharded_vs_single']:.2f}x; one reducer {r['one_reducer_s']:.2f} s; ranged GET of "
-              f"1/{round(1 / r['range_fraction'])} {r['range_get_s'] * 1e3:.0f} ms vs whole {r['full_get_s'] * 1e3:.0f} ms",
-              flush=True)
+        print(
+            f"  {backend:5s} {n:>2} x {size:>3}: single {r['single_s']:6.2f} s ({r['single_mb_s']:5.0f} MB/s), "
+            f"sharded k={k} {r['sharded_s']:6.2f} s ({r['sharded_mb_s']:5.0f} MB/s) -> "
+            f"{r['sharded_vs_single']:.2f}x; one reducer {r['one_reducer_s']:.2f} s; ranged GET of "
+            f"1/{round(1 / r['range_fraction'])} {r['range_get_s'] * 1e3:.0f} ms vs whole {r['full_get_s'] * 1e3:.0f} ms",
+            flush=True,
+        )
         for key in store.list(keys.round_prefix(RUN, rnd)) + store.list(keys.round_prefix(RUN, rnd + 1)):
             store.delete(key)
     return rows
@@ -295,7 +337,9 @@ def bench_sync(backend: str, spec: tuple[str, str], workers: int = 4, numel: int
     errors = []
 
     def worker(i):
-        rs = ReduceScatter(open_store(spec), prefix, workers, i, numel, poll=Poll(first=0.001, longest=0.01, timeout=60))
+        rs = ReduceScatter(
+            open_store(spec), prefix, workers, i, numel, poll=Poll(first=0.001, longest=0.01, timeout=60)
+        )
         ts = []
         try:
             for s in range(steps):
@@ -313,18 +357,33 @@ def bench_sync(backend: str, spec: tuple[str, str], workers: int = 4, numel: int
         t.join()
     delete_prefix(store, prefix)
     step = [max(times[i][s] for i in range(workers)) for s in range(steps)] if not errors else []
-    r = {"backend": backend, "workers": workers, "params": numel, "steps": steps,
-         "median_step_s": float(np.median(step[1:])) if step else None, "errors": errors[:3]}
-    print(f"  sync {backend:5s} {workers} workers x {numel:,} params: median step "
-          f"{(r['median_step_s'] or float('nan')) * 1e3:.0f} ms", flush=True)
+    r = {
+        "backend": backend,
+        "workers": workers,
+        "params": numel,
+        "steps": steps,
+        "median_step_s": float(np.median(step[1:])) if step else None,
+        "errors": errors[:3],
+    }
+    print(
+        f"  sync {backend:5s} {workers} workers x {numel:,} params: median step "
+        f"{(r['median_step_s'] or float('nan')) * 1e3:.0f} ms",
+        flush=True,
+    )
     return r
 
 
 # ----------------------------------------------------------------------------- 3. compression
 
 
-def compression_accuracy(rounds: int = 25, seeds: tuple[int, ...] = (0, 1, 2), workers: int = 4,
-                         local_steps: int = 20, batch: int = 32, target: float = 0.96) -> dict:
+def compression_accuracy(
+    rounds: int = 25,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    workers: int = 4,
+    local_steps: int = 20,
+    batch: int = 32,
+    target: float = 0.96,
+) -> dict:
     """Local SGD on digits with none / fp16 / bf16 updates: same seeds, same data order.
 
     Each simulated worker runs the worker's training step (fresh SGD with momentum from the global
@@ -381,7 +440,7 @@ def compression_accuracy(rounds: int = 25, seeds: tuple[int, ...] = (0, 1, 2), w
                     need = batch * local_steps
                     order = np.concatenate([rng.permutation(len(x)) for _ in range(math.ceil(need / len(x)))])[:need]
                     for s in range(local_steps):
-                        idx = torch.from_numpy(order[s * batch:(s + 1) * batch])
+                        idx = torch.from_numpy(order[s * batch : (s + 1) * batch])
                         opt.zero_grad(set_to_none=True)
                         loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx], reduction="sum")
                         (loss / len(idx)).backward()
@@ -391,15 +450,27 @@ def compression_accuracy(rounds: int = 25, seeds: tuple[int, ...] = (0, 1, 2), w
                     updates.append(decode(blob))
                     weights.append(need)
                 gstate = apply_update(gstate, weighted_average(updates, weights), 1.0)
-            per_seed.append({"seed": seed, "rounds_to_target": reached, "final_accuracy": curve[-1],
-                             "final_val_loss": losses[-1], "best_accuracy": max(curve), "curve": curve,
-                             "val_loss_curve": losses, "final_state": gstate})
+            per_seed.append(
+                {
+                    "seed": seed,
+                    "rounds_to_target": reached,
+                    "final_accuracy": curve[-1],
+                    "final_val_loss": losses[-1],
+                    "best_accuracy": max(curve),
+                    "curve": curve,
+                    "val_loss_curve": losses,
+                    "final_state": gstate,
+                }
+            )
         finals = [s["final_accuracy"] for s in per_seed]
         rtt = [s["rounds_to_target"] for s in per_seed]
-        results[codec] = {"final_accuracy_mean": float(np.mean(finals)),
-                          "final_val_loss_mean": float(np.mean([s["final_val_loss"] for s in per_seed])),
-                          "rounds_to_target": rtt, "update_bytes_per_param": {"none": 4, "fp16": 2, "bf16": 2}[codec],
-                          "per_seed": per_seed}
+        results[codec] = {
+            "final_accuracy_mean": float(np.mean(finals)),
+            "final_val_loss_mean": float(np.mean([s["final_val_loss"] for s in per_seed])),
+            "rounds_to_target": rtt,
+            "update_bytes_per_param": {"none": 4, "fp16": 2, "bf16": 2}[codec],
+            "per_seed": per_seed,
+        }
     base = results["none"]["final_accuracy_mean"]
     for codec in ("fp16", "bf16"):
         results[codec]["accuracy_cost"] = base - results[codec]["final_accuracy_mean"]
@@ -416,12 +487,22 @@ def compression_accuracy(rounds: int = 25, seeds: tuple[int, ...] = (0, 1, 2), w
             s.pop("final_state", None)
     summary = {c: {k: v for k, v in r.items() if k != "per_seed"} for c, r in results.items()}
     for c, r in summary.items():
-        print(f"  compression {c:4s}: final accuracy {r['final_accuracy_mean']:.4f} "
-              f"(cost {r.get('accuracy_cost', 0.0):+.4f}), val loss {r['final_val_loss_mean']:.4f}, "
-              f"model drift {r.get('final_model_relative_drift', 0.0):.2e}, rounds to {target}: {r['rounds_to_target']}",
-              flush=True)
-    return {"dataset": "digits", "workers": workers, "local_steps": local_steps, "batch_size": batch,
-            "rounds": rounds, "seeds": list(seeds), "target": target, "codecs": results}
+        print(
+            f"  compression {c:4s}: final accuracy {r['final_accuracy_mean']:.4f} "
+            f"(cost {r.get('accuracy_cost', 0.0):+.4f}), val loss {r['final_val_loss_mean']:.4f}, "
+            f"model drift {r.get('final_model_relative_drift', 0.0):.2e}, rounds to {target}: {r['rounds_to_target']}",
+            flush=True,
+        )
+    return {
+        "dataset": "digits",
+        "workers": workers,
+        "local_steps": local_steps,
+        "batch_size": batch,
+        "rounds": rounds,
+        "seeds": list(seeds),
+        "target": target,
+        "codecs": results,
+    }
 
 
 # ----------------------------------------------------------------------------- all
@@ -460,8 +541,9 @@ def summarize(res: dict) -> dict:
         # The worse of the two stores (Redis, and the local engine's S3), each also reported.
         "sharded_vs_single": min((r["sharded_vs_single"] for r in big), default=None),
         "sharded_vs_single_by_backend": {r["backend"]: r["sharded_vs_single"] for r in big},
-        "compression_accuracy_cost": {c: res["compression"]["codecs"][c].get("accuracy_cost")
-                                      for c in ("fp16", "bf16")},
+        "compression_accuracy_cost": {
+            c: res["compression"]["codecs"][c].get("accuracy_cost") for c in ("fp16", "bf16")
+        },
     }
 
 

@@ -64,8 +64,9 @@ def _optimizer(model, t: dict):
     opt = t.get("optimizer", "sgd")
     lr = t.get("learning_rate", 0.05)
     if opt == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=t.get("momentum", 0.9),
-                               weight_decay=t.get("weight_decay", 0.0))
+        return torch.optim.SGD(
+            model.parameters(), lr=lr, momentum=t.get("momentum", 0.9), weight_decay=t.get("weight_decay", 0.0)
+        )
     cls = torch.optim.Adam if opt == "adam" else torch.optim.AdamW
     return cls(model.parameters(), lr=lr, weight_decay=t.get("weight_decay", 0.0))
 
@@ -82,7 +83,7 @@ def _accuracy(model, xv, yv) -> float:
     with torch.no_grad():
         correct = 0
         for i in range(0, len(xv), 8192):
-            correct += int((model(xv[i:i + 8192]).argmax(1) == yv[i:i + 8192]).sum())
+            correct += int((model(xv[i : i + 8192]).argmax(1) == yv[i : i + 8192]).sum())
     model.train()
     return correct / len(xv)
 
@@ -112,7 +113,7 @@ def _plain_main(dataset: str, job: dict, t_launch: float, max_train_s: float, th
     while not reached and time.time() - t_ready < max_train_s:
         perm = torch.from_numpy(rng.permutation(len(xt)))
         for i in range(0, len(xt) - b + 1, b):
-            idx = perm[i:i + b]
+            idx = perm[i : i + b]
             opt.zero_grad(set_to_none=True)
             loss_fn(model(X[idx]), Y[idx]).backward()
             opt.step()
@@ -126,9 +127,19 @@ def _plain_main(dataset: str, job: dict, t_launch: float, max_train_s: float, th
                 if time.time() - t_ready > max_train_s:
                     break
     t_done = time.time()
-    return {"kind": "plain", "threads": torch.get_num_threads(), "startup_s": t_ready - t_launch,
-            "train_s": t_done - t_ready, "reached": reached, "accuracy": acc, "steps": steps,
-            "samples": steps * b, "epochs": steps * b / len(xt), "evals": len(curve), "curve": curve[-50:]}
+    return {
+        "kind": "plain",
+        "threads": torch.get_num_threads(),
+        "startup_s": t_ready - t_launch,
+        "train_s": t_done - t_ready,
+        "reached": reached,
+        "accuracy": acc,
+        "steps": steps,
+        "samples": steps * b,
+        "epochs": steps * b / len(xt),
+        "evals": len(curve),
+        "curve": curve[-50:],
+    }
 
 
 # ----------------------------------------------------------------------------- DDP (gloo)
@@ -151,7 +162,7 @@ def _ddp_rank(rank: int, world: int, dataset: str, job: dict, port: int, out_fil
     X, Y, XV, YV = (torch.from_numpy(a) for a in (xt, yt, xv, yv))
     b, target = int(t["batch_size"]), float(t["target_value"])
     every = max(1, eval_every_samples(job) // (b * world))  # global samples between evaluations
-    rng = np.random.default_rng(job.get("seed", 0))         # same permutation on every rank
+    rng = np.random.default_rng(job.get("seed", 0))  # same permutation on every rank
     flag = torch.zeros(1)
     dist.barrier()
     t_ready = time.time()
@@ -161,7 +172,7 @@ def _ddp_rank(rank: int, world: int, dataset: str, job: dict, port: int, out_fil
         perm = torch.from_numpy(rng.permutation(len(xt))[rank::world][:per_rank])
         stop = False
         for i in range(0, per_rank - b + 1, b):
-            idx = perm[i:i + b]
+            idx = perm[i : i + b]
             opt.zero_grad(set_to_none=True)
             loss_fn(model(X[idx]), Y[idx]).backward()
             opt.step()
@@ -179,10 +190,21 @@ def _ddp_rank(rank: int, world: int, dataset: str, job: dict, port: int, out_fil
             break
     t_done = time.time()
     if rank == 0:
-        Path(out_file).write_text(json.dumps({
-            "t_ready": t_ready, "t_done": t_done, "reached": bool(reached), "accuracy": acc, "steps": steps,
-            "samples": steps * b * world, "epochs": steps * b * world / len(xt), "evals": len(curve),
-            "curve": curve[-50:]}))
+        Path(out_file).write_text(
+            json.dumps(
+                {
+                    "t_ready": t_ready,
+                    "t_done": t_done,
+                    "reached": bool(reached),
+                    "accuracy": acc,
+                    "steps": steps,
+                    "samples": steps * b * world,
+                    "epochs": steps * b * world / len(xt),
+                    "evals": len(curve),
+                    "curve": curve[-50:],
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
@@ -195,27 +217,61 @@ def _ddp_main(dataset: str, job: dict, t_launch: float, max_train_s: float, worl
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank0.json")
-        mp.start_processes(_ddp_rank, args=(world, dataset, job, free_port(), out, max_train_s),
-                           nprocs=world, join=True, start_method="spawn")
+        mp.start_processes(
+            _ddp_rank,
+            args=(world, dataset, job, free_port(), out, max_train_s),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
+        )
         r = json.loads(Path(out).read_text())
-    return {"kind": "ddp", "world": world, "backend": "gloo", "threads_per_process": 1,
-            "startup_s": r["t_ready"] - t_launch, "train_s": r["t_done"] - r["t_ready"],
-            **{k: r[k] for k in ("reached", "accuracy", "steps", "samples", "epochs", "evals", "curve")}}
+    return {
+        "kind": "ddp",
+        "world": world,
+        "backend": "gloo",
+        "threads_per_process": 1,
+        "startup_s": r["t_ready"] - t_launch,
+        "train_s": r["t_done"] - r["t_ready"],
+        **{k: r[k] for k in ("reached", "accuracy", "steps", "samples", "epochs", "evals", "curve")},
+    }
 
 
 # ----------------------------------------------------------------------------- entry points
 
 
-def run_baseline(kind: str, dataset_dir: str | Path, job: dict, max_train_s: float = 300.0,
-                 timeout_s: float = 900.0, threads: int | None = None) -> dict:
+def run_baseline(
+    kind: str,
+    dataset_dir: str | Path,
+    job: dict,
+    max_train_s: float = 300.0,
+    timeout_s: float = 900.0,
+    threads: int | None = None,
+) -> dict:
     """Run one baseline in a fresh Python process and return its JSON result.
     `threads` (plain only): torch threads; None keeps torch's default (one per core)."""
     extra = ["--threads", str(threads)] if threads else []
     with open(os.devnull, "w") as devnull:
         proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), kind, "--dataset", str(dataset_dir),
-             "--job", json.dumps(job), "--launched", repr(time.time()), "--max-train-s", str(max_train_s)] + extra,
-            capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, stdin=devnull)
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                kind,
+                "--dataset",
+                str(dataset_dir),
+                "--job",
+                json.dumps(job),
+                "--launched",
+                repr(time.time()),
+                "--max-train-s",
+                str(max_train_s),
+            ]
+            + extra,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=ROOT,
+            stdin=devnull,
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"baseline {kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

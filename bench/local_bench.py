@@ -46,24 +46,45 @@ DATASETS = {
     "digits": {"source": "sklearn:digits", "shards": 16, "validation_fraction": 0.2},
     # 240,000 training rows, 10,000 validation rows (a large validation split would make every
     # evaluation, in all three systems alike, cost more than the training between them).
-    "synthetic": {"source": "synthetic:classification?rows=250000&features=64&classes=10&seed=0",
-                  "shards": 32, "validation_fraction": 0.04},
+    "synthetic": {
+        "source": "synthetic:classification?rows=250000&features=64&classes=10&seed=0",
+        "shards": 32,
+        "validation_fraction": 0.04,
+    },
 }
 
 # The jobs: smlt runs them as they are; the baselines take model, optimizer, batch, target and
 # evaluation cadence (workers x local steps x batch samples) from them.
 JOBS = {
     "digits": {  # examples/digits.json
-        "name": "bench-digits", "model": {"name": "mlp", "params": {"hidden": [128, 64]}},
-        "training": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "batch_size": 32,
-                     "local_steps": 20, "max_rounds": 40, "target_metric": "val_accuracy", "target_value": 0.96},
+        "name": "bench-digits",
+        "model": {"name": "mlp", "params": {"hidden": [128, 64]}},
+        "training": {
+            "optimizer": "sgd",
+            "learning_rate": 0.05,
+            "momentum": 0.9,
+            "batch_size": 32,
+            "local_steps": 20,
+            "max_rounds": 40,
+            "target_metric": "val_accuracy",
+            "target_value": 0.96,
+        },
         "workers": {"initial": 4, "min": 1, "max": 8, "memory_mb": 1769, "planner": "fixed"},
         "seed": 0,
     },
     "synthetic": {
-        "name": "bench-synthetic", "model": {"name": "mlp", "params": {"hidden": [1024, 1024]}},
-        "training": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "batch_size": 64,
-                     "local_steps": 400, "max_rounds": 100, "target_metric": "val_accuracy", "target_value": 0.9725},
+        "name": "bench-synthetic",
+        "model": {"name": "mlp", "params": {"hidden": [1024, 1024]}},
+        "training": {
+            "optimizer": "sgd",
+            "learning_rate": 0.05,
+            "momentum": 0.9,
+            "batch_size": 64,
+            "local_steps": 400,
+            "max_rounds": 100,
+            "target_metric": "val_accuracy",
+            "target_value": 0.9725,
+        },
         "workers": {"initial": 2, "min": 1, "max": 2, "memory_mb": 1769, "planner": "fixed"},
         "seed": 0,
     },
@@ -113,16 +134,23 @@ def run_smlt_local(job: dict, out_dir: Path, timeout_s: float = 600.0) -> dict:
     job_file.write_text(json.dumps(job, indent=1))
     t0 = time.time()
     try:
-        proc = subprocess.run([str(SMLT_CLI), "run", "--local", str(job_file), "--out", str(out_dir), "--quiet"],
-                              capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [str(SMLT_CLI), "run", "--local", str(job_file), "--out", str(out_dir), "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return {"skipped": True, "note": f"smlt run --local did not finish within {timeout_s:.0f} s"}
     wall = time.time() - t0
     metrics_file = out_dir / "metrics.json"
     if proc.returncode != 0 or not metrics_file.exists():
-        return {"skipped": True, "note": f"smlt run --local failed ({proc.returncode}): "
-                                         f"{(proc.stderr or proc.stdout)[-800:]}"}
+        return {
+            "skipped": True,
+            "note": f"smlt run --local failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-800:]}",
+        }
     m = json.loads(metrics_file.read_text())
     final = m.get("final", {})
     run_s = float(final.get("wall_seconds") or wall)
@@ -137,11 +165,21 @@ def run_smlt_local(job: dict, out_dir: Path, timeout_s: float = 600.0) -> dict:
     train_s = run_s - cold_s
     target = job["training"]["target_value"]
     acc = final.get("val_accuracy")
-    return {"kind": "smlt", "startup_s": max(0.0, wall - run_s) + cold_s, "train_s": train_s, "run_s": run_s,
-            "first_round_cold_s": cold_s, "wall_s": wall, "rounds_s": rounds_s,
-            "reached": acc is not None and acc >= target, "accuracy": acc, "rounds": final.get("rounds"),
-            "samples": final.get("samples"), "stop_reason": final.get("stop_reason"),
-            "estimated_cost_usd": final.get("estimated_cost_usd")}
+    return {
+        "kind": "smlt",
+        "startup_s": max(0.0, wall - run_s) + cold_s,
+        "train_s": train_s,
+        "run_s": run_s,
+        "first_round_cold_s": cold_s,
+        "wall_s": wall,
+        "rounds_s": rounds_s,
+        "reached": acc is not None and acc >= target,
+        "accuracy": acc,
+        "rounds": final.get("rounds"),
+        "samples": final.get("samples"),
+        "stop_reason": final.get("stop_reason"),
+        "estimated_cost_usd": final.get("estimated_cost_usd"),
+    }
 
 
 OVERHEAD_DATASET = "synthetic:classification?rows=400&features=8&classes=2&seed=0"
@@ -176,12 +214,13 @@ def smlt_overhead_ms_per_round(rounds: int = 24, workers: int = 8) -> dict:
     engine, names, _ = start_engine(None, quiet=True)
     startup_s = time.time() - t0
     try:
-        job = {"name": "overhead", "dataset": {"uri": stage_dataset(str(folder), names.data_bucket,
-                                                                    client=engine.client("s3"))},
-               "model": {"name": "logreg"},
-               "training": {"max_rounds": rounds, "local_steps": 1, "batch_size": 1, "learning_rate": 0.01},
-               "workers": {"initial": workers, "min": workers, "max": workers, "memory_mb": 1769,
-                           "planner": "fixed"}}
+        job = {
+            "name": "overhead",
+            "dataset": {"uri": stage_dataset(str(folder), names.data_bucket, client=engine.client("s3"))},
+            "model": {"name": "logreg"},
+            "training": {"max_rounds": rounds, "local_steps": 1, "batch_size": 1, "learning_rate": 0.01},
+            "workers": {"initial": workers, "min": workers, "max": workers, "memory_mb": 1769, "planner": "fixed"},
+        }
         out = Path(tempfile.mkdtemp(prefix="smlt-overhead-"))
         engine.start_trace()
         t1 = time.time()
@@ -219,8 +258,12 @@ def smlt_overhead_ms_per_round(rounds: int = 24, workers: int = 8) -> dict:
 
         calls = [c for c in trace if a <= c["start"] < b]
         kinds = {"planner": "Planner", "train": "TrainStep", "aggregate": "Aggregate"}
-        row = {"round_ms": (b - a) * 1e3, "plan_ms": inside("Plan") * 1e3, "map_ms": inside("Train") * 1e3,
-               "aggregate_ms": inside("Aggregate") * 1e3}
+        row = {
+            "round_ms": (b - a) * 1e3,
+            "plan_ms": inside("Plan") * 1e3,
+            "map_ms": inside("Train") * 1e3,
+            "aggregate_ms": inside("Aggregate") * 1e3,
+        }
         row["choice_and_transitions_ms"] = row["round_ms"] - row["plan_ms"] - row["map_ms"] - row["aggregate_ms"]
         for k, tag in kinds.items():
             cs = [c for c in calls if tag in c["function"]]
@@ -236,12 +279,21 @@ def smlt_overhead_ms_per_round(rounds: int = 24, workers: int = 8) -> dict:
         return {"skipped": True, "note": "too few rounds in the history"}
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     half = len(rows) // 2
-    return {"ms_per_round": med["round_ms"], "breakdown_median": med, "rounds_measured": len(rows),
-            "workers": workers, "pool_processes": pool_size, "engine_startup_s": startup_s,
-            "wall_s": wall, "round_ms": [r["round_ms"] for r in rows],
-            "first_half_median_ms": statistics.median(r["round_ms"] for r in rows[:half]) if half else None,
-            "second_half_median_ms": statistics.median(r["round_ms"] for r in rows[half:]),
-            "job": job, "load_average": os.getloadavg(), "cpu_ms_per_round": _cpu_per_round(marks)}
+    return {
+        "ms_per_round": med["round_ms"],
+        "breakdown_median": med,
+        "rounds_measured": len(rows),
+        "workers": workers,
+        "pool_processes": pool_size,
+        "engine_startup_s": startup_s,
+        "wall_s": wall,
+        "round_ms": [r["round_ms"] for r in rows],
+        "first_half_median_ms": statistics.median(r["round_ms"] for r in rows[:half]) if half else None,
+        "second_half_median_ms": statistics.median(r["round_ms"] for r in rows[half:]),
+        "job": job,
+        "load_average": os.getloadavg(),
+        "cpu_ms_per_round": _cpu_per_round(marks),
+    }
 
 
 @contextlib.contextmanager
@@ -275,7 +327,7 @@ def _cpu_seconds(root: int) -> dict[int, float]:
                 stat = Path(f"/proc/{name}/stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             procs[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
     tree, grew = {root}, True
     while grew:
@@ -296,6 +348,7 @@ def _cpu_per_round(marks: dict) -> dict | None:
     per = lambda pids: sum(c1[p] - c0.get(p, 0.0) for p in pids) * 1e3 / max(1, n1 - n0)  # noqa: E731
     me = os.getpid()
     return {"engine_process": per([me]), "handler_processes": per([p for p in c1 if p != me]), "rounds": n1 - n0}
+
 
 # <<< smlt part
 # ----------------------------------------------------------------------------- time to accuracy
@@ -339,8 +392,10 @@ def tta(name: str, with_smlt: bool, max_train_s: float) -> dict:
 def _fmt(r: dict) -> str:
     if r.get("skipped"):
         return f"skipped: {r.get('note', '')[:200]}"
-    return (f"start-up {r['startup_s']:6.1f} s, training {r['train_s']:7.2f} s, reached={r['reached']} "
-            f"accuracy {r.get('accuracy') or 0:.4f}")
+    return (
+        f"start-up {r['startup_s']:6.1f} s, training {r['train_s']:7.2f} s, reached={r['reached']} "
+        f"accuracy {r.get('accuracy') or 0:.4f}"
+    )
 
 
 def _ratio(a: dict | None, b: dict | None) -> float | None:
@@ -353,26 +408,32 @@ def _ratio(a: dict | None, b: dict | None) -> float | None:
 
 
 def table(results: dict) -> str:
-    lines = [SECTION, "",
-             f"Measured by `make bench` (`bench/local_bench.py`) on {results['machine']['cpus']} shared cores, "
-             f"{time.strftime('%Y-%m-%d', time.gmtime(results['started_at']))}; load average "
-             f"{results['machine']['load_average_start'][0]:.1f} at start, "
-             f"{results['machine']['load_average_end'][0]:.1f} at the end. Raw numbers: `bench/results/local.json`. "
-             "The machine is shared and noisy: read the ratios (each compares runs made in the same invocation).",
-             ""]
+    lines = [
+        SECTION,
+        "",
+        f"Measured by `make bench` (`bench/local_bench.py`) on {results['machine']['cpus']} shared cores, "
+        f"{time.strftime('%Y-%m-%d', time.gmtime(results['started_at']))}; load average "
+        f"{results['machine']['load_average_start'][0]:.1f} at start, "
+        f"{results['machine']['load_average_end'][0]:.1f} at the end. Raw numbers: `bench/results/local.json`. "
+        "The machine is shared and noisy: read the ratios (each compares runs made in the same invocation).",
+        "",
+    ]
     if results.get("command"):
         lines += [f"This record: `{results['command']}` ({results['elapsed_s']:.0f} s).", ""]
-    lines += ["How: `make bench` runs `bench/local_bench.py` (under 15 minutes). Time to accuracy: every system "
-              "trains the same prepared data (bench cache), the same MLP, optimizer, batch size and target, and "
-              "evaluates on the whole validation split after the samples of one smlt round (workers × local steps "
-              "× batch); plain PyTorch is run with 1 thread and with torch's default (2) and the faster counts; "
-              "DDP is 2 processes × 1 thread, gloo, batch per process = the job's batch. Start-up (process, "
-              "torch import, data, DDP group; for smlt synth, engine, process pool and the workers' cold round-0 "
-              "excess) is apart from training time, which runs until an evaluation meets the target and "
-              "includes the evaluations. Aggregation and compression: `bench/aggregation_bench.py`. The synthetic "
-              "job trains 400 local steps per round on 2 workers (one per core): each round pays a fixed cost "
-              "(plan, aggregate, the workers' model/shard/record I/O through the one moto server; see the overhead "
-              "table), so fewer, longer rounds; more workers than cores only queue for the handler processes.", ""]
+    lines += [
+        "How: `make bench` runs `bench/local_bench.py` (under 15 minutes). Time to accuracy: every system "
+        "trains the same prepared data (bench cache), the same MLP, optimizer, batch size and target, and "
+        "evaluates on the whole validation split after the samples of one smlt round (workers × local steps "
+        "× batch); plain PyTorch is run with 1 thread and with torch's default (2) and the faster counts; "
+        "DDP is 2 processes × 1 thread, gloo, batch per process = the job's batch. Start-up (process, "
+        "torch import, data, DDP group; for smlt synth, engine, process pool and the workers' cold round-0 "
+        "excess) is apart from training time, which runs until an evaluation meets the target and "
+        "includes the evaluations. Aggregation and compression: `bench/aggregation_bench.py`. The synthetic "
+        "job trains 400 local steps per round on 2 workers (one per core): each round pays a fixed cost "
+        "(plan, aggregate, the workers' model/shard/record I/O through the one moto server; see the overhead "
+        "table), so fewer, longer rounds; more workers than cores only queue for the handler processes.",
+        "",
+    ]
     for note in results.get("notes", []):
         lines += [note, ""]
     s = results["summary"]
@@ -381,81 +442,128 @@ def table(results: dict) -> str:
     def f(v, fmt="{:.2f}"):
         return "n/a" if v is None else fmt.format(v)
 
-    lines += [f"| `tta_vs_pytorch` (smlt / plain PyTorch training time, synthetic) | {f(s['tta_vs_pytorch'])} | ≤ 1.25 |",
-              f"| `tta_vs_ddp` (smlt / DDP training time, synthetic) | {f(s['tta_vs_ddp'])} | < 1 |",
-              f"| `overhead_ms_per_round` (8 workers, no-op compute) | {f(s['overhead_ms_per_round'], '{:.0f}')} | ≤ 60 |",
-              f"| `reduce_vs_reference` (in-process reduce / numpy sum, worst case) | {f(s['reduce_vs_reference'])} | ≥ 0.5 |",
-              f"| `sharded_vs_single` (single / sharded time, 32 × 11M, worse of Redis and S3) | {f(s['sharded_vs_single'])} | > 1 |",
-              ""]
+    lines += [
+        f"| `tta_vs_pytorch` (smlt / plain PyTorch training time, synthetic) | {f(s['tta_vs_pytorch'])} | ≤ 1.25 |",
+        f"| `tta_vs_ddp` (smlt / DDP training time, synthetic) | {f(s['tta_vs_ddp'])} | < 1 |",
+        f"| `overhead_ms_per_round` (8 workers, no-op compute) | {f(s['overhead_ms_per_round'], '{:.0f}')} | ≤ 60 |",
+        f"| `reduce_vs_reference` (in-process reduce / numpy sum, worst case) | {f(s['reduce_vs_reference'])} | ≥ 0.5 |",
+        f"| `sharded_vs_single` (single / sharded time, 32 × 11M, worse of Redis and S3) | {f(s['sharded_vs_single'])} | > 1 |",
+        "",
+    ]
     ov = results.get("overhead") or {}
     if ov.get("ms_per_round") is not None:
         lines += overhead_table(ov, results.get("overhead_unpatched"))
     for name, r in results.get("tta", {}).items():
         t = r["job"]["training"]
-        lines += [f"Time to {t['target_value']} validation accuracy on **{name}** (`{r['source']}`, "
-                  f"model {r['job']['model']['params']}, batch {t['batch_size']}, lr {t['learning_rate']}; "
-                  f"evaluation every {r['job']['workers']['initial'] * t['local_steps'] * t['batch_size']:,} samples):", "",
-                  "| system | start-up s | training s | reached | accuracy | epochs |", "| --- | --- | --- | --- | --- | --- |"]
-        for key, label in (("plain_1thread", "PyTorch, 1 process, 1 thread"),
-                           ("plain_default", "PyTorch, 1 process, default threads"),
-                           ("ddp", "PyTorch DDP, gloo, 2 processes × 1 thread"), ("smlt", "smlt run --local")):
+        lines += [
+            f"Time to {t['target_value']} validation accuracy on **{name}** (`{r['source']}`, "
+            f"model {r['job']['model']['params']}, batch {t['batch_size']}, lr {t['learning_rate']}; "
+            f"evaluation every {r['job']['workers']['initial'] * t['local_steps'] * t['batch_size']:,} samples):",
+            "",
+            "| system | start-up s | training s | reached | accuracy | epochs |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for key, label in (
+            ("plain_1thread", "PyTorch, 1 process, 1 thread"),
+            ("plain_default", "PyTorch, 1 process, default threads"),
+            ("ddp", "PyTorch DDP, gloo, 2 processes × 1 thread"),
+            ("smlt", "smlt run --local"),
+        ):
             x = r.get(key, {})
             if x.get("skipped"):
                 lines.append(f"| {label} | – | – | – | – | {x.get('note', '')[:120]} |")
             else:
                 ep = x.get("epochs")
-                reached = "yes" if x["reached"] else (
-                    f"no: stopped at {x['cap_s']:.0f} s, slower than 1 thread" if key == "plain_default" else "no")
-                lines.append(f"| {label} | {x['startup_s']:.1f} | {x['train_s']:.2f} | {reached} | "
-                             f"{(x.get('accuracy') or 0):.4f} | {'' if ep is None else f'{ep:.2f}'} |")
+                reached = (
+                    "yes"
+                    if x["reached"]
+                    else (
+                        f"no: stopped at {x['cap_s']:.0f} s, slower than 1 thread" if key == "plain_default" else "no"
+                    )
+                )
+                lines.append(
+                    f"| {label} | {x['startup_s']:.1f} | {x['train_s']:.2f} | {reached} | "
+                    f"{(x.get('accuracy') or 0):.4f} | {'' if ep is None else f'{ep:.2f}'} |"
+                )
         lines.append("")
     if results.get("tta", {}).get("synthetic", {}).get("smlt", {}).get("reached"):
-        lines += ["Why smlt can beat plain PyTorch here: its 2 workers are 2 processes, one per core, each "
-                  "training on its own shards (local SGD) with one thread; plain PyTorch is one process whose "
-                  "intra-op threads help little at batch 64, and DDP pays an all-reduce per step. Model "
-                  "averaging also needed no more samples (the epochs column) than plain SGD on this data. On "
-                  "digits, where the compute is tiny, the fixed cost of smlt's rounds dominates.", ""]
+        lines += [
+            "Why smlt can beat plain PyTorch here: its 2 workers are 2 processes, one per core, each "
+            "training on its own shards (local SGD) with one thread; plain PyTorch is one process whose "
+            "intra-op threads help little at batch 64, and DDP pays an all-reduce per step. Model "
+            "averaging also needed no more samples (the epochs column) than plain SGD on this data. On "
+            "digits, where the compute is tiny, the fixed cost of smlt's rounds dominates.",
+            "",
+        ]
     agg = results.get("aggregation")
     if agg:
-        lines += ["Aggregation, in memory: MB/s of update bytes reduced (best of 3).", "",
-                  "| updates × params | numpy reference | reduce (unequal weights) | ratio | equal weights | from safetensors blobs |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "Aggregation, in memory: MB/s of update bytes reduced (best of 3).",
+            "",
+            "| updates × params | numpy reference | reduce (unequal weights) | ratio | equal weights | from safetensors blobs |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for x in agg["in_process"]:
-            lines.append(f"| {x['updates']} × {x['size']} | {x['reference_mb_s']:.0f} | {x['reduce_mb_s']:.0f} | "
-                         f"{x['reduce_vs_reference']:.2f} | {x['reduce_equal_weights_mb_s']:.0f} | {x['reduce_from_blobs_mb_s']:.0f} |")
-        lines += ["", "Aggregation through a store (real redis-server; the local engine's moto S3 server; both on loopback, each in its own process): "
-                  "single aggregator (round.py's path) vs k sharded reducer processes (k from `plan_slices`).", "",
-                  "| store | updates × params | k | single s | sharded s | single MB/s | sharded MB/s | speed-up | one reducer s | ranged GET of 1/k ÷ whole GET |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines.append(
+                f"| {x['updates']} × {x['size']} | {x['reference_mb_s']:.0f} | {x['reduce_mb_s']:.0f} | "
+                f"{x['reduce_vs_reference']:.2f} | {x['reduce_equal_weights_mb_s']:.0f} | {x['reduce_from_blobs_mb_s']:.0f} |"
+            )
+        lines += [
+            "",
+            "Aggregation through a store (real redis-server; the local engine's moto S3 server; both on loopback, each in its own process): "
+            "single aggregator (round.py's path) vs k sharded reducer processes (k from `plan_slices`).",
+            "",
+            "| store | updates × params | k | single s | sharded s | single MB/s | sharded MB/s | speed-up | one reducer s | ranged GET of 1/k ÷ whole GET |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for x in agg["store"]:
-            lines.append(f"| {'moto S3' if x['backend'] == 's3' else x['backend']} | {x['updates']} × {x['size']} | "
-                         f"{x['aggregators']} | {x['single_s']:.2f} | "
-                         f"{x['sharded_s']:.2f} | {x['single_mb_s']:.0f} | {x['sharded_mb_s']:.0f} | {x['sharded_vs_single']:.2f}× | "
-                         f"{x['one_reducer_s']:.2f} | {x['range_get_s'] / x['full_get_s']:.2f} |")
-        lines += ["", "k = 1 rows run the sharded code with one reducer; the system uses the single path when "
-                  "`plan_slices` says 1. The S3 server is the local engine's (moto with `smlt.local.speed`, whose "
-                  "ranged GET reads only its range; stock moto reads the whole object, see \"moto hot spots\" "
-                  "below); `sharded_vs_single` is the worse of the two stores. \"one reducer\" is the sharded "
-                  "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
-                  "`sharded.reduce_updates` gives round.py as a drop-in for its GET + decode + average."]
+            lines.append(
+                f"| {'moto S3' if x['backend'] == 's3' else x['backend']} | {x['updates']} × {x['size']} | "
+                f"{x['aggregators']} | {x['single_s']:.2f} | "
+                f"{x['sharded_s']:.2f} | {x['single_mb_s']:.0f} | {x['sharded_mb_s']:.0f} | {x['sharded_vs_single']:.2f}× | "
+                f"{x['one_reducer_s']:.2f} | {x['range_get_s'] / x['full_get_s']:.2f} |"
+            )
+        lines += [
+            "",
+            "k = 1 rows run the sharded code with one reducer; the system uses the single path when "
+            "`plan_slices` says 1. The S3 server is the local engine's (moto with `smlt.local.speed`, whose "
+            'ranged GET reads only its range; stock moto reads the whole object, see "moto hot spots" '
+            'below); `sharded_vs_single` is the worse of the two stores. "one reducer" is the sharded '
+            "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
+            "`sharded.reduce_updates` gives round.py as a drop-in for its GET + decode + average.",
+        ]
         if agg.get("sync"):
-            lines += ["", "Per-step synchronous mode (reduce-scatter through the store, `sharded.ReduceScatter`): "
-                      "median time of one gradient exchange.", "",
-                      "| store | workers | parameters | median step ms |", "| --- | --- | --- | --- |"]
+            lines += [
+                "",
+                "Per-step synchronous mode (reduce-scatter through the store, `sharded.ReduceScatter`): "
+                "median time of one gradient exchange.",
+                "",
+                "| store | workers | parameters | median step ms |",
+                "| --- | --- | --- | --- |",
+            ]
             for x in agg["sync"]:
                 ms = "failed" if x["median_step_s"] is None else f"{x['median_step_s'] * 1e3:.0f}"
-                lines.append(f"| {'moto S3' if x['backend'] == 's3' else x['backend']} | {x['workers']} | "
-                             f"{x['params']:,} | {ms} |")
+                lines.append(
+                    f"| {'moto S3' if x['backend'] == 's3' else x['backend']} | {x['workers']} | "
+                    f"{x['params']:,} | {ms} |"
+                )
         c = agg["compression"]
-        lines += ["", f"Update compression on digits (local SGD, {c['workers']} workers × {c['local_steps']} steps, "
-                  f"{c['rounds']} rounds, seeds {c['seeds']}; the worker's step and the aggregator's reduce):", "",
-                  "| updates | bytes/param | final accuracy (mean) | accuracy cost | final val loss | loss cost | "
-                  "final model drift vs float32 | rounds to target |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"Update compression on digits (local SGD, {c['workers']} workers × {c['local_steps']} steps, "
+            f"{c['rounds']} rounds, seeds {c['seeds']}; the worker's step and the aggregator's reduce):",
+            "",
+            "| updates | bytes/param | final accuracy (mean) | accuracy cost | final val loss | loss cost | "
+            "final model drift vs float32 | rounds to target |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for codec, x in c["codecs"].items():
-            lines.append(f"| {codec} | {x['update_bytes_per_param']} | {x['final_accuracy_mean']:.4f} | "
-                         f"{x.get('accuracy_cost', 0.0):+.4f} | {x['final_val_loss_mean']:.4f} | "
-                         f"{x.get('val_loss_cost', 0.0):+.4f} | {x.get('final_model_relative_drift', 0.0):.1e} | "
-                         f"{x['rounds_to_target']} |")
+            lines.append(
+                f"| {codec} | {x['update_bytes_per_param']} | {x['final_accuracy_mean']:.4f} | "
+                f"{x.get('accuracy_cost', 0.0):+.4f} | {x['final_val_loss_mean']:.4f} | "
+                f"{x.get('val_loss_cost', 0.0):+.4f} | {x.get('final_model_relative_drift', 0.0):.1e} | "
+                f"{x['rounds_to_target']} |"
+            )
     lines += ["", f"Whole bench: {results['elapsed_s']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -464,20 +572,30 @@ def overhead_table(ov: dict, before: dict | None) -> list[str]:
     """The overhead run's breakdown (medians per round), with the unpatched engine beside it when
     measured (`SMLT_LOCAL_SPEEDUPS=0`, see smlt/local/speed.py)."""
     cols = [("after", ov)] + ([("SMLT_LOCAL_SPEEDUPS=0", before)] if before and before.get("ms_per_round") else [])
-    rows = [("round (Plan entered → next Plan entered)", "round_ms"), ("Plan state", "plan_ms"),
-            ("  planner handler", "planner_handler_ms"), ("  its AWS calls (count)", "planner_aws"),
-            ("Train (Distributed Map, 8 children)", "map_ms"),
-            ("  train_step handlers, summed", "train_handler_ms"), ("  their AWS calls (count)", "train_aws"),
-            ("  Map wall − handler time / pool processes", "map_minus_workers_per_process_ms"),
-            ("  seam + pipe, summed over the 8", "train_seam_ms"),
-            ("Aggregate state", "aggregate_ms"), ("  aggregate handler", "aggregate_handler_ms"),
-            ("  its AWS calls (count; parallel GETs overlap)", "aggregate_aws"),
-            ("Choice states and transitions", "choice_and_transitions_ms")]
-    lines = [f"Orchestration overhead per round (`smlt_overhead_ms_per_round`): {ov['workers']} workers on "
-             f"{ov['pool_processes']} handler processes, logistic regression, batch 1, 1 local step, 400 rows; "
-             f"median of {ov['rounds_measured']} rounds (rounds 2..), ms. Load average during the run: "
-             f"{ov['load_average'][0]:.1f}.", "",
-             "| part | " + " | ".join(c for c, _ in cols) + " |", "| --- |" + " --- |" * len(cols)]
+    rows = [
+        ("round (Plan entered → next Plan entered)", "round_ms"),
+        ("Plan state", "plan_ms"),
+        ("  planner handler", "planner_handler_ms"),
+        ("  its AWS calls (count)", "planner_aws"),
+        ("Train (Distributed Map, 8 children)", "map_ms"),
+        ("  train_step handlers, summed", "train_handler_ms"),
+        ("  their AWS calls (count)", "train_aws"),
+        ("  Map wall − handler time / pool processes", "map_minus_workers_per_process_ms"),
+        ("  seam + pipe, summed over the 8", "train_seam_ms"),
+        ("Aggregate state", "aggregate_ms"),
+        ("  aggregate handler", "aggregate_handler_ms"),
+        ("  its AWS calls (count; parallel GETs overlap)", "aggregate_aws"),
+        ("Choice states and transitions", "choice_and_transitions_ms"),
+    ]
+    lines = [
+        f"Orchestration overhead per round (`smlt_overhead_ms_per_round`): {ov['workers']} workers on "
+        f"{ov['pool_processes']} handler processes, logistic regression, batch 1, 1 local step, 400 rows; "
+        f"median of {ov['rounds_measured']} rounds (rounds 2..), ms. Load average during the run: "
+        f"{ov['load_average'][0]:.1f}.",
+        "",
+        "| part | " + " | ".join(c for c, _ in cols) + " |",
+        "| --- |" + " --- |" * len(cols),
+    ]
     for label, key in rows:
         cells = []
         for _, d in cols:
@@ -490,21 +608,28 @@ def overhead_table(ov: dict, before: dict | None) -> list[str]:
     b = ov["breakdown_median"]
     cpu = ov.get("cpu_ms_per_round") or {}
     calls = b["planner_aws_calls"] + b["train_aws_calls"] + b["aggregate_aws_calls"]
-    lines += ["", f"Median {ov['first_half_median_ms']:.0f} ms in the first half of the run, "
-              f"{ov['second_half_median_ms']:.0f} ms in the second. "
-              + (f"CPU per round in the steady state: {cpu['engine_process']:.0f} ms in the engine process (moto "
-                 f"server, interpreter, follower), {cpu['handler_processes']:.0f} ms in the handler processes. "
-                 if cpu else "")
-              + f"What the engine itself adds is small (the `Choice`, `seam` and `Map wall − …` rows); nearly all of "
-              f"a no-op round is the handlers' {calls:.0f} S3 and DynamoDB requests ({b['planner_aws_calls']:.0f} "
-              f"planner, {b['train_aws_calls']:.0f} for the {ov['workers']} workers, {b['aggregate_aws_calls']:.0f} "
-              "aggregate; `tests/handlers/test_requests.py` pins these counts) answered one at a time by the "
-              "one moto server in the engine process. On this machine a request costs ~2 ms of botocore CPU in "
-              "the handler and ~2-3 ms of moto CPU in the engine process (`bench/moto_calls.py`): the engine "
-              "process alone needs more than 60 ms of CPU per round for the requests, so the ≤ 60 ms target is "
-              "out of reach of an emulated data plane here. A fault-tolerant round needs at least 3 requests per "
-              "worker (read whether the round is open and its plan, write the update, record it under the "
-              "seal's condition) and 6 + n for the aggregator.", ""]
+    lines += [
+        "",
+        f"Median {ov['first_half_median_ms']:.0f} ms in the first half of the run, "
+        f"{ov['second_half_median_ms']:.0f} ms in the second. "
+        + (
+            f"CPU per round in the steady state: {cpu['engine_process']:.0f} ms in the engine process (moto "
+            f"server, interpreter, follower), {cpu['handler_processes']:.0f} ms in the handler processes. "
+            if cpu
+            else ""
+        )
+        + f"What the engine itself adds is small (the `Choice`, `seam` and `Map wall − …` rows); nearly all of "
+        f"a no-op round is the handlers' {calls:.0f} S3 and DynamoDB requests ({b['planner_aws_calls']:.0f} "
+        f"planner, {b['train_aws_calls']:.0f} for the {ov['workers']} workers, {b['aggregate_aws_calls']:.0f} "
+        "aggregate; `tests/handlers/test_requests.py` pins these counts) answered one at a time by the "
+        "one moto server in the engine process. On this machine a request costs ~2 ms of botocore CPU in "
+        "the handler and ~2-3 ms of moto CPU in the engine process (`bench/moto_calls.py`): the engine "
+        "process alone needs more than 60 ms of CPU per round for the requests, so the ≤ 60 ms target is "
+        "out of reach of an emulated data plane here. A fault-tolerant round needs at least 3 requests per "
+        "worker (read whether the round is open and its plan, write the update, record it under the "
+        "seal's condition) and 6 + n for the aggregator.",
+        "",
+    ]
     return lines
 
 
@@ -515,7 +640,7 @@ def update_readme(text: str) -> None:
     if start < 0:
         new = old.rstrip("\n") + "\n\n" + text
     else:
-        nxt = re.search(r"^## ", old[start + len(SECTION):], flags=re.M)
+        nxt = re.search(r"^## ", old[start + len(SECTION) :], flags=re.M)
         end = start + len(SECTION) + nxt.start() if nxt else len(old)
         new = old[:start] + text.rstrip("\n") + "\n" + ("\n" + old[end:] if nxt else "")
     README.write_text(new)
@@ -534,12 +659,21 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--readme-only", action="store_true", help="rewrite the README section from --out's JSON")
-    ap.add_argument("--overhead-unpatched", action="store_true",
-                    help="also measure the overhead with smlt.local.speed's patches off (about 2 min more)")
-    ap.add_argument("--update-overhead", action="store_true",
-                    help="measure only the overhead and update it in --out's JSON and the README")
-    ap.add_argument("--overhead-only", action="store_true",
-                    help="print smlt_overhead_ms_per_round()'s JSON and exit (SMLT_LOCAL_SPEEDUPS=0: unpatched)")
+    ap.add_argument(
+        "--overhead-unpatched",
+        action="store_true",
+        help="also measure the overhead with smlt.local.speed's patches off (about 2 min more)",
+    )
+    ap.add_argument(
+        "--update-overhead",
+        action="store_true",
+        help="measure only the overhead and update it in --out's JSON and the README",
+    )
+    ap.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="print smlt_overhead_ms_per_round()'s JSON and exit (SMLT_LOCAL_SPEEDUPS=0: unpatched)",
+    )
     a = ap.parse_args()
     if a.overhead_only:
         print(json.dumps(smlt_overhead_ms_per_round(), default=float))
@@ -558,9 +692,11 @@ def main() -> None:
         return
 
     t0 = time.time()
-    results: dict = {"started_at": t0, "command": " ".join([".venv/bin/python", "bench/local_bench.py", *sys.argv[1:]]),
-                     "machine": {"cpus": os.cpu_count(), "load_average_start": os.getloadavg(),
-                                                   "python": sys.version.split()[0]}}
+    results: dict = {
+        "started_at": t0,
+        "command": " ".join([".venv/bin/python", "bench/local_bench.py", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "load_average_start": os.getloadavg(), "python": sys.version.split()[0]},
+    }
     try:
         import torch
 
@@ -569,13 +705,18 @@ def main() -> None:
         pass
     results["tta"] = {}
     if not a.skip_tta:
-        for name in (("digits",) if a.quick else ("digits", "synthetic")):
+        for name in ("digits",) if a.quick else ("digits", "synthetic"):
             results["tta"][name] = tta(name, not a.skip_smlt, a.max_train_s)
     results["overhead"] = smlt_overhead_ms_per_round()
     if a.overhead_unpatched:  # the same run on an unpatched engine, in a fresh process
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--overhead-only"],
-                              capture_output=True, text=True, env={**os.environ, "SMLT_LOCAL_SPEEDUPS": "0"},
-                              cwd=ROOT, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--overhead-only"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SMLT_LOCAL_SPEEDUPS": "0"},
+            cwd=ROOT,
+            timeout=600,
+        )
         try:
             results["overhead_unpatched"] = json.loads(proc.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -594,7 +735,9 @@ def main() -> None:
         "overhead_ms_per_round": results["overhead"].get("ms_per_round"),
         "reduce_vs_reference": results.get("aggregation", {}).get("summary", {}).get("reduce_vs_reference"),
         "sharded_vs_single": results.get("aggregation", {}).get("summary", {}).get("sharded_vs_single"),
-        "sharded_vs_single_by_backend": results.get("aggregation", {}).get("summary", {}).get("sharded_vs_single_by_backend"),
+        "sharded_vs_single_by_backend": results.get("aggregation", {})
+        .get("summary", {})
+        .get("sharded_vs_single_by_backend"),
         "compression_accuracy_cost": results.get("aggregation", {}).get("summary", {}).get("compression_accuracy_cost"),
     }
     results["machine"]["load_average_end"] = os.getloadavg()

@@ -26,9 +26,14 @@ def main() -> None:
     from smlt.datasets import stage_dataset
     from smlt.runner import _execute, start_engine
 
-    job = {"name": "long", "dataset": {"uri": "sklearn:digits"}, "model": {"name": "logreg"},
-           "training": {"max_rounds": args.rounds, "local_steps": 1, "batch_size": 16, "learning_rate": 0.01},
-           "workers": {"initial": 2, "memory_mb": 1769}, "rounds_per_execution": args.per_execution}
+    job = {
+        "name": "long",
+        "dataset": {"uri": "sklearn:digits"},
+        "model": {"name": "logreg"},
+        "training": {"max_rounds": args.rounds, "local_steps": 1, "batch_size": 16, "learning_rate": 0.01},
+        "workers": {"initial": 2, "memory_mb": 1769},
+        "rounds_per_execution": args.per_execution,
+    }
     engine, names, _ = start_engine(None, quiet=True)
     try:
         job["dataset"]["uri"] = stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))
@@ -44,13 +49,18 @@ def main() -> None:
     for e in history:
         per_exec[e["execution"]] = per_exec.get(e["execution"], 0) + 1
     result = {
-        "rounds_requested": args.rounds, "rounds_per_execution": args.per_execution, "exit_code": rc,
-        "rounds_trained": metrics["final"]["rounds"], "round_records": len(metrics["rounds"]),
-        "executions": len(per_exec), "max_history_events_per_execution": max(per_exec.values()),
+        "rounds_requested": args.rounds,
+        "rounds_per_execution": args.per_execution,
+        "exit_code": rc,
+        "rounds_trained": metrics["final"]["rounds"],
+        "round_records": len(metrics["rounds"]),
+        "executions": len(per_exec),
+        "max_history_events_per_execution": max(per_exec.values()),
         "history_events_per_round": round(max(per_exec.values()) / args.per_execution, 1),
         "lost_updates": metrics["final"]["lost_updates"],
         "double_counted_updates": metrics["final"]["double_counted_updates"],
-        "wall_seconds": round(wall, 1), "seconds_per_round": round(wall / max(1, len(metrics["rounds"])), 3),
+        "wall_seconds": round(wall, 1),
+        "seconds_per_round": round(wall / max(1, len(metrics["rounds"])), 3),
         "val_accuracy": metrics["final"]["val_accuracy"],
     }
     (ROOT / "bench/results/long_run.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -48,12 +48,21 @@ def serve() -> None:
 
 def item(pk: str, sk: str, i: int) -> dict:
     """A ROUND-like item (~2 KB of DynamoDB JSON): scalars and a list of per-worker timing maps."""
-    d = {"pk": {"S": pk}, "sk": {"S": sk}, "round": {"N": str(i)}, "stop": {"BOOL": False},
-         "reason": {"S": "plan: 8 x 1769 MB, 20 local steps"}}
+    d = {
+        "pk": {"S": pk},
+        "sk": {"S": sk},
+        "round": {"N": str(i)},
+        "stop": {"BOOL": False},
+        "reason": {"S": "plan: 8 x 1769 MB, 20 local steps"},
+    }
     for j in range(16):
         d[f"m{j}"] = {"N": f"{i * 1.37 + j:.6f}"}
-    d["timings"] = {"L": [{"M": {**{f"t{j}": {"N": f"{w + j / 3:.6f}"} for j in range(8)},
-                                 "cold": {"BOOL": w == 0}}} for w in range(8)]}
+    d["timings"] = {
+        "L": [
+            {"M": {**{f"t{j}": {"N": f"{w + j / 3:.6f}"} for j in range(8)}, "cold": {"BOOL": w == 0}}}
+            for w in range(8)
+        ]
+    }
     return d
 
 
@@ -61,11 +70,15 @@ def setup(s3, ddb) -> None:
     s3.create_bucket(Bucket=BUCKET)
     s3.put_object(Bucket=BUCKET, Key="big", Body=os.urandom(1024 * 1024) * (BIG // (1024 * 1024)))
     s3.put_object(Bucket=BUCKET, Key="small", Body=os.urandom(4096))
-    ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                {"AttributeName": "sk", "KeyType": "RANGE"}],
-                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                           {"AttributeName": "sk", "AttributeType": "S"}])
+    ddb.create_table(
+        TableName=TABLE,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+    )
     for pk in ("RUN#a", "RUN#b"):  # two runs: moto's Query sorted the whole table
         for i in range(PART_ITEMS):
             ddb.put_item(TableName=TABLE, Item=item(pk, f"{KINDS[i % 4]}{i // 4:04d}#{i % 8}", i))
@@ -84,8 +97,9 @@ def calls(s3, ddb):
 
     def query(cond: str, **vals: str) -> int:
         values = {":pk": {"S": "RUN#a"}, **{f":{k}": {"S": v} for k, v in vals.items()}}
-        resp = ddb.query(TableName=TABLE, ConsistentRead=True, KeyConditionExpression=cond,
-                         ExpressionAttributeValues=values)
+        resp = ddb.query(
+            TableName=TABLE, ConsistentRead=True, KeyConditionExpression=cond, ExpressionAttributeValues=values
+        )
         return len(resp["Items"])
 
     return {
@@ -94,35 +108,66 @@ def calls(s3, ddb):
         "s3 PutObject 44 MB": lambda: s3.put_object(Bucket=BUCKET, Key="big-put", Body=big),
         "s3 GetObject 44 MB": lambda: s3.get_object(Bucket=BUCKET, Key="big")["Body"].read(),
         "s3 GetObject 44 MB, Range 1/8": lambda: s3.get_object(
-            Bucket=BUCKET, Key="big", Range=f"bytes={3 * part}-{4 * part - 1}")["Body"].read(),
+            Bucket=BUCKET, Key="big", Range=f"bytes={3 * part}-{4 * part - 1}"
+        )["Body"].read(),
         "s3 GetObject 44 MB, Range 64 KB": lambda: s3.get_object(
-            Bucket=BUCKET, Key="big", Range="bytes=1000000-1065535")["Body"].read(),
-        "ddb GetItem": lambda: ddb.get_item(TableName=TABLE, ConsistentRead=True, Key={
-            "pk": {"S": "RUN#a"}, "sk": {"S": "ROUND#0007#5"}}),
+            Bucket=BUCKET, Key="big", Range="bytes=1000000-1065535"
+        )["Body"].read(),
+        "ddb GetItem": lambda: ddb.get_item(
+            TableName=TABLE, ConsistentRead=True, Key={"pk": {"S": "RUN#a"}, "sk": {"S": "ROUND#0007#5"}}
+        ),
         "ddb PutItem (conditional)": lambda: ddb.put_item(
-            TableName=TABLE, Item=item("RUN#b", fresh(), 1), ConditionExpression="attribute_not_exists(pk)"),
-        "ddb TransactWriteItems (check + put)": lambda: ddb.transact_write_items(TransactItems=[
-            {"ConditionCheck": {"TableName": TABLE, "Key": {"pk": {"S": "RUN#a"}, "sk": {"S": "SEAL#9999"}},
-                                "ConditionExpression": "attribute_not_exists(pk)"}},
-            {"Put": {"TableName": TABLE, "Item": item("RUN#b", fresh(), 2),
-                     "ConditionExpression": "attribute_not_exists(pk)"}}]),
-        "ddb BatchGetItem 8 keys": lambda: ddb.batch_get_item(RequestItems={TABLE: {
-            "ConsistentRead": True,
-            "Keys": [{"pk": {"S": "RUN#a"}, "sk": {"S": f"WORKER#{i:04d}#3"}} for i in range(8)]}}),
+            TableName=TABLE, Item=item("RUN#b", fresh(), 1), ConditionExpression="attribute_not_exists(pk)"
+        ),
+        "ddb TransactWriteItems (check + put)": lambda: ddb.transact_write_items(
+            TransactItems=[
+                {
+                    "ConditionCheck": {
+                        "TableName": TABLE,
+                        "Key": {"pk": {"S": "RUN#a"}, "sk": {"S": "SEAL#9999"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": TABLE,
+                        "Item": item("RUN#b", fresh(), 2),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        ),
+        "ddb BatchGetItem 8 keys": lambda: ddb.batch_get_item(
+            RequestItems={
+                TABLE: {
+                    "ConsistentRead": True,
+                    "Keys": [{"pk": {"S": "RUN#a"}, "sk": {"S": f"WORKER#{i:04d}#3"}} for i in range(8)],
+                }
+            }
+        ),
         f"ddb Query begins_with, {PART_ITEMS} items -> 1": lambda: query(
-            "pk = :pk AND begins_with(sk, :p)", p="PLAN#0040#"),
+            "pk = :pk AND begins_with(sk, :p)", p="PLAN#0040#"
+        ),
         f"ddb Query begins_with, {PART_ITEMS} items -> 75": lambda: query(
-            "pk = :pk AND begins_with(sk, :p)", p="ROUND#"),
+            "pk = :pk AND begins_with(sk, :p)", p="ROUND#"
+        ),
         f"ddb Query BETWEEN, {PART_ITEMS} items -> 10": lambda: query(
-            "pk = :pk AND sk BETWEEN :a AND :b", a="ROUND#0065", b="ROUND#~"),
+            "pk = :pk AND sk BETWEEN :a AND :b", a="ROUND#0065", b="ROUND#~"
+        ),
     }
 
 
 def start_server(mode: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "SMLT_LOCAL_SPEEDUPS": mode, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    p = subprocess.Popen([sys.executable, __file__, "--serve"], env=env, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "SMLT_LOCAL_SPEEDUPS": mode,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    p = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     return p, f"http://127.0.0.1:{int(p.stdout.readline())}"
 
 
@@ -149,8 +194,23 @@ def aggregation(cases: list[tuple[int, str]]) -> dict:
         finally:
             stop_server(p)
         out["patched" if mode == "1" else "unpatched"] = [
-            {k: r[k] for k in ("updates", "size", "aggregators", "single_s", "sharded_s", "sharded_vs_single",
-                               "one_reducer_s", "full_get_s", "range_get_s", "range_fraction")} for r in rows]
+            {
+                k: r[k]
+                for k in (
+                    "updates",
+                    "size",
+                    "aggregators",
+                    "single_s",
+                    "sharded_s",
+                    "sharded_vs_single",
+                    "one_reducer_s",
+                    "full_get_s",
+                    "range_get_s",
+                    "range_fraction",
+                )
+            }
+            for r in rows
+        ]
     return out
 
 
@@ -158,11 +218,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=15, help="repetitions per call and server (at most)")
-    ap.add_argument("--budget", type=float, default=3.0,
-                    help="seconds of unpatched calls per measurement, fewer repetitions if slower")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=3.0,
+        help="seconds of unpatched calls per measurement, fewer repetitions if slower",
+    )
     ap.add_argument("--json", type=Path, help="also write the numbers here")
-    ap.add_argument("--aggregation", action="store_true",
-                    help="also aggregation_bench's S3 store benchmark on each server (~5 min)")
+    ap.add_argument(
+        "--aggregation", action="store_true", help="also aggregation_bench's S3 store benchmark on each server (~5 min)"
+    )
     args = ap.parse_args()
     if args.serve:
         return serve()
@@ -174,8 +239,13 @@ def main() -> None:
     try:
         for mode in ("0", "1"):
             procs[mode], url = start_server(mode)
-            kw = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                      aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1}))
+            kw = dict(
+                endpoint_url=url,
+                region_name="us-east-1",
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+                config=Config(retries={"max_attempts": 1}),
+            )
             clients[mode] = (boto3.client("s3", **kw), boto3.client("dynamodb", **kw))
             setup(*clients[mode])
         fns = {mode: calls(*clients[mode]) for mode in clients}
@@ -195,8 +265,12 @@ def main() -> None:
                     fns[mode][name]()
                     times[mode].append(time.perf_counter() - t)
             off, on = (statistics.median(times[m]) * 1e3 for m in ("0", "1"))
-            out[name] = {"unpatched_ms": round(off, 2), "patched_ms": round(on, 2),
-                         "ratio": round(off / on, 2), "reps": reps}
+            out[name] = {
+                "unpatched_ms": round(off, 2),
+                "patched_ms": round(on, 2),
+                "ratio": round(off / on, 2),
+                "reps": reps,
+            }
             print(f"{name:42s} {off:9.2f} ms {on:9.2f} ms   x{off / on:5.1f}   ({reps} reps)", flush=True)
         print(f"(medians of alternating calls; {time.perf_counter() - t_start:.0f} s)")
     finally:
@@ -207,10 +281,12 @@ def main() -> None:
         results["aggregation"] = aggregation([(8, "11M"), (32, "11M")])
         for mode, rows in results["aggregation"].items():
             for r in rows:
-                print(f"{mode:9s} {r['updates']:>2} x {r['size']}: single {r['single_s']:.2f} s, sharded "
-                      f"k={r['aggregators']} {r['sharded_s']:.2f} s -> {r['sharded_vs_single']:.2f}x; ranged GET "
-                      f"of 1/{round(1 / r['range_fraction'])} {r['range_get_s'] * 1e3:.0f} ms vs whole "
-                      f"{r['full_get_s'] * 1e3:.0f} ms")
+                print(
+                    f"{mode:9s} {r['updates']:>2} x {r['size']}: single {r['single_s']:.2f} s, sharded "
+                    f"k={r['aggregators']} {r['sharded_s']:.2f} s -> {r['sharded_vs_single']:.2f}x; ranged GET "
+                    f"of 1/{round(1 / r['range_fraction'])} {r['range_get_s'] * 1e3:.0f} ms vs whole "
+                    f"{r['full_get_s'] * 1e3:.0f} ms"
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

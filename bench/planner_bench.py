@@ -41,7 +41,7 @@ MAX_ROUNDS = 4000
 
 
 def variants():
-    for name, w in WORKLOADS.items():
+    for w in WORKLOADS.values():
         yield w
         yield w.scaled(4)
 
@@ -79,14 +79,29 @@ def scenarios(quick: bool = False):
             for bname, B in (("tight", max(1.3 * cstar, cstar + wc)), ("loose", 3.0 * cstar)):
                 out.append(dict(workload=w.name, deadline=D, budget=B, objective="cost", kind=f"D-{dname}/B-{bname}"))
         if w.name in ("cnn-5m", "resnet50-25m"):
-            out.append(dict(workload=w.name, deadline=0.4 * t_min, budget=3 * c_min, objective="cost",
-                            kind="infeasible deadline"))
+            out.append(
+                dict(
+                    workload=w.name,
+                    deadline=0.4 * t_min,
+                    budget=3 * c_min,
+                    objective="cost",
+                    kind="infeasible deadline",
+                )
+            )
         if w.name in ("mlp-1m", "resnet50-25m-x4"):
-            out.append(dict(workload=w.name, deadline=3 * t_cheap, budget=0.4 * c_min, objective="cost",
-                            kind="infeasible budget"))
+            out.append(
+                dict(
+                    workload=w.name,
+                    deadline=3 * t_cheap,
+                    budget=0.4 * c_min,
+                    objective="cost",
+                    kind="infeasible budget",
+                )
+            )
         if w.name in ("cnn-5m", "cnn-5m-x4", "resnet50-25m", "mlp-1m-x4"):
-            out.append(dict(workload=w.name, deadline=None, budget=2.0 * c_min, objective="speed",
-                            kind="speed within budget"))
+            out.append(
+                dict(workload=w.name, deadline=None, budget=2.0 * c_min, objective="speed", kind="speed within budget")
+            )
     for i, s in enumerate(out):
         s["id"] = i
         s["seed"] = 1000 + i
@@ -103,26 +118,45 @@ def workload_of(name):
 
 
 def job_for(s, w, planner="adaptive"):
-    return parse_job({
-        "name": f"bench-{s['id']}", "dataset": {"uri": "s3://bench/data/"},
-        "model": {"name": "mlp"},
-        "training": {"target_metric": "val_accuracy", "target_value": w.target, "max_rounds": MAX_ROUNDS,
-                     "local_steps": 20, "batch_size": 32},
-        "constraints": {"deadline_seconds": s["deadline"], "budget_usd": s["budget"], "objective": s["objective"]},
-        "workers": {"initial": 4, "min": 1, "max": 64, "planner": planner},
-    })
+    return parse_job(
+        {
+            "name": f"bench-{s['id']}",
+            "dataset": {"uri": "s3://bench/data/"},
+            "model": {"name": "mlp"},
+            "training": {
+                "target_metric": "val_accuracy",
+                "target_value": w.target,
+                "max_rounds": MAX_ROUNDS,
+                "local_steps": 20,
+                "batch_size": 32,
+            },
+            "constraints": {"deadline_seconds": s["deadline"], "budget_usd": s["budget"], "objective": s["objective"]},
+            "workers": {"initial": 4, "min": 1, "max": 64, "planner": planner},
+        }
+    )
 
 
 def summarize_run(r, s):
     D, B = s["deadline"], s["budget"]
-    changes = sum(1 for a, b in zip(r.decisions, r.decisions[1:])
-                  if b["action"] == "train" and a["action"] == "train" and (a["n"], a["m"], a["k"]) != (b["n"], b["m"], b["k"]))
-    return {"cost_usd": round(float(r.cost_usd), 6), "elapsed_s": round(float(r.elapsed_s), 1),
-            "reached": bool(r.reached), "deadline_met": bool(r.deadline_met(D)), "budget_ok": bool(r.budget_ok(B)),
-            "rounds": int(r.rounds), "infeasible_declared": bool(r.infeasible), "stop": r.stop_reason[:300], "plan_changes": changes,
-            "explore_rounds": sum(1 for d in r.decisions if d.get("explore")),
-            "first_plan": r.decisions[0]["reason"][:400] if r.decisions else "",
-            "plan_seconds": round(r.plan_wall_s, 3)}
+    changes = sum(
+        1
+        for a, b in zip(r.decisions, r.decisions[1:])
+        if b["action"] == "train" and a["action"] == "train" and (a["n"], a["m"], a["k"]) != (b["n"], b["m"], b["k"])
+    )
+    return {
+        "cost_usd": round(float(r.cost_usd), 6),
+        "elapsed_s": round(float(r.elapsed_s), 1),
+        "reached": bool(r.reached),
+        "deadline_met": bool(r.deadline_met(D)),
+        "budget_ok": bool(r.budget_ok(B)),
+        "rounds": int(r.rounds),
+        "infeasible_declared": bool(r.infeasible),
+        "stop": r.stop_reason[:300],
+        "plan_changes": changes,
+        "explore_rounds": sum(1 for d in r.decisions if d.get("explore")),
+        "first_plan": r.decisions[0]["reason"][:400] if r.decisions else "",
+        "plan_seconds": round(r.plan_wall_s, 3),
+    }
 
 
 def run_scenario(s):
@@ -138,8 +172,9 @@ def run_scenario(s):
     smlt = run_smlt(job_for(s, w), w, TIERS, prices, seed)
     rec["smlt"] = summarize_run(smlt, s)
     cfg, orc = oracle(job_for(s, w), w, TIERS, prices, seed)
-    rec["oracle"] = None if cfg is None else {"config": {"n": cfg[0], "m": cfg[1], "k": cfg[2]},
-                                              **summarize_run(orc, s)}
+    rec["oracle"] = (
+        None if cfg is None else {"config": {"n": cfg[0], "m": cfg[1], "k": cfg[2]}, **summarize_run(orc, s)}
+    )
     rec["wall_s"] = round(time.time() - t0, 2)
     return rec
 
@@ -162,22 +197,36 @@ def summarize(records, wall):
         "budget_exceeded": sum(1 for r in records if not r["ours"]["budget_ok"]),
         "deadline_met_when_feasible": round(sum(1 for r in met if r["ours"]["deadline_met"]) / max(len(met), 1), 4),
         "median_cost_vs_oracle": round(statistics.median(ratios), 4) if ratios else None,
-        "cheaper_than_smlt_fraction": round(sum(1 for r in feas if r["ours"]["cost_usd"] < r["smlt"]["cost_usd"])
-                                            / max(len(feas), 1), 4),
+        "cheaper_than_smlt_fraction": round(
+            sum(1 for r in feas if r["ours"]["cost_usd"] < r["smlt"]["cost_usd"]) / max(len(feas), 1), 4
+        ),
         "details": {
-            "oracle_feasible": len(feas), "oracle_infeasible": len(infeasible),
+            "oracle_feasible": len(feas),
+            "oracle_infeasible": len(infeasible),
             "cost_objective_feasible": len(cost_feas),
             "ours_cost_vs_oracle_p25_p75_max": [round(float(np.percentile(ratios, q)), 3) for q in (25, 75, 100)]
-            if ratios else None,
+            if ratios
+            else None,
             "ours_reached_target_when_feasible": sum(1 for r in feas if r["ours"]["reached"]),
-            "ours_better_than_smlt_fraction": round(sum(
-                1 for r in feas if r["ours"]["cost_usd"] < r["smlt"]["cost_usd"]
-                or (r["ours"]["deadline_met"] and not r["smlt"]["deadline_met"])) / max(len(feas), 1), 4),
+            "ours_better_than_smlt_fraction": round(
+                sum(
+                    1
+                    for r in feas
+                    if r["ours"]["cost_usd"] < r["smlt"]["cost_usd"]
+                    or (r["ours"]["deadline_met"] and not r["smlt"]["deadline_met"])
+                )
+                / max(len(feas), 1),
+                4,
+            ),
             "smlt_median_cost_vs_oracle": round(statistics.median(smlt_ratios), 4) if smlt_ratios else None,
-            "smlt_deadline_met_when_feasible": round(sum(1 for r in met if r["smlt"]["deadline_met"]) / max(len(met), 1), 4),
+            "smlt_deadline_met_when_feasible": round(
+                sum(1 for r in met if r["smlt"]["deadline_met"]) / max(len(met), 1), 4
+            ),
             "smlt_budget_exceeded": sum(1 for r in records if not r["smlt"]["budget_ok"]),
             "fixed_median_cost_vs_oracle": round(statistics.median(fixed_ratios), 4) if fixed_ratios else None,
-            "fixed_deadline_met_when_feasible": round(sum(1 for r in met if r["fixed"]["deadline_met"]) / max(len(met), 1), 4),
+            "fixed_deadline_met_when_feasible": round(
+                sum(1 for r in met if r["fixed"]["deadline_met"]) / max(len(met), 1), 4
+            ),
             "fixed_budget_exceeded": sum(1 for r in records if not r["fixed"]["budget_ok"]),
             "infeasible_declared_at_round0": sum(1 for r in infeasible if r["ours"]["infeasible_declared"]),
             "infeasible_spent_usd": [round(r["ours"]["cost_usd"], 4) for r in infeasible],
@@ -199,7 +248,11 @@ def fmt_t(s):
 
 
 def cell(r, oracle_cost=None):
-    ok = "met" if r["deadline_met"] else ("late" if r["reached"] else ("infeasible" if r["infeasible_declared"] else "missed"))
+    ok = (
+        "met"
+        if r["deadline_met"]
+        else ("late" if r["reached"] else ("infeasible" if r["infeasible_declared"] else "missed"))
+    )
     rel = f" ({r['cost_usd'] / oracle_cost:.2f}x)" if oracle_cost else ""
     return f"{fmt_cost(r['cost_usd'])}{rel}, {fmt_t(r['elapsed_s'])}, {ok}"
 
@@ -248,11 +301,17 @@ def markdown(result):
     for r in result["scenarios"]:
         o = r["oracle"]
         oc = o["cost_usd"] if o else None
-        ocell = (f"{o['config']['n']} x {o['config']['m']} x {o['config']['k']}: {fmt_cost(o['cost_usd'])}, "
-                 f"{fmt_t(o['elapsed_s'])}" if o else "infeasible")
-        lines.append(f"| {r['id']} | {r['workload']} | {r['kind']} | {fmt_t(r['deadline'])} | "
-                     f"{fmt_cost(r['budget'])} | {ocell} | {cell(r['ours'], oc)} | {cell(r['smlt'], oc)} | "
-                     f"{cell(r['fixed'], oc)} |")
+        ocell = (
+            f"{o['config']['n']} x {o['config']['m']} x {o['config']['k']}: {fmt_cost(o['cost_usd'])}, "
+            f"{fmt_t(o['elapsed_s'])}"
+            if o
+            else "infeasible"
+        )
+        lines.append(
+            f"| {r['id']} | {r['workload']} | {r['kind']} | {fmt_t(r['deadline'])} | "
+            f"{fmt_cost(r['budget'])} | {ocell} | {cell(r['ours'], oc)} | {cell(r['smlt'], oc)} | "
+            f"{cell(r['fixed'], oc)} |"
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -270,7 +329,7 @@ def write_readme(section: str):
         text = text.rstrip("\n") + "\n\n" + section
     else:
         nxt = text.find("\n## ", start + 1)
-        text = text[:start] + section + ("" if nxt == -1 else text[nxt + 1:])
+        text = text[:start] + section + ("" if nxt == -1 else text[nxt + 1 :])
     README.write_text(text.rstrip("\n") + "\n")
 
 

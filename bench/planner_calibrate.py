@@ -51,8 +51,15 @@ def datasets():
     idx = rng.permutation(len(X))
     yield "digits", X[idx[:1437]], y[idx[:1437]], X[idx[1437:]], y[idx[1437:]], 10
     X, y = make_classification(
-        n_samples=20000, n_features=40, n_informative=24, n_redundant=8, n_classes=10,
-        n_clusters_per_class=2, class_sep=1.2, flip_y=0.03, random_state=0,
+        n_samples=20000,
+        n_features=40,
+        n_informative=24,
+        n_redundant=8,
+        n_classes=10,
+        n_clusters_per_class=2,
+        class_sep=1.2,
+        flip_y=0.03,
+        random_state=0,
     )
     X = ((X - X.mean(0)) / X.std(0)).astype(np.float32)
     yield "synthetic20k", X[:16000], y[:16000], X[16000:], y[16000:], 10
@@ -69,8 +76,10 @@ class LocalSGD:
     def init(self, seed):
         g = torch.Generator().manual_seed(seed)
         return [
-            torch.randn(self.d, HIDDEN, generator=g) / math.sqrt(self.d), torch.zeros(HIDDEN),
-            torch.randn(HIDDEN, self.c, generator=g) / math.sqrt(HIDDEN), torch.zeros(self.c),
+            torch.randn(self.d, HIDDEN, generator=g) / math.sqrt(self.d),
+            torch.zeros(HIDDEN),
+            torch.randn(HIDDEN, self.c, generator=g) / math.sqrt(HIDDEN),
+            torch.zeros(self.c),
         ]
 
     @staticmethod
@@ -94,9 +103,9 @@ class LocalSGD:
         ptr = [0] * n
         acc, loss = [], []
         for _ in range(rounds):
-            a, l = self.evaluate(p)
+            a, lo = self.evaluate(p)
             acc.append(a)
-            loss.append(l)
+            loss.append(lo)
             lp = [q[None].repeat(n, *([1] * q.dim())).clone().requires_grad_(True) for q in p]
             buf = [torch.zeros_like(q) for q in lp]  # fresh optimizer every round (stateless worker)
             for _ in range(k):
@@ -104,7 +113,7 @@ class LocalSGD:
                 for w in range(n):
                     if ptr[w] + BATCH > len(orders[w]):
                         orders[w], ptr[w] = g.permutation(shards[w]), 0
-                    rows.append(orders[w][ptr[w]:ptr[w] + BATCH])
+                    rows.append(orders[w][ptr[w] : ptr[w] + BATCH])
                     ptr[w] += BATCH
                 rows = np.stack(rows)
                 out = self.fwd(lp, self.Xt[rows])
@@ -116,9 +125,9 @@ class LocalSGD:
                         q.sub_(LR * bq)
             with torch.no_grad():
                 p = [q.detach().mean(0) for q in lp]  # equal shards: sample-weighted mean = mean
-        a, l = self.evaluate(p)
+        a, lo = self.evaluate(p)
         acc.append(a)
-        loss.append(l)
+        loss.append(lo)
         return acc, loss
 
 
@@ -132,15 +141,24 @@ def measure_curves():
                 rounds = int(min(120, max(8, math.ceil(steps_cap / k))))
                 accs, losses = [], []
                 for s in SEEDS:
-                    a, l = trainer.run(n, k, rounds, seed=s)
+                    a, lo = trainer.run(n, k, rounds, seed=s)
                     accs.append(a)
-                    losses.append(l)
-                curves.append({
-                    "dataset": name, "train_rows": len(Xt), "val_rows": len(Xv), "n": n, "k": k,
-                    "batch": BATCH, "lr": LR, "momentum": MOMENTUM, "seeds": len(SEEDS),
-                    "val_accuracy": np.round(np.mean(accs, 0), 4).tolist(),
-                    "val_loss": np.round(np.mean(losses, 0), 4).tolist(),
-                })
+                    losses.append(lo)
+                curves.append(
+                    {
+                        "dataset": name,
+                        "train_rows": len(Xt),
+                        "val_rows": len(Xv),
+                        "n": n,
+                        "k": k,
+                        "batch": BATCH,
+                        "lr": LR,
+                        "momentum": MOMENTUM,
+                        "seeds": len(SEEDS),
+                        "val_accuracy": np.round(np.mean(accs, 0), 4).tolist(),
+                        "val_loss": np.round(np.mean(losses, 0), 4).tolist(),
+                    }
+                )
                 print(f"  {name} n={n:2d} k={k:2d} rounds={rounds:3d} final acc={np.mean(accs, 0)[-1]:.3f}", flush=True)
     return curves
 
@@ -171,8 +189,11 @@ def fit_dataset(curves, name):
 
     best = None
     for mu0 in (0.0, 0.5, 0.8):
-        r = least_squares(resid_acc, [0.95, math.log(20.0), 0.7, mu0, 0.0, math.log(10.0)],
-                          bounds=([0.3, -3, 0.05, 0.0, -5, -1], [1.0, 15, 5, 0.95, 8, math.log(1e4)]))
+        r = least_squares(
+            resid_acc,
+            [0.95, math.log(20.0), 0.7, mu0, 0.0, math.log(10.0)],
+            bounds=([0.3, -3, 0.05, 0.0, -5, -1], [1.0, 15, 5, 0.95, 8, math.log(1e4)]),
+        )
         if best is None or r.cost < best.cost:
             best = r
     acc_max, lt0, p, mu, lb, lk = best.x
@@ -189,11 +210,25 @@ def fit_dataset(curves, name):
 
     rl = least_squares(resid_loss, [0.2 * l0, math.log(20.0), 0.7], bounds=([0.0, -3, 0.05], [l0, 15, 5]))
     lmin, lt, q = rl.x
-    out = dict(acc0=a0, acc_max=acc_max, tau_acc=math.exp(lt0), p_acc=p, loss0=l0, loss_min=lmin,
-               tau_loss=math.exp(lt), p_loss=q, momentum=MOMENTUM, momentum_effective=mu, beta=beta,
-               drift_k=drift, rms_acc=float(np.sqrt(np.mean(best.fun[best.fun != 0] ** 2))),
-               rms_loss=float(np.sqrt(np.mean(rl.fun[rl.fun != 0] ** 2))),
-               train_rows=cs[0]["train_rows"], val_rows=cs[0]["val_rows"], batch=BATCH)
+    out = dict(
+        acc0=a0,
+        acc_max=acc_max,
+        tau_acc=math.exp(lt0),
+        p_acc=p,
+        loss0=l0,
+        loss_min=lmin,
+        tau_loss=math.exp(lt),
+        p_loss=q,
+        momentum=MOMENTUM,
+        momentum_effective=mu,
+        beta=beta,
+        drift_k=drift,
+        rms_acc=float(np.sqrt(np.mean(best.fun[best.fun != 0] ** 2))),
+        rms_loss=float(np.sqrt(np.mean(rl.fun[rl.fun != 0] ** 2))),
+        train_rows=cs[0]["train_rows"],
+        val_rows=cs[0]["val_rows"],
+        batch=BATCH,
+    )
     # tau and epochs until 90 % of the accuracy gain
     out["tau_90"] = out["tau_acc"] * (-math.log(0.10)) ** (1.0 / p)
     out["epochs_90"] = out["tau_90"] * BATCH / out["train_rows"]
@@ -217,19 +252,41 @@ def check_progress_model(curves):
         hit = int(np.argmax(acc >= t))
         for frac in (0.3, 0.5, 0.7):
             upto = max(4, int(hit * frac))
-            rounds = [RoundRecord(round=i, workers=c["n"], memory_mb=2048, local_steps=c["k"], batch_size=BATCH,
-                                  workers_ok=c["n"], val_accuracy=float(acc[i])) for i in range(upto)]
+            rounds = [
+                RoundRecord(
+                    round=i,
+                    workers=c["n"],
+                    memory_mb=2048,
+                    local_steps=c["k"],
+                    batch_size=BATCH,
+                    workers_ok=c["n"],
+                    val_accuracy=float(acc[i]),
+                )
+                for i in range(upto)
+            ]
             hist = RunHistory(rounds=rounds, train_rows=c["train_rows"], val_rows=c["val_rows"])
-            pm = ProgressModel(metric="val_accuracy", target=t, momentum=MOMENTUM, batch=BATCH,
-                               train_rows=c["train_rows"], val_rows=c["val_rows"], quorum=0.5, max_rounds=3000,
-                               initial_workers=4, initial_steps=20).fit(hist)
+            pm = ProgressModel(
+                metric="val_accuracy",
+                target=t,
+                momentum=MOMENTUM,
+                batch=BATCH,
+                train_rows=c["train_rows"],
+                val_rows=c["val_rows"],
+                quorum=0.5,
+                max_rounds=3000,
+                initial_workers=4,
+                initial_steps=20,
+            ).fit(hist)
             s = pm.forecast.summary(np.array([c["n"]]), np.array([c["k"]]))
             true = hit - upto + 1
             cover.append(bool(s[0.1][0] <= true <= s[0.9][0]))
             ratios.append(float(s[0.5][0] / true))
-    return {"forecasts": len(cover), "coverage_p10_p90": round(float(np.mean(cover)), 3),
-            "median_forecast_over_truth": round(float(np.median(ratios)), 3),
-            "forecast_over_truth_p10_p90": [round(float(x), 3) for x in np.percentile(ratios, [10, 90])]}
+    return {
+        "forecasts": len(cover),
+        "coverage_p10_p90": round(float(np.mean(cover)), 3),
+        "median_forecast_over_truth": round(float(np.median(ratios)), 3),
+        "forecast_over_truth_p10_p90": [round(float(x), 3) for x in np.percentile(ratios, [10, 90])],
+    }
 
 
 def step_times():
@@ -238,16 +295,25 @@ def step_times():
     configs = [("mlp", 64, 128), ("mlp", 256, 512), ("mlp", 784, 1024), ("mlp", 1024, 2048), ("cnn", 32, 0)]
     for kind, d, h in configs:
         if kind == "mlp":
-            model = torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
-                                        torch.nn.ReLU(), torch.nn.Linear(h, 10))
+            model = torch.nn.Sequential(
+                torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 10)
+            )
             x = torch.randn(BATCH, d)
             flops_fwd = 2 * sum(p.numel() for p in model.parameters())
         else:
             model = torch.nn.Sequential(
-                torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                torch.nn.Flatten(), torch.nn.Linear(128, 10))
+                torch.nn.Conv2d(3, 32, 3, padding=1),
+                torch.nn.ReLU(),
+                torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(32, 64, 3, padding=1),
+                torch.nn.ReLU(),
+                torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(64, 128, 3, padding=1),
+                torch.nn.ReLU(),
+                torch.nn.AdaptiveAvgPool2d(1),
+                torch.nn.Flatten(),
+                torch.nn.Linear(128, 10),
+            )
             x = torch.randn(BATCH, 3, d, d)
             flops_fwd = 2 * (32 * 32 * 32 * 27 + 16 * 16 * 64 * 32 * 9 + 8 * 8 * 128 * 64 * 9) + 2 * 1280
         params = sum(p.numel() for p in model.parameters())
@@ -268,8 +334,10 @@ def step_times():
                 reps += 1
             row[f"step_s_{threads}t"] = (time.perf_counter() - t0) / reps
         out.append(row)
-        print(f"  step {kind} params={params:>9,d} 1t={row['step_s_1t']*1e3:.2f} ms 2t={row['step_s_2t']*1e3:.2f} ms",
-              flush=True)
+        print(
+            f"  step {kind} params={params:>9,d} 1t={row['step_s_1t'] * 1e3:.2f} ms 2t={row['step_s_2t'] * 1e3:.2f} ms",
+            flush=True,
+        )
     torch.set_num_threads(1)
     # least squares: step_s_1t = overhead + flops * batch / rate
     A = np.array([[1.0, r["train_flops_per_sample"] * BATCH] for r in out])
@@ -279,8 +347,12 @@ def step_times():
     overhead = max(float(coef[0]), 1e-5)
     rate = 1.0 / max(float(coef[1]), 1e-13)
     speedups = [r["step_s_1t"] / r["step_s_2t"] for r in out]
-    return {"rows": out, "overhead_s": overhead, "flops_per_s_1thread": rate,
-            "two_thread_speedup": [round(s, 3) for s in speedups]}
+    return {
+        "rows": out,
+        "overhead_s": overhead,
+        "flops_per_s_1thread": rate,
+        "two_thread_speedup": [round(s, 3) for s in speedups],
+    }
 
 
 def main():
@@ -300,11 +372,21 @@ def main():
         print(f"  fit {name}: {f}")
     check = check_progress_model(curves)
     print(f"  progress model on the measured curves: {check}")
-    OUT.write_text(json.dumps({
-        "about": "measured by bench/planner_calibrate.py; see the docstring there",
-        "torch": torch.__version__, "seconds": round(time.time() - t0, 1),
-        "steps": steps, "fit": fits, "progress_check": check, "curves": curves,
-    }, indent=1) + "\n")
+    OUT.write_text(
+        json.dumps(
+            {
+                "about": "measured by bench/planner_calibrate.py; see the docstring there",
+                "torch": torch.__version__,
+                "seconds": round(time.time() - t0, 1),
+                "steps": steps,
+                "fit": fits,
+                "progress_check": check,
+                "curves": curves,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {OUT} in {time.time() - t0:.0f} s")
 
 

@@ -60,16 +60,21 @@ def bench_server(srv: LocalRedisServer, size: int, repeats: int) -> dict:
         pipe_range.getrange(key, 3 * eighth, 4 * eighth - 1)
         return pipe_range.execute()
 
-    rng = {"redis-py": _time(redis_py_range, repeats),
-           "raw": _time(lambda: store.get_range("v", 3 * eighth, 4 * eighth), repeats)}
+    rng = {
+        "redis-py": _time(redis_py_range, repeats),
+        "raw": _time(lambda: store.get_range("v", 3 * eighth, 4 * eighth), repeats),
+    }
     store.delete("v")
     store.client.close()
     res = {}
     for name in paths:
         med, best = statistics.median(times[name]), min(times[name])
-        res[name] = {"get_ms_median": round(med * 1e3, 1), "get_mb_s_median": round(size / med / 1e6),
-                     "get_mb_s_best": round(size / best / 1e6),
-                     "range_1_8_ms_median": round(statistics.median(rng[name]) * 1e3, 1)}
+        res[name] = {
+            "get_ms_median": round(med * 1e3, 1),
+            "get_mb_s_median": round(size / med / 1e6),
+            "get_mb_s_best": round(size / best / 1e6),
+            "range_1_8_ms_median": round(statistics.median(rng[name]) * 1e3, 1),
+        }
     return res
 
 
@@ -80,19 +85,27 @@ def main() -> None:
     ap.add_argument("--out", help="write the results as JSON here too")
     args = ap.parse_args()
     size = int(args.mb * 1e6)
-    results = {"value_bytes": size, "repeats": args.repeats, "loadavg_1m": round(os.getloadavg()[0], 2),
-               "cpus": os.cpu_count()}
+    results = {
+        "value_bytes": size,
+        "repeats": args.repeats,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
     for label, tls in (("tls", True), ("plain", False)):
         with LocalRedisServer(tls=tls) as srv:
             results[label] = bench_server(srv, size, args.repeats)
-    print(f"GET of {size / 1e6:.0f} MB on loopback, median of {args.repeats} "
-          f"(load average {results['loadavg_1m']} on {results['cpus']} CPUs)")
+    print(
+        f"GET of {size / 1e6:.0f} MB on loopback, median of {args.repeats} "
+        f"(load average {results['loadavg_1m']} on {results['cpus']} CPUs)"
+    )
     print("| server | read path | GET ms | GET MB/s (median) | GET MB/s (best) | GETRANGE 1/8 ms |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label in ("tls", "plain"):
         for name, r in results[label].items():
-            print(f"| {label} | {name} | {r['get_ms_median']} | {r['get_mb_s_median']} | "
-                  f"{r['get_mb_s_best']} | {r['range_1_8_ms_median']} |")
+            print(
+                f"| {label} | {name} | {r['get_ms_median']} | {r['get_mb_s_median']} | "
+                f"{r['get_mb_s_best']} | {r['range_1_8_ms_median']} |"
+            )
     for label in ("tls", "plain"):
         r = results[label]
         print(f"{label}: raw / redis-py = {r['raw']['get_mb_s_median'] / r['redis-py']['get_mb_s_median']:.1f}x")

@@ -15,18 +15,33 @@ def _cmd_run(args) -> int:
         return 2
     from smlt.runner import run_local
 
-    return run_local(Path(args.job) if args.job else None, Path(args.out), faults=args.faults,
-                     watch=Path(args.watch) if args.watch else None, quiet=args.quiet)
+    return run_local(
+        Path(args.job) if args.job else None,
+        Path(args.out),
+        faults=args.faults,
+        watch=Path(args.watch) if args.watch else None,
+        quiet=args.quiet,
+    )
 
 
 def _cmd_prepare(args) -> int:
     from smlt.data.prepare import prepare_dataset
 
-    m = prepare_dataset(args.source, args.out, shards=args.shards, validation_fraction=args.validation_fraction,
-                        seed=args.seed, label=args.label, task=args.task, name=args.name)
-    print(f"prepared {m.name}: {m.train.rows} train rows in {len(m.train.shards)} shards, "
-          f"{m.validation.rows} validation rows, {m.features} features, {m.outputs} "
-          f"{'classes' if m.task == 'classification' else 'outputs'} -> {args.out}")
+    m = prepare_dataset(
+        args.source,
+        args.out,
+        shards=args.shards,
+        validation_fraction=args.validation_fraction,
+        seed=args.seed,
+        label=args.label,
+        task=args.task,
+        name=args.name,
+    )
+    print(
+        f"prepared {m.name}: {m.train.rows} train rows in {len(m.train.shards)} shards, "
+        f"{m.validation.rows} validation rows, {m.features} features, {m.outputs} "
+        f"{'classes' if m.task == 'classification' else 'outputs'} -> {args.out}"
+    )
     return 0
 
 
@@ -67,15 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a training job (with --local: on this machine, no AWS account)")
     run.add_argument("job", nargs="?", help="job file (JSON); optional with --watch")
     run.add_argument("--local", action="store_true", help="run the synthesized state machine on the local engine")
-    run.add_argument("--out", default="out", help="folder for model.safetensors, metrics.json, report.png, history.json")
+    run.add_argument(
+        "--out", default="out", help="folder for model.safetensors, metrics.json, report.png, history.json"
+    )
     run.add_argument("--faults", help='inject faults into worker invocations, e.g. "fail=0.2,duplicate=0.05"')
     run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
     run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     run.set_defaults(fn=_cmd_run)
 
-    for name, fn, helptext in (("start", _cmd_start, "start a run on the deployed stack from a job file"),
-                               ("status", _cmd_status, "progress of a run on the deployed stack"),
-                               ("fetch", _cmd_fetch, "download a finished run's model, metrics, report and history")):
+    for name, fn, helptext in (
+        ("start", _cmd_start, "start a run on the deployed stack from a job file"),
+        ("status", _cmd_status, "progress of a run on the deployed stack"),
+        ("fetch", _cmd_fetch, "download a finished run's model, metrics, report and history"),
+    ):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("job" if name == "start" else "run")
         c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")

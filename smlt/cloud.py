@@ -21,8 +21,12 @@ from smlt.outputs import fetch_outputs, progress_line
 from smlt.records import RunTable
 from smlt.store import S3Store
 
-OUTPUTS = {"StateMachineArn": "state_machine_arn", "ArtifactsBucketName": "artifacts_bucket",
-           "DataBucketName": "data_bucket", "TableName": "table"}
+OUTPUTS = {
+    "StateMachineArn": "state_machine_arn",
+    "ArtifactsBucketName": "artifacts_bucket",
+    "DataBucketName": "data_bucket",
+    "TableName": "table",
+}
 
 
 @dataclass
@@ -33,13 +37,15 @@ class Stack:
     table: str
 
     @classmethod
-    def lookup(cls, name: str, cfn=None) -> "Stack":
+    def lookup(cls, name: str, cfn=None) -> Stack:
         cfn = cfn or boto3.client("cloudformation")
         try:
             outputs = cfn.describe_stacks(StackName=name)["Stacks"][0].get("Outputs", [])
         except cfn.exceptions.ClientError as e:
-            raise SystemExit(f"error: stack {name!r} not found ({e.response['Error']['Message']}); "
-                             "deploy it with `npx cdk deploy` or pass --stack") from None
+            raise SystemExit(
+                f"error: stack {name!r} not found ({e.response['Error']['Message']}); "
+                "deploy it with `npx cdk deploy` or pass --stack"
+            ) from None
         found = {OUTPUTS[o["OutputKey"]]: o["OutputValue"] for o in outputs if o["OutputKey"] in OUTPUTS}
         missing = sorted(set(OUTPUTS.values()) - set(found))
         if missing:
@@ -56,8 +62,10 @@ def start(job_path: Path, stack: Stack, sfn=None) -> str:
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
     arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(raw))["executionArn"]
     region = arn.split(":")[3]
-    print(f"started run {run_id}\n  execution: {arn}\n  console:   "
-          f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{arn}")
+    print(
+        f"started run {run_id}\n  execution: {arn}\n  console:   "
+        f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{arn}"
+    )
     return run_id
 
 
@@ -98,10 +106,9 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
         raise InvalidJob(f"run_id: run {run_id!r} already finished")
     sfn = sfn or boto3.client("stepfunctions")
     name = f"{run_id[:60]}-resume-{int(time.time())}"
-    arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name,
-                              input=json.dumps({**meta["job"], "run_id": run_id}))["executionArn"]
+    arn = sfn.start_execution(
+        stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({**meta["job"], "run_id": run_id})
+    )["executionArn"]
     done = len(RunTable(stack.table, run_id).rounds())
     print(f"resuming run {run_id} after {done} complete rounds: {arn}")
     return arn
-
-

@@ -31,7 +31,7 @@ class Settings:
     min_slice_bytes: int = 4 << 20
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         env = os.environ
         fns = json.loads(env.get("SMLT_TRAIN_FUNCTIONS") or "{}")
         return cls(

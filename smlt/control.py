@@ -29,10 +29,16 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
     """Everything that can be checked before the first write. Raises a named error."""
     tiers = sorted(settings.train_functions)
     if job.workers.memory_mb is not None and job.workers.memory_mb not in tiers:
-        raise InvalidJob(f"workers.memory_mb: {job.workers.memory_mb} is not a deployed memory tier "
-                         f"(deployed: {', '.join(map(str, tiers))})")
+        raise InvalidJob(
+            f"workers.memory_mb: {job.workers.memory_mb} is not a deployed memory tier "
+            f"(deployed: {', '.join(map(str, tiers))})"
+        )
     manifest = load_manifest(job.dataset.uri)
-    if manifest.task == "regression" and job.training.target_metric == "val_accuracy" and job.training.target_value is not None:
+    if (
+        manifest.task == "regression"
+        and job.training.target_metric == "val_accuracy"
+        and job.training.target_value is not None
+    ):
         raise InvalidJob("training.target_metric: val_accuracy needs a classification dataset; use val_loss")
     if job.warm_start:
         try:
@@ -41,10 +47,15 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
             raise InvalidJob(f"warm_start: {e}") from None
         if not S3Store(bucket).exists(key):
             raise InvalidJob(f"warm_start: no model at {job.warm_start}")
-    return {"train_rows": manifest.train.rows, "train_shards": len(manifest.train.shards),
-            "val_rows": manifest.validation.rows,
-            "dataset_bytes": sum(sh.bytes for sh in manifest.train.shards),
-            "features": manifest.features, "outputs": manifest.outputs, "task": manifest.task}
+    return {
+        "train_rows": manifest.train.rows,
+        "train_shards": len(manifest.train.shards),
+        "val_rows": manifest.validation.rows,
+        "dataset_bytes": sum(sh.bytes for sh in manifest.train.shards),
+        "features": manifest.features,
+        "outputs": manifest.outputs,
+        "task": manifest.task,
+    }
 
 
 def _check_access(job: Job, settings: Settings) -> None:
@@ -59,8 +70,10 @@ def _check_access(job: Job, settings: Settings) -> None:
         except ValueError as e:
             raise InvalidJob(f"{field}: {e}") from None
         if settings.data_bucket and bucket not in readable:
-            raise AccessDenied(f"{field}: the stack may read only s3://{settings.data_bucket}/ "
-                               f"(and its artifacts bucket), not s3://{bucket}/; copy the data there")
+            raise AccessDenied(
+                f"{field}: the stack may read only s3://{settings.data_bucket}/ "
+                f"(and its artifacts bucket), not s3://{bucket}/; copy the data there"
+            )
 
 
 def assign_shards(n_shards: int, workers: int, lost: list[int]) -> list[list[int]]:
@@ -88,18 +101,33 @@ def _lost_shards(prev_plan: dict[str, Any] | None, prev_round: dict[str, Any] | 
 def _history(rounds: list[dict], meta: dict) -> RunHistory:
     records = []
     for r in rounds:
-        records.append(RoundRecord(
-            round=r["round"], workers=r["workers"], memory_mb=r["memory_mb"], local_steps=r["local_steps"],
-            batch_size=r["batch_size"], workers_ok=r["workers_ok"],
-            timings=[WorkerTiming(**t) for t in r.get("timings", [])],
-            aggregate_s=r["aggregate_s"], round_s=r["round_s"], train_loss=r.get("train_loss"),
-            val_loss=r.get("val_loss"), val_accuracy=r.get("val_accuracy"), cost_usd=r["cost_usd"],
-            time_limit_s=r.get("time_limit_s")))
-    return RunHistory(rounds=records, elapsed_s=time.time() - float(meta["created_at"]),
-                      cost_total_usd=float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
-                      param_count=int(rounds[-1]["param_count"]) if rounds else int(meta.get("param_count", 0)),
-                      train_rows=int(meta["train_rows"]), val_rows=int(meta.get("val_rows", 0)),
-                      dataset_bytes=int(meta.get("dataset_bytes", 0)))
+        records.append(
+            RoundRecord(
+                round=r["round"],
+                workers=r["workers"],
+                memory_mb=r["memory_mb"],
+                local_steps=r["local_steps"],
+                batch_size=r["batch_size"],
+                workers_ok=r["workers_ok"],
+                timings=[WorkerTiming(**t) for t in r.get("timings", [])],
+                aggregate_s=r["aggregate_s"],
+                round_s=r["round_s"],
+                train_loss=r.get("train_loss"),
+                val_loss=r.get("val_loss"),
+                val_accuracy=r.get("val_accuracy"),
+                cost_usd=r["cost_usd"],
+                time_limit_s=r.get("time_limit_s"),
+            )
+        )
+    return RunHistory(
+        rounds=records,
+        elapsed_s=time.time() - float(meta["created_at"]),
+        cost_total_usd=float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
+        param_count=int(rounds[-1]["param_count"]) if rounds else int(meta.get("param_count", 0)),
+        train_rows=int(meta["train_rows"]),
+        val_rows=int(meta.get("val_rows", 0)),
+        dataset_bytes=int(meta.get("dataset_bytes", 0)),
+    )
 
 
 # Sharded aggregation runs its k aggregators in an inline Map (at most 40 iterations at once).
@@ -120,8 +148,13 @@ def choose_aggregators(settings: Settings, param_count: int, workers: int, eval_
     (`plan_slices`); 1 before the model's size is known (round 0) and for an evaluation round."""
     if eval_only or param_count <= 0:
         return 1
-    return plan_slices(4 * param_count, workers, read_bytes_per_aggregator=settings.aggregator_read_bytes,
-                       min_slice_bytes=settings.min_slice_bytes, max_aggregators=MAX_AGGREGATORS)
+    return plan_slices(
+        4 * param_count,
+        workers,
+        read_bytes_per_aggregator=settings.aggregator_read_bytes,
+        min_slice_bytes=settings.min_slice_bytes,
+        max_aggregators=MAX_AGGREGATORS,
+    )
 
 
 def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -133,14 +166,22 @@ def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
     k = int(item.get("aggregators", 1))
     # Per-step mode: every worker waits for all the others at each step, so all must run at once.
     concurrency = n if spec.job.training.mode == "sync" else min(n, settings.max_concurrency)
-    return {"action": "train", "run_id": item["run_id"], "round": item["round"], "workers": list(range(n)),
-            "function_name": item["function_name"], "memory_mb": item["memory_mb"],
-            "local_steps": item["local_steps"], "max_concurrency": concurrency,
-            # Sharded aggregation: the state machine maps the Aggregate function over the slices.
-            "aggregators": k, "slices": list(range(k)),
-            # Step Functions stops waiting for a straggler after this (TimeoutSecondsPath).
-            "worker_timeout_s": int(math.ceil(limit)) if limit else settings.worker_timeout_s,
-            "reason": item["reason"]}
+    return {
+        "action": "train",
+        "run_id": item["run_id"],
+        "round": item["round"],
+        "workers": list(range(n)),
+        "function_name": item["function_name"],
+        "memory_mb": item["memory_mb"],
+        "local_steps": item["local_steps"],
+        "max_concurrency": concurrency,
+        # Sharded aggregation: the state machine maps the Aggregate function over the slices.
+        "aggregators": k,
+        "slices": list(range(k)),
+        # Step Functions stops waiting for a straggler after this (TimeoutSecondsPath).
+        "worker_timeout_s": int(math.ceil(limit)) if limit else settings.worker_timeout_s,
+        "reason": item["reason"],
+    }
 
 
 def _straggler_limit(decision: Decision, rounds: list[dict], local_concurrency: int | None) -> float | None:
@@ -198,9 +239,17 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     if meta is None:
         _check_access(job, settings)
         facts = _check_resources(job, settings)  # nothing is written for a bad job
-        _, meta = table.put_once(keys.META, {"job": job.model_dump(mode="json"), "status": "RUNNING",
-                                             "created_at": time.time(), "run_id": run_id, "execution": execution,
-                                             **facts})
+        _, meta = table.put_once(
+            keys.META,
+            {
+                "job": job.model_dump(mode="json"),
+                "status": "RUNNING",
+                "created_at": time.time(),
+                "run_id": run_id,
+                "execution": execution,
+                **facts,
+            },
+        )
         artifacts.put(keys.job_key(run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
         if job.warm_start:
             bucket, key = keys.parse_s3_uri(job.warm_start)
@@ -208,8 +257,12 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
 
     if triggered and meta.get("execution") != execution:
         # The same upload event delivered twice (or raced): its run already exists.
-        return {"action": "duplicate", "run_id": run_id, "round": 0,
-                "reason": f"duplicate event: run {run_id} belongs to execution {meta.get('execution')}"}
+        return {
+            "action": "duplicate",
+            "run_id": run_id,
+            "round": 0,
+            "reason": f"duplicate event: run {run_id} belongs to execution {meta.get('execution')}",
+        }
 
     existing = items[keys.plan_sk(rnd)]
     if existing is not None:
@@ -221,8 +274,12 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
     next_events = round_events(int(prev_plan.get("aggregators", 1)) if prev_plan else 1)
     if ran_here >= job.rounds_per_execution or events_here + next_events > HISTORY_BUDGET:
         # Hand over to a fresh execution (see chain) before this one's history grows too long.
-        return {"action": "chain", "run_id": run_id, "round": rnd,
-                "reason": f"{ran_here} rounds in this execution; continuing in a new one"}
+        return {
+            "action": "chain",
+            "run_id": run_id,
+            "round": rnd,
+            "reason": f"{ran_here} rounds in this execution; continuing in a new one",
+        }
 
     tiers = sorted(settings.train_functions)
     decision: Decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture)
@@ -232,20 +289,37 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         # All workers of a per-step round must run at once (each step waits for every worker).
         slots = min(settings.max_concurrency, settings.local_concurrency or settings.max_concurrency)
         if decision.workers > slots:
-            decision = decision.model_copy(update={
-                "workers": max(1, slots), "reason": f"{decision.reason} (sync mode: at most {slots} concurrent workers)"})
-    item: dict[str, Any] = {"run_id": run_id, "round": rnd, "reason": decision.reason, "bound": decision.bound,
-                            "predicted_round_s": decision.predicted_round_s,
-                            "predicted_round_cost_usd": decision.predicted_round_cost_usd,
-                            "planned_at": time.time(), "execution": execution, "execution_rounds": ran_here + 1}
+            decision = decision.model_copy(
+                update={
+                    "workers": max(1, slots),
+                    "reason": f"{decision.reason} (sync mode: at most {slots} concurrent workers)",
+                }
+            )
+    item: dict[str, Any] = {
+        "run_id": run_id,
+        "round": rnd,
+        "reason": decision.reason,
+        "bound": decision.bound,
+        "predicted_round_s": decision.predicted_round_s,
+        "predicted_round_cost_usd": decision.predicted_round_cost_usd,
+        "planned_at": time.time(),
+        "execution": execution,
+        "execution_rounds": ran_here + 1,
+    }
     if decision.action == "stop":
         measured = rounds and rounds[-1]["stop"] is False and decision.bound in ("max_rounds", "deadline", "target")
         if measured:
             # The newest model has not been evaluated yet: one evaluation-only round measures it.
             last = rounds[-1]
-            decision = Decision(action="train", workers=last["workers"], memory_mb=last["memory_mb"], local_steps=0,
-                                reason=f"final evaluation ({decision.reason})", bound=decision.bound,
-                                worker_time_limit_s=decision.worker_time_limit_s)
+            decision = Decision(
+                action="train",
+                workers=last["workers"],
+                memory_mb=last["memory_mb"],
+                local_steps=0,
+                reason=f"final evaluation ({decision.reason})",
+                bound=decision.bound,
+                worker_time_limit_s=decision.worker_time_limit_s,
+            )
             item["stop_reason"] = item["reason"]
             item["reason"] = decision.reason
         else:
@@ -255,15 +329,31 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
         lost = _lost_shards(prev_plan, rounds[-1] if rounds else None, int(meta["train_shards"]))
         n_params = int(rounds[-1]["param_count"]) if rounds else 0
         k = choose_aggregators(settings, n_params, decision.workers, decision.local_steps == 0)
-        spec = RoundSpec(run_id=run_id, round=rnd, workers=decision.workers, memory_mb=decision.memory_mb,
-                         aggregators=k,
-                         local_steps=decision.local_steps, function_name=settings.train_functions[decision.memory_mb],
-                         planned_at=item["planned_at"], time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
-                         compute_limit_s=decision.worker_time_limit_s if rounds else None,
-                         learning_rate=lr, reason=decision.reason, job=job,
-                         assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost))
-        item.update(action="train", workers=spec.workers, memory_mb=spec.memory_mb, local_steps=spec.local_steps,
-                    function_name=spec.function_name, aggregators=k, spec=spec.model_dump_json())
+        spec = RoundSpec(
+            run_id=run_id,
+            round=rnd,
+            workers=decision.workers,
+            memory_mb=decision.memory_mb,
+            aggregators=k,
+            local_steps=decision.local_steps,
+            function_name=settings.train_functions[decision.memory_mb],
+            planned_at=item["planned_at"],
+            time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
+            compute_limit_s=decision.worker_time_limit_s if rounds else None,
+            learning_rate=lr,
+            reason=decision.reason,
+            job=job,
+            assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost),
+        )
+        item.update(
+            action="train",
+            workers=spec.workers,
+            memory_mb=spec.memory_mb,
+            local_steps=spec.local_steps,
+            function_name=spec.function_name,
+            aggregators=k,
+            spec=spec.model_dump_json(),
+        )
     item["execution_events"] = events_here + round_events(int(item.get("aggregators", 1)))
     item["plan_s"] = time.perf_counter() - t0
     _, stored = table.put_once(keys.plan_sk(rnd), item)
@@ -281,8 +371,9 @@ def chain(settings: Settings, job: dict[str, Any], run_id: str, rnd: int, state_
     # is the S3 event, which the next execution would take for a duplicate event.
     stored = (RunTable(settings.table, run_id).meta() or {}).get("job") or job
     try:
-        arn = sfn.start_execution(stateMachineArn=state_machine_arn, name=name,
-                                  input=json.dumps({**stored, "run_id": run_id}))["executionArn"]
+        arn = sfn.start_execution(
+            stateMachineArn=state_machine_arn, name=name, input=json.dumps({**stored, "run_id": run_id})
+        )["executionArn"]
     except sfn.exceptions.ExecutionAlreadyExists:
         arn = state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + name
     return {"execution_arn": arn, "name": name}
@@ -321,22 +412,49 @@ def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
         "double_counted_updates": double,
         "model_key": keys.final_model_key(run_id) if final_round else None,
     }
-    metrics = {"run_id": run_id, "job": meta.get("job"), "rounds": [_round_view(r, plans.get(r["round"], {})) for r in rounds],
-               "final": final}
+    metrics = {
+        "run_id": run_id,
+        "job": meta.get("job"),
+        "rounds": [_round_view(r, plans.get(r["round"], {})) for r in rounds],
+        "final": final,
+    }
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
     table.update(keys.META, {"status": "SUCCEEDED", "final": final})
     pipeline = (meta.get("job") or {}).get("pipeline")
     if pipeline and final_round is not None:
         model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
         artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
-    return {"run_id": run_id, "val_accuracy": final["val_accuracy"], "rounds": final["rounds"],
-            "estimated_cost_usd": round(final["estimated_cost_usd"], 6)}
+    return {
+        "run_id": run_id,
+        "val_accuracy": final["val_accuracy"],
+        "rounds": final["rounds"],
+        "estimated_cost_usd": round(final["estimated_cost_usd"], 6),
+    }
 
 
 def _round_view(r: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    keep = ("round", "workers", "workers_ok", "workers_failed", "memory_mb", "local_steps", "batch_size", "eval_only",
-            "samples", "accepted", "train_loss", "val_loss", "val_accuracy", "round_s", "aggregate_s", "cost_usd",
-            "cost_total_usd", "stop", "reason", "finished_at")
+    keep = (
+        "round",
+        "workers",
+        "workers_ok",
+        "workers_failed",
+        "memory_mb",
+        "local_steps",
+        "batch_size",
+        "eval_only",
+        "samples",
+        "accepted",
+        "train_loss",
+        "val_loss",
+        "val_accuracy",
+        "round_s",
+        "aggregate_s",
+        "cost_usd",
+        "cost_total_usd",
+        "stop",
+        "reason",
+        "finished_at",
+    )
     view = {k: r.get(k) for k in keep}
     view["plan"] = {k: plan.get(k) for k in ("reason", "bound", "predicted_round_s", "predicted_round_cost_usd")}
     return view

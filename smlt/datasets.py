@@ -40,8 +40,10 @@ def local_dataset_folder(uri: str, base: Path | None = None) -> Path | None:
             print(f"preparing {path} into {folder}")
             prepare_dataset(str(path), str(folder))
         return folder
-    raise InvalidDataset(f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, a .csv/.npz file, "
-                         "sklearn:NAME or synthetic:...")
+    raise InvalidDataset(
+        f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, a .csv/.npz file, "
+        "sklearn:NAME or synthetic:..."
+    )
 
 
 def upload_folder(folder: Path, store: S3Store, prefix: str) -> None:

@@ -104,11 +104,9 @@ class WorkersSpec(_Strict):
     planner: Literal["fixed", "adaptive"] = "fixed"
 
     @model_validator(mode="after")
-    def _ordered(self) -> "WorkersSpec":
+    def _ordered(self) -> WorkersSpec:
         if not self.min <= self.initial <= self.max:
-            raise ValueError(
-                f"need min <= initial <= max, got min={self.min}, initial={self.initial}, max={self.max}"
-            )
+            raise ValueError(f"need min <= initial <= max, got min={self.min}, initial={self.initial}, max={self.max}")
         return self
 
 
@@ -151,7 +149,9 @@ def _describe(err: ValidationError) -> str:
         elif e["type"] == "extra_forbidden":
             msg = "unknown field"
         got = e.get("input")
-        shown = "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {json.dumps(got, default=str)[:60]})"
+        shown = (
+            "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {json.dumps(got, default=str)[:60]})"
+        )
         parts.append(f"{loc}: {msg}{shown}")
     return "; ".join(parts)
 

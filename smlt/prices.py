@@ -26,7 +26,7 @@ class Prices(BaseModel):
     dynamodb_read_unit: float = 0.125 / 1_000_000
 
     @classmethod
-    def from_env(cls) -> "Prices":
+    def from_env(cls) -> Prices:
         raw = os.environ.get("SMLT_PRICES")
         return cls.model_validate(json.loads(raw)) if raw else cls()
 
@@ -42,8 +42,12 @@ class Prices(BaseModel):
         execution's start + task + end, Aggregate, Continue.
         """
         transitions = 6 + 3 * workers
-        return (transitions * self.sfn_transition + s3_puts * self.s3_put + s3_gets * self.s3_get
-                + self.dynamodb_round(workers))
+        return (
+            transitions * self.sfn_transition
+            + s3_puts * self.s3_put
+            + s3_gets * self.s3_get
+            + self.dynamodb_round(workers)
+        )
 
     def dynamodb_round(self, workers):
         """The table's request units in one round of n workers (docs/architecture.md, "Requests

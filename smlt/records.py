@@ -10,9 +10,11 @@ import functools
 import json
 import re
 import time
+from decimal import Decimal
 from typing import Any
 
 import boto3
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from dynamodb_json import json_util
@@ -20,7 +22,7 @@ from dynamodb_json import json_util
 from smlt import keys
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dynamodb_client():
     return boto3.client("dynamodb", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}))
 
@@ -29,8 +31,24 @@ def to_item(obj: dict[str, Any]) -> dict:
     return json.loads(json_util.dumps(obj))
 
 
+_DESERIALIZER = TypeDeserializer()
+
+
+def _plain(v: Any) -> Any:
+    """DynamoDB numbers arrive as Decimal: integral ones become int, the rest float."""
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() and "E" not in str(v) and "." not in str(v) else float(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | set):
+        return [_plain(x) for x in v]
+    return v
+
+
 def from_item(item: dict) -> dict[str, Any]:
-    return json_util.loads(item)
+    # boto3's deserializer, not dynamodb_json's loads: that one leaves numbers written in
+    # exponent form ({"N": "7.3E-7"}, how tiny timings are stored) as raw {"N": ...} dicts.
+    return {k: _plain(_DESERIALIZER.deserialize(v)) for k, v in item.items()}
 
 
 class RunTable:
@@ -54,7 +72,7 @@ class RunTable:
         want = list(dict.fromkeys(sks))
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(want)
         for i in range(0, len(want), 100):  # BatchGetItem takes at most 100 keys
-            self._get_batch(want[i:i + 100], found)
+            self._get_batch(want[i : i + 100], found)
         return found
 
     def _get_batch(self, sks: list[str], found: dict[str, dict[str, Any] | None]) -> None:
@@ -64,7 +82,7 @@ class RunTable:
             if attempt == 10:
                 raise RuntimeError(f"DynamoDB left keys of {self.table} unprocessed 10 times (throttled)")
             if attempt:
-                time.sleep(0.05 * 2 ** attempt)
+                time.sleep(0.05 * 2**attempt)
             attempt += 1
             resp = self.client.batch_get_item(RequestItems=request)
             for raw in resp.get("Responses", {}).get(self.table, []):
@@ -76,8 +94,9 @@ class RunTable:
         """Write the item unless it exists. Returns (written, the item now stored)."""
         item = {"pk": self.pk, "sk": sk, **attrs}
         try:
-            self.client.put_item(TableName=self.table, Item=to_item(item),
-                                 ConditionExpression="attribute_not_exists(pk)")
+            self.client.put_item(
+                TableName=self.table, Item=to_item(item), ConditionExpression="attribute_not_exists(pk)"
+            )
             return True, item
         except ClientError as e:
             if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
@@ -92,12 +111,24 @@ class RunTable:
         """
         key = to_item({"pk": self.pk, "sk": seal_sk})
         try:
-            self.client.transact_write_items(TransactItems=[
-                {"ConditionCheck": {"TableName": self.table, "Key": key,
-                                    "ConditionExpression": "attribute_not_exists(pk)"}},
-                {"Put": {"TableName": self.table, "Item": to_item({"pk": self.pk, "sk": sk, **attrs}),
-                         "ConditionExpression": "attribute_not_exists(pk)"}},
-            ])
+            self.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "ConditionCheck": {
+                            "TableName": self.table,
+                            "Key": key,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table,
+                            "Item": to_item({"pk": self.pk, "sk": sk, **attrs}),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
             return "written"
         except ClientError as e:
             if e.response["Error"]["Code"] != "TransactionCanceledException":
@@ -110,8 +141,9 @@ class RunTable:
             # moto and older SDKs may omit reasons: decide by reading.
             return "sealed" if self.get(seal_sk) is not None else "duplicate"
 
-    def update(self, sk: str, attrs: dict[str, Any], *, only_if: str | None = None,
-               values: dict[str, Any] | None = None) -> bool:
+    def update(
+        self, sk: str, attrs: dict[str, Any], *, only_if: str | None = None, values: dict[str, Any] | None = None
+    ) -> bool:
         """Set attributes on an existing item; with `only_if` (a condition), False when it fails."""
         names = {f"#a{i}": k for i, k in enumerate(attrs)}
         vals = {f":v{i}": v for i, v in enumerate(attrs.values())}
@@ -119,7 +151,8 @@ class RunTable:
         cond = "attribute_exists(pk)" + (f" AND ({only_if})" if only_if else "")
         try:
             self.client.update_item(
-                TableName=self.table, Key=to_item({"pk": self.pk, "sk": sk}),
+                TableName=self.table,
+                Key=to_item({"pk": self.pk, "sk": sk}),
                 UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attrs))),
                 ConditionExpression=cond,
                 ExpressionAttributeNames={**names, **{f"#{n}": n for n in _names_in(only_if)}},
@@ -138,8 +171,12 @@ class RunTable:
 
     def _query(self, condition: str, values: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        kwargs = dict(TableName=self.table, ConsistentRead=True, KeyConditionExpression=condition,
-                      ExpressionAttributeValues=to_item(values))
+        kwargs = dict(
+            TableName=self.table,
+            ConsistentRead=True,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=to_item(values),
+        )
         while True:
             resp = self.client.query(**kwargs)
             items.extend(from_item(i) for i in resp.get("Items", []))
@@ -161,8 +198,9 @@ class RunTable:
         """ROUND items, or only those after round `after` (a key range, not a filter)."""
         if after is None:
             return self.query("ROUND#")
-        return self._query("pk = :pk AND sk BETWEEN :a AND :b",
-                           {":pk": self.pk, ":a": keys.round_sk(after + 1), ":b": "ROUND#~"})
+        return self._query(
+            "pk = :pk AND sk BETWEEN :a AND :b", {":pk": self.pk, ":a": keys.round_sk(after + 1), ":b": "ROUND#~"}
+        )
 
     def plans(self) -> list[dict[str, Any]]:
         return self.query("PLAN#")

@@ -32,7 +32,9 @@ def write_report(metrics: dict[str, Any], path: Path) -> None:
         ax.set_xlabel(label), ax.set_ylabel("accuracy"), ax.legend()
     final = metrics["final"]
     acc = final.get("val_accuracy")
-    fig.suptitle(f"smlt run {final['run_id']}: {final['rounds']} rounds, "
-                 f"{'' if acc is None else f'val accuracy {acc:.3f}, '}est. ${final['estimated_cost_usd']:.4f}")
+    fig.suptitle(
+        f"smlt run {final['run_id']}: {final['rounds']} rounds, "
+        f"{'' if acc is None else f'val accuracy {acc:.3f}, '}est. ${final['estimated_cost_usd']:.4f}"
+    )
     fig.savefig(path, dpi=90)
     plt.close(fig)

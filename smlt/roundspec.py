@@ -13,9 +13,9 @@ class RoundSpec(BaseModel):
     round: int
     workers: int
     memory_mb: int
-    local_steps: int          # 0 = evaluation only (the final model's measurement)
+    local_steps: int  # 0 = evaluation only (the final model's measurement)
     function_name: str
-    planned_at: float         # epoch seconds
+    planned_at: float  # epoch seconds
     time_limit_s: float | None = None  # a worker finishing later than this is a straggler
     # The planner's own limit on a worker's handler time; the worker stops its steps in time.
     compute_limit_s: float | None = None

@@ -136,16 +136,19 @@ def _execute(engine, names, run_id: str, job: dict, out: Path, quiet: bool, inje
     f = metrics["final"]
     acc = "n/a" if f["val_accuracy"] is None else f"{f['val_accuracy']:.4f}"
     if not quiet:
-        print(f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {f['val_loss']:.4f}, "
-              f"{time.time() - t0:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
-              + (f", faults injected {injector.counts}" if injector else ""))
+        print(
+            f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {f['val_loss']:.4f}, "
+            f"{time.time() - t0:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
+            + (f", faults injected {injector.counts}" if injector else "")
+        )
         print(f"  stop reason: {f['stop_reason']}")
         print(f"  outputs in {out}/: model.safetensors metrics.json report.png history.json")
     return 0
 
 
-def run_local(job_path: Path | None, out: Path, faults: str | None = None, watch: Path | None = None,
-              quiet: bool = False) -> int:
+def run_local(
+    job_path: Path | None, out: Path, faults: str | None = None, watch: Path | None = None, quiet: bool = False
+) -> int:
     if watch is not None:
         from smlt.watch import watch_folder
 
@@ -155,9 +158,13 @@ def run_local(job_path: Path | None, out: Path, faults: str | None = None, watch
     raw = _read_job(job_path)
     engine, names, injector = start_engine(faults, quiet)
     try:
-        raw["dataset"]["uri"] = stage_dataset(raw["dataset"]["uri"], names.data_bucket, base=job_path.parent,
-                                              client=engine.client("s3"))
-        run_id = raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
+        raw["dataset"]["uri"] = stage_dataset(
+            raw["dataset"]["uri"], names.data_bucket, base=job_path.parent, client=engine.client("s3")
+        )
+        run_id = (
+            raw.get("run_id")
+            or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         return _execute(engine, names, run_id, raw, out, quiet, injector)
     finally:
         engine.stop()

@@ -94,7 +94,6 @@ def _kept(key: str, newest: int) -> bool:
     return "updates" not in parts and "sync" not in parts
 
 
-
 def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:
     bucket, prefix = keys.parse_s3_uri(meta["job"]["dataset"]["uri"])
     return bucket, prefix

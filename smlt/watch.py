@@ -21,12 +21,22 @@ from typing import Any
 def object_created_event(bucket: str, key: str, size: int, etag: str) -> dict[str, Any]:
     """The event S3 sends to EventBridge (the fields smlt and its rule use)."""
     return {
-        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Object Created", "source": "aws.s3",
-        "account": "123456789012", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "region": "us-east-1", "resources": [f"arn:aws:s3:::{bucket}"],
-        "detail": {"version": "0", "bucket": {"name": bucket},
-                   "object": {"key": key, "size": size, "etag": etag, "sequencer": f"{time.time_ns():X}"},
-                   "request-id": uuid.uuid4().hex[:16], "requester": "123456789012", "reason": "PutObject"},
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": {"key": key, "size": size, "etag": etag, "sequencer": f"{time.time_ns():X}"},
+            "request-id": uuid.uuid4().hex[:16],
+            "requester": "123456789012",
+            "reason": "PutObject",
+        },
     }
 
 
@@ -53,7 +63,9 @@ def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
     exists, anything-but): every field in the pattern must match, a list means any of."""
     for field, rule in pattern.items():
         value = event.get(field) if isinstance(event, dict) else None
-        if isinstance(rule, dict) and not any(k in rule for k in ("prefix", "suffix", "wildcard", "exists", "anything-but")):
+        if isinstance(rule, dict) and not any(
+            k in rule for k in ("prefix", "suffix", "wildcard", "exists", "anything-but")
+        ):
             if not isinstance(value, dict) or not matches(rule, value):
                 return False
         elif isinstance(rule, list):
@@ -111,8 +123,11 @@ def deliver(engine, event: dict[str, Any]) -> list[str]:
             if ":states:" in target["Arn"] and ":stateMachine:" in target["Arn"]:
                 sfn = engine.client("stepfunctions")
                 # EventBridge names the execution itself (a fresh id): it cannot be deterministic.
-                arns.append(sfn.start_execution(stateMachineArn=target["Arn"], name=str(uuid.uuid4()),
-                                                input=render_target_input(target, event))["executionArn"])
+                arns.append(
+                    sfn.start_execution(
+                        stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=render_target_input(target, event)
+                    )["executionArn"]
+                )
     return arns
 
 
@@ -123,7 +138,9 @@ def upload_version(engine, names, folder: Path, root: Path) -> list[str]:
     rel = folder.relative_to(root).as_posix()
     pipeline_job = root / "/".join(rel.split("/")[:2]) / "job.json"
     if pipeline_job.exists():
-        s3.put_object(Bucket=names.data_bucket, Key=pipeline_job.relative_to(root).as_posix(), Body=pipeline_job.read_bytes())
+        s3.put_object(
+            Bucket=names.data_bucket, Key=pipeline_job.relative_to(root).as_posix(), Body=pipeline_job.read_bytes()
+        )
     manifest = folder / "manifest.json"
     for f in sorted(folder.iterdir()):
         if f.is_file() and f != manifest:
@@ -134,8 +151,9 @@ def upload_version(engine, names, folder: Path, root: Path) -> list[str]:
     return deliver(engine, object_created_event(names.data_bucket, key, len(body), hashlib.md5(body).hexdigest()))
 
 
-def watch_folder(root: Path, out: Path, faults: str | None = None, quiet: bool = False,
-                 once: bool = False, interval: float = 1.0) -> int:
+def watch_folder(
+    root: Path, out: Path, faults: str | None = None, quiet: bool = False, once: bool = False, interval: float = 1.0
+) -> int:
     """Watch ROOT/incoming/<pipeline>/<version>/manifest.json; each new one starts a retraining
     run through the stack's rule. Runs until interrupted (or, with once, until idle)."""
     from smlt.runner import Follower, start_engine
@@ -167,10 +185,16 @@ def watch_folder(root: Path, out: Path, faults: str | None = None, quiet: bool =
                     follower.poll()
                     if output.get("chain"):  # a long run continues in chained executions
                         follower.follow(output["chain"]["execution_arn"])
-                    m = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out / run_id,
-                                      engine.history(arn))
-                    print(f"  run {run_id}: val accuracy {m['final']['val_accuracy']}, warm start "
-                          f"{m['job'].get('warm_start') or 'none'} -> {out / run_id}")
+                    m = fetch_outputs(
+                        S3Store(names.artifacts_bucket, client=engine.client("s3")),
+                        run_id,
+                        out / run_id,
+                        engine.history(arn),
+                    )
+                    print(
+                        f"  run {run_id}: val accuracy {m['final']['val_accuracy']}, warm start "
+                        f"{m['job'].get('warm_start') or 'none'} -> {out / run_id}"
+                    )
             if once and not fresh:
                 return 0
             time.sleep(interval)

@@ -67,7 +67,7 @@ def build_layer(output_dir: Path, repo_root: Path, architecture: str, python_ver
             "building the smlt layer failed (pip needs a package index; Docker is never used).\n"
             f"command: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n"
             "To synthesize without building the layer (tests, offline): "
-            "npx cdk synth -c smlt:bundle=false (or build_app(context={\"aws:cdk:bundling-stacks\": []}))"
+            'npx cdk synth -c smlt:bundle=false (or build_app(context={"aws:cdk:bundling-stacks": []}))'
         )
     shutil.copytree(
         repo_root / "smlt",

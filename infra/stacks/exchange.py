@@ -87,9 +87,7 @@ class RedisExchange(Construct):
             description="smlt exchange (ElastiCache): only the smlt functions security group, on the cache port",
             allow_all_outbound=False,
         )
-        self.cache_sg.add_ingress_rule(
-            self.function_sg, ec2.Port.tcp(REDIS_PORT), "smlt functions to the exchange"
-        )
+        self.cache_sg.add_ingress_rule(self.function_sg, ec2.Port.tcp(REDIS_PORT), "smlt functions to the exchange")
         self.function_sg.add_egress_rule(self.cache_sg, ec2.Port.tcp(REDIS_PORT), "to the exchange")
         # Isolated subnets route only inside the VPC and to the gateway endpoints (S3, DynamoDB).
         self.function_sg.add_egress_rule(
@@ -145,7 +143,9 @@ class RedisExchange(Construct):
             stack.format_arn(service="ec2", resource="subnet", resource_name=s.subnet_id)
             for s in self.vpc.select_subnets(subnet_group_name=SUBNET_GROUP_NAME).subnets
         ]
-        sg = stack.format_arn(service="ec2", resource="security-group", resource_name=self.function_sg.security_group_id)
+        sg = stack.format_arn(
+            service="ec2", resource="security-group", resource_name=self.function_sg.security_group_id
+        )
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"], resources=["*"])
         )

@@ -269,9 +269,7 @@ class Functions(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._data.arn_for_objects("*")])
         )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn])
-        )
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn]))
 
     def _write_artifacts(self, role: iam.Role, *, tag_updates: bool, prefixes: tuple[str, ...] = ("runs/",)) -> None:
         actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
@@ -279,9 +277,7 @@ class Functions(Construct):
             # Workers write updates with the `smlt-kind=update` tag (lifecycle expiry).
             actions.append("s3:PutObjectTagging")
         role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=actions, resources=[self._artifacts.arn_for_objects(f"{p}*") for p in prefixes]
-            )
+            iam.PolicyStatement(actions=actions, resources=[self._artifacts.arn_for_objects(f"{p}*") for p in prefixes])
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
@@ -292,9 +288,7 @@ class Functions(Construct):
         )
 
     def _use_table(self, role: iam.Role) -> None:
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=TABLE_ITEM_ACTIONS, resources=[self._table.table_arn])
-        )
+        role.add_to_principal_policy(iam.PolicyStatement(actions=TABLE_ITEM_ACTIONS, resources=[self._table.table_arn]))
 
     def _suppress(self) -> None:
         for fn in (self.planner, self.aggregate):

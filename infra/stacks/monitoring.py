@@ -136,7 +136,9 @@ class Monitoring(Construct):
             ),
             cw.GraphWidget(
                 title="Lambda throttles",
-                left=[fn.metric_throttles(period=five_min, statistic="Sum", label=name) for name, fn in functions.items()],
+                left=[
+                    fn.metric_throttles(period=five_min, statistic="Sum", label=name) for name, fn in functions.items()
+                ],
                 **graph,
             ),
             cw.GraphWidget(

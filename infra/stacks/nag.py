@@ -43,7 +43,7 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "by users at run time.",
     ),
     (
-        r'^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:'
+        r"^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
         r'\{"Fn::Select":\[6,\{"Fn::Split":\[":",\{"Ref":"\w*StateMachine\w*"\}\]\}\]\}(/\*)?:\*$',
         "Distributed Map: the state machine describes, stops and redrives the child executions it starts "
         "(execution names are generated at run time; the ARN is scoped to this state machine's name).",

@@ -76,7 +76,7 @@ class Settings:
     alarm_topic_arn: str | None = None
 
     @staticmethod
-    def from_context(scope: Construct) -> "Settings":
+    def from_context(scope: Construct) -> Settings:
         def get(key: str, expected: type | tuple[type, ...]) -> Any:
             raw = scope.node.try_get_context(key)
             if raw is None:
@@ -107,7 +107,9 @@ class Settings:
         redis = get("redis_reducer", bool)
         node_type = get("redis_node_type", str)
         if not NODE_TYPE.match(node_type):
-            raise ValueError(f"context 'redis_node_type': an ElastiCache node type like cache.r7g.large, got {node_type!r}")
+            raise ValueError(
+                f"context 'redis_node_type': an ElastiCache node type like cache.r7g.large, got {node_type!r}"
+            )
         topic = get("alarm_topic_arn", str)
         return Settings(
             memory_tiers=tuple(sorted(tiers)),

@@ -94,7 +94,11 @@ class Workflow(Construct):
             payload_response_only=True,
             retry_on_service_exceptions=False,
             payload=sfn.TaskInput.from_object(
-                {"op": "plan", "job": sfn.JsonPath.object_at("$.job"), "execution": sfn.JsonPath.string_at("$.execution")}
+                {
+                    "op": "plan",
+                    "job": sfn.JsonPath.object_at("$.job"),
+                    "execution": sfn.JsonPath.string_at("$.execution"),
+                }
             ),
             result_path="$.plan",
             task_timeout=_task_timeout(planner_timeout),

@@ -82,8 +82,9 @@ def compress_state(state: dict[str, np.ndarray], codec: str) -> dict[str, np.nda
 
 
 def decompress_state(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: (to_float32(v) if v.dtype == BF16 or np.issubdtype(v.dtype, np.floating) else v)
-            for k, v in state.items()}
+    return {
+        k: (to_float32(v) if v.dtype == BF16 or np.issubdtype(v.dtype, np.floating) else v) for k, v in state.items()
+    }
 
 
 def compress_torch_state(delta: dict, codec: str) -> dict:

@@ -28,9 +28,18 @@ BLOCK = 1 << 18
 
 # safetensors dtype names <-> numpy dtypes (BF16 is a tagged uint16, see compress.BF16).
 ST_TO_NP: dict[str, np.dtype] = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": BF16,
-    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
-    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": BF16,
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"),
+    "U32": np.dtype("<u4"),
+    "U16": np.dtype("<u2"),
+    "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
 NP_TO_ST: dict[np.dtype, str] = {v: k for k, v in ST_TO_NP.items()}
@@ -61,7 +70,7 @@ def parse_header(prefix: bytes) -> tuple[dict, dict[str, str], int]:
     if len(prefix) < 8 + n:
         raise HeaderError(f"need {8 + n} bytes for the header, got {len(prefix)}")
     try:
-        header = json.loads(bytes(prefix[8:8 + n]))
+        header = json.loads(bytes(prefix[8 : 8 + n]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HeaderError(f"safetensors header is not JSON: {e}") from None
     if not isinstance(header, dict):
@@ -78,7 +87,7 @@ def views(blob: bytes | memoryview) -> tuple[dict[str, np.ndarray], dict[str, st
 
     BF16 tensors come back with dtype `compress.BF16`; `to_float32` widens any of them.
     """
-    tensors, meta, start = parse_header(memoryview(blob)[:8 + header_length(bytes(memoryview(blob)[:8]))])
+    tensors, meta, start = parse_header(memoryview(blob)[: 8 + header_length(bytes(memoryview(blob)[:8]))])
     out: dict[str, np.ndarray] = {}
     for name, t in tensors.items():
         dt = ST_TO_NP[t["dtype"]]
@@ -113,16 +122,17 @@ def save_raw(tensors: Sequence[tuple[str, np.ndarray]], metadata: dict[str, str]
     raw += b" " * (-len(raw) % 8)
     out = bytearray(8 + len(raw) + offset)
     out[:8] = struct.pack("<Q", len(raw))
-    out[8:8 + len(raw)] = raw
+    out[8 : 8 + len(raw)] = raw
     pos = 8 + len(raw)
     for arr in arrays:
-        out[pos:pos + arr.nbytes] = arr.reshape(-1).view(np.uint8).data
+        out[pos : pos + arr.nbytes] = arr.reshape(-1).view(np.uint8).data
         pos += arr.nbytes
     return bytes(out)
 
 
-def weighted_sum_into(acc: np.ndarray, arrays: Sequence[np.ndarray], coeffs: Sequence[float],
-                      block: int = BLOCK) -> np.ndarray:
+def weighted_sum_into(
+    acc: np.ndarray, arrays: Sequence[np.ndarray], coeffs: Sequence[float], block: int = BLOCK
+) -> np.ndarray:
     """acc[:] += sum_i coeffs[i] * arrays[i], elementwise; acc is float32 and 1-D (or flat-viewable).
 
     Arrays may be float32, float16 or BF16 (they are widened a block at a time). Blocked so that
@@ -141,11 +151,11 @@ def weighted_sum_into(acc: np.ndarray, arrays: Sequence[np.ndarray], coeffs: Seq
     for lo in range(0, n, block):
         hi = min(lo + block, n)
         dst = flat[lo:hi]
-        t = tmp[:hi - lo]
+        t = tmp[: hi - lo]
         for a, c in zip(srcs, cs):
             part = a[lo:hi]
             if part.dtype == BF16:
-                w = wide[:hi - lo]
+                w = wide[: hi - lo]
                 np.left_shift(part.view(np.uint16), 16, out=w, dtype=np.uint32)
                 part = w.view(np.float32)
             if c == 1.0:
@@ -156,8 +166,9 @@ def weighted_sum_into(acc: np.ndarray, arrays: Sequence[np.ndarray], coeffs: Seq
     return acc
 
 
-def weighted_mean_into(acc: np.ndarray, arrays: Sequence[np.ndarray], weights: Sequence[float],
-                       block: int = BLOCK) -> np.ndarray:
+def weighted_mean_into(
+    acc: np.ndarray, arrays: Sequence[np.ndarray], weights: Sequence[float], block: int = BLOCK
+) -> np.ndarray:
     """acc[:] = sum(w_i * a_i) / sum(w_i). With equal weights: plain sums, one scale at the end."""
     total = float(sum(weights))
     if not arrays or total <= 0:
@@ -184,7 +195,9 @@ def weighted_average(updates: list[dict[str, np.ndarray]], weights: list[float])
     return out
 
 
-def apply_update(global_state: dict[str, np.ndarray], delta: dict[str, np.ndarray], server_lr: float) -> dict[str, np.ndarray]:
+def apply_update(
+    global_state: dict[str, np.ndarray], delta: dict[str, np.ndarray], server_lr: float
+) -> dict[str, np.ndarray]:
     new = dict(global_state)
     lr = np.float32(server_lr)
     for name, d in delta.items():

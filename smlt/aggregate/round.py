@@ -16,11 +16,10 @@ Idempotent: the ROUND item is written once (conditional) and a repeated call ret
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
-
-import json
 
 from smlt import errors as smlt_errors
 from smlt import keys
@@ -49,8 +48,15 @@ def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | No
     return val_loss is not None and val_loss <= t.target_value
 
 
-def round_cost(settings: Settings, spec: RoundSpec, records: list[dict], failed: int,
-               plan_s: float, aggregate_s: float, aggregators: int = 1) -> float:
+def round_cost(
+    settings: Settings,
+    spec: RoundSpec,
+    records: list[dict],
+    failed: int,
+    plan_s: float,
+    aggregate_s: float,
+    aggregators: int = 1,
+) -> float:
     """Everything billed for one round: worker, planner and aggregator GB-s and requests,
     Step Functions transitions and S3 requests. With k > 1 aggregators each is charged the
     whole aggregation's wall time (an upper bound: the slices run in parallel within it) plus
@@ -67,7 +73,9 @@ def round_cost(settings: Settings, spec: RoundSpec, records: list[dict], failed:
     # k > 1: prepare, the slice Map (4 + k iterations x 3) and finish add transitions.
     # S3: n updates and model r+1 written; model r read by each worker, n updates and model r by
     # the aggregator (k slices: k x (n + 1) ranged reads instead, and their manifests).
-    cost += p.round_overhead(n, s3_puts=n + 1 + (k + 2 if k > 1 else 0), s3_gets=2 * n + 1 + (k * (n + 1) if k > 1 else 0))
+    cost += p.round_overhead(
+        n, s3_puts=n + 1 + (k + 2 if k > 1 else 0), s3_gets=2 * n + 1 + (k * (n + 1) if k > 1 else 0)
+    )
     if k > 1:
         cost += (6 + 3 * k) * p.sfn_transition
     return cost
@@ -94,8 +102,9 @@ class _Round:
         self.artifacts = S3Store(settings.artifacts_bucket)
         self._spec: RoundSpec | None = None
         # The round's own items and the previous round's (the ledger so far), in one request.
-        self._items = self.table.get_many(keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd),
-                                          *([keys.round_sk(rnd - 1)] if rnd > 0 else []))
+        self._items = self.table.get_many(
+            keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd), *([keys.round_sk(rnd - 1)] if rnd > 0 else [])
+        )
         self._reported: list[dict] | None = None  # the workers' records read by the quorum check
 
     def done(self) -> dict[str, Any] | None:
@@ -109,8 +118,10 @@ class _Round:
     def spec(self) -> RoundSpec:
         if self._spec is None:
             if "spec" not in self.plan_item:
-                raise RuntimeError(f"round {self.rnd} of run {self.run_id} has no training plan "
-                                   f"({keys.plan_sk(self.rnd)}); nothing to aggregate")
+                raise RuntimeError(
+                    f"round {self.rnd} of run {self.run_id} has no training plan "
+                    f"({keys.plan_sk(self.rnd)}); nothing to aggregate"
+                )
             self._spec = RoundSpec.model_validate_json(self.plan_item["spec"])
         return self._spec
 
@@ -124,22 +135,36 @@ class _Round:
             return None
         _fatal_worker_error(table, rnd)
         attempts = int(self.plan_item.get("attempts", 0))
-        table.update(keys.plan_sk(rnd), {"attempts": attempts + 1},
-                     only_if="attribute_not_exists(#attempts) OR #attempts = :n", values={":n": attempts})
+        table.update(
+            keys.plan_sk(rnd),
+            {"attempts": attempts + 1},
+            only_if="attribute_not_exists(#attempts) OR #attempts = :n",
+            values={":n": attempts},
+        )
         if attempts + 1 >= MAX_ATTEMPTS:
             raise smlt_errors.QuorumNotReached(
                 f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
-                f"resume the run with `smlt resume {self.run_id}` once the cause is fixed")
+                f"resume the run with `smlt resume {self.run_id}` once the cause is fixed"
+            )
         self.clear_sync()  # the retried round's exchange starts clean
-        return {"round": rnd, "stop": False, "retry": True, "reason": f"quorum not reached (attempt {attempts + 1})",
-                "val_accuracy": None, "val_loss": None, "cost_usd": None}
+        return {
+            "round": rnd,
+            "stop": False,
+            "retry": True,
+            "reason": f"quorum not reached (attempt {attempts + 1})",
+            "val_accuracy": None,
+            "val_loss": None,
+            "cost_usd": None,
+        }
 
     def seal(self) -> list[dict]:
         """Close the round: from here on a worker's record can no longer land (see
         put_unless_sealed), so the records read after the seal are exactly the ones that count."""
         was_sealed = self._items[keys.seal_sk(self.rnd)] is not None
         if not was_sealed:
-            _, self._items[keys.seal_sk(self.rnd)] = self.table.put_once(keys.seal_sk(self.rnd), {"sealed_at": time.time()})
+            _, self._items[keys.seal_sk(self.rnd)] = self.table.put_once(
+                keys.seal_sk(self.rnd), {"sealed_at": time.time()}
+            )
         records = self._reported
         # Records read before the seal are final when the round was already sealed then, or when
         # every worker had reported (each writes once); otherwise read them again.
@@ -167,12 +192,21 @@ class _Round:
         """Fall back to the last good model (this round's) and halve the learning rate, once."""
         meta = self.table.meta() or {}
         if float(meta.get("lr_scale", 1.0)) < 1.0:
-            raise smlt_errors.Diverged(f"round {self.rnd}: {reason} again after halving the learning rate to "
-                                       f"{self.spec.learning_rate:g}; lower training.learning_rate")
+            raise smlt_errors.Diverged(
+                f"round {self.rnd}: {reason} again after halving the learning rate to "
+                f"{self.spec.learning_rate:g}; lower training.learning_rate"
+            )
         self.table.update(keys.META, {"lr_scale": 0.5})
 
-    def record(self, records: list[dict], ledger: list[dict], diverged: str, n_params: int,
-               aggregate_s: float, aggregators: int = 1) -> dict[str, Any]:
+    def record(
+        self,
+        records: list[dict],
+        ledger: list[dict],
+        diverged: str,
+        n_params: int,
+        aggregate_s: float,
+        aggregators: int = 1,
+    ) -> dict[str, Any]:
         """Combine the workers' evaluation, price the round, decide whether to stop, write the
         ROUND item (once) and answer it."""
         spec, table, rnd = self.spec, self.table, self.rnd
@@ -183,7 +217,9 @@ class _Round:
         val_acc = sum(r["val_correct"] for r in records) / val_count if val_count else None
         samples = sum(a["samples"] for a in ledger)
         by_worker = {r["worker"]: r for r in records}
-        train_loss = sum(by_worker[a["worker"]]["train_loss"] * a["samples"] for a in ledger) / samples if samples else None
+        train_loss = (
+            sum(by_worker[a["worker"]]["train_loss"] * a["samples"] for a in ledger) / samples if samples else None
+        )
 
         if spec.eval_only:
             stop, reason = True, plan_item.get("stop_reason") or "final evaluation"
@@ -195,21 +231,55 @@ class _Round:
             stop, reason = False, ""
 
         self.clear_sync()
-        cost = round_cost(self.settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s,
-                          aggregators)
+        cost = round_cost(
+            self.settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s, aggregators
+        )
         previous = self._items.get(keys.round_sk(rnd - 1))  # the ledger so far
         item = {
-            "round": rnd, "workers": spec.workers, "workers_ok": len(records), "workers_failed": failed,
-            "memory_mb": spec.memory_mb, "local_steps": spec.local_steps, "batch_size": spec.job.training.batch_size,
-            "eval_only": spec.eval_only, "diverged": bool(diverged), "samples": samples, "accepted": ledger,
-            "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_acc,
-            "aggregate_s": aggregate_s, "aggregators": aggregators, "round_s": time.time() - spec.planned_at,
-            "cost_usd": cost, "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
-            "param_count": n_params, "stop": stop, "reason": reason,
-            "plan_reason": spec.reason, "time_limit_s": spec.compute_limit_s, "finished_at": time.time(),
-            "timings": [{k: r[k] for k in ("worker", "memory_mb", "samples", "load_s", "eval_s", "compute_s",
-                                           "upload_s", "total_s", "cold") if k in r}
-                    | {"cache_miss": bool(r.get("cache_miss", False))} for r in records],
+            "round": rnd,
+            "workers": spec.workers,
+            "workers_ok": len(records),
+            "workers_failed": failed,
+            "memory_mb": spec.memory_mb,
+            "local_steps": spec.local_steps,
+            "batch_size": spec.job.training.batch_size,
+            "eval_only": spec.eval_only,
+            "diverged": bool(diverged),
+            "samples": samples,
+            "accepted": ledger,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "val_accuracy": val_acc,
+            "aggregate_s": aggregate_s,
+            "aggregators": aggregators,
+            "round_s": time.time() - spec.planned_at,
+            "cost_usd": cost,
+            "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
+            "param_count": n_params,
+            "stop": stop,
+            "reason": reason,
+            "plan_reason": spec.reason,
+            "time_limit_s": spec.compute_limit_s,
+            "finished_at": time.time(),
+            "timings": [
+                {
+                    k: r[k]
+                    for k in (
+                        "worker",
+                        "memory_mb",
+                        "samples",
+                        "load_s",
+                        "eval_s",
+                        "compute_s",
+                        "upload_s",
+                        "total_s",
+                        "cold",
+                    )
+                    if k in r
+                }
+                | {"cache_miss": bool(r.get("cache_miss", False))}
+                for r in records
+            ],
         }
         _, stored = table.put_once(keys.round_sk(rnd), item)
         return _result(stored)
@@ -243,8 +313,9 @@ def aggregate_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]
         bad = [x["worker"] for x in accepted if not x.get("finite", True)]
         if not bad:
             # Streamed: parallel ranged GETs summed as they arrive, bit-identical to decoding all.
-            avg = reduce_updates(r.artifacts, [r.update_key(x["worker"]) for x in accepted],
-                                 [float(x["samples"]) for x in accepted])
+            avg = reduce_updates(
+                r.artifacts, [r.update_key(x["worker"]) for x in accepted], [float(x["samples"]) for x in accepted]
+            )
             new_state = apply_update(global_state, avg, spec.job.training.server_lr)
             if is_finite(new_state):
                 new_blob = encode(new_state)
@@ -276,8 +347,7 @@ def prepare_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
     records = r.seal()
     accepted = [] if r.spec.eval_only else [x for x in records if x["samples"] > 0]
     committed = commit_accepted(r.artifacts, run_id, rnd, _ledger(accepted))
-    return {"round": rnd, "proceed": True, "stop": False, "accepted": len(committed),
-            "aggregators": r.spec.aggregators}
+    return {"round": rnd, "proceed": True, "stop": False, "accepted": len(committed), "aggregators": r.spec.aggregators}
 
 
 def slice_round(settings: Settings, run_id: str, rnd: int, j: int, k: int) -> dict[str, Any]:
@@ -286,8 +356,9 @@ def slice_round(settings: Settings, run_id: str, rnd: int, j: int, k: int) -> di
     try:
         accepted = json.loads(r.artifacts.get(keys.accepted_key(run_id, rnd)))
     except NotFound:
-        raise RuntimeError(f"round {rnd}: no accepted list ({keys.accepted_key(run_id, rnd)}); "
-                           "the prepare step must run first") from None
+        raise RuntimeError(
+            f"round {rnd}: no accepted list ({keys.accepted_key(run_id, rnd)}); the prepare step must run first"
+        ) from None
     try:
         info = aggregate_slice(r.artifacts, run_id, rnd, j, k, accepted, r.spec.job.training.server_lr)
     except FloatingPointError:
@@ -337,6 +408,11 @@ def _result(item: dict[str, Any]) -> dict[str, Any]:
     def num(v):
         return None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), 6)
 
-    return {"round": int(item["round"]), "stop": bool(item["stop"]), "reason": item.get("reason", ""),
-            "val_accuracy": num(item.get("val_accuracy")), "val_loss": num(item.get("val_loss")),
-            "cost_usd": num(item.get("cost_usd"))}
+    return {
+        "round": int(item["round"]),
+        "stop": bool(item["stop"]),
+        "reason": item.get("reason", ""),
+        "val_accuracy": num(item.get("val_accuracy")),
+        "val_loss": num(item.get("val_loss")),
+        "cost_usd": num(item.get("cost_usd")),
+    }

@@ -72,11 +72,11 @@ FETCH_THREADS = 16
 @dataclass(frozen=True)
 class TensorSlot:
     name: str
-    dtype: str              # safetensors dtype (F32, F16, BF16, ...)
+    dtype: str  # safetensors dtype (F32, F16, BF16, ...)
     shape: tuple[int, ...]
-    offset: int             # first element in the flat vector
+    offset: int  # first element in the flat vector
     numel: int
-    begin: int              # absolute byte offset of the tensor's data in the object
+    begin: int  # absolute byte offset of the tensor's data in the object
 
     @property
     def itemsize(self) -> int:
@@ -90,17 +90,17 @@ class Segment:
     begin: int
     end: int
     dtype: str
-    lo: int                 # position in the requested slice
+    lo: int  # position in the requested slice
     hi: int
 
 
 @dataclass(frozen=True)
 class FlatLayout:
-    tensors: tuple[TensorSlot, ...]      # floating tensors, in flat (name) order
+    tensors: tuple[TensorSlot, ...]  # floating tensors, in flat (name) order
     metadata: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
-    others: tuple[str, ...] = ()         # non-floating tensors (not part of the flat vector)
+    others: tuple[str, ...] = ()  # non-floating tensors (not part of the flat vector)
     data_start: int = 0
-    nbytes: int = 0                      # size of the whole object
+    nbytes: int = 0  # size of the whole object
 
     @property
     def numel(self) -> int:
@@ -159,7 +159,7 @@ def layout_from_header(tensors: dict, metadata: dict[str, str], data_start: int)
 
 def layout_of(blob: bytes) -> FlatLayout:
     """The flat layout of a safetensors blob held in memory."""
-    return layout_from_header(*parse_header(blob[:8 + header_length(blob[:8])]))
+    return layout_from_header(*parse_header(blob[: 8 + header_length(blob[:8])]))
 
 
 def layout_of_state(state: dict[str, np.ndarray]) -> FlatLayout:
@@ -192,13 +192,13 @@ def flatten(state: dict[str, np.ndarray], layout: FlatLayout | None = None) -> n
     layout = layout or layout_of_state(state)
     out = np.empty(layout.numel, dtype=np.float32)
     for t in layout.tensors:
-        out[t.offset:t.offset + t.numel] = to_float32(state[t.name]).reshape(-1)
+        out[t.offset : t.offset + t.numel] = to_float32(state[t.name]).reshape(-1)
     return out
 
 
 def unflatten(flat: np.ndarray, layout: FlatLayout) -> dict[str, np.ndarray]:
     """Views of a flat vector as named tensors (no copies)."""
-    return {t.name: flat[t.offset:t.offset + t.numel].reshape(t.shape) for t in layout.tensors}
+    return {t.name: flat[t.offset : t.offset + t.numel].reshape(t.shape) for t in layout.tensors}
 
 
 def slice_bounds(numel: int, k: int) -> list[tuple[int, int]]:
@@ -211,12 +211,15 @@ def _decode_segment(raw: bytes, dtype: str) -> np.ndarray:
     return np.frombuffer(raw, dtype=ST_TO_NP[dtype])
 
 
-def read_flat_raw(store: ObjectStore, key: str, layout: FlatLayout, start: int, end: int
-                  ) -> list[tuple[int, int, np.ndarray]]:
+def read_flat_raw(
+    store: ObjectStore, key: str, layout: FlatLayout, start: int, end: int
+) -> list[tuple[int, int, np.ndarray]]:
     """Flat elements [start, end) of a stored object, in its stored dtype, as (lo, hi, array)
     pieces: one ranged GET per contiguous byte range (one in all for a uniform-dtype update)."""
-    return [(s.lo, s.hi, _decode_segment(store.get_range(key, s.begin, s.end), s.dtype))
-            for s in layout.segments(start, end)]
+    return [
+        (s.lo, s.hi, _decode_segment(store.get_range(key, s.begin, s.end), s.dtype))
+        for s in layout.segments(start, end)
+    ]
 
 
 def read_flat(store: ObjectStore, key: str, layout: FlatLayout, start: int, end: int) -> np.ndarray:
@@ -253,9 +256,16 @@ def read_layouts(store: ObjectStore, update_keys: Sequence[str], threads: int = 
     return list(_ordered_map(lambda k: read_layout(store, k), list(update_keys), threads))
 
 
-def reduce_slice(store: ObjectStore, update_keys: Sequence[str], weights: Sequence[float],
-                 start: int, end: int, *, layouts: Sequence[FlatLayout] | None = None,
-                 threads: int = FETCH_THREADS) -> np.ndarray:
+def reduce_slice(
+    store: ObjectStore,
+    update_keys: Sequence[str],
+    weights: Sequence[float],
+    start: int,
+    end: int,
+    *,
+    layouts: Sequence[FlatLayout] | None = None,
+    threads: int = FETCH_THREADS,
+) -> np.ndarray:
     """sum(w_i * update_i[start:end]) / sum(w_i) as float32, reading only those bytes of each update.
 
     Headers are read with one small ranged GET per update unless `layouts` are given. Updates
@@ -276,7 +286,9 @@ def reduce_slice(store: ObjectStore, update_keys: Sequence[str], weights: Sequen
     coeffs = [1.0] * len(weights) if equal else [w / total for w in weights]
     acc = np.zeros(end - start, dtype=np.float32)
     jobs = list(zip(update_keys, layouts, coeffs))
-    for pieces, (_, _, c) in zip(_ordered_map(lambda j: read_flat_raw(store, j[0], j[1], start, end), jobs, threads), jobs):
+    for pieces, (_, _, c) in zip(
+        _ordered_map(lambda j: read_flat_raw(store, j[0], j[1], start, end), jobs, threads), jobs
+    ):
         for lo, hi, arr in pieces:
             weighted_sum_into(acc[lo:hi], [arr], [c])
     if equal:
@@ -284,8 +296,9 @@ def reduce_slice(store: ObjectStore, update_keys: Sequence[str], weights: Sequen
     return acc
 
 
-def reduce_updates(store: ObjectStore, update_keys: Sequence[str], weights: Sequence[float],
-                   threads: int = FETCH_THREADS) -> dict[str, np.ndarray]:
+def reduce_updates(
+    store: ObjectStore, update_keys: Sequence[str], weights: Sequence[float], threads: int = FETCH_THREADS
+) -> dict[str, np.ndarray]:
     """The single aggregator's weighted average, streamed: the same result as
     `weighted_average([decode(store.get(k)) ...], weights)`, bit for bit, but the updates are
     fetched in parallel (ranged GETs of their data sections) and summed as they arrive, with no
@@ -319,8 +332,14 @@ class _HeadsKept:
         return data
 
 
-def plan_slices(param_bytes: int, n_workers: int, *, read_bytes_per_aggregator: int = 256 << 20,
-                min_slice_bytes: int = 4 << 20, max_aggregators: int = 64) -> int:
+def plan_slices(
+    param_bytes: int,
+    n_workers: int,
+    *,
+    read_bytes_per_aggregator: int = 256 << 20,
+    min_slice_bytes: int = 4 << 20,
+    max_aggregators: int = 64,
+) -> int:
     """How many aggregators to use for n_workers updates of param_bytes each.
 
     Each aggregator reads n_workers * param_bytes / k bytes. k is the smallest count that keeps
@@ -353,8 +372,9 @@ def commit_accepted(store: ObjectStore, run_id: str, rnd: int, accepted: list[di
     """Fix the set of accepted updates for round rnd: the first caller's list wins, every caller
     (each of the k aggregators, retries included) gets that list back, so all slices average the
     same updates even if a late worker's record appears between two aggregators' reads."""
-    body = json.dumps([{"worker": int(a["worker"]), "samples": float(a["samples"])} for a in accepted],
-                      sort_keys=True).encode()
+    body = json.dumps(
+        [{"worker": int(a["worker"]), "samples": float(a["samples"])} for a in accepted], sort_keys=True
+    ).encode()
     store.put(accepted_key(run_id, rnd), body, if_absent=True)
     return json.loads(store.get(accepted_key(run_id, rnd)))
 
@@ -363,7 +383,7 @@ def commit_accepted(store: ObjectStore, run_id: str, rnd: int, accepted: list[di
 class SlicedModel:
     """Manifest of a model stored as k slices of its flat vector."""
 
-    tensors: tuple[dict, ...]           # {"name", "shape", "dtype"} in flat order
+    tensors: tuple[dict, ...]  # {"name", "shape", "dtype"} in flat order
     bounds: tuple[tuple[int, int], ...]
     keys: tuple[str, ...]
     rest: str | None = None
@@ -381,30 +401,45 @@ class SlicedModel:
         return FlatLayout(tuple(slots))
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": MANIFEST_FORMAT, "tensors": list(self.tensors),
-                           "slices": [{"start": s, "end": e, "key": k} for (s, e), k in zip(self.bounds, self.keys)],
-                           "rest": self.rest}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "format": MANIFEST_FORMAT,
+                "tensors": list(self.tensors),
+                "slices": [{"start": s, "end": e, "key": k} for (s, e), k in zip(self.bounds, self.keys)],
+                "rest": self.rest,
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> "SlicedModel":
+    def from_json(cls, raw: bytes) -> SlicedModel:
         d = json.loads(raw)
         if d.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"not a sliced-model manifest (format {d.get('format')!r})")
-        return cls(tuple(d["tensors"]), tuple((s["start"], s["end"]) for s in d["slices"]),
-                   tuple(s["key"] for s in d["slices"]), d.get("rest"))
+        return cls(
+            tuple(d["tensors"]),
+            tuple((s["start"], s["end"]) for s in d["slices"]),
+            tuple(s["key"] for s in d["slices"]),
+            d.get("rest"),
+        )
 
 
 def sliced_manifest(run_id: str, rnd: int, layout: FlatLayout, k: int, has_rest: bool) -> SlicedModel:
     bounds = slice_bounds(layout.numel, k)
     k = len(bounds)
-    return SlicedModel(tuple(layout.describe()), tuple(bounds),
-                       tuple(slice_key(run_id, rnd, j, k) for j in range(k)),
-                       rest_key(run_id, rnd) if has_rest else None)
+    return SlicedModel(
+        tuple(layout.describe()),
+        tuple(bounds),
+        tuple(slice_key(run_id, rnd, j, k) for j in range(k)),
+        rest_key(run_id, rnd) if has_rest else None,
+    )
 
 
 def _slice_blob(values: np.ndarray, start: int, end: int, j: int, k: int) -> bytes:
-    return save_raw([("flat", np.ascontiguousarray(values, dtype=np.float32))],
-                    {"start": str(start), "end": str(end), "slice": str(j), "of": str(k)})
+    return save_raw(
+        [("flat", np.ascontiguousarray(values, dtype=np.float32))],
+        {"start": str(start), "end": str(end), "slice": str(j), "of": str(k)},
+    )
 
 
 def model_source(store: ObjectStore, run_id: str, rnd: int) -> tuple[str, Any]:
@@ -416,12 +451,15 @@ def model_source(store: ObjectStore, run_id: str, rnd: int) -> tuple[str, Any]:
     try:
         return "sliced", SlicedModel.from_json(store.get(slices_manifest_key(run_id, rnd)))
     except NotFound:
-        raise NotFound(f"no model for round {rnd} of run {run_id} (neither "
-                       f"{keys.model_key(run_id, rnd)} nor {slices_manifest_key(run_id, rnd)})") from None
+        raise NotFound(
+            f"no model for round {rnd} of run {run_id} (neither "
+            f"{keys.model_key(run_id, rnd)} nor {slices_manifest_key(run_id, rnd)})"
+        ) from None
 
 
-def read_model_range(store: ObjectStore, run_id: str, rnd: int, start: int, end: int,
-                     source: tuple[str, Any] | None = None) -> np.ndarray:
+def read_model_range(
+    store: ObjectStore, run_id: str, rnd: int, start: int, end: int, source: tuple[str, Any] | None = None
+) -> np.ndarray:
     """Flat elements [start, end) of model rnd as float32, whichever way it is stored."""
     kind, src = source or model_source(store, run_id, rnd)
     if kind == "single":
@@ -433,13 +471,20 @@ def read_model_range(store: ObjectStore, run_id: str, rnd: int, start: int, end:
         lo, hi = max(s, start), min(e, end)
         if lo < hi:
             hdr = read_layout(store, key)
-            out[lo - start:hi - start] = read_flat(store, key, hdr, lo - s, hi - s)
+            out[lo - start : hi - start] = read_flat(store, key, hdr, lo - s, hi - s)
     return out
 
 
-def aggregate_slice(store: ObjectStore, run_id: str, rnd: int, j: int, k: int,
-                    accepted: list[dict], server_lr: float = 1.0,
-                    threads: int = FETCH_THREADS) -> dict[str, Any]:
+def aggregate_slice(
+    store: ObjectStore,
+    run_id: str,
+    rnd: int,
+    j: int,
+    k: int,
+    accepted: list[dict],
+    server_lr: float = 1.0,
+    threads: int = FETCH_THREADS,
+) -> dict[str, Any]:
     """Aggregator j of k for round rnd: slice j of model rnd+1 = slice j of model rnd
     + server_lr * weighted mean of slice j of the accepted updates. Idempotent (first writer wins).
 
@@ -465,8 +510,15 @@ def aggregate_slice(store: ObjectStore, run_id: str, rnd: int, j: int, k: int,
         raise ValueError(f"slice {j} of {k}")
     start, end = manifest.bounds[j]
     if store.exists(manifest.keys[j]):  # a retried aggregator: the slice is there already
-        return {"slice": j, "of": k, "start": start, "end": end, "skipped": True,
-                "seconds": time.perf_counter() - t0, "bytes_read": 0}
+        return {
+            "slice": j,
+            "of": k,
+            "start": start,
+            "end": end,
+            "skipped": True,
+            "seconds": time.perf_counter() - t0,
+            "bytes_read": 0,
+        }
 
     new = read_model_range(store, run_id, rnd, start, end, source)
     if update_keys:
@@ -487,9 +539,15 @@ def aggregate_slice(store: ObjectStore, run_id: str, rnd: int, j: int, k: int,
     if j == 0 and has_rest:
         _write_rest(store, run_id, rnd, source, manifest.rest)
     store.put(slices_manifest_key(run_id, rnd + 1), manifest.to_json(), if_absent=True)
-    return {"slice": j, "of": k, "start": start, "end": end, "skipped": False,
-            "seconds": time.perf_counter() - t0,
-            "bytes_read": (end - start) * (itemsize * len(update_keys) + 4)}
+    return {
+        "slice": j,
+        "of": k,
+        "start": start,
+        "end": end,
+        "skipped": False,
+        "seconds": time.perf_counter() - t0,
+        "bytes_read": (end - start) * (itemsize * len(update_keys) + 4),
+    }
 
 
 def _write_rest(store: ObjectStore, run_id: str, rnd: int, source, rest_out: str) -> None:
@@ -508,8 +566,9 @@ def _write_rest(store: ObjectStore, run_id: str, rnd: int, source, rest_out: str
         store.put(rest_out, store.get(src.rest), if_absent=True)
 
 
-def write_sliced_model(store: ObjectStore, run_id: str, rnd: int, state: dict[str, np.ndarray], k: int,
-                       threads: int = FETCH_THREADS) -> SlicedModel:
+def write_sliced_model(
+    store: ObjectStore, run_id: str, rnd: int, state: dict[str, np.ndarray], k: int, threads: int = FETCH_THREADS
+) -> SlicedModel:
     """Store an in-memory model as k slices + manifest (e.g. a sharded round 0, tests, bench)."""
     layout = layout_of_state(state)
     flat = flatten(state, layout)
@@ -556,9 +615,10 @@ def read_model(store: ObjectStore, run_id: str, rnd: int, threads: int = FETCH_T
     layout = src.layout()
     state = {}
     for t, d in zip(layout.tensors, src.tensors):
-        v = flat[t.offset:t.offset + t.numel].reshape(t.shape)
-        state[t.name] = v if d["dtype"] == "F32" else (
-            to_float32(v) if d["dtype"] == "BF16" else v.astype(ST_TO_NP[d["dtype"]]))
+        v = flat[t.offset : t.offset + t.numel].reshape(t.shape)
+        state[t.name] = (
+            v if d["dtype"] == "F32" else (to_float32(v) if d["dtype"] == "BF16" else v.astype(ST_TO_NP[d["dtype"]]))
+        )
     if src.rest:
         rest, _ = views(store.get(src.rest))
         state.update(rest)
@@ -593,8 +653,13 @@ class Poll:
     timeout: float = 120.0
 
 
-def wait_get(store: ObjectStore, key: str, poll: Poll = Poll(), byte_range: tuple[int, int] | None = None,
-             deadline: float | None = None) -> bytes:
+def wait_get(
+    store: ObjectStore,
+    key: str,
+    poll: Poll = Poll(),
+    byte_range: tuple[int, int] | None = None,
+    deadline: float | None = None,
+) -> bytes:
     """GET (or ranged GET) key, polling with backoff until it exists; BarrierTimeout past the deadline."""
     deadline = deadline if deadline is not None else time.monotonic() + poll.timeout
     delay = poll.first
@@ -628,9 +693,19 @@ class ReduceScatter:
     every worker has written its step s gradient, so has read all of step s-1).
     """
 
-    def __init__(self, store: ObjectStore, prefix: str, n_workers: int, worker: int, numel: int, *,
-                 codec: str = "none", poll: Poll = Poll(), cleanup: bool = True,
-                 threads: int = FETCH_THREADS):
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix: str,
+        n_workers: int,
+        worker: int,
+        numel: int,
+        *,
+        codec: str = "none",
+        poll: Poll = Poll(),
+        cleanup: bool = True,
+        threads: int = FETCH_THREADS,
+    ):
         if not 0 <= worker < n_workers:
             raise ValueError(f"worker {worker} of {n_workers}")
         self.store, self.prefix, self.n, self.worker = store, prefix, n_workers, worker
@@ -643,7 +718,10 @@ class ReduceScatter:
         self._item = ITEMSIZE[codec]
         dummy = []
         for j, (s, e) in enumerate(self.bounds):
-            dummy += [(f"s{j:05d}a", np.zeros(1, np.float32)), (f"s{j:05d}b", self._encode(np.zeros(e - s, np.float32)))]
+            dummy += [
+                (f"s{j:05d}a", np.zeros(1, np.float32)),
+                (f"s{j:05d}b", self._encode(np.zeros(e - s, np.float32))),
+            ]
         hdr = save_raw(dummy)
         self._data_start = 8 + header_length(hdr[:8])
         self._grad_size = len(hdr)
@@ -688,8 +766,11 @@ class ReduceScatter:
         # 2. reduce my slice of everyone's gradient (in worker order: deterministic everywhere)
         s, e = self.bounds[self.worker]
         rng = self._ranges[self.worker]
-        parts = _ordered_map(lambda i: wait_get(self.store, self.grad_key(step, i), self.poll, rng, deadline),
-                             list(range(self.n)), self.threads)
+        parts = _ordered_map(
+            lambda i: wait_get(self.store, self.grad_key(step, i), self.poll, rng, deadline),
+            list(range(self.n)),
+            self.threads,
+        )
         acc = np.zeros(e - s, np.float32)
         total = 0.0
         for raw in parts:

@@ -10,10 +10,10 @@ FORMAT = "smlt-dataset/1"
 
 
 class ShardInfo(BaseModel):
-    key: str          # relative to the dataset prefix
+    key: str  # relative to the dataset prefix
     rows: int
     bytes: int
-    sha256: str       # checked on load: a corrupt shard is an error, never silent garbage
+    sha256: str  # checked on load: a corrupt shard is an error, never silent garbage
 
 
 class SplitInfo(BaseModel):

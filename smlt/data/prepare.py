@@ -84,9 +84,17 @@ def _synthetic(source: str):
 
     if kind != "classification":
         raise InvalidDataset(f"synthetic dataset kind {kind!r} not supported (use classification)")
-    x, y = make_classification(n_samples=rows, n_features=feats, n_informative=max(2, feats // 2),
-                               n_redundant=feats // 8, n_classes=classes, n_clusters_per_class=2,
-                               class_sep=1.5, flip_y=0.01, random_state=seed)
+    x, y = make_classification(
+        n_samples=rows,
+        n_features=feats,
+        n_informative=max(2, feats // 2),
+        n_redundant=feats // 8,
+        n_classes=classes,
+        n_clusters_per_class=2,
+        class_sep=1.5,
+        flip_y=0.01,
+        random_state=seed,
+    )
     return x.astype(np.float32), y, "classification", f"synthetic-{rows}x{feats}"
 
 
@@ -102,14 +110,24 @@ def _write_split(out, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> 
     return SplitInfo(rows=int(len(x)), shards=infos)
 
 
-def prepare_dataset(source: str, dest: str, *, shards: int = 16, validation_fraction: float = 0.2,
-                    seed: int = 0, label: str | None = None, task: str | None = None,
-                    name: str | None = None) -> Manifest:
+def prepare_dataset(
+    source: str,
+    dest: str,
+    *,
+    shards: int = 16,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    label: str | None = None,
+    task: str | None = None,
+    name: str | None = None,
+) -> Manifest:
     """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest."""
     x, y, kind, default_name = load_source(source, label=label, task=task)
     if x.ndim != 2 or len(x) != len(y):
-        raise InvalidDataset(f"{source}: expected x of shape (rows, features) and y of the same length, "
-                             f"got x {x.shape} and y {np.shape(y)}")
+        raise InvalidDataset(
+            f"{source}: expected x of shape (rows, features) and y of the same length, "
+            f"got x {x.shape} and y {np.shape(y)}"
+        )
     if not np.isfinite(x).all():
         raise InvalidDataset(f"{source}: features contain NaN or Inf")
     if not 0 < validation_fraction < 1:
@@ -131,7 +149,11 @@ def prepare_dataset(source: str, dest: str, *, shards: int = 16, validation_frac
 
     out = _writer(dest)
     manifest = Manifest(
-        name=name or default_name, source=source, task=kind, features=int(x.shape[1]), outputs=int(outputs),
+        name=name or default_name,
+        source=source,
+        task=kind,
+        features=int(x.shape[1]),
+        outputs=int(outputs),
         train=_write_split(out, "train", xt, yt, min(shards, len(xt))),
         validation=_write_split(out, "validation", xv, yv, min(max(1, shards // 2), len(xv))),
         normalization={"mean": mean.astype(float).tolist(), "std": std.astype(float).tolist()},

@@ -55,7 +55,9 @@ def load_manifest(uri: str) -> Manifest:
     try:
         return Manifest.model_validate_json(raw)
     except ValidationError as e:
-        raise InvalidDataset(f"dataset.uri: manifest.json is not a valid smlt manifest: {e.errors()[0]['msg']}") from None
+        raise InvalidDataset(
+            f"dataset.uri: manifest.json is not a valid smlt manifest: {e.errors()[0]['msg']}"
+        ) from None
 
 
 def is_cached(shard: ShardInfo) -> bool:

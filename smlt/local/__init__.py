@@ -81,21 +81,32 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LocalEngine", "Synthesized", "synthesize", "Resolver", "UnresolvableError",
-           "resolve_definition", "WorkerPool"]
+__all__ = [
+    "LocalEngine",
+    "Synthesized",
+    "synthesize",
+    "Resolver",
+    "UnresolvableError",
+    "resolve_definition",
+    "WorkerPool",
+]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing smlt.local must not import CDK or moto
     if name == "LocalEngine":
         from .engine import LocalEngine
+
         return LocalEngine
     if name in ("Synthesized", "synthesize"):
         from . import synth
+
         return getattr(synth, name)
     if name in ("Resolver", "UnresolvableError", "resolve_definition"):
         from . import resolve
+
         return getattr(resolve, name)
     if name == "WorkerPool":
         from .pool import WorkerPool
+
         return WorkerPool
     raise AttributeError(name)

@@ -15,15 +15,16 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import invoke, limits, moto_fixes, speed
+from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
 from .pool import DEFAULT_PRELOAD, WorkerPool
 from .resolve import BUCKET, GLOBAL_TABLE, REGION, TABLE, Resolver
-from . import server as server_mod
 from .server import MotoServer
 from .synth import Synthesized, synthesize
 
@@ -42,8 +43,14 @@ def definition_for_moto(definition: dict[str, Any]) -> str:
 
     def fix(obj: Any) -> Any:
         if isinstance(obj, dict):
-            return {k: (float(v) if k == "ToleratedFailurePercentage" and isinstance(v, int)
-                        and not isinstance(v, bool) else fix(v)) for k, v in obj.items()}
+            return {
+                k: (
+                    float(v)
+                    if k == "ToleratedFailurePercentage" and isinstance(v, int) and not isinstance(v, bool)
+                    else fix(v)
+                )
+                for k, v in obj.items()
+            }
         if isinstance(obj, list):
             return [fix(v) for v in obj]
         return obj
@@ -113,14 +120,14 @@ class LocalEngine:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def __enter__(self) -> "LocalEngine":
+    def __enter__(self) -> LocalEngine:
         self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def start(self) -> "LocalEngine":
+    def start(self) -> LocalEngine:
         if self.pool is not None:
             raise RuntimeError("this engine is already started")
         try:
@@ -133,8 +140,7 @@ class LocalEngine:
     def _start(self) -> None:
         t_all = time.perf_counter()
         # 1. the fork server starts and imports the preloads on another core during the synth
-        self.pool = WorkerPool(self._workers, start_method=self._start_method,
-                               preload=self._preload).prepare()
+        self.pool = WorkerPool(self._workers, start_method=self._start_method, preload=self._preload).prepare()
 
         # 2. the template (importing moto's interpreter in a thread meanwhile was measured: the
         #    GIL contention slows the synth more than it saves)
@@ -166,15 +172,13 @@ class LocalEngine:
         t = time.perf_counter()
         syn = self.synthesized
         self.resolver = Resolver(syn.template, syn.stack_name)
-        self.names  # assign every name now: errors surface at start
+        _ = self.names  # assign every name now: errors surface at start
         self.functions = function_specs(self.resolver, syn.asset_paths, self.code_root)
-        self._base_env = {k: v for k, v in os.environ.items()
-                          if not k.startswith(("AWS_", "MOTO_"))}
+        self._base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
         sm_id = self.resolver.state_machine_id(self._state_machine)
         self.definition = self.resolver.definition(sm_id)  # errors before anything is created
         role_arn = self.resolver.role_arn(sm_id)
-        router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env,
-                              self._invoke_filter)
+        router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env, self._invoke_filter)
         invoke.activate(router)  # refuses a second engine of the same stack
         self._router = router
         self._create_buckets()
@@ -227,8 +231,10 @@ class LocalEngine:
                 elif kind == "s3":
                     s3 = self.client("s3")
                     for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
-                        objs = [{"Key": o["Key"], "VersionId": o["VersionId"]}
-                                for o in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                        objs = [
+                            {"Key": o["Key"], "VersionId": o["VersionId"]}
+                            for o in page.get("Versions", []) + page.get("DeleteMarkers", [])
+                        ]
                         if objs:
                             s3.delete_objects(Bucket=name, Delete={"Objects": objs})
                     s3.delete_bucket(Bucket=name)
@@ -239,10 +245,12 @@ class LocalEngine:
         sfn = self.client("stepfunctions")
         try:
             pages = sfn.get_paginator("list_executions").paginate(
-                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
+                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+            )
             for ex in [e for page in pages for e in page["executions"]]:
-                sfn.stop_execution(executionArn=ex["executionArn"], error="LocalEngineStopped",
-                                   cause="the local engine was stopped")
+                sfn.stop_execution(
+                    executionArn=ex["executionArn"], error="LocalEngineStopped", cause="the local engine was stopped"
+                )
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
 
@@ -258,8 +266,7 @@ class LocalEngine:
             props = self.resolver.resources[lid].get("Properties", {})
             status = (props.get("VersioningConfiguration") or {}).get("Status")
             if status:
-                s3.put_bucket_versioning(Bucket=name,
-                                         VersioningConfiguration={"Status": status})
+                s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": status})
 
     def _create_tables(self) -> None:
         assert self.resolver is not None
@@ -272,15 +279,16 @@ class LocalEngine:
             kw: dict[str, Any] = {
                 "TableName": self.resolver.local(lid).name,
                 "KeySchema": r(props["KeySchema"], f"{where}.KeySchema"),
-                "AttributeDefinitions": r(props["AttributeDefinitions"],
-                                          f"{where}.AttributeDefinitions"),
+                "AttributeDefinitions": r(props["AttributeDefinitions"], f"{where}.AttributeDefinitions"),
             }
             pay_per_request = props.get("BillingMode") == "PAY_PER_REQUEST"
 
             def throughput(pt: Any) -> dict[str, int]:
                 pt = r(pt or {}, where)
-                return {"ReadCapacityUnits": int(pt.get("ReadCapacityUnits", 5)),
-                        "WriteCapacityUnits": int(pt.get("WriteCapacityUnits", 5))}
+                return {
+                    "ReadCapacityUnits": int(pt.get("ReadCapacityUnits", 5)),
+                    "WriteCapacityUnits": int(pt.get("WriteCapacityUnits", 5)),
+                }
 
             if pay_per_request:
                 kw["BillingMode"] = "PAY_PER_REQUEST"
@@ -295,20 +303,23 @@ class LocalEngine:
                 gsis.append(item)
             if gsis:
                 kw["GlobalSecondaryIndexes"] = gsis
-            lsis = [{k: x[k] for k in ("IndexName", "KeySchema", "Projection")}
-                    for x in r(props.get("LocalSecondaryIndexes") or [], where)]
+            lsis = [
+                {k: x[k] for k in ("IndexName", "KeySchema", "Projection")}
+                for x in r(props.get("LocalSecondaryIndexes") or [], where)
+            ]
             if lsis:
                 kw["LocalSecondaryIndexes"] = lsis
             stream = props.get("StreamSpecification")
             if stream and stream.get("StreamViewType"):
-                kw["StreamSpecification"] = {"StreamEnabled": True,
-                                             "StreamViewType": stream["StreamViewType"]}
+                kw["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream["StreamViewType"]}
             ddb.create_table(**kw)
             self._created.append(("dynamodb", kw["TableName"]))
             ttl = props.get("TimeToLiveSpecification")
             if ttl and ttl.get("Enabled"):
-                ddb.update_time_to_live(TableName=kw["TableName"], TimeToLiveSpecification={
-                    "Enabled": True, "AttributeName": ttl["AttributeName"]})
+                ddb.update_time_to_live(
+                    TableName=kw["TableName"],
+                    TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
+                )
 
     # -- public API ------------------------------------------------------------------------
 
@@ -411,8 +422,7 @@ class LocalEngine:
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
             # Lambda's value for the function's runtime; the handler runs on this interpreter
-            "AWS_EXECUTION_ENV": "AWS_Lambda_" + (
-                spec.runtime or f"python{sys.version_info[0]}.{sys.version_info[1]}"),
+            "AWS_EXECUTION_ENV": "AWS_Lambda_" + (spec.runtime or f"python{sys.version_info[0]}.{sys.version_info[1]}"),
             "LAMBDA_TASK_ROOT": spec.code_dir or "",
             "_HANDLER": spec.handler,
             # local only: how many invocations run at once (the handler processes); more queue,
@@ -429,8 +439,13 @@ class LocalEngine:
         kw["name"] = name or f"local-{uuid.uuid4().hex[:16]}"
         return self.client("stepfunctions").start_execution(**kw)["executionArn"]
 
-    def wait(self, arn: str, poll: Callable[[dict[str, Any]], Any] | None = None,
-             interval: float = 0.1, timeout: float | None = None) -> dict[str, Any]:
+    def wait(
+        self,
+        arn: str,
+        poll: Callable[[dict[str, Any]], Any] | None = None,
+        interval: float = 0.1,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """Poll until the execution leaves RUNNING; returns ``describe_execution``'s answer.
         ``poll(description)`` is called at every poll (progress display)."""
         sfn = self.client("stepfunctions")
@@ -445,8 +460,7 @@ class LocalEngine:
                 raise TimeoutError(f"{arn} still RUNNING after {timeout} s")
             time.sleep(interval)
 
-    def run(self, input: Any = None, name: str | None = None,
-            timeout: float | None = None) -> dict[str, Any]:
+    def run(self, input: Any = None, name: str | None = None, timeout: float | None = None) -> dict[str, Any]:
         """start_execution + wait."""
         return self.wait(self.start_execution(input, name), timeout=timeout)
 

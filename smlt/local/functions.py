@@ -77,8 +77,7 @@ def _dockerfile_cmd(asset_dir: Path, dockerfile: str | None) -> str | None:
     return cmd
 
 
-def function_specs(resolver: Resolver, asset_paths: dict[str, Path],
-                   code_root: Path) -> dict[str, FunctionSpec]:
+def function_specs(resolver: Resolver, asset_paths: dict[str, Path], code_root: Path) -> dict[str, FunctionSpec]:
     """logical id -> FunctionSpec for every ``AWS::Lambda::Function`` in the template."""
     specs: dict[str, FunctionSpec] = {}
     for lid in resolver.of_type(FUNCTION):
@@ -87,12 +86,13 @@ def function_specs(resolver: Resolver, asset_paths: dict[str, Path],
         meta = res.get("Metadata") or {}
         lr = resolver.local(lid)
         env = (props.get("Environment") or {}).get("Variables") or {}
-        env = {k: str(v) if not isinstance(v, str) else v
-               for k, v in resolver.resolve(env, f"{lid}.Environment.Variables").items()}
+        env = {
+            k: str(v) if not isinstance(v, str) else v
+            for k, v in resolver.resolve(env, f"{lid}.Environment.Variables").items()
+        }
         timeout = int(props.get("Timeout", DEFAULT_TIMEOUT))
         memory = int(props.get("MemorySize", DEFAULT_MEMORY))
-        common = dict(logical_id=lid, name=lr.name, arn=lr.arn, env=env, timeout=timeout,
-                      memory=memory)
+        common = dict(logical_id=lid, name=lr.name, arn=lr.arn, env=env, timeout=timeout, memory=memory)
 
         def unsupported(handler: str, why: str) -> FunctionSpec:
             return FunctionSpec(kind="unsupported", handler=handler, problem=why, **common)
@@ -111,12 +111,17 @@ def function_specs(resolver: Resolver, asset_paths: dict[str, Path],
                 continue
             path = _find_module(code_root, mod)
             if path is None:
-                specs[lid] = unsupported(
-                    cmd, f"module {mod!r} of the image command not found under {code_root}")
+                specs[lid] = unsupported(cmd, f"module {mod!r} of the image command not found under {code_root}")
                 continue
-            specs[lid] = FunctionSpec(kind="image", handler=cmd, module_file=str(path), attr=attr,
-                                      package=mod.rpartition(".")[0] or None,
-                                      code_dir=str(code_root), **common)
+            specs[lid] = FunctionSpec(
+                kind="image",
+                handler=cmd,
+                module_file=str(path),
+                attr=attr,
+                package=mod.rpartition(".")[0] or None,
+                code_dir=str(code_root),
+                **common,
+            )
             continue
 
         handler = props.get("Handler", "")
@@ -125,8 +130,9 @@ def function_specs(resolver: Resolver, asset_paths: dict[str, Path],
             specs[lid] = unsupported(handler, f"runtime {runtime!r} is not run locally")
             continue
         if lid not in asset_paths:
-            specs[lid] = unsupported(handler, "zip function without a local asset "
-                                     "(inline or S3 code is not run locally)")
+            specs[lid] = unsupported(
+                handler, "zip function without a local asset (inline or S3 code is not run locally)"
+            )
             continue
         try:
             mod, attr = _split_handler(handler)
@@ -138,7 +144,14 @@ def function_specs(resolver: Resolver, asset_paths: dict[str, Path],
         if path is None:
             specs[lid] = unsupported(handler, f"module {mod!r} not found in asset {asset}")
             continue
-        specs[lid] = FunctionSpec(kind="zip", handler=handler, module_file=str(path), attr=attr,
-                                  package=mod.rpartition(".")[0] or None,
-                                  code_dir=str(asset), runtime=runtime, **common)
+        specs[lid] = FunctionSpec(
+            kind="zip",
+            handler=handler,
+            module_file=str(path),
+            attr=attr,
+            package=mod.rpartition(".")[0] or None,
+            code_dir=str(asset),
+            runtime=runtime,
+            **common,
+        )
     return specs

@@ -30,7 +30,8 @@ import json
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import botocore.handlers
@@ -62,8 +63,7 @@ def _response(url: str, status: int, body: bytes, headers: dict[str, str]) -> AW
     return AWSResponse(url, status, hdrs, _RawBody(body))
 
 
-def _client_error(url: str, status: int, code: str, message: str, request_id: str,
-                  **extra: Any) -> AWSResponse:
+def _client_error(url: str, status: int, code: str, message: str, request_id: str, **extra: Any) -> AWSResponse:
     body = json.dumps({"Type": "User", "message": message, **extra}).encode()
     return _response(url, status, body, {"x-amzn-ErrorType": code, "x-amzn-RequestId": request_id})
 
@@ -98,9 +98,14 @@ def parse_function_name(url: str) -> tuple[str, str | None]:
 class InvokeRouter:
     """Answers Lambda Invoke calls addressed to one engine's endpoint."""
 
-    def __init__(self, functions: dict[str, FunctionSpec], pool: WorkerPool, port: int,
-                 env_for: Callable[[FunctionSpec], dict[str, str]],
-                 invoke_filter: InvokeFilter | None = None) -> None:
+    def __init__(
+        self,
+        functions: dict[str, FunctionSpec],
+        pool: WorkerPool,
+        port: int,
+        env_for: Callable[[FunctionSpec], dict[str, str]],
+        invoke_filter: InvokeFilter | None = None,
+    ) -> None:
         self.functions = {spec.name: spec for spec in functions.values()}
         self.pool = pool
         self.port = port
@@ -132,12 +137,15 @@ class InvokeRouter:
             **extra,
         }
 
-    def invoke(self, spec: FunctionSpec, payload: bytes, request_id: str,
-               action: str = "ok") -> InvokeOutcome:
+    def invoke(self, spec: FunctionSpec, payload: bytes, request_id: str, action: str = "ok") -> InvokeOutcome:
         """Run the function (applying a fault action) and return the outcome."""
         if spec.kind == "unsupported":
-            body = json.dumps({"errorType": "Runtime.ImportModuleError",
-                               "errorMessage": f"{spec.name} cannot run locally: {spec.problem}"})
+            body = json.dumps(
+                {
+                    "errorType": "Runtime.ImportModuleError",
+                    "errorMessage": f"{spec.name} cannot run locally: {spec.problem}",
+                }
+            )
             return InvokeOutcome(False, body.encode(), 0.0, "Runtime.ImportModuleError")
         extra: dict[str, Any] = {}
         if action == "fail":
@@ -150,14 +158,15 @@ class InvokeRouter:
         if action == "timeout" and out.error_type != "Sandbox.Timedout":
             # the handler ran (its side effects stay, as when a function finishes its work but
             # misses the deadline); the invocation reports the timeout
-            out = InvokeOutcome(False, timeout_payload(request_id, spec.timeout), out.seconds,
-                                "Sandbox.Timedout")
+            out = InvokeOutcome(False, timeout_payload(request_id, spec.timeout), out.seconds, "Sandbox.Timedout")
         if out.ok and len(out.payload) > MAX_INVOKE_PAYLOAD:
-            body = json.dumps({
-                "errorType": "Function.ResponseSizeTooLarge",
-                "errorMessage": "Response payload size exceeded maximum allowed payload size "
-                                f"({MAX_INVOKE_PAYLOAD} bytes).",
-            }).encode()
+            body = json.dumps(
+                {
+                    "errorType": "Function.ResponseSizeTooLarge",
+                    "errorMessage": "Response payload size exceeded maximum allowed payload size "
+                    f"({MAX_INVOKE_PAYLOAD} bytes).",
+                }
+            ).encode()
             out = InvokeOutcome(False, body, out.seconds, "Function.ResponseSizeTooLarge")
         return out
 
@@ -168,8 +177,7 @@ class InvokeRouter:
         name, _qualifier = parse_function_name(url)
         spec = self.functions.get(name)
         if spec is None:
-            return _client_error(url, 404, "ResourceNotFoundException",
-                                 f"Function not found: {name}", rid)
+            return _client_error(url, 404, "ResourceNotFoundException", f"Function not found: {name}", rid)
         body = request.body or b""
         if hasattr(body, "read"):
             body = body.read()
@@ -177,9 +185,12 @@ class InvokeRouter:
             body = body.encode()
         if len(body) > MAX_INVOKE_PAYLOAD:
             return _client_error(
-                url, 413, "RequestEntityTooLargeException",
-                f"Request must be smaller than {MAX_INVOKE_PAYLOAD} bytes for the "
-                "InvokeFunction operation", rid)
+                url,
+                413,
+                "RequestEntityTooLargeException",
+                f"Request must be smaller than {MAX_INVOKE_PAYLOAD} bytes for the InvokeFunction operation",
+                rid,
+            )
         action = "ok"
         if self.invoke_filter is not None:
             try:
@@ -191,16 +202,23 @@ class InvokeRouter:
                 raise ValueError(f"invoke_filter returned {action!r}; expected one of {ACTIONS}")
         if action == "throttle":
             self._record(name, t0, "throttle")
-            return _client_error(url, 429, "TooManyRequestsException", "Rate Exceeded.", rid,
-                                 Reason="ReservedFunctionConcurrentInvocationLimitExceeded")
+            return _client_error(
+                url,
+                429,
+                "TooManyRequestsException",
+                "Rate Exceeded.",
+                rid,
+                Reason="ReservedFunctionConcurrentInvocationLimitExceeded",
+            )
         headers = {"x-amzn-RequestId": rid, "X-Amz-Executed-Version": "$LATEST"}
-        itype = (request.headers.get("X-Amz-Invocation-Type") or b"RequestResponse")
+        itype = request.headers.get("X-Amz-Invocation-Type") or b"RequestResponse"
         itype = itype.decode() if isinstance(itype, bytes) else itype
         if itype == "DryRun":
             return _response(url, 204, b"", headers)
         if itype == "Event":
-            threading.Thread(target=self.invoke, args=(spec, body, rid, action),
-                             daemon=True, name=f"smlt-event-{name}").start()
+            threading.Thread(
+                target=self.invoke, args=(spec, body, rid, action), daemon=True, name=f"smlt-event-{name}"
+            ).start()
             return _response(url, 202, b"", headers)
         started = time.time()
         out = self.invoke(spec, body, rid, action)
@@ -208,10 +226,19 @@ class InvokeRouter:
         trace = self.trace
         if trace is not None:
             t = out.trace or {}
-            trace.append({"function": name, "start": started, "end": time.time(),
-                          "seam_s": time.perf_counter() - t0, "queued_s": out.queued_s,
-                          "worker_s": out.seconds, "handler_s": t.get("handler_s"),
-                          "pid": t.get("pid"), "api": t.get("api", {})})
+            trace.append(
+                {
+                    "function": name,
+                    "start": started,
+                    "end": time.time(),
+                    "seam_s": time.perf_counter() - t0,
+                    "queued_s": out.queued_s,
+                    "worker_s": out.seconds,
+                    "handler_s": t.get("handler_s"),
+                    "pid": t.get("pid"),
+                    "api": t.get("api", {}),
+                }
+            )
         if not out.ok:
             headers["X-Amz-Function-Error"] = "Unhandled"
         return _response(url, 200, out.payload, headers)
@@ -261,8 +288,7 @@ def install() -> None:
         import boto3
 
         if boto3.DEFAULT_SESSION is not None:  # created before the insertion: lacks the seam
-            boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send,
-                                                        unique_id="smlt-local-invoke")
+            boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send, unique_id="smlt-local-invoke")
         _installed = True
 
 
@@ -277,7 +303,8 @@ def activate(router: InvokeRouter) -> None:
             if clash:
                 raise RuntimeError(
                     f"functions {sorted(clash)[:3]} are already served by another running local "
-                    "engine (the same stack twice?); stop it first")
+                    "engine (the same stack twice?); stop it first"
+                )
         _routers = [*_routers, router]
 
 

@@ -42,9 +42,11 @@ MOTO_VERSION = "5.2.5"
 MAX_PAYLOAD_BYTES = 262_144  # 256 KiB, state input/output and execution input
 HISTORY_LIMIT = 25_000  # events per Standard execution
 UNCATCHABLE_BY_ALL = frozenset({"States.DataLimitExceeded", "States.Runtime"})
-HISTORY_CAUSE = ("The execution reached the maximum number of history events ({limit}). "
-                 "Continue as a new execution (smlt chains a fresh execution from the last "
-                 "checkpoint).")
+HISTORY_CAUSE = (
+    "The execution reached the maximum number of history events ({limit}). "
+    "Continue as a new execution (smlt chains a fresh execution from the last "
+    "checkpoint)."
+)
 
 _lock = threading.Lock()
 _installed = False
@@ -60,8 +62,7 @@ class MotoVersionError(RuntimeError):
 
 
 def payload_size(value: Any) -> int:
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"),
-                                                           ensure_ascii=False)
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return len(text.encode("utf-8"))
 
 
@@ -71,8 +72,7 @@ def check_input(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
     n = len(text.encode("utf-8"))
     if n > MAX_PAYLOAD_BYTES:
-        raise LimitError(f"execution input is {n} bytes; Step Functions accepts at most "
-                         f"{MAX_PAYLOAD_BYTES} (256 KiB)")
+        raise LimitError(f"execution input is {n} bytes; Step Functions accepts at most {MAX_PAYLOAD_BYTES} (256 KiB)")
     return text
 
 
@@ -119,7 +119,8 @@ def install() -> None:
             raise MotoVersionError(
                 f"smlt.local patches moto {MOTO_VERSION}'s Step Functions interpreter; found "
                 f"moto {moto.__version__}. Re-check smlt/local/limits.py against the new moto "
-                "(quotas, ErrorEqualsDecl, EventManager, ExecutionWorker) and update the pin.")
+                "(quotas, ErrorEqualsDecl, EventManager, ExecutionWorker) and update the pin."
+            )
         try:
             _patch()
         except (ImportError, AttributeError) as e:
@@ -142,14 +143,14 @@ def _patch() -> None:
         StatesErrorNameType,
     )
     from moto.stepfunctions.parser.asl.component.state import state as state_mod
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+        distributed_iteration_component,
+    )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
         state_task_lambda,
     )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
         state_task_service,
-    )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
-        distributed_iteration_component,
     )
     from moto.stepfunctions.parser.asl.eval.event import event_manager
     from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
@@ -157,7 +158,7 @@ def _patch() -> None:
 
     # 1. the 256 KiB boundary
     for mod in (quotas, state_mod, state_task_lambda, state_task_service):
-        getattr(mod, "is_within_size_quota")  # must exist
+        _ = mod.is_within_size_quota  # must exist
         mod.is_within_size_quota = _is_within_size_quota
 
     # 2. States.ALL does not catch terminal errors
@@ -168,8 +169,11 @@ def _patch() -> None:
     def _eval_body(self: Any, env: Any) -> None:
         error_name = env.stack[-1] if env.stack else None
         name = getattr(error_name, "error_name", None)
-        if name in UNCATCHABLE_BY_ALL and all_name in self.error_names \
-                and not any(getattr(e, "error_name", None) == name for e in self.error_names):
+        if (
+            name in UNCATCHABLE_BY_ALL
+            and all_name in self.error_names
+            and not any(getattr(e, "error_name", None) == name for e in self.error_names)
+        ):
             env.stack.pop()
             env.stack.append(False)
             return
@@ -181,22 +185,29 @@ def _patch() -> None:
     manager = event_manager.EventManager
     orig_add = manager.add_event
     always = {
-        HistoryEventType.ExecutionFailed, HistoryEventType.ExecutionAborted,
-        HistoryEventType.ExecutionTimedOut, HistoryEventType.ExecutionSucceeded,
+        HistoryEventType.ExecutionFailed,
+        HistoryEventType.ExecutionAborted,
+        HistoryEventType.ExecutionTimedOut,
+        HistoryEventType.ExecutionSucceeded,
     }
 
     def add_event(self: Any, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
         limit = getattr(self, "_smlt_history_limit", None)
-        if limit is not None and event_type not in always \
-                and not str(event_type).endswith(("Failed", "Aborted", "TimedOut")):
+        if (
+            limit is not None
+            and event_type not in always
+            and not str(event_type).endswith(("Failed", "Aborted", "TimedOut"))
+        ):
             if self._event_id_gen._next_id > limit:
                 err = StatesErrorNameType.StatesRuntime.to_name()
                 cause = HISTORY_CAUSE.format(limit=limit)
-                raise FailureEventException(failure_event=_HistoryFailure(
-                    StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
-                    HistoryEventType.ExecutionFailed,
-                    EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
-                ))
+                raise FailureEventException(
+                    failure_event=_HistoryFailure(
+                        StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
+                        HistoryEventType.ExecutionFailed,
+                        EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
+                    )
+                )
         return orig_add(self, context, event_type, *args, **kwargs)
 
     class _HistoryFailure(FailureEvent):
@@ -220,19 +231,19 @@ def _patch() -> None:
         counts = record.item_counter
         failed = counts.failed.get() + counts.timed_out.get()
         total = counts.total.get()
-        if failed and map_run_exceeds(failed, total, record.tolerated_failure_count,
-                                      record.tolerated_failure_percentage):
+        if failed and map_run_exceeds(
+            failed, total, record.tolerated_failure_count, record.tolerated_failure_percentage
+        ):
             err = StatesErrorNameType.StatesExceedToleratedFailureThreshold.to_name()
-            cause = (f"The specified tolerated failure threshold was exceeded ({failed} of "
-                     f"{total} items failed)")
-            raise FailureEventException(failure_event=FailureEvent(
-                env=env,
-                error_name=StatesErrorName(
-                    typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
-                event_type=HistoryEventType.ExecutionFailed,
-                event_details=EventDetails(
-                    executionFailedEventDetails={"error": err, "cause": cause}),
-            ))
+            cause = f"The specified tolerated failure threshold was exceeded ({failed} of {total} items failed)"
+            raise FailureEventException(
+                failure_event=FailureEvent(
+                    env=env,
+                    error_name=StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
+                    event_type=HistoryEventType.ExecutionFailed,
+                    event_details=EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
+                )
+            )
 
     component._map_run = _map_run
 
@@ -255,8 +266,9 @@ def _patch() -> None:
             env=env,
             error_name=CustomErrorName(error),
             event_type=HistoryEventType.LambdaFunctionFailed,
-            event_details=EventDetails(lambdaFunctionFailedEventDetails=(
-                LambdaFunctionFailedEventDetails(error=error, cause=cause))),
+            event_details=EventDetails(
+                lambdaFunctionFailedEventDetails=(LambdaFunctionFailedEventDetails(error=error, cause=cause))
+            ),
         )
 
     task_lambda._from_error = _from_error

@@ -15,8 +15,18 @@ import threading
 _lock = threading.RLock()
 _installed = False
 
-OPERATIONS = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item",
-              "get_item", "query", "scan", "batch_get_item", "transact_get_items")
+OPERATIONS = (
+    "put_item",
+    "update_item",
+    "delete_item",
+    "transact_write_items",
+    "batch_write_item",
+    "get_item",
+    "query",
+    "scan",
+    "batch_get_item",
+    "transact_get_items",
+)
 
 
 def install() -> None:

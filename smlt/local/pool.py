@@ -31,8 +31,9 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 DEFAULT_PRELOAD = ("smlt.local.pool", "boto3", "botocore.session", "json")
 
@@ -65,8 +66,9 @@ class LambdaContext:
         return max(0, int((self._deadline - time.time()) * 1000))
 
 
-def _error(exc: BaseException, request_id: str, error_type: str | None = None,
-           message: str | None = None) -> dict[str, Any]:
+def _error(
+    exc: BaseException, request_id: str, error_type: str | None = None, message: str | None = None
+) -> dict[str, Any]:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
     return {
         "errorMessage": str(exc) if message is None else message,
@@ -152,8 +154,11 @@ def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[st
         status, payload = _run_job_untraced(job, cache)
     finally:
         api, _api_calls = _api_calls, None
-    trace = {"handler_s": time.perf_counter() - t, "pid": os.getpid(),
-             "api": {k: (int(v[0]), v[1]) for k, v in api.items()}}
+    trace = {
+        "handler_s": time.perf_counter() - t,
+        "pid": os.getpid(),
+        "api": {k: (int(v[0]), v[1]) for k, v in api.items()},
+    }
     return status, payload, trace  # type: ignore[return-value]
 
 
@@ -181,8 +186,7 @@ def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) ->
     ctx = LambdaContext(job)
     try:
         if job.get("fault") == "fail":
-            raise InjectedFault(f"injected failure in {job['function']} (smlt local fault "
-                                "injection)")
+            raise InjectedFault(f"injected failure in {job['function']} (smlt local fault injection)")
         result = None
         for _ in range(max(1, int(job.get("repeat", 1)))):
             result = fn(event, ctx)
@@ -209,8 +213,7 @@ def _worker_main(conn: Any) -> None:
         try:
             out = _run_job(job, cache)
         except BaseException as e:  # noqa: BLE001 - SystemExit etc. in a handler
-            out = ("error", json.dumps(_error(e, job.get("request_id", ""),
-                                              "Runtime.ExitError")).encode())
+            out = ("error", json.dumps(_error(e, job.get("request_id", ""), "Runtime.ExitError")).encode())
         sys.stdout.flush()
         sys.stderr.flush()
         conn.send(out)
@@ -266,24 +269,27 @@ class _Worker:
 
 
 def timeout_payload(request_id: str, seconds: float) -> bytes:
-    return json.dumps({
-        "errorType": "Sandbox.Timedout",
-        "errorMessage": f"RequestId: {request_id} Error: Task timed out after "
-                        f"{seconds:.2f} seconds",
-    }).encode()
+    return json.dumps(
+        {
+            "errorType": "Sandbox.Timedout",
+            "errorMessage": f"RequestId: {request_id} Error: Task timed out after {seconds:.2f} seconds",
+        }
+    ).encode()
 
 
 class WorkerPool:
     """``size`` worker processes (default: one per core) that run handler jobs."""
 
-    def __init__(self, size: int | None = None, *, start_method: str = "forkserver",
-                 preload: tuple[str, ...] = DEFAULT_PRELOAD) -> None:
+    def __init__(
+        self, size: int | None = None, *, start_method: str = "forkserver", preload: tuple[str, ...] = DEFAULT_PRELOAD
+    ) -> None:
         """``preload``: modules the fork server imports once, so every worker (and every
         replacement) starts with them loaded. Only modules that are safe to fork after import
         (numpy and torch are: OpenBLAS registers fork handlers, torch's pools start lazily)."""
         if start_method not in ("forkserver", "spawn"):
-            raise ValueError("start_method must be 'forkserver' or 'spawn' (never 'fork': the "
-                             "engine's process has threads)")
+            raise ValueError(
+                "start_method must be 'forkserver' or 'spawn' (never 'fork': the engine's process has threads)"
+            )
         self.size = size or os.cpu_count() or 1
         self.start_method = start_method
         self.preload = preload
@@ -298,7 +304,7 @@ class WorkerPool:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def prepare(self) -> "WorkerPool":
+    def prepare(self) -> WorkerPool:
         """Start the fork server without waiting for it: it imports the ``preload`` modules
         (``torch``, say) on another core while this process does something else (synth). A fork
         server already running in this process is reused as it is."""
@@ -309,7 +315,7 @@ class WorkerPool:
             forkserver.ensure_running()
         return self
 
-    def start(self) -> "WorkerPool":
+    def start(self) -> WorkerPool:
         """Start the worker processes (waits for the fork server's preloads)."""
         self.prepare()
         self._closed = False
@@ -322,8 +328,7 @@ class WorkerPool:
         with self._lock:
             self._counter += 1
             index = self._counter
-        proc = self._ctx.Process(target=_worker_main, args=(child,), daemon=True,
-                                 name=f"smlt-lambda-{index}")
+        proc = self._ctx.Process(target=_worker_main, args=(child,), daemon=True, name=f"smlt-lambda-{index}")
         with _main_hidden():
             proc.start()
         child.close()
@@ -368,7 +373,7 @@ class WorkerPool:
         with self._lock:
             return [w.proc.pid for w in self._workers.values()]
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -404,8 +409,7 @@ class WorkerPool:
                     self.stats["timeouts"] += 1
                 if not self._closed:
                     back = self._replace(w)
-                return InvokeOutcome(False, timeout_payload(rid, timeout), seconds,
-                                     "Sandbox.Timedout", queued)
+                return InvokeOutcome(False, timeout_payload(rid, timeout), seconds, "Sandbox.Timedout", queued)
             try:
                 status, payload, *rest = w.conn.recv()
                 trace = rest[0] if rest else None
@@ -416,12 +420,16 @@ class WorkerPool:
                     self.stats["crashes"] += 1
                 if not self._closed:  # closing kills busy workers: nothing to replace then
                     back = self._replace(w)
-                msg = (f"RequestId: {rid} Error: Runtime exited with error: "
-                       + (f"signal: {-code}" if code is not None and code < 0
-                          else f"exit status {code}"))
-                return InvokeOutcome(False, json.dumps({
-                    "errorType": "Runtime.ExitError", "errorMessage": msg}).encode(),
-                    time.perf_counter() - t0, "Runtime.ExitError", queued)
+                msg = f"RequestId: {rid} Error: Runtime exited with error: " + (
+                    f"signal: {-code}" if code is not None and code < 0 else f"exit status {code}"
+                )
+                return InvokeOutcome(
+                    False,
+                    json.dumps({"errorType": "Runtime.ExitError", "errorMessage": msg}).encode(),
+                    time.perf_counter() - t0,
+                    "Runtime.ExitError",
+                    queued,
+                )
             if status == "ok":
                 return InvokeOutcome(True, payload, seconds, None, queued, trace)
             try:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -54,9 +55,11 @@ LOCAL_UNSUPPORTED: dict[str, str] = {
 
 def unsupported_resources(template: dict[str, Any]) -> list[str]:
     """One message per resource of ``template`` the local engine cannot run (empty: none)."""
-    return [f"{lid} ({res.get('Type')}): {LOCAL_UNSUPPORTED[res.get('Type')]}"
-            for lid, res in (template.get("Resources") or {}).items()
-            if res.get("Type") in LOCAL_UNSUPPORTED]
+    return [
+        f"{lid} ({res.get('Type')}): {LOCAL_UNSUPPORTED[res.get('Type')]}"
+        for lid, res in (template.get("Resources") or {}).items()
+        if res.get("Type") in LOCAL_UNSUPPORTED
+    ]
 
 
 def _short_hash(text: str, n: int = 8) -> str:
@@ -150,8 +153,7 @@ def _arn(rtype: str, name: str, account: str, region: str) -> str | None:
 
 def _ref_value(r: LocalResource, account: str, region: str) -> str:
     """What ``Ref`` returns for this resource type (CloudFormation semantics)."""
-    if r.type in (STATE_MACHINE, "AWS::SNS::Topic", "AWS::IAM::ManagedPolicy",
-                  "AWS::Lambda::LayerVersion"):
+    if r.type in (STATE_MACHINE, "AWS::SNS::Topic", "AWS::IAM::ManagedPolicy", "AWS::Lambda::LayerVersion"):
         return r.arn or r.name
     if r.type == "AWS::SQS::Queue":
         return f"https://sqs.{region}.{URL_SUFFIX}/{account}/{r.name}"
@@ -196,8 +198,9 @@ def _uses_jsonata(obj: Any) -> bool:
 class Resolver:
     """Assigns local names to a template's resources and resolves intrinsics to them."""
 
-    def __init__(self, template: dict[str, Any], stack_name: str, *,
-                 account: str = ACCOUNT, region: str = REGION) -> None:
+    def __init__(
+        self, template: dict[str, Any], stack_name: str, *, account: str = ACCOUNT, region: str = REGION
+    ) -> None:
         self.template = template
         self.stack_name = stack_name
         self.account = account
@@ -217,8 +220,10 @@ class Resolver:
             "AWS::Partition": PARTITION,
             "AWS::URLSuffix": URL_SUFFIX,
             "AWS::StackName": self.stack_name,
-            "AWS::StackId": (f"arn:{PARTITION}:cloudformation:{self.region}:{self.account}:"
-                             f"stack/{self.stack_name}/00000000-0000-0000-0000-000000000000"),
+            "AWS::StackId": (
+                f"arn:{PARTITION}:cloudformation:{self.region}:{self.account}:"
+                f"stack/{self.stack_name}/00000000-0000-0000-0000-000000000000"
+            ),
         }
 
     def local(self, logical_id: str) -> LocalResource:
@@ -275,7 +280,8 @@ class Resolver:
                 return p["Default"]
             raise UnresolvableError(
                 f"{where}: Ref to parameter {name!r} which has no local value "
-                "(give it a Default or pass the value as CDK context)")
+                "(give it a Default or pass the value as CDK context)"
+            )
         lr = self.local(name)
         self._refuse_unsupported(lr, f"Ref {name}", where)
         return _ref_value(lr, self.account, self.region)
@@ -290,8 +296,7 @@ class Resolver:
         self._refuse_unsupported(lr, f"Fn::GetAtt {logical_id}.{attr}", where)
         fn = _ATTRS.get((lr.type, attr))
         if fn is None:
-            raise UnresolvableError(
-                f"{where}: Fn::GetAtt {logical_id}.{attr} ({lr.type}) is not supported locally")
+            raise UnresolvableError(f"{where}: Fn::GetAtt {logical_id}.{attr} ({lr.type}) is not supported locally")
         return fn(lr, self.account, self.region)
 
     def _sub(self, template: str, variables: dict[str, Any], where: str) -> str:
@@ -315,7 +320,7 @@ class Resolver:
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
-            (key, arg), = value.items()
+            ((key, arg),) = value.items()
             if key == "Ref":
                 return self.ref(arg, where)
             if key == "Fn::GetAtt":
@@ -337,7 +342,8 @@ class Resolver:
             if key.startswith("Fn::") or key == "Condition":
                 raise UnresolvableError(
                     f"{where}: intrinsic {key} is not supported by the local engine "
-                    "(supported: Ref, Fn::GetAtt, Fn::Join, Fn::Sub)")
+                    "(supported: Ref, Fn::GetAtt, Fn::Join, Fn::Sub)"
+                )
         return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
 
     # -- the state machine -----------------------------------------------------------------
@@ -349,8 +355,7 @@ class Resolver:
                 raise UnresolvableError(f"no state machine {logical_id!r}; the stack has {sms}")
             return logical_id
         if len(sms) != 1:
-            raise UnresolvableError(
-                f"the stack has {len(sms)} state machines ({sms}); name the one to run")
+            raise UnresolvableError(f"the stack has {len(sms)} state machines ({sms}); name the one to run")
         return sms[0]
 
     def definition(self, logical_id: str | None = None) -> dict[str, Any]:
@@ -363,8 +368,9 @@ class Resolver:
         elif "Definition" in props:
             text = json.dumps(self.resolve(props["Definition"], f"{where}.Definition"))
         else:
-            raise UnresolvableError(f"{lid} has neither DefinitionString nor Definition "
-                                    "(DefinitionS3Location is not supported locally)")
+            raise UnresolvableError(
+                f"{lid} has neither DefinitionString nor Definition (DefinitionS3Location is not supported locally)"
+            )
         subs = props.get("DefinitionSubstitutions") or {}
         for key, val in subs.items():
             v = self.resolve(val, f"{where}.DefinitionSubstitutions.{key}")
@@ -376,7 +382,8 @@ class Resolver:
         if _uses_jsonata(definition):
             raise UnresolvableError(
                 f"{lid}: JSONata is not supported by the local engine (moto's interpreter); "
-                "write the definition in JSONPath")
+                "write the definition in JSONPath"
+            )
         return definition
 
     def role_arn(self, logical_id: str | None = None) -> str:
@@ -387,7 +394,6 @@ class Resolver:
         return self.resolve(role, f"{lid}.Properties.RoleArn")
 
 
-def resolve_definition(template: dict[str, Any], stack_name: str,
-                       logical_id: str | None = None) -> dict[str, Any]:
+def resolve_definition(template: dict[str, Any], stack_name: str, logical_id: str | None = None) -> dict[str, Any]:
     """Shortcut: the resolved definition of the stack's (only) state machine."""
     return Resolver(template, stack_name).definition(logical_id)

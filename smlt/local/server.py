@@ -27,8 +27,7 @@ HOST = "127.0.0.1"
 
 def _post(url: str, body: dict[str, Any] | None = None) -> bytes:
     data = json.dumps(body or {}).encode()
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback only
         return resp.read()
 
@@ -47,7 +46,7 @@ class MotoServer:
             raise RuntimeError("the moto server is not running")
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "MotoServer":
+    def start(self) -> MotoServer:
         from moto.core.config import default_user_config
         from moto.server import ThreadedMotoServer
 
@@ -57,8 +56,7 @@ class MotoServer:
         # with a multi-kilobyte dump of the state's parse tree. Errors reach the user through
         # the execution history instead. Set these loggers' levels back to debug moto itself.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        logging.getLogger(
-            "moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
+        logging.getLogger("moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
         server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         server.start()
         from . import speed
@@ -69,8 +67,7 @@ class MotoServer:
         self.port = int(server.get_host_and_port()[1])
         self._old_port = os.environ.get("MOTO_PORT")
         os.environ["MOTO_PORT"] = str(self.port)
-        _post(f"{self.endpoint_url}/moto-api/config",
-              {"stepfunctions": {"execute_state_machine": True}})
+        _post(f"{self.endpoint_url}/moto-api/config", {"stepfunctions": {"execute_state_machine": True}})
         if not default_user_config.get("stepfunctions", {}).get("execute_state_machine"):
             raise RuntimeError("moto did not take the execute_state_machine setting")
         return self

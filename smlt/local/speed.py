@@ -100,8 +100,10 @@ def _check_version() -> None:
     import moto
 
     if moto.__version__ != MOTO_VERSION:
-        raise MotoVersionError(f"smlt.local.speed patches moto {MOTO_VERSION}; found moto "
-                               f"{moto.__version__} (re-check the patched functions, then update)")
+        raise MotoVersionError(
+            f"smlt.local.speed patches moto {MOTO_VERSION}; found moto "
+            f"{moto.__version__} (re-check the patched functions, then update)"
+        )
 
 
 def install() -> None:
@@ -161,8 +163,7 @@ def _patch_boto_client_for() -> None:
             with clients_lock:
                 c = clients.get(key)
                 if c is None:
-                    c = clients[key] = orig(region=region, service=service,
-                                            state_credentials=state_credentials)
+                    c = clients[key] = orig(region=region, service=service, state_credentials=state_credentials)
         return c
 
     # Only the Lambda task path: other integrations keep moto's own behaviour.
@@ -237,8 +238,7 @@ def _patch_transact_snapshot() -> None:
                 table = self.tables.get(op["TableName"])
                 if op_type == "Put" and table is not None and isinstance(op.get("Item"), dict):
                     attrs = op["Item"]
-                    key = {a: attrs[a] for a in (table.hash_key_attr, table.range_key_attr)
-                           if a and a in attrs}
+                    key = {a: attrs[a] for a in (table.hash_key_attr, table.range_key_attr) if a and a in attrs}
                 else:
                     key = op.get("Key") or {}
                 touched.setdefault(op["TableName"], []).append(key)
@@ -263,10 +263,18 @@ class _Generic(Exception):
 
 # The DynamoDB AttributeValue structure as moto's serializer walks it (botocore's service model):
 # member -> (shape type, list member type). Checked against the model at install time.
-_AV_MEMBERS = {"S": ("string", None), "N": ("string", None), "B": ("blob", None),
-               "SS": ("list", "string"), "NS": ("list", "string"), "BS": ("list", "blob"),
-               "M": ("map", None), "L": ("list", "structure"), "NULL": ("boolean", None),
-               "BOOL": ("boolean", None)}
+_AV_MEMBERS = {
+    "S": ("string", None),
+    "N": ("string", None),
+    "B": ("blob", None),
+    "SS": ("list", "string"),
+    "NS": ("list", "string"),
+    "BS": ("list", "blob"),
+    "M": ("map", None),
+    "L": ("list", "structure"),
+    "NULL": ("boolean", None),
+    "BOOL": ("boolean", None),
+}
 
 
 def _patch_attribute_value_serializer() -> None:
@@ -274,24 +282,33 @@ def _patch_attribute_value_serializer() -> None:
     from moto.core.utils import get_service_model
 
     av = get_service_model("dynamodb").shape_for("AttributeValue")
-    found = {name: (m.type_name, getattr(getattr(m, "member", None), "type_name", None))
-             for name, m in av.members.items()}
-    serialized_names = [s for s in [av.serialization] + [m.serialization for m in av.members.values()]
-                        + [av.members["M"].value.serialization, av.members["L"].member.serialization]
-                        if s]
-    if (found != _AV_MEMBERS or serialized_names or av.members["M"].value.name != "AttributeValue"
-            or av.members["L"].member.name != "AttributeValue"
-            or serialize.get_serializer_class("dynamodb", "json") is not serialize.JSONSerializer
-            or serialize.JSONSerializer.MAP_TYPE is not dict
-            or "_serialize_type_boolean" in vars(serialize.BaseJSONSerializer)
-            or "_serialize_type_structure" in vars(serialize.JSONSerializer)):
+    found = {
+        name: (m.type_name, getattr(getattr(m, "member", None), "type_name", None)) for name, m in av.members.items()
+    }
+    serialized_names = [
+        s
+        for s in [av.serialization]
+        + [m.serialization for m in av.members.values()]
+        + [av.members["M"].value.serialization, av.members["L"].member.serialization]
+        if s
+    ]
+    if (
+        found != _AV_MEMBERS
+        or serialized_names
+        or av.members["M"].value.name != "AttributeValue"
+        or av.members["L"].member.name != "AttributeValue"
+        or serialize.get_serializer_class("dynamodb", "json") is not serialize.JSONSerializer
+        or serialize.JSONSerializer.MAP_TYPE is not dict
+        or "_serialize_type_boolean" in vars(serialize.BaseJSONSerializer)
+        or "_serialize_type_structure" in vars(serialize.JSONSerializer)
+    ):
         raise MotoVersionError("moto's serializer or DynamoDB's AttributeValue shape changed")
     orig = serialize.BaseJSONSerializer._serialize_type_structure
 
     def attribute_value(self: Any, value: Any) -> dict[str, Any]:
         if type(value) is not dict or len(value) != 1:
             raise _Generic
-        (t, v), = value.items()
+        ((t, v),) = value.items()
         tv = type(v)
         if t == "S" or t == "N":
             if tv is not str:
@@ -349,14 +366,30 @@ def _patch_table_query() -> None:
     Table = table_module.Table
     orig = Table.query
     params = list(inspect.signature(orig).parameters)
-    expected = ["self", "hash_key", "range_comparison", "range_objs", "limit", "exclusive_start_key",
-                "scan_index_forward", "projection_expressions", "index_name", "consistent_read",
-                "filter_expression", "hash_key_conditions", "range_key_conditions", "filter_kwargs"]
-    if (params != expected or not isinstance(table_module.RESULT_SIZE_LIMIT, int)
-            or _ITEM_SIZE_BOUND not in LimitedSizeDict.__setitem__.__code__.co_consts
-            or not all(hasattr(Table, a) for a in ("_item_comes_before_dct", "_get_last_evaluated_key"))
-            or not callable(getattr(comparisons, "get_comparison_func", None))
-            or not callable(getattr(Item, "update_with_attribute_updates", None))):
+    expected = [
+        "self",
+        "hash_key",
+        "range_comparison",
+        "range_objs",
+        "limit",
+        "exclusive_start_key",
+        "scan_index_forward",
+        "projection_expressions",
+        "index_name",
+        "consistent_read",
+        "filter_expression",
+        "hash_key_conditions",
+        "range_key_conditions",
+        "filter_kwargs",
+    ]
+    if (
+        params != expected
+        or not isinstance(table_module.RESULT_SIZE_LIMIT, int)
+        or _ITEM_SIZE_BOUND not in LimitedSizeDict.__setitem__.__code__.co_consts
+        or not all(hasattr(Table, a) for a in ("_item_comes_before_dct", "_get_last_evaluated_key"))
+        or not callable(getattr(comparisons, "get_comparison_func", None))
+        or not callable(getattr(Item, "update_with_attribute_updates", None))
+    ):
         raise MotoVersionError("moto's Table.query changed")
 
     def item_size(item: Any) -> int:
@@ -422,12 +455,18 @@ def _patch_table_query() -> None:
             new.value = v
         return new
 
-    sample = Item(DynamoType({"S": "h"}), DynamoType({"N": "1"}),
-                  {"h": {"S": "h"}, "r": {"N": "1"}, "m": {"M": {"l": {"L": [{"SS": ["a"]}]}}}})
+    sample = Item(
+        DynamoType({"S": "h"}),
+        DynamoType({"N": "1"}),
+        {"h": {"S": "h"}, "r": {"N": "1"}, "m": {"M": {"l": {"L": [{"SS": ["a"]}]}}}},
+    )
     theirs, ours = copy.deepcopy(sample), copy_items([sample])[0]
-    if (vars(theirs).keys() != vars(ours).keys() or theirs.to_json() != ours.to_json()
-            or vars(theirs.attrs["m"]).keys() != vars(ours.attrs["m"]).keys()
-            or type(theirs.attrs) is not type(ours.attrs)):
+    if (
+        vars(theirs).keys() != vars(ours).keys()
+        or theirs.to_json() != ours.to_json()
+        or vars(theirs.attrs["m"]).keys() != vars(ours.attrs["m"]).keys()
+        or type(theirs.attrs) is not type(ours.attrs)
+    ):
         raise MotoVersionError("moto's Item / DynamoType copy changed")
 
     # Every item's size is at most _ITEM_SIZE_BOUND: LimitedSizeDict checks the whole item on
@@ -448,26 +487,57 @@ def _patch_table_query() -> None:
                             _OVERSIZED.set()
                     except Exception:
                         _OVERSIZED.set()
+
         return wrapper
 
-    _replace(UpdateExpressionExecutor, "execute", watch(
-        UpdateExpressionExecutor.execute,
-        lambda ex, args, kwargs: ex.item if not args and kwargs.get("node") is None else None))
-    _replace(Item, "update_with_attribute_updates", watch(
-        Item.update_with_attribute_updates, lambda item, args, kwargs: item))
+    _replace(
+        UpdateExpressionExecutor,
+        "execute",
+        watch(
+            UpdateExpressionExecutor.execute,
+            lambda ex, args, kwargs: ex.item if not args and kwargs.get("node") is None else None,
+        ),
+    )
+    _replace(
+        Item,
+        "update_with_attribute_updates",
+        watch(Item.update_with_attribute_updates, lambda item, args, kwargs: item),
+    )
 
     @functools.wraps(orig)
-    def query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, limit: Any,
-              exclusive_start_key: Any, scan_index_forward: Any, projection_expressions: Any,
-              index_name: Any = None, consistent_read: bool = False, filter_expression: Any = None,
-              hash_key_conditions: Any = None, range_key_conditions: Any = None,
-              **filter_kwargs: Any) -> Any:
-        if (index_name or filter_kwargs or type(hash_key) is not DynamoType
-                or hash_key.type not in ("S", "N", "B")):
-            return orig(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                        scan_index_forward, projection_expressions, index_name, consistent_read,
-                        filter_expression, hash_key_conditions=hash_key_conditions,
-                        range_key_conditions=range_key_conditions, **filter_kwargs)
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: Any,
+        range_objs: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        scan_index_forward: Any,
+        projection_expressions: Any,
+        index_name: Any = None,
+        consistent_read: bool = False,
+        filter_expression: Any = None,
+        hash_key_conditions: Any = None,
+        range_key_conditions: Any = None,
+        **filter_kwargs: Any,
+    ) -> Any:
+        if index_name or filter_kwargs or type(hash_key) is not DynamoType or hash_key.type not in ("S", "N", "B"):
+            return orig(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                consistent_read,
+                filter_expression,
+                hash_key_conditions=hash_key_conditions,
+                range_key_conditions=range_key_conditions,
+                **filter_kwargs,
+            )
         # moto sorts every item of the table by (hash, range) key, keeps those whose hash key
         # equals hash_key, and sorts them (stably) by range key: that is the one partition
         # holding hash_key (dict keys are unique under DynamoType equality), in its own order,
@@ -502,8 +572,9 @@ def _patch_table_query() -> None:
         processing_previous_page = exclusive_start_key is not None
         for result in candidates:
             if processing_previous_page:
-                if self._item_comes_before_dct(result, exclusive_start_key, hash_attrs, range_attrs,
-                                               scan_index_forward):
+                if self._item_comes_before_dct(
+                    result, exclusive_start_key, hash_attrs, range_attrs, scan_index_forward
+                ):
                     continue
                 processing_previous_page = False
             if bounded and result_size + _ITEM_SIZE_BOUND <= size_limit:
@@ -517,8 +588,11 @@ def _patch_table_query() -> None:
                 value = result.attrs.get(last_range_key_name) if last_range_key_name else None
                 if not value:
                     value = result.range_key
-                if not (compare(value.cast_value, *range_values) if type(value) is DynamoType
-                        else value.compare(range_comparison, range_objs)):
+                if not (
+                    compare(value.cast_value, *range_values)
+                    if type(value) is DynamoType
+                    else value.compare(range_comparison, range_objs)
+                ):
                     continue
             results.append(result)
             result_size += item_size(result) if size is None else size
@@ -543,7 +617,8 @@ def _patch_dynamo_to_dict() -> None:
     from moto.dynamodb.models.utilities import dynamo_to_dict as orig
 
     if ddb_responses.dynamo_to_dict is not orig or "dynamo_to_dict" not in (
-            ddb_responses.DynamoResult.__init__.__code__.co_names):
+        ddb_responses.DynamoResult.__init__.__code__.co_names
+    ):
         raise MotoVersionError("moto's DynamoResult no longer converts with dynamo_to_dict")
     plain = (str, int, float, bool, bytes, type(None))
 
@@ -609,13 +684,16 @@ def _patch_ranged_get() -> None:
     orig_get_object = S3Response.get_object
     orig_key_response = S3Response.key_response
     orig_range = S3Response._handle_range_header
-    if (not isinstance(prop, property) or prop.fget is None or prop.fset is None
-            or "_value_buffer" not in FakeKey.__init__.__code__.co_names
-            or "lock" not in FakeKey.__init__.__code__.co_names
-            or list(inspect.signature(orig_range).parameters) != [
-                "self", "request", "response_headers", "response_content"]
-            or not {"range", "_send_response"} <= set(orig_key_response.__code__.co_names)
-            | set(orig_key_response.__code__.co_consts)):
+    if (
+        not isinstance(prop, property)
+        or prop.fget is None
+        or prop.fset is None
+        or "_value_buffer" not in FakeKey.__init__.__code__.co_names
+        or "lock" not in FakeKey.__init__.__code__.co_names
+        or list(inspect.signature(orig_range).parameters) != ["self", "request", "response_headers", "response_content"]
+        or not {"range", "_send_response"}
+        <= set(orig_key_response.__code__.co_names) | set(orig_key_response.__code__.co_consts)
+    ):
         raise MotoVersionError("moto's S3 FakeKey.value / ranged GET changed")
     read_all = prop.fget
     local = threading.local()
@@ -653,8 +731,12 @@ def _patch_ranged_get() -> None:
         # anyway is written straight to the file: the same file, one copy instead of three.
         buf = self._value_buffer
         max_size = getattr(buf, "_max_size", 0)
-        if (max_size and isinstance(new_value, (bytes, bytearray)) and len(new_value) > max_size
-                and not getattr(buf, "_rolled", True)):
+        if (
+            max_size
+            and isinstance(new_value, (bytes, bytearray))
+            and len(new_value) > max_size
+            and not getattr(buf, "_rolled", True)
+        ):
             buf.seek(0)
             buf.truncate()
             buf.rollover()

@@ -20,15 +20,15 @@ from smlt.prices import Prices
 N_SET = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1000)
 K_SET = (1, 2, 3, 5, 8, 12, 20, 30, 50, 80, 120, 200, 300, 500, 800, 1200)
 EXPLORE_KAPPA = 1.0
-EXPLORE_MIN_ROUNDS = 5.0     # explore only when enough rounds remain to use what is learned
-FEASIBLE_QS = (0.9, 0.7, 0.5, 0.2)   # plan with the highest percentile of the rounds needed that fits
+EXPLORE_MIN_ROUNDS = 5.0  # explore only when enough rounds remain to use what is learned
+FEASIBLE_QS = (0.9, 0.7, 0.5, 0.2)  # plan with the highest percentile of the rounds needed that fits
 # The budget is checked at the median at most: the hard per-round guard already makes overspending
 # impossible, and re-planning every round corrects an optimistic start; a high quantile here
 # would make every early plan timid (slow) while the curve is still uncertain.
 BUDGET_Q = 0.5
-BACKUP_QS = (0.9, 0.7)       # the slow-progress percentiles a fast fallback plan must still cover
-P_NEVER_GIVE_UP = 0.9        # the curve says the target is out of reach
-MIN_OBS_TO_GIVE_UP = 5       # validation points before a running job may be stopped as hopeless
+BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
+P_NEVER_GIVE_UP = 0.9  # the curve says the target is out of reach
+MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -58,8 +58,9 @@ def default_tier(tiers: list[int]) -> int:
 
 
 def finalize_cost_ub(prices: Prices, arch: str) -> float:
-    return (prices.lambda_cost(P.PLANNER_MEMORY_MB, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put
-            + 4 * prices.sfn_transition)
+    return (
+        prices.lambda_cost(P.PLANNER_MEMORY_MB, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put + 4 * prices.sfn_transition
+    )
 
 
 def finalize_cost(prices: Prices, arch: str) -> float:
@@ -84,8 +85,9 @@ def _stop(reason: str, bound: str, **kw) -> Decision:
     return Decision(action="stop", reason=reason, bound=bound, **kw)
 
 
-def _final_stop(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arch: str, reason: str,
-                bound: str, **kw) -> Decision:
+def _final_stop(
+    job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arch: str, reason: str, bound: str, **kw
+) -> Decision:
     """A stop after which the controller evaluates the newest model (deadline, max_rounds,
     target): only if the budget can pay that evaluation round in the worst case; otherwise the
     stop is reported as a budget stop, which skips it."""
@@ -96,8 +98,11 @@ def _final_stop(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, 
         left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
         need = float(f.eval_round_ub[0]) + finalize_cost_ub(prices, arch)
         if need > left:
-            return _stop(f"{reason}; the final evaluation is skipped: {fmt_usd(left)} left < its worst case "
-                         f"{fmt_usd(need)}", "budget", **kw)
+            return _stop(
+                f"{reason}; the final evaluation is skipped: {fmt_usd(left)} left < its worst case {fmt_usd(need)}",
+                "budget",
+                **kw,
+            )
         kw.setdefault("worker_time_limit_s", round(float(f.eval_limit_s[0]), 1))
     return _stop(reason, bound, **kw)
 
@@ -107,12 +112,26 @@ def _terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, ar
     if target_met(job, history):
         v = _metric_value(job, history)
         op = "<=" if job.training.target_metric == "val_loss" else ">="
-        return _final_stop(job, history, tm, prices, arch,
-                           f"target reached: {job.training.target_metric} {v:.4f} {op} {job.training.target_value} "
-                           f"(model of round {r - 1})", "target")
+        return _final_stop(
+            job,
+            history,
+            tm,
+            prices,
+            arch,
+            f"target reached: {job.training.target_metric} {v:.4f} {op} {job.training.target_value} "
+            f"(model of round {r - 1})",
+            "target",
+        )
     if r >= job.training.max_rounds:
-        return _final_stop(job, history, tm, prices, arch,
-                           f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained", "max_rounds")
+        return _final_stop(
+            job,
+            history,
+            tm,
+            prices,
+            arch,
+            f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained",
+            "max_rounds",
+        )
     return None
 
 
@@ -147,21 +166,39 @@ def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
     common = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
     if need > left:
-        return _stop(f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
-                     f"({fmt_usd(float(f.cost_ub[0]))}) plus finalisation ({fmt_usd(fin_ub)})", "budget", **common)
+        return _stop(
+            f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
+            f"({fmt_usd(float(f.cost_ub[0]))}) plus finalisation ({fmt_usd(fin_ub)})",
+            "budget",
+            **common,
+        )
     if c.deadline_seconds is not None and not c.best_effort:
         t_left = c.deadline_seconds - history.elapsed_s
         if float(f.round_s[0]) + P.FINALIZE_S > t_left:
-            return _final_stop(job, history, tm, prices, arch,
-                               f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
-                               "deadline", **common)
+            return _final_stop(
+                job,
+                history,
+                tm,
+                prices,
+                arch,
+                f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
+                "deadline",
+                **common,
+            )
     budget_txt = f"; budget left {fmt_usd(left)}" if math.isfinite(left) else ""
     return Decision(
-        action="train", workers=n, memory_mb=m, local_steps=k, bound="none",
-        reason=(f"fixed plan: {n} workers x {m} MB x {k} steps; predicted round {fmt_s(float(f.round_s[0]))}, "
-                f"{fmt_usd(float(f.cost[0]))} (worst case {fmt_usd(float(f.cost_ub[0]))}){budget_txt}"),
+        action="train",
+        workers=n,
+        memory_mb=m,
+        local_steps=k,
+        bound="none",
+        reason=(
+            f"fixed plan: {n} workers x {m} MB x {k} steps; predicted round {fmt_s(float(f.round_s[0]))}, "
+            f"{fmt_usd(float(f.cost[0]))} (worst case {fmt_usd(float(f.cost_ub[0]))}){budget_txt}"
+        ),
         worker_time_limit_s=round(float(f.time_limit_s[0]), 1),
-        **common)
+        **common,
+    )
 
 
 # ------------------------------------------------------------------------------ adaptive
@@ -187,19 +224,20 @@ class Evaluation:
 
     f: Forecast
     R: dict
-    T: dict        # total seconds to the end, by quantile
-    C: dict        # total cost to the end, by quantile
+    T: dict  # total seconds to the end, by quantile
+    C: dict  # total cost to the end, by quantile
     ok_rounds: dict
     ok_deadline: dict
     ok_budget: dict
-    ok_budget_mean: dict        # the mean cost fits (optimistic: no worst-case slack)
-    affordable: np.ndarray      # the next round's worst case + reserve fits the budget
-    fits_time: np.ndarray       # the next round (+ final evaluation) fits before the deadline
-    valid: np.ndarray           # within Lambda limits
+    ok_budget_mean: dict  # the mean cost fits (optimistic: no worst-case slack)
+    affordable: np.ndarray  # the next round's worst case + reserve fits the budget
+    fits_time: np.ndarray  # the next round (+ final evaluation) fits before the deadline
+    valid: np.ndarray  # within Lambda limits
 
 
-def _evaluate(job: Job, history: RunHistory, cand: Candidates, tm: TimingModel, pm: ProgressModel,
-              prices: Prices, arch: str) -> Evaluation:
+def _evaluate(
+    job: Job, history: RunHistory, cand: Candidates, tm: TimingModel, pm: ProgressModel, prices: Prices, arch: str
+) -> Evaluation:
     c = job.constraints
     f = tm.forecast(cand.n, cand.m, cand.k, history)
     # rounds needed: computed per distinct (n, k) then mapped
@@ -217,8 +255,9 @@ def _evaluate(job: Job, history: RunHistory, cand: Candidates, tm: TimingModel, 
     T, C, okr, okd, okb = {}, {}, {}, {}, {}
     slack = f.cost_ub - f.cost_warm
     # one spare round (at most 5 % of the time left) for the noise of the last rounds
-    spare = np.minimum(f.round_s_warm, 0.05 * max(deadline - history.elapsed_s, 0.0)) if math.isfinite(deadline) \
-        else 0.0
+    spare = (
+        np.minimum(f.round_s_warm, 0.05 * max(deadline - history.elapsed_s, 0.0)) if math.isfinite(deadline) else 0.0
+    )
     okbm = {}
     for q in (*FEASIBLE_QS, 0.1, "mean"):
         r = R[q]
@@ -252,8 +291,7 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
         if pool.any():
             i = int(np.argmin(np.where(pool, total_t, np.inf)))
             earliest = float(total_t[i])
-            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({earliest:,.0f} s, "
-                         f"{_describe(i, cand, ev)})")
+            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({earliest:,.0f} s, {_describe(i, cand, ev)})")
     if c.budget_usd is not None:
         sel = ok & ev.ok_deadline[q] if c.deadline_seconds is not None else ok
         pool = sel if sel.any() else ok
@@ -263,20 +301,33 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
             parts.append(f"smallest budget that works ~{fmt_usd(min_budget)} ({_describe(i, cand, ev)})")
     if not ok.any():
         rl = job.training.max_rounds - len(history.rounds)
-        parts.append(f"the target is not predicted within the {rl} rounds max_rounds allows "
-                     f"(or is never reached by the curve so far)")
-    tgt = (f"{job.training.target_metric} {job.training.target_value}" if job.training.target_value is not None
-           else f"{job.training.max_rounds} rounds of work")
+        parts.append(
+            f"the target is not predicted within the {rl} rounds max_rounds allows "
+            f"(or is never reached by the curve so far)"
+        )
+    tgt = (
+        f"{job.training.target_metric} {job.training.target_value}"
+        if job.training.target_value is not None
+        else f"{job.training.max_rounds} rounds of work"
+    )
     have = []
     if c.deadline_seconds is not None:
         have.append(f"deadline {fmt_s(c.deadline_seconds)}")
     if c.budget_usd is not None:
         have.append(f"budget {fmt_usd(c.budget_usd)}")
-    reason = (f"infeasible: reaching {tgt} is predicted impossible with {' and '.join(have) or 'these limits'} "
-              f"even optimistically; " + "; ".join(parts))
-    return _stop(reason, "deadline" if earliest is not None and c.deadline_seconds is not None
-                 and earliest > c.deadline_seconds else "budget", infeasible=True,
-                 earliest_deadline_s=earliest, min_budget_usd=min_budget)
+    reason = (
+        f"infeasible: reaching {tgt} is predicted impossible with {' and '.join(have) or 'these limits'} "
+        f"even optimistically; " + "; ".join(parts)
+    )
+    return _stop(
+        reason,
+        "deadline"
+        if earliest is not None and c.deadline_seconds is not None and earliest > c.deadline_seconds
+        else "budget",
+        infeasible=True,
+        earliest_deadline_s=earliest,
+        min_budget_usd=min_budget,
+    )
 
 
 def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
@@ -287,14 +338,30 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     done = _terminal(job, history, tm, prices, arch)
     if done:
         return done
-    pm = ProgressModel(metric=tr.target_metric, target=tr.target_value, momentum=tr.momentum, batch=tr.batch_size,
-                       train_rows=shape.train_rows, val_rows=shape.val_rows, quorum=tr.quorum,
-                       max_rounds=tr.max_rounds, initial_workers=job.workers.initial,
-                       initial_steps=tr.local_steps, optimizer=tr.optimizer).fit(history)
+    pm = ProgressModel(
+        metric=tr.target_metric,
+        target=tr.target_value,
+        momentum=tr.momentum,
+        batch=tr.batch_size,
+        train_rows=shape.train_rows,
+        val_rows=shape.val_rows,
+        quorum=tr.quorum,
+        max_rounds=tr.max_rounds,
+        initial_workers=job.workers.initial,
+        initial_steps=tr.local_steps,
+        optimizer=tr.optimizer,
+    ).fit(history)
     if tr.target_value is None and pm.forecast.p_done > 0.5 and history.rounds:
-        return _final_stop(job, history, tm, prices, arch,
-                           f"planned work done: the progress of {tr.max_rounds} rounds of {job.workers.initial} "
-                           f"workers x {tr.local_steps} steps has been made (no target set)", "max_rounds")
+        return _final_stop(
+            job,
+            history,
+            tm,
+            prices,
+            arch,
+            f"planned work done: the progress of {tr.max_rounds} rounds of {job.workers.initial} "
+            f"workers x {tr.local_steps} steps has been made (no target set)",
+            "max_rounds",
+        )
     cand = candidates(job, history, tiers)
     ev = _evaluate(job, history, cand, tm, pm, prices, arch)
     f = ev.f
@@ -311,15 +378,22 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
         if first:
             d = _infeasible(job, history, cand, ev, base)
             one = float(f.cost_ub[i] + fin_ub)
-            d.reason += (f"; the budget cannot even pay the worst case of one round plus finalisation "
-                         f"({fmt_usd(one)}, {_describe(i, cand, ev)})")
+            d.reason += (
+                f"; the budget cannot even pay the worst case of one round plus finalisation "
+                f"({fmt_usd(one)}, {_describe(i, cand, ev)})"
+            )
             d.min_budget_usd = max(d.min_budget_usd or 0.0, one)
             d.bound = "budget"
             return d
-        return _stop(f"budget: {fmt_usd(budget - spent)} left cannot pay the worst case of one more round "
-                     f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus "
-                     f"finalisation ({fmt_usd(fin_ub)})", "budget", predicted_round_cost_usd=float(f.cost[i]),
-                     infeasible=first, min_budget_usd=float(f.cost_ub[i] + fin_ub) if first else None)
+        return _stop(
+            f"budget: {fmt_usd(budget - spent)} left cannot pay the worst case of one more round "
+            f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus "
+            f"finalisation ({fmt_usd(fin_ub)})",
+            "budget",
+            predicted_round_cost_usd=float(f.cost[i]),
+            infeasible=first,
+            min_budget_usd=float(f.cost_ub[i] + fin_ub) if first else None,
+        )
     if c.deadline_seconds is not None and not c.best_effort:
         timely = guard & ev.fits_time
         if not timely.any():
@@ -327,10 +401,17 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
             t_left = c.deadline_seconds - history.elapsed_s
             if first:
                 return _infeasible(job, history, cand, ev, base)
-            return _final_stop(job, history, tm, prices, arch,
-                               f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({_describe(i, cand, ev)}) "
-                               f"takes ~{fmt_s(float(f.round_s[i]))}", "deadline",
-                               predicted_round_s=float(f.round_s[i]))
+            return _final_stop(
+                job,
+                history,
+                tm,
+                prices,
+                arch,
+                f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({_describe(i, cand, ev)}) "
+                f"takes ~{fmt_s(float(f.round_s[i]))}",
+                "deadline",
+                predicted_round_s=float(f.round_s[i]),
+            )
         guard = timely
 
     objective = c.objective
@@ -350,8 +431,18 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
                 continue
             j = int(np.argmin(np.where(fast, ev.T[qs], np.inf)))
             safe = f.round_s + ev.T[qs][j] + min(float(f.round_s_warm[j]), 0.05 * t_left) <= t_left
-            levels.append((guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q]
-                           & np.isfinite(ev.C[0.5]) & safe, qs, j))
+            levels.append(
+                (
+                    guard
+                    & ev.ok_rounds[0.5]
+                    & ev.ok_deadline[0.5]
+                    & ev.ok_budget[BUDGET_Q]
+                    & np.isfinite(ev.C[0.5])
+                    & safe,
+                    qs,
+                    j,
+                )
+            )
     if reachable and c.budget_usd is not None and objective == "speed":
         # The mirror image for speed: go fast at the median only while, after this round, the
         # cheapest plan could still pay its way to the target if progress is slow (p90, p70).
@@ -361,13 +452,24 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
                 continue
             j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
             safe = spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(prices, arch) <= budget
-            levels.append((guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q]
-                           & np.isfinite(ev.T[0.5]) & safe, qs, j))
+            levels.append(
+                (
+                    guard
+                    & ev.ok_rounds[0.5]
+                    & ev.ok_deadline[0.5]
+                    & ev.ok_budget[BUDGET_Q]
+                    & np.isfinite(ev.T[0.5])
+                    & safe,
+                    qs,
+                    j,
+                )
+            )
     if reachable:
         for q in FEASIBLE_QS:
             qb = min(q, BUDGET_Q)
-            levels.append((guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]),
-                           q, None))
+            levels.append(
+                (guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]), q, None)
+            )
     for ok, q, j in levels:
         if ok.any():
             chosen, level, backup = ok, q, j
@@ -384,22 +486,40 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
             if first:
                 return _infeasible(job, history, cand, ev, base)
             d = _infeasible(job, history, cand, ev, base)
-            return _final_stop(job, history, tm, prices, arch,
-                               "stopping to save the budget: " + d.reason.replace("infeasible: ", "", 1),
-                               d.bound, earliest_deadline_s=d.earliest_deadline_s, min_budget_usd=d.min_budget_usd)
+            return _final_stop(
+                job,
+                history,
+                tm,
+                prices,
+                arch,
+                "stopping to save the budget: " + d.reason.replace("infeasible: ", "", 1),
+                d.bound,
+                earliest_deadline_s=d.earliest_deadline_s,
+                min_budget_usd=d.min_budget_usd,
+            )
         # Not yet sure (or best effort): keep going within the hard guards, as well as possible.
         q = 0.5
         in_budget = guard & ev.ok_budget[q]
         if in_budget.any() and c.deadline_seconds is not None:
             chosen, level, objective = in_budget, q, "speed"
-            best_effort_note = ("best effort: the deadline is predicted to be missed, so the plan that makes the most "
-                                "progress by the deadline within budget")
+            best_effort_note = (
+                "best effort: the deadline is predicted to be missed, so the plan that makes the most "
+                "progress by the deadline within budget"
+            )
         else:
             chosen, level, objective = guard, q, "cost"
-            best_effort_note = ("best effort: the target is predicted out of reach within the budget, so the plan "
-                                "that buys the most progress with the time and money left")
-    if level is not None and level <= 0.5 and backup is None and objective == "cost" \
-            and c.deadline_seconds is not None and not best_effort_note:
+            best_effort_note = (
+                "best effort: the target is predicted out of reach within the budget, so the plan "
+                "that buys the most progress with the time and money left"
+            )
+    if (
+        level is not None
+        and level <= 0.5
+        and backup is None
+        and objective == "cost"
+        and c.deadline_seconds is not None
+        and not best_effort_note
+    ):
         # The deadline is at risk: among the plans that may still make it, the fastest.
         objective = "speed"
         best_effort_note = ""
@@ -412,8 +532,9 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
         # Best effort: the most progress (tau) the remaining time and money can buy.
         dtau = pm.mean_round_progress(cand.n, cand.k)
         t_left = (c.deadline_seconds - history.elapsed_s) if c.deadline_seconds is not None else math.inf
-        n_rounds = np.minimum((budget - spent) / np.maximum(f.cost_warm, 1e-12),
-                              t_left / np.maximum(f.round_s_warm, 1e-9))
+        n_rounds = np.minimum(
+            (budget - spent) / np.maximum(f.cost_warm, 1e-12), t_left / np.maximum(f.round_s_warm, 1e-9)
+        )
         n_rounds = np.minimum(n_rounds, job.training.max_rounds - len(history.rounds))
         base_obj = -np.minimum(n_rounds, 1e9) * dtau
     base_obj = np.where(np.isfinite(base_obj), base_obj, 1e300)
@@ -428,13 +549,19 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     qb = 0.5 if backup is not None else level
     qbud = min(qb, BUDGET_Q)
     free = guard & ev.ok_rounds[qb] & np.isfinite(ev.C[qb])
-    i_free = int(np.argmin(np.where(free, ev.C["mean"] if objective == "cost" else ev.T["mean"], np.inf))) \
-        if free.any() else i
+    i_free = (
+        int(np.argmin(np.where(free, ev.C["mean"] if objective == "cost" else ev.T["mean"], np.inf)))
+        if free.any()
+        else i
+    )
     if best_effort_note:
         bound = "deadline" if objective == "speed" else "budget"
     elif objective == "cost":
-        bound = "deadline" if (not ev.ok_deadline[qb][i_free] or i_free != i and not chosen[i_free]) else (
-            "budget" if not ev.ok_budget[qbud][i_free] else "none")
+        bound = (
+            "deadline"
+            if (not ev.ok_deadline[qb][i_free] or i_free != i and not chosen[i_free])
+            else ("budget" if not ev.ok_budget[qbud][i_free] else "none")
+        )
     else:
         bound = "budget" if not ev.ok_budget[qbud][i_free] else "none"
     if bound == "none" and not ev.ok_rounds[FEASIBLE_QS[0]][i]:
@@ -442,12 +569,16 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
 
     rq = float(ev.R[level][i])
     r50 = float(ev.R[0.5][i])
-    T_i, C_i = float(ev.T[0.5][i]), float(ev.C[0.5][i])   # at the median forecast
-    pieces = [f"{_describe(i, cand, ev)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
-              f"(worst case {fmt_usd(float(f.cost_ub[i]))})"]
+    T_i, C_i = float(ev.T[0.5][i]), float(ev.C[0.5][i])  # at the median forecast
+    pieces = [
+        f"{_describe(i, cand, ev)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
+        f"(worst case {fmt_usd(float(f.cost_ub[i]))})"
+    ]
     if tr.target_value is not None:
-        pieces.append(f"~{r50:.0f} rounds to {tr.target_metric} {tr.target_value} (p{int(level * 100)} {rq:.0f}), "
-                      f"~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all")
+        pieces.append(
+            f"~{r50:.0f} rounds to {tr.target_metric} {tr.target_value} (p{int(level * 100)} {rq:.0f}), "
+            f"~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all"
+        )
     else:
         pieces.append(f"~{r50:.0f} rounds of planned work left, ~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all")
     lim = []
@@ -458,37 +589,57 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     if lim:
         pieces.append(" and ".join(lim))
     if bound == "deadline" and not best_effort_note:
-        pieces.append(f"deadline binds (the cheapest plan, {_describe(i_free, cand, ev)}, would take "
-                      f"~{fmt_s(float(ev.T[qb][i_free]))})")
+        pieces.append(
+            f"deadline binds (the cheapest plan, {_describe(i_free, cand, ev)}, would take "
+            f"~{fmt_s(float(ev.T[qb][i_free]))})"
+        )
     elif bound == "budget" and not best_effort_note:
-        pieces.append(f"budget binds (the fastest plan, {_describe(i_free, cand, ev)}, would cost "
-                      f"~{fmt_usd(float(ev.C[qb][i_free]))})")
+        pieces.append(
+            f"budget binds (the fastest plan, {_describe(i_free, cand, ev)}, would cost "
+            f"~{fmt_usd(float(ev.C[qb][i_free]))})"
+        )
     elif bound == "max_rounds":
         pieces.append("max_rounds binds")
     if backup is not None and not best_effort_note and objective == "speed":
-        pieces.append(f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} could still "
-                      f"pay its way to the target (~{fmt_usd(float(ev.C[level][backup]))})")
+        pieces.append(
+            f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} could still "
+            f"pay its way to the target (~{fmt_usd(float(ev.C[level][backup]))})"
+        )
     elif backup is not None and not best_effort_note:
-        pieces.append(f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} would still "
-                      f"finish in ~{fmt_s(float(ev.T[level][backup]))}")
+        pieces.append(
+            f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} would still "
+            f"finish in ~{fmt_s(float(ev.T[level][backup]))}"
+        )
     elif level < 0.7 and not best_effort_note:
-        pieces.append(f"tight: feasible only at the p{int(level * 100)} progress forecast"
-                      + (", so the fastest plan within budget" if at_risk else ""))
+        pieces.append(
+            f"tight: feasible only at the p{int(level * 100)} progress forecast"
+            + (", so the fastest plan within budget" if at_risk else "")
+        )
     p_never = float(ev.R["p_never"][i])
     if p_never >= 0.05:
         pieces.append(f"{100 * p_never:.0f} % chance the curve saturates below the target")
     if explore:
-        pieces.append(f"exploring: {int(cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
-                      f"the best-known plan is {_describe(i_exploit, cand, ev)}")
+        pieces.append(
+            f"exploring: {int(cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
+            f"the best-known plan is {_describe(i_exploit, cand, ev)}"
+        )
     if best_effort_note:
         pieces.append(best_effort_note)
     return Decision(
-        action="train", workers=int(cand.n[i]), memory_mb=int(cand.m[i]), local_steps=int(cand.k[i]),
-        reason="; ".join(pieces), bound=bound,
-        predicted_round_s=float(f.round_s[i]), predicted_round_cost_usd=float(f.cost[i]),
-        predicted_rounds_left=r50, worker_time_limit_s=round(float(f.time_limit_s[i]), 1),
+        action="train",
+        workers=int(cand.n[i]),
+        memory_mb=int(cand.m[i]),
+        local_steps=int(cand.k[i]),
+        reason="; ".join(pieces),
+        bound=bound,
+        predicted_round_s=float(f.round_s[i]),
+        predicted_round_cost_usd=float(f.cost[i]),
+        predicted_rounds_left=r50,
+        worker_time_limit_s=round(float(f.time_limit_s[i]), 1),
         predicted_total_s=T_i if math.isfinite(T_i) else None,
-        predicted_total_cost_usd=C_i if math.isfinite(C_i) else None, explore=explore)
+        predicted_total_cost_usd=C_i if math.isfinite(C_i) else None,
+        explore=explore,
+    )
 
 
 def decide(job: Job, history: RunHistory, tiers: list[int], prices: Prices, architecture: str = "x86_64") -> Decision:

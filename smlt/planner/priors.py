@@ -21,8 +21,9 @@ MAX_VCPU = 6.0
 
 def vcpus(memory_mb):
     m = np.asarray(memory_mb, dtype=float)
-    return np.where(m <= FULL_VCPU_MB, m / FULL_VCPU_MB,
-                    1.0 + (MAX_VCPU - 1.0) * (m - FULL_VCPU_MB) / (MAX_MB - FULL_VCPU_MB))
+    return np.where(
+        m <= FULL_VCPU_MB, m / FULL_VCPU_MB, 1.0 + (MAX_VCPU - 1.0) * (m - FULL_VCPU_MB) / (MAX_MB - FULL_VCPU_MB)
+    )
 
 
 def speed(memory_mb, efficiency):
@@ -58,8 +59,8 @@ FLOPS_PER_PARAM_GUESS = 6.0
 S3_MB_PER_S = 67.5
 S3_GET_LATENCY_S = 0.03
 S3_PUT_LATENCY_S = 0.05
-AGG_MB_PER_S = 2 * S3_MB_PER_S      # the aggregator reads updates over parallel streams
-AGG_SHARD_MB = 64.0                # an aggregator shard handles this many MB of the model
+AGG_MB_PER_S = 2 * S3_MB_PER_S  # the aggregator reads updates over parallel streams
+AGG_SHARD_MB = 64.0  # an aggregator shard handles this many MB of the model
 AGG_MEMORY_MB = 3008
 PLANNER_MEMORY_MB = 1024
 
@@ -75,17 +76,17 @@ def net_share(memory_mb):
 COLD_INIT_MEDIAN_S = 3.0
 COLD_INIT_SIGMA = 0.35
 COLD_INIT_MAX_S = 10.0
-WARM_IDLE_S = 300.0                # an idle instance is kept at least ~5 minutes
+WARM_IDLE_S = 300.0  # an idle instance is kept at least ~5 minutes
 # facts.md (SMLT, 2021): Step Functions launched 100 workers in 20.6 s -> ~0.2 s per worker.
 FANOUT_PER_WORKER_S = 0.206
-ROUND_BASE_OVERHEAD_S = 1.0        # Plan + Choice + Map start + Aggregate invoke + Continue
+ROUND_BASE_OVERHEAD_S = 1.0  # Plan + Choice + Map start + Aggregate invoke + Continue
 PLAN_S = 0.4
 FINALIZE_S = 1.5
 LAMBDA_TIMEOUT_S = 900.0
 
 # --- Memory need ----------------------------------------------------------------------------
-RUNTIME_MB = 450.0                 # python + torch + the handler
-BYTES_PER_PARAM = 24.0             # weights, grads, momentum, the incoming and outgoing copies
+RUNTIME_MB = 450.0  # python + torch + the handler
+BYTES_PER_PARAM = 24.0  # weights, grads, momentum, the incoming and outgoing copies
 
 
 def memory_needed_mb(params: int) -> float:
@@ -107,6 +108,8 @@ BETA_PRIOR_SD_LOG = math.log(4.0)
 
 def beta_prior_median(train_rows: int) -> float:
     return float(np.clip(0.3 * (max(train_rows, 1) / 1000.0) ** 0.65, 0.25, 64.0))
+
+
 # No drift penalty was measurable up to k = 50 on iid shards; keep a mild one.
 DRIFT_K = 1000.0
 # Steady steps (tau) to the target, in epochs (tau * batch / rows): 1.2 (digits, acc 0.93) and

@@ -33,7 +33,7 @@ def k_effective(k, momentum: float):
     k = np.asarray(k, dtype=float)
     if momentum <= 0.0:
         return k
-    return k - momentum * (1.0 - momentum ** k) / (1.0 - momentum)
+    return k - momentum * (1.0 - momentum**k) / (1.0 - momentum)
 
 
 def round_progress(n, k, momentum: float, beta: float, drift_k: float):
@@ -79,13 +79,13 @@ class RoundsForecast:
     """Distribution of the rounds still needed, per candidate (n, k)."""
 
     def __init__(self, beta_idx, tau_rem, weights, betas, momentum, drift_k, p_done):
-        self.beta_idx = beta_idx      # (S,) index into betas of each posterior sample
-        self.tau_rem = tau_rem        # (S,) remaining tau (inf = never reaches the target)
+        self.beta_idx = beta_idx  # (S,) index into betas of each posterior sample
+        self.tau_rem = tau_rem  # (S,) remaining tau (inf = never reaches the target)
         self.w = weights / weights.sum()
         self.betas = betas
         self.momentum = momentum
         self.drift_k = drift_k
-        self.p_done = p_done          # probability that the current model already meets the target
+        self.p_done = p_done  # probability that the current model already meets the target
 
     def rounds(self, n, k):
         """(C, S) rounds needed, counting the round that evaluates the final model."""
@@ -129,9 +129,21 @@ class ProgressModel:
     exist, a prior in epochs (calibrated) stands in for the curve.
     """
 
-    def __init__(self, *, metric: str, target: float | None, momentum: float, batch: int, train_rows: int,
-                 val_rows: int, quorum: float, max_rounds: int, initial_workers: int, initial_steps: int,
-                 optimizer: str = "sgd"):
+    def __init__(
+        self,
+        *,
+        metric: str,
+        target: float | None,
+        momentum: float,
+        batch: int,
+        train_rows: int,
+        val_rows: int,
+        quorum: float,
+        max_rounds: int,
+        initial_workers: int,
+        initial_steps: int,
+        optimizer: str = "sgd",
+    ):
         from smlt.planner import priors as P
 
         self.P = P
@@ -170,12 +182,14 @@ class ProgressModel:
             return np.zeros((len(self.betas), 0))
         return np.stack(cols, axis=1)
 
-    def fit(self, history) -> "ProgressModel":
+    def fit(self, history) -> ProgressModel:
         P = self.P
         dt = self._dtau_history(history)
         tau_before = np.concatenate([np.zeros((len(self.betas), 1)), np.cumsum(dt, axis=1)], axis=1)
         self.tau_now = tau_before[:, -1]
-        obs = [(i, getattr(r, self.metric)) for i, r in enumerate(history.rounds) if getattr(r, self.metric) is not None]
+        obs = [
+            (i, getattr(r, self.metric)) for i, r in enumerate(history.rounds) if getattr(r, self.metric) is not None
+        ]
         self.n_obs = len(obs)
         self.last_metric = obs[-1][1] if obs else None
 
@@ -183,8 +197,9 @@ class ProgressModel:
             goal = self.max_rounds * round_progress(self.init_n, self.init_k, self.mu_e, self.betas, P.DRIFT_K)
             rem = goal - self.tau_now
             w = np.exp(self.beta_logprior)
-            self.forecast = RoundsForecast(np.arange(len(self.betas)), rem, w, self.betas, self.mu_e, P.DRIFT_K,
-                                           float(w[rem <= 0].sum() / w.sum()))
+            self.forecast = RoundsForecast(
+                np.arange(len(self.betas)), rem, w, self.betas, self.mu_e, P.DRIFT_K, float(w[rem <= 0].sum() / w.sum())
+            )
             return self
 
         y_t = self.sign * self.target
@@ -198,8 +213,9 @@ class ProgressModel:
             w = np.exp(self.beta_logprior)[bi] * np.tile(qw, len(self.betas))
             if self.last_metric is not None and self.sign * self.last_metric >= y_t:
                 rem = np.zeros_like(rem)
-            self.forecast = RoundsForecast(bi, rem, w, self.betas, self.mu_e, P.DRIFT_K,
-                                           float(w[rem <= 0].sum() / w.sum()))
+            self.forecast = RoundsForecast(
+                bi, rem, w, self.betas, self.mu_e, P.DRIFT_K, float(w[rem <= 0].sum() / w.sum())
+            )
             return self
 
         idx = np.array([i for i, _ in obs])
@@ -208,28 +224,28 @@ class ProgressModel:
         d = (y - y0)[1:]
         if self.metric == "val_accuracy":
             yy = np.clip(np.abs(y[1:]), 0.0, 1.0)
-            sd = np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.val_rows + MISFIT_SD ** 2)
+            sd = np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.val_rows + MISFIT_SD**2)
             a_max = max(1.0 - y0, 1e-3)
         else:
             sd = 0.02 * np.abs(y[1:]) + MISFIT_SD
             a_max = max(-y0, 1e-3)  # loss >= 0
-        prec_obs = LIKELIHOOD_TEMPER / sd ** 2
+        prec_obs = LIKELIHOOD_TEMPER / sd**2
         # Amplitude prior: the user's target is probably reachable, the plateau somewhere between
         # the target and the best possible value.
         need = min(max(y_t - y0, 0.0), a_max)
         mu_a = need + 0.5 * (a_max - need)
         sd_a = 0.5 * (a_max - need) + 0.1 * a_max
-        tau_obs = tau_before[:, idx[1:]]                                   # (B, O)
-        tau0 = self.tau_epoch * TAU0_GRID_EPOCHS                           # (T,)
-        ps = P.P_GRID                                                      # (Q,)
-        x = tau_obs[:, None, None, :] / tau0[None, :, None, None]          # (B, T, 1, O)
-        phi = 1.0 - np.exp(-np.power(x, ps[None, None, :, None]))          # (B, T, Q, O)
-        s_pp = (phi ** 2 * prec_obs).sum(-1)
+        tau_obs = tau_before[:, idx[1:]]  # (B, O)
+        tau0 = self.tau_epoch * TAU0_GRID_EPOCHS  # (T,)
+        ps = P.P_GRID  # (Q,)
+        x = tau_obs[:, None, None, :] / tau0[None, :, None, None]  # (B, T, 1, O)
+        phi = 1.0 - np.exp(-np.power(x, ps[None, None, :, None]))  # (B, T, Q, O)
+        s_pp = (phi**2 * prec_obs).sum(-1)
         s_py = (phi * d * prec_obs).sum(-1)
-        s_yy = float((d ** 2 * prec_obs).sum())
-        prec = s_pp + 1.0 / sd_a ** 2
-        mean_a = (s_py + mu_a / sd_a ** 2) / prec
-        logml = -0.5 * (s_yy + mu_a ** 2 / sd_a ** 2 - mean_a ** 2 * prec) - 0.5 * np.log(sd_a ** 2 * prec)
+        s_yy = float((d**2 * prec_obs).sum())
+        prec = s_pp + 1.0 / sd_a**2
+        mean_a = (s_py + mu_a / sd_a**2) / prec
+        logml = -0.5 * (s_yy + mu_a**2 / sd_a**2 - mean_a**2 * prec) - 0.5 * np.log(sd_a**2 * prec)
         # priors: beta (lognormal), tau0 (lognormal around the epochs prior / 3.5), p (uniform)
         tau0_med = P.EPOCHS_TO_TARGET_MEDIAN / 3.5
         lt = -0.5 * ((np.log(TAU0_GRID_EPOCHS) - math.log(tau0_med)) / math.log(8.0)) ** 2
@@ -240,7 +256,7 @@ class ProgressModel:
         self.beta_post = post.sum(axis=(1, 2))
         # amplitude quadrature
         sd_post = 1.0 / np.sqrt(prec)
-        A = np.clip(mean_a[..., None] + sd_post[..., None] * _GH_X, 1e-6, a_max)    # (B, T, Q, 5)
+        A = np.clip(mean_a[..., None] + sd_post[..., None] * _GH_X, 1e-6, a_max)  # (B, T, Q, 5)
         frac = (y_t - y0) / A
         with np.errstate(divide="ignore", invalid="ignore"):
             inner = -np.log(np.clip(1.0 - frac, 1e-300, None))
@@ -251,7 +267,7 @@ class ProgressModel:
         # the forecast moves smoothly from the prior to the data
         with np.errstate(divide="ignore", invalid="ignore"):
             z = (np.log(tau_star / self.tau_epoch) - math.log(P.EPOCHS_TO_TARGET_MEDIAN)) / P.EPOCHS_TO_TARGET_SD_LOG
-        log_pt = np.where(np.isfinite(z), -0.5 * z ** 2, -2.0)
+        log_pt = np.where(np.isfinite(z), -0.5 * z**2, -2.0)
         w = post[..., None] * _GH_W * np.exp(log_pt)
         self.beta_post = w.sum(axis=(1, 2, 3)) / w.sum()
         if self.sign * self.last_metric >= y_t:
@@ -261,13 +277,23 @@ class ProgressModel:
         keep = flat_w > flat_w.max() * 1e-4
         if keep.sum() > 800:
             keep = flat_w >= np.sort(flat_w)[-800]
-        self.forecast = RoundsForecast(bi.ravel()[keep], rem.ravel()[keep], flat_w[keep], self.betas, self.mu_e,
-                                       P.DRIFT_K, float(flat_w[(rem.ravel() <= 0)].sum() / flat_w.sum()))
+        self.forecast = RoundsForecast(
+            bi.ravel()[keep],
+            rem.ravel()[keep],
+            flat_w[keep],
+            self.betas,
+            self.mu_e,
+            P.DRIFT_K,
+            float(flat_w[(rem.ravel() <= 0)].sum() / flat_w.sum()),
+        )
         return self
 
     def target_reached(self) -> bool:
-        return (self.target is not None and self.last_metric is not None
-                and self.sign * self.last_metric >= self.sign * self.target)
+        return (
+            self.target is not None
+            and self.last_metric is not None
+            and self.sign * self.last_metric >= self.sign * self.target
+        )
 
     def mean_round_progress(self, n, k):
         """Posterior-mean tau of one round at (n, k)."""

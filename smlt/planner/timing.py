@@ -45,7 +45,7 @@ class BLR:
         self.m0 = np.asarray(prior_mean, dtype=float)
         self.s0 = np.asarray(prior_sd, dtype=float)
         self.mean = self.m0.copy()
-        self.cov = np.diag(self.s0 ** 2)
+        self.cov = np.diag(self.s0**2)
         self.logml = 0.0
 
     def fit(self, X, y, sd):
@@ -54,7 +54,7 @@ class BLR:
         if y.size == 0:
             return self
         dinv = 1.0 / np.asarray(sd, dtype=float) ** 2
-        p0 = 1.0 / self.s0 ** 2
+        p0 = 1.0 / self.s0**2
         A = np.diag(p0) + (X * dinv[:, None]).T @ X
         cov = np.linalg.inv(A)
         self.mean = cov @ (p0 * self.m0 + X.T @ (y * dinv))
@@ -64,7 +64,7 @@ class BLR:
         xr = X.T @ (r * dinv)
         quad = float(r @ (r * dinv) - xr @ cov @ xr)
         _, logdet_a = np.linalg.slogdet(A)
-        logdet = float(logdet_a + np.sum(np.log(self.s0 ** 2)) - np.sum(np.log(dinv)))
+        logdet = float(logdet_a + np.sum(np.log(self.s0**2)) - np.sum(np.log(dinv)))
         self.logml = -0.5 * (quad + logdet + y.size * math.log(2 * math.pi))
         return self
 
@@ -90,7 +90,7 @@ class JobShape:
     train_rows: int
 
     @classmethod
-    def of(cls, history: RunHistory, batch: int, compression: str = "none") -> "JobShape":
+    def of(cls, history: RunHistory, batch: int, compression: str = "none") -> JobShape:
         params = history.param_count or 100_000
         known = bool(history.flops_per_sample)
         flops = float(history.flops_per_sample) if known else P.FLOPS_PER_PARAM_GUESS * params
@@ -118,13 +118,13 @@ class Forecast:
     cost: np.ndarray
     round_s_warm: np.ndarray
     cost_warm: np.ndarray
-    cost_ub: np.ndarray          # hard upper bound of the next round's bill (limit-capped)
-    handler_s: np.ndarray        # mean warm worker handler seconds
+    cost_ub: np.ndarray  # hard upper bound of the next round's bill (limit-capped)
+    handler_s: np.ndarray  # mean warm worker handler seconds
     handler_p90: np.ndarray
     time_limit_s: np.ndarray
-    rel_sd_param: np.ndarray     # relative parameter uncertainty of the worker time (exploration)
+    rel_sd_param: np.ndarray  # relative parameter uncertainty of the worker time (exploration)
     cold_workers: np.ndarray
-    eval_round_ub: np.ndarray    # hard upper bound of an evaluation-only round at (n, m)
+    eval_round_ub: np.ndarray  # hard upper bound of an evaluation-only round at (n, m)
     eval_round_s: np.ndarray
     eval_limit_s: np.ndarray
 
@@ -138,8 +138,9 @@ class TimingModel:
         # compute: per-step seconds = c0 + c1 * W / (FLOPS * speed)
         self.e_prior = P.efficiency_prior(s.step_flops)
         # weak priors: a measured round outweighs them (the FLOP rate of small ops can be 10x off)
-        self.compute = [BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 10, 2.0 if s.flops_known else 10.0])
-                        for _ in E_GRID]
+        self.compute = [
+            BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 10, 2.0 if s.flops_known else 10.0]) for _ in E_GRID
+        ]
         lw = -0.5 * ((E_GRID - self.e_prior) / P.EFF_PRIOR_SD) ** 2
         self.e_logprior = lw - np.log(np.sum(np.exp(lw)))
         self.e_weights = np.exp(self.e_logprior)
@@ -153,18 +154,24 @@ class TimingModel:
         gbs = prices.lambda_gb_second[architecture]
         plan_cost = prices.lambda_cost(P.PLANNER_MEMORY_MB, P.PLAN_S, architecture)
         agg_rate = s.agg_shards * P.AGG_MEMORY_MB / 1024.0 * gbs
-        self.other_cost = BLR([plan_cost + s.agg_shards * prices.lambda_request, agg_rate],
-                              [plan_cost * 2 + 1e-6, agg_rate])
+        self.other_cost = BLR(
+            [plan_cost + s.agg_shards * prices.lambda_request, agg_rate], [plan_cost * 2 + 1e-6, agg_rate]
+        )
         self.init_log_mu = math.log(P.COLD_INIT_MEDIAN_S)
         self.init_log_sd = P.COLD_INIT_SIGMA
-        self.cv = 0.08            # worker-to-worker spread of handler time
+        self.cv = 0.08  # worker-to-worker spread of handler time
         self.fitted_rounds = 0
 
     # ---------------------------------------------------------------- features
     def _compute_x(self, memory_mb, e):
         s = self.shape
-        return np.stack([np.ones_like(np.asarray(memory_mb, dtype=float)),
-                         s.step_flops / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e))], axis=-1)
+        return np.stack(
+            [
+                np.ones_like(np.asarray(memory_mb, dtype=float)),
+                s.step_flops / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e)),
+            ],
+            axis=-1,
+        )
 
     def _eval_x(self, n, memory_mb, e):
         s = self.shape
@@ -176,8 +183,14 @@ class TimingModel:
         s = self.shape
         n = np.asarray(n, dtype=float)
         net = P.net_share(memory_mb)
-        return np.stack([np.ones_like(n), s.model_mb / net + 0 * n,
-                         (s.data_mb / np.maximum(n, 1.0)) * np.asarray(miss, dtype=float) / net], axis=-1)
+        return np.stack(
+            [
+                np.ones_like(n),
+                s.model_mb / net + 0 * n,
+                (s.data_mb / np.maximum(n, 1.0)) * np.asarray(miss, dtype=float) / net,
+            ],
+            axis=-1,
+        )
 
     def _upload_x(self, memory_mb):
         net = P.net_share(memory_mb)
@@ -190,12 +203,12 @@ class TimingModel:
     def sfn_s3_cost(self, n, eval_only: bool = False):
         """Step Functions transitions and S3 requests of a round (counted, not fitted)."""
         n = np.asarray(n, dtype=float)
-        puts = (0 if eval_only else n) + 1 + self.shape.agg_shards     # updates, model(s)
-        gets = n * 2 + (0 if eval_only else n)                           # model, shards; aggregator reads
+        puts = (0 if eval_only else n) + 1 + self.shape.agg_shards  # updates, model(s)
+        gets = n * 2 + (0 if eval_only else n)  # model, shards; aggregator reads
         return self.prices.round_overhead(n, puts, gets)
 
     # ---------------------------------------------------------------- fitting
-    def fit(self, history: RunHistory) -> "TimingModel":
+    def fit(self, history: RunHistory) -> TimingModel:
         rounds = [r for r in history.rounds[-HISTORY_ROUNDS:] if r.timings]
         self.fitted_rounds = len(rounds)
         if not rounds:
@@ -240,8 +253,11 @@ class TimingModel:
             rest = tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])
             rest_y.append(float(rest.mean()))
             rest_sd.append(0.05 + 0.2 * abs(float(rest.mean())))
-            inits += [t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1
-                      for t in ok if t.cold and t.init_s > 0]
+            inits += [
+                t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1
+                for t in ok
+                if t.cold and t.init_s > 0
+            ]
             span = max((t.init_s + t.total_s) for t in r.timings)
             if r.round_s > 0:
                 ov_n.append(r.workers)
@@ -251,8 +267,9 @@ class TimingModel:
                 ag_n.append(r.workers)
                 ag_y.append(r.aggregate_s)
             if r.cost_usd > 0:
-                worker_cost = sum(self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch)
-                                  for t in r.timings)
+                worker_cost = sum(
+                    self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch) for t in r.timings
+                )
                 resid = r.cost_usd - worker_cost - float(self.sfn_s3_cost(r.workers, r.local_steps == 0))
                 oc_x.append(r.aggregate_s)
                 oc_y.append(resid)
@@ -275,14 +292,14 @@ class TimingModel:
         if rest_y:
             self.rest.fit(np.ones((len(rest_y), 1)), rest_y, rest_sd)
         if ov_y:
-            self.overhead.fit(np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), ov_y,
-                              [0.3 + 0.1 * y for y in ov_y])
+            self.overhead.fit(
+                np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), ov_y, [0.3 + 0.1 * y for y in ov_y]
+            )
         if ag_y:
             self.agg.fit(self._agg_x(np.array(ag_n)), ag_y, [0.05 + 0.1 * y for y in ag_y])
         if oc_y:
             oc_y = np.array(oc_y)
-            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), oc_y,
-                                1e-7 + 0.1 * np.abs(oc_y))
+            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), oc_y, 1e-7 + 0.1 * np.abs(oc_y))
         if cvs:
             self.cv = float(np.clip(np.median(cvs), 0.02, 0.5))
         if inits:
@@ -305,13 +322,13 @@ class TimingModel:
         mus, vs = np.array(mus), np.array(vs)
         w = self.e_weights[:, None]
         mean = (w * mus).sum(0)
-        var = (w * (vs + mus ** 2)).sum(0) - mean ** 2
+        var = (w * (vs + mus**2)).sum(0) - mean**2
         floor = P.STEP_OVERHEAD_S * 0.1
         return np.maximum(mean, floor).reshape(memory_mb.shape), np.sqrt(np.maximum(var, 0)).reshape(memory_mb.shape)
 
     def init_seconds(self, memory_mb):
         scale = np.sqrt(np.maximum(1.0, P.FULL_VCPU_MB / np.asarray(memory_mb, dtype=float)))
-        mean = math.exp(self.init_log_mu + 0.5 * self.init_log_sd ** 2) * scale
+        mean = math.exp(self.init_log_mu + 0.5 * self.init_log_sd**2) * scale
         return np.minimum(mean, P.COLD_INIT_MAX_S)
 
     def forecast(self, N, M, K, history: RunHistory) -> Forecast:
@@ -346,8 +363,10 @@ class TimingModel:
         z = expected_max_z(N)
         zc = expected_max_z(np.maximum(cold, 1.0))
         span_warm = h_warm * (1.0 + self.cv * z)
-        span_next = np.maximum(np.where(cold < N, h_next_warm * (1.0 + self.cv * z), 0.0),
-                               np.where(cold > 0, init + h_miss * (1.0 + self.cv * zc), 0.0))
+        span_next = np.maximum(
+            np.where(cold < N, h_next_warm * (1.0 + self.cv * z), 0.0),
+            np.where(cold > 0, init + h_miss * (1.0 + self.cv * zc), 0.0),
+        )
         ov = np.maximum(self.overhead.predict(np.stack([np.ones_like(N), N], 1))[0], 0.2)
         agg = np.maximum(self.agg.predict(self._agg_x(N))[0], 0.05)
         other = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg], 1))[0], 0.0)
@@ -369,11 +388,25 @@ class TimingModel:
         # evaluation-only round at (n, m): load + eval, no update
         e_h = ld_miss + ev + rest
         e_limit = np.minimum(LIMIT_X_P90 * e_h * (1 + 1.28 * self.cv) + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
-        eval_ub = (N * (price * (P.COLD_INIT_MAX_S + e_limit) + req)
-                   + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.2)
+        eval_ub = (
+            N * (price * (P.COLD_INIT_MAX_S + e_limit) + req) + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.2
+        )
         eval_s = ov + e_h * (1 + self.cv * z) + agg
-        return Forecast(round_s, cost, round_s_warm, cost_warm, cost_ub, h_warm, p90, limit, rel_sd_param,
-                        cold, eval_ub, eval_s, e_limit)
+        return Forecast(
+            round_s,
+            cost,
+            round_s_warm,
+            cost_warm,
+            cost_ub,
+            h_warm,
+            p90,
+            limit,
+            rel_sd_param,
+            cold,
+            eval_ub,
+            eval_s,
+            e_limit,
+        )
 
     @staticmethod
     def _warm_pool(history: RunHistory):

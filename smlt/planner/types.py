@@ -13,15 +13,15 @@ class WorkerTiming(BaseModel):
     worker: int
     memory_mb: int
     samples: int
-    load_s: float = 0.0      # global model + shards from the store (cache hits are fast)
-    eval_s: float = 0.0      # evaluation of the incoming model on the validation slice
-    compute_s: float = 0.0   # k local steps
-    upload_s: float = 0.0    # writing the update
-    total_s: float = 0.0     # the whole handler (what Lambda bills)
-    cold: bool = False       # first invocation of a fresh process/instance
+    load_s: float = 0.0  # global model + shards from the store (cache hits are fast)
+    eval_s: float = 0.0  # evaluation of the incoming model on the validation slice
+    compute_s: float = 0.0  # k local steps
+    upload_s: float = 0.0  # writing the update
+    total_s: float = 0.0  # the whole handler (what Lambda bills)
+    cold: bool = False  # first invocation of a fresh process/instance
     # Extensions (optional; older records parse with the defaults):
-    init_s: float = 0.0      # cold-start init duration (billed since 2025; 0 when warm)
-    start_s: float = 0.0     # invoke delay: from the Map's start to the handler's start
+    init_s: float = 0.0  # cold-start init duration (billed since 2025; 0 when warm)
+    start_s: float = 0.0  # invoke delay: from the Map's start to the handler's start
     cache_miss: bool = False  # the worker's shards were read from S3, not the /tmp cache
     error: str | None = None  # e.g. "OutOfMemory", "TimeLimit"; None when the update arrived
 
@@ -30,31 +30,31 @@ class RoundRecord(BaseModel):
     """One aggregated round (ROUND# item) with its plan and the workers that reported."""
 
     round: int
-    workers: int                     # n planned
+    workers: int  # n planned
     memory_mb: int
     local_steps: int
     batch_size: int
     workers_ok: int = 0
     timings: list[WorkerTiming] = Field(default_factory=list)
     aggregate_s: float = 0.0
-    round_s: float = 0.0             # wall time from plan to aggregated
+    round_s: float = 0.0  # wall time from plan to aggregated
     train_loss: float | None = None
-    val_loss: float | None = None    # of the model the round started from
+    val_loss: float | None = None  # of the model the round started from
     val_accuracy: float | None = None
-    cost_usd: float = 0.0            # everything billed for this round
+    cost_usd: float = 0.0  # everything billed for this round
     # Extensions (optional):
     time_limit_s: float | None = None  # the straggler limit the plan set
 
 
 class RunHistory(BaseModel):
     rounds: list[RoundRecord] = Field(default_factory=list)
-    elapsed_s: float = 0.0           # since the run started
-    cost_total_usd: float = 0.0      # the ledger so far (plans, rounds, aggregation)
-    param_count: int = 0             # model size, drives communication time
-    train_rows: int = 0              # dataset size
+    elapsed_s: float = 0.0  # since the run started
+    cost_total_usd: float = 0.0  # the ledger so far (plans, rounds, aggregation)
+    param_count: int = 0  # model size, drives communication time
+    train_rows: int = 0  # dataset size
     # Extensions (optional; 0/None = unknown, the planner falls back to priors):
-    val_rows: int = 0                # validation split size (evaluation time, metric noise)
-    dataset_bytes: int = 0           # prepared training shards in bytes (first-load time)
+    val_rows: int = 0  # validation split size (evaluation time, metric noise)
+    dataset_bytes: int = 0  # prepared training shards in bytes (first-load time)
     flops_per_sample: float | None = None  # training FLOPs per sample if measured (else ~6 x params)
 
 
@@ -73,8 +73,8 @@ class Decision(BaseModel):
     worker_time_limit_s: float | None = None
     infeasible: bool = False
     # Extensions (optional):
-    predicted_total_s: float | None = None       # rest of the run (to the target) at this plan
+    predicted_total_s: float | None = None  # rest of the run (to the target) at this plan
     predicted_total_cost_usd: float | None = None
-    earliest_deadline_s: float | None = None     # set when infeasible: the earliest deadline that works
-    min_budget_usd: float | None = None          # set when infeasible: the smallest budget that works
-    explore: bool = False                        # chosen partly to learn (uncertain model)
+    earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
+    min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
+    explore: bool = False  # chosen partly to learn (uncertain model)

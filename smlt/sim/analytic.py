@@ -11,12 +11,12 @@ import math
 import numpy as np
 
 from smlt.planner.core import K_SET, N_SET
+from smlt.planner.priors import vcpus
 from smlt.planner.progress import round_progress
 from smlt.planner.timing import expected_max_z
 from smlt.prices import Prices
 from smlt.sim import cloud as C
 from smlt.sim.workloads import MEASURED_FLOPS, MEASURED_STEP_OVERHEAD, Workload, tau_target
-from smlt.planner.priors import vcpus
 
 
 def grid(workload: Workload, tiers: list[int], n_max: int = 64, n_min: int = 1):
@@ -26,8 +26,16 @@ def grid(workload: Workload, tiers: list[int], n_max: int = 64, n_min: int = 1):
     return N.ravel(), M.ravel(), K.ravel()
 
 
-def expected(workload: Workload, N, M, K, prices: Prices | None = None, arch: str = "x86_64",
-             target: float | None = None, worst: bool = False):
+def expected(
+    workload: Workload,
+    N,
+    M,
+    K,
+    prices: Prices | None = None,
+    arch: str = "x86_64",
+    target: float | None = None,
+    worst: bool = False,
+):
     """Expected total seconds and dollars to reach the target at static (N, M, K), rounds, validity
     (and, with worst=True, the worst-case bill of one round: every worker cold at the 10 s init
     cap and running to a 2.5 x p90 + 3 s straggler limit, a slow aggregator)."""
@@ -45,7 +53,7 @@ def expected(workload: Workload, N, M, K, prices: Prices | None = None, arch: st
     h_first = h + C.GET_LAT + (w.dataset_bytes / 1e6 / N) / bw
     z = expected_max_z(N)
     fan = 0.3 + (N - 1) * C.FANOUT_S
-    init = C.INIT_MEDIAN * math.exp(C.INIT_SIGMA ** 2 / 2) * np.sqrt(np.maximum(1.0, 1769.0 / M))
+    init = C.INIT_MEDIAN * math.exp(C.INIT_SIGMA**2 / 2) * np.sqrt(np.maximum(1.0, 1769.0 / M))
     init_max = np.minimum(C.INIT_MAX, init * (1 + C.INIT_SIGMA * z))
     work = fan + h * (1 + 0.06 * z)
     work_first = fan + init_max + h_first * (1 + 0.06 * z)
@@ -60,8 +68,13 @@ def expected(workload: Workload, N, M, K, prices: Prices | None = None, arch: st
     lam = lambda mb, s: mb / 1024.0 * s * gbs + prices.lambda_request  # noqa: E731
     other = prices.round_overhead(N, N + shards + 1, 2 * N + N * shards)
     cost = N * lam(M, h) + shards * lam(C.AGG_MB, agg) + lam(C.PLANNER_MB, plan) + other
-    cost_first = (N * lam(M, h_first + init) + shards * lam(C.AGG_MB, agg + 1.0) + lam(C.PLANNER_MB, plan + 0.9)
-                  + other + N * prices.s3_get)
+    cost_first = (
+        N * lam(M, h_first + init)
+        + shards * lam(C.AGG_MB, agg + 1.0)
+        + lam(C.PLANNER_MB, plan + 0.9)
+        + other
+        + N * prices.s3_get
+    )
     tau = tau_target(w, target=target)
     dtau = round_progress(N, K, w.momentum_effective, w.beta, w.drift_k)
     R = np.ceil(tau / dtau) + 1.0
@@ -71,7 +84,12 @@ def expected(workload: Workload, N, M, K, prices: Prices | None = None, arch: st
     valid = (h_first * 1.5 + C.INIT_MAX <= 0.8 * C.LAMBDA_TIMEOUT) & (M >= w.mem_needed_mb)
     if worst:
         limit = 2.5 * h_first * 1.1 + 3.0
-        wc = (N * lam(M, C.INIT_MAX + limit) + shards * lam(C.AGG_MB, 2 * agg + 1.5) + lam(C.PLANNER_MB, 1.5)
-              + other * 1.2 + N * prices.s3_get)
+        wc = (
+            N * lam(M, C.INIT_MAX + limit)
+            + shards * lam(C.AGG_MB, 2 * agg + 1.5)
+            + lam(C.PLANNER_MB, 1.5)
+            + other * 1.2
+            + N * prices.s3_get
+        )
         return T, Cst, R, valid, wc
     return T, Cst, R, valid

@@ -42,12 +42,18 @@ class Static:
             return Decision(action="stop", reason="max_rounds", bound="max_rounds")
         if h.elapsed_s > self.time_cap or h.cost_total_usd > self.cost_cap:
             return Decision(action="stop", reason="hindsight cap", bound="budget")
-        return Decision(action="train", workers=self.n, memory_mb=self.m, local_steps=self.k,
-                        reason=f"static {self.n} x {self.m} MB x {self.k}")
+        return Decision(
+            action="train",
+            workers=self.n,
+            memory_mb=self.m,
+            local_steps=self.k,
+            reason=f"static {self.n} x {self.m} MB x {self.k}",
+        )
 
 
-def oracle(job: Job, workload: Workload, tiers: list[int], prices: Prices, seed: int,
-           batch: int = 8, max_tries: int = 32):
+def oracle(
+    job: Job, workload: Workload, tiers: list[int], prices: Prices, seed: int, batch: int = 8, max_tries: int = 32
+):
     """Best static configuration with hindsight: ((n, m, k), SimResult) or (None, None)."""
     c = job.constraints
     D = c.deadline_seconds or math.inf
@@ -60,7 +66,7 @@ def oracle(job: Job, workload: Workload, tiers: list[int], prices: Prices, seed:
     order = [int(i) for i in np.argsort(np.where(plausible, key, np.inf)) if plausible[i]][:max_tries]
     for start in range(0, len(order), batch):
         best = None
-        for i in order[start:start + batch]:
+        for i in order[start : start + batch]:
             static = Static(int(N[i]), int(M[i]), int(K[i]), time_cap=min(2 * D, 1e7), cost_cap=min(2 * B, 1e6))
             r = simulate(job, workload, static, tiers, prices, seed=seed)
             if r.reached and r.elapsed_s <= D and r.cost_usd <= B:
@@ -75,8 +81,7 @@ def oracle(job: Job, workload: Workload, tiers: list[int], prices: Prices, seed:
 class SmltBO:
     """SMLT-style scheduler: GP-UCB (kappa 5) over the number of workers, re-run every epoch."""
 
-    def __init__(self, total_samples: float, kappa: float = UCB_KAPPA, length_scale: float = 0.25,
-                 noise: float = 0.05):
+    def __init__(self, total_samples: float, kappa: float = UCB_KAPPA, length_scale: float = 0.25, noise: float = 0.05):
         self.total_samples = total_samples
         self.kappa = kappa
         self.ls = length_scale
@@ -93,7 +98,7 @@ class SmltBO:
         alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
         mu = Ks @ alpha
         v = np.linalg.solve(L, Ks.T)
-        var = np.maximum(1.0 - (v ** 2).sum(0), 1e-12)
+        var = np.maximum(1.0 - (v**2).sum(0), 1e-12)
         return mu + self.kappa * np.sqrt(var)
 
     def __call__(self, job: Job, h: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
@@ -107,7 +112,7 @@ class SmltBO:
         # running totals over the history (one run per instance; recomputed if history shrank)
         if len(h.rounds) < self._seen:
             self._seen, self._done, self._per = 0, 0, {}
-        for r in h.rounds[self._seen:]:
+        for r in h.rounds[self._seen :]:
             s = max(r.workers * r.local_steps * b, 1)
             t = self._per.setdefault(r.workers, [0.0, 0.0, 0.0])
             t[0] += r.round_s
@@ -118,9 +123,11 @@ class SmltBO:
         done = self._done
         if h.rounds:
             before = done - h.rounds[-1].workers * h.rounds[-1].local_steps * b
-            if int(done // rows) == int(before // rows):   # not an epoch boundary: keep n
+            if int(done // rows) == int(before // rows):  # not an epoch boundary: keep n
                 r = h.rounds[-1]
-                return Decision(action="train", workers=r.workers, memory_mb=m, local_steps=k, reason="SMLT: same epoch")
+                return Decision(
+                    action="train", workers=r.workers, memory_mb=m, local_steps=k, reason="SMLT: same epoch"
+                )
         if not h.rounds:
             n = job.workers.initial
             return Decision(action="train", workers=n, memory_mb=m, local_steps=k, reason="SMLT: initial")
@@ -144,8 +151,13 @@ class SmltBO:
         scale = max(math.log2(hi), 1.0)
         ucb = self._gp_ucb(np.log2(np.array(ns, float)) / scale, np.array(us), np.log2(cand) / scale)
         n = int(cand[int(np.argmax(ucb))])
-        return Decision(action="train", workers=n, memory_mb=m, local_steps=k,
-                        reason=f"SMLT: GP-UCB over workers (kappa {self.kappa}) -> {n}")
+        return Decision(
+            action="train",
+            workers=n,
+            memory_mb=m,
+            local_steps=k,
+            reason=f"SMLT: GP-UCB over workers (kappa {self.kappa}) -> {n}",
+        )
 
 
 def smlt_total_samples(job: Job, workload: Workload, tiers: list[int], prices: Prices) -> float:

@@ -46,8 +46,8 @@ STRAGGLER_P = 0.02
 AGG_MB = 3008
 PLANNER_MB = 1024
 LAMBDA_TIMEOUT = 900.0
-SFN_STATE_S = 0.05          # latency per state transition on the critical path
-BLOCK = 64                  # random draws per round come in blocks (common random numbers)
+SFN_STATE_S = 0.05  # latency per state transition on the critical path
+BLOCK = 64  # random draws per round come in blocks (common random numbers)
 
 
 @dataclass
@@ -109,8 +109,13 @@ class Cloud:
             return rng
         m = max(size, BLOCK)
         return {name: rng.standard_normal(m) for name in ("init", "bw_in", "bw_out", "noise", "rest")} | {
-            "u_strag": rng.random(m), "slow": rng.uniform(1.5, 3.0, m), "fan": rng.uniform(0.7, 1.3, m),
-            "recycle": rng.random(m), "keep": rng.uniform(*KEEPALIVE, m), "common": rng.standard_normal(4)}
+            "u_strag": rng.random(m),
+            "slow": rng.uniform(1.5, 3.0, m),
+            "fan": rng.uniform(0.7, 1.3, m),
+            "recycle": rng.random(m),
+            "keep": rng.uniform(*KEEPALIVE, m),
+            "common": rng.standard_normal(4),
+        }
 
     # ----------------------------------------------------------------- one planner call
     def plan_call(self, seconds: float = 0.3) -> tuple[float, float]:
@@ -120,8 +125,15 @@ class Cloud:
         return s, self._lambda(PLANNER_MB, s)
 
     # ----------------------------------------------------------------- one round
-    def run_round(self, n: int, m: int, k: int, time_limit_s: float | None, quorum: float = 0.5,
-                  plan: tuple[float, float] | None = None) -> RoundRecord:
+    def run_round(
+        self,
+        n: int,
+        m: int,
+        k: int,
+        time_limit_s: float | None,
+        quorum: float = 0.5,
+        plan: tuple[float, float] | None = None,
+    ) -> RoundRecord:
         w = self.workload
         limit = min(time_limit_s or LAMBDA_TIMEOUT, LAMBDA_TIMEOUT)
         plan_s, plan_cost = plan if plan is not None else self.plan_call()
@@ -130,8 +142,11 @@ class Cloud:
 
         # instances: reuse warm ones, start the rest cold
         old = self.pools.get(m, [])
-        pool = [inst for j, inst in enumerate(old)
-                if t_start - inst.last_used <= inst.keepalive and z["recycle"][j % len(z["recycle"])] > RECYCLE_P]
+        pool = [
+            inst
+            for j, inst in enumerate(old)
+            if t_start - inst.last_used <= inst.keepalive and z["recycle"][j % len(z["recycle"])] > RECYCLE_P
+        ]
         warm = min(n, len(pool))
         reshard = self.prev_n != n
         speed = self.speed(m)
@@ -171,12 +186,25 @@ class Cloud:
             start = 0.3 + i * FANOUT_S * z["fan"][i]
             ends.append(start + init + total)
             worker_cost += self._lambda(m, init + total)
-            timings.append(WorkerTiming.model_construct(
-                worker=i, memory_mb=m, samples=k * w.batch, load_s=load, eval_s=ev, compute_s=comp, upload_s=up,
-                total_s=total, cold=cold, init_s=init, start_s=start, cache_miss=miss, error=error))
+            timings.append(
+                WorkerTiming.model_construct(
+                    worker=i,
+                    memory_mb=m,
+                    samples=k * w.batch,
+                    load_s=load,
+                    eval_s=ev,
+                    compute_s=comp,
+                    upload_s=up,
+                    total_s=total,
+                    cold=cold,
+                    init_s=init,
+                    start_s=start,
+                    cache_miss=miss,
+                    error=error,
+                )
+            )
         # instances: the warm ones used plus the new ones
-        used = [Instance(t_start + ends[i], pool[i].keepalive if i < warm else float(z["keep"][i]))
-                for i in range(n)]
+        used = [Instance(t_start + ends[i], pool[i].keepalive if i < warm else float(z["keep"][i])) for i in range(n)]
         self.pools[m] = used + pool[warm:]
         self.prev_n = n
         workers_end = max(ends)
@@ -185,9 +213,13 @@ class Cloud:
         shards = max(1, math.ceil(w.model_mb / 64.0))
         agg_cold = t_start + workers_end - self.agg_last > 600.0
         slice_mb = w.model_mb / shards
-        agg_s = ((1.0 if agg_cold else 0.0) + 0.2
-                 + oks * (GET_LAT + slice_mb / (2 * S3_MBPS)) + oks * (w.params / shards) / 5e8
-                 + (PUT_LAT + slice_mb / S3_MBPS if k > 0 else 0.0)) * math.exp(0.1 * z["common"][1])
+        agg_s = (
+            (1.0 if agg_cold else 0.0)
+            + 0.2
+            + oks * (GET_LAT + slice_mb / (2 * S3_MBPS))
+            + oks * (w.params / shards) / 5e8
+            + (PUT_LAT + slice_mb / S3_MBPS if k > 0 else 0.0)
+        ) * math.exp(0.1 * z["common"][1])
         self.agg_last = t_start + workers_end + agg_s
         agg_cost = shards * self._lambda(AGG_MB, agg_s)
 
@@ -195,8 +227,12 @@ class Cloud:
         transitions = 6 + 3 * n
         puts = (oks if k > 0 else 0) + shards + 1
         gets = n * 2 + sum(1 for t in timings if t.cache_miss) + oks * shards * (1 if k > 0 else 0)
-        other = (transitions * self.prices.sfn_transition + puts * self.prices.s3_put + gets * self.prices.s3_get
-                 + self.prices.dynamodb_round(n))
+        other = (
+            transitions * self.prices.sfn_transition
+            + puts * self.prices.s3_put
+            + gets * self.prices.s3_get
+            + self.prices.dynamodb_round(n)
+        )
         cost = worker_cost + agg_cost + plan_cost + other
 
         # progress: metrics are of the model the round started from
@@ -212,9 +248,21 @@ class Cloud:
         self.now += round_s
         self.cost += cost
         rec = RoundRecord.model_construct(
-            round=self.round, workers=n, memory_mb=m, local_steps=k, batch_size=w.batch, workers_ok=oks,
-            timings=timings, aggregate_s=agg_s, round_s=round_s, train_loss=self.loss(self.tau),
-            val_loss=loss, val_accuracy=acc, cost_usd=cost, time_limit_s=time_limit_s)
+            round=self.round,
+            workers=n,
+            memory_mb=m,
+            local_steps=k,
+            batch_size=w.batch,
+            workers_ok=oks,
+            timings=timings,
+            aggregate_s=agg_s,
+            round_s=round_s,
+            train_loss=self.loss(self.tau),
+            val_loss=loss,
+            val_accuracy=acc,
+            cost_usd=cost,
+            time_limit_s=time_limit_s,
+        )
         self.round += 1
         return rec
 

@@ -8,8 +8,8 @@ of `smlt.planner.decide`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from smlt.job import Job
 from smlt.planner.types import Decision, RunHistory
@@ -42,8 +42,13 @@ class SimResult:
 
 
 def history_of(w: Workload) -> RunHistory:
-    return RunHistory(param_count=w.params, train_rows=w.train_rows, val_rows=w.val_rows,
-                      dataset_bytes=w.dataset_bytes, flops_per_sample=w.flops_per_sample)
+    return RunHistory(
+        param_count=w.params,
+        train_rows=w.train_rows,
+        val_rows=w.val_rows,
+        dataset_bytes=w.dataset_bytes,
+        flops_per_sample=w.flops_per_sample,
+    )
 
 
 def _met(job: Job, rec) -> bool:
@@ -54,9 +59,18 @@ def _met(job: Job, rec) -> bool:
     return v is not None and (v <= t if job.training.target_metric == "val_loss" else v >= t)
 
 
-def simulate(job: Job, workload: Workload, planner: Planner, tiers: list[int], prices: Prices | None = None,
-             seed: int = 0, architecture: str = "x86_64", keep_history: bool = False,
-             max_rounds_hard: int = 5000, give_flops: bool = True) -> SimResult:
+def simulate(
+    job: Job,
+    workload: Workload,
+    planner: Planner,
+    tiers: list[int],
+    prices: Prices | None = None,
+    seed: int = 0,
+    architecture: str = "x86_64",
+    keep_history: bool = False,
+    max_rounds_hard: int = 5000,
+    give_flops: bool = True,
+) -> SimResult:
     prices = prices or Prices()
     cloud = Cloud(workload, prices, architecture, seed)
     hist = history_of(workload)
@@ -70,9 +84,20 @@ def simulate(job: Job, workload: Workload, planner: Planner, tiers: list[int], p
         d = planner(job, hist, tiers, prices, architecture)
         plan_wall += time.perf_counter() - t0
         plan = cloud.plan_call()
-        decisions.append({"round": len(hist.rounds), "action": d.action, "n": d.workers, "m": d.memory_mb,
-                          "k": d.local_steps, "bound": d.bound, "explore": d.explore, "reason": d.reason,
-                          "pred_round_s": d.predicted_round_s, "pred_cost": d.predicted_round_cost_usd})
+        decisions.append(
+            {
+                "round": len(hist.rounds),
+                "action": d.action,
+                "n": d.workers,
+                "m": d.memory_mb,
+                "k": d.local_steps,
+                "bound": d.bound,
+                "explore": d.explore,
+                "reason": d.reason,
+                "pred_round_s": d.predicted_round_s,
+                "pred_cost": d.predicted_round_cost_usd,
+            }
+        )
         if d.action == "stop" or len(hist.rounds) >= max_rounds_hard:
             reason, bound, infeasible = d.reason, d.bound, d.infeasible
             cloud.now += plan[0]
@@ -81,14 +106,21 @@ def simulate(job: Job, workload: Workload, planner: Planner, tiers: list[int], p
                 break  # the controller fails the execution (Infeasible) before anything trains
             if bound in ("max_rounds", "deadline", "target") and hist.rounds and hist.rounds[-1].local_steps > 0:
                 last = hist.rounds[-1]
-                rec = cloud.run_round(last.workers, last.memory_mb, 0, d.worker_time_limit_s or last.time_limit_s,
-                                      job.training.quorum, plan=(0.0, 0.0))
+                rec = cloud.run_round(
+                    last.workers,
+                    last.memory_mb,
+                    0,
+                    d.worker_time_limit_s or last.time_limit_s,
+                    job.training.quorum,
+                    plan=(0.0, 0.0),
+                )
                 hist.rounds.append(rec)
                 reached = _met(job, rec)
             cloud.finalize()
             break
-        rec = cloud.run_round(d.workers, d.memory_mb, d.local_steps, d.worker_time_limit_s, job.training.quorum,
-                              plan=plan)
+        rec = cloud.run_round(
+            d.workers, d.memory_mb, d.local_steps, d.worker_time_limit_s, job.training.quorum, plan=plan
+        )
         hist.rounds.append(rec)
         hist.elapsed_s = cloud.now
         hist.cost_total_usd = cloud.cost
@@ -97,7 +129,16 @@ def simulate(job: Job, workload: Workload, planner: Planner, tiers: list[int], p
             cloud.finalize()
             break
     final = getattr(hist.rounds[-1], job.training.target_metric) if hist.rounds else None
-    return SimResult(reached=reached, stop_reason=reason, stop_bound=bound, cost_usd=cloud.cost,
-                     elapsed_s=cloud.now, rounds=sum(1 for r in hist.rounds if r.local_steps > 0),
-                     infeasible=infeasible, final_metric=final, decisions=decisions,
-                     history=hist if keep_history else None, plan_wall_s=plan_wall)
+    return SimResult(
+        reached=reached,
+        stop_reason=reason,
+        stop_bound=bound,
+        cost_usd=cloud.cost,
+        elapsed_s=cloud.now,
+        rounds=sum(1 for r in hist.rounds if r.local_steps > 0),
+        infeasible=infeasible,
+        final_metric=final,
+        decisions=decisions,
+        history=hist if keep_history else None,
+        plan_wall_s=plan_wall,
+    )

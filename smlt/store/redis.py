@@ -58,21 +58,31 @@ class RedisStore:
     One connection pool per store; redis-py clients are thread-safe.
     """
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str = "", *,
-                 client: redis.Redis | None = None, socket_timeout: float = 60.0,
-                 max_connections: int = 64):
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        prefix: str = "",
+        *,
+        client: redis.Redis | None = None,
+        socket_timeout: float = 60.0,
+        max_connections: int = 64,
+    ):
         parsed = urlparse(url)
         if parsed.scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"not a redis:// URL: {url!r}")
         self.url = url
         self.prefix = prefix
         self.client = client or redis.Redis.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=10.0,
-            max_connections=max_connections, health_check_interval=30)
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=10.0,
+            max_connections=max_connections,
+            health_check_interval=30,
+        )
         self._raw = _RawReader.for_url(url, socket_timeout) if client is None else None
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "") -> "RedisStore":
+    def from_url(cls, url: str, prefix: str = "") -> RedisStore:
         return cls(url, prefix)
 
     def __repr__(self) -> str:
@@ -99,8 +109,9 @@ class RedisStore:
         # same round trip so a missing key is an error and an empty object is not.
         k = self._k(key)
         if self._raw is not None:
-            present, data = self._raw.command([b"EXISTS", k.encode()],
-                                              [b"GETRANGE", k.encode(), str(start).encode(), str(end - 1).encode()])
+            present, data = self._raw.command(
+                [b"EXISTS", k.encode()], [b"GETRANGE", k.encode(), str(start).encode(), str(end - 1).encode()]
+            )
             if not present:
                 raise NotFound(f"{self.url} {k}")
             return data
@@ -144,13 +155,30 @@ class _RawReader:
 
     # The TLS options of redis-py's SSLConnection this reader applies the same way; a URL with any
     # other `ssl*` option is left to redis-py (`for_url` answers None).
-    _SSL_OPTIONS = frozenset({"ssl_ca_certs", "ssl_ca_path", "ssl_cert_reqs", "ssl_check_hostname",
-                              "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_min_version",
-                              "ssl_ciphers"})
+    _SSL_OPTIONS = frozenset(
+        {
+            "ssl_ca_certs",
+            "ssl_ca_path",
+            "ssl_cert_reqs",
+            "ssl_check_hostname",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "ssl_password",
+            "ssl_min_version",
+            "ssl_ciphers",
+        }
+    )
 
-    def __init__(self, host: str, port: int, db: int = 0, username: str | None = None,
-                 password: str | None = None, timeout: float = 60.0,
-                 ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         self.host = host
         self.port = port
         self.db = db
@@ -161,7 +189,7 @@ class _RawReader:
         self._pool: queue.LifoQueue = queue.LifoQueue()
 
     @classmethod
-    def for_url(cls, url: str, timeout: float) -> "_RawReader | None":
+    def for_url(cls, url: str, timeout: float) -> _RawReader | None:
         """The reader for a `redis://` or `rediss://` URL, parsed by redis-py's own `parse_url` so
         both paths agree on host, db, credentials and TLS options; None where redis-py must read."""
         scheme = urlparse(url).scheme
@@ -173,9 +201,15 @@ class _RawReader:
             return None  # TLS options on a plain URL: whatever redis-py makes of them, it does alone
         if ssl_keys - cls._SSL_OPTIONS:
             return None
-        return cls(kw.get("host") or "127.0.0.1", kw.get("port") or 6379, kw.get("db") or 0,
-                   kw.get("username"), kw.get("password"), kw.get("socket_timeout") or timeout,
-                   cls._ssl_context(kw) if scheme == "rediss" else None)
+        return cls(
+            kw.get("host") or "127.0.0.1",
+            kw.get("port") or 6379,
+            kw.get("db") or 0,
+            kw.get("username"),
+            kw.get("password"),
+            kw.get("socket_timeout") or timeout,
+            cls._ssl_context(kw) if scheme == "rediss" else None,
+        )
 
     @staticmethod
     def _ssl_context(kw: dict) -> ssl.SSLContext:
@@ -185,16 +219,16 @@ class _RawReader:
             reqs = ssl.CERT_NONE
         elif isinstance(reqs, str):
             try:
-                reqs = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
-                        "required": ssl.CERT_REQUIRED}[reqs]
+                reqs = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[reqs]
             except KeyError:
                 raise redis.exceptions.RedisError(f"Invalid SSL Certificate Requirements Flag: {reqs}") from None
         ctx = ssl.create_default_context()
         ctx.check_hostname = bool(kw.get("ssl_check_hostname", True)) if reqs != ssl.CERT_NONE else False
         ctx.verify_mode = reqs
         if kw.get("ssl_certfile") or kw.get("ssl_keyfile"):
-            ctx.load_cert_chain(certfile=kw.get("ssl_certfile"), keyfile=kw.get("ssl_keyfile"),
-                                password=kw.get("ssl_password"))
+            ctx.load_cert_chain(
+                certfile=kw.get("ssl_certfile"), keyfile=kw.get("ssl_keyfile"), password=kw.get("ssl_password")
+            )
         if kw.get("ssl_ca_certs") is not None or kw.get("ssl_ca_path") is not None:
             ctx.load_verify_locations(cafile=kw.get("ssl_ca_certs"), capath=kw.get("ssl_ca_path"))
         if kw.get("ssl_min_version") is not None:
@@ -300,8 +334,13 @@ class _RawReader:
 def redis_server_binary() -> str | None:
     """Path of redis-server (PATH, then the Debian location), or None."""
     return shutil.which("redis-server") or next(
-        (p for p in ("/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server")
-         if os.access(p, os.X_OK)), None)
+        (
+            p
+            for p in ("/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server")
+            if os.access(p, os.X_OK)
+        ),
+        None,
+    )
 
 
 def free_port() -> int:
@@ -310,8 +349,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_test_certificates(directory: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
-                           days: int = 2) -> tuple[str, str, str]:
+def make_test_certificates(
+    directory: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), days: int = 2
+) -> tuple[str, str, str]:
     """A throwaway CA and a server certificate it signs for `hosts` (IP addresses and names), as
     PEM files in `directory`: returns (ca.pem, server.pem, server.key). For tests only: the keys
     are unencrypted. Needs the `cryptography` package (moto's dependency, so always installed
@@ -324,45 +364,67 @@ def make_test_certificates(directory: str, hosts: tuple[str, ...] = ("127.0.0.1"
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "smlt throwaway test CA")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(hours=1))
-          .not_valid_after(now + datetime.timedelta(days=days))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(ca_ski, critical=False)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     names = []
     for h in hosts:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             names.append(x509.DNSName(h))
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = tuple(os.path.join(directory, n) for n in ("ca.pem", "server.pem", "server.key"))
-    for path, data in zip(paths, (ca.public_bytes(serialization.Encoding.PEM),
-                                  cert.public_bytes(serialization.Encoding.PEM),
-                                  key.private_bytes(serialization.Encoding.PEM,
-                                                    serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))):
+    for path, data in zip(
+        paths,
+        (
+            ca.public_bytes(serialization.Encoding.PEM),
+            cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+        ),
+    ):
         with open(path, "wb") as f:
             f.write(data)
     os.chmod(paths[2], 0o600)
@@ -380,8 +442,7 @@ class LocalRedisServer:
     for certificates. `url` is then `rediss://127.0.0.1:PORT/0?ssl_ca_certs=<ca_file>`.
     """
 
-    def __init__(self, port: int | None = None, binary: str | None = None, maxmemory: str = "0",
-                 tls: bool = False):
+    def __init__(self, port: int | None = None, binary: str | None = None, maxmemory: str = "0", tls: bool = False):
         self.binary = binary or redis_server_binary()
         if self.binary is None:
             raise FileNotFoundError("redis-server is not installed (run `scripts/redis.sh install`)")
@@ -400,19 +461,48 @@ class LocalRedisServer:
             return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={quote(self.ca_file, safe='/')}"
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> "LocalRedisServer":
+    def start(self, timeout: float = 10.0) -> LocalRedisServer:
         self._dir = tempfile.TemporaryDirectory(prefix="smlt-redis-")
         if self.tls:
             self.ca_file, cert, key = make_test_certificates(self._dir.name)
-            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", cert,
-                      "--tls-key-file", key, "--tls-ca-cert-file", self.ca_file,
-                      "--tls-auth-clients", "no"]
+            listen = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                cert,
+                "--tls-key-file",
+                key,
+                "--tls-ca-cert-file",
+                self.ca_file,
+                "--tls-auth-clients",
+                "no",
+            ]
         else:
             listen = ["--port", str(self.port)]
-        args = [self.binary, *listen, "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", "--dir", self._dir.name,
-                "--maxmemory", self.maxmemory, "--proto-max-bulk-len", "1gb",
-                "--client-output-buffer-limit", "normal 0 0 0", "--loglevel", "warning"]
+        args = [
+            self.binary,
+            *listen,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--dir",
+            self._dir.name,
+            "--maxmemory",
+            self.maxmemory,
+            "--proto-max-bulk-len",
+            "1gb",
+            "--client-output-buffer-limit",
+            "normal 0 0 0",
+            "--loglevel",
+            "warning",
+        ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
@@ -430,8 +520,10 @@ class LocalRedisServer:
                 raise RuntimeError(f"redis-server exited with {code}: {err.strip()[:500]}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise TimeoutError(f"redis-server did not answer on port {self.port} within {timeout} s"
-                                   + (f" (last error: {last})" if last else ""))
+                raise TimeoutError(
+                    f"redis-server did not answer on port {self.port} within {timeout} s"
+                    + (f" (last error: {last})" if last else "")
+                )
             time.sleep(0.02)
         client.close()
         return self
@@ -449,7 +541,7 @@ class LocalRedisServer:
             self._dir.cleanup()
             self._dir = None
 
-    def __enter__(self) -> "LocalRedisServer":
+    def __enter__(self) -> LocalRedisServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -11,12 +11,11 @@ from botocore.exceptions import ClientError
 from smlt.store.base import NotFound
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def s3_client():
     # One client per process: handler processes are warm between invocations, as on Lambda.
     # The endpoint comes from AWS_ENDPOINT_URL (the local engine sets it).
-    return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"},
-                                            max_pool_connections=32))
+    return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}, max_pool_connections=32))
 
 
 def _missing(e: ClientError) -> bool:
@@ -80,14 +79,17 @@ class S3Store:
         """Keys under prefix in key order; with start_after, only the keys after that one."""
         keys: list[str] = []
         extra = {"StartAfter": self._k(start_after)} if start_after else {}
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra)
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self._k(prefix), **extra
+        )
         for page in pages:
-            keys.extend(o["Key"][len(self.prefix):] for o in page.get("Contents", []))
+            keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
         return keys
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
 
     def copy(self, src_key: str, dst_key: str) -> None:
-        self.client.copy_object(Bucket=self.bucket, Key=self._k(dst_key),
-                                CopySource={"Bucket": self.bucket, "Key": self._k(src_key)})
+        self.client.copy_object(
+            Bucket=self.bucket, Key=self._k(dst_key), CopySource={"Bucket": self.bucket, "Key": self._k(src_key)}
+        )

@@ -60,7 +60,7 @@ def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, task: str) -> tupl
 def _metadata(head: bytes) -> dict[str, str]:
     """The `__metadata__` of a safetensors file from its first bytes (the header)."""
     n = int.from_bytes(head[:8], "little")
-    return json.loads(head[8:8 + n]).get("__metadata__", {})
+    return json.loads(head[8 : 8 + n]).get("__metadata__", {})
 
 
 def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
@@ -72,9 +72,11 @@ def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
     params = sum(p.numel() for p in model.parameters())
     need_mb = (6 * params * 4 + data_bytes) / 2**20 + 450
     if memory_mb and need_mb > memory_mb:
-        raise ModelTooLarge(f"the model has {params / 1e6:.1f}M parameters; training it needs about "
-                            f"{need_mb:,.0f} MB, more than the {memory_mb} MB memory tier "
-                            "(choose a larger workers.memory_mb, or let the planner choose)")
+        raise ModelTooLarge(
+            f"the model has {params / 1e6:.1f}M parameters; training it needs about "
+            f"{need_mb:,.0f} MB, more than the {memory_mb} MB memory tier "
+            "(choose a larger workers.memory_mb, or let the planner choose)"
+        )
 
 
 def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int):
@@ -86,8 +88,15 @@ def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id
         return None
     params = [p for p in model.parameters() if p.requires_grad]
     numel = sum(p.numel() for p in params)
-    rs = ReduceScatter(settings.exchange_store(), keys.sync_prefix(run_id, rnd), spec.workers, worker, numel,
-                       codec=t.compression, poll=Poll(timeout=spec.time_limit_s or 120.0))
+    rs = ReduceScatter(
+        settings.exchange_store(),
+        keys.sync_prefix(run_id, rnd),
+        spec.workers,
+        worker,
+        numel,
+        codec=t.compression,
+        poll=Poll(timeout=spec.time_limit_s or 120.0),
+    )
 
     def exchange(step: int, weight: int) -> None:
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
@@ -95,7 +104,7 @@ def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id
         pos = 0
         for p in params:
             n = p.numel()
-            p.grad = avg[pos:pos + n].view_as(p).clone()
+            p.grad = avg[pos : pos + n].view_as(p).clone()
             pos += n
 
     return exchange
@@ -166,16 +175,23 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     try:
         model.load_state_dict(bytes_to_state(global_blob))
     except RuntimeError as e:
-        raise InvalidDataset(f"the model does not match the dataset ({manifest.features} features, "
-                             f"{manifest.outputs} outputs): {str(e).splitlines()[0]}") from None
+        raise InvalidDataset(
+            f"the model does not match the dataset ({manifest.features} features, "
+            f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
+        ) from None
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
 
     n_val = len(manifest.validation.shards)
     # With more workers than validation shards, only the first owner of a shard evaluates it.
-    val_shards = [] if worker >= n_val else [manifest.validation.shards[i] for i in shard_slice(n_val, spec.workers, worker)]
+    val_shards = (
+        [] if worker >= n_val else [manifest.validation.shards[i] for i in shard_slice(n_val, spec.workers, worker)]
+    )
     cache_miss = not all(is_cached(sh) for sh in val_shards + train_shards)
-    xv, yv = (load_shards(spec.job.dataset.uri, val_shards) if val_shards
-              else (np.zeros((0, manifest.features), np.float32), np.zeros(0)))
+    xv, yv = (
+        load_shards(spec.job.dataset.uri, val_shards)
+        if val_shards
+        else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
+    )
     xt, yt = load_shards(spec.job.dataset.uri, train_shards)
     if xt.shape[1] != manifest.features:
         raise InvalidDataset(f"shards have {xt.shape[1]} features, the manifest says {manifest.features}")
@@ -204,7 +220,7 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
             if step and time.perf_counter() > stop_at:
                 break
             done_steps += 1
-            idx = torch.from_numpy(order[step * b:(step + 1) * b])
+            idx = torch.from_numpy(order[step * b : (step + 1) * b])
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt_t[idx]), yt_t[idx])
             (loss / len(idx)).backward()
@@ -237,14 +253,28 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     t_upload = time.perf_counter()
 
     record = {
-        "worker": worker, "samples": samples, "train_loss": train_loss if finite else None, "finite": finite,
-        "val_loss_sum": val_loss, "val_correct": val_correct, "val_count": val_count,
-        "memory_mb": spec.memory_mb, "cold": cold, "update_bytes": update_bytes,
-        "load_s": t_load - t0, "eval_s": t_eval - t_load, "compute_s": t_compute - t_eval,
-        "upload_s": t_upload - t_compute, "total_s": time.perf_counter() - t0,
-        "finished_at": time.time(), "cache_miss": cache_miss, "steps": samples // spec.job.training.batch_size,
+        "worker": worker,
+        "samples": samples,
+        "train_loss": train_loss if finite else None,
+        "finite": finite,
+        "val_loss_sum": val_loss,
+        "val_correct": val_correct,
+        "val_count": val_count,
+        "memory_mb": spec.memory_mb,
+        "cold": cold,
+        "update_bytes": update_bytes,
+        "load_s": t_load - t0,
+        "eval_s": t_eval - t_load,
+        "compute_s": t_compute - t_eval,
+        "upload_s": t_upload - t_compute,
+        "total_s": time.perf_counter() - t0,
+        "finished_at": time.time(),
+        "cache_miss": cache_miss,
+        "steps": samples // spec.job.training.batch_size,
     }
     outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
     if outcome == "sealed":
-        raise StaleInvocation(f"round {rnd} of run {run_id} closed before worker {worker} finished; its update is ignored")
+        raise StaleInvocation(
+            f"round {rnd} of run {run_id} closed before worker {worker} finished; its update is ignored"
+        )
     return {"worker": worker, "samples": samples}

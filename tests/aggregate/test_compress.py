@@ -52,9 +52,11 @@ def test_fp16_clips_instead_of_overflowing():
 
 def test_torch_written_compressed_updates_decode_in_numpy():
     rng = np.random.default_rng(2)
-    delta = {"a": torch.from_numpy(rng.standard_normal((30, 7)).astype(np.float32)),
-             "b": torch.from_numpy(rng.standard_normal(7).astype(np.float32)),
-             "steps": torch.tensor(3)}
+    delta = {
+        "a": torch.from_numpy(rng.standard_normal((30, 7)).astype(np.float32)),
+        "b": torch.from_numpy(rng.standard_normal(7).astype(np.float32)),
+        "steps": torch.tensor(3),
+    }
     for codec, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         blob = torch_save(C.compress_torch_state(delta, codec), metadata={"samples": "9"})
         arrays, meta = views(blob)

@@ -18,10 +18,12 @@ RUN = "r1"
 
 
 def _state(rng, scale=1.0):
-    return {"0.weight": (rng.standard_normal((64, 33)) * scale).astype(np.float32),
-            "0.bias": (rng.standard_normal(64) * scale).astype(np.float32),
-            "2.weight": (rng.standard_normal((10, 64)) * scale).astype(np.float32),
-            "2.bias": (rng.standard_normal(10) * scale).astype(np.float32)}
+    return {
+        "0.weight": (rng.standard_normal((64, 33)) * scale).astype(np.float32),
+        "0.bias": (rng.standard_normal(64) * scale).astype(np.float32),
+        "2.weight": (rng.standard_normal((10, 64)) * scale).astype(np.float32),
+        "2.bias": (rng.standard_normal(10) * scale).astype(np.float32),
+    }
 
 
 def _put_round(store, rnd, n, rng, *, meta=True, codec="none"):
@@ -60,8 +62,11 @@ def test_layout_from_header_matches_state():
 
 
 def test_layout_skips_integer_buffers_and_handles_mixed_dtypes():
-    st = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "steps": np.array([3], np.int64),
-          "h": np.arange(4, dtype=np.float16)}
+    st = {
+        "w": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "steps": np.array([3], np.int64),
+        "h": np.arange(4, dtype=np.float16),
+    }
     blob = np_save(st)
     lay = sharded.layout_of(blob)
     assert lay.names == ["h", "w"] and lay.others == ("steps",)
@@ -86,8 +91,9 @@ def test_read_layout_with_long_header_takes_a_second_get(store):
     store.put("long", blob)
     lay = sharded.read_layout(store, "long", probe=4096)
     assert len(lay.tensors) == 3000 and lay.numel == 9000
-    np.testing.assert_array_equal(sharded.read_flat(store, "long", lay, 2997, 3003),
-                                  np.array([999, 999, 999, 1000, 1000, 1000], np.float32))
+    np.testing.assert_array_equal(
+        sharded.read_flat(store, "long", lay, 2997, 3003), np.array([999, 999, 999, 1000, 1000, 1000], np.float32)
+    )
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 7])
@@ -231,23 +237,25 @@ def test_write_and_read_sliced_model(store):
     got = sharded.read_model(store, RUN, 0)
     for k in st:
         np.testing.assert_array_equal(got[k], st[k])
-    np.testing.assert_array_equal(sharded.read_model_range(store, RUN, 0, 10, 2800),
-                                  sharded.flatten(st)[10:2800])
+    np.testing.assert_array_equal(sharded.read_model_range(store, RUN, 0, 10, 2800), sharded.flatten(st)[10:2800])
     with pytest.raises(ValueError):
         sharded.read_model_range(store, RUN, 0, 10, 3000)
     with pytest.raises(NotFound):
         sharded.read_model(store, RUN, 9)
 
 
-@pytest.mark.parametrize("param_bytes,n,expect", [
-    (4 << 20, 8, 1),            # 1M float32 x 8 workers: one aggregator
-    (4 << 20, 32, 1),           # slices would be < 4 MiB
-    (44 << 20, 8, 2),
-    (44 << 20, 32, 6),          # 32 x 11M: 1.4 GB to read
-    (44 << 20, 64, 11),
-    (400 << 20, 200, 64),       # capped
-    (1000, 1000, 1),
-])
+@pytest.mark.parametrize(
+    "param_bytes,n,expect",
+    [
+        (4 << 20, 8, 1),  # 1M float32 x 8 workers: one aggregator
+        (4 << 20, 32, 1),  # slices would be < 4 MiB
+        (44 << 20, 8, 2),
+        (44 << 20, 32, 6),  # 32 x 11M: 1.4 GB to read
+        (44 << 20, 64, 11),
+        (400 << 20, 200, 64),  # capped
+        (1000, 1000, 1),
+    ],
+)
 def test_plan_slices(param_bytes, n, expect):
     assert sharded.plan_slices(param_bytes, n) == expect
 

@@ -20,8 +20,9 @@ def _run(store, n, numel, steps, *, codec="none", weights=None, timeout=30.0, ab
     errors: dict[int, BaseException] = {}
 
     def worker(i):
-        rs = ReduceScatter(store, prefix, n, i, numel, codec=codec,
-                           poll=Poll(first=0.001, longest=0.02, timeout=timeout))
+        rs = ReduceScatter(
+            store, prefix, n, i, numel, codec=codec, poll=Poll(first=0.001, longest=0.02, timeout=timeout)
+        )
         try:
             results[i] = [rs.allreduce(s, grads[s, i], weights[i]) for s in range(steps)]
         except BaseException as e:  # noqa: BLE001 - reported to the test

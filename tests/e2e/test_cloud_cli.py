@@ -14,17 +14,27 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def deployed(local, monkeypatch):
     engine, names = local
-    for k, v in {"AWS_ENDPOINT_URL": engine.endpoint_url, "AWS_ACCESS_KEY_ID": "testing",
-                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {
+        "AWS_ENDPOINT_URL": engine.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(k, v)
     from smlt.records import dynamodb_client
     from smlt.store.s3 import s3_client
 
     s3_client.cache_clear(), dynamodb_client.cache_clear()
-    outputs = {"StateMachineArn": engine.state_machine_arn, "ArtifactsBucketName": names.artifacts_bucket,
-               "DataBucketName": names.data_bucket, "TableName": names.table}
-    template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
-                "Outputs": {k: {"Value": v} for k, v in outputs.items()}}
+    outputs = {
+        "StateMachineArn": engine.state_machine_arn,
+        "ArtifactsBucketName": names.artifacts_bucket,
+        "DataBucketName": names.data_bucket,
+        "TableName": names.table,
+    }
+    template = {
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
     cfn = engine.client("cloudformation")
     cfn.create_stack(StackName="SmltCliTest", TemplateBody=json.dumps(template))
     yield engine, cloud.Stack.lookup("SmltCliTest", cfn=cfn)
@@ -42,8 +52,11 @@ def test_start_status_fetch(deployed, tmp_path, capsys):
     run_id = cloud.start(path, stack)
     assert run_id == "cli-run" and "started run cli-run" in capsys.readouterr().out
     sfn = engine.client("stepfunctions")
-    (ex,) = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
-             if e["name"].startswith("cli-run")]
+    (ex,) = [
+        e
+        for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        if e["name"].startswith("cli-run")
+    ]
     assert engine.wait(ex["executionArn"], interval=0.2)["status"] == "SUCCEEDED"
 
     assert cloud.status("cli-run", stack) == 0

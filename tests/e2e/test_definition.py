@@ -19,14 +19,17 @@ def _shape(text: str) -> str:
 def test_engine_runs_the_synthesized_definition(local):
     engine, _ = local
     template = engine.synthesized.template
-    (lid, sm), = [(k, r) for k, r in template["Resources"].items() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    ((lid, sm),) = [(k, r) for k, r in template["Resources"].items() if r["Type"] == "AWS::StepFunctions::StateMachine"]
     ds = sm["Properties"]["DefinitionString"]
     synthesized = _placeholders(ds["Fn::Join"][1]) if isinstance(ds, dict) else ds
-    running = engine.client("stepfunctions").describe_state_machine(stateMachineArn=engine.state_machine_arn)["definition"]
+    running = engine.client("stepfunctions").describe_state_machine(stateMachineArn=engine.state_machine_arn)[
+        "definition"
+    ]
     assert json.loads(running) == engine.resolver.definition()
     # Same text once names/ARNs on both sides are placeholders: nothing but names was changed.
     assert _shape(json.dumps(json.loads(running), sort_keys=True)) == _shape(
-        json.dumps(json.loads(synthesized.replace("<REF>", "arn:aws:x")), sort_keys=True))
+        json.dumps(json.loads(synthesized.replace("<REF>", "arn:aws:x")), sort_keys=True)
+    )
     states = json.loads(running)["States"]
     assert {"Plan", "Train", "Aggregate", "Finalize"} <= set(states)
     assert states["Train"]["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"

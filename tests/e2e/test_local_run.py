@@ -3,10 +3,9 @@
 import json
 from pathlib import Path
 
-
+from smlt.datasets import stage_dataset
 from smlt.faults import FaultInjector
 from smlt.runner import _execute
-from smlt.datasets import stage_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +18,10 @@ def digits_job(**training):
 
 def run(local, job, out, run_id, injector=None):
     engine, names = local
-    job = {**job, "dataset": {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))}}
+    job = {
+        **job,
+        "dataset": {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))},
+    }
     engine.invoke_filter = injector
     try:
         return _execute(engine, names, run_id, job, out, quiet=True, injector=injector)

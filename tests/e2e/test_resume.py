@@ -20,8 +20,15 @@ def test_killed_run_resumes_losing_at_most_one_round(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "smlt.cli"]
-    proc = subprocess.Popen([*cmd, "run", "--local", str(path), "--out", str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*cmd, "run", "--local", str(path), "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     seen = []
     deadline = time.time() + 240
     for line in proc.stdout:
@@ -36,8 +43,14 @@ def test_killed_run_resumes_losing_at_most_one_round(tmp_path):
     saved = json.loads((out / ".state/items.json").read_text())
     assert {i["sk"] for i in saved if i["sk"].startswith("ROUND#")} >= {"ROUND#000000", "ROUND#000001"}
 
-    res = subprocess.run([*cmd, "resume", "crash-test", "--local", "--out", str(out)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [*cmd, "resume", "crash-test", "--local", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "resuming run crash-test after" in res.stdout
     metrics = json.loads((out / "metrics.json").read_text())

@@ -23,7 +23,9 @@ def test_sharded_aggregation_converges_on_digits(local, tmp_path, monkeypatch):
     assert final["lost_updates"] == 0 and final["double_counted_updates"] == 0
     history = json.loads((tmp_path / "sharded" / "history.json").read_text())
     entered = [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]
-    assert {"HowToAggregate", "AggregatePrepare", "AggregateSlices", "AggregateSlice", "AggregateFinish"} <= set(entered)
+    assert {"HowToAggregate", "AggregatePrepare", "AggregateSlices", "AggregateSlice", "AggregateFinish"} <= set(
+        entered
+    )
     trained = [r for r in metrics["rounds"] if not r["eval_only"]]
     assert len(trained) >= 2  # round 0 (size unknown) single, then sharded
     slices = entered.count("AggregateSlice")
@@ -38,8 +40,10 @@ def test_sharded_aggregation_converges_on_digits(local, tmp_path, monkeypatch):
     assert not any(e.get("stateEnteredEventDetails", {}).get("name") == "AggregatePrepare" for e in base_history)
     sharded_s = statistics.median(r["aggregate_s"] for r in trained[1:])
     single_s = statistics.median(r["aggregate_s"] for r in base["rounds"][1:] if not r["eval_only"])
-    print(f"\naggregate_s per round (median, rounds >= 1): single {single_s:.3f} s, "
-          f"sharded x6 {sharded_s:.3f} s; rounds {len(trained)} vs "
-          f"{sum(not r['eval_only'] for r in base['rounds'])}; "
-          f"accuracy {final['val_accuracy']:.4f} vs {base['final']['val_accuracy']:.4f}")
+    print(
+        f"\naggregate_s per round (median, rounds >= 1): single {single_s:.3f} s, "
+        f"sharded x6 {sharded_s:.3f} s; rounds {len(trained)} vs "
+        f"{sum(not r['eval_only'] for r in base['rounds'])}; "
+        f"accuracy {final['val_accuracy']:.4f} vs {base['final']['val_accuracy']:.4f}"
+    )
     assert base["final"]["val_accuracy"] >= 0.95

@@ -12,9 +12,9 @@ import pytest
 
 from smlt import keys
 from smlt.aggregate.reduce import decode
+from smlt.datasets import stage_dataset
 from smlt.records import RunTable
 from smlt.store import RedisStore, S3Store
-from smlt.datasets import stage_dataset
 from tests.e2e.test_local_run import digits_job, run
 from tests.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 
@@ -35,7 +35,10 @@ def execute(local, job, run_id):
     those race with the S3 exchange (see test_snapshot_skips_the_sync_exchange). The final
     metrics."""
     engine, names = local
-    job = {**job, "dataset": {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))}}
+    job = {
+        **job,
+        "dataset": {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))},
+    }
     desc = engine.wait(engine.start_execution(job, name=run_id), interval=0.5, timeout=300)
     assert desc["status"] == "SUCCEEDED", desc
     art = S3Store(names.artifacts_bucket, client=engine.client("s3"))
@@ -101,7 +104,7 @@ def test_sync_mode_through_s3(local, s3_run):
     # slice (plus its update once a round, and round 0's initial model) and, from step 1 on,
     # deletes its two objects of the step before...
     assert len(trace) == ROUNDS * WORKERS + WORKERS  # + the evaluation round
-    train = sorted(trace, key=lambda t: t["start"])[:ROUNDS * WORKERS]
+    train = sorted(trace, key=lambda t: t["start"])[: ROUNDS * WORKERS]
     assert all(n >= 2 * STEPS + 1 for n in s3_calls(train, "PutObject")), s3_calls(train, "PutObject")
     assert all(n >= 2 * (STEPS - 1) for n in s3_calls(train, "DeleteObject")), s3_calls(train, "DeleteObject")
     # ...and the aggregator deletes the last step's: nothing is left under any round's sync prefix.

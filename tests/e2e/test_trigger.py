@@ -16,8 +16,12 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
     engine, names = local
     s3 = engine.client("s3")
     root = tmp_path / "watched"
-    job = {"name": "retrain", "dataset": {"uri": "replaced-by-the-trigger"},
-           "training": {"max_rounds": 2, "local_steps": 5}, "workers": {"initial": 2, "memory_mb": 1769}}
+    job = {
+        "name": "retrain",
+        "dataset": {"uri": "replaced-by-the-trigger"},
+        "training": {"max_rounds": 2, "local_steps": 5},
+        "workers": {"initial": 2, "memory_mb": 1769},
+    }
     (root / "incoming/digits").mkdir(parents=True)
     (root / "incoming/digits/job.json").write_text(json.dumps(job))
 
@@ -28,14 +32,18 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
     prepare_dataset("sklearn:digits", str(root / "incoming/digits/v1"), shards=4)
     (arn,) = upload_version(engine, names, root / "incoming/digits/v1", root)
     run1 = _finish(engine, arn)["run_id"]
-    final = json.loads(s3.get_object(Bucket=names.artifacts_bucket, Key=f"runs/{run1}/final/metrics.json")["Body"].read())
+    final = json.loads(
+        s3.get_object(Bucket=names.artifacts_bucket, Key=f"runs/{run1}/final/metrics.json")["Body"].read()
+    )
     assert final["final"]["rounds"] == 2 and final["job"]["pipeline"] == "digits"
 
     # The same event delivered again (EventBridge is at-least-once): nothing new runs.
     body = (root / "incoming/digits/v1/manifest.json").read_bytes()
     import hashlib
 
-    again = object_created_event(names.data_bucket, "incoming/digits/v1/manifest.json", len(body), hashlib.md5(body).hexdigest())
+    again = object_created_event(
+        names.data_bucket, "incoming/digits/v1/manifest.json", len(body), hashlib.md5(body).hexdigest()
+    )
     (dup_arn,) = deliver(engine, again)
     dup = _finish(engine, dup_arn)
     assert dup["action"] == "duplicate" and dup["run_id"] == run1

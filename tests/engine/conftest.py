@@ -7,8 +7,16 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 def job(**kw):
     """An execution input for the fixture state machine (docs in fixture_app.py)."""
-    j = {"mode": "train", "workers": ["ok"], "rounds": 1, "max_concurrency": 2, "tier": "small",
-         "spins": 0, "defaults": {"a": 1, "b": 1}, "overrides": {"b": 2}}
+    j = {
+        "mode": "train",
+        "workers": ["ok"],
+        "rounds": 1,
+        "max_concurrency": 2,
+        "tier": "small",
+        "spins": 0,
+        "defaults": {"a": 1, "b": 1},
+        "overrides": {"b": 2},
+    }
     j.update(kw)
     return j
 

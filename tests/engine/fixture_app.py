@@ -36,11 +36,11 @@ class FixtureStack(cdk.Stack):
     def __init__(self, scope: Construct, cid: str, **kw) -> None:
         super().__init__(scope, cid, **kw)
 
-        data = s3.Bucket(self, "DataBucket", removal_policy=cdk.RemovalPolicy.DESTROY,
-                         auto_delete_objects=True)
+        data = s3.Bucket(self, "DataBucket", removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True)
         artifacts = s3.Bucket(self, "ArtifactsBucket", versioned=True)
         table = ddb.Table(
-            self, "Table",
+            self,
+            "Table",
             partition_key=ddb.Attribute(name="pk", type=ddb.AttributeType.STRING),
             sort_key=ddb.Attribute(name="sk", type=ddb.AttributeType.STRING),
             billing_mode=ddb.BillingMode.PAY_PER_REQUEST,
@@ -56,9 +56,9 @@ class FixtureStack(cdk.Stack):
         tiers = {}
         for tier, (cid_, timeout) in TIERS.items():
             fn = lambda_.DockerImageFunction(
-                self, cid_,
-                code=lambda_.DockerImageCode.from_image_asset(
-                    str(IMG_DIR), cmd=[IMG_CMD]),
+                self,
+                cid_,
+                code=lambda_.DockerImageCode.from_image_asset(str(IMG_DIR), cmd=[IMG_CMD]),
                 memory_size=1769 if tier == "small" else 512,
                 timeout=cdk.Duration.seconds(timeout),
                 environment={**common_env, "FIXTURE_TIER": tier},
@@ -68,7 +68,8 @@ class FixtureStack(cdk.Stack):
             tiers[tier] = fn
 
         planner = lambda_.Function(
-            self, "Planner",
+            self,
+            "Planner",
             runtime=lambda_.Runtime.PYTHON_3_11,
             handler="handler.handler",
             code=lambda_.Code.from_asset(str(ZIP_DIR)),
@@ -76,13 +77,13 @@ class FixtureStack(cdk.Stack):
             timeout=cdk.Duration.seconds(30),
             environment={
                 **common_env,
-                "FIXTURE_TRAIN_FUNCTIONS": self.to_json_string(
-                    {t: f.function_name for t, f in tiers.items()}),
+                "FIXTURE_TRAIN_FUNCTIONS": self.to_json_string({t: f.function_name for t, f in tiers.items()}),
                 "FIXTURE_TRAIN_ARNS": cdk.Fn.join(",", [f.function_arn for f in tiers.values()]),
             },
         )
         aggregate = lambda_.Function(
-            self, "Aggregate",
+            self,
+            "Aggregate",
             runtime=lambda_.Runtime.PYTHON_3_11,
             handler="handler.handler",
             code=lambda_.Code.from_asset(str(ZIP_DIR)),
@@ -95,56 +96,78 @@ class FixtureStack(cdk.Stack):
             data.grant_read(fn)
             table.grant_read_write_data(fn)
 
-        start = sfn.Pass(self, "Start", parameters={
-            "job.$": "$",
-            "execution.$": "$$.Execution.Name",
-            "n_workers.$": "States.ArrayLength($.workers)",
-            "key.$": "States.Format('runs/{}/job.json', $$.Execution.Name)",
-            "merged.$": "States.JsonMerge($.defaults, $.overrides, false)",
-            "uuid.$": "States.UUID()",
-            "range.$": "States.ArrayRange(0, 4, 2)",
-            "sum.$": "States.MathAdd($.spins, 1)",
-        })
-        spin = sfn.Pass(self, "Spin", parameters={
-            "job.$": "$.job", "execution.$": "$.execution",
-            "count.$": "States.MathAdd($.count, 1)",
-        })
-        spin_init = sfn.Pass(self, "SpinInit", parameters={
-            "job.$": "$.job", "execution.$": "$.execution", "count": 0})
+        start = sfn.Pass(
+            self,
+            "Start",
+            parameters={
+                "job.$": "$",
+                "execution.$": "$$.Execution.Name",
+                "n_workers.$": "States.ArrayLength($.workers)",
+                "key.$": "States.Format('runs/{}/job.json', $$.Execution.Name)",
+                "merged.$": "States.JsonMerge($.defaults, $.overrides, false)",
+                "uuid.$": "States.UUID()",
+                "range.$": "States.ArrayRange(0, 4, 2)",
+                "sum.$": "States.MathAdd($.spins, 1)",
+            },
+        )
+        spin = sfn.Pass(
+            self,
+            "Spin",
+            parameters={
+                "job.$": "$.job",
+                "execution.$": "$.execution",
+                "count.$": "States.MathAdd($.count, 1)",
+            },
+        )
+        spin_init = sfn.Pass(self, "SpinInit", parameters={"job.$": "$.job", "execution.$": "$.execution", "count": 0})
         spun = sfn.Succeed(self, "Spun")
-        spin_check = sfn.Choice(self, "SpinCheck").when(
-            sfn.Condition.number_less_than_json_path("$.count", "$.job.spins"), spin
-        ).otherwise(spun)
+        spin_check = (
+            sfn.Choice(self, "SpinCheck")
+            .when(sfn.Condition.number_less_than_json_path("$.count", "$.job.spins"), spin)
+            .otherwise(spun)
+        )
         spin.next(spin_check)
         spin_init.next(spin)
 
         plan = tasks.LambdaInvoke(
-            self, "Plan", lambda_function=planner, payload_response_only=True,
-            payload=sfn.TaskInput.from_object({
-                "op": "plan", "job.$": "$.job", "execution.$": "$.execution"}),
+            self,
+            "Plan",
+            lambda_function=planner,
+            payload_response_only=True,
+            payload=sfn.TaskInput.from_object({"op": "plan", "job.$": "$.job", "execution.$": "$.execution"}),
             result_path="$.plan",
         )
-        worker = sfn.CustomState(self, "TrainWorker", state_json={
-            "Type": "Task",
-            "Resource": f"arn:{cdk.Aws.PARTITION}:states:::lambda:invoke",
-            "TimeoutSecondsPath": "$.timeout_s",
-            "Parameters": {
-                "FunctionName.$": "$.function_name",
-                "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+        worker = sfn.CustomState(
+            self,
+            "TrainWorker",
+            state_json={
+                "Type": "Task",
+                "Resource": f"arn:{cdk.Aws.PARTITION}:states:::lambda:invoke",
+                "TimeoutSecondsPath": "$.timeout_s",
+                "Parameters": {
+                    "FunctionName.$": "$.function_name",
+                    "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+                },
+                "ResultSelector": {"worker.$": "$.Payload.worker", "ok": True},
             },
-            "ResultSelector": {"worker.$": "$.Payload.worker", "ok": True},
-        })
-        worker.add_retry(errors=["Lambda.TooManyRequestsException", "Lambda.ServiceException"],
-                         interval=cdk.Duration.seconds(1), max_attempts=2, backoff_rate=1)
-        worker.add_retry(errors=["Flaky"], interval=cdk.Duration.seconds(1), max_attempts=2,
-                         backoff_rate=1)
-        failed = sfn.Pass(self, "WorkerFailed", parameters={
-            "worker.$": "$.worker", "ok": False, "error.$": "$.error.Error",
-            "cause.$": "$.error.Cause"})
+        )
+        worker.add_retry(
+            errors=["Lambda.TooManyRequestsException", "Lambda.ServiceException"],
+            interval=cdk.Duration.seconds(1),
+            max_attempts=2,
+            backoff_rate=1,
+        )
+        worker.add_retry(errors=["Flaky"], interval=cdk.Duration.seconds(1), max_attempts=2, backoff_rate=1)
+        failed = sfn.Pass(
+            self,
+            "WorkerFailed",
+            parameters={"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error", "cause.$": "$.error.Cause"},
+        )
         worker.add_catch(failed, errors=["States.ALL"], result_path="$.error")
 
         train = sfn.DistributedMap(
-            self, "Train",
+            self,
+            "Train",
             items_path="$.plan.workers",
             max_concurrency_path="$.plan.max_concurrency",
             item_selector={
@@ -159,33 +182,51 @@ class FixtureStack(cdk.Stack):
         train.item_processor(worker)
 
         agg = tasks.LambdaInvoke(
-            self, "AggregateRound", lambda_function=aggregate, payload_response_only=True,
-            payload=sfn.TaskInput.from_object({
-                "op": "aggregate", "run_id.$": "$.plan.run_id", "round.$": "$.plan.round",
-                "outcomes.$": "$.outcomes", "rounds.$": "$.job.rounds"}),
+            self,
+            "AggregateRound",
+            lambda_function=aggregate,
+            payload_response_only=True,
+            payload=sfn.TaskInput.from_object(
+                {
+                    "op": "aggregate",
+                    "run_id.$": "$.plan.run_id",
+                    "round.$": "$.plan.round",
+                    "outcomes.$": "$.outcomes",
+                    "rounds.$": "$.job.rounds",
+                }
+            ),
             result_path="$.agg",
         )
         final = tasks.LambdaInvoke(
-            self, "Finalize", lambda_function=planner, payload_response_only=True,
+            self,
+            "Finalize",
+            lambda_function=planner,
+            payload_response_only=True,
             payload=sfn.TaskInput.from_object({"op": "finalize", "run_id.$": "$.plan.run_id"}),
             result_path="$.final",
         )
         done = sfn.Succeed(self, "Done")
         final.next(done)
-        cont = sfn.Choice(self, "Continue").when(
-            sfn.Condition.boolean_equals("$.agg.stop", True), final).otherwise(plan)
-        should_train = sfn.Choice(self, "ShouldTrain").when(
-            sfn.Condition.string_equals("$.plan.action", "stop"), final).otherwise(train)
+        cont = (
+            sfn.Choice(self, "Continue").when(sfn.Condition.boolean_equals("$.agg.stop", True), final).otherwise(plan)
+        )
+        should_train = (
+            sfn.Choice(self, "ShouldTrain")
+            .when(sfn.Condition.string_equals("$.plan.action", "stop"), final)
+            .otherwise(train)
+        )
         plan.next(should_train)
         train.next(agg)
         agg.next(cont)
 
-        mode = sfn.Choice(self, "Mode").when(
-            sfn.Condition.string_equals("$.job.mode", "spin"), spin_init).otherwise(plan)
+        mode = (
+            sfn.Choice(self, "Mode").when(sfn.Condition.string_equals("$.job.mode", "spin"), spin_init).otherwise(plan)
+        )
         start.next(mode)
 
         sm = sfn.StateMachine(
-            self, "StateMachine",
+            self,
+            "StateMachine",
             definition_body=sfn.DefinitionBody.from_chainable(start),
             state_machine_type=sfn.StateMachineType.STANDARD,
         )
@@ -198,5 +239,7 @@ class FixtureStack(cdk.Stack):
 def build_app(outdir: str | None = None, context: dict | None = None) -> cdk.App:
     context = context or {}
     app = cdk.App(outdir=outdir, context=context)
-    FixtureStack(app, context.get("fixture:stack", STACK_ID))  # environment-agnostic: pseudo parameters stay in the template
+    FixtureStack(
+        app, context.get("fixture:stack", STACK_ID)
+    )  # environment-agnostic: pseudo parameters stay in the template
     return app

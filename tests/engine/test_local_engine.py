@@ -20,16 +20,17 @@ from .fixture_app import STACK_ID
 
 
 def _lid(engine, prefix):
-    (lid,) = [k for k in engine.synthesized.template["Resources"] if re.fullmatch(
-        prefix + r"[0-9A-F]{8}", k)]
+    (lid,) = [k for k in engine.synthesized.template["Resources"] if re.fullmatch(prefix + r"[0-9A-F]{8}", k)]
     return lid
 
 
 def _items(engine, run_id, prefix):
     table = engine.names[_lid(engine, "Table")]
     resp = engine.client("dynamodb").query(
-        TableName=table, KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
-        ExpressionAttributeValues={":p": {"S": f"RUN#{run_id}"}, ":s": {"S": prefix}})
+        TableName=table,
+        KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
+        ExpressionAttributeValues={":p": {"S": f"RUN#{run_id}"}, ":s": {"S": prefix}},
+    )
     return resp["Items"]
 
 
@@ -61,15 +62,15 @@ def test_map_rounds_function_name_and_handler_io(engine):
     # handler processes wrote to S3 and DynamoDB over loopback
     s3 = engine.client("s3")
     bucket = engine.names[_lid(engine, "ArtifactsBucket")]
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/")
-            ["Contents"]}
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/")["Contents"]}
     for r in (0, 1):
         assert f"runs/{run_id}/rounds/{r:06d}/plan.json" in keys
         assert f"runs/{run_id}/rounds/{r:06d}/summary.json" in keys
         for i in range(3):
             assert f"runs/{run_id}/rounds/{r:06d}/updates/{i:05d}.json" in keys
-    body = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_id}/rounds/000001/updates/"
-                                    "00002.json")["Body"].read())
+    body = json.loads(
+        s3.get_object(Bucket=bucket, Key=f"runs/{run_id}/rounds/000001/updates/00002.json")["Body"].read()
+    )
     assert body == {"worker": 2, "tier": "small"}
     workers = _items(engine, run_id, "WORKER#")
     assert len(workers) == 6
@@ -87,10 +88,9 @@ def test_map_rounds_function_name_and_handler_io(engine):
 def test_max_concurrency_path_is_honoured(engine):
     _, d = _run(engine, workers=["sleep:0.3"] * 3, max_concurrency=1)
     run_id = _output(d)["execution"]
-    spans = sorted((float(w["t_start"]["S"]), float(w["t_end"]["S"]))
-                   for w in _items(engine, run_id, "WORKER#"))
+    spans = sorted((float(w["t_start"]["S"]), float(w["t_end"]["S"])) for w in _items(engine, run_id, "WORKER#"))
     assert len(spans) == 3
-    for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+    for (_, e0), (s1, _) in zip(spans, spans[1:]):
         assert s1 >= e0, "with MaxConcurrency 1 the workers must not overlap"
 
 
@@ -101,8 +101,7 @@ def test_intrinsic_functions(engine):
     assert out["n_workers"] == 2
     assert out["key"] == f"runs/{name}/job.json"
     assert out["merged"] == {"a": 1, "b": 2}
-    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
-                        out["uuid"])
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", out["uuid"])
     assert out["range"] == [0, 2, 4]
     assert out["sum"] == 5
     assert out["plan"]["action"] == "stop" and "outcomes" not in out
@@ -281,10 +280,18 @@ def test_size_quota_boundary_is_inclusive():
     assert state.is_within_size_quota is limits._is_within_size_quota
 
 
-@pytest.mark.parametrize("failed,total,count,pct,exceeds", [
-    (0, 5, 0, 0.0, False), (1, 5, 0, 0.0, True), (2, 5, 2, 0.0, False), (3, 5, 2, 0.0, True),
-    (1, 5, 0, 20.0, False), (2, 5, 0, 20.0, True), (2, 5, 5, 20.0, True),
-])
+@pytest.mark.parametrize(
+    "failed,total,count,pct,exceeds",
+    [
+        (0, 5, 0, 0.0, False),
+        (1, 5, 0, 0.0, True),
+        (2, 5, 2, 0.0, False),
+        (3, 5, 2, 0.0, True),
+        (1, 5, 0, 20.0, False),
+        (2, 5, 0, 20.0, True),
+        (2, 5, 5, 20.0, True),
+    ],
+)
 def test_map_run_failure_threshold(failed, total, count, pct, exceeds):
     assert limits.map_run_exceeds(failed, total, count, pct) is exceeds
 
@@ -315,8 +322,9 @@ def test_invoke_payload_limits(engine):
     with pytest.raises(ClientError) as e:
         lam.invoke(FunctionName=small, Payload=json.dumps({"x": "y" * (6 * 1024 * 1024)}))
     assert e.value.response["Error"]["Code"] == "RequestEntityTooLargeException"
-    resp = lam.invoke(FunctionName=small, Payload=json.dumps(
-        {"run_id": "r", "round": 0, "worker": {"i": 0, "mode": "big:6200"}}))
+    resp = lam.invoke(
+        FunctionName=small, Payload=json.dumps({"run_id": "r", "round": 0, "worker": {"i": 0, "mode": "big:6200"}})
+    )
     assert resp["FunctionError"] == "Unhandled"
     assert json.load(resp["Payload"])["errorType"] == "Function.ResponseSizeTooLarge"
 
@@ -356,8 +364,7 @@ def test_resolved_definition_equals_synthesized_modulo_names(engine):
         text = text.replace(k, subs[k])
     assert json.loads(text) == expected
     # and what moto holds is exactly that definition
-    desc = engine.client("stepfunctions").describe_state_machine(
-        stateMachineArn=engine.state_machine_arn)
+    desc = engine.client("stepfunctions").describe_state_machine(stateMachineArn=engine.state_machine_arn)
     assert json.loads(desc["definition"]) == engine.definition
 
 
@@ -373,11 +380,9 @@ def test_names_are_deterministic_and_valid(engine):
     assert len(set(engine.names.values())) == len(engine.names)
     table = engine.names[_lid(engine, "Table")]
     desc = engine.client("dynamodb").describe_table(TableName=table)["Table"]
-    assert {k["AttributeName"]: k["KeyType"] for k in desc["KeySchema"]} == \
-        {"pk": "HASH", "sk": "RANGE"}
+    assert {k["AttributeName"]: k["KeyType"] for k in desc["KeySchema"]} == {"pk": "HASH", "sk": "RANGE"}
     assert desc["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
-    versioning = engine.client("s3").get_bucket_versioning(
-        Bucket=engine.names[_lid(engine, "ArtifactsBucket")])
+    versioning = engine.client("s3").get_bucket_versioning(Bucket=engine.names[_lid(engine, "ArtifactsBucket")])
     assert versioning["Status"] == "Enabled"
 
 
@@ -388,15 +393,15 @@ def test_function_env_and_context_inside_the_handler(engine):
     assert env["SMLT_TABLE"] == names[_lid(engine, "Table")]
     assert env["SMLT_ARTIFACTS_BUCKET"] == names[_lid(engine, "ArtifactsBucket")]
     assert env["FIXTURE_SUB"] == "us-east-1/123456789012/aws/x"
-    assert env["FIXTURE_TABLE_ARN"] == \
-        f"arn:aws:dynamodb:us-east-1:123456789012:table/{names[_lid(engine, 'Table')]}"
+    assert env["FIXTURE_TABLE_ARN"] == f"arn:aws:dynamodb:us-east-1:123456789012:table/{names[_lid(engine, 'Table')]}"
     assert json.loads(env["FIXTURE_TRAIN_FUNCTIONS"]) == {
-        "small": names[_lid(engine, "TrainSmall")], "tiny": names[_lid(engine, "TrainTiny")]}
+        "small": names[_lid(engine, "TrainSmall")],
+        "tiny": names[_lid(engine, "TrainTiny")],
+    }
     assert env["AWS_ENDPOINT_URL"] == engine.endpoint_url
     assert env["SMLT_LOCAL_CONCURRENCY"] == str(engine.pool.size)
     assert env["AWS_EXECUTION_ENV"] == "AWS_Lambda_python3.11"  # the fixture's zip Runtime
-    resp = engine.client("lambda").invoke(FunctionName=names[planner],
-                                          Payload=json.dumps({"op": "echo"}))
+    resp = engine.client("lambda").invoke(FunctionName=names[planner], Payload=json.dumps({"op": "echo"}))
     assert "FunctionError" not in resp
     seen = json.load(resp["Payload"])
     assert seen["function_name"] == names[planner]
@@ -440,8 +445,9 @@ def test_engines_share_the_server_and_clean_up_after_themselves(engine, tmp_path
     with pytest.raises(RuntimeError, match="already served"):
         LocalEngine(synthesized=engine.synthesized, workers=1).start()
     # another stack alongside
-    with LocalEngine(build_app, outdir=tmp_path / "cdk.out", workers=1,
-                     synth_context={"fixture:stack": "Other"}) as other:
+    with LocalEngine(
+        build_app, outdir=tmp_path / "cdk.out", workers=1, synth_context={"fixture:stack": "Other"}
+    ) as other:
         assert other.endpoint_url == engine.endpoint_url
         bucket = other.names[_lid(other, "ArtifactsBucket")]
         assert bucket.startswith("other-")

@@ -72,9 +72,17 @@ def handler(event, context):
 def test_pool_trace_times_the_handler_and_its_aws_calls(tmp_path):
     path = tmp_path / "handler.py"
     path.write_text(HANDLER)
-    job = {"function": "fn", "arn": "arn:aws:lambda:us-east-1:123456789012:function:fn", "memory": 256,
-           "module_file": str(path), "module_name": "handler", "attr": "handler", "payload": b"{}",
-           "env": {}, "request_id": str(uuid.uuid4())}
+    job = {
+        "function": "fn",
+        "arn": "arn:aws:lambda:us-east-1:123456789012:function:fn",
+        "memory": 256,
+        "module_file": str(path),
+        "module_name": "handler",
+        "attr": "handler",
+        "payload": b"{}",
+        "env": {},
+        "request_id": str(uuid.uuid4()),
+    }
     with WorkerPool(1) as pool:
         plain = pool.run(dict(job), timeout=30)
         traced = pool.run({**job, "trace": True}, timeout=30)
@@ -92,11 +100,15 @@ def test_transaction_rollback_restores_exactly_the_named_items():
     speed.install()
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
-        ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
-                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                    {"AttributeName": "sk", "KeyType": "RANGE"}],
-                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                               {"AttributeName": "sk", "AttributeType": "S"}])
+        ddb.create_table(
+            TableName="t",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+        )
         for sk in ("a", "b", "c"):
             ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": sk}, "v": {"N": "1"}})
 
@@ -104,21 +116,49 @@ def test_transaction_rollback_restores_exactly_the_named_items():
             return {"pk": {"S": "p"}, "sk": {"S": sk}}
 
         with pytest.raises(ClientError) as e:
-            ddb.transact_write_items(TransactItems=[
-                {"Put": {"TableName": "t", "Item": {**key("new"), "v": {"N": "9"}}}},
-                {"Update": {"TableName": "t", "Key": key("a"), "UpdateExpression": "SET v = :x",
-                            "ExpressionAttributeValues": {":x": {"N": "7"}}}},
-                {"Delete": {"TableName": "t", "Key": key("b")}},
-                {"ConditionCheck": {"TableName": "t", "Key": key("c"),
-                                    "ConditionExpression": "attribute_not_exists(pk)"}}])
+            ddb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": "t", "Item": {**key("new"), "v": {"N": "9"}}}},
+                    {
+                        "Update": {
+                            "TableName": "t",
+                            "Key": key("a"),
+                            "UpdateExpression": "SET v = :x",
+                            "ExpressionAttributeValues": {":x": {"N": "7"}},
+                        }
+                    },
+                    {"Delete": {"TableName": "t", "Key": key("b")}},
+                    {
+                        "ConditionCheck": {
+                            "TableName": "t",
+                            "Key": key("c"),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
         assert e.value.response["Error"]["Code"] == "TransactionCanceledException"
         items = {i["sk"]["S"]: i["v"]["N"] for i in ddb.scan(TableName="t")["Items"]}
         assert items == {"a": "1", "b": "1", "c": "1"}
-        ddb.transact_write_items(TransactItems=[
-            {"Put": {"TableName": "t", "Item": {**key("new"), "v": {"N": "9"}},
-                     "ConditionExpression": "attribute_not_exists(pk)"}},
-            {"Update": {"TableName": "t", "Key": key("a"), "UpdateExpression": "SET v = :x",
-                        "ExpressionAttributeValues": {":x": {"N": "7"}}}}])
+        ddb.transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": "t",
+                        "Item": {**key("new"), "v": {"N": "9"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": "t",
+                        "Key": key("a"),
+                        "UpdateExpression": "SET v = :x",
+                        "ExpressionAttributeValues": {":x": {"N": "7"}},
+                    }
+                },
+            ]
+        )
         items = {i["sk"]["S"]: i["v"]["N"] for i in ddb.scan(TableName="t")["Items"]}
         assert items == {"a": "7", "b": "1", "c": "1", "new": "9"}
 
@@ -160,19 +200,32 @@ def _table(ddb, name, range_type="S"):
     if range_type:
         keys.append({"AttributeName": "sk", "KeyType": "RANGE"})
         attrs.append({"AttributeName": "sk", "AttributeType": range_type})
-    ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", KeySchema=keys,
-                     AttributeDefinitions=attrs)
+    ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", KeySchema=keys, AttributeDefinitions=attrs)
 
 
 def _rich(i):
     """An item body with every attribute type, nesting, and empty containers."""
-    return {"n": {"N": str(i)}, "f": {"N": f"{i / 7:.5f}"}, "s": {"S": "x" * (i % 5)},
-            "e": {"S": ""}, "b": {"B": bytes([i % 256]) * 3}, "t": {"BOOL": i % 2 == 0},
-            "z": {"NULL": True}, "ss": {"SS": [f"a{i}", "b"]}, "ns": {"NS": ["1", str(i + 2)]},
-            "bs": {"BS": [b"\x00\x01", bytes([i % 256 + 0]) + b"q"]},
-            "m": {"M": {"k": {"N": "1"}, "em": {"M": {}}, "el": {"L": []},
-                        "l": {"L": [{"S": "a"}, {"M": {"x": {"B": b"\xff"}}}, {"L": [{"NULL": True}]}]}}},
-            "l": {"L": [{"N": str(j)} for j in range(i % 4)]}}
+    return {
+        "n": {"N": str(i)},
+        "f": {"N": f"{i / 7:.5f}"},
+        "s": {"S": "x" * (i % 5)},
+        "e": {"S": ""},
+        "b": {"B": bytes([i % 256]) * 3},
+        "t": {"BOOL": i % 2 == 0},
+        "z": {"NULL": True},
+        "ss": {"SS": [f"a{i}", "b"]},
+        "ns": {"NS": ["1", str(i + 2)]},
+        "bs": {"BS": [b"\x00\x01", bytes([i % 256 + 0]) + b"q"]},
+        "m": {
+            "M": {
+                "k": {"N": "1"},
+                "em": {"M": {}},
+                "el": {"L": []},
+                "l": {"L": [{"S": "a"}, {"M": {"x": {"B": b"\xff"}}}, {"L": [{"NULL": True}]}]},
+            }
+        },
+        "l": {"L": [{"N": str(j)} for j in range(i % 4)]},
+    }
 
 
 def test_dynamodb_serializer_and_conversion_match_moto():
@@ -194,15 +247,20 @@ def test_dynamodb_serializer_and_conversion_match_moto():
 
         def calls():
             key = {"pk": {"S": "p"}, "sk": {"S": "s3"}}
-            out = [ddb.get_item(TableName="t", Key=key),
-                   ddb.get_item(TableName="t", Key=key, ProjectionExpression="m.l, bs"),
-                   ddb.get_item(TableName="t", Key={"pk": {"S": "p"}, "sk": {"S": "none"}}),
-                   ddb.batch_get_item(RequestItems={"t": {"Keys": [
-                       {"pk": {"S": "p"}, "sk": {"S": f"s{i}"}} for i in (0, 2, 5)]}}),
-                   ddb.query(TableName="t", KeyConditionExpression="pk = :p",
-                             ExpressionAttributeValues={":p": {"S": "p"}}),
-                   ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": "s1"}, **_rich(1)},
-                                ReturnValues="ALL_OLD")]
+            out = [
+                ddb.get_item(TableName="t", Key=key),
+                ddb.get_item(TableName="t", Key=key, ProjectionExpression="m.l, bs"),
+                ddb.get_item(TableName="t", Key={"pk": {"S": "p"}, "sk": {"S": "none"}}),
+                ddb.batch_get_item(
+                    RequestItems={"t": {"Keys": [{"pk": {"S": "p"}, "sk": {"S": f"s{i}"}} for i in (0, 2, 5)]}}
+                ),
+                ddb.query(
+                    TableName="t", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "p"}}
+                ),
+                ddb.put_item(
+                    TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": "s1"}, **_rich(1)}, ReturnValues="ALL_OLD"
+                ),
+            ]
             for o in out:
                 o.pop("ResponseMetadata")
             return out
@@ -216,11 +274,22 @@ def test_dynamodb_serializer_and_conversion_match_moto():
         ser = JSONSerializer(operation_model=om, value_picker=XFormedAttributePicker())
         return ser.serialize({"Item": item})["body"]
 
-    odd = [{"a": {"S": None}}, {"a": {"s": "lower"}}, {"a": {"S": "x", "N": "1"}}, {"a": {}},
-           {"a": {"N": 5}}, {"a": {"M": {"k": None, "j": {"S": "ok"}}}}, {"a": {"L": [None, {"S": "y"}]}},
-           {"a": {"SS": ["a", 1]}}, {"a": {"B": "aGk="}}, {"a": {"BS": ["aGk=", b"hi"]}},
-           {"a": {"BOOL": 1}}, {"a": {"StringAttributeValue": "alias"}}, {"a": None},
-           {"a": {"L": [{"M": {"deep": {"NS": ["1.50"]}}}]}, "b": {"NULL": True}}]
+    odd = [
+        {"a": {"S": None}},
+        {"a": {"s": "lower"}},
+        {"a": {"S": "x", "N": "1"}},
+        {"a": {}},
+        {"a": {"N": 5}},
+        {"a": {"M": {"k": None, "j": {"S": "ok"}}}},
+        {"a": {"L": [None, {"S": "y"}]}},
+        {"a": {"SS": ["a", 1]}},
+        {"a": {"B": "aGk="}},
+        {"a": {"BS": ["aGk=", b"hi"]}},
+        {"a": {"BOOL": 1}},
+        {"a": {"StringAttributeValue": "alias"}},
+        {"a": None},
+        {"a": {"L": [{"M": {"deep": {"NS": ["1.50"]}}}]}, "b": {"NULL": True}},
+    ]
     for item in odd:
         patched, unpatched = both(lambda: body(item), "_serialize_type_structure")
         assert patched == unpatched, item
@@ -236,10 +305,15 @@ def test_dynamodb_serializer_and_conversion_match_moto():
 
     from moto.dynamodb import responses as ddb_responses
 
-    values = [DynamoType({"B": "aGk="}), DynamoType({"B": b"raw"}), DynamoType({"BS": ["aGk=", b"r"]}),
-              DynamoType({"M": {"l": {"L": [{"N": "1"}, {"BOOL": False}]}}}), datetime(2024, 1, 2),
-              {"Items": [{"a": DynamoType({"S": "s"})}], "Count": 1, "x": (1, 2), "d": 1.5},
-              [None, b"b", "s", 3]]
+    values = [
+        DynamoType({"B": "aGk="}),
+        DynamoType({"B": b"raw"}),
+        DynamoType({"BS": ["aGk=", b"r"]}),
+        DynamoType({"M": {"l": {"L": [{"N": "1"}, {"BOOL": False}]}}}),
+        datetime(2024, 1, 2),
+        {"Items": [{"a": DynamoType({"S": "s"})}], "Count": 1, "x": (1, 2), "d": 1.5},
+        [None, b"b", "s", 3],
+    ]
     for v in values:
         assert typed(ddb_responses.dynamo_to_dict(v)) == typed(moto_d2d(v))
 
@@ -259,36 +333,61 @@ def test_query_matches_moto():
         _table(ddb, "h", None)
         for pk in ("p", "q", "r"):
             for i in range(12):
-                ddb.put_item(TableName="s", Item={"pk": {"S": pk}, "sk": {"S": f"{'AB'[i % 2]}#{i:02d}"},
-                                                  **_rich(i)})
-                ddb.put_item(TableName="n", Item={"pk": {"S": pk}, "sk": {"N": str(i * 5 - 17) + ".5" * (i % 2)},
-                                                  **_rich(i)})
+                ddb.put_item(TableName="s", Item={"pk": {"S": pk}, "sk": {"S": f"{'AB'[i % 2]}#{i:02d}"}, **_rich(i)})
+                ddb.put_item(
+                    TableName="n", Item={"pk": {"S": pk}, "sk": {"N": str(i * 5 - 17) + ".5" * (i % 2)}, **_rich(i)}
+                )
             ddb.put_item(TableName="h", Item={"pk": {"S": pk}, **_rich(3)})
         # an update in place (nested): still a bounded item
-        ddb.update_item(TableName="s", Key={"pk": {"S": "p"}, "sk": {"S": "A#04"}},
-                        UpdateExpression="SET m.k = :v", ExpressionAttributeValues={":v": {"S": "y" * 900}})
+        ddb.update_item(
+            TableName="s",
+            Key={"pk": {"S": "p"}, "sk": {"S": "A#04"}},
+            UpdateExpression="SET m.k = :v",
+            ExpressionAttributeValues={":v": {"S": "y" * 900}},
+        )
 
         conditions = {
-            "s": [("pk = :p", {}), ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "B#"}}),
-                  ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"S": "A#03"}, ":b": {"S": "B#09"}}),
-                  ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"S": "B"}, ":b": {"S": "A"}}),
-                  ("pk = :p AND sk < :a", {":a": {"S": "A#06"}}), ("pk = :p AND sk >= :a", {":a": {"S": "B#05"}}),
-                  ("pk = :p AND sk = :a", {":a": {"S": "A#10"}}), ("pk = :p AND sk > :a", {":a": {"S": "~"}}),
-                  ("pk = :p AND sk <= :a", {":a": {"S": "A#00"}})],
-            "n": [("pk = :p", {}), ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"N": "-8"}, ":b": {"N": "23.5"}}),
-                  ("pk = :p AND sk > :a", {":a": {"N": "3"}}), ("pk = :p AND sk = :a", {":a": {"N": "-2.00"}})],
+            "s": [
+                ("pk = :p", {}),
+                ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "B#"}}),
+                ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"S": "A#03"}, ":b": {"S": "B#09"}}),
+                ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"S": "B"}, ":b": {"S": "A"}}),
+                ("pk = :p AND sk < :a", {":a": {"S": "A#06"}}),
+                ("pk = :p AND sk >= :a", {":a": {"S": "B#05"}}),
+                ("pk = :p AND sk = :a", {":a": {"S": "A#10"}}),
+                ("pk = :p AND sk > :a", {":a": {"S": "~"}}),
+                ("pk = :p AND sk <= :a", {":a": {"S": "A#00"}}),
+            ],
+            "n": [
+                ("pk = :p", {}),
+                ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"N": "-8"}, ":b": {"N": "23.5"}}),
+                ("pk = :p AND sk > :a", {":a": {"N": "3"}}),
+                ("pk = :p AND sk = :a", {":a": {"N": "-2.00"}}),
+            ],
             "h": [("pk = :p", {})],
         }
-        extras = [{}, {"Limit": 1}, {"Limit": 3}, {"Limit": 6}, {"ScanIndexForward": False},
-                  {"ScanIndexForward": False, "Limit": 4},
-                  {"FilterExpression": "t = :t", "Limit": 5, "ExpressionAttributeValues": {":t": {"BOOL": True}}},
-                  {"ProjectionExpression": "sk, m.l, ns"}, {"Select": "COUNT"}]
+        extras = [
+            {},
+            {"Limit": 1},
+            {"Limit": 3},
+            {"Limit": 6},
+            {"ScanIndexForward": False},
+            {"ScanIndexForward": False, "Limit": 4},
+            {"FilterExpression": "t = :t", "Limit": 5, "ExpressionAttributeValues": {":t": {"BOOL": True}}},
+            {"ProjectionExpression": "sk, m.l, ns"},
+            {"Select": "COUNT"},
+        ]
 
         def pages(table, cond, values, extra, pk):
             extra = dict(extra)
             extra_values = extra.pop("ExpressionAttributeValues", {})
-            kwargs = dict(TableName=table, KeyConditionExpression=cond, ConsistentRead=True, **extra,
-                          ExpressionAttributeValues={":p": {"S": pk}, **values, **extra_values})
+            kwargs = dict(
+                TableName=table,
+                KeyConditionExpression=cond,
+                ConsistentRead=True,
+                **extra,
+                ExpressionAttributeValues={":p": {"S": pk}, **values, **extra_values},
+            )
             out = []
             while True:
                 resp = ddb.query(**kwargs)
@@ -299,8 +398,13 @@ def test_query_matches_moto():
                 kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
         def run_all():
-            return [pages(t, c, v, e, pk) for t, conds in conditions.items() for c, v in conds
-                    for e in extras for pk in ("p", "zz")]
+            return [
+                pages(t, c, v, e, pk)
+                for t, conds in conditions.items()
+                for c, v in conds
+                for e in extras
+                for pk in ("p", "zz")
+            ]
 
         patched, unpatched = both(run_all, "query")
         assert patched == unpatched
@@ -328,23 +432,34 @@ def test_query_size_limit_with_an_oversized_item_matches_moto():
             ddb = boto3.client("dynamodb", region_name="us-east-1")
             _table(ddb, "t")
             for sk, size in (("A#1", 300_000), ("B#1", 260_000), ("B#2", 10), ("C#1", 10)):
-                ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": sk},
-                                                  "m": {"M": {"x": {"S": "x" * size}}}})
+                ddb.put_item(
+                    TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": sk}, "m": {"M": {"x": {"S": "x" * size}}}}
+                )
             assert speed._OVERSIZED.is_set() == was_set
             for attr in ("y", "z"):  # B#1: 780 KB
-                ddb.update_item(TableName="t", Key={"pk": {"S": "p"}, "sk": {"S": "B#1"}},
-                                UpdateExpression=f"SET m.{attr} = :v",
-                                ExpressionAttributeValues={":v": {"S": "y" * 260_000}})
+                ddb.update_item(
+                    TableName="t",
+                    Key={"pk": {"S": "p"}, "sk": {"S": "B#1"}},
+                    UpdateExpression=f"SET m.{attr} = :v",
+                    ExpressionAttributeValues={":v": {"S": "y" * 260_000}},
+                )
             assert speed._OVERSIZED.is_set()
 
             def run():
                 out = []
-                for cond, vals in [("pk = :p AND begins_with(sk, :a)", {":a": {"S": "A#"}}),
-                                   ("pk = :p", {}), ("pk = :p AND sk > :a", {":a": {"S": "A#1"}})]:
+                for cond, vals in [
+                    ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "A#"}}),
+                    ("pk = :p", {}),
+                    ("pk = :p AND sk > :a", {":a": {"S": "A#1"}}),
+                ]:
                     for forward in (True, False):
-                        resp = ddb.query(TableName="t", KeyConditionExpression=cond, ScanIndexForward=forward,
-                                         ExpressionAttributeValues={":p": {"S": "p"}, **vals},
-                                         ProjectionExpression="sk")
+                        resp = ddb.query(
+                            TableName="t",
+                            KeyConditionExpression=cond,
+                            ScanIndexForward=forward,
+                            ExpressionAttributeValues={":p": {"S": "p"}, **vals},
+                            ProjectionExpression="sk",
+                        )
                         resp.pop("ResponseMetadata")
                         out.append(resp)
                 return out
@@ -365,9 +480,14 @@ def test_item_size_and_copy_match_moto():
 
     speed.install()
     item_size, copy_items = speed._HELPERS["item_size"], speed._HELPERS["copy_items"]
-    items = [Item(DynamoType({"S": "p"}), DynamoType({"S": f"s{i}"}),
-                  {"pk": {"S": "p"}, "sk": {"S": f"s{i}"}, **_rich(i), "u": {"S": "é€😀"}})
-             for i in range(8)]
+    items = [
+        Item(
+            DynamoType({"S": "p"}),
+            DynamoType({"S": f"s{i}"}),
+            {"pk": {"S": "p"}, "sk": {"S": f"s{i}"}, **_rich(i), "u": {"S": "é€😀"}},
+        )
+        for i in range(8)
+    ]
     odd = copy.deepcopy(items[1])
     odd.attrs["m"].value["raw"] = {"S": "not a DynamoType"}  # moto's size() wraps it: fall back
     for item in items + [odd]:
@@ -395,10 +515,29 @@ def test_s3_ranged_get_and_large_put_match_moto(monkeypatch):
     monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(64 * 1024))
     speed.install()
     bodies = {"empty": b"", "small": bytes(range(50)), "big": os.urandom(200 * 1024 + 7)}
-    ranges = ["bytes=0-9", "bytes=10-", "bytes=-10", "bytes=-0", "bytes=0-0", "bytes=49-49",
-              "bytes=5-2", "bytes=40-1000", "bytes=-1000", "bytes=50-", "bytes=100-200",
-              "bytes=0-1,5-6", "bytes=abc", "bytes=", "bytes=-", "bytes=3-x", "bytes=0-",
-              "bytes=70000-140000", "bytes=-70000", "bytes=204806-", "bytes=204807-"]
+    ranges = [
+        "bytes=0-9",
+        "bytes=10-",
+        "bytes=-10",
+        "bytes=-0",
+        "bytes=0-0",
+        "bytes=49-49",
+        "bytes=5-2",
+        "bytes=40-1000",
+        "bytes=-1000",
+        "bytes=50-",
+        "bytes=100-200",
+        "bytes=0-1,5-6",
+        "bytes=abc",
+        "bytes=",
+        "bytes=-",
+        "bytes=3-x",
+        "bytes=0-",
+        "bytes=70000-140000",
+        "bytes=-70000",
+        "bytes=204806-",
+        "bytes=204807-",
+    ]
 
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
@@ -416,11 +555,17 @@ def test_s3_ranged_get_and_large_put_match_moto(monkeypatch):
             try:
                 r = s3.get_object(Bucket="bkt", **kw)
             except ClientError as e:
-                return ("error", e.response["Error"]["Code"],
-                        e.response["ResponseMetadata"]["HTTPStatusCode"])
+                return ("error", e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"])
             h = r["ResponseMetadata"]["HTTPHeaders"]
-            return (r["ResponseMetadata"]["HTTPStatusCode"], r.get("ContentRange"), r["ContentLength"],
-                    h.get("content-length"), r["Body"].read(), r["ETag"], r.get("AcceptRanges"))
+            return (
+                r["ResponseMetadata"]["HTTPStatusCode"],
+                r.get("ContentRange"),
+                r["ContentLength"],
+                h.get("content-length"),
+                r["Body"].read(),
+                r["ETag"],
+                r.get("AcceptRanges"),
+            )
 
         def head(**kw):
             try:
@@ -448,8 +593,7 @@ def test_s3_ranged_get_and_large_put_match_moto(monkeypatch):
         small = [o for o in patched if isinstance(o[0], int) and o[0] == 206]
         assert small and ("error", "InvalidRange", 416) in patched
         assert get(Key="big", Range="bytes=70000-140000")[4] == bodies["big"][70000:140001]
-        key = FakeKey("k", bodies["big"], account_id="123456789012", region_name="us-east-1",
-                      max_buffer_size=1024)
+        key = FakeKey("k", bodies["big"], account_id="123456789012", region_name="us-east-1", max_buffer_size=1024)
         assert key._value_buffer._rolled and key.value == bodies["big"]
         key.value = b"short"
         assert key.value == b"short" and key.size == 5

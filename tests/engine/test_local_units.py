@@ -17,14 +17,18 @@ def _template(**resources):
     return {
         "Parameters": {
             "Stage": {"Type": "String", "Default": "dev"},
-            "BootstrapVersion": {"Type": "AWS::SSM::Parameter::Value<String>",
-                                 "Default": "/cdk-bootstrap/hnb659fds/version"},
+            "BootstrapVersion": {
+                "Type": "AWS::SSM::Parameter::Value<String>",
+                "Default": "/cdk-bootstrap/hnb659fds/version",
+            },
         },
         "Resources": {
             "Bucket83908E77": {"Type": "AWS::S3::Bucket"},
             "Fn9270CBC0": {"Type": "AWS::Lambda::Function", "Properties": {}},
-            "Named": {"Type": "AWS::DynamoDB::Table",
-                      "Properties": {"TableName": {"Fn::Sub": "t-${Stage}-${AWS::Region}"}}},
+            "Named": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {"TableName": {"Fn::Sub": "t-${Stage}-${AWS::Region}"}},
+            },
             **resources,
         },
     }
@@ -34,31 +38,37 @@ def test_refs_atts_joins_and_subs():
     r = Resolver(_template(), "Smlt")
     assert r.resolve({"Ref": "Bucket83908E77"}) == "smlt-bucket83908e77"
     assert r.resolve({"Ref": "Fn9270CBC0"}) == "Smlt-Fn9270CBC0"
-    assert r.resolve({"Fn::GetAtt": ["Fn9270CBC0", "Arn"]}) == \
-        "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0"
+    assert (
+        r.resolve({"Fn::GetAtt": ["Fn9270CBC0", "Arn"]})
+        == "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0"
+    )
     assert r.resolve({"Fn::GetAtt": "Bucket83908E77.Arn"}) == "arn:aws:s3:::smlt-bucket83908e77"
     assert r.resolve({"Ref": "Named"}) == "t-dev-us-east-1"
-    assert r.resolve({"Fn::Join": ["/", [{"Ref": "AWS::Partition"}, {"Ref": "AWS::URLSuffix"},
-                                         {"Ref": "AWS::AccountId"}]]}) == \
-        "aws/amazonaws.com/123456789012"
-    assert r.resolve({"Fn::Sub": ["${Fn9270CBC0.Arn}|${X}|${!Literal}|${Bucket83908E77}",
-                                  {"X": {"Ref": "Stage"}}]}) == (
-        "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0|dev|${Literal}|"
-        "smlt-bucket83908e77")
+    assert (
+        r.resolve(
+            {"Fn::Join": ["/", [{"Ref": "AWS::Partition"}, {"Ref": "AWS::URLSuffix"}, {"Ref": "AWS::AccountId"}]]}
+        )
+        == "aws/amazonaws.com/123456789012"
+    )
+    assert r.resolve(
+        {"Fn::Sub": ["${Fn9270CBC0.Arn}|${X}|${!Literal}|${Bucket83908E77}", {"X": {"Ref": "Stage"}}]}
+    ) == ("arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0|dev|${Literal}|smlt-bucket83908e77")
     # plain structures pass through, nested intrinsics resolve
-    assert r.resolve({"a": [1, {"Ref": "AWS::Region"}], "b": None}) == \
-        {"a": [1, "us-east-1"], "b": None}
+    assert r.resolve({"a": [1, {"Ref": "AWS::Region"}], "b": None}) == {"a": [1, "us-east-1"], "b": None}
 
 
-@pytest.mark.parametrize("value,match", [
-    ({"Fn::If": ["C", 1, 2]}, "Fn::If is not supported"),
-    ({"Fn::Select": [0, ["a"]]}, "Fn::Select is not supported"),
-    ({"Fn::ImportValue": "x"}, "Fn::ImportValue"),
-    ({"Ref": "Missing"}, "no resource 'Missing'"),
-    ({"Ref": "BootstrapVersion"}, "no local value"),
-    ({"Ref": "AWS::NotificationARNs"}, "unsupported pseudo parameter"),
-    ({"Fn::GetAtt": ["Fn9270CBC0", "SnapStartResponse"]}, "not supported locally"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        ({"Fn::If": ["C", 1, 2]}, "Fn::If is not supported"),
+        ({"Fn::Select": [0, ["a"]]}, "Fn::Select is not supported"),
+        ({"Fn::ImportValue": "x"}, "Fn::ImportValue"),
+        ({"Ref": "Missing"}, "no resource 'Missing'"),
+        ({"Ref": "BootstrapVersion"}, "no local value"),
+        ({"Ref": "AWS::NotificationARNs"}, "unsupported pseudo parameter"),
+        ({"Fn::GetAtt": ["Fn9270CBC0", "SnapStartResponse"]}, "not supported locally"),
+    ],
+)
 def test_anything_else_raises_with_its_location(value, match):
     r = Resolver(_template(), "Smlt")
     with pytest.raises(UnresolvableError, match=match) as e:
@@ -68,9 +78,13 @@ def test_anything_else_raises_with_its_location(value, match):
 
 def test_names_fit_service_rules_and_are_deterministic():
     long_id = "A" * 40 + "VeryLongLogicalIdForAResourceThatGoesOnAndOn1234ABCD"
-    t = _template(**{long_id: {"Type": "AWS::S3::Bucket"},
-                     "F" + long_id: {"Type": "AWS::Lambda::Function"},
-                     "Sm" + long_id * 2: {"Type": "AWS::StepFunctions::StateMachine"}})
+    t = _template(
+        **{
+            long_id: {"Type": "AWS::S3::Bucket"},
+            "F" + long_id: {"Type": "AWS::Lambda::Function"},
+            "Sm" + long_id * 2: {"Type": "AWS::StepFunctions::StateMachine"},
+        }
+    )
     names = Resolver(t, "SmltStackWithALongName").names()
     assert names == Resolver(t, "SmltStackWithALongName").names()
     b = names[long_id]
@@ -82,36 +96,49 @@ def test_names_fit_service_rules_and_are_deterministic():
 
 
 def test_definition_substitutions_and_jsonata_refusal():
-    sm = {"Type": "AWS::StepFunctions::StateMachine", "Properties": {
-        "DefinitionString": '{"StartAt":"A","States":{"A":{"Type":"Task","Resource":"${Fn}",'
-                            '"End":true}}}',
-        "DefinitionSubstitutions": {"Fn": {"Fn::GetAtt": ["Fn9270CBC0", "Arn"]}},
-        "RoleArn": {"Fn::GetAtt": ["Role", "Arn"]}}}
+    sm = {
+        "Type": "AWS::StepFunctions::StateMachine",
+        "Properties": {
+            "DefinitionString": '{"StartAt":"A","States":{"A":{"Type":"Task","Resource":"${Fn}","End":true}}}',
+            "DefinitionSubstitutions": {"Fn": {"Fn::GetAtt": ["Fn9270CBC0", "Arn"]}},
+            "RoleArn": {"Fn::GetAtt": ["Role", "Arn"]},
+        },
+    }
     t = _template(Sm=sm, Role={"Type": "AWS::IAM::Role"})
     r = Resolver(t, "Smlt")
     d = r.definition()
-    assert d["States"]["A"]["Resource"] == \
-        "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0"
+    assert d["States"]["A"]["Resource"] == "arn:aws:lambda:us-east-1:123456789012:function:Smlt-Fn9270CBC0"
     assert r.role_arn() == "arn:aws:iam::123456789012:role/Smlt-Role"
-    sm2 = {"Type": "AWS::StepFunctions::StateMachine", "Properties": {"Definition": {
-        "QueryLanguage": "JSONata", "StartAt": "A", "States": {"A": {"Type": "Pass",
-                                                                      "End": True}}}}}
+    sm2 = {
+        "Type": "AWS::StepFunctions::StateMachine",
+        "Properties": {
+            "Definition": {"QueryLanguage": "JSONata", "StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}
+        },
+    }
     with pytest.raises(UnresolvableError, match="JSONata"):
         Resolver(_template(Sm=sm2), "Smlt").definition()
     with pytest.raises(UnresolvableError, match="2 state machines"):
         Resolver(_template(Sm=sm, Sm2=sm2), "Smlt").definition()
 
 
-@pytest.mark.parametrize("url,expected", [
-    ("http://localhost:5/2015-03-31/functions/my-fn/invocations", ("my-fn", None)),
-    ("http://localhost:5/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012"
-     "%3Afunction%3Amy-fn/invocations", ("my-fn", None)),
-    ("http://localhost:5/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012"
-     "%3Afunction%3Amy-fn%3Aprod/invocations", ("my-fn", "prod")),
-    ("http://localhost:5/2015-03-31/functions/123456789012%3Afunction%3Amy-fn/invocations",
-     ("my-fn", None)),
-    ("http://localhost:5/2015-03-31/functions/my-fn/invocations?Qualifier=3", ("my-fn", "3")),
-])
+@pytest.mark.parametrize(
+    "url,expected",
+    [
+        ("http://localhost:5/2015-03-31/functions/my-fn/invocations", ("my-fn", None)),
+        (
+            "http://localhost:5/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012"
+            "%3Afunction%3Amy-fn/invocations",
+            ("my-fn", None),
+        ),
+        (
+            "http://localhost:5/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A123456789012"
+            "%3Afunction%3Amy-fn%3Aprod/invocations",
+            ("my-fn", "prod"),
+        ),
+        ("http://localhost:5/2015-03-31/functions/123456789012%3Afunction%3Amy-fn/invocations", ("my-fn", None)),
+        ("http://localhost:5/2015-03-31/functions/my-fn/invocations?Qualifier=3", ("my-fn", "3")),
+    ],
+)
 def test_parse_function_name(url, expected):
     assert parse_function_name(url) == expected
 
@@ -121,10 +148,22 @@ def test_tolerated_failure_percentage_parses_in_moto():
 
     from smlt.local.engine import definition_for_moto
 
-    d = {"StartAt": "M", "States": {"M": {
-        "Type": "Map", "ToleratedFailurePercentage": 10, "ToleratedFailureCount": 2, "End": True,
-        "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
-                          "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}}}}
+    d = {
+        "StartAt": "M",
+        "States": {
+            "M": {
+                "Type": "Map",
+                "ToleratedFailurePercentage": 10,
+                "ToleratedFailureCount": 2,
+                "End": True,
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+                    "StartAt": "P",
+                    "States": {"P": {"Type": "Pass", "End": True}},
+                },
+            }
+        },
+    }
     text = definition_for_moto(d)
     assert json.loads(text) == d
     assert '"ToleratedFailurePercentage": 10.0' in text and '"ToleratedFailureCount": 2' in text
@@ -158,7 +197,7 @@ def test_install_refuses_another_moto_version(monkeypatch):
 # the worker pool on its own
 
 
-HANDLER = textwrap.dedent('''
+HANDLER = textwrap.dedent("""
     import os, time
 
     class Nope(Exception):
@@ -175,7 +214,7 @@ HANDLER = textwrap.dedent('''
                 "loaded_with": LOADED_WITH, "pid": os.getpid(),
                 "remaining_ms": context.get_remaining_time_in_millis(),
                 "memory": context.memory_limit_in_mb}
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +224,17 @@ def pool():
 
 
 def _job(path, name="fn", **payload):
-    return {"function": name, "arn": f"arn:aws:lambda:us-east-1:123456789012:function:{name}",
-            "memory": 256, "module_file": str(path), "module_name": "handler", "attr": "handler",
-            "payload": json.dumps(payload).encode(), "env": {"MARK": name},
-            "request_id": str(uuid.uuid4())}
+    return {
+        "function": name,
+        "arn": f"arn:aws:lambda:us-east-1:123456789012:function:{name}",
+        "memory": 256,
+        "module_file": str(path),
+        "module_name": "handler",
+        "attr": "handler",
+        "payload": json.dumps(payload).encode(),
+        "env": {"MARK": name},
+        "request_id": str(uuid.uuid4()),
+    }
 
 
 def test_pool_runs_handlers_with_exactly_the_job_environment(pool, tmp_path):
@@ -258,8 +304,15 @@ def test_the_seam_is_registered_once_per_session(monkeypatch):
     class Probe:
         url = "http://localhost:1/2015-03-31/functions/x/invocations"
 
-    router = type("R", (), {"functions": {"x": None}, "owns": lambda self, url: True,
-                            "handle": lambda self, req: calls.append(req) or "answer"})()
+    router = type(
+        "R",
+        (),
+        {
+            "functions": {"x": None},
+            "owns": lambda self, url: True,
+            "handle": lambda self, req: calls.append(req) or "answer",
+        },
+    )()
     monkeypatch.setattr(invoke, "_routers", [router])
     for session in (boto3.session.Session(), boto3._get_default_session()):
         calls.clear()

@@ -20,18 +20,23 @@ def aws(monkeypatch, tmp_path):
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "cache"))
     with mock_aws():
         # Cached clients must be made inside the mock.
+        from smlt.data.shards import load_manifest
         from smlt.records import dynamodb_client
         from smlt.store.s3 import s3_client
-        from smlt.data.shards import load_manifest
 
         s3_client.cache_clear(), dynamodb_client.cache_clear(), load_manifest.cache_clear()
         s3 = boto3.client("s3")
         for b in ("smlt-artifacts", "smlt-data"):
             s3.create_bucket(Bucket=b)
         boto3.client("dynamodb").create_table(
-            TableName="smlt-runs", BillingMode="PAY_PER_REQUEST",
+            TableName="smlt-runs",
+            BillingMode="PAY_PER_REQUEST",
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}])
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+        )
         monkeypatch.setenv("SMLT_ARTIFACTS_BUCKET", "smlt-artifacts")
         monkeypatch.setenv("SMLT_DATA_BUCKET", "smlt-data")
         monkeypatch.setenv("SMLT_TABLE", "smlt-runs")
@@ -48,9 +53,12 @@ def digits(aws):
 
 
 def job(uri, **training):
-    return {"name": "t", "dataset": {"uri": uri},
-            "training": {"local_steps": 20, "max_rounds": 30, "target_value": 0.95, **training},
-            "workers": {"initial": 4, "memory_mb": 1769}}
+    return {
+        "name": "t",
+        "dataset": {"uri": uri},
+        "training": {"local_steps": 20, "max_rounds": 30, "target_value": 0.95, **training},
+        "workers": {"initial": 4, "memory_mb": 1769},
+    }
 
 
 def run_keys(s3, run_id):

@@ -111,8 +111,9 @@ def test_corrupt_shard_is_named_and_kept_out(digits, aws, tmp_path, monkeypatch)
 
 
 def test_features_that_do_not_match_the_manifest(digits, aws, tmp_path, monkeypatch):
-    from safetensors.numpy import save
     import hashlib
+
+    from safetensors.numpy import save
 
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache2"))
     from smlt.data.shards import load_manifest
@@ -137,8 +138,11 @@ def _upload_version(s3, version):
 
 
 def test_trigger_dedups_events_and_warm_starts_from_the_pipeline(digits, aws):
-    aws.put_object(Bucket="smlt-data", Key="incoming/digits/job.json",
-                   Body=json.dumps(job("s3://ignored/", max_rounds=2, target_value=None)))
+    aws.put_object(
+        Bucket="smlt-data",
+        Key="incoming/digits/job.json",
+        Body=json.dumps(job("s3://ignored/", max_rounds=2, target_value=None)),
+    )
     event = _upload_version(aws, "v1")
     first = plan(event, "exec-a")
     assert first["action"] == "train"
@@ -150,17 +154,26 @@ def test_trigger_dedups_events_and_warm_starts_from_the_pipeline(digits, aws):
     latest = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="pipelines/digits/latest.json")["Body"].read())
     assert latest["run_id"] == final["run_id"]
     second = plan(_upload_version(aws, "v2"), "exec-c")
-    meta_job = json.loads(aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/job.json")["Body"].read())
+    meta_job = json.loads(
+        aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/job.json")["Body"].read()
+    )
     assert meta_job["warm_start"] == latest["model"]
-    m_prev = aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{final['run_id']}/final/model.safetensors")["Body"].read()
-    m_new = aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/rounds/000000/model.safetensors")["Body"].read()
+    m_prev = aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{final['run_id']}/final/model.safetensors")[
+        "Body"
+    ].read()
+    m_new = aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/rounds/000000/model.safetensors")[
+        "Body"
+    ].read()
     assert m_prev == m_new
 
 
 def test_chain_hands_over_after_rounds_per_execution(digits, aws):
     sfn = boto3.client("stepfunctions")
-    arn = sfn.create_state_machine(name="sm", definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
-                                   roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
+    arn = sfn.create_state_machine(
+        name="sm",
+        definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/r",
+    )["stateMachineArn"]
     j = {**job(digits, target_value=None), "rounds_per_execution": 1}
     p = plan(j, "e1")
     for w in p["workers"]:
@@ -187,10 +200,16 @@ def test_updates_are_tagged_for_the_lifecycle_rule(digits, aws):
 
 def test_a_triggered_run_chains_with_its_job_not_the_event(digits, aws):
     sfn = boto3.client("stepfunctions")
-    arn = sfn.create_state_machine(name="sm2", definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
-                                   roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
-    aws.put_object(Bucket="smlt-data", Key="incoming/digits/job.json",
-                   Body=json.dumps({**job("s3://ignored/", target_value=None), "rounds_per_execution": 1}))
+    arn = sfn.create_state_machine(
+        name="sm2",
+        definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/r",
+    )["stateMachineArn"]
+    aws.put_object(
+        Bucket="smlt-data",
+        Key="incoming/digits/job.json",
+        Body=json.dumps({**job("s3://ignored/", target_value=None), "rounds_per_execution": 1}),
+    )
     event = _upload_version(aws, "v9")
     p = plan(event, "trig-1")
     for w in p["workers"]:

@@ -62,14 +62,17 @@ def test_late_worker_is_refused_after_aggregation(digits, aws):
         train_step({"run_id": "late", "round": 0, "worker": plan["workers"][-1]}, None)
 
 
-@pytest.mark.parametrize("mutate, error, field", [
-    (lambda j: j.pop("dataset"), InvalidJob, "dataset"),
-    (lambda j: j.update(constraints={"budget_usd": -1}), InvalidJob, "constraints.budget_usd"),
-    (lambda j: j.update(model={"name": "nope"}), InvalidJob, "model.name"),
-    (lambda j: j["training"].update(batch_size="x"), InvalidJob, "training.batch_size"),
-    (lambda j: j["workers"].update(memory_mb=2048), InvalidJob, "workers.memory_mb"),
-    (lambda j: j.update(dataset={"uri": "s3://smlt-data/datasets/missing/"}), InvalidDataset, "no manifest.json"),
-])
+@pytest.mark.parametrize(
+    "mutate, error, field",
+    [
+        (lambda j: j.pop("dataset"), InvalidJob, "dataset"),
+        (lambda j: j.update(constraints={"budget_usd": -1}), InvalidJob, "constraints.budget_usd"),
+        (lambda j: j.update(model={"name": "nope"}), InvalidJob, "model.name"),
+        (lambda j: j["training"].update(batch_size="x"), InvalidJob, "training.batch_size"),
+        (lambda j: j["workers"].update(memory_mb=2048), InvalidJob, "workers.memory_mb"),
+        (lambda j: j.update(dataset={"uri": "s3://smlt-data/datasets/missing/"}), InvalidDataset, "no manifest.json"),
+    ],
+)
 def test_bad_job_is_named_and_nothing_written(digits, aws, mutate, error, field):
     bad = job(digits)
     mutate(bad)
@@ -85,11 +88,14 @@ def test_model_that_does_not_fit_the_data(digits, aws, tmp_path):
     first = job(digits)
     planner({"op": "plan", "job": first, "execution": "shape"}, None)
     # A round-0 model of another shape is stored before any worker starts (as a warm start could).
-    from safetensors.numpy import save
     import numpy as np
+    from safetensors.numpy import save
 
-    aws.put_object(Bucket="smlt-artifacts", Key="runs/shape/rounds/000000/model.safetensors",
-                   Body=save({"0.weight": np.zeros((5, 7), np.float32)}))
+    aws.put_object(
+        Bucket="smlt-artifacts",
+        Key="runs/shape/rounds/000000/model.safetensors",
+        Body=save({"0.weight": np.zeros((5, 7), np.float32)}),
+    )
     with pytest.raises(InvalidDataset, match="does not match"):
         train_step({"run_id": "shape", "round": 0, "worker": 1}, None)
 

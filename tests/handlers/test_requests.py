@@ -53,12 +53,20 @@ def test_requests_per_round(digits, calls):
             continue  # round 0 also writes the initial model and warms the caches
         # Each worker: one BatchGetItem (seal, own record, plan), its update, its record; the
         # global model is read once per process for the whole round.
-        assert workers == Counter({"dynamodb.BatchGetItem": n, "s3.PutObject": n,
-                                   "dynamodb.TransactWriteItems": n, "s3.GetObject": 1}), workers
+        assert workers == Counter(
+            {"dynamodb.BatchGetItem": n, "s3.PutObject": n, "dynamodb.TransactWriteItems": n, "s3.GetObject": 1}
+        ), workers
         # The aggregator: one BatchGetItem, the records, the seal, model r, each (small) update
         # whole in one GET, model r+1, the ROUND item.
-        assert agg == Counter({"dynamodb.BatchGetItem": 1, "dynamodb.Query": 1, "dynamodb.PutItem": 2,
-                               "s3.GetObject": 1 + n, "s3.PutObject": 1}), agg
+        assert agg == Counter(
+            {
+                "dynamodb.BatchGetItem": 1,
+                "dynamodb.Query": 1,
+                "dynamodb.PutItem": 2,
+                "s3.GetObject": 1 + n,
+                "s3.PutObject": 1,
+            }
+        ), agg
         # The planner: the new ROUND items only, then META and two PLAN items at once, its plan.
         assert plan == Counter({"dynamodb.Query": 1, "dynamodb.BatchGetItem": 1, "dynamodb.PutItem": 1}), plan
 
@@ -84,7 +92,9 @@ def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
     for item in table.query(""):
         table.client.delete_item(TableName="smlt-runs", Key={"pk": {"S": item["pk"]}, "sk": {"S": item["sk"]}})
     assert planner({"op": "plan", "job": j, "execution": "again"}, None)["round"] == 0
-    assert ("smlt-runs", "again") not in control._rounds_seen or control._rounds_seen[("smlt-runs", "again")][0] != stamp
+    assert ("smlt-runs", "again") not in control._rounds_seen or control._rounds_seen[("smlt-runs", "again")][
+        0
+    ] != stamp
 
 
 def test_get_many_reads_several_items_at_once(aws):

@@ -127,9 +127,16 @@ def test_sharded_quorum_retry_seal_and_duplicates(digits, aws, small_slices):
     assert again["skipped"] is True  # a retried aggregator finds its slice written
     done = aggregate({"run_id": "q", "round": 1, "op": "finish"}, None)
     assert aggregate({"run_id": "q", "round": 1, "op": "finish"}, None) == done
-    assert {**aggregate({"run_id": "q", "round": 1, "op": "prepare"}, None), "proceed": True} == {**done, "proceed": True}
-    item = json.loads(json.dumps(__import__("smlt.records", fromlist=["RunTable"]).RunTable("smlt-runs", "q")
-                                 .get(keys.round_sk(1)), default=float))
+    assert {**aggregate({"run_id": "q", "round": 1, "op": "prepare"}, None), "proceed": True} == {
+        **done,
+        "proceed": True,
+    }
+    item = json.loads(
+        json.dumps(
+            __import__("smlt.records", fromlist=["RunTable"]).RunTable("smlt-runs", "q").get(keys.round_sk(1)),
+            default=float,
+        )
+    )
     assert [a["worker"] for a in item["accepted"]] == [0, 1, 2] and item["workers_ok"] == 3
     assert item["aggregators"] == 8
     # next round's workers read the sliced model
@@ -158,7 +165,9 @@ def test_sharded_divergence_names_the_worker_and_falls_back(digits, aws, small_s
     assert "worker(s) [2]" in out["reason"] and out["stop"] is False
     store = S3Store(ART)
     # model 2 = model 1 (as one object, winning over whatever slices were written)
-    np.testing.assert_array_equal(sharded.read_model(store, "nan", 2)[first], sharded.read_model(store, "nan", 1)[first])
+    np.testing.assert_array_equal(
+        sharded.read_model(store, "nan", 2)[first], sharded.read_model(store, "nan", 1)[first]
+    )
     from smlt.records import RunTable
 
     table = RunTable("smlt-runs", "nan")
@@ -218,7 +227,10 @@ def test_sync_mode_workers_step_together(digits, aws, monkeypatch, request, exch
     from smlt.config import Settings
 
     ex = Settings.from_env().exchange_store()
-    assert ex.list(keys.run_prefix(run)) == [] if exchange == "redis" else \
-        not any("/sync/" in k for k in store.list(keys.run_prefix(run)))
+    assert (
+        ex.list(keys.run_prefix(run)) == []
+        if exchange == "redis"
+        else not any("/sync/" in k for k in store.list(keys.run_prefix(run)))
+    )
     m = metrics(aws, run)
     assert m["final"]["lost_updates"] == 0 and all(len(r["accepted"]) == 4 for r in m["rounds"] if not r["eval_only"])

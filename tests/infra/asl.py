@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
@@ -29,7 +30,7 @@ def resolve(template: dict[str, Any], node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     if len(node) == 1:
-        (key, value), = node.items()
+        ((key, value),) = node.items()
         if key == "Ref":
             return placeholder(template, value, None)
         if key == "Fn::GetAtt":

@@ -89,7 +89,9 @@ def test_bundler_copies_smlt_and_prunes(tmp_path, monkeypatch):
     assert not list(site.rglob("__pycache__"))
 
 
-@pytest.mark.skipif(os.environ.get("SMLT_TEST_LAYER_BUILD") != "1", reason="set SMLT_TEST_LAYER_BUILD=1 (pip downloads ~60 MB)")
+@pytest.mark.skipif(
+    os.environ.get("SMLT_TEST_LAYER_BUILD") != "1", reason="set SMLT_TEST_LAYER_BUILD=1 (pip downloads ~60 MB)"
+)
 def test_real_layer_build(tmp_path):
     bundling.build_layer(tmp_path, REPO, "x86_64", "3.12")
     site = tmp_path / "python"

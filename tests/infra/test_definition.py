@@ -41,8 +41,16 @@ def test_jsonpath_only(defn, synth):
 
 def test_every_task_has_a_timeout_and_retries(states):
     tasks = {n: s for n, s in states.items() if s["Type"] == "Task"}
-    assert set(tasks) == {"Plan", "TrainWorker", "Aggregate", "AggregatePrepare", "AggregateSlice",
-                          "AggregateFinish", "Finalize", "Chain"}
+    assert set(tasks) == {
+        "Plan",
+        "TrainWorker",
+        "Aggregate",
+        "AggregatePrepare",
+        "AggregateSlice",
+        "AggregateFinish",
+        "Finalize",
+        "Chain",
+    }
     for name, st in tasks.items():
         assert "TimeoutSeconds" in st or "TimeoutSecondsPath" in st, name
         if "TimeoutSeconds" in st:
@@ -104,9 +112,15 @@ def test_contract_shape(states, synth):
     assert states["WorkerFailed"]["End"] is True and worker["End"] is True
 
     how = states["HowToAggregate"]
-    assert how["Choices"] == [{"And": [{"Variable": "$.plan.aggregators", "IsPresent": True},
-                                       {"Variable": "$.plan.aggregators", "NumericGreaterThan": 1}],
-                               "Next": "AggregatePrepare"}]
+    assert how["Choices"] == [
+        {
+            "And": [
+                {"Variable": "$.plan.aggregators", "IsPresent": True},
+                {"Variable": "$.plan.aggregators", "NumericGreaterThan": 1},
+            ],
+            "Next": "AggregatePrepare",
+        }
+    ]
     assert how["Default"] == "Aggregate"
 
     agg = states["Aggregate"]
@@ -125,14 +139,23 @@ def test_contract_shape(states, synth):
     slices = states["AggregateSlices"]
     assert slices["Type"] == "Map" and slices["ItemsPath"] == "$.plan.slices"
     assert slices["ItemProcessor"]["ProcessorConfig"]["Mode"] == "INLINE"
-    assert slices["ItemSelector"] == {"run_id.$": "$.plan.run_id", "round.$": "$.plan.round",
-                                      "slice.$": "$$.Map.Item.Value", "of.$": "$.plan.aggregators"}
+    assert slices["ItemSelector"] == {
+        "run_id.$": "$.plan.run_id",
+        "round.$": "$.plan.round",
+        "slice.$": "$$.Map.Item.Value",
+        "of.$": "$.plan.aggregators",
+    }
     assert slices["ResultPath"] is None and slices["Next"] == "AggregateFinish"
     assert 0 < slices["MaxConcurrency"] <= 40
     one = states["AggregateSlice"]
     assert one["Resource"] == aggregate and one["ResultPath"] is None and one["End"] is True
-    assert one["Parameters"] == {"op": "slice", "run_id.$": "$.run_id", "round.$": "$.round",
-                                 "slice.$": "$.slice", "of.$": "$.of"}
+    assert one["Parameters"] == {
+        "op": "slice",
+        "run_id.$": "$.run_id",
+        "round.$": "$.round",
+        "slice.$": "$.slice",
+        "of.$": "$.of",
+    }
     fin_agg = states["AggregateFinish"]
     assert fin_agg["Resource"] == aggregate
     assert fin_agg["Parameters"] == {"op": "finish", "run_id.$": "$.plan.run_id", "round.$": "$.plan.round"}

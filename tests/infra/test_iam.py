@@ -109,7 +109,12 @@ def test_function_roles_are_scoped(synth):
     for prefix in ("FunctionsPlannerRole", "FunctionsAggregateRole", "FunctionsTrainStep1769Role"):
         g = _grants(synth, prefix)
         ddb = {a for a in g if a.startswith("dynamodb:")}
-        assert ddb and not ddb & {"dynamodb:DeleteTable", "dynamodb:CreateTable", "dynamodb:Scan", "dynamodb:UpdateTable"}
+        assert ddb and not ddb & {
+            "dynamodb:DeleteTable",
+            "dynamodb:CreateTable",
+            "dynamodb:Scan",
+            "dynamodb:UpdateTable",
+        }
         assert all(g[a] == {f"<{table}.Arn>"} for a in ddb)
 
 

@@ -58,7 +58,7 @@ def _group_id(lid: str) -> dict:
 
 # ------------------------------------------------------------------ the cache
 def test_cache_encrypted_in_transit_and_at_rest(redis_synth):
-    (rg_id, rg), = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
+    ((rg_id, rg),) = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
     props = rg["Properties"]
     assert props["TransitEncryptionEnabled"] is True
     assert props["TransitEncryptionMode"] == "required"
@@ -73,8 +73,8 @@ def test_cache_encrypted_in_transit_and_at_rest(redis_synth):
 
 
 def test_cache_in_the_isolated_subnets_behind_its_security_group(redis_synth):
-    (_, rg), = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
-    (sng_id, sng), = redis_synth.resources("AWS::ElastiCache::SubnetGroup").items()
+    ((_, rg),) = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
+    ((sng_id, sng),) = redis_synth.resources("AWS::ElastiCache::SubnetGroup").items()
     assert rg["Properties"]["CacheSubnetGroupName"] == {"Ref": sng_id}
     subnets = set(redis_synth.resources("AWS::EC2::Subnet"))
     assert {s["Ref"] for s in sng["Properties"]["SubnetIds"]} == subnets
@@ -88,7 +88,7 @@ def test_cache_admits_only_the_functions_group_on_its_port(redis_synth):
     # No inline ingress anywhere; the one standalone ingress rule is functions -> cache.
     for lid, sg in sgs.items():
         assert "SecurityGroupIngress" not in sg["Properties"], lid
-    (_, rule), = redis_synth.resources("AWS::EC2::SecurityGroupIngress").items()
+    ((_, rule),) = redis_synth.resources("AWS::EC2::SecurityGroupIngress").items()
     p = rule["Properties"]
     assert p["GroupId"] == _group_id(cache_sg)
     assert p["SourceSecurityGroupId"] == _group_id(fn_sg)
@@ -104,7 +104,7 @@ def test_functions_group_reaches_only_the_cache_and_https(redis_synth):
     sgs = redis_synth.resources("AWS::EC2::SecurityGroup")
     (https,) = sgs[fn_sg]["Properties"]["SecurityGroupEgress"]
     assert (https["IpProtocol"], https["FromPort"], https["ToPort"]) == ("tcp", 443, 443)
-    (_, rule), = redis_synth.resources("AWS::EC2::SecurityGroupEgress").items()
+    ((_, rule),) = redis_synth.resources("AWS::EC2::SecurityGroupEgress").items()
     p = rule["Properties"]
     assert p["GroupId"] == _group_id(fn_sg)
     assert p["DestinationSecurityGroupId"] == _group_id(cache_sg)
@@ -113,7 +113,7 @@ def test_functions_group_reaches_only_the_cache_and_https(redis_synth):
 
 # ------------------------------------------------------------------ the VPC
 def test_vpc_isolated_in_two_azs_without_nat_or_internet_gateway(redis_synth):
-    (vpc_id, _), = redis_synth.resources("AWS::EC2::VPC").items()
+    ((vpc_id, _),) = redis_synth.resources("AWS::EC2::VPC").items()
     for gone in (
         "AWS::EC2::NatGateway",
         "AWS::EC2::InternetGateway",
@@ -150,8 +150,8 @@ def test_gateway_endpoints_for_s3_and_dynamodb_on_every_subnet(redis_synth):
 
 
 def test_vpc_flow_log_to_cloudwatch_with_retention(redis_synth):
-    (vpc_id, _), = redis_synth.resources("AWS::EC2::VPC").items()
-    (_, fl), = redis_synth.resources("AWS::EC2::FlowLog").items()
+    ((vpc_id, _),) = redis_synth.resources("AWS::EC2::VPC").items()
+    ((_, fl),) = redis_synth.resources("AWS::EC2::FlowLog").items()
     p = fl["Properties"]
     assert (p["ResourceType"], p["ResourceId"], p["TrafficType"]) == ("VPC", {"Ref": vpc_id}, "ALL")
     group = redis_synth.template["Resources"][p["LogGroupName"]["Ref"]]
@@ -161,7 +161,7 @@ def test_vpc_flow_log_to_cloudwatch_with_retention(redis_synth):
 # ------------------------------------------------------------------ the functions
 def test_exchange_users_run_in_the_vpc_with_the_exchange_url(redis_synth):
     fns = _functions(redis_synth)
-    (rg_id, _), = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
+    ((rg_id, _),) = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
     fn_sg, _ = _security_groups(redis_synth)
     subnets = set(redis_synth.resources("AWS::EC2::Subnet"))
     url = {
@@ -194,10 +194,13 @@ def test_planner_stays_outside_the_vpc(redis_synth):
 
 
 def test_redis_endpoint_output(redis_synth):
-    (rg_id, _), = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
+    ((rg_id, _),) = redis_synth.resources("AWS::ElastiCache::ReplicationGroup").items()
     out = redis_synth.template["Outputs"]["RedisEndpoint"]
     assert out["Value"] == {
-        "Fn::Join": [":", [{"Fn::GetAtt": [rg_id, "PrimaryEndPoint.Address"]}, {"Fn::GetAtt": [rg_id, "PrimaryEndPoint.Port"]}]]
+        "Fn::Join": [
+            ":",
+            [{"Fn::GetAtt": [rg_id, "PrimaryEndPoint.Address"]}, {"Fn::GetAtt": [rg_id, "PrimaryEndPoint.Port"]}],
+        ]
     }
 
 
@@ -271,7 +274,9 @@ def test_nag_acknowledgments_are_reasoned_and_narrow(redis_synth):
     assert enis == {
         "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*]"
     }
-    assert {p for p, r, _ in acks if r in enis} == {f"Smlt/Functions/{f[len('Functions'):]}Role/DefaultPolicy/Resource" for f in IN_VPC}
+    assert {p for p, r, _ in acks if r in enis} == {
+        f"Smlt/Functions/{f[len('Functions') :]}Role/DefaultPolicy/Resource" for f in IN_VPC
+    }
 
 
 @pytest.fixture(scope="module")
@@ -442,4 +447,3 @@ def test_local_engine_resolves_the_default_template(synth):
     for spec in specs.values():
         assert "SMLT_EXCHANGE_URL" not in spec.env
         assert spec.env["SMLT_TABLE"].startswith("Smlt-")
-

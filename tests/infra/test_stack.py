@@ -93,7 +93,7 @@ def _functions(synth):
 
 
 def test_function_set_and_construct_ids(synth):
-    ids = sorted(k[: -8] for k in _functions(synth))  # logical id = path + 8-char hash
+    ids = sorted(k[:-8] for k in _functions(synth))  # logical id = path + 8-char hash
     assert ids == sorted(
         ["FunctionsPlanner", "FunctionsAggregate"] + [f"FunctionsTrainStep{m}" for m in (1769, 3008, 5120, 10240)]
     )
@@ -250,9 +250,8 @@ def test_trigger_rule_pattern_and_input(synth):
 def test_trigger_rule_matches_like_the_local_engine():
     """The local engine (smlt.watch) evaluates the same pattern: manifests of a pipeline version
     match, the pipeline's job.json and stray manifests do not."""
-    from smlt.watch import matches
-
     from infra.stacks.trigger import KEY_WILDCARD
+    from smlt.watch import matches
 
     pattern = {"detail": {"object": {"key": [{"wildcard": KEY_WILDCARD}]}}}
 
@@ -271,7 +270,9 @@ def test_trigger_dead_letter_queue_encrypted_and_tls_only(synth):
     assert q["Properties"]["SqsManagedSseEnabled"] is True
     (qp,) = synth.resources("AWS::SQS::QueuePolicy").values()
     statements = qp["Properties"]["PolicyDocument"]["Statement"]
-    assert any(s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}} for s in statements)
+    assert any(
+        s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}} for s in statements
+    )
 
 
 # ------------------------------------------------------------------ monitoring

@@ -24,8 +24,12 @@ def test_round0_uses_priors_and_explains(prices):
 
 
 def test_infeasible_deadline_names_the_earliest_deadline(prices):
-    d = decide(_job(deadline_seconds=2.0, budget_usd=50.0), make_history([], params=25_000_000, rows=50_000,
-                                                                          flops=3.9e9), TIERS, prices)
+    d = decide(
+        _job(deadline_seconds=2.0, budget_usd=50.0),
+        make_history([], params=25_000_000, rows=50_000, flops=3.9e9),
+        TIERS,
+        prices,
+    )
     assert d.action == "stop" and d.infeasible
     assert d.earliest_deadline_s and d.earliest_deadline_s > 2.0
     assert "infeasible" in d.reason and "earliest feasible deadline" in d.reason
@@ -39,15 +43,20 @@ def test_infeasible_budget_names_the_smallest_budget(prices):
 
 
 def test_infeasible_both_mentions_both(prices):
-    d = decide(_job(deadline_seconds=5.0, budget_usd=0.002), make_history([], params=25_000_000, rows=50_000,
-                                                                           flops=3.9e9), TIERS, prices)
+    d = decide(
+        _job(deadline_seconds=5.0, budget_usd=0.002),
+        make_history([], params=25_000_000, rows=50_000, flops=3.9e9),
+        TIERS,
+        prices,
+    )
     assert d.infeasible
     assert "earliest feasible deadline" in d.reason and "smallest budget" in d.reason
 
 
 def test_best_effort_trains_anyway(prices):
-    job = make_job(constraints={"deadline_seconds": 2.0, "budget_usd": 50.0, "best_effort": True},
-                   training={"target_value": 0.9})
+    job = make_job(
+        constraints={"deadline_seconds": 2.0, "budget_usd": 50.0, "best_effort": True}, training={"target_value": 0.9}
+    )
     d = decide(job, make_history([], params=25_000_000, rows=50_000, flops=3.9e9), TIERS, prices)
     assert d.action == "train" and not d.infeasible
 
@@ -94,8 +103,11 @@ def test_target_and_max_rounds_stop(prices):
 
 
 def test_respects_worker_bounds_and_pinned_memory(prices):
-    job = make_job(workers={"planner": "adaptive", "initial": 3, "min": 2, "max": 5, "memory_mb": 3008},
-                   constraints={"deadline_seconds": 30.0}, training={"target_value": 0.9})
+    job = make_job(
+        workers={"planner": "adaptive", "initial": 3, "min": 2, "max": 5, "memory_mb": 3008},
+        constraints={"deadline_seconds": 30.0},
+        training={"target_value": 0.9},
+    )
     d = decide(job, make_history([]), TIERS, prices)
     if d.action == "train":
         assert 2 <= d.workers <= 5 and d.memory_mb == 3008
@@ -115,13 +127,24 @@ def test_budget_never_exceeded_over_random_histories(prices):
             n = int(rng.integers(1, 17))
             m = int(rng.choice(TIERS))
             k = int(rng.choice([1, 5, 20, 100]))
-            rounds.append(make_round(i, n=n, m=m, k=k, step_s=float(10 ** rng.uniform(-3.5, 0)),
-                                     load_s=float(rng.uniform(0.05, 3)), acc=float(min(0.95, 0.1 + 0.1 * i)),
-                                     cold=bool(rng.random() < 0.3)))
+            rounds.append(
+                make_round(
+                    i,
+                    n=n,
+                    m=m,
+                    k=k,
+                    step_s=float(10 ** rng.uniform(-3.5, 0)),
+                    load_s=float(rng.uniform(0.05, 3)),
+                    acc=float(min(0.95, 0.1 + 0.1 * i)),
+                    cold=bool(rng.random() < 0.3),
+                )
+            )
         spent = sum(r.cost_usd for r in rounds)
         budget = spent + float(10 ** rng.uniform(-4, 0))
-        job = make_job(constraints={"budget_usd": budget, "deadline_seconds": float(10 ** rng.uniform(1, 5))},
-                       training={"target_value": 0.9, "max_rounds": 1000})
+        job = make_job(
+            constraints={"budget_usd": budget, "deadline_seconds": float(10 ** rng.uniform(1, 5))},
+            training={"target_value": 0.9, "max_rounds": 1000},
+        )
         hist = make_history(rounds, params=params, rows=rows, cost=spent)
         d = decide(job, hist, TIERS, prices)
         if d.action != "train":

@@ -14,7 +14,7 @@ def test_fixed_keeps_the_jobs_plan(prices):
 
 def test_fixed_memory_default_and_pin(prices):
     assert default_tier([1024, 2048, 3008]) == 2048
-    assert default_tier([512, 1024]) == 1024        # nothing >= 1769 MB: the largest
+    assert default_tier([512, 1024]) == 1024  # nothing >= 1769 MB: the largest
     job = make_job(workers={"planner": "fixed", "memory_mb": 3008})
     assert decide(job, make_history([]), [1024, 3008], prices).memory_mb == 3008
 
@@ -22,7 +22,7 @@ def test_fixed_memory_default_and_pin(prices):
 def test_fixed_stops_on_target_and_max_rounds(prices):
     job = make_job(workers={"planner": "fixed"}, training={"target_value": 0.9, "max_rounds": 5})
     hist = make_history([make_round(i, acc=0.5 + 0.1 * i) for i in range(5)])
-    d = decide(job, hist, TIERS, prices)            # last val 0.9 >= 0.9
+    d = decide(job, hist, TIERS, prices)  # last val 0.9 >= 0.9
     assert d.action == "stop" and d.bound == "target" and "target reached" in d.reason
     hist = make_history([make_round(i, acc=0.5) for i in range(5)])
     d = decide(job, hist, TIERS, prices)

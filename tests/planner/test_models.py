@@ -39,8 +39,18 @@ def test_progress_forecast_brackets_the_truth():
             acc = float(saturation(i * dt, 0.1, 0.92, 800.0, 0.7) + rng.normal(0, 0.005))
             rounds.append(make_round(i, n=n, k=k, acc=acc))
         hist = make_history(rounds, rows=20_000)
-        pm = ProgressModel(metric="val_accuracy", target=0.85, momentum=0.9, batch=32, train_rows=20_000,
-                           val_rows=5000, quorum=0.5, max_rounds=1000, initial_workers=4, initial_steps=20).fit(hist)
+        pm = ProgressModel(
+            metric="val_accuracy",
+            target=0.85,
+            momentum=0.9,
+            batch=32,
+            train_rows=20_000,
+            val_rows=5000,
+            quorum=0.5,
+            max_rounds=1000,
+            initial_workers=4,
+            initial_steps=20,
+        ).fit(hist)
         s = pm.forecast.summary(np.array([n]), np.array([k]))
         need = total - seen + 1
         assert s[0.1][0] <= need <= s[0.9][0], (seen, need, s)
@@ -49,9 +59,10 @@ def test_progress_forecast_brackets_the_truth():
 
 
 def test_timing_model_learns_compute_speed(prices):
-    hist = make_history([make_round(i, n=4, m=1769, k=50, step_s=0.05, acc=0.2) for i in range(3)],
-                        params=1_000_000, flops=6e6)
+    hist = make_history(
+        [make_round(i, n=4, m=1769, k=50, step_s=0.05, acc=0.2) for i in range(3)], params=1_000_000, flops=6e6
+    )
     tm = TimingModel(JobShape.of(hist, 32), prices).fit(hist)
     mu, sd = tm.step_seconds(np.array([1769.0, 10240.0]))
-    assert abs(mu[0] - 0.05) / 0.05 < 0.1            # measured tier: learned
-    assert mu[1] < mu[0] and sd[1] / mu[1] > sd[0] / mu[0]   # unmeasured tier: faster but uncertain
+    assert abs(mu[0] - 0.05) / 0.05 < 0.1  # measured tier: learned
+    assert mu[1] < mu[0] and sd[1] / mu[1] > sd[0] / mu[0]  # unmeasured tier: faster but uncertain

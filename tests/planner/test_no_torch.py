@@ -3,8 +3,10 @@ import sys
 
 
 def test_planner_imports_neither_torch_nor_scipy():
-    code = ("import sys, smlt.planner, smlt.planner.core, smlt.planner.timing, smlt.planner.progress; "
-            "bad = [m for m in ('torch', 'scipy', 'sklearn') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, smlt.planner, smlt.planner.core, smlt.planner.timing, smlt.planner.progress; "
+        "bad = [m for m in ('torch', 'scipy', 'sklearn') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

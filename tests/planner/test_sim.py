@@ -14,8 +14,14 @@ TIERS = [1024, 1769, 3008, 5120, 10240]
 
 
 def _job(planner="adaptive", **c):
-    return parse_job({"dataset": {"uri": "s3://b/d/"}, "training": {"target_value": 0.85, "max_rounds": 300},
-                      "constraints": c, "workers": {"planner": planner, "max": 32}})
+    return parse_job(
+        {
+            "dataset": {"uri": "s3://b/d/"},
+            "training": {"target_value": 0.85, "max_rounds": 300},
+            "constraints": c,
+            "workers": {"planner": planner, "max": 32},
+        }
+    )
 
 
 def test_cloud_records_like_the_real_system():
@@ -23,8 +29,8 @@ def test_cloud_records_like_the_real_system():
     first = cloud.run_round(4, 1769, 20, time_limit_s=60)
     second = cloud.run_round(4, 1769, 20, time_limit_s=60)
     assert first.workers == first.workers_ok == 4 and len(first.timings) == 4
-    assert all(t.cold and t.init_s > 0 and t.cache_miss for t in first.timings)      # fresh instances
-    assert not any(t.cold or t.cache_miss for t in second.timings)                  # warm, shards cached
+    assert all(t.cold and t.init_s > 0 and t.cache_miss for t in first.timings)  # fresh instances
+    assert not any(t.cold or t.cache_miss for t in second.timings)  # warm, shards cached
     assert first.cost_usd > second.cost_usd > 0 and first.round_s > second.round_s
     assert first.val_accuracy is not None and 0 <= first.val_accuracy <= 1
     # a time limit below the work cuts the workers, bills up to the limit, voids the round
@@ -68,4 +74,4 @@ def test_smlt_gp_ucb_explores_with_kappa_5():
     bo = SmltBO(total_samples=1e6)
     grid = np.log2(np.arange(1, 65)) / 6.0
     ucb = bo._gp_ucb(np.array([np.log2(4) / 6.0]), np.array([-1.0]), grid)
-    assert int(np.argmax(ucb)) + 1 not in (3, 4, 5)      # one observation: kappa 5 sends it far away
+    assert int(np.argmax(ucb)) + 1 not in (3, 4, 5)  # one observation: kappa 5 sends it far away

@@ -1,2 +1,9 @@
-from tests.store._fixtures import (aws_env, each_redis_server, redis_server, redis_store,  # noqa: F401
-                                   redis_tls_server, s3_store, store)
+from tests.store._fixtures import (  # noqa: F401
+    aws_env,
+    each_redis_server,
+    redis_server,
+    redis_store,
+    redis_tls_server,
+    s3_store,
+    store,
+)

@@ -57,7 +57,7 @@ def test_44_mb_value_both_read_paths(each_redis_server):
     assert store.client.get(store._k("big")) == data  # redis-py's parser, same connection options
     eighth = len(data) // 8
     for i in (0, 3, 7):
-        assert store.get_range("big", i * eighth, (i + 1) * eighth) == data[i * eighth:(i + 1) * eighth]
+        assert store.get_range("big", i * eighth, (i + 1) * eighth) == data[i * eighth : (i + 1) * eighth]
     assert store.get_range("big", len(data) - 10, len(data) + 1000) == data[-10:]
     del got
     store.delete("big")
@@ -103,8 +103,15 @@ def test_tls_options_on_a_plain_url_leave_reads_to_redis_py():
     assert _RawReader.for_url("redis://127.0.0.1:6379/0?ssl_ca_certs=/x.pem", 5.0) is None
     assert _RawReader.for_url("unix:///tmp/redis.sock", 5.0) is None
     r = _RawReader.for_url("redis://u:p%40ss@h:7000/2?socket_timeout=3", 5.0)
-    assert (r.host, r.port, r.db, r.username, r.password, r.timeout, r.ssl_context) == \
-        ("h", 7000, 2, "u", "p@ss", 3.0, None)
+    assert (r.host, r.port, r.db, r.username, r.password, r.timeout, r.ssl_context) == (
+        "h",
+        7000,
+        2,
+        "u",
+        "p@ss",
+        3.0,
+        None,
+    )
 
 
 def test_db_in_the_query_is_honoured_by_both_paths(each_redis_server):

@@ -7,11 +7,14 @@ import pytest
 from smlt.cli import main
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("{not json", "job: not valid JSON"),
-    (json.dumps({"dataset": {"uri": "sklearn:digits"}, "training": {"batch_size": "x"}}), "training.batch_size"),
-    (json.dumps({"model": {"name": "mlp"}}), "dataset: field required"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("{not json", "job: not valid JSON"),
+        (json.dumps({"dataset": {"uri": "sklearn:digits"}, "training": {"batch_size": "x"}}), "training.batch_size"),
+        (json.dumps({"model": {"name": "mlp"}}), "dataset: field required"),
+    ],
+)
 def test_run_rejects_bad_jobs(tmp_path, capsys, text, needle):
     job = tmp_path / "job.json"
     job.write_text(text)

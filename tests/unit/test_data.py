@@ -31,15 +31,18 @@ def test_csv_and_npz(tmp_path):
     m = prepare_dataset(str(tmp_path / "d.npz"), str(tmp_path / "npz"), shards=4)
     assert m.features == 3 and m.outputs == 2
     csv = tmp_path / "d.csv"
-    csv.write_text("a,b,c,label\n" + "\n".join(f"{a},{b},{c},{l}" for (a, b, c), l in zip(x, y)))
+    csv.write_text("a,b,c,label\n" + "\n".join(f"{a},{b},{c},{lab}" for (a, b, c), lab in zip(x, y)))
     m2 = prepare_dataset(str(csv), str(tmp_path / "csv"), shards=4)
     assert m2.features == 3 and m2.train.rows == m.train.rows
 
 
-@pytest.mark.parametrize("source, msg", [
-    ("sklearn:nope", "unknown scikit-learn dataset"),
-    ("/does/not/exist.csv", "not found"),
-])
+@pytest.mark.parametrize(
+    "source, msg",
+    [
+        ("sklearn:nope", "unknown scikit-learn dataset"),
+        ("/does/not/exist.csv", "not found"),
+    ],
+)
 def test_bad_sources(tmp_path, source, msg):
     with pytest.raises(InvalidDataset, match=msg):
         prepare_dataset(source, str(tmp_path))

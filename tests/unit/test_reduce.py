@@ -5,7 +5,9 @@ from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, weigh
 
 def test_weighted_average_matches_definition():
     rng = np.random.default_rng(0)
-    ups = [{"w": rng.normal(size=(5, 3)).astype(np.float32), "b": rng.normal(size=3).astype(np.float32)} for _ in range(4)]
+    ups = [
+        {"w": rng.normal(size=(5, 3)).astype(np.float32), "b": rng.normal(size=3).astype(np.float32)} for _ in range(4)
+    ]
     weights = [10, 20, 30, 40]
     avg = weighted_average(ups, weights)
     for k in ("w", "b"):

@@ -22,9 +22,15 @@ def _ok(run_id, rnd, i, t_start):
         Body=json.dumps({"worker": i, "tier": os.environ["FIXTURE_TIER"]}),
     )
     boto3.resource("dynamodb").Table(os.environ["SMLT_TABLE"]).put_item(
-        Item={"pk": f"RUN#{run_id}", "sk": f"WORKER#{rnd:06d}#{i:05d}", "pid": os.getpid(),
-              "t_start": str(t_start), "t_end": str(time.time()),
-              "function": context_name()})
+        Item={
+            "pk": f"RUN#{run_id}",
+            "sk": f"WORKER#{rnd:06d}#{i:05d}",
+            "pid": os.getpid(),
+            "t_start": str(t_start),
+            "t_end": str(time.time()),
+            "function": context_name(),
+        }
+    )
     return {"worker": i, "samples": 10}
 
 
@@ -40,11 +46,15 @@ def handler(event, context):
     if name == "ok":
         return _ok(run_id, rnd, i, t_start)
     if name == "flaky":
-        r = boto3.resource("dynamodb").Table(os.environ["SMLT_TABLE"]).update_item(
-            Key={"pk": f"RUN#{run_id}", "sk": f"FLAKY#{rnd:06d}#{i:05d}"},
-            UpdateExpression="ADD attempts :one",
-            ExpressionAttributeValues={":one": 1},
-            ReturnValues="UPDATED_NEW",
+        r = (
+            boto3.resource("dynamodb")
+            .Table(os.environ["SMLT_TABLE"])
+            .update_item(
+                Key={"pk": f"RUN#{run_id}", "sk": f"FLAKY#{rnd:06d}#{i:05d}"},
+                UpdateExpression="ADD attempts :one",
+                ExpressionAttributeValues={":one": 1},
+                ReturnValues="UPDATED_NEW",
+            )
         )
         n = int(r["Attributes"]["attempts"])
         if n <= int(arg):

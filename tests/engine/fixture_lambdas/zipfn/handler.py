@@ -41,8 +41,11 @@ def _plan(event):
         "max_concurrency": job["max_concurrency"],
         "worker_timeout_s": job.get("worker_timeout_s", 60),
     }
-    _s3().put_object(Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"],
-                     Key=f"runs/{run_id}/rounds/{rnd:06d}/plan.json", Body=json.dumps(spec))
+    _s3().put_object(
+        Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"],
+        Key=f"runs/{run_id}/rounds/{rnd:06d}/plan.json",
+        Body=json.dumps(spec),
+    )
     if job.get("plan_pad"):
         spec["pad"] = "p" * int(job["plan_pad"])
     return spec
@@ -51,9 +54,11 @@ def _plan(event):
 def _aggregate(event):
     run_id, rnd = event["run_id"], event["round"]
     outcomes = event["outcomes"]
-    _s3().put_object(Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"],
-                     Key=f"runs/{run_id}/rounds/{rnd:06d}/summary.json",
-                     Body=json.dumps(outcomes))
+    _s3().put_object(
+        Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"],
+        Key=f"runs/{run_id}/rounds/{rnd:06d}/summary.json",
+        Body=json.dumps(outcomes),
+    )
     ok = sum(1 for o in outcomes if o.get("ok"))
     _table().put_item(Item={"pk": f"RUN#{run_id}", "sk": f"ROUND#{rnd:06d}", "workers_ok": ok})
     return {"round": rnd, "stop": rnd + 1 >= event["rounds"], "workers_ok": ok}
@@ -61,8 +66,7 @@ def _aggregate(event):
 
 def _finalize(event):
     run_id = event["run_id"]
-    _s3().put_object(Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"],
-                     Key=f"runs/{run_id}/final.json", Body=b"{}")
+    _s3().put_object(Bucket=os.environ["SMLT_ARTIFACTS_BUCKET"], Key=f"runs/{run_id}/final.json", Body=b"{}")
     return {"final": True}
 
 
@@ -75,8 +79,10 @@ def handler(event, context):
     if op == "finalize":
         return _finalize(event)
     if op == "echo":
-        return {"event": event, "function_name": context.function_name,
-                "memory": context.memory_limit_in_mb,
-                "env": {k: v for k, v in os.environ.items()
-                        if k.startswith(("SMLT_", "FIXTURE_", "AWS_"))}}
+        return {
+            "event": event,
+            "function_name": context.function_name,
+            "memory": context.memory_limit_in_mb,
+            "env": {k: v for k, v in os.environ.items() if k.startswith(("SMLT_", "FIXTURE_", "AWS_"))},
+        }
     raise ValueError(f"unknown op {op!r}")
