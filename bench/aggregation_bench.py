@@ -9,7 +9,7 @@ through a real store, and the accuracy cost of fp16/bf16 update compression.
 2. sharded vs single through a store (a real redis-server and moto's S3 server, both on loopback
    in their own processes): the updates are written as the worker writes them (one safetensors
    object each, with its metadata), then
-   single  = the current aggregator's path (`round.py`): GET + decode every update, weighted
+   single  = the current aggregator's path (`smlt/steps/aggregate.py`): GET + decode every update, weighted
              average, apply to the global model, encode, PUT model r+1;
    sharded = k = plan_slices(P * 4, n) warm reducer processes (like k warm Lambdas), each running
              `sharded.aggregate_slice` (header probe + one ranged GET per update, reduce, write
@@ -213,7 +213,7 @@ def _warm(_):
 
 
 def single_aggregate(store, rnd: int, accepted: list[dict]) -> bytes:
-    """What round.py does with the updates: GET + decode each, average, apply, check, encode, PUT."""
+    """What smlt/steps/aggregate.py does with the updates: GET + decode each, average, apply, check, encode, PUT."""
     global_state = decode(store.get(keys.model_key(RUN, rnd)))
     updates = [decode(store.get(keys.update_key(RUN, rnd, a["worker"]))) for a in accepted]
     avg = weighted_average(updates, [a["samples"] for a in accepted])

@@ -511,7 +511,7 @@ def table(results: dict) -> str:
         lines += [
             "",
             "Aggregation through a store (real redis-server; the local engine's moto S3 server; both on loopback, each in its own process): "
-            "single aggregator (round.py's path) vs k sharded reducer processes (k from `plan_slices`).",
+            "single aggregator (smlt/steps/aggregate.py's path) vs k sharded reducer processes (k from `plan_slices`).",
             "",
             "| store | updates × params | k | single s | sharded s | single MB/s | sharded MB/s | speed-up | one reducer s | ranged GET of 1/k ÷ whole GET |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -530,7 +530,7 @@ def table(results: dict) -> str:
             'ranged GET reads only its range; stock moto reads the whole object, see "moto hot spots" '
             'below); `sharded_vs_single` is the worse of the two stores. "one reducer" is the sharded '
             "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
-            "`sharded.reduce_updates` gives round.py as a drop-in for its GET + decode + average.",
+            "`sharded.reduce_updates` gives smlt/steps/aggregate.py as a drop-in for its GET + decode + average.",
         ]
         if agg.get("sync"):
             lines += [
@@ -621,7 +621,7 @@ def overhead_table(ov: dict, before: dict | None) -> list[str]:
         + f"What the engine itself adds is small (the `Choice`, `seam` and `Map wall − …` rows); nearly all of "
         f"a no-op round is the handlers' {calls:.0f} S3 and DynamoDB requests ({b['planner_aws_calls']:.0f} "
         f"planner, {b['train_aws_calls']:.0f} for the {ov['workers']} workers, {b['aggregate_aws_calls']:.0f} "
-        "aggregate; `tests/handlers/test_requests.py` pins these counts) answered one at a time by the "
+        "aggregate; `tests/functional/handlers/test_requests.py` pins these counts) answered one at a time by the "
         "one moto server in the engine process. On this machine a request costs ~2 ms of botocore CPU in "
         "the handler and ~2-3 ms of moto CPU in the engine process (`bench/moto_calls.py`): the engine "
         "process alone needs more than 60 ms of CPU per round for the requests, so the ≤ 60 ms target is "

@@ -6,8 +6,8 @@
 
 from aws_lambda_powertools import Logger
 
-from smlt.aggregate.round import aggregate_round, finish_round, prepare_round, slice_round
 from smlt.config import Settings
+from smlt.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
 
 logger = Logger(service="smlt")
 

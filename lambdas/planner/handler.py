@@ -3,7 +3,8 @@
 from aws_lambda_powertools import Logger
 
 from smlt.config import Settings
-from smlt.control import chain, finalize, plan_next
+from smlt.steps.finalize import finalize
+from smlt.steps.plan import chain, plan_next
 
 logger = Logger(service="smlt")
 

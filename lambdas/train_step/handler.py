@@ -3,7 +3,7 @@
 from aws_lambda_powertools import Logger
 
 from smlt.config import Settings
-from smlt.train.worker import run_worker
+from smlt.steps.train import run_worker
 
 logger = Logger(service="smlt")
 

@@ -16,7 +16,7 @@ from smlt.datasets import stage_dataset
 from smlt.records import RunTable
 from smlt.store import RedisStore, S3Store
 from tests.e2e.test_local_run import digits_job, run
-from tests.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
+from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 
 WORKERS, STEPS, ROUNDS = 2, 10, 3
 # Measured: 0.7855 (deterministic: the same seed gives the same model whatever the store).

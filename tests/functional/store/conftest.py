@@ -1,4 +1,4 @@
-from tests.store._fixtures import (  # noqa: F401
+from tests.functional.store._fixtures import (  # noqa: F401
     aws_env,
     each_redis_server,
     redis_server,

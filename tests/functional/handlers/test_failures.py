@@ -11,7 +11,7 @@ from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt.errors import AccessDenied, Diverged, InvalidDataset, ModelTooLarge, QuorumNotReached
-from tests.handlers.conftest import job, run_keys
+from tests.functional.handlers.conftest import job, run_keys
 
 
 def plan(j, execution):
@@ -148,7 +148,7 @@ def test_trigger_dedups_events_and_warm_starts_from_the_pipeline(digits, aws):
     assert first["action"] == "train"
     dup = plan(event, "exec-b")  # the same event, delivered again
     assert dup["action"] == "duplicate"
-    from tests.handlers.test_handlers import drive
+    from tests.functional.handlers.test_handlers import drive
 
     final = drive(event, execution="exec-a")
     latest = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="pipelines/digits/latest.json")["Body"].read())

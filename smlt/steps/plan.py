@@ -1,4 +1,9 @@
-"""The run's controller, behind the planner Lambda: validate the job, plan each round, finalize.
+"""Plan: the first state of a round (planner Lambda, op "plan"), and Chain.
+
+Round 0 validates the job and writes the run's META; every round reads the timings and metrics of
+the rounds so far, asks the planner (`smlt.planner.decide`) for workers, memory tier and local
+steps, assigns the train shards (with last round's lost shards), chooses the aggregators, and
+writes the PLAN item. Chain hands a long run over to a fresh execution.
 
 `plan_next` is idempotent: the round number comes from what DynamoDB says is aggregated, and the
 PLAN item is written once; a repeated call returns the stored plan.
@@ -12,7 +17,7 @@ import time
 from typing import Any
 
 from smlt import keys
-from smlt.aggregate.sharded import plan_slices, read_model_blob
+from smlt.aggregate.sharded import plan_slices
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, Infeasible, InvalidJob
@@ -22,7 +27,7 @@ from smlt.planner.types import Decision, RoundRecord, RunHistory, WorkerTiming
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
 from smlt.store import S3Store
-from smlt.trigger import job_from_trigger, latest_key
+from smlt.trigger import job_from_trigger
 
 
 def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
@@ -377,84 +382,3 @@ def chain(settings: Settings, job: dict[str, Any], run_id: str, rnd: int, state_
     except sfn.exceptions.ExecutionAlreadyExists:
         arn = state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + name
     return {"execution_arn": arn, "name": name}
-
-
-def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
-    """Publish the final model and metrics: the newest model whose metrics were measured."""
-    table = RunTable(settings.table, run_id)
-    artifacts = S3Store(settings.artifacts_bucket)
-    meta = table.meta() or {}
-    rounds = sorted(table.rounds(), key=lambda r: r["round"])
-    plans = {p["round"]: p for p in table.plans()}
-    measured = [r for r in rounds if r.get("val_loss") is not None]
-    final_round = measured[-1] if measured else None
-    if final_round is not None:
-        src = keys.model_key(run_id, final_round["round"])
-        if artifacts.exists(src):
-            artifacts.copy(src, keys.final_model_key(run_id))
-        else:  # written as slices by sharded aggregators: assemble one safetensors object
-            artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round["round"]))
-    trained = [r for r in rounds if not r["eval_only"] and final_round and r["round"] < final_round["round"]]
-    double = sum(len(r["accepted"]) - len({a["worker"] for a in r["accepted"]}) for r in rounds)
-    last_plan = plans.get(max(plans)) if plans else {}
-    final = {
-        "run_id": run_id,
-        "val_accuracy": final_round.get("val_accuracy") if final_round else None,
-        "val_loss": final_round.get("val_loss") if final_round else None,
-        "rounds": len(trained),
-        "samples": sum(r["samples"] for r in trained),
-        "wall_seconds": time.time() - float(meta.get("created_at", time.time())),
-        "estimated_cost_usd": float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
-        "stop_reason": (rounds[-1]["reason"] if rounds and rounds[-1]["stop"] else last_plan.get("reason", "")),
-        # Reports that arrived before the round closed but were not applied (a diverged round
-        # rejects its updates on purpose: not a loss).
-        "lost_updates": sum(r["workers_ok"] - len(r["accepted"]) for r in trained if not r.get("diverged")),
-        "double_counted_updates": double,
-        "model_key": keys.final_model_key(run_id) if final_round else None,
-    }
-    metrics = {
-        "run_id": run_id,
-        "job": meta.get("job"),
-        "rounds": [_round_view(r, plans.get(r["round"], {})) for r in rounds],
-        "final": final,
-    }
-    artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
-    table.update(keys.META, {"status": "SUCCEEDED", "final": final})
-    pipeline = (meta.get("job") or {}).get("pipeline")
-    if pipeline and final_round is not None:
-        model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
-        artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
-    return {
-        "run_id": run_id,
-        "val_accuracy": final["val_accuracy"],
-        "rounds": final["rounds"],
-        "estimated_cost_usd": round(final["estimated_cost_usd"], 6),
-    }
-
-
-def _round_view(r: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    keep = (
-        "round",
-        "workers",
-        "workers_ok",
-        "workers_failed",
-        "memory_mb",
-        "local_steps",
-        "batch_size",
-        "eval_only",
-        "samples",
-        "accepted",
-        "train_loss",
-        "val_loss",
-        "val_accuracy",
-        "round_s",
-        "aggregate_s",
-        "cost_usd",
-        "cost_total_usd",
-        "stop",
-        "reason",
-        "finished_at",
-    )
-    view = {k: r.get(k) for k in keep}
-    view["plan"] = {k: plan.get(k) for k in ("reason", "bound", "predicted_round_s", "predicted_round_cost_usd")}
-    return view

@@ -11,7 +11,7 @@ from lambdas.train_step.handler import handler as train_step
 from smlt import keys
 from smlt.records import RunTable, dynamodb_client
 from smlt.store.s3 import s3_client
-from tests.handlers.conftest import job
+from tests.functional.handlers.conftest import job
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_requests_per_round(digits, calls):
 
 
 def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
-    from smlt import control
+    from smlt.steps import plan as control
 
     j = job(digits, max_rounds=5, target_value=None, local_steps=2)
 
@@ -115,7 +115,7 @@ def test_get_many_takes_more_than_a_batch(aws):
 
 
 def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
-    from smlt import control
+    from smlt.steps import plan as control
 
     monkeypatch.setattr(control, "MAX_RUNS_SEEN", 1)
     monkeypatch.setattr(control, "_rounds_seen", {})

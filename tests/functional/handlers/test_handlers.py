@@ -9,7 +9,7 @@ from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt.errors import InvalidDataset, InvalidJob, StaleInvocation
-from tests.handlers.conftest import job, run_keys
+from tests.functional.handlers.conftest import job, run_keys
 
 
 def drive(job_input, execution="run-1", duplicate=False, max_rounds=50):

@@ -15,8 +15,8 @@ from smlt.aggregate import sharded
 from smlt.aggregate.reduce import decode, encode, views
 from smlt.errors import StaleInvocation
 from smlt.store import S3Store
-from tests.handlers.conftest import job
-from tests.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
+from tests.functional.handlers.conftest import job
+from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 
 ART = "smlt-artifacts"
 

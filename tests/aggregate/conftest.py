@@ -1,1 +1,0 @@
-from tests.store._fixtures import aws_env, redis_server, redis_store, s3_store, store  # noqa: F401

@@ -1,0 +1,25 @@
+"""Every test is marked with its kind, from the folder it lives in (see pyproject's markers):
+
+    tests/unit/        pure logic: no emulated AWS, no servers, no synth (`make test-fast`)
+    tests/functional/  handlers and stores on moto's emulation and a real redis-server
+    tests/engine/      the local engine: moto's ASL interpreter, the Invoke seam, its patches
+    tests/e2e/         the synthesized state machine trains real data on the local engine
+    tests/infra/       the CDK stack: template assertions, cfn-lint, cdk-nag, the CDK CLI
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+KINDS = ("unit", "functional", "engine", "e2e", "infra")
+_ROOT = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = Path(item.fspath).resolve().relative_to(_ROOT).parts[0]
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live under tests/<kind>/, kind one of {', '.join(KINDS)}")
+        item.add_marker(getattr(pytest.mark, kind))
