@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml package.json 2>/dev/null 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run test bench bench-planner synth deploy clean
+.PHONY: install run test test-fast test-stock-moto lint fmt typecheck pr bench bench-planner synth deploy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -23,6 +23,29 @@ run: install
 
 test: install
 	$(BIN)/pytest -q
+
+# Pure unit tests (tests/unit: no emulated AWS, no servers, no synth): seconds.
+test-fast: install
+	$(BIN)/pytest -q -m unit
+
+# The engine and end-to-end tests on stock moto (the speed patches of smlt.local off), so a moto
+# upgrade that breaks a patch cannot hide behind it.
+test-stock-moto: install
+	SMLT_LOCAL_SPEEDUPS=0 $(BIN)/pytest -q -m "engine or e2e"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: install
+	$(BIN)/mypy
+
+# What a change should pass before review (CI runs the same, see .ci/run).
+pr: lint typecheck test
 
 bench-planner: install
 	$(BIN)/python bench/planner_bench.py
