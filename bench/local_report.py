@@ -31,7 +31,9 @@ HOW = (
     "includes the evaluations. Aggregation and compression: `bench/aggregation_bench.py`. The synthetic "
     "job trains 400 local steps per round on 2 workers (one per core): each round pays a fixed cost "
     "(plan, aggregate, the workers' model/shard/record I/O through the one moto server; see the overhead "
-    "table), so fewer, longer rounds; more workers than cores only queue for the handler processes."
+    "table), so fewer, longer rounds; more workers than cores only queue for the handler processes. "
+    "The jobs are `examples/bench-digits.json`, `examples/bench-synthetic.json` and "
+    "`examples/bench-overhead.json`; `python bench/local_report.py` re-renders this section from the JSON."
 )
 
 # The systems of a time-to-accuracy table, in its row order: results key, label.
