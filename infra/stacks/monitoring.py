@@ -8,6 +8,8 @@ whatever dimensions the handlers attach (service, run_id, ...).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -30,6 +32,11 @@ def _search(metric: str, stat: str, label: str) -> cw.MathExpression:
     )
 
 
+def _graph(title: str, left: Sequence[cw.IMetric], left_y_axis: cw.YAxisProps | None = None) -> cw.GraphWidget:
+    """One dashboard graph, three to a row of the 24-unit grid."""
+    return cw.GraphWidget(title=title, left=left, left_y_axis=left_y_axis, width=8, height=6)
+
+
 class Monitoring(Construct):
     def __init__(
         self,
@@ -37,7 +44,7 @@ class Monitoring(Construct):
         id: str,
         *,
         state_machine: sfn.StateMachine,
-        functions: dict[str, lambda_.IFunction],
+        functions: Mapping[str, lambda_.IFunction],
         dead_letters: sqs.IQueue,
         alarm_topic_arn: str | None,
     ) -> None:
@@ -95,7 +102,6 @@ class Monitoring(Construct):
             dashboard_name=f"{Stack.of(self).stack_name}-training",
             default_interval=Duration.hours(3),
         )
-        graph = dict(width=8, height=6)
         dashboard.add_widgets(
             cw.TextWidget(
                 markdown=f"# smlt training\nCustom metrics (namespace `{NAMESPACE}`) come from the planner, "
@@ -105,26 +111,24 @@ class Monitoring(Construct):
             )
         )
         dashboard.add_widgets(
-            cw.GraphWidget(title="Loss", left=[_search("Loss", "Average", "Loss")], **graph),
-            cw.GraphWidget(
+            _graph(title="Loss", left=[_search("Loss", "Average", "Loss")]),
+            _graph(
                 title="Validation accuracy",
                 left=[_search("ValAccuracy", "Average", "ValAccuracy")],
                 left_y_axis=cw.YAxisProps(min=0, max=1),
-                **graph,
             ),
-            cw.GraphWidget(title="Round time (s)", left=[_search("RoundSeconds", "Average", "RoundSeconds")], **graph),
+            _graph(title="Round time (s)", left=[_search("RoundSeconds", "Average", "RoundSeconds")]),
         )
         dashboard.add_widgets(
-            cw.GraphWidget(
+            _graph(
                 title="Spend vs budget (USD)",
                 left=[_search("SpendUSD", "Maximum", "SpendUSD"), _search("BudgetUSD", "Maximum", "BudgetUSD")],
-                **graph,
             ),
-            cw.GraphWidget(title="Workers per round", left=[_search("Workers", "Maximum", "Workers")], **graph),
-            cw.GraphWidget(title="Worker memory (MB)", left=[_search("MemoryMB", "Maximum", "MemoryMB")], **graph),
+            _graph(title="Workers per round", left=[_search("Workers", "Maximum", "Workers")]),
+            _graph(title="Worker memory (MB)", left=[_search("MemoryMB", "Maximum", "MemoryMB")]),
         )
         dashboard.add_widgets(
-            cw.GraphWidget(
+            _graph(
                 title="Executions",
                 left=[
                     state_machine.metric_started(period=five_min, statistic="Sum"),
@@ -132,19 +136,16 @@ class Monitoring(Construct):
                     state_machine.metric_failed(period=five_min, statistic="Sum"),
                     state_machine.metric_timed_out(period=five_min, statistic="Sum"),
                 ],
-                **graph,
             ),
-            cw.GraphWidget(
+            _graph(
                 title="Lambda throttles",
                 left=[
                     fn.metric_throttles(period=five_min, statistic="Sum", label=name) for name, fn in functions.items()
                 ],
-                **graph,
             ),
-            cw.GraphWidget(
+            _graph(
                 title="Lambda errors",
                 left=[fn.metric_errors(period=five_min, statistic="Sum", label=name) for name, fn in functions.items()],
-                **graph,
             ),
         )
         dashboard.add_widgets(

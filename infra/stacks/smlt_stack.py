@@ -64,10 +64,13 @@ class SmltStack(Stack):
         # Chain: the planner starts the execution that continues a long run. A separate policy
         # (not the role's default policy, which the function depends on) avoids a cycle
         # function → policy → state machine → function.
+        planner_role = self.functions.planner.role
+        if planner_role is None:  # typed optional for imported functions; ours always has its role
+            raise ValueError("the planner function has no execution role")
         iam.Policy(
             self,
             "PlannerChainPolicy",
-            roles=[self.functions.planner.role],
+            roles=[planner_role],
             statements=[
                 iam.PolicyStatement(
                     actions=["states:StartExecution"],

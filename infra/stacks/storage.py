@@ -15,30 +15,45 @@ UPDATE_TAG_KEY = "smlt-kind"
 UPDATE_TAG_VALUE = "update"
 
 
+def _private_bucket(
+    scope: Construct,
+    id: str,
+    *,
+    lifecycle_rules: list[s3.LifecycleRule],
+    object_ownership: s3.ObjectOwnership = s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+    server_access_logs_bucket: s3.IBucket | None = None,
+    server_access_logs_prefix: str | None = None,
+) -> s3.Bucket:
+    """Every bucket of the stack: S3-managed encryption, TLS only, no public access, retained."""
+    return s3.Bucket(
+        scope,
+        id,
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        enforce_ssl=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        object_ownership=object_ownership,
+        removal_policy=RemovalPolicy.RETAIN,
+        server_access_logs_bucket=server_access_logs_bucket,
+        server_access_logs_prefix=server_access_logs_prefix,
+        lifecycle_rules=lifecycle_rules,
+    )
+
+
 class Storage(Construct):
     def __init__(self, scope: Construct, id: str, *, update_expiry_days: int) -> None:
         super().__init__(scope, id)
 
-        common = dict(
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-
-        self.access_logs = s3.Bucket(
+        self.access_logs = _private_bucket(
             self,
             "AccessLogs",
-            **{**common, "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_PREFERRED},
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
             lifecycle_rules=[s3.LifecycleRule(id="expire-logs", expiration=Duration.days(90))],
         )
         acknowledge(self.access_logs, "AwsSolutions-S1")
 
-        self.data = s3.Bucket(
+        self.data = _private_bucket(
             self,
             "Data",
-            **common,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="data/",
             lifecycle_rules=[
@@ -54,10 +69,9 @@ class Storage(Construct):
             event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
         )
 
-        self.artifacts = s3.Bucket(
+        self.artifacts = _private_bucket(
             self,
             "Artifacts",
-            **common,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="artifacts/",
             lifecycle_rules=[

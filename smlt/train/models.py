@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -11,7 +12,7 @@ from smlt.errors import InvalidJob
 from smlt.job import ModelSpec
 
 
-def mlp(input_dim: int, output_dim: int, hidden: list[int] | int = (128, 64), dropout: float = 0.0) -> nn.Module:
+def mlp(input_dim: int, output_dim: int, hidden: Sequence[int] | int = (128, 64), dropout: float = 0.0) -> nn.Module:
     sizes = [hidden] if isinstance(hidden, int) else list(hidden)
     layers: list[nn.Module] = []
     prev = input_dim
