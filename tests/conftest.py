@@ -1,10 +1,10 @@
 """Every test is marked with its kind, from the folder it lives in (see pyproject's markers):
 
-    tests/unit/        pure logic: no emulated AWS, no servers, no synth (`make test-fast`)
-    tests/functional/  handlers and stores on moto's emulation and a real redis-server
-    tests/engine/      the local engine: moto's ASL interpreter, the Invoke seam, its patches
-    tests/e2e/         the synthesized state machine trains real data on the local engine
-    tests/infra/       the CDK stack: template assertions, cfn-lint, cdk-nag, the CDK CLI
+tests/unit/        pure logic: no emulated AWS, no servers, no synth (`make test-fast`)
+tests/functional/  handlers and stores on moto's emulation and a real redis-server
+tests/engine/      the local engine: moto's ASL interpreter, the Invoke seam, its patches
+tests/e2e/         the synthesized state machine trains real data on the local engine
+tests/infra/       the CDK stack: template assertions, cfn-lint, cdk-nag, the CDK CLI
 """
 
 from __future__ import annotations
