@@ -24,8 +24,6 @@ from smlt.tensors.dtypes import ST_TO_NP
 from smlt.tensors.format import decode, parse_header, save_raw, views
 from smlt.tensors.layout import (
     FlatLayout,
-    flatten,
-    layout_of_state,
     layout_of_tensors,
     read_flat,
     read_layout,
@@ -161,26 +159,6 @@ def copy_rest(store: ObjectStore, run_id: str, rnd: int, source: ModelSource, re
         raw = store.get_range(blob_key, data_start + b, data_start + e)
         arrays.append((name, np.frombuffer(raw, dtype=ST_TO_NP[t["dtype"]]).reshape(t["shape"])))
     store.put(rest_out, save_raw(arrays), if_absent=True)
-
-
-def write_sliced_model(
-    store: ObjectStore, run_id: str, rnd: int, state: dict[str, np.ndarray], k: int, threads: int = FETCH_THREADS
-) -> SlicedModel:
-    """Store an in-memory model as k slices + manifest (e.g. a sharded round 0, tests, bench)."""
-    layout = layout_of_state(state)
-    flat = flatten(state, layout)
-    manifest = sliced_manifest(run_id, rnd, layout, k, bool(layout.others))
-    list(
-        ordered_map(
-            lambda j: write_slice(store, manifest, j, flat[slice(*manifest.bounds[j])]),
-            range(len(manifest.keys)),
-            threads,
-        )
-    )
-    if manifest.rest:
-        store.put(manifest.rest, save_raw([(n, state[n]) for n in layout.others]), if_absent=True)
-    write_manifest(store, run_id, rnd, manifest)
-    return manifest
 
 
 def sliced_model_complete(store: ObjectStore, run_id: str, rnd: int) -> bool:

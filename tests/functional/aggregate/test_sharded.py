@@ -13,8 +13,10 @@ from smlt.aggregate.model_store import (
     read_model,
     read_model_blob,
     read_model_range,
+    sliced_manifest,
     sliced_model_complete,
-    write_sliced_model,
+    write_manifest,
+    write_slice,
 )
 from smlt.aggregate.reduce import (
     aggregate_slice,
@@ -27,7 +29,7 @@ from smlt.aggregate.reduce import (
 )
 from smlt.store import NotFound
 from smlt.tensors.format import decode, encode
-from smlt.tensors.layout import HEADER_PROBE, flatten, read_flat, read_layout, slice_bounds
+from smlt.tensors.layout import HEADER_PROBE, flatten, layout_of_state, read_flat, read_layout, slice_bounds
 from smlt.tensors.torch_state import compress_torch_state
 
 RUN = "r1"
@@ -202,10 +204,21 @@ def test_non_float_buffers_travel_in_rest(store):
     np.testing.assert_array_equal(got["0.weight"], glob["0.weight"] + u["0.weight"])
 
 
+def _write_sliced_model(store, rnd, state, k):
+    """Model rnd as k slices + manifest, written as sharded aggregators write them."""
+    layout = layout_of_state(state)
+    manifest = sliced_manifest(RUN, rnd, layout, k, has_rest=False)
+    flat = flatten(state, layout)
+    for j, (s, e) in enumerate(manifest.bounds):
+        write_slice(store, manifest, j, flat[s:e])
+    write_manifest(store, RUN, rnd, manifest)
+    return manifest
+
+
 def test_write_and_read_sliced_model(store):
     rng = np.random.default_rng(8)
     st = _state(rng)
-    m = write_sliced_model(store, RUN, 0, st, 4)
+    m = _write_sliced_model(store, 0, st, 4)
     assert len(m.keys) == 4
     got = read_model(store, RUN, 0)
     for k in st:
