@@ -12,7 +12,7 @@ through a real store, and the accuracy cost of fp16/bf16 update compression.
    single  = the current aggregator's path (`smlt/steps/aggregate.py`): GET + decode every update, weighted
              average, apply to the global model, encode, PUT model r+1;
    sharded = k = plan_slices(P * 4, n) warm reducer processes (like k warm Lambdas), each running
-             `sharded.aggregate_slice` (header probe + one ranged GET per update, reduce, write
+             `reduce.aggregate_slice` (header probe + one ranged GET per update, reduce, write
              its slice). Wall time from dispatch until every slice is written.
    The sharded model is checked to be bit-identical to the single one.
 3. compression accuracy: digits, the example job's MLP, local SGD (4 workers x 20 steps) with the
@@ -40,8 +40,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from smlt import keys  # noqa: E402
-from smlt.aggregate import sharded  # noqa: E402
-from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, weighted_average  # noqa: E402
+from smlt.aggregate.model_store import read_model  # noqa: E402
+from smlt.aggregate.reduce import (  # noqa: E402
+    aggregate_slice,
+    apply_update,
+    commit_accepted,
+    is_finite,
+    plan_slices,
+    weighted_average,
+)
+from smlt.tensors.format import decode, encode, views  # noqa: E402
+from smlt.tensors.layout import flatten  # noqa: E402
 
 MB = 1e6
 RUN = "bench"
@@ -109,7 +118,6 @@ def bench_in_process(cases: list[tuple[int, str]], repeats: int = 3) -> list[dic
         unequal = [float(32 * (i + 1)) for i in range(n)]
         equal = [640.0] * n
         blobs = [encode(u) for u in ups]
-        from smlt.aggregate.reduce import views
 
         ref, red, req, rblob = [], [], [], []
         # small cases take milliseconds: repeat them more so one scheduler hiccup does not decide
@@ -205,7 +213,7 @@ def _reducer_init(spec):
 
 def _reducer_task(args):
     rnd, j, k, accepted = args
-    return sharded.aggregate_slice(_STORE, RUN, rnd, j, k, accepted)
+    return aggregate_slice(_STORE, RUN, rnd, j, k, accepted)
 
 
 def _warm(_):
@@ -228,7 +236,7 @@ def single_aggregate(store, rnd: int, accepted: list[dict]) -> bytes:
 def _clear_round_output(store, rnd: int) -> None:
     for key in store.list(keys.round_prefix(RUN, rnd + 1)):
         store.delete(key)
-    store.delete(sharded.accepted_key(RUN, rnd))
+    store.delete(keys.accepted_key(RUN, rnd))
 
 
 def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]], repeats: int = 2) -> list[dict]:
@@ -238,7 +246,7 @@ def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]
     for rnd, (n, size) in enumerate(cases):
         shapes = SHAPES[size]
         p = numel(shapes)
-        k = sharded.plan_slices(p * 4, n)
+        k = plan_slices(p * 4, n)
         ups = make_updates(n, shapes, seed=rnd)
         glob = make_updates(1, shapes, seed=100 + rnd)[0]
         t = time.perf_counter()
@@ -273,19 +281,19 @@ def bench_store(backend: str, spec: tuple[str, str], cases: list[tuple[int, str]
                 store.delete(keys.model_key(RUN, rnd + 1))
 
                 t = time.perf_counter()
-                acc = sharded.commit_accepted(store, RUN, rnd, accepted)
+                acc = commit_accepted(store, RUN, rnd, accepted)
                 infos = pool.map(_reducer_task, [(rnd, j, k, acc) for j in range(k)])
                 sharded_t.append(time.perf_counter() - t)
                 assert not any(i["skipped"] for i in infos)
                 if rep == 0:  # the sharded model is the single aggregator's, bit for bit
-                    got = sharded.read_model(store, RUN, rnd + 1)
+                    got = read_model(store, RUN, rnd + 1)
                     ref = decode(single_blob)
                     assert all(np.array_equal(got[name], ref[name]) for name in ref), "sharded != single"
                     del got, ref
                 if k > 1 and rep == 0:  # the sharded code with one reducer (parallel fetch, no split)
                     _clear_round_output(store, rnd)
                     t = time.perf_counter()
-                    acc = sharded.commit_accepted(store, RUN, rnd, accepted)
+                    acc = commit_accepted(store, RUN, rnd, accepted)
                     pool.map(_reducer_task, [(rnd, 0, 1, acc)])
                     k1_t.append(time.perf_counter() - t)
         del single_blob
@@ -328,10 +336,10 @@ def bench_sync(backend: str, spec: tuple[str, str], workers: int = 4, numel: int
     `numel` float32 gradient through the store, `steps` times; median step time."""
     import threading
 
-    from smlt.aggregate.sharded import Poll, ReduceScatter, delete_prefix, sync_prefix
+    from smlt.aggregate.sync import Poll, ReduceScatter, delete_prefix
 
     store = open_store(spec)
-    prefix = sync_prefix(RUN + f"-sync-{backend}", 0)
+    prefix = keys.sync_prefix(RUN + f"-sync-{backend}", 0)
     grads = np.random.default_rng(0).standard_normal((workers, numel)).astype(np.float32)
     times: dict[int, list[float]] = {}
     errors = []
@@ -396,10 +404,10 @@ def compression_accuracy(
     import torch
     from safetensors.torch import save as torch_save
 
-    from smlt.aggregate.compress import compress_torch_state
     from smlt.data.prepare import prepare_dataset
     from smlt.job import ModelSpec
     from smlt.roundspec import shard_slice
+    from smlt.tensors.torch_state import compress_torch_state
     from smlt.train.models import build_model
 
     torch.set_num_threads(1)
@@ -478,8 +486,8 @@ def compression_accuracy(
         # how far the compressed run's final model drifted from the float32 run's (same seed)
         drift = []
         for a, b in zip(results["none"]["per_seed"], results[codec]["per_seed"]):
-            fa = sharded.flatten(a["final_state"])
-            fb = sharded.flatten(b["final_state"])
+            fa = flatten(a["final_state"])
+            fb = flatten(b["final_state"])
             drift.append(float(np.linalg.norm(fa - fb) / np.linalg.norm(fa)))
         results[codec]["final_model_relative_drift"] = float(np.mean(drift))
     for r in results.values():

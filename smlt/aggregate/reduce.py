@@ -3,131 +3,57 @@
 Speed: the weighted sum walks the arrays in cache-sized blocks, so the accumulator block stays in
 cache while every update streams through once. That makes it about as fast as (usually faster
 than) numpy adding the same arrays in place, which is the reference `bench/` compares it to.
-Updates may be float32, float16 or bfloat16 (see `smlt.aggregate.compress`); they are widened
-block by block, never as whole copies.
+Updates may be float32, float16 or bfloat16 (see `smlt.tensors.codec`); they are widened block
+by block, never as whole copies.
 
-Safetensors handling lives here too: `parse_header` (the 8-byte length + JSON header),
-`views` (zero-copy numpy views of a blob's tensors, BF16 included, which `safetensors.numpy`
-cannot load) and `save_raw` (write tensors of any dtype, BF16 included, with an explicit order).
+Through a store, updates are read with ranged GETs of their data sections (`reduce_slice`,
+`reduce_updates`), never decoded whole.
+
+Sharded aggregation (local SGD): `plan_slices(param_bytes, n_workers)` chooses k aggregators.
+Aggregator j of k (`aggregate_slice`) reads each accepted worker's header (one small ranged GET),
+then the bytes of slice j of each update (one ranged GET), averages them weighted by samples (same
+arithmetic and order as the single aggregator, so the result is bit-for-bit the same), adds them
+to slice j of model r, and writes slice j of model r+1 plus a small manifest (`model_store`).
+Traffic per aggregator is n * P / k bytes in and P / k out, so with k proportional to n it stays
+constant as workers grow. `commit_accepted` fixes which updates all k average.
 """
 
 from __future__ import annotations
 
 import json
-import struct
+import math
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from safetensors.numpy import save
 
-from smlt.aggregate.compress import BF16, to_float32
+from smlt import keys
+from smlt.aggregate.model_store import (
+    ModelSource,
+    SlicedModel,
+    copy_rest,
+    model_source,
+    next_manifest,
+    read_model_range,
+    write_manifest,
+    write_slice,
+)
+from smlt.aggregate.parallel import FETCH_THREADS, ordered_map
+from smlt.store.base import ObjectStore
+from smlt.tensors.dtypes import BF16, to_float32
+from smlt.tensors.layout import HEADER_PROBE, FlatLayout, RangeReader, read_flat_raw, read_layout, unflatten
 
 # Elements per block: 256 Ki float32 = 1 MiB of accumulator, which stays in L2 while the
 # updates stream through.
 BLOCK = 1 << 18
 
-# safetensors dtype names <-> numpy dtypes (BF16 is a tagged uint16, see compress.BF16).
-ST_TO_NP: dict[str, np.dtype] = {
-    "F64": np.dtype("<f8"),
-    "F32": np.dtype("<f4"),
-    "F16": np.dtype("<f2"),
-    "BF16": BF16,
-    "I64": np.dtype("<i8"),
-    "I32": np.dtype("<i4"),
-    "I16": np.dtype("<i2"),
-    "I8": np.dtype("i1"),
-    "U64": np.dtype("<u8"),
-    "U32": np.dtype("<u4"),
-    "U16": np.dtype("<u2"),
-    "U8": np.dtype("u1"),
-    "BOOL": np.dtype("?"),
-}
-NP_TO_ST: dict[np.dtype, str] = {v: k for k, v in ST_TO_NP.items()}
-FLOATING = ("F64", "F32", "F16", "BF16")
+# The single aggregator reads every byte of every update, so its header probe can be large: an
+# update under 1 MB arrives whole with its header, in one GET instead of two.
+WHOLE_PROBE = 1 << 20
 
 
-class HeaderError(ValueError):
-    """Bytes that are not a safetensors file (or not all of its header)."""
-
-
-def header_length(prefix: bytes) -> int:
-    """The JSON header's length from the first 8 bytes (little-endian u64)."""
-    if len(prefix) < 8:
-        raise HeaderError("shorter than the 8-byte safetensors length prefix")
-    (n,) = struct.unpack("<Q", prefix[:8])
-    if n > 100_000_000:
-        raise HeaderError(f"implausible safetensors header length {n}")
-    return n
-
-
-def parse_header(prefix: bytes) -> tuple[dict, dict[str, str], int]:
-    """(tensors, metadata, data_start) from the first 8 + header_length bytes of a file.
-
-    `tensors` maps name -> {"dtype", "shape", "data_offsets": [begin, end]} with offsets relative
-    to `data_start`, the absolute offset of the data section.
-    """
-    n = header_length(prefix)
-    if len(prefix) < 8 + n:
-        raise HeaderError(f"need {8 + n} bytes for the header, got {len(prefix)}")
-    try:
-        header = json.loads(bytes(prefix[8 : 8 + n]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HeaderError(f"safetensors header is not JSON: {e}") from None
-    if not isinstance(header, dict):
-        raise HeaderError("safetensors header is not a JSON object")
-    meta = header.pop("__metadata__", None) or {}
-    for name, t in header.items():
-        if not isinstance(t, dict) or t.get("dtype") not in ST_TO_NP or "data_offsets" not in t:
-            raise HeaderError(f"tensor {name!r}: unsupported or malformed entry {t!r}")
-    return header, meta, 8 + n
-
-
-def views(blob: bytes | memoryview) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Zero-copy, read-only numpy views of every tensor in a safetensors blob, and its metadata.
-
-    BF16 tensors come back with dtype `compress.BF16`; `to_float32` widens any of them.
-    """
-    tensors, meta, start = parse_header(memoryview(blob)[: 8 + header_length(bytes(memoryview(blob)[:8]))])
-    out: dict[str, np.ndarray] = {}
-    for name, t in tensors.items():
-        dt = ST_TO_NP[t["dtype"]]
-        b, e = t["data_offsets"]
-        count = (e - b) // dt.itemsize
-        arr = np.frombuffer(blob, dtype=dt, count=count, offset=start + b)
-        out[name] = arr.reshape(t["shape"])
-    return out, meta
-
-
-def save_raw(tensors: Sequence[tuple[str, np.ndarray]], metadata: dict[str, str] | None = None) -> bytes:
-    """Serialise tensors to safetensors in the given order (any dtype in ST_TO_NP, BF16 included).
-
-    safetensors readers accept any order of data offsets as long as the data is contiguous; the
-    header is padded with spaces to a multiple of 8 as the format recommends.
-    """
-    header: dict = {}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    offset = 0
-    arrays = []
-    for name, arr in tensors:
-        dt = NP_TO_ST.get(arr.dtype)
-        if dt is None:
-            raise TypeError(f"tensor {name!r}: dtype {arr.dtype} has no safetensors equivalent")
-        if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array 1-d)
-            arr = arr.copy(order="C")
-        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-        arrays.append(arr)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    out = bytearray(8 + len(raw) + offset)
-    out[:8] = struct.pack("<Q", len(raw))
-    out[8 : 8 + len(raw)] = raw
-    pos = 8 + len(raw)
-    for arr in arrays:
-        out[pos : pos + arr.nbytes] = arr.reshape(-1).view(np.uint8).data
-        pos += arr.nbytes
-    return bytes(out)
+# --------------------------------------------------------------------------- arithmetic
 
 
 def weighted_sum_into(
@@ -147,14 +73,14 @@ def weighted_sum_into(
             raise ValueError(f"size mismatch: accumulator {n}, update {a.size}")
     cs = [np.float32(c) for c in coeffs]
     tmp = np.empty(min(block, n), dtype=np.float32)
-    wide = np.empty(min(block, n), dtype=np.uint32) if any(a.dtype == BF16 for a in srcs) else None
+    wide = np.empty(min(block, n) if any(a.dtype == BF16 for a in srcs) else 0, dtype=np.uint32)
     for lo in range(0, n, block):
         hi = min(lo + block, n)
         dst = flat[lo:hi]
         t = tmp[: hi - lo]
         for a, c in zip(srcs, cs):
             part = a[lo:hi]
-            if part.dtype == BF16:
+            if part.dtype == BF16:  # widen in place: the bits shifted to float32's top half
                 w = wide[: hi - lo]
                 np.left_shift(part.view(np.uint16), 16, out=w, dtype=np.uint32)
                 part = w.view(np.float32)
@@ -183,7 +109,8 @@ def weighted_mean_into(
 
 
 def weighted_average(updates: list[dict[str, np.ndarray]], weights: list[float]) -> dict[str, np.ndarray]:
-    """Average tensors key by key, weighted, into fresh float32 arrays (blocked, no per-update copies)."""
+    """Average tensors key by key, weighted, into fresh float32 arrays (blocked, no per-update copies).
+    The in-memory reference the streamed reduces below match bit for bit."""
     total = float(sum(weights))
     if not updates or total <= 0:
         raise ValueError("nothing to average")
@@ -198,6 +125,7 @@ def weighted_average(updates: list[dict[str, np.ndarray]], weights: list[float])
 def apply_update(
     global_state: dict[str, np.ndarray], delta: dict[str, np.ndarray], server_lr: float
 ) -> dict[str, np.ndarray]:
+    """global + server_lr * delta for the delta's tensors, in each global tensor's dtype."""
     new = dict(global_state)
     lr = np.float32(server_lr)
     for name, d in delta.items():
@@ -223,17 +151,189 @@ def is_finite(state: dict[str, np.ndarray]) -> bool:
     return all(all_finite(v) for v in state.values())
 
 
-def decode(blob: bytes) -> dict[str, np.ndarray]:
-    """A safetensors blob as numpy arrays (copies; BF16 widened to float32; F16 kept as float16)."""
-    arrays, _ = views(blob)
-    return {k: (to_float32(v) if v.dtype == BF16 else v.copy()) for k, v in arrays.items()}
-
-
-def encode(state: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
-    if any(v.dtype == BF16 for v in state.values()):
-        return save_raw(sorted(state.items()), metadata)
-    return save(state, metadata=metadata)
-
-
 def param_count(state: dict[str, np.ndarray]) -> int:
     return int(sum(v.size for v in state.values()))
+
+
+# --------------------------------------------------------------------------- through a store
+
+
+def _read_layouts(store: RangeReader, update_keys: Sequence[str], threads: int, probe: int) -> list[FlatLayout]:
+    return list(ordered_map(lambda k: read_layout(store, k, probe), list(update_keys), threads))
+
+
+def reduce_slice(
+    store: RangeReader,
+    update_keys: Sequence[str],
+    weights: Sequence[float],
+    start: int,
+    end: int,
+    *,
+    layouts: Sequence[FlatLayout] | None = None,
+    threads: int = FETCH_THREADS,
+) -> np.ndarray:
+    """sum(w_i * update_i[start:end]) / sum(w_i) as float32, reading only those bytes of each update.
+
+    Headers are read with one small ranged GET per update unless `layouts` are given. Updates
+    are accumulated in the given order with the single aggregator's arithmetic, so the slice is
+    bit-for-bit what `weighted_average` computes for the same elements.
+    """
+    update_keys = list(update_keys)
+    if not update_keys or len(update_keys) != len(weights) or float(sum(weights)) <= 0:
+        raise ValueError("nothing to average (need as many positive weights as updates)")
+    if layouts is None:
+        layouts = _read_layouts(store, update_keys, threads, probe=HEADER_PROBE)
+    ref = layouts[0].spec()
+    for key, lay in zip(update_keys, layouts):
+        if lay.spec() != ref:
+            raise ValueError(f"update {key} does not have the tensors and shapes of {update_keys[0]}")
+    equal = all(w == weights[0] for w in weights)
+    total = float(sum(weights))
+    coeffs = [1.0] * len(weights) if equal else [w / total for w in weights]
+    acc = np.zeros(end - start, dtype=np.float32)
+    jobs = list(zip(update_keys, layouts))
+    pieces = ordered_map(lambda job: read_flat_raw(store, job[0], job[1], start, end), jobs, threads)
+    for parts, c in zip(pieces, coeffs):
+        for lo, hi, arr in parts:
+            weighted_sum_into(acc[lo:hi], [arr], [c])
+    if equal:
+        np.multiply(acc, np.float32(1.0 / len(weights)), out=acc)
+    return acc
+
+
+class _HeadsKept:
+    """A store view that keeps the first bytes read of each object and serves later ranged GETs
+    inside them without another request."""
+
+    def __init__(self, store: RangeReader):
+        self.store = store
+        self.heads: dict[str, bytes] = {}
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        head = self.heads.get(key)
+        if head is not None and end <= len(head):
+            return head[start:end]
+        data = self.store.get_range(key, start, end)
+        if start == 0:
+            self.heads[key] = data
+        return data
+
+
+def reduce_updates(
+    store: RangeReader, update_keys: Sequence[str], weights: Sequence[float], threads: int = FETCH_THREADS
+) -> dict[str, np.ndarray]:
+    """The single aggregator's weighted average, streamed: the same result as
+    `weighted_average([decode(store.get(k)) ...], weights)`, bit for bit, but the updates are
+    fetched in parallel (ranged GETs of their data sections) and summed as they arrive, with no
+    decoded copies. Returns float32 arrays keyed like the updates' floating tensors."""
+    heads = _HeadsKept(store)
+    layouts = _read_layouts(heads, update_keys, threads, probe=WHOLE_PROBE)
+    flat = reduce_slice(heads, update_keys, weights, 0, layouts[0].numel, layouts=layouts, threads=threads)
+    return unflatten(flat, layouts[0])
+
+
+# --------------------------------------------------------------------------- sharded aggregation
+
+
+def plan_slices(
+    param_bytes: int,
+    n_workers: int,
+    *,
+    read_bytes_per_aggregator: int = 256 << 20,
+    min_slice_bytes: int = 4 << 20,
+    max_aggregators: int = 64,
+) -> int:
+    """How many aggregators to use for n_workers updates of param_bytes each.
+
+    Each aggregator reads n_workers * param_bytes / k bytes. k is the smallest count that keeps
+    that under `read_bytes_per_aggregator` (about 3-4 s at the ~70-100 MB/s one Lambda gets from
+    S3, and far below a 3 GB aggregator's memory), so the aggregation time stays flat as workers
+    grow; slices stay at least `min_slice_bytes` (below that, request latency dominates) and
+    k at most `max_aggregators`. 1 means the single aggregator.
+    """
+    if param_bytes <= 0 or n_workers <= 0:
+        return 1
+    k = math.ceil(n_workers * param_bytes / read_bytes_per_aggregator)
+    k = min(k, max(1, param_bytes // min_slice_bytes), max_aggregators)
+    return max(1, int(k))
+
+
+def commit_accepted(store: ObjectStore, run_id: str, rnd: int, accepted: list[dict]) -> list[dict]:
+    """Fix the set of accepted updates for round rnd: the first caller's list wins, every caller
+    (each of the k aggregators, retries included) gets that list back, so all slices average the
+    same updates even if a late worker's record appears between two aggregators' reads."""
+    body = json.dumps(
+        [{"worker": int(a["worker"]), "samples": float(a["samples"])} for a in accepted], sort_keys=True
+    ).encode()
+    store.put(keys.accepted_key(run_id, rnd), body, if_absent=True)
+    return json.loads(store.get(keys.accepted_key(run_id, rnd)))
+
+
+def _add_mean_of_updates(
+    store: ObjectStore,
+    new: np.ndarray,
+    source: ModelSource,
+    update_keys: list[str],
+    weights: list[float],
+    *,
+    start: int,
+    end: int,
+    server_lr: float,
+    threads: int,
+) -> int:
+    """new += server_lr * weighted mean of the updates' flat [start, end); returns their itemsize."""
+    if not update_keys:
+        return 4
+    layouts = _read_layouts(store, update_keys, threads, probe=HEADER_PROBE)
+    model_layout = source.layout() if isinstance(source, SlicedModel) else source
+    if layouts[0].spec() != model_layout.spec():
+        raise ValueError(f"update {update_keys[0]} does not match the model's tensors")
+    avg = reduce_slice(store, update_keys, weights, start, end, layouts=layouts, threads=threads)
+    if server_lr == 1.0:
+        np.add(new, avg, out=new)
+    else:
+        new += np.float32(server_lr) * avg
+    return layouts[0].tensors[0].itemsize if layouts[0].tensors else 4
+
+
+def aggregate_slice(
+    store: ObjectStore,
+    run_id: str,
+    rnd: int,
+    j: int,
+    k: int,
+    accepted: list[dict],
+    server_lr: float = 1.0,
+    threads: int = FETCH_THREADS,
+) -> dict[str, Any]:
+    """Aggregator j of k for round rnd: slice j of model rnd+1 = slice j of model rnd
+    + server_lr * weighted mean of slice j of the accepted updates. Idempotent (first writer wins).
+
+    `accepted` is [{"worker", "samples"}], normally from `commit_accepted`. Raises
+    FloatingPointError (writing nothing) if the slice has NaN or Inf.
+    """
+    t0 = time.perf_counter()
+    update_keys = [keys.update_key(run_id, rnd, int(a["worker"])) for a in accepted]
+    weights = [float(a["samples"]) for a in accepted]
+    _, source = model_source(store, run_id, rnd)
+    manifest = next_manifest(run_id, rnd, source, k)
+    k = len(manifest.bounds)
+    if not 0 <= j < k:
+        raise ValueError(f"slice {j} of {k}")
+    start, end = manifest.bounds[j]
+    info: dict[str, Any] = {"slice": j, "of": k, "start": start, "end": end, "skipped": True, "bytes_read": 0}
+    if store.exists(manifest.keys[j]):  # a retried aggregator: the slice is there already
+        return {**info, "seconds": time.perf_counter() - t0}
+
+    new = read_model_range(store, run_id, rnd, start, end, source)
+    itemsize = _add_mean_of_updates(
+        store, new, source, update_keys, weights, start=start, end=end, server_lr=server_lr, threads=threads
+    )
+    if not all_finite(new):
+        raise FloatingPointError(f"round {rnd}: slice {j}/{k} of the averaged model has NaN or Inf")
+    write_slice(store, manifest, j, new)
+    if j == 0 and manifest.rest:
+        copy_rest(store, run_id, rnd, source, manifest.rest)
+    write_manifest(store, run_id, rnd + 1, manifest)
+    bytes_read = (end - start) * (itemsize * len(update_keys) + 4)
+    return {**info, "skipped": False, "bytes_read": bytes_read, "seconds": time.perf_counter() - t0}

@@ -23,20 +23,14 @@ from typing import Any
 
 from smlt import errors as smlt_errors
 from smlt import keys
-from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, param_count
-from smlt.aggregate.sharded import (
-    aggregate_slice,
-    commit_accepted,
-    delete_prefix,
-    model_source,
-    read_model_blob,
-    reduce_updates,
-    sliced_model_complete,
-)
+from smlt.aggregate.model_store import model_source, read_model_blob, sliced_model_complete
+from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
+from smlt.aggregate.sync import delete_prefix
 from smlt.config import Settings
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
 from smlt.store import NotFound, S3Store
+from smlt.tensors.format import decode, encode
 
 
 def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | None) -> bool:

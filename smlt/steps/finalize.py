@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from smlt import keys
-from smlt.aggregate.sharded import read_model_blob
+from smlt.aggregate.model_store import read_model_blob
 from smlt.config import Settings
 from smlt.records import RunTable
 from smlt.store import S3Store

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from smlt import keys
-from smlt.aggregate.sharded import plan_slices
+from smlt.aggregate.reduce import plan_slices
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, Infeasible, InvalidJob

@@ -18,16 +18,16 @@ import torch
 from torch import nn
 
 from smlt import keys
-from smlt.aggregate.compress import compress_torch_state
-from smlt.aggregate.sharded import Poll, ReduceScatter, read_model_blob
+from smlt.aggregate.model_store import read_model_blob
+from smlt.aggregate.sync import Poll, ReduceScatter
 from smlt.config import Settings
 from smlt.data.shards import is_cached, load_manifest, load_shards
 from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
 from smlt.store import NotFound, S3Store
+from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes
 from smlt.train.models import build_model
-from smlt.train.tensors import bytes_to_state, state_to_bytes
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from smlt import keys
-from smlt.aggregate.reduce import decode
 from smlt.datasets import stage_dataset
 from smlt.records import RunTable
 from smlt.store import RedisStore, S3Store
+from smlt.tensors.format import decode
 from tests.e2e.test_local_run import digits_job, run
 from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 

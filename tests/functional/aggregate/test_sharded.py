@@ -1,4 +1,4 @@
-"""Sharded aggregation: flat layout from the header, ranged-GET slice reduce, sliced models."""
+"""Sharded aggregation through a store: long headers, ranged-GET slice reduce, sliced models."""
 
 from __future__ import annotations
 
@@ -9,10 +9,28 @@ from safetensors.numpy import save as np_save
 from safetensors.torch import save as torch_save
 
 from smlt import keys
-from smlt.aggregate import sharded
-from smlt.aggregate.compress import compress_torch_state
-from smlt.aggregate.reduce import apply_update, decode, encode, weighted_average
+from smlt.aggregate.model_store import (
+    read_model,
+    read_model_blob,
+    read_model_range,
+    sliced_manifest,
+    sliced_model_complete,
+    write_manifest,
+    write_slice,
+)
+from smlt.aggregate.reduce import (
+    aggregate_slice,
+    apply_update,
+    commit_accepted,
+    plan_slices,
+    reduce_slice,
+    reduce_updates,
+    weighted_average,
+)
 from smlt.store import NotFound
+from smlt.tensors.format import decode, encode
+from smlt.tensors.layout import HEADER_PROBE, flatten, layout_of_state, read_flat, read_layout, slice_bounds
+from smlt.tensors.torch_state import compress_torch_state
 
 RUN = "r1"
 
@@ -42,57 +60,14 @@ def _put_round(store, rnd, n, rng, *, meta=True, codec="none"):
     return glob, updates, weights
 
 
-def test_layout_from_header_matches_state():
-    rng = np.random.default_rng(0)
-    st = _state(rng)
-    blob = np_save(st, metadata={"samples": "12345", "worker": "7"})
-    lay = sharded.layout_of(blob)
-    assert lay.names == sorted(st)
-    assert lay.numel == sum(v.size for v in st.values())
-    assert lay.metadata["samples"] == "12345"
-    # a uniform-dtype object: any flat slice is ONE contiguous byte range
-    for s, e in [(0, 10), (5, 2000), (100, lay.numel), (0, lay.numel)]:
-        assert len(lay.byte_ranges(s, e)) == 1
-    flat = sharded.flatten(st)
-    b, e = lay.byte_ranges(1000, 2500)[0]
-    np.testing.assert_array_equal(np.frombuffer(blob[b:e], np.float32), flat[1000:2500])
-    back = sharded.unflatten(flat, lay)
-    for k in st:
-        np.testing.assert_array_equal(back[k], st[k])
-
-
-def test_layout_skips_integer_buffers_and_handles_mixed_dtypes():
-    st = {
-        "w": np.arange(6, dtype=np.float32).reshape(2, 3),
-        "steps": np.array([3], np.int64),
-        "h": np.arange(4, dtype=np.float16),
-    }
-    blob = np_save(st)
-    lay = sharded.layout_of(blob)
-    assert lay.names == ["h", "w"] and lay.others == ("steps",)
-    out = []
-    for lo, hi, arr in sharded.read_flat_raw(_Mem(blob), "k", lay, 2, 8):
-        out.append((lo, hi, arr.astype(np.float32)))
-    got = np.concatenate([a for _, _, a in sorted(out, key=lambda x: x[0])])
-    np.testing.assert_array_equal(got, np.array([2, 3, 0, 1, 2, 3], np.float32))
-
-
-class _Mem:
-    def __init__(self, blob):
-        self.blob = blob
-
-    def get_range(self, key, start, end):
-        return self.blob[start:end]
-
-
 def test_read_layout_with_long_header_takes_a_second_get(store):
     st = {f"t{i:04d}": np.full(3, i, np.float32) for i in range(3000)}  # header ~ 200 KB
     blob = np_save(st)
     store.put("long", blob)
-    lay = sharded.read_layout(store, "long", probe=4096)
+    lay = read_layout(store, "long", probe=4096)
     assert len(lay.tensors) == 3000 and lay.numel == 9000
     np.testing.assert_array_equal(
-        sharded.read_flat(store, "long", lay, 2997, 3003), np.array([999, 999, 999, 1000, 1000, 1000], np.float32)
+        read_flat(store, "long", lay, 2997, 3003), np.array([999, 999, 999, 1000, 1000, 1000], np.float32)
     )
 
 
@@ -101,8 +76,8 @@ def test_reduce_slice_is_bit_identical_to_the_single_reduce(store, k):
     rng = np.random.default_rng(1)
     _, updates, weights = _put_round(store, 0, 5, rng)
     ukeys = [keys.update_key(RUN, 0, w) for w in range(5)]
-    single = sharded.flatten(weighted_average(updates, weights))
-    parts = [sharded.reduce_slice(store, ukeys, weights, s, e) for s, e in sharded.slice_bounds(single.size, k)]
+    single = flatten(weighted_average(updates, weights))
+    parts = [reduce_slice(store, ukeys, weights, s, e) for s, e in slice_bounds(single.size, k)]
     np.testing.assert_array_equal(np.concatenate(parts), single)
 
 
@@ -110,8 +85,8 @@ def test_reduce_slice_equal_weights_and_compressed_updates(store):
     rng = np.random.default_rng(2)
     _, updates, _ = _put_round(store, 0, 4, rng, codec="bf16")
     ukeys = [keys.update_key(RUN, 0, w) for w in range(4)]
-    single = sharded.flatten(weighted_average(updates, [1.0] * 4))
-    got = sharded.reduce_slice(store, ukeys, [1.0] * 4, 100, 1500)
+    single = flatten(weighted_average(updates, [1.0] * 4))
+    got = reduce_slice(store, ukeys, [1.0] * 4, 100, 1500)
     np.testing.assert_array_equal(got, single[100:1500])
 
 
@@ -119,9 +94,9 @@ def test_reduce_slice_rejects_mismatched_updates(store):
     store.put("a", np_save({"w": np.zeros(4, np.float32)}))
     store.put("b", np_save({"w": np.zeros(5, np.float32)}))
     with pytest.raises(ValueError, match="does not have the tensors"):
-        sharded.reduce_slice(store, ["a", "b"], [1, 1], 0, 4)
+        reduce_slice(store, ["a", "b"], [1, 1], 0, 4)
     with pytest.raises(NotFound):
-        sharded.reduce_slice(store, ["a", "missing"], [1, 1], 0, 4)
+        reduce_slice(store, ["a", "missing"], [1, 1], 0, 4)
 
 
 def test_reduce_slice_reads_only_its_bytes(store):
@@ -139,10 +114,10 @@ def test_reduce_slice_reads_only_its_bytes(store):
     get = store.get
     store.get = lambda key: pytest.fail(f"whole-object GET of {key}")
     try:
-        sharded.reduce_slice(store, ukeys, [1, 2, 3], 500, 900)
+        reduce_slice(store, ukeys, [1, 2, 3], 500, 900)
     finally:
         store.get_range, store.get = real, get
-    data_reads = [(k, s, e) for k, s, e in seen if e - s != sharded.HEADER_PROBE]
+    data_reads = [(k, s, e) for k, s, e in seen if e - s != HEADER_PROBE]
     assert len(seen) == 6 and len(data_reads) == 3  # one header probe + one data range per update
     assert all(e - s == 400 * 4 for _, s, e in data_reads)
 
@@ -151,21 +126,21 @@ def test_reduce_slice_reads_only_its_bytes(store):
 def test_aggregate_slices_make_the_same_model_as_the_single_aggregator(store, k):
     rng = np.random.default_rng(4)
     glob, updates, weights = _put_round(store, 0, 4, rng)
-    accepted = sharded.commit_accepted(store, RUN, 0, [{"worker": w, "samples": s} for w, s in enumerate(weights)])
+    accepted = commit_accepted(store, RUN, 0, [{"worker": w, "samples": s} for w, s in enumerate(weights)])
     for j in range(k):
-        info = sharded.aggregate_slice(store, RUN, 0, j, k, accepted, server_lr=0.7)
+        info = aggregate_slice(store, RUN, 0, j, k, accepted, server_lr=0.7)
         assert not info["skipped"]
-    assert sharded.sliced_model_complete(store, RUN, 1)
+    assert sliced_model_complete(store, RUN, 1)
     expect = apply_update(glob, weighted_average(updates, weights), 0.7)
-    got = sharded.read_model(store, RUN, 1)
+    got = read_model(store, RUN, 1)
     for name in expect:
         np.testing.assert_array_equal(got[name], expect[name])
     # retried aggregator: a no-op that reports it
-    assert sharded.aggregate_slice(store, RUN, 0, 0, k, accepted, server_lr=0.7)["skipped"]
+    assert aggregate_slice(store, RUN, 0, 0, k, accepted, server_lr=0.7)["skipped"]
     # the assembled blob loads with torch's safetensors
     from safetensors.torch import load as torch_load
 
-    t = torch_load(sharded.read_model_blob(store, RUN, 1))
+    t = torch_load(read_model_blob(store, RUN, 1))
     np.testing.assert_array_equal(t["0.weight"].numpy(), expect["0.weight"])
 
 
@@ -175,22 +150,22 @@ def test_round_after_a_sliced_round_reads_the_sliced_model(store):
     glob, updates, weights = _put_round(store, 0, 3, rng)
     acc = [{"worker": w, "samples": s} for w, s in enumerate(weights)]
     for j in range(3):
-        sharded.aggregate_slice(store, RUN, 0, j, 3, acc)
+        aggregate_slice(store, RUN, 0, j, 3, acc)
     m1 = apply_update(glob, weighted_average(updates, weights), 1.0)
     upd2 = [_state(rng, 0.01) for _ in range(2)]
     for w, u in enumerate(upd2):
         store.put(keys.update_key(RUN, 1, w), np_save(u))
     for j in range(2):
-        sharded.aggregate_slice(store, RUN, 1, j, 2, [{"worker": 0, "samples": 1}, {"worker": 1, "samples": 3}])
+        aggregate_slice(store, RUN, 1, j, 2, [{"worker": 0, "samples": 1}, {"worker": 1, "samples": 3}])
     expect = apply_update(m1, weighted_average(upd2, [1, 3]), 1.0)
-    got = sharded.read_model(store, RUN, 2)
+    got = read_model(store, RUN, 2)
     for name in expect:
         np.testing.assert_array_equal(got[name], expect[name])
 
 
 def test_commit_accepted_first_writer_wins(store):
-    a = sharded.commit_accepted(store, RUN, 3, [{"worker": 0, "samples": 10}])
-    b = sharded.commit_accepted(store, RUN, 3, [{"worker": 0, "samples": 10}, {"worker": 1, "samples": 5}])
+    a = commit_accepted(store, RUN, 3, [{"worker": 0, "samples": 10}])
+    b = commit_accepted(store, RUN, 3, [{"worker": 0, "samples": 10}, {"worker": 1, "samples": 5}])
     assert a == b == [{"worker": 0, "samples": 10.0}]
 
 
@@ -202,16 +177,16 @@ def test_nan_slice_raises_and_writes_nothing(store):
     store.put(keys.update_key(RUN, 0, 1), np_save(bad))
     acc = [{"worker": 0, "samples": 1}, {"worker": 1, "samples": 1}]
     k = 2
-    bounds = sharded.slice_bounds(sum(v.size for v in bad.values()), k)
+    bounds = slice_bounds(sum(v.size for v in bad.values()), k)
     outcomes = []
     for j in range(k):
         try:
-            sharded.aggregate_slice(store, RUN, 0, j, k, acc)
+            aggregate_slice(store, RUN, 0, j, k, acc)
             outcomes.append("ok")
         except FloatingPointError:
             outcomes.append("nan")
     assert outcomes.count("nan") == 1  # the NaN lives in exactly one slice
-    assert not sharded.sliced_model_complete(store, RUN, 1)
+    assert not sliced_model_complete(store, RUN, 1)
     assert bounds
 
 
@@ -223,25 +198,36 @@ def test_non_float_buffers_travel_in_rest(store):
     u = {k: v for k, v in _state(rng, 0.01).items()}
     store.put(keys.update_key(RUN, 0, 0), np_save(u))
     for j in range(2):
-        sharded.aggregate_slice(store, RUN, 0, j, 2, [{"worker": 0, "samples": 8}])
-    got = sharded.read_model(store, RUN, 1)
+        aggregate_slice(store, RUN, 0, j, 2, [{"worker": 0, "samples": 8}])
+    got = read_model(store, RUN, 1)
     assert int(got["bn.num_batches_tracked"]) == 5
     np.testing.assert_array_equal(got["0.weight"], glob["0.weight"] + u["0.weight"])
+
+
+def _write_sliced_model(store, rnd, state, k):
+    """Model rnd as k slices + manifest, written as sharded aggregators write them."""
+    layout = layout_of_state(state)
+    manifest = sliced_manifest(RUN, rnd, layout, k, has_rest=False)
+    flat = flatten(state, layout)
+    for j, (s, e) in enumerate(manifest.bounds):
+        write_slice(store, manifest, j, flat[s:e])
+    write_manifest(store, RUN, rnd, manifest)
+    return manifest
 
 
 def test_write_and_read_sliced_model(store):
     rng = np.random.default_rng(8)
     st = _state(rng)
-    m = sharded.write_sliced_model(store, RUN, 0, st, 4)
+    m = _write_sliced_model(store, 0, st, 4)
     assert len(m.keys) == 4
-    got = sharded.read_model(store, RUN, 0)
+    got = read_model(store, RUN, 0)
     for k in st:
         np.testing.assert_array_equal(got[k], st[k])
-    np.testing.assert_array_equal(sharded.read_model_range(store, RUN, 0, 10, 2800), sharded.flatten(st)[10:2800])
+    np.testing.assert_array_equal(read_model_range(store, RUN, 0, 10, 2800), flatten(st)[10:2800])
     with pytest.raises(ValueError):
-        sharded.read_model_range(store, RUN, 0, 10, 3000)
+        read_model_range(store, RUN, 0, 10, 3000)
     with pytest.raises(NotFound):
-        sharded.read_model(store, RUN, 9)
+        read_model(store, RUN, 9)
 
 
 @pytest.mark.parametrize(
@@ -257,26 +243,19 @@ def test_write_and_read_sliced_model(store):
     ],
 )
 def test_plan_slices(param_bytes, n, expect):
-    assert sharded.plan_slices(param_bytes, n) == expect
+    assert plan_slices(param_bytes, n) == expect
 
 
 def test_plan_slices_keeps_traffic_per_aggregator_flat():
     p = 44 << 20
-    per = [n * p / sharded.plan_slices(p, n) for n in (8, 16, 32, 64)]
+    per = [n * p / plan_slices(p, n) for n in (8, 16, 32, 64)]
     assert max(per) <= 256 << 20
-
-
-def test_slice_bounds_cover_exactly():
-    for numel, k in [(10, 3), (7, 7), (5, 9), (1_000_003, 6)]:
-        b = sharded.slice_bounds(numel, k)
-        assert b[0][0] == 0 and b[-1][1] == numel
-        assert all(x[1] == y[0] for x, y in zip(b, b[1:]))
 
 
 def test_reduce_updates_is_the_single_aggregators_average(store):
     rng = np.random.default_rng(9)
     _, updates, weights = _put_round(store, 0, 5, rng, codec="fp16")
-    got = sharded.reduce_updates(store, [keys.update_key(RUN, 0, w) for w in range(5)], weights)
+    got = reduce_updates(store, [keys.update_key(RUN, 0, w) for w in range(5)], weights)
     expect = weighted_average(updates, weights)
     assert set(got) == set(expect)
     for name in expect:

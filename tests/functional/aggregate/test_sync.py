@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from smlt.aggregate.sharded import BarrierTimeout, Poll, ReduceScatter, delete_prefix, sync_prefix, wait_get
+from smlt.aggregate.sync import BarrierTimeout, Poll, ReduceScatter, delete_prefix, wait_get
+from smlt.keys import sync_prefix
 
 
 def _run(store, n, numel, steps, *, codec="none", weights=None, timeout=30.0, absent=()):

@@ -11,10 +11,11 @@ from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt import keys
-from smlt.aggregate import sharded
-from smlt.aggregate.reduce import decode, encode, views
+from smlt.aggregate.model_store import read_model
 from smlt.errors import StaleInvocation
 from smlt.store import S3Store
+from smlt.tensors.format import decode, encode, views
+from smlt.tensors.layout import read_layout
 from tests.functional.handlers.conftest import job
 from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 
@@ -84,7 +85,7 @@ def test_sharded_rounds_equal_the_single_aggregator_bit_for_bit(digits, aws, mon
     store = S3Store(ART)
     assert store.exists(keys.slices_manifest_key("many", 2)) and not store.exists(keys.model_key("many", 2))
     for rnd in (1, 2, 3):
-        a, b = sharded.read_model(store, "one", rnd), sharded.read_model(store, "many", rnd)
+        a, b = read_model(store, "one", rnd), read_model(store, "many", rnd)
         assert a.keys() == b.keys()
         for name in a:
             np.testing.assert_array_equal(a[name], b[name])
@@ -165,9 +166,7 @@ def test_sharded_divergence_names_the_worker_and_falls_back(digits, aws, small_s
     assert "worker(s) [2]" in out["reason"] and out["stop"] is False
     store = S3Store(ART)
     # model 2 = model 1 (as one object, winning over whatever slices were written)
-    np.testing.assert_array_equal(
-        sharded.read_model(store, "nan", 2)[first], sharded.read_model(store, "nan", 1)[first]
-    )
+    np.testing.assert_array_equal(read_model(store, "nan", 2)[first], read_model(store, "nan", 1)[first])
     from smlt.records import RunTable
 
     table = RunTable("smlt-runs", "nan")
@@ -185,7 +184,7 @@ def test_compressed_updates_end_to_end(digits, aws, monkeypatch, codec, sliced):
     assert (max(ks) > 1) == sliced
     want = {"fp16": "F16", "bf16": "BF16"}[codec]
     store = S3Store(ART)
-    layout = sharded.read_layout(store, keys.update_key(run, 0, 0))
+    layout = read_layout(store, keys.update_key(run, 0, 0))
     assert {t.dtype for t in layout.tensors} == {want}
     full = store.get(keys.update_key(run, 0, 0))
     # half the bytes of a float32 update (plus the header)

@@ -1,6 +1,7 @@
 import numpy as np
 
-from smlt.aggregate.reduce import apply_update, decode, encode, is_finite, weighted_average
+from smlt.aggregate.reduce import apply_update, is_finite, weighted_average
+from smlt.tensors.format import decode, encode
 
 
 def test_weighted_average_matches_definition():

@@ -1,0 +1,39 @@
+"""Torch state dicts <-> safetensors bytes, for the worker. Never pickle: safetensors only.
+
+The only module of smlt.tensors that imports torch: the aggregator (numpy only) never imports it.
+"""
+
+from __future__ import annotations
+
+import torch
+from safetensors.torch import load, save
+
+from smlt.tensors.codec import FP16_MAX, check_codec
+
+
+def state_to_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    return save({k: v.detach().contiguous().cpu() for k, v in state.items()}, metadata=metadata)
+
+
+def bytes_to_state(blob: bytes) -> dict[str, torch.Tensor]:
+    return load(blob)
+
+
+def compress_torch_state(delta: dict[str, torch.Tensor], codec: str) -> dict[str, torch.Tensor]:
+    """The delta's floating tensors cast to float16 / bfloat16 (codec "none": the delta itself).
+
+    torch's casts round to nearest even, as `dtypes.bf16_bits` does, so the numpy and torch paths
+    give the same bits. fp16 clips to +-65504 first (a cast would make Inf).
+    """
+    check_codec(codec)
+    if codec == "none":
+        return delta
+    out = {}
+    for k, v in delta.items():
+        if not v.is_floating_point():
+            out[k] = v
+        elif codec == "fp16":
+            out[k] = v.clamp(-FP16_MAX, FP16_MAX).to(torch.float16)
+        else:
+            out[k] = v.to(torch.bfloat16)
+    return out
