@@ -199,7 +199,7 @@ def _store_table(rows: list[dict[str, Any]]) -> list[str]:
         'ranged GET reads only its range; stock moto reads the whole object, see "moto hot spots" '
         'below); `sharded_vs_single` is the worse of the two stores. "one reducer" is the sharded '
         "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
-        "`sharded.reduce_updates` gives smlt/steps/aggregate.py as a drop-in for its GET + decode + average.",
+        "`reduce.reduce_updates` gives smlt/steps/aggregate.py as a drop-in for its GET + decode + average.",
     ]
     return lines
 
@@ -207,7 +207,7 @@ def _store_table(rows: list[dict[str, Any]]) -> list[str]:
 def _sync_table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "",
-        "Per-step synchronous mode (reduce-scatter through the store, `sharded.ReduceScatter`): "
+        "Per-step synchronous mode (reduce-scatter through the store, `sync.ReduceScatter`): "
         "median time of one gradient exchange.",
         "",
         "| store | workers | parameters | median step ms |",
