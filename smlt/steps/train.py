@@ -11,7 +11,6 @@ import json
 import math
 import os
 import time
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,8 +22,10 @@ from smlt.aggregate.sharded import Poll, ReduceScatter, read_model_blob
 from smlt.config import Settings
 from smlt.data.shards import is_cached, load_manifest, load_shards
 from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
+from smlt.items import ErrorItem, PlanItem, SealItem, WorkerItem
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
+from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
 from smlt.train.models import build_model
 from smlt.train.tensors import bytes_to_state, state_to_bytes
@@ -137,34 +138,40 @@ def _global_model(artifacts: S3Store, spec: RoundSpec, model: nn.Module) -> byte
     return blob
 
 
-def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
-    table = RunTable(settings.table, run_id)
+def run_worker(settings: Settings, event: TrainEvent) -> TrainAnswer:
+    table = RunTable(settings.table, event.run_id)
     try:
-        return _run_worker(settings, table, run_id, rnd, worker)
+        return _run_worker(settings, table, event.run_id, event.round, event.worker)
     except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied) as e:
         # Not worth retrying: leave the reason where the aggregator can report it.
-        table.put_once(keys.error_sk(rnd, worker), {"error": type(e).__name__, "message": str(e)})
+        table.put_once(keys.error_sk(event.round, event.worker), ErrorItem(error=type(e).__name__, message=str(e)))
         raise
 
 
-def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
+def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpec | TrainAnswer:
+    """The round's spec, or the answer of a finished invocation (a duplicate: same answer, no new
+    writes); StaleInvocation when there is nothing to do. One request for the three items."""
+    seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
+    items = table.get_many(seal_sk, worker_sk, plan_sk)
+    if items.item(seal_sk, SealItem) is not None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
+    done = items.item(worker_sk, WorkerItem)
+    if done is not None:
+        return TrainAnswer(worker=worker, samples=done.samples, duplicate=True)
+    plan = items.item(plan_sk, PlanItem)
+    if plan is None or plan.spec is None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
+    return plan.spec
+
+
+def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int) -> TrainAnswer:
     global _COLD
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
     artifacts = S3Store(settings.artifacts_bucket)
-    # One request for the three items that decide whether and how to run.
-    seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
-    items = table.get_many(seal_sk, worker_sk, plan_sk)
-    if items[seal_sk] is not None:
-        raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
-    done = items[worker_sk]
-    if done is not None:  # a duplicate of a finished invocation: same answer, no new writes
-        return {"worker": worker, "samples": int(done["samples"]), "duplicate": True}
-    plan = items[plan_sk]
-    if plan is None or "spec" not in plan:
-        raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
-
-    spec = RoundSpec.model_validate_json(plan["spec"])
+    spec = _round_spec(table, run_id, rnd, worker)
+    if isinstance(spec, TrainAnswer):
+        return spec
     manifest = load_manifest(spec.job.dataset.uri)
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
@@ -252,29 +259,29 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
             finite = math.isfinite(train_loss)
     t_upload = time.perf_counter()
 
-    record = {
-        "worker": worker,
-        "samples": samples,
-        "train_loss": train_loss if finite else None,
-        "finite": finite,
-        "val_loss_sum": val_loss,
-        "val_correct": val_correct,
-        "val_count": val_count,
-        "memory_mb": spec.memory_mb,
-        "cold": cold,
-        "update_bytes": update_bytes,
-        "load_s": t_load - t0,
-        "eval_s": t_eval - t_load,
-        "compute_s": t_compute - t_eval,
-        "upload_s": t_upload - t_compute,
-        "total_s": time.perf_counter() - t0,
-        "finished_at": time.time(),
-        "cache_miss": cache_miss,
-        "steps": samples // spec.job.training.batch_size,
-    }
+    record = WorkerItem(
+        worker=worker,
+        samples=samples,
+        train_loss=train_loss if finite else None,
+        finite=finite,
+        val_loss_sum=val_loss,
+        val_correct=val_correct,
+        val_count=val_count,
+        memory_mb=spec.memory_mb,
+        cold=cold,
+        update_bytes=update_bytes,
+        load_s=t_load - t0,
+        eval_s=t_eval - t_load,
+        compute_s=t_compute - t_eval,
+        upload_s=t_upload - t_compute,
+        total_s=time.perf_counter() - t0,
+        finished_at=time.time(),
+        cache_miss=cache_miss,
+        steps=samples // spec.job.training.batch_size,
+    )
     outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
     if outcome == "sealed":
         raise StaleInvocation(
             f"round {rnd} of run {run_id} closed before worker {worker} finished; its update is ignored"
         )
-    return {"worker": worker, "samples": samples}
+    return TrainAnswer(worker=worker, samples=samples)
