@@ -111,14 +111,13 @@ class _Round:
         self.table = RunTable(settings.table, run_id)
         self.artifacts = S3Store(settings.artifacts_bucket)
         # The round's own items and the previous round's (the ledger so far), in one request.
-        round_sk, seal_sk, plan_sk, previous_sk = keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd), ""
-        if rnd > 0:
-            previous_sk = keys.round_sk(rnd - 1)
-        items = self.table.get_many(round_sk, seal_sk, plan_sk, *([previous_sk] if previous_sk else []))
-        self.done = items.item(round_sk, RoundItem)
-        self.seal_item = items.item(seal_sk, SealItem)
-        self._plan = items.item(plan_sk, PlanItem)
-        self.previous = items.item(previous_sk, RoundItem) if previous_sk else None
+        items = self.table.get_many(
+            keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd), *([keys.round_sk(rnd - 1)] if rnd > 0 else [])
+        )
+        self.done = items.item(keys.round_sk(rnd), RoundItem)  # aggregated already: answer it again
+        self.seal_item = items.item(keys.seal_sk(rnd), SealItem)
+        self._plan = items.item(keys.plan_sk(rnd), PlanItem)
+        self.previous = items.item(keys.round_sk(rnd - 1), RoundItem) if rnd > 0 else None
         self._reported: list[WorkerItem] | None = None  # the workers' records read by the quorum check
 
     @property

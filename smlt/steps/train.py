@@ -11,6 +11,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -80,7 +81,9 @@ def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
         )
 
 
-def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int):
+def _sync_exchange(
+    settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int
+) -> Callable[[int, int], None] | None:
     """Per-step synchronous mode: a function (step, weight) that replaces the parameters'
     gradients with their weighted mean over all workers (reduce-scatter through the store).
     None in local SGD mode."""
@@ -109,6 +112,48 @@ def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id
             pos += n
 
     return exchange
+
+
+def _local_steps(
+    spec: RoundSpec,
+    model: nn.Module,
+    xt: np.ndarray,
+    yt: np.ndarray,
+    task: str,
+    sync: Callable[[int, int], None] | None,
+    rnd: int,
+    worker: int,
+    t0: float,
+) -> tuple[int, float]:
+    """k local SGD steps on the worker's shards (sample order seeded by seed, round, worker):
+    (samples trained on, mean train loss)."""
+    model.train()
+    opt = _optimizer(model.parameters(), spec)
+    loss_fn = _loss_fn(task)
+    rng = np.random.default_rng([spec.job.seed, rnd, worker])
+    b, k = spec.job.training.batch_size, spec.local_steps
+    need = b * k
+    order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
+    xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
+    # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
+    # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
+    # where every worker must take every step).
+    stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
+    done_steps, train_loss = 0, 0.0
+    for step in range(k):
+        if step and time.perf_counter() > stop_at:
+            break
+        done_steps += 1
+        idx = torch.from_numpy(order[step * b : (step + 1) * b])
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xt_t[idx]), yt_t[idx])
+        (loss / len(idx)).backward()
+        if sync is not None:  # per-step mode: every worker steps with the averaged gradient
+            sync(step, len(idx))
+        opt.step()
+        train_loss += loss.item()
+    samples = done_steps * b
+    return samples, train_loss / samples
 
 
 # The newest global model this process read, by (bucket, run, round, plan time). Model r never
@@ -209,34 +254,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
 
     samples, train_loss = 0, 0.0
     if not spec.eval_only:
-        model.train()
-        opt = _optimizer(model.parameters(), spec)
-        loss_fn = _loss_fn(manifest.task)
-        rng = np.random.default_rng([spec.job.seed, rnd, worker])
-        b, k = spec.job.training.batch_size, spec.local_steps
-        need = b * k
-        order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
-        xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
         sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
-        # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
-        # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
-        # where every worker must take every step).
-        stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
-        done_steps = 0
-        for step in range(k):
-            if step and time.perf_counter() > stop_at:
-                break
-            done_steps += 1
-            idx = torch.from_numpy(order[step * b : (step + 1) * b])
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xt_t[idx]), yt_t[idx])
-            (loss / len(idx)).backward()
-            if sync is not None:  # per-step mode: every worker steps with the averaged gradient
-                sync(step, len(idx))
-            opt.step()
-            train_loss += loss.item()
-        samples = done_steps * b
-        train_loss /= samples
+        samples, train_loss = _local_steps(spec, model, xt, yt, manifest.task, sync, rnd, worker, t0)
     finite = math.isfinite(train_loss)
     t_compute = time.perf_counter()
 
