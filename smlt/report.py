@@ -19,7 +19,7 @@ def write_report(metrics: dict[str, Any], path: Path) -> None:
     if not rounds:
         return
     t0 = min(r.finished_at - r.round_s for r in rounds)
-    xs_round = [r.round for r in rounds]
+    xs_round: list[float] = [r.round for r in rounds]
     xs_time = [r.finished_at - t0 for r in rounds]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     for col, (xs, label) in enumerate(((xs_round, "round"), (xs_time, "seconds since start"))):
