@@ -368,11 +368,14 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
         if evaluation is None:
             item.execution_events = events_here + round_events(1)
             return item
-        item.stop_reason, item.reason, decision = item.reason, evaluation.reason, evaluation
+        # The aggregator stops the run after the evaluation round, for the stop's reason.
+        item.stop_reason, item.reason = item.reason, evaluation.reason
+        decision = evaluation
     spec = _spec(settings, job, meta, state, decision, item.planned_at)
-    item.action = "train"
+    item.action, item.spec = "train", spec
+    # The spec's shape at top level too, for readers of the table (smlt status, a local run's log).
     item.workers, item.memory_mb, item.local_steps = spec.workers, spec.memory_mb, spec.local_steps
-    item.function_name, item.aggregators, item.spec = spec.function_name, spec.aggregators, spec
+    item.function_name, item.aggregators = spec.function_name, spec.aggregators
     item.execution_events = events_here + round_events(spec.aggregators)
     return item
 
