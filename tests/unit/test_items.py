@@ -6,7 +6,7 @@ import json
 import pytest
 
 from smlt import keys
-from smlt.items import MetaItem, PlanItem, RoundItem, RoundTiming, WorkerItem
+from smlt.items import Accepted, MetaItem, PlanItem, RoundItem, RoundTiming, WorkerItem
 from smlt.job import parse_job
 from smlt.records import RunTable, from_item, to_item
 from smlt.roundspec import RoundSpec
@@ -80,8 +80,8 @@ def test_the_plans_spec_is_stored_as_its_json_text():
     assert not {"spec", "workers", "function_name", "stop_reason"} & set(stop)  # a stop plan has none
 
 
-def test_meta_stores_the_whole_job():
-    meta = MetaItem(
+def meta_item():
+    return MetaItem(
         run_id="r",
         execution="e",
         job=job(),
@@ -93,7 +93,10 @@ def test_meta_stores_the_whole_job():
         outputs=3,
         task="classification",
     )
-    raw = stored(meta, keys.META)
+
+
+def test_meta_stores_the_whole_job():
+    raw = stored(meta_item(), keys.META)
     assert raw["job"] == job().model_dump(mode="json")  # None fields included: chain restarts from it
     assert MetaItem.model_validate(raw).job == job()
 
@@ -115,9 +118,10 @@ def test_update_takes_fields_of_the_model_only():
 
 def test_unconverted_readers_still_read_items_as_dicts():
     # runner.py, cloud.py and outputs.py read item["round"] / item.get(...) until they are switched.
-    r = RoundItem.model_validate(
-        stored(worker(), keys.round_sk(0))
-        | {"round": 0, "workers": 2, "memory_mb": 1769, "local_steps": 5, "batch_size": 32}
+    r = RoundItem(
+        round=3, workers=2, memory_mb=1769, local_steps=5, batch_size=32, accepted=[Accepted(worker=1, samples=64)]
     )
-    assert r["round"] == 0 and r.get("val_loss") is None and r.get("nope", "-") == "-"
-    assert json.loads(json.dumps(r["accepted"])) == []
+    assert r["round"] == 3 and r.get("val_loss") is None and r.get("nope", "-") == "-"
+    assert r["accepted"] == [{"worker": 1, "samples": 64}]  # nested models as the dicts they were
+    meta = MetaItem.model_validate(stored(meta_item(), keys.META))
+    assert json.dumps({**meta["job"], "run_id": "r"})  # resume's input: the stored job, JSON as it was
