@@ -10,8 +10,9 @@ import functools
 import json
 import re
 import time
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
@@ -20,6 +21,7 @@ from botocore.exceptions import ClientError
 from dynamodb_json import json_util
 
 from smlt import keys
+from smlt.items import ErrorItem, Item, MetaItem, PlanItem, RoundItem, WorkerItem
 
 
 @functools.cache
@@ -51,6 +53,17 @@ def from_item(item: dict) -> dict[str, Any]:
     return {k: _plain(_DESERIALIZER.deserialize(v)) for k, v in item.items()}
 
 
+ItemT = TypeVar("ItemT", bound=Item)
+
+
+class Fetched(dict[str, dict[str, Any] | None]):
+    """What `get_many` read: {sk: the stored attributes, or None}; `item` reads one as its model."""
+
+    def item(self, sk: str, model: type[ItemT]) -> ItemT | None:
+        raw = self[sk]
+        return None if raw is None else model.model_validate(raw)
+
+
 class RunTable:
     def __init__(self, table: str, run_id: str, client=None):
         self.table = table
@@ -62,15 +75,19 @@ class RunTable:
     def client(self):
         return self._client or dynamodb_client()
 
-    def get(self, sk: str) -> dict[str, Any] | None:
+    def get(self, sk: str, model: type[ItemT]) -> ItemT | None:
+        raw = self._get(sk)
+        return None if raw is None else model.model_validate(raw)
+
+    def _get(self, sk: str) -> dict[str, Any] | None:
         resp = self.client.get_item(TableName=self.table, Key=to_item({"pk": self.pk, "sk": sk}), ConsistentRead=True)
         return from_item(resp["Item"]) if "Item" in resp else None
 
-    def get_many(self, *sks: str) -> dict[str, dict[str, Any] | None]:
-        """Several items of the run in one BatchGetItem (strongly consistent): {sk: item or None}.
+    def get_many(self, *sks: str) -> Fetched:
+        """Several items of the run in one BatchGetItem (strongly consistent), in the order asked.
         A round's steps read 3-4 items before they start; one request instead of one each."""
         want = list(dict.fromkeys(sks))
-        found: dict[str, dict[str, Any] | None] = dict.fromkeys(want)
+        found = Fetched(dict.fromkeys(want))
         for i in range(0, len(want), 100):  # BatchGetItem takes at most 100 keys
             self._get_batch(want[i : i + 100], found)
         return found
@@ -90,20 +107,26 @@ class RunTable:
                 found[item["sk"]] = item
             request = resp.get("UnprocessedKeys") or {}  # throttled keys: ask again, backing off
 
-    def put_once(self, sk: str, attrs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-        """Write the item unless it exists. Returns (written, the item now stored)."""
-        item = {"pk": self.pk, "sk": sk, **attrs}
+    @overload
+    def put_once(self, sk: str, item: ItemT) -> tuple[bool, ItemT]: ...
+    @overload
+    def put_once(self, sk: str, item: Mapping[str, Any]) -> tuple[bool, dict[str, Any]]: ...
+    def put_once(self, sk: str, item: Item | Mapping[str, Any]) -> tuple[bool, Item | dict[str, Any]]:
+        """Write the item unless it exists. Returns (written, the item now stored), as a model when
+        given one (as raw attributes for tools and tests that write raw items)."""
+        raw = {"pk": self.pk, "sk": sk, **(item.attrs() if isinstance(item, Item) else item)}
         try:
             self.client.put_item(
-                TableName=self.table, Item=to_item(item), ConditionExpression="attribute_not_exists(pk)"
+                TableName=self.table, Item=to_item(raw), ConditionExpression="attribute_not_exists(pk)"
             )
-            return True, item
+            return True, item if isinstance(item, Item) else raw
         except ClientError as e:
             if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-            return False, self.get(sk) or item
+        stored = self._get(sk) or raw
+        return False, type(item).model_validate(stored) if isinstance(item, Item) else stored
 
-    def put_unless_sealed(self, sk: str, attrs: dict[str, Any], seal_sk: str) -> str:
+    def put_unless_sealed(self, sk: str, item: Item, seal_sk: str) -> str:
         """Write the item once, atomically with a check that `seal_sk` does not exist yet.
 
         Returns "written", "duplicate" (the item existed) or "sealed" (too late: the round is
@@ -123,7 +146,7 @@ class RunTable:
                     {
                         "Put": {
                             "TableName": self.table,
-                            "Item": to_item({"pk": self.pk, "sk": sk, **attrs}),
+                            "Item": to_item({"pk": self.pk, "sk": sk, **item.attrs()}),
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     },
@@ -139,12 +162,20 @@ class RunTable:
             if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
                 return "duplicate"
             # moto and older SDKs may omit reasons: decide by reading.
-            return "sealed" if self.get(seal_sk) is not None else "duplicate"
+            return "sealed" if self._get(seal_sk) is not None else "duplicate"
 
     def update(
-        self, sk: str, attrs: dict[str, Any], *, only_if: str | None = None, values: dict[str, Any] | None = None
+        self,
+        sk: str,
+        model: type[Item],
+        *,
+        only_if: str | None = None,
+        values: dict[str, Any] | None = None,
+        **changes: Any,
     ) -> bool:
-        """Set attributes on an existing item; with `only_if` (a condition), False when it fails."""
+        """Set fields of `model` on an existing item (validated and stored as the model stores
+        them); with `only_if` (a condition), False when it fails."""
+        attrs = _stored_fields(model, changes)
         names = {f"#a{i}": k for i, k in enumerate(attrs)}
         vals = {f":v{i}": v for i, v in enumerate(attrs.values())}
         vals.update(values or {})
@@ -165,6 +196,7 @@ class RunTable:
             return False
 
     def query(self, prefix: str) -> list[dict[str, Any]]:
+        """The raw items whose sk starts with `prefix` (all of the run's with "")."""
         if not prefix:
             return self._query("pk = :pk", {":pk": self.pk})
         return self._query("pk = :pk AND begins_with(sk, :p)", {":pk": self.pk, ":p": prefix})
@@ -184,26 +216,43 @@ class RunTable:
                 return items
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
-    # Named accessors keep the key layout in one place.
-    def meta(self) -> dict[str, Any] | None:
-        return self.get(keys.META)
+    # Named accessors keep the key layout in one place. Lists come in key order (= round order).
+    def meta(self) -> MetaItem | None:
+        return self.get(keys.META, MetaItem)
 
-    def plan(self, rnd: int) -> dict[str, Any] | None:
-        return self.get(keys.plan_sk(rnd))
+    def plan(self, rnd: int) -> PlanItem | None:
+        return self.get(keys.plan_sk(rnd), PlanItem)
 
-    def workers(self, rnd: int) -> list[dict[str, Any]]:
-        return self.query(keys.worker_prefix(rnd))
+    def workers(self, rnd: int) -> list[WorkerItem]:
+        return [WorkerItem.model_validate(i) for i in self.query(keys.worker_prefix(rnd))]
 
-    def rounds(self, after: int | None = None) -> list[dict[str, Any]]:
+    def errors(self, rnd: int) -> dict[int, ErrorItem]:
+        """The workers' non-transient errors of a round, by worker."""
+        return {int(i["sk"].rsplit("#", 1)[1]): ErrorItem.model_validate(i) for i in self.query(f"ERROR#{rnd:06d}#")}
+
+    def rounds(self, after: int | None = None) -> list[RoundItem]:
         """ROUND items, or only those after round `after` (a key range, not a filter)."""
         if after is None:
-            return self.query("ROUND#")
-        return self._query(
-            "pk = :pk AND sk BETWEEN :a AND :b", {":pk": self.pk, ":a": keys.round_sk(after + 1), ":b": "ROUND#~"}
-        )
+            raw = self.query("ROUND#")
+        else:
+            raw = self._query(
+                "pk = :pk AND sk BETWEEN :a AND :b", {":pk": self.pk, ":a": keys.round_sk(after + 1), ":b": "ROUND#~"}
+            )
+        return [RoundItem.model_validate(i) for i in raw]
 
-    def plans(self) -> list[dict[str, Any]]:
-        return self.query("PLAN#")
+    def plans(self) -> list[PlanItem]:
+        return [PlanItem.model_validate(i) for i in self.query("PLAN#")]
+
+
+def _stored_fields(model: type[Item], changes: dict[str, Any]) -> dict[str, Any]:
+    """`changes` validated as fields of `model` and serialized as the model stores them."""
+    unknown = set(changes) - set(model.model_fields)
+    if unknown:
+        raise TypeError(f"{model.__name__} has no field {', '.join(sorted(unknown))}")
+    item = model.model_construct()
+    for name, value in changes.items():
+        model.__pydantic_validator__.validate_assignment(item, name, value)
+    return item.model_dump(include=set(changes))
 
 
 def _names_in(expr: str | None) -> list[str]:

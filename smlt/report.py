@@ -5,36 +5,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from smlt.items import FinalMetrics, RoundItem
+
 
 def write_report(metrics: dict[str, Any], path: Path) -> None:
+    """Plot metrics.json (finalize writes it: its rounds are ROUND items' views, its final the run's result)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rounds = [r for r in metrics["rounds"] if r.get("val_loss") is not None]
+    rounds = [r for r in map(RoundItem.model_validate, metrics["rounds"]) if r.val_loss is not None]
     if not rounds:
         return
-    t0 = min(r["finished_at"] - r["round_s"] for r in rounds)
-    xs_round = [r["round"] for r in rounds]
-    xs_time = [r["finished_at"] - t0 for r in rounds]
+    t0 = min(r.finished_at - r.round_s for r in rounds)
+    xs_round: list[float] = [r.round for r in rounds]
+    xs_time = [r.finished_at - t0 for r in rounds]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     for col, (xs, label) in enumerate(((xs_round, "round"), (xs_time, "seconds since start"))):
         ax = axes[0][col]
-        ax.plot(xs, [r["val_loss"] for r in rounds], "o-", label="validation loss")
-        train = [(x, r["train_loss"]) for x, r in zip(xs, rounds) if r.get("train_loss") is not None]
+        ax.plot(xs, [r.val_loss for r in rounds], "o-", label="validation loss")
+        train = [(x, r.train_loss) for x, r in zip(xs, rounds) if r.train_loss is not None]
         if train:
             ax.plot(*zip(*train), "s--", label="train loss")
         ax.set_xlabel(label), ax.set_ylabel("loss"), ax.set_yscale("log"), ax.legend()
         ax = axes[1][col]
-        if any(r.get("val_accuracy") is not None for r in rounds):
-            ax.plot(xs, [r["val_accuracy"] for r in rounds], "o-", color="tab:green", label="validation accuracy")
+        if any(r.val_accuracy is not None for r in rounds):
+            ax.plot(xs, [r.val_accuracy for r in rounds], "o-", color="tab:green", label="validation accuracy")
         ax.set_xlabel(label), ax.set_ylabel("accuracy"), ax.legend()
-    final = metrics["final"]
-    acc = final.get("val_accuracy")
+    final = FinalMetrics.model_validate(metrics["final"])
+    acc = final.val_accuracy
     fig.suptitle(
-        f"smlt run {final['run_id']}: {final['rounds']} rounds, "
-        f"{'' if acc is None else f'val accuracy {acc:.3f}, '}est. ${final['estimated_cost_usd']:.4f}"
+        f"smlt run {final.run_id}: {final.rounds} rounds, "
+        f"{'' if acc is None else f'val accuracy {acc:.3f}, '}est. ${final.estimated_cost_usd:.4f}"
     )
     fig.savefig(path, dpi=90)
     plt.close(fig)

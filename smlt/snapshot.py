@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from smlt import keys
+from smlt.items import PlanItem, RoundItem
 from smlt.records import RunTable, to_item
 from smlt.store import NotFound, S3Store
 
@@ -32,24 +33,30 @@ class Snapshot:
         self.after: str | None = None  # artifacts keys up to here are copied
         self.dataset_copied = False
 
-    def save(self, new_rounds: list[dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
+    def save(self, new_rounds: list[RoundItem] | None = None) -> dict[int, PlanItem]:
         """Add the ROUND items aggregated since the last save (read here when not given) and
-        their plans; copy the new objects. Returns the new rounds' PLAN items by round."""
+        their plans; copy the new objects. Returns the new rounds' PLAN items by round.
+
+        Items are kept as stored (META and PLAN as read, ROUND as its model stores it): a
+        snapshot is a copy of the partition, read back by `restore_snapshot`."""
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
         if new_rounds is None:
             new_rounds = table.rounds(after=self.newest if self.newest >= 0 else None)
-        new_rounds = [r for r in new_rounds if keys.round_sk(r["round"]) not in self.items]
-        got = table.get_many(keys.META, *(keys.plan_sk(r["round"]) for r in new_rounds))
-        meta = got.pop(keys.META)
+        new_rounds = [r for r in new_rounds if keys.round_sk(r.round) not in self.items]
+        got = table.get_many(keys.META, *(keys.plan_sk(r.round) for r in new_rounds))
+        meta = got[keys.META]
         if meta is None:
             return {}
         self.items[keys.META] = meta
-        plans = {int(p["round"]): p for p in got.values() if p is not None}
+        plans: dict[int, PlanItem] = {}
         for r in new_rounds:
-            self.items[keys.round_sk(r["round"])] = r
-            if r["round"] in plans:
-                self.items[keys.plan_sk(r["round"])] = plans[r["round"]]
-        self.newest = max([self.newest, *(r["round"] for r in new_rounds)])
+            sk = keys.round_sk(r.round)
+            self.items[sk] = {"pk": table.pk, "sk": sk, **r.attrs()}
+            plan = got[keys.plan_sk(r.round)]
+            if plan is not None:
+                self.items[keys.plan_sk(r.round)] = plan
+                plans[r.round] = PlanItem.model_validate(plan)
+        self.newest = max([self.newest, *(r.round for r in new_rounds)])
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
         listed = artifacts.list(keys.run_prefix(self.run_id), start_after=self.after)
         self._copy(artifacts, [k for k in listed if _kept(k, self.newest)])
@@ -95,8 +102,8 @@ def _kept(key: str, newest: int) -> bool:
 
 
 def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:
-    bucket, prefix = keys.parse_s3_uri(meta["job"]["dataset"]["uri"])
-    return bucket, prefix
+    # Read raw: the snapshot copies items verbatim and needs only the dataset's location.
+    return keys.parse_s3_uri(meta["job"]["dataset"]["uri"])
 
 
 def restore_snapshot(engine, names, run_id: str, state_dir: Path) -> None:

@@ -5,27 +5,28 @@
 """
 
 from aws_lambda_powertools import Logger
+from pydantic import BaseModel
 
 from smlt.config import Settings
 from smlt.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
+from smlt.steps.events import AGGREGATE_EVENTS, AggregateEvent, FinishEvent, PrepareEvent, SliceEvent, parse_event
 
 logger = Logger(service="smlt")
 
 
 def handler(event, context):
     settings = Settings.from_env()
-    op = event.get("op", "aggregate")
-    run_id, rnd = event["run_id"], int(event["round"])
-    if op == "aggregate":
-        # The Map's outcomes travel in the event for the execution history; what counts is DynamoDB.
-        result = aggregate_round(settings, run_id, rnd)
-    elif op == "prepare":
-        result = prepare_round(settings, run_id, rnd)
-    elif op == "slice":
-        result = slice_round(settings, run_id, rnd, int(event["slice"]), int(event["of"]))
-    elif op == "finish":
-        result = finish_round(settings, run_id, rnd)
-    else:
-        raise ValueError(f"unknown op {op!r}")
-    logger.info("aggregated", extra={"op": op, **result})
+    answer: BaseModel
+    ev = parse_event(AGGREGATE_EVENTS, event)
+    match ev:
+        case AggregateEvent():
+            answer = aggregate_round(settings, ev)
+        case PrepareEvent():
+            answer = prepare_round(settings, ev)
+        case SliceEvent():
+            answer = slice_round(settings, ev)
+        case FinishEvent():
+            answer = finish_round(settings, ev)
+    result = answer.model_dump(mode="json")
+    logger.info("aggregated", extra={"op": ev.op, **result})
     return result

@@ -1,8 +1,10 @@
-"""Planner Lambda: validate the job, plan the next round (or stop), finalize the run."""
+"""Planner Lambda: validate the job, plan the next round (or stop), chain, finalize the run."""
 
 from aws_lambda_powertools import Logger
+from pydantic import BaseModel
 
 from smlt.config import Settings
+from smlt.steps.events import PLANNER_EVENTS, ChainEvent, FinalizeEvent, PlanEvent, parse_event
 from smlt.steps.finalize import finalize
 from smlt.steps.plan import chain, plan_next
 
@@ -11,14 +13,15 @@ logger = Logger(service="smlt")
 
 def handler(event, context):
     settings = Settings.from_env()
-    op = event.get("op", "plan")
-    if op == "plan":
-        result = plan_next(settings, event.get("job"), event.get("execution") or "run")
-    elif op == "chain":
-        result = chain(settings, event["job"], event["run_id"], int(event["round"]), event["state_machine"])
-    elif op == "finalize":
-        result = finalize(settings, event["run_id"])
-    else:
-        raise ValueError(f"unknown op {op!r}")
-    logger.info("planner", extra={"op": op, "result": result})
+    answer: BaseModel
+    ev = parse_event(PLANNER_EVENTS, event)
+    match ev:
+        case PlanEvent():
+            answer = plan_next(settings, ev)
+        case ChainEvent():
+            answer = chain(settings, ev)
+        case FinalizeEvent():
+            answer = finalize(settings, ev)
+    result = answer.model_dump(mode="json")
+    logger.info("planner", extra={"op": ev.op, "result": result})
     return result

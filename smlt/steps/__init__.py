@@ -7,5 +7,7 @@ Read `infra/stacks/workflow.py` (the states and their wiring), then:
 - `aggregate` Aggregate: seal the round, average the updates into model r+1, the ROUND item
 - `finalize`  Finalize: the final model and metrics
 
-The Lambda handlers in `lambdas/` are thin: parse the event, call the step, return its answer.
+Their edges are typed: `events` (what the state machine sends each function and the answer it
+reads back) and `smlt.items` (the DynamoDB items they read and write, through `smlt.records`).
+The Lambda handlers in `lambdas/` are thin: parse the event, call the step, dump its answer.
 """

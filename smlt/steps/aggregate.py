@@ -4,11 +4,11 @@ the workers' evaluation of this round's model, price the round, decide whether t
 Two paths, chosen by the plan (`RoundSpec.aggregators`):
 
 - one aggregator (`aggregate_round`): quorum check, seal, streamed weighted average of the
-  accepted updates (`sharded.reduce_updates`, bit-identical to decoding them all), model r+1 as
+  accepted updates (`reduce.reduce_updates`, bit-identical to decoding them all), model r+1 as
   one object, metrics and ledger;
 - k > 1 aggregators, three ops of the Aggregate function driven by the state machine:
   `prepare_round` (quorum check, seal, fix the accepted list with `commit_accepted`),
-  k x `slice_round` in a Map (`sharded.aggregate_slice`: slice j of model r+1), `finish_round`
+  k x `slice_round` in a Map (`reduce.aggregate_slice`: slice j of model r+1), `finish_round`
   (divergence check, metrics, ledger and stop decision, without the reduce).
 
 Idempotent: the ROUND item is written once (conditional) and a repeated call returns it.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
 
 from smlt import errors as smlt_errors
 from smlt import keys
@@ -27,8 +26,19 @@ from smlt.aggregate.model_store import model_source, read_model_blob, sliced_mod
 from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
 from smlt.aggregate.sync import delete_prefix
 from smlt.config import Settings
+from smlt.items import Accepted, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
+from smlt.steps.events import (
+    AggregateEvent,
+    FinishEvent,
+    NotPrepared,
+    Prepared,
+    PrepareEvent,
+    RoundAnswer,
+    SliceAnswer,
+    SliceEvent,
+)
 from smlt.store import NotFound, S3Store
 from smlt.tensors.format import decode, encode
 
@@ -45,7 +55,7 @@ def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | No
 def round_cost(
     settings: Settings,
     spec: RoundSpec,
-    records: list[dict],
+    records: list[WorkerItem],
     failed: int,
     plan_s: float,
     aggregate_s: float,
@@ -80,11 +90,11 @@ MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
 
 def _fatal_worker_error(table: RunTable, rnd: int) -> None:
     """Re-raise a worker's non-transient error (bad data, model too large) under its own name."""
-    errors = table.query(f"ERROR#{rnd:06d}#")
+    errors = table.errors(rnd)
     if errors:
-        e = errors[0]
-        cls = getattr(smlt_errors, e["error"], smlt_errors.SmltError)
-        raise cls(f"worker {int(e['sk'].rsplit('#', 1)[1])}: {e['message']}")
+        worker, e = next(iter(errors.items()))
+        cls = getattr(smlt_errors, e.error, smlt_errors.SmltError)
+        raise cls(f"worker {worker}: {e.message}")
 
 
 class _Round:
@@ -94,44 +104,46 @@ class _Round:
         self.settings, self.run_id, self.rnd = settings, run_id, rnd
         self.table = RunTable(settings.table, run_id)
         self.artifacts = S3Store(settings.artifacts_bucket)
-        self._spec: RoundSpec | None = None
         # The round's own items and the previous round's (the ledger so far), in one request.
-        self._items = self.table.get_many(
+        items = self.table.get_many(
             keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd), *([keys.round_sk(rnd - 1)] if rnd > 0 else [])
         )
-        self._reported: list[dict] | None = None  # the workers' records read by the quorum check
-
-    def done(self) -> dict[str, Any] | None:
-        return self._items[keys.round_sk(self.rnd)]
+        self.done = items.item(keys.round_sk(rnd), RoundItem)  # aggregated already: answer it again
+        self.seal_item = items.item(keys.seal_sk(rnd), SealItem)
+        self._plan = items.item(keys.plan_sk(rnd), PlanItem)
+        self.previous = items.item(keys.round_sk(rnd - 1), RoundItem) if rnd > 0 else None
+        self._reported: list[WorkerItem] | None = None  # the workers' records read by the quorum check
 
     @property
-    def plan_item(self) -> dict[str, Any]:
-        return self._items[keys.plan_sk(self.rnd)] or {}
+    def plan_item(self) -> PlanItem:
+        """The round's train plan (the aggregator has nothing to do without one)."""
+        if self._plan is None or self._plan.spec is None:
+            raise RuntimeError(
+                f"round {self.rnd} of run {self.run_id} has no training plan "
+                f"({keys.plan_sk(self.rnd)}); nothing to aggregate"
+            )
+        return self._plan
 
     @property
     def spec(self) -> RoundSpec:
-        if self._spec is None:
-            if "spec" not in self.plan_item:
-                raise RuntimeError(
-                    f"round {self.rnd} of run {self.run_id} has no training plan "
-                    f"({keys.plan_sk(self.rnd)}); nothing to aggregate"
-                )
-            self._spec = RoundSpec.model_validate_json(self.plan_item["spec"])
-        return self._spec
+        spec = self.plan_item.spec
+        assert spec is not None  # plan_item has one
+        return spec
 
-    def quorum_retry(self) -> dict[str, Any] | None:
+    def quorum_retry(self) -> RoundAnswer | None:
         """The retry answer when fewer than the quorum reported and the round is not sealed yet."""
         spec, table, rnd = self.spec, self.table, self.rnd
         needed = max(1, math.ceil(spec.job.training.quorum * spec.workers))
         reported = table.workers(rnd)
-        if len(reported) >= needed or self._items[keys.seal_sk(rnd)] is not None:
+        if len(reported) >= needed or self.seal_item is not None:
             self._reported = reported
             return None
         _fatal_worker_error(table, rnd)
-        attempts = int(self.plan_item.get("attempts", 0))
+        attempts = self.plan_item.attempts
         table.update(
             keys.plan_sk(rnd),
-            {"attempts": attempts + 1},
+            PlanItem,
+            attempts=attempts + 1,
             only_if="attribute_not_exists(#attempts) OR #attempts = :n",
             values={":n": attempts},
         )
@@ -141,34 +153,24 @@ class _Round:
                 f"resume the run with `smlt resume {self.run_id}` once the cause is fixed"
             )
         self.clear_sync()  # the retried round's exchange starts clean
-        return {
-            "round": rnd,
-            "stop": False,
-            "retry": True,
-            "reason": f"quorum not reached (attempt {attempts + 1})",
-            "val_accuracy": None,
-            "val_loss": None,
-            "cost_usd": None,
-        }
+        return RoundAnswer(round=rnd, stop=False, retry=True, reason=f"quorum not reached (attempt {attempts + 1})")
 
-    def seal(self) -> list[dict]:
+    def seal(self) -> list[WorkerItem]:
         """Close the round: from here on a worker's record can no longer land (see
         put_unless_sealed), so the records read after the seal are exactly the ones that count."""
-        was_sealed = self._items[keys.seal_sk(self.rnd)] is not None
+        was_sealed = self.seal_item is not None
         if not was_sealed:
-            _, self._items[keys.seal_sk(self.rnd)] = self.table.put_once(
-                keys.seal_sk(self.rnd), {"sealed_at": time.time()}
-            )
+            _, self.seal_item = self.table.put_once(keys.seal_sk(self.rnd), SealItem(sealed_at=time.time()))
         records = self._reported
         # Records read before the seal are final when the round was already sealed then, or when
         # every worker had reported (each writes once); otherwise read them again.
-        if records is None or not (was_sealed or len({r["worker"] for r in records}) >= self.spec.workers):
+        if records is None or not (was_sealed or len({r.worker for r in records}) >= self.spec.workers):
             records = self.table.workers(self.rnd)
-        return sorted(records, key=lambda r: r["worker"])
+        return sorted(records, key=lambda r: r.worker)
 
     def sealed_at(self) -> float | None:
-        item = self._items[keys.seal_sk(self.rnd)]  # read with the round's items, or written by seal()
-        return float(item["sealed_at"]) if item else None
+        # read with the round's items, or written by seal()
+        return self.seal_item.sealed_at if self.seal_item else None
 
     def update_key(self, worker: int) -> str:
         return keys.update_key(self.run_id, self.rnd, int(worker))
@@ -184,39 +186,37 @@ class _Round:
 
     def diverged(self, reason: str) -> None:
         """Fall back to the last good model (this round's) and halve the learning rate, once."""
-        meta = self.table.meta() or {}
-        if float(meta.get("lr_scale", 1.0)) < 1.0:
+        meta = self.table.meta()
+        if meta is not None and meta.lr_scale < 1.0:
             raise smlt_errors.Diverged(
                 f"round {self.rnd}: {reason} again after halving the learning rate to "
                 f"{self.spec.learning_rate:g}; lower training.learning_rate"
             )
-        self.table.update(keys.META, {"lr_scale": 0.5})
+        self.table.update(keys.META, MetaItem, lr_scale=0.5)
 
     def record(
         self,
-        records: list[dict],
-        ledger: list[dict],
+        records: list[WorkerItem],
+        ledger: list[Accepted],
         diverged: str,
         n_params: int,
         aggregate_s: float,
         aggregators: int = 1,
-    ) -> dict[str, Any]:
+    ) -> RoundAnswer:
         """Combine the workers' evaluation, price the round, decide whether to stop, write the
         ROUND item (once) and answer it."""
         spec, table, rnd = self.spec, self.table, self.rnd
         plan_item = self.plan_item
         failed = max(0, spec.workers - len(records))
-        val_count = sum(r["val_count"] for r in records)
-        val_loss = sum(r["val_loss_sum"] for r in records) / val_count if val_count else None
-        val_acc = sum(r["val_correct"] for r in records) / val_count if val_count else None
-        samples = sum(a["samples"] for a in ledger)
-        by_worker = {r["worker"]: r for r in records}
-        train_loss = (
-            sum(by_worker[a["worker"]]["train_loss"] * a["samples"] for a in ledger) / samples if samples else None
-        )
+        val_count = sum(r.val_count for r in records)
+        val_loss = sum(r.val_loss_sum for r in records) / val_count if val_count else None
+        val_acc = sum(r.val_correct for r in records) / val_count if val_count else None
+        samples = sum(a.samples for a in ledger)
+        losses = {r.worker: r.train_loss for r in records if r.train_loss is not None}  # an applied update's is
+        train_loss = sum(losses[a.worker] * a.samples for a in ledger) / samples if samples else None
 
         if spec.eval_only:
-            stop, reason = True, plan_item.get("stop_reason") or "final evaluation"
+            stop, reason = True, plan_item.stop_reason or "final evaluation"
         elif _target_reached(spec, val_loss, val_acc):
             stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
         elif diverged:
@@ -228,68 +228,49 @@ class _Round:
         cost = round_cost(
             self.settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s, aggregators
         )
-        previous = self._items.get(keys.round_sk(rnd - 1))  # the ledger so far
-        item = {
-            "round": rnd,
-            "workers": spec.workers,
-            "workers_ok": len(records),
-            "workers_failed": failed,
-            "memory_mb": spec.memory_mb,
-            "local_steps": spec.local_steps,
-            "batch_size": spec.job.training.batch_size,
-            "eval_only": spec.eval_only,
-            "diverged": bool(diverged),
-            "samples": samples,
-            "accepted": ledger,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "val_accuracy": val_acc,
-            "aggregate_s": aggregate_s,
-            "aggregators": aggregators,
-            "round_s": time.time() - spec.planned_at,
-            "cost_usd": cost,
-            "cost_total_usd": cost + (float(previous["cost_total_usd"]) if previous else 0.0),
-            "param_count": n_params,
-            "stop": stop,
-            "reason": reason,
-            "plan_reason": spec.reason,
-            "time_limit_s": spec.compute_limit_s,
-            "finished_at": time.time(),
-            "timings": [
-                {
-                    k: r[k]
-                    for k in (
-                        "worker",
-                        "memory_mb",
-                        "samples",
-                        "load_s",
-                        "eval_s",
-                        "compute_s",
-                        "upload_s",
-                        "total_s",
-                        "cold",
-                    )
-                    if k in r
-                }
-                | {"cache_miss": bool(r.get("cache_miss", False))}
-                for r in records
-            ],
-        }
+        item = RoundItem(
+            round=rnd,
+            workers=spec.workers,
+            workers_ok=len(records),
+            workers_failed=failed,
+            memory_mb=spec.memory_mb,
+            local_steps=spec.local_steps,
+            batch_size=spec.job.training.batch_size,
+            eval_only=spec.eval_only,
+            diverged=bool(diverged),
+            samples=samples,
+            accepted=ledger,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            val_accuracy=val_acc,
+            aggregate_s=aggregate_s,
+            aggregators=aggregators,
+            round_s=time.time() - spec.planned_at,
+            cost_usd=cost,
+            cost_total_usd=cost + (self.previous.cost_total_usd if self.previous else 0.0),  # the ledger so far
+            param_count=n_params,
+            stop=stop,
+            reason=reason,
+            plan_reason=spec.reason,
+            time_limit_s=spec.compute_limit_s,
+            finished_at=time.time(),
+            timings=[RoundTiming.of(r) for r in records],
+        )
         _, stored = table.put_once(keys.round_sk(rnd), item)
-        return _result(stored)
+        return _answer(stored)
 
 
-def _ledger(accepted: list[dict]) -> list[dict]:
-    return [{"worker": int(a["worker"]), "samples": int(a["samples"])} for a in accepted]
+def _ledger(accepted: list[WorkerItem]) -> list[Accepted]:
+    return [Accepted(worker=a.worker, samples=a.samples) for a in accepted]
 
 
-def aggregate_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
+def aggregate_round(settings: Settings, event: AggregateEvent) -> RoundAnswer:
     """The single aggregator: everything in one invocation."""
     t0 = time.perf_counter()
+    run_id, rnd = event.run_id, event.round
     r = _Round(settings, run_id, rnd)
-    done = r.done()
-    if done is not None:  # a repeated aggregation returns the first one's answer
-        return _result(done)
+    if r.done is not None:  # a repeated aggregation returns the first one's answer
+        return _answer(r.done)
     retry = r.quorum_retry()
     if retry is not None:
         return retry
@@ -299,23 +280,23 @@ def aggregate_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]
     # Model r may be one object or slices (written by k aggregators last round).
     global_blob = read_model_blob(r.artifacts, run_id, rnd)
     global_state = decode(global_blob)
-    accepted = [x for x in records if x["samples"] > 0]
-    ledger: list[dict] = []
+    accepted = [x for x in records if x.samples > 0]
+    ledger: list[Accepted] = []
     diverged = ""
     new_blob = global_blob
     if not spec.eval_only and accepted:
-        bad = [x["worker"] for x in accepted if not x.get("finite", True)]
+        bad = [x.worker for x in accepted if not x.finite]
         if not bad:
             # Streamed: parallel ranged GETs summed as they arrive, bit-identical to decoding all.
             avg = reduce_updates(
-                r.artifacts, [r.update_key(x["worker"]) for x in accepted], [float(x["samples"]) for x in accepted]
+                r.artifacts, [r.update_key(x.worker) for x in accepted], [float(x.samples) for x in accepted]
             )
             new_state = apply_update(global_state, avg, spec.job.training.server_lr)
             if is_finite(new_state):
                 new_blob = encode(new_state)
                 ledger = _ledger(accepted)
             else:
-                bad = r.nonfinite_updates([x["worker"] for x in accepted])
+                bad = r.nonfinite_updates([x.worker for x in accepted])
                 if not bad:
                     diverged = "the averaged model has NaN/Inf"
         if bad:
@@ -326,26 +307,25 @@ def aggregate_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]
     return r.record(records, ledger, diverged, param_count(global_state), time.perf_counter() - t0)
 
 
-def prepare_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
+def prepare_round(settings: Settings, event: PrepareEvent) -> Prepared | NotPrepared:
     """Sharded aggregation, step 1: quorum check, seal, fix the accepted updates.
 
     Answers {"proceed": true, ...} when the slices should run, else (a quorum retry, or a round
     already aggregated) the aggregate answer with "proceed": false."""
+    run_id, rnd = event.run_id, event.round
     r = _Round(settings, run_id, rnd)
-    done = r.done()
-    if done is not None:
-        return {**_result(done), "proceed": False}
-    retry = r.quorum_retry()
-    if retry is not None:
-        return {**retry, "proceed": False}
+    not_yet = _answer(r.done) if r.done is not None else r.quorum_retry()
+    if not_yet is not None:
+        return NotPrepared(**not_yet.model_dump())
     records = r.seal()
-    accepted = [] if r.spec.eval_only else [x for x in records if x["samples"] > 0]
-    committed = commit_accepted(r.artifacts, run_id, rnd, _ledger(accepted))
-    return {"round": rnd, "proceed": True, "stop": False, "accepted": len(committed), "aggregators": r.spec.aggregators}
+    accepted = [] if r.spec.eval_only else [x for x in records if x.samples > 0]
+    committed = commit_accepted(r.artifacts, run_id, rnd, [a.model_dump() for a in _ledger(accepted)])
+    return Prepared(round=rnd, accepted=len(committed), aggregators=r.spec.aggregators)
 
 
-def slice_round(settings: Settings, run_id: str, rnd: int, j: int, k: int) -> dict[str, Any]:
+def slice_round(settings: Settings, event: SliceEvent) -> SliceAnswer:
     """Sharded aggregation, step 2 (one of k in parallel): slice j of model r+1."""
+    run_id, rnd, j, k = event.run_id, event.round, event.slice, event.of
     r = _Round(settings, run_id, rnd)
     try:
         accepted = json.loads(r.artifacts.get(keys.accepted_key(run_id, rnd)))
@@ -356,29 +336,29 @@ def slice_round(settings: Settings, run_id: str, rnd: int, j: int, k: int) -> di
     try:
         info = aggregate_slice(r.artifacts, run_id, rnd, j, k, accepted, r.spec.job.training.server_lr)
     except FloatingPointError:
-        return {"slice": j, "finite": False}  # nothing written: finish sees an incomplete model
-    return {"slice": j, "finite": True, "seconds": round(info["seconds"], 4), "skipped": info["skipped"]}
+        return SliceAnswer(slice=j, finite=False)  # nothing written: finish sees an incomplete model
+    return SliceAnswer(slice=j, finite=True, seconds=round(info["seconds"], 4), skipped=info["skipped"])
 
 
-def finish_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
+def finish_round(settings: Settings, event: FinishEvent) -> RoundAnswer:
     """Sharded aggregation, step 3: divergence check, metrics, ledger, stop decision."""
+    run_id, rnd = event.run_id, event.round
     r = _Round(settings, run_id, rnd)
-    done = r.done()
-    if done is not None:
-        return _result(done)
+    if r.done is not None:
+        return _answer(r.done)
     records = r.seal()  # normally sealed by prepare already: this only reads the records
     spec = r.spec
     try:
-        committed = json.loads(r.artifacts.get(keys.accepted_key(run_id, rnd)))
+        committed = [Accepted.model_validate(a) for a in json.loads(r.artifacts.get(keys.accepted_key(run_id, rnd)))]
     except NotFound:
         raise RuntimeError(f"round {rnd}: finish without prepare (no {keys.accepted_key(run_id, rnd)})") from None
     diverged = ""
-    by_worker = {x["worker"]: x for x in records}
+    nonfinite = {x.worker for x in records if not x.finite}
     if committed:
-        bad = [a["worker"] for a in committed if not by_worker.get(a["worker"], {}).get("finite", True)]
+        bad = [a.worker for a in committed if a.worker in nonfinite]
         if not bad and not sliced_model_complete(r.artifacts, run_id, rnd + 1):
             # a slice refused to write NaN/Inf: name the workers whose update has them
-            bad = r.nonfinite_updates([a["worker"] for a in committed])
+            bad = r.nonfinite_updates([a.worker for a in committed])
             if not bad:
                 diverged = "the averaged model has NaN/Inf"
         if bad:
@@ -390,7 +370,7 @@ def finish_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
         r.artifacts.put(model_next, read_model_blob(r.artifacts, run_id, rnd), if_absent=True)
     elif not sliced_model_complete(r.artifacts, run_id, rnd + 1) and not r.artifacts.exists(model_next):
         r.artifacts.put(model_next, read_model_blob(r.artifacts, run_id, rnd), if_absent=True)
-    ledger = [] if diverged else _ledger(committed)
+    ledger = [] if diverged else committed
     kind, src = model_source(r.artifacts, run_id, rnd)
     n_params = src.numel
     sealed = r.sealed_at()
@@ -398,15 +378,17 @@ def finish_round(settings: Settings, run_id: str, rnd: int) -> dict[str, Any]:
     return r.record(records, ledger, diverged, n_params, aggregate_s, aggregators=spec.aggregators)
 
 
-def _result(item: dict[str, Any]) -> dict[str, Any]:
-    def num(v):
-        return None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), 6)
+def _answer(item: RoundItem) -> RoundAnswer:
+    """What Continue is told of an aggregated round: metrics to 6 decimals, None for NaN."""
 
-    return {
-        "round": int(item["round"]),
-        "stop": bool(item["stop"]),
-        "reason": item.get("reason", ""),
-        "val_accuracy": num(item.get("val_accuracy")),
-        "val_loss": num(item.get("val_loss")),
-        "cost_usd": num(item.get("cost_usd")),
-    }
+    def num(v: float | None) -> float | None:
+        return None if v is None or math.isnan(v) else round(float(v), 6)
+
+    return RoundAnswer(
+        round=item.round,
+        stop=item.stop,
+        reason=item.reason,
+        val_accuracy=num(item.val_accuracy),
+        val_loss=num(item.val_loss),
+        cost_usd=num(item.cost_usd),
+    )

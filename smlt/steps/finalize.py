@@ -13,87 +13,85 @@ from typing import Any
 from smlt import keys
 from smlt.aggregate.model_store import read_model_blob
 from smlt.config import Settings
+from smlt.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.records import RunTable
+from smlt.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.store import S3Store
 from smlt.trigger import latest_key
 
 
-def finalize(settings: Settings, run_id: str) -> dict[str, Any]:
+def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     """Publish the final model and metrics: the newest model whose metrics were measured."""
+    run_id = event.run_id
     table = RunTable(settings.table, run_id)
     artifacts = S3Store(settings.artifacts_bucket)
-    meta = table.meta() or {}
-    rounds = sorted(table.rounds(), key=lambda r: r["round"])
-    plans = {p["round"]: p for p in table.plans()}
-    measured = [r for r in rounds if r.get("val_loss") is not None]
+    meta = table.meta()
+    rounds = sorted(table.rounds(), key=lambda r: r.round)
+    plans = {p.round: p for p in table.plans()}
+    measured = [r for r in rounds if r.val_loss is not None]
     final_round = measured[-1] if measured else None
     if final_round is not None:
-        src = keys.model_key(run_id, final_round["round"])
+        src = keys.model_key(run_id, final_round.round)
         if artifacts.exists(src):
             artifacts.copy(src, keys.final_model_key(run_id))
         else:  # written as slices by sharded aggregators: assemble one safetensors object
-            artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round["round"]))
-    trained = [r for r in rounds if not r["eval_only"] and final_round and r["round"] < final_round["round"]]
-    double = sum(len(r["accepted"]) - len({a["worker"] for a in r["accepted"]}) for r in rounds)
-    last_plan = plans.get(max(plans)) if plans else {}
-    final = {
-        "run_id": run_id,
-        "val_accuracy": final_round.get("val_accuracy") if final_round else None,
-        "val_loss": final_round.get("val_loss") if final_round else None,
-        "rounds": len(trained),
-        "samples": sum(r["samples"] for r in trained),
-        "wall_seconds": time.time() - float(meta.get("created_at", time.time())),
-        "estimated_cost_usd": float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
-        "stop_reason": (rounds[-1]["reason"] if rounds and rounds[-1]["stop"] else last_plan.get("reason", "")),
-        # Reports that arrived before the round closed but were not applied (a diverged round
-        # rejects its updates on purpose: not a loss).
-        "lost_updates": sum(r["workers_ok"] - len(r["accepted"]) for r in trained if not r.get("diverged")),
-        "double_counted_updates": double,
-        "model_key": keys.final_model_key(run_id) if final_round else None,
-    }
+            artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round.round))
+    final = _final(run_id, meta, rounds, plans, final_round)
     metrics = {
         "run_id": run_id,
-        "job": meta.get("job"),
-        "rounds": [_round_view(r, plans.get(r["round"], {})) for r in rounds],
-        "final": final,
+        "job": meta.job.model_dump(mode="json") if meta else None,
+        "rounds": [_round_view(r, plans.get(r.round)) for r in rounds],
+        "final": final.model_dump(),
     }
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
-    table.update(keys.META, {"status": "SUCCEEDED", "final": final})
-    pipeline = (meta.get("job") or {}).get("pipeline")
+    table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
+    pipeline = meta.job.pipeline if meta else None
     if pipeline and final_round is not None:
         model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
         artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
-    return {
-        "run_id": run_id,
-        "val_accuracy": final["val_accuracy"],
-        "rounds": final["rounds"],
-        "estimated_cost_usd": round(final["estimated_cost_usd"], 6),
-    }
-
-
-def _round_view(r: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    keep = (
-        "round",
-        "workers",
-        "workers_ok",
-        "workers_failed",
-        "memory_mb",
-        "local_steps",
-        "batch_size",
-        "eval_only",
-        "samples",
-        "accepted",
-        "train_loss",
-        "val_loss",
-        "val_accuracy",
-        "round_s",
-        "aggregate_s",
-        "cost_usd",
-        "cost_total_usd",
-        "stop",
-        "reason",
-        "finished_at",
+    return FinalizeAnswer(
+        run_id=run_id,
+        val_accuracy=final.val_accuracy,
+        rounds=final.rounds,
+        estimated_cost_usd=round(final.estimated_cost_usd, 6),
     )
-    view = {k: r.get(k) for k in keep}
-    view["plan"] = {k: plan.get(k) for k in ("reason", "bound", "predicted_round_s", "predicted_round_cost_usd")}
+
+
+def _final(
+    run_id: str,
+    meta: MetaItem | None,
+    rounds: list[RoundItem],
+    plans: dict[int, PlanItem],
+    final_round: RoundItem | None,
+) -> FinalMetrics:
+    trained = [r for r in rounds if not r.eval_only and final_round and r.round < final_round.round]
+    double = sum(len(r.accepted) - len({a.worker for a in r.accepted}) for r in rounds)
+    last_plan = plans[max(plans)] if plans else None
+    last = rounds[-1] if rounds else None
+    return FinalMetrics(
+        run_id=run_id,
+        val_accuracy=final_round.val_accuracy if final_round else None,
+        val_loss=final_round.val_loss if final_round else None,
+        rounds=len(trained),
+        samples=sum(r.samples for r in trained),
+        wall_seconds=time.time() - (meta.created_at if meta else time.time()),
+        estimated_cost_usd=last.cost_total_usd if last else 0.0,
+        stop_reason=last.reason if last and last.stop else (last_plan.reason if last_plan else ""),
+        # Reports that arrived before the round closed but were not applied (a diverged round
+        # rejects its updates on purpose: not a loss).
+        lost_updates=sum(r.workers_ok - len(r.accepted) for r in trained if not r.diverged),
+        double_counted_updates=double,
+        model_key=keys.final_model_key(run_id) if final_round else None,
+    )
+
+
+# What metrics.json shows of a round: the ROUND item but the planner's and aggregator's own
+# fields, and the plan's reasoning.
+_NOT_IN_METRICS = {"diverged", "aggregators", "param_count", "plan_reason", "time_limit_s", "timings"}
+_PLAN_IN_METRICS = {"reason", "bound", "predicted_round_s", "predicted_round_cost_usd"}
+
+
+def _round_view(r: RoundItem, plan: PlanItem | None) -> dict[str, Any]:
+    view = r.model_dump(exclude=_NOT_IN_METRICS)
+    view["plan"] = plan.model_dump(include=_PLAN_IN_METRICS) if plan else dict.fromkeys(_PLAN_IN_METRICS)
     return view

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from smlt import keys
@@ -21,11 +22,13 @@ from smlt.aggregate.reduce import plan_slices
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, Infeasible, InvalidJob
+from smlt.items import MetaItem, PlanItem, RoundItem
 from smlt.job import Job, parse_job
 from smlt.planner import decide
-from smlt.planner.types import Decision, RoundRecord, RunHistory, WorkerTiming
+from smlt.planner.types import Decision, RoundRecord, RunHistory
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
+from smlt.steps.events import ChainAnswer, ChainEvent, PlanAnswer, PlanEvent, PlanOther, PlanTrain
 from smlt.store import S3Store
 from smlt.trigger import job_from_trigger
 
@@ -92,46 +95,27 @@ def assign_shards(n_shards: int, workers: int, lost: list[int]) -> list[list[int
     return out
 
 
-def _lost_shards(prev_plan: dict[str, Any] | None, prev_round: dict[str, Any] | None, n_shards: int) -> list[int]:
+def _lost_shards(prev_plan: PlanItem | None, prev_round: RoundItem | None, n_shards: int) -> list[int]:
     """Train shards of last round's workers whose updates were not applied."""
-    if not prev_plan or not prev_round or prev_plan.get("action") != "train" or prev_round.get("eval_only"):
+    if prev_plan is None or prev_plan.spec is None or prev_round is None or prev_round.eval_only:
         return []
-    if prev_round.get("diverged"):
+    if prev_round.diverged:
         return []  # nothing was applied that round; every shard gets its normal turn again
-    spec = RoundSpec.model_validate_json(prev_plan["spec"])
-    accepted = {a["worker"] for a in prev_round.get("accepted", [])}
+    spec = prev_plan.spec
+    accepted = {a.worker for a in prev_round.accepted}
     return [s for w in range(spec.workers) if w not in accepted for s in spec.train_shards(w, n_shards)]
 
 
-def _history(rounds: list[dict], meta: dict) -> RunHistory:
-    records = []
-    for r in rounds:
-        records.append(
-            RoundRecord(
-                round=r["round"],
-                workers=r["workers"],
-                memory_mb=r["memory_mb"],
-                local_steps=r["local_steps"],
-                batch_size=r["batch_size"],
-                workers_ok=r["workers_ok"],
-                timings=[WorkerTiming(**t) for t in r.get("timings", [])],
-                aggregate_s=r["aggregate_s"],
-                round_s=r["round_s"],
-                train_loss=r.get("train_loss"),
-                val_loss=r.get("val_loss"),
-                val_accuracy=r.get("val_accuracy"),
-                cost_usd=r["cost_usd"],
-                time_limit_s=r.get("time_limit_s"),
-            )
-        )
+def _history(rounds: list[RoundItem], meta: MetaItem) -> RunHistory:
+    """What the planner reads: its RoundRecord is the ROUND item's fields it knows."""
     return RunHistory(
-        rounds=records,
-        elapsed_s=time.time() - float(meta["created_at"]),
-        cost_total_usd=float(rounds[-1]["cost_total_usd"]) if rounds else 0.0,
-        param_count=int(rounds[-1]["param_count"]) if rounds else int(meta.get("param_count", 0)),
-        train_rows=int(meta["train_rows"]),
-        val_rows=int(meta.get("val_rows", 0)),
-        dataset_bytes=int(meta.get("dataset_bytes", 0)),
+        rounds=[RoundRecord.model_validate(r.model_dump()) for r in rounds],
+        elapsed_s=time.time() - meta.created_at,
+        cost_total_usd=rounds[-1].cost_total_usd if rounds else 0.0,
+        param_count=rounds[-1].param_count if rounds else 0,
+        train_rows=meta.train_rows,
+        val_rows=meta.val_rows,
+        dataset_bytes=meta.dataset_bytes,
     )
 
 
@@ -162,34 +146,30 @@ def choose_aggregators(settings: Settings, param_count: int, workers: int, eval_
     )
 
 
-def _result(item: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    if item["action"] != "train":
-        return {"action": item["action"], "run_id": item["run_id"], "round": item["round"], "reason": item["reason"]}
-    n = int(item["workers"])
-    spec = RoundSpec.model_validate_json(item["spec"])
+def _answer(item: PlanItem, settings: Settings) -> PlanAnswer:
+    if item.spec is None:
+        return PlanOther(action="stop", run_id=item.run_id, round=item.round, reason=item.reason)
+    spec = item.spec
     limit = spec.time_limit_s
-    k = int(item.get("aggregators", 1))
     # Per-step mode: every worker waits for all the others at each step, so all must run at once.
-    concurrency = n if spec.job.training.mode == "sync" else min(n, settings.max_concurrency)
-    return {
-        "action": "train",
-        "run_id": item["run_id"],
-        "round": item["round"],
-        "workers": list(range(n)),
-        "function_name": item["function_name"],
-        "memory_mb": item["memory_mb"],
-        "local_steps": item["local_steps"],
-        "max_concurrency": concurrency,
+    concurrency = spec.workers if spec.job.training.mode == "sync" else min(spec.workers, settings.max_concurrency)
+    return PlanTrain(
+        run_id=item.run_id,
+        round=item.round,
+        workers=list(range(spec.workers)),
+        function_name=spec.function_name,
+        memory_mb=spec.memory_mb,
+        local_steps=spec.local_steps,
+        max_concurrency=concurrency,
         # Sharded aggregation: the state machine maps the Aggregate function over the slices.
-        "aggregators": k,
-        "slices": list(range(k)),
-        # Step Functions stops waiting for a straggler after this (TimeoutSecondsPath).
-        "worker_timeout_s": int(math.ceil(limit)) if limit else settings.worker_timeout_s,
-        "reason": item["reason"],
-    }
+        aggregators=item.aggregators,
+        slices=list(range(item.aggregators)),
+        worker_timeout_s=int(math.ceil(limit)) if limit else settings.worker_timeout_s,
+        reason=item.reason,
+    )
 
 
-def _straggler_limit(decision: Decision, rounds: list[dict], local_concurrency: int | None) -> float | None:
+def _straggler_limit(decision: Decision, rounds: list[RoundItem], local_concurrency: int | None) -> float | None:
     """The planner's straggler cut-off, but never before timings exist (round 0 pays cold starts
     the model has not seen) and never under 10 s (a cut-off that tight only loses updates)."""
     if decision.worker_time_limit_s is None or not rounds:
@@ -204,21 +184,31 @@ def _straggler_limit(decision: Decision, rounds: list[dict], local_concurrency: 
 # The ROUND items this process has read, per (table, run): (the run's created_at, rounds in
 # order). A ROUND item is written once and never changed, so each planner call reads only the
 # rounds after the last one it knows (a warm Lambda container keeps this between rounds).
-_rounds_seen: dict[tuple[str, str], tuple[Any, list[dict[str, Any]]]] = {}
+_rounds_seen: dict[tuple[str, str], tuple[float, list[RoundItem]]] = {}
 MAX_RUNS_SEEN = 16  # a warm container may plan many runs over its life: keep the recent ones
 
 
-def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], int, dict[str, dict[str, Any] | None]]:
-    """(the ROUND items in round order; the round to plan; META, PLAN of that round and of the
-    last one): two requests, reading only the rounds this process has not seen."""
+@dataclass
+class _RunState:
+    rounds: list[RoundItem]  # aggregated, in round order
+    round: int  # the round to plan
+    meta: MetaItem | None
+    plan: PlanItem | None  # of this round, when already planned
+    prev_plan: PlanItem | None
+
+
+def _run_state(table: RunTable) -> _RunState:
+    """The ROUND items, the round to plan, META and the PLAN items of that round and of the last
+    one: two requests, reading only the rounds this process has not seen."""
     key = (table.table, table.run_id)
     while True:
         stamp, known = _rounds_seen.get(key, (None, []))
-        new = table.rounds(after=known[-1]["round"]) if known else table.rounds()
-        rounds = known + sorted(new, key=lambda r: r["round"])
-        rnd = rounds[-1]["round"] + 1 if rounds else 0
+        new = table.rounds(after=known[-1].round) if known else table.rounds()
+        rounds = known + sorted(new, key=lambda r: r.round)
+        rnd = rounds[-1].round + 1 if rounds else 0
         items = table.get_many(keys.META, keys.plan_sk(rnd), *([keys.plan_sk(rnd - 1)] if rnd > 0 else []))
-        created = (items[keys.META] or {}).get("created_at")
+        meta = items.item(keys.META, MetaItem)
+        created = meta.created_at if meta else None
         if stamp is not None and stamp != created:
             del _rounds_seen[key]  # the cached rounds are of a run since recreated under this id
             continue
@@ -227,67 +217,36 @@ def _run_state(table: RunTable) -> tuple[list[dict[str, Any]], int, dict[str, di
             _rounds_seen[key] = (created, rounds)  # newest last: the least recently planned run goes first
             while len(_rounds_seen) > MAX_RUNS_SEEN:
                 del _rounds_seen[next(iter(_rounds_seen))]
-        return rounds, rnd, items
+        prev_plan = items.item(keys.plan_sk(rnd - 1), PlanItem) if rnd > 0 else None
+        return _RunState(rounds, rnd, meta, items.item(keys.plan_sk(rnd), PlanItem), prev_plan)
 
 
-def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    triggered = isinstance(raw_job, dict) and "trigger" in raw_job
-    if triggered:
-        raw_job = job_from_trigger(raw_job["trigger"], settings.artifacts_bucket)
-    job = parse_job(raw_job)
-    run_id = job.run_id or execution
-    table = RunTable(settings.table, run_id)
+def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -> MetaItem:
+    """Round 0: check the job's data and access, write META (first writer wins), job.json and
+    the warm start's model. Nothing is written for a bad job."""
+    _check_access(job, settings)
+    facts = _check_resources(job, settings)
+    meta = MetaItem(
+        run_id=table.run_id,
+        execution=execution,
+        job=job,
+        status="RUNNING",
+        created_at=time.time(),
+        **facts,
+    )
+    _, meta = table.put_once(keys.META, meta)
     artifacts = S3Store(settings.artifacts_bucket)
-    rounds, rnd, items = _run_state(table)
-    meta = items[keys.META]
-    if meta is None:
-        _check_access(job, settings)
-        facts = _check_resources(job, settings)  # nothing is written for a bad job
-        _, meta = table.put_once(
-            keys.META,
-            {
-                "job": job.model_dump(mode="json"),
-                "status": "RUNNING",
-                "created_at": time.time(),
-                "run_id": run_id,
-                "execution": execution,
-                **facts,
-            },
-        )
-        artifacts.put(keys.job_key(run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
-        if job.warm_start:
-            bucket, key = keys.parse_s3_uri(job.warm_start)
-            artifacts.put(keys.model_key(run_id, 0), S3Store(bucket).get(key), if_absent=True)
+    artifacts.put(keys.job_key(table.run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
+    if job.warm_start:
+        bucket, key = keys.parse_s3_uri(job.warm_start)
+        artifacts.put(keys.model_key(table.run_id, 0), S3Store(bucket).get(key), if_absent=True)
+    return meta
 
-    if triggered and meta.get("execution") != execution:
-        # The same upload event delivered twice (or raced): its run already exists.
-        return {
-            "action": "duplicate",
-            "run_id": run_id,
-            "round": 0,
-            "reason": f"duplicate event: run {run_id} belongs to execution {meta.get('execution')}",
-        }
 
-    existing = items[keys.plan_sk(rnd)]
-    if existing is not None:
-        return _result(existing, settings)
-    prev_plan = items.get(keys.plan_sk(rnd - 1))
-    same = bool(prev_plan and prev_plan.get("execution") == execution)
-    ran_here = int(prev_plan.get("execution_rounds", 1)) if same else 0
-    events_here = int(prev_plan.get("execution_events", 0)) if same else 0
-    next_events = round_events(int(prev_plan.get("aggregators", 1)) if prev_plan else 1)
-    if ran_here >= job.rounds_per_execution or events_here + next_events > HISTORY_BUDGET:
-        # Hand over to a fresh execution (see chain) before this one's history grows too long.
-        return {
-            "action": "chain",
-            "run_id": run_id,
-            "round": rnd,
-            "reason": f"{ran_here} rounds in this execution; continuing in a new one",
-        }
-
+def _decide(settings: Settings, job: Job, meta: MetaItem, rounds: list[RoundItem]) -> Decision:
+    """The planner's decision, held to what sync mode can run at once."""
     tiers = sorted(settings.train_functions)
-    decision: Decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture)
+    decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture)
     if decision.infeasible and not job.constraints.best_effort:
         raise Infeasible(decision.reason)
     if job.training.mode == "sync" and decision.action == "train":
@@ -300,85 +259,142 @@ def plan_next(settings: Settings, raw_job: Any, execution: str) -> dict[str, Any
                     "reason": f"{decision.reason} (sync mode: at most {slots} concurrent workers)",
                 }
             )
-    item: dict[str, Any] = {
-        "run_id": run_id,
-        "round": rnd,
-        "reason": decision.reason,
-        "bound": decision.bound,
-        "predicted_round_s": decision.predicted_round_s,
-        "predicted_round_cost_usd": decision.predicted_round_cost_usd,
-        "planned_at": time.time(),
-        "execution": execution,
-        "execution_rounds": ran_here + 1,
-    }
+    return decision
+
+
+def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision | None:
+    """A stop whose newest model has not been evaluated yet: one evaluation-only round measures it."""
+    if not rounds or rounds[-1].stop or decision.bound not in ("max_rounds", "deadline", "target"):
+        return None
+    last = rounds[-1]
+    return Decision(
+        action="train",
+        workers=last.workers,
+        memory_mb=last.memory_mb,
+        local_steps=0,
+        reason=f"final evaluation ({decision.reason})",
+        bound=decision.bound,
+        worker_time_limit_s=decision.worker_time_limit_s,
+    )
+
+
+def _spec(
+    settings: Settings, job: Job, meta: MetaItem, state: _RunState, decision: Decision, planned_at: float
+) -> RoundSpec:
+    """The round spec of a training (or evaluation) round: learning rate, shards, aggregators."""
+    rounds = state.rounds
+    lost = _lost_shards(state.prev_plan, rounds[-1] if rounds else None, meta.train_shards)
+    n_params = rounds[-1].param_count if rounds else 0
+    return RoundSpec(
+        run_id=meta.run_id,
+        round=state.round,
+        workers=decision.workers,
+        memory_mb=decision.memory_mb,
+        aggregators=choose_aggregators(settings, n_params, decision.workers, decision.local_steps == 0),
+        local_steps=decision.local_steps,
+        function_name=settings.train_functions[decision.memory_mb],
+        planned_at=planned_at,
+        time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
+        compute_limit_s=decision.worker_time_limit_s if rounds else None,
+        learning_rate=job.training.learning_rate * meta.lr_scale,
+        reason=decision.reason,
+        job=job,
+        assignments=assign_shards(meta.train_shards, decision.workers, lost),
+    )
+
+
+def _so_far(prev: PlanItem | None, execution: str) -> tuple[int, int]:
+    """(rounds, history events) this execution has planned so far, from the last round's plan."""
+    if prev is None or prev.execution != execution:
+        return 0, 0
+    return prev.execution_rounds, prev.execution_events
+
+
+def _chain_reason(state: _RunState, job: Job, execution: str) -> str | None:
+    """Why this execution hands over to a fresh one (see chain) before its history grows too
+    long, or None."""
+    ran_here, events_here = _so_far(state.prev_plan, execution)
+    next_events = round_events(state.prev_plan.aggregators if state.prev_plan else 1)
+    if ran_here >= job.rounds_per_execution or events_here + next_events > HISTORY_BUDGET:
+        return f"{ran_here} rounds in this execution; continuing in a new one"
+    return None
+
+
+def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
+    t0 = time.perf_counter()
+    raw_job, execution = event.job, event.execution
+    triggered = isinstance(raw_job, dict) and "trigger" in raw_job
+    if triggered:
+        raw_job = job_from_trigger(raw_job["trigger"], settings.artifacts_bucket)
+    job = parse_job(raw_job)
+    run_id = job.run_id or execution
+    table = RunTable(settings.table, run_id)
+    state = _run_state(table)
+    meta = state.meta or _create_run(settings, table, job, execution)
+    if triggered and meta.execution != execution:
+        # The same upload event delivered twice (or raced): its run already exists.
+        reason = f"duplicate event: run {run_id} belongs to execution {meta.execution}"
+        return PlanOther(action="duplicate", run_id=run_id, round=0, reason=reason)
+    if state.plan is not None:
+        return _answer(state.plan, settings)
+    chain_reason = _chain_reason(state, job, execution)
+    if chain_reason is not None:
+        return PlanOther(action="chain", run_id=run_id, round=state.round, reason=chain_reason)
+    item = _plan_item(settings, job, meta, state, execution)
+    item.plan_s = time.perf_counter() - t0
+    _, stored = table.put_once(keys.plan_sk(state.round), item)
+    return _answer(stored, settings)
+
+
+def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, execution: str) -> PlanItem:
+    """The round's PLAN item: stop, or train (an evaluation-only round when the newest model
+    has not been measured), with its round spec."""
+    decision = _decide(settings, job, meta, state.rounds)
+    ran_here, events_here = _so_far(state.prev_plan, execution)
+    item = PlanItem(
+        run_id=meta.run_id,
+        round=state.round,
+        action="stop",
+        reason=decision.reason,
+        bound=decision.bound,
+        predicted_round_s=decision.predicted_round_s,
+        predicted_round_cost_usd=decision.predicted_round_cost_usd,
+        planned_at=time.time(),
+        execution=execution,
+        execution_rounds=ran_here + 1,
+    )
     if decision.action == "stop":
-        measured = rounds and rounds[-1]["stop"] is False and decision.bound in ("max_rounds", "deadline", "target")
-        if measured:
-            # The newest model has not been evaluated yet: one evaluation-only round measures it.
-            last = rounds[-1]
-            decision = Decision(
-                action="train",
-                workers=last["workers"],
-                memory_mb=last["memory_mb"],
-                local_steps=0,
-                reason=f"final evaluation ({decision.reason})",
-                bound=decision.bound,
-                worker_time_limit_s=decision.worker_time_limit_s,
-            )
-            item["stop_reason"] = item["reason"]
-            item["reason"] = decision.reason
-        else:
-            item["action"] = "stop"
-    if decision.action == "train":
-        lr = job.training.learning_rate * float(meta.get("lr_scale", 1.0))
-        lost = _lost_shards(prev_plan, rounds[-1] if rounds else None, int(meta["train_shards"]))
-        n_params = int(rounds[-1]["param_count"]) if rounds else 0
-        k = choose_aggregators(settings, n_params, decision.workers, decision.local_steps == 0)
-        spec = RoundSpec(
-            run_id=run_id,
-            round=rnd,
-            workers=decision.workers,
-            memory_mb=decision.memory_mb,
-            aggregators=k,
-            local_steps=decision.local_steps,
-            function_name=settings.train_functions[decision.memory_mb],
-            planned_at=item["planned_at"],
-            time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
-            compute_limit_s=decision.worker_time_limit_s if rounds else None,
-            learning_rate=lr,
-            reason=decision.reason,
-            job=job,
-            assignments=assign_shards(int(meta["train_shards"]), decision.workers, lost),
-        )
-        item.update(
-            action="train",
-            workers=spec.workers,
-            memory_mb=spec.memory_mb,
-            local_steps=spec.local_steps,
-            function_name=spec.function_name,
-            aggregators=k,
-            spec=spec.model_dump_json(),
-        )
-    item["execution_events"] = events_here + round_events(int(item.get("aggregators", 1)))
-    item["plan_s"] = time.perf_counter() - t0
-    _, stored = table.put_once(keys.plan_sk(rnd), item)
-    return _result(stored, settings)
+        evaluation = _final_evaluation(decision, state.rounds)
+        if evaluation is None:
+            item.execution_events = events_here + round_events(1)
+            return item
+        # The aggregator stops the run after the evaluation round, for the stop's reason.
+        item.stop_reason, item.reason = item.reason, evaluation.reason
+        decision = evaluation
+    spec = _spec(settings, job, meta, state, decision, item.planned_at)
+    item.action, item.spec = "train", spec
+    # The spec's shape at top level too, for readers of the table (smlt status, a local run's log).
+    item.workers, item.memory_mb, item.local_steps = spec.workers, spec.memory_mb, spec.local_steps
+    item.function_name, item.aggregators = spec.function_name, spec.aggregators
+    item.execution_events = events_here + round_events(spec.aggregators)
+    return item
 
 
-def chain(settings: Settings, job: dict[str, Any], run_id: str, rnd: int, state_machine_arn: str) -> dict[str, Any]:
+def chain(settings: Settings, event: ChainEvent) -> ChainAnswer:
     """Start the execution that continues this run from its checkpoint. The name derives from
     the round, so a repeated call starts nothing new (StartExecution is idempotent by name)."""
     import boto3
 
     sfn = boto3.client("stepfunctions")
-    name = f"{run_id[:66]}-r{rnd:06d}"
+    name = f"{event.run_id[:66]}-r{event.round:06d}"
     # The validated job of the run, not this execution's input: an upload-triggered run's input
     # is the S3 event, which the next execution would take for a duplicate event.
-    stored = (RunTable(settings.table, run_id).meta() or {}).get("job") or job
+    meta = RunTable(settings.table, event.run_id).meta()
+    stored = meta.job.model_dump(mode="json") if meta is not None else event.job
     try:
         arn = sfn.start_execution(
-            stateMachineArn=state_machine_arn, name=name, input=json.dumps({**stored, "run_id": run_id})
+            stateMachineArn=event.state_machine, name=name, input=json.dumps({**stored, "run_id": event.run_id})
         )["executionArn"]
     except sfn.exceptions.ExecutionAlreadyExists:
-        arn = state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + name
-    return {"execution_arn": arn, "name": name}
+        arn = event.state_machine.replace(":stateMachine:", ":execution:") + ":" + name
+    return ChainAnswer(execution_arn=arn, name=name)

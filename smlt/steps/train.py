@@ -11,7 +11,7 @@ import json
 import math
 import os
 import time
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -23,8 +23,10 @@ from smlt.aggregate.sync import Poll, ReduceScatter
 from smlt.config import Settings
 from smlt.data.shards import is_cached, load_manifest, load_shards
 from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
+from smlt.items import ErrorItem, PlanItem, SealItem, WorkerItem
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
+from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
 from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes
 from smlt.train.models import build_model
@@ -79,7 +81,9 @@ def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
         )
 
 
-def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int):
+def _sync_exchange(
+    settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int
+) -> Callable[[int, int], None] | None:
     """Per-step synchronous mode: a function (step, weight) that replaces the parameters'
     gradients with their weighted mean over all workers (reduce-scatter through the store).
     None in local SGD mode."""
@@ -110,6 +114,48 @@ def _sync_exchange(settings: Settings, spec: RoundSpec, model: nn.Module, run_id
     return exchange
 
 
+def _local_steps(
+    spec: RoundSpec,
+    model: nn.Module,
+    xt: np.ndarray,
+    yt: np.ndarray,
+    task: str,
+    sync: Callable[[int, int], None] | None,
+    rnd: int,
+    worker: int,
+    t0: float,
+) -> tuple[int, float]:
+    """k local SGD steps on the worker's shards (sample order seeded by seed, round, worker):
+    (samples trained on, mean train loss)."""
+    model.train()
+    opt = _optimizer(model.parameters(), spec)
+    loss_fn = _loss_fn(task)
+    rng = np.random.default_rng([spec.job.seed, rnd, worker])
+    b, k = spec.job.training.batch_size, spec.local_steps
+    need = b * k
+    order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
+    xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
+    # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
+    # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
+    # where every worker must take every step).
+    stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
+    done_steps, train_loss = 0, 0.0
+    for step in range(k):
+        if step and time.perf_counter() > stop_at:
+            break
+        done_steps += 1
+        idx = torch.from_numpy(order[step * b : (step + 1) * b])
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xt_t[idx]), yt_t[idx])
+        (loss / len(idx)).backward()
+        if sync is not None:  # per-step mode: every worker steps with the averaged gradient
+            sync(step, len(idx))
+        opt.step()
+        train_loss += loss.item()
+    samples = done_steps * b
+    return samples, train_loss / samples
+
+
 # The newest global model this process read, by (bucket, run, round, plan time). Model r never
 # changes once written (first writer wins), and one process runs several workers of a round (the
 # local engine's pool, a warm Lambda container), so each reads it once. The plan time tells a
@@ -137,34 +183,40 @@ def _global_model(artifacts: S3Store, spec: RoundSpec, model: nn.Module) -> byte
     return blob
 
 
-def run_worker(settings: Settings, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
-    table = RunTable(settings.table, run_id)
+def run_worker(settings: Settings, event: TrainEvent) -> TrainAnswer:
+    table = RunTable(settings.table, event.run_id)
     try:
-        return _run_worker(settings, table, run_id, rnd, worker)
+        return _run_worker(settings, table, event.run_id, event.round, event.worker)
     except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied) as e:
         # Not worth retrying: leave the reason where the aggregator can report it.
-        table.put_once(keys.error_sk(rnd, worker), {"error": type(e).__name__, "message": str(e)})
+        table.put_once(keys.error_sk(event.round, event.worker), ErrorItem(error=type(e).__name__, message=str(e)))
         raise
 
 
-def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int) -> dict[str, Any]:
+def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpec | TrainAnswer:
+    """The round's spec, or the answer of a finished invocation (a duplicate: same answer, no new
+    writes); StaleInvocation when there is nothing to do. One request for the three items."""
+    seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
+    items = table.get_many(seal_sk, worker_sk, plan_sk)
+    if items.item(seal_sk, SealItem) is not None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
+    done = items.item(worker_sk, WorkerItem)
+    if done is not None:
+        return TrainAnswer(worker=worker, samples=done.samples, duplicate=True)
+    plan = items.item(plan_sk, PlanItem)
+    if plan is None or plan.spec is None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
+    return plan.spec
+
+
+def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int) -> TrainAnswer:
     global _COLD
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
     artifacts = S3Store(settings.artifacts_bucket)
-    # One request for the three items that decide whether and how to run.
-    seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
-    items = table.get_many(seal_sk, worker_sk, plan_sk)
-    if items[seal_sk] is not None:
-        raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
-    done = items[worker_sk]
-    if done is not None:  # a duplicate of a finished invocation: same answer, no new writes
-        return {"worker": worker, "samples": int(done["samples"]), "duplicate": True}
-    plan = items[plan_sk]
-    if plan is None or "spec" not in plan:
-        raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
-
-    spec = RoundSpec.model_validate_json(plan["spec"])
+    spec = _round_spec(table, run_id, rnd, worker)
+    if isinstance(spec, TrainAnswer):
+        return spec
     manifest = load_manifest(spec.job.dataset.uri)
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
@@ -202,34 +254,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
 
     samples, train_loss = 0, 0.0
     if not spec.eval_only:
-        model.train()
-        opt = _optimizer(model.parameters(), spec)
-        loss_fn = _loss_fn(manifest.task)
-        rng = np.random.default_rng([spec.job.seed, rnd, worker])
-        b, k = spec.job.training.batch_size, spec.local_steps
-        need = b * k
-        order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
-        xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
         sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
-        # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
-        # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
-        # where every worker must take every step).
-        stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
-        done_steps = 0
-        for step in range(k):
-            if step and time.perf_counter() > stop_at:
-                break
-            done_steps += 1
-            idx = torch.from_numpy(order[step * b : (step + 1) * b])
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xt_t[idx]), yt_t[idx])
-            (loss / len(idx)).backward()
-            if sync is not None:  # per-step mode: every worker steps with the averaged gradient
-                sync(step, len(idx))
-            opt.step()
-            train_loss += loss.item()
-        samples = done_steps * b
-        train_loss /= samples
+        samples, train_loss = _local_steps(spec, model, xt, yt, manifest.task, sync, rnd, worker, t0)
     finite = math.isfinite(train_loss)
     t_compute = time.perf_counter()
 
@@ -252,29 +278,29 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
             finite = math.isfinite(train_loss)
     t_upload = time.perf_counter()
 
-    record = {
-        "worker": worker,
-        "samples": samples,
-        "train_loss": train_loss if finite else None,
-        "finite": finite,
-        "val_loss_sum": val_loss,
-        "val_correct": val_correct,
-        "val_count": val_count,
-        "memory_mb": spec.memory_mb,
-        "cold": cold,
-        "update_bytes": update_bytes,
-        "load_s": t_load - t0,
-        "eval_s": t_eval - t_load,
-        "compute_s": t_compute - t_eval,
-        "upload_s": t_upload - t_compute,
-        "total_s": time.perf_counter() - t0,
-        "finished_at": time.time(),
-        "cache_miss": cache_miss,
-        "steps": samples // spec.job.training.batch_size,
-    }
+    record = WorkerItem(
+        worker=worker,
+        samples=samples,
+        train_loss=train_loss if finite else None,
+        finite=finite,
+        val_loss_sum=val_loss,
+        val_correct=val_correct,
+        val_count=val_count,
+        memory_mb=spec.memory_mb,
+        cold=cold,
+        update_bytes=update_bytes,
+        load_s=t_load - t0,
+        eval_s=t_eval - t_load,
+        compute_s=t_compute - t_eval,
+        upload_s=t_upload - t_compute,
+        total_s=time.perf_counter() - t0,
+        finished_at=time.time(),
+        cache_miss=cache_miss,
+        steps=samples // spec.job.training.batch_size,
+    )
     outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
     if outcome == "sealed":
         raise StaleInvocation(
             f"round {rnd} of run {run_id} closed before worker {worker} finished; its update is ignored"
         )
-    return {"worker": worker, "samples": samples}
+    return TrainAnswer(worker=worker, samples=samples)

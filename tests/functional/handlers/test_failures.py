@@ -21,16 +21,18 @@ def plan(j, execution):
 def spec_of(run_id, rnd):
     """The round spec the planner stored (the PLAN item), as the workers read it."""
     from smlt.records import RunTable
-    from smlt.roundspec import RoundSpec
 
-    return RoundSpec.model_validate_json(RunTable("smlt-runs", run_id).plan(rnd)["spec"])
+    plan = RunTable("smlt-runs", run_id).plan(rnd)
+    assert plan is not None and plan.spec is not None
+    return plan.spec
 
 
 def set_spec(spec):
     from smlt import keys
+    from smlt.items import PlanItem
     from smlt.records import RunTable
 
-    RunTable("smlt-runs", spec.run_id).update(keys.plan_sk(spec.round), {"spec": spec.model_dump_json()})
+    RunTable("smlt-runs", spec.run_id).update(keys.plan_sk(spec.round), PlanItem, spec=spec)
 
 
 def test_quorum_retry_then_round_counts_late_arrivals(digits, aws):

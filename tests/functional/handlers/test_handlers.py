@@ -111,3 +111,15 @@ def test_bad_job_for_an_existing_run_changes_nothing(digits, aws):
     after = {k: aws.get_object(Bucket="smlt-artifacts", Key=k)["Body"].read() for k in run_keys(aws, "kept")}
     assert after == before
     assert boto3.client("dynamodb").scan(TableName="smlt-runs")["Items"] == items_before
+
+
+def test_a_bad_event_fails_naming_the_field(aws):
+    from smlt.steps.events import InvalidEvent
+
+    with pytest.raises(InvalidEvent, match=r"slice\.of: Field required"):
+        aggregate({"op": "slice", "run_id": "r", "round": 0, "slice": 1}, None)
+    with pytest.raises(InvalidEvent, match="worker: Field required"):
+        train_step({"run_id": "r", "round": 0}, None)
+    with pytest.raises(InvalidEvent, match="op: Input tag 'plna'"):
+        planner({"op": "plna", "job": {}}, None)
+    assert boto3.client("dynamodb").scan(TableName="smlt-runs")["Items"] == []

@@ -86,7 +86,7 @@ def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
     one_round("again"), one_round("again")
     assert planner({"op": "plan", "job": j, "execution": "again"}, None)["round"] == 2
     stamp, cached = control._rounds_seen[("smlt-runs", "again")]
-    assert [r["round"] for r in cached] == [0, 1]
+    assert [r.round for r in cached] == [0, 1]
     # The run is deleted and started again under the same id: the cached rounds are not its.
     table = RunTable("smlt-runs", "again")
     for item in table.query(""):
@@ -142,6 +142,7 @@ def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
     aggregate({"run_id": "sizes", "round": 0}, None)
     table, n = RunTable("smlt-runs", "sizes"), len(p["workers"])
     kb = lambda item: len(json.dumps(item, default=float)) / 1024  # noqa: E731
-    assert max(kb(r) for r in table.workers(0)) <= 1.0
-    assert kb(table.get(keys.round_sk(0))) <= 0.7 + 0.3 * n
-    assert kb(table.plan(0)) <= 4.0
+    stored = table.get_many(keys.round_sk(0), keys.plan_sk(0))  # as stored, keys included
+    assert max(kb(r) for r in table.query(keys.worker_prefix(0))) <= 1.0
+    assert kb(stored[keys.round_sk(0)]) <= 0.7 + 0.3 * n
+    assert kb(stored[keys.plan_sk(0)]) <= 4.0

@@ -132,14 +132,13 @@ def test_sharded_quorum_retry_seal_and_duplicates(digits, aws, small_slices):
         **done,
         "proceed": True,
     }
-    item = json.loads(
-        json.dumps(
-            __import__("smlt.records", fromlist=["RunTable"]).RunTable("smlt-runs", "q").get(keys.round_sk(1)),
-            default=float,
-        )
-    )
-    assert [a["worker"] for a in item["accepted"]] == [0, 1, 2] and item["workers_ok"] == 3
-    assert item["aggregators"] == 8
+    from smlt.items import RoundItem
+    from smlt.records import RunTable
+
+    item = RunTable("smlt-runs", "q").get(keys.round_sk(1), RoundItem)
+    assert item is not None
+    assert [a.worker for a in item.accepted] == [0, 1, 2] and item.workers_ok == 3
+    assert item.aggregators == 8
     # next round's workers read the sliced model
     p2 = plan(j, "q")
     assert train_step({"run_id": "q", "round": 2, "worker": 0}, None)["samples"] > 0 and p2["round"] == 2
@@ -167,10 +166,12 @@ def test_sharded_divergence_names_the_worker_and_falls_back(digits, aws, small_s
     store = S3Store(ART)
     # model 2 = model 1 (as one object, winning over whatever slices were written)
     np.testing.assert_array_equal(read_model(store, "nan", 2)[first], read_model(store, "nan", 1)[first])
+    from smlt.items import RoundItem
     from smlt.records import RunTable
 
     table = RunTable("smlt-runs", "nan")
-    assert table.get(keys.round_sk(1))["accepted"] == [] and float(table.meta()["lr_scale"]) == 0.5
+    item, meta = table.get(keys.round_sk(1), RoundItem), table.meta()
+    assert item is not None and item.accepted == [] and meta is not None and meta.lr_scale == 0.5
 
 
 @pytest.mark.parametrize("codec,sliced", [("fp16", False), ("bf16", True)])
@@ -204,7 +205,7 @@ def test_sync_mode_workers_step_together(digits, aws, monkeypatch, request, exch
     from smlt.records import RunTable
 
     lock = threading.Lock()
-    for name in ("get", "put_once", "put_unless_sealed", "update", "query"):
+    for name in ("_get", "get_many", "put_once", "put_unless_sealed", "update", "_query"):
         orig = getattr(RunTable, name)
 
         def locked(self, *a, _orig=orig, **kw):

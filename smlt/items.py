@@ -1,0 +1,213 @@
+"""The DynamoDB items of a run, one pydantic model each (their keys: `smlt/keys.py`; reads and
+writes: `smlt/records.py`).
+
+| sk | model | written by |
+| --- | --- | --- |
+| `META` | `MetaItem` | the first plan (`put_once`); `lr_scale` by a diverged round, `status`/`final` by finalize |
+| `PLAN#r` | `PlanItem` | the planner, once per round; `attempts` by the aggregator's quorum retries |
+| `WORKER#r#w` | `WorkerItem` | a worker, once, unless the round is sealed |
+| `ERROR#r#w` | `ErrorItem` | a worker that failed for good (bad data, model too large) |
+| `SEAL#r` | `SealItem` | the aggregator, when it closes round r |
+| `ROUND#r` | `RoundItem` | the aggregator, once per round |
+
+Stored attribute names are the field names. None is not stored (`Item.attrs`): a missing
+attribute reads back as None or the field's default, so a stop plan has no `workers` and items
+written before a field existed still read. DynamoDB numbers come back as int or float
+(`records.from_item`); the models validate either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from smlt.job import Job
+from smlt.roundspec import RoundSpec
+
+
+class Item(BaseModel):
+    """Base of the items: the attributes besides `pk` and `sk` (which the table adds)."""
+
+    model_config = ConfigDict(extra="ignore")  # pk and sk come back with every item
+
+    def attrs(self) -> dict[str, Any]:
+        """The attributes to store: every field but those that are None."""
+        return self.model_dump(exclude_none=True)
+
+    # Transitional: runner.py, cloud.py, outputs.py and round_cost's body still read items as the
+    # dicts RunTable used to return (item["round"], meta.get("final")). Delete these two once they
+    # read attributes.
+    def __getitem__(self, name: str) -> Any:
+        return self.model_dump()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.model_dump().get(name, default)
+
+
+class FinalMetrics(BaseModel):
+    """The run's result: META's `final` (written by finalize) and metrics.json's `final`."""
+
+    run_id: str
+    val_accuracy: float | None = None
+    val_loss: float | None = None
+    rounds: int  # training rounds that led to the final model
+    samples: int
+    wall_seconds: float
+    estimated_cost_usd: float
+    stop_reason: str
+    # Reports that arrived before their round closed but were not applied.
+    lost_updates: int
+    double_counted_updates: int
+    model_key: str | None = None
+
+
+class MetaItem(Item):
+    """The run: its validated job, who owns it, what the planner checked of the dataset."""
+
+    run_id: str
+    execution: str  # the execution that created the run (a duplicate trigger event finds another)
+    job: Job
+    status: Literal["RUNNING", "SUCCEEDED"]
+    created_at: float  # epoch seconds
+    train_rows: int
+    train_shards: int
+    val_rows: int = 0
+    dataset_bytes: int = 0
+    features: int
+    outputs: int
+    task: str
+    lr_scale: float = 1.0  # halved once when a round diverges
+    final: FinalMetrics | None = None
+
+    @field_serializer("job")
+    def _job(self, job: Job) -> dict[str, Any]:
+        return job.model_dump(mode="json")  # as validated, None fields included (chain restarts from it)
+
+
+class PlanItem(Item):
+    """The planner's decision for a round. A train plan carries the round spec the workers and
+    aggregators read (`spec`, stored as its JSON text)."""
+
+    run_id: str
+    round: int
+    action: Literal["train", "stop"]
+    reason: str
+    bound: str = "none"
+    predicted_round_s: float | None = None
+    predicted_round_cost_usd: float | None = None
+    planned_at: float
+    execution: str
+    execution_rounds: int = 1  # rounds planned by this execution so far (chain after rounds_per_execution)
+    execution_events: int = 0  # Step Functions history events this execution has used so far
+    plan_s: float = 0.0
+    # Train plans only (the spec's values, kept at top level for readers of the table):
+    workers: int | None = None
+    memory_mb: int | None = None
+    local_steps: int | None = None
+    function_name: str | None = None
+    aggregators: int = 1
+    spec: RoundSpec | None = None
+    stop_reason: str | None = None  # an evaluation-only round: why the run stops after it
+    attempts: int = 0  # the aggregator's quorum retries of this round
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _spec_from_json(cls, v: Any) -> Any:
+        return RoundSpec.model_validate_json(v) if isinstance(v, str | bytes) else v
+
+    @field_serializer("spec")
+    def _spec_to_json(self, spec: RoundSpec | None) -> str | None:
+        return None if spec is None else spec.model_dump_json()
+
+
+class WorkerItem(Item):
+    """A worker's record of its round: what it trained, its evaluation of model r, its timings."""
+
+    worker: int
+    samples: int
+    train_loss: float | None = None  # None when not finite
+    finite: bool = True
+    val_loss_sum: float = 0.0
+    val_correct: int = 0
+    val_count: int = 0
+    memory_mb: int
+    cold: bool = False
+    update_bytes: int = 0
+    load_s: float = 0.0
+    eval_s: float = 0.0
+    compute_s: float = 0.0
+    upload_s: float = 0.0
+    total_s: float = 0.0
+    finished_at: float = 0.0
+    cache_miss: bool = False
+    steps: int = 0
+
+
+class ErrorItem(Item):
+    """A worker's non-transient error, re-raised by the aggregator under its own name."""
+
+    error: str  # the class name in smlt.errors
+    message: str
+
+
+class SealItem(Item):
+    sealed_at: float
+
+
+class RoundTiming(BaseModel):
+    """What a ROUND item keeps of each worker record (the planner's timing model reads these)."""
+
+    worker: int
+    memory_mb: int
+    samples: int
+    load_s: float = 0.0
+    eval_s: float = 0.0
+    compute_s: float = 0.0
+    upload_s: float = 0.0
+    total_s: float = 0.0
+    cold: bool = False
+    cache_miss: bool = False
+
+    @classmethod
+    def of(cls, record: WorkerItem) -> RoundTiming:
+        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
+
+
+class Accepted(BaseModel):
+    """An update the round applied (also the entries of a sharded round's accepted.json)."""
+
+    worker: int
+    samples: int
+
+
+class RoundItem(Item):
+    """An aggregated round: its plan's shape, the workers' combined evaluation of model r, the
+    updates applied, the bill and the stop decision."""
+
+    round: int
+    workers: int  # planned
+    workers_ok: int = 0  # reported before the seal
+    workers_failed: int = 0
+    memory_mb: int
+    local_steps: int
+    batch_size: int
+    eval_only: bool = False
+    diverged: bool = False
+    samples: int = 0
+    accepted: list[Accepted] = Field(default_factory=list)
+    train_loss: float | None = None
+    val_loss: float | None = None  # of model r, the one the round started from
+    val_accuracy: float | None = None
+    aggregate_s: float = 0.0
+    aggregators: int = 1
+    round_s: float = 0.0  # from plan to aggregated
+    cost_usd: float = 0.0
+    cost_total_usd: float = 0.0  # the ledger so far
+    param_count: int = 0
+    stop: bool = False
+    reason: str = ""
+    plan_reason: str = ""
+    time_limit_s: float | None = None  # the worker compute limit the plan set
+    finished_at: float = 0.0
+    timings: list[RoundTiming] = Field(default_factory=list)
