@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from smlt.config import FunctionSizes
 from smlt.job import Job
 from smlt.planner import priors as P
 from smlt.planner.progress import ProgressModel
 from smlt.planner.timing import Forecast, JobShape, TimingModel
-from smlt.planner.types import Decision, RunHistory
+from smlt.planner.types import Decision, RunHistory, target_reached
 from smlt.prices import Prices
 
 N_SET = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1000)
@@ -57,14 +58,14 @@ def default_tier(tiers: list[int]) -> int:
     return above[0] if above else max(tiers)
 
 
-def finalize_cost_ub(prices: Prices, arch: str) -> float:
-    return (
-        prices.lambda_cost(P.PLANNER_MEMORY_MB, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put + 4 * prices.sfn_transition
-    )
+def finalize_cost_ub(prices: Prices, arch: str, sizes: FunctionSizes | None = None) -> float:
+    mb = (sizes or FunctionSizes()).planner_memory_mb
+    return prices.lambda_cost(mb, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put + 4 * prices.sfn_transition
 
 
-def finalize_cost(prices: Prices, arch: str) -> float:
-    return prices.lambda_cost(P.PLANNER_MEMORY_MB, P.FINALIZE_S, arch) + 2 * prices.s3_put + 2 * prices.sfn_transition
+def finalize_cost(prices: Prices, arch: str, sizes: FunctionSizes | None = None) -> float:
+    mb = (sizes or FunctionSizes()).planner_memory_mb
+    return prices.lambda_cost(mb, P.FINALIZE_S, arch) + 2 * prices.s3_put + 2 * prices.sfn_transition
 
 
 def _metric_value(job: Job, history: RunHistory):
@@ -74,11 +75,11 @@ def _metric_value(job: Job, history: RunHistory):
 
 
 def target_met(job: Job, history: RunHistory) -> bool:
-    t = job.training.target_value
-    v = _metric_value(job, history)
-    if t is None or v is None:
+    """The last round's model reached the target (the aggregator's rule, `target_reached`)."""
+    if not history.rounds:
         return False
-    return v <= t if job.training.target_metric == "val_loss" else v >= t
+    last = history.rounds[-1]
+    return target_reached(job.training, last.val_loss, last.val_accuracy)
 
 
 def _stop(reason: str, bound: str, **kw) -> Decision:
@@ -96,7 +97,7 @@ def _final_stop(
         f = tm.forecast([last.workers], [last.memory_mb], [0], history)
         c = job.constraints
         left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
-        need = float(f.eval_round_ub[0]) + finalize_cost_ub(prices, arch)
+        need = float(f.eval_round_ub[0]) + finalize_cost_ub(prices, arch, tm.sizes)
         if need > left:
             return _stop(
                 f"{reason}; the final evaluation is skipped: {fmt_usd(left)} left < its worst case {fmt_usd(need)}",
@@ -150,8 +151,11 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ fixed
-def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
-    tm = TimingModel(JobShape.of(history, job.training.batch_size, job.training.compression), prices, arch)
+def decide_fixed(
+    job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
+) -> Decision:
+    shape = JobShape.of(history, job.training.batch_size, job.training.compression)
+    tm = TimingModel(shape, prices, arch, sizes)
     tm.fit(history)
     done = _terminal(job, history, tm, prices, arch)
     if done:
@@ -161,7 +165,7 @@ def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices
     k = job.training.local_steps
     f = tm.forecast([n], [m], [k], history)
     c = job.constraints
-    fin_ub = finalize_cost_ub(prices, arch)
+    fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
     need = float(f.cost_ub[0]) + fin_ub
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
     common = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
@@ -246,8 +250,8 @@ def _evaluate(
     inv = inv.ravel()
     s = pm.forecast.summary(uniq[:, 0], uniq[:, 1])
     R = {q: v[inv] for q, v in s.items()}
-    fin = finalize_cost(prices, arch)
-    fin_ub = finalize_cost_ub(prices, arch)
+    fin = finalize_cost(prices, arch, tm.sizes)
+    fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
     spent = history.cost_total_usd
     budget = c.budget_usd if c.budget_usd is not None else math.inf
     deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
@@ -269,7 +273,7 @@ def _evaluate(
         okbm[q] = spent + C[q] <= budget
     affordable = spent + f.cost_ub + fin_ub <= budget
     fits_time = history.elapsed_s + f.round_s + P.FINALIZE_S <= deadline
-    valid = f.handler_p90 + P.COLD_INIT_MAX_S <= 0.8 * P.LAMBDA_TIMEOUT_S
+    valid = f.handler_p90 + P.COLD_INIT_MAX_S <= 0.8 * tm.sizes.worker_timeout_s
     return Evaluation(f, R, T, C, okr, okd, okb, okbm, affordable, fits_time, valid)
 
 
@@ -330,11 +334,13 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
     )
 
 
-def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
+def decide_adaptive(
+    job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
+) -> Decision:
     c = job.constraints
     tr = job.training
     shape = JobShape.of(history, tr.batch_size, tr.compression)
-    tm = TimingModel(shape, prices, arch).fit(history)
+    tm = TimingModel(shape, prices, arch, sizes).fit(history)
     done = _terminal(job, history, tm, prices, arch)
     if done:
         return done
@@ -374,7 +380,7 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     guard = base & ev.affordable
     if not guard.any():
         i = int(np.argmin(np.where(base, f.cost_ub, np.inf)))
-        fin_ub = finalize_cost_ub(prices, arch)
+        fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
         if first:
             d = _infeasible(job, history, cand, ev, base)
             one = float(f.cost_ub[i] + fin_ub)
@@ -451,7 +457,7 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
             if not cheap.any():
                 continue
             j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
-            safe = spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(prices, arch) <= budget
+            safe = spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(prices, arch, tm.sizes) <= budget
             levels.append(
                 (
                     guard
@@ -642,10 +648,20 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
     )
 
 
-def decide(job: Job, history: RunHistory, tiers: list[int], prices: Prices, architecture: str = "x86_64") -> Decision:
-    """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason."""
+def decide(
+    job: Job,
+    history: RunHistory,
+    tiers: list[int],
+    prices: Prices,
+    architecture: str = "x86_64",
+    sizes: FunctionSizes | None = None,
+) -> Decision:
+    """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason.
+    `sizes`: the deployed planner/aggregator memory and worker timeout (a function's Settings;
+    None reads them from the environment, or cdk.json without one)."""
     if not tiers:
         tiers = [job.workers.memory_mb or 2048]
+    sizes = sizes or FunctionSizes()
     if job.workers.planner == "fixed":
-        return decide_fixed(job, history, list(tiers), prices, architecture)
-    return decide_adaptive(job, history, list(tiers), prices, architecture)
+        return decide_fixed(job, history, list(tiers), prices, architecture, sizes)
+    return decide_adaptive(job, history, list(tiers), prices, architecture, sizes)

@@ -11,7 +11,9 @@ Each measured component gets a small Bayesian linear regression whose prior come
     init_s        = log-normal, shrunk from the prior to the measured cold starts
     overhead      = round_s - slowest worker - aggregate_s = o0 + o1 * n     (fan-out grows with n)
     aggregate_s   = g0 + g1 * n * update_MB / shards                          (aggregation ~ n * params)
-    other cost    = cost_usd - workers - Step Functions - S3 = r0 + r1 * aggregate_s
+    other cost    = cost_usd - workers - requests = r0 + r1 * aggregate_s  (planner + aggregators)
+
+What a round's requests cost is counted, not fitted: smlt.bill, the ledger's own count.
 
 The parallel efficiency e of vCPUs beyond the first is not linear in the coefficients; it is
 handled by Bayesian model averaging over a grid of e (the marginal likelihood of each e weighs
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from smlt import bill
+from smlt.config import FunctionSizes
 from smlt.planner import priors as P
 from smlt.planner.stats import expected_max_z, norm_ppf  # noqa: F401
 from smlt.planner.types import RunHistory
@@ -130,10 +134,13 @@ class Forecast:
 
 
 class TimingModel:
-    def __init__(self, shape: JobShape, prices: Prices, architecture: str = "x86_64"):
+    def __init__(
+        self, shape: JobShape, prices: Prices, architecture: str = "x86_64", sizes: FunctionSizes | None = None
+    ):
         self.shape = shape
         self.prices = prices
         self.arch = architecture
+        self.sizes = sizes or FunctionSizes()
         s = shape
         # compute: per-step seconds = c0 + c1 * W / (FLOPS * speed)
         self.e_prior = P.efficiency_prior(s.step_flops)
@@ -151,12 +158,10 @@ class TimingModel:
         self.rest = BLR([0.05], [0.2])
         self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, P.FANOUT_PER_WORKER_S], [1.0, 0.1])
         self.agg = BLR([0.3, 1.0 / P.AGG_MB_PER_S], [0.5, 1.0 / P.AGG_MB_PER_S])
-        gbs = prices.lambda_gb_second[architecture]
-        plan_cost = prices.lambda_cost(P.PLANNER_MEMORY_MB, P.PLAN_S, architecture)
-        agg_rate = s.agg_shards * P.AGG_MEMORY_MB / 1024.0 * gbs
-        self.other_cost = BLR(
-            [plan_cost + s.agg_shards * prices.lambda_request, agg_rate], [plan_cost * 2 + 1e-6, agg_rate]
-        )
+        # prior of the planner's and the aggregators' bill: an intercept and a price per aggregation second
+        control = float(self._bill(1, plan_s=P.PLAN_S, aggregate_s=0.0).control_usd)
+        agg_rate = float(self._bill(1, aggregate_s=1.0).control_usd - self._bill(1, aggregate_s=0.0).control_usd)
+        self.other_cost = BLR([control, agg_rate], [control * 2 + 1e-6, agg_rate])
         self.init_log_mu = math.log(P.COLD_INIT_MEDIAN_S)
         self.init_log_sd = P.COLD_INIT_SIGMA
         self.cv = 0.08  # worker-to-worker spread of handler time
@@ -200,12 +205,30 @@ class TimingModel:
         n = np.asarray(n, dtype=float)
         return np.stack([np.ones_like(n), n * self.shape.update_mb / self.shape.agg_shards], axis=-1)
 
-    def sfn_s3_cost(self, n, eval_only: bool = False):
-        """Step Functions transitions and S3 requests of a round (counted, not fitted)."""
-        n = np.asarray(n, dtype=float)
-        puts = (0 if eval_only else n) + 1 + self.shape.agg_shards  # updates, model(s)
-        gets = n * 2 + (0 if eval_only else n)  # model, shards; aggregator reads
-        return self.prices.round_overhead(n, puts, gets)
+    def _bill(self, n, worker_gb_s=0.0, plan_s=0.0, aggregate_s=0.0, **shape) -> bill.Bill:
+        """The bill of a round of n workers (smlt.bill) with this job's aggregators."""
+        return bill.price(
+            bill.RoundShape(
+                workers=n,
+                worker_gb_s=worker_gb_s,
+                planner_memory_mb=self.sizes.planner_memory_mb,
+                aggregate_memory_mb=self.sizes.aggregate_memory_mb,
+                plan_s=plan_s,
+                aggregate_s=aggregate_s,
+                aggregators=self.shape.agg_shards,
+                **shape,
+            ),
+            self.prices,
+            self.arch,
+        )
+
+    def round_requests(self, n, eval_only=False, shard_reads=0.0, reported=None) -> bill.Requests:
+        """The requests the forecast counts for a round of n workers."""
+        return self._bill(n, eval_only=eval_only, shard_reads=shard_reads, reported=reported).requests
+
+    def sfn_s3_cost(self, n, eval_only=False, shard_reads=0.0, reported=None):
+        """Step Functions, S3 and DynamoDB requests of a round (counted, not fitted)."""
+        return self._bill(n, eval_only=eval_only, shard_reads=shard_reads, reported=reported).services_usd
 
     # ---------------------------------------------------------------- fitting
     def fit(self, history: RunHistory) -> TimingModel:
@@ -270,7 +293,10 @@ class TimingModel:
                 worker_cost = sum(
                     self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch) for t in r.timings
                 )
-                resid = r.cost_usd - worker_cost - float(self.sfn_s3_cost(r.workers, r.local_steps == 0))
+                services = self.sfn_s3_cost(
+                    r.workers, r.local_steps == 0, sum(t.cache_miss for t in ok), reported=r.workers_ok or len(ok)
+                )
+                resid = r.cost_usd - worker_cost - float(services)
                 oc_x.append(r.aggregate_s)
                 oc_y.append(resid)
         if comp_y:
@@ -336,8 +362,6 @@ class TimingModel:
         N = np.asarray(N, dtype=float)
         M = np.asarray(M, dtype=float)
         K = np.asarray(K, dtype=float)
-        price = self.prices.lambda_gb_second[self.arch] * M / 1024.0
-        req = self.prices.lambda_request
         tiers = np.unique(M)
         st_mu, st_sd = self.step_seconds(tiers)
         idx = np.searchsorted(tiers, M)
@@ -370,27 +394,36 @@ class TimingModel:
         ov = np.maximum(self.overhead.predict(np.stack([np.ones_like(N), N], 1))[0], 0.2)
         agg = np.maximum(self.agg.predict(self._agg_x(N))[0], 0.05)
         other = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg], 1))[0], 0.0)
-        sfn = self.sfn_s3_cost(N)
+        gb = M / 1024.0
+        # the next round: resharded or cold workers read their shards from S3
+        bill_next = self._bill(
+            N, gb * ((N - cold) * h_next_warm + cold * (init + h_miss)), shard_reads=np.where(reshard, N, cold)
+        )
+        bill_warm = self._bill(N, gb * N * h_warm)
+        sfn = bill_warm.services_usd
         round_s_warm = ov + span_warm + agg
         round_s = ov + span_next + agg
-        cost_warm = N * (price * h_warm + req) + other + sfn
-        cost = (N - cold) * (price * h_next_warm + req) + cold * (price * (init + h_miss) + req) + other + sfn
+        cost_warm = bill_warm.worker_usd + other + sfn
+        cost = bill_next.worker_usd + other + bill_next.services_usd
 
         # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
         h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
         p90 = h_miss + 1.2816 * h_sd
-        limit = np.minimum(LIMIT_X_P90 * p90 + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
+        limit = np.minimum(LIMIT_X_P90 * p90 + LIMIT_MARGIN_S, self.sizes.worker_timeout_s - 5.0)
         agg_ub = 2.0 * agg + 1.5
         other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.3 + 1e-6
         # transitions and requests are counted; 20 % covers retried Lambda invocations
-        cost_ub = N * (price * (P.COLD_INIT_MAX_S + limit) + req) + other_ub + sfn * 1.2
+        # worst case: every worker cold at the init cap, reading its shards, running to the limit
+        bill_ub = self._bill(N, gb * N * (P.COLD_INIT_MAX_S + limit), shard_reads=N)
+        cost_ub = bill_ub.worker_usd + other_ub + bill_ub.services_usd * 1.2
 
         # evaluation-only round at (n, m): load + eval, no update
         e_h = ld_miss + ev + rest
-        e_limit = np.minimum(LIMIT_X_P90 * e_h * (1 + 1.28 * self.cv) + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
-        eval_ub = (
-            N * (price * (P.COLD_INIT_MAX_S + e_limit) + req) + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.2
+        e_limit = np.minimum(
+            LIMIT_X_P90 * e_h * (1 + 1.28 * self.cv) + LIMIT_MARGIN_S, self.sizes.worker_timeout_s - 5.0
         )
+        bill_eval = self._bill(N, gb * N * (P.COLD_INIT_MAX_S + e_limit), eval_only=True, shard_reads=N)
+        eval_ub = bill_eval.worker_usd + other_ub + bill_eval.services_usd * 1.2
         eval_s = ov + e_h * (1 + self.cv * z) + agg
         return Forecast(
             round_s,

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from smlt.job import TrainingSpec
+
 
 class WorkerTiming(BaseModel):
     """One worker's measured round, as recorded in DynamoDB (WORKER# item)."""
@@ -78,3 +80,14 @@ class Decision(BaseModel):
     earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
     min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
     explore: bool = False  # chosen partly to learn (uncertain model)
+
+
+def target_reached(training: TrainingSpec, val_loss: float | None, val_accuracy: float | None) -> bool:
+    """The job's stop rule, the one the aggregator and the planner (and the simulators) apply:
+    val_loss at or below the target, val_accuracy at or above it."""
+    t = training.target_value
+    if t is None:
+        return False
+    if training.target_metric == "val_loss":
+        return val_loss is not None and val_loss <= t
+    return val_accuracy is not None and val_accuracy >= t

@@ -33,19 +33,16 @@ from smlt.aggregate.sharded import (
     reduce_updates,
     sliced_model_complete,
 )
+from smlt.bill import ledger_cost
 from smlt.config import Settings
+from smlt.planner.types import target_reached
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
 from smlt.store import NotFound, S3Store
 
 
 def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | None) -> bool:
-    t = spec.job.training
-    if t.target_value is None:
-        return False
-    if t.target_metric == "val_accuracy":
-        return val_acc is not None and val_acc >= t.target_value
-    return val_loss is not None and val_loss <= t.target_value
+    return target_reached(spec.job.training, val_loss, val_acc)
 
 
 def round_cost(
@@ -57,28 +54,8 @@ def round_cost(
     aggregate_s: float,
     aggregators: int = 1,
 ) -> float:
-    """Everything billed for one round: worker, planner and aggregator GB-s and requests,
-    Step Functions transitions and S3 requests. With k > 1 aggregators each is charged the
-    whole aggregation's wall time (an upper bound: the slices run in parallel within it) plus
-    the prepare and finish invocations."""
-    p, arch = settings.prices, settings.architecture
-    cost = sum(p.lambda_cost(r["memory_mb"], r["total_s"], arch) for r in records)
-    if failed:  # a failed worker was billed too; charge it the longest time seen this round
-        worst = max((r["total_s"] for r in records), default=spec.time_limit_s or 60.0)
-        cost += failed * p.lambda_cost(spec.memory_mb, worst, arch)
-    cost += p.lambda_cost(1024, plan_s, arch)
-    k = max(1, aggregators)
-    cost += p.lambda_cost(3008, aggregate_s, arch) * (k + 2 if k > 1 else 1)
-    n = spec.workers
-    # k > 1: prepare, the slice Map (4 + k iterations x 3) and finish add transitions.
-    # S3: n updates and model r+1 written; model r read by each worker, n updates and model r by
-    # the aggregator (k slices: k x (n + 1) ranged reads instead, and their manifests).
-    cost += p.round_overhead(
-        n, s3_puts=n + 1 + (k + 2 if k > 1 else 0), s3_gets=2 * n + 1 + (k * (n + 1) if k > 1 else 0)
-    )
-    if k > 1:
-        cost += (6 + 3 * k) * p.sfn_transition
-    return cost
+    """Everything billed for one round (smlt.bill, the planner's and the simulators' count too)."""
+    return ledger_cost(settings, spec, records, failed, plan_s, aggregate_s, aggregators)
 
 
 MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
