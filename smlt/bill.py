@@ -122,7 +122,7 @@ def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
     return Bill(req, worker_usd, control_usd, services_usd(req, prices))
 
 
-def ledger_cost(
+def ledger_shape(
     settings: Settings,
     spec: RoundSpec,
     records: list[dict],
@@ -130,13 +130,13 @@ def ledger_cost(
     plan_s: float,
     aggregate_s: float,
     aggregators: int = 1,
-) -> float:
-    """The ledger's price of a round from the workers' records: each worker's measured handler
-    time; a failed worker was billed too, charged the longest time seen this round."""
+) -> RoundShape:
+    """The shape of a round from the workers' records: each worker's measured handler time; a
+    failed worker was billed too, charged the longest time seen this round."""
     worst = max((r["total_s"] for r in records), default=spec.time_limit_s or 60.0)
     worker_gb_s = sum(float(gb_seconds(r["memory_mb"], r["total_s"])) for r in records)
     worker_gb_s += failed * float(gb_seconds(spec.memory_mb, worst))
-    shape = RoundShape(
+    return RoundShape(
         workers=spec.workers,
         worker_gb_s=worker_gb_s,
         planner_memory_mb=settings.planner_memory_mb,
@@ -148,4 +148,8 @@ def ledger_cost(
         eval_only=spec.eval_only,
         shard_reads=sum(1 for r in records if r.get("cache_miss")),
     )
-    return float(price(shape, settings.prices, settings.architecture).usd)
+
+
+def ledger_cost(settings: Settings, spec: RoundSpec, records: list[dict], *args: Any) -> float:
+    """The ledger's price of a round (arguments of `ledger_shape`)."""
+    return float(price(ledger_shape(settings, spec, records, *args), settings.prices, settings.architecture).usd)

@@ -28,6 +28,21 @@ def grid(workload: Workload, tiers: list[int], n_max: int = 64, n_min: int = 1):
     return N.ravel(), M.ravel(), K.ravel()
 
 
+def static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, aggregators, prices, arch, sizes) -> bill.Bill:
+    """The bill of one round of N workers at M MB, each running worker_s seconds, every one reporting."""
+    shape = bill.RoundShape(
+        workers=N,
+        worker_gb_s=N * M / 1024.0 * worker_s,
+        planner_memory_mb=sizes.planner_memory_mb,
+        aggregate_memory_mb=sizes.aggregate_memory_mb,
+        plan_s=plan_s,
+        aggregate_s=agg_s,
+        aggregators=aggregators,
+        shard_reads=shard_reads,
+    )
+    return bill.price(shape, prices, arch)
+
+
 def expected(
     workload: Workload,
     N,
@@ -70,17 +85,7 @@ def expected(
     round_first = plan + 0.9 + sfn + work_first + agg + 1.0
 
     def round_bill(worker_s, agg_s, plan_s, shard_reads):
-        shape = bill.RoundShape(
-            workers=N,
-            worker_gb_s=N * M / 1024.0 * worker_s,
-            planner_memory_mb=sizes.planner_memory_mb,
-            aggregate_memory_mb=sizes.aggregate_memory_mb,
-            plan_s=plan_s,
-            aggregate_s=agg_s,
-            aggregators=shards,
-            shard_reads=shard_reads,
-        )
-        return bill.price(shape, prices, arch)
+        return static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, shards, prices, arch, sizes)
 
     cost = round_bill(h, agg, plan, 0.0).usd
     cost_first = round_bill(h_first + init, agg + 1.0, plan + 0.9, N).usd

@@ -75,6 +75,7 @@ class Cloud:
         self.plan_last = -1e9
         self.round = 0
         self.cost = 0.0
+        self.last_bill: bill.Bill | None = None  # of the last round run
         # run-to-run variation of the curve (seed): +-5 % on its time scale
         self.tau_scale = float(np.exp(0.05 * np.random.default_rng([self.seed, 999_999]).standard_normal()))
 
@@ -224,24 +225,23 @@ class Cloud:
             + (PUT_LAT + slice_mb / S3_MBPS if k > 0 else 0.0)
         ) * math.exp(0.1 * z["common"][1])
         self.agg_last = t_start + workers_end + agg_s
-        cost = float(
-            bill.price(
-                bill.RoundShape(
-                    workers=n,
-                    worker_gb_s=worker_gb_s,
-                    planner_memory_mb=self.sizes.planner_memory_mb,
-                    aggregate_memory_mb=self.sizes.aggregate_memory_mb,
-                    plan_s=plan_s,
-                    aggregate_s=agg_s,
-                    reported=oks,
-                    aggregators=shards,
-                    eval_only=k == 0,
-                    shard_reads=sum(1 for t in timings if t.cache_miss),
-                ),
-                self.prices,
-                self.architecture,
-            ).usd
+        self.last_bill = bill.price(
+            bill.RoundShape(
+                workers=n,
+                worker_gb_s=worker_gb_s,
+                planner_memory_mb=self.sizes.planner_memory_mb,
+                aggregate_memory_mb=self.sizes.aggregate_memory_mb,
+                plan_s=plan_s,
+                aggregate_s=agg_s,
+                reported=oks,
+                aggregators=shards,
+                eval_only=k == 0,
+                shard_reads=sum(1 for t in timings if t.cache_miss),
+            ),
+            self.prices,
+            self.architecture,
         )
+        cost = float(self.last_bill.usd)
 
         # progress: metrics are of the model the round started from
         acc = self.accuracy(self.tau)
