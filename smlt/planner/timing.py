@@ -24,7 +24,7 @@ planner's exploration looks at. numpy only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from smlt import bill
 from smlt.config import FunctionSizes
 from smlt.planner import priors as P
 from smlt.planner.stats import expected_max_z, norm_ppf  # noqa: F401
-from smlt.planner.types import RunHistory
+from smlt.planner.types import RoundRecord, RunHistory, WorkerTiming
 from smlt.prices import Prices
 
 E_GRID = np.linspace(0.0, 1.0, 11)
@@ -131,6 +131,39 @@ class Forecast:
     eval_round_ub: np.ndarray  # hard upper bound of an evaluation-only round at (n, m)
     eval_round_s: np.ndarray
     eval_limit_s: np.ndarray
+
+
+@dataclass
+class _Series:
+    """Observations of one fitted component: features (one list each), values, their sd."""
+
+    x: list[list] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+    sd: list[float] = field(default_factory=list)
+
+    def add(self, sd: float, y: float, *x) -> None:
+        if not self.x:
+            self.x = [[] for _ in x]
+        for col, v in zip(self.x, x, strict=True):
+            col.append(v)
+        self.y.append(y)
+        self.sd.append(sd)
+
+
+@dataclass
+class _Observations:
+    """What `TimingModel.fit` gathers from the rounds, per component."""
+
+    comp: _Series = field(default_factory=_Series)
+    ev: _Series = field(default_factory=_Series)
+    ld: _Series = field(default_factory=_Series)
+    up: _Series = field(default_factory=_Series)
+    rest: _Series = field(default_factory=_Series)
+    ov: _Series = field(default_factory=_Series)
+    ag: _Series = field(default_factory=_Series)
+    oc: _Series = field(default_factory=_Series)
+    cvs: list[float] = field(default_factory=list)
+    inits: list[float] = field(default_factory=list)
 
 
 class TimingModel:
@@ -236,105 +269,105 @@ class TimingModel:
         self.fitted_rounds = len(rounds)
         if not rounds:
             return self
-        comp_m, comp_y, comp_sd = [], [], []
-        ev_n, ev_m, ev_y, ev_sd = [], [], [], []
-        ld_n, ld_m, ld_miss, ld_y, ld_sd = [], [], [], [], []
-        up_m, up_y, up_sd = [], [], []
-        rest_y, rest_sd = [], []
-        ov_n, ov_y, ag_n, ag_y, oc_x, oc_y = [], [], [], [], [], []
-        cvs, inits = [], []
+        obs = _Observations()
         for r in rounds:
             ok = [t for t in r.timings if t.error is None and t.total_s > 0]
-            if not ok:
-                continue
-            cnt = len(ok)
-            tot = np.array([t.total_s for t in ok])
-            if cnt >= 3 and tot.mean() > 0:
-                cvs.append(float(tot.std() / tot.mean()))
-            if r.local_steps > 0:
-                c = np.array([t.compute_s for t in ok]) / r.local_steps
-                comp_m.append(r.memory_mb)
-                comp_y.append(c.mean())
-                comp_sd.append(0.1 * c.mean() / math.sqrt(cnt) + 1e-5)
-                u = np.array([t.upload_s for t in ok])
-                up_m.append(r.memory_mb)
-                up_y.append(u.mean())
-                up_sd.append(0.15 * u.mean() / math.sqrt(cnt) + 0.01)
-            e = np.array([t.eval_s for t in ok])
-            ev_n.append(r.workers)
-            ev_m.append(r.memory_mb)
-            ev_y.append(e.mean())
-            ev_sd.append(0.15 * e.mean() / math.sqrt(cnt) + 0.005)
-            for miss in (False, True):
-                grp = [t.load_s for t in ok if t.cache_miss == miss]
-                if grp:
-                    ld_n.append(r.workers)
-                    ld_m.append(r.memory_mb)
-                    ld_miss.append(miss)
-                    ld_y.append(float(np.mean(grp)))
-                    ld_sd.append(0.2 * float(np.mean(grp)) / math.sqrt(len(grp)) + 0.01)
-            rest = tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])
-            rest_y.append(float(rest.mean()))
-            rest_sd.append(0.05 + 0.2 * abs(float(rest.mean())))
-            inits += [
-                t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1
-                for t in ok
-                if t.cold and t.init_s > 0
-            ]
-            span = max((t.init_s + t.total_s) for t in r.timings)
-            if r.round_s > 0:
-                ov_n.append(r.workers)
-                ov_y.append(max(r.round_s - span - r.aggregate_s, 0.0))
-            if r.aggregate_s > 0 and r is not history.rounds[0]:
-                # the first round's aggregator (and planner) start cold; the bounds add a cold start
-                ag_n.append(r.workers)
-                ag_y.append(r.aggregate_s)
-            if r.cost_usd > 0:
-                worker_cost = sum(
-                    self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch) for t in r.timings
-                )
-                services = self.sfn_s3_cost(
-                    r.workers, r.local_steps == 0, sum(t.cache_miss for t in ok), reported=r.workers_ok or len(ok)
-                )
-                resid = r.cost_usd - worker_cost - float(services)
-                oc_x.append(r.aggregate_s)
-                oc_y.append(resid)
-        if comp_y:
-            comp_m = np.array(comp_m, dtype=float)
-            logml = np.empty(len(E_GRID))
-            for i, e in enumerate(E_GRID):
-                logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), comp_y, comp_sd).logml
-            lw = self.e_logprior + logml
-            lw -= lw.max()
-            w = np.exp(lw)
-            self.e_weights = w / w.sum()
-        if ev_y:
-            e_hat = float(self.e_weights @ E_GRID)
-            self.eval.fit(self._eval_x(np.array(ev_n), np.array(ev_m, dtype=float), e_hat), ev_y, ev_sd)
-        if ld_y:
-            self.load.fit(self._load_x(np.array(ld_n), np.array(ld_m, dtype=float), np.array(ld_miss)), ld_y, ld_sd)
-        if up_y:
-            self.upload.fit(self._upload_x(np.array(up_m, dtype=float)), up_y, up_sd)
-        if rest_y:
-            self.rest.fit(np.ones((len(rest_y), 1)), rest_y, rest_sd)
-        if ov_y:
-            self.overhead.fit(
-                np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), ov_y, [0.3 + 0.1 * y for y in ov_y]
+            if ok:
+                self._observe_workers(obs, r, ok)
+                self._observe_round(obs, r, ok, first=r is history.rounds[0])
+        self._fit_compute(obs)
+        self._fit_components(obs)
+        self._fit_spread(obs)
+        return self
+
+    @staticmethod
+    def _observe_workers(obs: _Observations, r: RoundRecord, ok: list[WorkerTiming]) -> None:
+        """Per component, the mean of the round's workers (and its uncertainty)."""
+        cnt = len(ok)
+        tot = np.array([t.total_s for t in ok])
+        if cnt >= 3 and tot.mean() > 0:
+            obs.cvs.append(float(tot.std() / tot.mean()))
+        if r.local_steps > 0:
+            c = np.array([t.compute_s for t in ok]) / r.local_steps
+            obs.comp.add(0.1 * c.mean() / math.sqrt(cnt) + 1e-5, c.mean(), r.memory_mb)
+            u = np.array([t.upload_s for t in ok])
+            obs.up.add(0.15 * u.mean() / math.sqrt(cnt) + 0.01, u.mean(), r.memory_mb)
+        e = np.array([t.eval_s for t in ok])
+        obs.ev.add(0.15 * e.mean() / math.sqrt(cnt) + 0.005, e.mean(), r.workers, r.memory_mb)
+        for miss in (False, True):
+            grp = [t.load_s for t in ok if t.cache_miss == miss]
+            if grp:
+                y = float(np.mean(grp))
+                obs.ld.add(0.2 * y / math.sqrt(len(grp)) + 0.01, y, r.workers, r.memory_mb, miss)
+        rest = float((tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])).mean())
+        obs.rest.add(0.05 + 0.2 * abs(rest), rest)
+        obs.inits += [
+            t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1 for t in ok if t.cold and t.init_s > 0
+        ]
+
+    def _observe_round(self, obs: _Observations, r: RoundRecord, ok: list[WorkerTiming], first: bool) -> None:
+        """The round's overhead, aggregation time and the bill beyond the workers and requests."""
+        span = max((t.init_s + t.total_s) for t in r.timings)
+        if r.round_s > 0:
+            y = max(r.round_s - span - r.aggregate_s, 0.0)
+            obs.ov.add(0.3 + 0.1 * y, y, r.workers)
+        if r.aggregate_s > 0 and not first:
+            # the first round's aggregator (and planner) start cold; the bounds add a cold start
+            obs.ag.add(0.05 + 0.1 * r.aggregate_s, r.aggregate_s, r.workers)
+        if r.cost_usd > 0:
+            worker_cost = sum(self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch) for t in r.timings)
+            services = self.sfn_s3_cost(
+                r.workers, r.local_steps == 0, sum(t.cache_miss for t in ok), reported=r.workers_ok or len(ok)
             )
-        if ag_y:
-            self.agg.fit(self._agg_x(np.array(ag_n)), ag_y, [0.05 + 0.1 * y for y in ag_y])
-        if oc_y:
-            oc_y = np.array(oc_y)
-            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), oc_y, 1e-7 + 0.1 * np.abs(oc_y))
-        if cvs:
-            self.cv = float(np.clip(np.median(cvs), 0.02, 0.5))
-        if inits:
-            logs = np.log(np.maximum(inits, 1e-3))
+            resid = r.cost_usd - worker_cost - float(services)
+            obs.oc.add(1e-7 + 0.1 * abs(resid), resid, r.aggregate_s)
+
+    def _fit_compute(self, obs: _Observations) -> None:
+        """The compute coefficients per efficiency e, and the weight of each e (marginal likelihood)."""
+        if not obs.comp.y:
+            return
+        comp_m = np.array(obs.comp.x[0], dtype=float)
+        logml = np.empty(len(E_GRID))
+        for i, e in enumerate(E_GRID):
+            logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), obs.comp.y, obs.comp.sd).logml
+        lw = self.e_logprior + logml
+        lw -= lw.max()
+        w = np.exp(lw)
+        self.e_weights = w / w.sum()
+
+    def _fit_components(self, obs: _Observations) -> None:
+        if obs.ev.y:
+            e_hat = float(self.e_weights @ E_GRID)
+            ev_n, ev_m = obs.ev.x
+            self.eval.fit(self._eval_x(np.array(ev_n), np.array(ev_m, dtype=float), e_hat), obs.ev.y, obs.ev.sd)
+        if obs.ld.y:
+            ld_n, ld_m, ld_miss = obs.ld.x
+            self.load.fit(
+                self._load_x(np.array(ld_n), np.array(ld_m, dtype=float), np.array(ld_miss)), obs.ld.y, obs.ld.sd
+            )
+        if obs.up.y:
+            self.upload.fit(self._upload_x(np.array(obs.up.x[0], dtype=float)), obs.up.y, obs.up.sd)
+        if obs.rest.y:
+            self.rest.fit(np.ones((len(obs.rest.y), 1)), obs.rest.y, obs.rest.sd)
+        if obs.ov.y:
+            ov_n = obs.ov.x[0]
+            self.overhead.fit(np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), obs.ov.y, obs.ov.sd)
+        if obs.ag.y:
+            self.agg.fit(self._agg_x(np.array(obs.ag.x[0])), obs.ag.y, obs.ag.sd)
+        if obs.oc.y:
+            oc_x = obs.oc.x[0]
+            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), np.array(obs.oc.y), obs.oc.sd)
+
+    def _fit_spread(self, obs: _Observations) -> None:
+        """Worker-to-worker spread and the cold-start distribution."""
+        if obs.cvs:
+            self.cv = float(np.clip(np.median(obs.cvs), 0.02, 0.5))
+        if obs.inits:
+            logs = np.log(np.maximum(obs.inits, 1e-3))
             k0 = 4.0  # prior weight in observations
             self.init_log_mu = float((k0 * self.init_log_mu + logs.sum()) / (k0 + len(logs)))
             if len(logs) >= 3:
                 self.init_log_sd = float(max(0.1, (k0 * P.COLD_INIT_SIGMA + len(logs) * logs.std()) / (k0 + len(logs))))
-        return self
 
     # ---------------------------------------------------------------- prediction
     def step_seconds(self, memory_mb):
