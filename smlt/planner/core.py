@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -168,7 +169,7 @@ def decide_fixed(
     fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
     need = float(f.cost_ub[0]) + fin_ub
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
-    common = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
+    common: dict[str, Any] = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
     if need > left:
         return _stop(
             f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
@@ -248,6 +249,7 @@ def _evaluate(
     nk = np.stack([cand.n, cand.k], 1)
     uniq, inv = np.unique(nk, axis=0, return_inverse=True)
     inv = inv.ravel()
+    assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
     s = pm.forecast.summary(uniq[:, 0], uniq[:, 1])
     R = {q: v[inv] for q, v in s.items()}
     fin = finalize_cost(prices, arch, tm.sizes)
@@ -694,6 +696,7 @@ def decide_adaptive(
     if done:
         return done
     pm = _progress_model(job, history, shape)
+    assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
     if tr.target_value is None and pm.forecast.p_done > 0.5 and history.rounds:
         return _final_stop(
             job,

@@ -97,7 +97,7 @@ class JobShape:
     def of(cls, history: RunHistory, batch: int, compression: str = "none") -> JobShape:
         params = history.param_count or 100_000
         known = bool(history.flops_per_sample)
-        flops = float(history.flops_per_sample) if known else P.FLOPS_PER_PARAM_GUESS * params
+        flops = float(history.flops_per_sample or 0.0) if known else P.FLOPS_PER_PARAM_GUESS * params
         rows = history.train_rows or 10_000
         data_mb = history.dataset_bytes / 1e6 if history.dataset_bytes else rows * 400 / 1e6
         model_mb = params * 4 / 1e6
@@ -378,10 +378,10 @@ class TimingModel:
             mu, var = self.compute[i].predict(self._compute_x(memory_mb.ravel(), e))
             mus.append(mu)
             vs.append(var)
-        mus, vs = np.array(mus), np.array(vs)
+        mu_a, v_a = np.array(mus), np.array(vs)
         w = self.e_weights[:, None]
-        mean = (w * mus).sum(0)
-        var = (w * (vs + mus**2)).sum(0) - mean**2
+        mean = (w * mu_a).sum(0)
+        var = (w * (v_a + mu_a**2)).sum(0) - mean**2
         floor = P.STEP_OVERHEAD_S * 0.1
         return np.maximum(mean, floor).reshape(memory_mb.shape), np.sqrt(np.maximum(var, 0)).reshape(memory_mb.shape)
 

@@ -82,12 +82,15 @@ class Decision(BaseModel):
     explore: bool = False  # chosen partly to learn (uncertain model)
 
 
-def target_reached(training: TrainingSpec, val_loss: float | None, val_accuracy: float | None) -> bool:
-    """The job's stop rule, the one the aggregator and the planner (and the simulators) apply:
+def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
+    """The job's stop rule, the one the aggregator, the planner and the simulators apply:
     val_loss at or below the target, val_accuracy at or above it."""
-    t = training.target_value
-    if t is None:
+    if target is None or value is None:
         return False
-    if training.target_metric == "val_loss":
-        return val_loss is not None and val_loss <= t
-    return val_accuracy is not None and val_accuracy >= t
+    return value <= target if metric == "val_loss" else value >= target
+
+
+def target_reached(training: TrainingSpec, val_loss: float | None, val_accuracy: float | None) -> bool:
+    """`metric_reaches` for the job's target metric, given a round's metrics."""
+    value = val_loss if training.target_metric == "val_loss" else val_accuracy
+    return metric_reaches(training.target_metric, training.target_value, value)
