@@ -22,6 +22,8 @@ from smlt.prices import Prices
 
 # Which functions read a variable ("read_by"); "optional": written only when configured (the
 # exchange URL) or set by the local engine only (its concurrency), never by the stack's defaults.
+# A field whose default is cdk.json's is read by every function: a deployed function has no
+# cdk.json, so the stack must write it everywhere.
 PLANNER, AGGREGATE, TRAIN = "planner", "aggregate", "train_step"
 ALL = (PLANNER, AGGREGATE, TRAIN)
 
@@ -40,13 +42,13 @@ class FunctionSizes(BaseSettings):
     model_config = ENV
 
     planner_memory_mb: int = Field(
-        default_factory=lambda: deployed.value("planner_memory_mb"), json_schema_extra=_read_by(PLANNER, AGGREGATE)
+        default_factory=lambda: deployed.value("planner_memory_mb"), json_schema_extra=_read_by(*ALL)
     )
     aggregate_memory_mb: int = Field(
-        default_factory=lambda: deployed.value("aggregate_memory_mb"), json_schema_extra=_read_by(PLANNER, AGGREGATE)
+        default_factory=lambda: deployed.value("aggregate_memory_mb"), json_schema_extra=_read_by(*ALL)
     )
     worker_timeout_s: int = Field(
-        default_factory=lambda: deployed.value("worker_timeout_s"), json_schema_extra=_read_by(PLANNER)
+        default_factory=lambda: deployed.value("worker_timeout_s"), json_schema_extra=_read_by(*ALL)
     )
 
 
@@ -66,7 +68,7 @@ class Settings(FunctionSizes):
     )
     train_functions: dict[int, str] = Field(default_factory=dict, json_schema_extra=_read_by(PLANNER))
     max_concurrency: int = Field(
-        default_factory=lambda: deployed.value("max_concurrency"), json_schema_extra=_read_by(PLANNER)
+        default_factory=lambda: deployed.value("max_concurrency"), json_schema_extra=_read_by(*ALL)
     )
     # Sharded aggregation (smlt.aggregate.sharded.plan_slices): bytes one aggregator should read
     # per round, and the smallest slice worth its own aggregator. Tuning knobs: written only when

@@ -103,8 +103,12 @@ class Functions(Construct):
             prices=settings.prices,
             architecture=settings.architecture,
             service_name="smlt",
+            # what the ledger and the planner price and plan with (and every function parses)
+            planner_memory_mb=settings.planner_memory_mb,
+            aggregate_memory_mb=settings.aggregate_memory_mb,
+            worker_timeout_s=settings.worker_timeout_s,
+            max_concurrency=settings.max_concurrency,
         )
-        sizes = dict(planner_memory_mb=settings.planner_memory_mb, aggregate_memory_mb=settings.aggregate_memory_mb)
         # Per-step sync mode's gradient exchange: a redis:// URL (ElastiCache, cdk.json context
         # `exchange_url`); unset = the artifacts bucket. Not set at all by default, so a local
         # run's process environment can still choose one.
@@ -189,7 +193,7 @@ class Functions(Construct):
             role=role,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=self._log_group("Aggregate", role, log_retention),
-            environment=RuntimeSettings.environment(AGGREGATE, **base_env, **exchange_env, **sizes),
+            environment=RuntimeSettings.environment(AGGREGATE, **base_env, **exchange_env),
             **self._vpc_props(),
         )
 
@@ -217,12 +221,9 @@ class Functions(Construct):
             environment=RuntimeSettings.environment(
                 PLANNER,
                 **base_env,
-                **sizes,
                 train_functions=stack.to_json_string(
                     {str(mb): fn.function_name for mb, fn in self.train_functions.items()}
                 ),
-                max_concurrency=settings.max_concurrency,
-                worker_timeout_s=settings.worker_timeout_s,
             ),
         )
 

@@ -46,8 +46,13 @@ def test_every_variable_a_function_reads_is_written_and_none_other(which, reques
 
 
 def test_a_function_reads_back_what_the_stack_set(synth, monkeypatch):
-    """Settings.from_env on each function's environment (references replaced by names) gives the
-    deployed memory sizes and timeout the stack gave the functions themselves."""
+    """Settings.from_env on each function's environment alone (references replaced by names; no
+    cdk.json, as in a deployed function) gives the deployed memory sizes and timeout the stack gave
+    the functions themselves."""
+    ctx = deployed.context()
+    monkeypatch.setattr(deployed, "CDK_JSON", deployed.CDK_JSON.with_name("absent.json"))
+    deployed._context_text.cache_clear()
+    monkeypatch.setattr(deployed, "context", lambda: pytest.fail("a function read cdk.json"))
     fns = _functions(synth)
     memory = {kind: props["MemorySize"] for kind, props in fns.values() if kind != TRAIN}
     timeouts = {props["Timeout"] for kind, props in fns.values() if kind == TRAIN}
@@ -58,14 +63,14 @@ def test_a_function_reads_back_what_the_stack_set(synth, monkeypatch):
         for name, value in _env(props).items():
             monkeypatch.setenv(name, value if isinstance(value, str) else _resolved(name))
         s = Settings.from_env()
-        assert s.prices == Prices.model_validate(deployed.value("prices")), lid
+        assert s.prices == Prices.model_validate(ctx["prices"]), lid
         if kind == TRAIN:
             assert s.memory_mb == props["MemorySize"], lid
             continue
-        assert s.planner_memory_mb == memory[PLANNER] == deployed.value("planner_memory_mb"), lid
-        assert s.aggregate_memory_mb == memory[AGGREGATE] == deployed.value("aggregate_memory_mb"), lid
+        assert s.planner_memory_mb == memory[PLANNER] == ctx["planner_memory_mb"], lid
+        assert s.aggregate_memory_mb == memory[AGGREGATE] == ctx["aggregate_memory_mb"], lid
         if kind == PLANNER:
-            assert {s.worker_timeout_s} == timeouts == {deployed.value("worker_timeout_s")}, lid
+            assert {s.worker_timeout_s} == timeouts == {ctx["worker_timeout_s"]}, lid
 
 
 def test_price_table_and_tiers_come_from_cdk_json_only(synth):
