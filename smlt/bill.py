@@ -122,6 +122,18 @@ def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
     return Bill(req, worker_usd, control_usd, services_usd(req, prices))
 
 
+# The end of a run: Plan (its stop), ShouldTrain, Finalize, Done; Finalize writes final/model and
+# final/metrics.json.
+FINALIZE_TRANSITIONS = 4
+FINALIZE_PUTS = 2
+
+
+def finalize_usd(prices: Prices, architecture: str, planner_memory_mb: Num, seconds: Num, margin: float = 1.0) -> Num:
+    """The Finalize invocation and its requests (`margin` x the requests, for a worst case)."""
+    requests = FINALIZE_PUTS * prices.s3_put + FINALIZE_TRANSITIONS * prices.sfn_transition
+    return prices.lambda_cost(planner_memory_mb, seconds, architecture) + margin * requests
+
+
 def ledger_shape(
     settings: Settings,
     spec: RoundSpec,

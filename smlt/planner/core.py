@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from smlt.bill import finalize_usd
 from smlt.config import FunctionSizes
 from smlt.job import Job
 from smlt.planner import priors as P
@@ -60,13 +61,12 @@ def default_tier(tiers: list[int]) -> int:
 
 
 def finalize_cost_ub(prices: Prices, arch: str, sizes: FunctionSizes | None = None) -> float:
-    mb = (sizes or FunctionSizes()).planner_memory_mb
-    return prices.lambda_cost(mb, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put + 4 * prices.sfn_transition
+    """Finalize's worst case: 3x its seconds, its requests twice."""
+    return float(finalize_usd(prices, arch, (sizes or FunctionSizes()).planner_memory_mb, 3 * P.FINALIZE_S, 2.0))
 
 
 def finalize_cost(prices: Prices, arch: str, sizes: FunctionSizes | None = None) -> float:
-    mb = (sizes or FunctionSizes()).planner_memory_mb
-    return prices.lambda_cost(mb, P.FINALIZE_S, arch) + 2 * prices.s3_put + 2 * prices.sfn_transition
+    return float(finalize_usd(prices, arch, (sizes or FunctionSizes()).planner_memory_mb, P.FINALIZE_S))
 
 
 def _metric_value(job: Job, history: RunHistory):

@@ -92,10 +92,7 @@ def expected(
     tau = tau_target(w, target=target)
     dtau = round_progress(N, K, w.momentum_effective, w.beta, w.drift_k)
     R = np.ceil(tau / dtau) + 1.0
-    fin_s, fin_c = (
-        1.1,
-        prices.lambda_cost(sizes.planner_memory_mb, 1.3, arch) + 2 * prices.s3_put + 2 * prices.sfn_transition,
-    )
+    fin_s, fin_c = 1.1, bill.finalize_usd(prices, arch, sizes.planner_memory_mb, 1.3)
     T = round_first + (R - 1) * round_s + fin_s
     Cst = cost_first + (R - 1) * cost + fin_c
     valid = (h_first * 1.5 + C.INIT_MAX <= 0.8 * sizes.worker_timeout_s) & (M >= w.mem_needed_mb)

@@ -278,7 +278,7 @@ class Cloud:
         """The last Plan's Choice and the Finalize state: the planner Lambda writes final/
         (copy + metrics); transitions Plan, ShouldTrain/Continue, Finalize, Done."""
         s = 1.0 * float(np.exp(0.2 * self._draws("final").standard_normal()))
-        cost = self._lambda(self.sizes.planner_memory_mb, s) + 2 * self.prices.s3_put + 4 * self.prices.sfn_transition
+        cost = float(bill.finalize_usd(self.prices, self.architecture, self.sizes.planner_memory_mb, s))
         self.now += s + 2 * SFN_STATE_S
         self.cost += cost
         return s, cost

@@ -95,3 +95,16 @@ def test_counts_work_on_candidate_arrays():
     n = np.array([1.0, 4.0, 16.0])
     req = bill.requests(bill.RoundShape(n, 0.0, 1024, 3008))
     assert list(req.transitions) == [6 + 3 * x for x in n]
+
+
+def test_the_end_of_a_run_is_billed_alike():
+    """Finalize: the simulator's bill, the planner's reserve and the analytic model's use one count."""
+    from smlt.planner import priors
+    from smlt.planner.core import finalize_cost
+
+    sizes, prices = FunctionSizes(), Prices()
+    seconds, cost = Cloud(WORKLOAD, prices, seed=1).finalize()
+    assert cost == pytest.approx(bill.finalize_usd(prices, "x86_64", sizes.planner_memory_mb, seconds), rel=1e-12)
+    expected = bill.finalize_usd(prices, "x86_64", sizes.planner_memory_mb, priors.FINALIZE_S)
+    assert finalize_cost(prices, "x86_64") == pytest.approx(expected, rel=1e-12)
+    assert bill.FINALIZE_TRANSITIONS == 4  # Plan, ShouldTrain, Finalize, Done
