@@ -23,6 +23,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from infra.stacks.smlt_stack import SmltStack
+from smlt import deployed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STACK_ID = "Smlt"
@@ -33,10 +34,7 @@ BUNDLE = "smlt:bundle"
 
 
 def cdk_json_context() -> dict[str, Any]:
-    path = REPO_ROOT / "cdk.json"
-    if not path.exists():
-        return {}
-    return dict(json.loads(path.read_text()).get("context", {}))
+    return deployed.context()
 
 
 def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) -> cdk.App:

@@ -1,57 +1,136 @@
-"""Settings a function reads from its environment (set by the CDK stack, or the local engine)."""
+"""The environment contract: every variable a function reads, in one model (`Settings`).
+
+The stack (infra/stacks/functions.py) writes each function's environment from this model
+(`Settings.environment`: field names become variable names here and nowhere else), the handlers
+read it back (`Settings.from_env`), and the local engine passes on what the template says.
+
+Deployment settings (prices, the tier list, memory sizes, the worker timeout) have one source,
+cdk.json's context (`smlt.deployed`): the stack reads them from there and writes them to the
+functions; a caller without the environment (tests, the simulators) gets them from the same file.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field
+from typing import Any
 
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from smlt import deployed
 from smlt.prices import Prices
 
+# Which functions read a variable ("read_by"); "optional": written only when configured (the
+# exchange URL) or set by the local engine only (its concurrency), never by the stack's defaults.
+# A field whose default is cdk.json's is read by every function: a deployed function has no
+# cdk.json, so the stack must write it everywhere.
+PLANNER, AGGREGATE, TRAIN = "planner", "aggregate", "train_step"
+ALL = (PLANNER, AGGREGATE, TRAIN)
 
-@dataclass(frozen=True)
-class Settings:
-    artifacts_bucket: str
-    data_bucket: str
-    table: str
-    architecture: str = "x86_64"
-    memory_mb: int = 0
-    train_functions: dict[int, str] = field(default_factory=dict)
-    max_concurrency: int = 64
+
+def _read_by(*functions: str, optional: bool = False) -> dict[str, Any]:
+    return {"read_by": list(functions), "optional": optional}
+
+
+ENV = SettingsConfigDict(env_prefix="SMLT_", env_ignore_empty=True, frozen=True, extra="ignore")
+
+
+class FunctionSizes(BaseSettings):
+    """The deployed sizes the ledger and the planner price and plan with (set once in the stack;
+    defaults from cdk.json). `Settings` has them too: pass a function's settings where these go."""
+
+    model_config = ENV
+
+    planner_memory_mb: int = Field(
+        default_factory=lambda: deployed.value("planner_memory_mb"), json_schema_extra=_read_by(*ALL)
+    )
+    aggregate_memory_mb: int = Field(
+        default_factory=lambda: deployed.value("aggregate_memory_mb"), json_schema_extra=_read_by(*ALL)
+    )
+    worker_timeout_s: int = Field(
+        default_factory=lambda: deployed.value("worker_timeout_s"), json_schema_extra=_read_by(*ALL)
+    )
+
+
+class Settings(FunctionSizes):
+    """A function's settings, from its environment (`from_env`)."""
+
+    artifacts_bucket: str = Field(json_schema_extra=_read_by(*ALL))
+    data_bucket: str = Field("", json_schema_extra=_read_by(*ALL))
+    table: str = Field(json_schema_extra=_read_by(*ALL))
+    architecture: str = Field(default_factory=lambda: deployed.value("architecture"), json_schema_extra=_read_by(*ALL))
+    prices: Prices = Field(default_factory=Prices, json_schema_extra=_read_by(*ALL))
+    # A train_step function's own memory tier.
+    memory_mb: int = Field(
+        0,
+        validation_alias=AliasChoices("SMLT_MEMORY_MB", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
+        json_schema_extra=_read_by(TRAIN),
+    )
+    train_functions: dict[int, str] = Field(default_factory=dict, json_schema_extra=_read_by(PLANNER))
+    max_concurrency: int = Field(
+        default_factory=lambda: deployed.value("max_concurrency"), json_schema_extra=_read_by(*ALL)
+    )
+    # Sharded aggregation (smlt.aggregate.reduce.plan_slices): bytes one aggregator should read
+    # per round, and the smallest slice worth its own aggregator. Tuning knobs: written only when
+    # configured, so a local run's own environment can set them.
+    aggregator_read_bytes: int = Field(256 << 20, json_schema_extra=_read_by(PLANNER, optional=True))
+    min_slice_bytes: int = Field(4 << 20, json_schema_extra=_read_by(PLANNER, optional=True))
     # Set by the local engine: how many handlers run at once there (None on AWS).
-    local_concurrency: int | None = None
-    worker_timeout_s: int = 900
-    prices: Prices = field(default_factory=Prices)
+    local_concurrency: int | None = Field(None, json_schema_extra=_read_by(PLANNER, optional=True))
     # Per-step synchronous mode: where workers exchange gradients. "" = the artifacts bucket (S3);
     # a redis:// URL = Redis (ElastiCache), opened with smlt.store.open_store.
-    exchange_url: str = ""
-    # Sharded aggregation (smlt.aggregate.sharded.plan_slices): bytes one aggregator should read
-    # per round, and the smallest slice worth its own aggregator.
-    aggregator_read_bytes: int = 256 << 20
-    min_slice_bytes: int = 4 << 20
+    exchange_url: str = Field("", json_schema_extra=_read_by(TRAIN, AGGREGATE, optional=True))
+    # Read by Powertools (logger, metrics), not by smlt.
+    service_name: str = Field(
+        "smlt", validation_alias=AliasChoices("POWERTOOLS_SERVICE_NAME"), json_schema_extra=_read_by(*ALL)
+    )
 
     @classmethod
     def from_env(cls) -> Settings:
-        env = os.environ
-        fns = json.loads(env.get("SMLT_TRAIN_FUNCTIONS") or "{}")
-        return cls(
-            artifacts_bucket=env["SMLT_ARTIFACTS_BUCKET"],
-            data_bucket=env.get("SMLT_DATA_BUCKET", ""),
-            table=env["SMLT_TABLE"],
-            architecture=env.get("SMLT_ARCHITECTURE", "x86_64"),
-            memory_mb=int(env.get("SMLT_MEMORY_MB") or env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") or 0),
-            train_functions={int(k): v for k, v in fns.items()},
-            max_concurrency=int(env.get("SMLT_MAX_CONCURRENCY", "64")),
-            local_concurrency=int(env["SMLT_LOCAL_CONCURRENCY"]) if env.get("SMLT_LOCAL_CONCURRENCY") else None,
-            worker_timeout_s=int(env.get("SMLT_WORKER_TIMEOUT_S", "900")),
-            prices=Prices.from_env(),
-            exchange_url=env.get("SMLT_EXCHANGE_URL", ""),
-            aggregator_read_bytes=int(env.get("SMLT_AGGREGATOR_READ_BYTES") or 256 << 20),
-            min_slice_bytes=int(env.get("SMLT_MIN_SLICE_BYTES") or 4 << 20),
-        )
+        return cls()  # the required fields come from the environment
+
+    @staticmethod
+    def variable(field: str) -> str:
+        """The environment variable of a field."""
+        alias = Settings.model_fields[field].validation_alias
+        if isinstance(alias, AliasChoices):
+            return str(alias.choices[0])
+        return f"SMLT_{field.upper()}"
+
+    @staticmethod
+    def contract(function: str) -> tuple[set[str], set[str]]:
+        """The variables `function` reads: (always written by the stack, written only when configured)."""
+        always: set[str] = set()
+        optional: set[str] = set()
+        for name, info in Settings.model_fields.items():
+            extra = info.json_schema_extra
+            assert isinstance(extra, dict)
+            if function in extra["read_by"]:  # type: ignore[operator]  # a list, see _read_by
+                (optional if extra["optional"] else always).add(Settings.variable(name))
+        return always, optional
+
+    @staticmethod
+    def environment(function: str, **values: Any) -> dict[str, str]:
+        """The environment the stack writes for `function`: every variable it reads, from `values`
+        (field names; strings pass through, so CDK tokens stay tokens; JSON for the rest)."""
+        always, optional = Settings.contract(function)
+        env = {Settings.variable(k): v if isinstance(v, str) else _dump(v) for k, v in values.items() if v is not None}
+        unknown = set(env) - always - optional
+        missing = always - set(env)
+        if unknown or missing:
+            raise ValueError(f"{function}: unknown variables {sorted(unknown)}, missing {sorted(missing)}")
+        return env
 
     def exchange_store(self):
         """The store of the per-step gradient exchange (sync mode)."""
         from smlt.store import S3Store, open_store
 
         return open_store(self.exchange_url) if self.exchange_url else S3Store(self.artifacts_bucket)
+
+
+def _dump(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if isinstance(value, bool):
+        return json.dumps(value)
+    return str(value)

@@ -1,7 +1,10 @@
 """Lambda functions: planner and aggregate (zip + shared layer), train_step (image, one per tier).
 
 Each function has its own role with resource-scoped statements (no managed policies, no `*`
-actions) and its own log group. Environment variables follow docs/architecture.md exactly.
+actions) and its own log group. Its environment is written from the runtime's settings model
+(`smlt.config.Settings.environment`): exactly the variables that function reads, no others.
+Memory sizes and timeouts are set once here; the ones the runtime prices or plans with
+(cdk.json `planner_memory_mb`, `aggregate_memory_mb`, `worker_timeout_s`) reach it that way.
 
 With the Redis reducer (`exchange` given, context `redis_reducer: true`) the functions that open the
 exchange (`Settings.exchange_store()`: train_step at every tier, aggregate) run in the exchange's
@@ -11,8 +14,8 @@ outside the VPC (it calls Step Functions, which would need an interface endpoint
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, IgnoreMode, Size, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -27,17 +30,16 @@ from infra.stacks.bundling import LocalLayerBundling, layer_fingerprint
 from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
+from smlt.config import AGGREGATE, PLANNER, TRAIN
+from smlt.config import Settings as RuntimeSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZIP_HANDLER = "handler.handler"
 IMAGE_CMD = ["lambdas.train_step.handler.handler"]
 TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
 
-PLANNER_MEMORY_MB = 1024
-AGGREGATE_MEMORY_MB = 3008
 PLANNER_TIMEOUT = Duration.minutes(5)
 AGGREGATE_TIMEOUT = Duration.minutes(15)
-TRAIN_TIMEOUT = Duration.minutes(15)
 
 # Item-level DynamoDB actions: the handlers read/write items of this one table, nothing else.
 TABLE_ITEM_ACTIONS = [
@@ -94,14 +96,19 @@ class Functions(Construct):
         runtime = {"3.12": lambda_.Runtime.PYTHON_3_12, "3.13": lambda_.Runtime.PYTHON_3_13}[settings.lambda_python]
         log_retention = retention(settings.log_retention_days)
 
-        base_env = {
-            "SMLT_ARTIFACTS_BUCKET": artifacts_bucket.bucket_name,
-            "SMLT_DATA_BUCKET": data_bucket.bucket_name,
-            "SMLT_TABLE": table.table_name,
-            "SMLT_PRICES": json.dumps(settings.prices, sort_keys=True, separators=(",", ":")),
-            "SMLT_ARCHITECTURE": settings.architecture,
-            "POWERTOOLS_SERVICE_NAME": "smlt",
-        }
+        base_env: dict[str, Any] = dict(
+            artifacts_bucket=artifacts_bucket.bucket_name,
+            data_bucket=data_bucket.bucket_name,
+            table=table.table_name,
+            prices=settings.prices,
+            architecture=settings.architecture,
+            service_name="smlt",
+            # what the ledger and the planner price and plan with (and every function parses)
+            planner_memory_mb=settings.planner_memory_mb,
+            aggregate_memory_mb=settings.aggregate_memory_mb,
+            worker_timeout_s=settings.worker_timeout_s,
+            max_concurrency=settings.max_concurrency,
+        )
         # Per-step sync mode's gradient exchange: a redis:// URL (ElastiCache, cdk.json context
         # `exchange_url`); unset = the artifacts bucket. Not set at all by default, so a local
         # run's process environment can still choose one.
@@ -111,10 +118,8 @@ class Functions(Construct):
                 "context 'exchange_url' and 'redis_reducer': give one (redis_reducer=true sets "
                 "SMLT_EXCHANGE_URL to the stack's own ElastiCache exchange)"
             )
-        if exchange_url:
-            base_env["SMLT_EXCHANGE_URL"] = str(exchange_url)
-        # The functions that open the exchange: in its VPC, with its URL (empty without one).
-        exchange_env = {"SMLT_EXCHANGE_URL": exchange.url} if exchange is not None else {}
+        # The functions that open the exchange: in its VPC, with its URL (none without one).
+        exchange_env = {"exchange_url": exchange.url if exchange is not None else exchange_url or None}
 
         # --- shared layer (numpy, safetensors, pydantic, powertools, smlt), bundled locally ---
         self.layer = lambda_.LayerVersion(
@@ -159,11 +164,11 @@ class Functions(Construct):
                 architecture=self.architecture,
                 memory_size=mb,
                 ephemeral_storage_size=Size.mebibytes(settings.train_ephemeral_mb),
-                timeout=TRAIN_TIMEOUT,
+                timeout=Duration.seconds(settings.worker_timeout_s),
                 role=role,
                 tracing=lambda_.Tracing.ACTIVE,
                 log_group=self._log_group(fid, role, log_retention),
-                environment={**base_env, **exchange_env, "SMLT_MEMORY_MB": str(mb)},
+                environment=RuntimeSettings.environment(TRAIN, **base_env, **exchange_env, memory_mb=mb),
                 **self._vpc_props(),
             )
             self.train_functions[mb] = fn
@@ -182,13 +187,13 @@ class Functions(Construct):
             handler=ZIP_HANDLER,
             code=self._zip_code("aggregate"),
             layers=[self.layer],
-            memory_size=AGGREGATE_MEMORY_MB,
+            memory_size=settings.aggregate_memory_mb,
             ephemeral_storage_size=Size.mebibytes(2048),
             timeout=AGGREGATE_TIMEOUT,
             role=role,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=self._log_group("Aggregate", role, log_retention),
-            environment={**base_env, **exchange_env},
+            environment=RuntimeSettings.environment(AGGREGATE, **base_env, **exchange_env),
             **self._vpc_props(),
         )
 
@@ -208,18 +213,18 @@ class Functions(Construct):
             handler=ZIP_HANDLER,
             code=self._zip_code("planner"),
             layers=[self.layer],
-            memory_size=PLANNER_MEMORY_MB,
+            memory_size=settings.planner_memory_mb,
             timeout=PLANNER_TIMEOUT,
             role=role,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=self._log_group("Planner", role, log_retention),
-            environment={
+            environment=RuntimeSettings.environment(
+                PLANNER,
                 **base_env,
-                "SMLT_TRAIN_FUNCTIONS": stack.to_json_string(
+                train_functions=stack.to_json_string(
                     {str(mb): fn.function_name for mb, fn in self.train_functions.items()}
                 ),
-                "SMLT_MAX_CONCURRENCY": str(settings.max_concurrency),
-            },
+            ),
         )
 
         self.all_functions: list[lambda_.Function] = [self.planner, self.aggregate, *self.train_functions.values()]

@@ -1,7 +1,8 @@
 """Stack settings read from CDK context (cdk.json, `-c key=value`, or `build_app(context=...)`).
 
-`cdk.json` holds the defaults; `infra.app.build_app` loads them so an in-process caller (the
-local engine) gets the same values as the CDK CLI. Values given on the command line arrive as
+`cdk.json` holds the defaults, the one copy of them: `infra.app.build_app` loads them so an
+in-process caller (the local engine) gets the same values as the CDK CLI, and a caller whose app
+has no such context (a bare `cdk.App()`) gets them from the same file (`smlt.deployed`). Values given on the command line arrive as
 strings (`-c max_concurrency=32`), so every non-string setting is JSON-decoded when it is a string.
 """
 
@@ -14,37 +15,14 @@ from typing import Any
 
 from constructs import Construct
 
+from smlt import deployed
+
 ARCHITECTURES = ("x86_64", "arm64")
 # Lambda's Python runtimes on Amazon Linux 2023 (glibc 2.34). python3.11 runs on Amazon Linux 2
 # (glibc 2.26), where numpy 2.4.x (manylinux_2_27) and torch 2.13 (manylinux_2_28) cannot load.
 LAMBDA_PYTHONS = ("3.12", "3.13")
 # ElastiCache node types: cache.<family>.<size> (cache.r7g.large, cache.m7g.xlarge, ...).
 NODE_TYPE = re.compile(r"^cache\.[a-z][a-z0-9-]*\.[a-z0-9]+$")
-
-# Fallbacks when neither cdk.json nor the caller provides a value. Keep in sync with cdk.json.
-DEFAULTS: dict[str, Any] = {
-    "memory_tiers": [1769, 3008, 5120, 10240],
-    "max_concurrency": 64,
-    "architecture": "x86_64",
-    "lambda_python": "3.12",
-    "prices": {
-        "currency": "USD",
-        "lambda_gb_second": {"x86_64": 0.0000166667, "arm64": 0.0000133334},
-        "lambda_request": 0.0000002,
-        "sfn_transition": 0.000025,
-        "s3_put": 0.000005,
-        "s3_get": 0.0000004,
-        "dynamodb_write_unit": 0.000000625,
-        "dynamodb_read_unit": 0.000000125,
-    },
-    "redis_reducer": False,
-    "redis_node_type": "cache.r7g.large",
-    "update_expiry_days": 7,
-    "log_retention_days": 30,
-    "train_ephemeral_mb": 4096,
-    "execution_timeout_hours": 168,
-    "alarm_topic_arn": None,
-}
 
 
 def _decode(key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
@@ -73,14 +51,20 @@ class Settings:
     log_retention_days: int
     train_ephemeral_mb: int
     execution_timeout_hours: int
+    # Set once here for the functions, and written to the ones that price or plan with them.
+    planner_memory_mb: int
+    aggregate_memory_mb: int
+    worker_timeout_s: int
     alarm_topic_arn: str | None = None
 
     @staticmethod
     def from_context(scope: Construct) -> Settings:
+        defaults = deployed.context()
+
         def get(key: str, expected: type | tuple[type, ...]) -> Any:
             raw = scope.node.try_get_context(key)
             if raw is None:
-                raw = DEFAULTS[key]
+                raw = defaults.get(key)
             if raw is None:
                 return None
             return _decode(key, raw, expected)
@@ -123,5 +107,8 @@ class Settings:
             log_retention_days=get("log_retention_days", int),
             train_ephemeral_mb=get("train_ephemeral_mb", int),
             execution_timeout_hours=get("execution_timeout_hours", int),
+            planner_memory_mb=get("planner_memory_mb", int),
+            aggregate_memory_mb=get("aggregate_memory_mb", int),
+            worker_timeout_s=get("worker_timeout_s", int),
             alarm_topic_arn=topic or None,
         )

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from smlt.bill import finalize_usd
+from smlt.config import FunctionSizes
 from smlt.job import Job
 from smlt.planner import priors as P
 from smlt.planner.progress import ProgressModel
 from smlt.planner.timing import Forecast, JobShape, TimingModel
-from smlt.planner.types import Decision, RunHistory
+from smlt.planner.types import Decision, RunHistory, target_reached
 from smlt.prices import Prices
 
 N_SET = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1000)
@@ -57,14 +60,13 @@ def default_tier(tiers: list[int]) -> int:
     return above[0] if above else max(tiers)
 
 
-def finalize_cost_ub(prices: Prices, arch: str) -> float:
-    return (
-        prices.lambda_cost(P.PLANNER_MEMORY_MB, 3 * P.FINALIZE_S, arch) + 4 * prices.s3_put + 4 * prices.sfn_transition
-    )
+def finalize_cost_ub(prices: Prices, arch: str, sizes: FunctionSizes | None = None) -> float:
+    """Finalize's worst case: 3x its seconds, its requests twice."""
+    return float(finalize_usd(prices, arch, (sizes or FunctionSizes()).planner_memory_mb, 3 * P.FINALIZE_S, 2.0))
 
 
-def finalize_cost(prices: Prices, arch: str) -> float:
-    return prices.lambda_cost(P.PLANNER_MEMORY_MB, P.FINALIZE_S, arch) + 2 * prices.s3_put + 2 * prices.sfn_transition
+def finalize_cost(prices: Prices, arch: str, sizes: FunctionSizes | None = None) -> float:
+    return float(finalize_usd(prices, arch, (sizes or FunctionSizes()).planner_memory_mb, P.FINALIZE_S))
 
 
 def _metric_value(job: Job, history: RunHistory):
@@ -74,11 +76,11 @@ def _metric_value(job: Job, history: RunHistory):
 
 
 def target_met(job: Job, history: RunHistory) -> bool:
-    t = job.training.target_value
-    v = _metric_value(job, history)
-    if t is None or v is None:
+    """The last round's model reached the target (the aggregator's rule, `target_reached`)."""
+    if not history.rounds:
         return False
-    return v <= t if job.training.target_metric == "val_loss" else v >= t
+    last = history.rounds[-1]
+    return target_reached(job.training, last.val_loss, last.val_accuracy)
 
 
 def _stop(reason: str, bound: str, **kw) -> Decision:
@@ -96,7 +98,7 @@ def _final_stop(
         f = tm.forecast([last.workers], [last.memory_mb], [0], history)
         c = job.constraints
         left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
-        need = float(f.eval_round_ub[0]) + finalize_cost_ub(prices, arch)
+        need = float(f.eval_round_ub[0]) + finalize_cost_ub(prices, arch, tm.sizes)
         if need > left:
             return _stop(
                 f"{reason}; the final evaluation is skipped: {fmt_usd(left)} left < its worst case {fmt_usd(need)}",
@@ -150,8 +152,11 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ fixed
-def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
-    tm = TimingModel(JobShape.of(history, job.training.batch_size, job.training.compression), prices, arch)
+def decide_fixed(
+    job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
+) -> Decision:
+    shape = JobShape.of(history, job.training.batch_size, job.training.compression)
+    tm = TimingModel(shape, prices, arch, sizes)
     tm.fit(history)
     done = _terminal(job, history, tm, prices, arch)
     if done:
@@ -161,10 +166,10 @@ def decide_fixed(job: Job, history: RunHistory, tiers: list[int], prices: Prices
     k = job.training.local_steps
     f = tm.forecast([n], [m], [k], history)
     c = job.constraints
-    fin_ub = finalize_cost_ub(prices, arch)
+    fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
     need = float(f.cost_ub[0]) + fin_ub
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
-    common = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
+    common: dict[str, Any] = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
     if need > left:
         return _stop(
             f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
@@ -244,10 +249,11 @@ def _evaluate(
     nk = np.stack([cand.n, cand.k], 1)
     uniq, inv = np.unique(nk, axis=0, return_inverse=True)
     inv = inv.ravel()
+    assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
     s = pm.forecast.summary(uniq[:, 0], uniq[:, 1])
     R = {q: v[inv] for q, v in s.items()}
-    fin = finalize_cost(prices, arch)
-    fin_ub = finalize_cost_ub(prices, arch)
+    fin = finalize_cost(prices, arch, tm.sizes)
+    fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
     spent = history.cost_total_usd
     budget = c.budget_usd if c.budget_usd is not None else math.inf
     deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
@@ -269,7 +275,7 @@ def _evaluate(
         okbm[q] = spent + C[q] <= budget
     affordable = spent + f.cost_ub + fin_ub <= budget
     fits_time = history.elapsed_s + f.round_s + P.FINALIZE_S <= deadline
-    valid = f.handler_p90 + P.COLD_INIT_MAX_S <= 0.8 * P.LAMBDA_TIMEOUT_S
+    valid = f.handler_p90 + P.COLD_INIT_MAX_S <= 0.8 * tm.sizes.worker_timeout_s
     return Evaluation(f, R, T, C, okr, okd, okb, okbm, affordable, fits_time, valid)
 
 
@@ -330,15 +336,46 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
     )
 
 
-def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str) -> Decision:
-    c = job.constraints
+@dataclass
+class _Choice:
+    """What the adaptive planner knows while it chooses: the job, its models and their predictions."""
+
+    job: Job
+    history: RunHistory
+    tm: TimingModel
+    pm: ProgressModel
+    prices: Prices
+    arch: str
+    cand: Candidates
+    ev: Evaluation
+
+    @property
+    def f(self) -> Forecast:
+        return self.ev.f
+
+    @property
+    def spent(self) -> float:
+        return self.history.cost_total_usd
+
+    @property
+    def budget(self) -> float:
+        b = self.job.constraints.budget_usd
+        return b if b is not None else math.inf
+
+    @property
+    def first(self) -> bool:
+        return not self.history.rounds
+
+    def final_stop(self, reason: str, bound: str, **kw) -> Decision:
+        return _final_stop(self.job, self.history, self.tm, self.prices, self.arch, reason, bound, **kw)
+
+    def describe(self, i: int) -> str:
+        return _describe(i, self.cand, self.ev)
+
+
+def _progress_model(job: Job, history: RunHistory, shape: JobShape) -> ProgressModel:
     tr = job.training
-    shape = JobShape.of(history, tr.batch_size, tr.compression)
-    tm = TimingModel(shape, prices, arch).fit(history)
-    done = _terminal(job, history, tm, prices, arch)
-    if done:
-        return done
-    pm = ProgressModel(
+    return ProgressModel(
         metric=tr.target_metric,
         target=tr.target_value,
         momentum=tr.momentum,
@@ -351,6 +388,315 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
         initial_steps=tr.local_steps,
         optimizer=tr.optimizer,
     ).fit(history)
+
+
+def _budget_guard_stop(x: _Choice, base: np.ndarray) -> Decision:
+    """No candidate's worst case fits the budget: infeasible in round 0, else a budget stop."""
+    f = x.f
+    i = int(np.argmin(np.where(base, f.cost_ub, np.inf)))
+    fin_ub = finalize_cost_ub(x.prices, x.arch, x.tm.sizes)
+    if x.first:
+        d = _infeasible(x.job, x.history, x.cand, x.ev, base)
+        one = float(f.cost_ub[i] + fin_ub)
+        d.reason += (
+            f"; the budget cannot even pay the worst case of one round plus finalisation "
+            f"({fmt_usd(one)}, {x.describe(i)})"
+        )
+        d.min_budget_usd = max(d.min_budget_usd or 0.0, one)
+        d.bound = "budget"
+        return d
+    return _stop(
+        f"budget: {fmt_usd(x.budget - x.spent)} left cannot pay the worst case of one more round "
+        f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {x.describe(i)}) plus "
+        f"finalisation ({fmt_usd(fin_ub)})",
+        "budget",
+        predicted_round_cost_usd=float(f.cost[i]),
+        infeasible=x.first,
+        min_budget_usd=float(f.cost_ub[i] + fin_ub) if x.first else None,
+    )
+
+
+def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
+    """The candidates whose next round is affordable in the worst case and finishes before the
+    deadline, or the stop when there are none."""
+    c, f = x.job.constraints, x.f
+    guard = base & x.ev.affordable
+    if not guard.any():
+        return _budget_guard_stop(x, base)
+    if c.deadline_seconds is not None and not c.best_effort:
+        timely = guard & x.ev.fits_time
+        if not timely.any():
+            i = int(np.argmin(np.where(guard, f.round_s, np.inf)))
+            t_left = c.deadline_seconds - x.history.elapsed_s
+            if x.first:
+                return _infeasible(x.job, x.history, x.cand, x.ev, base)
+            return x.final_stop(
+                f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({x.describe(i)}) "
+                f"takes ~{fmt_s(float(f.round_s[i]))}",
+                "deadline",
+                predicted_round_s=float(f.round_s[i]),
+            )
+        guard = timely
+    return guard
+
+
+def _median_plan(x: _Choice, guard: np.ndarray, finite: np.ndarray, safe) -> np.ndarray:
+    ev = x.ev
+    return guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q] & finite & safe
+
+
+def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.ndarray, float, int | None]]:
+    """The candidate sets to try in order, each with its progress percentile and its backup plan."""
+    c, ev, f = x.job.constraints, x.ev, x.f
+    levels: list[tuple[np.ndarray, float, int | None]] = []
+    if not reachable:
+        return levels
+    if c.deadline_seconds is not None and c.objective == "cost":
+        # Plan for the median, but only where a way out stays open: after one round of this plan,
+        # the fastest affordable plan must still finish by the deadline if progress turns out slow
+        # (p90, then p70). Re-planning every round makes this recourse real.
+        t_left = c.deadline_seconds - x.history.elapsed_s
+        for qs in BACKUP_QS:
+            fast = guard & ev.ok_rounds[qs] & ev.ok_budget_mean[qs] & np.isfinite(ev.T[qs])
+            if not fast.any():
+                continue
+            j = int(np.argmin(np.where(fast, ev.T[qs], np.inf)))
+            safe = f.round_s + ev.T[qs][j] + min(float(f.round_s_warm[j]), 0.05 * t_left) <= t_left
+            levels.append((_median_plan(x, guard, np.isfinite(ev.C[0.5]), safe), qs, j))
+    if c.budget_usd is not None and c.objective == "speed":
+        # The mirror image for speed: go fast at the median only while, after this round, the
+        # cheapest plan could still pay its way to the target if progress is slow (p90, p70).
+        for qs in BACKUP_QS:
+            cheap = guard & ev.ok_rounds[qs] & ev.ok_deadline[qs] & np.isfinite(ev.C[qs])
+            if not cheap.any():
+                continue
+            j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
+            safe = x.spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(x.prices, x.arch, x.tm.sizes) <= x.budget
+            levels.append((_median_plan(x, guard, np.isfinite(ev.T[0.5]), safe), qs, j))
+    for q in FEASIBLE_QS:
+        qb = min(q, BUDGET_Q)
+        levels.append((guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]), q, None))
+    return levels
+
+
+def _nothing_fits(
+    x: _Choice, base: np.ndarray, guard: np.ndarray, reachable: bool
+) -> Decision | tuple[np.ndarray, float, str, str]:
+    """Nothing fits even at the 20th percentile: stop when confidently infeasible (even the 10th
+    percentile of the progress forecast with the mean cost misses), else a best-effort plan set,
+    its level, objective and note."""
+    c, ev = x.job.constraints, x.ev
+    q = 0.1
+    hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
+    confident = (not hopeful.any() or not reachable) and (x.first or x.pm.n_obs >= MIN_OBS_TO_GIVE_UP)
+    if confident and not c.best_effort:
+        d = _infeasible(x.job, x.history, x.cand, ev, base)
+        if x.first:
+            return d
+        return x.final_stop(
+            "stopping to save the budget: " + d.reason.replace("infeasible: ", "", 1),
+            d.bound,
+            earliest_deadline_s=d.earliest_deadline_s,
+            min_budget_usd=d.min_budget_usd,
+        )
+    # Not yet sure (or best effort): keep going within the hard guards, as well as possible.
+    q = 0.5
+    in_budget = guard & ev.ok_budget[q]
+    if in_budget.any() and c.deadline_seconds is not None:
+        return (
+            in_budget,
+            q,
+            "speed",
+            "best effort: the deadline is predicted to be missed, so the plan that makes the most "
+            "progress by the deadline within budget",
+        )
+    return (
+        guard,
+        q,
+        "cost",
+        "best effort: the target is predicted out of reach within the budget, so the plan "
+        "that buys the most progress with the time and money left",
+    )
+
+
+@dataclass
+class _Pick:
+    """The chosen plan set and how the candidate in it was picked."""
+
+    chosen: np.ndarray
+    level: float
+    backup: int | None
+    objective: str
+    note: str  # best effort
+    at_risk: bool = False
+    i: int = 0
+    i_exploit: int = 0
+
+    @property
+    def explore(self) -> bool:
+        return self.i != self.i_exploit
+
+
+def _objective(x: _Choice, p: _Pick) -> np.ndarray:
+    """What the pick minimises: the mean time or cost to the end; best effort, minus the progress
+    the remaining time and money can buy."""
+    c, ev, f = x.job.constraints, x.ev, x.f
+    base_obj = ev.T["mean"] if p.objective == "speed" else ev.C["mean"]
+    if p.note:
+        dtau = x.pm.mean_round_progress(x.cand.n, x.cand.k)
+        t_left = (c.deadline_seconds - x.history.elapsed_s) if c.deadline_seconds is not None else math.inf
+        n_rounds = np.minimum(
+            (x.budget - x.spent) / np.maximum(f.cost_warm, 1e-12), t_left / np.maximum(f.round_s_warm, 1e-9)
+        )
+        n_rounds = np.minimum(n_rounds, x.job.training.max_rounds - len(x.history.rounds))
+        base_obj = -np.minimum(n_rounds, 1e9) * dtau
+    return np.where(np.isfinite(base_obj), base_obj, 1e300)
+
+
+def _pick(x: _Choice, p: _Pick) -> _Pick:
+    """The candidate: the best by the objective, or one to explore (uncertain speed) while enough
+    rounds remain to use what is learned, and never while the deadline is at risk."""
+    if p.level <= 0.5 and p.backup is None and p.objective == "cost" and x.job.constraints.deadline_seconds is not None:
+        if not p.note:
+            # The deadline is at risk: among the plans that may still make it, the fastest.
+            p.objective, p.at_risk = "speed", True
+    base_obj = _objective(x, p)
+    R_mean = x.ev.R["mean"]
+    kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0) if not p.at_risk and p.level >= 0.7 else 0.0
+    lcb = base_obj * np.maximum(0.5, 1.0 - kappa * x.f.rel_sd_param) if not p.note else base_obj
+    p.i_exploit = int(np.argmin(np.where(p.chosen, base_obj, np.inf)))
+    p.i = int(np.argmin(np.where(p.chosen, lcb, np.inf)))
+    return p
+
+
+def _binding(x: _Choice, guard: np.ndarray, p: _Pick) -> tuple[str, float, int]:
+    """Which constraint bound the choice, at which percentile, and the plan it kept out."""
+    ev, i = x.ev, p.i
+    qb = 0.5 if p.backup is not None else p.level
+    qbud = min(qb, BUDGET_Q)
+    free = guard & ev.ok_rounds[qb] & np.isfinite(ev.C[qb])
+    i_free = (
+        int(np.argmin(np.where(free, ev.C["mean"] if p.objective == "cost" else ev.T["mean"], np.inf)))
+        if free.any()
+        else i
+    )
+    if p.note:
+        bound = "deadline" if p.objective == "speed" else "budget"
+    elif p.objective == "cost":
+        bound = (
+            "deadline"
+            if (not ev.ok_deadline[qb][i_free] or i_free != i and not p.chosen[i_free])
+            else ("budget" if not ev.ok_budget[qbud][i_free] else "none")
+        )
+    else:
+        bound = "budget" if not ev.ok_budget[qbud][i_free] else "none"
+    if bound == "none" and not ev.ok_rounds[FEASIBLE_QS[0]][i]:
+        bound = "max_rounds"
+    return bound, qb, i_free
+
+
+def _limits_text(x: _Choice) -> str | None:
+    c = x.job.constraints
+    lim = []
+    if c.deadline_seconds is not None:
+        lim.append(f"{fmt_s(max(c.deadline_seconds - x.history.elapsed_s, 0))} left")
+    if c.budget_usd is not None:
+        lim.append(f"{fmt_usd(x.budget - x.spent)} left")
+    return " and ".join(lim) if lim else None
+
+
+def _why(x: _Choice, p: _Pick, bound: str, qb: float, i_free: int) -> list[str]:
+    """What bound the plan, how safe it is, and what else the reader should know."""
+    ev, f, i, level, backup = x.ev, x.f, p.i, p.level, p.backup
+    pieces = []
+    if bound == "deadline" and not p.note:
+        pieces.append(
+            f"deadline binds (the cheapest plan, {x.describe(i_free)}, would take ~{fmt_s(float(ev.T[qb][i_free]))})"
+        )
+    elif bound == "budget" and not p.note:
+        pieces.append(
+            f"budget binds (the fastest plan, {x.describe(i_free)}, would cost ~{fmt_usd(float(ev.C[qb][i_free]))})"
+        )
+    elif bound == "max_rounds":
+        pieces.append("max_rounds binds")
+    if backup is not None and not p.note and p.objective == "speed":
+        pieces.append(
+            f"safe: if progress is slow (p{int(level * 100)}), {x.describe(backup)} could still "
+            f"pay its way to the target (~{fmt_usd(float(ev.C[level][backup]))})"
+        )
+    elif backup is not None and not p.note:
+        pieces.append(
+            f"safe: if progress is slow (p{int(level * 100)}), {x.describe(backup)} would still "
+            f"finish in ~{fmt_s(float(ev.T[level][backup]))}"
+        )
+    elif level < 0.7 and not p.note:
+        pieces.append(
+            f"tight: feasible only at the p{int(level * 100)} progress forecast"
+            + (", so the fastest plan within budget" if p.at_risk else "")
+        )
+    p_never = float(ev.R["p_never"][i])
+    if p_never >= 0.05:
+        pieces.append(f"{100 * p_never:.0f} % chance the curve saturates below the target")
+    if p.explore:
+        pieces.append(
+            f"exploring: {int(x.cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
+            f"the best-known plan is {x.describe(p.i_exploit)}"
+        )
+    if p.note:
+        pieces.append(p.note)
+    return pieces
+
+
+def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
+    """The decision to train the picked candidate, with its predictions and the reason."""
+    tr, ev, f, i = x.job.training, x.ev, x.f, p.i
+    bound, qb, i_free = _binding(x, guard, p)
+    rq = float(ev.R[p.level][i])
+    r50 = float(ev.R[0.5][i])
+    T_i, C_i = float(ev.T[0.5][i]), float(ev.C[0.5][i])  # at the median forecast
+    pieces = [
+        f"{x.describe(i)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
+        f"(worst case {fmt_usd(float(f.cost_ub[i]))})"
+    ]
+    if tr.target_value is not None:
+        pieces.append(
+            f"~{r50:.0f} rounds to {tr.target_metric} {tr.target_value} (p{int(p.level * 100)} {rq:.0f}), "
+            f"~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all"
+        )
+    else:
+        pieces.append(f"~{r50:.0f} rounds of planned work left, ~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all")
+    limits = _limits_text(x)
+    if limits:
+        pieces.append(limits)
+    pieces += _why(x, p, bound, qb, i_free)
+    return Decision(
+        action="train",
+        workers=int(x.cand.n[i]),
+        memory_mb=int(x.cand.m[i]),
+        local_steps=int(x.cand.k[i]),
+        reason="; ".join(pieces),
+        bound=bound,
+        predicted_round_s=float(f.round_s[i]),
+        predicted_round_cost_usd=float(f.cost[i]),
+        predicted_rounds_left=r50,
+        worker_time_limit_s=round(float(f.time_limit_s[i]), 1),
+        predicted_total_s=T_i if math.isfinite(T_i) else None,
+        predicted_total_cost_usd=C_i if math.isfinite(C_i) else None,
+        explore=p.explore,
+    )
+
+
+def decide_adaptive(
+    job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
+) -> Decision:
+    tr = job.training
+    shape = JobShape.of(history, tr.batch_size, tr.compression)
+    tm = TimingModel(shape, prices, arch, sizes).fit(history)
+    done = _terminal(job, history, tm, prices, arch)
+    if done:
+        return done
+    pm = _progress_model(job, history, shape)
+    assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
     if tr.target_value is None and pm.forecast.p_done > 0.5 and history.rounds:
         return _final_stop(
             job,
@@ -363,289 +709,40 @@ def decide_adaptive(job: Job, history: RunHistory, tiers: list[int], prices: Pri
             "max_rounds",
         )
     cand = candidates(job, history, tiers)
-    ev = _evaluate(job, history, cand, tm, pm, prices, arch)
-    f = ev.f
-    spent = history.cost_total_usd
-    budget = c.budget_usd if c.budget_usd is not None else math.inf
-    first = not history.rounds
-
-    base = ev.valid.copy()
+    x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))
+    base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
-    guard = base & ev.affordable
-    if not guard.any():
-        i = int(np.argmin(np.where(base, f.cost_ub, np.inf)))
-        fin_ub = finalize_cost_ub(prices, arch)
-        if first:
-            d = _infeasible(job, history, cand, ev, base)
-            one = float(f.cost_ub[i] + fin_ub)
-            d.reason += (
-                f"; the budget cannot even pay the worst case of one round plus finalisation "
-                f"({fmt_usd(one)}, {_describe(i, cand, ev)})"
-            )
-            d.min_budget_usd = max(d.min_budget_usd or 0.0, one)
-            d.bound = "budget"
-            return d
-        return _stop(
-            f"budget: {fmt_usd(budget - spent)} left cannot pay the worst case of one more round "
-            f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {_describe(i, cand, ev)}) plus "
-            f"finalisation ({fmt_usd(fin_ub)})",
-            "budget",
-            predicted_round_cost_usd=float(f.cost[i]),
-            infeasible=first,
-            min_budget_usd=float(f.cost_ub[i] + fin_ub) if first else None,
-        )
-    if c.deadline_seconds is not None and not c.best_effort:
-        timely = guard & ev.fits_time
-        if not timely.any():
-            i = int(np.argmin(np.where(guard, f.round_s, np.inf)))
-            t_left = c.deadline_seconds - history.elapsed_s
-            if first:
-                return _infeasible(job, history, cand, ev, base)
-            return _final_stop(
-                job,
-                history,
-                tm,
-                prices,
-                arch,
-                f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({_describe(i, cand, ev)}) "
-                f"takes ~{fmt_s(float(f.round_s[i]))}",
-                "deadline",
-                predicted_round_s=float(f.round_s[i]),
-            )
-        guard = timely
-
-    objective = c.objective
-    chosen = None
-    level = None
-    backup = None
-    reachable = float(np.max(ev.R["p_never"])) < P_NEVER_GIVE_UP
-    levels = []
-    if reachable and c.deadline_seconds is not None and objective == "cost":
-        # Plan for the median, but only where a way out stays open: after one round of this plan,
-        # the fastest affordable plan must still finish by the deadline if progress turns out slow
-        # (p90, then p70). Re-planning every round makes this recourse real.
-        t_left = c.deadline_seconds - history.elapsed_s
-        for qs in BACKUP_QS:
-            fast = guard & ev.ok_rounds[qs] & ev.ok_budget_mean[qs] & np.isfinite(ev.T[qs])
-            if not fast.any():
-                continue
-            j = int(np.argmin(np.where(fast, ev.T[qs], np.inf)))
-            safe = f.round_s + ev.T[qs][j] + min(float(f.round_s_warm[j]), 0.05 * t_left) <= t_left
-            levels.append(
-                (
-                    guard
-                    & ev.ok_rounds[0.5]
-                    & ev.ok_deadline[0.5]
-                    & ev.ok_budget[BUDGET_Q]
-                    & np.isfinite(ev.C[0.5])
-                    & safe,
-                    qs,
-                    j,
-                )
-            )
-    if reachable and c.budget_usd is not None and objective == "speed":
-        # The mirror image for speed: go fast at the median only while, after this round, the
-        # cheapest plan could still pay its way to the target if progress is slow (p90, p70).
-        for qs in BACKUP_QS:
-            cheap = guard & ev.ok_rounds[qs] & ev.ok_deadline[qs] & np.isfinite(ev.C[qs])
-            if not cheap.any():
-                continue
-            j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
-            safe = spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(prices, arch) <= budget
-            levels.append(
-                (
-                    guard
-                    & ev.ok_rounds[0.5]
-                    & ev.ok_deadline[0.5]
-                    & ev.ok_budget[BUDGET_Q]
-                    & np.isfinite(ev.T[0.5])
-                    & safe,
-                    qs,
-                    j,
-                )
-            )
-    if reachable:
-        for q in FEASIBLE_QS:
-            qb = min(q, BUDGET_Q)
-            levels.append(
-                (guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]), q, None)
-            )
-    for ok, q, j in levels:
-        if ok.any():
-            chosen, level, backup = ok, q, j
-            break
-
-    best_effort_note = ""
-    if chosen is None:
-        # Nothing fits even at the 20th percentile. Confidently infeasible when even the 10th
-        # percentile of the progress forecast with the mean (no worst-case slack) cost misses.
-        q = 0.1
-        hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
-        confident = (not hopeful.any() or not reachable) and (first or pm.n_obs >= MIN_OBS_TO_GIVE_UP)
-        if confident and not c.best_effort:
-            if first:
-                return _infeasible(job, history, cand, ev, base)
-            d = _infeasible(job, history, cand, ev, base)
-            return _final_stop(
-                job,
-                history,
-                tm,
-                prices,
-                arch,
-                "stopping to save the budget: " + d.reason.replace("infeasible: ", "", 1),
-                d.bound,
-                earliest_deadline_s=d.earliest_deadline_s,
-                min_budget_usd=d.min_budget_usd,
-            )
-        # Not yet sure (or best effort): keep going within the hard guards, as well as possible.
-        q = 0.5
-        in_budget = guard & ev.ok_budget[q]
-        if in_budget.any() and c.deadline_seconds is not None:
-            chosen, level, objective = in_budget, q, "speed"
-            best_effort_note = (
-                "best effort: the deadline is predicted to be missed, so the plan that makes the most "
-                "progress by the deadline within budget"
-            )
-        else:
-            chosen, level, objective = guard, q, "cost"
-            best_effort_note = (
-                "best effort: the target is predicted out of reach within the budget, so the plan "
-                "that buys the most progress with the time and money left"
-            )
-    if (
-        level is not None
-        and level <= 0.5
-        and backup is None
-        and objective == "cost"
-        and c.deadline_seconds is not None
-        and not best_effort_note
-    ):
-        # The deadline is at risk: among the plans that may still make it, the fastest.
-        objective = "speed"
-        best_effort_note = ""
-        at_risk = True
+    guard = _hard_guards(x, base)
+    if isinstance(guard, Decision):
+        return guard
+    reachable = float(np.max(x.ev.R["p_never"])) < P_NEVER_GIVE_UP
+    first_fit = next(((ok, q, j) for ok, q, j in _levels(x, guard, reachable) if ok.any()), None)
+    if first_fit is not None:
+        chosen, level, backup = first_fit
+        p = _Pick(chosen, level, backup, job.constraints.objective, "")
     else:
-        at_risk = False
-    R_mean = ev.R["mean"]
-    base_obj = ev.T["mean"] if objective == "speed" else ev.C["mean"]
-    if best_effort_note:
-        # Best effort: the most progress (tau) the remaining time and money can buy.
-        dtau = pm.mean_round_progress(cand.n, cand.k)
-        t_left = (c.deadline_seconds - history.elapsed_s) if c.deadline_seconds is not None else math.inf
-        n_rounds = np.minimum(
-            (budget - spent) / np.maximum(f.cost_warm, 1e-12), t_left / np.maximum(f.round_s_warm, 1e-9)
-        )
-        n_rounds = np.minimum(n_rounds, job.training.max_rounds - len(history.rounds))
-        base_obj = -np.minimum(n_rounds, 1e9) * dtau
-    base_obj = np.where(np.isfinite(base_obj), base_obj, 1e300)
-    # explore only with rounds left to use what is learned, and never while the deadline is at risk
-    kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0) if not at_risk and level >= 0.7 else 0.0
-    lcb = base_obj * np.maximum(0.5, 1.0 - kappa * f.rel_sd_param) if not best_effort_note else base_obj
-    i_exploit = int(np.argmin(np.where(chosen, base_obj, np.inf)))
-    i = int(np.argmin(np.where(chosen, lcb, np.inf)))
-    explore = i != i_exploit
-
-    # which constraint bound the choice
-    qb = 0.5 if backup is not None else level
-    qbud = min(qb, BUDGET_Q)
-    free = guard & ev.ok_rounds[qb] & np.isfinite(ev.C[qb])
-    i_free = (
-        int(np.argmin(np.where(free, ev.C["mean"] if objective == "cost" else ev.T["mean"], np.inf)))
-        if free.any()
-        else i
-    )
-    if best_effort_note:
-        bound = "deadline" if objective == "speed" else "budget"
-    elif objective == "cost":
-        bound = (
-            "deadline"
-            if (not ev.ok_deadline[qb][i_free] or i_free != i and not chosen[i_free])
-            else ("budget" if not ev.ok_budget[qbud][i_free] else "none")
-        )
-    else:
-        bound = "budget" if not ev.ok_budget[qbud][i_free] else "none"
-    if bound == "none" and not ev.ok_rounds[FEASIBLE_QS[0]][i]:
-        bound = "max_rounds"
-
-    rq = float(ev.R[level][i])
-    r50 = float(ev.R[0.5][i])
-    T_i, C_i = float(ev.T[0.5][i]), float(ev.C[0.5][i])  # at the median forecast
-    pieces = [
-        f"{_describe(i, cand, ev)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
-        f"(worst case {fmt_usd(float(f.cost_ub[i]))})"
-    ]
-    if tr.target_value is not None:
-        pieces.append(
-            f"~{r50:.0f} rounds to {tr.target_metric} {tr.target_value} (p{int(level * 100)} {rq:.0f}), "
-            f"~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all"
-        )
-    else:
-        pieces.append(f"~{r50:.0f} rounds of planned work left, ~{fmt_s(T_i)} and ~{fmt_usd(C_i)} in all")
-    lim = []
-    if c.deadline_seconds is not None:
-        lim.append(f"{fmt_s(max(c.deadline_seconds - history.elapsed_s, 0))} left")
-    if c.budget_usd is not None:
-        lim.append(f"{fmt_usd(budget - spent)} left")
-    if lim:
-        pieces.append(" and ".join(lim))
-    if bound == "deadline" and not best_effort_note:
-        pieces.append(
-            f"deadline binds (the cheapest plan, {_describe(i_free, cand, ev)}, would take "
-            f"~{fmt_s(float(ev.T[qb][i_free]))})"
-        )
-    elif bound == "budget" and not best_effort_note:
-        pieces.append(
-            f"budget binds (the fastest plan, {_describe(i_free, cand, ev)}, would cost "
-            f"~{fmt_usd(float(ev.C[qb][i_free]))})"
-        )
-    elif bound == "max_rounds":
-        pieces.append("max_rounds binds")
-    if backup is not None and not best_effort_note and objective == "speed":
-        pieces.append(
-            f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} could still "
-            f"pay its way to the target (~{fmt_usd(float(ev.C[level][backup]))})"
-        )
-    elif backup is not None and not best_effort_note:
-        pieces.append(
-            f"safe: if progress is slow (p{int(level * 100)}), {_describe(backup, cand, ev)} would still "
-            f"finish in ~{fmt_s(float(ev.T[level][backup]))}"
-        )
-    elif level < 0.7 and not best_effort_note:
-        pieces.append(
-            f"tight: feasible only at the p{int(level * 100)} progress forecast"
-            + (", so the fastest plan within budget" if at_risk else "")
-        )
-    p_never = float(ev.R["p_never"][i])
-    if p_never >= 0.05:
-        pieces.append(f"{100 * p_never:.0f} % chance the curve saturates below the target")
-    if explore:
-        pieces.append(
-            f"exploring: {int(cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
-            f"the best-known plan is {_describe(i_exploit, cand, ev)}"
-        )
-    if best_effort_note:
-        pieces.append(best_effort_note)
-    return Decision(
-        action="train",
-        workers=int(cand.n[i]),
-        memory_mb=int(cand.m[i]),
-        local_steps=int(cand.k[i]),
-        reason="; ".join(pieces),
-        bound=bound,
-        predicted_round_s=float(f.round_s[i]),
-        predicted_round_cost_usd=float(f.cost[i]),
-        predicted_rounds_left=r50,
-        worker_time_limit_s=round(float(f.time_limit_s[i]), 1),
-        predicted_total_s=T_i if math.isfinite(T_i) else None,
-        predicted_total_cost_usd=C_i if math.isfinite(C_i) else None,
-        explore=explore,
-    )
+        fallback = _nothing_fits(x, base, guard, reachable)
+        if isinstance(fallback, Decision):
+            return fallback
+        chosen, level, objective, note = fallback
+        p = _Pick(chosen, level, None, objective, note)
+    return _train(x, guard, _pick(x, p))
 
 
-def decide(job: Job, history: RunHistory, tiers: list[int], prices: Prices, architecture: str = "x86_64") -> Decision:
-    """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason."""
+def decide(
+    job: Job,
+    history: RunHistory,
+    tiers: list[int],
+    prices: Prices,
+    architecture: str = "x86_64",
+    sizes: FunctionSizes | None = None,
+) -> Decision:
+    """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason.
+    `sizes`: the deployed planner/aggregator memory and worker timeout (a function's Settings;
+    None reads them from the environment, or cdk.json without one)."""
     if not tiers:
         tiers = [job.workers.memory_mb or 2048]
+    sizes = sizes or FunctionSizes()
     if job.workers.planner == "fixed":
-        return decide_fixed(job, history, list(tiers), prices, architecture)
-    return decide_adaptive(job, history, list(tiers), prices, architecture)
+        return decide_fixed(job, history, list(tiers), prices, architecture, sizes)
+    return decide_adaptive(job, history, list(tiers), prices, architecture, sizes)

@@ -61,8 +61,8 @@ S3_GET_LATENCY_S = 0.03
 S3_PUT_LATENCY_S = 0.05
 AGG_MB_PER_S = 2 * S3_MB_PER_S  # the aggregator reads updates over parallel streams
 AGG_SHARD_MB = 64.0  # an aggregator shard handles this many MB of the model
-AGG_MEMORY_MB = 3008
-PLANNER_MEMORY_MB = 1024
+# The planner's and the aggregator's memory and the worker timeout are deployment settings
+# (smlt.config.FunctionSizes), not priors.
 
 
 def net_share(memory_mb):
@@ -82,7 +82,6 @@ FANOUT_PER_WORKER_S = 0.206
 ROUND_BASE_OVERHEAD_S = 1.0  # Plan + Choice + Map start + Aggregate invoke + Continue
 PLAN_S = 0.4
 FINALIZE_S = 1.5
-LAMBDA_TIMEOUT_S = 900.0
 
 # --- Memory need ----------------------------------------------------------------------------
 RUNTIME_MB = 450.0  # python + torch + the handler

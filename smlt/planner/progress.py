@@ -23,10 +23,12 @@ numpy only: this module runs in the planner Lambda.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from smlt.planner.stats import norm_ppf
+from smlt.planner.types import metric_reaches
 
 
 def k_effective(k, momentum: float):
@@ -36,7 +38,7 @@ def k_effective(k, momentum: float):
     return k - momentum * (1.0 - momentum**k) / (1.0 - momentum)
 
 
-def round_progress(n, k, momentum: float, beta: float, drift_k: float):
+def round_progress(n, k, momentum: float, beta: Any, drift_k: float):
     """dtau of one round with n workers and k local steps (broadcasts over arrays)."""
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
@@ -211,7 +213,7 @@ class ProgressModel:
             bi = np.repeat(np.arange(len(self.betas)), len(qx))
             rem = np.tile(tau_star, len(self.betas)) - self.tau_now[bi]
             w = np.exp(self.beta_logprior)[bi] * np.tile(qw, len(self.betas))
-            if self.last_metric is not None and self.sign * self.last_metric >= y_t:
+            if metric_reaches(self.metric, self.target, self.last_metric):
                 rem = np.zeros_like(rem)
             self.forecast = RoundsForecast(
                 bi, rem, w, self.betas, self.mu_e, P.DRIFT_K, float(w[rem <= 0].sum() / w.sum())
@@ -270,7 +272,7 @@ class ProgressModel:
         log_pt = np.where(np.isfinite(z), -0.5 * z**2, -2.0)
         w = post[..., None] * _GH_W * np.exp(log_pt)
         self.beta_post = w.sum(axis=(1, 2, 3)) / w.sum()
-        if self.sign * self.last_metric >= y_t:
+        if metric_reaches(self.metric, self.target, self.last_metric):
             rem = np.zeros_like(rem)
         bi = np.broadcast_to(np.arange(len(self.betas))[:, None, None, None], rem.shape)
         flat_w = w.ravel()
@@ -287,13 +289,6 @@ class ProgressModel:
             float(flat_w[(rem.ravel() <= 0)].sum() / flat_w.sum()),
         )
         return self
-
-    def target_reached(self) -> bool:
-        return (
-            self.target is not None
-            and self.last_metric is not None
-            and self.sign * self.last_metric >= self.sign * self.target
-        )
 
     def mean_round_progress(self, n, k):
         """Posterior-mean tau of one round at (n, k)."""

@@ -11,7 +11,9 @@ Each measured component gets a small Bayesian linear regression whose prior come
     init_s        = log-normal, shrunk from the prior to the measured cold starts
     overhead      = round_s - slowest worker - aggregate_s = o0 + o1 * n     (fan-out grows with n)
     aggregate_s   = g0 + g1 * n * update_MB / shards                          (aggregation ~ n * params)
-    other cost    = cost_usd - workers - Step Functions - S3 = r0 + r1 * aggregate_s
+    other cost    = cost_usd - workers - requests = r0 + r1 * aggregate_s  (planner + aggregators)
+
+What a round's requests cost is counted, not fitted: smlt.bill, the ledger's own count.
 
 The parallel efficiency e of vCPUs beyond the first is not linear in the coefficients; it is
 handled by Bayesian model averaging over a grid of e (the marginal likelihood of each e weighs
@@ -22,13 +24,15 @@ planner's exploration looks at. numpy only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from smlt import bill
+from smlt.config import FunctionSizes
 from smlt.planner import priors as P
 from smlt.planner.stats import expected_max_z, norm_ppf  # noqa: F401
-from smlt.planner.types import RunHistory
+from smlt.planner.types import RoundRecord, RunHistory, WorkerTiming
 from smlt.prices import Prices
 
 E_GRID = np.linspace(0.0, 1.0, 11)
@@ -93,7 +97,7 @@ class JobShape:
     def of(cls, history: RunHistory, batch: int, compression: str = "none") -> JobShape:
         params = history.param_count or 100_000
         known = bool(history.flops_per_sample)
-        flops = float(history.flops_per_sample) if known else P.FLOPS_PER_PARAM_GUESS * params
+        flops = float(history.flops_per_sample or 0.0) if known else P.FLOPS_PER_PARAM_GUESS * params
         rows = history.train_rows or 10_000
         data_mb = history.dataset_bytes / 1e6 if history.dataset_bytes else rows * 400 / 1e6
         model_mb = params * 4 / 1e6
@@ -129,11 +133,47 @@ class Forecast:
     eval_limit_s: np.ndarray
 
 
+@dataclass
+class _Series:
+    """Observations of one fitted component: features (one list each), values, their sd."""
+
+    x: list[list] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+    sd: list[float] = field(default_factory=list)
+
+    def add(self, sd: float, y: float, *x) -> None:
+        if not self.x:
+            self.x = [[] for _ in x]
+        for col, v in zip(self.x, x, strict=True):
+            col.append(v)
+        self.y.append(y)
+        self.sd.append(sd)
+
+
+@dataclass
+class _Observations:
+    """What `TimingModel.fit` gathers from the rounds, per component."""
+
+    comp: _Series = field(default_factory=_Series)
+    ev: _Series = field(default_factory=_Series)
+    ld: _Series = field(default_factory=_Series)
+    up: _Series = field(default_factory=_Series)
+    rest: _Series = field(default_factory=_Series)
+    ov: _Series = field(default_factory=_Series)
+    ag: _Series = field(default_factory=_Series)
+    oc: _Series = field(default_factory=_Series)
+    cvs: list[float] = field(default_factory=list)
+    inits: list[float] = field(default_factory=list)
+
+
 class TimingModel:
-    def __init__(self, shape: JobShape, prices: Prices, architecture: str = "x86_64"):
+    def __init__(
+        self, shape: JobShape, prices: Prices, architecture: str = "x86_64", sizes: FunctionSizes | None = None
+    ):
         self.shape = shape
         self.prices = prices
         self.arch = architecture
+        self.sizes = sizes or FunctionSizes()
         s = shape
         # compute: per-step seconds = c0 + c1 * W / (FLOPS * speed)
         self.e_prior = P.efficiency_prior(s.step_flops)
@@ -151,12 +191,10 @@ class TimingModel:
         self.rest = BLR([0.05], [0.2])
         self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, P.FANOUT_PER_WORKER_S], [1.0, 0.1])
         self.agg = BLR([0.3, 1.0 / P.AGG_MB_PER_S], [0.5, 1.0 / P.AGG_MB_PER_S])
-        gbs = prices.lambda_gb_second[architecture]
-        plan_cost = prices.lambda_cost(P.PLANNER_MEMORY_MB, P.PLAN_S, architecture)
-        agg_rate = s.agg_shards * P.AGG_MEMORY_MB / 1024.0 * gbs
-        self.other_cost = BLR(
-            [plan_cost + s.agg_shards * prices.lambda_request, agg_rate], [plan_cost * 2 + 1e-6, agg_rate]
-        )
+        # prior of the planner's and the aggregators' bill: an intercept and a price per aggregation second
+        control = float(self._bill(1, plan_s=P.PLAN_S, aggregate_s=0.0).control_usd)
+        agg_rate = float(self._bill(1, aggregate_s=1.0).control_usd - self._bill(1, aggregate_s=0.0).control_usd)
+        self.other_cost = BLR([control, agg_rate], [control * 2 + 1e-6, agg_rate])
         self.init_log_mu = math.log(P.COLD_INIT_MEDIAN_S)
         self.init_log_sd = P.COLD_INIT_SIGMA
         self.cv = 0.08  # worker-to-worker spread of handler time
@@ -200,12 +238,30 @@ class TimingModel:
         n = np.asarray(n, dtype=float)
         return np.stack([np.ones_like(n), n * self.shape.update_mb / self.shape.agg_shards], axis=-1)
 
-    def sfn_s3_cost(self, n, eval_only: bool = False):
-        """Step Functions transitions and S3 requests of a round (counted, not fitted)."""
-        n = np.asarray(n, dtype=float)
-        puts = (0 if eval_only else n) + 1 + self.shape.agg_shards  # updates, model(s)
-        gets = n * 2 + (0 if eval_only else n)  # model, shards; aggregator reads
-        return self.prices.round_overhead(n, puts, gets)
+    def _bill(self, n, worker_gb_s=0.0, plan_s=0.0, aggregate_s=0.0, **shape) -> bill.Bill:
+        """The bill of a round of n workers (smlt.bill) with this job's aggregators."""
+        return bill.price(
+            bill.RoundShape(
+                workers=n,
+                worker_gb_s=worker_gb_s,
+                planner_memory_mb=self.sizes.planner_memory_mb,
+                aggregate_memory_mb=self.sizes.aggregate_memory_mb,
+                plan_s=plan_s,
+                aggregate_s=aggregate_s,
+                aggregators=self.shape.agg_shards,
+                **shape,
+            ),
+            self.prices,
+            self.arch,
+        )
+
+    def round_requests(self, n, eval_only=False, shard_reads=0.0, reported=None) -> bill.Requests:
+        """The requests the forecast counts for a round of n workers."""
+        return self._bill(n, eval_only=eval_only, shard_reads=shard_reads, reported=reported).requests
+
+    def sfn_s3_cost(self, n, eval_only=False, shard_reads=0.0, reported=None):
+        """Step Functions, S3 and DynamoDB requests of a round (counted, not fitted)."""
+        return self._bill(n, eval_only=eval_only, shard_reads=shard_reads, reported=reported).services_usd
 
     # ---------------------------------------------------------------- fitting
     def fit(self, history: RunHistory) -> TimingModel:
@@ -213,102 +269,105 @@ class TimingModel:
         self.fitted_rounds = len(rounds)
         if not rounds:
             return self
-        comp_m, comp_y, comp_sd = [], [], []
-        ev_n, ev_m, ev_y, ev_sd = [], [], [], []
-        ld_n, ld_m, ld_miss, ld_y, ld_sd = [], [], [], [], []
-        up_m, up_y, up_sd = [], [], []
-        rest_y, rest_sd = [], []
-        ov_n, ov_y, ag_n, ag_y, oc_x, oc_y = [], [], [], [], [], []
-        cvs, inits = [], []
+        obs = _Observations()
         for r in rounds:
             ok = [t for t in r.timings if t.error is None and t.total_s > 0]
-            if not ok:
-                continue
-            cnt = len(ok)
-            tot = np.array([t.total_s for t in ok])
-            if cnt >= 3 and tot.mean() > 0:
-                cvs.append(float(tot.std() / tot.mean()))
-            if r.local_steps > 0:
-                c = np.array([t.compute_s for t in ok]) / r.local_steps
-                comp_m.append(r.memory_mb)
-                comp_y.append(c.mean())
-                comp_sd.append(0.1 * c.mean() / math.sqrt(cnt) + 1e-5)
-                u = np.array([t.upload_s for t in ok])
-                up_m.append(r.memory_mb)
-                up_y.append(u.mean())
-                up_sd.append(0.15 * u.mean() / math.sqrt(cnt) + 0.01)
-            e = np.array([t.eval_s for t in ok])
-            ev_n.append(r.workers)
-            ev_m.append(r.memory_mb)
-            ev_y.append(e.mean())
-            ev_sd.append(0.15 * e.mean() / math.sqrt(cnt) + 0.005)
-            for miss in (False, True):
-                grp = [t.load_s for t in ok if t.cache_miss == miss]
-                if grp:
-                    ld_n.append(r.workers)
-                    ld_m.append(r.memory_mb)
-                    ld_miss.append(miss)
-                    ld_y.append(float(np.mean(grp)))
-                    ld_sd.append(0.2 * float(np.mean(grp)) / math.sqrt(len(grp)) + 0.01)
-            rest = tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])
-            rest_y.append(float(rest.mean()))
-            rest_sd.append(0.05 + 0.2 * abs(float(rest.mean())))
-            inits += [
-                t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1
-                for t in ok
-                if t.cold and t.init_s > 0
-            ]
-            span = max((t.init_s + t.total_s) for t in r.timings)
-            if r.round_s > 0:
-                ov_n.append(r.workers)
-                ov_y.append(max(r.round_s - span - r.aggregate_s, 0.0))
-            if r.aggregate_s > 0 and r is not history.rounds[0]:
-                # the first round's aggregator (and planner) start cold; the bounds add a cold start
-                ag_n.append(r.workers)
-                ag_y.append(r.aggregate_s)
-            if r.cost_usd > 0:
-                worker_cost = sum(
-                    self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch) for t in r.timings
-                )
-                resid = r.cost_usd - worker_cost - float(self.sfn_s3_cost(r.workers, r.local_steps == 0))
-                oc_x.append(r.aggregate_s)
-                oc_y.append(resid)
-        if comp_y:
-            comp_m = np.array(comp_m, dtype=float)
-            logml = np.empty(len(E_GRID))
-            for i, e in enumerate(E_GRID):
-                logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), comp_y, comp_sd).logml
-            lw = self.e_logprior + logml
-            lw -= lw.max()
-            w = np.exp(lw)
-            self.e_weights = w / w.sum()
-        if ev_y:
-            e_hat = float(self.e_weights @ E_GRID)
-            self.eval.fit(self._eval_x(np.array(ev_n), np.array(ev_m, dtype=float), e_hat), ev_y, ev_sd)
-        if ld_y:
-            self.load.fit(self._load_x(np.array(ld_n), np.array(ld_m, dtype=float), np.array(ld_miss)), ld_y, ld_sd)
-        if up_y:
-            self.upload.fit(self._upload_x(np.array(up_m, dtype=float)), up_y, up_sd)
-        if rest_y:
-            self.rest.fit(np.ones((len(rest_y), 1)), rest_y, rest_sd)
-        if ov_y:
-            self.overhead.fit(
-                np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), ov_y, [0.3 + 0.1 * y for y in ov_y]
+            if ok:
+                self._observe_workers(obs, r, ok)
+                self._observe_round(obs, r, ok, first=r is history.rounds[0])
+        self._fit_compute(obs)
+        self._fit_components(obs)
+        self._fit_spread(obs)
+        return self
+
+    @staticmethod
+    def _observe_workers(obs: _Observations, r: RoundRecord, ok: list[WorkerTiming]) -> None:
+        """Per component, the mean of the round's workers (and its uncertainty)."""
+        cnt = len(ok)
+        tot = np.array([t.total_s for t in ok])
+        if cnt >= 3 and tot.mean() > 0:
+            obs.cvs.append(float(tot.std() / tot.mean()))
+        if r.local_steps > 0:
+            c = np.array([t.compute_s for t in ok]) / r.local_steps
+            obs.comp.add(0.1 * c.mean() / math.sqrt(cnt) + 1e-5, c.mean(), r.memory_mb)
+            u = np.array([t.upload_s for t in ok])
+            obs.up.add(0.15 * u.mean() / math.sqrt(cnt) + 0.01, u.mean(), r.memory_mb)
+        e = np.array([t.eval_s for t in ok])
+        obs.ev.add(0.15 * e.mean() / math.sqrt(cnt) + 0.005, e.mean(), r.workers, r.memory_mb)
+        for miss in (False, True):
+            grp = [t.load_s for t in ok if t.cache_miss == miss]
+            if grp:
+                y = float(np.mean(grp))
+                obs.ld.add(0.2 * y / math.sqrt(len(grp)) + 0.01, y, r.workers, r.memory_mb, miss)
+        rest = float((tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])).mean())
+        obs.rest.add(0.05 + 0.2 * abs(rest), rest)
+        obs.inits += [
+            t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1 for t in ok if t.cold and t.init_s > 0
+        ]
+
+    def _observe_round(self, obs: _Observations, r: RoundRecord, ok: list[WorkerTiming], first: bool) -> None:
+        """The round's overhead, aggregation time and the bill beyond the workers and requests."""
+        span = max((t.init_s + t.total_s) for t in r.timings)
+        if r.round_s > 0:
+            y = max(r.round_s - span - r.aggregate_s, 0.0)
+            obs.ov.add(0.3 + 0.1 * y, y, r.workers)
+        if r.aggregate_s > 0 and not first:
+            # the first round's aggregator (and planner) start cold; the bounds add a cold start
+            obs.ag.add(0.05 + 0.1 * r.aggregate_s, r.aggregate_s, r.workers)
+        if r.cost_usd > 0:
+            worker_cost = sum(self.prices.lambda_cost(t.memory_mb, t.init_s + t.total_s, self.arch) for t in r.timings)
+            services = self.sfn_s3_cost(
+                r.workers, r.local_steps == 0, sum(t.cache_miss for t in ok), reported=r.workers_ok or len(ok)
             )
-        if ag_y:
-            self.agg.fit(self._agg_x(np.array(ag_n)), ag_y, [0.05 + 0.1 * y for y in ag_y])
-        if oc_y:
-            oc_y = np.array(oc_y)
-            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), oc_y, 1e-7 + 0.1 * np.abs(oc_y))
-        if cvs:
-            self.cv = float(np.clip(np.median(cvs), 0.02, 0.5))
-        if inits:
-            logs = np.log(np.maximum(inits, 1e-3))
+            resid = r.cost_usd - worker_cost - float(services)
+            obs.oc.add(1e-7 + 0.1 * abs(resid), resid, r.aggregate_s)
+
+    def _fit_compute(self, obs: _Observations) -> None:
+        """The compute coefficients per efficiency e, and the weight of each e (marginal likelihood)."""
+        if not obs.comp.y:
+            return
+        comp_m = np.array(obs.comp.x[0], dtype=float)
+        logml = np.empty(len(E_GRID))
+        for i, e in enumerate(E_GRID):
+            logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), obs.comp.y, obs.comp.sd).logml
+        lw = self.e_logprior + logml
+        lw -= lw.max()
+        w = np.exp(lw)
+        self.e_weights = w / w.sum()
+
+    def _fit_components(self, obs: _Observations) -> None:
+        if obs.ev.y:
+            e_hat = float(self.e_weights @ E_GRID)
+            ev_n, ev_m = obs.ev.x
+            self.eval.fit(self._eval_x(np.array(ev_n), np.array(ev_m, dtype=float), e_hat), obs.ev.y, obs.ev.sd)
+        if obs.ld.y:
+            ld_n, ld_m, ld_miss = obs.ld.x
+            self.load.fit(
+                self._load_x(np.array(ld_n), np.array(ld_m, dtype=float), np.array(ld_miss)), obs.ld.y, obs.ld.sd
+            )
+        if obs.up.y:
+            self.upload.fit(self._upload_x(np.array(obs.up.x[0], dtype=float)), obs.up.y, obs.up.sd)
+        if obs.rest.y:
+            self.rest.fit(np.ones((len(obs.rest.y), 1)), obs.rest.y, obs.rest.sd)
+        if obs.ov.y:
+            ov_n = obs.ov.x[0]
+            self.overhead.fit(np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), obs.ov.y, obs.ov.sd)
+        if obs.ag.y:
+            self.agg.fit(self._agg_x(np.array(obs.ag.x[0])), obs.ag.y, obs.ag.sd)
+        if obs.oc.y:
+            oc_x = obs.oc.x[0]
+            self.other_cost.fit(np.stack([np.ones(len(oc_x)), np.array(oc_x)], 1), np.array(obs.oc.y), obs.oc.sd)
+
+    def _fit_spread(self, obs: _Observations) -> None:
+        """Worker-to-worker spread and the cold-start distribution."""
+        if obs.cvs:
+            self.cv = float(np.clip(np.median(obs.cvs), 0.02, 0.5))
+        if obs.inits:
+            logs = np.log(np.maximum(obs.inits, 1e-3))
             k0 = 4.0  # prior weight in observations
             self.init_log_mu = float((k0 * self.init_log_mu + logs.sum()) / (k0 + len(logs)))
             if len(logs) >= 3:
                 self.init_log_sd = float(max(0.1, (k0 * P.COLD_INIT_SIGMA + len(logs) * logs.std()) / (k0 + len(logs))))
-        return self
 
     # ---------------------------------------------------------------- prediction
     def step_seconds(self, memory_mb):
@@ -319,10 +378,10 @@ class TimingModel:
             mu, var = self.compute[i].predict(self._compute_x(memory_mb.ravel(), e))
             mus.append(mu)
             vs.append(var)
-        mus, vs = np.array(mus), np.array(vs)
+        mu_a, v_a = np.array(mus), np.array(vs)
         w = self.e_weights[:, None]
-        mean = (w * mus).sum(0)
-        var = (w * (vs + mus**2)).sum(0) - mean**2
+        mean = (w * mu_a).sum(0)
+        var = (w * (v_a + mu_a**2)).sum(0) - mean**2
         floor = P.STEP_OVERHEAD_S * 0.1
         return np.maximum(mean, floor).reshape(memory_mb.shape), np.sqrt(np.maximum(var, 0)).reshape(memory_mb.shape)
 
@@ -336,8 +395,6 @@ class TimingModel:
         N = np.asarray(N, dtype=float)
         M = np.asarray(M, dtype=float)
         K = np.asarray(K, dtype=float)
-        price = self.prices.lambda_gb_second[self.arch] * M / 1024.0
-        req = self.prices.lambda_request
         tiers = np.unique(M)
         st_mu, st_sd = self.step_seconds(tiers)
         idx = np.searchsorted(tiers, M)
@@ -370,27 +427,36 @@ class TimingModel:
         ov = np.maximum(self.overhead.predict(np.stack([np.ones_like(N), N], 1))[0], 0.2)
         agg = np.maximum(self.agg.predict(self._agg_x(N))[0], 0.05)
         other = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg], 1))[0], 0.0)
-        sfn = self.sfn_s3_cost(N)
+        gb = M / 1024.0
+        # the next round: resharded or cold workers read their shards from S3
+        bill_next = self._bill(
+            N, gb * ((N - cold) * h_next_warm + cold * (init + h_miss)), shard_reads=np.where(reshard, N, cold)
+        )
+        bill_warm = self._bill(N, gb * N * h_warm)
+        sfn = bill_warm.services_usd
         round_s_warm = ov + span_warm + agg
         round_s = ov + span_next + agg
-        cost_warm = N * (price * h_warm + req) + other + sfn
-        cost = (N - cold) * (price * h_next_warm + req) + cold * (price * (init + h_miss) + req) + other + sfn
+        cost_warm = bill_warm.worker_usd + other + sfn
+        cost = bill_next.worker_usd + other + bill_next.services_usd
 
         # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
         h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
         p90 = h_miss + 1.2816 * h_sd
-        limit = np.minimum(LIMIT_X_P90 * p90 + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
+        limit = np.minimum(LIMIT_X_P90 * p90 + LIMIT_MARGIN_S, self.sizes.worker_timeout_s - 5.0)
         agg_ub = 2.0 * agg + 1.5
         other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.3 + 1e-6
         # transitions and requests are counted; 20 % covers retried Lambda invocations
-        cost_ub = N * (price * (P.COLD_INIT_MAX_S + limit) + req) + other_ub + sfn * 1.2
+        # worst case: every worker cold at the init cap, reading its shards, running to the limit
+        bill_ub = self._bill(N, gb * N * (P.COLD_INIT_MAX_S + limit), shard_reads=N)
+        cost_ub = bill_ub.worker_usd + other_ub + bill_ub.services_usd * 1.2
 
         # evaluation-only round at (n, m): load + eval, no update
         e_h = ld_miss + ev + rest
-        e_limit = np.minimum(LIMIT_X_P90 * e_h * (1 + 1.28 * self.cv) + LIMIT_MARGIN_S, P.LAMBDA_TIMEOUT_S - 5.0)
-        eval_ub = (
-            N * (price * (P.COLD_INIT_MAX_S + e_limit) + req) + other_ub + self.sfn_s3_cost(N, eval_only=True) * 1.2
+        e_limit = np.minimum(
+            LIMIT_X_P90 * e_h * (1 + 1.28 * self.cv) + LIMIT_MARGIN_S, self.sizes.worker_timeout_s - 5.0
         )
+        bill_eval = self._bill(N, gb * N * (P.COLD_INIT_MAX_S + e_limit), eval_only=True, shard_reads=N)
+        eval_ub = bill_eval.worker_usd + other_ub + bill_eval.services_usd * 1.2
         eval_s = ov + e_h * (1 + self.cv * z) + agg
         return Forecast(
             round_s,

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from smlt.job import TrainingSpec
+
 
 class WorkerTiming(BaseModel):
     """One worker's measured round, as recorded in DynamoDB (WORKER# item)."""
@@ -78,3 +80,17 @@ class Decision(BaseModel):
     earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
     min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
     explore: bool = False  # chosen partly to learn (uncertain model)
+
+
+def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
+    """The job's stop rule, the one the aggregator, the planner and the simulators apply:
+    val_loss at or below the target, val_accuracy at or above it."""
+    if target is None or value is None:
+        return False
+    return value <= target if metric == "val_loss" else value >= target
+
+
+def target_reached(training: TrainingSpec, val_loss: float | None, val_accuracy: float | None) -> bool:
+    """`metric_reaches` for the job's target metric, given a round's metrics."""
+    value = val_loss if training.target_metric == "val_loss" else val_accuracy
+    return metric_reaches(training.target_metric, training.target_value, value)

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from smlt import bill
+from smlt.config import FunctionSizes
 from smlt.planner.core import K_SET, N_SET
 from smlt.planner.priors import vcpus
 from smlt.planner.progress import round_progress
@@ -26,6 +28,21 @@ def grid(workload: Workload, tiers: list[int], n_max: int = 64, n_min: int = 1):
     return N.ravel(), M.ravel(), K.ravel()
 
 
+def static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, aggregators, prices, arch, sizes) -> bill.Bill:
+    """The bill of one round of N workers at M MB, each running worker_s seconds, every one reporting."""
+    shape = bill.RoundShape(
+        workers=N,
+        worker_gb_s=N * M / 1024.0 * worker_s,
+        planner_memory_mb=sizes.planner_memory_mb,
+        aggregate_memory_mb=sizes.aggregate_memory_mb,
+        plan_s=plan_s,
+        aggregate_s=agg_s,
+        aggregators=aggregators,
+        shard_reads=shard_reads,
+    )
+    return bill.price(shape, prices, arch)
+
+
 def expected(
     workload: Workload,
     N,
@@ -35,12 +52,14 @@ def expected(
     arch: str = "x86_64",
     target: float | None = None,
     worst: bool = False,
+    sizes: FunctionSizes | None = None,
 ):
     """Expected total seconds and dollars to reach the target at static (N, M, K), rounds, validity
     (and, with worst=True, the worst-case bill of one round: every worker cold at the 10 s init
     cap and running to a 2.5 x p90 + 3 s straggler limit, a slow aggregator)."""
     w = workload
     prices = prices or Prices()
+    sizes = sizes or FunctionSizes()
     N, M, K = (np.asarray(a, dtype=float) for a in (N, M, K))
     v = vcpus(M)
     speed = np.where(v <= 1, v, 1 + w.efficiency * (v - 1))
@@ -64,32 +83,22 @@ def expected(
     plan = 0.3
     round_s = plan + sfn + work + agg
     round_first = plan + 0.9 + sfn + work_first + agg + 1.0
-    gbs = prices.lambda_gb_second[arch]
-    lam = lambda mb, s: mb / 1024.0 * s * gbs + prices.lambda_request  # noqa: E731
-    other = prices.round_overhead(N, N + shards + 1, 2 * N + N * shards)
-    cost = N * lam(M, h) + shards * lam(C.AGG_MB, agg) + lam(C.PLANNER_MB, plan) + other
-    cost_first = (
-        N * lam(M, h_first + init)
-        + shards * lam(C.AGG_MB, agg + 1.0)
-        + lam(C.PLANNER_MB, plan + 0.9)
-        + other
-        + N * prices.s3_get
-    )
+
+    def round_bill(worker_s, agg_s, plan_s, shard_reads):
+        return static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, shards, prices, arch, sizes)
+
+    cost = round_bill(h, agg, plan, 0.0).usd
+    cost_first = round_bill(h_first + init, agg + 1.0, plan + 0.9, N).usd
     tau = tau_target(w, target=target)
     dtau = round_progress(N, K, w.momentum_effective, w.beta, w.drift_k)
     R = np.ceil(tau / dtau) + 1.0
-    fin_s, fin_c = 1.1, lam(C.PLANNER_MB, 1.3) + 2 * prices.s3_put + 2 * prices.sfn_transition
+    fin_s, fin_c = 1.1, bill.finalize_usd(prices, arch, sizes.planner_memory_mb, 1.3)
     T = round_first + (R - 1) * round_s + fin_s
     Cst = cost_first + (R - 1) * cost + fin_c
-    valid = (h_first * 1.5 + C.INIT_MAX <= 0.8 * C.LAMBDA_TIMEOUT) & (M >= w.mem_needed_mb)
+    valid = (h_first * 1.5 + C.INIT_MAX <= 0.8 * sizes.worker_timeout_s) & (M >= w.mem_needed_mb)
     if worst:
         limit = 2.5 * h_first * 1.1 + 3.0
-        wc = (
-            N * lam(M, C.INIT_MAX + limit)
-            + shards * lam(C.AGG_MB, 2 * agg + 1.5)
-            + lam(C.PLANNER_MB, 1.5)
-            + other * 1.2
-            + N * prices.s3_get
-        )
+        b = round_bill(C.INIT_MAX + limit, 2 * agg + 1.5, 1.5, N)
+        wc = b.worker_usd + b.control_usd + b.services_usd * 1.2
         return T, Cst, R, valid, wc
     return T, Cst, R, valid

@@ -86,7 +86,8 @@ class SmltBO:
         self.kappa = kappa
         self.ls = length_scale
         self.noise = noise
-        self._seen, self._done, self._per = 0, 0, {}
+        self._seen, self._done = 0, 0
+        self._per: dict = {}
 
     def _gp_ucb(self, xs: np.ndarray, ys: np.ndarray, grid_x: np.ndarray) -> np.ndarray:
         mu_y, sd_y = ys.mean(), ys.std() if len(ys) > 1 and ys.std() > 0 else 1.0

@@ -20,7 +20,9 @@ same `smlt.planner.decide` plans in both. Calibration (see docs/planner.md):
   per-function bandwidth, sums at 0.5 G elements/s, writes its slice; cold start ~1 s.
 - Noise uses common random numbers: round r's draws depend only on (seed, r, worker), so the
   planners compared on a scenario meet the same luck.
-- Prices: the Prices table (Lambda GB-s + requests by architecture, transitions, S3 requests).
+- Prices: the round's bill (smlt.bill, the ledger's count) under the Prices table; the
+  planner's and the aggregator's memory and the worker timeout are the deployed ones
+  (`sizes`, from cdk.json unless given).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from smlt import bill
+from smlt.config import FunctionSizes
 from smlt.planner.priors import vcpus
 from smlt.planner.progress import round_progress, saturation
 from smlt.planner.types import RoundRecord, WorkerTiming
-from smlt.prices import Prices
+from smlt.prices import Prices, gb_seconds
 from smlt.sim.workloads import MEASURED_FLOPS, MEASURED_STEP_OVERHEAD, Workload
 
 S3_MBPS = 67.5
@@ -43,9 +47,6 @@ KEEPALIVE = (300.0, 900.0)
 RECYCLE_P = 0.02
 FANOUT_S = 0.206
 STRAGGLER_P = 0.02
-AGG_MB = 3008
-PLANNER_MB = 1024
-LAMBDA_TIMEOUT = 900.0
 SFN_STATE_S = 0.05  # latency per state transition on the critical path
 BLOCK = 64  # random draws per round come in blocks (common random numbers)
 
@@ -63,6 +64,7 @@ class Cloud:
     architecture: str = "x86_64"
     seed: int = 0
     metric_noise: bool = True
+    sizes: FunctionSizes = field(default_factory=FunctionSizes)
 
     def __post_init__(self):
         self.now = 0.0
@@ -73,6 +75,7 @@ class Cloud:
         self.plan_last = -1e9
         self.round = 0
         self.cost = 0.0
+        self.last_bill: bill.Bill | None = None  # of the last round run
         # run-to-run variation of the curve (seed): +-5 % on its time scale
         self.tau_scale = float(np.exp(0.05 * np.random.default_rng([self.seed, 999_999]).standard_normal()))
 
@@ -122,7 +125,7 @@ class Cloud:
         cold = self.now - self.plan_last > 600.0
         s = seconds * float(np.exp(0.2 * self._draws("plan").standard_normal())) + (0.9 if cold else 0.0)
         self.plan_last = self.now + s
-        return s, self._lambda(PLANNER_MB, s)
+        return s, self._lambda(self.sizes.planner_memory_mb, s)
 
     # ----------------------------------------------------------------- one round
     def run_round(
@@ -135,8 +138,9 @@ class Cloud:
         plan: tuple[float, float] | None = None,
     ) -> RoundRecord:
         w = self.workload
-        limit = min(time_limit_s or LAMBDA_TIMEOUT, LAMBDA_TIMEOUT)
-        plan_s, plan_cost = plan if plan is not None else self.plan_call()
+        timeout = float(self.sizes.worker_timeout_s)
+        limit = min(time_limit_s or timeout, timeout)
+        plan_s, _ = plan if plan is not None else self.plan_call()  # its cost is in the round's bill
         t_start = self.now + plan_s + 3 * SFN_STATE_S
         z = self._draws("round", n)
 
@@ -156,7 +160,7 @@ class Cloud:
         shard_mb = w.dataset_bytes / 1e6 / n
         init_scale = math.sqrt(max(1.0, 1769.0 / m))
         timings: list[WorkerTiming] = []
-        worker_cost = 0.0
+        worker_gb_s = 0.0
         ends = []
         oks = 0
         for i in range(n):
@@ -185,7 +189,7 @@ class Cloud:
                 oks += 1
             start = 0.3 + i * FANOUT_S * z["fan"][i]
             ends.append(start + init + total)
-            worker_cost += self._lambda(m, init + total)
+            worker_gb_s += float(gb_seconds(m, init + total))
             timings.append(
                 WorkerTiming.model_construct(
                     worker=i,
@@ -221,19 +225,23 @@ class Cloud:
             + (PUT_LAT + slice_mb / S3_MBPS if k > 0 else 0.0)
         ) * math.exp(0.1 * z["common"][1])
         self.agg_last = t_start + workers_end + agg_s
-        agg_cost = shards * self._lambda(AGG_MB, agg_s)
-
-        # Step Functions and S3 requests
-        transitions = 6 + 3 * n
-        puts = (oks if k > 0 else 0) + shards + 1
-        gets = n * 2 + sum(1 for t in timings if t.cache_miss) + oks * shards * (1 if k > 0 else 0)
-        other = (
-            transitions * self.prices.sfn_transition
-            + puts * self.prices.s3_put
-            + gets * self.prices.s3_get
-            + self.prices.dynamodb_round(n)
+        self.last_bill = bill.price(
+            bill.RoundShape(
+                workers=n,
+                worker_gb_s=worker_gb_s,
+                planner_memory_mb=self.sizes.planner_memory_mb,
+                aggregate_memory_mb=self.sizes.aggregate_memory_mb,
+                plan_s=plan_s,
+                aggregate_s=agg_s,
+                reported=oks,
+                aggregators=shards,
+                eval_only=k == 0,
+                shard_reads=sum(1 for t in timings if t.cache_miss),
+            ),
+            self.prices,
+            self.architecture,
         )
-        cost = worker_cost + agg_cost + plan_cost + other
+        cost = float(self.last_bill.usd)
 
         # progress: metrics are of the model the round started from
         acc = self.accuracy(self.tau)
@@ -270,7 +278,7 @@ class Cloud:
         """The last Plan's Choice and the Finalize state: the planner Lambda writes final/
         (copy + metrics); transitions Plan, ShouldTrain/Continue, Finalize, Done."""
         s = 1.0 * float(np.exp(0.2 * self._draws("final").standard_normal()))
-        cost = self._lambda(PLANNER_MB, s) + 2 * self.prices.s3_put + 4 * self.prices.sfn_transition
+        cost = float(bill.finalize_usd(self.prices, self.architecture, self.sizes.planner_memory_mb, s))
         self.now += s + 2 * SFN_STATE_S
         self.cost += cost
         return s, cost

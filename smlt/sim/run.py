@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smlt.job import Job
-from smlt.planner.types import Decision, RunHistory
+from smlt.planner.types import Decision, RunHistory, target_reached
 from smlt.prices import Prices
 from smlt.sim.cloud import Cloud
 from smlt.sim.workloads import Workload
@@ -52,11 +52,7 @@ def history_of(w: Workload) -> RunHistory:
 
 
 def _met(job: Job, rec) -> bool:
-    t = job.training.target_value
-    if t is None:
-        return False
-    v = getattr(rec, job.training.target_metric)
-    return v is not None and (v <= t if job.training.target_metric == "val_loss" else v >= t)
+    return target_reached(job.training, rec.val_loss, rec.val_accuracy)
 
 
 def simulate(
@@ -100,11 +96,14 @@ def simulate(
         )
         if d.action == "stop" or len(hist.rounds) >= max_rounds_hard:
             reason, bound, infeasible = d.reason, d.bound, d.infeasible
-            cloud.now += plan[0]
-            cloud.cost += plan[1]
-            if d.infeasible and not job.constraints.best_effort:
+            fails = d.infeasible and not job.constraints.best_effort
+            evaluate = bound in ("max_rounds", "deadline", "target") and hist.rounds and hist.rounds[-1].local_steps > 0
+            if fails or not evaluate:  # else the plan is part of the evaluation round's bill
+                cloud.now += plan[0]
+                cloud.cost += plan[1]
+            if fails:
                 break  # the controller fails the execution (Infeasible) before anything trains
-            if bound in ("max_rounds", "deadline", "target") and hist.rounds and hist.rounds[-1].local_steps > 0:
+            if evaluate:
                 last = hist.rounds[-1]
                 rec = cloud.run_round(
                     last.workers,
@@ -112,7 +111,7 @@ def simulate(
                     0,
                     d.worker_time_limit_s or last.time_limit_s,
                     job.training.quorum,
-                    plan=(0.0, 0.0),
+                    plan=plan,
                 )
                 hist.rounds.append(rec)
                 reached = _met(job, rec)

@@ -175,6 +175,8 @@ def tau_target(w: Workload, metric: str = "val_accuracy", target: float | None =
 
     if metric == "val_accuracy":
         return tau_to_reach(w.target if target is None else target, w.acc0, w.acc_max, w.tau_acc, w.p_acc)
+    if target is None:
+        raise ValueError("a val_loss target needs its value")
     return tau_to_reach(target, w.loss0, w.loss_min, w.tau_loss, w.p_loss)
 
 

@@ -25,8 +25,10 @@ from smlt import keys
 from smlt.aggregate.model_store import model_source, read_model_blob, sliced_model_complete
 from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
 from smlt.aggregate.sync import delete_prefix
+from smlt.bill import ledger_cost
 from smlt.config import Settings
 from smlt.items import Accepted, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
+from smlt.planner.types import target_reached
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
 from smlt.steps.events import (
@@ -41,49 +43,6 @@ from smlt.steps.events import (
 )
 from smlt.store import NotFound, S3Store
 from smlt.tensors.format import decode, encode
-
-
-def _target_reached(spec: RoundSpec, val_loss: float | None, val_acc: float | None) -> bool:
-    t = spec.job.training
-    if t.target_value is None:
-        return False
-    if t.target_metric == "val_accuracy":
-        return val_acc is not None and val_acc >= t.target_value
-    return val_loss is not None and val_loss <= t.target_value
-
-
-def round_cost(
-    settings: Settings,
-    spec: RoundSpec,
-    records: list[WorkerItem],
-    failed: int,
-    plan_s: float,
-    aggregate_s: float,
-    aggregators: int = 1,
-) -> float:
-    """Everything billed for one round: worker, planner and aggregator GB-s and requests,
-    Step Functions transitions and S3 requests. With k > 1 aggregators each is charged the
-    whole aggregation's wall time (an upper bound: the slices run in parallel within it) plus
-    the prepare and finish invocations."""
-    p, arch = settings.prices, settings.architecture
-    cost = sum(p.lambda_cost(r["memory_mb"], r["total_s"], arch) for r in records)
-    if failed:  # a failed worker was billed too; charge it the longest time seen this round
-        worst = max((r["total_s"] for r in records), default=spec.time_limit_s or 60.0)
-        cost += failed * p.lambda_cost(spec.memory_mb, worst, arch)
-    cost += p.lambda_cost(1024, plan_s, arch)
-    k = max(1, aggregators)
-    cost += p.lambda_cost(3008, aggregate_s, arch) * (k + 2 if k > 1 else 1)
-    n = spec.workers
-    # k > 1: prepare, the slice Map (4 + k iterations x 3) and finish add transitions.
-    # S3: n updates and model r+1 written; model r read by each worker, n updates and model r by
-    # the aggregator (k slices: k x (n + 1) ranged reads instead, and their manifests).
-    cost += p.round_overhead(
-        n, s3_puts=n + 1 + (k + 2 if k > 1 else 0), s3_gets=2 * n + 1 + (k * (n + 1) if k > 1 else 0)
-    )
-    if k > 1:
-        cost += (6 + 3 * k) * p.sfn_transition
-    return cost
-
 
 MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
 
@@ -217,7 +176,7 @@ class _Round:
 
         if spec.eval_only:
             stop, reason = True, plan_item.stop_reason or "final evaluation"
-        elif _target_reached(spec, val_loss, val_acc):
+        elif target_reached(spec.job.training, val_loss, val_acc):
             stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
         elif diverged:
             stop, reason = False, f"diverged: {diverged}; back to the last good model, learning rate halved"
@@ -225,9 +184,7 @@ class _Round:
             stop, reason = False, ""
 
         self.clear_sync()
-        cost = round_cost(
-            self.settings, spec, records, failed, float(plan_item.get("plan_s", 0.0)), aggregate_s, aggregators
-        )
+        cost = ledger_cost(self.settings, spec, records, failed, plan_item.plan_s, aggregate_s, aggregators)
         item = RoundItem(
             round=rnd,
             workers=spec.workers,

@@ -246,7 +246,7 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
 def _decide(settings: Settings, job: Job, meta: MetaItem, rounds: list[RoundItem]) -> Decision:
     """The planner's decision, held to what sync mode can run at once."""
     tiers = sorted(settings.train_functions)
-    decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture)
+    decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture, sizes=settings)
     if decision.infeasible and not job.constraints.best_effort:
         raise Infeasible(decision.reason)
     if job.training.mode == "sync" and decision.action == "train":

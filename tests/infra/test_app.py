@@ -13,13 +13,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_cdk_json_runs_the_app_and_holds_the_defaults():
-    from infra.stacks.settings import DEFAULTS
+    from smlt import deployed
 
     cfg = json.loads((REPO / "cdk.json").read_text())
     assert "infra.app" in cfg["app"]
     ctx = cfg["context"]
-    for key, value in DEFAULTS.items():
-        assert ctx[key] == value, key
+    assert deployed.context() == ctx  # the one source the stack and the runtime read
     assert ctx["memory_tiers"] == [1769, 3008, 5120, 10240]
     assert ctx["max_concurrency"] == 64
     assert ctx["architecture"] == "x86_64"

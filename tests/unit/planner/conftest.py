@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from smlt.bill import RoundShape, requests, services_usd
+from smlt.config import FunctionSizes
 from smlt.job import parse_job
 from smlt.planner.types import RoundRecord, RunHistory, WorkerTiming
 from smlt.prices import Prices
@@ -63,9 +65,10 @@ def make_round(
     span = max(t.total_s + t.init_s for t in timings)
     prices = prices or Prices()
     if cost is None:
-        cost = sum(prices.lambda_cost(m, t.total_s + t.init_s) for t in timings) + prices.round_overhead(
-            n, n + 2, 3 * n
-        )
+        sizes = FunctionSizes()
+        shape = RoundShape(n, 0.0, sizes.planner_memory_mb, sizes.aggregate_memory_mb)
+        services = services_usd(requests(shape), prices)  # the workers' bill is all the planner fits
+        cost = sum(prices.lambda_cost(m, t.total_s + t.init_s) for t in timings) + services
     return RoundRecord(
         round=i,
         workers=n,

@@ -1,0 +1,169 @@
+"""The bill of one round: the requests it makes of each service and the GB-seconds it runs, as a
+function of the round's shape, and their price under a `Prices` table.
+
+One source for the four places that price a round: the ledger (`smlt.steps.aggregate.round_cost`,
+from the measured records), the planner's forecast (`smlt.planner.timing`, from predicted seconds)
+and both simulators (`smlt.sim.cloud`, `smlt.sim.analytic`). Every count works on numbers and on
+numpy arrays alike (the planner prices all its candidates at once).
+
+Requests per round (docs/architecture.md, "Requests per round"), n workers invoked, r of them
+reported, u of them wrote an update (r, or 0 in an evaluation round), k aggregators:
+
+- Lambda: n workers, the planner, the aggregator (k > 1: prepare, k slices, finish).
+- Step Functions: Plan, ShouldTrain, Train, HowToAggregate, Aggregate, Continue, and per worker the
+  Distributed Map child's start, task and end: 6 + 3n; k > 1 adds prepare, Prepared, the slice Map
+  and its k inline iterations: 6 + 3k.
+- S3 PUT: u updates and model r+1 (k > 1: also its k slices, the manifest and accepted.json).
+- S3 GET: model r by each worker, the shards of each worker that missed its /tmp cache, model r
+  and the u updates by the aggregator (k > 1: each slice also reads its range of model r and of
+  every update).
+- DynamoDB (items rounded up to 1 KB written, 4 KB read, transactions at twice the rate): writes,
+  each reported worker's record in a transaction with the seal's condition check (2 + 2 per ~1 KB
+  item), the seal (1), the ROUND item (~0.7 KB + 0.3 KB per worker), the PLAN item (~4 KB);
+  strongly consistent reads, each worker's BatchGetItem of 3 items, the aggregator's of 4 and its
+  Query of the records (~0.7 KB each), the planner's Query and BatchGetItem of 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from smlt.prices import Prices, gb_seconds
+
+if TYPE_CHECKING:
+    from smlt.config import Settings
+    from smlt.items import WorkerItem
+    from smlt.roundspec import RoundSpec
+
+Num = Any  # a float or a numpy array of them (one per planner candidate)
+
+
+def aggregator_invocations(aggregators: Num) -> Num:
+    """One aggregator, or prepare + k slices + finish."""
+    k = np.asarray(aggregators, dtype=float)
+    return np.where(k > 1, k + 2, 1.0)
+
+
+@dataclass(frozen=True)
+class RoundShape:
+    workers: Num  # n invoked (each one billed, failed or not)
+    worker_gb_s: Num  # GB-seconds of all n workers (init + handler; a failed one to where it stopped)
+    planner_memory_mb: Num
+    aggregate_memory_mb: Num
+    plan_s: Num = 0.0
+    aggregate_s: Num = 0.0  # the aggregation's wall time: each of the k + 2 invocations is charged it
+    reported: Num | None = None  # workers whose record arrived (None: all n)
+    aggregators: Num = 1
+    eval_only: Num = False  # no updates written or read
+    shard_reads: Num = 0  # workers that read their data shards from S3, not from the /tmp cache
+
+
+@dataclass(frozen=True)
+class Requests:
+    lambda_invocations: Num
+    transitions: Num
+    s3_puts: Num
+    s3_gets: Num
+    dynamodb_write_units: Num
+    dynamodb_read_units: Num
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items()}
+
+
+def requests(shape: RoundShape) -> Requests:
+    n = np.asarray(shape.workers, dtype=float)
+    r = n if shape.reported is None else np.asarray(shape.reported, dtype=float)
+    k = np.asarray(shape.aggregators, dtype=float)
+    sharded = k > 1
+    u = np.where(shape.eval_only, 0.0, r)  # updates written (and read by the aggregator)
+    transitions = 6 + 3 * n + np.where(sharded, 6 + 3 * k, 0.0)
+    puts = u + 1 + np.where(sharded, k + 2, 0.0)
+    gets = n + shape.shard_reads + 1 + u + np.where(sharded, k * (u + 1), 0.0)
+    writes = 4 * r + 1 + (1 + 0.3 * r) + 4
+    reads = 3 * n + 4 + (1 + 0.2 * r) + 1 + 3
+    return Requests(n + 1 + aggregator_invocations(k), transitions, puts, gets, writes, reads)
+
+
+@dataclass(frozen=True)
+class Bill:
+    requests: Requests
+    worker_usd: Num  # the workers' GB-s and invocations
+    control_usd: Num  # the planner's and the aggregators' GB-s and invocations
+    services_usd: Num  # Step Functions, S3 and DynamoDB requests
+
+    @property
+    def usd(self) -> Num:
+        return self.worker_usd + self.control_usd + self.services_usd
+
+
+def services_usd(req: Requests, prices: Prices) -> Num:
+    return (
+        req.transitions * prices.sfn_transition
+        + req.s3_puts * prices.s3_put
+        + req.s3_gets * prices.s3_get
+        + req.dynamodb_write_units * prices.dynamodb_write_unit
+        + req.dynamodb_read_units * prices.dynamodb_read_unit
+    )
+
+
+def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
+    """The round's bill under `prices` for functions of `architecture`."""
+    req = requests(shape)
+    gbs = prices.lambda_gb_second[architecture]
+    agg_calls = aggregator_invocations(shape.aggregators)
+    control_gb_s = gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * gb_seconds(
+        shape.aggregate_memory_mb, shape.aggregate_s
+    )
+    worker_usd = shape.worker_gb_s * gbs + np.asarray(shape.workers, dtype=float) * prices.lambda_request
+    control_usd = control_gb_s * gbs + (1 + agg_calls) * prices.lambda_request
+    return Bill(req, worker_usd, control_usd, services_usd(req, prices))
+
+
+# The end of a run: Plan (its stop), ShouldTrain, Finalize, Done; Finalize writes final/model and
+# final/metrics.json.
+FINALIZE_TRANSITIONS = 4
+FINALIZE_PUTS = 2
+
+
+def finalize_usd(prices: Prices, architecture: str, planner_memory_mb: Num, seconds: Num, margin: float = 1.0) -> Num:
+    """The Finalize invocation and its requests (`margin` x the requests, for a worst case)."""
+    requests = FINALIZE_PUTS * prices.s3_put + FINALIZE_TRANSITIONS * prices.sfn_transition
+    return prices.lambda_cost(planner_memory_mb, seconds, architecture) + margin * requests
+
+
+def ledger_shape(
+    settings: Settings,
+    spec: RoundSpec,
+    records: Sequence[WorkerItem],
+    failed: int,
+    plan_s: float,
+    aggregate_s: float,
+    aggregators: int = 1,
+) -> RoundShape:
+    """The shape of a round from the workers' records: each worker's measured handler time; a
+    failed worker was billed too, charged the longest time seen this round."""
+    worst = max((r.total_s for r in records), default=spec.time_limit_s or 60.0)
+    worker_gb_s = sum(float(gb_seconds(r.memory_mb, r.total_s)) for r in records)
+    worker_gb_s += failed * float(gb_seconds(spec.memory_mb, worst))
+    return RoundShape(
+        workers=spec.workers,
+        worker_gb_s=worker_gb_s,
+        planner_memory_mb=settings.planner_memory_mb,
+        aggregate_memory_mb=settings.aggregate_memory_mb,
+        plan_s=plan_s,
+        aggregate_s=aggregate_s,
+        reported=len(records),
+        aggregators=max(1, aggregators),
+        eval_only=spec.eval_only,
+        shard_reads=sum(1 for r in records if r.cache_miss),
+    )
+
+
+def ledger_cost(settings: Settings, spec: RoundSpec, records: Sequence[WorkerItem], *args: Any) -> float:
+    """The ledger's price of a round (arguments of `ledger_shape`)."""
+    return float(price(ledger_shape(settings, spec, records, *args), settings.prices, settings.architecture).usd)
