@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from smlt.errors import InvalidJob
+from smlt.tensors.codec import Codec
 
 # Built-in model names; anything else must look like "package.module:function".
 BUILTIN_MODELS = ("mlp", "logreg")
@@ -82,7 +83,7 @@ class TrainingSpec(_Strict):
     # Fraction of assigned workers whose updates must arrive for a round to count.
     quorum: float = Field(default=0.5, gt=0.0, le=1.0)
     mode: Literal["local_sgd", "sync"] = "local_sgd"
-    compression: Literal["none", "fp16", "bf16"] = "none"
+    compression: Codec = "none"  # smlt.tensors.codec: the one list of update codecs
 
 
 class Constraints(_Strict):

@@ -130,7 +130,7 @@ def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
 
 
 def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
-    """Prices.dynamodb_round assumes a worker record of <= 1 KB, a ROUND item of <= 0.7 KB +
+    """smlt.bill.requests assumes a worker record of <= 1 KB, a ROUND item of <= 0.7 KB +
     0.3 KB per worker and a PLAN item of <= 4 KB; the items a round writes keep to that
     (measured as plain JSON: names and values, as DynamoDB sizes an item)."""
     import json
