@@ -1,10 +1,10 @@
 """Every test is marked with its kind, from the folder it lives in (see pyproject's markers):
 
-    tests/unit/        pure logic: no emulated AWS, no servers, no synth (`make test-fast`)
-    tests/functional/  handlers and stores on moto's emulation and a real redis-server
-    tests/engine/      the local engine: moto's ASL interpreter, the Invoke seam, its patches
-    tests/e2e/         the synthesized state machine trains real data on the local engine
-    tests/infra/       the CDK stack: template assertions, cfn-lint, cdk-nag, the CDK CLI
+tests/unit/        pure logic: no emulated AWS, no servers, no synth (`make test-fast`)
+tests/functional/  handlers and stores on moto's emulation and a real redis-server
+tests/engine/      the local engine: moto's ASL interpreter, the Invoke seam, its patches
+tests/e2e/         the synthesized state machine trains real data on the local engine
+tests/infra/       the CDK stack: template assertions, cfn-lint, cdk-nag, the CDK CLI
 """
 
 from __future__ import annotations
@@ -23,3 +23,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: tests live under tests/<kind>/, kind one of {', '.join(KINDS)}")
         item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def moto_patches() -> list[str]:
+    """moto patched for every test as the local engine patches it (one call, smlt.local.patches):
+    tests that use moto in-process see the same moto as the engine's server."""
+    from smlt.local import patches
+
+    return patches.install()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import invoke, limits, moto_fixes, speed
+from . import invoke, limits, patches
 from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
@@ -159,10 +159,7 @@ class LocalEngine:
 
         # 4. patches + moto
         t = time.perf_counter()
-        limits.install()
-        moto_fixes.install()
-        if speed.enabled():
-            speed.install()
+        patches.install()
         limits.set_history_limit(self.history_limit)
         invoke.install()
         self.server = server_mod.acquire()

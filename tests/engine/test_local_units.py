@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from smlt.local import limits
+from smlt.local import limits, patches
+from smlt.local.errors import MotoVersionError
 from smlt.local.functions import _dockerfile_cmd
 from smlt.local.invoke import parse_function_name
 from smlt.local.pool import WorkerPool
@@ -185,12 +186,50 @@ def test_payload_helpers():
 
 
 def test_install_refuses_another_moto_version(monkeypatch):
-    import moto
+    import importlib.metadata
 
-    monkeypatch.setattr(limits, "_installed", False)
-    monkeypatch.setattr(moto, "__version__", "9.9.9")
-    with pytest.raises(limits.MotoVersionError, match="found moto 9.9.9"):
-        limits.install()
+    monkeypatch.setattr(patches, "_installed", set())
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
+    with pytest.raises(MotoVersionError, match="found moto 9.9.9"):
+        patches.install()
+
+
+@pytest.mark.parametrize(
+    "version, ok", [("5.2.0", True), ("5.2.5", True), ("5.2.11", True), ("5.1.9", False), ("5.3.0", False)]
+)
+def test_supported_moto_range(version, ok):
+    if ok:
+        patches.check_version(version)
+    else:
+        with pytest.raises(MotoVersionError, match=f"found moto {version}"):
+            patches.check_version(version)
+
+
+def test_every_patch_matches_the_installed_moto():
+    for p in patches.PATCHES:
+        patches.check(p)  # raises naming the patch
+    assert len({p.name for p in patches.PATCHES}) == len(patches.PATCHES)
+
+
+def test_a_moved_or_reshaped_attribute_is_refused_by_name(monkeypatch):
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+        distributed_iteration_component as dic,
+    )
+
+    patch = next(p for p in patches.PATCHES if p.name == "map-tolerated-failures")
+    monkeypatch.setattr(dic.DistributedIterationComponent, "_map_run", lambda self, env: None)
+    with pytest.raises(MotoVersionError, match=r"'map-tolerated-failures'.*takes \('self', 'env'\)"):
+        patches.check(patch)
+    monkeypatch.delattr(dic.DistributedIterationComponent, "_map_run")
+    with pytest.raises(MotoVersionError, match="'map-tolerated-failures'.*_map_run is gone"):
+        patches.check(patch)
+
+
+def test_speedups_off_keeps_the_correctness_patches(monkeypatch):
+    monkeypatch.setenv("SMLT_LOCAL_SPEEDUPS", "0")
+    kinds = {p.kind for p in patches.selected()}
+    assert kinds == {"correctness"}
+    assert {p.name for p in patches.selected(speedups=True)} == {p.name for p in patches.PATCHES}
 
 
 # ------------------------------------------------------------------------------------------
