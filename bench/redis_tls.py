@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smlt.store.redis import LocalRedisServer, RedisStore  # noqa: E402
+from smlt.local.redis_server import LocalRedisServer  # noqa: E402
+from smlt.store.redis import RedisStore  # noqa: E402
 
 
 def _time(fn, n: int) -> list[float]:

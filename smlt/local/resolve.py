@@ -42,7 +42,7 @@ REDIS_REDUCER_HINT = (
     "the ElastiCache exchange of CDK context redis_reducer=true does not run on the local engine; "
     "synthesize with redis_reducer=false (cdk.json, or the engine's synth_context={'redis_reducer': False}) "
     "and, for a Redis exchange locally, set SMLT_EXCHANGE_URL=redis://127.0.0.1:PORT/0 to a local "
-    "redis-server (smlt.store.redis.LocalRedisServer, scripts/redis.sh)"
+    "redis-server (smlt.local.redis_server.LocalRedisServer, scripts/redis.sh)"
 )
 
 # Resource types the local engine has no stand-in for: type -> what to do instead.
