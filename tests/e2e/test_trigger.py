@@ -3,7 +3,7 @@
 import json
 
 from smlt.data.prepare import prepare_dataset
-from smlt.watch import deliver, object_created_event, upload_version
+from smlt.local.eventbridge import deliver, object_created_event, upload_version
 
 
 def _finish(engine, arn):

@@ -358,3 +358,42 @@ def test_the_seam_is_registered_once_per_session(monkeypatch):
         responses = session.events.emit(invoke.EVENT, request=Probe())
         assert [r for _, r in responses if r is not None] == ["answer"]
         assert len(calls) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# the trigger's EventBridge replay (moto's matcher, our renderer)
+
+
+def test_trigger_rule_pattern_with_motos_matcher():
+    from smlt.local.eventbridge import matches, object_created_event
+
+    pattern = {
+        "source": ["aws.s3"],
+        "detail-type": ["Object Created"],
+        "detail": {"bucket": {"name": ["data"]}, "object": {"key": [{"wildcard": "incoming/*/*/manifest.json"}]}},
+    }
+    assert matches(pattern, object_created_event("data", "incoming/digits/v2/manifest.json", 2, "e"))
+    assert matches(pattern, object_created_event("data", "incoming/digits/2026/11/manifest.json", 2, "e"))
+    assert not matches(pattern, object_created_event("data", "incoming/digits/job.json", 2, "e"))
+    assert not matches(pattern, object_created_event("other", "incoming/digits/v2/manifest.json", 2, "e"))
+    event = object_created_event("data", "incoming/digits/v2/manifest.json", 2, "e")
+    assert not matches(pattern, {**event, "source": "aws.s3x"})
+    assert not matches(pattern, {**event, "detail-type": "Object Deleted"})
+
+
+def test_target_input_renders_strings_as_json_where_cdk_leaves_placeholders_unquoted():
+    from smlt.local.eventbridge import object_created_event, render_target_input
+
+    event = object_created_event("data", "incoming/p/v1/manifest.json", 2, "e1")
+    target = {
+        "InputTransformer": {
+            "InputPathsMap": {
+                "detail-bucket-name": "$.detail.bucket.name",
+                "detail-object-size": "$.detail.object.size",
+            },
+            "InputTemplate": '{"bucket":<detail-bucket-name>,"size":<detail-object-size>,"text":"<detail-bucket-name>"}',
+        }
+    }
+    assert json.loads(render_target_input(target, event)) == {"bucket": "data", "size": 2, "text": "data"}
+    assert json.loads(render_target_input({"InputPath": "$.detail.bucket"}, event)) == {"name": "data"}
+    assert render_target_input({"Input": '{"a":1}'}, event) == '{"a":1}'
