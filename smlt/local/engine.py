@@ -149,6 +149,7 @@ class LocalEngine:
             if outdir is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="smlt-cdk-")
                 outdir = self._tmp.name
+            assert self._build_app is not None  # __init__ refuses neither build_app nor synthesized
             self.synthesized = synthesize(self._build_app, outdir, context=self._synth_context)
         self.timings["synth"] = self.synthesized.seconds
 
@@ -175,6 +176,7 @@ class LocalEngine:
         sm_id = self.resolver.state_machine_id(self._state_machine)
         self.definition = self.resolver.definition(sm_id)  # errors before anything is created
         role_arn = self.resolver.role_arn(sm_id)
+        assert self.server.port is not None  # acquire() returns a started server
         router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env, self._invoke_filter)
         invoke.activate(router)  # refuses a second engine of the same stack
         self._router = router

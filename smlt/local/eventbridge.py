@@ -50,7 +50,8 @@ def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
     """EventBridge's pattern matching, as moto implements it."""
     from moto.events.models import EventPattern
 
-    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
+    message: Any = event  # moto types it as its own TypedDict of the PutEvents fields
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(message))
 
 
 def _path(event: dict[str, Any], path: str) -> Any:

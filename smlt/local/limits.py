@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import json
+from types import SimpleNamespace
 from typing import Any
 
 MOTO_VERSION = "5.2.5"
@@ -101,6 +102,17 @@ def _is_within_size_quota(value: Any) -> bool:
     return len(text.encode("utf-8")) <= MAX_PAYLOAD_BYTES
 
 
+def _details(**fields: Any) -> Any:
+    """moto's ``EventDetails``: a dict with the one ``...EventDetails`` key of the event (its
+    TypedDict declares every key as required; moto builds it with one, as here)."""
+    return dict(fields)
+
+
+# FailureEvent copies the state name and source event id from an Environment; a history-limit
+# failure belongs to no state (as AWS reports it).
+_NO_STATE: Any = SimpleNamespace(next_state_name=None, event_history_context=SimpleNamespace(source_event_id=0))
+
+
 SIZE_QUOTA_MODULES = (
     "moto.stepfunctions.parser.quotas",
     "moto.stepfunctions.parser.asl.component.state.state",
@@ -114,14 +126,15 @@ def patch_size_boundary() -> None:
     import importlib
 
     for name in SIZE_QUOTA_MODULES:
-        importlib.import_module(name).is_within_size_quota = _is_within_size_quota  # type: ignore[attr-defined]
+        module: Any = importlib.import_module(name)
+        module.is_within_size_quota = _is_within_size_quota
 
 
 def patch_uncatchable_by_all() -> None:
     """2. States.ALL does not catch terminal errors"""
     from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
 
-    decl = error_equals_decl.ErrorEqualsDecl
+    decl: Any = error_equals_decl.ErrorEqualsDecl
     orig_eval = decl._eval_body
     all_name = decl._STATE_ALL_ERROR
 
@@ -139,7 +152,7 @@ def patch_uncatchable_by_all() -> None:
             return
         orig_eval(self, env)
 
-    decl._eval_body = _eval_body  # type: ignore[method-assign]
+    decl._eval_body = _eval_body
 
 
 def patch_history_limit() -> None:
@@ -154,10 +167,9 @@ def patch_history_limit() -> None:
         StatesErrorNameType,
     )
     from moto.stepfunctions.parser.asl.eval.event import event_manager
-    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
     from moto.stepfunctions.parser.backend import execution_worker
 
-    manager = event_manager.EventManager
+    manager: Any = event_manager.EventManager
     orig_add = manager.add_event
     always = {
         HistoryEventType.ExecutionFailed,
@@ -178,26 +190,18 @@ def patch_history_limit() -> None:
                 err = StatesErrorNameType.StatesRuntime.to_name()
                 cause = HISTORY_CAUSE.format(limit=limit)
                 raise FailureEventException(
-                    failure_event=_HistoryFailure(
-                        StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
-                        HistoryEventType.ExecutionFailed,
-                        EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
+                    failure_event=FailureEvent(
+                        env=_NO_STATE,
+                        error_name=StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
+                        event_type=HistoryEventType.ExecutionFailed,
+                        event_details=_details(executionFailedEventDetails={"error": err, "cause": cause}),
                     )
                 )
         return orig_add(self, context, event_type, *args, **kwargs)
 
-    class _HistoryFailure(FailureEvent):
-        # FailureEvent wants an env only to copy two fields from it
-        def __init__(self, error_name: Any, event_type: Any, details: Any) -> None:
-            self.state_name = None
-            self.source_event_id = 0
-            self.error_name = error_name
-            self.event_type = event_type
-            self.event_details = details
+    manager.add_event = add_event
 
-    manager.add_event = add_event  # type: ignore[method-assign]
-
-    worker = execution_worker.ExecutionWorker
+    worker: Any = execution_worker.ExecutionWorker
     orig_env = worker._get_evaluation_environment
 
     @functools.wraps(orig_env)
@@ -206,7 +210,7 @@ def patch_history_limit() -> None:
         env.event_manager._smlt_history_limit = _history_limit
         return env
 
-    worker._get_evaluation_environment = _get_evaluation_environment  # type: ignore[method-assign]
+    worker._get_evaluation_environment = _get_evaluation_environment
 
 
 def patch_map_tolerated_failures() -> None:
@@ -223,9 +227,8 @@ def patch_map_tolerated_failures() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
         distributed_iteration_component,
     )
-    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
-    component = distributed_iteration_component.DistributedIterationComponent
+    component: Any = distributed_iteration_component.DistributedIterationComponent
     orig_map_run = component._map_run
 
     @functools.wraps(orig_map_run)
@@ -245,11 +248,11 @@ def patch_map_tolerated_failures() -> None:
                     env=env,
                     error_name=StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
                     event_type=HistoryEventType.ExecutionFailed,
-                    event_details=EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
+                    event_details=_details(executionFailedEventDetails={"error": err, "cause": cause}),
                 )
             )
 
-    component._map_run = _map_run  # type: ignore[method-assign]
+    component._map_run = _map_run
 
 
 def patch_lambda_error_names() -> None:
@@ -261,9 +264,8 @@ def patch_lambda_error_names() -> None:
     )
     from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda
-    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
-    task_lambda = state_task_lambda.StateTaskLambda
+    task_lambda: Any = state_task_lambda.StateTaskLambda
     orig_from_error = task_lambda._from_error
 
     @functools.wraps(orig_from_error)
@@ -276,9 +278,9 @@ def patch_lambda_error_names() -> None:
             env=env,
             error_name=CustomErrorName(error),
             event_type=HistoryEventType.LambdaFunctionFailed,
-            event_details=EventDetails(
+            event_details=_details(
                 lambdaFunctionFailedEventDetails=(LambdaFunctionFailedEventDetails(error=error, cause=cause))
             ),
         )
 
-    task_lambda._from_error = _from_error  # type: ignore[method-assign]
+    task_lambda._from_error = _from_error

@@ -79,7 +79,7 @@ def make_test_certificates(
         .add_extension(ca_ski, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    names = []
+    names: list[x509.GeneralName] = []
     for h in hosts:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(h)))
@@ -99,7 +99,11 @@ def make_test_certificates(
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    paths = tuple(os.path.join(directory, n) for n in ("ca.pem", "server.pem", "server.key"))
+    paths = (
+        os.path.join(directory, "ca.pem"),
+        os.path.join(directory, "server.pem"),
+        os.path.join(directory, "server.key"),
+    )
     for path, data in zip(
         paths,
         (
@@ -128,9 +132,10 @@ class LocalRedisServer:
     """
 
     def __init__(self, port: int | None = None, binary: str | None = None, maxmemory: str = "0", tls: bool = False):
-        self.binary = binary or redis_server_binary()
-        if self.binary is None:
+        found = binary or redis_server_binary()
+        if found is None:
             raise FileNotFoundError("redis-server is not installed (run `scripts/redis.sh install`)")
+        self.binary = found
         self.port = port or free_port()
         self.maxmemory = maxmemory
         self.tls = tls

@@ -113,7 +113,8 @@ def patch_backend_for_host() -> None:
             cache[host] = backend
             return backend
 
-    DomainDispatcherApplication.get_backend_for_host = get_backend_for_host
+    dispatcher: Any = DomainDispatcherApplication
+    dispatcher.get_backend_for_host = get_backend_for_host
 
 
 def patch_boto_client_for() -> None:
@@ -147,9 +148,9 @@ def patch_jsonpath_parse() -> None:
     from moto.stepfunctions.parser.asl.component.common.path import result_path
     from moto.stepfunctions.parser.asl.utils import json_path
 
-    for module in (json_path, result_path):
-        orig = module.parse  # AttributeError if moto moved it: fail loudly
-        module.parse = functools.lru_cache(maxsize=4096)(orig)
+    modules: tuple[Any, ...] = (json_path, result_path)
+    for module in modules:
+        module.parse = functools.lru_cache(maxsize=4096)(module.parse)
 
 
 def _table_snapshot(table: Any, keys: list[dict[str, Any]]) -> Any:
@@ -205,7 +206,7 @@ def patch_transact_snapshot() -> None:
     from moto.dynamodb import models as ddb_models
     from moto.dynamodb.models.table import Table
 
-    backend_cls = ddb_models.DynamoDBBackend
+    backend_cls: Any = ddb_models.DynamoDBBackend
     orig = backend_cls.transact_write_items
     if ddb_models.copy is not real_copy:
         raise MotoVersionError("moto.dynamodb.models no longer uses the copy module as expected")
@@ -234,7 +235,8 @@ def patch_transact_snapshot() -> None:
         finally:
             local.touched = None
 
-    ddb_models.copy = _CopyModule()  # type: ignore[assignment]
+    models: Any = ddb_models  # its ``copy`` is the module's name for the stdlib module
+    models.copy = _CopyModule()
     backend_cls.transact_write_items = transact_write_items
 
 
@@ -388,6 +390,12 @@ def _check_table_query() -> None:
         raise MotoVersionError("moto's Table.query changed")
 
 
+def _blank(cls: Any) -> Any:
+    """An instance of ``cls`` without __init__, through the class's own __new__ (moto's BaseModel
+    tracks its instances there), as moto's __deepcopy__ makes them."""
+    return cls.__new__(cls)
+
+
 class _ItemOps:
     """Item sizes and copies as moto computes them, without its per-node costs (moto's classes
     are passed in once, at install)."""
@@ -396,7 +404,12 @@ class _ItemOps:
         from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
         from moto.dynamodb.models.utilities import bytesize
 
-        self.DynamoType, self.Item, self.LimitedSizeDict, self.bytesize = DynamoType, Item, LimitedSizeDict, bytesize
+        # moto's classes, typed Any: instances are built field by field (``__new__``), as moto's
+        # own __deepcopy__ does
+        self.DynamoType: Any = DynamoType
+        self.Item: Any = Item
+        self.LimitedSizeDict: Any = LimitedSizeDict
+        self.bytesize = bytesize
 
     def item_size(self, item: Any) -> int:
         """``Item.size()`` without its cost: moto's ``DynamoType.size`` wraps every map value in a
@@ -433,7 +446,7 @@ class _ItemOps:
         if type(item) is not Item:
             return copy.deepcopy(item)
         try:
-            new = Item.__new__(Item)
+            new = _blank(Item)
             new.hash_key = self._copy_av(item.hash_key)
             new.range_key = None if item.range_key is None else self._copy_av(item.range_key)
             attrs = self.LimitedSizeDict.__new__(self.LimitedSizeDict)
@@ -449,7 +462,7 @@ class _ItemOps:
         DynamoType = self.DynamoType
         if type(d) is not DynamoType:
             raise _Generic
-        new = DynamoType.__new__(DynamoType)
+        new = _blank(DynamoType)
         t = new.type = d.type
         v = d.value
         if t == "L":

@@ -81,6 +81,7 @@ class RedisStore:
         data = self.client.get(self._k(key))
         if data is None:
             raise NotFound(f"{self.url} {self._k(key)}")
+        assert isinstance(data, bytes), "a RedisStore client must not decode responses"
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
