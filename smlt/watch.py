@@ -13,7 +13,7 @@ from typing import Any
 from smlt.local.eventbridge import upload_version
 from smlt.outputs import fetch_outputs
 from smlt.progress import notice
-from smlt.runner import Follower, StackNames, start_engine
+from smlt.runner import Follower, StackNames
 from smlt.store import S3Store
 
 
@@ -41,24 +41,26 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
     )
 
 
-def watch_folder(root: Path, out: Path, faults: str | None = None, once: bool = False, interval: float = 1.0) -> None:
-    """Watch ROOT/incoming/<pipeline>/<version>/manifest.json; each new one starts a retraining
-    run through the stack's rule. Runs until interrupted (or, with once, until idle)."""
-    engine, names, _ = start_engine(faults)
+def watch_folder(
+    engine: Any, names: StackNames, root: Path, out: Path, once: bool = False, interval: float = 1.0
+) -> list[str]:
+    """Watch ROOT/incoming/<pipeline>/<version>/manifest.json on a started engine; each new one
+    starts a retraining run through the stack's rule. Runs until interrupted (or, with once,
+    until a pass finds nothing new); returns the execution ARNs it started."""
     seen: set[Path] = set()
+    started: list[str] = []
+    notice.info(f"watching {root}/incoming/<pipeline>/<version>/manifest.json (Ctrl-C to stop)")
     try:
-        notice.info(f"watching {root}/incoming/<pipeline>/<version>/manifest.json (Ctrl-C to stop)")
         while True:
             fresh = sorted(p for p in root.glob("incoming/*/*/manifest.json") if p not in seen)
             for manifest in fresh:
                 seen.add(manifest)
                 for arn in upload_version(engine, names, manifest.parent, root):
+                    started.append(arn)
                     notice.info(f"{manifest.parent.relative_to(root)}: started execution {arn.rsplit(':', 1)[-1]}")
                     _follow_triggered(engine, names, arn, out)
             if once and not fresh:
-                return
+                return started
             time.sleep(interval)
     except KeyboardInterrupt:
-        return
-    finally:
-        engine.stop()
+        return started

@@ -28,9 +28,14 @@ def run_command(args: argparse.Namespace) -> int:
         print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
         return 2
     if args.watch:
+        from smlt.runner import start_engine
         from smlt.watch import watch_folder
 
-        watch_folder(Path(args.watch), Path(args.out), faults=args.faults)
+        engine, names, _ = start_engine(args.faults)
+        try:
+            watch_folder(engine, names, Path(args.watch), Path(args.out))
+        finally:
+            engine.stop()
         return 0
     if not args.job:
         raise InvalidJob("job: give a job file (or --watch DIR)")
