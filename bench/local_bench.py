@@ -202,7 +202,8 @@ def smlt_overhead_ms_per_round(rounds: int = 24, workers: int = 8) -> dict:
     from datetime import datetime
 
     from smlt.datasets import stage_dataset
-    from smlt.runner import _execute, start_engine
+    from smlt.errors import RunFailed
+    from smlt.runner import execute, start_engine
 
     folder = CACHE / "datasets" / "overhead-tiny"
     if not (folder / "manifest.json").exists():
@@ -211,7 +212,7 @@ def smlt_overhead_ms_per_round(rounds: int = 24, workers: int = 8) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
         prepare_dataset(OVERHEAD_DATASET, str(folder), shards=8, validation_fraction=0.1)
     t0 = time.time()
-    engine, names, _ = start_engine(None, quiet=True)
+    engine, names, _ = start_engine(None)
     startup_s = time.time() - t0
     try:
         job = {
@@ -225,7 +226,11 @@ def smlt_overhead_ms_per_round(rounds: int = 24, workers: int = 8) -> dict:
         engine.start_trace()
         t1 = time.time()
         with _cpu_marks(first=2, last=rounds - 2) as marks:
-            rc = _execute(engine, names, "overhead", job, out, quiet=True)
+            try:
+                execute(engine, names, "overhead", job, out)
+                rc = 0
+            except RunFailed:
+                rc = 1
         wall = time.time() - t1
         trace = engine.stop_trace()
         pool_size = engine.pool.size
