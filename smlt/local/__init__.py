@@ -45,6 +45,13 @@ Parts
     signatures it replaces) and the one ``install()``: checks the supported moto range
     (``moto>=5.2,<5.3``) and every listed attribute, then applies. Used by the engine and, once
     per session, by the root ``tests/conftest.py``.
+``eventbridge.py``
+    The stack's upload trigger: the S3 "Object Created" event, matched against the template's
+    ``AWS::Events::Rule`` patterns by moto's EventBridge matcher, the target input rendered (moto's
+    renderer leaves strings unquoted at CDK's placeholders) and StartExecution.
+``redis_server.py``
+    ``LocalRedisServer``: a throwaway ``redis-server`` (plain or TLS with a throwaway CA) for
+    tests, benchmarks and local runs.
 ``engine.py``
     ``LocalEngine``: puts it together (pool -> synth -> moto -> buckets, tables, state machine ->
     seam) and offers ``start_execution`` / ``wait`` / ``history`` / ``client`` / ``names`` /
