@@ -517,7 +517,7 @@ def compression_accuracy(
 
 
 def run(quick: bool = False) -> dict:
-    from smlt.store.redis import LocalRedisServer
+    from smlt.local.redis_server import LocalRedisServer
 
     cases = [(8, "1M"), (32, "1M"), (8, "11M"), (32, "11M")]
     store_cases = [(8, "1M"), (32, "1M"), (8, "11M"), (32, "11M")]

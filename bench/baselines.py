@@ -213,7 +213,7 @@ def _ddp_main(dataset: str, job: dict, t_launch: float, max_train_s: float, worl
 
     import torch.multiprocessing as mp
 
-    from smlt.store.redis import free_port
+    from smlt.local.redis_server import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank0.json")

@@ -24,7 +24,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from smlt.datasets import stage_dataset
-    from smlt.runner import _execute, start_engine
+    from smlt.errors import RunFailed
+    from smlt.runner import execute, start_engine
 
     job = {
         "name": "long",
@@ -34,12 +35,16 @@ def main() -> None:
         "workers": {"initial": 2, "memory_mb": 1769},
         "rounds_per_execution": args.per_execution,
     }
-    engine, names, _ = start_engine(None, quiet=True)
+    engine, names, _ = start_engine(None)
     try:
         job["dataset"]["uri"] = stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))
         out = Path(tempfile.mkdtemp(prefix="smlt-long-"))
         t0 = time.time()
-        rc = _execute(engine, names, "long-run", job, out, quiet=True)
+        try:
+            execute(engine, names, "long-run", job, out)
+            rc = 0
+        except RunFailed:
+            rc = 1
         wall = time.time() - t0
     finally:
         engine.stop()

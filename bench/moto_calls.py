@@ -35,11 +35,9 @@ KINDS = ("PLAN#", "ROUND#", "SEAL#", "WORKER#")
 def serve() -> None:
     """Child: the local engine's moto server (with or without the patches); prints its port."""
     sys.path.insert(0, str(ROOT))
-    from smlt.local import moto_fixes, server, speed
+    from smlt.local import patches, server
 
-    moto_fixes.install()
-    if speed.enabled():
-        speed.install()
+    patches.install()  # the speed patches unless SMLT_LOCAL_SPEEDUPS=0
     srv = server.MotoServer().start()
     print(srv.port, flush=True)
     sys.stdin.read()  # until the parent closes our stdin

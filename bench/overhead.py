@@ -39,7 +39,8 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
     queueing for the pool's processes, interpreter transitions).
     """
     from smlt.datasets import stage_dataset
-    from smlt.runner import _execute, start_engine
+    from smlt.errors import RunFailed
+    from smlt.runner import execute, start_engine
 
     job = example_job(JOB_FILE)
     if rounds is not None:
@@ -47,7 +48,7 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
     rounds = int(job["training"]["max_rounds"])
     folder = prepare("overhead", job["dataset"]["uri"], SPLIT)
     t0 = time.time()
-    engine, names, _ = start_engine(None, quiet=True)
+    engine, names, _ = start_engine(None)
     startup_s = time.time() - t0
     try:
         job["dataset"] = {"uri": stage_dataset(str(folder), names.data_bucket, client=engine.client("s3"))}
@@ -55,7 +56,11 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
         engine.start_trace()
         t1 = time.time()
         with _cpu_marks(first=2, last=rounds - 2) as marks:
-            rc = _execute(engine, names, "overhead", job, out, quiet=True)
+            try:
+                execute(engine, names, "overhead", job, out)
+                rc = 0
+            except RunFailed:
+                rc = 1
         wall = time.time() - t1
         trace = engine.stop_trace()
         pool_size = engine.pool.size

@@ -1,4 +1,4 @@
-"""CLI commands against a deployed stack: start, status, fetch, resume.
+"""Commands against a deployed stack: start, status, fetch, resume (the CLI's `smlt start` ...).
 
 The stack's outputs (CloudFormation) name the state machine, buckets and table, so a user only
 gives the stack name (default "Smlt"). AWS credentials and region come from the usual places.
@@ -15,9 +15,10 @@ from pathlib import Path
 import boto3
 
 from smlt.datasets import stage_dataset
-from smlt.errors import InvalidJob
+from smlt.errors import InvalidJob, StackNotFound
 from smlt.job import parse_job
 from smlt.outputs import fetch_outputs, progress_line
+from smlt.progress import notice
 from smlt.records import RunTable
 from smlt.store import S3Store
 
@@ -42,14 +43,14 @@ class Stack:
         try:
             outputs = cfn.describe_stacks(StackName=name)["Stacks"][0].get("Outputs", [])
         except cfn.exceptions.ClientError as e:
-            raise SystemExit(
-                f"error: stack {name!r} not found ({e.response['Error']['Message']}); "
+            raise StackNotFound(
+                f"stack {name!r} not found ({e.response['Error']['Message']}); "
                 "deploy it with `npx cdk deploy` or pass --stack"
             ) from None
         found = {OUTPUTS[o["OutputKey"]]: o["OutputValue"] for o in outputs if o["OutputKey"] in OUTPUTS}
         missing = sorted(set(OUTPUTS.values()) - set(found))
         if missing:
-            raise SystemExit(f"error: stack {name!r} lacks outputs {missing}; is it an smlt stack?")
+            raise StackNotFound(f"stack {name!r} lacks outputs {missing}; is it an smlt stack?")
         return cls(**found)
 
 
@@ -62,29 +63,33 @@ def start(job_path: Path, stack: Stack, sfn=None) -> str:
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
     arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(raw))["executionArn"]
     region = arn.split(":")[3]
-    print(
+    notice.info(
         f"started run {run_id}\n  execution: {arn}\n  console:   "
         f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{arn}"
     )
     return run_id
 
 
-def status(run_id: str, stack: Stack) -> int:
+def status(run_id: str, stack: Stack) -> dict:
+    """Reports every round of the run and its status; returns the run's META item."""
     table = RunTable(stack.table, run_id)
     meta = table.meta()
     if meta is None:
         raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
     plans = {p["round"]: p for p in table.plans()}
     for r in sorted(table.rounds(), key=lambda r: r["round"]):
-        print(progress_line(r) + f" | {plans.get(r['round'], {}).get('reason', '')}")
-    print(f"run {run_id}: {meta['status']}")
+        notice.info(progress_line(r) + f" | {plans.get(r['round'], {}).get('reason', '')}")
+    notice.info(f"run {run_id}: {meta['status']}")
     if meta.get("final"):
         f = meta["final"]
-        print(f"  final: val accuracy {f.get('val_accuracy')}, {f['rounds']} rounds, ${f['estimated_cost_usd']:.5f}")
-    return 0
+        notice.info(
+            f"  final: val accuracy {f.get('val_accuracy')}, {f['rounds']} rounds, ${f['estimated_cost_usd']:.5f}"
+        )
+    return meta
 
 
-def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> int:
+def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
+    """Download a finished run's outputs into ``out``; returns its final metrics."""
     sfn = sfn or boto3.client("stepfunctions")
     history = []
     pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)
@@ -94,8 +99,8 @@ def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> int:
                 for hp in sfn.get_paginator("get_execution_history").paginate(executionArn=ex["executionArn"]):
                     history += [{"execution": ex["executionArn"], **e} for e in hp["events"]]
     metrics = fetch_outputs(S3Store(stack.artifacts_bucket), run_id, out, history)
-    print(f"fetched run {run_id} ({metrics['final']['rounds']} rounds) into {out}/")
-    return 0
+    notice.info(f"fetched run {run_id} ({metrics['final']['rounds']} rounds) into {out}/")
+    return metrics
 
 
 def resume(run_id: str, stack: Stack, sfn=None) -> str:
@@ -110,5 +115,5 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
         stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({**meta["job"], "run_id": run_id})
     )["executionArn"]
     done = len(RunTable(stack.table, run_id).rounds())
-    print(f"resuming run {run_id} after {done} complete rounds: {arn}")
+    notice.info(f"resuming run {run_id} after {done} complete rounds: {arn}")
     return arn

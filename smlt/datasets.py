@@ -9,6 +9,7 @@ from pathlib import Path
 
 from smlt.data.prepare import prepare_dataset, read_local_manifest
 from smlt.errors import InvalidDataset
+from smlt.progress import notice
 from smlt.store import S3Store
 
 
@@ -25,7 +26,7 @@ def local_dataset_folder(uri: str, base: Path | None = None) -> Path | None:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", uri).strip("-") + "-" + hashlib.sha1(uri.encode()).hexdigest()[:6]
         folder = cache_home() / "datasets" / slug
         if not (folder / "manifest.json").exists():
-            print(f"preparing {uri} into {folder}")
+            notice.info(f"preparing {uri} into {folder}")
             prepare_dataset(uri, str(folder))
         return folder
     path = Path(uri)
@@ -37,7 +38,7 @@ def local_dataset_folder(uri: str, base: Path | None = None) -> Path | None:
     if path.is_file() and path.suffix in (".csv", ".npz"):
         folder = cache_home() / "datasets" / (path.stem + "-" + hashlib.sha1(path.read_bytes()).hexdigest()[:8])
         if not (folder / "manifest.json").exists():
-            print(f"preparing {path} into {folder}")
+            notice.info(f"preparing {path} into {folder}")
             prepare_dataset(str(path), str(folder))
         return folder
     raise InvalidDataset(

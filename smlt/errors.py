@@ -36,3 +36,19 @@ class StaleInvocation(SmltError):
 
 class QuorumNotReached(SmltError):
     """Too few workers of a round reported, on every attempt."""
+
+
+class StackNotFound(SmltError):
+    """The named CloudFormation stack does not exist or lacks smlt's outputs (CLI only)."""
+
+
+class RunNotFinished(SmltError):
+    """A run's outputs were asked for before the run wrote its final metrics (CLI only)."""
+
+
+class RunFailed(SmltError):
+    """A local run's execution ended in a status other than SUCCEEDED (CLI only)."""
+
+    def __init__(self, run_id: str, status: str, error: str, cause: str) -> None:
+        super().__init__(f"run {run_id} {status}: {error}")
+        self.run_id, self.status, self.error, self.cause = run_id, status, error, cause

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from smlt import keys
+from smlt.errors import RunNotFinished
 from smlt.report import write_report
 from smlt.store import NotFound, S3Store
 
@@ -16,7 +17,7 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
     try:
         metrics = json.loads(artifacts.get(keys.final_metrics_key(run_id)))
     except NotFound:
-        raise SystemExit(f"run {run_id} has no final metrics yet (is it finished?)") from None
+        raise RunNotFinished(f"run {run_id} has no final metrics yet (is it finished?)") from None
     if metrics["final"].get("model_key"):
         (out / "model.safetensors").write_bytes(artifacts.get(keys.final_model_key(run_id)))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))

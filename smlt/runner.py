@@ -1,8 +1,9 @@
 """`smlt run --local`: the synthesized state machine on the local engine, with progress lines.
 
 Synthesize the CDK app in-process, start the engine (moto + handler process pool), stage the
-dataset in the data bucket, start the execution, print a line per aggregated round (following
-chained executions), then write model.safetensors, metrics.json, report.png and history.json.
+dataset in the data bucket, start the execution, report a line per aggregated round (following
+chained executions; to :mod:`smlt.progress`'s loggers), then write model.safetensors,
+metrics.json, report.png and history.json. A run that does not succeed raises ``RunFailed``.
 The run's S3 objects and DynamoDB items are snapshotted to OUT/.state after every round, which
 is what `smlt resume RUN --local --out OUT` continues from.
 """
@@ -12,16 +13,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from smlt.datasets import stage_dataset
-from smlt.errors import InvalidJob
+from smlt.errors import InvalidJob, RunFailed
 from smlt.job import parse_job
 from smlt.outputs import fetch_outputs, progress_line
+from smlt.progress import progress
 from smlt.records import RunTable
 from smlt.snapshot import Snapshot, restore_snapshot
 from smlt.store import S3Store
@@ -30,7 +31,7 @@ from smlt.store import S3Store
 class StackNames:
     """Physical names of the stack's buckets, table and functions, read from the planner's env."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Any) -> None:
         env = next(f.env for f in engine.functions.values() if "SMLT_TRAIN_FUNCTIONS" in f.env)
         self.artifacts_bucket = env["SMLT_ARTIFACTS_BUCKET"]
         self.data_bucket = env["SMLT_DATA_BUCKET"]
@@ -47,7 +48,7 @@ def _read_job(path: Path) -> dict[str, Any]:
     return json.loads(text)
 
 
-def start_engine(faults: str | None, quiet: bool = False):
+def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # before jsii starts
     from infra.app import build_app
     from smlt.faults import FaultInjector, parse_faults
@@ -60,24 +61,22 @@ def start_engine(faults: str | None, quiet: bool = False):
         injector = FaultInjector(parse_faults(faults)) if faults else None
     except ValueError as e:
         raise InvalidJob(str(e)) from None
-    if not quiet:
-        print("starting the local engine (synthesizing the CDK app, starting moto and the handler processes)")
+    progress.info("starting the local engine (synthesizing the CDK app, starting moto and the handler processes)")
     engine = LocalEngine(build_app, outdir=tempfile.mkdtemp(prefix="smlt-cdk-"), invoke_filter=injector)
     engine.start()
     names = StackNames(engine)
     if injector is not None:
         injector.functions = names.train_functions
-    if not quiet:
-        print(f"local engine up in {time.perf_counter() - t0:.1f} s (synth {engine.synthesized.seconds:.1f} s)")
+    progress.info(f"local engine up in {time.perf_counter() - t0:.1f} s (synth {engine.synthesized.seconds:.1f} s)")
     return engine, names, injector
 
 
 class Follower:
-    """Prints new rounds and snapshots state while an execution (and its chained ones) runs."""
+    """Reports new rounds and snapshots state while an execution (and its chained ones) runs."""
 
-    def __init__(self, engine, names: StackNames, run_id: str, state_dir: Path, quiet: bool):
+    def __init__(self, engine: Any, names: StackNames, run_id: str, state_dir: Path) -> None:
         self.engine, self.names, self.run_id = engine, names, run_id
-        self.state_dir, self.quiet = state_dir, quiet
+        self.state_dir = state_dir
         self.snapshot = Snapshot(engine, names, run_id, state_dir)
         self.seen: set[int] = set()
         self.last_plan: tuple = ()
@@ -95,11 +94,10 @@ class Follower:
             self.seen.add(r["round"])
             plan = plans.get(r["round"]) or {}
             shape = (plan.get("workers"), plan.get("memory_mb"), plan.get("local_steps"))
-            if not self.quiet:
-                if plan.get("reason") and shape != self.last_plan:  # say why whenever the plan changes
-                    print(f"  plan: {plan['reason']}")
-                self.last_plan = shape
-                print(progress_line(r) + (f" | {r['reason']}" if r.get("reason") else ""), flush=True)
+            if plan.get("reason") and shape != self.last_plan:  # say why whenever the plan changes
+                progress.info(f"  plan: {plan['reason']}")
+            self.last_plan = shape
+            progress.info(progress_line(r) + (f" | {r['reason']}" if r.get("reason") else ""))
 
     def follow(self, arn: str) -> dict[str, Any]:
         while True:
@@ -110,53 +108,44 @@ class Follower:
             out = json.loads(desc.get("output") or "{}")
             if desc["status"] == "SUCCEEDED" and out.get("chain"):
                 arn = out["chain"]["execution_arn"]
-                if not self.quiet:
-                    print(f"  chained into execution {arn.rsplit(':', 1)[-1]}")
+                progress.info(f"  chained into execution {arn.rsplit(':', 1)[-1]}")
                 continue
             return desc
 
 
-def _execute(engine, names, run_id: str, job: dict, out: Path, quiet: bool, injector=None) -> int:
-    follower = Follower(engine, names, run_id, out / ".state", quiet)
+def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
+    """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
+    returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed."""
+    follower = Follower(engine, names, run_id, out / ".state")
     t0 = time.time()
     # A run that already has state (resume) needs a fresh execution name.
     arn = engine.start_execution(job, name=f"{run_id[:68]}-{int(t0)}" if job.get("run_id") else run_id)
     desc = follower.follow(arn)
     if desc["status"] != "SUCCEEDED":
-        print(f"run {run_id} {desc['status']}: {desc.get('error', '')}", file=sys.stderr)
         cause = desc.get("cause", "")
         try:
             cause = json.loads(cause).get("errorMessage", cause)
         except (ValueError, AttributeError):
             pass
-        print(f"  cause: {cause}", file=sys.stderr)
-        return 1
+        raise RunFailed(run_id, desc["status"], desc.get("error", ""), cause)
     metrics = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out, follower.history)
     follower.snapshot.save()
     f = metrics["final"]
     acc = "n/a" if f["val_accuracy"] is None else f"{f['val_accuracy']:.4f}"
-    if not quiet:
-        print(
-            f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {f['val_loss']:.4f}, "
-            f"{time.time() - t0:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
-            + (f", faults injected {injector.counts}" if injector else "")
-        )
-        print(f"  stop reason: {f['stop_reason']}")
-        print(f"  outputs in {out}/: model.safetensors metrics.json report.png history.json")
-    return 0
+    progress.info(
+        f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {f['val_loss']:.4f}, "
+        f"{time.time() - t0:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
+        + (f", faults injected {injector.counts}" if injector else "")
+    )
+    progress.info(f"  stop reason: {f['stop_reason']}")
+    progress.info(f"  outputs in {out}/: model.safetensors metrics.json report.png history.json")
+    return metrics
 
 
-def run_local(
-    job_path: Path | None, out: Path, faults: str | None = None, watch: Path | None = None, quiet: bool = False
-) -> int:
-    if watch is not None:
-        from smlt.watch import watch_folder
-
-        return watch_folder(watch, out, faults=faults, quiet=quiet)
-    if job_path is None:
-        raise InvalidJob("job: give a job file (or --watch DIR)")
+def run_local(job_path: Path, out: Path, faults: str | None = None) -> dict:
+    """`smlt run --local JOB`: returns the run's final metrics (see :func:`execute`)."""
     raw = _read_job(job_path)
-    engine, names, injector = start_engine(faults, quiet)
+    engine, names, injector = start_engine(faults)
     try:
         raw["dataset"]["uri"] = stage_dataset(
             raw["dataset"]["uri"], names.data_bucket, base=job_path.parent, client=engine.client("s3")
@@ -165,14 +154,14 @@ def run_local(
             raw.get("run_id")
             or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
-        return _execute(engine, names, run_id, raw, out, quiet, injector)
+        return execute(engine, names, run_id, raw, out, injector)
     finally:
         engine.stop()
 
 
-def resume_local(run_id: str, out: Path, faults: str | None = None, quiet: bool = False) -> int:
+def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
     """Continue a local run from its snapshot in OUT/.state: the last complete round is kept."""
-    engine, names, injector = start_engine(faults, quiet)
+    engine, names, injector = start_engine(faults)
     try:
         restore_snapshot(engine, names, run_id, out / ".state")
         meta = RunTable(names.table, run_id, client=engine.client("dynamodb")).meta()
@@ -180,8 +169,7 @@ def resume_local(run_id: str, out: Path, faults: str | None = None, quiet: bool 
             raise InvalidJob(f"run_id: no state for run {run_id!r} in {out / '.state'}")
         job = {**meta["job"], "run_id": run_id}
         done = len(RunTable(names.table, run_id, client=engine.client("dynamodb")).rounds())
-        if not quiet:
-            print(f"resuming run {run_id} after {done} complete rounds")
-        return _execute(engine, names, run_id, job, out, quiet, injector)
+        progress.info(f"resuming run {run_id} after {done} complete rounds")
+        return execute(engine, names, run_id, job, out, injector)
     finally:
         engine.stop()

@@ -23,3 +23,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: tests live under tests/<kind>/, kind one of {', '.join(KINDS)}")
         item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def moto_patches() -> list[str]:
+    """moto patched for every test as the local engine patches it (one call, smlt.local.patches):
+    tests that use moto in-process see the same moto as the engine's server."""
+    from smlt.local import patches
+
+    return patches.install()

@@ -2,7 +2,9 @@
 
 The layer is `python/` with the pinned wheels of `layers/requirements.txt` for the Lambda
 platform (pip `--platform ... --only-binary=:all:`, so nothing compiles and the host OS does not
-matter) plus the `smlt` package. CDK calls `try_bundle` only when the stack is bundled (`cdk synth`,
+matter) plus the `smlt` package without what only the local engine and the CLI use
+(`LOCAL_ONLY`: no handler imports them; tests/infra/test_bundling.py imports the handlers
+from the built layer to check it). CDK calls `try_bundle` only when the stack is bundled (`cdk synth`,
 `cdk deploy`); with `aws:cdk:bundling-stacks=[]` (CLI: `-c smlt:bundle=false`) it is skipped. The bundler never returns False:
 returning False would make CDK fall back to `docker run`, which this project never does. On
 failure it raises with pip's output and the way to synth without bundling.
@@ -20,7 +22,7 @@ import jsii
 from aws_cdk import ILocalBundling
 
 # Bump when the bundling recipe changes so the asset hash (and the deployed layer) changes.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 
 PLATFORMS = {
     # manylinux2014 covers wheels like safetensors/pydantic-core; numpy 2.4 ships manylinux_2_27/2_28
@@ -30,6 +32,28 @@ PLATFORMS = {
 }
 
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+# Paths under smlt/ that only the local engine, the CLI and the benchmarks use: left out of the layer.
+LOCAL_ONLY = (
+    "local",
+    "cli",
+    "sim",
+    "runner.py",
+    "watch.py",
+    "cloud.py",
+    "datasets.py",
+    "outputs.py",
+    "report.py",
+    "snapshot.py",
+    "faults.py",
+    "progress.py",
+)
+
+
+def _in_layer(rel: Path) -> bool:
+    """Whether ``rel`` (a path relative to smlt/) goes into the layer."""
+    return not (
+        _SKIP_DIRS.intersection(rel.parts) or rel.suffix == ".pyc" or (rel.parts and rel.parts[0] in LOCAL_ONLY)
+    )
 
 
 def layer_fingerprint(repo_root: Path, architecture: str, python_version: str) -> str:
@@ -40,7 +64,7 @@ def layer_fingerprint(repo_root: Path, architecture: str, python_version: str) -
     h.update(b"requirements.txt\0" + req.read_bytes() + b"\0")
     pkg = repo_root / "smlt"
     for path in sorted(pkg.rglob("*")):
-        if not path.is_file() or _SKIP_DIRS.intersection(path.relative_to(pkg).parts) or path.suffix == ".pyc":
+        if not path.is_file() or not _in_layer(path.relative_to(pkg)):
             continue
         h.update(str(path.relative_to(repo_root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
@@ -69,12 +93,12 @@ def build_layer(output_dir: Path, repo_root: Path, architecture: str, python_ver
             "To synthesize without building the layer (tests, offline): "
             'npx cdk synth -c smlt:bundle=false (or build_app(context={"aws:cdk:bundling-stacks": []}))'
         )
-    shutil.copytree(
-        repo_root / "smlt",
-        site / "smlt",
-        ignore=shutil.ignore_patterns(*_SKIP_DIRS, "*.pyc"),
-        dirs_exist_ok=True,
-    )
+    pkg = repo_root / "smlt"
+    for path in sorted(pkg.rglob("*")):
+        rel = path.relative_to(pkg)
+        if path.is_file() and _in_layer(rel):
+            (site / "smlt" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, site / "smlt" / rel)
     # Not importable code: console scripts, and a top-level `tests` package some sdists ship.
     for extra in ("bin", "tests"):
         shutil.rmtree(site / extra, ignore_errors=True)

@@ -34,13 +34,24 @@ Parts
     What production enforces and moto does not: 256 KiB state payloads (inclusive boundary,
     ``States.DataLimitExceeded`` not catchable by ``States.ALL``), 25,000 history events per
     execution, 256 KiB execution input, the Distributed Map's tolerated-failure threshold, and
-    ``Lambda.<Code>`` error names for payload-only Lambda tasks. Small monkeypatches, refused
-    on any moto other than 5.2.5.
+    ``Lambda.<Code>`` error names for payload-only Lambda tasks. Small monkeypatches.
 ``speed.py``
     Per-request costs of moto 5.2.5 removed with small patches (same answers): memoised service
     routing of the server's dispatcher, one cached Lambda client for the interpreter's tasks,
-    cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. Refused on any other
-    moto; ``SMLT_LOCAL_SPEEDUPS=0`` turns them off (to measure them).
+    cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. ``SMLT_LOCAL_SPEEDUPS=0``
+    turns them off (to measure them).
+``patches.py``
+    The registry of every moto patch (name, kind, what it does, the moto attributes and
+    signatures it replaces) and the one ``install()``: checks the supported moto range
+    (``moto>=5.2,<5.3``) and every listed attribute, then applies. Used by the engine and, once
+    per session, by the root ``tests/conftest.py``.
+``eventbridge.py``
+    The stack's upload trigger: the S3 "Object Created" event, matched against the template's
+    ``AWS::Events::Rule`` patterns by moto's EventBridge matcher, the target input rendered (moto's
+    renderer leaves strings unquoted at CDK's placeholders) and StartExecution.
+``redis_server.py``
+    ``LocalRedisServer``: a throwaway ``redis-server`` (plain or TLS with a throwaway CA) for
+    tests, benchmarks and local runs.
 ``engine.py``
     ``LocalEngine``: puts it together (pool -> synth -> moto -> buckets, tables, state machine ->
     seam) and offers ``start_execution`` / ``wait`` / ``history`` / ``client`` / ``names`` /

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import invoke, limits, moto_fixes, speed
+from . import invoke, limits, patches
 from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
@@ -149,6 +149,7 @@ class LocalEngine:
             if outdir is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="smlt-cdk-")
                 outdir = self._tmp.name
+            assert self._build_app is not None  # __init__ refuses neither build_app nor synthesized
             self.synthesized = synthesize(self._build_app, outdir, context=self._synth_context)
         self.timings["synth"] = self.synthesized.seconds
 
@@ -159,10 +160,7 @@ class LocalEngine:
 
         # 4. patches + moto
         t = time.perf_counter()
-        limits.install()
-        moto_fixes.install()
-        if speed.enabled():
-            speed.install()
+        patches.install()
         limits.set_history_limit(self.history_limit)
         invoke.install()
         self.server = server_mod.acquire()
@@ -178,6 +176,7 @@ class LocalEngine:
         sm_id = self.resolver.state_machine_id(self._state_machine)
         self.definition = self.resolver.definition(sm_id)  # errors before anything is created
         role_arn = self.resolver.role_arn(sm_id)
+        assert self.server.port is not None  # acquire() returns a started server
         router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env, self._invoke_filter)
         invoke.activate(router)  # refuses a second engine of the same stack
         self._router = router

@@ -92,7 +92,7 @@ def function_specs(resolver: Resolver, asset_paths: dict[str, Path], code_root: 
         }
         timeout = int(props.get("Timeout", DEFAULT_TIMEOUT))
         memory = int(props.get("MemorySize", DEFAULT_MEMORY))
-        common = dict(logical_id=lid, name=lr.name, arn=lr.arn, env=env, timeout=timeout, memory=memory)
+        common: dict[str, Any] = dict(logical_id=lid, name=lr.name, arn=lr.arn, env=env, timeout=timeout, memory=memory)
 
         def unsupported(handler: str, why: str) -> FunctionSpec:
             return FunctionSpec(kind="unsupported", handler=handler, problem=why, **common)

@@ -77,7 +77,7 @@ def parse_function_name(url: str) -> tuple[str, str | None]:
         raw = unquote(segs[segs.index("functions") + 1])
     except (ValueError, IndexError):
         raise ValueError(f"not a Lambda Invoke URL: {url}") from None
-    qualifier = (parse_qs(parts.query).get("Qualifier") or [None])[0]
+    qualifier: str | None = next(iter(parse_qs(parts.query).get("Qualifier", [])), None)
     if raw.startswith("arn:"):
         fields = raw.split(":")
         name = fields[6] if len(fields) > 6 else raw
@@ -160,14 +160,14 @@ class InvokeRouter:
             # misses the deadline); the invocation reports the timeout
             out = InvokeOutcome(False, timeout_payload(request_id, spec.timeout), out.seconds, "Sandbox.Timedout")
         if out.ok and len(out.payload) > MAX_INVOKE_PAYLOAD:
-            body = json.dumps(
+            too_large = json.dumps(
                 {
                     "errorType": "Function.ResponseSizeTooLarge",
                     "errorMessage": "Response payload size exceeded maximum allowed payload size "
                     f"({MAX_INVOKE_PAYLOAD} bytes).",
                 }
             ).encode()
-            out = InvokeOutcome(False, body, out.seconds, "Function.ResponseSizeTooLarge")
+            out = InvokeOutcome(False, too_large, out.seconds, "Function.ResponseSizeTooLarge")
         return out
 
     def handle(self, request: Any) -> AWSResponse:

@@ -28,14 +28,16 @@ and fails with ``States.DataLimitExceeded`` (``moto/stepfunctions/parser/quotas.
    ``arn:aws:states:::lambda:invoke``. ``StateTaskLambda._from_error`` is wrapped accordingly, so
    the Retry CDK adds on Lambda service errors applies locally too.
 
-:func:`install` checks the moto version and that every patched attribute exists: an upgrade
-that moves them fails loudly instead of silently dropping a limit.
+Each patch is one function below, listed (with the moto attributes it replaces) in
+:mod:`smlt.local.patches`, which checks the moto version range and those attributes before it
+applies any: an upgrade that moves them fails loudly instead of silently dropping a limit.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
+from types import SimpleNamespace
 from typing import Any
 
 MOTO_VERSION = "5.2.5"
@@ -48,17 +50,11 @@ HISTORY_CAUSE = (
     "checkpoint)."
 )
 
-_lock = threading.Lock()
-_installed = False
 _history_limit = HISTORY_LIMIT
 
 
 class LimitError(ValueError):
     """A local limit check failed before anything was sent to the interpreter."""
-
-
-class MotoVersionError(RuntimeError):
-    """moto is not the version the patches were written and tested against."""
 
 
 def payload_size(value: Any) -> int:
@@ -106,66 +102,43 @@ def _is_within_size_quota(value: Any) -> bool:
     return len(text.encode("utf-8")) <= MAX_PAYLOAD_BYTES
 
 
-def install() -> None:
-    """Apply the patches once per process (idempotent). Raises :class:`MotoVersionError` when
-    moto is not 5.2.5 or the patched internals moved."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        import moto
-
-        if moto.__version__ != MOTO_VERSION:
-            raise MotoVersionError(
-                f"smlt.local patches moto {MOTO_VERSION}'s Step Functions interpreter; found "
-                f"moto {moto.__version__}. Re-check smlt/local/limits.py against the new moto "
-                "(quotas, ErrorEqualsDecl, EventManager, ExecutionWorker) and update the pin."
-            )
-        try:
-            _patch()
-        except (ImportError, AttributeError) as e:
-            raise MotoVersionError(f"moto's interpreter internals moved: {e}") from e
-        _installed = True
+def _details(**fields: Any) -> Any:
+    """moto's ``EventDetails``: a dict with the one ``...EventDetails`` key of the event (its
+    TypedDict declares every key as required; moto builds it with one, as here)."""
+    return dict(fields)
 
 
-def _patch() -> None:
-    from moto.stepfunctions.parser import quotas
-    from moto.stepfunctions.parser.api import HistoryEventType
+# FailureEvent copies the state name and source event id from an Environment; a history-limit
+# failure belongs to no state (as AWS reports it).
+_NO_STATE: Any = SimpleNamespace(next_state_name=None, event_history_context=SimpleNamespace(source_event_id=0))
+
+
+SIZE_QUOTA_MODULES = (
+    "moto.stepfunctions.parser.quotas",
+    "moto.stepfunctions.parser.asl.component.state.state",
+    "moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda",
+    "moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service",
+)
+
+
+def patch_size_boundary() -> None:
+    """1. the 256 KiB boundary, inclusive"""
+    import importlib
+
+    for name in SIZE_QUOTA_MODULES:
+        module: Any = importlib.import_module(name)
+        module.is_within_size_quota = _is_within_size_quota
+
+
+def patch_uncatchable_by_all() -> None:
+    """2. States.ALL does not catch terminal errors"""
     from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
-    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-        FailureEvent,
-        FailureEventException,
-    )
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
-        StatesErrorName,
-    )
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-        StatesErrorNameType,
-    )
-    from moto.stepfunctions.parser.asl.component.state import state as state_mod
-    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
-        distributed_iteration_component,
-    )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
-        state_task_lambda,
-    )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-        state_task_service,
-    )
-    from moto.stepfunctions.parser.asl.eval.event import event_manager
-    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
-    from moto.stepfunctions.parser.backend import execution_worker
 
-    # 1. the 256 KiB boundary
-    for mod in (quotas, state_mod, state_task_lambda, state_task_service):
-        _ = mod.is_within_size_quota  # must exist
-        mod.is_within_size_quota = _is_within_size_quota
-
-    # 2. States.ALL does not catch terminal errors
-    decl = error_equals_decl.ErrorEqualsDecl
+    decl: Any = error_equals_decl.ErrorEqualsDecl
     orig_eval = decl._eval_body
     all_name = decl._STATE_ALL_ERROR
 
+    @functools.wraps(orig_eval)
     def _eval_body(self: Any, env: Any) -> None:
         error_name = env.stack[-1] if env.stack else None
         name = getattr(error_name, "error_name", None)
@@ -181,8 +154,22 @@ def _patch() -> None:
 
     decl._eval_body = _eval_body
 
-    # 3. 25,000 history events per execution
-    manager = event_manager.EventManager
+
+def patch_history_limit() -> None:
+    """3. 25,000 history events per execution"""
+    from moto.stepfunctions.parser.api import HistoryEventType
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.eval.event import event_manager
+    from moto.stepfunctions.parser.backend import execution_worker
+
+    manager: Any = event_manager.EventManager
     orig_add = manager.add_event
     always = {
         HistoryEventType.ExecutionFailed,
@@ -191,6 +178,7 @@ def _patch() -> None:
         HistoryEventType.ExecutionSucceeded,
     }
 
+    @functools.wraps(orig_add)
     def add_event(self: Any, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
         limit = getattr(self, "_smlt_history_limit", None)
         if (
@@ -202,29 +190,48 @@ def _patch() -> None:
                 err = StatesErrorNameType.StatesRuntime.to_name()
                 cause = HISTORY_CAUSE.format(limit=limit)
                 raise FailureEventException(
-                    failure_event=_HistoryFailure(
-                        StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
-                        HistoryEventType.ExecutionFailed,
-                        EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
+                    failure_event=FailureEvent(
+                        env=_NO_STATE,
+                        error_name=StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
+                        event_type=HistoryEventType.ExecutionFailed,
+                        event_details=_details(executionFailedEventDetails={"error": err, "cause": cause}),
                     )
                 )
         return orig_add(self, context, event_type, *args, **kwargs)
 
-    class _HistoryFailure(FailureEvent):
-        # FailureEvent wants an env only to copy two fields from it
-        def __init__(self, error_name: Any, event_type: Any, details: Any) -> None:
-            self.state_name = None
-            self.source_event_id = 0
-            self.error_name = error_name
-            self.event_type = event_type
-            self.event_details = details
-
     manager.add_event = add_event
 
-    # 4. Distributed Map: tolerated failure threshold
-    component = distributed_iteration_component.DistributedIterationComponent
+    worker: Any = execution_worker.ExecutionWorker
+    orig_env = worker._get_evaluation_environment
+
+    @functools.wraps(orig_env)
+    def _get_evaluation_environment(self: Any) -> Any:
+        env = orig_env(self)
+        env.event_manager._smlt_history_limit = _history_limit
+        return env
+
+    worker._get_evaluation_environment = _get_evaluation_environment
+
+
+def patch_map_tolerated_failures() -> None:
+    """4. Distributed Map: tolerated failure threshold"""
+    from moto.stepfunctions.parser.api import HistoryEventType
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+        distributed_iteration_component,
+    )
+
+    component: Any = distributed_iteration_component.DistributedIterationComponent
     orig_map_run = component._map_run
 
+    @functools.wraps(orig_map_run)
     def _map_run(self: Any, env: Any, eval_input: Any) -> None:
         orig_map_run(self, env, eval_input)
         record = eval_input.map_run_record
@@ -241,22 +248,27 @@ def _patch() -> None:
                     env=env,
                     error_name=StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
                     event_type=HistoryEventType.ExecutionFailed,
-                    event_details=EventDetails(executionFailedEventDetails={"error": err, "cause": cause}),
+                    event_details=_details(executionFailedEventDetails={"error": err, "cause": cause}),
                 )
             )
 
     component._map_run = _map_run
 
-    # 6. Lambda.<Code> for API errors of payload-response-only Lambda tasks
+
+def patch_lambda_error_names() -> None:
+    """6. Lambda.<Code> for API errors of payload-response-only Lambda tasks"""
     from botocore.exceptions import ClientError
-    from moto.stepfunctions.parser.api import LambdaFunctionFailedEventDetails
+    from moto.stepfunctions.parser.api import HistoryEventType, LambdaFunctionFailedEventDetails
     from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
         CustomErrorName,
     )
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_lambda
 
-    task_lambda = state_task_lambda.StateTaskLambda
+    task_lambda: Any = state_task_lambda.StateTaskLambda
     orig_from_error = task_lambda._from_error
 
+    @functools.wraps(orig_from_error)
     def _from_error(self: Any, env: Any, ex: Exception) -> Any:
         if not isinstance(ex, ClientError):
             return orig_from_error(self, env, ex)
@@ -266,19 +278,9 @@ def _patch() -> None:
             env=env,
             error_name=CustomErrorName(error),
             event_type=HistoryEventType.LambdaFunctionFailed,
-            event_details=EventDetails(
+            event_details=_details(
                 lambdaFunctionFailedEventDetails=(LambdaFunctionFailedEventDetails(error=error, cause=cause))
             ),
         )
 
     task_lambda._from_error = _from_error
-
-    worker = execution_worker.ExecutionWorker
-    orig_env = worker._get_evaluation_environment
-
-    def _get_evaluation_environment(self: Any) -> Any:
-        env = orig_env(self)
-        env.event_manager._smlt_history_limit = _history_limit
-        return env
-
-    worker._get_evaluation_environment = _get_evaluation_environment

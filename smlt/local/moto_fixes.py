@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import Any
 
 _lock = threading.RLock()
-_installed = False
 
 OPERATIONS = (
     "put_item",
@@ -29,20 +29,15 @@ OPERATIONS = (
 )
 
 
-def install() -> None:
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        from moto.dynamodb.models import DynamoDBBackend
+def patch_dynamodb_lock() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
 
-        for name in OPERATIONS:
-            orig = getattr(DynamoDBBackend, name)  # AttributeError if moto moved it: fail loudly
+    for name in OPERATIONS:
+        orig = getattr(DynamoDBBackend, name)
 
-            @functools.wraps(orig)
-            def locked(self, *args, __orig=orig, **kwargs):
-                with _lock:
-                    return __orig(self, *args, **kwargs)
+        @functools.wraps(orig)
+        def locked(self: Any, *args: Any, __orig: Any = orig, **kwargs: Any) -> Any:
+            with _lock:
+                return __orig(self, *args, **kwargs)
 
-            setattr(DynamoDBBackend, name, locked)
-        _installed = True
+        setattr(DynamoDBBackend, name, locked)

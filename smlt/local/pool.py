@@ -251,7 +251,7 @@ def _main_hidden() -> Iterator[None]:
         yield
         return
     with _MAIN_LOCK:
-        saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__}
+        saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__}
         main.__dict__["__spec__"] = None
         main.__dict__.pop("__file__", None)
         try:
@@ -293,7 +293,7 @@ class WorkerPool:
         self.size = size or os.cpu_count() or 1
         self.start_method = start_method
         self.preload = preload
-        self._ctx = mp.get_context(start_method)
+        self._ctx: Any = mp.get_context(start_method)  # typeshed's BaseContext lacks Process
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: set[int] = set()
         self._workers: dict[int, _Worker] = {}

@@ -42,7 +42,7 @@ REDIS_REDUCER_HINT = (
     "the ElastiCache exchange of CDK context redis_reducer=true does not run on the local engine; "
     "synthesize with redis_reducer=false (cdk.json, or the engine's synth_context={'redis_reducer': False}) "
     "and, for a Redis exchange locally, set SMLT_EXCHANGE_URL=redis://127.0.0.1:PORT/0 to a local "
-    "redis-server (smlt.store.redis.LocalRedisServer, scripts/redis.sh)"
+    "redis-server (smlt.local.redis_server.LocalRedisServer, scripts/redis.sh)"
 )
 
 # Resource types the local engine has no stand-in for: type -> what to do instead.
@@ -161,7 +161,7 @@ def _ref_value(r: LocalResource, account: str, region: str) -> str:
 
 
 # (type, attribute) -> function(resource, account, region) -> value
-_ATTRS: dict[tuple[str, str], Callable[[LocalResource, str, str], str]] = {
+_ATTRS: dict[tuple[str, str], Callable[[LocalResource, str, str], str | None]] = {
     (BUCKET, "Arn"): lambda r, a, g: r.arn,
     (BUCKET, "DomainName"): lambda r, a, g: f"{r.name}.s3.{URL_SUFFIX}",
     (BUCKET, "RegionalDomainName"): lambda r, a, g: f"{r.name}.s3.{g}.{URL_SUFFIX}",
@@ -297,7 +297,10 @@ class Resolver:
         fn = _ATTRS.get((lr.type, attr))
         if fn is None:
             raise UnresolvableError(f"{where}: Fn::GetAtt {logical_id}.{attr} ({lr.type}) is not supported locally")
-        return fn(lr, self.account, self.region)
+        value = fn(lr, self.account, self.region)
+        if value is None:  # a resource the resolver gave no ARN
+            raise UnresolvableError(f"{where}: Fn::GetAtt {logical_id}.{attr}: {lr.type} has no local ARN")
+        return value
 
     def _sub(self, template: str, variables: dict[str, Any], where: str) -> str:
         def repl(m: re.Match[str]) -> str:

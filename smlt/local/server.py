@@ -59,9 +59,9 @@ class MotoServer:
         logging.getLogger("moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
         server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         server.start()
-        from . import speed
+        from . import patches, speed
 
-        if speed.enabled():
+        if patches.speedups_enabled():
             speed.nodelay(server._server)  # werkzeug's WSGI server (see smlt.local.speed, Nagle)
         self._server = server
         self.port = int(server.get_host_and_port()[1])

@@ -1,6 +1,7 @@
-"""Per-request costs of moto 5.2.5 that the local engine pays on every round, removed with small,
-documented monkeypatches (same answers, less work). Refused on any other moto version, and every
-patched attribute is looked up first: an upgrade that moves them fails loudly.
+"""Per-request costs of moto 5.2 that the local engine pays on every round, removed with small,
+documented monkeypatches (same answers, less work). Listed in :mod:`smlt.local.patches`, which
+checks the moto version range and every attribute they replace before applying them: an upgrade
+that moves them fails loudly.
 
 Measured with ``bench/local_bench.py``'s overhead probe (8 workers, no-op compute) and py-spy on
 the engine's process: about two thirds of that process's busy time was moto's HTTP server, and
@@ -67,16 +68,15 @@ Item-sized costs (``bench/moto_calls.py`` measures them, patched against unpatch
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import socket
 import threading
 from typing import Any
 
-from .limits import MOTO_VERSION, MotoVersionError
+from .errors import MotoVersionError
 
-_lock = threading.Lock()
-_installed = False
 # (owner, attribute, what moto had) for the patches that go through _replace (the tests put
 # moto's back for a moment to compare answers)
 _ORIGINALS: list[tuple[Any, str, Any]] = []
@@ -96,34 +96,7 @@ def enabled() -> bool:
     return os.environ.get("SMLT_LOCAL_SPEEDUPS", "1") != "0"
 
 
-def _check_version() -> None:
-    import moto
-
-    if moto.__version__ != MOTO_VERSION:
-        raise MotoVersionError(
-            f"smlt.local.speed patches moto {MOTO_VERSION}; found moto "
-            f"{moto.__version__} (re-check the patched functions, then update)"
-        )
-
-
-def install() -> None:
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        _check_version()
-        _patch_backend_for_host()
-        _patch_boto_client_for()
-        _patch_jsonpath_parse()
-        _patch_transact_snapshot()
-        _patch_attribute_value_serializer()
-        _patch_table_query()
-        _patch_dynamo_to_dict()
-        _patch_ranged_get()
-        _installed = True
-
-
-def _patch_backend_for_host() -> None:
+def patch_backend_for_host() -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     orig = DomainDispatcherApplication.get_backend_for_host
@@ -140,10 +113,11 @@ def _patch_backend_for_host() -> None:
             cache[host] = backend
             return backend
 
-    DomainDispatcherApplication.get_backend_for_host = get_backend_for_host
+    dispatcher: Any = DomainDispatcherApplication
+    dispatcher.get_backend_for_host = get_backend_for_host
 
 
-def _patch_boto_client_for() -> None:
+def patch_boto_client_for() -> None:
     from moto.core.models import botocore_stubber
     from moto.settings import moto_server_port
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
@@ -170,49 +144,73 @@ def _patch_boto_client_for() -> None:
     lambda_eval_utils.boto_client_for = boto_client_for
 
 
-def _patch_jsonpath_parse() -> None:
+def patch_jsonpath_parse() -> None:
     from moto.stepfunctions.parser.asl.component.common.path import result_path
     from moto.stepfunctions.parser.asl.utils import json_path
 
-    for module in (json_path, result_path):
-        orig = module.parse  # AttributeError if moto moved it: fail loudly
-        module.parse = functools.lru_cache(maxsize=4096)(orig)
+    modules: tuple[Any, ...] = (json_path, result_path)
+    for module in modules:
+        module.parse = functools.lru_cache(maxsize=4096)(module.parse)
 
 
-def _patch_transact_snapshot() -> None:
+def _table_snapshot(table: Any, keys: list[dict[str, Any]]) -> Any:
+    """What a rollback of a transaction naming ``keys`` needs of ``table``: a shallow copy with its
+    own item containers and deep copies of exactly those items (the full copy for a table with a
+    stream or a malformed key, as moto makes it)."""
     import copy as real_copy
     from collections import defaultdict
 
-    from moto.dynamodb import models as ddb_models
     from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if getattr(table, "stream_shard", None) is not None:
+        return real_copy.deepcopy(table)
+    snap = real_copy.copy(table)
+    items: Any = defaultdict(dict)
+    for h, v in table.items.items():
+        items[h] = dict(v) if table.has_range_key else v
+    snap.items = items
+    for key in keys:
+        try:
+            h = DynamoType(key[table.hash_key_attr])
+            r = DynamoType(key[table.range_key_attr]) if table.has_range_key else None
+        except (KeyError, TypeError):
+            return real_copy.deepcopy(table)  # malformed: moto raises later; copy as it did
+        if table.has_range_key:
+            if h in table.items and r in table.items[h]:
+                items[h][r] = real_copy.deepcopy(table.items[h][r])
+        elif h in table.items:
+            items[h] = real_copy.deepcopy(table.items[h])
+    return snap
+
+
+def _touched_keys(backend: Any, transact_items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Table name -> the keys a TransactWriteItems request names in it."""
+    touched: dict[str, list[dict[str, Any]]] = {}
+    for item in transact_items:
+        for op_type, op in item.items():
+            if not isinstance(op, dict) or not op.get("TableName"):
+                continue
+            table = backend.tables.get(op["TableName"])
+            if op_type == "Put" and table is not None and isinstance(op.get("Item"), dict):
+                attrs = op["Item"]
+                key = {a: attrs[a] for a in (table.hash_key_attr, table.range_key_attr) if a and a in attrs}
+            else:
+                key = op.get("Key") or {}
+            touched.setdefault(op["TableName"], []).append(key)
+    return touched
+
+
+def patch_transact_snapshot() -> None:
+    import copy as real_copy
+
+    from moto.dynamodb import models as ddb_models
     from moto.dynamodb.models.table import Table
 
-    backend_cls = ddb_models.DynamoDBBackend
+    backend_cls: Any = ddb_models.DynamoDBBackend
     orig = backend_cls.transact_write_items
     if ddb_models.copy is not real_copy:
         raise MotoVersionError("moto.dynamodb.models no longer uses the copy module as expected")
     local = threading.local()
-
-    def snapshot(table: Any, keys: list[dict[str, Any]]) -> Any:
-        if getattr(table, "stream_shard", None) is not None:
-            return real_copy.deepcopy(table)
-        snap = real_copy.copy(table)
-        items: Any = defaultdict(dict)
-        for h, v in table.items.items():
-            items[h] = dict(v) if table.has_range_key else v
-        snap.items = items
-        for key in keys:
-            try:
-                h = DynamoType(key[table.hash_key_attr])
-                r = DynamoType(key[table.range_key_attr]) if table.has_range_key else None
-            except (KeyError, TypeError):
-                return real_copy.deepcopy(table)  # malformed: moto raises later; copy as it did
-            if table.has_range_key:
-                if h in table.items and r in table.items[h]:
-                    items[h][r] = real_copy.deepcopy(table.items[h][r])
-            elif h in table.items:
-                items[h] = real_copy.deepcopy(table.items[h])
-        return snap
 
     class _CopyModule:
         """``copy`` as moto.dynamodb.models sees it: deepcopy of a Table inside
@@ -225,30 +223,20 @@ def _patch_transact_snapshot() -> None:
         def deepcopy(x: Any, memo: Any = None) -> Any:
             touched = getattr(local, "touched", None)
             if touched is not None and isinstance(x, Table):
-                return snapshot(x, touched.get(x.name, []))
+                return _table_snapshot(x, touched.get(x.name, []))
             return real_copy.deepcopy(x, memo)
 
     @functools.wraps(orig)
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        touched: dict[str, list[dict[str, Any]]] = {}
-        for item in transact_items:
-            for op_type, op in item.items():
-                if not isinstance(op, dict) or not op.get("TableName"):
-                    continue
-                table = self.tables.get(op["TableName"])
-                if op_type == "Put" and table is not None and isinstance(op.get("Item"), dict):
-                    attrs = op["Item"]
-                    key = {a: attrs[a] for a in (table.hash_key_attr, table.range_key_attr) if a and a in attrs}
-                else:
-                    key = op.get("Key") or {}
-                touched.setdefault(op["TableName"], []).append(key)
+        touched = _touched_keys(self, transact_items)
         local.touched = touched
         try:
             return orig(self, transact_items)
         finally:
             local.touched = None
 
-    ddb_models.copy = _CopyModule()  # type: ignore[assignment]
+    models: Any = ddb_models  # its ``copy`` is the module's name for the stdlib module
+    models.copy = _CopyModule()
     backend_cls.transact_write_items = transact_write_items
 
 
@@ -277,7 +265,8 @@ _AV_MEMBERS = {
 }
 
 
-def _patch_attribute_value_serializer() -> None:
+def _check_attribute_value_shape() -> None:
+    """The serializer and AttributeValue shape the fast path reproduces are moto 5.2's."""
     from moto.core import serialize
     from moto.core.utils import get_service_model
 
@@ -303,6 +292,29 @@ def _patch_attribute_value_serializer() -> None:
         or "_serialize_type_structure" in vars(serialize.JSONSerializer)
     ):
         raise MotoVersionError("moto's serializer or DynamoDB's AttributeValue shape changed")
+
+
+def _sets_and_binaries(serializer: Any, t: str, v: Any, tv: type) -> Any:
+    """The wire form of an SS/NS/B/BS value (base64 by the serializer's own function)."""
+    if t == "SS" or t == "NS":
+        if tv is not list or any(type(x) is not str for x in v):
+            raise _Generic
+        return list(v)
+    if t == "B":
+        if tv is not bytes and tv is not str:
+            raise _Generic
+        return serializer._base64(v)
+    if t == "BS":
+        if tv is not list or any(type(x) is not bytes and type(x) is not str for x in v):
+            raise _Generic
+        return [serializer._base64(x) for x in v]
+    raise _Generic
+
+
+def patch_attribute_value_serializer() -> None:
+    from moto.core import serialize
+
+    _check_attribute_value_shape()
     orig = serialize.BaseJSONSerializer._serialize_type_structure
 
     def attribute_value(self: Any, value: Any) -> dict[str, Any]:
@@ -324,20 +336,8 @@ def _patch_attribute_value_serializer() -> None:
         elif t == "BOOL" or t == "NULL":
             if tv is not bool:
                 raise _Generic
-        elif t == "SS" or t == "NS":
-            if tv is not list or any(type(x) is not str for x in v):
-                raise _Generic
-            v = list(v)
-        elif t == "B":
-            if tv is not bytes and tv is not str:
-                raise _Generic
-            v = self._base64(v)
-        elif t == "BS":
-            if tv is not list or any(type(x) is not bytes and type(x) is not str for x in v):
-                raise _Generic
-            v = [self._base64(x) for x in v]
         else:
-            raise _Generic
+            v = _sets_and_binaries(self, t, v, tv)
         return {t: v}
 
     @functools.wraps(orig)
@@ -353,37 +353,34 @@ def _patch_attribute_value_serializer() -> None:
     _replace(serialize.JSONSerializer, "_serialize_type_structure", _serialize_type_structure)
 
 
-def _patch_table_query() -> None:
-    import copy
+_QUERY_PARAMS = [
+    "self",
+    "hash_key",
+    "range_comparison",
+    "range_objs",
+    "limit",
+    "exclusive_start_key",
+    "scan_index_forward",
+    "projection_expressions",
+    "index_name",
+    "consistent_read",
+    "filter_expression",
+    "hash_key_conditions",
+    "range_key_conditions",
+    "filter_kwargs",
+]
+
+
+def _check_table_query() -> None:
     import inspect
 
     from moto.dynamodb import comparisons
     from moto.dynamodb.models import table as table_module
-    from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
-    from moto.dynamodb.models.utilities import bytesize
-    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+    from moto.dynamodb.models.dynamo_type import Item, LimitedSizeDict
 
     Table = table_module.Table
-    orig = Table.query
-    params = list(inspect.signature(orig).parameters)
-    expected = [
-        "self",
-        "hash_key",
-        "range_comparison",
-        "range_objs",
-        "limit",
-        "exclusive_start_key",
-        "scan_index_forward",
-        "projection_expressions",
-        "index_name",
-        "consistent_read",
-        "filter_expression",
-        "hash_key_conditions",
-        "range_key_conditions",
-        "filter_kwargs",
-    ]
     if (
-        params != expected
+        list(inspect.signature(Table.query).parameters) != _QUERY_PARAMS
         or not isinstance(table_module.RESULT_SIZE_LIMIT, int)
         or _ITEM_SIZE_BOUND not in LimitedSizeDict.__setitem__.__code__.co_consts
         or not all(hasattr(Table, a) for a in ("_item_comes_before_dct", "_get_last_evaluated_key"))
@@ -392,116 +389,234 @@ def _patch_table_query() -> None:
     ):
         raise MotoVersionError("moto's Table.query changed")
 
-    def item_size(item: Any) -> int:
+
+def _blank(cls: Any) -> Any:
+    """An instance of ``cls`` without __init__, through the class's own __new__ (moto's BaseModel
+    tracks its instances there), as moto's __deepcopy__ makes them."""
+    return cls.__new__(cls)
+
+
+class _ItemOps:
+    """Item sizes and copies as moto computes them, without its per-node costs (moto's classes
+    are passed in once, at install)."""
+
+    def __init__(self) -> None:
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
+        from moto.dynamodb.models.utilities import bytesize
+
+        # moto's classes, typed Any: instances are built field by field (``__new__``), as moto's
+        # own __deepcopy__ does
+        self.DynamoType: Any = DynamoType
+        self.Item: Any = Item
+        self.LimitedSizeDict: Any = LimitedSizeDict
+        self.bytesize = bytesize
+
+    def item_size(self, item: Any) -> int:
         """``Item.size()`` without its cost: moto's ``DynamoType.size`` wraps every map value in a
         new ``DynamoType`` (which copies its whole subtree) before sizing it. Same sum, same
         rules; anything but a plain DynamoType tree is left to moto."""
         try:
-            return sum(bytesize(k) + _av_size(v) for k, v in item.attrs.items())
+            return sum(self.bytesize(k) + self._av_size(v) for k, v in item.attrs.items())
         except _Generic:
-            return item.size()
+            return int(item.size())
 
-    def _av_size(d: Any) -> int:
-        if type(d) is not DynamoType:
+    def _av_size(self, d: Any) -> int:
+        if type(d) is not self.DynamoType:
             raise _Generic
         t, v = d.type, d.value
         if t == "S" or t == "B" or t == "BOOL" or t == "NULL":
-            return 1 if isinstance(v, bool) else bytesize(v)
+            return 1 if isinstance(v, bool) else int(self.bytesize(v))
         if t == "N":
             return len(str(v))
         if t == "M":
-            return sum(bytesize(k) + _av_size(x) for k, x in v.items())
+            return sum(self.bytesize(k) + self._av_size(x) for k, x in v.items())
         if t == "L":
-            return sum(_av_size(x) for x in v)
-        return d.size()  # sets, anything else: moto's own
+            return sum(self._av_size(x) for x in v)
+        return int(d.size())  # sets, anything else: moto's own
 
-    def copy_items(items: list[Any]) -> list[Any]:
+    def copy_items(self, items: list[Any]) -> list[Any]:
         """``copy.deepcopy(items)`` as Item.__deepcopy__ and DynamoType.__deepcopy__ make it (new
         Item, key and attribute values; list and map values copied, set values as new lists,
         scalars shared), without deepcopy's per-node dispatch and memo. The memo only kept
         objects shared between items shared in the copy; query results are only read."""
-        out = []
-        for item in items:
-            if type(item) is not Item:
-                out.append(copy.deepcopy(item))
-                continue
-            try:
-                new = Item.__new__(Item)
-                new.hash_key = _copy_av(item.hash_key)
-                new.range_key = None if item.range_key is None else _copy_av(item.range_key)
-                attrs = LimitedSizeDict.__new__(LimitedSizeDict)
-                dict.__init__(attrs)
-                for k, v in item.attrs.items():
-                    dict.__setitem__(attrs, k, _copy_av(v))
-                new.attrs = attrs
-            except _Generic:
-                new = copy.deepcopy(item)
-            out.append(new)
-        return out
+        return [self._copy_item(item) for item in items]
 
-    def _copy_av(d: Any) -> Any:
+    def _copy_item(self, item: Any) -> Any:
+        Item = self.Item
+        if type(item) is not Item:
+            return copy.deepcopy(item)
+        try:
+            new = _blank(Item)
+            new.hash_key = self._copy_av(item.hash_key)
+            new.range_key = None if item.range_key is None else self._copy_av(item.range_key)
+            attrs = self.LimitedSizeDict.__new__(self.LimitedSizeDict)
+            dict.__init__(attrs)
+            for k, v in item.attrs.items():
+                dict.__setitem__(attrs, k, self._copy_av(v))
+            new.attrs = attrs
+        except _Generic:
+            new = copy.deepcopy(item)
+        return new
+
+    def _copy_av(self, d: Any) -> Any:
+        DynamoType = self.DynamoType
         if type(d) is not DynamoType:
             raise _Generic
-        new = DynamoType.__new__(DynamoType)
+        new = _blank(DynamoType)
         t = new.type = d.type
         v = d.value
         if t == "L":
-            new.value = [_copy_av(x) for x in v]
+            new.value = [self._copy_av(x) for x in v]
         elif t == "M":
-            new.value = {k: _copy_av(x) for k, x in v.items()}
+            new.value = {k: self._copy_av(x) for k, x in v.items()}
         elif t == "SS" or t == "NS" or t == "BS":
             new.value = list(v)
         else:
             new.value = v
         return new
 
-    sample = Item(
-        DynamoType({"S": "h"}),
-        DynamoType({"N": "1"}),
-        {"h": {"S": "h"}, "r": {"N": "1"}, "m": {"M": {"l": {"L": [{"SS": ["a"]}]}}}},
-    )
-    theirs, ours = copy.deepcopy(sample), copy_items([sample])[0]
-    if (
-        vars(theirs).keys() != vars(ours).keys()
-        or theirs.to_json() != ours.to_json()
-        or vars(theirs.attrs["m"]).keys() != vars(ours.attrs["m"]).keys()
-        or type(theirs.attrs) is not type(ours.attrs)
-    ):
-        raise MotoVersionError("moto's Item / DynamoType copy changed")
+    def check_copy(self) -> None:
+        Item, DynamoType = self.Item, self.DynamoType
+        sample = Item(
+            DynamoType({"S": "h"}),
+            DynamoType({"N": "1"}),
+            {"h": {"S": "h"}, "r": {"N": "1"}, "m": {"M": {"l": {"L": [{"SS": ["a"]}]}}}},
+        )
+        theirs, ours = copy.deepcopy(sample), self.copy_items([sample])[0]
+        if (
+            vars(theirs).keys() != vars(ours).keys()
+            or theirs.to_json() != ours.to_json()
+            or vars(theirs.attrs["m"]).keys() != vars(ours.attrs["m"]).keys()
+            or type(theirs.attrs) is not type(ours.attrs)
+        ):
+            raise MotoVersionError("moto's Item / DynamoType copy changed")
+
+
+def _watch(fn: Any, item_of: Any, item_size: Any) -> Any:
+    """``fn``, followed by a size check of the item it changed: past the bound, set _OVERSIZED."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            item = item_of(self, args, kwargs)
+            if item is not None:
+                try:
+                    if item_size(item) > _ITEM_SIZE_BOUND:
+                        _OVERSIZED.set()
+                except Exception:
+                    _OVERSIZED.set()
+
+    return wrapper
+
+
+def _partition(table: Any, hash_key: Any, scan_index_forward: Any) -> list[Any]:
+    """The items moto's Table.query considers, in its order. moto sorts every item of the table
+    by (hash, range) key, keeps those whose hash key equals hash_key, and sorts them (stably) by
+    range key: that is the one partition holding hash_key (dict keys are unique under DynamoType
+    equality), in its own order, sorted stably by range key. Sorting by ``cast_value`` makes the
+    same ``<`` comparisons as DynamoType.__lt__, in C."""
+    from moto.dynamodb.models.dynamo_type import Item
+
+    part = table.items.get(hash_key)
+    if part is None:
+        candidates: list[Any] = []
+    elif table.range_key_attr:
+        candidates = [i for i in part.values() if isinstance(i, Item) and i.hash_key == hash_key]
+    else:
+        candidates = [i for i in [part] if isinstance(i, Item) and i.hash_key == hash_key]
+    if len(candidates) > 1:
+        candidates.sort(key=lambda i: i.range_key.cast_value)
+    if scan_index_forward is False:
+        candidates.reverse()
+    return candidates
+
+
+def _range_matcher(range_comparison: Any, range_objs: Any, range_key_conditions: Any) -> Any:
+    """moto's range-key test of an item (None: no range condition)."""
+    if not range_comparison:
+        return None
+    from moto.dynamodb import comparisons
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    last_range_key_name = range_key_conditions[-1][0] if range_key_conditions else None
+    compare = comparisons.get_comparison_func(range_comparison)
+    range_values = [o.cast_value for o in range_objs]
+
+    def matches(result: Any) -> bool:
+        value = result.attrs.get(last_range_key_name) if last_range_key_name else None
+        if not value:
+            value = result.range_key
+        if type(value) is DynamoType:
+            return bool(compare(value.cast_value, *range_values))
+        return bool(value.compare(range_comparison, range_objs))
+
+    return matches
+
+
+def _query_loop(
+    table: Any, candidates: list[Any], matches: Any, limit: Any, exclusive_start_key: Any, scan_index_forward: Any
+) -> tuple[list[Any], int, Any]:
+    """moto's loop for a table (not index) query without QueryFilter. It checks the Limit and the
+    1 MB result size (adding the size of the item in hand, matching or not) before the range
+    condition; the size is computed only when it can decide something."""
+    from moto.dynamodb.models import table as table_module
+
+    item_size = _HELPERS["item_size"]
+    hash_attrs, range_attrs = [table.hash_key_attr], [table.range_key_attr]
+    size_limit = table_module.RESULT_SIZE_LIMIT
+    bounded = not _OVERSIZED.is_set()
+    results: list[Any] = []
+    result_size = 0
+    scanned_count = 0
+    last_evaluated_key = None
+    processing_previous_page = exclusive_start_key is not None
+    for result in candidates:
+        if processing_previous_page:
+            if table._item_comes_before_dct(result, exclusive_start_key, hash_attrs, range_attrs, scan_index_forward):
+                continue
+            processing_previous_page = False
+        size = None if bounded and result_size + _ITEM_SIZE_BOUND <= size_limit else item_size(result)
+        if len(results) == limit or (size is not None and result_size + size > size_limit):
+            last_evaluated_key = table._get_last_evaluated_key(results[-1], None)
+            break
+        if matches is not None and not matches(result):
+            continue
+        results.append(result)
+        result_size += item_size(result) if size is None else size
+        scanned_count += 1
+    return results, scanned_count, last_evaluated_key
+
+
+def patch_table_query() -> None:
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+
+    _check_table_query()
+    ops = _ItemOps()
+    ops.check_copy()
+    orig = Table.query
 
     # Every item's size is at most _ITEM_SIZE_BOUND: LimitedSizeDict checks the whole item on
     # every top-level set (Item() builds its attrs that way; PartiQL and transactions write
     # through put_item/update_item). Only an update expression or AttributeUpdates changing a
     # nested value in place can pass it: those two are watched, and one oversized item turns the
-    # shortcut below off for good.
-    def watch(fn: Any, item_of: Any) -> Any:
-        @functools.wraps(fn)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(self, *args, **kwargs)
-            finally:
-                item = item_of(self, args, kwargs)
-                if item is not None:
-                    try:
-                        if item_size(item) > _ITEM_SIZE_BOUND:
-                            _OVERSIZED.set()
-                    except Exception:
-                        _OVERSIZED.set()
-
-        return wrapper
-
+    # shortcut in _query_loop off for good.
     _replace(
         UpdateExpressionExecutor,
         "execute",
-        watch(
+        _watch(
             UpdateExpressionExecutor.execute,
             lambda ex, args, kwargs: ex.item if not args and kwargs.get("node") is None else None,
+            ops.item_size,
         ),
     )
     _replace(
         Item,
         "update_with_attribute_updates",
-        watch(Item.update_with_attribute_updates, lambda item, args, kwargs: item),
+        _watch(Item.update_with_attribute_updates, lambda item, args, kwargs: item, ops.item_size),
     )
 
     @functools.wraps(orig)
@@ -538,78 +653,23 @@ def _patch_table_query() -> None:
                 range_key_conditions=range_key_conditions,
                 **filter_kwargs,
             )
-        # moto sorts every item of the table by (hash, range) key, keeps those whose hash key
-        # equals hash_key, and sorts them (stably) by range key: that is the one partition
-        # holding hash_key (dict keys are unique under DynamoType equality), in its own order,
-        # sorted stably by range key. Sorting by ``cast_value`` makes the same ``<`` comparisons
-        # as DynamoType.__lt__, in C.
-        part = self.items.get(hash_key)
-        if part is None:
-            candidates: list[Any] = []
-        elif self.range_key_attr:
-            candidates = [i for i in part.values() if isinstance(i, Item) and i.hash_key == hash_key]
-        else:
-            candidates = [i for i in [part] if isinstance(i, Item) and i.hash_key == hash_key]
-        if len(candidates) > 1:
-            candidates.sort(key=lambda i: i.range_key.cast_value)
-        if scan_index_forward is False:
-            candidates.reverse()
-
-        # moto's loop for a table (not index) query without QueryFilter. It checks the Limit and
-        # the 1 MB result size (adding the size of the item in hand, matching or not) before the
-        # range condition; the size is computed only when it can decide something.
-        hash_attrs, range_attrs = [self.hash_key_attr], [self.range_key_attr]
-        last_range_key_name = range_key_conditions[-1][0] if range_key_conditions else None
-        if range_comparison:
-            compare = comparisons.get_comparison_func(range_comparison)
-            range_values = [o.cast_value for o in range_objs]
-        size_limit = table_module.RESULT_SIZE_LIMIT
-        bounded = not _OVERSIZED.is_set()
-        results: list[Any] = []
-        result_size = 0
-        scanned_count = 0
-        last_evaluated_key = None
-        processing_previous_page = exclusive_start_key is not None
-        for result in candidates:
-            if processing_previous_page:
-                if self._item_comes_before_dct(
-                    result, exclusive_start_key, hash_attrs, range_attrs, scan_index_forward
-                ):
-                    continue
-                processing_previous_page = False
-            if bounded and result_size + _ITEM_SIZE_BOUND <= size_limit:
-                size = None  # cannot reach the size limit
-            else:
-                size = item_size(result)
-            if len(results) == limit or (size is not None and result_size + size > size_limit):
-                last_evaluated_key = self._get_last_evaluated_key(results[-1], index_name)
-                break
-            if range_comparison:
-                value = result.attrs.get(last_range_key_name) if last_range_key_name else None
-                if not value:
-                    value = result.range_key
-                if not (
-                    compare(value.cast_value, *range_values)
-                    if type(value) is DynamoType
-                    else value.compare(range_comparison, range_objs)
-                ):
-                    continue
-            results.append(result)
-            result_size += item_size(result) if size is None else size
-            scanned_count += 1
-
-        results = copy_items(results)
+        candidates = _partition(self, hash_key, scan_index_forward)
+        matches = _range_matcher(range_comparison, range_objs, range_key_conditions)
+        results, scanned_count, last_evaluated_key = _query_loop(
+            self, candidates, matches, limit, exclusive_start_key, scan_index_forward
+        )
+        results = ops.copy_items(results)
         if filter_expression is not None:
             results = [item for item in results if filter_expression.expr(item)]
         if projection_expressions:
             results = [r.project(projection_expressions) for r in results]
         return results, scanned_count, last_evaluated_key
 
+    _HELPERS.update(item_size=ops.item_size, copy_items=ops.copy_items)
     _replace(Table, "query", query)
-    _HELPERS.update(item_size=item_size, copy_items=copy_items)
 
 
-def _patch_dynamo_to_dict() -> None:
+def patch_dynamo_to_dict() -> None:
     import base64
 
     from moto.dynamodb import responses as ddb_responses
@@ -673,7 +733,7 @@ class _KeyBytes:
             return buf.read(max(0, stop - start))
 
 
-def _patch_ranged_get() -> None:
+def patch_ranged_get() -> None:
     import inspect
 
     from moto.s3 import responses as s3_responses

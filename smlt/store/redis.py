@@ -5,37 +5,24 @@ wins exactly as with S3's `If-None-Match: *`. `get_range` is `GETRANGE`, so a sh
 reads only its slice of each update. `list` walks `SCAN MATCH prefix*` (never `KEYS`), and returns
 keys sorted, as S3 lists them.
 
-Reads (`get`, `get_range`) go through a minimal RESP reader that receives bulk replies straight
-into one preallocated buffer (`recv_into`): redis-py's pure-Python parser tops out near
-150 MB/s on a 44 MB value, this path runs at loopback/network speed. It serves `redis://` and
-`rediss://` (TLS, what ElastiCache with in-transit encryption requires: the same reader on an
-`ssl.SSLSocket`); unix sockets use redis-py for everything.
+Everything goes through redis-py, which parses replies with `hiredis` (a pinned dependency):
+on a 44 MB GET over loopback it is as fast as a hand-written `recv_into` reader was (within
+1.3x, TLS and plain; bench/README.md, "Redis"), so there is no second read path to keep.
 
-TLS is configured by the URL alone (SMLT_EXCHANGE_URL is all a function gets), with redis-py's
-query parameters, read by redis-py's own `parse_url` for both paths: certificates are verified
-against the system CAs by default (ElastiCache's are publicly signed);
+TLS (`rediss://`, what ElastiCache with in-transit encryption requires) is configured by the URL
+alone (SMLT_EXCHANGE_URL is all a function gets), with redis-py's query parameters: certificates
+are verified against the system CAs by default (ElastiCache's are publicly signed);
 `rediss://host:port/0?ssl_ca_certs=/path/ca.pem` adds a private CA (tests, a self-hosted server);
-`ssl_cert_reqs=none` turns verification off and must be asked for. A URL with a TLS option the
-reader does not implement (OCSP, verify flags) leaves reads to redis-py too.
+`ssl_cert_reqs=none` turns verification off and must be asked for.
 
-`LocalRedisServer` starts a throwaway `redis-server` on a free loopback port (no persistence);
-tests, benchmarks and the local engine use it; `LocalRedisServer(tls=True)` serves TLS only, with
-a throwaway CA and server certificate, and its `url` names the CA. `scripts/redis.sh install`
-puts the binary there.
+A throwaway `redis-server` for tests and benchmarks is `smlt.local.redis_server.LocalRedisServer`
+(not part of the Lambda layer).
 """
 
 from __future__ import annotations
 
-import os
-import queue
 import re
-import shutil
-import socket
-import ssl
-import subprocess
-import tempfile
-import time
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
 import redis
 
@@ -79,7 +66,6 @@ class RedisStore:
             max_connections=max_connections,
             health_check_interval=30,
         )
-        self._raw = _RawReader.for_url(url, socket_timeout) if client is None else None
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "") -> RedisStore:
@@ -92,12 +78,10 @@ class RedisStore:
         return self.prefix + key
 
     def get(self, key: str) -> bytes:
-        if self._raw is not None:
-            data = self._raw.command([b"GET", self._k(key).encode()])[0]
-        else:
-            data = self.client.get(self._k(key))
+        data = self.client.get(self._k(key))
         if data is None:
             raise NotFound(f"{self.url} {self._k(key)}")
+        assert isinstance(data, bytes), "a RedisStore client must not decode responses"
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
@@ -107,14 +91,6 @@ class RedisStore:
             return b""
         # GETRANGE is inclusive at both ends and answers "" for a missing key: ask EXISTS in the
         # same round trip so a missing key is an error and an empty object is not.
-        k = self._k(key)
-        if self._raw is not None:
-            present, data = self._raw.command(
-                [b"EXISTS", k.encode()], [b"GETRANGE", k.encode(), str(start).encode(), str(end - 1).encode()]
-            )
-            if not present:
-                raise NotFound(f"{self.url} {k}")
-            return data
         pipe = self.client.pipeline(transaction=False)
         pipe.exists(self._k(key))
         pipe.getrange(self._k(key), start, end - 1)
@@ -144,405 +120,3 @@ class RedisStore:
     def copy(self, src_key: str, dst_key: str) -> None:
         if not self.client.copy(self._k(src_key), self._k(dst_key), replace=True):
             raise NotFound(f"{self.url} {self._k(src_key)}")
-
-
-class _RawReader:
-    """A small pool of sockets (TLS ones for `rediss://`) speaking just enough RESP2 for
-    GET / GETRANGE / EXISTS.
-
-    Bulk replies are received with `recv_into` into a buffer of the announced size: no
-    intermediate copies, no per-chunk Python work (an SSLSocket fills it a TLS record at a time)."""
-
-    # The TLS options of redis-py's SSLConnection this reader applies the same way; a URL with any
-    # other `ssl*` option is left to redis-py (`for_url` answers None).
-    _SSL_OPTIONS = frozenset(
-        {
-            "ssl_ca_certs",
-            "ssl_ca_path",
-            "ssl_cert_reqs",
-            "ssl_check_hostname",
-            "ssl_certfile",
-            "ssl_keyfile",
-            "ssl_password",
-            "ssl_min_version",
-            "ssl_ciphers",
-        }
-    )
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        db: int = 0,
-        username: str | None = None,
-        password: str | None = None,
-        timeout: float = 60.0,
-        ssl_context: ssl.SSLContext | None = None,
-    ):
-        self.host = host
-        self.port = port
-        self.db = db
-        self.username = username
-        self.password = password
-        self.timeout = timeout
-        self.ssl_context = ssl_context
-        self._pool: queue.LifoQueue = queue.LifoQueue()
-
-    @classmethod
-    def for_url(cls, url: str, timeout: float) -> _RawReader | None:
-        """The reader for a `redis://` or `rediss://` URL, parsed by redis-py's own `parse_url` so
-        both paths agree on host, db, credentials and TLS options; None where redis-py must read."""
-        scheme = urlparse(url).scheme
-        if scheme not in ("redis", "rediss"):
-            return None
-        kw = redis.connection.parse_url(url)
-        ssl_keys = {k for k in kw if k.startswith("ssl")}
-        if scheme == "redis" and ssl_keys:
-            return None  # TLS options on a plain URL: whatever redis-py makes of them, it does alone
-        if ssl_keys - cls._SSL_OPTIONS:
-            return None
-        return cls(
-            kw.get("host") or "127.0.0.1",
-            kw.get("port") or 6379,
-            kw.get("db") or 0,
-            kw.get("username"),
-            kw.get("password"),
-            kw.get("socket_timeout") or timeout,
-            cls._ssl_context(kw) if scheme == "rediss" else None,
-        )
-
-    @staticmethod
-    def _ssl_context(kw: dict) -> ssl.SSLContext:
-        """The context redis-py's SSLConnection builds from the same options (redis 8.1)."""
-        reqs = kw.get("ssl_cert_reqs", "required")
-        if reqs is None:
-            reqs = ssl.CERT_NONE
-        elif isinstance(reqs, str):
-            try:
-                reqs = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[reqs]
-            except KeyError:
-                raise redis.exceptions.RedisError(f"Invalid SSL Certificate Requirements Flag: {reqs}") from None
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = bool(kw.get("ssl_check_hostname", True)) if reqs != ssl.CERT_NONE else False
-        ctx.verify_mode = reqs
-        if kw.get("ssl_certfile") or kw.get("ssl_keyfile"):
-            ctx.load_cert_chain(
-                certfile=kw.get("ssl_certfile"), keyfile=kw.get("ssl_keyfile"), password=kw.get("ssl_password")
-            )
-        if kw.get("ssl_ca_certs") is not None or kw.get("ssl_ca_path") is not None:
-            ctx.load_verify_locations(cafile=kw.get("ssl_ca_certs"), capath=kw.get("ssl_ca_path"))
-        if kw.get("ssl_min_version") is not None:
-            ctx.minimum_version = ssl.TLSVersion(kw["ssl_min_version"])
-        if kw.get("ssl_ciphers"):
-            ctx.set_ciphers(kw["ssl_ciphers"])
-        return ctx
-
-    def _connect(self) -> socket.socket:
-        sock = socket.create_connection((self.host, self.port), timeout=10.0)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            if self.ssl_context is not None:
-                # the handshake runs under the connect timeout; the wrapped socket keeps it until
-                # the settimeout below
-                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.host)
-            sock.settimeout(self.timeout)
-            setup = []
-            if self.password is not None:
-                setup.append([b"AUTH"] + ([self.username.encode()] if self.username else []) + [self.password.encode()])
-            if self.db:
-                setup.append([b"SELECT", str(self.db).encode()])
-            if setup:
-                self._roundtrip(sock, setup)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-
-    @staticmethod
-    def _encode(args: list[bytes]) -> bytes:
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        return b"".join(out)
-
-    def _roundtrip(self, sock: socket.socket, commands: list[list[bytes]]) -> list:
-        sock.sendall(b"".join(self._encode(c) for c in commands))
-        buf = bytearray()
-        replies = []
-        for _ in commands:
-            reply, buf = self._read_reply(sock, buf)
-            replies.append(reply)
-        return replies
-
-    @staticmethod
-    def _read_reply(sock: socket.socket, buf: bytearray):
-        while b"\r\n" not in buf:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise redis.exceptions.ConnectionError("connection closed by the server")
-            buf += chunk
-        line, _, rest = bytes(buf).partition(b"\r\n")
-        kind, body = line[:1], line[1:]
-        if kind == b"-":
-            raise redis.exceptions.ResponseError(body.decode(errors="replace"))
-        if kind in (b"+",):
-            return body, bytearray(rest)
-        if kind == b":":
-            return int(body), bytearray(rest)
-        if kind != b"$":
-            raise redis.exceptions.InvalidResponse(f"unexpected reply {line[:40]!r}")
-        n = int(body)
-        if n < 0:
-            return None, bytearray(rest)
-        out = bytearray(n + 2)
-        have = min(len(rest), n + 2)
-        out[:have] = rest[:have]
-        leftover = bytearray(rest[have:])
-        view = memoryview(out)
-        while have < n + 2:
-            got = sock.recv_into(view[have:])
-            if got == 0:
-                raise redis.exceptions.ConnectionError("connection closed by the server")
-            have += got
-        view.release()
-        # bytes, as the interface promises (safetensors' loaders refuse a bytearray); the copy
-        # costs a few ms on tens of MB, far less than the network read.
-        return bytes(memoryview(out)[:n]), leftover
-
-    def command(self, *commands: list[bytes]) -> list:
-        for attempt in (0, 1):
-            try:
-                sock = self._pool.get_nowait()
-            except queue.Empty:
-                sock = self._connect()
-            try:
-                replies = self._roundtrip(sock, list(commands))
-            except redis.exceptions.ResponseError:
-                self._pool.put(sock)
-                raise
-            except (OSError, redis.exceptions.ConnectionError):
-                sock.close()
-                if attempt:
-                    raise redis.exceptions.ConnectionError(f"redis {self.host}:{self.port}: read failed") from None
-                continue
-            self._pool.put(sock)
-            return replies
-        raise AssertionError("unreachable")
-
-
-def redis_server_binary() -> str | None:
-    """Path of redis-server (PATH, then the Debian location), or None."""
-    return shutil.which("redis-server") or next(
-        (
-            p
-            for p in ("/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server")
-            if os.access(p, os.X_OK)
-        ),
-        None,
-    )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def make_test_certificates(
-    directory: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), days: int = 2
-) -> tuple[str, str, str]:
-    """A throwaway CA and a server certificate it signs for `hosts` (IP addresses and names), as
-    PEM files in `directory`: returns (ca.pem, server.pem, server.key). For tests only: the keys
-    are unencrypted. Needs the `cryptography` package (moto's dependency, so always installed
-    with smlt)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "smlt throwaway test CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    names = []
-    for h in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            names.append(x509.DNSName(h))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = tuple(os.path.join(directory, n) for n in ("ca.pem", "server.pem", "server.key"))
-    for path, data in zip(
-        paths,
-        (
-            ca.public_bytes(serialization.Encoding.PEM),
-            cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            ),
-        ),
-    ):
-        with open(path, "wb") as f:
-            f.write(data)
-    os.chmod(paths[2], 0o600)
-    return paths
-
-
-class LocalRedisServer:
-    """A throwaway redis-server on 127.0.0.1 (no persistence, no protected mode): a context manager.
-
-    >>> with LocalRedisServer() as srv:
-    ...     store = RedisStore(srv.url)
-
-    `tls=True`: TLS only (`--port 0 --tls-port`), with a throwaway CA and server certificate for
-    127.0.0.1 and localhost in the server's temporary directory (`ca_file`); clients are not asked
-    for certificates. `url` is then `rediss://127.0.0.1:PORT/0?ssl_ca_certs=<ca_file>`.
-    """
-
-    def __init__(self, port: int | None = None, binary: str | None = None, maxmemory: str = "0", tls: bool = False):
-        self.binary = binary or redis_server_binary()
-        if self.binary is None:
-            raise FileNotFoundError("redis-server is not installed (run `scripts/redis.sh install`)")
-        self.port = port or free_port()
-        self.maxmemory = maxmemory
-        self.tls = tls
-        self.ca_file: str | None = None
-        self.proc: subprocess.Popen | None = None
-        self._dir: tempfile.TemporaryDirectory | None = None
-
-    @property
-    def url(self) -> str:
-        if self.tls:
-            if self.ca_file is None:
-                raise RuntimeError("the TLS server's URL names its CA, which exists once started")
-            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={quote(self.ca_file, safe='/')}"
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, timeout: float = 10.0) -> LocalRedisServer:
-        self._dir = tempfile.TemporaryDirectory(prefix="smlt-redis-")
-        if self.tls:
-            self.ca_file, cert, key = make_test_certificates(self._dir.name)
-            listen = [
-                "--port",
-                "0",
-                "--tls-port",
-                str(self.port),
-                "--tls-cert-file",
-                cert,
-                "--tls-key-file",
-                key,
-                "--tls-ca-cert-file",
-                self.ca_file,
-                "--tls-auth-clients",
-                "no",
-            ]
-        else:
-            listen = ["--port", str(self.port)]
-        args = [
-            self.binary,
-            *listen,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--protected-mode",
-            "no",
-            "--dir",
-            self._dir.name,
-            "--maxmemory",
-            self.maxmemory,
-            "--proto-max-bulk-len",
-            "1gb",
-            "--client-output-buffer-limit",
-            "normal 0 0 0",
-            "--loglevel",
-            "warning",
-        ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + timeout
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        last: Exception | None = None
-        while True:
-            try:
-                if client.ping():
-                    break
-            except redis.exceptions.ConnectionError as e:
-                last = e
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-                code = self.proc.returncode
-                self.stop()
-                raise RuntimeError(f"redis-server exited with {code}: {err.strip()[:500]}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(
-                    f"redis-server did not answer on port {self.port} within {timeout} s"
-                    + (f" (last error: {last})" if last else "")
-                )
-            time.sleep(0.02)
-        client.close()
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
-
-    def __enter__(self) -> LocalRedisServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

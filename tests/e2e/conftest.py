@@ -10,6 +10,6 @@ def local(tmp_path_factory):
     os.environ.setdefault("SMLT_HOME", str(tmp_path_factory.mktemp("smlt-home")))
     from smlt.runner import start_engine
 
-    engine, names, injector = start_engine(None, quiet=True)
+    engine, names, injector = start_engine(None)
     yield engine, names
     engine.stop()

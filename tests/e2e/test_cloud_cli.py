@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from smlt import cloud
+from smlt.cli.console import console
+from smlt.errors import StackNotFound
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +51,8 @@ def test_start_status_fetch(deployed, tmp_path, capsys):
     job["training"].update(max_rounds=2, target_value=None)
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job))
-    run_id = cloud.start(path, stack)
+    with console():  # the lines `smlt start` prints
+        run_id = cloud.start(path, stack)
     assert run_id == "cli-run" and "started run cli-run" in capsys.readouterr().out
     sfn = engine.client("stepfunctions")
     (ex,) = [
@@ -59,11 +62,12 @@ def test_start_status_fetch(deployed, tmp_path, capsys):
     ]
     assert engine.wait(ex["executionArn"], interval=0.2)["status"] == "SUCCEEDED"
 
-    assert cloud.status("cli-run", stack) == 0
+    with console():
+        assert cloud.status("cli-run", stack)["status"] == "SUCCEEDED"
     out = capsys.readouterr().out
     assert "round   1" in out and "run cli-run: SUCCEEDED" in out
 
-    assert cloud.fetch("cli-run", stack, tmp_path / "fetched") == 0
+    assert cloud.fetch("cli-run", stack, tmp_path / "fetched")["final"]["rounds"] == 2
     for name in ("model.safetensors", "metrics.json", "report.png", "history.json"):
         assert (tmp_path / "fetched" / name).exists()
     with pytest.raises(Exception, match="already finished"):
@@ -72,5 +76,5 @@ def test_start_status_fetch(deployed, tmp_path, capsys):
 
 def test_lookup_names_a_missing_stack(deployed):
     engine, _ = deployed
-    with pytest.raises(SystemExit, match="stack 'Nope' not found"):
+    with pytest.raises(StackNotFound, match="stack 'Nope' not found"):
         cloud.Stack.lookup("Nope", cfn=engine.client("cloudformation"))

@@ -4,8 +4,9 @@ import json
 from pathlib import Path
 
 from smlt.datasets import stage_dataset
+from smlt.errors import RunFailed
 from smlt.faults import FaultInjector
-from smlt.runner import _execute
+from smlt.runner import execute
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,10 @@ def run(local, job, out, run_id, injector=None):
     }
     engine.invoke_filter = injector
     try:
-        return _execute(engine, names, run_id, job, out, quiet=True, injector=injector)
+        execute(engine, names, run_id, job, out, injector=injector)
+        return 0  # the exit code `smlt run` gives
+    except RunFailed:
+        return 1
     finally:
         engine.invoke_filter = None
 

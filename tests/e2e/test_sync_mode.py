@@ -31,7 +31,7 @@ def sync_job():
 
 
 def execute(local, job, run_id):
-    """The execution alone, without the CLI's per-round snapshots (`run` / smlt.runner._execute):
+    """The execution alone, without the CLI's per-round snapshots (`run` / smlt.runner.execute):
     those race with the S3 exchange (see test_snapshot_skips_the_sync_exchange). The final
     metrics."""
     engine, names = local
@@ -47,7 +47,7 @@ def execute(local, job, run_id):
 
 def run_sync(local, out, run_id, cli=False):
     """Run the sync job, tracing every invocation: (final metrics, trace of the Train
-    invocations). cli: through smlt.runner._execute, as `smlt run --local` does."""
+    invocations). cli: through smlt.runner.execute, as `smlt run --local` does."""
     engine, names = local
     trace = engine.start_trace()
     try:

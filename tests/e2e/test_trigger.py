@@ -3,7 +3,7 @@
 import json
 
 from smlt.data.prepare import prepare_dataset
-from smlt.watch import deliver, object_created_event, upload_version
+from smlt.local.eventbridge import deliver, object_created_event, upload_version
 
 
 def _finish(engine, arn):
@@ -59,3 +59,22 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
     assert json.loads(get(f"runs/{run2}/job.json"))["warm_start"].endswith(f"runs/{run1}/final/model.safetensors")
     # The duplicate touched nothing of run 1.
     assert s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix=f"runs/{run1}/rounds/")["KeyCount"] == rounds
+
+
+def test_watch_folder_starts_a_run_per_new_manifest_and_fetches_it(local, tmp_path, caplog):
+    from smlt.watch import watch_folder
+
+    engine, names = local
+    root, out = tmp_path / "watched", tmp_path / "out"
+    job = {"name": "watched", "dataset": {"uri": "replaced"}, "training": {"max_rounds": 1, "local_steps": 2}}
+    (root / "incoming/wp").mkdir(parents=True)
+    (root / "incoming/wp/job.json").write_text(json.dumps(job))
+    prepare_dataset("sklearn:digits", str(root / "incoming/wp/v1"), shards=2)
+    caplog.set_level("INFO", logger="smlt.notice")
+    (arn,) = watch_folder(engine, names, root, out, once=True, interval=0.1)  # one run, then a pass finds nothing new
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    assert json.loads((run_dir / "metrics.json").read_text())["final"]["rounds"] == 1
+    assert (run_dir / "model.safetensors").stat().st_size > 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
+    assert f"incoming/wp/v1: started execution {arn.rsplit(':', 1)[-1]}" in lines
+    assert any(line.startswith(f"  run {run_dir.name}: val accuracy ") for line in lines)

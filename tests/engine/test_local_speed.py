@@ -9,13 +9,16 @@ import uuid
 
 import pytest
 
-from smlt.local import speed
+from smlt.local import patches, speed
 from smlt.local.pool import WorkerPool
+
+# the root conftest installs the patches (without these when SMLT_LOCAL_SPEEDUPS=0)
+pytestmark = pytest.mark.skipif(not speed.enabled(), reason="SMLT_LOCAL_SPEEDUPS=0: the speed patches are off")
 
 
 def test_install_is_idempotent_and_keeps_answers():
-    speed.install()
-    speed.install()
+    assert patches.install() == patches.install()
+    assert {p.name for p in patches.PATCHES if p.apply} <= set(patches.install())
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.utils import json_path
@@ -97,7 +100,6 @@ def test_transaction_rollback_restores_exactly_the_named_items():
     from botocore.exceptions import ClientError
     from moto import mock_aws
 
-    speed.install()
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         ddb.create_table(
@@ -238,7 +240,6 @@ def test_dynamodb_serializer_and_conversion_match_moto():
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.utilities import dynamo_to_dict as moto_d2d
 
-    speed.install()
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         _table(ddb, "t")
@@ -325,7 +326,6 @@ def test_query_matches_moto():
     from moto import mock_aws
     from moto.dynamodb.models import table as table_module
 
-    speed.install()
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         _table(ddb, "s")
@@ -425,7 +425,6 @@ def test_query_size_limit_with_an_oversized_item_matches_moto():
     import boto3
     from moto import mock_aws
 
-    speed.install()
     was_set = speed._OVERSIZED.is_set()
     try:
         with mock_aws():
@@ -478,7 +477,6 @@ def test_item_size_and_copy_match_moto():
 
     from moto.dynamodb.models.dynamo_type import DynamoType, Item
 
-    speed.install()
     item_size, copy_items = speed._HELPERS["item_size"], speed._HELPERS["copy_items"]
     items = [
         Item(
@@ -513,7 +511,6 @@ def test_s3_ranged_get_and_large_put_match_moto(monkeypatch):
     from moto.s3.models import FakeKey
 
     monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(64 * 1024))
-    speed.install()
     bodies = {"empty": b"", "small": bytes(range(50)), "big": os.urandom(200 * 1024 + 7)}
     ranges = [
         "bytes=0-9",

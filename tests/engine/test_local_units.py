@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from smlt.local import limits
+from smlt.local import limits, patches
+from smlt.local.errors import MotoVersionError
 from smlt.local.functions import _dockerfile_cmd
 from smlt.local.invoke import parse_function_name
 from smlt.local.pool import WorkerPool
@@ -185,12 +186,50 @@ def test_payload_helpers():
 
 
 def test_install_refuses_another_moto_version(monkeypatch):
-    import moto
+    import importlib.metadata
 
-    monkeypatch.setattr(limits, "_installed", False)
-    monkeypatch.setattr(moto, "__version__", "9.9.9")
-    with pytest.raises(limits.MotoVersionError, match="found moto 9.9.9"):
-        limits.install()
+    monkeypatch.setattr(patches, "_installed", set())
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9")
+    with pytest.raises(MotoVersionError, match="found moto 9.9.9"):
+        patches.install()
+
+
+@pytest.mark.parametrize(
+    "version, ok", [("5.2.0", True), ("5.2.5", True), ("5.2.11", True), ("5.1.9", False), ("5.3.0", False)]
+)
+def test_supported_moto_range(version, ok):
+    if ok:
+        patches.check_version(version)
+    else:
+        with pytest.raises(MotoVersionError, match=f"found moto {version}"):
+            patches.check_version(version)
+
+
+def test_every_patch_matches_the_installed_moto():
+    for p in patches.PATCHES:
+        patches.check(p)  # raises naming the patch
+    assert len({p.name for p in patches.PATCHES}) == len(patches.PATCHES)
+
+
+def test_a_moved_or_reshaped_attribute_is_refused_by_name(monkeypatch):
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+        distributed_iteration_component as dic,
+    )
+
+    patch = next(p for p in patches.PATCHES if p.name == "map-tolerated-failures")
+    monkeypatch.setattr(dic.DistributedIterationComponent, "_map_run", lambda self, env: None)
+    with pytest.raises(MotoVersionError, match=r"'map-tolerated-failures'.*takes \('self', 'env'\)"):
+        patches.check(patch)
+    monkeypatch.delattr(dic.DistributedIterationComponent, "_map_run")
+    with pytest.raises(MotoVersionError, match="'map-tolerated-failures'.*_map_run is gone"):
+        patches.check(patch)
+
+
+def test_speedups_off_keeps_the_correctness_patches(monkeypatch):
+    monkeypatch.setenv("SMLT_LOCAL_SPEEDUPS", "0")
+    kinds = {p.kind for p in patches.selected()}
+    assert kinds == {"correctness"}
+    assert {p.name for p in patches.selected(speedups=True)} == {p.name for p in patches.PATCHES}
 
 
 # ------------------------------------------------------------------------------------------
@@ -319,3 +358,42 @@ def test_the_seam_is_registered_once_per_session(monkeypatch):
         responses = session.events.emit(invoke.EVENT, request=Probe())
         assert [r for _, r in responses if r is not None] == ["answer"]
         assert len(calls) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# the trigger's EventBridge replay (moto's matcher, our renderer)
+
+
+def test_trigger_rule_pattern_with_motos_matcher():
+    from smlt.local.eventbridge import matches, object_created_event
+
+    pattern = {
+        "source": ["aws.s3"],
+        "detail-type": ["Object Created"],
+        "detail": {"bucket": {"name": ["data"]}, "object": {"key": [{"wildcard": "incoming/*/*/manifest.json"}]}},
+    }
+    assert matches(pattern, object_created_event("data", "incoming/digits/v2/manifest.json", 2, "e"))
+    assert matches(pattern, object_created_event("data", "incoming/digits/2026/11/manifest.json", 2, "e"))
+    assert not matches(pattern, object_created_event("data", "incoming/digits/job.json", 2, "e"))
+    assert not matches(pattern, object_created_event("other", "incoming/digits/v2/manifest.json", 2, "e"))
+    event = object_created_event("data", "incoming/digits/v2/manifest.json", 2, "e")
+    assert not matches(pattern, {**event, "source": "aws.s3x"})
+    assert not matches(pattern, {**event, "detail-type": "Object Deleted"})
+
+
+def test_target_input_renders_strings_as_json_where_cdk_leaves_placeholders_unquoted():
+    from smlt.local.eventbridge import object_created_event, render_target_input
+
+    event = object_created_event("data", "incoming/p/v1/manifest.json", 2, "e1")
+    target = {
+        "InputTransformer": {
+            "InputPathsMap": {
+                "detail-bucket-name": "$.detail.bucket.name",
+                "detail-object-size": "$.detail.object.size",
+            },
+            "InputTemplate": '{"bucket":<detail-bucket-name>,"size":<detail-object-size>,"text":"<detail-bucket-name>"}',
+        }
+    }
+    assert json.loads(render_target_input(target, event)) == {"bucket": "data", "size": 2, "text": "data"}
+    assert json.loads(render_target_input({"InputPath": "$.detail.bucket"}, event)) == {"name": "data"}
+    assert render_target_input({"Input": '{"a":1}'}, event) == '{"a":1}'

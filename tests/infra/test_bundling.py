@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,48 @@ def test_bundler_copies_smlt_and_prunes(tmp_path, monkeypatch):
     assert (site / "smlt" / "job.py").exists() and (site / "numpy").is_dir()
     assert not (site / "bin").exists() and not (site / "tests").exists()
     assert not list(site.rglob("__pycache__"))
+
+
+def _fake_pip(cmd, **kwargs):
+    Path(cmd[cmd.index("--target") + 1]).mkdir(parents=True, exist_ok=True)
+    return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+
+def test_layer_leaves_out_local_only_code_and_still_serves_the_handlers(tmp_path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(bundling.subprocess, "run", _fake_pip)
+        bundling.build_layer(tmp_path, REPO, "x86_64", "3.12")
+    pkg = tmp_path / "python" / "smlt"
+    assert (pkg / "steps").is_dir() and (pkg / "store" / "redis.py").exists()
+    for name in bundling.LOCAL_ONLY:
+        assert not (pkg / name).exists(), f"smlt/{name} is local-only but in the layer"
+    assert not (pkg / "store" / "redis.py").read_text().count("class LocalRedisServer")
+    # The zip handlers import with the layer's smlt (the installed dependencies stand in for the
+    # layer's wheels); every smlt module they load must come from the layer (an editable install
+    # of smlt would otherwise supply what the layer lacks).
+    for handler in ("planner", "aggregate"):
+        code = (
+            "import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('handler', {str(REPO / 'lambdas' / handler / 'handler.py')!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(sorted(f'{n}={m.__file__}' for n, m in sys.modules.items() if n.split('.')[0] == 'smlt'))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / "python")}
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        loaded = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+        assert any(m.startswith("smlt.steps.") for m in loaded), loaded
+        outside = [m for m in loaded if not m.split("=", 1)[1].startswith(str(pkg))]
+        assert not outside, f"{handler} needs modules the layer leaves out: {outside}"
+
+
+def test_fingerprint_ignores_local_only_code(tmp_path):
+    repo = _fake_repo(tmp_path)
+    base = bundling.layer_fingerprint(repo, "x86_64", "3.12")
+    (repo / "smlt" / "local").mkdir()
+    (repo / "smlt" / "local" / "engine.py").write_text("X = 1\n")
+    (repo / "smlt" / "runner.py").write_text("X = 1\n")
+    assert bundling.layer_fingerprint(repo, "x86_64", "3.12") == base
 
 
 @pytest.mark.skipif(

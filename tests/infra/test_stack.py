@@ -256,7 +256,7 @@ def test_trigger_rule_matches_like_the_local_engine():
     """The local engine (smlt.watch) evaluates the same pattern: manifests of a pipeline version
     match, the pipeline's job.json and stray manifests do not."""
     from infra.stacks.trigger import KEY_WILDCARD
-    from smlt.watch import matches
+    from smlt.local.eventbridge import matches
 
     pattern = {"detail": {"object": {"key": [{"wildcard": KEY_WILDCARD}]}}}
 

@@ -42,3 +42,42 @@ def test_bad_faults_spec(tmp_path, capsys):
 def test_data_prepare_reports_bad_source(tmp_path, capsys):
     assert main(["data", "prepare", "sklearn:nope", "--out", str(tmp_path)]) == 2
     assert "InvalidDataset" in capsys.readouterr().err
+
+
+def test_console_prints_the_librarys_progress_and_quiet_drops_the_per_round_lines(capsys):
+    from smlt.cli.console import console
+    from smlt.progress import notice, progress
+
+    progress.info("round   0 | ...")
+    notice.info("prepared")
+    assert capsys.readouterr().out == ""  # the library alone prints nothing
+    with console():
+        progress.info("round   0 | ...")
+        notice.info("started run r")
+    assert capsys.readouterr().out == "round   0 | ...\nstarted run r\n"
+    with console(quiet=True):
+        progress.info("round   1 | ...")
+        notice.info("started run r")
+    assert capsys.readouterr().out == "started run r\n"
+
+
+def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
+    import smlt.cloud
+    import smlt.runner
+    from smlt.errors import RunFailed, StackNotFound
+
+    def missing(name, cfn=None):
+        raise StackNotFound(f"stack {name!r} not found (x)")
+
+    monkeypatch.setattr(smlt.cloud.Stack, "lookup", staticmethod(missing))
+    assert main(["status", "r", "--stack", "Nope"]) == 1
+    assert capsys.readouterr().err == "error: stack 'Nope' not found (x)\n"
+
+    def failed(job_path, out, faults=None):
+        raise RunFailed("r1", "FAILED", "InvalidDataset", "no shards")
+
+    monkeypatch.setattr(smlt.runner, "run_local", failed)
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    assert main(["run", "--local", str(job)]) == 1
+    assert capsys.readouterr().err == "run r1 FAILED: InvalidDataset\n  cause: no shards\n"

@@ -10,8 +10,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from smlt.local.redis_server import LocalRedisServer, redis_server_binary
 from smlt.store import RedisStore, S3Store
-from smlt.store.redis import LocalRedisServer, redis_server_binary
 
 _NO_REDIS = "redis-server is not installed: run `scripts/redis.sh install` (make test does)"
 

@@ -1,0 +1,60 @@
+"""The `smlt` command line: argument parsing, the lines users see, exit codes.
+
+The library reports progress through :mod:`smlt.progress`'s loggers and fails with the named
+errors of :mod:`smlt.errors`; this package prints the first (:mod:`smlt.cli.console`) and turns
+the second into messages and exit codes (:func:`main`). One module per command group:
+:mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
+deployed stack), :mod:`.data` (data prepare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from smlt.errors import RunFailed, RunNotFinished, SmltError, StackNotFound
+
+from . import cloud, data, local
+from .console import console
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="smlt", description="Serverless, adaptive ML training on AWS Lambda.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    local.add_run(sub)
+    cloud.add_commands(sub)
+    res = sub.add_parser("resume", help="continue a run from its last complete round")
+    res.add_argument("run")
+    res.add_argument("--local", action="store_true", help="resume a local run from OUT/.state")
+    res.add_argument("--out", default="out", help="with --local: the run's output folder")
+    res.add_argument("--stack", default="Smlt")
+    res.add_argument("--faults")
+    res.add_argument("--quiet", action="store_true")
+    res.set_defaults(fn=lambda args: local.resume(args) if args.local else cloud.resume(args))
+    data.add_commands(sub)
+    return p
+
+
+def _failed(e: SmltError) -> int:
+    """The message and exit code of a named error."""
+    if isinstance(e, RunFailed):
+        print(f"run {e.run_id} {e.status}: {e.error}", file=sys.stderr)
+        print(f"  cause: {e.cause}", file=sys.stderr)
+        return 1
+    if isinstance(e, (StackNotFound, RunNotFinished)):  # the command could not do its work
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"error: {type(e).__name__}: {e}", file=sys.stderr)  # the user's input is wrong
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        with console(quiet=getattr(args, "quiet", False)):
+            return int(args.fn(args))
+    except SmltError as e:
+        return _failed(e)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

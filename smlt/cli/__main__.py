@@ -1,0 +1,5 @@
+import sys
+
+from smlt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,49 @@
+"""`smlt start`, `status`, `fetch`, `resume`: against a deployed stack."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    for name, fn, helptext in (
+        ("start", start, "start a run on the deployed stack from a job file"),
+        ("status", status, "progress of a run on the deployed stack"),
+        ("fetch", fetch, "download a finished run's model, metrics, report and history"),
+    ):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("job" if name == "start" else "run")
+        c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
+        if name == "fetch":
+            c.add_argument("--out", help="folder (default: out/RUN)")
+        c.set_defaults(fn=fn)
+
+
+def start(args: argparse.Namespace) -> int:
+    from smlt import cloud as remote
+
+    remote.start(Path(args.job), remote.Stack.lookup(args.stack))
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from smlt import cloud as remote
+
+    remote.status(args.run, remote.Stack.lookup(args.stack))
+    return 0
+
+
+def fetch(args: argparse.Namespace) -> int:
+    from smlt import cloud as remote
+
+    remote.fetch(args.run, remote.Stack.lookup(args.stack), Path(args.out or f"out/{args.run}"))
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    from smlt import cloud as remote
+
+    remote.resume(args.run, remote.Stack.lookup(args.stack))
+    return 0

@@ -1,0 +1,52 @@
+"""`smlt run --local` (and `--watch`), `smlt resume --local`: on the local engine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from smlt.errors import InvalidJob
+
+
+def add_run(sub: Any) -> None:
+    run = sub.add_parser("run", help="run a training job (with --local: on this machine, no AWS account)")
+    run.add_argument("job", nargs="?", help="job file (JSON); optional with --watch")
+    run.add_argument("--local", action="store_true", help="run the synthesized state machine on the local engine")
+    run.add_argument(
+        "--out", default="out", help="folder for model.safetensors, metrics.json, report.png, history.json"
+    )
+    run.add_argument("--faults", help='inject faults into worker invocations, e.g. "fail=0.2,duplicate=0.05"')
+    run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
+    run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    run.set_defaults(fn=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if not args.local:
+        print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
+        return 2
+    if args.watch:
+        from smlt.runner import start_engine
+        from smlt.watch import watch_folder
+
+        engine, names, _ = start_engine(args.faults)
+        try:
+            watch_folder(engine, names, Path(args.watch), Path(args.out))
+        finally:
+            engine.stop()
+        return 0
+    if not args.job:
+        raise InvalidJob("job: give a job file (or --watch DIR)")
+    from smlt.runner import run_local
+
+    run_local(Path(args.job), Path(args.out), faults=args.faults)
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    from smlt.runner import resume_local
+
+    resume_local(args.run, Path(args.out), faults=args.faults)
+    return 0

@@ -1,0 +1,127 @@
+"""The stack's upload trigger on the local engine: what S3 and EventBridge do on AWS.
+
+moto's S3 does not emit "Object Created" events to EventBridge, and moto's EventBridge cannot
+start a Step Functions execution. So this module builds the event S3 would send, matches it
+against every ``AWS::Events::Rule`` of the synthesized template with moto's own EventBridge
+pattern matcher (``moto.events.models.EventPattern``), renders each matching target's input and
+starts the target state machine. The rule is the stack's own: change it in CDK and the local
+trigger changes with it.
+
+The input is rendered here, not by moto's ``EventTemplateParser``: moto inserts a string value
+at an unquoted placeholder (``"bucket": <detail-bucket-name>``, the form CDK's
+``RuleTargetInput.fromObject`` writes) without quotes, which is not JSON, and it requires an
+``ingestion-time`` field S3's events do not carry. AWS inserts the value as JSON there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def object_created_event(bucket: str, key: str, size: int, etag: str) -> dict[str, Any]:
+    """The event S3 sends to EventBridge (the fields smlt and its rule use)."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": {"key": key, "size": size, "etag": etag, "sequencer": f"{time.time_ns():X}"},
+            "request-id": uuid.uuid4().hex[:16],
+            "requester": "123456789012",
+            "reason": "PutObject",
+        },
+    }
+
+
+def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
+    """EventBridge's pattern matching, as moto implements it."""
+    from moto.events.models import EventPattern
+
+    message: Any = event  # moto types it as its own TypedDict of the PutEvents fields
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(message))
+
+
+def _path(event: dict[str, Any], path: str) -> Any:
+    value: Any = event
+    for part in path.removeprefix("$").strip(".").split("."):
+        if part:
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def render_target_input(target: dict[str, Any], event: dict[str, Any]) -> str:
+    """The input EventBridge would send this target (Input, InputPath or InputTransformer)."""
+    if "Input" in target:
+        return str(target["Input"])
+    if "InputPath" in target:
+        return json.dumps(_path(event, target["InputPath"]))
+    tr = target.get("InputTransformer")
+    if not tr:
+        return json.dumps(event)
+    values = {name: _path(event, path) for name, path in tr.get("InputPathsMap", {}).items()}
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name == "aws.events.event.json":
+            return json.dumps(event)
+        v = values.get(name)
+        if m.group(1) and m.group(3):  # "<name>" inside quotes: the raw string
+            return json.dumps(v if isinstance(v, str) else json.dumps(v))
+        return json.dumps(v)
+
+    return re.sub(r'("?)<([\w.-]+)>("?)', sub, str(tr["InputTemplate"]))
+
+
+def deliver(engine: Any, event: dict[str, Any]) -> list[str]:
+    """Start every state machine whose enabled rule matches the event; returns the execution ARNs."""
+    template, resolver = engine.synthesized.template, engine.resolver
+    arns = []
+    for lid, res in template["Resources"].items():
+        if res["Type"] != "AWS::Events::Rule":
+            continue
+        props = resolver.resolve(res["Properties"], f"Resources.{lid}")
+        if props.get("State", "ENABLED") != "ENABLED" or not matches(props.get("EventPattern", {}), event):
+            continue
+        for target in props.get("Targets", []):
+            if ":states:" in target["Arn"] and ":stateMachine:" in target["Arn"]:
+                sfn = engine.client("stepfunctions")
+                # EventBridge names the execution itself (a fresh id): it cannot be deterministic.
+                arns.append(
+                    sfn.start_execution(
+                        stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=render_target_input(target, event)
+                    )["executionArn"]
+                )
+    return arns
+
+
+def upload_version(engine: Any, names: Any, folder: Path, root: Path) -> list[str]:
+    """Upload a prepared dataset folder under DIR/incoming/ (shards first, manifest last, as
+    `smlt data prepare` writes them) plus the pipeline's job.json, and fire the trigger."""
+    s3 = engine.client("s3")
+    rel = folder.relative_to(root).as_posix()
+    pipeline_job = root / "/".join(rel.split("/")[:2]) / "job.json"
+    if pipeline_job.exists():
+        s3.put_object(
+            Bucket=names.data_bucket, Key=pipeline_job.relative_to(root).as_posix(), Body=pipeline_job.read_bytes()
+        )
+    manifest = folder / "manifest.json"
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f != manifest:
+            s3.put_object(Bucket=names.data_bucket, Key=f"{rel}/{f.name}", Body=f.read_bytes())
+    body = manifest.read_bytes()
+    key = f"{rel}/manifest.json"
+    s3.put_object(Bucket=names.data_bucket, Key=key, Body=body)
+    return deliver(engine, object_created_event(names.data_bucket, key, len(body), hashlib.md5(body).hexdigest()))
