@@ -16,6 +16,7 @@ import boto3
 
 from smlt.datasets import stage_dataset
 from smlt.errors import InvalidJob, StackNotFound
+from smlt.items import MetaItem
 from smlt.job import parse_job
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import notice
@@ -70,21 +71,19 @@ def start(job_path: Path, stack: Stack, sfn=None) -> str:
     return run_id
 
 
-def status(run_id: str, stack: Stack) -> dict:
+def status(run_id: str, stack: Stack) -> MetaItem:
     """Reports every round of the run and its status; returns the run's META item."""
     table = RunTable(stack.table, run_id)
     meta = table.meta()
     if meta is None:
         raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
-    plans = {p["round"]: p for p in table.plans()}
-    for r in sorted(table.rounds(), key=lambda r: r["round"]):
-        notice.info(progress_line(r) + f" | {plans.get(r['round'], {}).get('reason', '')}")
-    notice.info(f"run {run_id}: {meta['status']}")
-    if meta.get("final"):
-        f = meta["final"]
-        notice.info(
-            f"  final: val accuracy {f.get('val_accuracy')}, {f['rounds']} rounds, ${f['estimated_cost_usd']:.5f}"
-        )
+    reasons = {p.round: p.reason for p in table.plans()}
+    for r in table.rounds():
+        notice.info(progress_line(r) + f" | {reasons.get(r.round, '')}")
+    notice.info(f"run {run_id}: {meta.status}")
+    if meta.final:
+        f = meta.final
+        notice.info(f"  final: val accuracy {f.val_accuracy}, {f.rounds} rounds, ${f.estimated_cost_usd:.5f}")
     return meta
 
 
@@ -107,12 +106,14 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
     meta = RunTable(stack.table, run_id).meta()
     if meta is None:
         raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
-    if meta.get("status") == "SUCCEEDED":
+    if meta.status == "SUCCEEDED":
         raise InvalidJob(f"run_id: run {run_id!r} already finished")
     sfn = sfn or boto3.client("stepfunctions")
     name = f"{run_id[:60]}-resume-{int(time.time())}"
     arn = sfn.start_execution(
-        stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({**meta["job"], "run_id": run_id})
+        stateMachineArn=stack.state_machine_arn,
+        name=name,
+        input=json.dumps({**meta.job.model_dump(mode="json"), "run_id": run_id}),
     )["executionArn"]
     done = len(RunTable(stack.table, run_id).rounds())
     notice.info(f"resuming run {run_id} after {done} complete rounds: {arn}")

@@ -35,15 +35,6 @@ class Item(BaseModel):
         """The attributes to store: every field but those that are None."""
         return self.model_dump(exclude_none=True)
 
-    # Transitional: runner.py, cloud.py, outputs.py and round_cost's body still read items as the
-    # dicts RunTable used to return (item["round"], meta.get("final")). Delete these two once they
-    # read attributes.
-    def __getitem__(self, name: str) -> Any:
-        return self.model_dump()[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.model_dump().get(name, default)
-
 
 class FinalMetrics(BaseModel):
     """The run's result: META's `final` (written by finalize) and metrics.json's `final`."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from smlt import keys
 from smlt.errors import RunNotFinished
+from smlt.items import RoundItem
 from smlt.report import write_report
 from smlt.store import NotFound, S3Store
 
@@ -27,17 +28,16 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
     return metrics
 
 
-def progress_line(r: dict[str, Any]) -> str:
-    acc = r.get("val_accuracy")
-    loss = r.get("train_loss")
+def progress_line(r: RoundItem) -> str:
+    acc, loss = r.val_accuracy, r.train_loss
     parts = [
-        f"round {int(r['round']):3d}",
-        f"workers {int(r['workers_ok'])}/{int(r['workers'])}",
-        f"{int(r['memory_mb'])} MB",
-        "eval only" if r.get("eval_only") else f"k {int(r['local_steps'])}",
+        f"round {r.round:3d}",
+        f"workers {r.workers_ok}/{r.workers}",
+        f"{r.memory_mb} MB",
+        "eval only" if r.eval_only else f"k {r.local_steps}",
         f"train loss {loss:.4f}" if loss is not None else "train loss   -   ",
-        f"val acc {acc:.4f}" if acc is not None else f"val loss {r.get('val_loss') or float('nan'):.4f}",
-        f"{float(r['round_s']):5.2f} s",
-        f"cost ${float(r['cost_total_usd']):.5f}",
+        f"val acc {acc:.4f}" if acc is not None else f"val loss {r.val_loss or float('nan'):.4f}",
+        f"{r.round_s:5.2f} s",
+        f"cost ${r.cost_total_usd:.5f}",
     ]
     return " | ".join(parts)

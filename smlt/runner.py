@@ -85,19 +85,19 @@ class Follower:
     def poll(self, *_: Any) -> None:
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
         last = max(self.seen) if self.seen else None
-        new = [r for r in sorted(table.rounds(after=last), key=lambda r: r["round"]) if r["round"] not in self.seen]
+        new = [r for r in table.rounds(after=last) if r.round not in self.seen]  # in round order
         if not new:
             return
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
         plans = self.snapshot.save(new)
         for r in new:
-            self.seen.add(r["round"])
-            plan = plans.get(r["round"]) or {}
-            shape = (plan.get("workers"), plan.get("memory_mb"), plan.get("local_steps"))
-            if plan.get("reason") and shape != self.last_plan:  # say why whenever the plan changes
-                progress.info(f"  plan: {plan['reason']}")
+            self.seen.add(r.round)
+            plan = plans.get(r.round)
+            shape = (plan.workers, plan.memory_mb, plan.local_steps) if plan else (None, None, None)
+            if plan and plan.reason and shape != self.last_plan:  # say why whenever the plan changes
+                progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
-            progress.info(progress_line(r) + (f" | {r['reason']}" if r.get("reason") else ""))
+            progress.info(progress_line(r) + (f" | {r.reason}" if r.reason else ""))
 
     def follow(self, arn: str) -> dict[str, Any]:
         while True:
@@ -167,7 +167,7 @@ def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
         meta = RunTable(names.table, run_id, client=engine.client("dynamodb")).meta()
         if meta is None:
             raise InvalidJob(f"run_id: no state for run {run_id!r} in {out / '.state'}")
-        job = {**meta["job"], "run_id": run_id}
+        job = {**meta.job.model_dump(mode="json"), "run_id": run_id}
         done = len(RunTable(names.table, run_id, client=engine.client("dynamodb")).rounds())
         progress.info(f"resuming run {run_id} after {done} complete rounds")
         return execute(engine, names, run_id, job, out, injector)

@@ -63,7 +63,7 @@ def test_start_status_fetch(deployed, tmp_path, capsys):
     assert engine.wait(ex["executionArn"], interval=0.2)["status"] == "SUCCEEDED"
 
     with console():
-        assert cloud.status("cli-run", stack)["status"] == "SUCCEEDED"
+        assert cloud.status("cli-run", stack).status == "SUCCEEDED"
     out = capsys.readouterr().out
     assert "round   1" in out and "run cli-run: SUCCEEDED" in out
 

@@ -1,6 +1,6 @@
 """Per-step synchronous mode (training.mode = "sync") end to end: the synthesized state machine
 on the local engine, two workers that exchange their gradients at every step (reduce-scatter,
-smlt.aggregate.sharded.ReduceScatter) through S3 (the artifacts bucket) or through a real
+smlt.aggregate.sync.ReduceScatter) through S3 (the artifacts bucket) or through a real
 redis-server (SMLT_EXCHANGE_URL)."""
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def check_rounds(local, run_id, metrics):
         assert r["workers"] == WORKERS and r["workers_ok"] == WORKERS, r
         assert sorted(a["worker"] for a in r["accepted"]) == list(range(WORKERS))
         records = table.workers(r["round"])
-        assert [int(w["steps"]) for w in records] == [STEPS] * WORKERS, r["round"]
-        assert [int(w["samples"]) for w in records] == [STEPS * 32] * WORKERS
+        assert [w.steps for w in records] == [STEPS] * WORKERS, r["round"]
+        assert [w.samples for w in records] == [STEPS * 32] * WORKERS
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_sync_workers_end_each_round_with_the_same_model(local, s3_run):
     art = S3Store(names.artifacts_bucket, client=engine.client("s3"))
     table = RunTable(names.table, run_id, client=engine.client("dynamodb"))
     for rnd in range(ROUNDS):
-        losses = [float(w["train_loss"]) for w in table.workers(rnd)]
+        losses = [w.train_loss for w in table.workers(rnd)]
         assert len(set(losses)) == WORKERS, losses  # different data on each worker
         ups = [decode(art.get(keys.update_key(run_id, rnd, w))) for w in range(WORKERS)]
         before = decode(art.get(keys.model_key(run_id, rnd)))

@@ -253,7 +253,7 @@ def test_trigger_rule_pattern_and_input(synth):
 
 
 def test_trigger_rule_matches_like_the_local_engine():
-    """The local engine (smlt.watch) evaluates the same pattern: manifests of a pipeline version
+    """The local engine (smlt.local.eventbridge) evaluates the same pattern: manifests of a pipeline version
     match, the pipeline's job.json and stray manifests do not."""
     from infra.stacks.trigger import KEY_WILDCARD
     from smlt.local.eventbridge import matches

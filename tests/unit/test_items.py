@@ -1,12 +1,10 @@
 """The DynamoDB item models (smlt/items.py) as RunTable stores and reads them: the attribute
 names stay, None is not stored, numbers come back as int or float, the round spec is JSON text."""
 
-import json
-
 import pytest
 
 from smlt import keys
-from smlt.items import Accepted, MetaItem, PlanItem, RoundItem, RoundTiming, WorkerItem
+from smlt.items import MetaItem, PlanItem, RoundItem, RoundTiming, WorkerItem
 from smlt.job import parse_job
 from smlt.records import RunTable, from_item, to_item
 from smlt.roundspec import RoundSpec
@@ -114,14 +112,3 @@ def test_update_takes_fields_of_the_model_only():
         table.update(keys.META, MetaItem, lr_scal=0.5)
     with pytest.raises(ValueError, match="lr_scale"):
         table.update(keys.META, MetaItem, lr_scale="half")
-
-
-def test_unconverted_readers_still_read_items_as_dicts():
-    # runner.py, cloud.py and outputs.py read item["round"] / item.get(...) until they are switched.
-    r = RoundItem(
-        round=3, workers=2, memory_mb=1769, local_steps=5, batch_size=32, accepted=[Accepted(worker=1, samples=64)]
-    )
-    assert r["round"] == 3 and r.get("val_loss") is None and r.get("nope", "-") == "-"
-    assert r["accepted"] == [{"worker": 1, "samples": 64}]  # nested models as the dicts they were
-    meta = MetaItem.model_validate(stored(meta_item(), keys.META))
-    assert json.dumps({**meta["job"], "run_id": "r"})  # resume's input: the stored job, JSON as it was
