@@ -164,14 +164,14 @@ class MotoServer:
         self.endpoint = ""
 
     def __enter__(self):
-        from bench.moto_calls import start_server
+        from bench.moto_server import start_server
 
         self.proc, self.endpoint = start_server(os.environ.get("SMLT_LOCAL_SPEEDUPS", "1"))
         s3_client(self.endpoint).create_bucket(Bucket="bench")
         return self
 
     def __exit__(self, *exc):
-        from bench.moto_calls import stop_server
+        from bench.moto_server import stop_server
 
         if self.proc is not None:
             stop_server(self.proc)

@@ -20,28 +20,19 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.moto_server import start_server, stop_server  # noqa: E402 - needs ROOT on the path
+
 BUCKET, TABLE = "bench", "runs"
 BIG = 44 * 1024 * 1024  # one update/model blob of the sharded-aggregation bench
 PART_ITEMS = 300  # items of ~2 KB in the queried partition
 KINDS = ("PLAN#", "ROUND#", "SEAL#", "WORKER#")
-
-
-def serve() -> None:
-    """Child: the local engine's moto server (with or without the patches); prints its port."""
-    sys.path.insert(0, str(ROOT))
-    from smlt.local import patches, server
-
-    patches.install()  # the speed patches unless SMLT_LOCAL_SPEEDUPS=0
-    srv = server.MotoServer().start()
-    print(srv.port, flush=True)
-    sys.stdin.read()  # until the parent closes our stdin
-    srv.stop()
 
 
 def item(pk: str, sk: str, i: int) -> dict:
@@ -155,28 +146,6 @@ def calls(s3, ddb):
     }
 
 
-def start_server(mode: str) -> tuple[subprocess.Popen, str]:
-    env = {
-        **os.environ,
-        "SMLT_LOCAL_SPEEDUPS": mode,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    p = subprocess.Popen(
-        [sys.executable, __file__, "--serve"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    return p, f"http://127.0.0.1:{int(p.stdout.readline())}"
-
-
-def stop_server(p: subprocess.Popen) -> None:
-    p.stdin.close()
-    try:
-        p.wait(30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-
-
 def aggregation(cases: list[tuple[int, str]]) -> dict:
     """aggregation_bench.bench_store on S3 through an unpatched, then a patched server."""
     sys.path.insert(0, str(ROOT))
@@ -214,7 +183,6 @@ def aggregation(cases: list[tuple[int, str]]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=15, help="repetitions per call and server (at most)")
     ap.add_argument(
         "--budget",
@@ -227,8 +195,6 @@ def main() -> None:
         "--aggregation", action="store_true", help="also aggregation_bench's S3 store benchmark on each server (~5 min)"
     )
     args = ap.parse_args()
-    if args.serve:
-        return serve()
 
     import boto3
     from botocore.config import Config
