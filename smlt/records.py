@@ -1,7 +1,9 @@
 """DynamoDB data access for a run: one partition per run (see smlt/keys.py).
 
 Every write that a retried step could repeat is conditional (`attribute_not_exists`), so the
-first writer wins and a duplicate gets the stored item back instead of overwriting it.
+first writer wins and a duplicate gets the stored item back instead of overwriting it. A write
+refused because another transaction held the item (TransactionConflict) is retried with jitter
+(smlt/retry.py): it says nothing about whether the item exists.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dynamodb_json import json_util
 
 from smlt import keys
 from smlt.items import ErrorItem, Item, MetaItem, PlanItem, RoundItem, WorkerItem
+from smlt.retry import DYNAMODB_CONFLICTS, TRANSACTION_CONFLICT_REASONS, Conflict, on_conflict
 
 
 @functools.cache
@@ -115,14 +118,8 @@ class RunTable:
         """Write the item unless it exists. Returns (written, the item now stored), as a model when
         given one (as raw attributes for tools and tests that write raw items)."""
         raw = {"pk": self.pk, "sk": sk, **(item.attrs() if isinstance(item, Item) else item)}
-        try:
-            self.client.put_item(
-                TableName=self.table, Item=to_item(raw), ConditionExpression="attribute_not_exists(pk)"
-            )
+        if on_conflict(lambda: self._put_if_absent(raw), DYNAMODB_CONFLICTS):
             return True, item if isinstance(item, Item) else raw
-        except ClientError as e:
-            if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
         stored = self._get(sk) or raw
         return False, type(item).model_validate(stored) if isinstance(item, Item) else stored
 
@@ -132,6 +129,20 @@ class RunTable:
         Returns "written", "duplicate" (the item existed) or "sealed" (too late: the round is
         closed). The transaction makes lateness a fact of the keys, not of timing.
         """
+        return on_conflict(lambda: self._put_unless_sealed(sk, item, seal_sk), DYNAMODB_CONFLICTS)
+
+    def _put_if_absent(self, raw: dict[str, Any]) -> bool:
+        try:
+            self.client.put_item(
+                TableName=self.table, Item=to_item(raw), ConditionExpression="attribute_not_exists(pk)"
+            )
+            return True
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+
+    def _put_unless_sealed(self, sk: str, item: Item, seal_sk: str) -> str:
         key = to_item({"pk": self.pk, "sk": seal_sk})
         try:
             self.client.transact_write_items(
@@ -156,13 +167,21 @@ class RunTable:
         except ClientError as e:
             if e.response["Error"]["Code"] != "TransactionCanceledException":
                 raise
-            reasons = [r.get("Code") for r in e.response.get("CancellationReasons", [])]
-            if reasons and reasons[0] == "ConditionalCheckFailed":
-                return "sealed"
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
-                return "duplicate"
-            # moto and older SDKs may omit reasons: decide by reading.
-            return "sealed" if self._get(seal_sk) is not None else "duplicate"
+            reasons = {r.get("Code") for r in e.response.get("CancellationReasons", [])}
+            if reasons & TRANSACTION_CONFLICT_REASONS:
+                raise Conflict(e) from None  # another write held the seal or the record: try again
+            return self._why_refused(sk, seal_sk, e)
+
+    def _why_refused(self, sk: str, seal_sk: str, e: ClientError) -> str:
+        """Why a cancelled record transaction was refused, from the keys themselves: "duplicate"
+        only when this worker's record is stored (it counts: it landed before any seal), "sealed"
+        only when the seal is. Neither (reasons missing, as moto may answer): try again."""
+        found = self.get_many(sk, seal_sk)
+        if found[sk] is not None:
+            return "duplicate"
+        if found[seal_sk] is not None:
+            return "sealed"
+        raise Conflict(e)
 
     def update(
         self,
@@ -180,15 +199,19 @@ class RunTable:
         vals = {f":v{i}": v for i, v in enumerate(attrs.values())}
         vals.update(values or {})
         cond = "attribute_exists(pk)" + (f" AND ({only_if})" if only_if else "")
+        request = dict(
+            TableName=self.table,
+            Key=to_item({"pk": self.pk, "sk": sk}),
+            UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attrs))),
+            ConditionExpression=cond,
+            ExpressionAttributeNames={**names, **{f"#{n}": n for n in _names_in(only_if)}},
+            ExpressionAttributeValues=to_item(vals),
+        )
+        return on_conflict(lambda: self._update(request), DYNAMODB_CONFLICTS)
+
+    def _update(self, request: dict[str, Any]) -> bool:
         try:
-            self.client.update_item(
-                TableName=self.table,
-                Key=to_item({"pk": self.pk, "sk": sk}),
-                UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(attrs))),
-                ConditionExpression=cond,
-                ExpressionAttributeNames={**names, **{f"#{n}": n for n in _names_in(only_if)}},
-                ExpressionAttributeValues=to_item(vals),
-            )
+            self.client.update_item(**request)
             return True
         except ClientError as e:
             if e.response["Error"]["Code"] != "ConditionalCheckFailedException":

@@ -1,4 +1,9 @@
-"""S3 store. Conditional writes (If-None-Match: *) give first-writer-wins for retried steps."""
+"""S3 store. Conditional writes (If-None-Match: *) give first-writer-wins for retried steps.
+
+Only 412 PreconditionFailed means "already exists". A 409 ConditionalRequestConflict means
+another conditional write to the key was in flight: nothing may be stored yet, so the write is
+retried (smlt/retry.py) until it either lands or meets the other writer's object (412).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from smlt.retry import S3_CONFLICTS, error_code, on_conflict
 from smlt.store.base import NotFound
 
 
@@ -57,14 +63,17 @@ class S3Store:
         extra = {"IfNoneMatch": "*"} if if_absent else {}
         if tagging:
             extra["Tagging"] = tagging
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra)
-            return True
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code")
-            if if_absent and code in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
-                return False
-            raise
+
+        def attempt() -> bool:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra)
+                return True
+            except ClientError as e:
+                if if_absent and error_code(e) in ("PreconditionFailed", "412"):
+                    return False
+                raise
+
+        return on_conflict(attempt, S3_CONFLICTS)
 
     def exists(self, key: str) -> bool:
         try:

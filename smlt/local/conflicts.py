@@ -1,0 +1,168 @@
+"""AWS's write conflicts, injected into a handler process's S3 and DynamoDB requests.
+
+moto serialises every request (and the local engine locks DynamoDB), so the races AWS answers
+with a conflict never happen locally. With ``--faults "s3_conflict=R,ddb_conflict=R"`` a
+botocore ``before-send`` handler, placed first in ``BUILTIN_HANDLERS`` of every handler process,
+answers a write with the error AWS gives, before it reaches moto (nothing is stored, as on AWS),
+so smlt's own retry code (smlt/retry.py) is what gets it through:
+
+- S3 PutObject with ``If-None-Match``: HTTP 409 ``ConditionalRequestConflict``;
+- DynamoDB TransactWriteItems: ``TransactionCanceledException`` whose ``CancellationReasons``
+  hold ``TransactionConflict`` for one item and ``None`` for the others;
+- DynamoDB PutItem / UpdateItem: ``TransactionConflictException``.
+
+The engine passes the settings per invocation in the handler's environment (``ENV``, JSON:
+the two rates, a seed for this invocation, and a directory where each injected conflict is
+tallied so the parent can count them); :func:`arm` reads them before the handler runs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import botocore.handlers
+from botocore.awsrequest import AWSResponse
+
+ENV = "SMLT_FAULT_CONFLICTS"
+EVENT = "before-send"
+KINDS = ("s3_conflict", "ddb_conflict")
+
+
+@dataclass
+class Plan:
+    """The conflict rates of one invocation and the generator that draws them."""
+
+    rates: dict[str, float]
+    seed: int = 0
+    tally: str | None = None  # a directory: one line per injected conflict, in a file per process
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def draw(self, kind: str) -> bool:
+        rate = self.rates.get(kind, 0.0)
+        if not rate or self.rng.random() >= rate:
+            return False
+        if self.tally:
+            with open(Path(self.tally) / f"{os.getpid()}.log", "a") as f:
+                f.write(kind + "\n")  # one short O_APPEND write: lines never interleave
+        return True
+
+    def env(self) -> dict[str, str]:
+        return {ENV: json.dumps({"rates": self.rates, "seed": self.seed, "tally": self.tally})}
+
+
+_plan: Plan | None = None
+_lock = threading.Lock()
+_installed = False
+
+
+def arm(plan: Plan | None) -> None:
+    """Inject with `plan` from now on (None: stop injecting)."""
+    global _plan
+    _plan = plan
+
+
+def arm_from_env(environ: Any = os.environ) -> None:
+    """What a handler process does before each invocation: the settings the engine sent, if any."""
+    raw = environ.get(ENV)
+    if not raw:
+        arm(None)
+        return
+    spec = json.loads(raw)
+    arm(Plan(rates=spec["rates"], seed=int(spec["seed"]), tally=spec.get("tally")))
+
+
+def tallied(directory: str | os.PathLike[str]) -> dict[str, int]:
+    """The conflicts injected so far by every process writing into `directory`, by kind."""
+    counts = dict.fromkeys(KINDS, 0)
+    for log in Path(directory).glob("*.log"):
+        for line in log.read_text().split():
+            if line in counts:
+                counts[line] += 1
+    return counts
+
+
+def install() -> None:
+    """Put the handler first in botocore's built-in handlers (sessions created from now on) and
+    on boto3's default session if it exists. Once per process; a no-op until :func:`arm`."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        entry = (EVENT, _before_send)
+        if entry not in botocore.handlers.BUILTIN_HANDLERS:
+            botocore.handlers.BUILTIN_HANDLERS.insert(0, entry)
+        import boto3
+
+        if boto3.DEFAULT_SESSION is not None:
+            boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send, unique_id="smlt-local-conflicts")
+        _installed = True
+
+
+def _before_send(request: Any, event_name: str = "", **_: Any) -> AWSResponse | None:
+    plan = _plan
+    if plan is None:
+        return None
+    _event, service, operation = (event_name.split(".") + ["", ""])[:3]
+    if service == "s3" and operation == "PutObject" and "If-None-Match" in request.headers:
+        return _s3_conflict(request) if plan.draw("s3_conflict") else None
+    if service == "dynamodb" and operation in ("TransactWriteItems", "PutItem", "UpdateItem"):
+        return _dynamodb_conflict(request, operation, plan) if plan.draw("ddb_conflict") else None
+    return None
+
+
+class _RawBody(io.BytesIO):
+    """What botocore expects as ``AWSResponse.raw`` (a urllib3-like stream)."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        chunk = self.read()
+        while chunk:
+            yield chunk
+            chunk = self.read()
+
+
+def _s3_conflict(request: Any) -> AWSResponse:
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ConditionalRequestConflict</Code>'
+        b"<Message>A conflicting conditional operation is currently in progress against this resource. "
+        b"Please try again.</Message><RequestId>smlt-local-fault</RequestId></Error>"
+    )
+    headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+    return AWSResponse(request.url, 409, headers, _RawBody(body))
+
+
+def _dynamodb_conflict(request: Any, operation: str, plan: Plan) -> AWSResponse:
+    prefix = "com.amazonaws.dynamodb.v20120810#"
+    if operation == "TransactWriteItems":
+        n = len(json.loads(request.body or b"{}").get("TransactItems", [])) or 1
+        hit = plan.rng.randrange(n)  # the item another transaction held
+        reasons = [
+            {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
+            if i == hit
+            else {"Code": "None"}
+            for i in range(n)
+        ]
+        codes = ", ".join(r["Code"] for r in reasons)
+        payload: dict[str, Any] = {
+            "__type": prefix + "TransactionCanceledException",
+            "message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{codes}]",
+            "CancellationReasons": reasons,
+        }
+    else:
+        payload = {
+            "__type": prefix + "TransactionConflictException",
+            "message": "Transaction is ongoing for the item",
+        }
+    body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/x-amz-json-1.0", "Content-Length": str(len(body))}
+    return AWSResponse(request.url, 400, headers, _RawBody(body))
