@@ -51,14 +51,14 @@ def _read_job(path: Path) -> dict[str, Any]:
 def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # before jsii starts
     from infra.app import build_app
-    from smlt.faults import FaultInjector, parse_faults
+    from smlt.faults import FaultInjector
     from smlt.local import LocalEngine
 
     t0 = time.perf_counter()
     # Handler processes inherit this environment: keep their INFO logs off the progress lines.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     try:
-        injector = FaultInjector(parse_faults(faults)) if faults else None
+        injector = FaultInjector.from_spec(faults) if faults else None
     except ValueError as e:
         raise InvalidJob(str(e)) from None
     progress.info("starting the local engine (synthesizing the CDK app, starting moto and the handler processes)")

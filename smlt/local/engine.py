@@ -403,7 +403,10 @@ class LocalEngine:
         """The whole environment a handler process runs with: this process's environment
         without AWS_* / MOTO_* variables, the function's variables, then what the Lambda
         runtime sets (region, dummy credentials, AWS_ENDPOINT_URL to the moto server...)."""
-        return {**self._base_env, **self.function_env(spec.logical_id)}
+        # A fault injector acting inside handler processes (S3/DynamoDB conflicts) sends its
+        # settings for this invocation along with the environment (smlt/local/conflicts.py).
+        handler_env = getattr(self._invoke_filter, "handler_env", None)
+        return {**self._base_env, **self.function_env(spec.logical_id), **(handler_env() if handler_env else {})}
 
     def function_env(self, key: str) -> dict[str, str]:
         """The function's resolved Environment.Variables plus the local runtime variables
@@ -434,6 +437,9 @@ class LocalEngine:
         """Start an execution of the state machine; returns its ARN. ``input`` is JSON-able
         (or a JSON string) of at most 256 KiB."""
         text = limits.check_input({} if input is None else input)
+        started = getattr(self._invoke_filter, "execution_started", None)
+        if started is not None:  # a fault injector may follow the run's input (its seed)
+            started(json.loads(text))
         kw: dict[str, Any] = {"stateMachineArn": self.state_machine_arn, "input": text}
         kw["name"] = name or f"local-{uuid.uuid4().hex[:16]}"
         return self.client("stepfunctions").start_execution(**kw)["executionArn"]

@@ -10,6 +10,9 @@ environment to run it with (the function's variables plus the local runtime's: e
 credentials, region), the payload bytes and the deadline. Nothing is configured through module
 state, so a worker can serve any function, one invocation at a time.
 
+A job's environment may ask the worker to inject AWS write conflicts into the handler's S3 and
+DynamoDB requests (:mod:`smlt.local.conflicts`, the ``s3_conflict``/``ddb_conflict`` faults).
+
 Workers cache each function's handler module (a warm start); the first call of a function in a
 worker imports it (a cold start). A handler that outlives its timeout is killed and its worker
 replaced; so is a worker whose process dies.
@@ -34,6 +37,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from smlt.local import conflicts
 
 DEFAULT_PRELOAD = ("smlt.local.pool", "boto3", "botocore.session", "json")
 
@@ -166,6 +171,7 @@ def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) ->
     rid = job["request_id"]
     os.environ.clear()
     os.environ.update(job["env"])
+    conflicts.arm_from_env()  # this invocation's injected S3/DynamoDB conflicts, if any
     if job.get("cwd"):
         try:
             os.chdir(job["cwd"])
@@ -202,6 +208,7 @@ def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) ->
 def _worker_main(conn: Any) -> None:
     """Entry point of a worker process: run jobs until told to stop or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers end
+    conflicts.install()  # before any handler makes a client; idle until a job arms it
     cache: dict[tuple[str, str], Any] = {}
     while True:
         try:

@@ -1,0 +1,60 @@
+"""`--faults`: the conflict kinds and the fault seed."""
+
+import json
+
+import pytest
+
+from smlt.faults import FaultInjector, parse_fault_spec, parse_faults
+from smlt.local import conflicts
+
+
+def pattern(injector, n=200):
+    return [injector("w", {}) for _ in range(n)]
+
+
+def test_conflict_kinds_and_seed_parse_next_to_the_invocation_faults():
+    spec = parse_fault_spec("fail=0.2, duplicate=0.05, s3_conflict=0.1, ddb_conflict=0.3, seed=7")
+    assert spec.rates == {"fail": 0.2, "duplicate": 0.05, "s3_conflict": 0.1, "ddb_conflict": 0.3}
+    assert spec.seed == 7
+    assert parse_fault_spec("fail=0.2").seed is None
+    assert parse_faults("fail=0.2,seed=3") == {"fail": 0.2}
+    # conflicts are drawn per request, not per invocation: they do not share the invocation's 100 %
+    assert parse_faults("fail=0.9,s3_conflict=0.5")["s3_conflict"] == 0.5
+    for bad in ("fail=0.6,duplicate=0.6", "seed=x", "seed=-1", "seed=1.5", "s3_conflict=2", "db_conflict=0.1"):
+        with pytest.raises(ValueError, match="--faults"):
+            parse_fault_spec(bad)
+
+
+def test_without_a_seed_the_fault_pattern_follows_the_jobs_seed():
+    one, two, one_again = (FaultInjector.from_spec("fail=0.3,duplicate=0.2") for _ in range(3))
+    one.execution_started({"seed": 1})
+    two.execution_started({"seed": 2})
+    one_again.execution_started({"seed": 1})
+    first = pattern(one)
+    assert first != pattern(two)  # different job seeds, different faults
+    assert first == pattern(one_again)  # the same job seed replays them
+    zero = FaultInjector.from_spec("fail=0.3,duplicate=0.2")
+    zero.execution_started({"seed": 0})
+    assert pattern(zero) != pattern(FaultInjector({"fail": 0.3, "duplicate": 0.2}, seed=0))  # not a fixed 0
+
+
+def test_an_explicit_seed_wins_over_the_jobs():
+    a, b = FaultInjector.from_spec("fail=0.3,seed=4"), FaultInjector.from_spec("fail=0.3,seed=4")
+    a.execution_started({"seed": 1})
+    b.execution_started({"seed": 2})
+    assert pattern(a) == pattern(b)
+    c = FaultInjector.from_spec("fail=0.3,seed=5")
+    assert pattern(c) != pattern(FaultInjector.from_spec("fail=0.3,seed=4"))
+
+
+def test_conflict_settings_reach_the_handler_process_with_a_seed_per_invocation(monkeypatch):
+    assert FaultInjector.from_spec("fail=0.2").handler_env() == {}
+    injector = FaultInjector.from_spec("fail=0.2,s3_conflict=0.25,seed=1")
+    first, second = injector.handler_env(), injector.handler_env()
+    spec = json.loads(first[conflicts.ENV])
+    assert spec["rates"] == {"s3_conflict": 0.25} and spec["seed"] != json.loads(second[conflicts.ENV])["seed"]
+    monkeypatch.setattr(conflicts, "_plan", None)
+    conflicts.arm_from_env(first)
+    assert conflicts._plan is not None and conflicts._plan.rates == {"s3_conflict": 0.25}
+    conflicts.arm_from_env({})
+    assert conflicts._plan is None
