@@ -346,7 +346,10 @@ class LocalEngine:
     @invoke_filter.setter
     def invoke_filter(self, value: InvokeFilter | None) -> None:
         """Fault injection: ``value(function_name, payload) -> "ok" | "fail" | "throttle" |
-        "duplicate" | "timeout"`` (None: no filter). Takes effect for the next invocation."""
+        "duplicate" | "timeout"`` (None: no filter). Takes effect for the next invocation.
+        Optionally the filter also has ``handler_env() -> dict`` (environment added to each
+        invocation: faults injected inside the handler process, see smlt/local/conflicts.py) and
+        ``execution_started(input)`` (told each execution this engine starts, e.g. its seed)."""
         self._invoke_filter = value
         if self._router is not None:
             self._router.invoke_filter = value

@@ -125,3 +125,32 @@ def test_put_once_and_update_retry_transaction_conflicts(clients):
     with pytest.raises(ClientError) as e:
         table.update("SEAL#000000", SealItem, sealed_at=7.0)
     assert e.value.response["Error"]["Code"] == "TransactionConflictException"
+
+
+class NoReasons:
+    """The run table's client, except that its first transactions are cancelled without saying
+    why (as moto and older SDKs may answer), before reaching the table."""
+
+    def __init__(self, client, cancel: int):
+        self._client, self.cancel = client, cancel
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **kw):
+        if self.cancel:
+            self.cancel -= 1
+            raise ClientError({"Error": {"Code": "TransactionCanceledException"}}, "TransactWriteItems")
+        return self._client.transact_write_items(**kw)
+
+
+def test_a_cancellation_without_reasons_is_decided_by_the_stored_keys(clients):
+    table = RunTable(clients["name"], "run", client=NoReasons(clients["ddb"], cancel=2))
+    # neither the record nor the seal is stored: not a duplicate, not late; tried again
+    assert table.put_unless_sealed("WORKER#000000#00000", record(0), "SEAL#000000") == "written"
+    assert [r.worker for r in table.workers(0)] == [0]
+    table._client.cancel = 1
+    assert table.put_unless_sealed("WORKER#000000#00000", record(0), "SEAL#000000") == "duplicate"
+    table.put_once("SEAL#000000", SealItem(sealed_at=1.0))
+    table._client.cancel = 1
+    assert table.put_unless_sealed("WORKER#000000#00001", record(1), "SEAL#000000") == "sealed"
