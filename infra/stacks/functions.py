@@ -30,6 +30,7 @@ from infra.stacks.bundling import LocalLayerBundling, layer_fingerprint
 from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
+from infra.stacks.storage import STATEFUL
 from smlt.config import AGGREGATE, PLANNER, TRAIN
 from smlt.config import Settings as RuntimeSettings
 
@@ -247,7 +248,7 @@ class Functions(Construct):
         )
 
     def _log_group(self, fid: str, role: iam.Role, days: logs.RetentionDays) -> logs.LogGroup:
-        group = logs.LogGroup(self, f"{fid}Logs", retention=days)
+        group = logs.LogGroup(self, f"{fid}Logs", retention=days, removal_policy=STATEFUL)
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
