@@ -92,6 +92,9 @@ def test_function_roles_are_scoped(synth):
     assert planner["dynamodb:PutItem"] == {f"<{table}.Arn>"}
     sm_ids = list(synth.resources("AWS::StepFunctions::StateMachine"))
     assert planner["states:StartExecution"] == {f"<{sm_ids[0]}>"}  # Chain
+    # ...and DescribeExecution of its own executions only (is an existing continuation alive?)
+    (described,) = planner["states:DescribeExecution"]
+    assert described == f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<{sm_ids[0]}.Name>:*"
 
     for tier in DEFAULT_TIERS:
         worker = _grants(synth, f"FunctionsTrainStep{tier}Role")

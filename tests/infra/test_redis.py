@@ -15,11 +15,11 @@ import pytest
 from cdk_nag import AwsSolutionsChecks
 
 from infra.stacks.exchange import ENGINE, REDIS_PORT
-from infra.stacks.nag import REASONS, WILDCARD_ALLOWLIST
+from infra.stacks.nag import REASONS
 from tests.infra.conftest import DEFAULT_TIERS
 from tests.infra.test_cfn_lint import ALLOWED_WARNINGS, _describe, _lint
 from tests.infra.test_iam import STAR_RESOURCE_ACTIONS, _as_list, _grants, _statements
-from tests.infra.test_nag import _acknowledgments
+from tests.infra.test_nag import _acknowledgments, expected_wildcard
 
 REPO = Path(__file__).resolve().parents[2]
 TIERS = DEFAULT_TIERS
@@ -265,7 +265,7 @@ def test_nag_acknowledgments_are_reasoned_and_narrow(redis_synth):
         if rule.startswith("AwsSolutions-IAM5["):
             finding = rule[len("AwsSolutions-IAM5[") : -1]
             assert finding.startswith("Resource::"), (path, rule)
-            assert any(re.match(p, finding) for p, _ in WILDCARD_ALLOWLIST), (path, rule)
+            assert expected_wildcard(redis_synth.app, path, finding, reason), (path, rule, reason)
         else:
             assert rule in REASONS, (path, rule)
     cache_rules = {r for p, r, _ in acks if r.startswith("AwsSolutions-AEC")}
