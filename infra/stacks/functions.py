@@ -74,6 +74,18 @@ def retention(days: int) -> logs.RetentionDays:
     return _RETENTION[days]
 
 
+def train_image_options(settings: Settings) -> dict[str, Any]:
+    """The train_step image asset's options. Its build context is the repo root filtered by
+    .dockerignore (IgnoreMode.DOCKER), which CDK applies to staging and to the asset hash alike."""
+    arm = settings.architecture == "arm64"
+    return dict(
+        file=TRAIN_DOCKERFILE,
+        platform=ecr_assets.Platform.LINUX_ARM64 if arm else ecr_assets.Platform.LINUX_AMD64,
+        ignore_mode=IgnoreMode.DOCKER,
+        build_args={"PYTHON_VERSION": settings.lambda_python},
+    )
+
+
 class Functions(Construct):
     def __init__(
         self,
@@ -155,12 +167,7 @@ class Functions(Construct):
                 fid,
                 description=f"smlt train_step worker at {mb} MB",
                 code=lambda_.DockerImageCode.from_image_asset(
-                    str(REPO_ROOT),
-                    file=TRAIN_DOCKERFILE,
-                    cmd=IMAGE_CMD,
-                    platform=ecr_assets.Platform.LINUX_ARM64 if arm else ecr_assets.Platform.LINUX_AMD64,
-                    ignore_mode=IgnoreMode.DOCKER,
-                    build_args={"PYTHON_VERSION": settings.lambda_python},
+                    str(REPO_ROOT), cmd=IMAGE_CMD, **train_image_options(settings)
                 ),
                 architecture=self.architecture,
                 memory_size=mb,
