@@ -31,6 +31,7 @@ from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
 from infra.stacks.storage import STATEFUL
+from smlt import metrics
 from smlt.config import AGGREGATE, PLANNER, TRAIN
 from smlt.config import Settings as RuntimeSettings
 
@@ -115,7 +116,7 @@ class Functions(Construct):
             table=table.table_name,
             prices=settings.prices,
             architecture=settings.architecture,
-            service_name="smlt",
+            service_name=metrics.SERVICE,  # Powertools' service: the metrics' dimension
             # what the ledger and the planner price and plan with (and every function parses)
             planner_memory_mb=settings.planner_memory_mb,
             aggregate_memory_mb=settings.aggregate_memory_mb,

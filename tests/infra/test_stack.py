@@ -315,7 +315,8 @@ def test_dashboard_shows_training_metrics(synth):
     text = body if isinstance(body, str) else json.dumps(body)
     for metric in ("Loss", "ValAccuracy", "Workers", "MemoryMB", "SpendUSD", "BudgetUSD", "RoundSeconds"):
         assert f'MetricName=\\\\\\"{metric}\\\\\\"' in text or f'MetricName=\\"{metric}\\"' in text, metric
-    assert 'Namespace=\\\\\\"smlt\\\\\\"' in text or 'Namespace=\\"smlt\\"' in text
+    # namespace smlt, exactly the handlers' dimensions (run_id, service): one line per run
+    assert text.count("SEARCH('{smlt,run_id,service} MetricName=") == 7
 
 
 # ------------------------------------------------------------------ outputs
