@@ -10,6 +10,15 @@ from lambdas.planner.handler import handler as planner
 from smlt.errors import ChainedExecutionFailed
 
 
+@pytest.fixture(autouse=True)
+def recorded_executions(monkeypatch):
+    """moto records executions without running them (RUNNING until stopped), also after a local
+    engine in this process switched execution on for its moto server (a process-wide setting)."""
+    from moto.core.config import default_user_config
+
+    monkeypatch.setitem(default_user_config, "stepfunctions", {"execute_state_machine": False})
+
+
 def _state_machine(name: str) -> str:
     return boto3.client("stepfunctions").create_state_machine(
         name=name,
