@@ -38,6 +38,11 @@ class QuorumNotReached(SmltError):
     """Too few workers of a round reported, on every attempt."""
 
 
+class ChainedExecutionFailed(SmltError):
+    """The execution that continues a run (its name derives from the round) exists and failed,
+    timed out or was aborted: the run does not go on by itself."""
+
+
 class StackNotFound(SmltError):
     """The named CloudFormation stack does not exist or lacks smlt's outputs (CLI only)."""
 

@@ -57,6 +57,7 @@ def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
     t0 = time.perf_counter()
     # Handler processes inherit this environment: keep their INFO logs off the progress lines.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # and their EMF lines (smlt.metrics)
     try:
         injector = FaultInjector.from_spec(faults) if faults else None
     except ValueError as e:

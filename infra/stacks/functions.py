@@ -30,6 +30,8 @@ from infra.stacks.bundling import LocalLayerBundling, layer_fingerprint
 from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
+from infra.stacks.storage import STATEFUL
+from smlt import metrics
 from smlt.config import AGGREGATE, PLANNER, TRAIN
 from smlt.config import Settings as RuntimeSettings
 
@@ -73,6 +75,18 @@ def retention(days: int) -> logs.RetentionDays:
     return _RETENTION[days]
 
 
+def train_image_options(settings: Settings) -> dict[str, Any]:
+    """The train_step image asset's options. Its build context is the repo root filtered by
+    .dockerignore (IgnoreMode.DOCKER), which CDK applies to staging and to the asset hash alike."""
+    arm = settings.architecture == "arm64"
+    return dict(
+        file=TRAIN_DOCKERFILE,
+        platform=ecr_assets.Platform.LINUX_ARM64 if arm else ecr_assets.Platform.LINUX_AMD64,
+        ignore_mode=IgnoreMode.DOCKER,
+        build_args={"PYTHON_VERSION": settings.lambda_python},
+    )
+
+
 class Functions(Construct):
     def __init__(
         self,
@@ -102,7 +116,7 @@ class Functions(Construct):
             table=table.table_name,
             prices=settings.prices,
             architecture=settings.architecture,
-            service_name="smlt",
+            service_name=metrics.SERVICE,  # Powertools' service: the metrics' dimension
             # what the ledger and the planner price and plan with (and every function parses)
             planner_memory_mb=settings.planner_memory_mb,
             aggregate_memory_mb=settings.aggregate_memory_mb,
@@ -154,12 +168,7 @@ class Functions(Construct):
                 fid,
                 description=f"smlt train_step worker at {mb} MB",
                 code=lambda_.DockerImageCode.from_image_asset(
-                    str(REPO_ROOT),
-                    file=TRAIN_DOCKERFILE,
-                    cmd=IMAGE_CMD,
-                    platform=ecr_assets.Platform.LINUX_ARM64 if arm else ecr_assets.Platform.LINUX_AMD64,
-                    ignore_mode=IgnoreMode.DOCKER,
-                    build_args={"PYTHON_VERSION": settings.lambda_python},
+                    str(REPO_ROOT), cmd=IMAGE_CMD, **train_image_options(settings)
                 ),
                 architecture=self.architecture,
                 memory_size=mb,
@@ -247,7 +256,7 @@ class Functions(Construct):
         )
 
     def _log_group(self, fid: str, role: iam.Role, days: logs.RetentionDays) -> logs.LogGroup:
-        group = logs.LogGroup(self, f"{fid}Logs", retention=days)
+        group = logs.LogGroup(self, f"{fid}Logs", retention=days, removal_policy=STATEFUL)
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],

@@ -1,9 +1,9 @@
 """Dashboard of training progress and spend, and alarms on failed runs and throttling.
 
-Training metrics are custom metrics in namespace `smlt` that the handlers emit with Powertools
-(EMF log lines, no PutMetricData permission needed): Loss, ValAccuracy, Workers, MemoryMB,
-SpendUSD, BudgetUSD, RoundSeconds. The widgets use SEARCH expressions, so they show the metrics
-whatever dimensions the handlers attach (service, run_id, ...).
+Training metrics are custom metrics that the aggregator and the planner emit with Powertools
+(EMF log lines, no PutMetricData permission needed); their names, namespace and dimensions come
+from smlt.metrics, the one source the handlers use too. Each widget is a SEARCH over exactly those
+dimensions (run_id, service): one line per run.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-NAMESPACE = "smlt"
+from smlt import metrics
+
 PERIOD = Duration.minutes(1)
 
 
 def _search(metric: str, stat: str, label: str) -> cw.MathExpression:
     return cw.MathExpression(
-        expression=f"SEARCH('Namespace=\"{NAMESPACE}\" MetricName=\"{metric}\"', '{stat}', {int(PERIOD.to_seconds())})",
+        expression=metrics.search(metric, stat, int(PERIOD.to_seconds())),
         using_metrics={},
         label=label,
         period=PERIOD,
@@ -104,28 +105,31 @@ class Monitoring(Construct):
         )
         dashboard.add_widgets(
             cw.TextWidget(
-                markdown=f"# smlt training\nCustom metrics (namespace `{NAMESPACE}`) come from the planner, "
-                "workers and aggregator; one line per run.",
+                markdown=f"# smlt training\nCustom metrics (namespace `{metrics.NAMESPACE}`) come from the planner "
+                "and the aggregator; one line per run.",
                 width=24,
                 height=2,
             )
         )
         dashboard.add_widgets(
-            _graph(title="Loss", left=[_search("Loss", "Average", "Loss")]),
+            _graph(title="Loss", left=[_search(metrics.LOSS, "Average", "Loss")]),
             _graph(
                 title="Validation accuracy",
-                left=[_search("ValAccuracy", "Average", "ValAccuracy")],
+                left=[_search(metrics.VAL_ACCURACY, "Average", "ValAccuracy")],
                 left_y_axis=cw.YAxisProps(min=0, max=1),
             ),
-            _graph(title="Round time (s)", left=[_search("RoundSeconds", "Average", "RoundSeconds")]),
+            _graph(title="Round time (s)", left=[_search(metrics.ROUND_SECONDS, "Average", "RoundSeconds")]),
         )
         dashboard.add_widgets(
             _graph(
                 title="Spend vs budget (USD)",
-                left=[_search("SpendUSD", "Maximum", "SpendUSD"), _search("BudgetUSD", "Maximum", "BudgetUSD")],
+                left=[
+                    _search(metrics.SPEND_USD, "Maximum", "SpendUSD"),
+                    _search(metrics.BUDGET_USD, "Maximum", "BudgetUSD"),
+                ],
             ),
-            _graph(title="Workers per round", left=[_search("Workers", "Maximum", "Workers")]),
-            _graph(title="Worker memory (MB)", left=[_search("MemoryMB", "Maximum", "MemoryMB")]),
+            _graph(title="Workers per round", left=[_search(metrics.WORKERS, "Maximum", "Workers")]),
+            _graph(title="Worker memory (MB)", left=[_search(metrics.MEMORY_MB, "Maximum", "MemoryMB")]),
         )
         dashboard.add_widgets(
             _graph(

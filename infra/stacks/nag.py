@@ -3,8 +3,9 @@
 cdk-nag 3 runs as a CDK validation plugin (`Validations.of(app).add_plugins(AwsSolutionsChecks())`)
 and fails the synth on any finding that is not acknowledged with
 `Validations.of(construct).acknowledge(Acknowledgment(id=..., reason=...))`. Wildcard findings
-(AwsSolutions-IAM5) are acknowledged one by one (`AwsSolutions-IAM5[Resource::...]`): the policies
-of the stack are scanned here and only the findings that match WILDCARD_ALLOWLIST are
+(AwsSolutions-IAM5) are acknowledged one by one (`AwsSolutions-IAM5[Resource::...]`, cdk-nag's
+`appliesTo` form): the policies of the stack are scanned here and only the findings that match
+WILDCARD_ALLOWLIST, or `Resource::*` for exactly the STAR_RESOURCE_ACTIONS a policy grants, are
 acknowledged, so any new wildcard fails the synth until it is justified below.
 """
 
@@ -17,15 +18,38 @@ from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
-# (finding regex, reason). Findings are cdk-nag's flattened form: `Resource::<LogicalId.Arn>/runs/*`.
-WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
-    (
-        r"^Resource::\*$",
-        "Only for actions that support no resource scoping: X-Ray PutTraceSegments/PutTelemetryRecords/"
-        "GetSampling* (active tracing), CloudWatch Logs log-delivery actions of the state machine's "
-        "vended logs, ecr:GetAuthorizationToken for the train_step image, and (redis_reducer only) "
-        "ec2:DescribeNetworkInterfaces/DescribeSubnets that Lambda needs for a function's VPC ENIs.",
+# The actions that support no resource-level permissions (AWS authorizes them only on Resource
+# "*") and that the stack grants, with what needs them. A `Resource::*` finding is acknowledged
+# only on a policy whose every `*`-resource statement grants nothing but these, with a reason
+# naming exactly the actions that policy grants: any other action on `*` fails the synth.
+STAR_RESOURCE_ACTIONS: dict[str, str] = {
+    **dict.fromkeys(
+        ["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"],
+        "X-Ray active tracing of the functions and the state machine",
     ),
+    **dict.fromkeys(
+        [
+            "logs:CreateLogDelivery",
+            "logs:GetLogDelivery",
+            "logs:UpdateLogDelivery",
+            "logs:DeleteLogDelivery",
+            "logs:ListLogDeliveries",
+            "logs:PutResourcePolicy",
+            "logs:DescribeResourcePolicies",
+            "logs:DescribeLogGroups",
+        ],
+        "the state machine's vended logs to CloudWatch Logs",
+    ),
+    **dict.fromkeys(
+        ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
+        "redis_reducer only: Lambda managing the VPC network interfaces of the functions in the exchange's VPC",
+    ),
+}
+STAR = "Resource::*"
+
+# (finding regex, reason) for the scoped wildcards. Findings are cdk-nag's flattened form:
+# `Resource::<LogicalId.Arn>/runs/*`.
+WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
     (
         r"^Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/\*$",
         "redis_reducer only: Lambda creates, deletes and re-addresses the VPC network interfaces of the "
@@ -47,6 +71,11 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         r'\{"Fn::Select":\[6,\{"Fn::Split":\[":",\{"Ref":"\w*StateMachine\w*"\}\]\}\]\}(/\*)?:\*$',
         "Distributed Map: the state machine describes, stops and redrives the child executions it starts "
         "(execution names are generated at run time; the ARN is scoped to this state machine's name).",
+    ),
+    (
+        r"^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<\w*StateMachine\w*\.Name>:\*$",
+        "Chain: the planner describes an execution of this state machine that has the chained name "
+        "already (is it running, or did it fail?); execution names are per run and round.",
     ),
     (
         r"^Resource::<\w*(Planner|Aggregate)\w*\.Arn>:\*$",
@@ -119,8 +148,38 @@ def wildcard_findings(document: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def star_actions(document: dict[str, Any]) -> list[str]:
+    """The actions a policy document allows on Resource "*", sorted."""
+    found: set[str] = set()
+    for st in document.get("Statement", []):
+        resources = st.get("Resource", [])
+        if st.get("Effect") == "Allow" and "*" in (resources if isinstance(resources, list) else [resources]):
+            actions = st.get("Action", [])
+            found.update(actions if isinstance(actions, list) else [actions])
+    return sorted(found)
+
+
+def star_reason(actions: list[str]) -> str | None:
+    """The reason of a `Resource::*` acknowledgment naming exactly `actions`, or None when one of
+    them can be scoped to a resource (then the finding stands)."""
+    if not actions or any(a not in STAR_RESOURCE_ACTIONS for a in actions):
+        return None
+    by_purpose: dict[str, list[str]] = {}
+    for a in actions:
+        by_purpose.setdefault(STAR_RESOURCE_ACTIONS[a], []).append(a)
+    return "Resource::* only for actions that support no resource-level permissions: " + "; ".join(
+        f"{', '.join(names)} ({purpose})" for purpose, names in by_purpose.items()
+    )
+
+
+def _reason(finding: str, document: dict[str, Any]) -> str | None:
+    if finding == STAR:
+        return star_reason(star_actions(document))
+    return next((reason for pattern, reason in WILDCARD_ALLOWLIST if re.match(pattern, finding)), None)
+
+
 def acknowledge_allowed_wildcards(stack: Stack) -> dict[str, list[str]]:
-    """Acknowledge the allowlisted IAM5 findings on every IAM policy of the stack.
+    """Acknowledge the allowed IAM5 findings on every IAM policy of the stack.
 
     Returns {construct path: [acknowledged finding]} (for tests and review)."""
     done: dict[str, list[str]] = {}
@@ -130,11 +189,10 @@ def acknowledge_allowed_wildcards(stack: Stack) -> dict[str, list[str]]:
         document = stack.resolve(c.policy_document)
         acked = []
         for finding in wildcard_findings(document):
-            for pattern, reason in WILDCARD_ALLOWLIST:
-                if re.match(pattern, finding):
-                    Validations.of(c).acknowledge(Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
-                    acked.append(finding)
-                    break
+            reason = _reason(finding, document)
+            if reason is not None:
+                Validations.of(c).acknowledge(Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
+                acked.append(finding)
         if acked:
             done[c.node.path] = acked
     return done

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Fn, Stack
+from aws_cdk import ArnFormat, CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -75,7 +75,19 @@ class SmltStack(Stack):
                 iam.PolicyStatement(
                     actions=["states:StartExecution"],
                     resources=[self.workflow.state_machine.state_machine_arn],
-                )
+                ),
+                # An execution of the chained name that exists already: is it alive or failed?
+                iam.PolicyStatement(
+                    actions=["states:DescribeExecution"],
+                    resources=[
+                        self.format_arn(
+                            service="states",
+                            resource="execution",
+                            resource_name=f"{self.workflow.state_machine.state_machine_name}:*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    ],
+                ),
             ],
         )
         self.trigger = RetrainTrigger(

@@ -15,6 +15,12 @@ from smlt import keys
 # One source: the tag the workers' PUT carries (smlt.keys.UPDATE_TAG, "key=value").
 UPDATE_TAG_KEY, _, UPDATE_TAG_VALUE = keys.UPDATE_TAG.partition("=")
 
+# The stack's stateful resources (buckets, the table, the functions' and the state machine's log
+# groups) outlive `cdk destroy` and a replacement, but not a failed first create: CloudFormation
+# deletes what a rolled-back create made (DeletionPolicy RetainExceptOnCreate), so a first deploy
+# that fails (a memory quota, a name clash) leaves nothing behind. docs/deploy.md, "Destroy".
+STATEFUL = RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+
 
 def _private_bucket(
     scope: Construct,
@@ -25,7 +31,7 @@ def _private_bucket(
     server_access_logs_bucket: s3.IBucket | None = None,
     server_access_logs_prefix: str | None = None,
 ) -> s3.Bucket:
-    """Every bucket of the stack: S3-managed encryption, TLS only, no public access, retained."""
+    """Every bucket of the stack: S3-managed encryption, TLS only, no public access, retained (STATEFUL)."""
     return s3.Bucket(
         scope,
         id,
@@ -33,7 +39,7 @@ def _private_bucket(
         enforce_ssl=True,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         object_ownership=object_ownership,
-        removal_policy=RemovalPolicy.RETAIN,
+        removal_policy=STATEFUL,
         server_access_logs_bucket=server_access_logs_bucket,
         server_access_logs_prefix=server_access_logs_prefix,
         lifecycle_rules=lifecycle_rules,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
+
+from infra.stacks.storage import STATEFUL
 
 
 class RunTable(Construct):
@@ -21,5 +22,5 @@ class RunTable(Construct):
             ),
             # AWS-managed KMS key (aws/dynamodb): encrypted at rest, no key grants needed.
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=STATEFUL,
         )

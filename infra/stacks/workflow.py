@@ -12,13 +12,15 @@ Lambda service errors and throttling with exponential backoff.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
+
+from infra.stacks.storage import STATEFUL
 
 # Lambda service errors Step Functions recommends retrying (what CDK adds by default).
 LAMBDA_SERVICE_ERRORS = [
@@ -284,7 +286,7 @@ class Workflow(Construct):
             "Logs",
             log_group_name=f"/aws/vendedlogs/states/{Stack.of(self).stack_name}-training",
             retention=log_retention,
-            removal_policy=RemovalPolicy.DESTROY,
+            removal_policy=STATEFUL,
         )
         self.state_machine = sfn.StateMachine(
             self,

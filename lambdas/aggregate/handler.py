@@ -2,31 +2,37 @@
 
 `op` (default "aggregate"): "aggregate" = the single aggregator; sharded aggregation runs
 "prepare", then "slice" (one per aggregator, with "slice" j and "of" k), then "finish".
+The round's dashboard metrics (smlt.metrics), buffered when the ROUND item is written, are
+published as one EMF log line.
 """
 
 from aws_lambda_powertools import Logger
 from pydantic import BaseModel
 
+from smlt import metrics
 from smlt.config import Settings
 from smlt.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
 from smlt.steps.events import AGGREGATE_EVENTS, AggregateEvent, FinishEvent, PrepareEvent, SliceEvent, parse_event
 
-logger = Logger(service="smlt")
+logger = Logger(service=metrics.SERVICE)
 
 
 def handler(event, context):
     settings = Settings.from_env()
     answer: BaseModel
     ev = parse_event(AGGREGATE_EVENTS, event)
-    match ev:
-        case AggregateEvent():
-            answer = aggregate_round(settings, ev)
-        case PrepareEvent():
-            answer = prepare_round(settings, ev)
-        case SliceEvent():
-            answer = slice_round(settings, ev)
-        case FinishEvent():
-            answer = finish_round(settings, ev)
+    try:
+        match ev:
+            case AggregateEvent():
+                answer = aggregate_round(settings, ev)
+            case PrepareEvent():
+                answer = prepare_round(settings, ev)
+            case SliceEvent():
+                answer = slice_round(settings, ev)
+            case FinishEvent():
+                answer = finish_round(settings, ev)
+    finally:
+        metrics.publish()
     result = answer.model_dump(mode="json")
     logger.info("aggregated", extra={"op": ev.op, **result})
     return result

@@ -1,14 +1,16 @@
-"""Planner Lambda: validate the job, plan the next round (or stop), chain, finalize the run."""
+"""Planner Lambda: validate the job, plan the next round (or stop), chain, finalize the run.
+A round it plans to train has its shape on the dashboard (smlt.metrics, one EMF log line)."""
 
 from aws_lambda_powertools import Logger
 from pydantic import BaseModel
 
+from smlt import metrics
 from smlt.config import Settings
-from smlt.steps.events import PLANNER_EVENTS, ChainEvent, FinalizeEvent, PlanEvent, parse_event
+from smlt.steps.events import PLANNER_EVENTS, ChainEvent, FinalizeEvent, PlanEvent, PlanTrain, parse_event
 from smlt.steps.finalize import finalize
 from smlt.steps.plan import chain, plan_next
 
-logger = Logger(service="smlt")
+logger = Logger(service=metrics.SERVICE)
 
 
 def handler(event, context):
@@ -18,6 +20,9 @@ def handler(event, context):
     match ev:
         case PlanEvent():
             answer = plan_next(settings, ev)
+            if isinstance(answer, PlanTrain):
+                metrics.add_plan(answer)
+                metrics.publish()
         case ChainEvent():
             answer = chain(settings, ev)
         case FinalizeEvent():

@@ -21,7 +21,7 @@ import math
 import time
 
 from smlt import errors as smlt_errors
-from smlt import keys
+from smlt import keys, metrics
 from smlt.aggregate.model_store import model_source, read_model_blob, sliced_model_complete
 from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
 from smlt.aggregate.sync import delete_prefix
@@ -214,6 +214,8 @@ class _Round:
             timings=[RoundTiming.of(r) for r in records],
         )
         _, stored = table.put_once(keys.round_sk(rnd), item)
+        # The dashboard's metrics of the round (smlt.metrics), published by the handler.
+        metrics.add_round(self.run_id, stored, spec.job.constraints.budget_usd)
         return _answer(stored)
 
 

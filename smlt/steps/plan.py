@@ -21,7 +21,7 @@ from smlt import keys
 from smlt.aggregate.reduce import plan_slices
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
-from smlt.errors import AccessDenied, Infeasible, InvalidJob
+from smlt.errors import AccessDenied, ChainedExecutionFailed, Infeasible, InvalidJob
 from smlt.items import MetaItem, PlanItem, RoundItem
 from smlt.job import Job, parse_job
 from smlt.planner import decide
@@ -380,9 +380,14 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
     return item
 
 
+# A continuing execution in one of these is the run going on (PENDING_REDRIVE: being redriven).
+CHAIN_ALIVE = ("RUNNING", "SUCCEEDED", "PENDING_REDRIVE")
+
+
 def chain(settings: Settings, event: ChainEvent) -> ChainAnswer:
     """Start the execution that continues this run from its checkpoint. The name derives from
-    the round, so a repeated call starts nothing new (StartExecution is idempotent by name)."""
+    the round, so a repeated call starts nothing new (StartExecution is idempotent by name); an
+    existing execution of that name that failed, timed out or was aborted is ChainedExecutionFailed."""
     import boto3
 
     sfn = boto3.client("stepfunctions")
@@ -397,4 +402,10 @@ def chain(settings: Settings, event: ChainEvent) -> ChainAnswer:
         )["executionArn"]
     except sfn.exceptions.ExecutionAlreadyExists:
         arn = event.state_machine.replace(":stateMachine:", ":execution:") + ":" + name
+        status = sfn.describe_execution(executionArn=arn)["status"]
+        if status not in CHAIN_ALIVE:
+            raise ChainedExecutionFailed(
+                f"run {event.run_id}: the execution {name} that continues it at round {event.round} is {status} "
+                f"(see its history); resume the run with `smlt resume {event.run_id}` once the cause is fixed"
+            ) from None
     return ChainAnswer(execution_arn=arn, name=name)

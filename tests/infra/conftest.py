@@ -12,6 +12,12 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+# cdk.json's default tiers: what an account at the default 3,008 MB Lambda memory quota accepts.
+DEFAULT_TIERS = (1769, 3008)
+NEW_ACCOUNT_MAX_MB = 3008
+# The larger tiers docs/deploy.md documents as an option (`-c memory_tiers=[...]`, after a quota raise).
+LARGE_TIERS = (1769, 3008, 5120, 10240)
+
 SYNTH_CONTEXT = {"aws:cdk:bundling-stacks": [], "aws:cdk:enable-asset-metadata": True}
 
 

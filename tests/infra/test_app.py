@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.conftest import synthesize
+from tests.infra.conftest import DEFAULT_TIERS, LARGE_TIERS, NEW_ACCOUNT_MAX_MB, synthesize
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ def test_cdk_json_runs_the_app_and_holds_the_defaults():
     assert "infra.app" in cfg["app"]
     ctx = cfg["context"]
     assert deployed.context() == ctx  # the one source the stack and the runtime read
-    assert ctx["memory_tiers"] == [1769, 3008, 5120, 10240]
+    assert ctx["memory_tiers"] == list(DEFAULT_TIERS)
     assert ctx["max_concurrency"] == 64
     assert ctx["architecture"] == "x86_64"
     assert ctx["redis_reducer"] is False
@@ -44,6 +44,31 @@ def test_no_bundling_no_docker_only_staging(synth):
     assert len(manifest["dockerImages"]) == 1
     layer = next(iter(synth.resources("AWS::Lambda::LayerVersion").values()))
     assert Path(layer["Metadata"]["aws:asset:path"]).resolve() == (REPO / "layers").resolve()
+
+
+def _train_tiers(s) -> dict[int, int]:
+    """{tier in the logical id: the function's MemorySize} of the synthesized train_step functions."""
+    fns = s.resources("AWS::Lambda::Function")
+    return {
+        int(k[len("FunctionsTrainStep") : -8]): v["Properties"]["MemorySize"]
+        for k, v in fns.items()
+        if k.startswith("FunctionsTrainStep")
+    }
+
+
+def test_default_stack_fits_a_new_accounts_memory_quota(synth):
+    """New and low-quota accounts accept at most 3,008 MB per function: the default deploys there."""
+    assert _train_tiers(synth) == {mb: mb for mb in DEFAULT_TIERS}
+    sizes = [fn["Properties"]["MemorySize"] for fn in synth.resources("AWS::Lambda::Function").values()]
+    assert max(sizes) <= NEW_ACCOUNT_MAX_MB, sizes
+
+
+def test_larger_tiers_are_a_context_option(tmp_path):
+    """docs/deploy.md's option for a raised quota: `-c memory_tiers='[1769,3008,5120,10240]'`."""
+    s = synthesize(tmp_path, {"memory_tiers": json.dumps(list(LARGE_TIERS))})
+    assert _train_tiers(s) == {mb: mb for mb in LARGE_TIERS}
+    docs = (REPO / "docs" / "deploy.md").read_text()
+    assert f"-c memory_tiers='{json.dumps(list(LARGE_TIERS), separators=(',', ':'))}'" in docs
 
 
 def test_context_overrides_from_cli_strings(tmp_path):

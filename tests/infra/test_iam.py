@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from infra.stacks.nag import _flatten
+from tests.infra.conftest import DEFAULT_TIERS
 
 # Actions that only accept Resource "*" (AWS requirement), and why they are here.
 STAR_RESOURCE_ACTIONS = {
@@ -67,7 +68,7 @@ def test_roles_have_no_managed_or_inline_policies(synth):
 
 def test_one_role_per_function_trusting_lambda_only(synth):
     fn_roles = [fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in synth.resources("AWS::Lambda::Function").values()]
-    assert len(set(fn_roles)) == len(fn_roles) == 6
+    assert len(set(fn_roles)) == len(fn_roles) == 2 + len(DEFAULT_TIERS)
     for rid in fn_roles:
         doc = synth.template["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"]
         (st,) = doc["Statement"]
@@ -91,8 +92,11 @@ def test_function_roles_are_scoped(synth):
     assert planner["dynamodb:PutItem"] == {f"<{table}.Arn>"}
     sm_ids = list(synth.resources("AWS::StepFunctions::StateMachine"))
     assert planner["states:StartExecution"] == {f"<{sm_ids[0]}>"}  # Chain
+    # ...and DescribeExecution of its own executions only (is an existing continuation alive?)
+    (described,) = planner["states:DescribeExecution"]
+    assert described == f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<{sm_ids[0]}.Name>:*"
 
-    for tier in (1769, 3008, 5120, 10240):
+    for tier in DEFAULT_TIERS:
         worker = _grants(synth, f"FunctionsTrainStep{tier}Role")
         assert worker["s3:GetObject"] == {data_objects, runs}
         assert worker["s3:PutObject"] == {runs}

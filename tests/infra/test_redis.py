@@ -15,13 +15,14 @@ import pytest
 from cdk_nag import AwsSolutionsChecks
 
 from infra.stacks.exchange import ENGINE, REDIS_PORT
-from infra.stacks.nag import REASONS, WILDCARD_ALLOWLIST
+from infra.stacks.nag import REASONS
+from tests.infra.conftest import DEFAULT_TIERS
 from tests.infra.test_cfn_lint import ALLOWED_WARNINGS, _describe, _lint
 from tests.infra.test_iam import STAR_RESOURCE_ACTIONS, _as_list, _grants, _statements
-from tests.infra.test_nag import _acknowledgments
+from tests.infra.test_nag import _acknowledgments, expected_wildcard
 
 REPO = Path(__file__).resolve().parents[2]
-TIERS = (1769, 3008, 5120, 10240)
+TIERS = DEFAULT_TIERS
 # The functions that open the exchange (Settings.exchange_store()): every train_step tier, aggregate.
 IN_VPC = tuple(f"FunctionsTrainStep{mb}" for mb in TIERS) + ("FunctionsAggregate",)
 ENI_DESCRIBE = {"ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"}
@@ -235,7 +236,7 @@ def test_iam_stays_least_privilege(redis_synth):
         if "*" in _as_list(st["Resource"]):
             assert not set(_as_list(st["Action"])) - allowed_star, lid
     fn_roles = [fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in _functions(redis_synth).values()]
-    assert len(set(fn_roles)) == len(fn_roles) == 6
+    assert len(set(fn_roles)) == len(fn_roles) == 2 + len(TIERS)
 
 
 def test_flow_log_role_writes_only_its_log_group(redis_synth):
@@ -264,7 +265,7 @@ def test_nag_acknowledgments_are_reasoned_and_narrow(redis_synth):
         if rule.startswith("AwsSolutions-IAM5["):
             finding = rule[len("AwsSolutions-IAM5[") : -1]
             assert finding.startswith("Resource::"), (path, rule)
-            assert any(re.match(p, finding) for p, _ in WILDCARD_ALLOWLIST), (path, rule)
+            assert expected_wildcard(redis_synth.app, path, finding, reason), (path, rule, reason)
         else:
             assert rule in REASONS, (path, rule)
     cache_rules = {r for p, r, _ in acks if r.startswith("AwsSolutions-AEC")}
@@ -443,7 +444,7 @@ def test_local_engine_resolves_the_default_template(synth):
 
     assert unsupported_resources(synth.template) == []
     specs = function_specs(Resolver(synth.template, "Smlt"), {}, REPO)
-    assert len(specs) == 6
+    assert len(specs) == 2 + len(TIERS)
     for spec in specs.values():
         assert "SMLT_EXCHANGE_URL" not in spec.env
         assert spec.env["SMLT_TABLE"].startswith("Smlt-")

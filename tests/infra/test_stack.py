@@ -6,6 +6,8 @@ import json
 
 from aws_cdk.assertions import Match
 
+from tests.infra.conftest import DEFAULT_TIERS
+
 SSE_S3 = {"ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
 ALL_BLOCKED = {
     "BlockPublicAcls": True,
@@ -13,6 +15,10 @@ ALL_BLOCKED = {
     "IgnorePublicAcls": True,
     "RestrictPublicBuckets": True,
 }
+
+
+# CloudFormation's form of RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE.
+RETAINED_EXCEPT_ON_CREATE = ("RetainExceptOnCreate", "Retain")
 
 
 def _by_prefix(resources, prefix):
@@ -27,7 +33,20 @@ def test_buckets_encrypted_private_and_retained(synth):
     for lid, b in buckets.items():
         assert b["Properties"]["BucketEncryption"] == SSE_S3, lid
         assert b["Properties"]["PublicAccessBlockConfiguration"] == ALL_BLOCKED, lid
-        assert b["DeletionPolicy"] == "Retain", lid
+        assert (b["DeletionPolicy"], b["UpdateReplacePolicy"]) == RETAINED_EXCEPT_ON_CREATE, lid
+
+
+def test_stateful_resources_retained_except_a_failed_create(synth):
+    """Buckets, table and log groups survive destroy and replacement, but a rolled-back first
+    create removes them (RETAIN_ON_UPDATE_OR_DELETE): a failed first deploy leaves nothing."""
+    stateful = {
+        **synth.resources("AWS::S3::Bucket"),
+        **synth.resources("AWS::DynamoDB::Table"),
+        **synth.resources("AWS::Logs::LogGroup"),
+    }
+    assert len(synth.resources("AWS::Logs::LogGroup")) == 3 + len(DEFAULT_TIERS)  # functions + state machine
+    for lid, r in stateful.items():
+        assert (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")) == RETAINED_EXCEPT_ON_CREATE, lid
 
 
 def test_every_bucket_denies_insecure_transport(synth):
@@ -94,9 +113,7 @@ def _functions(synth):
 
 def test_function_set_and_construct_ids(synth):
     ids = sorted(k[:-8] for k in _functions(synth))  # logical id = path + 8-char hash
-    assert ids == sorted(
-        ["FunctionsPlanner", "FunctionsAggregate"] + [f"FunctionsTrainStep{m}" for m in (1769, 3008, 5120, 10240)]
-    )
+    assert ids == sorted(["FunctionsPlanner", "FunctionsAggregate"] + [f"FunctionsTrainStep{m}" for m in DEFAULT_TIERS])
 
 
 def test_zip_functions_plain_handler_layer_and_asset_metadata(synth):
@@ -118,7 +135,7 @@ def test_zip_functions_plain_handler_layer_and_asset_metadata(synth):
 
 def test_train_step_image_per_tier(synth):
     fns = {k: v for k, v in _functions(synth).items() if k.startswith("FunctionsTrainStep")}
-    assert len(fns) == 4
+    assert len(fns) == len(DEFAULT_TIERS)
     asset_paths = set()
     for lid, fn in fns.items():
         props = fn["Properties"]
@@ -191,7 +208,7 @@ def test_planner_train_functions_map_refs_every_tier(synth):
     join = planner["SMLT_TRAIN_FUNCTIONS"]["Fn::Join"]
     text = "".join(p if isinstance(p, str) else "@" + p["Ref"] for p in join[1])
     mapping = json.loads(text)
-    assert sorted(mapping, key=int) == ["1769", "3008", "5120", "10240"]
+    assert sorted(mapping, key=int) == [str(mb) for mb in DEFAULT_TIERS]
     for mb, ref in mapping.items():
         assert ref.startswith("@FunctionsTrainStep" + mb), (mb, ref)
 
@@ -298,7 +315,8 @@ def test_dashboard_shows_training_metrics(synth):
     text = body if isinstance(body, str) else json.dumps(body)
     for metric in ("Loss", "ValAccuracy", "Workers", "MemoryMB", "SpendUSD", "BudgetUSD", "RoundSeconds"):
         assert f'MetricName=\\\\\\"{metric}\\\\\\"' in text or f'MetricName=\\"{metric}\\"' in text, metric
-    assert 'Namespace=\\\\\\"smlt\\\\\\"' in text or 'Namespace=\\"smlt\\"' in text
+    # namespace smlt, exactly the handlers' dimensions (run_id, service): one line per run
+    assert text.count("SEARCH('{smlt,run_id,service} MetricName=") == 7
 
 
 # ------------------------------------------------------------------ outputs
