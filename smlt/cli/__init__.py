@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from smlt.errors import RunFailed, RunNotFinished, SmltError, StackNotFound
+from smlt.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
+from smlt.local.limits import LimitError
 
 from . import cloud, data, local
 from .console import console
@@ -35,13 +36,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _failed(e: SmltError) -> int:
+# The command could not do its work (exit 1); any other named error is the user's input (exit 2).
+_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured)
+
+
+def _failed(e: SmltError | LimitError) -> int:
     """The message and exit code of a named error."""
     if isinstance(e, RunFailed):
         print(f"run {e.run_id} {e.status}: {e.error}", file=sys.stderr)
         print(f"  cause: {e.cause}", file=sys.stderr)
         return 1
-    if isinstance(e, (StackNotFound, RunNotFinished)):  # the command could not do its work
+    if isinstance(e, _COULD_NOT):
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"error: {type(e).__name__}: {e}", file=sys.stderr)  # the user's input is wrong
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with console(quiet=getattr(args, "quiet", False)):
             return int(args.fn(args))
-    except SmltError as e:
+    except (SmltError, LimitError) as e:  # LimitError: a Step Functions quota the local engine applies
         return _failed(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -107,9 +107,16 @@ class _Round:
             values={":n": attempts},
         )
         if attempts + 1 >= MAX_ATTEMPTS:
+            # Round 0 has no checkpoint to continue from (nothing was aggregated): say so.
+            then = (
+                "no round was completed, so there is nothing to resume: start the run again once the cause is fixed"
+                if rnd == 0
+                else f"resume the run with `smlt resume {self.run_id}` once the cause is fixed"
+            )
             raise smlt_errors.QuorumNotReached(
-                f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
-                f"resume the run with `smlt resume {self.run_id}` once the cause is fixed"
+                f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times "
+                "(none recorded a named error: they crashed, timed out or were throttled; see the worker function's "
+                f"logs); {then}"
             )
         self.clear_sync()  # the retried round's exchange starts clean
         return RoundAnswer(round=rnd, stop=False, retry=True, reason=f"quorum not reached (attempt {attempts + 1})")
