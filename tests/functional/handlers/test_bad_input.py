@@ -1,13 +1,14 @@
 """Bad input met inside a run, on moto: the handlers' named errors name the object and say what
 to do, and leave what is stored as it was."""
 
+import numpy as np
 import pytest
 
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.train_step.handler import handler as train_step
 from smlt import keys
 from smlt.errors import InvalidDataset, InvalidJob, QuorumNotReached
-from smlt.tensors.format import HeaderError
+from smlt.tensors.format import HeaderError, decode, encode
 from tests.functional.handlers.conftest import job, run_keys
 from tests.functional.handlers.test_failures import plan
 
@@ -23,16 +24,54 @@ def test_quorum_lost_in_round_0_does_not_advise_a_resume(digits, aws):
     assert "nothing to resume: start the run again" in msg and "smlt resume" not in msg
 
 
-def test_quorum_lost_after_round_0_advises_the_resume(digits, aws):
-    p = plan(job(digits), "q1")
+def _lose_round_1(uri, run_id, damage=None):
+    """Round 0 aggregated, model 1 damaged by `damage(key)`, then round 1 without a worker:
+    the QuorumNotReached message."""
+    p = plan(job(uri), run_id)
     for w in p["workers"]:
-        train_step({"run_id": "q1", "round": 0, "worker": w}, None)
-    aggregate({"run_id": "q1", "round": 0}, None)
-    plan(job(digits), "q1")
+        train_step({"run_id": run_id, "round": 0, "worker": w}, None)
+    aggregate({"run_id": run_id, "round": 0}, None)
+    plan(job(uri), run_id)
+    if damage:
+        damage(keys.model_key(run_id, 1))
     for _ in range(2):
-        aggregate({"run_id": "q1", "round": 1}, None)
-    with pytest.raises(QuorumNotReached, match=r"round 1: .* resume the run with `smlt resume q1`"):
-        aggregate({"run_id": "q1", "round": 1}, None)
+        aggregate({"run_id": run_id, "round": 1}, None)
+    with pytest.raises(QuorumNotReached) as e:
+        aggregate({"run_id": run_id, "round": 1}, None)
+    return str(e.value)
+
+
+def test_quorum_lost_after_round_0_advises_the_resume(digits, aws):
+    msg = _lose_round_1(digits, "q1")
+    assert "round 1: fewer than 2 of 4" in msg and "resume the run with `smlt resume q1`" in msg
+
+
+def _get(s3, key):
+    return s3.get_object(Bucket="smlt-artifacts", Key=key)["Body"].read()
+
+
+def _missing(s3, key):
+    s3.delete_object(Bucket="smlt-artifacts", Key=key)
+
+
+def _truncated(s3, key):
+    s3.put_object(Bucket="smlt-artifacts", Key=key, Body=_get(s3, key)[:200])
+
+
+def _nan(s3, key):
+    state = decode(_get(s3, key))
+    name = sorted(state)[0]
+    state[name] = np.full_like(state[name], np.nan)
+    s3.put_object(Bucket="smlt-artifacts", Key=key, Body=encode(state))
+
+
+@pytest.mark.parametrize(
+    "damage, needle", [(_missing, "is missing"), (_truncated, "is unreadable"), (_nan, "holds NaN or Inf")]
+)
+def test_quorum_lost_to_a_damaged_model_names_it(digits, aws, damage, needle):
+    msg = _lose_round_1(digits, "dmg", lambda key: damage(aws, key))
+    assert f"model 1 ({keys.model_key('dmg', 1)}) {needle}" in msg
+    assert "start the run again (a resume would read the same model)" in msg and "smlt resume" not in msg
 
 
 def test_a_garbage_update_is_named_by_its_key(digits, aws):
