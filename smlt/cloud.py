@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, 
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
 from smlt.items import MetaItem
-from smlt.job import read_job_file
+from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import notice
 from smlt.records import RunTable

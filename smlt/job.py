@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -208,28 +207,6 @@ def parse_job(raw: Any) -> Job:
         return Job.model_validate(raw)
     except ValidationError as e:
         raise InvalidJob(_describe(e)) from None
-
-
-def read_job_file(path: Path) -> tuple[Job, dict[str, Any]]:
-    """A job file as (validated Job, raw dict), or InvalidJob naming the file and the problem;
-    checked before anything starts. The raw dict is what the CLI sends (after staging)."""
-    from smlt.local.limits import MAX_PAYLOAD_BYTES  # Step Functions' execution input limit
-
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InvalidJob(f"job: cannot read {path}: {e.strerror}") from None
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise InvalidJob(
-            f"job: {path} is {len(data):,} bytes; a job is the execution input, which Step Functions limits "
-            f"to {MAX_PAYLOAD_BYTES:,} bytes (256 KiB): move large model params into a model entry point"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidJob(f"job: {path} is not UTF-8 text (byte {e.start}); save it as UTF-8 JSON") from None
-    job = parse_job(text)
-    return job, json.loads(text)
 
 
 def check_dataset(job: Job, manifest: Manifest) -> None:

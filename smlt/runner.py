@@ -20,7 +20,8 @@ from typing import Any
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.errors import InvalidJob, RunFailed, RunNotFound
-from smlt.job import Job, read_job_file
+from smlt.job import Job
+from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import progress
 from smlt.records import RunTable
