@@ -197,3 +197,29 @@ def test_the_end_of_a_run_stopped_before_its_first_round(tmp_path):
     lines = smlt.runner.done_lines("r", final, 1.0, tmp_path)
     assert lines[0].startswith("done: run r: 0 rounds, val accuracy n/a, val loss n/a, 1.0 s")
     assert lines[1].endswith("(no round was trained)") and lines[2] == f"  outputs in {tmp_path}/: metrics.json"
+
+
+@pytest.mark.parametrize(
+    "error, rc, shown",
+    [
+        ("smlt.errors:InvalidDataset", 2, "error: InvalidDataset: boom"),
+        ("smlt.tensors.format:HeaderError", 2, "error: HeaderError: boom"),
+        ("smlt.errors:RunNotFound", 1, "error: boom"),
+        ("smlt.errors:AwsNotConfigured", 1, "error: boom"),
+        ("smlt.local.limits:LimitError", 2, "error: LimitError: boom"),
+        ("smlt.local.synth:SynthError", 1, "error: the local engine: SynthError: boom"),
+        ("smlt.local.errors:MotoVersionError", 1, "error: the local engine: MotoVersionError: boom"),
+        ("smlt.local.resolve:UnresolvableError", 1, "error: the local engine: UnresolvableError: boom"),
+    ],
+)
+def test_the_cli_prints_every_error_class_of_smlts_own(tmp_path, capsys, monkeypatch, error, rc, shown):
+    import importlib
+
+    module, name = error.split(":")
+    cls = getattr(importlib.import_module(module), name)
+
+    def fails(job_path, out, faults=None):
+        raise cls("boom")
+
+    monkeypatch.setattr(smlt.runner, "run_local", fails)
+    assert run(tmp_path, capsys, "run", "--local", str(job_file(tmp_path, {}))) == (rc, shown + "\n")
