@@ -60,8 +60,10 @@ def load_source(source: str, label: str | None = None, task: str | None = None):
 
 
 # More distinct labels than this and a CSV's task must be named: integer-valued prices or counts
-# would otherwise become hundreds of one-row classes.
+# would otherwise become hundreds of one-row classes. Labels written as decimals ("151.0") look
+# like a quantity sooner, but "0.0"/"1.0" flags are still classes.
 MAX_INFERRED_CLASSES = 100
+MAX_INFERRED_DECIMAL_CLASSES = 10
 
 
 def _read_csv(path: Path, label: str | None, task: str | None):
@@ -91,13 +93,13 @@ def _read_csv(path: Path, label: str | None, task: str | None):
 
 
 def _infer_task(path: Path, column: str, texts: list[str], y: np.ndarray) -> str:
-    """Classification for integer labels written as integers with few distinct values, regression
-    for fractional ones; anything in between is refused rather than guessed."""
+    """Regression for fractional labels, classification for whole numbers with few distinct values
+    (fewer still when written as decimals); anything in between is refused rather than guessed."""
     if not np.all(y == np.round(y)):
         return "regression"
     n = len(np.unique(y))
     written_as_floats = any(not t.strip().lstrip("+-").isdigit() for t in texts)
-    if written_as_floats or n > MAX_INFERRED_CLASSES:
+    if n > (MAX_INFERRED_DECIMAL_CLASSES if written_as_floats else MAX_INFERRED_CLASSES):
         raise InvalidDataset(
             f"{path}: label column {column!r} has {n} distinct whole-number values"
             + (" written as decimals" if written_as_floats else "")

@@ -113,6 +113,7 @@ def test_prepare_with_a_missing_label_column_lists_the_columns(tmp_path, capsys)
     csv = csv_file(tmp_path, "a,b,label", ["1,2,0", "3,4,1"])
     rc, err = run(tmp_path, capsys, "data", "prepare", str(csv), "--label", "y", "--out", str(tmp_path / "p"))
     assert rc == 2 and "no label column 'y'; the columns are a, b, label" in err
+    assert not (tmp_path / "p").exists()
 
 
 def test_prepare_with_zero_shards(tmp_path, capsys):
@@ -126,16 +127,21 @@ def test_prepare_a_classification_csv_with_one_class(tmp_path, capsys):
     csv = csv_file(tmp_path, "a,b,label", ["1,2,0", "3,4,0", "5,6,0"])
     rc, err = run(tmp_path, capsys, "data", "prepare", str(csv), "--out", str(tmp_path / "p"))
     assert rc == 2 and "every label is 0.0: a classifier needs at least 2 classes" in err
+    assert not (tmp_path / "p").exists()
 
 
 def test_float_labels_are_not_guessed_to_be_hundreds_of_classes(tmp_path, capsys):
     csv = csv_file(tmp_path, "a,price", [f"{i},{25 + i % 291}.0" for i in range(600)])
     rc, err = run(tmp_path, capsys, "data", "prepare", str(csv), "--out", str(tmp_path / "p"))
     assert rc == 2 and "label column 'price' has 291 distinct whole-number values" in err
-    assert "--task regression" in err
+    assert "--task regression" in err and not (tmp_path / "p").exists()
     rc, _ = run(tmp_path, capsys, "data", "prepare", str(csv), "--task", "regression", "--out", str(tmp_path / "p"))
     assert rc == 0
     assert json.loads((tmp_path / "p" / "manifest.json").read_text())["task"] == "regression"
+    # Few decimal-written whole numbers (a 0.0/1.0 flag) are still classes.
+    flags = csv_file(tmp_path, "a,flag", [f"{i},{i % 2}.0" for i in range(40)], name="flags.csv")
+    assert run(tmp_path, capsys, "data", "prepare", str(flags), "--out", str(tmp_path / "f"))[0] == 0
+    assert json.loads((tmp_path / "f" / "manifest.json").read_text())["task"] == "classification"
 
 
 def test_resume_of_an_unknown_run_or_of_no_saved_state(tmp_path, capsys):
