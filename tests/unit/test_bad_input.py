@@ -138,7 +138,10 @@ def test_float_labels_are_not_guessed_to_be_hundreds_of_classes(tmp_path, capsys
     rc, _ = run(tmp_path, capsys, "data", "prepare", str(csv), "--task", "regression", "--out", str(tmp_path / "p"))
     assert rc == 0
     assert json.loads((tmp_path / "p" / "manifest.json").read_text())["task"] == "regression"
-    # Few decimal-written whole numbers (a 0.0/1.0 flag) are still classes.
+    # Decimal-written whole numbers look like a quantity past 10 values; a 0.0/1.0 flag is classes.
+    ages = csv_file(tmp_path, "a,age", [f"{i},{18 + i % 50}.0" for i in range(200)], name="ages.csv")
+    rc, err = run(tmp_path, capsys, "data", "prepare", str(ages), "--out", str(tmp_path / "a"))
+    assert rc == 2 and "label column 'age' has 50 distinct whole-number values written as decimals" in err
     flags = csv_file(tmp_path, "a,flag", [f"{i},{i % 2}.0" for i in range(40)], name="flags.csv")
     assert run(tmp_path, capsys, "data", "prepare", str(flags), "--out", str(tmp_path / "f"))[0] == 0
     assert json.loads((tmp_path / "f" / "manifest.json").read_text())["task"] == "classification"
