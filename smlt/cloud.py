@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
+from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, PartialCredentialsError
 
-from smlt.datasets import stage_dataset
-from smlt.errors import InvalidJob, StackNotFound
+from smlt.datasets import checked_dataset_folder, upload_dataset
+from smlt.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
 from smlt.items import MetaItem
-from smlt.job import parse_job
+from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import notice
 from smlt.records import RunTable
@@ -40,10 +41,22 @@ class Stack:
 
     @classmethod
     def lookup(cls, name: str, cfn=None) -> Stack:
-        cfn = cfn or boto3.client("cloudformation")
+        """The stack's outputs: every command's first AWS call, so it also names a missing region
+        or missing credentials (AwsNotConfigured)."""
         try:
+            cfn = cfn or boto3.client("cloudformation")
             outputs = cfn.describe_stacks(StackName=name)["Stacks"][0].get("Outputs", [])
-        except cfn.exceptions.ClientError as e:
+        except NoRegionError:
+            raise AwsNotConfigured(
+                "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or `region` in ~/.aws/config, "
+                "to the region the stack is deployed in"
+            ) from None
+        except (NoCredentialsError, PartialCredentialsError):
+            raise AwsNotConfigured(
+                "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE "
+                "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+            ) from None
+        except ClientError as e:
             raise StackNotFound(
                 f"stack {name!r} not found ({e.response['Error']['Message']}); "
                 "deploy it with `npx cdk deploy` or pass --stack"
@@ -55,10 +68,14 @@ class Stack:
         return cls(**found)
 
 
-def start(job_path: Path, stack: Stack, sfn=None) -> str:
-    raw = json.loads(job_path.read_text())
-    job = parse_job(raw)
-    raw["dataset"]["uri"] = stage_dataset(raw["dataset"]["uri"], stack.data_bucket, base=job_path.parent)
+def start(job_path: Path, stack: Stack | str, sfn=None) -> str:
+    """Start a run from a job file; `stack` is looked up by name after the job and its local
+    dataset are checked (a bad job needs no AWS access)."""
+    job, raw = read_job_file(job_path)
+    folder = checked_dataset_folder(job, base=job_path.parent)
+    stack = Stack.lookup(stack) if isinstance(stack, str) else stack
+    if folder is not None:
+        raw["dataset"]["uri"] = upload_dataset(folder, stack.data_bucket)
     run_id = job.run_id or f"{re.sub(r'[^A-Za-z0-9-]', '-', job.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     sfn = sfn or boto3.client("stepfunctions")
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
@@ -76,7 +93,7 @@ def status(run_id: str, stack: Stack) -> MetaItem:
     table = RunTable(stack.table, run_id)
     meta = table.meta()
     if meta is None:
-        raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
+        raise RunNotFound(f"no run {run_id!r} in table {stack.table}: check the run id (`smlt start` prints it)")
     reasons = {p.round: p.reason for p in table.plans()}
     for r in table.rounds():
         notice.info(progress_line(r) + f" | {reasons.get(r.round, '')}")
@@ -105,7 +122,7 @@ def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
 def resume(run_id: str, stack: Stack, sfn=None) -> str:
     meta = RunTable(stack.table, run_id).meta()
     if meta is None:
-        raise InvalidJob(f"run_id: no run {run_id!r} in table {stack.table}")
+        raise RunNotFound(f"no run {run_id!r} in table {stack.table}: check the run id (`smlt start` prints it)")
     if meta.status == "SUCCEEDED":
         raise InvalidJob(f"run_id: run {run_id!r} already finished")
     sfn = sfn or boto3.client("stepfunctions")

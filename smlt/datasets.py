@@ -9,6 +9,7 @@ from pathlib import Path
 
 from smlt.data.prepare import prepare_dataset, read_local_manifest
 from smlt.errors import InvalidDataset
+from smlt.job import Job, check_dataset
 from smlt.progress import notice
 from smlt.store import S3Store
 
@@ -58,8 +59,20 @@ def upload_folder(folder: Path, store: S3Store, prefix: str) -> None:
 def stage_dataset(uri: str, data_bucket: str, base: Path | None = None, client=None) -> str:
     """Return an s3:// URI for the job, uploading a local dataset into the data bucket."""
     folder = local_dataset_folder(uri, base)
-    if folder is None:
-        return uri
+    return uri if folder is None else upload_dataset(folder, data_bucket, client)
+
+
+def checked_dataset_folder(job: Job, base: Path | None = None) -> Path | None:
+    """The job's local dataset folder (prepared if needed), checked against the job before any
+    engine or stack is touched; None for an s3:// dataset (the planner checks that one)."""
+    folder = local_dataset_folder(job.dataset.uri, base)
+    if folder is not None:
+        check_dataset(job, read_local_manifest(folder))
+    return folder
+
+
+def upload_dataset(folder: Path, data_bucket: str, client=None) -> str:
+    """Upload a prepared dataset folder into the data bucket; returns its s3:// URI."""
     prefix = f"datasets/{folder.name}/"
     upload_folder(folder, S3Store(data_bucket, client=client), prefix)
     return f"s3://{data_bucket}/{prefix}"

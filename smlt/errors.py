@@ -47,6 +47,14 @@ class StackNotFound(SmltError):
     """The named CloudFormation stack does not exist or lacks smlt's outputs (CLI only)."""
 
 
+class RunNotFound(SmltError):
+    """The run named on the command line has no record (table or saved local state) (CLI only)."""
+
+
+class AwsNotConfigured(SmltError):
+    """No AWS region or credentials for a command against a deployed stack (CLI only)."""
+
+
 class RunNotFinished(SmltError):
     """A run's outputs were asked for before the run wrote its final metrics (CLI only)."""
 

@@ -19,10 +19,12 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from smlt.data.manifest import Manifest
 from smlt.errors import InvalidJob
 from smlt.tensors.codec import Codec
 
@@ -30,6 +32,12 @@ from smlt.tensors.codec import Codec
 BUILTIN_MODELS = ("mlp", "logreg")
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
+# Workers of one round: Lambda's default concurrency quota per region. More could never run at
+# once on AWS, and on the local engine they queue for minutes on a few processes.
+MAX_WORKERS = 1000
+# Rows one worker samples in a round (batch_size x local_steps): its sample order is an int64
+# array of this many entries (80 MB), and no Lambda finishes more steps within its 15 minutes.
+MAX_ROUND_SAMPLES = 10_000_000
 
 
 class _Strict(BaseModel):
@@ -77,13 +85,31 @@ class TrainingSpec(_Strict):
     local_steps: PositiveInt = 20
     max_rounds: PositiveInt = 50
     target_metric: Literal["val_accuracy", "val_loss"] = "val_accuracy"
-    target_value: float | None = None
+    target_value: float | None = Field(default=None, ge=0.0)
     # Server-side step applied to the averaged delta (1.0 = plain FedAvg).
     server_lr: PositiveFloat = 1.0
     # Fraction of assigned workers whose updates must arrive for a round to count.
     quorum: float = Field(default=0.5, gt=0.0, le=1.0)
     mode: Literal["local_sgd", "sync"] = "local_sgd"
     compression: Codec = "none"  # smlt.tensors.codec: the one list of update codecs
+
+    @field_validator("local_steps")
+    @classmethod
+    def _bounded_round(cls, v: int, info: ValidationInfo) -> int:
+        b = info.data.get("batch_size", 1)  # absent when batch_size itself failed
+        if b * v > MAX_ROUND_SAMPLES:
+            raise ValueError(
+                f"{v} steps of batch_size {b} is {b * v:,} rows per worker per round, at most "
+                f"{MAX_ROUND_SAMPLES:,}: lower local_steps (the adaptive planner chooses it for you)"
+            )
+        return v
+
+    @field_validator("target_value")
+    @classmethod
+    def _fraction(cls, v: float | None, info: ValidationInfo) -> float | None:
+        if v is not None and v > 1 and info.data.get("target_metric") == "val_accuracy":
+            raise ValueError("val_accuracy is a fraction of at most 1 (0.96 means 96 %)")
+        return v
 
 
 class Constraints(_Strict):
@@ -103,6 +129,13 @@ class WorkersSpec(_Strict):
     memory_mb: PositiveInt | None = None
     # Planner: "fixed" keeps (initial, memory, local_steps); "adaptive" optimises them.
     planner: Literal["fixed", "adaptive"] = "fixed"
+
+    @field_validator("initial", "min", "max")
+    @classmethod
+    def _at_most(cls, v: int) -> int:
+        if v > MAX_WORKERS:
+            raise ValueError(f"at most {MAX_WORKERS} workers (Lambda's default concurrency per region)")
+        return v
 
     @model_validator(mode="after")
     def _ordered(self) -> WorkersSpec:
@@ -149,6 +182,8 @@ def _describe(err: ValidationError) -> str:
             msg = "field required"
         elif e["type"] == "extra_forbidden":
             msg = "unknown field"
+        elif e["type"] == "value_error":  # our validators' own words, without pydantic's prefix
+            msg = str(e["ctx"]["error"])
         got = e.get("input")
         shown = (
             "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {json.dumps(got, default=str)[:60]})"
@@ -172,3 +207,15 @@ def parse_job(raw: Any) -> Job:
         return Job.model_validate(raw)
     except ValidationError as e:
         raise InvalidJob(_describe(e)) from None
+
+
+def check_dataset(job: Job, manifest: Manifest) -> None:
+    """What a job asks of its dataset that the dataset cannot give: InvalidJob naming the field."""
+    tr = job.training
+    if manifest.task == "regression" and tr.target_metric == "val_accuracy" and tr.target_value is not None:
+        raise InvalidJob("training.target_metric: val_accuracy needs a classification dataset; use val_loss")
+    if tr.batch_size > manifest.train.rows:
+        raise InvalidJob(
+            f"training.batch_size: {tr.batch_size} is larger than the whole training split "
+            f"({manifest.train.rows} rows of {manifest.name}): use at most {manifest.train.rows}"
+        )

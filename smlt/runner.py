@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smlt.datasets import stage_dataset
-from smlt.errors import InvalidJob, RunFailed
-from smlt.job import parse_job
+from smlt.datasets import checked_dataset_folder, upload_dataset
+from smlt.errors import InvalidJob, RunFailed, RunNotFound
+from smlt.job import Job
+from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import progress
 from smlt.records import RunTable
-from smlt.snapshot import Snapshot, restore_snapshot
+from smlt.snapshot import Snapshot, restore_snapshot, saved_items
 from smlt.store import S3Store
 
 
@@ -39,13 +40,15 @@ class StackNames:
         self.train_functions = set(json.loads(env["SMLT_TRAIN_FUNCTIONS"]).values())
 
 
-def _read_job(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InvalidJob(f"job: cannot read {path}: {e.strerror}") from None
-    parse_job(text)  # a named error before anything starts
-    return json.loads(text)
+def _note_queueing(job: Job, engine: Any) -> None:
+    """Say so when a round's workers far outnumber the local handler processes (they queue)."""
+    slots = engine.pool.size if getattr(engine, "pool", None) else 0
+    n = job.workers.initial if job.workers.planner == "fixed" else job.workers.max
+    if slots and n > 4 * slots:
+        progress.info(
+            f"  note: up to {n} workers per round share {slots} local handler processes: each round runs them "
+            f"{slots} at a time (lower workers.initial / workers.max for a quicker local run)"
+        )
 
 
 def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
@@ -131,26 +134,36 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
         raise RunFailed(run_id, desc["status"], desc.get("error", ""), cause)
     metrics = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out, follower.history)
     follower.snapshot.save()
-    f = metrics["final"]
-    acc = "n/a" if f["val_accuracy"] is None else f"{f['val_accuracy']:.4f}"
-    progress.info(
-        f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {f['val_loss']:.4f}, "
-        f"{time.time() - t0:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
-        + (f", faults injected {injector.counts}" if injector else "")
-    )
-    progress.info(f"  stop reason: {f['stop_reason']}")
-    progress.info(f"  outputs in {out}/: model.safetensors metrics.json report.png history.json")
+    for line in done_lines(run_id, metrics["final"], time.time() - t0, out, injector.counts if injector else None):
+        progress.info(line)
     return metrics
+
+
+def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults: dict | None = None) -> list[str]:
+    """The lines that end a run: its result, why it stopped, where its outputs are. A run the
+    planner stopped before its first round (budget, deadline) has no metrics, report nor model."""
+    acc, loss = (("n/a" if f[m] is None else f"{f[m]:.4f}") for m in ("val_accuracy", "val_loss"))
+    files = " ".join(
+        n for n in ("model.safetensors", "metrics.json", "report.png", "history.json") if (out / n).exists()
+    )
+    return [
+        f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {loss}, "
+        f"{seconds:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
+        + (f", faults injected {faults}" if faults is not None else ""),
+        f"  stop reason: {f['stop_reason']}" + ("" if f["rounds"] else " (no round was trained)"),
+        f"  outputs in {out}/: {files}",
+    ]
 
 
 def run_local(job_path: Path, out: Path, faults: str | None = None) -> dict:
     """`smlt run --local JOB`: returns the run's final metrics (see :func:`execute`)."""
-    raw = _read_job(job_path)
+    job, raw = read_job_file(job_path)  # named errors before anything starts
+    folder = checked_dataset_folder(job, base=job_path.parent)
     engine, names, injector = start_engine(faults)
+    _note_queueing(job, engine)
     try:
-        raw["dataset"]["uri"] = stage_dataset(
-            raw["dataset"]["uri"], names.data_bucket, base=job_path.parent, client=engine.client("s3")
-        )
+        if folder is not None:
+            raw["dataset"]["uri"] = upload_dataset(folder, names.data_bucket, client=engine.client("s3"))
         run_id = (
             raw.get("run_id")
             or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -162,12 +175,13 @@ def run_local(job_path: Path, out: Path, faults: str | None = None) -> dict:
 
 def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
     """Continue a local run from its snapshot in OUT/.state: the last complete round is kept."""
+    saved_items(run_id, out / ".state")  # RunNotFound before the engine starts
     engine, names, injector = start_engine(faults)
     try:
         restore_snapshot(engine, names, run_id, out / ".state")
         meta = RunTable(names.table, run_id, client=engine.client("dynamodb")).meta()
         if meta is None:
-            raise InvalidJob(f"run_id: no state for run {run_id!r} in {out / '.state'}")
+            raise RunNotFound(f"no run {run_id!r} in the saved state in {out / '.state'}")
         job = {**meta.job.model_dump(mode="json"), "run_id": run_id}
         done = len(RunTable(names.table, run_id, client=engine.client("dynamodb")).rounds())
         progress.info(f"resuming run {run_id} after {done} complete rounds")

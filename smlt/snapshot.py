@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from smlt import keys
+from smlt.errors import RunNotFound
 from smlt.items import PlanItem, RoundItem
 from smlt.records import RunTable, to_item
 from smlt.store import NotFound, S3Store
@@ -106,10 +107,28 @@ def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:
     return keys.parse_s3_uri(meta["job"]["dataset"]["uri"])
 
 
-def restore_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
+def saved_items(run_id: str, state_dir: Path) -> list[dict[str, Any]]:
+    """The saved items of ``run_id``, or RunNotFound saying what is there instead (read before the
+    engine starts: an unknown run costs nothing)."""
     items_file = state_dir / "items.json"
     if not items_file.exists():
-        raise FileNotFoundError(f"no saved state for run {run_id} in {state_dir}")
+        raise RunNotFound(
+            f"no saved state in {state_dir}: `smlt run --local JOB --out OUT` saves it in OUT/.state "
+            "after every round; pass that run's --out"
+        )
+    try:
+        items = json.loads(items_file.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RunNotFound(f"{items_file} is unreadable ({e}); start the run again") from None
+    metas = [i for i in items if isinstance(i, dict) and i.get("sk") == keys.META]
+    if not any(i.get("pk") == keys.pk(run_id) for i in metas):
+        held = ", ".join(repr(m.get("run_id")) for m in metas) or "none"
+        raise RunNotFound(f"no run {run_id!r} in the saved state in {state_dir} (it holds: {held})")
+    return items
+
+
+def restore_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
+    items = saved_items(run_id, state_dir)
     s3 = engine.client("s3")
     root = state_dir / "s3"
     for bucket_dir in root.iterdir():
@@ -118,5 +137,5 @@ def restore_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
             if path.is_file():
                 store.put(path.relative_to(bucket_dir).as_posix(), path.read_bytes())
     ddb = engine.client("dynamodb")
-    for item in json.loads(items_file.read_text()):
+    for item in items:
         ddb.put_item(TableName=names.table, Item=to_item(item))

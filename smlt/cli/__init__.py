@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from smlt.errors import RunFailed, RunNotFinished, SmltError, StackNotFound
+from smlt.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
+from smlt.local.errors import MotoVersionError
+from smlt.local.limits import LimitError
+from smlt.local.resolve import UnresolvableError
+from smlt.local.synth import SynthError
 
 from . import cloud, data, local
 from .console import console
@@ -35,14 +39,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _failed(e: SmltError) -> int:
+# The command could not do its work (exit 1); any other named error is the user's input (exit 2).
+_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured)
+# The local engine's own errors: it could not start or run the synthesized stack (exit 1), but
+# LimitError, a Step Functions quota applied to the user's input (exit 2).
+_ENGINE = (MotoVersionError, SynthError, UnresolvableError)
+
+
+def _failed(e: Exception) -> int:
     """The message and exit code of a named error."""
     if isinstance(e, RunFailed):
         print(f"run {e.run_id} {e.status}: {e.error}", file=sys.stderr)
         print(f"  cause: {e.cause}", file=sys.stderr)
         return 1
-    if isinstance(e, (StackNotFound, RunNotFinished)):  # the command could not do its work
+    if isinstance(e, _COULD_NOT):
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    if isinstance(e, _ENGINE):
+        print(f"error: the local engine: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(f"error: {type(e).__name__}: {e}", file=sys.stderr)  # the user's input is wrong
     return 2
@@ -53,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with console(quiet=getattr(args, "quiet", False)):
             return int(args.fn(args))
-    except SmltError as e:
+    except (SmltError, LimitError, *_ENGINE) as e:
         return _failed(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

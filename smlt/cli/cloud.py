@@ -24,7 +24,7 @@ def add_commands(sub: Any) -> None:
 def start(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
 
-    remote.start(Path(args.job), remote.Stack.lookup(args.stack))
+    remote.start(Path(args.job), args.stack)  # the job is checked before the stack is looked up
     return 0
 
 

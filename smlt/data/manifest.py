@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from smlt.errors import InvalidDataset
 
 # Final: mypy reads it as the Literal the `format` field requires.
 FORMAT: Final = "smlt-dataset/1"
@@ -36,3 +38,19 @@ class Manifest(BaseModel):
     validation: SplitInfo
     # Features are stored already normalised with these statistics (computed on train).
     normalization: dict[str, list[float]]
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """A manifest from its bytes, or InvalidDataset naming `where` and the first bad field."""
+    try:
+        return Manifest.model_validate_json(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        if err["type"] == "json_invalid":
+            problem = f"not valid JSON ({err['msg']})"
+        else:
+            field = ".".join(str(p) for p in err["loc"]) or "manifest"
+            problem = f"not an smlt dataset manifest: {field}: {err['msg']}"
+        raise InvalidDataset(
+            f"{where} is {problem}; prepare the dataset again with `smlt data prepare SOURCE --out FOLDER`"
+        ) from None

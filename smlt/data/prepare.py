@@ -7,14 +7,13 @@ folder or an `s3://bucket/prefix/`.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save
 
-from smlt.data.manifest import Manifest, ShardInfo, SplitInfo
+from smlt.data.manifest import Manifest, ShardInfo, SplitInfo, parse_manifest
 from smlt.errors import InvalidDataset
 
 SKLEARN_BUNDLED = {
@@ -56,23 +55,57 @@ def load_source(source: str, label: str | None = None, task: str | None = None):
         kind = task or ("classification" if np.issubdtype(y.dtype, np.integer) else "regression")
         return x.astype(np.float32).reshape(len(x), -1), y, kind, path.stem
     if path.suffix == ".csv":
-        import csv
-
-        with path.open(newline="") as f:
-            rows = list(csv.reader(f))
-        if len(rows) < 2:
-            raise InvalidDataset(f"{source}: a CSV dataset needs a header and at least one row")
-        header, body = rows[0], rows[1:]
-        col = header.index(label) if label else len(header) - 1
-        try:
-            data = np.array([[float(v) for v in r] for r in body], dtype=np.float64)
-        except ValueError as e:
-            raise InvalidDataset(f"{source}: non-numeric value ({e})") from None
-        y = data[:, col]
-        x = np.delete(data, col, axis=1).astype(np.float32)
-        kind = task or ("classification" if np.all(y == np.round(y)) and len(np.unique(y)) <= 1000 else "regression")
-        return x, y, kind, path.stem
+        return _read_csv(path, label, task)
     raise InvalidDataset(f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv or .npz")
+
+
+# More distinct labels than this and a CSV's task must be named: integer-valued prices or counts
+# would otherwise become hundreds of one-row classes. Labels written as decimals ("151.0") look
+# like a quantity sooner, but "0.0"/"1.0" flags are still classes.
+MAX_INFERRED_CLASSES = 100
+MAX_INFERRED_DECIMAL_CLASSES = 10
+
+
+def _read_csv(path: Path, label: str | None, task: str | None):
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError as e:
+        raise InvalidDataset(f"{path}: not UTF-8 text (byte {e.start}); save the CSV as UTF-8") from None
+    if len(rows) < 2:
+        raise InvalidDataset(f"{path}: a CSV dataset needs a header and at least one row")
+    header, body = rows[0], rows[1:]
+    if label is not None and label not in header:
+        raise InvalidDataset(f"{path}: no label column {label!r}; the columns are {', '.join(header)}")
+    col = header.index(label) if label else len(header) - 1
+    for line, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise InvalidDataset(f"{path}: line {line} has {len(r)} values, the header {len(header)}")
+    try:
+        data = np.array([[float(v) for v in r] for r in body], dtype=np.float64)
+    except ValueError as e:
+        raise InvalidDataset(f"{path}: non-numeric value ({e})") from None
+    y = data[:, col]
+    x = np.delete(data, col, axis=1).astype(np.float32)
+    return x, y, task or _infer_task(path, header[col], [r[col] for r in body], y), path.stem
+
+
+def _infer_task(path: Path, column: str, texts: list[str], y: np.ndarray) -> str:
+    """Regression for fractional labels, classification for whole numbers with few distinct values
+    (fewer still when written as decimals); anything in between is refused rather than guessed."""
+    if not np.all(y == np.round(y)):
+        return "regression"
+    n = len(np.unique(y))
+    written_as_floats = any(not t.strip().lstrip("+-").isdigit() for t in texts)
+    if n > (MAX_INFERRED_DECIMAL_CLASSES if written_as_floats else MAX_INFERRED_CLASSES):
+        raise InvalidDataset(
+            f"{path}: label column {column!r} has {n} distinct whole-number values"
+            + (" written as decimals" if written_as_floats else "")
+            + ": pass --task regression for a quantity, or --task classification if each value is a class"
+        )
+    return "classification"
 
 
 def _synthetic(source: str):
@@ -122,6 +155,10 @@ def prepare_dataset(
     name: str | None = None,
 ) -> Manifest:
     """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest."""
+    if shards < 1:
+        raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
+    if not 0 < validation_fraction < 1:
+        raise InvalidDataset(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     x, y, kind, default_name = load_source(source, label=label, task=task)
     if x.ndim != 2 or len(x) != len(y):
         raise InvalidDataset(
@@ -130,14 +167,17 @@ def prepare_dataset(
         )
     if not np.isfinite(x).all():
         raise InvalidDataset(f"{source}: features contain NaN or Inf")
-    if not 0 < validation_fraction < 1:
-        raise InvalidDataset("validation_fraction must be between 0 and 1")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(x))
     x, y = x[order], np.asarray(y)[order]
     if kind == "classification":
         classes, y = np.unique(y, return_inverse=True)
         y, outputs = y.astype(np.int64), len(classes)
+        if outputs < 2:
+            raise InvalidDataset(
+                f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
+                "(or pass --task regression)"
+            )
     else:
         y = y.astype(np.float32).reshape(len(y), -1)
         outputs = y.shape[1]
@@ -179,4 +219,4 @@ def read_local_manifest(folder: str | Path) -> Manifest:
     path = Path(folder) / "manifest.json"
     if not path.exists():
         raise InvalidDataset(f"no manifest.json in {folder}")
-    return Manifest.model_validate(json.loads(path.read_text()))
+    return parse_manifest(path.read_bytes(), str(path))

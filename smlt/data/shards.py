@@ -12,11 +12,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load
 
-from smlt.data.manifest import Manifest, ShardInfo
+from smlt.data.manifest import Manifest, ShardInfo, parse_manifest
 from smlt.errors import AccessDenied, InvalidDataset
 from smlt.keys import parse_s3_uri
 from smlt.store import NotFound, S3Store
@@ -52,12 +51,7 @@ def _read(store: S3Store, key: str, what: str) -> bytes:
 def load_manifest(uri: str) -> Manifest:
     store = dataset_store(uri)
     raw = _read(store, "manifest.json", "manifest.json")
-    try:
-        return Manifest.model_validate_json(raw)
-    except ValidationError as e:
-        raise InvalidDataset(
-            f"dataset.uri: manifest.json is not a valid smlt manifest: {e.errors()[0]['msg']}"
-        ) from None
+    return parse_manifest(raw, f"dataset.uri: s3://{store.bucket}/{store.prefix}manifest.json")
 
 
 def is_cached(shard: ShardInfo) -> bool:

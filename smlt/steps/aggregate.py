@@ -56,6 +56,30 @@ def _fatal_worker_error(table: RunTable, rnd: int) -> None:
         raise cls(f"worker {worker}: {e.message}")
 
 
+def _model_problem(artifacts: S3Store, run_id: str, rnd: int) -> str | None:
+    """What is wrong with the stored model `rnd` every worker starts from, if anything (read
+    only when a round has failed for good)."""
+    key = keys.model_key(run_id, rnd)
+    try:
+        state = decode(read_model_blob(artifacts, run_id, rnd))
+    except NotFound:
+        return None if rnd == 0 else f"model {rnd} ({key}) is missing"  # round 0's is written by its workers
+    except ValueError as e:  # HeaderError, or a data section shorter than its header says
+        return f"model {rnd} ({key}) is unreadable ({e})"
+    return None if is_finite(state) else f"model {rnd} ({key}) holds NaN or Inf"
+
+
+def _quorum_advice(artifacts: S3Store, run_id: str, rnd: int) -> str:
+    """The cause of a round that failed for good, as far as it can be told, and what to do."""
+    problem = _model_problem(artifacts, run_id, rnd)
+    if problem:  # a resume would start from the same model
+        return f"{problem}, so every worker fails on it: start the run again (a resume would read the same model)"
+    cause = "none recorded a named error: they crashed, timed out or were throttled (see the worker function's logs)"
+    if rnd == 0:  # no checkpoint to continue from: nothing was aggregated
+        return f"{cause}; no round was completed, so there is nothing to resume: start the run again once it is fixed"
+    return f"{cause}; resume the run with `smlt resume {run_id}` once the cause is fixed"
+
+
 class _Round:
     """What every aggregation step of a round reads first."""
 
@@ -109,7 +133,7 @@ class _Round:
         if attempts + 1 >= MAX_ATTEMPTS:
             raise smlt_errors.QuorumNotReached(
                 f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
-                f"resume the run with `smlt resume {self.run_id}` once the cause is fixed"
+                + _quorum_advice(self.artifacts, self.run_id, rnd)
             )
         self.clear_sync()  # the retried round's exchange starts clean
         return RoundAnswer(round=rnd, stop=False, retry=True, reason=f"quorum not reached (attempt {attempts + 1})")

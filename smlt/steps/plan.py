@@ -23,7 +23,7 @@ from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, ChainedExecutionFailed, Infeasible, InvalidJob
 from smlt.items import MetaItem, PlanItem, RoundItem
-from smlt.job import Job, parse_job
+from smlt.job import Job, check_dataset, parse_job
 from smlt.planner import decide
 from smlt.planner.types import Decision, RoundRecord, RunHistory
 from smlt.records import RunTable
@@ -42,12 +42,7 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
             f"(deployed: {', '.join(map(str, tiers))})"
         )
     manifest = load_manifest(job.dataset.uri)
-    if (
-        manifest.task == "regression"
-        and job.training.target_metric == "val_accuracy"
-        and job.training.target_value is not None
-    ):
-        raise InvalidJob("training.target_metric: val_accuracy needs a classification dataset; use val_loss")
+    check_dataset(job, manifest)
     if job.warm_start:
         try:
             bucket, key = keys.parse_s3_uri(job.warm_start)

@@ -14,42 +14,50 @@ from collections.abc import Sequence
 import numpy as np
 from safetensors.numpy import save
 
+from smlt.errors import SmltError
 from smlt.tensors.dtypes import BF16, NP_TO_ST, ST_TO_NP, to_float32
 
 
-class HeaderError(ValueError):
-    """Bytes that are not a safetensors file (or not all of its header)."""
+class HeaderError(SmltError, ValueError):
+    """Bytes that are not a safetensors file (or not all of its header); the message names the
+    object when the caller gave it."""
+
+    def __init__(self, problem: str, where: str = "") -> None:
+        super().__init__(
+            f"{where}: not a safetensors file ({problem}); it was damaged or not written by smlt" if where else problem
+        )
 
 
-def header_length(prefix: bytes | memoryview) -> int:
-    """The JSON header's length from the first 8 bytes (little-endian u64)."""
+def header_length(prefix: bytes | memoryview, where: str = "") -> int:
+    """The JSON header's length from the first 8 bytes (little-endian u64). `where` (an object
+    key) is named in the error."""
     if len(prefix) < 8:
-        raise HeaderError("shorter than the 8-byte safetensors length prefix")
+        raise HeaderError("shorter than the 8-byte safetensors length prefix", where)
     (n,) = struct.unpack("<Q", prefix[:8])
     if n > 100_000_000:
-        raise HeaderError(f"implausible safetensors header length {n}")
+        raise HeaderError(f"implausible safetensors header length {n}", where)
     return int(n)
 
 
-def parse_header(prefix: bytes | memoryview) -> tuple[dict, dict[str, str], int]:
+def parse_header(prefix: bytes | memoryview, where: str = "") -> tuple[dict, dict[str, str], int]:
     """(tensors, metadata, data_start) from the first 8 + header_length bytes of a file.
 
     `tensors` maps name -> {"dtype", "shape", "data_offsets": [begin, end]} with offsets relative
     to `data_start`, the absolute offset of the data section.
     """
-    n = header_length(prefix)
+    n = header_length(prefix, where)
     if len(prefix) < 8 + n:
-        raise HeaderError(f"need {8 + n} bytes for the header, got {len(prefix)}")
+        raise HeaderError(f"need {8 + n} bytes for the header, got {len(prefix)}", where)
     try:
         header = json.loads(bytes(prefix[8 : 8 + n]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HeaderError(f"safetensors header is not JSON: {e}") from None
+        raise HeaderError(f"safetensors header is not JSON: {e}", where) from None
     if not isinstance(header, dict):
-        raise HeaderError("safetensors header is not a JSON object")
+        raise HeaderError("safetensors header is not a JSON object", where)
     meta = header.pop("__metadata__", None) or {}
     for name, t in header.items():
         if not isinstance(t, dict) or t.get("dtype") not in ST_TO_NP or "data_offsets" not in t:
-            raise HeaderError(f"tensor {name!r}: unsupported or malformed entry {t!r}")
+            raise HeaderError(f"tensor {name!r}: unsupported or malformed entry {t!r}", where)
     return header, meta, 8 + n
 
 

@@ -125,10 +125,10 @@ def read_layout(store: RangeReader, key: str, probe: int = HEADER_PROBE) -> Flat
     """The flat layout of a stored safetensors object: one small ranged GET (two if the header is
     longer than `probe`)."""
     head = store.get_range(key, 0, probe)
-    n = header_length(head[:8])
+    n = header_length(head[:8], key)
     if 8 + n > len(head):
         head += store.get_range(key, len(head), 8 + n)
-    tensors, _, data_start = parse_header(head)
+    tensors, _, data_start = parse_header(head, key)
     return _layout_from_header(tensors, data_start)
 
 

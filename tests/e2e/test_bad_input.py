@@ -1,0 +1,36 @@
+"""Bad input that only a run meets, on the local engine: named, and no traceback."""
+
+import json
+
+import pytest
+
+from smlt.datasets import stage_dataset
+from smlt.errors import RunFailed
+from smlt.faults import FaultInjector
+from smlt.runner import execute
+from tests.e2e.test_local_run import digits_job, run
+
+
+def test_a_budget_too_small_for_one_round_stops_before_it_and_says_so(local, tmp_path, caplog):
+    job = digits_job()
+    job["constraints"]["budget_usd"] = 1e-6
+    with caplog.at_level("INFO", logger="smlt.progress"):
+        assert run(local, job, tmp_path, "tiny-budget") == 0
+    final = json.loads((tmp_path / "metrics.json").read_text())["final"]
+    assert final["rounds"] == 0 and final["model_key"] is None
+    assert "done: run tiny-budget: 0 rounds, val accuracy n/a, val loss n/a" in caplog.text
+    assert "stop reason: budget: " in caplog.text and "(no round was trained)" in caplog.text
+
+
+def test_every_worker_failing_in_round_0_says_there_is_nothing_to_resume(local, tmp_path):
+    engine, names = local
+    job = digits_job(max_rounds=2)
+    job["dataset"] = {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))}
+    engine.invoke_filter = injector = FaultInjector({"fail": 1.0}, functions=names.train_functions)
+    try:
+        with pytest.raises(RunFailed) as e:
+            execute(engine, names, "all-fail", job, tmp_path, injector)
+    finally:
+        engine.invoke_filter = None
+    assert e.value.error == "QuorumNotReached" and "nothing to resume: start the run again" in e.value.cause
+    assert not (tmp_path / ".state").exists()  # indeed: no round was saved to resume from
