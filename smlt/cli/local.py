@@ -17,7 +17,11 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--out", default="out", help="folder for model.safetensors, metrics.json, report.png, history.json"
     )
-    run.add_argument("--faults", help='inject faults into worker invocations, e.g. "fail=0.2,duplicate=0.05"')
+    run.add_argument(
+        "--faults",
+        help='inject faults, e.g. "fail=0.2,duplicate=0.05,s3_conflict=0.1,ddb_conflict=0.1,seed=1" '
+        "(seed: by default derived from the job's seed)",
+    )
     run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
     run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     run.set_defaults(fn=run_command)

@@ -49,6 +49,9 @@ Parts
     The stack's upload trigger: the S3 "Object Created" event, matched against the template's
     ``AWS::Events::Rule`` patterns by moto's EventBridge matcher, the target input rendered (moto's
     renderer leaves strings unquoted at CDK's placeholders) and StartExecution.
+``conflicts.py``
+    AWS write conflicts moto never returns (S3 409 ConditionalRequestConflict, DynamoDB
+    TransactionConflict), injected into the handler processes' requests (``--faults s3_conflict=..``).
 ``redis_server.py``
     ``LocalRedisServer``: a throwaway ``redis-server`` (plain or TLS with a throwaway CA) for
     tests, benchmarks and local runs.

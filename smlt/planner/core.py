@@ -175,6 +175,7 @@ def decide_fixed(
             f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
             f"({fmt_usd(float(f.cost_ub[0]))}) plus finalisation ({fmt_usd(fin_ub)})",
             "budget",
+            infeasible=not history.rounds,  # not even round 0 fits: the job is refused, not "done"
             **common,
         )
     if c.deadline_seconds is not None and not c.best_effort:
@@ -188,6 +189,7 @@ def decide_fixed(
                 arch,
                 f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
                 "deadline",
+                infeasible=not history.rounds,
                 **common,
             )
     budget_txt = f"; budget left {fmt_usd(left)}" if math.isfinite(left) else ""

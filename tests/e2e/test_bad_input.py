@@ -11,14 +11,25 @@ from smlt.runner import execute
 from tests.e2e.test_local_run import digits_job, run
 
 
-def test_a_budget_too_small_for_one_round_stops_before_it_and_says_so(local, tmp_path, caplog):
+def test_a_budget_too_small_for_one_round_is_refused_at_the_first_plan(local, tmp_path):
+    engine, names = local
     job = digits_job()
     job["constraints"]["budget_usd"] = 1e-6
+    job["dataset"] = {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))}
+    with pytest.raises(RunFailed) as e:
+        execute(engine, names, "tiny-budget", job, tmp_path)
+    assert e.value.error == "Infeasible" and "budget: " in e.value.cause, (e.value.error, e.value.cause)
+    assert not (tmp_path / ".state").exists()  # refused at the first plan: no round ran
+
+
+def test_best_effort_runs_what_the_budget_allows_and_says_why_it_stopped(local, tmp_path, caplog):
+    job = digits_job()
+    job["constraints"].update(budget_usd=1e-6, best_effort=True)
     with caplog.at_level("INFO", logger="smlt.progress"):
-        assert run(local, job, tmp_path, "tiny-budget") == 0
+        assert run(local, job, tmp_path, "tiny-budget-best-effort") == 0
     final = json.loads((tmp_path / "metrics.json").read_text())["final"]
     assert final["rounds"] == 0 and final["model_key"] is None
-    assert "done: run tiny-budget: 0 rounds, val accuracy n/a, val loss n/a" in caplog.text
+    assert "done: run tiny-budget-best-effort: 0 rounds, val accuracy n/a, val loss n/a" in caplog.text
     assert "stop reason: budget: " in caplog.text and "(no round was trained)" in caplog.text
 
 
