@@ -67,6 +67,12 @@ def _emitted(docs: list[dict[str, Any]]) -> dict[tuple[str, frozenset[str], str]
     return out
 
 
+@pytest.fixture(autouse=True)
+def metrics_on(monkeypatch):
+    # A local run in the same session (the e2e engine) turns the EMF output off for its process.
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+
+
 def test_every_dashboard_metric_is_in_the_handlers_output(digits, graphed, capsys):
     assert len(graphed) == 7, graphed  # loss, accuracy, round time, spend, budget, workers, memory
     j = {**job(digits, max_rounds=2, target_value=None, local_steps=2), "constraints": {"budget_usd": 0.5}}
