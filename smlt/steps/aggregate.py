@@ -194,11 +194,21 @@ class _Round:
         val_count = sum(r.val_count for r in records)
         val_loss = sum(r.val_loss_sum for r in records) / val_count if val_count else None
         val_acc = sum(r.val_correct for r in records) / val_count if val_count else None
+        whole = spec.whole_split(val_count)
+        partial = {} if whole else {"val_loss_partial": val_loss, "val_accuracy_partial": val_acc}
+        if not whole:  # a failed worker's slice is missing: not a metric of the split
+            val_loss = val_acc = None
         samples = sum(a.samples for a in ledger)
         losses = {r.worker: r.train_loss for r in records if r.train_loss is not None}  # an applied update's is
         train_loss = sum(losses[a.worker] * a.samples for a in ledger) / samples if samples else None
 
-        if spec.eval_only:
+        if spec.eval_only and not whole:
+            # Continue plans the evaluation again (model r+1 is model r): the final metric needs all rows.
+            stop, reason = (
+                False,
+                f"final evaluation on {val_count} of {spec.val_rows} validation rows; evaluating again",
+            )
+        elif spec.eval_only:
             stop, reason = True, plan_item.stop_reason or "final evaluation"
         elif target_reached(spec.job.training, val_loss, val_acc):
             stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
@@ -224,6 +234,9 @@ class _Round:
             train_loss=train_loss,
             val_loss=val_loss,
             val_accuracy=val_acc,
+            val_rows=val_count,
+            val_rows_total=spec.val_rows,
+            **partial,
             aggregate_s=aggregate_s,
             aggregators=aggregators,
             round_s=time.time() - spec.planned_at,
