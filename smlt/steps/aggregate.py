@@ -177,6 +177,23 @@ class _Round:
             )
         self.table.update(keys.META, MetaItem, lr_scale=0.5)
 
+    def evaluation_chain(self, records: list[WorkerItem]) -> list[WorkerItem]:
+        """The records whose evaluations make this round's metric. A partial evaluation round is
+        planned again with the same workers on the same model (an evaluation round writes model r as
+        r+1), so each worker's slice is the same: a slice missing here is taken from the repeats
+        before, read only when this one is partial too."""
+        spec = self.spec
+        if not spec.eval_only or spec.whole_split(sum(r.val_count for r in records)):
+            return records
+        by_worker = {r.worker: r for r in records}
+        rnd, prev = self.rnd - 1, self.previous
+        while prev is not None and prev.eval_only and prev.val_loss is None and prev.workers == spec.workers:
+            for r in self.table.workers(rnd):
+                by_worker.setdefault(r.worker, r)
+            rnd -= 1
+            prev = self.table.get(keys.round_sk(rnd), RoundItem) if rnd >= 0 else None
+        return sorted(by_worker.values(), key=lambda r: r.worker)
+
     def record(
         self,
         records: list[WorkerItem],
@@ -191,9 +208,10 @@ class _Round:
         spec, table, rnd = self.spec, self.table, self.rnd
         plan_item = self.plan_item
         failed = max(0, spec.workers - len(records))
-        val_count = sum(r.val_count for r in records)
-        val_loss = sum(r.val_loss_sum for r in records) / val_count if val_count else None
-        val_acc = sum(r.val_correct for r in records) / val_count if val_count else None
+        evaluated = self.evaluation_chain(records)
+        val_count = sum(r.val_count for r in evaluated)
+        val_loss = sum(r.val_loss_sum for r in evaluated) / val_count if val_count else None
+        val_acc = sum(r.val_correct for r in evaluated) / val_count if val_count else None
         whole = spec.whole_split(val_count)
         partial = {} if whole else {"val_loss_partial": val_loss, "val_accuracy_partial": val_acc}
         if not whole:  # a failed worker's slice is missing: not a metric of the split

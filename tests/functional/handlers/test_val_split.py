@@ -31,16 +31,17 @@ def _partial_accuracy(run_id, rnd, workers):
     return sum(r.val_correct for r in recs) / sum(r.val_count for r in recs)
 
 
-def _drive(j, run_id, fail_when):
+def _drive(j, run_id, fail_when, also=None):
     """Plan → workers → aggregate until stop, then finalize. In a round where fail_when(plan,
-    partial accuracy of the others, rounds failed so far) holds, worker FAILING crashes.
-    Answers the rounds it failed in."""
-    failed = []
+    partial accuracy of the others, rounds failed so far) holds, worker FAILING crashes; in
+    round r, worker also[r] crashes too. Answers the rounds FAILING failed in."""
+    failed: list[int] = []
     for _ in range(40):
         plan = planner({"op": "plan", "job": j, "execution": run_id}, None)
         if plan["action"] == "stop":
             break
-        rnd, others = plan["round"], [w for w in plan["workers"] if w != FAILING]
+        rnd = plan["round"]
+        others = [w for w in plan["workers"] if w not in (FAILING, (also or {}).get(rnd))]
         for w in others:
             train_step({"run_id": run_id, "round": rnd, "worker": w}, None)
         if fail_when(plan, _partial_accuracy(run_id, rnd, others), failed):
@@ -108,3 +109,19 @@ def test_a_partial_final_evaluation_is_evaluated_again(digits, aws):
     assert final["rounds"] == 2 and final["val_rows"] == total and final["val_accuracy"] == again["val_accuracy"]
     acc, rows = _evaluate(aws, digits, "ve")
     assert rows == total and final["val_accuracy"] == pytest.approx(acc, abs=1e-9)
+
+
+def test_repeated_evaluations_combine_the_slices_of_one_model(digits, aws):
+    # Worker 3 crashes in the first evaluation, worker 0 in the second: each slice was evaluated
+    # once, on the same model, so the second evaluation completes the split.
+    j = job(digits, max_rounds=2, target_value=None)
+    failed = _drive(j, "vc", lambda plan, acc, failed: not failed and plan["local_steps"] == 0, also={3: 0})
+    assert failed == [2]
+    metrics = _metrics(aws, "vc")
+    total = RunTable("smlt-runs", "vc").meta().val_rows
+    first, second = metrics["rounds"][2], metrics["rounds"][3]
+    assert first["val_accuracy"] is None and first["stop"] is False
+    assert second["workers_ok"] == 3 and second["stop"] is True and second["val_rows"] == total
+    assert len(metrics["rounds"]) == 4 and metrics["final"]["val_rows"] == total
+    acc, _ = _evaluate(aws, digits, "vc")
+    assert metrics["final"]["val_accuracy"] == pytest.approx(acc, abs=1e-9)
