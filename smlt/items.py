@@ -42,6 +42,7 @@ class FinalMetrics(BaseModel):
     run_id: str
     val_accuracy: float | None = None
     val_loss: float | None = None
+    val_rows: int = 0  # validation rows the final metric was measured on (the whole split)
     rounds: int  # training rounds that led to the final model
     samples: int
     wall_seconds: float
@@ -188,8 +189,14 @@ class RoundItem(Item):
     samples: int = 0
     accepted: list[Accepted] = Field(default_factory=list)
     train_loss: float | None = None
-    val_loss: float | None = None  # of model r, the one the round started from
+    # Of model r, the one the round started from, over the whole validation split only: None when
+    # a worker's slice is missing (the partial values below), so no stop decision can read them.
+    val_loss: float | None = None
     val_accuracy: float | None = None
+    val_rows: int = 0  # validation rows evaluated
+    val_rows_total: int | None = None  # rows in the split (META's val_rows)
+    val_loss_partial: float | None = None  # over the val_rows evaluated, when not the whole split
+    val_accuracy_partial: float | None = None
     aggregate_s: float = 0.0
     aggregators: int = 1
     round_s: float = 0.0  # from plan to aggregated

@@ -26,6 +26,9 @@ class RoundSpec(BaseModel):
     assignments: list[list[int]] | None = None
     # How many aggregators reduce this round's updates (sharded aggregation when > 1).
     aggregators: int = 1
+    # Rows of the whole validation split (META's val_rows): the round's metric is final only when
+    # its workers evaluated all of them. None in specs written before it (taken as whole).
+    val_rows: int | None = None
     job: Job
 
     @property
@@ -35,6 +38,15 @@ class RoundSpec(BaseModel):
     def train_shards(self, worker: int, n_shards: int) -> list[int]:
         """The train shards `worker` owns this round (the planner's assignment, else round-robin)."""
         return self.assignments[worker] if self.assignments else shard_slice(n_shards, self.workers, worker)
+
+    def val_shards(self, worker: int, n_shards: int) -> list[int]:
+        """The validation shards `worker` evaluates: round-robin; with more workers than shards,
+        only the first owner of a shard evaluates it (each row is counted once)."""
+        return [] if worker >= n_shards else shard_slice(n_shards, self.workers, worker)
+
+    def whole_split(self, val_rows: int) -> bool:
+        """`val_rows` evaluated rows cover the whole validation split."""
+        return self.val_rows is None or val_rows >= self.val_rows
 
 
 def shard_slice(n_shards: int, workers: int, worker: int) -> list[int]:

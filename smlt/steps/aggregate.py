@@ -177,6 +177,23 @@ class _Round:
             )
         self.table.update(keys.META, MetaItem, lr_scale=0.5)
 
+    def evaluation_chain(self, records: list[WorkerItem]) -> list[WorkerItem]:
+        """The records whose evaluations make this round's metric. A partial evaluation round is
+        planned again with the same workers on the same model (an evaluation round writes model r as
+        r+1), so each worker's slice is the same: a slice missing here is taken from the repeats
+        before, read only when this one is partial too."""
+        spec = self.spec
+        if not spec.eval_only or spec.whole_split(sum(r.val_count for r in records)):
+            return records
+        by_worker = {r.worker: r for r in records}
+        rnd, prev = self.rnd - 1, self.previous
+        while prev is not None and prev.eval_only and prev.val_loss is None and prev.workers == spec.workers:
+            for r in self.table.workers(rnd):
+                by_worker.setdefault(r.worker, r)
+            rnd -= 1
+            prev = self.table.get(keys.round_sk(rnd), RoundItem) if rnd >= 0 else None
+        return sorted(by_worker.values(), key=lambda r: r.worker)
+
     def record(
         self,
         records: list[WorkerItem],
@@ -191,14 +208,25 @@ class _Round:
         spec, table, rnd = self.spec, self.table, self.rnd
         plan_item = self.plan_item
         failed = max(0, spec.workers - len(records))
-        val_count = sum(r.val_count for r in records)
-        val_loss = sum(r.val_loss_sum for r in records) / val_count if val_count else None
-        val_acc = sum(r.val_correct for r in records) / val_count if val_count else None
+        evaluated = self.evaluation_chain(records)
+        val_count = sum(r.val_count for r in evaluated)
+        val_loss = sum(r.val_loss_sum for r in evaluated) / val_count if val_count else None
+        val_acc = sum(r.val_correct for r in evaluated) / val_count if val_count else None
+        whole = spec.whole_split(val_count)
+        partial = {} if whole else {"val_loss_partial": val_loss, "val_accuracy_partial": val_acc}
+        if not whole:  # a failed worker's slice is missing: not a metric of the split
+            val_loss = val_acc = None
         samples = sum(a.samples for a in ledger)
         losses = {r.worker: r.train_loss for r in records if r.train_loss is not None}  # an applied update's is
         train_loss = sum(losses[a.worker] * a.samples for a in ledger) / samples if samples else None
 
-        if spec.eval_only:
+        if spec.eval_only and not whole:
+            # Continue plans the evaluation again (model r+1 is model r): the final metric needs all rows.
+            stop, reason = (
+                False,
+                f"final evaluation on {val_count} of {spec.val_rows} validation rows; evaluating again",
+            )
+        elif spec.eval_only:
             stop, reason = True, plan_item.stop_reason or "final evaluation"
         elif target_reached(spec.job.training, val_loss, val_acc):
             stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
@@ -224,6 +252,9 @@ class _Round:
             train_loss=train_loss,
             val_loss=val_loss,
             val_accuracy=val_acc,
+            val_rows=val_count,
+            val_rows_total=spec.val_rows,
+            **partial,
             aggregate_s=aggregate_s,
             aggregators=aggregators,
             round_s=time.time() - spec.planned_at,

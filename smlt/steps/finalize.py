@@ -21,7 +21,8 @@ from smlt.trigger import latest_key
 
 
 def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
-    """Publish the final model and metrics: the newest model whose metrics were measured."""
+    """Publish the final model and metrics: the newest model measured on the whole validation
+    split (a round's val_loss is None when a slice was missing)."""
     run_id = event.run_id
     table = RunTable(settings.table, run_id)
     artifacts = S3Store(settings.artifacts_bucket)
@@ -72,6 +73,7 @@ def _final(
         run_id=run_id,
         val_accuracy=final_round.val_accuracy if final_round else None,
         val_loss=final_round.val_loss if final_round else None,
+        val_rows=final_round.val_rows if final_round else 0,
         rounds=len(trained),
         samples=sum(r.samples for r in trained),
         wall_seconds=time.time() - (meta.created_at if meta else time.time()),

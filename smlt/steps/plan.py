@@ -15,6 +15,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any
 
 from smlt import keys
@@ -257,9 +258,16 @@ def _decide(settings: Settings, job: Job, meta: MetaItem, rounds: list[RoundItem
     return decision
 
 
+MAX_EVALUATIONS = 3  # evaluation rounds of one final model whose metric stayed partial
+
+
 def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision | None:
-    """A stop whose newest model has not been evaluated yet: one evaluation-only round measures it."""
+    """A stop whose newest model has not been evaluated yet: one evaluation-only round measures it,
+    again while a failed worker leaves its metric partial (at most MAX_EVALUATIONS in a row; then
+    finalize publishes the newest model measured on the whole split)."""
     if not rounds or rounds[-1].stop or decision.bound not in ("max_rounds", "deadline", "target"):
+        return None
+    if sum(1 for _ in takewhile(lambda r: r.eval_only, reversed(rounds))) >= MAX_EVALUATIONS:
         return None
     last = rounds[-1]
     return Decision(
@@ -295,6 +303,7 @@ def _spec(
         reason=decision.reason,
         job=job,
         assignments=assign_shards(meta.train_shards, decision.workers, lost),
+        val_rows=meta.val_rows or None,  # 0: a META written before it was recorded
     )
 
 

@@ -25,7 +25,7 @@ from smlt.data.shards import is_cached, load_manifest, load_shards
 from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
 from smlt.items import ErrorItem, PlanItem, SealItem, WorkerItem
 from smlt.records import RunTable
-from smlt.roundspec import RoundSpec, shard_slice
+from smlt.roundspec import RoundSpec
 from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
 from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes
@@ -234,10 +234,7 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
 
     n_val = len(manifest.validation.shards)
-    # With more workers than validation shards, only the first owner of a shard evaluates it.
-    val_shards = (
-        [] if worker >= n_val else [manifest.validation.shards[i] for i in shard_slice(n_val, spec.workers, worker)]
-    )
+    val_shards = [manifest.validation.shards[i] for i in spec.val_shards(worker, n_val)]
     cache_miss = not all(is_cached(sh) for sh in val_shards + train_shards)
     xv, yv = (
         load_shards(spec.job.dataset.uri, val_shards)
