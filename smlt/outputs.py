@@ -36,7 +36,11 @@ def progress_line(r: RoundItem) -> str:
         f"{r.memory_mb} MB",
         "eval only" if r.eval_only else f"k {r.local_steps}",
         f"train loss {loss:.4f}" if loss is not None else "train loss   -   ",
-        f"val acc {acc:.4f}" if acc is not None else f"val loss {r.val_loss or float('nan'):.4f}",
+        f"val acc {acc:.4f}"
+        if acc is not None
+        else f"val partial {r.val_accuracy_partial:.4f} ({r.val_rows}/{r.val_rows_total} rows)"
+        if r.val_accuracy_partial is not None
+        else f"val loss {r.val_loss or float('nan'):.4f}",
         f"{r.round_s:5.2f} s",
         f"cost ${r.cost_total_usd:.5f}",
     ]
