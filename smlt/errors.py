@@ -14,6 +14,20 @@ class InvalidDataset(SmltError):
     """The dataset is missing, unreadable, corrupt or does not match the model."""
 
 
+class CorruptShard(InvalidDataset):
+    """A dataset shard is missing, does not match its manifest digest, or cannot be parsed.
+
+    A worker raises it for the shard it could not read (`key`, relative to the dataset, and
+    `reason`: "digest", "missing" or "unreadable"); the run fails with it when the shard fails
+    again on the next attempt, by another worker."""
+
+    def __init__(
+        self, message: str, key: str = "", reason: str = "", split: str | None = None, index: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.key, self.reason, self.split, self.index = key, reason, split, index
+
+
 class ModelTooLarge(SmltError):
     """The model does not fit the memory tier chosen for the workers."""
 
@@ -57,6 +71,10 @@ class AwsNotConfigured(SmltError):
 
 class RunNotFinished(SmltError):
     """A run's outputs were asked for before the run wrote its final metrics (CLI only)."""
+
+
+class RunInProgress(SmltError):
+    """A local run with this run id is already live in the same --out folder (CLI only)."""
 
 
 class RunFailed(SmltError):

@@ -6,7 +6,7 @@ writes: `smlt/records.py`).
 | `META` | `MetaItem` | the first plan (`put_once`); `lr_scale` by a diverged round, `status`/`final` by finalize |
 | `PLAN#r` | `PlanItem` | the planner, once per round; `attempts` by the aggregator's quorum retries |
 | `WORKER#r#w` | `WorkerItem` | a worker, once, unless the round is sealed |
-| `ERROR#r#w` | `ErrorItem` | a worker that failed for good (bad data, model too large) |
+| `ERROR#r#w` | `ErrorItem` | a worker that failed for good (bad data, a shard it could not read, model too large) |
 | `SEAL#r` | `SealItem` | the aggregator, when it closes round r |
 | `ROUND#r` | `RoundItem` | the aggregator, once per round |
 
@@ -136,11 +136,23 @@ class WorkerItem(Item):
     steps: int = 0
 
 
+class ShardRef(BaseModel):
+    """A dataset shard a worker could not read (a CorruptShard): which split, its index, its key."""
+
+    split: Literal["train", "validation"]
+    index: int
+    key: str
+    reason: str = ""  # "digest", "missing" or "unreadable"
+
+
 class ErrorItem(Item):
     """A worker's non-transient error, re-raised by the aggregator under its own name."""
 
     error: str  # the class name in smlt.errors
     message: str
+    # The shard a CorruptShard names: the planner moves it to another worker for the next round,
+    # and the aggregator fails the run when it fails there too.
+    shard: ShardRef | None = None
 
 
 class SealItem(Item):

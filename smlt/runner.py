@@ -4,8 +4,9 @@ Synthesize the CDK app in-process, start the engine (moto + handler process pool
 dataset in the data bucket, start the execution, report a line per aggregated round (following
 chained executions; to :mod:`smlt.progress`'s loggers), then write model.safetensors,
 metrics.json, report.png and history.json. A run that does not succeed raises ``RunFailed``.
-The run's S3 objects and DynamoDB items are snapshotted to OUT/.state after every round, which
-is what `smlt resume RUN --local --out OUT` continues from.
+The run's S3 objects and DynamoDB items are snapshotted to OUT/.state/runs/<run id>/ after
+every round, which is what `smlt resume RUN --local --out OUT` continues from; the live run holds
+that folder's lock, so a second live run with the same id and --out is refused (RunInProgress).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import progress
 from smlt.records import RunTable
-from smlt.snapshot import Snapshot, restore_snapshot, saved_items
+from smlt.snapshot import Snapshot, clear_state, restore_snapshot, run_lock, saved_items, state_dir
 from smlt.store import S3Store
 
 
@@ -120,7 +121,7 @@ class Follower:
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
     """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
     returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed."""
-    follower = Follower(engine, names, run_id, out / ".state")
+    follower = Follower(engine, names, run_id, state_dir(out, run_id))
     t0 = time.time()
     # A run that already has state (resume) needs a fresh execution name.
     arn = engine.start_execution(job, name=f"{run_id[:68]}-{int(t0)}" if job.get("run_id") else run_id)
@@ -159,32 +160,35 @@ def run_local(job_path: Path, out: Path, faults: str | None = None) -> dict:
     """`smlt run --local JOB`: returns the run's final metrics (see :func:`execute`)."""
     job, raw = read_job_file(job_path)  # named errors before anything starts
     folder = checked_dataset_folder(job, base=job_path.parent)
-    engine, names, injector = start_engine(faults)
-    _note_queueing(job, engine)
-    try:
-        if folder is not None:
-            raw["dataset"]["uri"] = upload_dataset(folder, names.data_bucket, client=engine.client("s3"))
-        run_id = (
-            raw.get("run_id")
-            or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        return execute(engine, names, run_id, raw, out, injector)
-    finally:
-        engine.stop()
+    run_id = (
+        raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    with run_lock(out, run_id) as saved:  # RunInProgress before the engine starts
+        clear_state(saved)  # a fresh run: an earlier run's state under this id is replaced
+        engine, names, injector = start_engine(faults)
+        _note_queueing(job, engine)
+        try:
+            if folder is not None:
+                raw["dataset"]["uri"] = upload_dataset(folder, names.data_bucket, client=engine.client("s3"))
+            return execute(engine, names, run_id, raw, out, injector)
+        finally:
+            engine.stop()
 
 
 def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
-    """Continue a local run from its snapshot in OUT/.state: the last complete round is kept."""
-    saved_items(run_id, out / ".state")  # RunNotFound before the engine starts
-    engine, names, injector = start_engine(faults)
-    try:
-        restore_snapshot(engine, names, run_id, out / ".state")
-        meta = RunTable(names.table, run_id, client=engine.client("dynamodb")).meta()
-        if meta is None:
-            raise RunNotFound(f"no run {run_id!r} in the saved state in {out / '.state'}")
-        job = {**meta.job.model_dump(mode="json"), "run_id": run_id}
-        done = len(RunTable(names.table, run_id, client=engine.client("dynamodb")).rounds())
-        progress.info(f"resuming run {run_id} after {done} complete rounds")
-        return execute(engine, names, run_id, job, out, injector)
-    finally:
-        engine.stop()
+    """Continue a local run from its snapshot in OUT/.state/runs/<run id>/ (or, saved before runs
+    had their own folder, OUT/.state): the last complete round is kept."""
+    saved_items(run_id, out)  # RunNotFound before the engine starts
+    with run_lock(out, run_id):  # and RunInProgress
+        engine, names, injector = start_engine(faults)
+        try:
+            restore_snapshot(engine, names, run_id, out)
+            meta = RunTable(names.table, run_id, client=engine.client("dynamodb")).meta()
+            if meta is None:
+                raise RunNotFound(f"no run {run_id!r} in the saved state in {out / '.state'}")
+            job = {**meta.job.model_dump(mode="json"), "run_id": run_id}
+            done = len(RunTable(names.table, run_id, client=engine.client("dynamodb")).rounds())
+            progress.info(f"resuming run {run_id} after {done} complete rounds")
+            return execute(engine, names, run_id, job, out, injector)
+        finally:
+            engine.stop()

@@ -1,17 +1,24 @@
 """Local runs survive their process: after every round the run's S3 objects and DynamoDB items
-are copied to a folder, and `smlt resume` loads them into a fresh engine.
+are copied to a folder, OUT/.state/runs/<run id>/, and `smlt resume` loads them into a fresh
+engine. Each run has its own folder, so several runs share one --out; a live run holds an OS lock
+on its folder (`run_lock`), so a second live run with the same id is refused and a crash frees it.
 
 (On AWS the buckets and the table are the checkpoint; this is the local engine's equivalent.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from smlt import keys
-from smlt.errors import RunNotFound
+from smlt.errors import RunInProgress, RunNotFound
 from smlt.items import PlanItem, RoundItem
 from smlt.records import RunTable, to_item
 from smlt.store import NotFound, S3Store
@@ -107,14 +114,63 @@ def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:
     return keys.parse_s3_uri(meta["job"]["dataset"]["uri"])
 
 
-def saved_items(run_id: str, state_dir: Path) -> list[dict[str, Any]]:
-    """The saved items of ``run_id``, or RunNotFound saying what is there instead (read before the
-    engine starts: an unknown run costs nothing)."""
-    items_file = state_dir / "items.json"
+def state_dir(out: Path, run_id: str) -> Path:
+    """Where run `run_id` of `--out OUT` keeps its saved state."""
+    return out / ".state" / "runs" / run_id
+
+
+def find_state(out: Path, run_id: str) -> Path:
+    """The folder holding `run_id`'s saved state: its own, or OUT/.state itself for a state
+    saved before each run had its own folder (one run per --out)."""
+    own, legacy = state_dir(out, run_id), out / ".state"
+    if not (own / "items.json").exists() and (legacy / "items.json").exists():
+        return legacy
+    return own
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, run_id: str) -> Iterator[Path]:
+    """Hold an exclusive OS lock on the run's state folder while the run is live (the folder is
+    yielded); RunInProgress when another live process holds it. The lock dies with its process,
+    so a crashed run leaves nothing to clean up before its resume."""
+    folder = state_dir(out, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)  # never deleted: one inode to lock
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunInProgress(
+                f"run {run_id!r} is live in {out} already (another process holds {folder / 'lock'}): "
+                "wait for it to end, or give this run another run_id or --out"
+            ) from None
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def clear_state(folder: Path) -> None:
+    """Forget a saved state (a fresh run under a run id that has one): objects are copied once,
+    so stale ones would otherwise survive into the new run's state."""
+    (folder / "items.json").unlink(missing_ok=True)
+    shutil.rmtree(folder / "s3", ignore_errors=True)
+
+
+def _saved_runs(out: Path) -> list[str]:
+    runs = out / ".state" / "runs"
+    return sorted(p.name for p in runs.iterdir() if (p / "items.json").exists()) if runs.is_dir() else []
+
+
+def saved_items(run_id: str, out: Path) -> list[dict[str, Any]]:
+    """The saved items of ``run_id`` in ``--out out``, or RunNotFound saying what is there instead
+    (read before the engine starts: an unknown run costs nothing)."""
+    folder = find_state(out, run_id)
+    items_file = folder / "items.json"
     if not items_file.exists():
+        held = ", ".join(repr(r) for r in _saved_runs(out))
         raise RunNotFound(
-            f"no saved state in {state_dir}: `smlt run --local JOB --out OUT` saves it in OUT/.state "
-            "after every round; pass that run's --out"
+            f"no saved state in {folder}: `smlt run --local JOB --out OUT` saves it in OUT/.state "
+            "after every round; pass that run's --out" + (f" (this one holds the runs {held})" if held else "")
         )
     try:
         items = json.loads(items_file.read_text())
@@ -123,14 +179,14 @@ def saved_items(run_id: str, state_dir: Path) -> list[dict[str, Any]]:
     metas = [i for i in items if isinstance(i, dict) and i.get("sk") == keys.META]
     if not any(i.get("pk") == keys.pk(run_id) for i in metas):
         held = ", ".join(repr(m.get("run_id")) for m in metas) or "none"
-        raise RunNotFound(f"no run {run_id!r} in the saved state in {state_dir} (it holds: {held})")
+        raise RunNotFound(f"no run {run_id!r} in the saved state in {folder} (it holds: {held})")
     return items
 
 
-def restore_snapshot(engine, names, run_id: str, state_dir: Path) -> None:
-    items = saved_items(run_id, state_dir)
+def restore_snapshot(engine, names, run_id: str, out: Path) -> None:
+    items = saved_items(run_id, out)
     s3 = engine.client("s3")
-    root = state_dir / "s3"
+    root = find_state(out, run_id) / "s3"
     for bucket_dir in root.iterdir():
         store = S3Store(bucket_dir.name, client=s3)
         for path in bucket_dir.rglob("*"):

@@ -27,7 +27,7 @@ from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted
 from smlt.aggregate.sync import delete_prefix
 from smlt.bill import ledger_cost
 from smlt.config import Settings
-from smlt.items import Accepted, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
+from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
 from smlt.planner.types import target_reached
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
@@ -47,13 +47,36 @@ from smlt.tensors.format import decode, encode
 MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
 
 
-def _fatal_worker_error(table: RunTable, rnd: int) -> None:
-    """Re-raise a worker's non-transient error (bad data, model too large) under its own name."""
+def _fatal_worker_error(table: RunTable, rnd: int, quorum_met: bool = False) -> None:
+    """Re-raise a worker's non-transient error (bad data, model too large) under its own name
+    when the round cannot reach its quorum. When it can, only a shard is fatal: one that a
+    worker could not read last round either (the plan gave it to another worker since)."""
     errors = table.errors(rnd)
-    if errors:
+    if quorum_met:
+        _repeated_shard_failure(table, rnd, errors)
+    elif errors:
         worker, e = next(iter(errors.items()))
+        if e.shard is not None:
+            raise smlt_errors.CorruptShard(f"worker {worker}: {e.message}; {_REPAIR}")
         cls = getattr(smlt_errors, e.error, smlt_errors.SmltError)
         raise cls(f"worker {worker}: {e.message}")
+
+
+_REPAIR = "prepare the dataset again (`smlt data prepare SOURCE --out FOLDER`) and start the run again"
+
+
+def _repeated_shard_failure(table: RunTable, rnd: int, errors: dict[int, ErrorItem]) -> None:
+    """CorruptShard when a shard that failed this round failed in the round before too."""
+    failed = {(e.shard.split, e.shard.index): (w, e) for w, e in sorted(errors.items()) if e.shard is not None}
+    if not failed or rnd == 0:
+        return
+    for w0, e0 in sorted(table.errors(rnd - 1).items()):
+        if e0.shard is not None and (e0.shard.split, e0.shard.index) in failed:
+            w, e = failed[(e0.shard.split, e0.shard.index)]
+            raise smlt_errors.CorruptShard(
+                f"{e0.shard.split} shard {e0.shard.key} failed twice: on worker {w0} in round {rnd - 1} and on "
+                f"worker {w} in round {rnd} ({e.message}); {_REPAIR}"
+            )
 
 
 def _model_problem(artifacts: S3Store, run_id: str, rnd: int) -> str | None:
@@ -119,6 +142,8 @@ class _Round:
         needed = max(1, math.ceil(spec.job.training.quorum * spec.workers))
         reported = table.workers(rnd)
         if len(reported) >= needed or self.seal_item is not None:
+            if len(reported) < spec.workers:  # a worker failed: on a shard that failed before?
+                _fatal_worker_error(table, rnd, quorum_met=True)
             self._reported = reported
             return None
         _fatal_worker_error(table, rnd)

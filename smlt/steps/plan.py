@@ -80,15 +80,44 @@ def _check_access(job: Job, settings: Settings) -> None:
             )
 
 
-def assign_shards(n_shards: int, workers: int, lost: list[int]) -> list[list[int]]:
+def assign_shards(
+    n_shards: int, workers: int, lost: list[int], failed_on: dict[int, int] | None = None
+) -> list[list[int]]:
     """Round-robin shards over workers, then hand the shards of last round's lost workers to
-    the workers of this round, one each in turn, so no data is skipped twice in a row."""
+    the workers of this round, one each in turn, so no data is skipped twice in a row. A shard
+    a worker could not read (`failed_on`: shard -> that worker) moves to another worker, so its
+    retry is by different hands (a second failure there fails the run: CorruptShard)."""
     out = [shard_slice(n_shards, workers, w) for w in range(workers)]
     for i, shard in enumerate(sorted(set(lost))):
         target = out[i % workers]
         if shard not in target:
             target.append(shard)
+    for shard, bad in sorted((failed_on or {}).items()):
+        _move_away(out, shard, bad)
     return out
+
+
+def _move_away(out: list[list[int]], shard: int, bad: int) -> None:
+    """Take `shard` from worker `bad` and give it to the least loaded other worker (one that
+    holds it already, when the workers share shards); `bad` keeps at least one shard. With a
+    single worker there is no other: its next invocation is the retry."""
+    others = [w for w in range(len(out)) if w != bad]
+    if not others:
+        return
+    if not any(shard in out[w] for w in others):
+        target = min(others, key=lambda w: (len(out[w]), w))
+        out[target].append(shard)
+    else:
+        target = next(w for w in others if shard in out[w])
+    if bad < len(out) and shard in out[bad]:
+        out[bad].remove(shard)
+        if not out[bad]:  # it held only this shard: swap it for one of the target's
+            spare = [s for s in out[target] if s != shard]
+            if spare:
+                out[target].remove(spare[0])
+            else:  # more workers than shards (they share them): share another one
+                spare = [s for held in out for s in held if s != shard] or [shard]
+            out[bad].append(spare[0])
 
 
 def _lost_shards(prev_plan: PlanItem | None, prev_round: RoundItem | None, n_shards: int) -> list[int]:
@@ -100,6 +129,15 @@ def _lost_shards(prev_plan: PlanItem | None, prev_round: RoundItem | None, n_sha
     spec = prev_plan.spec
     accepted = {a.worker for a in prev_round.accepted}
     return [s for w in range(spec.workers) if w not in accepted for s in spec.train_shards(w, n_shards)]
+
+
+def _failed_shards(table: RunTable, prev_round: RoundItem | None) -> dict[int, int]:
+    """Train shards that a worker of last round could not read (its ERROR item names them): shard
+    -> that worker. Read only when a worker of that round did not report."""
+    if prev_round is None or prev_round.workers_ok >= prev_round.workers:
+        return {}
+    errors = table.errors(prev_round.round)
+    return {e.shard.index: w for w, e in sorted(errors.items()) if e.shard is not None and e.shard.split == "train"}
 
 
 def _history(rounds: list[RoundItem], meta: MetaItem) -> RunHistory:
@@ -287,6 +325,7 @@ def _spec(
     """The round spec of a training (or evaluation) round: learning rate, shards, aggregators."""
     rounds = state.rounds
     lost = _lost_shards(state.prev_plan, rounds[-1] if rounds else None, meta.train_shards)
+    failed = _failed_shards(RunTable(settings.table, meta.run_id), rounds[-1] if rounds else None)
     n_params = rounds[-1].param_count if rounds else 0
     return RoundSpec(
         run_id=meta.run_id,
@@ -302,7 +341,7 @@ def _spec(
         learning_rate=job.training.learning_rate * meta.lr_scale,
         reason=decision.reason,
         job=job,
-        assignments=assign_shards(meta.train_shards, decision.workers, lost),
+        assignments=assign_shards(meta.train_shards, decision.workers, lost, failed),
         val_rows=meta.val_rows or None,  # 0: a META written before it was recorded
     )
 

@@ -21,9 +21,10 @@ from smlt import keys
 from smlt.aggregate.model_store import read_model_blob
 from smlt.aggregate.sync import Poll, ReduceScatter
 from smlt.config import Settings
+from smlt.data.manifest import SplitInfo
 from smlt.data.shards import is_cached, load_manifest, load_shards
-from smlt.errors import AccessDenied, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
-from smlt.items import ErrorItem, PlanItem, SealItem, WorkerItem
+from smlt.errors import AccessDenied, CorruptShard, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
+from smlt.items import ErrorItem, PlanItem, SealItem, ShardRef, WorkerItem
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
 from smlt.steps.events import TrainAnswer, TrainEvent
@@ -188,9 +189,28 @@ def run_worker(settings: Settings, event: TrainEvent) -> TrainAnswer:
     try:
         return _run_worker(settings, table, event.run_id, event.round, event.worker)
     except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied) as e:
-        # Not worth retrying: leave the reason where the aggregator can report it.
-        table.put_once(keys.error_sk(event.round, event.worker), ErrorItem(error=type(e).__name__, message=str(e)))
+        # Not worth retrying: leave the reason (and the shard it names) where the aggregator and
+        # the next plan can read it.
+        shard = _shard_ref(e) if isinstance(e, CorruptShard) else None
+        item = ErrorItem(error=type(e).__name__, message=str(e), shard=shard)
+        table.put_once(keys.error_sk(event.round, event.worker), item)
         raise
+
+
+def _shard_ref(e: CorruptShard) -> ShardRef | None:
+    if e.split not in ("train", "validation") or e.index is None:
+        return None
+    return ShardRef.model_validate({"split": e.split, "index": e.index, "key": e.key, "reason": e.reason})
+
+
+def _load_split(uri: str, split: SplitInfo, name: str, indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The shards `indices` of one split; a CorruptShard says which split and index it was."""
+    shards = [split.shards[i] for i in indices]
+    try:
+        return load_shards(uri, shards)
+    except CorruptShard as e:
+        index = next(i for i, sh in zip(indices, shards, strict=True) if sh.key == e.key)
+        raise CorruptShard(str(e), key=e.key, reason=e.reason, split=name, index=index) from None
 
 
 def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpec | TrainAnswer:
@@ -221,7 +241,8 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
     model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
-    train_shards = [manifest.train.shards[i] for i in spec.train_shards(worker, len(manifest.train.shards))]
+    train_idx = spec.train_shards(worker, len(manifest.train.shards))
+    train_shards = [manifest.train.shards[i] for i in train_idx]
     _check_fits(model, settings.memory_mb or spec.memory_mb, sum(sh.bytes for sh in train_shards))
     global_blob = _global_model(artifacts, spec, model)
     try:
@@ -234,14 +255,16 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
 
     n_val = len(manifest.validation.shards)
-    val_shards = [manifest.validation.shards[i] for i in spec.val_shards(worker, n_val)]
+    val_idx = spec.val_shards(worker, n_val)
+    val_shards = [manifest.validation.shards[i] for i in val_idx]
     cache_miss = not all(is_cached(sh) for sh in val_shards + train_shards)
+    uri = spec.job.dataset.uri
     xv, yv = (
-        load_shards(spec.job.dataset.uri, val_shards)
+        _load_split(uri, manifest.validation, "validation", val_idx)
         if val_shards
         else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
     )
-    xt, yt = load_shards(spec.job.dataset.uri, train_shards)
+    xt, yt = _load_split(uri, manifest.train, "train", train_idx)
     if xt.shape[1] != manifest.features:
         raise InvalidDataset(f"shards have {xt.shape[1]} features, the manifest says {manifest.features}")
     t_load = time.perf_counter()

@@ -37,10 +37,16 @@ def test_killed_run_resumes_losing_at_most_one_round(tmp_path):
         if len(seen) == 2 or time.time() > deadline:
             break
     time.sleep(0.3)  # now inside round 2
+    # A second run with the same run id into the same --out, while the first is live: refused
+    # before it starts an engine or touches the first run's state.
+    twin = subprocess.run(
+        [*cmd, "run", "--local", str(path), "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     os.killpg(proc.pid, signal.SIGKILL)  # the engine, the handler processes, everything
     proc.wait()
     assert seen == [0, 1]
-    saved = json.loads((out / ".state/items.json").read_text())
+    assert twin.returncode == 2 and "error: RunInProgress: run 'crash-test' is live in" in twin.stderr, twin.stderr
+    saved = json.loads((out / ".state/runs/crash-test/items.json").read_text())
     assert {i["sk"] for i in saved if i["sk"].startswith("ROUND#")} >= {"ROUND#000000", "ROUND#000001"}
 
     res = subprocess.run(

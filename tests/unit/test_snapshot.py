@@ -1,8 +1,17 @@
 """What a local run's snapshot keeps: the run up to its newest aggregated round and the next
-round's model, never half a round."""
+round's model, never half a round; where it keeps it (a folder per run) and the live run's lock."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from smlt import keys
-from smlt.snapshot import _kept
+from smlt.errors import RunInProgress, RunNotFound
+from smlt.snapshot import _kept, clear_state, find_state, run_lock, saved_items, state_dir
 
 
 def test_objects_kept_up_to_the_newest_round_and_the_next_model():
@@ -17,3 +26,54 @@ def test_objects_kept_up_to_the_newest_round_and_the_next_model():
     assert not _kept(keys.sync_prefix(run, 4) + "000001/grad/00000.safetensors", newest)
     assert not _kept(keys.model_key(run, 5), newest)
     assert _kept(keys.final_model_key(run), newest)
+
+
+def _save(folder, run_id):
+    """A saved state as Snapshot.save leaves it: items.json with the run's META, and its objects."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "items.json").write_text(json.dumps([{"pk": keys.pk(run_id), "sk": keys.META, "run_id": run_id}]))
+    (folder / "s3" / "bucket").mkdir(parents=True, exist_ok=True)
+    (folder / "s3" / "bucket" / "obj").write_bytes(run_id.encode())
+
+
+def test_several_runs_keep_their_state_apart_in_one_out(tmp_path):
+    _save(state_dir(tmp_path, "a"), "a")
+    _save(state_dir(tmp_path, "b"), "b")  # a second run into the same --out
+    for run in ("a", "b"):
+        assert find_state(tmp_path, run) == tmp_path / ".state" / "runs" / run
+        assert saved_items(run, tmp_path)[0]["run_id"] == run
+    with pytest.raises(RunNotFound, match=r"no saved state in .*runs/c.* \(this one holds the runs 'a', 'b'\)"):
+        saved_items("c", tmp_path)
+    clear_state(state_dir(tmp_path, "a"))  # a fresh run under id a replaces its state only
+    assert not (state_dir(tmp_path, "a") / "s3").exists() and saved_items("b", tmp_path)
+
+
+def test_a_state_saved_before_runs_had_their_own_folder_is_still_found(tmp_path):
+    _save(tmp_path / ".state", "old")
+    assert find_state(tmp_path, "old") == tmp_path / ".state"
+    assert saved_items("old", tmp_path)[0]["run_id"] == "old"
+    _save(state_dir(tmp_path, "old"), "old")  # once resumed, it saves into its own folder
+    assert find_state(tmp_path, "old") == state_dir(tmp_path, "old")
+
+
+HOLD = "import sys, time; from pathlib import Path; from smlt.snapshot import run_lock\n" + (
+    "with run_lock(Path(sys.argv[1]), 'r'):\n    print('held', flush=True); time.sleep(60)\n"
+)
+
+
+def test_a_live_run_holds_its_lock_and_a_crash_frees_it(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    live = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert live.stdout.readline().strip() == "held"
+        with pytest.raises(RunInProgress, match="run 'r' is live in .* already"):
+            with run_lock(tmp_path, "r"):
+                pass
+        with run_lock(tmp_path, "other"):  # another run id in the same --out is fine
+            pass
+    finally:
+        live.kill()  # a crash: no clean-up runs
+        live.wait()
+    with run_lock(tmp_path, "r") as folder:  # the lock died with its process
+        assert folder == state_dir(tmp_path, "r")
