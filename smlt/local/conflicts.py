@@ -18,18 +18,18 @@ tallied so the parent can count them); :func:`arm` reads them before the handler
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import botocore.handlers
 from botocore.awsrequest import AWSResponse
+
+from smlt.local.responses import RawBody
 
 ENV = "SMLT_FAULT_CONFLICTS"
 EVENT = "before-send"
@@ -121,16 +121,6 @@ def _before_send(request: Any, event_name: str = "", **_: Any) -> AWSResponse | 
     return None
 
 
-class _RawBody(io.BytesIO):
-    """What botocore expects as ``AWSResponse.raw`` (a urllib3-like stream)."""
-
-    def stream(self, **_: Any) -> Iterator[bytes]:
-        chunk = self.read()
-        while chunk:
-            yield chunk
-            chunk = self.read()
-
-
 def _s3_conflict(request: Any) -> AWSResponse:
     body = (
         b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ConditionalRequestConflict</Code>'
@@ -138,7 +128,7 @@ def _s3_conflict(request: Any) -> AWSResponse:
         b"Please try again.</Message><RequestId>smlt-local-fault</RequestId></Error>"
     )
     headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
-    return AWSResponse(request.url, 409, headers, _RawBody(body))
+    return AWSResponse(request.url, 409, headers, RawBody(body))
 
 
 def _dynamodb_conflict(request: Any, operation: str, plan: Plan) -> AWSResponse:
@@ -165,4 +155,4 @@ def _dynamodb_conflict(request: Any, operation: str, plan: Plan) -> AWSResponse:
         }
     body = json.dumps(payload).encode()
     headers = {"Content-Type": "application/x-amz-json-1.0", "Content-Length": str(len(body))}
-    return AWSResponse(request.url, 400, headers, _RawBody(body))
+    return AWSResponse(request.url, 400, headers, RawBody(body))

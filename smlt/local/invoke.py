@@ -25,17 +25,18 @@ the endpoint; a call goes to the engine that has the function.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import botocore.handlers
 from botocore.awsrequest import AWSResponse
+
+from smlt.local.responses import RawBody
 
 from .functions import FunctionSpec
 from .pool import InvokeOutcome, WorkerPool, timeout_payload
@@ -48,19 +49,9 @@ ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout")
 InvokeFilter = Callable[[str, Any], str]
 
 
-class _RawBody(io.BytesIO):
-    """What botocore expects as ``AWSResponse.raw`` (a urllib3-like stream)."""
-
-    def stream(self, **_: Any) -> Iterator[bytes]:
-        chunk = self.read()
-        while chunk:
-            yield chunk
-            chunk = self.read()
-
-
 def _response(url: str, status: int, body: bytes, headers: dict[str, str]) -> AWSResponse:
     hdrs = {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}
-    return AWSResponse(url, status, hdrs, _RawBody(body))
+    return AWSResponse(url, status, hdrs, RawBody(body))
 
 
 def _client_error(url: str, status: int, code: str, message: str, request_id: str, **extra: Any) -> AWSResponse:
