@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import botocore.handlers
 from botocore.awsrequest import AWSResponse
 
-from smlt.local.responses import RawBody
+from smlt.local.responses import RawBody, put_first
 
 ENV = "SMLT_FAULT_CONFLICTS"
 EVENT = "before-send"
@@ -99,13 +98,7 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        entry = (EVENT, _before_send)
-        if entry not in botocore.handlers.BUILTIN_HANDLERS:
-            botocore.handlers.BUILTIN_HANDLERS.insert(0, entry)
-        import boto3
-
-        if boto3.DEFAULT_SESSION is not None:
-            boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send, unique_id="smlt-local-conflicts")
+        put_first(EVENT, _before_send, "smlt-local-conflicts")
         _installed = True
 
 

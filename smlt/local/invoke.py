@@ -33,10 +33,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import botocore.handlers
 from botocore.awsrequest import AWSResponse
 
-from smlt.local.responses import RawBody
+from smlt.local.responses import RawBody, put_first
 
 from .functions import FunctionSpec
 from .pool import InvokeOutcome, WorkerPool, timeout_payload
@@ -273,13 +272,7 @@ def install() -> None:
     with _routers_lock:
         if _installed:
             return
-        entry = (EVENT, _before_send)
-        if entry not in botocore.handlers.BUILTIN_HANDLERS:
-            botocore.handlers.BUILTIN_HANDLERS.insert(0, entry)
-        import boto3
-
-        if boto3.DEFAULT_SESSION is not None:  # created before the insertion: lacks the seam
-            boto3.DEFAULT_SESSION.events.register_first(EVENT, _before_send, unique_id="smlt-local-invoke")
+        put_first(EVENT, _before_send, "smlt-local-invoke")
         _installed = True
 
 
