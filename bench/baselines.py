@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from smlt.data.manifest import Manifest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,7 +57,12 @@ def _build(job: dict, manifest: dict):
     from smlt.job import ModelSpec
     from smlt.train.models import build_model
 
-    return build_model(ModelSpec(**job.get("model", {})), manifest["features"], manifest["outputs"], job.get("seed", 0))
+    return build_model(
+        ModelSpec(**job.get("model", {})),
+        Manifest.model_validate(manifest).features,
+        manifest["outputs"],
+        job.get("seed", 0),
+    )
 
 
 def _optimizer(model, t: dict):

@@ -1,15 +1,17 @@
-"""The dataset manifest: schema, counts, shards, split and normalisation statistics."""
+"""The dataset manifest: what one sample is (shape, dtype), the shards, the split, and every
+transform applied at prepare time, so workers and later data apply exactly the same ones."""
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import math
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from smlt.errors import InvalidDataset
 
 # Final: mypy reads it as the Literal the `format` field requires.
-FORMAT: Final = "smlt-dataset/1"
+FORMAT: Final = "smlt-dataset/2"
 
 
 class ShardInfo(BaseModel):
@@ -24,20 +26,107 @@ class SplitInfo(BaseModel):
     shards: list[ShardInfo]
 
 
+class ArraySpec(BaseModel):
+    """One sample of an array as the shards store it (the leading row axis left out).
+
+    x: `[F]` tabular features, `[C, H, W]` images, `[T]` token ids. y: `[]` a class index
+    (int64), `[K]` regression targets (float32)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: list[int]
+    dtype: Literal["float32", "uint8", "int64"]
+
+
+class Normalization(BaseModel):
+    """How stored x becomes the model's float input (`model_input` applies it).
+
+    - `stored`: the shards already hold standardised float32 (tabular data); nothing on load.
+    - `on_load`: the shards hold raw values (uint8 images); on load `(x - mean) / std` with the
+      statistics (in the stored units, 0..255 for uint8) broadcast along `axis`.
+    - `none`: used as stored (token ids)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    applied: Literal["stored", "on_load", "none"]
+    axis: Literal["feature", "channel"] = "feature"
+    mean: list[float] = []
+    std: list[float] = []
+
+
+class TargetScaling(BaseModel):
+    """Regression targets are stored standardised; a prediction p means `p * std + mean` in the
+    user's units. `val_var` is the validation split's variance per target in the user's units
+    (the denominator of R²)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean: list[float]
+    std: list[float]
+    val_var: list[float]
+
+
+class ColumnTransform(BaseModel):
+    """What prepare did to one tabular source column (CSV, Parquet), in output-feature order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Literal["numeric", "onehot", "hash"]
+    levels: list[str] = []  # onehot: one feature per level, in this order
+    buckets: int = 0  # hash: features from a stable hash of the value
+    fill: float | str | None = None  # the imputed value (from the train split) for a missing cell
+    indicator: bool = False  # one more feature: 1 where the cell was missing
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["smlt-dataset/1"] = FORMAT
+    format: Literal["smlt-dataset/2"] = FORMAT
     name: str
     source: str
     task: Literal["classification", "regression"]
-    features: int
+    x: ArraySpec
+    y: ArraySpec
     # Number of classes (classification) or of regression targets.
     outputs: int
     train: SplitInfo
     validation: SplitInfo
-    # Features are stored already normalised with these statistics (computed on train).
-    normalization: dict[str, list[float]]
+    normalization: Normalization
+    target: TargetScaling | None = None  # regression only
+    columns: list[ColumnTransform] | None = None  # tabular sources only
+    label: str | None = None  # the source's label column, when it had named columns
+    vocab_size: int | None = None  # token sequences: ids are in [0, vocab_size)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_format_1(cls, raw: Any) -> Any:
+        """smlt-dataset/1 (flat float32 features, stored normalised) reads as its /2 equivalent."""
+        if not isinstance(raw, dict) or raw.get("format") != "smlt-dataset/1":
+            return raw
+        raw = dict(raw)
+        raw["format"] = FORMAT
+        features = raw.pop("features", None)
+        if isinstance(features, int):
+            raw["x"] = {"shape": [features], "dtype": "float32"}
+        regression = raw.get("task") == "regression"
+        raw["y"] = {
+            "shape": [raw.get("outputs", 1)] if regression else [],
+            "dtype": "float32" if regression else "int64",
+        }
+        stats = raw.get("normalization") or {}
+        raw["normalization"] = {"applied": "stored", "mean": stats.get("mean", []), "std": stats.get("std", [])}
+        return raw
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one sample as the model receives it (after `model_input`)."""
+        return tuple(self.x.shape)
+
+    @property
+    def features(self) -> int:
+        """Values per sample (flat models such as mlp and logreg take this many inputs)."""
+        return math.prod(self.x.shape)
 
 
 def parse_manifest(raw: bytes, where: str) -> Manifest:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save
 
-from smlt.data.manifest import Manifest, ShardInfo, SplitInfo, parse_manifest
+from smlt.data.manifest import ArraySpec, Manifest, Normalization, ShardInfo, SplitInfo, parse_manifest
 from smlt.errors import InvalidDataset
 
 SKLEARN_BUNDLED = {
@@ -192,11 +192,12 @@ def prepare_dataset(
         name=name or default_name,
         source=source,
         task=kind,
-        features=int(x.shape[1]),
+        x=ArraySpec(shape=[int(x.shape[1])], dtype="float32"),
+        y=ArraySpec(shape=[] if kind == "classification" else [int(outputs)], dtype=str(y.dtype)),
         outputs=int(outputs),
         train=_write_split(out, "train", xt, yt, min(shards, len(xt))),
         validation=_write_split(out, "validation", xv, yv, min(max(1, shards // 2), len(xv))),
-        normalization={"mean": mean.astype(float).tolist(), "std": std.astype(float).tolist()},
+        normalization=Normalization(applied="stored", mean=mean.astype(float).tolist(), std=std.astype(float).tolist()),
     )
     out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
