@@ -193,7 +193,10 @@ def prepare_dataset(
         source=source,
         task=kind,
         x=ArraySpec(shape=[int(x.shape[1])], dtype="float32"),
-        y=ArraySpec(shape=[] if kind == "classification" else [int(outputs)], dtype=str(y.dtype)),
+        y=ArraySpec(
+            shape=[] if kind == "classification" else [int(outputs)],
+            dtype="int64" if kind == "classification" else "float32",
+        ),
         outputs=int(outputs),
         train=_write_split(out, "train", xt, yt, min(shards, len(xt))),
         validation=_write_split(out, "validation", xv, yv, min(max(1, shards // 2), len(xv))),
