@@ -426,7 +426,7 @@ def compression_accuracy(
     for codec in ("none", "fp16", "bf16"):
         per_seed = []
         for seed in seeds:
-            model = build_model(spec, Manifest.model_validate(manifest).features, manifest["outputs"], seed)
+            model = build_model(spec, Manifest.model_validate(manifest).input_shape, manifest["outputs"], seed)
             gstate = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
             curve, losses, reached = [], [], None
             for rnd in range(rounds):

@@ -59,7 +59,7 @@ def _build(job: dict, manifest: dict):
 
     return build_model(
         ModelSpec(**job.get("model", {})),
-        Manifest.model_validate(manifest).features,
+        Manifest.model_validate(manifest).input_shape,
         manifest["outputs"],
         job.get("seed", 0),
     )

@@ -57,7 +57,7 @@ class DatasetSpec(_Strict):
 class ModelSpec(_Strict):
     """A built-in model (`mlp`, `logreg`) or a user's `package.module:build_model`.
 
-    The builder is called as `build_model(input_dim, output_dim, **params)` and returns a
+    The builder is called as `build_model(input_shape, output_dim, **params)` and returns a
     `torch.nn.Module`.
     """
 

@@ -240,7 +240,9 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     manifest = load_manifest(spec.job.dataset.uri)
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
-    model = build_model(spec.job.model, manifest.features, manifest.outputs, spec.job.seed)
+    model = build_model(
+        spec.job.model, manifest.input_shape, manifest.outputs, spec.job.seed, vocab_size=manifest.vocab_size
+    )
     train_idx = spec.train_shards(worker, len(manifest.train.shards))
     train_shards = [manifest.train.shards[i] for i in train_idx]
     _check_fits(model, settings.memory_mb or spec.memory_mb, sum(sh.bytes for sh in train_shards))

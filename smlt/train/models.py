@@ -1,8 +1,15 @@
-"""Model builders: built-in names or a user's `package.module:build_model`."""
+"""Model builders: built-in names or a user's `package.module:build_model`.
+
+The contract, for built-ins and users' builders alike: `build_model(input_shape, output_dim,
+**params)` returns a `torch.nn.Module` taking a batch of shape `(rows, *input_shape)`, float32
+(or int64 token ids), and giving `(rows, output_dim)`. For token datasets smlt passes the
+manifest's `vocab_size` in params unless the job sets it.
+"""
 
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Sequence
 
 import torch
@@ -12,10 +19,12 @@ from smlt.errors import InvalidJob
 from smlt.job import ModelSpec
 
 
-def mlp(input_dim: int, output_dim: int, hidden: Sequence[int] | int = (128, 64), dropout: float = 0.0) -> nn.Module:
+def mlp(
+    input_shape: Sequence[int], output_dim: int, hidden: Sequence[int] | int = (128, 64), dropout: float = 0.0
+) -> nn.Module:
     sizes = [hidden] if isinstance(hidden, int) else list(hidden)
-    layers: list[nn.Module] = []
-    prev = input_dim
+    layers: list[nn.Module] = [nn.Flatten()] if len(input_shape) > 1 else []
+    prev = math.prod(input_shape)
     for h in sizes:
         layers += [nn.Linear(prev, h), nn.ReLU()]
         if dropout:
@@ -25,14 +34,17 @@ def mlp(input_dim: int, output_dim: int, hidden: Sequence[int] | int = (128, 64)
     return nn.Sequential(*layers)
 
 
-def logreg(input_dim: int, output_dim: int) -> nn.Module:
-    return nn.Linear(input_dim, output_dim)
+def logreg(input_shape: Sequence[int], output_dim: int) -> nn.Module:
+    linear = nn.Linear(math.prod(input_shape), output_dim)
+    return nn.Sequential(nn.Flatten(), linear) if len(input_shape) > 1 else linear
 
 
 BUILTINS = {"mlp": mlp, "logreg": logreg}
 
 
-def build_model(spec: ModelSpec, input_dim: int, output_dim: int, seed: int) -> nn.Module:
+def build_model(
+    spec: ModelSpec, input_shape: Sequence[int], output_dim: int, seed: int, *, vocab_size: int | None = None
+) -> nn.Module:
     """Build the model with a deterministic initialisation (same seed → same weights everywhere)."""
     if spec.name in BUILTINS:
         fn = BUILTINS[spec.name]
@@ -42,9 +54,12 @@ def build_model(spec: ModelSpec, input_dim: int, output_dim: int, seed: int) -> 
             fn = getattr(importlib.import_module(mod_name), attr)
         except (ImportError, AttributeError) as e:
             raise InvalidJob(f"model.name: cannot import {spec.name!r} ({e})") from None
+    params = dict(spec.params)
+    if vocab_size is not None:
+        params.setdefault("vocab_size", vocab_size)
     torch.manual_seed(seed)
     try:
-        model = fn(input_dim, output_dim, **spec.params)
+        model = fn(tuple(input_shape), output_dim, **params)
     except TypeError as e:
         raise InvalidJob(f"model.params: {e}") from None
     if not isinstance(model, nn.Module):

@@ -62,7 +62,7 @@ def _evaluate(s3, uri, run_id):
     parts = [load_arrays(_get(s3, prefix + sh["key"], "smlt-data")) for sh in manifest["validation"]["shards"]]
     x, y = np.concatenate([p["x"] for p in parts]), np.concatenate([p["y"] for p in parts])
     spec = parse_job(job(uri)).model
-    model = build_model(spec, Manifest.model_validate(manifest).features, manifest["outputs"], seed=0)
+    model = build_model(spec, Manifest.model_validate(manifest).input_shape, manifest["outputs"], seed=0)
     model.load_state_dict(load_tensors(_get(s3, f"runs/{run_id}/final/model.safetensors")))
     model.eval()
     with torch.no_grad():
