@@ -10,9 +10,10 @@ Requests per round (docs/architecture.md, "Requests per round"), n workers invok
 reported, u of them wrote an update (r, or 0 in an evaluation round), k aggregators:
 
 - Lambda: n workers, the planner, the aggregator (k > 1: prepare, k slices, finish).
-- Step Functions: Plan, ShouldTrain, Train, HowToAggregate, Aggregate, Continue, and per worker the
-  Distributed Map child's start, task and end: 6 + 3n; k > 1 adds prepare, Prepared, the slice Map
-  and its k inline iterations: 6 + 3k.
+- Step Functions: Plan, ShouldTrain, HowToTrain, the Map, HowToAggregate, Aggregate, Continue: 7,
+  and per worker its task in an inline Map (n <= 40) or a Distributed Map child's start, task and
+  end (`smlt.fanout`); k > 1 adds prepare, Prepared, the slice Map and its k inline iterations:
+  6 + 3k.
 - S3 PUT: u updates and model r+1 (k > 1: also its k slices, the manifest and accepted.json).
 - S3 GET: model r by each worker, the shards of each worker that missed its /tmp cache, model r
   and the u updates by the aggregator (k > 1: each slice also reads its range of model r and of
@@ -27,11 +28,12 @@ reported, u of them wrote an update (r, or 0 in an evaluation round), k aggregat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from smlt.fanout import Fanout
 from smlt.prices import Prices, gb_seconds
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ class RoundShape:
     aggregators: Num = 1
     eval_only: Num = False  # no updates written or read
     shard_reads: Num = 0  # workers that read their data shards from S3, not from the /tmp cache
+    fanout: Fanout = field(default_factory=Fanout)  # the deployed Map rule (Settings.fanout)
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,17 @@ class Requests:
         return {k: float(v) for k, v in self.__dict__.items()}
 
 
+# Plan, ShouldTrain, HowToTrain, the Map state, HowToAggregate, Aggregate, Continue.
+ROUND_TRANSITIONS = 7
+
+
 def requests(shape: RoundShape) -> Requests:
     n = np.asarray(shape.workers, dtype=float)
     r = n if shape.reported is None else np.asarray(shape.reported, dtype=float)
     k = np.asarray(shape.aggregators, dtype=float)
     sharded = k > 1
     u = np.where(shape.eval_only, 0.0, r)  # updates written (and read by the aggregator)
-    transitions = 6 + 3 * n + np.where(sharded, 6 + 3 * k, 0.0)
+    transitions = ROUND_TRANSITIONS + shape.fanout.transitions(n) + np.where(sharded, 6 + 3 * k, 0.0)
     puts = u + 1 + np.where(sharded, k + 2, 0.0)
     gets = n + shape.shard_reads + 1 + u + np.where(sharded, k * (u + 1), 0.0)
     writes = 4 * r + 1 + (1 + 0.3 * r) + 4
@@ -161,6 +168,7 @@ def ledger_shape(
         aggregators=max(1, aggregators),
         eval_only=spec.eval_only,
         shard_reads=sum(1 for r in records if r.cache_miss),
+        fanout=settings.fanout,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from smlt import deployed
+from smlt.fanout import Fanout
 from smlt.prices import Prices
 
 # Which functions read a variable ("read_by"); "optional": written only when configured (the
@@ -49,6 +50,10 @@ class FunctionSizes(BaseSettings):
     )
     worker_timeout_s: int = Field(
         default_factory=lambda: deployed.value("worker_timeout_s"), json_schema_extra=_read_by(*ALL)
+    )
+    # The round's Map: inline or Distributed, and its start-up latency priors (smlt.fanout).
+    fanout: Fanout = Field(
+        default_factory=lambda: Fanout.model_validate(deployed.value("fanout")), json_schema_extra=_read_by(*ALL)
     )
 
 

@@ -122,6 +122,7 @@ class Functions(Construct):
             aggregate_memory_mb=settings.aggregate_memory_mb,
             worker_timeout_s=settings.worker_timeout_s,
             max_concurrency=settings.max_concurrency,
+            fanout=settings.fanout,
         )
         # Per-step sync mode's gradient exchange: a redis:// URL (ElastiCache, cdk.json context
         # `exchange_url`); unset = the artifacts bucket. Not set at all by default, so a local

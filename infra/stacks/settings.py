@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from constructs import Construct
+from pydantic import ValidationError
 
 from smlt import deployed
+from smlt.fanout import Fanout
 
 ARCHITECTURES = ("x86_64", "arm64")
 # Lambda's Python runtimes on Amazon Linux 2023 (glibc 2.34). python3.11 runs on Amazon Linux 2
@@ -55,6 +57,7 @@ class Settings:
     planner_memory_mb: int
     aggregate_memory_mb: int
     worker_timeout_s: int
+    fanout: dict[str, Any]
     alarm_topic_arn: str | None = None
 
     @staticmethod
@@ -95,6 +98,12 @@ class Settings:
                 f"context 'redis_node_type': an ElastiCache node type like cache.r7g.large, got {node_type!r}"
             )
         topic = get("alarm_topic_arn", str)
+        fanout = get("fanout", dict)
+        try:
+            Fanout.model_validate(fanout)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"context 'fanout.{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
         return Settings(
             memory_tiers=tuple(sorted(tiers)),
             max_concurrency=max_conc,
@@ -110,5 +119,6 @@ class Settings:
             planner_memory_mb=get("planner_memory_mb", int),
             aggregate_memory_mb=get("aggregate_memory_mb", int),
             worker_timeout_s=get("worker_timeout_s", int),
+            fanout=fanout,
             alarm_topic_arn=topic or None,
         )

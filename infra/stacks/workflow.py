@@ -1,6 +1,7 @@
 """The training state machine (Standard, JSONPath only), exactly as in docs/architecture.md.
 
-Start → Plan → ShouldTrain → Train (Distributed Map of TrainWorker) → HowToAggregate → Aggregate
+Start → Plan → ShouldTrain → HowToTrain → Train (inline Map of TrainWorker, n ≤ 40) or
+TrainDistributed (Distributed Map of TrainWorkerDistributed, Standard children) → HowToAggregate → Aggregate
 → Continue → … → Finalize → Done; ShouldTrain also routes "chain" → Chain → Chained and
 "duplicate" → Duplicate. When the plan has k > 1 aggregators, HowToAggregate routes to the sharded
 path instead: AggregatePrepare → Prepared → AggregateSlices (inline Map of AggregateSlice over
@@ -107,46 +108,61 @@ class Workflow(Construct):
         )
         _add_retries(plan)
 
-        # --- the map child: one worker ---
-        train_worker = sfn.CustomState(
-            self,
-            "TrainWorker",
-            state_json={
-                "Type": "Task",
-                "Resource": "arn:aws:states:::lambda:invoke",
-                "Parameters": {
-                    "FunctionName.$": "$.function_name",
-                    "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+        # --- the round's Map: inline for a few workers, Distributed above (smlt/fanout.py) ---
+        def worker_map(suffix: str, distributed: bool) -> sfn.Map | sfn.DistributedMap:
+            """A Map of TrainWorker over $.plan.workers. State names are unique in the whole
+            machine, so the Distributed Map's states carry `suffix`."""
+            train_worker = sfn.CustomState(
+                self,
+                f"TrainWorker{suffix}",
+                state_json={
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::lambda:invoke",
+                    "Parameters": {
+                        "FunctionName.$": "$.function_name",
+                        "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+                    },
+                    "ResultSelector": {"worker.$": "$.Payload.worker", "ok": True},
+                    # The planner sets the per-round limit; a straggler past it is abandoned (the
+                    # round's seal refuses its late write) and reported as WorkerFailed.
+                    "TimeoutSecondsPath": "$.timeout_s",
+                    "Retry": [SERVICE_RETRY, THROTTLE_RETRY],
                 },
-                "ResultSelector": {"worker.$": "$.Payload.worker", "ok": True},
-                # The planner sets the per-round limit; a straggler past it is abandoned (the
-                # round's seal refuses its late write) and reported as WorkerFailed.
-                "TimeoutSecondsPath": "$.timeout_s",
-                "Retry": [SERVICE_RETRY, THROTTLE_RETRY],
-            },
-        )
-        worker_failed = sfn.Pass(
-            self,
-            "WorkerFailed",
-            parameters={"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"},
-        )
-        train_worker.add_catch(worker_failed, errors=[sfn.Errors.ALL], result_path="$.error")
+            )
+            worker_failed = sfn.Pass(
+                self,
+                f"WorkerFailed{suffix}",
+                parameters={"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"},
+            )
+            train_worker.add_catch(worker_failed, errors=[sfn.Errors.ALL], result_path="$.error")
+            props: dict = dict(
+                items_path="$.plan.workers",
+                max_concurrency_path="$.plan.max_concurrency",
+                item_selector={
+                    "run_id.$": "$.plan.run_id",
+                    "round.$": "$.plan.round",
+                    "worker.$": "$$.Map.Item.Value",
+                    "function_name.$": "$.plan.function_name",
+                    "timeout_s.$": "$.plan.worker_timeout_s",
+                },
+                result_path="$.outcomes",
+            )
+            # Standard children (the default): a worker may run 15 minutes, an Express child 5.
+            fan: sfn.Map | sfn.DistributedMap = (
+                sfn.DistributedMap(self, f"Train{suffix}", **props)
+                if distributed
+                else sfn.Map(self, f"Train{suffix}", **props)
+            )
+            fan.item_processor(train_worker)
+            return fan
 
-        train = sfn.DistributedMap(
-            self,
-            "Train",
-            items_path="$.plan.workers",
-            max_concurrency_path="$.plan.max_concurrency",
-            item_selector={
-                "run_id.$": "$.plan.run_id",
-                "round.$": "$.plan.round",
-                "worker.$": "$$.Map.Item.Value",
-                "function_name.$": "$.plan.function_name",
-                "timeout_s.$": "$.plan.worker_timeout_s",
-            },
-            result_path="$.outcomes",
+        train = worker_map("", distributed=False)
+        train_distributed = worker_map("Distributed", distributed=True)
+        how_to_train = (
+            sfn.Choice(self, "HowToTrain")
+            .when(sfn.Condition.string_equals("$.plan.fanout", "distributed"), train_distributed)
+            .otherwise(train)
         )
-        train.item_processor(train_worker)
 
         aggregate_task = tasks.LambdaInvoke(
             self,
@@ -251,7 +267,7 @@ class Workflow(Construct):
             .when(sfn.Condition.string_equals("$.plan.action", "stop"), finalize)
             .when(sfn.Condition.string_equals("$.plan.action", "chain"), chain)
             .when(sfn.Condition.string_equals("$.plan.action", "duplicate"), duplicate)
-            .otherwise(train)
+            .otherwise(how_to_train)
         )
         continue_choice = (
             sfn.Choice(self, "Continue")
@@ -278,6 +294,7 @@ class Workflow(Construct):
         prepare.next(prepared)
         slices.next(finish).next(continue_choice)
         train.next(how)
+        train_distributed.next(how)
         aggregate_task.next(continue_choice)
         definition = start.next(plan).next(should_train)
 

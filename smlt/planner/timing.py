@@ -9,7 +9,8 @@ Each measured component gets a small Bayesian linear regression whose prior come
     upload_s      = u0 + u1 * update_MB / net(m)
     handler rest  = total_s - (load + eval + compute + upload)
     init_s        = log-normal, shrunk from the prior to the measured cold starts
-    overhead      = round_s - slowest worker - aggregate_s = o0 + o1 * n     (fan-out grows with n)
+    overhead      = round_s - slowest worker - aggregate_s = o0 + o1 * map_s(n)
+                    (map_s: the deployed Map's own seconds, smlt.fanout; o1 ~ 1 learns its scale)
     aggregate_s   = g0 + g1 * n * update_MB / shards                          (aggregation ~ n * params)
     other cost    = cost_usd - workers - requests = r0 + r1 * aggregate_s  (planner + aggregators)
 
@@ -189,7 +190,7 @@ class TimingModel:
         self.load = BLR([P.S3_GET_LATENCY_S * 2, inv_bw, inv_bw], [0.2, inv_bw, inv_bw])
         self.upload = BLR([P.S3_PUT_LATENCY_S, inv_bw], [0.2, inv_bw])
         self.rest = BLR([0.05], [0.2])
-        self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, P.FANOUT_PER_WORKER_S], [1.0, 0.1])
+        self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, 1.0], [1.0, 0.5])
         self.agg = BLR([0.3, 1.0 / P.AGG_MB_PER_S], [0.5, 1.0 / P.AGG_MB_PER_S])
         # prior of the planner's and the aggregators' bill: an intercept and a price per aggregation second
         control = float(self._bill(1, plan_s=P.PLAN_S, aggregate_s=0.0).control_usd)
@@ -234,6 +235,10 @@ class TimingModel:
         net = P.net_share(memory_mb)
         return np.stack([np.ones_like(net), self.shape.update_mb / net], axis=-1)
 
+    def _overhead_x(self, n):
+        n = np.asarray(n, dtype=float)
+        return np.stack([np.ones_like(n), self.sizes.fanout.overhead_s(n)], axis=-1)
+
     def _agg_x(self, n):
         n = np.asarray(n, dtype=float)
         return np.stack([np.ones_like(n), n * self.shape.update_mb / self.shape.agg_shards], axis=-1)
@@ -249,6 +254,7 @@ class TimingModel:
                 plan_s=plan_s,
                 aggregate_s=aggregate_s,
                 aggregators=self.shape.agg_shards,
+                fanout=self.sizes.fanout,
                 **shape,
             ),
             self.prices,
@@ -351,7 +357,7 @@ class TimingModel:
             self.rest.fit(np.ones((len(obs.rest.y), 1)), obs.rest.y, obs.rest.sd)
         if obs.ov.y:
             ov_n = obs.ov.x[0]
-            self.overhead.fit(np.stack([np.ones(len(ov_n)), np.array(ov_n, float)], 1), obs.ov.y, obs.ov.sd)
+            self.overhead.fit(self._overhead_x(np.array(ov_n, float)), obs.ov.y, obs.ov.sd)
         if obs.ag.y:
             self.agg.fit(self._agg_x(np.array(obs.ag.x[0])), obs.ag.y, obs.ag.sd)
         if obs.oc.y:
@@ -424,7 +430,7 @@ class TimingModel:
             np.where(cold < N, h_next_warm * (1.0 + self.cv * z), 0.0),
             np.where(cold > 0, init + h_miss * (1.0 + self.cv * zc), 0.0),
         )
-        ov = np.maximum(self.overhead.predict(np.stack([np.ones_like(N), N], 1))[0], 0.2)
+        ov = np.maximum(self.overhead.predict(self._overhead_x(N))[0], 0.2)
         agg = np.maximum(self.agg.predict(self._agg_x(N))[0], 0.05)
         other = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg], 1))[0], 0.0)
         gb = M / 1024.0

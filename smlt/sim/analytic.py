@@ -39,6 +39,7 @@ def static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, aggregators, p
         aggregate_s=agg_s,
         aggregators=aggregators,
         shard_reads=shard_reads,
+        fanout=sizes.fanout,
     )
     return bill.price(shape, prices, arch)
 
@@ -71,7 +72,9 @@ def expected(
     h = C.GET_LAT + w.model_mb / bw + ev + K * step + C.PUT_LAT + w.model_mb / bw + 0.04
     h_first = h + C.GET_LAT + (w.dataset_bytes / 1e6 / N) / bw
     z = expected_max_z(N)
-    fan = 0.3 + (N - 1) * C.FANOUT_S
+    # the expected Map of the simulator's world (smlt.sim.cloud), under the deployed rule
+    distributed_fan = (N - 1) * C.CHILD_START_S + sum(C.MAP_RUN_OVERHEAD_S) / 2
+    fan = np.where(sizes.fanout.is_inline(N), 0.3 + (N - 1) * C.FANOUT_S, distributed_fan)
     init = C.INIT_MEDIAN * math.exp(C.INIT_SIGMA**2 / 2) * np.sqrt(np.maximum(1.0, 1769.0 / M))
     init_max = np.minimum(C.INIT_MAX, init * (1 + C.INIT_SIGMA * z))
     work = fan + h * (1 + 0.06 * z)

@@ -12,8 +12,11 @@ same `smlt.planner.decide` plans in both. Calibration (see docs/planner.md):
 - Cold starts: torch container init, log-normal (median 3.5 s, sigma 0.35), x sqrt(1769/m) below
   one vCPU, capped at 10 s, billed. Idle instances live 5-15 min and are recycled at random (2 %
   per round). Shards come from the /tmp cache unless the instance is new or n changed.
-- Fan-out: Step Functions starts worker i about 0.206 s after worker i-1 (SMLT: 100 workers in
-  20.6 s), +-30 %.
+- Fan-out: the round's Map is the deployed rule's (smlt.fanout: inline for n <= 40). Inline, Step
+  Functions starts worker i about 0.206 s after worker i-1 (SMLT: 100 workers in 20.6 s), +-30 %.
+  Distributed, children start ~10 ms apart and the Map Run adds 2-7 s (uniform per round: the one
+  published figure, 7+ s for 100 no-op items, treated as a range) before the parent goes on.
+  These are the simulator's own figures, not the planner's configured priors.
 - Stragglers: 2 % of workers run 1.5-3x slower. A worker that passes the plan's time limit stops
   itself (billed up to the limit) and its update is lost; under quorum the round is void.
 - Aggregation: sharded in 64 MB pieces; each shard reads its slice of every update at 2x the
@@ -46,6 +49,8 @@ INIT_MEDIAN, INIT_SIGMA, INIT_MAX = 3.5, 0.35, 10.0
 KEEPALIVE = (300.0, 900.0)
 RECYCLE_P = 0.02
 FANOUT_S = 0.206
+CHILD_START_S = 0.01
+MAP_RUN_OVERHEAD_S = (2.0, 7.0)
 STRAGGLER_P = 0.02
 SFN_STATE_S = 0.05  # latency per state transition on the critical path
 BLOCK = 64  # random draws per round come in blocks (common random numbers)
@@ -118,6 +123,7 @@ class Cloud:
             "recycle": rng.random(m),
             "keep": rng.uniform(*KEEPALIVE, m),
             "common": rng.standard_normal(4),
+            "map_run": rng.uniform(*MAP_RUN_OVERHEAD_S),  # drawn last: the draws above are unchanged
         }
 
     # ----------------------------------------------------------------- one planner call
@@ -159,6 +165,7 @@ class Cloud:
         step_s = MEASURED_STEP_OVERHEAD / w.cpu_factor + w.batch * w.flops_per_sample / (self.flops() * speed)
         shard_mb = w.dataset_bytes / 1e6 / n
         init_scale = math.sqrt(max(1.0, 1769.0 / m))
+        distributed = self.sizes.fanout.kind(n) == "distributed"
         timings: list[WorkerTiming] = []
         worker_gb_s = 0.0
         ends = []
@@ -187,7 +194,7 @@ class Cloud:
                     total = limit
             if error is None:
                 oks += 1
-            start = 0.3 + i * FANOUT_S * z["fan"][i]
+            start = i * CHILD_START_S * z["fan"][i] if distributed else 0.3 + i * FANOUT_S * z["fan"][i]
             ends.append(start + init + total)
             worker_gb_s += float(gb_seconds(m, init + total))
             timings.append(
@@ -211,7 +218,7 @@ class Cloud:
         used = [Instance(t_start + ends[i], pool[i].keepalive if i < warm else float(z["keep"][i])) for i in range(n)]
         self.pools[m] = used + pool[warm:]
         self.prev_n = n
-        workers_end = max(ends)
+        workers_end = max(ends) + (float(z["map_run"]) if distributed else 0.0)
 
         # aggregation (sharded), after the Map finishes
         shards = max(1, math.ceil(w.model_mb / 64.0))
@@ -237,6 +244,7 @@ class Cloud:
                 aggregators=shards,
                 eval_only=k == 0,
                 shard_reads=sum(1 for t in timings if t.cache_miss),
+                fanout=self.sizes.fanout,
             ),
             self.prices,
             self.architecture,

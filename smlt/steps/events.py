@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, field_validator
 
 from smlt.errors import SmltError
+from smlt.fanout import Kind
 
 
 class InvalidEvent(SmltError):
@@ -80,6 +81,7 @@ class PlanTrain(BaseModel):
     memory_mb: int
     local_steps: int
     max_concurrency: int
+    fanout: Kind  # the Map that runs the workers: HowToTrain follows it (smlt.fanout)
     aggregators: int
     slices: list[int]
     worker_timeout_s: int  # Step Functions stops waiting for a straggler after this

@@ -23,6 +23,7 @@ from smlt.aggregate.reduce import plan_slices
 from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, ChainedExecutionFailed, Infeasible, InvalidJob
+from smlt.fanout import Fanout
 from smlt.items import MetaItem, PlanItem, RoundItem
 from smlt.job import Job, check_dataset, parse_job
 from smlt.planner import decide
@@ -162,8 +163,10 @@ SLICE_EVENTS = 8
 HISTORY_BUDGET = 20_000
 
 
-def round_events(aggregators: int) -> int:
-    return ROUND_EVENTS + (12 + SLICE_EVENTS * aggregators if aggregators > 1 else 0)
+def round_events(fanout: Fanout, workers: int, aggregators: int) -> int:
+    """A round's events in the parent's history: an inline Map's iterations count there."""
+    sliced = 12 + SLICE_EVENTS * aggregators if aggregators > 1 else 0
+    return ROUND_EVENTS + int(fanout.history_events(workers)) + sliced
 
 
 def choose_aggregators(settings: Settings, param_count: int, workers: int, eval_only: bool) -> int:
@@ -195,6 +198,7 @@ def _answer(item: PlanItem, settings: Settings) -> PlanAnswer:
         memory_mb=spec.memory_mb,
         local_steps=spec.local_steps,
         max_concurrency=concurrency,
+        fanout=settings.fanout.kind(spec.workers),
         # Sharded aggregation: the state machine maps the Aggregate function over the slices.
         aggregators=item.aggregators,
         slices=list(range(item.aggregators)),
@@ -353,11 +357,14 @@ def _so_far(prev: PlanItem | None, execution: str) -> tuple[int, int]:
     return prev.execution_rounds, prev.execution_events
 
 
-def _chain_reason(state: _RunState, job: Job, execution: str) -> str | None:
+def _chain_reason(state: _RunState, job: Job, execution: str, fanout: Fanout) -> str | None:
     """Why this execution hands over to a fresh one (see chain) before its history grows too
     long, or None."""
     ran_here, events_here = _so_far(state.prev_plan, execution)
-    next_events = round_events(state.prev_plan.aggregators if state.prev_plan else 1)
+    # The next round is not planned yet: reserve for the most its Map could write here (an
+    # inline Map of the most workers it takes).
+    prev_aggregators = state.prev_plan.aggregators if state.prev_plan else 1
+    next_events = round_events(fanout, fanout.inline_max_workers, prev_aggregators)
     if ran_here >= job.rounds_per_execution or events_here + next_events > HISTORY_BUDGET:
         return f"{ran_here} rounds in this execution; continuing in a new one"
     return None
@@ -380,7 +387,7 @@ def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
         return PlanOther(action="duplicate", run_id=run_id, round=0, reason=reason)
     if state.plan is not None:
         return _answer(state.plan, settings)
-    chain_reason = _chain_reason(state, job, execution)
+    chain_reason = _chain_reason(state, job, execution, settings.fanout)
     if chain_reason is not None:
         return PlanOther(action="chain", run_id=run_id, round=state.round, reason=chain_reason)
     item = _plan_item(settings, job, meta, state, execution)
@@ -409,7 +416,7 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
     if decision.action == "stop":
         evaluation = _final_evaluation(decision, state.rounds)
         if evaluation is None:
-            item.execution_events = events_here + round_events(1)
+            item.execution_events = events_here + round_events(settings.fanout, 0, 1)
             return item
         # The aggregator stops the run after the evaluation round, for the stop's reason.
         item.stop_reason, item.reason = item.reason, evaluation.reason
@@ -419,7 +426,7 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
     # The spec's shape at top level too, for readers of the table (smlt status, a local run's log).
     item.workers, item.memory_mb, item.local_steps = spec.workers, spec.memory_mb, spec.local_steps
     item.function_name, item.aggregators = spec.function_name, spec.aggregators
-    item.execution_events = events_here + round_events(spec.aggregators)
+    item.execution_events = events_here + round_events(settings.fanout, spec.workers, spec.aggregators)
     return item
 
 

@@ -32,4 +32,4 @@ def test_engine_runs_the_synthesized_definition(local):
     )
     states = json.loads(running)["States"]
     assert {"Plan", "Train", "Aggregate", "Finalize"} <= set(states)
-    assert states["Train"]["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert states["TrainDistributed"]["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"

@@ -102,6 +102,8 @@ def test_context_overrides_from_cli_strings(tmp_path):
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"lambda_python": "3.11"}, "lambda_python"),
         ({"log_retention_days": 31}, "log_retention_days"),
+        ({"fanout": {"inline_max_workers": 41}}, r"fanout\.inline_max_workers"),
+        ({"fanout": {"distributed_overhead": 5}}, r"fanout\.distributed_overhead"),
     ],
 )
 def test_bad_context_fails_with_a_named_setting(tmp_path, context, message):

@@ -44,6 +44,7 @@ def test_every_task_has_a_timeout_and_retries(states):
     assert set(tasks) == {
         "Plan",
         "TrainWorker",
+        "TrainWorkerDistributed",
         "Aggregate",
         "AggregatePrepare",
         "AggregateSlice",
@@ -80,36 +81,46 @@ def test_contract_shape(states, synth):
     should = states["ShouldTrain"]
     routes = {c["StringEquals"]: c["Next"] for c in should["Choices"] if c["Variable"] == "$.plan.action"}
     assert routes == {"stop": "Finalize", "chain": "Chain", "duplicate": "Duplicate"}
-    assert should["Default"] == "Train"
+    assert should["Default"] == "HowToTrain"
 
-    train = states["Train"]
-    assert train["Type"] == "Map"
-    assert train["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
-    assert train["ItemsPath"] == "$.plan.workers"
-    assert train["MaxConcurrencyPath"] == "$.plan.max_concurrency"
-    assert train["ItemSelector"] == {
-        "run_id.$": "$.plan.run_id",
-        "round.$": "$.plan.round",
-        "worker.$": "$$.Map.Item.Value",
-        "function_name.$": "$.plan.function_name",
-        "timeout_s.$": "$.plan.worker_timeout_s",
-    }
-    assert train["ResultPath"] == "$.outcomes" and train["Next"] == "HowToAggregate"
-    if "ToleratedFailurePercentage" in train:  # moto's grammar needs a float
-        assert isinstance(train["ToleratedFailurePercentage"], float)
-    assert train["ItemProcessor"]["StartAt"] == "TrainWorker"
+    # The planner names the round's Map (smlt.fanout): inline for a few workers, Distributed above.
+    how_to_train = states["HowToTrain"]
+    assert how_to_train["Choices"] == [
+        {"Variable": "$.plan.fanout", "StringEquals": "distributed", "Next": "TrainDistributed"}
+    ]
+    assert how_to_train["Default"] == "Train"
+    for suffix, mode in (("", "INLINE"), ("Distributed", "DISTRIBUTED")):
+        train = states[f"Train{suffix}"]
+        assert train["Type"] == "Map"
+        assert train["ItemProcessor"].get("ProcessorConfig", {}).get("Mode", "INLINE") == mode
+        # Standard children: a worker may run 15 minutes, an Express child only 5.
+        assert train["ItemProcessor"].get("ProcessorConfig", {}).get("ExecutionType", "STANDARD") == "STANDARD"
+        assert train["ItemsPath"] == "$.plan.workers"
+        assert train["MaxConcurrencyPath"] == "$.plan.max_concurrency"
+        assert train["ItemSelector"] == {
+            "run_id.$": "$.plan.run_id",
+            "round.$": "$.plan.round",
+            "worker.$": "$$.Map.Item.Value",
+            "function_name.$": "$.plan.function_name",
+            "timeout_s.$": "$.plan.worker_timeout_s",
+        }
+        assert train["ResultPath"] == "$.outcomes" and train["Next"] == "HowToAggregate"
+        if "ToleratedFailurePercentage" in train:  # moto's grammar needs a float
+            assert isinstance(train["ToleratedFailurePercentage"], float)
+        assert train["ItemProcessor"]["StartAt"] == f"TrainWorker{suffix}"
 
-    worker = states["TrainWorker"]
-    assert worker["Resource"] == "arn:aws:states:::lambda:invoke"
-    assert worker["Parameters"] == {
-        "FunctionName.$": "$.function_name",
-        "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
-    }
-    assert worker["ResultSelector"] == {"worker.$": "$.Payload.worker", "ok": True}
-    assert worker["TimeoutSecondsPath"] == "$.timeout_s"
-    assert worker["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "WorkerFailed"}]
-    assert states["WorkerFailed"]["Parameters"] == {"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"}
-    assert states["WorkerFailed"]["End"] is True and worker["End"] is True
+        worker = states[f"TrainWorker{suffix}"]
+        assert worker["Resource"] == "arn:aws:states:::lambda:invoke"
+        assert worker["Parameters"] == {
+            "FunctionName.$": "$.function_name",
+            "Payload": {"run_id.$": "$.run_id", "round.$": "$.round", "worker.$": "$.worker"},
+        }
+        assert worker["ResultSelector"] == {"worker.$": "$.Payload.worker", "ok": True}
+        assert worker["TimeoutSecondsPath"] == "$.timeout_s"
+        failed = f"WorkerFailed{suffix}"
+        assert worker["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": failed}]
+        assert states[failed]["Parameters"] == {"worker.$": "$.worker", "ok": False, "error.$": "$.error.Error"}
+        assert states[failed]["End"] is True and worker["End"] is True
 
     how = states["HowToAggregate"]
     assert how["Choices"] == [

@@ -183,6 +183,7 @@ def test_environment_matches_contract(synth):
         "SMLT_AGGREGATE_MEMORY_MB",
         "SMLT_WORKER_TIMEOUT_S",
         "SMLT_MAX_CONCURRENCY",
+        "SMLT_FANOUT",
     }
     fns = _functions(synth)
     for lid, fn in fns.items():

@@ -71,7 +71,7 @@ def test_ledger_planner_and_simulators_count_the_same_requests(which):
     assert forecast.as_dict() == ledger.as_dict()
     if not eval_only:  # the analytic model prices training rounds only
         assert static.as_dict() == ledger.as_dict()
-    assert ledger.transitions == 6 + 3 * N and ledger.lambda_invocations == N + 2
+    assert ledger.transitions == 7 + N and ledger.lambda_invocations == N + 2
     assert ledger.s3_puts == (1 if eval_only else N + 1)
 
 
@@ -95,7 +95,19 @@ def test_counts_work_on_candidate_arrays():
 
     n = np.array([1.0, 4.0, 16.0])
     req = bill.requests(bill.RoundShape(n, 0.0, 1024, 3008))
-    assert list(req.transitions) == [6 + 3 * x for x in n]
+    assert list(req.transitions) == [7 + x for x in n]  # inline Map: one task per worker
+
+
+def test_the_map_kind_decides_the_transitions_per_worker():
+    """An inline Map bills each worker's task; a Distributed Map also each child's start and end."""
+    from smlt.fanout import Fanout
+
+    inline = bill.requests(bill.RoundShape(40, 0.0, 1024, 3008))
+    distributed = bill.requests(bill.RoundShape(41, 0.0, 1024, 3008))
+    assert inline.transitions == 7 + 40 and distributed.transitions == 7 + 3 * 41
+    # The switch is the deployed setting's: with it at 0 every round is a Distributed Map.
+    always = bill.requests(bill.RoundShape(8, 0.0, 1024, 3008, fanout=Fanout(inline_max_workers=0)))
+    assert always.transitions == 7 + 3 * 8
 
 
 def test_the_end_of_a_run_is_billed_alike():
