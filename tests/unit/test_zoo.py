@@ -178,3 +178,18 @@ def test_training_augment_field():
 
     (arg,) = typing.get_args(TrainingSpec.model_fields["augment"].annotation)
     assert set(typing.get_args(arg)) == set(AUGMENTATIONS)
+
+
+def test_vision_shim_only_handles_the_missing_operator(monkeypatch):
+    from smlt.train import vision
+
+    real = vision.importlib.import_module
+
+    def broken(name, *args):
+        if name == "torchvision":
+            raise RuntimeError("some other torchvision failure")
+        return real(name, *args)
+
+    monkeypatch.setattr(vision.importlib, "import_module", broken)
+    with pytest.raises(RuntimeError, match="some other torchvision failure"):
+        vision._import()
