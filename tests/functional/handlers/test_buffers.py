@@ -25,7 +25,7 @@ from smlt.tensors.layout import read_layout
 ART = "smlt-artifacts"
 URI = "s3://smlt-data/datasets/bn/"
 # One sample as the shards store it. The worker reads shards as flat rows until the streaming
-# loader lands; the model below sees each row as a 1x8x8 image either way.
+# loader lands (then this becomes IMAGE); the model below sees a 1x8x8 image either way.
 SAMPLE_SHAPE = (64,)
 IMAGE = (1, 8, 8)
 
@@ -34,6 +34,7 @@ def bn_cnn(input_shape, output_dim):
     """A small CNN with two batch norms: one with momentum, one with a cumulative average (which
     reads num_batches_tracked, so a frozen counter would change what it learns)."""
     return nn.Sequential(
+        nn.Flatten(),
         nn.Unflatten(1, IMAGE),
         nn.Conv2d(1, 4, 3, padding=1),
         nn.BatchNorm2d(4),
@@ -159,8 +160,8 @@ def test_batch_norm_buffers_are_the_average_of_the_workers_states(images, aws, m
             else:
                 np.testing.assert_allclose(got[name], v.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
         # every worker stepped 5 times from the same model: the counters advance by 5 a round
-        assert int(got["2.num_batches_tracked"]) == int(got["5.num_batches_tracked"]) == 5 * (rnd + 1)
-        assert not np.allclose(got["2.running_var"], 1.0)  # the running statistics did move
+        assert int(got["3.num_batches_tracked"]) == int(got["6.num_batches_tracked"]) == 5 * (rnd + 1)
+        assert not np.allclose(got["3.running_var"], 1.0)  # the running statistics did move
     assert (max(aggregators) > 1) == sharded
 
 
@@ -179,7 +180,7 @@ def test_compressed_updates_keep_integer_buffers_exact(images, aws, final_states
     layout = read_layout(store, keys.update_key(run, 0, 0))
     assert {t.dtype for t in layout.tensors} == {"F16"}
     assert {t.name: t.dtype for t in layout.integers} == {
-        "2.num_batches_tracked": "I64",
-        "5.num_batches_tracked": "I64",
+        "3.num_batches_tracked": "I64",
+        "6.num_batches_tracked": "I64",
     }
-    assert int(read_model(store, run, 1)["5.num_batches_tracked"]) == 7
+    assert int(read_model(store, run, 1)["6.num_batches_tracked"]) == 7
