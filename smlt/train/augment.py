@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from smlt.errors import InvalidJob
-from smlt.train.vision import transforms_v2
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
 
@@ -25,11 +24,20 @@ def crop_padding(height: int, width: int) -> int:
     return max(1, min(height, width) // 8)
 
 
+def _crop(height: int, width: int) -> Transform:
+    from smlt.train.vision import transforms_v2  # (torchvision takes seconds to import: only when used)
+
+    return transforms_v2.RandomCrop((height, width), padding=crop_padding(height, width))
+
+
+def _flip(height: int, width: int) -> Transform:
+    from smlt.train.vision import transforms_v2
+
+    return transforms_v2.RandomHorizontalFlip()
+
+
 # training.augment's names (the job's Literal lists the same) -> the transform for (height, width).
-AUGMENTATIONS: dict[str, Callable[[int, int], Transform]] = {
-    "crop": lambda h, w: transforms_v2.RandomCrop((h, w), padding=crop_padding(h, w)),
-    "flip": lambda h, w: transforms_v2.RandomHorizontalFlip(),
-}
+AUGMENTATIONS: dict[str, Callable[[int, int], Transform]] = {"crop": _crop, "flip": _flip}
 
 
 class SeededTransform:
@@ -61,5 +69,7 @@ def build_augment(names: Sequence[str], input_shape: Sequence[int], seed: int | 
     unknown = [n for n in names if n not in AUGMENTATIONS]
     if unknown:
         raise InvalidJob(f"training.augment: unknown augmentation {unknown[0]!r}: use {', '.join(AUGMENTATIONS)}")
+    from smlt.train.vision import transforms_v2
+
     steps = [AUGMENTATIONS[n](h, w) for n in dict.fromkeys(names)]  # in the job's order, each once
     return SeededTransform(transforms_v2.Compose(steps), seed)

@@ -70,3 +70,12 @@ def test_flip_mirrors_some_samples_and_leaves_the_others():
     flipped = [torch.equal(o, i.flip(-1)) for o, i in zip(out, x)]
     kept = [torch.equal(o, i) for o, i in zip(out, x)]
     assert all(f or k for f, k in zip(flipped, kept)) and any(flipped) and any(kept)
+
+
+def test_importing_the_augmentations_does_not_import_torchvision():
+    import subprocess
+    import sys
+
+    code = "import sys, smlt.train.augment, smlt.train.models; print('torchvision' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # seconds of a tabular worker's cold start
