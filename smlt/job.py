@@ -28,8 +28,9 @@ from smlt.data.manifest import Manifest
 from smlt.errors import InvalidJob
 from smlt.tensors.codec import Codec
 
-# Built-in model names; anything else must look like "package.module:function".
-BUILTIN_MODELS = ("mlp", "logreg")
+# Built-in model names (their builders: smlt.train.models.BUILTINS); anything else must look like
+# "package.module:function".
+BUILTIN_MODELS = ("mlp", "logreg", "lenet", "resnet18", "resnet34", "resnet50", "transformer")
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
 # Workers of one round: Lambda's default concurrency quota per region. More could never run at
@@ -55,7 +56,7 @@ class DatasetSpec(_Strict):
 
 
 class ModelSpec(_Strict):
-    """A built-in model (`mlp`, `logreg`) or a user's `package.module:build_model`.
+    """A built-in model (BUILTIN_MODELS; README "Models") or a user's `package.module:build_model`.
 
     The builder is called as `build_model(input_shape, output_dim, **params)` and returns a
     `torch.nn.Module`.
@@ -92,6 +93,8 @@ class TrainingSpec(_Strict):
     quorum: float = Field(default=0.5, gt=0.0, le=1.0)
     mode: Literal["local_sgd", "sync"] = "local_sgd"
     compression: Codec = "none"  # smlt.tensors.codec: the one list of update codecs
+    # Image augmentation of training batches (smlt.train.augment): random crop with padding, horizontal flip.
+    augment: list[Literal["crop", "flip"]] = []
 
     @field_validator("local_steps")
     @classmethod

@@ -144,21 +144,24 @@ def write_manifest(store: ObjectStore, run_id: str, rnd: int, manifest: SlicedMo
     store.put(keys.slices_manifest_key(run_id, rnd), manifest.to_json(), if_absent=True)
 
 
-def copy_rest(store: ObjectStore, run_id: str, rnd: int, source: ModelSource, rest_out: str) -> None:
-    """Model rnd's non-floating tensors (which the reduce leaves alone) to model rnd+1's rest."""
+def read_rest(store: ObjectStore, run_id: str, rnd: int, source: ModelSource) -> dict[str, np.ndarray]:
+    """Model rnd's non-floating tensors (not part of the flat vector); writable copies."""
     if isinstance(source, SlicedModel):
-        if source.rest:
-            store.put(rest_out, store.get(source.rest), if_absent=True)
-        return
+        return {k: v.copy() for k, v in views(store.get(source.rest))[0].items()} if source.rest else {}
     blob_key = keys.model_key(run_id, rnd)
     tensors, _, data_start = parse_header(store.get_range(blob_key, 0, source.data_start))
-    arrays = []
+    out = {}
     for name in source.others:
         t = tensors[name]
         b, e = t["data_offsets"]
-        raw = store.get_range(blob_key, data_start + b, data_start + e)
-        arrays.append((name, np.frombuffer(raw, dtype=ST_TO_NP[t["dtype"]]).reshape(t["shape"])))
-    store.put(rest_out, save_raw(arrays), if_absent=True)
+        raw = store.get_range(blob_key, data_start + b, data_start + e) if e > b else b""
+        out[name] = np.frombuffer(raw, dtype=ST_TO_NP[t["dtype"]]).reshape(t["shape"]).copy()
+    return out
+
+
+def write_rest(store: ObjectStore, rest_out: str, rest: dict[str, np.ndarray]) -> None:
+    """Model rnd+1's non-floating tensors (first writer wins)."""
+    store.put(rest_out, save_raw(sorted(rest.items())), if_absent=True)
 
 
 def sliced_model_complete(store: ObjectStore, run_id: str, rnd: int) -> bool:

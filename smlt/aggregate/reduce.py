@@ -6,6 +6,11 @@ than) numpy adding the same arrays in place, which is the reference `bench/` com
 Updates may be float32, float16 or bfloat16 (see `smlt.tensors.codec`); they are widened block
 by block, never as whole copies.
 
+Integer tensors (batch norm's `num_batches_tracked`) travel as int64 deltas and are added as
+their sample-weighted mean rounded to the nearest integer (`integer_mean`), without server_lr: a
+count is not a step to scale. So model r+1's counters are what averaging the workers' counters
+gives, and floating buffers (running mean and variance) are averaged like weights.
+
 Through a store, updates are read with ranged GETs of their data sections (`reduce_slice`,
 `reduce_updates`), never decoded whole.
 
@@ -32,17 +37,26 @@ from smlt import keys
 from smlt.aggregate.model_store import (
     ModelSource,
     SlicedModel,
-    copy_rest,
     model_source,
     next_manifest,
     read_model_range,
+    read_rest,
     write_manifest,
+    write_rest,
     write_slice,
 )
 from smlt.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.store.base import ObjectStore
 from smlt.tensors.dtypes import BF16, to_float32
-from smlt.tensors.layout import HEADER_PROBE, FlatLayout, RangeReader, read_flat_raw, read_layout, unflatten
+from smlt.tensors.layout import (
+    HEADER_PROBE,
+    FlatLayout,
+    RangeReader,
+    read_flat_raw,
+    read_integers,
+    read_layout,
+    unflatten,
+)
 
 # Elements per block: 256 Ki float32 = 1 MiB of accumulator, which stays in L2 while the
 # updates stream through.
@@ -108,14 +122,37 @@ def weighted_mean_into(
     return acc
 
 
+def integer_mean(arrays: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
+    """sum(w_i * a_i) / sum(w_i) of integer arrays, rounded half to even, as int64 (float64
+    arithmetic: exact for counts below 2**53)."""
+    total = float(sum(weights))
+    if not arrays or total <= 0:
+        raise ValueError("nothing to average")
+    acc = np.zeros(np.shape(arrays[0]), dtype=np.float64)
+    for a, w in zip(arrays, weights):
+        acc += np.float64(w) * a
+    return np.asarray(np.rint(acc / total), dtype=np.int64)  # (0-d arithmetic gives numpy scalars)
+
+
+def add_integer(g: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """An integer tensor plus an int64 delta, in the tensor's dtype (clipped to its range)."""
+    info = np.iinfo(g.dtype)
+    total = np.clip(g.astype(np.int64) + delta, max(info.min, -(2**63)), min(info.max, 2**63 - 1))
+    return np.asarray(total, dtype=g.dtype)
+
+
 def weighted_average(updates: list[dict[str, np.ndarray]], weights: list[float]) -> dict[str, np.ndarray]:
-    """Average tensors key by key, weighted, into fresh float32 arrays (blocked, no per-update copies).
-    The in-memory reference the streamed reduces below match bit for bit."""
+    """Average tensors key by key, weighted, into fresh float32 arrays (blocked, no per-update copies);
+    integer tensors as `integer_mean`. The in-memory reference the streamed reduces below match bit
+    for bit."""
     total = float(sum(weights))
     if not updates or total <= 0:
         raise ValueError("nothing to average")
     out: dict[str, np.ndarray] = {}
     for name in updates[0]:
+        if np.issubdtype(updates[0][name].dtype, np.integer):
+            out[name] = integer_mean([u[name] for u in updates], weights)
+            continue
         acc = np.empty(updates[0][name].shape, dtype=np.float32)
         weighted_mean_into(acc, [u[name] for u in updates], weights)
         out[name] = acc
@@ -125,11 +162,15 @@ def weighted_average(updates: list[dict[str, np.ndarray]], weights: list[float])
 def apply_update(
     global_state: dict[str, np.ndarray], delta: dict[str, np.ndarray], server_lr: float
 ) -> dict[str, np.ndarray]:
-    """global + server_lr * delta for the delta's tensors, in each global tensor's dtype."""
+    """global + server_lr * delta for the delta's tensors, in each global tensor's dtype (an
+    integer delta is added as it is)."""
     new = dict(global_state)
     lr = np.float32(server_lr)
     for name, d in delta.items():
         g = global_state[name]
+        if np.issubdtype(d.dtype, np.integer):
+            new[name] = add_integer(g, d)
+            continue
         acc = g.astype(np.float32, copy=True)
         d32 = to_float32(d)
         if lr == 1.0:
@@ -160,6 +201,26 @@ def param_count(state: dict[str, np.ndarray]) -> int:
 
 def _read_layouts(store: RangeReader, update_keys: Sequence[str], threads: int, probe: int) -> list[FlatLayout]:
     return list(ordered_map(lambda k: read_layout(store, k, probe), list(update_keys), threads))
+
+
+def reduce_integers(
+    store: RangeReader,
+    update_keys: Sequence[str],
+    weights: Sequence[float],
+    layouts: Sequence[FlatLayout],
+    threads: int = FETCH_THREADS,
+) -> dict[str, np.ndarray]:
+    """`integer_mean` of the updates' integer tensors (int64), read with one small ranged GET each."""
+    spec = [(t.name, t.shape) for t in layouts[0].integers]
+    if not spec:
+        return {}
+    for key, lay in zip(update_keys, layouts):
+        if [(t.name, t.shape) for t in lay.integers] != spec:
+            raise ValueError(f"update {key} does not have the integer tensors of {update_keys[0]}")
+    parts = list(
+        ordered_map(lambda job: read_integers(store, job[0], job[1]), list(zip(update_keys, layouts)), threads)
+    )
+    return {name: integer_mean([p[name] for p in parts], weights) for name, _ in spec}
 
 
 def reduce_slice(
@@ -225,11 +286,12 @@ def reduce_updates(
     """The single aggregator's weighted average, streamed: the same result as
     `weighted_average([decode(store.get(k)) ...], weights)`, bit for bit, but the updates are
     fetched in parallel (ranged GETs of their data sections) and summed as they arrive, with no
-    decoded copies. Returns float32 arrays keyed like the updates' floating tensors."""
+    decoded copies. Returns float32 arrays keyed like the updates' floating tensors, and int64
+    arrays for their integer tensors."""
     heads = _HeadsKept(store)
     layouts = _read_layouts(heads, update_keys, threads, probe=WHOLE_PROBE)
     flat = reduce_slice(heads, update_keys, weights, 0, layouts[0].numel, layouts=layouts, threads=threads)
-    return unflatten(flat, layouts[0])
+    return {**unflatten(flat, layouts[0]), **reduce_integers(heads, update_keys, weights, layouts, threads)}
 
 
 # --------------------------------------------------------------------------- sharded aggregation
@@ -275,6 +337,7 @@ def _add_mean_of_updates(
     source: ModelSource,
     update_keys: list[str],
     weights: list[float],
+    layouts: list[FlatLayout],
     *,
     start: int,
     end: int,
@@ -284,7 +347,6 @@ def _add_mean_of_updates(
     """new += server_lr * weighted mean of the updates' flat [start, end); returns their itemsize."""
     if not update_keys:
         return 4
-    layouts = _read_layouts(store, update_keys, threads, probe=HEADER_PROBE)
     model_layout = source.layout() if isinstance(source, SlicedModel) else source
     if layouts[0].spec() != model_layout.spec():
         raise ValueError(f"update {update_keys[0]} does not match the model's tensors")
@@ -326,14 +388,19 @@ def aggregate_slice(
         return {**info, "seconds": time.perf_counter() - t0}
 
     new = read_model_range(store, run_id, rnd, start, end, source)
+    layouts = _read_layouts(store, update_keys, threads, probe=HEADER_PROBE) if update_keys else []
     itemsize = _add_mean_of_updates(
-        store, new, source, update_keys, weights, start=start, end=end, server_lr=server_lr, threads=threads
+        store, new, source, update_keys, weights, layouts, start=start, end=end, server_lr=server_lr, threads=threads
     )
     if not all_finite(new):
         raise FloatingPointError(f"round {rnd}: slice {j}/{k} of the averaged model has NaN or Inf")
     write_slice(store, manifest, j, new)
     if j == 0 and manifest.rest:
-        copy_rest(store, run_id, rnd, source, manifest.rest)
+        rest = read_rest(store, run_id, rnd, source)
+        if update_keys:
+            for name, d in reduce_integers(store, update_keys, weights, layouts, threads).items():
+                rest[name] = add_integer(rest[name], d)
+        write_rest(store, manifest.rest, rest)
     write_manifest(store, run_id, rnd + 1, manifest)
     bytes_read = (end - start) * (itemsize * len(update_keys) + 4)
     return {**info, "skipped": False, "bytes_read": bytes_read, "seconds": time.perf_counter() - t0}

@@ -29,7 +29,7 @@ from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
 from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
-from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes
+from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.train.models import build_model
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
@@ -283,7 +283,7 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
 
     update_bytes = 0
     if not spec.eval_only:
-        delta = {k: (v - global_state[k]) for k, v in model.state_dict().items() if v.is_floating_point()}
+        delta = update_delta(model.state_dict(), global_state)
         meta = {"samples": str(samples), "train_loss": repr(train_loss), "worker": str(worker)}
         codec = spec.job.training.compression
         if codec != "none":

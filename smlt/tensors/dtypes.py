@@ -30,6 +30,9 @@ ST_TO_NP: dict[str, np.dtype] = {
 NP_TO_ST: dict[np.dtype, str] = {v: k for k, v in ST_TO_NP.items()}
 # The dtypes that make up a flat parameter vector (and that the reduce averages).
 FLOATING = ("F64", "F32", "F16", "BF16")
+# Integer tensors (batch norm's num_batches_tracked): updates carry int64 deltas the reduce adds
+# as their rounded weighted mean. BOOL is neither: it stays as the model has it.
+INTEGER = ("I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8")
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:

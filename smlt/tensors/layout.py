@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from smlt.tensors.dtypes import FLOATING, NP_TO_ST, ST_TO_NP, to_float32
+from smlt.tensors.dtypes import FLOATING, INTEGER, NP_TO_ST, ST_TO_NP, to_float32
 from smlt.tensors.format import header_length, parse_header
 
 # Bytes read speculatively for a header; a second ranged GET fetches the rest if it is longer.
@@ -58,6 +58,7 @@ class FlatLayout:
     tensors: tuple[TensorSlot, ...]  # floating tensors, in flat (name) order
     others: tuple[str, ...] = ()  # non-floating tensors (not part of the flat vector)
     data_start: int = 0  # absolute offset of the object's data section
+    integers: tuple[TensorSlot, ...] = ()  # the integer ones among `others`, with byte positions (offset 0)
 
     @property
     def numel(self) -> int:
@@ -86,21 +87,27 @@ class FlatLayout:
         return out
 
 
+def _slot(name: str, t: dict, offset: int, data_start: int) -> TensorSlot:
+    b, e = t["data_offsets"]
+    numel = math.prod(t["shape"])
+    if (e - b) != numel * ST_TO_NP[t["dtype"]].itemsize:
+        raise ValueError(f"tensor {name!r}: data_offsets {b}..{e} do not match shape {t['shape']}")
+    return TensorSlot(name, t["dtype"], tuple(t["shape"]), offset, numel, data_start + b)
+
+
 def _layout_from_header(tensors: dict, data_start: int) -> FlatLayout:
-    slots, others = [], []
+    slots, others, integers = [], [], []
     offset = 0
     for name in sorted(tensors):
         t = tensors[name]
         if t["dtype"] not in FLOATING:
             others.append(name)
+            if t["dtype"] in INTEGER:
+                integers.append(_slot(name, t, 0, data_start))
             continue
-        b, e = t["data_offsets"]
-        numel = math.prod(t["shape"])
-        if (e - b) != numel * ST_TO_NP[t["dtype"]].itemsize:
-            raise ValueError(f"tensor {name!r}: data_offsets {b}..{e} do not match shape {t['shape']}")
-        slots.append(TensorSlot(name, t["dtype"], tuple(t["shape"]), offset, numel, data_start + b))
-        offset += numel
-    return FlatLayout(tuple(slots), tuple(others), data_start)
+        slots.append(_slot(name, t, offset, data_start))
+        offset += slots[-1].numel
+    return FlatLayout(tuple(slots), tuple(others), data_start, tuple(integers))
 
 
 def layout_of_tensors(described: list[dict]) -> FlatLayout:
@@ -161,6 +168,16 @@ def read_flat_raw(
         (s.lo, s.hi, np.frombuffer(store.get_range(key, s.begin, s.end), dtype=ST_TO_NP[s.dtype]))
         for s in layout.segments(start, end)
     ]
+
+
+def read_integers(store: RangeReader, key: str, layout: FlatLayout) -> dict[str, np.ndarray]:
+    """The integer tensors of a stored object (small: batch norm's counters), one ranged GET each."""
+    out = {}
+    for t in layout.integers:
+        dt = ST_TO_NP[t.dtype]
+        raw = store.get_range(key, t.begin, t.begin + t.numel * t.itemsize) if t.numel else b""
+        out[t.name] = np.frombuffer(raw, dtype=dt).reshape(t.shape)
+    return out
 
 
 def read_flat(store: RangeReader, key: str, layout: FlatLayout, start: int, end: int) -> np.ndarray:

@@ -19,8 +19,24 @@ def bytes_to_state(blob: bytes) -> dict[str, torch.Tensor]:
     return load(blob)
 
 
+def update_delta(new_state: dict[str, torch.Tensor], global_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A worker's update: new - global for every floating tensor (weights and batch-norm running
+    statistics, averaged like weights) and, as int64, for every integer buffer (batch norm's
+    `num_batches_tracked`), which the aggregator adds as the rounded sample-weighted mean
+    (`reduce.integer_mean`). Boolean tensors are not sent: model r+1 keeps model r's."""
+    out = {}
+    for k, v in new_state.items():
+        g = global_state[k]
+        if v.is_floating_point():
+            out[k] = v - g
+        elif v.dtype != torch.bool and not v.is_complex():
+            out[k] = v.to(torch.int64) - g.to(torch.int64)  # int64: a uint8 buffer's delta may be negative
+    return out
+
+
 def compress_torch_state(delta: dict[str, torch.Tensor], codec: str) -> dict[str, torch.Tensor]:
-    """The delta's floating tensors cast to float16 / bfloat16 (codec "none": the delta itself).
+    """The delta's floating tensors cast to float16 / bfloat16 (codec "none": the delta itself);
+    integer tensors are sent as they are (a count is never rounded to a float).
 
     torch's casts round to nearest even, as `dtypes.bf16_bits` does, so the numpy and torch paths
     give the same bits. fp16 clips to +-65504 first (a cast would make Inf).

@@ -3,14 +3,14 @@
 The contract, for built-ins and users' builders alike: `build_model(input_shape, output_dim,
 **params)` returns a `torch.nn.Module` taking a batch of shape `(rows, *input_shape)`, float32
 (or int64 token ids), and giving `(rows, output_dim)`. For token datasets smlt passes the
-manifest's `vocab_size` in params unless the job sets it.
+manifest's `vocab_size` to a builder that takes it, unless the job sets it.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -18,45 +18,58 @@ from torch import nn
 from smlt.errors import InvalidJob
 from smlt.job import ModelSpec
 
+# Built-in name -> its builder, imported on first use (only a vision model needs torchvision).
+# smlt.job.BUILTIN_MODELS lists the same names for the job's validation (which has no torch).
+BUILTINS: dict[str, str] = {
+    "mlp": "smlt.train.tabular:mlp",
+    "logreg": "smlt.train.tabular:logreg",
+    "lenet": "smlt.train.cnn:lenet",
+    "resnet18": "smlt.train.resnet:resnet18",
+    "resnet34": "smlt.train.resnet:resnet34",
+    "resnet50": "smlt.train.resnet:resnet50",
+    "transformer": "smlt.train.transformer:transformer",
+}
 
-def mlp(
-    input_shape: Sequence[int], output_dim: int, hidden: Sequence[int] | int = (128, 64), dropout: float = 0.0
-) -> nn.Module:
-    sizes = [hidden] if isinstance(hidden, int) else list(hidden)
-    layers: list[nn.Module] = [nn.Flatten()] if len(input_shape) > 1 else []
-    prev = math.prod(input_shape)
-    for h in sizes:
-        layers += [nn.Linear(prev, h), nn.ReLU()]
-        if dropout:
-            layers.append(nn.Dropout(dropout))
-        prev = h
-    layers.append(nn.Linear(prev, output_dim))
-    return nn.Sequential(*layers)
-
-
-def logreg(input_shape: Sequence[int], output_dim: int) -> nn.Module:
-    linear = nn.Linear(math.prod(input_shape), output_dim)
-    return nn.Sequential(nn.Flatten(), linear) if len(input_shape) > 1 else linear
+Builder = Callable[..., nn.Module]
 
 
-BUILTINS = {"mlp": mlp, "logreg": logreg}
+def builder(name: str) -> Builder:
+    """The builder a job's model.name means (a built-in or `package.module:function`)."""
+    entry = BUILTINS.get(name, name)
+    mod_name, _, attr = entry.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise InvalidJob(f"model.name: cannot import {name!r} ({e})") from None
+    return fn
+
+
+def _takes(fn: Builder, name: str) -> bool:
+    params = inspect.signature(fn).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _check_params(name: str, fn: Builder, params: dict) -> None:
+    """InvalidJob naming the model's parameters when params are not what its builder takes."""
+    sig = inspect.signature(fn)
+    try:
+        sig.bind((1,), 1, **params)
+    except TypeError as e:
+        takes = [p for p in list(sig.parameters)[2:] if sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD]
+        raise InvalidJob(
+            f"model.params: {name} {e}; it takes {', '.join(takes) if takes else 'no parameters'}"
+        ) from None
 
 
 def build_model(
     spec: ModelSpec, input_shape: Sequence[int], output_dim: int, seed: int, *, vocab_size: int | None = None
 ) -> nn.Module:
     """Build the model with a deterministic initialisation (same seed → same weights everywhere)."""
-    if spec.name in BUILTINS:
-        fn = BUILTINS[spec.name]
-    else:
-        mod_name, _, attr = spec.name.partition(":")
-        try:
-            fn = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise InvalidJob(f"model.name: cannot import {spec.name!r} ({e})") from None
+    fn = builder(spec.name)
     params = dict(spec.params)
-    if vocab_size is not None:
+    if vocab_size is not None and _takes(fn, "vocab_size"):
         params.setdefault("vocab_size", vocab_size)
+    _check_params(spec.name, fn, params)
     torch.manual_seed(seed)
     try:
         model = fn(tuple(input_shape), output_dim, **params)
