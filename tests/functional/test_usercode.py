@@ -35,7 +35,7 @@ def build(input_shape, output_dim, width=16):
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, width), torch.nn.ReLU(),
                                torch.nn.Linear(width, output_dim))
 """
-AUG = "def transform(x):\n    return x[..., ::-1]\n"
+AUG = "SIZE = 3\n\n\ndef transform(x):\n    return x[..., ::-1]\n"
 
 
 def _code(root: Path, version: int = 1) -> Path:
@@ -127,6 +127,8 @@ def test_load_transform_returns_the_jobs_transform(aws, tmp_path):
     assert load_transform(parse_job(_staged_job("s3://smlt-data/d/", code))) is None
     fn = load_transform(parse_job(_staged_job("s3://smlt-data/d/", code, code={"transform": f"{PKG}.aug:transform"})))
     assert fn is not None and fn(np.arange(3)).tolist() == [2, 1, 0]
+    with pytest.raises(InvalidCode, match=r"code.transform: '\w+.aug:SIZE' is a int, not a function"):
+        load_transform(parse_job(_staged_job("s3://smlt-data/d/", code, code={"transform": f"{PKG}.aug:SIZE"})))
     with pytest.raises(InvalidCode, match=r"code.transform: cannot import .*aug:nothing"):
         load_transform(parse_job(_staged_job("s3://smlt-data/d/", code, code={"transform": f"{PKG}.aug:nothing"})))
 
