@@ -151,7 +151,14 @@ class CodeSpec(_Strict):
 
     uri: str | None = Field(default=None, pattern=r"^s3://[^/]+/.+")
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    transform: str | None = Field(default=None, pattern=_ENTRYPOINT.pattern)
+    transform: str | None = None
+
+    @field_validator("transform")
+    @classmethod
+    def _entry_point(cls, v: str | None) -> str | None:
+        if v is not None and not _ENTRYPOINT.match(v):
+            raise ValueError(f"{v!r} is not an entry point 'package.module:function'")
+        return v
 
     @model_validator(mode="after")
     def _both(self) -> CodeSpec:

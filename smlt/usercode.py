@@ -255,7 +255,8 @@ def _put_first(sha256: str, folder: Path) -> None:
     _active = (sha256, folder, _top_level(folder))
 
 
-def _check_importable(job: Job) -> None:
+def check_importable(job: Job) -> None:
+    """InvalidCode unless the job's entry points import from this process's path."""
     for field, name in entry_points(job):
         module = name.partition(":")[0]
         try:
@@ -274,11 +275,11 @@ def activate_code(job: Job) -> None:
     without code in the job, check that its entry points import from the process's own path."""
     code = job.code
     if code is None or code.uri is None or code.sha256 is None:
-        _check_importable(job)
+        check_importable(job)
         return
     if _active is None or _active[0] != code.sha256:
         _put_first(code.sha256, _unpacked(code.uri, code.sha256))
-    _check_importable(job)
+    check_importable(job)
 
 
 def load_transform(job: Job) -> Callable[..., Any] | None:

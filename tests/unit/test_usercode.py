@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -146,7 +147,9 @@ def test_the_job_records_uri_and_sha256_together():
         parse_job(_job(code={"uri": "s3://a/code/x.zip"}))
     with pytest.raises(InvalidJob, match="code.sha256"):
         parse_job(_job(code={"uri": "s3://a/code/x.zip", "sha256": "nothex"}))
-    with pytest.raises(InvalidJob, match="code.transform"):
+    with pytest.raises(
+        InvalidJob, match="code.transform: 'not an entry point' is not an entry point 'package.module:function'"
+    ):
         parse_job(_job(code={"transform": "not an entry point"}))
 
 
@@ -179,3 +182,19 @@ def test_smlt_start_without_code_names_the_flag(tmp_path, capsys):
     job.write_text('{"dataset": {"uri": "s3://b/d/"}, "model": {"name": "mymodels.net:build"}}')
     assert main(["start", str(job)]) == 2  # before any stack lookup: no AWS needed
     assert "pass your package with `smlt start JOB --code DIR`" in capsys.readouterr().err
+
+
+def test_smlt_run_local_without_code_needs_the_module_on_its_path(tmp_path, capsys, monkeypatch):
+    from smlt.cli import main
+
+    job = tmp_path / "job.json"
+    job.write_text('{"dataset": {"uri": "s3://b/d/"}, "model": {"name": "mymodels.net:build"}}')
+    assert main(["run", "--local", str(job)]) == 2  # before the engine starts
+    assert "model.name: no module 'mymodels.net' here: pass your package with `--code DIR`" in capsys.readouterr().err
+    _package(tmp_path / "src")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))  # as PYTHONPATH would
+    monkeypatch.setattr("smlt.runner.start_engine", lambda faults: pytest.fail("engine started"))
+    with pytest.raises(pytest.fail.Exception, match="engine started"):
+        main(["run", "--local", str(job), "--out", str(tmp_path / "out")])
+    for m in [m for m in sys.modules if m.split(".")[0] == "mymodels"]:  # found (imported) from tmp_path
+        del sys.modules[m]
