@@ -28,7 +28,7 @@ from smlt.progress import progress
 from smlt.records import RunTable
 from smlt.snapshot import Snapshot, clear_state, restore_snapshot, run_lock, saved_items, state_dir
 from smlt.store import S3Store
-from smlt.usercode import CodePackage, code_key, package_code, stage_code, with_code
+from smlt.usercode import CodePackage, check_importable, code_key, package_code, stage_code, with_code
 
 
 class StackNames:
@@ -162,6 +162,8 @@ def run_local(job_path: Path, out: Path, faults: str | None = None, code: Path |
     job, raw = read_job_file(job_path)  # named errors before anything starts
     folder = checked_dataset_folder(job, base=job_path.parent)
     package = package_code(code) if code is not None else None
+    if package is None:
+        check_importable(job)  # from PYTHONPATH, as the handler processes will (they inherit it)
     run_id = (
         raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
