@@ -36,6 +36,7 @@ from botocore.exceptions import ClientError
 from smlt.errors import AccessDenied, InvalidCode
 from smlt.job import BUILTIN_MODELS, Job
 from smlt.keys import parse_s3_uri
+from smlt.progress import notice
 from smlt.store import NotFound, S3Store
 
 # The most a user's code may hold, unpacked: it lives in the worker's /tmp beside the dataset
@@ -142,9 +143,15 @@ def stage_code(package: CodePackage, artifacts_bucket: str, client: Any = None) 
     """Store the package under the artifacts bucket (only if absent); the job's `code` fields."""
     store = S3Store(artifacts_bucket, client=client)
     key = code_key(package.sha256)
-    if not store.exists(key):
+    uri = f"s3://{artifacts_bucket}/{key}"
+    stored = store.exists(key)
+    if not stored:
         store.put(key, package.data, if_absent=True)
-    return {"uri": f"s3://{artifacts_bucket}/{key}", "sha256": package.sha256}
+    notice.info(
+        f"code: {package.files} files, {len(package.data):,} bytes zipped, "
+        f"{'already stored' if stored else 'stored'} as {uri}"
+    )
+    return {"uri": uri, "sha256": package.sha256}
 
 
 def with_code(raw: dict[str, Any], staged: dict[str, str]) -> dict[str, Any]:

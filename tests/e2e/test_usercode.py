@@ -106,7 +106,9 @@ def test_smlt_start_with_code(deployed, tmp_path, user_code, capsys):  # noqa: F
     assert (
         main(["start", str(_job(tmp_path, "usercnn-start")), "--stack", "SmltCliTest", "--code", str(user_code)]) == 0
     )
-    assert "started run usercnn-start" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "started run usercnn-start" in printed
+    assert "code: 3 files," in printed and "stored as s3://" in printed
     sfn = engine.client("stepfunctions")
     (ex,) = [
         e
