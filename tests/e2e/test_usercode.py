@@ -4,6 +4,7 @@ endpoint: the handler processes fetch, verify and import it."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ from sklearn.datasets import load_digits
 
 import smlt.runner
 from smlt.cli import main
+from smlt.snapshot import restore_snapshot
 from tests.e2e.test_cloud_cli import deployed  # noqa: F401 - the "deployed stack" fixture
 
 PKG = "smlt_e2e_usercnn"
@@ -97,8 +99,13 @@ def test_smlt_run_local_with_code(local, tmp_path, user_code, monkeypatch, capsy
     _trained_the_users_cnn(metrics["final"], (out / "model.safetensors").read_bytes())
     code = metrics["job"]["code"]
     assert code["uri"] == f"s3://{names.artifacts_bucket}/code/{code['sha256']}.zip"
-    # The code outlives the engine in the run's saved state: `smlt resume` finds it there.
-    assert (out / ".state/runs/usercnn-local/s3" / names.artifacts_bucket / "code" / f"{code['sha256']}.zip").exists()
+    # The code outlives the engine in the run's saved state: `smlt resume --local` puts it back
+    # into a fresh engine's bucket (here: the object deleted, as a new engine would lack it).
+    s3, key = engine.client("s3"), f"code/{code['sha256']}.zip"
+    s3.delete_object(Bucket=names.artifacts_bucket, Key=key)
+    restore_snapshot(engine, names, "usercnn-local", out)
+    zipped = s3.get_object(Bucket=names.artifacts_bucket, Key=key)["Body"].read()
+    assert hashlib.sha256(zipped).hexdigest() == code["sha256"]
 
 
 def test_smlt_start_with_code(deployed, tmp_path, user_code, capsys):  # noqa: F811 - the fixture
