@@ -162,7 +162,7 @@ def run_local(job_path: Path, out: Path, faults: str | None = None, code: Path |
     job, raw = read_job_file(job_path)  # named errors before anything starts
     folder = checked_dataset_folder(job, base=job_path.parent)
     package = package_code(code) if code is not None else None
-    if package is None:
+    if package is None and (job.code is None or job.code.uri is None):
         check_importable(job)  # from PYTHONPATH, as the handler processes will (they inherit it)
     run_id = (
         raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
