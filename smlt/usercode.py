@@ -101,7 +101,10 @@ def _source_files(folder: Path) -> list[tuple[str, Path]]:
     """(name in the zip, file) for every file of the user's code, sorted by name."""
     if not folder.is_dir():
         raise InvalidCode(f"code: {folder} is not a folder")
-    base = folder.parent if (folder / "__init__.py").is_file() else folder  # a package keeps its name
+    is_package = (folder / "__init__.py").is_file()
+    if is_package and not folder.name.isidentifier():
+        raise InvalidCode(f"code: {folder} is a package whose name {folder.name!r} Python cannot import")
+    base = folder.parent if is_package else folder  # a package keeps its name
     found, total = [], 0
     for root, dirs, names in os.walk(folder):
         here = Path(root)
@@ -262,19 +265,26 @@ def _put_first(sha256: str, folder: Path) -> None:
     _active = (sha256, folder, _top_level(folder))
 
 
-def check_importable(job: Job) -> None:
-    """InvalidCode unless the job's entry points import from this process's path."""
+def check_importable(job: Job, shipped: frozenset[str] | None = None) -> None:
+    """InvalidCode unless the job's entry points import from this process's path (`shipped`: the
+    top-level names of the job's code, when it has some)."""
     for field, name in entry_points(job):
         module = name.partition(":")[0]
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:  # a parent package is missing
             found = False
-        if not found:
+        if found:
+            continue
+        if shipped is not None:
             raise InvalidCode(
-                f"{field}: no module {module!r} here: pass your package with `--code DIR` "
-                "(`smlt run --local JOB --code DIR`, `smlt start JOB --code DIR`; locally, PYTHONPATH works too)"
+                f"{field}: no module {module!r} in the job's code (it holds {', '.join(sorted(shipped))}): "
+                "pass the folder that holds it with `--code DIR`"
             )
+        raise InvalidCode(
+            f"{field}: no module {module!r} here: pass your package with `--code DIR` "
+            "(`smlt run --local JOB --code DIR`, `smlt start JOB --code DIR`; locally, PYTHONPATH works too)"
+        )
 
 
 def activate_code(job: Job) -> None:
@@ -286,7 +296,7 @@ def activate_code(job: Job) -> None:
         return
     if _active is None or _active[0] != code.sha256:
         _put_first(code.sha256, _unpacked(code.uri, code.sha256))
-    check_importable(job)
+    check_importable(job, shipped=_active[2] if _active else None)
 
 
 def load_transform(job: Job) -> Callable[..., Any] | None:

@@ -106,6 +106,12 @@ def test_without_code_a_missing_module_says_to_pass_it(aws):
         activate_code(j)
 
 
+def test_a_model_missing_from_the_code_says_what_the_code_holds(aws, tmp_path):
+    j = parse_job(_staged_job("s3://smlt-data/d/", _code(tmp_path / "src"), model={"name": "other.net:build"}))
+    with pytest.raises(InvalidCode, match=rf"model.name: no module 'other.net' in the job's code \(it holds {PKG}\)"):
+        activate_code(j)
+
+
 def test_code_is_unpacked_once_and_a_new_version_replaces_the_old(aws, tmp_path, monkeypatch):
     v1 = parse_job(_staged_job("s3://smlt-data/d/", _code(tmp_path / "v1", version=1)))
     v2 = parse_job(_staged_job("s3://smlt-data/d/", _code(tmp_path / "v2", version=2)))

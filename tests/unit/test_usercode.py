@@ -98,6 +98,10 @@ def test_a_folder_without_python_is_refused(tmp_path):
         package_code(tmp_path / "data")
     with pytest.raises(InvalidCode, match="is not a folder"):
         package_code(tmp_path / "missing")
+    (tmp_path / "my-models").mkdir()
+    (tmp_path / "my-models" / "__init__.py").write_text("")
+    with pytest.raises(InvalidCode, match="is a package whose name 'my-models' Python cannot import"):
+        package_code(tmp_path / "my-models")
 
 
 def test_code_over_the_cap_is_refused(tmp_path, monkeypatch):
