@@ -23,6 +23,7 @@ from smlt.outputs import fetch_outputs, progress_line
 from smlt.progress import notice
 from smlt.records import RunTable
 from smlt.store import S3Store
+from smlt.usercode import check_shipped, package_code, stage_code, with_code
 
 OUTPUTS = {
     "StateMachineArn": "state_machine_arn",
@@ -68,14 +69,19 @@ class Stack:
         return cls(**found)
 
 
-def start(job_path: Path, stack: Stack | str, sfn=None) -> str:
-    """Start a run from a job file; `stack` is looked up by name after the job and its local
-    dataset are checked (a bad job needs no AWS access)."""
+def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None) -> str:
+    """Start a run from a job file (with the user's code from `code`, a folder); `stack` is looked
+    up by name after the job, its local dataset and the code are checked (a bad job needs no AWS access)."""
     job, raw = read_job_file(job_path)
     folder = checked_dataset_folder(job, base=job_path.parent)
+    package = package_code(code) if code is not None else None
+    if package is None:
+        check_shipped(job)  # the image holds no user code: say so now, not from every worker
     stack = Stack.lookup(stack) if isinstance(stack, str) else stack
     if folder is not None:
         raw["dataset"]["uri"] = upload_dataset(folder, stack.data_bucket)
+    if package is not None:
+        raw = with_code(raw, stage_code(package, stack.artifacts_bucket))
     run_id = job.run_id or f"{re.sub(r'[^A-Za-z0-9-]', '-', job.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     sfn = sfn or boto3.client("stepfunctions")
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"

@@ -10,6 +10,10 @@ class InvalidJob(SmltError):
     """The execution input does not validate; the message names the field."""
 
 
+class InvalidCode(InvalidJob):
+    """The user's code (`--code DIR`) cannot be packaged, fetched, verified or imported."""
+
+
 class InvalidDataset(SmltError):
     """The dataset is missing, unreadable, corrupt or does not match the model."""
 

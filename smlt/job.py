@@ -147,6 +147,29 @@ class WorkersSpec(_Strict):
         return self
 
 
+class CodeSpec(_Strict):
+    """The user's own code (smlt.usercode): the zip the CLI stored for `--code DIR` (`uri`,
+    `sha256`, set by the CLI) and an optional per-sample `transform` entry point. Without `uri`,
+    entry points import from the worker's own path (PYTHONPATH locally; on AWS, only the image's)."""
+
+    uri: str | None = Field(default=None, pattern=r"^s3://[^/]+/.+")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    transform: str | None = None
+
+    @field_validator("transform")
+    @classmethod
+    def _entry_point(cls, v: str | None) -> str | None:
+        if v is not None and not _ENTRYPOINT.match(v):
+            raise ValueError(f"{v!r} is not an entry point 'package.module:function'")
+        return v
+
+    @model_validator(mode="after")
+    def _both(self) -> CodeSpec:
+        if (self.uri is None) != (self.sha256 is None):
+            raise ValueError("code: give both uri and sha256, or neither (pass --code DIR and the CLI sets them)")
+        return self
+
+
 class Job(_Strict):
     """The execution input of a training run."""
 
@@ -158,6 +181,7 @@ class Job(_Strict):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     constraints: Constraints = Field(default_factory=Constraints)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
+    code: CodeSpec | None = None
     seed: NonNegativeInt = 0
     # Retraining pipeline this run belongs to (set by the upload trigger); its final model
     # becomes the pipeline's latest, which the next upload warm-starts from.

@@ -28,6 +28,7 @@ from smlt.progress import progress
 from smlt.records import RunTable
 from smlt.snapshot import Snapshot, clear_state, restore_snapshot, run_lock, saved_items, state_dir
 from smlt.store import S3Store
+from smlt.usercode import CodePackage, check_importable, code_key, package_code, stage_code, with_code
 
 
 class StackNames:
@@ -156,10 +157,13 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     ]
 
 
-def run_local(job_path: Path, out: Path, faults: str | None = None) -> dict:
-    """`smlt run --local JOB`: returns the run's final metrics (see :func:`execute`)."""
+def run_local(job_path: Path, out: Path, faults: str | None = None, code: Path | None = None) -> dict:
+    """`smlt run --local JOB [--code DIR]`: returns the run's final metrics (see :func:`execute`)."""
     job, raw = read_job_file(job_path)  # named errors before anything starts
     folder = checked_dataset_folder(job, base=job_path.parent)
+    package = package_code(code) if code is not None else None
+    if package is None and (job.code is None or job.code.uri is None):
+        check_importable(job)  # from PYTHONPATH, as the handler processes will (they inherit it)
     run_id = (
         raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -170,9 +174,20 @@ def run_local(job_path: Path, out: Path, faults: str | None = None) -> dict:
         try:
             if folder is not None:
                 raw["dataset"]["uri"] = upload_dataset(folder, names.data_bucket, client=engine.client("s3"))
+            if package is not None:
+                raw = with_code(raw, stage_code(package, names.artifacts_bucket, client=engine.client("s3")))
+                _keep_for_resume(saved, names.artifacts_bucket, package)
             return execute(engine, names, run_id, raw, out, injector)
         finally:
             engine.stop()
+
+
+def _keep_for_resume(state: Path, bucket: str, package: CodePackage) -> None:
+    """The code object outlives the engine in the run's saved state, which `restore_snapshot`
+    puts back object by object (its layout: s3/<bucket>/<key>), so `smlt resume` needs no --code."""
+    path = state / "s3" / bucket / code_key(package.sha256)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(package.data)
 
 
 def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:

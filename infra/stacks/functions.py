@@ -34,6 +34,7 @@ from infra.stacks.storage import STATEFUL
 from smlt import metrics
 from smlt.config import AGGREGATE, PLANNER, TRAIN
 from smlt.config import Settings as RuntimeSettings
+from smlt.usercode import CODE_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZIP_HANDLER = "handler.handler"
@@ -162,6 +163,7 @@ class Functions(Construct):
             role = self._role(fid)
             self._read_data(role)
             self._write_artifacts(role, tag_updates=True)
+            self._read_code(role)
             self._use_table(role)
             self._join_vpc(role)
             fn = lambda_.DockerImageFunction(
@@ -285,6 +287,14 @@ class Functions(Construct):
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._data.arn_for_objects("*")])
         )
         role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn]))
+
+    def _read_code(self, role: iam.Role) -> None:
+        # The users' code the CLI stores for `--code` (smlt/usercode.py): read only.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(f"{CODE_PREFIX}*")]
+            )
+        )
 
     def _write_artifacts(self, role: iam.Role, *, tag_updates: bool, prefixes: tuple[str, ...] = ("runs/",)) -> None:
         actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]

@@ -62,6 +62,11 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "keys are per run/round/worker or per pipeline and not known at deploy time.",
     ),
     (
+        r"^Resource::<\w*Artifacts\w*\.Arn>/code/\*$",
+        "Read-only access of the train functions to users' code under code/ of the artifacts bucket "
+        "(`--code`, smlt/usercode.py); keys are content digests, made at run time.",
+    ),
+    (
         r"^Resource::<\w*Data\w*\.Arn>/\*$",
         "Read-only access to dataset objects of the stack's own data bucket; dataset names are chosen "
         "by users at run time.",

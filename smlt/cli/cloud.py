@@ -18,13 +18,25 @@ def add_commands(sub: Any) -> None:
         c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
         if name == "fetch":
             c.add_argument("--out", help="folder (default: out/RUN)")
+        if name == "start":
+            add_code_flag(c)
         c.set_defaults(fn=fn)
+
+
+def add_code_flag(cmd: Any) -> None:
+    cmd.add_argument(
+        "--code",
+        type=Path,
+        metavar="DIR",
+        help="your Python package (or a folder of packages): shipped with the job for its model.name and "
+        "code.transform (see docs/deploy.md)",
+    )
 
 
 def start(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
 
-    remote.start(Path(args.job), args.stack)  # the job is checked before the stack is looked up
+    remote.start(Path(args.job), args.stack, code=args.code)  # the job is checked before the stack is looked up
     return 0
 
 

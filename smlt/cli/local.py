@@ -9,6 +9,8 @@ from typing import Any
 
 from smlt.errors import InvalidJob
 
+from .cloud import add_code_flag
+
 
 def add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="run a training job (with --local: on this machine, no AWS account)")
@@ -24,6 +26,7 @@ def add_run(sub: Any) -> None:
     )
     run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
     run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    add_code_flag(run)
     run.set_defaults(fn=run_command)
 
 
@@ -32,6 +35,8 @@ def run_command(args: argparse.Namespace) -> int:
         print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
         return 2
     if args.watch:
+        if args.code:
+            raise InvalidJob("--code: not with --watch (runs started by uploads carry no code)")
         from smlt.runner import start_engine
         from smlt.watch import watch_folder
 
@@ -45,7 +50,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise InvalidJob("job: give a job file (or --watch DIR)")
     from smlt.runner import run_local
 
-    run_local(Path(args.job), Path(args.out), faults=args.faults)
+    run_local(Path(args.job), Path(args.out), faults=args.faults, code=args.code)
     return 0
 
 

@@ -31,6 +31,7 @@ from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
 from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.train.models import build_model
+from smlt.usercode import activate_code
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
 
@@ -240,6 +241,7 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     manifest = load_manifest(spec.job.dataset.uri)
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
 
+    activate_code(spec.job)  # the user's code (`--code`) first on sys.path, fetched and verified once
     model = build_model(
         spec.job.model, manifest.input_shape, manifest.outputs, spec.job.seed, vocab_size=manifest.vocab_size
     )

@@ -98,7 +98,7 @@ def test_function_roles_are_scoped(synth):
 
     for tier in DEFAULT_TIERS:
         worker = _grants(synth, f"FunctionsTrainStep{tier}Role")
-        assert worker["s3:GetObject"] == {data_objects, runs}
+        assert worker["s3:GetObject"] == {data_objects, runs, f"<{artifacts}.Arn>/code/*"}
         assert worker["s3:PutObject"] == {runs}
         assert worker["s3:PutObjectTagging"] == {runs}
         assert worker["dynamodb:UpdateItem"] == {f"<{table}.Arn>"}

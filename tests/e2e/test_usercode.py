@@ -1,0 +1,129 @@
+"""A user's CNN package, on no path of this process (no PYTHONPATH), trains through `smlt run
+--local JOB --code DIR` and through `smlt start JOB --code DIR` against the local engine's
+endpoint: the handler processes fetch, verify and import it."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load
+from sklearn.datasets import load_digits
+
+import smlt.runner
+from smlt.cli import main
+from smlt.snapshot import restore_snapshot
+from tests.e2e.test_cloud_cli import deployed  # noqa: F401 - the "deployed stack" fixture
+
+PKG = "smlt_e2e_usercnn"
+CNN = """import torch
+from torch import nn
+
+
+class Digits(nn.Module):
+    # Flatten-agnostic: takes (N, 64) or (N, 1, 8, 8) and sees an 8x8 image either way.
+    def __init__(self, output_dim, channels):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Linear(channels * 16, output_dim)
+
+    def forward(self, x):
+        x = self.conv(x.reshape(-1, 1, 8, 8))
+        return self.head(x.flatten(1))
+
+
+def build(input_shape, output_dim, channels=8):
+    return Digits(output_dim, channels)
+"""
+
+
+@pytest.fixture
+def user_code(tmp_path):
+    pkg = tmp_path / "src" / PKG
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "cnn.py").write_text(CNN)
+    assert importlib.util.find_spec(PKG) is None and str(tmp_path) not in os.environ.get("PYTHONPATH", "")
+    return pkg
+
+
+def _job(tmp_path: Path, run_id: str) -> Path:
+    x, y = load_digits(return_X_y=True)
+    npz = tmp_path / "digits64.npz"  # image-shaped data: 8x8 pixels, flat for now
+    np.savez(npz, x=(x / 16).astype(np.float32), y=y.astype(np.int64))
+    job = {
+        "name": "usercnn",
+        "run_id": run_id,
+        "dataset": {"uri": str(npz)},
+        "model": {"name": f"{PKG}.models.cnn:build", "params": {"channels": 8}},
+        "training": {"learning_rate": 0.05, "batch_size": 32, "local_steps": 30, "max_rounds": 4},
+        "workers": {"initial": 2, "memory_mb": 1769},
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    return path
+
+
+def _trained_the_users_cnn(final: dict, model: bytes) -> None:
+    assert final["rounds"] == 4 and final["val_accuracy"] > 0.8, final
+    assert {"conv.0.weight", "head.weight"} <= set(load(model)), "not the user's model"
+
+
+def test_smlt_run_local_with_code(local, tmp_path, user_code, monkeypatch, capsys):
+    engine, names = local
+    # `smlt run --local` as the CLI runs it, on the session's engine instead of a new one.
+    monkeypatch.setattr(smlt.runner, "start_engine", lambda faults: (engine, names, None))
+    monkeypatch.setattr(engine, "stop", lambda: None)
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "run",
+                "--local",
+                str(_job(tmp_path, "usercnn-local")),
+                "--out",
+                str(out),
+                "--code",
+                str(user_code.parent / PKG),
+            ]
+        )
+        == 0
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    _trained_the_users_cnn(metrics["final"], (out / "model.safetensors").read_bytes())
+    code = metrics["job"]["code"]
+    assert code["uri"] == f"s3://{names.artifacts_bucket}/code/{code['sha256']}.zip"
+    # The code outlives the engine in the run's saved state: `smlt resume --local` puts it back
+    # into a fresh engine's bucket (here: the object deleted, as a new engine would lack it).
+    s3, key = engine.client("s3"), f"code/{code['sha256']}.zip"
+    s3.delete_object(Bucket=names.artifacts_bucket, Key=key)
+    restore_snapshot(engine, names, "usercnn-local", out)
+    zipped = s3.get_object(Bucket=names.artifacts_bucket, Key=key)["Body"].read()
+    assert hashlib.sha256(zipped).hexdigest() == code["sha256"]
+
+
+def test_smlt_start_with_code(deployed, tmp_path, user_code, capsys):  # noqa: F811 - the fixture
+    engine, stack = deployed
+    assert (
+        main(["start", str(_job(tmp_path, "usercnn-start")), "--stack", "SmltCliTest", "--code", str(user_code)]) == 0
+    )
+    printed = capsys.readouterr().out
+    assert "started run usercnn-start" in printed
+    assert "code: 3 files," in printed and "stored as s3://" in printed
+    sfn = engine.client("stepfunctions")
+    (ex,) = [
+        e
+        for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        if e["name"].startswith("usercnn-start")
+    ]
+    desc = engine.wait(ex["executionArn"], interval=0.2)
+    assert desc["status"] == "SUCCEEDED", desc.get("cause")
+    assert main(["fetch", "usercnn-start", "--stack", "SmltCliTest", "--out", str(tmp_path / "fetched")]) == 0
+    metrics = json.loads((tmp_path / "fetched" / "metrics.json").read_text())
+    _trained_the_users_cnn(metrics["final"], (tmp_path / "fetched" / "model.safetensors").read_bytes())
