@@ -130,6 +130,11 @@ def _numbers(cells: np.ndarray) -> np.ndarray | None:
         return None
 
 
+def _not_a_number(table: Table, column: str, cells: np.ndarray, why: str = "") -> InvalidDataset:
+    bad = next(i for i, c in enumerate(cells) if _numbers(np.array([c])) is None)
+    return InvalidDataset(f"{table.where(bad, column)}: {str(cells[bad])!r} is not a number{why}")
+
+
 # --- the label -------------------------------------------------------------------------------
 
 
@@ -159,8 +164,7 @@ def labels(table: Table, column: str, task: Task | None) -> tuple[np.ndarray, Ta
     y = _numbers(cells)
     if y is None:
         if task == "regression":
-            bad = next(i for i, c in enumerate(cells) if _numbers(np.array([c])) is None)
-            raise InvalidDataset(f"{table.where(bad, column)}: {cells[bad]!r} is not a number (task is regression)")
+            raise _not_a_number(table, column, cells, " (task is regression)")
         return cells, "classification"
     written_as_floats = cells.dtype.kind == "f" or any(not t.lstrip("+-").isdigit() for t in cells)
     return y, task or _infer_task(table.path, column, written_as_floats, y)
@@ -185,13 +189,13 @@ def _infer_task(path: str, column: str, written_as_floats: bool, y: np.ndarray) 
 
 
 def refuse_missing(table: Table, names: Sequence[str]) -> None:
-    """InvalidDataset naming the first row (in source order) with an empty cell among `names`, and
-    its column."""
+    """InvalidDataset naming the first row (in the table's order: the file's, before any split)
+    with an empty cell among `names`, and its column."""
     first: tuple[int, str] | None = None
     for name in names:
         gaps = np.flatnonzero(missing(table.columns[name]))
         if len(gaps):
-            i = int(gaps[np.argmin(table.rows[gaps])])
+            i = int(gaps[0])
             if first is None or table.rows[i] < table.rows[first[0]]:
                 first = (i, name)
     if first is not None:
@@ -253,12 +257,11 @@ def _encode(t: ColumnTransform, cells: np.ndarray, gaps: np.ndarray, rows: Table
         filled = np.where(gaps, "nan", cells) if cells.dtype.kind != "f" else cells
         values = _numbers(filled)
         if values is None:
-            bad = next(i for i, c in enumerate(filled) if _numbers(np.array([c])) is None)
-            raise InvalidDataset(f"{rows.where(bad, t.name)}: {cells[bad]!r} is not a number")
+            raise _not_a_number(rows, t.name, filled)
         bad_values = np.flatnonzero(~np.isfinite(values) & ~gaps)
         if len(bad_values):
             raise InvalidDataset(
-                f"{rows.where(bad_values[0], t.name)}: {cells[bad_values[0]]!r} is not a finite number"
+                f"{rows.where(bad_values[0], t.name)}: {str(cells[bad_values[0]])!r} is not a finite number"
             )
         return np.where(gaps, t.fill if t.fill is not None else 0.0, values)[:, None]
     text = cells.astype(str) if cells.dtype.kind == "f" else cells
