@@ -58,7 +58,11 @@ def _prepared(source: str, stem: str, identity: str, options: SourceOptions) -> 
         notice.info(f"preparing {source} into {folder}")
         tmp = folder.with_name(folder.name + f".{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        prepare_dataset(source, str(tmp), options=options)
+        try:
+            prepare_dataset(source, str(tmp), options=options)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed preparation leaves nothing behind
+            raise
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
     return folder
