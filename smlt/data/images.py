@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from smlt.errors import InvalidDataset
-from smlt.progress import notice
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -36,6 +35,8 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
         if not found:
             raise InvalidDataset(f"{folder}: class folder holds no PNG or JPEG image")
     if skipped:
+        from smlt.progress import notice  # local-only (not in the Lambda layer), as preparing is
+
         notice.info(f"{path}: skipped {skipped} files that are not .png, .jpg or .jpeg")
     return files
 

@@ -22,7 +22,6 @@ from smlt.data.arrays import standardise
 from smlt.data.manifest import ColumnTransform, Manifest
 from smlt.data.options import Task
 from smlt.errors import InvalidDataset
-from smlt.progress import notice
 
 # A text column with at most this many distinct values in the train split is one-hot encoded;
 # more are hashed into HASH_BUCKETS features.
@@ -148,6 +147,8 @@ def pick_label(table: Table, label: str | None) -> str:
     for name in LABEL_NAMES:
         if name in table.columns:
             return name
+    from smlt.progress import notice  # local-only (not in the Lambda layer), as preparing is
+
     notice.info(
         f"{table.path}: no label column named (--label or the job's dataset.label): using the last, {names[-1]!r}"
     )
