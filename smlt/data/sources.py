@@ -111,7 +111,7 @@ def _npz(path: Path, opts: SourceOptions) -> Source:
         vocab = int(z["vocab_size"]) if "vocab_size" in z else opts.vocab_size
     if len(x) != len(y):
         raise InvalidDataset(f"{path}: x has {len(x)} rows and y {len(y)}: they must match")
-    kind: Task = opts.task or ("classification" if np.issubdtype(y.dtype, np.integer) else "regression")
+    kind: Task = opts.task or ("regression" if np.issubdtype(y.dtype, np.floating) else "classification")
     return Source(path.stem, y, kind, x=sample_layout(x, str(path)), vocab_size=vocab)
 
 

@@ -184,3 +184,9 @@ def test_data_prepare_takes_the_image_options(tmp_path, capsys):
     argv = ["data", "prepare", str(tmp_path / "pets"), "--image-size", "32", "--channels", "1", "--out"]
     assert main([*argv, str(tmp_path / "out")]) == 0
     assert "1x32x32 uint8" in capsys.readouterr().out
+
+
+def test_npz_labels_as_text_are_classes(tmp_path):
+    np.savez(tmp_path / "t.npz", x=np.zeros((30, 2), np.float32), y=np.array(["cat", "dog", "owl"] * 10))
+    m = prepare_dataset(str(tmp_path / "t.npz"), str(tmp_path / "out"), shards=2)
+    assert m.task == "classification" and m.outputs == 3 and m.y.dtype == "int64"
