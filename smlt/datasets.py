@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
+from smlt.data.options import SourceOptions
 from smlt.data.prepare import prepare_dataset, read_local_manifest
+from smlt.data.sources import is_source_path
 from smlt.errors import InvalidDataset
-from smlt.job import Job, check_dataset
+from smlt.job import DatasetSpec, Job, check_dataset
 from smlt.progress import notice
 from smlt.store import S3Store
 
@@ -18,34 +21,60 @@ def cache_home() -> Path:
     return Path(os.environ.get("SMLT_HOME", Path.home() / ".cache" / "smlt"))
 
 
-def local_dataset_folder(uri: str, base: Path | None = None) -> Path | None:
-    """A local folder holding manifest.json for `uri`, preparing it first if needed.
-    Returns None for s3:// URIs (nothing to do locally)."""
+def local_dataset_folder(dataset: DatasetSpec | str, base: Path | None = None) -> Path | None:
+    """A local folder holding manifest.json for the job's dataset, preparing its source (with the
+    dataset section's options) into the cache first if needed. None for s3:// URIs."""
+    spec = DatasetSpec(uri=dataset) if isinstance(dataset, str) else dataset
+    uri = spec.uri
     if uri.startswith("s3://"):
         return None
     if uri.startswith(("sklearn:", "synthetic:")):
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", uri).strip("-") + "-" + hashlib.sha1(uri.encode()).hexdigest()[:6]
-        folder = cache_home() / "datasets" / slug
-        if not (folder / "manifest.json").exists():
-            notice.info(f"preparing {uri} into {folder}")
-            prepare_dataset(uri, str(folder))
-        return folder
+        return _prepared(uri, re.sub(r"[^A-Za-z0-9]+", "-", uri).strip("-"), uri, spec.options())
     path = Path(uri)
     if not path.is_absolute() and base is not None and not path.exists():
         path = base / path
-    if path.is_dir():
+    if path.is_dir() and (path / "manifest.json").exists():
         read_local_manifest(path)  # raises InvalidDataset with the reason
         return path
-    if path.is_file() and path.suffix in (".csv", ".npz"):
-        folder = cache_home() / "datasets" / (path.stem + "-" + hashlib.sha1(path.read_bytes()).hexdigest()[:8])
-        if not (folder / "manifest.json").exists():
-            notice.info(f"preparing {path} into {folder}")
-            prepare_dataset(str(path), str(folder))
-        return folder
+    if is_source_path(path):
+        return _prepared(str(path), path.stem, _fingerprint(path), spec.options())
+    if path.is_dir():
+        raise InvalidDataset(
+            f"dataset.uri: {path} is neither a prepared dataset (no manifest.json) nor an image folder "
+            "(one subfolder of PNG/JPEG images per class)"
+        )
     raise InvalidDataset(
-        f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, a .csv/.npz file, "
-        "sklearn:NAME or synthetic:..."
+        f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, an image folder, "
+        "a .csv/.parquet/.npz file, sklearn:NAME or synthetic:..."
     )
+
+
+def _prepared(source: str, stem: str, identity: str, options: SourceOptions) -> Path:
+    """The cache folder of `source` prepared with `options`: the slug hashes both, so a different
+    label (or any other option) never reuses another preparation."""
+    key = identity + "\n" + options.model_dump_json()
+    folder = cache_home() / "datasets" / f"{stem}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    if not (folder / "manifest.json").exists():
+        notice.info(f"preparing {source} into {folder}")
+        tmp = folder.with_name(folder.name + f".{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            prepare_dataset(source, str(tmp), options=options)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed preparation leaves nothing behind
+            raise
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    return folder
+
+
+def _fingerprint(path: Path) -> str:
+    """A file's content hash; an image folder's listing (relative path, size, modification time)."""
+    if path.is_file():
+        return hashlib.sha1(path.read_bytes()).hexdigest()
+    files = sorted(f for f in path.rglob("*") if f.is_file())
+    listing = [f"{f.relative_to(path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
+    return hashlib.sha1("\n".join(listing).encode()).hexdigest()
 
 
 def upload_folder(folder: Path, store: S3Store, prefix: str) -> None:
@@ -56,16 +85,18 @@ def upload_folder(folder: Path, store: S3Store, prefix: str) -> None:
                 store.put(key, f.read_bytes())
 
 
-def stage_dataset(uri: str, data_bucket: str, base: Path | None = None, client=None) -> str:
+def stage_dataset(dataset: DatasetSpec | str, data_bucket: str, base: Path | None = None, client=None) -> str:
     """Return an s3:// URI for the job, uploading a local dataset into the data bucket."""
-    folder = local_dataset_folder(uri, base)
-    return uri if folder is None else upload_dataset(folder, data_bucket, client)
+    folder = local_dataset_folder(dataset, base)
+    if folder is None:
+        return dataset if isinstance(dataset, str) else dataset.uri
+    return upload_dataset(folder, data_bucket, client)
 
 
 def checked_dataset_folder(job: Job, base: Path | None = None) -> Path | None:
     """The job's local dataset folder (prepared if needed), checked against the job before any
     engine or stack is touched; None for an s3:// dataset (the planner checks that one)."""
-    folder = local_dataset_folder(job.dataset.uri, base)
+    folder = local_dataset_folder(job.dataset, base)
     if folder is not None:
         check_dataset(job, read_local_manifest(folder))
     return folder

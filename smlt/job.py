@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from smlt.data.manifest import Manifest
+from smlt.data.options import SourceOptions
 from smlt.errors import InvalidJob
 from smlt.tensors.codec import Codec
 
@@ -45,11 +46,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
 
 
-class DatasetSpec(_Strict):
-    """Where the prepared (sharded) dataset lives.
+class DatasetSpec(SourceOptions):
+    """Where the prepared (sharded) dataset lives, and how the CLI prepares a local source.
 
     `s3://bucket/prefix/` on AWS. The CLI also accepts a local folder holding a manifest, a
-    .csv/.npz file, or `sklearn:NAME`; it prepares and uploads those and rewrites the URI.
+    .csv/.parquet/.npz file, an image folder, `sklearn:NAME` or `synthetic:...`; it prepares those
+    with the options (`label`, `task`, `missing`, `image_size`, `channels`, `vocab_size`: see
+    `smlt.data.options`), uploads them and rewrites the URI.
     """
 
     uri: str = Field(min_length=1)
@@ -238,7 +241,11 @@ def parse_job(raw: Any) -> Job:
 
 def check_dataset(job: Job, manifest: Manifest) -> None:
     """What a job asks of its dataset that the dataset cannot give: InvalidJob naming the field."""
-    tr = job.training
+    ds, tr = job.dataset, job.training
+    if ds.task is not None and ds.task != manifest.task:
+        raise InvalidJob(f"dataset.task: {ds.task}, but {manifest.name} was prepared for {manifest.task}")
+    if ds.label is not None and manifest.label is not None and ds.label != manifest.label:
+        raise InvalidJob(f"dataset.label: {ds.label!r}, but {manifest.name} was prepared with label {manifest.label!r}")
     if manifest.task == "regression" and tr.target_metric == "val_accuracy" and tr.target_value is not None:
         raise InvalidJob("training.target_metric: val_accuracy needs a classification dataset; use val_loss")
     if tr.batch_size > manifest.train.rows:

@@ -5,37 +5,75 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from smlt.data.manifest import Manifest
+
 
 def add_commands(sub: Any) -> None:
     data = sub.add_parser("data", help="dataset tools").add_subparsers(dest="data_cmd", required=True)
-    prep = data.add_parser("prepare", help="shard a CSV, NPZ, sklearn:NAME or synthetic:... dataset")
+    prep = data.add_parser(
+        "prepare", help="shard a CSV, Parquet, NPZ, image folder, sklearn:NAME or synthetic:... dataset"
+    )
     prep.add_argument("source")
     prep.add_argument("--out", required=True, help="local folder or s3://bucket/prefix/")
     prep.add_argument("--shards", type=int, default=16)
     prep.add_argument("--validation-fraction", type=float, default=0.2)
     prep.add_argument("--seed", type=int, default=0)
-    prep.add_argument("--label", help="CSV label column (default: the last)")
+    prep.add_argument("--label", help="CSV/Parquet label column (default: label, target or y, else the last)")
     prep.add_argument("--task", choices=["classification", "regression"])
+    prep.add_argument(
+        "--missing",
+        choices=["impute", "refuse"],
+        default="impute",
+        help="CSV/Parquet empty cells: impute from the train split (with an indicator), or refuse",
+    )
+    prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
+    prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")
+    prep.add_argument("--vocab-size", type=_positive, help="token sequences: ids are below this (default: max id + 1)")
     prep.add_argument("--name")
     prep.set_defaults(fn=prepare)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
+    return value
+
+
 def prepare(args: argparse.Namespace) -> int:
+    from smlt.data.options import SourceOptions
     from smlt.data.prepare import prepare_dataset
 
+    options = SourceOptions(
+        label=args.label,
+        task=args.task,
+        missing=args.missing,
+        image_size=args.image_size,
+        channels=args.channels,
+        vocab_size=args.vocab_size,
+    )
     m = prepare_dataset(
         args.source,
         args.out,
         shards=args.shards,
         validation_fraction=args.validation_fraction,
         seed=args.seed,
-        label=args.label,
-        task=args.task,
         name=args.name,
+        options=options,
     )
     print(
         f"prepared {m.name}: {m.train.rows} train rows in {len(m.train.shards)} shards, "
-        f"{m.validation.rows} validation rows, {m.features} features, {m.outputs} "
+        f"{m.validation.rows} validation rows, {describe_samples(m)}, {m.outputs} "
         f"{'classes' if m.task == 'classification' else 'outputs'} -> {args.out}"
     )
     return 0
+
+
+def describe_samples(m: Manifest) -> str:
+    """One sample as users read it: `1x8x8 float32`, `64 int64 tokens, vocab 1000`, `10 float32 features`."""
+    shape = "x".join(str(d) for d in m.x.shape)
+    if m.vocab_size is not None:
+        return f"{shape} {m.x.dtype} tokens, vocab {m.vocab_size}"
+    if len(m.x.shape) == 1:
+        return f"{shape} {m.x.dtype} features"
+    return f"{shape} {m.x.dtype}"

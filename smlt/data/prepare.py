@@ -1,146 +1,25 @@
-"""`smlt data prepare`: CSV, NPZ, scikit-learn bundled datasets or a synthetic set → shards.
-
-Output: `manifest.json` plus safetensors shards (`x` float32, `y` int64 or float32), to a local
-folder or an `s3://bucket/prefix/`.
+"""`smlt data prepare`: a source (smlt.data.sources) split, transformed with statistics from its
+train split, and written as safetensors shards plus `manifest.json`, to a local folder or an
+`s3://bucket/prefix/`. The shards come first and the manifest last, so a manifest always
+describes shards that exist.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save
 
-from smlt.data.manifest import ArraySpec, Manifest, Normalization, ShardInfo, SplitInfo, parse_manifest
+from smlt.data import arrays, tabular
+from smlt.data.manifest import ArraySpec, ColumnTransform, Manifest, ShardInfo, SplitInfo, TargetScaling, parse_manifest
+from smlt.data.options import SourceOptions
+from smlt.data.sources import Source, load_source
 from smlt.errors import InvalidDataset
 
-SKLEARN_BUNDLED = {
-    "digits": ("load_digits", "classification"),
-    "iris": ("load_iris", "classification"),
-    "wine": ("load_wine", "classification"),
-    "breast_cancer": ("load_breast_cancer", "classification"),
-    "diabetes": ("load_diabetes", "regression"),
-}
-
-
-def load_source(source: str, label: str | None = None, task: str | None = None):
-    """Return (x, y, task, name) for a source spec.
-
-    - `sklearn:NAME` — a dataset scikit-learn ships (no download)
-    - `synthetic:classification?rows=200000&features=64&classes=10&seed=0`
-    - a `.npz` file with arrays `x` and `y`; a `.csv` file with a header (label = last column
-      unless `label` names one)
-    """
-    if source.startswith("sklearn:"):
-        name = source.split(":", 1)[1]
-        if name not in SKLEARN_BUNDLED:
-            raise InvalidDataset(f"unknown scikit-learn dataset {name!r}; bundled: {', '.join(SKLEARN_BUNDLED)}")
-        import sklearn.datasets
-
-        loader, kind = SKLEARN_BUNDLED[name]
-        ds = getattr(sklearn.datasets, loader)()
-        return ds.data.astype(np.float32), ds.target, kind, name
-    if source.startswith("synthetic:"):
-        return _synthetic(source)
-    path = Path(source)
-    if not path.exists():
-        raise InvalidDataset(f"dataset source not found: {source}")
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            if "x" not in z or "y" not in z:
-                raise InvalidDataset(f"{source}: an .npz dataset needs arrays 'x' and 'y', found {list(z.keys())}")
-            x, y = z["x"], z["y"]
-        kind = task or ("classification" if np.issubdtype(y.dtype, np.integer) else "regression")
-        return x.astype(np.float32).reshape(len(x), -1), y, kind, path.stem
-    if path.suffix == ".csv":
-        return _read_csv(path, label, task)
-    raise InvalidDataset(f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv or .npz")
-
-
-# More distinct labels than this and a CSV's task must be named: integer-valued prices or counts
-# would otherwise become hundreds of one-row classes. Labels written as decimals ("151.0") look
-# like a quantity sooner, but "0.0"/"1.0" flags are still classes.
-MAX_INFERRED_CLASSES = 100
-MAX_INFERRED_DECIMAL_CLASSES = 10
-
-
-def _read_csv(path: Path, label: str | None, task: str | None):
-    import csv
-
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except UnicodeDecodeError as e:
-        raise InvalidDataset(f"{path}: not UTF-8 text (byte {e.start}); save the CSV as UTF-8") from None
-    if len(rows) < 2:
-        raise InvalidDataset(f"{path}: a CSV dataset needs a header and at least one row")
-    header, body = rows[0], rows[1:]
-    if label is not None and label not in header:
-        raise InvalidDataset(f"{path}: no label column {label!r}; the columns are {', '.join(header)}")
-    col = header.index(label) if label else len(header) - 1
-    for line, r in enumerate(body, start=2):
-        if len(r) != len(header):
-            raise InvalidDataset(f"{path}: line {line} has {len(r)} values, the header {len(header)}")
-    try:
-        data = np.array([[float(v) for v in r] for r in body], dtype=np.float64)
-    except ValueError as e:
-        raise InvalidDataset(f"{path}: non-numeric value ({e})") from None
-    y = data[:, col]
-    x = np.delete(data, col, axis=1).astype(np.float32)
-    return x, y, task or _infer_task(path, header[col], [r[col] for r in body], y), path.stem
-
-
-def _infer_task(path: Path, column: str, texts: list[str], y: np.ndarray) -> str:
-    """Regression for fractional labels, classification for whole numbers with few distinct values
-    (fewer still when written as decimals); anything in between is refused rather than guessed."""
-    if not np.all(y == np.round(y)):
-        return "regression"
-    n = len(np.unique(y))
-    written_as_floats = any(not t.strip().lstrip("+-").isdigit() for t in texts)
-    if n > (MAX_INFERRED_DECIMAL_CLASSES if written_as_floats else MAX_INFERRED_CLASSES):
-        raise InvalidDataset(
-            f"{path}: label column {column!r} has {n} distinct whole-number values"
-            + (" written as decimals" if written_as_floats else "")
-            + ": pass --task regression for a quantity, or --task classification if each value is a class"
-        )
-    return "classification"
-
-
-def _synthetic(source: str):
-    spec = dict(re.findall(r"(\w+)=([\w.]+)", source))
-    kind = source.split(":", 1)[1].split("?", 1)[0] or "classification"
-    rows, feats = int(spec.get("rows", 10000)), int(spec.get("features", 32))
-    classes, seed = int(spec.get("classes", 10)), int(spec.get("seed", 0))
-    from sklearn.datasets import make_classification
-
-    if kind != "classification":
-        raise InvalidDataset(f"synthetic dataset kind {kind!r} not supported (use classification)")
-    x, y = make_classification(
-        n_samples=rows,
-        n_features=feats,
-        n_informative=max(2, feats // 2),
-        n_redundant=feats // 8,
-        n_classes=classes,
-        n_clusters_per_class=2,
-        class_sep=1.5,
-        flip_y=0.01,
-        random_state=seed,
-    )
-    return x.astype(np.float32), y, "classification", f"synthetic-{rows}x{feats}"
-
-
-def _write_split(out, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> SplitInfo:
-    infos = []
-    for i, (xs, ys) in enumerate(zip(np.array_split(x, shards), np.array_split(y, shards))):
-        if len(xs) == 0:
-            continue
-        blob = save({"x": np.ascontiguousarray(xs), "y": np.ascontiguousarray(ys)})
-        key = f"{split}-{i:05d}.safetensors"
-        out(key, blob)
-        infos.append(ShardInfo(key=key, rows=len(xs), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest()))
-    return SplitInfo(rows=int(len(x)), shards=infos)
+Writer = Callable[[str, bytes], object]
 
 
 def prepare_dataset(
@@ -150,63 +29,112 @@ def prepare_dataset(
     shards: int = 16,
     validation_fraction: float = 0.2,
     seed: int = 0,
-    label: str | None = None,
-    task: str | None = None,
     name: str | None = None,
+    options: SourceOptions | None = None,
 ) -> Manifest:
     """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest."""
     if shards < 1:
         raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
     if not 0 < validation_fraction < 1:
         raise InvalidDataset(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
-    x, y, kind, default_name = load_source(source, label=label, task=task)
-    if x.ndim != 2 or len(x) != len(y):
-        raise InvalidDataset(
-            f"{source}: expected x of shape (rows, features) and y of the same length, "
-            f"got x {x.shape} and y {np.shape(y)}"
-        )
-    if not np.isfinite(x).all():
-        raise InvalidDataset(f"{source}: features contain NaN or Inf")
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(x))
-    x, y = x[order], np.asarray(y)[order]
-    if kind == "classification":
-        classes, y = np.unique(y, return_inverse=True)
-        y, outputs = y.astype(np.int64), len(classes)
-        if outputs < 2:
-            raise InvalidDataset(
-                f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
-                "(or pass --task regression)"
-            )
-    else:
-        y = y.astype(np.float32).reshape(len(y), -1)
-        outputs = y.shape[1]
-    n_val = max(1, int(round(len(x) * validation_fraction)))
-    xt, yt, xv, yv = x[n_val:], y[n_val:], x[:n_val], y[:n_val]
-    mean, std = xt.mean(axis=0), xt.std(axis=0)
-    std = np.where(std < 1e-8, 1.0, std)
-    xt, xv = ((xt - mean) / std).astype(np.float32), ((xv - mean) / std).astype(np.float32)
-
-    out = _writer(dest)
+    opts = options or SourceOptions()
+    src = load_source(source, opts)
+    if src.table is not None and opts.missing == "refuse":  # the first empty cell in file order
+        tabular.refuse_missing(src.table, src.features)
+    order = np.random.default_rng(seed).permutation(len(src))
+    n_val = max(1, int(round(len(src) * validation_fraction)))
+    if n_val >= len(src):
+        raise InvalidDataset(f"{source}: {len(src)} rows leave none for training after the validation split")
+    val, train = order[:n_val], order[n_val:]
+    y, y_spec, outputs, target = _labels(src, source, train, val)
+    stored, columns = _fit_x(src, source, train, val, opts)
     manifest = Manifest(
-        name=name or default_name,
+        name=name or src.name,
         source=source,
-        task=kind,
-        x=ArraySpec(shape=[int(x.shape[1])], dtype="float32"),
-        y=ArraySpec(
-            shape=[] if kind == "classification" else [int(outputs)],
-            dtype="int64" if kind == "classification" else "float32",
-        ),
-        outputs=int(outputs),
-        train=_write_split(out, "train", xt, yt, min(shards, len(xt))),
-        validation=_write_split(out, "validation", xv, yv, min(max(1, shards // 2), len(xv))),
-        normalization=Normalization(applied="stored", mean=mean.astype(float).tolist(), std=std.astype(float).tolist()),
+        task=src.task,
+        x=stored.spec,
+        y=y_spec,
+        outputs=outputs,
+        train=SplitInfo(rows=len(train), shards=[]),
+        validation=SplitInfo(rows=len(val), shards=[]),
+        normalization=stored.normalization,
+        target=target,
+        columns=columns,
+        label=src.label,
+        vocab_size=stored.vocab_size,
+    )
+    if src.table is not None:  # validation rows go through the recorded transforms, as later data will
+        stored.validation = tabular.apply_columns(manifest, src.table.take(val))
+    out = _writer(dest)
+    manifest = manifest.model_copy(
+        update={
+            "train": _write_split(out, "train", stored.train, y[train], min(shards, len(train))),
+            "validation": _write_split(
+                out, "validation", stored.validation, y[val], min(max(1, shards // 2), len(val))
+            ),
+        }
     )
     out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
 
 
-def _writer(dest: str):
+def _fit_x(
+    src: Source, source: str, train: np.ndarray, val: np.ndarray, opts: SourceOptions
+) -> tuple[arrays.StoredX, list[ColumnTransform] | None]:
+    """Stored x with statistics from the train split; for a table also its column transforms (its
+    validation x is left to `apply_columns`)."""
+    if src.table is None:
+        assert src.x is not None
+        return arrays.store(src.x[train], src.x[val], source, src.vocab_size), None
+    rows = src.table.take(train)
+    columns = tabular.fit_columns(rows, src.features, impute=opts.missing == "impute")
+    features = tabular.encode_columns(columns, rows)
+    return arrays.store(features, features[:0], source), columns
+
+
+def _labels(
+    src: Source, source: str, train: np.ndarray, val: np.ndarray
+) -> tuple[np.ndarray, ArraySpec, int, TargetScaling | None]:
+    """(stored y for every row, its spec, outputs, target scaling): class indices, or regression
+    targets standardised with the train split's mean and std."""
+    if src.task == "classification":
+        if src.y.ndim != 1:
+            raise InvalidDataset(f"{source}: class labels must be one per row, got y of shape {src.y.shape}")
+        classes, index = np.unique(src.y, return_inverse=True)
+        if len(classes) < 2:
+            raise InvalidDataset(
+                f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
+                "(or pass --task regression)"
+            )
+        return index.astype(np.int64), ArraySpec(shape=[], dtype="int64"), len(classes), None
+    try:
+        y = src.y.astype(np.float64).reshape(len(src.y), -1)
+    except ValueError:
+        raise InvalidDataset(f"{source}: regression targets must be numbers") from None
+    if not np.isfinite(y).all():
+        raise InvalidDataset(f"{source}: regression targets contain NaN or Inf")
+    mean, std = y[train].mean(axis=0), y[train].std(axis=0)
+    std = np.where(std < 1e-12, 1.0, std)
+    target = TargetScaling(mean=mean.tolist(), std=std.tolist(), val_var=y[val].var(axis=0).tolist())
+    stored = ((y - mean) / std).astype(np.float32)
+    return stored, ArraySpec(shape=[int(y.shape[1])], dtype="float32"), int(y.shape[1]), target
+
+
+def _write_split(out: Writer, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> SplitInfo:
+    infos = []
+    small, extra = divmod(len(x), shards)  # np.array_split's sizes: the first `extra` one row larger
+    bounds = np.cumsum([0] + [small + 1] * extra + [small] * (shards - extra))
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if hi == lo:
+            continue
+        blob = save({"x": np.ascontiguousarray(x[lo:hi]), "y": np.ascontiguousarray(y[lo:hi])})
+        key = f"{split}-{i:05d}.safetensors"
+        out(key, blob)
+        infos.append(ShardInfo(key=key, rows=int(hi - lo), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest()))
+    return SplitInfo(rows=int(len(x)), shards=infos)
+
+
+def _writer(dest: str) -> Writer:
     if dest.startswith("s3://"):
         from smlt.keys import parse_s3_uri
         from smlt.store import S3Store

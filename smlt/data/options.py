@@ -1,0 +1,31 @@
+"""How a source is read: the options `smlt data prepare` takes and a job's `dataset` section
+carries (one model, so the CLI, the job and the cache slug agree on them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+Task = Literal["classification", "regression"]
+
+
+class SourceOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # CSV/Parquet: the label column (default: one named label/target/y, else the last).
+    label: str | None = None
+    # Default: inferred from the labels (whole numbers with few distinct values are classes).
+    task: Task | None = None
+    # CSV/Parquet empty cells and nulls: imputed from the train split with a 0/1 indicator
+    # feature, or refused with the column and row named.
+    missing: Literal["impute", "refuse"] = "impute"
+    # Image folders: every image resized to image_size x image_size, as RGB (3) or grayscale (1).
+    image_size: PositiveInt | None = None
+    channels: Literal[1, 3] | None = None
+    # Token sequences: ids are in [0, vocab_size); default max id + 1.
+    vocab_size: PositiveInt | None = None
+
+    def options(self) -> SourceOptions:
+        """Just the options (a DatasetSpec without its uri)."""
+        return SourceOptions.model_validate(self.model_dump(include=set(SourceOptions.model_fields)))

@@ -1,0 +1,161 @@
+"""CSV and Parquet with named columns: the label named (in the middle), text columns one-hot or
+hashed, empty cells imputed with an indicator or refused with the column and line named, every
+transform recorded so that later data (through `apply_columns`) gets the same features."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from safetensors.numpy import load
+
+from smlt.cli import main
+from smlt.data.options import SourceOptions
+from smlt.data.prepare import prepare_dataset
+from smlt.data.tabular import HASH_BUCKETS, apply_columns, read_table
+from smlt.errors import InvalidDataset
+
+HEADER = ["id", "colour", "label", "size", "city"]
+
+
+def rows(n=60, seed=0) -> list[list[str]]:
+    """id (number), colour (3 levels, some empty), label (in the middle), size (number, some
+    empty), city (40 levels: hashed)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        colour = ["red", "green", "blue"][i % 3] if i % 7 else ""
+        size = "" if i % 5 == 0 else f"{rng.normal(10, 3):.3f}"
+        out.append([str(i), colour, ["yes", "no"][i % 2], size, f"city{rng.integers(0, 40)}"])
+    return out
+
+
+def write_csv(path, body, header=HEADER):
+    path.write_text("\n".join(",".join(r) for r in [header, *body]) + "\n")
+    return path
+
+
+def stored(folder, split) -> np.ndarray:
+    return np.concatenate([load((folder / s.key).read_bytes())["x"] for s in split.shards])
+
+
+def test_csv_with_text_columns_empty_cells_and_the_label_in_the_middle(tmp_path):
+    csv = write_csv(tmp_path / "d.csv", rows())
+    m = prepare_dataset(str(csv), str(tmp_path / "out"), shards=3, options=SourceOptions(label="label"))
+    assert m.label == "label" and m.task == "classification" and m.outputs == 2
+    kinds = {c.name: c for c in m.columns or []}
+    assert list(kinds) == ["id", "colour", "size", "city"]  # the label is not a feature
+    assert kinds["id"].kind == "numeric" and not kinds["id"].indicator
+    assert kinds["colour"].kind == "onehot" and kinds["colour"].levels == ["blue", "green", "red"]
+    assert kinds["colour"].indicator and kinds["colour"].fill in ("blue", "green", "red")
+    assert kinds["size"].kind == "numeric" and kinds["size"].indicator and isinstance(kinds["size"].fill, float)
+    assert kinds["city"].kind == "hash" and kinds["city"].buckets == HASH_BUCKETS
+    assert m.x.shape == [1 + (3 + 1) + (1 + 1) + HASH_BUCKETS] and m.x.dtype == "float32"
+    x = stored(tmp_path / "out", m.train)
+    assert np.isfinite(x).all() and abs(float(x.mean())) < 0.05
+    # The fill is the train split's median of the present sizes.
+    train_ids = np.round(x[:, 0] * m.normalization.std[0] + m.normalization.mean[0]).astype(int)
+    sizes = [float(rows()[i][3]) for i in train_ids if rows()[i][3]]
+    assert kinds["size"].fill == pytest.approx(float(np.median(sizes)))
+
+
+def test_later_data_transformed_with_the_manifest_gives_the_same_features(tmp_path):
+    body = rows()
+    m = prepare_dataset(str(write_csv(tmp_path / "d.csv", body)), str(tmp_path / "out"), shards=2)
+    xv = stored(tmp_path / "out", m.validation)
+    ids = np.round(xv[:, 0] * m.normalization.std[0] + m.normalization.mean[0]).astype(int)
+    # A second file: the validation rows again, reordered, columns shuffled, without the label.
+    header = ["city", "size", "id", "colour"]
+    again = [[body[i][4], body[i][3], body[i][0], body[i][1]] for i in ids[::-1]]
+    x2 = apply_columns(m, read_table(write_csv(tmp_path / "later.csv", again, header)))
+    np.testing.assert_allclose(x2, xv[::-1], rtol=1e-6, atol=1e-6)
+    # An unseen level is no level at all.
+    new = [["cityX", "1.0", "3", "purple"]]
+    x3 = apply_columns(m, read_table(write_csv(tmp_path / "new.csv", new, header)))
+    colour = slice(1, 4)
+    np.testing.assert_allclose(
+        x3[0, colour], (0 - np.asarray(m.normalization.mean[colour])) / m.normalization.std[colour], rtol=1e-5
+    )
+    with pytest.raises(InvalidDataset, match=r"new.csv: column 'size', line 2: 'big' is not a number"):
+        apply_columns(m, read_table(write_csv(tmp_path / "new.csv", [["c", "big", "3", "red"]], header)))
+
+
+def test_refused_missing_values_name_the_column_and_line(tmp_path, capsys):
+    csv = write_csv(tmp_path / "d.csv", rows())
+    with pytest.raises(InvalidDataset, match=r"d.csv: column 'colour', line 2 is empty: missing values are refused"):
+        prepare_dataset(str(csv), str(tmp_path / "out"), options=SourceOptions(label="label", missing="refuse"))
+    # The first empty cell in file order: here line 3's size, before any empty colour.
+    body = rows()
+    body[0][1], body[0][3], body[1][3] = "red", "1.0", ""
+    write_csv(csv, body)
+    assert (
+        main(["data", "prepare", str(csv), "--label", "label", "--missing", "refuse", "--out", str(tmp_path / "p")])
+        == 2
+    )
+    assert "column 'size', line 3 is empty" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+    # Data without gaps prepares, and its recorded transforms refuse gaps in later data too.
+    full = [r for r in rows() if r[1] and r[3]]
+    m = prepare_dataset(str(write_csv(csv, full)), str(tmp_path / "ok"), options=SourceOptions(missing="refuse"))
+    assert all(c.fill is None and not c.indicator for c in m.columns or [])
+    with pytest.raises(InvalidDataset, match=r"later.csv: column 'size', line 3 is empty"):
+        apply_columns(m, read_table(write_csv(tmp_path / "later.csv", [full[0], [*full[1][:3], "", full[1][4]]])))
+
+
+def test_an_empty_label_is_refused_even_when_imputing(tmp_path):
+    body = rows()
+    body[3][2] = ""
+    with pytest.raises(InvalidDataset, match=r"column 'label', line 5 is empty: every row needs a label"):
+        prepare_dataset(str(write_csv(tmp_path / "d.csv", body)), str(tmp_path / "out"))
+
+
+def test_the_label_defaults_to_a_column_called_label_target_or_y_else_the_last(tmp_path, caplog):
+    body = [[str(i), str(i % 2), str(i * 2.5)] for i in range(30)]
+    m = prepare_dataset(str(write_csv(tmp_path / "a.csv", body, ["a", "target", "b"])), str(tmp_path / "a"))
+    assert m.label == "target" and m.task == "classification" and [c.name for c in m.columns or []] == ["a", "b"]
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(write_csv(tmp_path / "b.csv", body, ["a", "flag", "b"])), str(tmp_path / "b"))
+    assert m.label == "b" and m.task == "regression"
+    assert "b.csv: no label column named (--label or the job's dataset.label): using the last, 'b'" in caplog.text
+
+
+def test_regression_targets_are_standardised_with_train_statistics(tmp_path):
+    m = prepare_dataset("sklearn:diabetes", str(tmp_path), shards=2)
+    assert m.task == "regression" and m.y.shape == [1] and m.y.dtype == "float32" and m.target is not None
+    y = {
+        s: np.concatenate([load((tmp_path / i.key).read_bytes())["y"] for i in split.shards])
+        for s, split in (("train", m.train), ("validation", m.validation))
+    }
+    assert abs(float(y["train"].mean())) < 1e-5 and float(y["train"].std()) == pytest.approx(1, abs=1e-5)
+    # In the user's units the train mean is diabetes' (about 152), and val_var is the validation variance.
+    assert m.target.mean[0] == pytest.approx(152, abs=5)
+    user = y["validation"][:, 0].astype(np.float64) * m.target.std[0] + m.target.mean[0]
+    assert m.target.val_var[0] == pytest.approx(float(user.var()), rel=1e-5)
+
+
+def test_parquet_prepares_like_the_same_csv(tmp_path):
+    body = rows()
+    csv = write_csv(tmp_path / "d.csv", body)
+    cols = {
+        "id": pa.array([int(r[0]) for r in body]),
+        "colour": pa.array([r[1] or None for r in body]),
+        "label": pa.array([r[2] for r in body]),
+        "size": pa.array([float(r[3]) if r[3] else None for r in body]),
+        "city": pa.array([r[4] for r in body]),
+    }
+    pq.write_table(pa.table(cols), tmp_path / "d.parquet")
+    a = prepare_dataset(str(csv), str(tmp_path / "a"), shards=2)
+    b = prepare_dataset(str(tmp_path / "d.parquet"), str(tmp_path / "b"), shards=2)
+    assert a.columns == b.columns and a.x == b.x and a.label == b.label == "label"
+    np.testing.assert_allclose(stored(tmp_path / "a", a.train), stored(tmp_path / "b", b.train), rtol=1e-6, atol=1e-6)
+    with pytest.raises(InvalidDataset, match=r"d.parquet: column 'colour', row 1 is empty"):
+        prepare_dataset(str(tmp_path / "d.parquet"), str(tmp_path / "c"), options=SourceOptions(missing="refuse"))
+
+
+def test_text_labels_are_classes_and_cannot_be_regression_targets(tmp_path):
+    csv = write_csv(tmp_path / "d.csv", rows())
+    with pytest.raises(InvalidDataset, match=r"column 'label', line 2: 'yes' is not a number \(task is regression\)"):
+        prepare_dataset(str(csv), str(tmp_path / "out"), options=SourceOptions(task="regression"))
