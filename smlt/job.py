@@ -26,6 +26,7 @@ from pydantic import (
 
 from smlt.data.manifest import Manifest
 from smlt.errors import InvalidJob
+from smlt.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
 from smlt.tensors.codec import Codec
 
 # Built-in model names; anything else must look like "package.module:function".
@@ -84,7 +85,8 @@ class TrainingSpec(_Strict):
     # Local SGD steps per worker per round (k). The planner may change it round by round.
     local_steps: PositiveInt = 20
     max_rounds: PositiveInt = 50
-    target_metric: Literal["val_accuracy", "val_loss"] = "val_accuracy"
+    # val_loss: any task; val_accuracy: classification; val_rmse, val_r2: regression (smlt.evaluation).
+    target_metric: TargetMetric = "val_accuracy"
     target_value: float | None = Field(default=None, ge=0.0)
     # Server-side step applied to the averaged delta (1.0 = plain FedAvg).
     server_lr: PositiveFloat = 1.0
@@ -107,8 +109,13 @@ class TrainingSpec(_Strict):
     @field_validator("target_value")
     @classmethod
     def _fraction(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is not None and v > 1 and info.data.get("target_metric") == "val_accuracy":
-            raise ValueError("val_accuracy is a fraction of at most 1 (0.96 means 96 %)")
+        metric = info.data.get("target_metric")
+        if v is not None and v > 1 and metric in AT_MOST_ONE:
+            raise ValueError(
+                "val_accuracy is a fraction of at most 1 (0.96 means 96 %)"
+                if metric == "val_accuracy"
+                else "val_r2 is at most 1 (1 is a perfect fit, 0 no better than the mean)"
+            )
         return v
 
 
@@ -212,8 +219,9 @@ def parse_job(raw: Any) -> Job:
 def check_dataset(job: Job, manifest: Manifest) -> None:
     """What a job asks of its dataset that the dataset cannot give: InvalidJob naming the field."""
     tr = job.training
-    if manifest.task == "regression" and tr.target_metric == "val_accuracy" and tr.target_value is not None:
-        raise InvalidJob("training.target_metric: val_accuracy needs a classification dataset; use val_loss")
+    problem = target_metric_problem(tr.target_metric, manifest.task)
+    if problem and tr.target_value is not None:
+        raise InvalidJob(problem)
     if tr.batch_size > manifest.train.rows:
         raise InvalidJob(
             f"training.batch_size: {tr.batch_size} is larger than the whole training split "
