@@ -120,3 +120,27 @@ def test_a_regression_target_stops_the_run(diabetes, aws):
     reached = [r for r in m["rounds"] if r["stop"]]
     assert reached and reached[0]["reason"] == "target val_r2 0.3 reached" and reached[0]["val_r2"] >= 0.3
     assert all(r["val_r2"] < 0.3 for r in m["rounds"] if not r["stop"])
+
+
+def test_a_partial_split_gives_partial_rmse_and_r2_and_no_target(diabetes, aws):
+    # Workers 0 and 1 evaluate the two validation shards; worker 1 crashes in round 1, so round
+    # 1's metrics cover half the split: partial, and the target (R² >= 0.2, which they reach) is not declared on them.
+    j = {
+        "name": "diabetes",
+        "dataset": {"uri": URI},
+        "training": {"max_rounds": 3, "target_metric": "val_r2", "target_value": 0.2},
+        "workers": {"initial": 4, "memory_mb": 1769},
+    }
+    for rnd in range(2):
+        plan = planner({"op": "plan", "job": j, "execution": "partial"}, None)
+        for w in plan["workers"]:
+            if (rnd, w) != (1, 1):
+                train_step({"run_id": "partial", "round": rnd, "worker": w}, None)
+        aggregate({"run_id": "partial", "round": rnd}, None)
+    from smlt.records import RunTable
+
+    r0, r1 = sorted(RunTable("smlt-runs", "partial").rounds(), key=lambda r: r.round)
+    assert r0.val_rmse is not None and r0.val_rows == diabetes.validation.rows and r0.val_rmse_partial is None
+    assert r1.val_rmse is None and r1.val_r2 is None and r1.val_loss is None and not r1.stop
+    assert r1.val_rmse_partial is not None and r1.val_r2_partial is not None and r1.val_r2_partial >= 0.2
+    assert r1.val_accuracy_partial is None and 0 < r1.val_rows < diabetes.validation.rows
