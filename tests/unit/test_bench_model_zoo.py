@@ -66,3 +66,8 @@ def test_the_readme_section_says_what_was_not_measured():
     assert text.startswith("## Model zoo\n") and "not measured: x." in text
     assert "smlt's worker 90.0 samples/s, plain PyTorch 100.0 samples/s: ratio 0.9" in text
     assert "not measured: model 'resnet50' is not in smlt.train.models yet." in text
+
+
+def test_the_readme_section_is_the_recorded_results_rendered():
+    recorded = json.loads(model_zoo.RESULTS.read_text())
+    assert model_zoo.readme_section(recorded) in model_zoo.README.read_text()
