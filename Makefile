@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml package.json 2>/dev/null 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run test test-fast test-stock-moto lint fmt typecheck pr bench bench-report bench-planner synth deploy clean
+.PHONY: install run test test-fast test-stock-moto lint fmt typecheck pr bench bench-zoo bench-report bench-planner synth deploy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -52,6 +52,11 @@ bench-planner: install
 
 bench: install
 	$(BIN)/python bench/local_bench.py
+	$(BIN)/python bench/model_zoo.py
+
+# The model zoo alone: digits CNN time to accuracy, ResNet-18 throughput, a ResNet-50 sharded round.
+bench-zoo: install
+	$(BIN)/python bench/model_zoo.py
 
 # Re-render bench/README.md's local section from bench/results/local.json (no measuring).
 bench-report: install

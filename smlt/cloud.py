@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, 
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
+from smlt.evaluation import summary_text
 from smlt.items import MetaItem
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
@@ -106,7 +107,7 @@ def status(run_id: str, stack: Stack) -> MetaItem:
     notice.info(f"run {run_id}: {meta.status}")
     if meta.final:
         f = meta.final
-        notice.info(f"  final: val accuracy {f.val_accuracy}, {f.rounds} rounds, ${f.estimated_cost_usd:.5f}")
+        notice.info(f"  final: {summary_text(f.model_dump())}, {f.rounds} rounds, ${f.estimated_cost_usd:.5f}")
     return meta
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from smlt.data.manifest import TargetScaling
 from smlt.job import Job
 from smlt.roundspec import RoundSpec
 
@@ -40,8 +41,11 @@ class FinalMetrics(BaseModel):
     """The run's result: META's `final` (written by finalize) and metrics.json's `final`."""
 
     run_id: str
-    val_accuracy: float | None = None
+    task: str = "classification"  # which of the metrics below it has (smlt.evaluation)
+    val_accuracy: float | None = None  # classification only
     val_loss: float | None = None
+    val_rmse: float | None = None  # regression only, in the user's units (smlt.evaluation)
+    val_r2: float | None = None
     val_rows: int = 0  # validation rows the final metric was measured on (the whole split)
     rounds: int  # training rounds that led to the final model
     samples: int
@@ -69,6 +73,7 @@ class MetaItem(Item):
     features: int
     outputs: int
     task: str
+    target: TargetScaling | None = None  # regression: the manifest's target scaling (the metrics' units)
     lr_scale: float = 1.0  # halved once when a round diverges
     final: FinalMetrics | None = None
 
@@ -203,12 +208,17 @@ class RoundItem(Item):
     train_loss: float | None = None
     # Of model r, the one the round started from, over the whole validation split only: None when
     # a worker's slice is missing (the partial values below), so no stop decision can read them.
+    # (smlt.evaluation.val_metrics: accuracy for classification, RMSE and R² for regression.)
     val_loss: float | None = None
     val_accuracy: float | None = None
+    val_rmse: float | None = None
+    val_r2: float | None = None
     val_rows: int = 0  # validation rows evaluated
     val_rows_total: int | None = None  # rows in the split (META's val_rows)
     val_loss_partial: float | None = None  # over the val_rows evaluated, when not the whole split
     val_accuracy_partial: float | None = None
+    val_rmse_partial: float | None = None
+    val_r2_partial: float | None = None
     aggregate_s: float = 0.0
     aggregators: int = 1
     round_s: float = 0.0  # from plan to aggregated

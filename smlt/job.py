@@ -27,6 +27,7 @@ from pydantic import (
 from smlt.data.manifest import Manifest
 from smlt.data.options import SourceOptions
 from smlt.errors import InvalidJob
+from smlt.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
 from smlt.tensors.codec import Codec
 
 # Built-in model names (their builders: smlt.train.models.BUILTINS); anything else must look like
@@ -88,7 +89,8 @@ class TrainingSpec(_Strict):
     # Local SGD steps per worker per round (k). The planner may change it round by round.
     local_steps: PositiveInt = 20
     max_rounds: PositiveInt = 50
-    target_metric: Literal["val_accuracy", "val_loss"] = "val_accuracy"
+    # val_loss: any task; val_accuracy: classification; val_rmse, val_r2: regression (smlt.evaluation).
+    target_metric: TargetMetric = "val_accuracy"
     target_value: float | None = Field(default=None, ge=0.0)
     # Server-side step applied to the averaged delta (1.0 = plain FedAvg).
     server_lr: PositiveFloat = 1.0
@@ -113,8 +115,13 @@ class TrainingSpec(_Strict):
     @field_validator("target_value")
     @classmethod
     def _fraction(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is not None and v > 1 and info.data.get("target_metric") == "val_accuracy":
-            raise ValueError("val_accuracy is a fraction of at most 1 (0.96 means 96 %)")
+        metric = info.data.get("target_metric")
+        if v is not None and v > 1 and metric in AT_MOST_ONE:
+            raise ValueError(
+                "val_accuracy is a fraction of at most 1 (0.96 means 96 %)"
+                if metric == "val_accuracy"
+                else "val_r2 is at most 1 (1 is a perfect fit, 0 no better than the mean)"
+            )
         return v
 
 
@@ -246,8 +253,9 @@ def check_dataset(job: Job, manifest: Manifest) -> None:
         raise InvalidJob(f"dataset.task: {ds.task}, but {manifest.name} was prepared for {manifest.task}")
     if ds.label is not None and manifest.label is not None and ds.label != manifest.label:
         raise InvalidJob(f"dataset.label: {ds.label!r}, but {manifest.name} was prepared with label {manifest.label!r}")
-    if manifest.task == "regression" and tr.target_metric == "val_accuracy" and tr.target_value is not None:
-        raise InvalidJob("training.target_metric: val_accuracy needs a classification dataset; use val_loss")
+    problem = target_metric_problem(tr.target_metric, manifest.task)
+    if problem and tr.target_value is not None:
+        raise InvalidJob(problem)
     if tr.batch_size > manifest.train.rows:
         raise InvalidJob(
             f"training.batch_size: {tr.batch_size} is larger than the whole training split "

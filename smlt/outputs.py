@@ -8,6 +8,7 @@ from typing import Any
 
 from smlt import keys
 from smlt.errors import RunNotFinished
+from smlt.evaluation import ValMetrics, metrics_text
 from smlt.items import RoundItem
 from smlt.report import write_report
 from smlt.store import NotFound, S3Store
@@ -29,18 +30,19 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
 
 
 def progress_line(r: RoundItem) -> str:
-    acc, loss = r.val_accuracy, r.train_loss
+    whole = ValMetrics.model_validate(r.model_dump(include=set(ValMetrics.model_fields)))
+    partial = ValMetrics.model_validate({k: getattr(r, f"{k}_partial") for k in ValMetrics.model_fields})
+    measured = whole.val_loss is not None or partial.val_loss is None
+    loss = r.train_loss
     parts = [
         f"round {r.round:3d}",
         f"workers {r.workers_ok}/{r.workers}",
         f"{r.memory_mb} MB",
         "eval only" if r.eval_only else f"k {r.local_steps}",
         f"train loss {loss:.4f}" if loss is not None else "train loss   -   ",
-        f"val acc {acc:.4f}"
-        if acc is not None
-        else f"val partial {r.val_accuracy_partial:.4f} ({r.val_rows}/{r.val_rows_total} rows)"
-        if r.val_accuracy_partial is not None
-        else f"val loss {r.val_loss or float('nan'):.4f}",
+        metrics_text(whole)
+        if measured
+        else f"{metrics_text(partial, 'val partial')} ({r.val_rows}/{r.val_rows_total} rows)",
         f"{r.round_s:5.2f} s",
         f"cost ${r.cost_total_usd:.5f}",
     ]

@@ -1,10 +1,11 @@
-"""report.png: loss and accuracy against time and rounds."""
+"""report.png: loss and the task's metric (accuracy, or RMSE and R²) against time and rounds."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from smlt.evaluation import summary_text
 from smlt.items import FinalMetrics, RoundItem
 
 
@@ -29,15 +30,27 @@ def write_report(metrics: dict[str, Any], path: Path) -> None:
         if train:
             ax.plot(*zip(*train), "s--", label="train loss")
         ax.set_xlabel(label), ax.set_ylabel("loss"), ax.set_yscale("log"), ax.legend()
-        ax = axes[1][col]
-        if any(r.val_accuracy is not None for r in rounds):
-            ax.plot(xs, [r.val_accuracy for r in rounds], "o-", color="tab:green", label="validation accuracy")
-        ax.set_xlabel(label), ax.set_ylabel("accuracy"), ax.legend()
+        _plot_metric(axes[1][col], xs, rounds, label)
     final = FinalMetrics.model_validate(metrics["final"])
-    acc = final.val_accuracy
     fig.suptitle(
-        f"smlt run {final.run_id}: {final.rounds} rounds, "
-        f"{'' if acc is None else f'val accuracy {acc:.3f}, '}est. ${final.estimated_cost_usd:.4f}"
+        f"smlt run {final.run_id}: {final.rounds} rounds, {summary_text(final.model_dump())}, "
+        f"est. ${final.estimated_cost_usd:.4f}"
     )
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _plot_metric(ax: Any, xs: list[float], rounds: list[RoundItem], xlabel: str) -> None:
+    """The task's metric: accuracy, or for regression RMSE (the user's units) with R² beside it."""
+    ax.set_xlabel(xlabel)
+    if any(r.val_rmse is not None for r in rounds):
+        ax.plot(xs, [r.val_rmse for r in rounds], "o-", color="tab:green", label="validation RMSE")
+        ax.set_ylabel("RMSE"), ax.legend(loc="upper left")
+        if any(r.val_r2 is not None for r in rounds):
+            r2 = ax.twinx()
+            r2.plot(xs, [r.val_r2 for r in rounds], "s--", color="tab:purple", label="validation R²")
+            r2.set_ylabel("R²"), r2.legend(loc="upper right")
+        return
+    if any(r.val_accuracy is not None for r in rounds):
+        ax.plot(xs, [r.val_accuracy for r in rounds], "o-", color="tab:green", label="validation accuracy")
+    ax.set_ylabel("accuracy"), ax.legend()

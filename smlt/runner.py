@@ -21,6 +21,7 @@ from typing import Any
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.errors import InvalidJob, RunFailed, RunNotFound
+from smlt.evaluation import summary_text
 from smlt.job import Job
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
@@ -144,12 +145,12 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
 def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults: dict | None = None) -> list[str]:
     """The lines that end a run: its result, why it stopped, where its outputs are. A run the
     planner stopped before its first round (budget, deadline) has no metrics, report nor model."""
-    acc, loss = (("n/a" if f[m] is None else f"{f[m]:.4f}") for m in ("val_accuracy", "val_loss"))
+    loss = "n/a" if f.get("val_loss") is None else f"{f['val_loss']:.4f}"
     files = " ".join(
         n for n in ("model.safetensors", "metrics.json", "report.png", "history.json") if (out / n).exists()
     )
     return [
-        f"done: run {run_id}: {f['rounds']} rounds, val accuracy {acc}, val loss {loss}, "
+        f"done: run {run_id}: {f['rounds']} rounds, {summary_text(f)}, val loss {loss}, "
         f"{seconds:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
         + (f", faults injected {faults}" if faults is not None else ""),
         f"  stop reason: {f['stop_reason']}" + ("" if f["rounds"] else " (no round was trained)"),

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smlt.evaluation import summary_text
 from smlt.local.eventbridge import upload_version
 from smlt.outputs import fetch_outputs
 from smlt.progress import notice
@@ -36,7 +37,7 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
         S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out / run_id, engine.history(arn)
     )
     notice.info(
-        f"  run {run_id}: val accuracy {m['final']['val_accuracy']}, warm start "
+        f"  run {run_id}: {summary_text(m['final'])}, warm start "
         f"{m['job'].get('warm_start') or 'none'} -> {out / run_id}"
     )
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from smlt.bill import finalize_usd
 from smlt.config import FunctionSizes
+from smlt.evaluation import lower_is_better
 from smlt.job import Job
 from smlt.planner import priors as P
 from smlt.planner.progress import ProgressModel
@@ -80,7 +81,7 @@ def target_met(job: Job, history: RunHistory) -> bool:
     if not history.rounds:
         return False
     last = history.rounds[-1]
-    return target_reached(job.training, last.val_loss, last.val_accuracy)
+    return target_reached(job.training, last)
 
 
 def _stop(reason: str, bound: str, **kw) -> Decision:
@@ -113,7 +114,7 @@ def _terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, ar
     r = len(history.rounds)
     if target_met(job, history):
         v = _metric_value(job, history)
-        op = "<=" if job.training.target_metric == "val_loss" else ">="
+        op = "<=" if lower_is_better(job.training.target_metric) else ">="
         return _final_stop(
             job,
             history,

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from smlt.evaluation import lower_is_better
 from smlt.planner.stats import norm_ppf
 from smlt.planner.types import metric_reaches
 
@@ -149,7 +150,7 @@ class ProgressModel:
         from smlt.planner import priors as P
 
         self.P = P
-        self.sign = 1.0 if metric == "val_accuracy" else -1.0
+        self.sign = -1.0 if lower_is_better(metric) else 1.0  # y = sign * metric grows as it improves
         self.metric = metric
         self.target = target
         mom = momentum if optimizer == "sgd" else 0.9
@@ -227,6 +228,9 @@ class ProgressModel:
         if self.metric == "val_accuracy":
             yy = np.clip(np.abs(y[1:]), 0.0, 1.0)
             sd = np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.val_rows + MISFIT_SD**2)
+            a_max = max(1.0 - y0, 1e-3)
+        elif self.metric == "val_r2":  # at most 1, noise like a loss's
+            sd = 0.02 * np.abs(y[1:]) + MISFIT_SD
             a_max = max(1.0 - y0, 1e-3)
         else:
             sd = 0.02 * np.abs(y[1:]) + MISFIT_SD

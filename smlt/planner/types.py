@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from smlt.evaluation import lower_is_better
 from smlt.job import TrainingSpec
 
 
@@ -43,6 +44,8 @@ class RoundRecord(BaseModel):
     train_loss: float | None = None
     val_loss: float | None = None  # of the model the round started from
     val_accuracy: float | None = None
+    val_rmse: float | None = None  # regression, in the user's units
+    val_r2: float | None = None
     cost_usd: float = 0.0  # everything billed for this round
     # Extensions (optional):
     time_limit_s: float | None = None  # the straggler limit the plan set
@@ -84,13 +87,14 @@ class Decision(BaseModel):
 
 def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
     """The job's stop rule, the one the aggregator, the planner and the simulators apply:
-    val_loss at or below the target, val_accuracy at or above it."""
+    val_loss and val_rmse at or below the target, val_accuracy and val_r2 at or above it."""
     if target is None or value is None:
         return False
-    return value <= target if metric == "val_loss" else value >= target
+    return value <= target if lower_is_better(metric) else value >= target
 
 
-def target_reached(training: TrainingSpec, val_loss: float | None, val_accuracy: float | None) -> bool:
-    """`metric_reaches` for the job's target metric, given a round's metrics."""
-    value = val_loss if training.target_metric == "val_loss" else val_accuracy
+def target_reached(training: TrainingSpec, metrics: object) -> bool:
+    """`metric_reaches` for the job's target metric, given a round's metrics (a ROUND item, a
+    RoundRecord or a `ValMetrics`: anything with the metric's attribute)."""
+    value = getattr(metrics, training.target_metric, None)
     return metric_reaches(training.target_metric, training.target_value, value)

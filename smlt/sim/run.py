@@ -52,7 +52,7 @@ def history_of(w: Workload) -> RunHistory:
 
 
 def _met(job: Job, rec) -> bool:
-    return target_reached(job.training, rec.val_loss, rec.val_accuracy)
+    return target_reached(job.training, rec)
 
 
 def simulate(

@@ -27,6 +27,7 @@ from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted
 from smlt.aggregate.sync import delete_prefix
 from smlt.bill import ledger_cost
 from smlt.config import Settings
+from smlt.evaluation import ValMetrics, val_metrics
 from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
 from smlt.planner.types import target_reached
 from smlt.records import RunTable
@@ -111,12 +112,18 @@ class _Round:
         self.table = RunTable(settings.table, run_id)
         self.artifacts = S3Store(settings.artifacts_bucket)
         # The round's own items and the previous round's (the ledger so far), in one request.
+        # META: the task and target scaling the metrics are computed in.
         items = self.table.get_many(
-            keys.round_sk(rnd), keys.seal_sk(rnd), keys.plan_sk(rnd), *([keys.round_sk(rnd - 1)] if rnd > 0 else [])
+            keys.round_sk(rnd),
+            keys.seal_sk(rnd),
+            keys.plan_sk(rnd),
+            keys.META,
+            *([keys.round_sk(rnd - 1)] if rnd > 0 else []),
         )
         self.done = items.item(keys.round_sk(rnd), RoundItem)  # aggregated already: answer it again
         self.seal_item = items.item(keys.seal_sk(rnd), SealItem)
         self._plan = items.item(keys.plan_sk(rnd), PlanItem)
+        self.meta = items.item(keys.META, MetaItem)
         self.previous = items.item(keys.round_sk(rnd - 1), RoundItem) if rnd > 0 else None
         self._reported: list[WorkerItem] | None = None  # the workers' records read by the quorum check
 
@@ -219,6 +226,19 @@ class _Round:
             prev = self.table.get(keys.round_sk(rnd), RoundItem) if rnd >= 0 else None
         return sorted(by_worker.values(), key=lambda r: r.worker)
 
+    def val_metrics(self, evaluated: list[WorkerItem]) -> ValMetrics:
+        """The round's metrics from the workers' sums, in the dataset's units (META's task and
+        target scaling; a run without META is taken as classification, as before there was one)."""
+        meta = self.meta
+        return val_metrics(
+            sum(r.val_loss_sum for r in evaluated),
+            sum(r.val_correct for r in evaluated),
+            sum(r.val_count for r in evaluated),
+            task=meta.task if meta else "classification",
+            outputs=meta.outputs if meta else 1,
+            target=meta.target if meta else None,
+        )
+
     def record(
         self,
         records: list[WorkerItem],
@@ -235,12 +255,11 @@ class _Round:
         failed = max(0, spec.workers - len(records))
         evaluated = self.evaluation_chain(records)
         val_count = sum(r.val_count for r in evaluated)
-        val_loss = sum(r.val_loss_sum for r in evaluated) / val_count if val_count else None
-        val_acc = sum(r.val_correct for r in evaluated) / val_count if val_count else None
+        measured = self.val_metrics(evaluated)
         whole = spec.whole_split(val_count)
-        partial = {} if whole else {"val_loss_partial": val_loss, "val_accuracy_partial": val_acc}
+        partial = {} if whole else {f"{k}_partial": v for k, v in measured.model_dump().items()}
         if not whole:  # a failed worker's slice is missing: not a metric of the split
-            val_loss = val_acc = None
+            measured = ValMetrics()
         samples = sum(a.samples for a in ledger)
         losses = {r.worker: r.train_loss for r in records if r.train_loss is not None}  # an applied update's is
         train_loss = sum(losses[a.worker] * a.samples for a in ledger) / samples if samples else None
@@ -253,7 +272,7 @@ class _Round:
             )
         elif spec.eval_only:
             stop, reason = True, plan_item.stop_reason or "final evaluation"
-        elif target_reached(spec.job.training, val_loss, val_acc):
+        elif target_reached(spec.job.training, measured):
             stop, reason = True, f"target {spec.job.training.target_metric} {spec.job.training.target_value} reached"
         elif diverged:
             stop, reason = False, f"diverged: {diverged}; back to the last good model, learning rate halved"
@@ -275,8 +294,7 @@ class _Round:
             samples=samples,
             accepted=ledger,
             train_loss=train_loss,
-            val_loss=val_loss,
-            val_accuracy=val_acc,
+            **measured.model_dump(),
             val_rows=val_count,
             val_rows_total=spec.val_rows,
             **partial,

@@ -13,6 +13,7 @@ from typing import Any
 from smlt import keys
 from smlt.aggregate.model_store import read_model_blob
 from smlt.config import Settings
+from smlt.evaluation import ValMetrics
 from smlt.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.records import RunTable
 from smlt.steps.events import FinalizeAnswer, FinalizeEvent
@@ -58,6 +59,10 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     )
 
 
+# The final round's metrics the run reports (None where the task has none: smlt.evaluation).
+_FINAL_METRICS = set(ValMetrics.model_fields)
+
+
 def _final(
     run_id: str,
     meta: MetaItem | None,
@@ -71,8 +76,8 @@ def _final(
     last = rounds[-1] if rounds else None
     return FinalMetrics(
         run_id=run_id,
-        val_accuracy=final_round.val_accuracy if final_round else None,
-        val_loss=final_round.val_loss if final_round else None,
+        task=meta.task if meta else "classification",
+        **(final_round.model_dump(include=_FINAL_METRICS) if final_round else {}),
         val_rows=final_round.val_rows if final_round else 0,
         rounds=len(trained),
         samples=sum(r.samples for r in trained),

@@ -60,6 +60,7 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
         "features": manifest.features,
         "outputs": manifest.outputs,
         "task": manifest.task,
+        "target": manifest.target,
     }
 
 
