@@ -212,6 +212,9 @@ def train_to_target(rank: int, world: int, dataset: str, job: dict[str, Any], po
         result |= {"steps": steps, "samples": steps * b * world, "evals": len(curve), "curve": curve[-20:]}
         Path(out).write_text(json.dumps(result))
     if averager is not None:
+        # All leave together: a peer that exits while gloo still holds its connection aborts
+        # the other process ("terminate called without an active exception").
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
