@@ -134,6 +134,10 @@ class WorkerItem(Item):
     finished_at: float = 0.0
     cache_miss: bool = False
     steps: int = 0
+    # Measured once per process on one batch (smlt.train.measure): training FLOPs per sample and
+    # the activations the job's batch keeps for the backward pass. None in older records.
+    flops_per_sample: float | None = None
+    activation_mb: float | None = None
 
 
 class ShardRef(BaseModel):
