@@ -30,7 +30,9 @@ class Shards:
         if i in self.fail:
             raise CorruptShard(f"shard {i} is corrupt", key=str(i), reason="digest")
         ids = i * 100 + np.arange(self.rows[i])
-        return ids.reshape(-1, 1).astype(np.float32), ids % 10
+        x, y = ids.reshape(-1, 1).astype(np.float32), ids % 10
+        x.setflags(write=False), y.setflags(write=False)  # as safetensors gives them
+        return x, y
 
 
 def stream(reader, batch, steps, seed=SEED, indices=tuple(ROWS)):
@@ -48,20 +50,34 @@ def test_order_is_seeded_and_every_sample_of_the_slice_is_used_once_per_pass():
     assert [len(x) for x, _ in batches] == [4] * 15  # batches span shards
     got = ids(batches)
     assert sorted(got[:24]) == every and sorted(got[24:48]) == every  # each pass: every row once
-    assert got[:24] != got[24:48]  # a new order each pass
+    shards_in = [list(dict.fromkeys(v // 100 for v in got[a : a + 24])) for a in (0, 24)]
+    assert shards_in[0] != shards_in[1]  # each pass takes the shards in a new order
+    big = [v for v in got[:24] if v // 100 == 11]
+    assert big != sorted(big)  # and a shard's rows in a seeded order
     assert all(int(y) == v % 10 for x, ys in batches for v, y in zip(x[:, 0], ys))  # x and y stay paired
     assert ids(stream(Shards(), batch=4, steps=15)) == got  # a retried worker: the same order
     assert ids(stream(Shards(), batch=4, steps=15, seed=(0, 4, 2))) != got  # another worker: its own
     assert ids(stream(Shards(), batch=4, steps=15, seed=(0, 5, 1))) != got  # another round: another
 
 
+class Recording(Prefetcher):
+    def __init__(self, read):
+        super().__init__(read)
+        self.ahead = []
+
+    def prefetch(self, key):
+        self.ahead.append(key)
+        super().prefetch(key)
+
+
 def test_less_than_a_pass_reads_only_the_shards_it_needs():
-    reader = Shards()
-    batches = stream(reader, batch=2, steps=2)
-    first = first_train_key(list(ROWS), SEED)
-    assert reader.reads[0] == first and len(batches) == 2
-    # The first shard holds the 4 rows unless it is the 3-row one: one shard more then, not more.
-    assert len(reader.reads) == (1 if ROWS[first[1]] >= 4 else 2)
+    order = [k for _, k in _pass_order()]
+    for rows, ahead in ((3, []), (ROWS[order[0]] + 1, [("train", order[1])])):
+        reader = Shards()
+        with Recording(reader) as shards:
+            assert len(list(train_batches(shards, list(ROWS), 1, rows, SEED))) == rows
+        assert reader.reads[0] == ("train", order[0]) == first_train_key(list(ROWS), SEED)
+        assert shards.ahead == ahead  # the next shard is read ahead only when it will be needed
 
 
 def test_the_next_shard_is_read_while_the_current_one_trains():
@@ -111,9 +127,9 @@ def test_evaluation_reads_its_shards_in_order_in_fixed_batches_and_reads_the_fir
     with Prefetcher(read) as shards:
         batches = eval_batches(shards, [0, 1], then=("train", 8), batch=512)
         sizes = []
-        for x, _ in batches:
+        for x, y in batches:
             sizes.append(len(x))
-            x[:] = -1  # writable copies: the shard itself is not changed
+            assert x.flags.writeable and y.flags.writeable  # as torch.from_numpy wants them
         assert sizes == [512, 512, 76, 30]
         assert train.requested[8].wait(5)  # read ahead during the last validation shard
         assert shards.get(("train", 8))[0][0, 0] == 800
