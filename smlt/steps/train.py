@@ -300,11 +300,11 @@ def _run_worker(
             batches = train_batches(shards, train_idx, b, k, seed)
             samples, train_loss = _local_steps(spec, model, batches, manifest, sync, t0, transform)
         t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
-        if cache_miss:  # the rest of the slice, for the rounds to come (leaving waits for it)
+        if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
             rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]
             shards.background(lambda: reader.warm(rest))
     finite = math.isfinite(train_loss)
-    warm_s = time.perf_counter() - t_compute
+    t_warm = time.perf_counter()
 
     update_bytes = 0
     if not spec.eval_only:
@@ -337,10 +337,10 @@ def _run_worker(
         cold=cold,
         update_bytes=update_bytes,
         # Waiting for shards is loading; a read that overlapped compute is not counted twice.
-        load_s=t_setup - t0 + shards.wait_s + warm_s,
+        load_s=t_setup - t0 + shards.wait_s + (t_warm - t_compute),
         eval_s=t_eval - t_setup - eval_wait,
         compute_s=t_compute - t_eval - train_wait,
-        upload_s=t_upload - t_compute,
+        upload_s=t_upload - t_warm,
         total_s=time.perf_counter() - t0,
         finished_at=time.time(),
         cache_miss=cache_miss,

@@ -117,6 +117,10 @@ def test_images_keep_their_shape_and_train_a_cnn(quadrants, aws):
     conv, head = 2 * 8 * 9 * 64, 2 * 128 * 4
     assert {r.flops_per_sample for r in records} == {2 * conv + 3 * head}
     assert all(r.activation_mb and r.activation_mb > 32 * 8 * 64 * 4 / 2**20 for r in records)
+    # Round 0 read every shard from S3: the time spent waiting for them is loading, counted once.
+    for r in records:
+        parts = (r.load_s, r.eval_s, r.compute_s, r.upload_s)
+        assert r.cache_miss and min(parts) >= 0 and sum(parts) <= r.total_s
 
 
 def test_activations_too_large_for_the_tier_are_refused_before_training(quadrants, aws):
