@@ -80,6 +80,10 @@ class Settings(FunctionSizes):
     # configured, so a local run's own environment can set them.
     aggregator_read_bytes: int = Field(256 << 20, json_schema_extra=_read_by(PLANNER, optional=True))
     min_slice_bytes: int = Field(4 << 20, json_schema_extra=_read_by(PLANNER, optional=True))
+    # The workers' /tmp shard cache (smlt.data.shards.ShardCache): at most this many MB, least
+    # recently used shards evicted. The default leaves room in Lambda's default 512 MB /tmp; a
+    # stack with more ephemeral storage may write a larger cap.
+    shard_cache_mb: int = Field(384, ge=0, json_schema_extra=_read_by(TRAIN, optional=True))
     # Set by the local engine: how many handlers run at once there (None on AWS).
     local_concurrency: int | None = Field(None, json_schema_extra=_read_by(PLANNER, optional=True))
     # Per-step synchronous mode: where workers exchange gradients. "" = the artifacts bucket (S3);

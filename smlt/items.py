@@ -139,6 +139,10 @@ class WorkerItem(Item):
     finished_at: float = 0.0
     cache_miss: bool = False
     steps: int = 0
+    # Measured once per process on one batch (smlt.train.measure): training FLOPs per sample and
+    # the activations the job's batch keeps for the backward pass. None in older records.
+    flops_per_sample: float | None = None
+    activation_mb: float | None = None
 
 
 class ShardRef(BaseModel):
@@ -225,6 +229,7 @@ class RoundItem(Item):
     cost_usd: float = 0.0
     cost_total_usd: float = 0.0  # the ledger so far
     param_count: int = 0
+    flops_per_sample: float | None = None  # training FLOPs per sample, as the workers measured them
     stop: bool = False
     reason: str = ""
     plan_reason: str = ""

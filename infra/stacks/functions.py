@@ -180,7 +180,10 @@ class Functions(Construct):
                 role=role,
                 tracing=lambda_.Tracing.ACTIVE,
                 log_group=self._log_group(fid, role, log_retention),
-                environment=RuntimeSettings.environment(TRAIN, **base_env, **exchange_env, memory_mb=mb),
+                # The shard cache may fill 3/4 of the function's /tmp (the rest: code, temp files).
+                environment=RuntimeSettings.environment(
+                    TRAIN, **base_env, **exchange_env, memory_mb=mb, shard_cache_mb=settings.train_ephemeral_mb * 3 // 4
+                ),
                 **self._vpc_props(),
             )
             self.train_functions[mb] = fn

@@ -310,6 +310,7 @@ class _Round:
             time_limit_s=spec.compute_limit_s,
             finished_at=time.time(),
             timings=[RoundTiming.of(r) for r in records],
+            flops_per_sample=next((r.flops_per_sample for r in records if r.flops_per_sample), None),
         )
         _, stored = table.put_once(keys.round_sk(rnd), item)
         # The dashboard's metrics of the round (smlt.metrics), published by the handler.

@@ -149,6 +149,7 @@ def _history(rounds: list[RoundItem], meta: MetaItem) -> RunHistory:
         elapsed_s=time.time() - meta.created_at,
         cost_total_usd=rounds[-1].cost_total_usd if rounds else 0.0,
         param_count=rounds[-1].param_count if rounds else 0,
+        flops_per_sample=next((r.flops_per_sample for r in reversed(rounds) if r.flops_per_sample), None),
         train_rows=meta.train_rows,
         val_rows=meta.val_rows,
         dataset_bytes=meta.dataset_bytes,

@@ -1,8 +1,10 @@
 """One worker's round: evaluate the global model on a validation slice, take k local SGD steps
 on the worker's shards, write the delta (safetensors) and the timings.
 
-Deterministic: the sample order is seeded by (job seed, round, worker), so a retried or
-duplicated invocation computes the same update, and the conditional writes keep the first.
+The shards stream through `smlt.data.loader` (the next one read while the current one trains),
+so memory holds a few shards, not the worker's slice. Deterministic: the sample order is seeded
+by (job seed, round, worker), so a retried or duplicated invocation computes the same update,
+and the conditional writes keep the first.
 """
 
 from __future__ import annotations
@@ -11,18 +13,19 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from smlt import keys
 from smlt.aggregate.model_store import read_model_blob
 from smlt.aggregate.sync import Poll, ReduceScatter
 from smlt.config import Settings
-from smlt.data.manifest import SplitInfo
-from smlt.data.shards import is_cached, load_manifest, load_shards
+from smlt.data.inputs import model_input
+from smlt.data.loader import Arrays, Key, Prefetcher, ShardReader, eval_batches, first_train_key, train_batches
+from smlt.data.manifest import Manifest, ShardInfo
+from smlt.data.shards import ShardCache, load_manifest
 from smlt.errors import AccessDenied, CorruptShard, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
 from smlt.items import ErrorItem, PlanItem, SealItem, ShardRef, WorkerItem
 from smlt.records import RunTable
@@ -30,8 +33,10 @@ from smlt.roundspec import RoundSpec
 from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
 from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
+from smlt.train.augment import build_augment
+from smlt.train.measure import Footprint, footprint
 from smlt.train.models import build_model
-from smlt.usercode import activate_code
+from smlt.usercode import activate_code, load_transform
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
 
@@ -48,17 +53,20 @@ def _loss_fn(task: str) -> nn.Module:
     return nn.CrossEntropyLoss(reduction="sum") if task == "classification" else nn.MSELoss(reduction="sum")
 
 
-def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, task: str) -> tuple[float, int, int]:
-    """(loss sum, correct, count) on x, y."""
-    if len(x) == 0:
-        return 0.0, 0, 0
+def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest) -> tuple[float, int, int]:
+    """(loss sum, correct, count) over the batches: sums, so the round's metric weighs every row
+    alike however the rows were batched."""
     model.eval()
+    loss_fn, classification = _loss_fn(manifest.task), manifest.task == "classification"
+    loss, correct, count = 0.0, 0, 0
     with torch.no_grad():
-        out = model(torch.from_numpy(x))
-        target = torch.from_numpy(y)
-        loss = float(_loss_fn(task)(out, target))
-        correct = int((out.argmax(1) == target).sum()) if task == "classification" else 0
-    return loss, correct, len(x)
+        for x, y in batches:
+            out = model(torch.from_numpy(model_input(manifest, x)))
+            target = torch.from_numpy(y)
+            loss += float(loss_fn(out, target))
+            correct += int((out.argmax(1) == target).sum()) if classification else 0
+            count += len(x)
+    return loss, correct, count
 
 
 def _metadata(head: bytes) -> dict[str, str]:
@@ -67,20 +75,45 @@ def _metadata(head: bytes) -> dict[str, str]:
     return json.loads(head[8 : 8 + n]).get("__metadata__", {})
 
 
-def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int) -> None:
+def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int, activation_mb: float = 0.0, batch: int = 0) -> None:
     """Raise ModelTooLarge when training cannot fit the function's memory.
 
     Weights, gradients, two optimizer buffers, the global copy and the delta: ~6 copies of the
-    parameters, plus the data and ~450 MB for Python + torch themselves.
+    parameters, plus the activations of a batch (measured), the shards in memory and ~450 MB for
+    Python + torch themselves.
     """
     params = sum(p.numel() for p in model.parameters())
-    need_mb = (6 * params * 4 + data_bytes) / 2**20 + 450
+    need_mb = (6 * params * 4 + data_bytes) / 2**20 + activation_mb + 450
     if memory_mb and need_mb > memory_mb:
+        acts = f" ({activation_mb:,.0f} MB of it activations for a batch of {batch})" if activation_mb else ""
+        smaller = ", a smaller training.batch_size" if activation_mb else ""
         raise ModelTooLarge(
             f"the model has {params / 1e6:.1f}M parameters; training it needs about "
-            f"{need_mb:,.0f} MB, more than the {memory_mb} MB memory tier "
-            "(choose a larger workers.memory_mb, or let the planner choose)"
+            f"{need_mb:,.0f} MB{acts}, more than the {memory_mb} MB memory tier "
+            f"(choose a larger workers.memory_mb{smaller}, or let the planner choose)"
         )
+
+
+def _measure_and_check(
+    spec: RoundSpec, model: nn.Module, manifest: Manifest, memory_mb: int, shards: list[ShardInfo]
+) -> Footprint:
+    """The model's measured footprint, checked against the memory tier: first the parameters
+    alone (a model far too large is refused before measuring it), then with the activations of
+    the job's batch. In memory at once: the shard in use and the next one (twice while it is
+    parsed), never the whole slice."""
+    data_bytes = 3 * max((sh.bytes for sh in shards), default=0)
+    _check_fits(model, memory_mb, data_bytes)
+    key = (
+        spec.job.model.model_dump_json(),
+        manifest.x.model_dump_json(),
+        manifest.y.model_dump_json(),
+        manifest.outputs,
+        spec.job.code.sha256 if spec.job.code else None,  # the same model name in two code packages
+    )
+    fp = footprint(key, model, manifest, _loss_fn(manifest.task))
+    batch = spec.job.training.batch_size
+    _check_fits(model, memory_mb, data_bytes, fp.activation_mb(batch), batch)
+    return fp
 
 
 def _sync_exchange(
@@ -116,46 +149,43 @@ def _sync_exchange(
     return exchange
 
 
+Transform = Callable[[Tensor], Tensor]  # a training batch's model input -> the input trained on
+
+
 def _local_steps(
     spec: RoundSpec,
     model: nn.Module,
-    xt: np.ndarray,
-    yt: np.ndarray,
-    task: str,
+    batches: Iterator[Arrays],
+    manifest: Manifest,
     sync: Callable[[int, int], None] | None,
-    rnd: int,
-    worker: int,
     t0: float,
+    transform: Transform | None = None,
 ) -> tuple[int, float]:
-    """k local SGD steps on the worker's shards (sample order seeded by seed, round, worker):
-    (samples trained on, mean train loss)."""
+    """Local SGD steps, one per batch (`transform`, e.g. augmentation, applied to each training
+    batch after `model_input`): (samples trained on, mean train loss)."""
     model.train()
     opt = _optimizer(model.parameters(), spec)
-    loss_fn = _loss_fn(task)
-    rng = np.random.default_rng([spec.job.seed, rnd, worker])
-    b, k = spec.job.training.batch_size, spec.local_steps
-    need = b * k
-    order = np.concatenate([rng.permutation(len(xt)) for _ in range(math.ceil(need / len(xt)))])[:need]
-    xt_t, yt_t = torch.from_numpy(xt), torch.from_numpy(yt)
+    loss_fn = _loss_fn(manifest.task)
     # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
     # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
     # where every worker must take every step).
     stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
-    done_steps, train_loss = 0, 0.0
-    for step in range(k):
-        if step and time.perf_counter() > stop_at:
-            break
-        done_steps += 1
-        idx = torch.from_numpy(order[step * b : (step + 1) * b])
+    samples, train_loss = 0, 0.0
+    for step, (x, y) in enumerate(batches):
+        xb = torch.from_numpy(model_input(manifest, x))
+        if transform is not None:
+            xb = transform(xb)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xt_t[idx]), yt_t[idx])
-        (loss / len(idx)).backward()
+        loss = loss_fn(model(xb), torch.from_numpy(y))
+        (loss / len(x)).backward()
         if sync is not None:  # per-step mode: every worker steps with the averaged gradient
-            sync(step, len(idx))
+            sync(step, len(x))
         opt.step()
         train_loss += loss.item()
-    samples = done_steps * b
-    return samples, train_loss / samples
+        samples += len(x)
+        if time.perf_counter() > stop_at:  # checked before the next batch is read
+            break
+    return samples, train_loss / samples if samples else 0.0
 
 
 # The newest global model this process read, by (bucket, run, round, plan time). Model r never
@@ -185,10 +215,10 @@ def _global_model(artifacts: S3Store, spec: RoundSpec, model: nn.Module) -> byte
     return blob
 
 
-def run_worker(settings: Settings, event: TrainEvent) -> TrainAnswer:
+def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | None = None) -> TrainAnswer:
     table = RunTable(settings.table, event.run_id)
     try:
-        return _run_worker(settings, table, event.run_id, event.round, event.worker)
+        return _run_worker(settings, table, event.run_id, event.round, event.worker, transform)
     except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied) as e:
         # Not worth retrying: leave the reason (and the shard it names) where the aggregator and
         # the next plan can read it.
@@ -202,16 +232,6 @@ def _shard_ref(e: CorruptShard) -> ShardRef | None:
     if e.split not in ("train", "validation") or e.index is None:
         return None
     return ShardRef.model_validate({"split": e.split, "index": e.index, "key": e.key, "reason": e.reason})
-
-
-def _load_split(uri: str, split: SplitInfo, name: str, indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The shards `indices` of one split; a CorruptShard says which split and index it was."""
-    shards = [split.shards[i] for i in indices]
-    try:
-        return load_shards(uri, shards)
-    except CorruptShard as e:
-        index = next(i for i, sh in zip(indices, shards, strict=True) if sh.key == e.key)
-        raise CorruptShard(str(e), key=e.key, reason=e.reason, split=name, index=index) from None
 
 
 def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpec | TrainAnswer:
@@ -230,7 +250,37 @@ def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpe
     return plan.spec
 
 
-def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int) -> TrainAnswer:
+def _start_from(artifacts: S3Store, spec: RoundSpec, model: nn.Module, manifest: Manifest) -> dict[str, Tensor]:
+    """Load model r into `model`; a copy of its state (the update is the difference to it)."""
+    global_blob = _global_model(artifacts, spec, model)
+    try:
+        model.load_state_dict(bytes_to_state(global_blob))
+    except RuntimeError as e:
+        raise InvalidDataset(
+            f"the model does not match the dataset (samples of shape {manifest.x.shape}, "
+            f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
+        ) from None
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, int, int]) -> Transform | None:
+    """What the training batches go through: the user's per-sample `code.transform`, then
+    `training.augment` (seeded by job seed, round and worker, so a retried worker is identical)."""
+    per_sample = load_transform(spec.job)
+    augment = build_augment(spec.job.training.augment, manifest.input_shape, seed)
+    if per_sample is None:
+        return augment
+
+    def transform(batch: torch.Tensor) -> torch.Tensor:
+        out = torch.stack([per_sample(x) for x in batch])
+        return augment(out) if augment is not None else out
+
+    return transform
+
+
+def _run_worker(
+    settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int, transform: Transform | None
+) -> TrainAnswer:
     global _COLD
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
@@ -239,49 +289,43 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
     if isinstance(spec, TrainAnswer):
         return spec
     manifest = load_manifest(spec.job.dataset.uri)
-    torch.set_num_threads(max(1, min(os.cpu_count() or 1, (settings.memory_mb or spec.memory_mb) // 1769)))
+    memory_mb = settings.memory_mb or spec.memory_mb
+    torch.set_num_threads(max(1, min(os.cpu_count() or 1, memory_mb // 1769)))
 
     activate_code(spec.job)  # the user's code (`--code`) first on sys.path, fetched and verified once
     model = build_model(
         spec.job.model, manifest.input_shape, manifest.outputs, spec.job.seed, vocab_size=manifest.vocab_size
     )
-    train_idx = spec.train_shards(worker, len(manifest.train.shards))
-    train_shards = [manifest.train.shards[i] for i in train_idx]
-    _check_fits(model, settings.memory_mb or spec.memory_mb, sum(sh.bytes for sh in train_shards))
-    global_blob = _global_model(artifacts, spec, model)
-    try:
-        model.load_state_dict(bytes_to_state(global_blob))
-    except RuntimeError as e:
-        raise InvalidDataset(
-            f"the model does not match the dataset ({manifest.features} features, "
-            f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
-        ) from None
-    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    val_idx = spec.val_shards(worker, len(manifest.validation.shards))
+    train_idx = [] if spec.eval_only else spec.train_shards(worker, len(manifest.train.shards))
+    used = [manifest.validation.shards[i] for i in val_idx] + [manifest.train.shards[i] for i in train_idx]
+    fp = _measure_and_check(spec, model, manifest, memory_mb, used)
+    global_state = _start_from(artifacts, spec, model, manifest)
 
-    n_val = len(manifest.validation.shards)
-    val_idx = spec.val_shards(worker, n_val)
-    val_shards = [manifest.validation.shards[i] for i in val_idx]
-    cache_miss = not all(is_cached(sh) for sh in val_shards + train_shards)
-    uri = spec.job.dataset.uri
-    xv, yv = (
-        _load_split(uri, manifest.validation, "validation", val_idx)
-        if val_shards
-        else (np.zeros((0, manifest.features), np.float32), np.zeros(0))
-    )
-    xt, yt = _load_split(uri, manifest.train, "train", train_idx)
-    if xt.shape[1] != manifest.features:
-        raise InvalidDataset(f"shards have {xt.shape[1]} features, the manifest says {manifest.features}")
-    t_load = time.perf_counter()
+    cache = ShardCache(cap_bytes=settings.shard_cache_mb << 20)
+    cache_miss = not all(cache.has(sh.sha256) for sh in used)
+    seed = (spec.job.seed, rnd, worker)
+    if transform is None:
+        transform = _training_transform(spec, manifest, seed)
+    t_setup = time.perf_counter()
+    reader = ShardReader(spec.job.dataset.uri, manifest, cache)
+    with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
+        batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
+        val_loss, val_correct, val_count = _evaluate(model, batches, manifest)
+        t_eval, eval_wait = time.perf_counter(), shards.wait_s
 
-    val_loss, val_correct, val_count = _evaluate(model, xv, yv, manifest.task)
-    t_eval = time.perf_counter()
-
-    samples, train_loss = 0, 0.0
-    if not spec.eval_only:
-        sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
-        samples, train_loss = _local_steps(spec, model, xt, yt, manifest.task, sync, rnd, worker, t0)
+        samples, train_loss = 0, 0.0
+        if not spec.eval_only:
+            sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
+            b, k = spec.job.training.batch_size, spec.local_steps
+            batches = train_batches(shards, train_idx, b, k, seed)
+            samples, train_loss = _local_steps(spec, model, batches, manifest, sync, t0, transform)
+        t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
+        if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
+            rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]
+            shards.background(lambda: reader.warm(rest))
     finite = math.isfinite(train_loss)
-    t_compute = time.perf_counter()
+    t_warm = time.perf_counter()
 
     update_bytes = 0
     if not spec.eval_only:
@@ -313,14 +357,17 @@ def _run_worker(settings: Settings, table: RunTable, run_id: str, rnd: int, work
         memory_mb=spec.memory_mb,
         cold=cold,
         update_bytes=update_bytes,
-        load_s=t_load - t0,
-        eval_s=t_eval - t_load,
-        compute_s=t_compute - t_eval,
-        upload_s=t_upload - t_compute,
+        # Waiting for shards is loading; a read that overlapped compute is not counted twice.
+        load_s=t_setup - t0 + shards.wait_s + (t_warm - t_compute),
+        eval_s=t_eval - t_setup - eval_wait,
+        compute_s=t_compute - t_eval - train_wait,
+        upload_s=t_upload - t_warm,
         total_s=time.perf_counter() - t0,
         finished_at=time.time(),
         cache_miss=cache_miss,
         steps=samples // spec.job.training.batch_size,
+        flops_per_sample=fp.flops_per_sample or None,
+        activation_mb=fp.activation_mb(spec.job.training.batch_size),
     )
     outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
     if outcome == "sealed":

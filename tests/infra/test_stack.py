@@ -192,7 +192,8 @@ def test_environment_matches_contract(synth):
         if lid.startswith("FunctionsPlanner"):
             assert extra == {"SMLT_TRAIN_FUNCTIONS"}, lid
         elif lid.startswith("FunctionsTrainStep"):
-            assert extra == {"SMLT_MEMORY_MB"}, lid
+            assert extra == {"SMLT_MEMORY_MB", "SMLT_SHARD_CACHE_MB"}, lid
+            assert env["SMLT_SHARD_CACHE_MB"] == "3072"  # 3/4 of the 4,096 MB of /tmp
         else:
             assert extra == set(), lid
         assert env["POWERTOOLS_SERVICE_NAME"] == "smlt"

@@ -26,7 +26,7 @@ ART = "smlt-artifacts"
 URI = "s3://smlt-data/datasets/bn/"
 # One sample as the shards store it. The worker reads shards as flat rows until the streaming
 # loader lands (then this becomes IMAGE); the model below sees a 1x8x8 image either way.
-SAMPLE_SHAPE = (64,)
+SAMPLE_SHAPE = (1, 8, 8)
 IMAGE = (1, 8, 8)
 
 

@@ -1,0 +1,43 @@
+"""The workers' /tmp shard cache through the handlers: warm after the first round, and kept
+under its cap (`SMLT_SHARD_CACHE_MB`). On moto."""
+
+from pathlib import Path
+
+import pytest
+
+from lambdas.aggregate.handler import handler as aggregate
+from lambdas.planner.handler import handler as planner
+from lambdas.train_step.handler import handler as train_step
+from smlt.records import RunTable
+from tests.functional.handlers.test_worker_shapes import image_job, quadrants  # noqa: F401  (a fixture)
+
+
+def two_rounds(run):
+    j = image_job(target_value=None, max_rounds=3)
+    for rnd in range(2):
+        p = planner({"op": "plan", "job": j, "execution": run}, None)
+        assert p["round"] == rnd
+        for w in p["workers"]:
+            train_step({"run_id": run, "round": rnd, "worker": w}, None)
+        aggregate({"run_id": run, "round": rnd}, None)
+    table = RunTable("smlt-runs", run)
+    return [[r.cache_miss for r in table.workers(rnd)] for rnd in range(2)]
+
+
+@pytest.mark.parametrize("cap_mb, cached, misses", [(None, 6, [True, False]), ("0", 0, [True, True])])
+def test_the_cache_warms_in_the_first_round_and_keeps_under_its_cap(
+    quadrants,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+    cap_mb,
+    cached,
+    misses,
+):
+    cache = tmp_path / "shards"
+    monkeypatch.setenv("SMLT_CACHE_DIR", str(cache))
+    if cap_mb is not None:
+        monkeypatch.setenv("SMLT_SHARD_CACHE_MB", cap_mb)
+    rounds = two_rounds(f"cache-{cap_mb}")
+    assert rounds == [[m] * 4 for m in misses]  # each worker, each round
+    files = list(cache.glob("*.safetensors")) if cache.exists() else []
+    assert len(files) == cached and not list(Path(cache).glob("*.tmp"))
