@@ -149,7 +149,7 @@ def _accuracy(model, xv, yv) -> float:
     return correct / len(xv)
 
 
-def train_to_target(rank: int, world: int, dataset: str, job: dict[str, Any], port: int, out: str) -> None:
+def train_to_target(rank: int, world: int, dataset: str, job: dict[str, Any], store: str, out: str) -> None:
     """One process of a baseline: plain PyTorch (world 1) or local SGD (world > 1, gloo, the
     parameters averaged every `local_steps` steps). Evaluates every `workers x local_steps x
     batch` samples (all processes together) on the whole validation split; rank 0 writes the
@@ -166,8 +166,8 @@ def train_to_target(rank: int, world: int, dataset: str, job: dict[str, Any], po
         import torch.distributed as dist
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        # A file rendezvous: no port to pick and race for (gloo then connects on loopback).
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         averager = PeriodicModelAverager(period=k, warmup_steps=0)
         # It averages when its step counter (incremented after each call) is a multiple of the
         # period; from 1, that is after steps k, 2k, ... as smlt's rounds, not also after the first.
@@ -232,13 +232,14 @@ def run_baseline(dataset: Path, job: dict[str, Any], world: int = 1) -> dict[str
     """A baseline in fresh processes (spawned: nothing of this process is shared); its result."""
     import torch.multiprocessing as mp
 
-    from smlt.local.redis_server import free_port
-
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank0.json")
         mp.start_processes(
-            train_to_target, args=(world, str(dataset), job, free_port(), out), nprocs=world, start_method="spawn"
+            train_to_target,
+            args=(world, str(dataset), job, os.path.join(tmp, "rendezvous"), out),
+            nprocs=world,
+            start_method="spawn",
         )
         r = json.loads(Path(out).read_text())
     r["kind"] = "plain" if world == 1 else "local_sgd"
