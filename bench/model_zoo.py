@@ -216,6 +216,10 @@ def train_to_target(rank: int, world: int, dataset: str, job: dict[str, Any], st
         # the other process ("terminate called without an active exception").
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+        # Leave before interpreter finalisation: gloo's worker threads can still hold tensors
+        # then, and tearing those down aborts the process now and again (SIGABRT, "terminate
+        # called without an active exception"; pytorch/pytorch#179291).
+        os._exit(0)
 
 
 def _spread(model, world: int) -> float:
