@@ -256,6 +256,12 @@ def check_dataset(job: Job, manifest: Manifest) -> None:
     problem = target_metric_problem(tr.target_metric, manifest.task)
     if problem and tr.target_value is not None:
         raise InvalidJob(problem)
+    if tr.augment and len(manifest.x.shape) != 3:
+        shape = "x".join(map(str, manifest.x.shape))
+        raise InvalidJob(
+            f"training.augment: {', '.join(tr.augment)} augment images (channels x height x width); "
+            f"{manifest.name}'s samples are {shape}: leave training.augment empty"
+        )
     if tr.batch_size > manifest.train.rows:
         raise InvalidJob(
             f"training.batch_size: {tr.batch_size} is larger than the whole training split "

@@ -109,6 +109,14 @@ def test_batch_larger_than_the_dataset(tmp_path, capsys):
     assert rc == 2 and "training.batch_size: 64 is larger than the whole training split (16 rows" in err
 
 
+def test_augmenting_tabular_data_is_refused_before_the_engine_starts(tmp_path, capsys):
+    csv = csv_file(tmp_path, "a,b,label", [f"{i},{i % 3},{i % 2}" for i in range(20)])
+    path = job_file(tmp_path, {"dataset": {"uri": str(csv)}, "training": {"batch_size": 4, "augment": ["flip"]}})
+    rc, err = run(tmp_path, capsys, "run", "--local", str(path))
+    assert rc == 2 and "training.augment: flip augment images (channels x height x width)" in err
+    assert "samples are 2: leave training.augment empty" in err
+
+
 def test_prepare_with_a_missing_label_column_lists_the_columns(tmp_path, capsys):
     csv = csv_file(tmp_path, "a,b,label", ["1,2,0", "3,4,1"])
     rc, err = run(tmp_path, capsys, "data", "prepare", str(csv), "--label", "y", "--out", str(tmp_path / "p"))
