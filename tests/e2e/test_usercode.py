@@ -1,6 +1,7 @@
 """A user's CNN package, on no path of this process (no PYTHONPATH), trains through `smlt run
---local JOB --code DIR` and through `smlt start JOB --code DIR` against the local engine's
-endpoint: the handler processes fetch, verify and import it."""
+--local JOB --code DIR` (on an image folder) and through `smlt start JOB --code DIR` against the
+local engine's endpoint (on an NPZ of shape (N, 3, 32, 32)): the handler processes fetch, verify
+and import it, and it receives the images with their shape kept."""
 
 from __future__ import annotations
 
@@ -25,20 +26,21 @@ CNN = """import torch
 from torch import nn
 
 
-class Digits(nn.Module):
-    # Flatten-agnostic: takes (N, 64) or (N, 1, 8, 8) and sees an 8x8 image either way.
-    def __init__(self, output_dim, channels):
+class Net(nn.Module):
+    # Any image size: (C, H, W) in, pooled to 4x4 before the head.
+    def __init__(self, input_shape, output_dim, channels):
         super().__init__()
-        self.conv = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        c = input_shape[0]
+        self.conv = nn.Sequential(nn.Conv2d(c, channels, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4))
         self.head = nn.Linear(channels * 16, output_dim)
 
     def forward(self, x):
-        x = self.conv(x.reshape(-1, 1, 8, 8))
-        return self.head(x.flatten(1))
+        return self.head(self.conv(x).flatten(1))
 
 
 def build(input_shape, output_dim, channels=8):
-    return Digits(output_dim, channels)
+    assert len(input_shape) == 3, f"an image model, given samples of shape {input_shape}"
+    return Net(input_shape, output_dim, channels)
 """
 
 
@@ -53,14 +55,36 @@ def user_code(tmp_path):
     return pkg
 
 
-def _job(tmp_path: Path, run_id: str) -> Path:
+def _digits_uint8():
     x, y = load_digits(return_X_y=True)
-    npz = tmp_path / "digits64.npz"  # image-shaped data: 8x8 pixels, flat for now
-    np.savez(npz, x=(x / 16).astype(np.float32), y=y.astype(np.int64))
+    return (x * (255 / 16)).round().astype(np.uint8).reshape(-1, 8, 8), y.astype(np.int64)
+
+
+def image_folder(tmp_path: Path) -> dict:
+    """Digits as an image folder: one subfolder of 8x8 grayscale PNGs per class."""
+    from PIL import Image
+
+    x, y = _digits_uint8()
+    for i, (img, label) in enumerate(zip(x, y)):
+        (tmp_path / "images" / str(label)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img, mode="L").save(tmp_path / "images" / str(label) / f"{i:04d}.png")
+    return {"uri": str(tmp_path / "images"), "image_size": 8, "channels": 1}
+
+
+def npz_3x32x32(tmp_path: Path) -> dict:
+    """Digits as an NPZ of shape (N, 3, 32, 32), uint8: each pixel 4x4, on three channels."""
+    x, y = _digits_uint8()
+    big = np.repeat(np.repeat(x, 4, axis=1), 4, axis=2)
+    npz = tmp_path / "digits-3x32x32.npz"
+    np.savez(npz, x=np.stack([big] * 3, axis=1), y=y)
+    return {"uri": str(npz)}
+
+
+def _job(tmp_path: Path, run_id: str, dataset: dict) -> Path:
     job = {
         "name": "usercnn",
         "run_id": run_id,
-        "dataset": {"uri": str(npz)},
+        "dataset": dataset,
         "model": {"name": f"{PKG}.models.cnn:build", "params": {"channels": 8}},
         "training": {"learning_rate": 0.05, "batch_size": 32, "local_steps": 30, "max_rounds": 4},
         "workers": {"initial": 2, "memory_mb": 1769},
@@ -70,9 +94,12 @@ def _job(tmp_path: Path, run_id: str) -> Path:
     return path
 
 
-def _trained_the_users_cnn(final: dict, model: bytes) -> None:
+def _trained_the_users_cnn(final: dict, model: bytes, channels: int) -> None:
     assert final["rounds"] == 4 and final["val_accuracy"] > 0.8, final
-    assert {"conv.0.weight", "head.weight"} <= set(load(model)), "not the user's model"
+    state = load(model)
+    assert {"conv.0.weight", "head.weight"} <= set(state), "not the user's model"
+    # The images arrived with their shape: the first convolution has the data's channels.
+    assert state["conv.0.weight"].shape == (8, channels, 3, 3)
 
 
 def test_smlt_run_local_with_code(local, tmp_path, user_code, monkeypatch, capsys):
@@ -86,7 +113,7 @@ def test_smlt_run_local_with_code(local, tmp_path, user_code, monkeypatch, capsy
             [
                 "run",
                 "--local",
-                str(_job(tmp_path, "usercnn-local")),
+                str(_job(tmp_path, "usercnn-local", image_folder(tmp_path))),
                 "--out",
                 str(out),
                 "--code",
@@ -96,7 +123,7 @@ def test_smlt_run_local_with_code(local, tmp_path, user_code, monkeypatch, capsy
         == 0
     )
     metrics = json.loads((out / "metrics.json").read_text())
-    _trained_the_users_cnn(metrics["final"], (out / "model.safetensors").read_bytes())
+    _trained_the_users_cnn(metrics["final"], (out / "model.safetensors").read_bytes(), channels=1)
     code = metrics["job"]["code"]
     assert code["uri"] == f"s3://{names.artifacts_bucket}/code/{code['sha256']}.zip"
     # The code outlives the engine in the run's saved state: `smlt resume --local` puts it back
@@ -111,7 +138,17 @@ def test_smlt_run_local_with_code(local, tmp_path, user_code, monkeypatch, capsy
 def test_smlt_start_with_code(deployed, tmp_path, user_code, capsys):  # noqa: F811 - the fixture
     engine, stack = deployed
     assert (
-        main(["start", str(_job(tmp_path, "usercnn-start")), "--stack", "SmltCliTest", "--code", str(user_code)]) == 0
+        main(
+            [
+                "start",
+                str(_job(tmp_path, "usercnn-start", npz_3x32x32(tmp_path))),
+                "--stack",
+                "SmltCliTest",
+                "--code",
+                str(user_code),
+            ]
+        )
+        == 0
     )
     printed = capsys.readouterr().out
     assert "started run usercnn-start" in printed
@@ -126,4 +163,4 @@ def test_smlt_start_with_code(deployed, tmp_path, user_code, capsys):  # noqa: F
     assert desc["status"] == "SUCCEEDED", desc.get("cause")
     assert main(["fetch", "usercnn-start", "--stack", "SmltCliTest", "--out", str(tmp_path / "fetched")]) == 0
     metrics = json.loads((tmp_path / "fetched" / "metrics.json").read_text())
-    _trained_the_users_cnn(metrics["final"], (tmp_path / "fetched" / "model.safetensors").read_bytes())
+    _trained_the_users_cnn(metrics["final"], (tmp_path / "fetched" / "model.safetensors").read_bytes(), channels=3)
