@@ -155,3 +155,22 @@ def test_a_transform_is_applied_to_each_training_batch_after_model_input(quadran
     assert len(seen) == 10 and all(x.shape == (32, 1, 8, 8) and x.dtype == torch.float32 for x in seen)
     assert abs(float(torch.cat(seen).mean())) < 0.2  # normalised on load before the transform
     assert not same(update("flipped", lambda x: torch.flip(x, dims=[3])), plain)
+
+
+def test_training_augment_reaches_the_worker_and_a_retry_is_identical(quadrants, aws):
+    """`training.augment` is the worker's transform when the caller gives none: it changes what
+    the worker trains on, and it is seeded by (job seed, round, worker), so a retried
+    invocation computes the same update."""
+
+    def update(run, **training):
+        planner({"op": "plan", "job": image_job(**training), "execution": run}, None)
+        run_worker(Settings.from_env(), TrainEvent(run_id=run, round=0, worker=0))
+        return load(aws.get_object(Bucket="smlt-artifacts", Key=keys.update_key(run, 0, 0))["Body"].read())
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+    plain = update("no-augment")
+    flipped = update("augment-a", augment=["flip", "crop"])
+    assert not same(flipped, plain)
+    assert same(update("augment-b", augment=["flip", "crop"]), flipped)
