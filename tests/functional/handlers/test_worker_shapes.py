@@ -174,3 +174,28 @@ def test_training_augment_reaches_the_worker_and_a_retry_is_identical(quadrants,
     flipped = update("augment-a", augment=["flip", "crop"])
     assert not same(flipped, plain)
     assert same(update("augment-b", augment=["flip", "crop"]), flipped)
+
+
+def negate(x):
+    """A user's per-sample transform (`code.transform`): one sample in, the same shape out."""
+    assert x.shape == (1, 8, 8), x.shape
+    return -x
+
+
+def test_the_users_per_sample_transform_reaches_the_worker(quadrants, aws):
+    def update(run, job):
+        planner({"op": "plan", "job": job, "execution": run}, None)
+        run_worker(Settings.from_env(), TrainEvent(run_id=run, round=0, worker=0))
+        return load(aws.get_object(Bucket="smlt-artifacts", Key=keys.update_key(run, 0, 0))["Body"].read())
+
+    def explicit(x):  # the same transform handed to the worker batch by batch
+        return -x
+
+    job = {**image_job(), "code": {"transform": f"{__name__}:negate"}}
+    via_job = update("user-transform", job)
+    plain = update("no-transform", image_job())
+    planner({"op": "plan", "job": image_job(), "execution": "explicit"}, None)
+    run_worker(Settings.from_env(), TrainEvent(run_id="explicit", round=0, worker=0), transform=explicit)
+    by_hand = load(aws.get_object(Bucket="smlt-artifacts", Key=keys.update_key("explicit", 0, 0))["Body"].read())
+    assert all(np.array_equal(via_job[k], by_hand[k]) for k in via_job)
+    assert not all(np.array_equal(via_job[k], plain[k]) for k in via_job)
