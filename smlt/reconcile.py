@@ -317,6 +317,7 @@ def _compare(rnd: int, stored: dict[str, np.ndarray], expected: dict[str, tuple[
             i = int(np.flatnonzero(bad)[0])
             problems.append(
                 f"model {rnd + 1} {name}: {int(bad.sum())} of {bad.size} values differ from the recomputed ones "
-                f"(first at flat index {i}: stored {got.flat[i]!r}, expected {value.flat[i]!r} +- {tol.flat[i]:.3g})"
+                f"(first at flat index {i}: stored {float(got.flat[i])!r}, expected {float(value.flat[i])!r} "
+                f"+- {float(tol.flat[i]):.3g})"
             )
     return problems
