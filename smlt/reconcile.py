@@ -18,7 +18,8 @@ For every aggregated round r (a ROUND item):
    sums in any order: |stored - exact| <= 2 eps32 ((n + 2) server_lr sum_i |c_i d_i| + |model r|)
    per element, c_i = samples_i / total, n updates (the exact value computed in float64).
 
-Findings are returned (`Reconciliation.findings`), never raised.
+An object that cannot be decoded is a finding too. Findings are returned
+(`Reconciliation.findings`), never raised.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 import safetensors.numpy
 from pydantic import BaseModel, Field
+from safetensors import SafetensorError
 
 from smlt import keys
 from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
@@ -44,7 +46,9 @@ _UPDATE = re.compile(r"rounds/(\d{6})/updates/(\d{5})\.safetensors$")
 
 class Finding(BaseModel):
     round: int
-    kind: str  # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, model
+    # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, model,
+    # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item)
+    kind: str
     worker: int | None = None
     detail: str
 
@@ -262,20 +266,26 @@ def _excuse(
 
 
 def _check_model(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:
+    try:
+        check.findings.extend(_model_findings(run, item, updates))
+    except (SafetensorError, ValueError, KeyError, TypeError) as e:  # a damaged object is a finding too
+        detail = f"model {item.round}, model {item.round + 1} or an applied update cannot be read: {e!r}"
+        check.findings.append(Finding(round=item.round, kind="unreadable", detail=detail))
+
+
+def _model_findings(run: _Run, item: RoundItem, updates: dict[int, _Update]) -> list[Finding]:
     rnd = item.round
     old, new = run.model(rnd), run.model(rnd + 1)
     if old is None or new is None:
-        missing = rnd if old is None else rnd + 1
-        check.findings.append(Finding(round=rnd, kind="model", detail=f"model {missing} is not stored"))
-        return
+        return [Finding(round=rnd, kind="model", detail=f"model {rnd if old is None else rnd + 1} is not stored")]
     if not item.accepted:  # evaluation-only, diverged, or nothing trained: model r carried over
-        expected = {k: (v, np.zeros(v.shape)) for k, v in old.items()}
+        expected = {k: (v.astype(np.float64), np.zeros(v.shape)) for k, v in old.items()}
     else:
-        deltas = [(a.samples, run.get(updates[a.worker].key)) for a in item.accepted if a.worker in updates]
-        if len(deltas) < len(item.accepted) or any(blob is None for _, blob in deltas):
-            return  # a missing update is a finding of the ledger check already
-        expected = _expected(old, [(float(s), tensors(b)) for s, b in deltas if b is not None], run.server_lr(rnd))
-    check.findings.extend(Finding(round=rnd, kind="model", detail=d) for d in _compare(rnd, new, expected))
+        blobs = [(float(a.samples), run.get(updates[a.worker].key)) for a in item.accepted if a.worker in updates]
+        if len(blobs) < len(item.accepted):
+            return []  # a missing update is a finding of the ledger check already
+        expected = _expected(old, [(s, tensors(b)) for s, b in blobs if b is not None], run.server_lr(rnd))
+    return [Finding(round=rnd, kind="model", detail=d) for d in _compare(rnd, new, expected)]
 
 
 def _expected(

@@ -9,6 +9,7 @@ import boto3
 import numpy as np
 import safetensors.numpy
 
+from lambdas.train_step.handler import handler as train_step
 from smlt import keys
 from smlt.items import Accepted, RoundItem, SealItem
 from smlt.reconcile import reconcile
@@ -145,3 +146,42 @@ def test_a_ledger_naming_a_worker_twice_is_reported(digits, aws):
     # worker 1 weighs twice in the recomputed mean, so model 1 differs as well
     assert kinds(found, 0) == {("applied_twice", 1), ("model", None)}
     assert json.loads(found.model_dump_json())["run_id"] == "twice"
+
+
+def test_a_truncated_update_is_reported_not_raised(digits, aws):
+    two_rounds(digits, "cut")
+    key = keys.update_key("cut", 1, 1)
+    blob = aws.get_object(Bucket=ART, Key=key)["Body"].read()
+    aws.put_object(Bucket=ART, Key=key, Body=blob[:-100])
+    found = check("cut")
+    assert [(f.round, f.kind) for f in found.findings] == [(1, "unreadable")]
+    assert "cannot be read" in found.findings[0].detail
+
+
+def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
+    """Worker 2's update turned NaN in storage: round 1 diverges, applies nothing, model 2 = model 1."""
+    from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine, plan
+
+    j = job(digits, target_value=None, local_steps=5)
+    for rnd in (0, 1):
+        p = plan(j, "nan")
+        for w in p["workers"]:
+            train_step({"run_id": "nan", "round": rnd, "worker": w}, None)
+        if rnd == 1:
+            key = keys.update_key("nan", 1, 2)
+            state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
+            state[sorted(state)[0]].flat[0] = np.nan
+            head = aws.get_object(Bucket=ART, Key=key, Range="bytes=0-65535")["Body"].read()
+            meta = json.loads(head[8 : 8 + int.from_bytes(head[:8], "little")])
+            aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state, metadata=meta["__metadata__"]))
+        aggregate_like_the_state_machine(p)
+    found = check("nan")
+    assert found.findings == [] and not found.rounds[1].trained and found.rounds[1].applied == []
+    assert set(found.rounds[1].excused) == {0, 1, 2, 3}
+    assert all(r.startswith("round diverged: ") for r in found.rounds[1].excused.values())
+    # and a changed model 2 is still found: a diverged round must carry model 1 over exactly
+    key = keys.model_key("nan", 2)
+    state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
+    state[sorted(state)[0]].flat[3] += np.float32(1e-6)
+    aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
+    assert [(f.round, f.kind) for f in check("nan").findings] == [(1, "model")]
