@@ -11,7 +11,8 @@ For every aggregated round r (a ROUND item):
    diverged (nothing applied), the worker recorded a named error (`ERROR#r#w`), or the object was
    uploaded after the round's seal (late: its record could never land). Anything else is a finding.
 2. every ledger entry names its worker once and has its update object and its worker record, both
-   with the ledger's samples; every record that trained is in the ledger (unless the round diverged).
+   with the ledger's samples; every record that trained is in the ledger (unless the round diverged);
+   a sharded round's `accepted.json` (what its k aggregators averaged) is the ledger.
 3. model r+1 equals model r + server_lr * (sample-weighted mean of the accepted deltas); integer
    tensors get the mean rounded half to even, without server_lr; a diverged or evaluation-only round
    leaves model r+1 equal to model r. Floating values match within the rounding bound of float32
@@ -46,7 +47,7 @@ _UPDATE = re.compile(r"rounds/(\d{6})/updates/(\d{5})\.safetensors$")
 
 class Finding(BaseModel):
     round: int
-    # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, model,
+    # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, committed, model,
     # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item)
     kind: str
     worker: int | None = None
@@ -227,8 +228,21 @@ def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check
             if rec.samples > 0 and w not in applied and not item.eval_only:
                 detail = f"recorded {rec.samples} samples before the seal, not in the ledger"
                 check.findings.append(Finding(round=rnd, kind="not_applied", worker=w, detail=detail))
+    _check_committed(run, item, check)
     unapplied = {w: u for w, u in updates.items() if w not in applied}
     _excuse(run, item, unapplied, records, check)
+
+
+def _check_committed(run: _Run, item: RoundItem, check: RoundCheck) -> None:
+    """A sharded round: the list its k aggregators averaged (accepted.json) is the ledger."""
+    raw = run.get(keys.accepted_key(run.run_id, item.round))
+    if raw is None or item.diverged:  # a diverged round keeps the list but applies nothing
+        return
+    committed = sorted((int(a["worker"]), int(a["samples"])) for a in json.loads(raw))
+    ledger = sorted((a.worker, a.samples) for a in item.accepted)
+    if committed != ledger:
+        detail = f"the aggregators averaged {committed}, the ledger says {ledger}"
+        check.findings.append(Finding(round=item.round, kind="committed", detail=detail))
 
 
 def _check_entry(rnd: int, a: Accepted, update: _Update | None, record: WorkerItem | None, check: RoundCheck) -> None:

@@ -64,6 +64,9 @@ def test_sharded_bf16_with_server_lr_reconciles(digits, aws, monkeypatch):
     assert any(o["Key"].endswith("model.slices.json") for o in listed)
     head = aws.get_object(Bucket=ART, Key=keys.update_key("sliced", 1, 0), Range="bytes=0-65535")["Body"].read()
     assert b'"BF16"' in head
+    # the list the 8 aggregators averaged must be the ledger
+    aws.put_object(Bucket=ART, Key=keys.accepted_key("sliced", 1), Body=b'[{"worker": 0, "samples": 100}]')
+    assert {f.kind for f in check("sliced").findings} == {"committed"}
 
 
 def test_integer_buffers_follow_the_rounded_mean(images, aws):
