@@ -4,7 +4,8 @@ The library reports progress through :mod:`smlt.progress`'s loggers and fails wi
 errors of :mod:`smlt.errors`; this package prints the first (:mod:`smlt.cli.console`) and turns
 the second into messages and exit codes (:func:`main`). One module per command group:
 :mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
-deployed stack), :mod:`.data` (data prepare).
+deployed stack), :mod:`.data` (data prepare),
+:mod:`.verify` (verify: a run's reconciliation).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from smlt.local.limits import LimitError
 from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
 
-from . import cloud, data, local
+from . import cloud, data, local, verify
 from .console import console
 
 
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--quiet", action="store_true")
     res.set_defaults(fn=lambda args: local.resume(args) if args.local else cloud.resume(args))
     data.add_commands(sub)
+    verify.add_command(sub)
     return p
 
 

@@ -1,0 +1,44 @@
+"""`smlt verify RUN`: the independent reconciliation (`smlt.reconcile`) of a run on the deployed
+stack. Exit 0 when nothing is lost, counted twice or different from its recomputation, else 1."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from smlt.progress import notice
+
+
+def add_command(sub: Any) -> None:
+    c = sub.add_parser(
+        "verify", help="check a run's stored updates, ledgers and models, independently of the aggregator"
+    )
+    c.add_argument("run")
+    c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
+    c.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    c.set_defaults(fn=verify)
+
+
+def verify(args: argparse.Namespace) -> int:
+    import boto3
+
+    from smlt import cloud as remote
+    from smlt.errors import RunNotFound
+    from smlt.reconcile import reconcile
+    from smlt.records import RunTable
+
+    stack = remote.Stack.lookup(args.stack)
+    if RunTable(stack.table, args.run).meta() is None:
+        raise RunNotFound(f"no run {args.run!r} in table {stack.table}: check the run id (`smlt start` prints it)")
+    result = reconcile(boto3.client("s3"), boto3.client("dynamodb"), stack.artifacts_bucket, stack.table, args.run)
+    if args.json:
+        notice.info(result.model_dump_json(indent=2))
+    for f in result.findings:
+        notice.warning(f"round {f.round}: {f.kind}{'' if f.worker is None else f' (worker {f.worker})'}: {f.detail}")
+    rounds = len(result.rounds)
+    excused = sum(len(r.excused) for r in result.rounds)
+    if result.ok:
+        notice.info(f"run {args.run}: {rounds} rounds reconciled, nothing lost or counted twice ({excused} excused)")
+        return 0
+    notice.warning(f"run {args.run}: {len(result.findings)} finding(s) in {rounds} rounds")
+    return 1

@@ -1,0 +1,347 @@
+"""An independent check of a finished run, from what is stored only: nothing lost, nothing counted
+twice, every model what its round's accepted updates make of the one before.
+
+It reads the run's S3 objects and DynamoDB items with the boto3 clients it is given, decodes
+safetensors with `safetensors.numpy` and does its own arithmetic in float64, so a bug in the
+aggregator (or in the code that decides what counts) cannot hide here: it shares no code with
+`smlt.aggregate` or `smlt.steps`, only the key layout (`smlt.keys`) and the item models.
+
+For every aggregated round r (a ROUND item):
+1. every update object is in the applied ledger (`RoundItem.accepted`), or has a reason: the round
+   diverged (nothing applied), the worker recorded a named error (`ERROR#r#w`), or the object was
+   uploaded after the round's seal (late: its record could never land). Anything else is a finding.
+2. every ledger entry names its worker once and has its update object and its worker record, both
+   with the ledger's samples; every record that trained is in the ledger (unless the round diverged);
+   a sharded round's `accepted.json` (what its k aggregators averaged) is the ledger.
+3. model r+1 equals model r + server_lr * (sample-weighted mean of the accepted deltas); integer
+   tensors get the mean rounded half to even, without server_lr; a diverged or evaluation-only round
+   leaves model r+1 equal to model r. Floating values match within the rounding bound of float32
+   sums in any order: |stored - exact| <= 2 eps32 ((n + 2) server_lr sum_i |c_i d_i| + |model r|)
+   per element, c_i = samples_i / total, n updates (the exact value computed in float64).
+
+An object that cannot be decoded is a finding too. Findings are returned
+(`Reconciliation.findings`), never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+from pydantic import BaseModel, Field
+from safetensors import SafetensorError
+
+from smlt import keys
+from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
+from smlt.records import RunTable
+
+EPS32 = float(np.finfo(np.float32).eps)
+TINY32 = float(np.finfo(np.float32).tiny)
+_UPDATE = re.compile(r"rounds/(\d{6})/updates/(\d{5})\.safetensors$")
+
+
+class Finding(BaseModel):
+    round: int
+    # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, committed, model,
+    # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item)
+    kind: str
+    worker: int | None = None
+    detail: str
+
+
+class RoundCheck(BaseModel):
+    round: int
+    trained: bool = False  # aggregated, neither evaluation-only nor diverged
+    applied: list[int] = Field(default_factory=list)  # workers in the ledger
+    excused: dict[int, str] = Field(default_factory=dict)  # update objects not applied, with the reason
+    findings: list[Finding] = Field(default_factory=list)
+
+
+class Reconciliation(BaseModel):
+    run_id: str
+    rounds: list[RoundCheck] = Field(default_factory=list)
+    pending: list[int] = Field(default_factory=list)  # rounds with updates after the last aggregated one
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.rounds for f in r.findings]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+@dataclass(frozen=True)
+class _Update:
+    key: str
+    samples: int | None  # from the update's own header (None: unreadable)
+    uploaded: float  # S3 LastModified, epoch seconds
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _header(blob: bytes) -> dict[str, Any]:
+    n = int.from_bytes(blob[:8], "little")
+    return json.loads(blob[8 : 8 + n])
+
+
+def tensors(blob: bytes) -> dict[str, np.ndarray]:
+    """A safetensors blob as numpy arrays, BF16 widened to float32 (numpy has no bfloat16)."""
+    head = _header(blob)
+    if not any(t.get("dtype") == "BF16" for n, t in head.items() if n != "__metadata__"):
+        return safetensors.numpy.load(blob)
+    start = 8 + int.from_bytes(blob[:8], "little")
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        raw = blob[start + b : start + e]
+        if t["dtype"] == "BF16":
+            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(t["shape"])
+        else:
+            out[name] = safetensors.numpy.load(_single(name, t, raw))[name]
+    return out
+
+
+def _single(name: str, t: dict, raw: bytes) -> bytes:
+    """A one-tensor safetensors blob (to decode a non-BF16 tensor of a mixed blob with the library)."""
+    head = json.dumps({name: {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [0, len(raw)]}}).encode()
+    return len(head).to_bytes(8, "little") + head + raw
+
+
+class _Run:
+    """The stored state of one run, read once."""
+
+    def __init__(self, s3, dynamodb, bucket: str, table: str, run_id: str):
+        self.s3, self.bucket, self.run_id = s3, bucket, run_id
+        self.table = RunTable(table, run_id, client=dynamodb)
+        self.objects = self._list(keys.run_prefix(run_id) + "rounds/")
+        self._models: dict[int, dict[str, np.ndarray] | None] = {}
+
+    def _list(self, prefix: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            out.update({o["Key"]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
+        return out
+
+    def get(self, key: str) -> bytes | None:
+        if key not in self.objects:
+            return None
+        return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def updates(self) -> dict[int, dict[int, _Update]]:
+        """{round: {worker: update}} of every update object stored."""
+        out: dict[int, dict[int, _Update]] = {}
+        for key, uploaded in sorted(self.objects.items()):
+            m = _UPDATE.search(key)
+            if m:
+                out.setdefault(int(m[1]), {})[int(m[2])] = _Update(key, self._samples(key), uploaded)
+        return out
+
+    def _samples(self, key: str) -> int | None:
+        head = self.s3.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-65535")["Body"].read()
+        try:
+            return int(_header(head)["__metadata__"]["samples"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def model(self, rnd: int) -> dict[str, np.ndarray] | None:
+        """Model rnd as stored: its one object, else assembled from its slices; None if absent."""
+        if rnd not in self._models:
+            self._models.pop(rnd - 2, None)  # a round needs models r and r+1 only
+            blob = self.get(keys.model_key(self.run_id, rnd))
+            self._models[rnd] = tensors(blob) if blob is not None else self._sliced(rnd)
+        return self._models[rnd]
+
+    def _sliced(self, rnd: int) -> dict[str, np.ndarray] | None:
+        """The slices' format: a manifest naming the floating tensors in flat order and each slice's
+        [start, end) of the flat float32 vector; the other tensors in one `rest` object."""
+        raw = self.get(keys.slices_manifest_key(self.run_id, rnd))
+        if raw is None:
+            return None
+        manifest = json.loads(raw)
+        parts = []
+        for s in manifest["slices"]:
+            blob = self.get(s["key"])
+            if blob is None:
+                return None
+            parts.append(tensors(blob)["flat"])
+        flat, state, offset = np.concatenate(parts) if parts else np.empty(0, np.float32), {}, 0
+        for t in manifest["tensors"]:
+            n = int(np.prod(t["shape"]))
+            state[t["name"]] = flat[offset : offset + n].reshape(t["shape"])  # as stored: float32
+            offset += n
+        rest = self.get(manifest["rest"]) if manifest.get("rest") else None
+        return {**state, **(tensors(rest) if rest is not None else {})}
+
+    def server_lr(self, rnd: int) -> float:
+        plan = self.table.get(keys.plan_sk(rnd), PlanItem)
+        if plan is not None and plan.spec is not None:
+            return plan.spec.job.training.server_lr
+        meta = self.table.get(keys.META, MetaItem)
+        return meta.job.training.server_lr if meta is not None else 1.0
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def reconcile(s3, dynamodb, bucket: str, table: str, run_id: str) -> Reconciliation:
+    """Check a run's stored updates, ledgers and models (see the module docstring)."""
+    run = _Run(s3, dynamodb, bucket, table, run_id)
+    updates = run.updates()
+    rounds = {r.round: r for r in run.table.rounds()}
+    last = max(rounds, default=-1)
+    result = Reconciliation(run_id=run_id, pending=sorted(r for r in updates if r > last))
+    for rnd in sorted(set(rounds) | {r for r in updates if r <= last}):
+        check = RoundCheck(round=rnd)
+        item = rounds.get(rnd)
+        if item is None:
+            check.findings.append(Finding(round=rnd, kind="not_aggregated", detail="update objects, no ROUND item"))
+        else:
+            check.trained = not (item.eval_only or item.diverged)
+            _check_ledger(run, item, updates.get(rnd, {}), check)
+            _check_model(run, item, updates.get(rnd, {}), check)
+        result.rounds.append(check)
+    return result
+
+
+def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:
+    rnd = item.round
+    ledger = item.accepted
+    check.applied = [a.worker for a in ledger]
+    records = {w.worker: w for w in run.table.workers(rnd)}
+    for w in sorted(w for w, n in Counter(check.applied).items() if n > 1):
+        check.findings.append(Finding(round=rnd, kind="applied_twice", worker=w, detail="the ledger names it twice"))
+    for a in ledger:
+        _check_entry(rnd, a, updates.get(a.worker), records.get(a.worker), check)
+    applied = set(check.applied)
+    if not item.diverged:
+        for w, rec in sorted(records.items()):
+            if rec.samples > 0 and w not in applied and not item.eval_only:
+                detail = f"recorded {rec.samples} samples before the seal, not in the ledger"
+                check.findings.append(Finding(round=rnd, kind="not_applied", worker=w, detail=detail))
+    _check_committed(run, item, check)
+    unapplied = {w: u for w, u in updates.items() if w not in applied}
+    _excuse(run, item, unapplied, records, check)
+
+
+def _check_committed(run: _Run, item: RoundItem, check: RoundCheck) -> None:
+    """A sharded round: the list its k aggregators averaged (accepted.json) is the ledger."""
+    raw = run.get(keys.accepted_key(run.run_id, item.round))
+    if raw is None or item.diverged:  # a diverged round keeps the list but applies nothing
+        return
+    committed = sorted((int(a["worker"]), int(a["samples"])) for a in json.loads(raw))
+    ledger = sorted((a.worker, a.samples) for a in item.accepted)
+    if committed != ledger:
+        detail = f"the aggregators averaged {committed}, the ledger says {ledger}"
+        check.findings.append(Finding(round=item.round, kind="committed", detail=detail))
+
+
+def _check_entry(rnd: int, a: Accepted, update: _Update | None, record: WorkerItem | None, check: RoundCheck) -> None:
+    w = a.worker
+    if update is None:
+        check.findings.append(Finding(round=rnd, kind="missing_update", worker=w, detail="applied, no update object"))
+    elif update.samples != a.samples:
+        detail = f"ledger {a.samples} samples, the update's header {update.samples}"
+        check.findings.append(Finding(round=rnd, kind="samples", worker=w, detail=detail))
+    if record is None:
+        check.findings.append(Finding(round=rnd, kind="missing_record", worker=w, detail="applied, no worker record"))
+    elif record.samples != a.samples:
+        detail = f"ledger {a.samples} samples, the worker's record {record.samples}"
+        check.findings.append(Finding(round=rnd, kind="samples", worker=w, detail=detail))
+
+
+def _excuse(
+    run: _Run, item: RoundItem, unapplied: dict[int, _Update], records: dict[int, WorkerItem], check: RoundCheck
+) -> None:
+    """The reason each update object outside the ledger was not applied, or a finding."""
+    rnd = item.round
+    errors: dict[int, ErrorItem] = run.table.errors(rnd) if unapplied else {}
+    seal = run.table.get(keys.seal_sk(rnd), SealItem) if unapplied else None
+    for w, u in sorted(unapplied.items()):
+        if item.diverged:
+            check.excused[w] = f"round diverged: {item.reason}"
+        elif w in errors:
+            check.excused[w] = f"worker error {errors[w].error}: {errors[w].message}"
+        elif w not in records and seal is not None and int(u.uploaded) >= seal.sealed_at:
+            check.excused[w] = "late: uploaded after the round was sealed"
+        elif w not in records:
+            detail = f"{u.key}: no ledger entry, no worker record and no recorded reason (a report lost?)"
+            check.findings.append(Finding(round=rnd, kind="unexplained_update", worker=w, detail=detail))
+        # a record outside the ledger is reported by _check_ledger already
+
+
+def _check_model(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:
+    try:
+        check.findings.extend(_model_findings(run, item, updates))
+    except (SafetensorError, ValueError, KeyError, TypeError) as e:  # a damaged object is a finding too
+        detail = f"model {item.round}, model {item.round + 1} or an applied update cannot be read: {e!r}"
+        check.findings.append(Finding(round=item.round, kind="unreadable", detail=detail))
+
+
+def _model_findings(run: _Run, item: RoundItem, updates: dict[int, _Update]) -> list[Finding]:
+    rnd = item.round
+    old, new = run.model(rnd), run.model(rnd + 1)
+    if old is None or new is None:
+        return [Finding(round=rnd, kind="model", detail=f"model {rnd if old is None else rnd + 1} is not stored")]
+    if not item.accepted:  # evaluation-only, diverged, or nothing trained: model r carried over
+        expected = {k: (v.astype(np.float64), np.zeros(v.shape)) for k, v in old.items()}
+    else:
+        blobs = [(float(a.samples), run.get(updates[a.worker].key)) for a in item.accepted if a.worker in updates]
+        if len(blobs) < len(item.accepted):
+            return []  # a missing update is a finding of the ledger check already
+        expected = _expected(old, [(s, tensors(b)) for s, b in blobs if b is not None], run.server_lr(rnd))
+    return [Finding(round=rnd, kind="model", detail=d) for d in _compare(rnd, new, expected)]
+
+
+def _expected(
+    old: dict[str, np.ndarray], deltas: list[tuple[float, dict[str, np.ndarray]]], server_lr: float
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{name: (exact value, tolerance)} of model r+1, in float64."""
+    total = sum(s for s, _ in deltas)
+    n = len(deltas)
+    out = {}
+    for name, g in old.items():
+        if np.issubdtype(g.dtype, np.integer):  # a count: the mean rounded half to even, no server_lr
+            mean = sum(s * d[name].astype(np.float64) for s, d in deltas) / total if name in deltas[0][1] else 0
+            info = np.iinfo(g.dtype)
+            out[name] = (np.clip(g.astype(np.float64) + np.rint(mean), info.min, info.max), np.zeros(g.shape))
+            continue
+        g64 = g.astype(np.float64)
+        if name not in deltas[0][1]:
+            out[name] = (g64, np.zeros(g.shape))
+            continue
+        terms = [(s / total) * d[name].astype(np.float64) for s, d in deltas]
+        step = server_lr * sum(terms)
+        spread = server_lr * sum(np.abs(t) for t in terms)
+        out[name] = (g64 + step, 2 * EPS32 * ((n + 2) * spread + np.abs(g64)) + TINY32)
+    return out
+
+
+def _compare(rnd: int, stored: dict[str, np.ndarray], expected: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[str]:
+    problems = []
+    if set(stored) != set(expected):
+        problems.append(f"model {rnd + 1} has tensors {sorted(set(stored) ^ set(expected))} that model {rnd} lacks")
+    for name in sorted(set(stored) & set(expected)):
+        value, tol = expected[name]
+        got = stored[name].astype(np.float64)
+        if got.shape != value.shape:
+            problems.append(f"model {rnd + 1} {name}: shape {got.shape}, expected {value.shape}")
+            continue
+        bad = ~(np.abs(got - value) <= tol)  # NaN is bad too
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            problems.append(
+                f"model {rnd + 1} {name}: {int(bad.sum())} of {bad.size} values differ from the recomputed ones "
+                f"(first at flat index {i}: stored {float(got.flat[i])!r}, expected {float(value.flat[i])!r} "
+                f"+- {float(tol.flat[i]):.3g})"
+            )
+    return problems

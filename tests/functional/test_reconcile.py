@@ -1,0 +1,190 @@
+"""The reconciliation (smlt.reconcile) on runs the real handlers made on moto: a clean run has no
+finding, single and sharded, plain and bf16 with a server learning rate; each kind of tampering
+with what is stored (an applied update deleted, a report lost, a model value changed, a ledger
+naming a worker twice) is reported."""
+
+import json
+
+import boto3
+import numpy as np
+import safetensors.numpy
+
+from lambdas.train_step.handler import handler as train_step
+from smlt import keys
+from smlt.items import Accepted, RoundItem, SealItem
+from smlt.reconcile import reconcile
+from smlt.records import RunTable, to_item
+from tests.functional.handlers import conftest as handlers
+from tests.functional.handlers import test_buffers as buffers
+from tests.functional.handlers.conftest import job
+from tests.functional.handlers.test_sharded import drive
+
+aws, digits, images = handlers.aws, handlers.digits, buffers.images  # the handlers' moto fixtures
+ART, TABLE = "smlt-artifacts", "smlt-runs"
+
+
+def check(run_id):
+    return reconcile(boto3.client("s3"), boto3.client("dynamodb"), ART, TABLE, run_id)
+
+
+def two_rounds(uri, run_id, **training):
+    drive({**job(uri, max_rounds=2, target_value=None, local_steps=5, **training), "run_id": run_id}, run_id)
+    found = check(run_id)
+    assert found.findings == [], found.findings
+    assert [r.round for r in found.rounds if r.trained] == [0, 1] and not found.pending
+    assert all(len(r.applied) == 4 for r in found.rounds if r.trained)
+    return found
+
+
+def rewrite_round(run_id, rnd, accepted):
+    table = RunTable(TABLE, run_id)
+    item = table.get(keys.round_sk(rnd), RoundItem)
+    assert item is not None
+    item.accepted = accepted
+    raw = {"pk": keys.pk(run_id), "sk": keys.round_sk(rnd), **item.attrs()}
+    table.client.put_item(TableName=TABLE, Item=to_item(raw))
+    return item
+
+
+def kinds(found, rnd):
+    return {(f.kind, f.worker) for f in found.findings if f.round == rnd}
+
+
+def test_a_clean_run_reconciles(digits, aws):
+    found = two_rounds(digits, "clean")
+    assert [r.excused for r in found.rounds] == [{}, {}, {}]
+
+
+def test_sharded_bf16_with_server_lr_reconciles(digits, aws, monkeypatch):
+    """Model 2 is stored as 8 slices of bf16-averaged updates scaled by server_lr 0.5."""
+    monkeypatch.setenv("SMLT_AGGREGATOR_READ_BYTES", "1")
+    monkeypatch.setenv("SMLT_MIN_SLICE_BYTES", "8192")
+    two_rounds(digits, "sliced", compression="bf16", server_lr=0.5)
+    listed = aws.list_objects_v2(Bucket=ART, Prefix="runs/sliced/rounds/000002/")["Contents"]
+    assert any(o["Key"].endswith("model.slices.json") for o in listed)
+    head = aws.get_object(Bucket=ART, Key=keys.update_key("sliced", 1, 0), Range="bytes=0-65535")["Body"].read()
+    assert b'"BF16"' in head
+    # the list the 8 aggregators averaged must be the ledger
+    aws.put_object(Bucket=ART, Key=keys.accepted_key("sliced", 1), Body=b'[{"worker": 0, "samples": 100}]')
+    assert {f.kind for f in check("sliced").findings} == {"committed"}
+
+
+def test_integer_buffers_follow_the_rounded_mean(images, aws):
+    """A batch-norm model with fp16 updates: the counters are checked exactly, so one off is found."""
+    j = {
+        "name": "bn",
+        "run_id": "bn",
+        "dataset": {"uri": images},
+        "model": {"name": "tests.functional.handlers.test_buffers:bn_cnn"},
+        "training": {"local_steps": 7, "batch_size": 16, "max_rounds": 2, "compression": "fp16"},
+        "workers": {"initial": 2, "memory_mb": 1769},
+    }
+    drive(j, "bn")
+    assert check("bn").findings == []
+    key = keys.model_key("bn", 2)
+    state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
+    assert int(state["3.num_batches_tracked"]) == 14
+    state["3.num_batches_tracked"] += 1
+    aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
+    found = check("bn").findings
+    assert [(f.round, f.kind) for f in found] == [(1, "model"), (2, "model")]
+    assert "model 2 3.num_batches_tracked: 1 of 1 values differ" in found[0].detail
+
+
+def test_a_deleted_update_is_reported(digits, aws):
+    two_rounds(digits, "deleted")
+    aws.delete_object(Bucket=ART, Key=keys.update_key("deleted", 1, 2))
+    assert kinds(check("deleted"), 1) == {("missing_update", 2)}
+
+
+def test_a_lost_report_is_reported(digits, aws):
+    """Worker 3's record gone and the ledger without it, as when a conflict was answered
+    'duplicate' with no record stored: its update (uploaded before the seal) is unexplained, and
+    model 2 is not what the remaining ledger makes of model 1."""
+    two_rounds(digits, "lost")
+    aws_ddb = boto3.client("dynamodb")
+    aws_ddb.delete_item(TableName=TABLE, Key=to_item({"pk": keys.pk("lost"), "sk": keys.worker_sk(1, 3)}))
+    item = RunTable(TABLE, "lost").get(keys.round_sk(1), RoundItem)
+    assert item is not None
+    rewrite_round("lost", 1, [a for a in item.accepted if a.worker != 3])
+    assert kinds(check("lost"), 1) == {("unexplained_update", 3), ("model", None)}
+
+
+def test_an_update_stored_after_the_seal_is_excused_as_late(digits, aws):
+    """S3 times objects to the second: an upload counts as late from the second after the seal on
+    (the seal is moved 2 s back here, as if the upload came 2 s after it)."""
+    two_rounds(digits, "late")
+    table = RunTable(TABLE, "late")
+    seal = table.get(keys.seal_sk(1), SealItem)
+    assert seal is not None
+    raw = {"pk": keys.pk("late"), "sk": keys.seal_sk(1), "sealed_at": seal.sealed_at - 2}
+    table.client.put_item(TableName=TABLE, Item=to_item(raw))
+    blob = aws.get_object(Bucket=ART, Key=keys.update_key("late", 1, 0))["Body"].read()
+    aws.put_object(Bucket=ART, Key=keys.update_key("late", 1, 7), Body=blob)
+    found = check("late")
+    assert found.findings == []
+    assert found.rounds[1].excused == {7: "late: uploaded after the round was sealed"}
+
+
+def test_a_changed_model_value_is_reported(digits, aws):
+    two_rounds(digits, "changed")
+    key = keys.model_key("changed", 2)
+    state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
+    name = sorted(state)[0]
+    state[name].flat[5] += np.float32(1e-3)
+    aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
+    found = check("changed")
+    assert kinds(found, 1) == {("model", None)}
+    # model 2 is also what the evaluation round 2 carries over: model 3 no longer equals it
+    assert kinds(found, 2) == {("model", None)}
+    assert f"model 2 {name}: 1 of" in found.findings[0].detail
+
+
+def test_a_ledger_naming_a_worker_twice_is_reported(digits, aws):
+    two_rounds(digits, "twice")
+    item = RunTable(TABLE, "twice").get(keys.round_sk(0), RoundItem)
+    assert item is not None
+    rewrite_round("twice", 0, [*item.accepted, Accepted(worker=1, samples=item.accepted[1].samples)])
+    found = check("twice")
+    # worker 1 weighs twice in the recomputed mean, so model 1 differs as well
+    assert kinds(found, 0) == {("applied_twice", 1), ("model", None)}
+    assert json.loads(found.model_dump_json())["run_id"] == "twice"
+
+
+def test_a_truncated_update_is_reported_not_raised(digits, aws):
+    two_rounds(digits, "cut")
+    key = keys.update_key("cut", 1, 1)
+    blob = aws.get_object(Bucket=ART, Key=key)["Body"].read()
+    aws.put_object(Bucket=ART, Key=key, Body=blob[:-100])
+    found = check("cut")
+    assert [(f.round, f.kind) for f in found.findings] == [(1, "unreadable")]
+    assert "cannot be read" in found.findings[0].detail
+
+
+def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
+    """Worker 2's update turned NaN in storage: round 1 diverges, applies nothing, model 2 = model 1."""
+    from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine, plan
+
+    j = job(digits, target_value=None, local_steps=5)
+    for rnd in (0, 1):
+        p = plan(j, "nan")
+        for w in p["workers"]:
+            train_step({"run_id": "nan", "round": rnd, "worker": w}, None)
+        if rnd == 1:
+            key = keys.update_key("nan", 1, 2)
+            state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
+            state[sorted(state)[0]].flat[0] = np.nan
+            head = aws.get_object(Bucket=ART, Key=key, Range="bytes=0-65535")["Body"].read()
+            meta = json.loads(head[8 : 8 + int.from_bytes(head[:8], "little")])
+            aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state, metadata=meta["__metadata__"]))
+        aggregate_like_the_state_machine(p)
+    found = check("nan")
+    assert found.findings == [] and not found.rounds[1].trained and found.rounds[1].applied == []
+    assert set(found.rounds[1].excused) == {0, 1, 2, 3}
+    assert all(r.startswith("round diverged: ") for r in found.rounds[1].excused.values())
+    # and a changed model 2 is still found: a diverged round must carry model 1 over exactly
+    key = keys.model_key("nan", 2)
+    state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
+    state[sorted(state)[0]].flat[3] += np.float32(1e-6)
+    aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
+    assert [(f.round, f.kind) for f in check("nan").findings] == [(1, "model")]
