@@ -52,18 +52,12 @@ def environment(endpoint: str, cache: str) -> dict[str, str]:
 
 
 def create_stack(boto3) -> None:
+    from smlt.records import create_run_table
+
     s3 = boto3.client("s3")
     for b in ("smlt-artifacts", BUCKET):
         s3.create_bucket(Bucket=b)
-    boto3.client("dynamodb").create_table(
-        TableName=TABLE,
-        BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-    )
+    create_run_table(boto3.client("dynamodb"), TABLE)
 
 
 def put_dataset(boto3, prefix: str, shards: int, shard_mb: int) -> dict:

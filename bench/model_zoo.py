@@ -350,7 +350,7 @@ class MotoStack:
         import boto3
 
         from smlt.data.shards import load_manifest
-        from smlt.records import dynamodb_client
+        from smlt.records import create_run_table, dynamodb_client
         from smlt.store.s3 import s3_client
 
         for cached in (s3_client, dynamodb_client, load_manifest):  # made for an earlier endpoint
@@ -358,15 +358,7 @@ class MotoStack:
 
         for bucket in ("smlt-artifacts", "smlt-data"):
             boto3.client("s3").create_bucket(Bucket=bucket)
-        boto3.client("dynamodb").create_table(
-            TableName="smlt-runs",
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-        )
+        create_run_table(boto3.client("dynamodb"), "smlt-runs")
 
     def call(self, role: str, event: dict[str, Any]) -> dict[str, Any]:
         """A handler (`planner`, `aggregate` or `train_step`) in a process of its own: its

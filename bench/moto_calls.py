@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.moto_server import start_server, stop_server  # noqa: E402 - needs ROOT on the path
+from smlt.records import create_run_table  # noqa: E402
 
 BUCKET, TABLE = "bench", "runs"
 BIG = 44 * 1024 * 1024  # one update/model blob of the sharded-aggregation bench
@@ -59,15 +60,7 @@ def setup(s3, ddb) -> None:
     s3.create_bucket(Bucket=BUCKET)
     s3.put_object(Bucket=BUCKET, Key="big", Body=os.urandom(1024 * 1024) * (BIG // (1024 * 1024)))
     s3.put_object(Bucket=BUCKET, Key="small", Body=os.urandom(4096))
-    ddb.create_table(
-        TableName=TABLE,
-        BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-    )
+    create_run_table(ddb, TABLE)
     for pk in ("RUN#a", "RUN#b"):  # two runs: moto's Query sorted the whole table
         for i in range(PART_ITEMS):
             ddb.put_item(TableName=TABLE, Item=item(pk, f"{KINDS[i % 4]}{i // 4:04d}#{i % 8}", i))

@@ -67,6 +67,20 @@ class Fetched(dict[str, dict[str, Any] | None]):
         return None if raw is None else model.model_validate(raw)
 
 
+def create_run_table(client: Any, name: str) -> None:
+    """Create an empty run table with the stack's key schema (`infra/stacks/table.py`: pk and sk
+    strings, on demand), for tests and benchmarks on moto."""
+    client.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+    )
+
+
 class RunTable:
     def __init__(self, table: str, run_id: str, client=None):
         self.table = table

@@ -11,6 +11,7 @@ import pytest
 
 from smlt.local import patches, speed
 from smlt.local.pool import WorkerPool
+from smlt.records import create_run_table
 
 # the root conftest installs the patches (without these when SMLT_LOCAL_SPEEDUPS=0)
 pytestmark = pytest.mark.skipif(not speed.enabled(), reason="SMLT_LOCAL_SPEEDUPS=0: the speed patches are off")
@@ -102,15 +103,7 @@ def test_transaction_rollback_restores_exactly_the_named_items():
 
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
-        ddb.create_table(
-            TableName="t",
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-        )
+        create_run_table(ddb, "t")
         for sk in ("a", "b", "c"):
             ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": sk}, "v": {"N": "1"}})
 

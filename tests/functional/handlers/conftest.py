@@ -21,22 +21,14 @@ def aws(monkeypatch, tmp_path):
     with mock_aws():
         # Cached clients must be made inside the mock.
         from smlt.data.shards import load_manifest
-        from smlt.records import dynamodb_client
+        from smlt.records import create_run_table, dynamodb_client
         from smlt.store.s3 import s3_client
 
         s3_client.cache_clear(), dynamodb_client.cache_clear(), load_manifest.cache_clear()
         s3 = boto3.client("s3")
         for b in ("smlt-artifacts", "smlt-data"):
             s3.create_bucket(Bucket=b)
-        boto3.client("dynamodb").create_table(
-            TableName="smlt-runs",
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-        )
+        create_run_table(boto3.client("dynamodb"), "smlt-runs")
         monkeypatch.setenv("SMLT_ARTIFACTS_BUCKET", "smlt-artifacts")
         monkeypatch.setenv("SMLT_DATA_BUCKET", "smlt-data")
         monkeypatch.setenv("SMLT_TABLE", "smlt-runs")

@@ -14,7 +14,7 @@ from smlt import retry
 from smlt.items import SealItem, WorkerItem
 from smlt.local import conflicts
 from smlt.local import server as moto_server
-from smlt.records import RunTable
+from smlt.records import RunTable, create_run_table
 from smlt.store import S3Store
 
 
@@ -34,15 +34,7 @@ def clients(monkeypatch, tmp_path):
         ddb = session.client("dynamodb", endpoint_url=server.endpoint_url)
         name = f"smlt-conflicts-{uuid.uuid4().hex[:8]}"
         s3.create_bucket(Bucket=name)
-        ddb.create_table(
-            TableName=name,
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-        )
+        create_run_table(ddb, name)
         yield {"s3": s3, "ddb": ddb, "name": name, "sleeps": sleeps, "tally": tmp_path}
     finally:
         conflicts.arm(None)
