@@ -138,7 +138,12 @@ class WorkerItem(Item):
     total_s: float = 0.0
     finished_at: float = 0.0
     cache_miss: bool = False
-    steps: int = 0
+    steps: int = 0  # local steps actually taken (fewer than planned when `cut`)
+    cut: bool = False  # stopped early at the plan's compute limit (its partial update still counts)
+    # Seconds from the process's start to its first handler call (what AWS bills as INIT); set on
+    # the cold invocation only, 0 on a warm one.
+    init_s: float = 0.0
+    update_sha256: str | None = None  # hex sha256 of the update object this record describes
     # Measured once per process on one batch (smlt.train.measure): training FLOPs per sample and
     # the activations the job's batch keeps for the backward pass. None in older records.
     flops_per_sample: float | None = None
@@ -164,6 +169,14 @@ class ErrorItem(Item):
     shard: ShardRef | None = None
 
 
+class StopItem(Item):
+    """A request to stop the run cleanly (`RunTable.request_stop`): first request wins."""
+
+    requested_at: float  # epoch seconds
+    reason: str
+    by: str = "user"  # "user" (the dashboard, `smlt stop`) or "study:<id>" (an early-stopped trial)
+
+
 class SealItem(Item):
     sealed_at: float
 
@@ -181,6 +194,9 @@ class RoundTiming(BaseModel):
     total_s: float = 0.0
     cold: bool = False
     cache_miss: bool = False
+    init_s: float = 0.0
+    steps: int = 0
+    cut: bool = False
 
     @classmethod
     def of(cls, record: WorkerItem) -> RoundTiming:
@@ -236,3 +252,4 @@ class RoundItem(Item):
     time_limit_s: float | None = None  # the worker compute limit the plan set
     finished_at: float = 0.0
     timings: list[RoundTiming] = Field(default_factory=list)
+    model_sha256: str | None = None  # hex sha256 of model r+1, the model this round wrote

@@ -89,6 +89,11 @@ def seal_sk(rnd: int) -> str:
     return f"SEAL#{rnd:06d}"
 
 
+# A request to stop the run (the dashboard's stop button, a study's early stop): the next Plan
+# stops it, evaluates the newest model and finalizes it.
+STOP = "STOP"
+
+
 def error_sk(rnd: int, worker: int) -> str:
     """A worker's non-transient error (bad data, model too large), for the aggregator to report."""
     return f"ERROR#{rnd:06d}#{worker:05d}"

@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from dynamodb_json import json_util
 
 from smlt import keys
-from smlt.items import ErrorItem, Item, MetaItem, PlanItem, RoundItem, WorkerItem
+from smlt.items import ErrorItem, Item, MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
 from smlt.retry import DYNAMODB_CONFLICTS, TRANSACTION_CONFLICT_REASONS, Conflict, on_conflict
 
 
@@ -276,6 +276,11 @@ class RunTable:
                 "pk = :pk AND sk BETWEEN :a AND :b", {":pk": self.pk, ":a": keys.round_sk(after + 1), ":b": "ROUND#~"}
             )
         return [RoundItem.model_validate(i) for i in raw]
+
+    def request_stop(self, reason: str, by: str = "user") -> StopItem:
+        """Ask the run to stop: its next Plan stops it (after an evaluation of the newest model)
+        and Finalize publishes the model. The first request stands; returns the stored one."""
+        return self.put_once(keys.STOP, StopItem(requested_at=time.time(), reason=reason, by=by))[1]
 
     def plans(self) -> list[PlanItem]:
         return [PlanItem.model_validate(i) for i in self.query("PLAN#")]

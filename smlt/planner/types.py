@@ -27,6 +27,8 @@ class WorkerTiming(BaseModel):
     start_s: float = 0.0  # invoke delay: from the Map's start to the handler's start
     cache_miss: bool = False  # the worker's shards were read from S3, not the /tmp cache
     error: str | None = None  # e.g. "OutOfMemory", "TimeLimit"; None when the update arrived
+    steps: int = 0  # local steps actually taken (0: unknown, older records)
+    cut: bool = False  # stopped early at the compute limit; its samples and steps are what it did
 
 
 class RoundRecord(BaseModel):
@@ -69,7 +71,8 @@ class Decision(BaseModel):
     memory_mb: int = 0
     local_steps: int = 0
     reason: str = ""
-    # The constraint that bound the choice: "deadline", "budget", "target", "max_rounds", "none".
+    # The constraint that bound the choice: "deadline", "budget", "target", "max_rounds", "none",
+    # or "stopped" (a stop request: the dashboard's button, a study's early stop).
     bound: str = "none"
     predicted_round_s: float | None = None
     predicted_round_cost_usd: float | None = None

@@ -24,7 +24,7 @@ from smlt.config import Settings
 from smlt.data.shards import load_manifest
 from smlt.errors import AccessDenied, ChainedExecutionFailed, Infeasible, InvalidJob
 from smlt.fanout import Fanout
-from smlt.items import MetaItem, PlanItem, RoundItem
+from smlt.items import MetaItem, PlanItem, RoundItem, StopItem
 from smlt.job import Job, check_dataset, parse_job
 from smlt.planner import decide
 from smlt.planner.types import Decision, RoundRecord, RunHistory
@@ -235,6 +235,7 @@ class _RunState:
     meta: MetaItem | None
     plan: PlanItem | None  # of this round, when already planned
     prev_plan: PlanItem | None
+    stop: StopItem | None = None  # a stop request (the dashboard's button, a study's early stop)
 
 
 def _run_state(table: RunTable) -> _RunState:
@@ -246,7 +247,7 @@ def _run_state(table: RunTable) -> _RunState:
         new = table.rounds(after=known[-1].round) if known else table.rounds()
         rounds = known + sorted(new, key=lambda r: r.round)
         rnd = rounds[-1].round + 1 if rounds else 0
-        items = table.get_many(keys.META, keys.plan_sk(rnd), *([keys.plan_sk(rnd - 1)] if rnd > 0 else []))
+        items = table.get_many(keys.META, keys.STOP, keys.plan_sk(rnd), *([keys.plan_sk(rnd - 1)] if rnd > 0 else []))
         meta = items.item(keys.META, MetaItem)
         created = meta.created_at if meta else None
         if stamp is not None and stamp != created:
@@ -258,7 +259,8 @@ def _run_state(table: RunTable) -> _RunState:
             while len(_rounds_seen) > MAX_RUNS_SEEN:
                 del _rounds_seen[next(iter(_rounds_seen))]
         prev_plan = items.item(keys.plan_sk(rnd - 1), PlanItem) if rnd > 0 else None
-        return _RunState(rounds, rnd, meta, items.item(keys.plan_sk(rnd), PlanItem), prev_plan)
+        plan = items.item(keys.plan_sk(rnd), PlanItem)
+        return _RunState(rounds, rnd, meta, plan, prev_plan, items.item(keys.STOP, StopItem))
 
 
 def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -> MetaItem:
@@ -283,8 +285,12 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
     return meta
 
 
-def _decide(settings: Settings, job: Job, meta: MetaItem, rounds: list[RoundItem]) -> Decision:
+def _decide(
+    settings: Settings, job: Job, meta: MetaItem, rounds: list[RoundItem], stop: StopItem | None = None
+) -> Decision:
     """The planner's decision, held to what sync mode can run at once."""
+    if stop is not None:
+        return Decision(action="stop", reason=f"stopped by {stop.by}: {stop.reason}", bound="stopped")
     tiers = sorted(settings.train_functions)
     decision = decide(job, _history(rounds, meta), tiers, settings.prices, settings.architecture, sizes=settings)
     if decision.infeasible and not job.constraints.best_effort:
@@ -309,7 +315,7 @@ def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision |
     """A stop whose newest model has not been evaluated yet: one evaluation-only round measures it,
     again while a failed worker leaves its metric partial (at most MAX_EVALUATIONS in a row; then
     finalize publishes the newest model measured on the whole split)."""
-    if not rounds or rounds[-1].stop or decision.bound not in ("max_rounds", "deadline", "target"):
+    if not rounds or rounds[-1].stop or decision.bound not in ("max_rounds", "deadline", "target", "stopped"):
         return None
     if sum(1 for _ in takewhile(lambda r: r.eval_only, reversed(rounds))) >= MAX_EVALUATIONS:
         return None
@@ -401,7 +407,7 @@ def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
 def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, execution: str) -> PlanItem:
     """The round's PLAN item: stop, or train (an evaluation-only round when the newest model
     has not been measured), with its round spec."""
-    decision = _decide(settings, job, meta, state.rounds)
+    decision = _decide(settings, job, meta, state.rounds, state.stop)
     ran_here, events_here = _so_far(state.prev_plan, execution)
     item = PlanItem(
         run_id=meta.run_id,

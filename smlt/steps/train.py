@@ -160,9 +160,10 @@ def _local_steps(
     sync: Callable[[int, int], None] | None,
     t0: float,
     transform: Transform | None = None,
-) -> tuple[int, float]:
+) -> tuple[int, float, bool]:
     """Local SGD steps, one per batch (`transform`, e.g. augmentation, applied to each training
-    batch after `model_input`): (samples trained on, mean train loss)."""
+    batch after `model_input`): (samples trained on, mean train loss, whether the compute limit
+    cut the steps short)."""
     model.train()
     opt = _optimizer(model.parameters(), spec)
     loss_fn = _loss_fn(manifest.task)
@@ -170,7 +171,7 @@ def _local_steps(
     # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
     # where every worker must take every step).
     stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
-    samples, train_loss = 0, 0.0
+    samples, train_loss, cut = 0, 0.0, False
     for step, (x, y) in enumerate(batches):
         xb = torch.from_numpy(model_input(manifest, x))
         if transform is not None:
@@ -183,9 +184,10 @@ def _local_steps(
         opt.step()
         train_loss += loss.item()
         samples += len(x)
-        if time.perf_counter() > stop_at:  # checked before the next batch is read
+        if time.perf_counter() > stop_at and step + 1 < spec.local_steps:  # before the next batch is read
+            cut = True
             break
-    return samples, train_loss / samples if samples else 0.0
+    return samples, train_loss / samples if samples else 0.0, cut
 
 
 # The newest global model this process read, by (bucket, run, round, plan time). Model r never
@@ -314,12 +316,12 @@ def _run_worker(
         val_loss, val_correct, val_count = _evaluate(model, batches, manifest)
         t_eval, eval_wait = time.perf_counter(), shards.wait_s
 
-        samples, train_loss = 0, 0.0
+        samples, train_loss, cut = 0, 0.0, False
         if not spec.eval_only:
             sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
             b, k = spec.job.training.batch_size, spec.local_steps
             batches = train_batches(shards, train_idx, b, k, seed)
-            samples, train_loss = _local_steps(spec, model, batches, manifest, sync, t0, transform)
+            samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t0, transform)
         t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
         if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
             rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]
@@ -366,6 +368,7 @@ def _run_worker(
         finished_at=time.time(),
         cache_miss=cache_miss,
         steps=samples // spec.job.training.batch_size,
+        cut=cut,
         flops_per_sample=fp.flops_per_sample or None,
         activation_mb=fp.activation_mb(spec.job.training.batch_size),
     )

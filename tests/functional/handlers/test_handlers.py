@@ -123,3 +123,23 @@ def test_a_bad_event_fails_naming_the_field(aws):
     with pytest.raises(InvalidEvent, match="op: Input tag 'plna'"):
         planner({"op": "plna", "job": {}}, None)
     assert boto3.client("dynamodb").scan(TableName="smlt-runs")["Items"] == []
+
+
+def test_a_stop_request_ends_the_run_with_its_newest_model_evaluated(digits, aws):
+    """The dashboard's stop button and a study's early stop: the next Plan stops the run, one
+    evaluation-only round measures the newest model, and Finalize publishes it."""
+    from smlt.records import RunTable
+
+    spec = job(digits, max_rounds=50, target_value=None)
+    for _ in range(2):
+        plan = planner({"op": "plan", "job": spec, "execution": "halt"}, None)
+        for w in plan["workers"]:
+            train_step({"run_id": "halt", "round": plan["round"], "worker": w}, None)
+        aggregate({"run_id": "halt", "round": plan["round"]}, None)
+    stored = RunTable("smlt-runs", "halt").request_stop("not promising", by="study:s1")
+    assert RunTable("smlt-runs", "halt").request_stop("again").reason == stored.reason == "not promising"
+    final = drive(spec, execution="halt")
+    assert final["rounds"] == 2
+    metrics = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/halt/final/metrics.json")["Body"].read())
+    assert metrics["final"]["stop_reason"] == "stopped by study:s1: not promising"
+    assert metrics["final"]["val_rows"] == 359 and metrics["final"]["val_accuracy"] > 0.5

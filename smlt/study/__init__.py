@@ -1,0 +1,1 @@
+"""Hyper-parameter studies: many ordinary runs under one budget and deadline (issue #15)."""
