@@ -253,3 +253,8 @@ class RoundItem(Item):
     finished_at: float = 0.0
     timings: list[RoundTiming] = Field(default_factory=list)
     model_sha256: str | None = None  # hex sha256 of model r+1, the model this round wrote
+
+    @field_serializer("timings")
+    def _timings(self, timings: list[RoundTiming]) -> list[dict[str, Any]]:
+        # Defaults left out (a warm, uncut worker): the item is priced per KB and grows with n.
+        return [t.model_dump(exclude_defaults=True) for t in timings]
