@@ -20,7 +20,7 @@ reported, u of them wrote an update (r, or 0 in an evaluation round), k aggregat
   every update).
 - DynamoDB (items rounded up to 1 KB written, 4 KB read, transactions at twice the rate): writes,
   each reported worker's record in a transaction with the seal's condition check (2 + 2 per ~1 KB
-  item), the seal (1), the ROUND item (~0.7 KB + 0.3 KB per worker), the PLAN item (~4 KB);
+  item), the seal (1), the ROUND item (~1 KB + 0.3 KB per worker), the PLAN item (~4 KB);
   strongly consistent reads, each worker's BatchGetItem of 3 items, the aggregator's of 4 and its
   Query of the records (~0.7 KB each), the planner's Query and BatchGetItem of 3.
 """
@@ -103,6 +103,19 @@ def requests(shape: RoundShape) -> Requests:
     transitions = transitions + shape.retries
     x_puts, x_gets = exchange_requests(n, shape.exchange_steps)
     return Requests(invocations, transitions, puts + x_puts, gets + x_gets + shape.retries, writes, reads)
+
+
+# The worst case's allowance of attempts beyond one per worker: a quarter of the workers again (at
+# least one), each billed as a whole worker. Covers Step Functions retries of Lambda service
+# errors, duplicated deliveries and stragglers the Task abandoned that keep running (the local
+# fault tests inject fail + duplicate + timeout at 0.4 of invocations, of which only duplicates
+# and time-outs run whole: 0.2).
+RETRY_ALLOWANCE = 0.25
+
+
+def retry_allowance(workers: Num) -> Num:
+    n = np.asarray(workers, dtype=float)
+    return np.where(n > 0, np.maximum(1.0, np.ceil(RETRY_ALLOWANCE * n)), 0.0)
 
 
 # Sync mode's exchange per worker per step (smlt.aggregate.sync.ReduceScatter): its gradient and

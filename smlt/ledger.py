@@ -11,9 +11,11 @@ Lambda request fee it accounts for. A handler that raises still writes it (the m
 aggregator estimates it from the Map's outcomes (`estimated_attempts`): a time-out at the
 function's timeout (what AWS bills it), any other crash at the longest attempt of its round.
 
-The measured duration ends where the item's own PutItem starts; the meter adds the last such
-write's time in this process (`WRITE_PRIOR_S` before the first): AWS bills per 1 ms, so the
-ledger matches the bill to about 1 ms per invocation plus that write's jitter.
+The item cannot hold the time of its own PutItem: it holds an estimate (the last such write in
+this process, `WRITE_PRIOR_S` before the first), and the process's next item of the same run
+carries the correction (`corrects`, `correction_s`: the write's measured time minus the
+estimate), applied when the ledger is read (`from_items`). So every attempt but the last of each
+process in a run is exact to AWS's 1 ms billing granularity; the last keeps its estimate.
 
 Init: `loaded_at` is a timestamp the handler module takes on its first line, before its imports;
 the first call's `init_s` is the time from there to the call (on Lambda this leaves out the
@@ -45,7 +47,10 @@ log = logging.getLogger(__name__)
 
 PREFIX = "ATTEMPT#"
 RUN_LEVEL = "run"  # the sk part of attempts of no round (finalize)
-WRITE_PRIOR_S = 0.005  # the ATTEMPT PutItem's time before this process has measured one
+WRITE_PRIOR_S = 0.005
+UNBILLABLE = frozenset(
+    {"InvalidEvent"}
+)  # an event the handler refused: its run_id is not to be trusted  # the ATTEMPT PutItem's time before this process has measured one
 
 
 def round_prefix(rnd: int | None) -> str:
@@ -70,6 +75,11 @@ class AttemptItem(Item):
     dynamodb_write_units: float = 0.0
     dynamodb_read_units: float = 0.0
     estimated: bool = False  # not recorded by the invocation: estimated by the aggregator
+    write_s: float = 0.0  # the estimate of this item's own write included in duration_s
+    # this process's previous item of the run (its sk) and the error of that item's write estimate
+    corrects: str | None = None
+    correction_s: float = 0.0
+    key: str = ""  # the item's sk (set when read back: `from_items`)
 
     @property
     def billed_s(self) -> float:
@@ -187,6 +197,18 @@ def init_s() -> float:
     return c.init_s if c else 0.0
 
 
+@dataclass
+class _Written:
+    """This process's last ATTEMPT item: where, and how far off its write estimate was."""
+
+    run_id: str
+    key: str
+    error_s: float
+
+
+_LAST: _Written | None = None
+
+
 class Meter:
     """Wraps a Lambda handler: each call writes its ATTEMPT item into the run's table."""
 
@@ -229,13 +251,19 @@ class Meter:
                 _current.reset(token)
 
     def _record(self, event: Any, result: Any, context: Any, cur: Current, outcome: str) -> None:
-        where = _where(event, result)
-        if where is None:
-            log.warning("no run to bill this invocation to (an event without run_id)")
+        where = None if outcome in UNBILLABLE else _where(event, result)
+        if where is None:  # a few ms of Lambda: not written into a run the event may not be part of
+            log.warning("no run to bill this invocation to (an event without a valid run_id)")
             return
         run_id, rnd, worker, op = where
+        from smlt.records import RunTable  # boto3 clients: after the counter is installed
+
+        table = RunTable(self.table(), run_id)
+        _ = table.client  # made now if this process has none yet (a failed first call): it is billed time
         tally = cur.tally
         request_id = str(getattr(context, "aws_request_id", "") or uuid.uuid4())
+        last = _LAST if _LAST is not None and _LAST.run_id == run_id else None
+        t_end = time.time()
         item = AttemptItem(
             function=str(getattr(context, "function_name", "")),
             memory_mb=cur.memory_mb,
@@ -245,18 +273,24 @@ class Meter:
             request_id=request_id,
             started_at=cur.started,
             init_s=cur.init_s,
-            duration_s=cur.elapsed_s() + self.write_s,
+            duration_s=t_end - cur.started + self.write_s,
             outcome=outcome,
             # this PutItem itself: one request, one write unit
             requests=dict(tally.requests + Counter({"dynamodb.PutItem": 1})),
             dynamodb_write_units=tally.write_units + 1.0,
             dynamodb_read_units=tally.read_units,
+            write_s=self.write_s,
+            corrects=last.key if last else None,
+            correction_s=last.error_s if last else 0.0,
         )
-        from smlt.records import RunTable  # boto3 clients: after the counter is installed
+        key = f"{round_prefix(rnd)}{request_id}#{uuid.uuid4().hex[:8]}"
+        table.put_once(key, item)
+        self._written(run_id, key, time.time() - t_end)
 
-        t = time.time()
-        RunTable(self.table(), run_id).put_once(f"{round_prefix(rnd)}{request_id}#{uuid.uuid4().hex[:8]}", item)
-        self.write_s = time.time() - t
+    def _written(self, run_id: str, key: str, write_s: float) -> None:
+        global _LAST
+        _LAST = _Written(run_id, key, write_s - self.write_s)
+        self.write_s = write_s
 
 
 def _where(event: Any, result: Any) -> tuple[str, int | None, int | None, str] | None:
@@ -281,7 +315,14 @@ def _where(event: Any, result: Any) -> tuple[str, int | None, int | None, str] |
 
 
 def from_items(raw: Iterable[dict[str, Any]]) -> list[AttemptItem]:
-    return [AttemptItem.model_validate(r) for r in raw]
+    """The ATTEMPT items of a query, each write estimate corrected by the process's next item."""
+    items = [AttemptItem.model_validate({**r, "key": r.get("sk", "")}) for r in raw]
+    by_key = {a.key: a for a in items}
+    for a in items:
+        target = by_key.get(a.corrects or "")
+        if target is not None:
+            by_key[target.key] = target.model_copy(update={"duration_s": target.duration_s + a.correction_s})
+    return [by_key.get(a.key, a) if a.key else a for a in items]
 
 
 class CostBreakdown(BaseModel):

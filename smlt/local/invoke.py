@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -56,6 +56,7 @@ class Billed:
     a throttled one none (Lambda bills nothing); a process that was killed or died, its wall time."""
 
     function: str
+    request_id: str
     memory_mb: int
     init_s: float
     duration_s: float
@@ -164,7 +165,9 @@ class InvokeRouter:
         if action == "timeout" and out.error_type != "Sandbox.Timedout":
             # the handler ran (its side effects stay, as when a function finishes its work but
             # misses the deadline); the invocation reports the timeout
-            out = InvokeOutcome(False, timeout_payload(request_id, spec.timeout), out.seconds, "Sandbox.Timedout")
+            out = replace(
+                out, ok=False, payload=timeout_payload(request_id, spec.timeout), error_type="Sandbox.Timedout"
+            )
         if out.ok and len(out.payload) > MAX_INVOKE_PAYLOAD:
             too_large = json.dumps(
                 {
@@ -173,15 +176,17 @@ class InvokeRouter:
                     f"({MAX_INVOKE_PAYLOAD} bytes).",
                 }
             ).encode()
-            out = InvokeOutcome(False, too_large, out.seconds, "Function.ResponseSizeTooLarge")
-        self._bill(spec, out)
+            out = replace(out, ok=False, payload=too_large, error_type="Function.ResponseSizeTooLarge")
+        self._bill(spec, request_id, out)
         return out
 
-    def _bill(self, spec: FunctionSpec, out: InvokeOutcome) -> None:
+    def _bill(self, spec: FunctionSpec, request_id: str, out: InvokeOutcome) -> None:
         outcome = "ok" if out.ok else (out.error_type or "error")
-        runs = [Billed(spec.name, spec.memory, i, d, outcome) for i, d in out.billed or []]
+        runs = [Billed(spec.name, request_id, spec.memory, i, d, outcome) for i, d in out.billed or []]
+        if not runs:
+            runs = [Billed(spec.name, request_id, spec.memory, 0.0, out.seconds, outcome, measured=False)]
         with self._lock:
-            self.billed.extend(runs or [Billed(spec.name, spec.memory, 0.0, out.seconds, outcome, measured=False)])
+            self.billed.extend(runs)
 
     def handle(self, request: Any) -> AWSResponse:
         t0 = time.perf_counter()
