@@ -23,6 +23,12 @@ reported, u of them wrote an update (r, or 0 in an evaluation round), k aggregat
   item), the seal (1), the ROUND item (~1 KB + 0.3 KB per worker), the PLAN item (~4 KB);
   strongly consistent reads, each worker's BatchGetItem of 3 items, the aggregator's of 4 and its
   Query of the records (~0.7 KB each), the planner's Query and BatchGetItem of 3.
+- Every invocation's ATTEMPT item (smlt.ledger: 1 write each), the aggregator's two Queries of
+  them; per retried worker attempt its reads, writes and transition again; sync mode's exchange
+  (`exchange_requests`); CloudWatch Logs and X-Ray, estimated (`observability_usd`).
+
+The ledger itself prices what each attempt recorded (smlt.ledger) with this module's per-request
+rules (`s3_tier`, `dynamodb_units`, `logs_gb`); the formulas above are the forecast's.
 """
 
 from __future__ import annotations
