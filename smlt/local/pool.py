@@ -411,6 +411,13 @@ class WorkerPool:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._discard(w)
 
+    def recycle(self) -> None:
+        """Replace every handler process (waits for busy ones): the next invocation of each
+        function is a cold start, as after a deployment."""
+        old = [self._idle.get() for _ in range(self.size)]
+        for w in old:
+            self._idle.put(self._replace(w))
+
     def pids(self) -> list[int]:
         with self._lock:
             return [w.proc.pid for w in self._workers.values()]

@@ -103,6 +103,7 @@ def run_and_count(local, job, run_id, injector=None):
         "dataset": {"uri": stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))},
     }
     engine.invoke_filter = injector
+    engine.pool.recycle()  # fresh handler processes: the run starts cold, whatever ran before it
     before = len(engine.billed)
     try:
         with server_requests(engine) as seen:
