@@ -20,9 +20,15 @@ reported, u of them wrote an update (r, or 0 in an evaluation round), k aggregat
   every update).
 - DynamoDB (items rounded up to 1 KB written, 4 KB read, transactions at twice the rate): writes,
   each reported worker's record in a transaction with the seal's condition check (2 + 2 per ~1 KB
-  item), the seal (1), the ROUND item (~0.7 KB + 0.3 KB per worker), the PLAN item (~4 KB);
+  item), the seal (1), the ROUND item (~1 KB + 0.3 KB per worker), the PLAN item (~4 KB);
   strongly consistent reads, each worker's BatchGetItem of 3 items, the aggregator's of 4 and its
   Query of the records (~0.7 KB each), the planner's Query and BatchGetItem of 3.
+- Every invocation's ATTEMPT item (smlt.ledger: 1 write each), the aggregator's two Queries of
+  them; per retried worker attempt its reads, writes and transition again; sync mode's exchange
+  (`exchange_requests`); CloudWatch Logs and X-Ray, estimated (`observability_usd`).
+
+The ledger itself prices what each attempt recorded (smlt.ledger) with this module's per-request
+rules (`s3_tier`, `dynamodb_units`, `logs_gb`); the formulas above are the forecast's.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class RoundShape:
     eval_only: Num = False  # no updates written or read
     shard_reads: Num = 0  # workers that read their data shards from S3, not from the /tmp cache
     fanout: Fanout = field(default_factory=Fanout)  # the deployed Map rule (Settings.fanout)
+    retries: Num = 0  # worker attempts beyond one each (Step Functions retries, duplicates): a worst case's allowance
+    exchange_steps: Num = 0  # sync mode: local steps whose gradients go through the S3 exchange
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,105 @@ def requests(shape: RoundShape) -> Requests:
     gets = n + shape.shard_reads + 1 + u + np.where(sharded, k * (u + 1), 0.0)
     writes = 4 * r + 1 + (1 + 0.3 * r) + 4
     reads = 3 * n + 4 + (1 + 0.2 * r) + 1 + 3
-    return Requests(n + 1 + aggregator_invocations(k), transitions, puts, gets, writes, reads)
+    invocations = n + shape.retries + 1 + aggregator_invocations(k)
+    # Every attempt writes its ATTEMPT item (smlt.ledger); the aggregator queries this round's and
+    # the last one's; a retried attempt repeats its worker's reads and its Task's transition.
+    writes = writes + invocations + 4 * shape.retries
+    reads = reads + 2 + 3 * shape.retries
+    transitions = transitions + shape.retries
+    x_puts, x_gets = exchange_requests(n, shape.exchange_steps)
+    return Requests(invocations, transitions, puts + x_puts, gets + x_gets + shape.retries, writes, reads)
+
+
+# The worst case's allowance of attempts beyond one per worker: a quarter of the workers again (at
+# least one), each billed as a whole worker. Covers Step Functions retries of Lambda service
+# errors, duplicated deliveries and stragglers the Task abandoned that keep running (the local
+# fault tests inject fail + duplicate + timeout at 0.4 of invocations, of which only duplicates
+# and time-outs run whole: 0.2).
+RETRY_ALLOWANCE = 0.25
+
+
+def retry_allowance(workers: Num) -> Num:
+    n = np.asarray(workers, dtype=float)
+    return np.where(n > 0, np.maximum(1.0, np.ceil(RETRY_ALLOWANCE * n)), 0.0)
+
+
+# Sync mode's exchange per worker per step (smlt.aggregate.sync.ReduceScatter): its gradient and
+# its averaged slice written, n gradient slices and n averaged slices read, and the polls of the
+# barriers: GETs of an object not written yet, about one per wait when the workers keep pace.
+EXCHANGE_PUTS_PER_STEP = 2
+EXCHANGE_POLLS_PER_STEP = 2
+
+
+def exchange_requests(workers: Num, steps: Num) -> tuple[Num, Num]:
+    """(PUTs, GETs) of a sync-mode round's exchange through S3, and the aggregator's LIST of
+    the round's exchange objects (a PUT-priced request; S3 DELETEs are free)."""
+    n = np.asarray(workers, dtype=float)
+    s = np.asarray(steps, dtype=float)
+    puts = n * s * EXCHANGE_PUTS_PER_STEP + np.where(s > 0, 1.0, 0.0)
+    gets = n * s * (2 * n + EXCHANGE_POLLS_PER_STEP)
+    return puts, gets
+
+
+# What S3 bills a request at, by operation (S3 pricing: PUT, COPY, POST, LIST at the PUT rate;
+# GET, HEAD and the rest at the GET rate; DELETE free).
+S3_PUT_OPERATIONS = frozenset(
+    {
+        "PutObject",
+        "CopyObject",
+        "PostObject",
+        "ListObjects",
+        "ListObjectsV2",
+        "ListObjectVersions",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "UploadPartCopy",
+        "CompleteMultipartUpload",
+        "PutObjectTagging",
+    }
+)
+S3_FREE_OPERATIONS = frozenset({"DeleteObject", "DeleteObjects", "AbortMultipartUpload"})
+
+
+def s3_tier(operation: str) -> str:
+    """ "put", "get" or "free": the price S3 bills `operation` at."""
+    if operation in S3_FREE_OPERATIONS:
+        return "free"
+    return "put" if operation in S3_PUT_OPERATIONS else "get"
+
+
+DYNAMODB_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
+DYNAMODB_READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"})
+
+
+def dynamodb_units(operation: str, request_bytes: int, items: int, response_bytes: int) -> tuple[float, float]:
+    """(write units, read units) of one DynamoDB request, from its sizes: a write unit per KB
+    written (the request's DynamoDB JSON, a little over the item's stored size), a strongly
+    consistent read unit per 4 KB read, at least one per item; transactions at twice the rate."""
+    twice = 2.0 if operation.startswith("Transact") else 1.0
+    if operation in DYNAMODB_WRITES:
+        return twice * max(1.0, float(items), float(-(-request_bytes // 1024))), 0.0
+    if operation in DYNAMODB_READS:
+        return 0.0, twice * max(1.0, float(items), float(-(-response_bytes // 4096)))
+    return 0.0, 0.0  # control-plane calls are not billed per request
+
+
+# CloudWatch Logs and X-Ray, estimated (they are not counted by anything a run can read): each
+# Lambda invocation writes its START, END and REPORT lines and a Powertools line or two; the state
+# machine's log level ALL with execution data writes about two events per transition, each with
+# the state's input or output (a few hundred bytes here: the plan and the outcomes). Active tracing
+# records at most one trace per invocation (X-Ray's default sampling keeps fewer: an upper bound).
+LOG_BYTES_PER_INVOCATION = 1500
+LOG_BYTES_PER_TRANSITION = 2 * 700
+
+
+def logs_gb(invocations: Num, transitions: Num) -> Num:
+    return (invocations * LOG_BYTES_PER_INVOCATION + transitions * LOG_BYTES_PER_TRANSITION) / 1e9
+
+
+def observability_usd(invocations: Num, transitions: Num, prices: Prices) -> Num:
+    """The CloudWatch Logs ingestion and X-Ray traces of `invocations` and `transitions`."""
+    return logs_gb(invocations, transitions) * prices.logs_ingestion_gb + invocations * prices.xray_trace
 
 
 @dataclass(frozen=True)
@@ -109,12 +215,14 @@ class Bill:
 
 
 def services_usd(req: Requests, prices: Prices) -> Num:
+    """Step Functions, S3, DynamoDB requests and the logs and traces they make."""
     return (
         req.transitions * prices.sfn_transition
         + req.s3_puts * prices.s3_put
         + req.s3_gets * prices.s3_get
         + req.dynamodb_write_units * prices.dynamodb_write_unit
         + req.dynamodb_read_units * prices.dynamodb_read_unit
+        + observability_usd(req.lambda_invocations, req.transitions, prices)
     )
 
 
@@ -126,7 +234,8 @@ def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
     control_gb_s = gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * gb_seconds(
         shape.aggregate_memory_mb, shape.aggregate_s
     )
-    worker_usd = shape.worker_gb_s * gbs + np.asarray(shape.workers, dtype=float) * prices.lambda_request
+    attempts = np.asarray(shape.workers, dtype=float) + shape.retries
+    worker_usd = shape.worker_gb_s * gbs + attempts * prices.lambda_request
     control_usd = control_gb_s * gbs + (1 + agg_calls) * prices.lambda_request
     return Bill(req, worker_usd, control_usd, services_usd(req, prices))
 

@@ -34,6 +34,10 @@ class Prices(BaseModel):
     # DynamoDB on-demand request units.
     dynamodb_write_unit: float = Field(default_factory=lambda: _deployed("dynamodb_write_unit"))
     dynamodb_read_unit: float = Field(default_factory=lambda: _deployed("dynamodb_read_unit"))
+    # CloudWatch Logs ingestion, standard class, per GB (CloudWatch pricing page, us-east-1).
+    logs_ingestion_gb: float = Field(default_factory=lambda: _deployed("logs_ingestion_gb"))
+    # X-Ray, per trace recorded beyond the free tier ($5.00 per million, aws.amazon.com/xray/pricing).
+    xray_trace: float = Field(default_factory=lambda: _deployed("xray_trace"))
 
     def lambda_cost(self, memory_mb: Any, seconds: Any, architecture: str = "x86_64") -> Any:
         """One invocation: its GB-seconds plus the request fee."""

@@ -19,6 +19,9 @@ For every aggregated round r (a ROUND item):
    sums in any order: |stored - exact| <= 2 eps32 ((n + 2) server_lr sum_i |c_i d_i| + |model r|)
    per element, c_i = samples_i / total, n updates (the exact value computed in float64).
 
+4. every worker record has an ATTEMPT item of its worker that ended ok (smlt.ledger: the bill
+   has the invocation that did the work), in runs that record them.
+
 An object that cannot be decoded is a finding too. Findings are returned
 (`Reconciliation.findings`), never raised.
 """
@@ -209,6 +212,7 @@ def reconcile(s3, dynamodb, bucket: str, table: str, run_id: str) -> Reconciliat
             check.trained = not (item.eval_only or item.diverged)
             _check_ledger(run, item, updates.get(rnd, {}), check)
             _check_model(run, item, updates.get(rnd, {}), check)
+            _check_billed(run, rnd, check)
         result.rounds.append(check)
     return result
 
@@ -231,6 +235,20 @@ def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check
     _check_committed(run, item, check)
     unapplied = {w: u for w, u in updates.items() if w not in applied}
     _excuse(run, item, unapplied, records, check)
+
+
+def _check_billed(run: _Run, rnd: int, check: RoundCheck) -> None:
+    """Every worker record of the round has an ATTEMPT item of its worker that ended ok (the
+    bill has the invocation that did the work; smlt.ledger). Rounds without any ATTEMPT item
+    were run before invocations recorded them: nothing to check."""
+    attempts = run.table.query(f"ATTEMPT#{rnd:06d}#")
+    if not attempts:
+        return
+    billed = {a.get("worker") for a in attempts if a.get("outcome") == "ok" and not a.get("estimated")}
+    for r in run.table.workers(rnd):
+        if r.worker not in billed:
+            detail = "a worker record without an ATTEMPT item of its worker: the bill misses it"
+            check.findings.append(Finding(round=rnd, kind="unbilled", worker=r.worker, detail=detail))
 
 
 def _check_committed(run: _Run, item: RoundItem, check: RoundCheck) -> None:

@@ -6,17 +6,26 @@ The round's dashboard metrics (smlt.metrics), buffered when the ROUND item is wr
 published as one EMF log line.
 """
 
+import time
+
+# ruff: noqa: E402 - the timestamp comes before the imports, which are most of the init
+LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.ledger)
+
 from aws_lambda_powertools import Logger
 from pydantic import BaseModel
 
 from smlt import metrics
 from smlt.config import Settings
+from smlt.ledger import Meter
 from smlt.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
 from smlt.steps.events import AGGREGATE_EVENTS, AggregateEvent, FinishEvent, PrepareEvent, SliceEvent, parse_event
 
 logger = Logger(service=metrics.SERVICE)
 
+meter = Meter(LOADED_AT, lambda: Settings.from_env().table)
 
+
+@meter
 def handler(event, context):
     settings = Settings.from_env()
     answer: BaseModel

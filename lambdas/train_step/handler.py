@@ -1,14 +1,22 @@
 """train_step Lambda (container image with PyTorch): one worker's round of local SGD."""
 
+import time
+
+# ruff: noqa: E402 - the timestamp comes before the imports, which are most of the init
+LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.ledger)
+
 from aws_lambda_powertools import Logger
 
 from smlt.config import Settings
+from smlt.ledger import Meter
 from smlt.steps.events import TRAIN_EVENTS, parse_event
 from smlt.steps.train import run_worker
 
 logger = Logger(service="smlt")
+meter = Meter(LOADED_AT, lambda: Settings.from_env().table)
 
 
+@meter
 def handler(event, context):
     result = run_worker(Settings.from_env(), parse_event(TRAIN_EVENTS, event)).model_dump(mode="json")
     logger.debug("worker done", extra=result)

@@ -359,6 +359,12 @@ class LocalEngine:
         """(function name, seconds including the seam, outcome) of every invocation so far."""
         return list(self._router.calls) if self._router else []
 
+    @property
+    def billed(self) -> list[invoke.Billed]:
+        """Every handler run so far as Lambda would bill it (init, duration, memory), measured by
+        the handler processes: the engine's own record, independent of smlt.ledger."""
+        return list(self._router.billed) if self._router else []
+
     def start_trace(self) -> list[dict[str, Any]]:
         """Diagnostics: record every invocation from now on (function, start/end epoch, seconds
         in the seam, waiting for an idle handler process, in the process, in the handler, and

@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -46,6 +47,21 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout")
 
 InvokeFilter = Callable[[str, Any], str]
+
+
+@dataclass(frozen=True)
+class Billed:
+    """One handler run as Lambda would bill it, measured by the handler process around the call
+    (the engine's own record: no smlt.ledger code is involved). A duplicated invocation is two;
+    a throttled one none (Lambda bills nothing); a process that was killed or died, its wall time."""
+
+    function: str
+    request_id: str
+    memory_mb: int
+    init_s: float
+    duration_s: float
+    outcome: str
+    measured: bool = True  # False: the process was killed or died, `duration_s` is the wall time
 
 
 def _response(url: str, status: int, body: bytes, headers: dict[str, str]) -> AWSResponse:
@@ -102,6 +118,7 @@ class InvokeRouter:
         self.env_for = env_for
         self.invoke_filter = invoke_filter
         self.calls: list[tuple[str, float, str]] = []  # (function name, seconds, outcome)
+        self.billed: list[Billed] = []  # every handler run, as Lambda bills it
         # diagnostics: a list to fill with one record per invocation (see LocalEngine.trace)
         self.trace: list[dict[str, Any]] | None = None
         self._lock = threading.Lock()
@@ -148,7 +165,9 @@ class InvokeRouter:
         if action == "timeout" and out.error_type != "Sandbox.Timedout":
             # the handler ran (its side effects stay, as when a function finishes its work but
             # misses the deadline); the invocation reports the timeout
-            out = InvokeOutcome(False, timeout_payload(request_id, spec.timeout), out.seconds, "Sandbox.Timedout")
+            out = replace(
+                out, ok=False, payload=timeout_payload(request_id, spec.timeout), error_type="Sandbox.Timedout"
+            )
         if out.ok and len(out.payload) > MAX_INVOKE_PAYLOAD:
             too_large = json.dumps(
                 {
@@ -157,8 +176,17 @@ class InvokeRouter:
                     f"({MAX_INVOKE_PAYLOAD} bytes).",
                 }
             ).encode()
-            out = InvokeOutcome(False, too_large, out.seconds, "Function.ResponseSizeTooLarge")
+            out = replace(out, ok=False, payload=too_large, error_type="Function.ResponseSizeTooLarge")
+        self._bill(spec, request_id, out)
         return out
+
+    def _bill(self, spec: FunctionSpec, request_id: str, out: InvokeOutcome) -> None:
+        outcome = "ok" if out.ok else (out.error_type or "error")
+        runs = [Billed(spec.name, request_id, spec.memory, i, d, outcome) for i, d in out.billed or []]
+        if not runs:
+            runs = [Billed(spec.name, request_id, spec.memory, 0.0, out.seconds, outcome, measured=False)]
+        with self._lock:
+            self.billed.extend(runs)
 
     def handle(self, request: Any) -> AWSResponse:
         t0 = time.perf_counter()

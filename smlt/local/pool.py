@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smlt.local import conflicts
+from smlt.local.responses import put_first
 
 DEFAULT_PRELOAD = ("smlt.local.pool", "boto3", "botocore.session", "json")
 
@@ -148,15 +149,32 @@ def _install_api_timer() -> None:
     _api_timer_installed = True
 
 
-def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes]:
+# The injected failure (`--faults fail=R`): the handler's first AWS request raises, so the
+# handler fails inside its own code (its meter sees it, as it sees any error the handler raises).
+_fail_armed = False
+
+
+def _inject_failure(**_: Any) -> None:
+    global _fail_armed
+    if _fail_armed:
+        _fail_armed = False
+        raise InjectedFault("injected failure (smlt local fault injection)")
+
+
+def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes, dict[str, Any]]:
+    """(status, payload, info): info["billed"] is what the process measured of each handler call
+    as Lambda bills it, [init s, duration s] (init: the module's import on a cold call), the
+    engine's own record of the invocation; info["trace"] when the job asked for one."""
     global _api_calls
+    billed: list[list[float]] = []
     if not job.get("trace"):
-        return _run_job_untraced(job, cache)
+        status, payload = _run_job_untraced(job, cache, billed)
+        return status, payload, {"billed": billed}
     _install_api_timer()
     _api_calls = {}
     t = time.perf_counter()
     try:
-        status, payload = _run_job_untraced(job, cache)
+        status, payload = _run_job_untraced(job, cache, billed)
     finally:
         api, _api_calls = _api_calls, None
     trace = {
@@ -164,10 +182,13 @@ def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[st
         "pid": os.getpid(),
         "api": {k: (int(v[0]), v[1]) for k, v in api.items()},
     }
-    return status, payload, trace  # type: ignore[return-value]
+    return status, payload, {"billed": billed, "trace": trace}
 
 
-def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes]:
+def _run_job_untraced(
+    job: dict[str, Any], cache: dict[tuple[str, str], Any], billed: list[list[float]]
+) -> tuple[str, bytes]:
+    global _fail_armed
     rid = job["request_id"]
     os.environ.clear()
     os.environ.update(job["env"])
@@ -177,6 +198,8 @@ def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) ->
             os.chdir(job["cwd"])
         except OSError:
             pass
+    cold = (job["function"], job["module_file"]) not in cache
+    t_load = time.perf_counter()
     try:
         fn = _load_handler(job, cache)
     except AttributeError as e:
@@ -189,15 +212,23 @@ def _run_job_untraced(job: dict[str, Any], cache: dict[tuple[str, str], Any]) ->
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         msg = f"Unable to unmarshal input: {e}"
         return "error", json.dumps(_error(e, rid, "Runtime.UnmarshalError", msg)).encode()
+    init_s = time.perf_counter() - t_load if cold else 0.0
     ctx = LambdaContext(job)
+    _fail_armed = job.get("fault") == "fail"
     try:
-        if job.get("fault") == "fail":
-            raise InjectedFault(f"injected failure in {job['function']} (smlt local fault injection)")
         result = None
         for _ in range(max(1, int(job.get("repeat", 1)))):
-            result = fn(event, ctx)
+            t_call = time.perf_counter()
+            try:
+                result = fn(event, ctx)
+            finally:
+                billed.append([init_s, time.perf_counter() - t_call])
+                init_s = 0.0
+        _inject_failure()  # a handler that made no request fails all the same
     except Exception as e:  # noqa: BLE001 - the handler's error becomes the Lambda error
         return "error", json.dumps(_error(e, rid), default=str).encode()
+    finally:
+        _fail_armed = False
     try:
         return "ok", json.dumps(result, default=_json_default).encode()
     except (TypeError, ValueError) as e:
@@ -209,6 +240,7 @@ def _worker_main(conn: Any) -> None:
     """Entry point of a worker process: run jobs until told to stop or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers end
     conflicts.install()  # before any handler makes a client; idle until a job arms it
+    put_first("before-send", _inject_failure, "smlt-local-fail")  # idle until a job asks for it
     cache: dict[tuple[str, str], Any] = {}
     while True:
         try:
@@ -220,7 +252,7 @@ def _worker_main(conn: Any) -> None:
         try:
             out = _run_job(job, cache)
         except BaseException as e:  # noqa: BLE001 - SystemExit etc. in a handler
-            out = ("error", json.dumps(_error(e, job.get("request_id", ""), "Runtime.ExitError")).encode())
+            out = ("error", json.dumps(_error(e, job.get("request_id", ""), "Runtime.ExitError")).encode(), {})
         sys.stdout.flush()
         sys.stderr.flush()
         conn.send(out)
@@ -238,6 +270,9 @@ class InvokeOutcome:
     error_type: str | None = None
     queued_s: float = 0.0  # waiting for an idle worker (the pool's concurrency)
     trace: dict[str, Any] | None = None  # the worker's trace when the job asked for one
+    # [init s, duration s] of each handler call, as the process measured it (None: the process
+    # was killed or died, so only `seconds` is known)
+    billed: list[list[float]] | None = None
 
 
 _MAIN_LOCK = threading.Lock()
@@ -376,6 +411,13 @@ class WorkerPool:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._discard(w)
 
+    def recycle(self) -> None:
+        """Replace every handler process (waits for busy ones): the next invocation of each
+        function is a cold start, as after a deployment."""
+        old = [self._idle.get() for _ in range(self.size)]
+        for w in old:
+            self._idle.put(self._replace(w))
+
     def pids(self) -> list[int]:
         with self._lock:
             return [w.proc.pid for w in self._workers.values()]
@@ -418,8 +460,8 @@ class WorkerPool:
                     back = self._replace(w)
                 return InvokeOutcome(False, timeout_payload(rid, timeout), seconds, "Sandbox.Timedout", queued)
             try:
-                status, payload, *rest = w.conn.recv()
-                trace = rest[0] if rest else None
+                status, payload, info = w.conn.recv()
+                trace, billed = info.get("trace"), info.get("billed")
             except (EOFError, OSError):
                 w.proc.join(timeout=2)
                 code = w.proc.exitcode
@@ -438,12 +480,12 @@ class WorkerPool:
                     queued,
                 )
             if status == "ok":
-                return InvokeOutcome(True, payload, seconds, None, queued, trace)
+                return InvokeOutcome(True, payload, seconds, None, queued, trace, billed)
             try:
                 etype = json.loads(payload).get("errorType")
             except (ValueError, AttributeError):
                 etype = None
-            return InvokeOutcome(False, payload, seconds, etype, queued, trace)
+            return InvokeOutcome(False, payload, seconds, etype, queued, trace, billed)
         finally:
             if self._closed:
                 self._discard(back)

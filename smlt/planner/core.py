@@ -156,7 +156,7 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
 def decide_fixed(
     job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
 ) -> Decision:
-    shape = JobShape.of(history, job.training.batch_size, job.training.compression)
+    shape = JobShape.of(history, job.training.batch_size, job.training.compression, job.training.mode)
     tm = TimingModel(shape, prices, arch, sizes)
     tm.fit(history)
     done = _terminal(job, history, tm, prices, arch)
@@ -693,7 +693,7 @@ def decide_adaptive(
     job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
 ) -> Decision:
     tr = job.training
-    shape = JobShape.of(history, tr.batch_size, tr.compression)
+    shape = JobShape.of(history, tr.batch_size, tr.compression, tr.mode)
     tm = TimingModel(shape, prices, arch, sizes).fit(history)
     done = _terminal(job, history, tm, prices, arch)
     if done:

@@ -93,9 +93,10 @@ class JobShape:
     data_mb: float
     val_rows: int
     train_rows: int
+    sync: bool = False  # training.mode "sync": every local step's gradients go through the exchange
 
     @classmethod
-    def of(cls, history: RunHistory, batch: int, compression: str = "none") -> JobShape:
+    def of(cls, history: RunHistory, batch: int, compression: str = "none", mode: str = "local_sgd") -> JobShape:
         params = history.param_count or 100_000
         known = bool(history.flops_per_sample)
         flops = float(history.flops_per_sample or 0.0) if known else P.FLOPS_PER_PARAM_GUESS * params
@@ -104,7 +105,7 @@ class JobShape:
         model_mb = params * 4 / 1e6
         update_mb = model_mb / 2 if compression in ("fp16", "bf16") else model_mb
         val_rows = history.val_rows or max(1, rows // 4)
-        return cls(params, flops, known, batch, update_mb, model_mb, data_mb, val_rows, rows)
+        return cls(params, flops, known, batch, update_mb, model_mb, data_mb, val_rows, rows, mode == "sync")
 
     @property
     def step_flops(self) -> float:
@@ -452,8 +453,16 @@ class TimingModel:
         agg_ub = 2.0 * agg + 1.5
         other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.3 + 1e-6
         # transitions and requests are counted; 20 % covers retried Lambda invocations
-        # worst case: every worker cold at the init cap, reading its shards, running to the limit
-        bill_ub = self._bill(N, gb * N * (P.COLD_INIT_MAX_S + limit), shard_reads=N)
+        # worst case: every worker cold at the init cap, reading its shards, running to the limit,
+        # the retry allowance of attempts again at that (smlt.bill.retry_allowance), sync's exchange
+        retries = bill.retry_allowance(N)
+        bill_ub = self._bill(
+            N,
+            gb * (N + retries) * (P.COLD_INIT_MAX_S + limit),
+            shard_reads=N,
+            retries=retries,
+            exchange_steps=K if self.shape.sync else 0.0,
+        )
         cost_ub = bill_ub.worker_usd + other_ub + bill_ub.services_usd * 1.2
 
         # evaluation-only round at (n, m): load + eval, no update

@@ -21,11 +21,11 @@ import math
 import time
 
 from smlt import errors as smlt_errors
-from smlt import keys, metrics
+from smlt import keys, ledger, metrics
 from smlt.aggregate.model_store import model_source, read_model_blob, sliced_model_complete
 from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
 from smlt.aggregate.sync import delete_prefix
-from smlt.bill import ledger_cost
+from smlt.bill import RoundShape
 from smlt.config import Settings
 from smlt.evaluation import ValMetrics, val_metrics
 from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
@@ -126,6 +126,7 @@ class _Round:
         self.meta = items.item(keys.META, MetaItem)
         self.previous = items.item(keys.round_sk(rnd - 1), RoundItem) if rnd > 0 else None
         self._reported: list[WorkerItem] | None = None  # the workers' records read by the quorum check
+        self.outcomes: list[dict] = []  # the Map's outcomes (single aggregator): how a worker ended
 
     @property
     def plan_item(self) -> PlanItem:
@@ -280,7 +281,7 @@ class _Round:
             stop, reason = False, ""
 
         self.clear_sync()
-        cost = ledger_cost(self.settings, spec, records, failed, plan_item.plan_s, aggregate_s, aggregators)
+        cost, late = _round_ledger(self, aggregators)
         item = RoundItem(
             round=rnd,
             workers=spec.workers,
@@ -302,7 +303,8 @@ class _Round:
             aggregators=aggregators,
             round_s=time.time() - spec.planned_at,
             cost_usd=cost,
-            cost_total_usd=cost + (self.previous.cost_total_usd if self.previous else 0.0),  # the ledger so far
+            # the ledger so far, with what last round's stragglers have added since it was priced
+            cost_total_usd=cost + late + (self.previous.cost_total_usd if self.previous else 0.0),
             param_count=n_params,
             stop=stop,
             reason=reason,
@@ -318,6 +320,41 @@ class _Round:
         return _answer(stored)
 
 
+def _round_shape(r: _Round, workers: int, aggregators: int, eval_only: bool) -> RoundShape:
+    s = r.settings
+    return RoundShape(
+        workers=workers,
+        worker_gb_s=0.0,
+        planner_memory_mb=s.planner_memory_mb,
+        aggregate_memory_mb=s.aggregate_memory_mb,
+        aggregators=max(1, aggregators),
+        eval_only=eval_only,
+        fanout=s.fanout,
+    )
+
+
+def _round_ledger(r: _Round, aggregators: int) -> tuple[float, float]:
+    """The round's bill from its ATTEMPT items (smlt.ledger; a worker that left none estimated,
+    and its estimate stored), this invocation priced as it will end (the ROUND item still to
+    write), and what round r-1's late attempts (stragglers) added since it was priced."""
+    s, spec, rnd = r.settings, r.spec, r.rnd
+    attempts = ledger.from_items(r.table.query(ledger.round_prefix(rnd)))
+    missing = ledger.estimate_missing(spec.workers, spec.memory_mb, rnd, attempts, r.outcomes, s.worker_timeout_s)
+    for m in missing:
+        r.table.put_once(f"{ledger.round_prefix(rnd)}{m.request_id}", m)
+    own = ledger.in_progress(s.aggregate_memory_mb, {"dynamodb.PutItem": 1}, "aggregate")
+    priced = attempts + missing + ([own] if own else [])
+    shape = _round_shape(r, spec.workers, aggregators, spec.eval_only)
+    cost = ledger.breakdown(priced, ledger.round_transitions(priced, shape), s.prices, s.architecture).total_usd
+    late = 0.0
+    if r.previous is not None:
+        prev = ledger.from_items(r.table.query(ledger.round_prefix(rnd - 1)))
+        shape = _round_shape(r, r.previous.workers, r.previous.aggregators, r.previous.eval_only)
+        bd = ledger.breakdown(prev, ledger.round_transitions(prev, shape), s.prices, s.architecture)
+        late = bd.total_usd - r.previous.cost_usd
+    return cost, late
+
+
 def _ledger(accepted: list[WorkerItem]) -> list[Accepted]:
     return [Accepted(worker=a.worker, samples=a.samples) for a in accepted]
 
@@ -327,6 +364,7 @@ def aggregate_round(settings: Settings, event: AggregateEvent) -> RoundAnswer:
     t0 = time.perf_counter()
     run_id, rnd = event.run_id, event.round
     r = _Round(settings, run_id, rnd)
+    r.outcomes = event.outcomes
     if r.done is not None:  # a repeated aggregation returns the first one's answer
         return _answer(r.done)
     retry = r.quorum_retry()

@@ -10,8 +10,9 @@ import json
 import time
 from typing import Any
 
-from smlt import keys
+from smlt import keys, ledger
 from smlt.aggregate.model_store import read_model_blob
+from smlt.bill import RoundShape
 from smlt.config import Settings
 from smlt.evaluation import ValMetrics
 from smlt.items import FinalMetrics, MetaItem, PlanItem, RoundItem
@@ -38,16 +39,21 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
             artifacts.copy(src, keys.final_model_key(run_id))
         else:  # written as slices by sharded aggregators: assemble one safetensors object
             artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round.round))
-    final = _final(run_id, meta, rounds, plans, final_round)
+    pipeline = meta.job.pipeline if meta else None
+    per_round, total = _run_ledger(settings, table, rounds, plans, pipeline is not None)
+    final = _final(run_id, meta, rounds, plans, final_round).model_copy(update={"estimated_cost_usd": total.total_usd})
     metrics = {
         "run_id": run_id,
         "job": meta.job.model_dump(mode="json") if meta else None,
-        "rounds": [_round_view(r, plans.get(r.round)) for r in rounds],
-        "final": final.model_dump(),
+        "rounds": [_round_view(r, plans.get(r.round), per_round.get(r.round)) for r in rounds],
+        "final": {
+            **final.model_dump(),
+            "cost_breakdown": total.model_dump(),
+            "billed_invocations": total.lambda_invocations,
+        },
     }
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
     table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
-    pipeline = meta.job.pipeline if meta else None
     if pipeline and final_round is not None:
         model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
         artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
@@ -57,6 +63,34 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         rounds=final.rounds,
         estimated_cost_usd=round(final.estimated_cost_usd, 6),
     )
+
+
+def _run_ledger(
+    settings: Settings, table: RunTable, rounds: list[RoundItem], plans: dict[int, PlanItem], pipeline: bool
+) -> tuple[dict[int, ledger.CostBreakdown], ledger.CostBreakdown]:
+    """The run's bill from every ATTEMPT item (smlt.ledger), this Finalize included as it will
+    end: metrics.json, META and a pipeline's latest.json still to write."""
+    attempts = ledger.from_items(table.query(ledger.PREFIX))
+    rest = {"s3.PutObject": 1 + int(pipeline), "dynamodb.UpdateItem": 1}
+    own = ledger.in_progress(settings.planner_memory_mb, rest, "finalize")
+    shaped = [
+        ledger.RoundOf(
+            r.round,
+            RoundShape(
+                workers=r.workers,
+                worker_gb_s=0.0,
+                planner_memory_mb=settings.planner_memory_mb,
+                aggregate_memory_mb=settings.aggregate_memory_mb,
+                aggregators=r.aggregators,
+                eval_only=r.eval_only,
+                fanout=settings.fanout,
+            ),
+        )
+        for r in rounds
+    ]
+    executions = len({p.execution for p in plans.values()})
+    everything = attempts + ([own] if own else [])
+    return ledger.run_ledger(everything, shaped, executions, settings.prices, settings.architecture)
 
 
 # The final round's metrics the run reports (None where the task has none: smlt.evaluation).
@@ -98,7 +132,8 @@ _NOT_IN_METRICS = {"diverged", "aggregators", "param_count", "plan_reason", "tim
 _PLAN_IN_METRICS = {"reason", "bound", "predicted_round_s", "predicted_round_cost_usd"}
 
 
-def _round_view(r: RoundItem, plan: PlanItem | None) -> dict[str, Any]:
+def _round_view(r: RoundItem, plan: PlanItem | None, cost: ledger.CostBreakdown | None) -> dict[str, Any]:
     view = r.model_dump(exclude=_NOT_IN_METRICS)
     view["plan"] = plan.model_dump(include=_PLAN_IN_METRICS) if plan else dict.fromkeys(_PLAN_IN_METRICS)
+    view["cost_breakdown"] = (cost or ledger.CostBreakdown()).model_dump()  # every attempt of the round
     return view

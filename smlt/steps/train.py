@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from smlt import keys
+from smlt import keys, ledger
 from smlt.aggregate.model_store import read_model_blob
 from smlt.aggregate.sync import Poll, ReduceScatter
 from smlt.config import Settings
@@ -358,6 +358,7 @@ def _run_worker(
         val_count=val_count,
         memory_mb=spec.memory_mb,
         cold=cold,
+        init_s=ledger.init_s(),  # process start to this first call (the handler's meter), cold only
         update_bytes=update_bytes,
         # Waiting for shards is loading; a read that overlapped compute is not counted twice.
         load_s=t_setup - t0 + shards.wait_s + (t_warm - t_compute),

@@ -51,24 +51,32 @@ def test_requests_per_round(digits, calls):
         plan = Counter(calls)
         if rnd == 0:
             continue  # round 0 also writes the initial model and warms the caches
-        # Each worker: one BatchGetItem (seal, own record, plan), its update, its record; the
-        # global model is read once per process for the whole round.
+        # Each worker: one BatchGetItem (seal, own record, plan), its update, its record, its
+        # ATTEMPT item (smlt.ledger); the global model is read once per process for the whole round.
         assert workers == Counter(
-            {"dynamodb.BatchGetItem": n, "s3.PutObject": n, "dynamodb.TransactWriteItems": n, "s3.GetObject": 1}
+            {
+                "dynamodb.BatchGetItem": n,
+                "s3.PutObject": n,
+                "dynamodb.TransactWriteItems": n,
+                "dynamodb.PutItem": n,
+                "s3.GetObject": 1,
+            }
         ), workers
         # The aggregator: one BatchGetItem, the records, the seal, model r, each (small) update
-        # whole in one GET, model r+1, the ROUND item.
+        # whole in one GET, model r+1, the ROUND item; the ledger's Query of this round's and the
+        # last round's ATTEMPT items, and its own ATTEMPT item.
         assert agg == Counter(
             {
                 "dynamodb.BatchGetItem": 1,
-                "dynamodb.Query": 1,
-                "dynamodb.PutItem": 2,
+                "dynamodb.Query": 3,
+                "dynamodb.PutItem": 3,
                 "s3.GetObject": 1 + n,
                 "s3.PutObject": 1,
             }
         ), agg
-        # The planner: the new ROUND items only, then META and two PLAN items at once, its plan.
-        assert plan == Counter({"dynamodb.Query": 1, "dynamodb.BatchGetItem": 1, "dynamodb.PutItem": 1}), plan
+        # The planner: the new ROUND items only, then META and two PLAN items at once, its plan,
+        # its ATTEMPT item.
+        assert plan == Counter({"dynamodb.Query": 1, "dynamodb.BatchGetItem": 1, "dynamodb.PutItem": 2}), plan
 
 
 def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
@@ -130,7 +138,7 @@ def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
 
 
 def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
-    """smlt.bill.requests assumes a worker record of <= 1 KB, a ROUND item of <= 0.7 KB +
+    """smlt.bill.requests assumes a worker record of <= 1 KB, a ROUND item of <= 1 KB +
     0.3 KB per worker and a PLAN item of <= 4 KB; the items a round writes keep to that
     (measured as plain JSON: names and values, as DynamoDB sizes an item)."""
     import json
@@ -144,5 +152,5 @@ def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
     kb = lambda item: len(json.dumps(item, default=float)) / 1024  # noqa: E731
     stored = table.get_many(keys.round_sk(0), keys.plan_sk(0))  # as stored, keys included
     assert max(kb(r) for r in table.query(keys.worker_prefix(0))) <= 1.0
-    assert kb(stored[keys.round_sk(0)]) <= 0.7 + 0.3 * n
+    assert kb(stored[keys.round_sk(0)]) <= 1.0 + 0.3 * n  # smlt.bill.requests: 1 + 0.3 r write units
     assert kb(stored[keys.plan_sk(0)]) <= 4.0
