@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from smlt import keys
-from smlt.aggregate.model_store import read_model_blob
+from smlt.aggregate.model_store import verified_model
 from smlt.config import Settings
 from smlt.evaluation import ValMetrics
 from smlt.items import FinalMetrics, MetaItem, PlanItem, RoundItem
@@ -33,11 +33,7 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     measured = [r for r in rounds if r.val_loss is not None]
     final_round = measured[-1] if measured else None
     if final_round is not None:
-        src = keys.model_key(run_id, final_round.round)
-        if artifacts.exists(src):
-            artifacts.copy(src, keys.final_model_key(run_id))
-        else:  # written as slices by sharded aggregators: assemble one safetensors object
-            artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round.round))
+        _publish_model(artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round))
     final = _final(run_id, meta, rounds, plans, final_round)
     metrics = {
         "run_id": run_id,
@@ -57,6 +53,20 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         rounds=final.rounds,
         estimated_cost_usd=round(final.estimated_cost_usd, 6),
     )
+
+
+def _model_digest(meta: MetaItem | None, rounds: list[RoundItem], rnd: int) -> str | None:
+    """The digest model rnd was recorded with: by round rnd-1's aggregator, or in META (round 0)."""
+    if rnd == 0:
+        return meta.model0_sha256 if meta else None
+    return next((r.model_sha256 for r in rounds if r.round == rnd - 1), None)
+
+
+def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> None:
+    """final/model.safetensors: model rnd read and checked against its digest first (a damaged
+    model is DigestMismatch, never published), assembled into one object when it is sliced."""
+    model = verified_model(artifacts, run_id, rnd, expected)
+    artifacts.put(keys.final_model_key(run_id), model.blob)
 
 
 # The final round's metrics the run reports (None where the task has none: smlt.evaluation).

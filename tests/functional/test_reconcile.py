@@ -3,6 +3,7 @@ finding, single and sharded, plain and bf16 with a server learning rate; each ki
 with what is stored (an applied update deleted, a report lost, a model value changed, a ledger
 naming a worker twice) is reported."""
 
+import hashlib
 import json
 
 import boto3
@@ -11,7 +12,7 @@ import safetensors.numpy
 
 from lambdas.train_step.handler import handler as train_step
 from smlt import keys
-from smlt.items import Accepted, RoundItem, SealItem
+from smlt.items import Accepted, RoundItem, SealItem, WorkerItem
 from smlt.reconcile import reconcile
 from smlt.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
@@ -176,7 +177,13 @@ def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
             state[sorted(state)[0]].flat[0] = np.nan
             head = aws.get_object(Bucket=ART, Key=key, Range="bytes=0-65535")["Body"].read()
             meta = json.loads(head[8 : 8 + int.from_bytes(head[:8], "little")])
-            aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state, metadata=meta["__metadata__"]))
+            blob = safetensors.numpy.save(state, metadata=meta["__metadata__"])
+            aws.put_object(Bucket=ART, Key=key, Body=blob)
+            # as if the worker itself had made it (its record's digest is of this object): a
+            # damaged object is refused by its digest instead (tests/functional/test_integrity.py)
+            RunTable("smlt-runs", "nan").update(
+                keys.worker_sk(1, 2), WorkerItem, update_sha256=hashlib.sha256(blob).hexdigest()
+            )
         aggregate_like_the_state_machine(p)
     found = check("nan")
     assert found.findings == [] and not found.rounds[1].trained and found.rounds[1].applied == []
