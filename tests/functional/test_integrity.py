@@ -183,3 +183,18 @@ def test_sharded_rounds_record_and_check_the_digest_of_their_slices(digits, aws,
     assert any(f.kind == "digest" and keys.slices_manifest_key("slc", 2) in f.detail for f in found.findings)
     with pytest.raises(DigestMismatch, match=keys.slices_manifest_key("slc", 2)):
         planner({"op": "finalize", "run_id": "slc"}, None)
+
+
+def test_a_worker_whose_update_was_stored_first_records_the_stored_ones_digest(digits, aws):
+    """Another invocation of the worker stored its update first: the record describes that one."""
+    from smlt.tensors.format import decode, encode
+
+    j = job(digits, max_rounds=2, target_value=None, local_steps=3)
+    train_round(j, "first")  # the updates of run "first", round 0
+    theirs = get(keys.update_key("first", 0, 1))
+    p = plan(j, "second")
+    other = encode({k: v * 0 for k, v in decode(theirs).items()}, {"samples": "7", "train_loss": "0.5"})
+    put(keys.update_key("second", 0, 1), other)
+    train_step({"run_id": "second", "round": 0, "worker": p["workers"][1]}, None)
+    record = RunTable(TABLE, "second").get(keys.worker_sk(0, 1), WorkerItem)
+    assert record is not None and record.samples == 7 and record.update_sha256 == sha(other) != sha(theirs)
