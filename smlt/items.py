@@ -56,6 +56,7 @@ class FinalMetrics(BaseModel):
     lost_updates: int
     double_counted_updates: int
     model_key: str | None = None
+    model_sha256: str | None = None  # of final/model.safetensors, as published
 
 
 class MetaItem(Item):

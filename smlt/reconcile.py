@@ -19,7 +19,8 @@ For every aggregated round r (a ROUND item):
    `smlt.aggregate.guard`, nothing else).
 4. digests: every applied update matches its record's `update_sha256`, model r+1 the ROUND item's
    `model_sha256` (a sliced model: sha256 of its parts' sha256 digests, manifest first), model 0
-   META's `model0_sha256`. A finding names the object and both digests.
+   META's `model0_sha256`, final/model.safetensors META's `final.model_sha256` (a finding of the
+   last round). A finding names the object and both digests.
 5. model r+1 equals model r + server_lr * (sample-weighted mean of the accepted deltas); integer
    tensors get the mean rounded half to even, without server_lr; a diverged or evaluation-only round
    leaves model r+1 equal to model r. Floating values match within the rounding bound of float32
@@ -242,7 +243,27 @@ def reconcile(s3, dynamodb, bucket: str, table: str, run_id: str) -> Reconciliat
             _check_digests(run, item, updates.get(rnd, {}), check)
             _check_model(run, item, updates.get(rnd, {}), check)
         result.rounds.append(check)
+    if result.rounds:
+        result.rounds[-1].findings.extend(_final_findings(run, result.rounds[-1].round))
     return result
+
+
+def _final_findings(run: _Run, last: int) -> list[Finding]:
+    """final/model.safetensors against the digest finalize recorded in META's `final`."""
+    meta = run.table.get(keys.META, MetaItem)
+    expected = meta.final.model_sha256 if meta is not None and meta.final is not None else None
+    if expected is None:
+        return []
+    key = keys.final_model_key(run.run_id)
+    try:
+        blob = run.s3.get_object(Bucket=run.bucket, Key=key)["Body"].read()
+    except run.s3.exceptions.NoSuchKey:
+        return [Finding(round=last, kind="digest", detail=f"{key} is missing; META's final recorded {expected}")]
+    if _sha256(blob) == expected:
+        return []
+    return [
+        Finding(round=last, kind="digest", detail=f"{key} has sha256 {_sha256(blob)}, META's final recorded {expected}")
+    ]
 
 
 def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:

@@ -386,15 +386,16 @@ def _reduce(
     r: _Round, global_state: dict, accepted: list[WorkerItem]
 ) -> tuple[bytes | None, list[Accepted], list[Rejected], str]:
     """Model r+1 from the reported updates: (its bytes, None when model r carries over; the
-    ledger; the refused updates; why the round diverged or ""). An update whose digest does not match its record, or far outside the
-    round's norms, is refused first (`guard.screen_updates`); NaN/Inf rejects the round."""
+    ledger; the refused updates; why the round diverged or ""). An update whose digest does not
+    match its record, or far outside the round's norms, is refused first (`guard.screen_updates`);
+    NaN/Inf rejects the round."""
     bad = [x.worker for x in accepted if not x.finite]
     if bad:
         return None, [], [], f"NaN/Inf loss or update from worker(s) {sorted(bad)}"
     screened = screen_updates(r.artifacts, accepted, r.update_key)
     if not screened.accepted:  # every update refused: model r carries over
         return None, [], screened.rejected, ""
-    # Streamed: parallel ranged reads summed as they arrive, bit-identical to decoding all.
+    # From the bytes the guard read (one GET per update), summed blockwise, bit-identical to decoding all.
     chosen = screened.accepted
     avg = reduce_updates(screened.reader, [r.update_key(x.worker) for x in chosen], [float(x.samples) for x in chosen])
     new_state = apply_update(global_state, avg, r.spec.job.training.server_lr)

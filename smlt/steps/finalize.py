@@ -18,6 +18,7 @@ from smlt.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.records import RunTable
 from smlt.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.store import S3Store
+from smlt.tensors.digest import sha256_hex
 from smlt.trigger import latest_key
 
 
@@ -32,9 +33,11 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     plans = {p.round: p for p in table.plans()}
     measured = [r for r in rounds if r.val_loss is not None]
     final_round = measured[-1] if measured else None
+    published = None
     if final_round is not None:
-        _publish_model(artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round))
+        published = _publish_model(artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round))
     final = _final(run_id, meta, rounds, plans, final_round)
+    final.model_sha256 = published
     metrics = {
         "run_id": run_id,
         "job": meta.job.model_dump(mode="json") if meta else None,
@@ -62,11 +65,13 @@ def _model_digest(meta: MetaItem | None, rounds: list[RoundItem], rnd: int) -> s
     return next((r.model_sha256 for r in rounds if r.round == rnd - 1), None)
 
 
-def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> None:
+def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str:
     """final/model.safetensors: model rnd read and checked against its digest first (a damaged
-    model is DigestMismatch, never published), assembled into one object when it is sliced."""
+    model is DigestMismatch, never published), assembled into one object when it is sliced.
+    Returns the published object's sha256 (`final.model_sha256`)."""
     model = verified_model(artifacts, run_id, rnd, expected)
     artifacts.put(keys.final_model_key(run_id), model.blob)
+    return sha256_hex(model.blob)
 
 
 # The final round's metrics the run reports (None where the task has none: smlt.evaluation).

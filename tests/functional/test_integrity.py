@@ -64,7 +64,7 @@ def test_every_stored_model_and_update_has_the_digest_of_its_item(digits, aws):
     j = {**job(digits, max_rounds=2, target_value=None, local_steps=3), "run_id": "dig"}
     drive(j, "dig")
     table = RunTable(TABLE, "dig")
-    meta = table.meta()
+    meta = table.meta()  # finalized
     assert meta is not None and meta.model0_sha256 == sha(get(keys.model_key("dig", 0)))
     for rnd in (0, 1):
         assert round_item("dig", rnd).model_sha256 == sha(get(keys.model_key("dig", rnd + 1)))
@@ -72,7 +72,11 @@ def test_every_stored_model_and_update_has_the_digest_of_its_item(digits, aws):
         assert len(records) == 4
         for r in records:
             assert r.update_sha256 == sha(get(keys.update_key("dig", rnd, r.worker)))
+    assert meta.final is not None and meta.final.model_sha256 == sha(get(keys.final_model_key("dig")))
     assert check("dig").ok
+    flip(keys.final_model_key("dig"))
+    (finding,) = check("dig").findings
+    assert finding.kind == "digest" and keys.final_model_key("dig") in finding.detail
 
 
 def test_a_flipped_byte_in_an_update_is_refused_never_averaged(digits, aws):
