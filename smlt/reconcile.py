@@ -355,11 +355,15 @@ def _check_digests(run: _Run, item: RoundItem, updates: dict[int, _Update], chec
 
 
 def _check_committed(run: _Run, item: RoundItem, check: RoundCheck) -> None:
-    """A sharded round: the list its k aggregators averaged (accepted.json) is the ledger."""
+    """A sharded round: the list its k aggregators averaged (accepted.json) is the ledger (but the
+    updates it refused: model r+1 was then made again without them)."""
     raw = run.get(keys.accepted_key(run.run_id, item.round))
     if raw is None or item.diverged:  # a diverged round keeps the list but applies nothing
         return
-    committed = sorted((int(a["worker"]), int(a["samples"])) for a in json.loads(raw))
+    refused = {r.worker for r in item.rejected}  # averaged by the slices, then made again without
+    committed = sorted(
+        (int(a["worker"]), int(a["samples"])) for a in json.loads(raw) if int(a["worker"]) not in refused
+    )
     ledger = sorted((a.worker, a.samples) for a in item.accepted)
     if committed != ledger:
         detail = f"the aggregators averaged {committed}, the ledger says {ledger}"

@@ -21,6 +21,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from smlt.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.errors import DigestMismatch
@@ -114,3 +115,27 @@ def screen_updates(
         norms=norms,
         reader=reader,
     )
+
+
+def check_share(
+    store: ObjectStore, records: Sequence[WorkerItem], key_of: Callable[[int], str], j: int, k: int
+) -> dict[str, dict[str, Any]]:
+    """Sharded rounds: slice aggregator j of k reads every k-th of the accepted updates whole (as
+    many bytes again as its slice reads) and reports their norms and refusals, which `finish`
+    combines (`combine_checks`): {"norms": {worker: norm}, "rejected": {worker: reason}}."""
+    share = [r for i, r in enumerate(sorted(records, key=lambda r: r.worker)) if i % k == j]
+    out: dict[str, dict[str, Any]] = {"norms": {}, "rejected": {}}
+    for record, blob, norm, why in ordered_map(lambda r: (r, *_read(store, key_of(r.worker), r)), share, FETCH_THREADS):
+        if blob is None:
+            out["rejected"][str(record.worker)] = why
+        else:
+            out["norms"][str(record.worker)] = norm if math.isfinite(norm) else None
+    return out
+
+
+def combine_checks(checks: Sequence[dict[str, dict[str, Any]]], factor: float = NORM_FACTOR) -> dict[int, str]:
+    """The refusals of a sharded round: each share's, and the guard over all the norms."""
+    rejected = {int(w): why for c in checks for w, why in c["rejected"].items()}
+    norms = {int(w): (n if n is not None else math.nan) for c in checks for w, n in c["norms"].items()}
+    rejected.update(outliers(norms, factor))
+    return rejected

@@ -22,7 +22,7 @@ import time
 
 from smlt import errors as smlt_errors
 from smlt import keys, metrics
-from smlt.aggregate.guard import screen_updates
+from smlt.aggregate.guard import check_share, combine_checks, screen_updates
 from smlt.aggregate.model_store import fetch_model, model_sha256, model_source, sliced_model_complete, verified_model
 from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
 from smlt.aggregate.sync import delete_prefix
@@ -432,11 +432,50 @@ def slice_round(settings: Settings, event: SliceEvent) -> SliceAnswer:
         raise RuntimeError(
             f"round {rnd}: no accepted list ({keys.accepted_key(run_id, rnd)}); the prepare step must run first"
         ) from None
+    _check_share(r, accepted, j, k)  # before the slice: a slice that exists has its check
     try:
         info = aggregate_slice(r.artifacts, run_id, rnd, j, k, accepted, r.spec.job.training.server_lr)
     except FloatingPointError:
         return SliceAnswer(slice=j, finite=False)  # nothing written: finish sees an incomplete model
     return SliceAnswer(slice=j, finite=True, seconds=round(info["seconds"], 4), skipped=info["skipped"])
+
+
+def _check_share(r: _Round, accepted: list[dict], j: int, k: int) -> None:
+    """Slice aggregator j's share of the update checks (`guard.check_share`), written once."""
+    key = keys.check_key(r.run_id, r.rnd, j)
+    if not accepted or r.artifacts.exists(key):
+        return
+    committed = {int(a["worker"]) for a in accepted}
+    records = [x for x in r.table.workers(r.rnd) if x.worker in committed]
+    r.artifacts.put(key, json.dumps(check_share(r.artifacts, records, r.update_key, j, k)).encode(), if_absent=True)
+
+
+def _sharded_refusals(r: _Round, committed: list[Accepted]) -> dict[int, str]:
+    """The refusals the slice aggregators' checks add up to (none when a check is missing: the
+    round then has a missing slice too, which carries model r over)."""
+    if not committed:
+        return {}
+    checks = []
+    for j in range(r.spec.aggregators):
+        try:
+            checks.append(json.loads(r.artifacts.get(keys.check_key(r.run_id, r.rnd, j))))
+        except NotFound:
+            return {}
+    return combine_checks(checks)
+
+
+def _reduce_without(
+    r: _Round, committed: list[Accepted], records: list[WorkerItem]
+) -> tuple[list[Accepted], list[Rejected], str]:
+    """A sharded round that refused an update: its slices averaged it, so model r+1 is made again
+    from the others by the single aggregator's path, as ONE object (it wins over the slices). Slow
+    (every update read whole here), and only when an update is refused."""
+    chosen = {a.worker for a in committed}
+    accepted = [x for x in records if x.worker in chosen]
+    global_blob = r.model()
+    reduced, ledger, rejected, diverged = _reduce(r, decode(global_blob), accepted)
+    r.artifacts.put(keys.model_key(r.run_id, r.rnd + 1), reduced or global_blob, if_absent=True)
+    return ledger, rejected, diverged
 
 
 def finish_round(settings: Settings, event: FinishEvent) -> RoundAnswer:
@@ -463,6 +502,9 @@ def finish_round(settings: Settings, event: FinishEvent) -> RoundAnswer:
         if bad:
             diverged = f"NaN/Inf loss or update from worker(s) {sorted(int(w) for w in bad)}"
     model_next = keys.model_key(run_id, rnd + 1)
+    rejected: list[Rejected] = []
+    if not diverged and sliced_model_complete(r.artifacts, run_id, rnd + 1) and _sharded_refusals(r, committed):
+        committed, rejected, diverged = _reduce_without(r, committed, records)
     if diverged:
         r.diverged(diverged)
         # The last good model as ONE object: it wins over any slices that were written.
@@ -475,7 +517,16 @@ def finish_round(settings: Settings, event: FinishEvent) -> RoundAnswer:
     sealed = r.sealed_at()
     aggregate_s = max(0.0, time.time() - sealed) if sealed else 0.0
     digest = model_sha256(r.artifacts, run_id, rnd + 1)  # as stored: one object, or the slices' parts
-    return r.record(records, ledger, diverged, n_params, aggregate_s, aggregators=spec.aggregators, model_sha256=digest)
+    return r.record(
+        records,
+        ledger,
+        diverged,
+        n_params,
+        aggregate_s,
+        aggregators=spec.aggregators,
+        rejected=rejected,
+        model_sha256=digest,
+    )
 
 
 def _answer(item: RoundItem) -> RoundAnswer:

@@ -90,3 +90,25 @@ def test_the_reconciliation_finds_an_honest_update_refused(digits, aws):
     table.client.put_item(TableName=TABLE, Item=to_item(raw))
     kinds = {(f.kind, f.worker) for f in check("honest").findings if f.round == 1}
     assert ("rejected", 1) in kinds
+
+
+def test_a_sharded_round_refuses_a_1000x_update(digits, aws, monkeypatch):
+    from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine
+
+    monkeypatch.setenv("SMLT_AGGREGATOR_READ_BYTES", "1")
+    monkeypatch.setenv("SMLT_MIN_SLICE_BYTES", "8192")
+    j = {**job(digits, target_value=None, max_rounds=2, local_steps=5), "run_id": "shx"}
+    for rnd in (0, 1):
+        p = plan(j, "shx")
+        for w in p["workers"]:
+            train_step({"run_id": "shx", "round": rnd, "worker": w}, None)
+        if rnd == 1:
+            assert p["aggregators"] > 1
+            scale_update("shx", 1, BAD, 1000.0)
+        aggregate_like_the_state_machine(p)
+    item = RunTable(TABLE, "shx").get(keys.round_sk(1), RoundItem)
+    assert item is not None and [r.worker for r in item.rejected] == [BAD]
+    assert "more than 10x the round's median update norm" in item.rejected[0].reason
+    assert BAD not in [a.worker for a in item.accepted] and len(item.accepted) == 3
+    found = check("shx")
+    assert found.ok, found.findings

@@ -202,3 +202,22 @@ def test_a_worker_whose_update_was_stored_first_records_the_stored_ones_digest(d
     train_step({"run_id": "second", "round": 0, "worker": p["workers"][1]}, None)
     record = RunTable(TABLE, "second").get(keys.worker_sk(0, 1), WorkerItem)
     assert record is not None and record.samples == 7 and record.update_sha256 == sha(other) != sha(theirs)
+
+
+def test_a_sharded_round_refuses_a_damaged_update_and_makes_model_r1_without_it(digits, aws, monkeypatch):
+    monkeypatch.setenv("SMLT_AGGREGATOR_READ_BYTES", "1")
+    monkeypatch.setenv("SMLT_MIN_SLICE_BYTES", "8192")
+    j = {**job(digits, max_rounds=2, target_value=None, local_steps=3), "run_id": "shd"}
+    p = train_round(j, "shd")
+    aggregate_like_the_state_machine(p)
+    p = train_round(j, "shd")
+    assert p["aggregators"] > 1
+    key = keys.update_key("shd", 1, 3)
+    flip(key)
+    aggregate_like_the_state_machine(p)
+    item = round_item("shd", 1)
+    assert [a.worker for a in item.accepted] == [0, 1, 2]
+    assert [r.worker for r in item.rejected] == [3] and key in item.rejected[0].reason
+    assert item.model_sha256 == sha(get(keys.model_key("shd", 2)))  # one object: it wins over the slices
+    found = check("shd")  # model 2 is the mean of the other three
+    assert found.ok, found.findings
