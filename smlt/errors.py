@@ -87,3 +87,18 @@ class RunFailed(SmltError):
     def __init__(self, run_id: str, status: str, error: str, cause: str) -> None:
         super().__init__(f"run {run_id} {status}: {error}")
         self.run_id, self.status, self.error, self.cause = run_id, status, error, cause
+
+
+class DigestMismatch(SmltError):
+    """A stored model or update does not match the sha256 recorded beside its item (a damaged or
+    replaced object): never averaged, never published. `key` names the object, `expected` the
+    digest recorded when it was written, `actual` the stored object's."""
+
+    def __init__(self, message: str, key: str = "", expected: str = "", actual: str = "") -> None:
+        super().__init__(message)
+        self.key, self.expected, self.actual = key, expected, actual
+
+
+class DamagedState(SmltError):
+    """A saved local state that cannot be resumed as it is (a round missing, an object whose digest
+    does not match its item, META missing); nothing is restored from it (CLI only)."""

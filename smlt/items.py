@@ -56,6 +56,7 @@ class FinalMetrics(BaseModel):
     lost_updates: int
     double_counted_updates: int
     model_key: str | None = None
+    model_sha256: str | None = None  # of final/model.safetensors, as published
 
 
 class MetaItem(Item):
@@ -75,6 +76,7 @@ class MetaItem(Item):
     task: str
     target: TargetScaling | None = None  # regression: the manifest's target scaling (the metrics' units)
     lr_scale: float = 1.0  # halved once when a round diverges
+    model0_sha256: str | None = None  # round 0's model: the first worker to write or read it records it
     final: FinalMetrics | None = None
 
     @field_serializer("job")
@@ -210,6 +212,13 @@ class Accepted(BaseModel):
     samples: int
 
 
+class Rejected(BaseModel):
+    """An update the round read but did not apply, and why (its digest, its norm)."""
+
+    worker: int
+    reason: str
+
+
 class RoundItem(Item):
     """An aggregated round: its plan's shape, the workers' combined evaluation of model r, the
     updates applied, the bill and the stop decision."""
@@ -225,6 +234,7 @@ class RoundItem(Item):
     diverged: bool = False
     samples: int = 0
     accepted: list[Accepted] = Field(default_factory=list)
+    rejected: list[Rejected] = Field(default_factory=list)  # reported, read and refused (never averaged)
     train_loss: float | None = None
     # Of model r, the one the round started from, over the whole validation split only: None when
     # a worker's slice is missing (the partial values below), so no stop decision can read them.

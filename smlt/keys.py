@@ -47,6 +47,11 @@ def rest_key(run_id: str, rnd: int) -> str:
     return round_prefix(run_id, rnd) + "model.slices/rest.safetensors"
 
 
+def check_key(run_id: str, rnd: int, j: int) -> str:
+    """Sharded: slice aggregator j's check of its share of the accepted updates (digest, norm)."""
+    return round_prefix(run_id, rnd) + f"checks/{j:05d}.json"
+
+
 def sync_prefix(run_id: str, rnd: int) -> str:
     """Per-step synchronous mode: the gradient exchange objects of a round (deleted after it)."""
     return round_prefix(run_id, rnd) + "sync/"

@@ -13,7 +13,15 @@ For every aggregated round r (a ROUND item):
 2. every ledger entry names its worker once and has its update object and its worker record, both
    with the ledger's samples; every record that trained is in the ledger (unless the round diverged);
    a sharded round's `accepted.json` (what its k aggregators averaged) is the ledger.
-3. model r+1 equals model r + server_lr * (sample-weighted mean of the accepted deltas); integer
+3. every update the round refused (`RoundItem.rejected`) deserves it, recomputed here: its object
+   is missing, unreadable or does not match its record's sha256, or its norm is more than the guard's
+   factor times the median of the round's update norms (the guard's two numbers are shared with
+   `smlt.aggregate.guard`, nothing else).
+4. digests: every applied update matches its record's `update_sha256`, model r+1 the ROUND item's
+   `model_sha256` (a sliced model: sha256 of its parts' sha256 digests, manifest first), model 0
+   META's `model0_sha256`, final/model.safetensors META's `final.model_sha256` (a finding of the
+   last round). A finding names the object and both digests.
+5. model r+1 equals model r + server_lr * (sample-weighted mean of the accepted deltas); integer
    tensors get the mean rounded half to even, without server_lr; a diverged or evaluation-only round
    leaves model r+1 equal to model r. Floating values match within the rounding bound of float32
    sums in any order: |stored - exact| <= 2 eps32 ((n + 2) server_lr sum_i |c_i d_i| + |model r|)
@@ -28,8 +36,11 @@ An object that cannot be decoded is a finding too. Findings are returned
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +51,7 @@ from pydantic import BaseModel, Field
 from safetensors import SafetensorError
 
 from smlt import keys
+from smlt.aggregate.guard import MIN_UPDATES, NORM_FACTOR
 from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
 from smlt.records import RunTable
 
@@ -51,7 +63,8 @@ _UPDATE = re.compile(r"rounds/(\d{6})/updates/(\d{5})\.safetensors$")
 class Finding(BaseModel):
     round: int
     # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, committed, model,
-    # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item)
+    # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item),
+    # digest (a stored object that is not the one its item recorded), rejected (refused without cause)
     kind: str
     worker: int | None = None
     detail: str
@@ -185,6 +198,25 @@ class _Run:
         rest = self.get(manifest["rest"]) if manifest.get("rest") else None
         return {**state, **(tensors(rest) if rest is not None else {})}
 
+    def model_digest(self, rnd: int) -> tuple[str, str] | None:
+        """(key, sha256) of model rnd as stored: of its one object, else of its slices' parts
+        (sha256 of the sha256 digests of the manifest, each slice and the rest, in that order)."""
+        key = keys.model_key(self.run_id, rnd)
+        blob = self.get(key)
+        if blob is not None:
+            return key, _sha256(blob)
+        mkey = keys.slices_manifest_key(self.run_id, rnd)
+        raw = self.get(mkey)
+        if raw is None:
+            return None
+        manifest = json.loads(raw)
+        names = [s["key"] for s in manifest["slices"]] + ([manifest["rest"]] if manifest.get("rest") else [])
+        h = hashlib.sha256(hashlib.sha256(raw).digest())
+        for name in names:
+            part = self.get(name)
+            h.update(hashlib.sha256(part if part is not None else b"").digest())
+        return mkey, h.hexdigest()
+
     def server_lr(self, rnd: int) -> float:
         plan = self.table.get(keys.plan_sk(rnd), PlanItem)
         if plan is not None and plan.spec is not None:
@@ -211,10 +243,31 @@ def reconcile(s3, dynamodb, bucket: str, table: str, run_id: str) -> Reconciliat
         else:
             check.trained = not (item.eval_only or item.diverged)
             _check_ledger(run, item, updates.get(rnd, {}), check)
+            _check_digests(run, item, updates.get(rnd, {}), check)
             _check_model(run, item, updates.get(rnd, {}), check)
             _check_billed(run, rnd, check)
         result.rounds.append(check)
+    if result.rounds:
+        result.rounds[-1].findings.extend(_final_findings(run, result.rounds[-1].round))
     return result
+
+
+def _final_findings(run: _Run, last: int) -> list[Finding]:
+    """final/model.safetensors against the digest finalize recorded in META's `final`."""
+    meta = run.table.get(keys.META, MetaItem)
+    expected = meta.final.model_sha256 if meta is not None and meta.final is not None else None
+    if expected is None:
+        return []
+    key = keys.final_model_key(run.run_id)
+    try:
+        blob = run.s3.get_object(Bucket=run.bucket, Key=key)["Body"].read()
+    except run.s3.exceptions.NoSuchKey:
+        return [Finding(round=last, kind="digest", detail=f"{key} is missing; META's final recorded {expected}")]
+    if _sha256(blob) == expected:
+        return []
+    return [
+        Finding(round=last, kind="digest", detail=f"{key} has sha256 {_sha256(blob)}, META's final recorded {expected}")
+    ]
 
 
 def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:
@@ -227,13 +280,14 @@ def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check
     for a in ledger:
         _check_entry(rnd, a, updates.get(a.worker), records.get(a.worker), check)
     applied = set(check.applied)
+    refused = _check_rejected(run, item, updates, records, check)
     if not item.diverged:
         for w, rec in sorted(records.items()):
-            if rec.samples > 0 and w not in applied and not item.eval_only:
+            if rec.samples > 0 and w not in applied and w not in refused and not item.eval_only:
                 detail = f"recorded {rec.samples} samples before the seal, not in the ledger"
                 check.findings.append(Finding(round=rnd, kind="not_applied", worker=w, detail=detail))
     _check_committed(run, item, check)
-    unapplied = {w: u for w, u in updates.items() if w not in applied}
+    unapplied = {w: u for w, u in updates.items() if w not in applied and w not in refused}
     _excuse(run, item, unapplied, records, check)
 
 
@@ -251,12 +305,83 @@ def _check_billed(run: _Run, rnd: int, check: RoundCheck) -> None:
             check.findings.append(Finding(round=rnd, kind="unbilled", worker=r.worker, detail=detail))
 
 
+def _sha256(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _norm(blob: bytes) -> float:
+    """An update's L2 norm over its floating tensors, in float64."""
+    total = 0.0
+    for v in tensors(blob).values():
+        if np.issubdtype(v.dtype, np.floating):
+            total += float(np.sum(np.square(v.astype(np.float64))))
+    return math.sqrt(total)
+
+
+def _intact(blob: bytes, record: WorkerItem | None) -> bool:
+    return record is None or record.update_sha256 in (None, _sha256(blob))
+
+
+def _check_rejected(
+    run: _Run, item: RoundItem, updates: dict[int, _Update], records: dict[int, WorkerItem], check: RoundCheck
+) -> set[int]:
+    """The workers the round refused, each excused with its reason when the refusal holds here:
+    its update is missing, damaged or unreadable, or far outside the round's norms; else a finding."""
+    if not item.rejected:
+        return set()
+    blobs = {w: run.get(u.key) for w, u in updates.items() if w in records and records[w].samples > 0}
+    norms: dict[int, float] = {}
+    for w, blob in blobs.items():
+        try:
+            if blob is not None and _intact(blob, records.get(w)):
+                norms[w] = _norm(blob)
+        except (SafetensorError, ValueError, KeyError, TypeError):
+            pass  # unreadable: a refusal holds
+    finite = [n for n in norms.values() if math.isfinite(n)]
+    median = statistics.median(finite) if len(finite) >= MIN_UPDATES else math.inf
+    for r in item.rejected:
+        if r.worker not in norms or norms[r.worker] > NORM_FACTOR * median:
+            check.excused[r.worker] = f"rejected: {r.reason}"
+        else:
+            detail = (
+                f"refused ({r.reason}), but its update is intact and its norm {norms[r.worker]:.4g} is within the guard"
+            )
+            check.findings.append(Finding(round=item.round, kind="rejected", worker=r.worker, detail=detail))
+    return {r.worker for r in item.rejected}
+
+
+def _check_digests(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:
+    """Applied updates and the models the round read and wrote, against the digests their items
+    recorded when they were written."""
+    records = {w.worker: w for w in run.table.workers(item.round)} if item.accepted else {}
+    for a in item.accepted:
+        u, rec = updates.get(a.worker), records.get(a.worker)
+        blob = run.get(u.key) if u is not None else None
+        if u is None or blob is None or rec is None or rec.update_sha256 in (None, _sha256(blob)):
+            continue  # a missing update or record is a finding of the ledger check
+        detail = f"{u.key} (applied) has sha256 {_sha256(blob)}, its record says {rec.update_sha256}"
+        check.findings.append(Finding(round=item.round, kind="digest", worker=a.worker, detail=detail))
+    wanted = [(item.round + 1, item.model_sha256)]
+    if item.round == 0:
+        meta = run.table.get(keys.META, MetaItem)
+        wanted.append((0, meta.model0_sha256 if meta else None))
+    for rnd, expected in wanted:
+        stored = run.model_digest(rnd)
+        if expected is not None and stored is not None and stored[1] != expected:
+            detail = f"{stored[0]} has sha256 {stored[1]}, its item recorded {expected}"
+            check.findings.append(Finding(round=item.round, kind="digest", detail=detail))
+
+
 def _check_committed(run: _Run, item: RoundItem, check: RoundCheck) -> None:
-    """A sharded round: the list its k aggregators averaged (accepted.json) is the ledger."""
+    """A sharded round: the list its k aggregators averaged (accepted.json) is the ledger (but the
+    updates it refused: model r+1 was then made again without them)."""
     raw = run.get(keys.accepted_key(run.run_id, item.round))
     if raw is None or item.diverged:  # a diverged round keeps the list but applies nothing
         return
-    committed = sorted((int(a["worker"]), int(a["samples"])) for a in json.loads(raw))
+    refused = {r.worker for r in item.rejected}  # averaged by the slices, then made again without
+    committed = sorted(
+        (int(a["worker"]), int(a["samples"])) for a in json.loads(raw) if int(a["worker"]) not in refused
+    )
     ledger = sorted((a.worker, a.samples) for a in item.accepted)
     if committed != ledger:
         detail = f"the aggregators averaged {committed}, the ledger says {ledger}"

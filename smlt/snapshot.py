@@ -15,10 +15,13 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
 
 from smlt import keys
-from smlt.errors import RunInProgress, RunNotFound
+from smlt.aggregate.model_store import model_sha256
+from smlt.errors import DamagedState, RunInProgress, RunNotFound
 from smlt.items import PlanItem, RoundItem
 from smlt.records import RunTable, to_item
 from smlt.store import NotFound, S3Store
@@ -178,12 +181,99 @@ def saved_items(run_id: str, out: Path) -> list[dict[str, Any]]:
         raise RunNotFound(f"{items_file} is unreadable ({e}); start the run again") from None
     metas = [i for i in items if isinstance(i, dict) and i.get("sk") == keys.META]
     if not any(i.get("pk") == keys.pk(run_id) for i in metas):
+        if any(isinstance(i, dict) and i.get("pk") == keys.pk(run_id) for i in items):
+            _damaged(items_file, f"run {run_id!r} has items but no META item")
         held = ", ".join(repr(m.get("run_id")) for m in metas) or "none"
         raise RunNotFound(f"no run {run_id!r} in the saved state in {folder} (it holds: {held})")
+    check_state(folder, items, run_id)
     return items
 
 
+def _damaged(where: Path, problem: str) -> NoReturn:
+    raise DamagedState(
+        f"the saved state {where} is damaged: {problem}. It cannot be resumed and nothing was restored "
+        "from it: start the run again (`smlt run --local JOB --out OUT`), or resume a copy of the state "
+        "that is intact"
+    )
+
+
+class _SavedObjects:
+    """A saved state's objects (s3/<bucket>/<key>) read by key, for hashing the saved models."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def path(self, key: str) -> Path:
+        return self.root / key
+
+    def get(self, key: str) -> bytes:
+        path = self.root / key
+        if not path.is_file():
+            raise NotFound(key)
+        return path.read_bytes()
+
+
+def _artifacts_root(folder: Path, run_id: str) -> Path | None:
+    """The saved artifacts bucket: the s3/<bucket> folder holding the run's rounds."""
+    s3 = folder / "s3"
+    found = [b for b in sorted(s3.iterdir()) if (b / keys.run_prefix(run_id)).is_dir()] if s3.is_dir() else []
+    return found[0] if found else None
+
+
+def _saved_rounds(items_file: Path, items: list[dict[str, Any]], run_id: str) -> tuple[str | None, list[RoundItem]]:
+    """Model 0's digest (META's, read raw: META is restored as saved) and the ROUND items, which
+    must run 0, 1, ... without a gap, each with its PLAN."""
+    own = {i.get("sk"): i for i in items if isinstance(i, dict) and i.get("pk") == keys.pk(run_id)}
+    model0 = own[keys.META].get("model0_sha256")
+    try:
+        rounds = sorted(
+            (RoundItem.model_validate(i) for sk, i in own.items() if str(sk).startswith("ROUND#")), key=_rnd
+        )
+    except ValidationError as e:
+        _damaged(items_file, f"an item does not validate ({e.errors()[0]['loc']}: {e.errors()[0]['msg']})")
+    numbers = [r.round for r in rounds]
+    if numbers != list(range(len(numbers))):
+        gap = next(i for i, n in enumerate([*numbers, -1]) if n != i)
+        _damaged(items_file, f"ROUND item {keys.round_sk(gap)} is missing (rounds saved: {numbers})")
+    for r in rounds:
+        if keys.plan_sk(r.round) not in own:
+            _damaged(items_file, f"round {r.round} has no PLAN item ({keys.plan_sk(r.round)})")
+    return model0, rounds
+
+
+def _rnd(r: RoundItem) -> int:
+    return r.round
+
+
+def check_state(folder: Path, items: list[dict[str, Any]], run_id: str) -> None:
+    """Refuse a damaged saved state (DamagedState naming the file and what is wrong) before anything
+    is restored: META present, ROUND items 0..r without a gap, a PLAN per round, and each saved model
+    (model 0 and every round's model r+1) present with the digest its item recorded."""
+    items_file = folder / "items.json"
+    model0, rounds = _saved_rounds(items_file, items, run_id)
+    root = _artifacts_root(folder, run_id)
+    if not rounds:
+        return
+    if root is None:
+        _damaged(folder / "s3", f"no saved objects of run {run_id!r}")
+    saved = _SavedObjects(root)
+    wanted = [(0, model0), *((r.round + 1, r.model_sha256) for r in rounds)]
+    for rnd, expected in wanted:
+        try:
+            digest = model_sha256(saved, run_id, rnd)
+        except NotFound:
+            _damaged(saved.path(keys.model_key(run_id, rnd)), f"model {rnd} is not saved")
+        except (ValueError, KeyError, TypeError) as e:  # a slices manifest that is not one
+            _damaged(saved.path(keys.slices_manifest_key(run_id, rnd)), f"model {rnd} is unreadable ({e})")
+        if expected is not None and digest != expected:
+            path = saved.path(keys.model_key(run_id, rnd))
+            where = path if path.is_file() else saved.path(keys.slices_manifest_key(run_id, rnd))
+            _damaged(where, f"model {rnd} has sha256 {digest}, but {expected} was recorded when it was written")
+
+
 def restore_snapshot(engine, names, run_id: str, out: Path) -> None:
+    """Load a saved state into a fresh engine, after `check_state` (in `saved_items`) found it
+    intact: a damaged state is refused before anything is put."""
     items = saved_items(run_id, out)
     s3 = engine.client("s3")
     root = find_state(out, run_id) / "s3"

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from smlt import keys
 from smlt.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.store.base import NotFound, ObjectStore
+from smlt.tensors.digest import check, parts_sha256, sha256_hex
 from smlt.tensors.dtypes import ST_TO_NP
 from smlt.tensors.format import decode, parse_header, save_raw, views
 from smlt.tensors.layout import (
@@ -174,44 +176,100 @@ def sliced_model_complete(store: ObjectStore, run_id: str, rnd: int) -> bool:
     return all(store.exists(k) for k in names)
 
 
-def _read_slices(store: ObjectStore, src: SlicedModel, threads: int) -> np.ndarray:
-    """The flat vector of a sliced model, its slices fetched in parallel."""
-    flat = np.empty(src.numel, dtype=np.float32)
+class Getter(Protocol):
+    """What hashing a stored model needs of a store (a saved local state's folder too)."""
 
-    def fetch(i: int) -> None:
-        (s, e), key = src.bounds[i], src.keys[i]
-        arrays, meta = views(store.get(key))
+    def get(self, key: str) -> bytes: ...
+
+
+def _sliced_parts(store: Getter, run_id: str, rnd: int, threads: int) -> tuple[SlicedModel, list[bytes]] | None:
+    """A sliced model's stored parts, in digest order: the manifest, its slices (fetched in
+    parallel), the rest object if any. None when model rnd has no manifest."""
+    try:
+        raw = store.get(keys.slices_manifest_key(run_id, rnd))
+    except NotFound:
+        return None
+    src = SlicedModel.from_json(raw)
+    names = list(src.keys) + ([src.rest] if src.rest else [])
+    return src, [raw, *ordered_map(store.get, names, threads)]
+
+
+def _assemble(src: SlicedModel, slices: list[bytes], rest: bytes | None) -> dict[str, np.ndarray]:
+    """A sliced model's tensors from its slices' bytes, in the dtypes the manifest names (BF16
+    widened to float32)."""
+    flat = np.empty(src.numel, dtype=np.float32)
+    for (s, e), key, blob in zip(src.bounds, src.keys, slices):
+        arrays, meta = views(blob)
         if (int(meta["start"]), int(meta["end"])) != (s, e):
             raise ValueError(f"slice {key} holds [{meta['start']}, {meta['end']}), the manifest says [{s}, {e})")
         flat[s:e] = arrays["flat"]
+    state = {}
+    for t, d in zip(src.layout().tensors, src.tensors):
+        v = flat[t.offset : t.offset + t.numel].reshape(t.shape)
+        state[t.name] = v if d["dtype"] in ("F32", "BF16") else v.astype(ST_TO_NP[d["dtype"]])
+    if rest is not None:
+        state.update(views(rest)[0])
+    return state
 
-    list(ordered_map(fetch, range(len(src.keys)), threads))
-    return flat
+
+@dataclass(frozen=True)
+class StoredModel:
+    """Model r as read: its safetensors bytes (assembled when sliced), its digest as stored
+    (`smlt.tensors.digest`: of the one object, or of the slices' parts) and the key errors name."""
+
+    key: str
+    blob: bytes
+    sha256: str
+
+
+def fetch_model(store: ObjectStore, run_id: str, rnd: int, threads: int = FETCH_THREADS) -> StoredModel:
+    """Model rnd and its digest: model.safetensors as stored, else assembled from its slices."""
+    key = keys.model_key(run_id, rnd)
+    try:
+        blob = store.get(key)
+        return StoredModel(key, blob, sha256_hex(blob))
+    except NotFound:
+        pass
+    sliced = _sliced_parts(store, run_id, rnd, threads)
+    if sliced is None:
+        raise NotFound(
+            f"no model for round {rnd} of run {run_id} (neither {key} nor {keys.slices_manifest_key(run_id, rnd)})"
+        )
+    src, parts = sliced
+    slices, rest = parts[1 : 1 + len(src.keys)], (parts[-1] if src.rest else None)
+    blob = save_raw(sorted(_assemble(src, slices, rest).items()))
+    return StoredModel(keys.slices_manifest_key(run_id, rnd), blob, parts_sha256(parts))
+
+
+def model_sha256(store: Getter, run_id: str, rnd: int, threads: int = FETCH_THREADS) -> str:
+    """The digest of model rnd as stored (a sliced model is hashed, not assembled)."""
+    try:
+        return sha256_hex(store.get(keys.model_key(run_id, rnd)))
+    except NotFound:
+        pass
+    sliced = _sliced_parts(store, run_id, rnd, threads)
+    if sliced is None:
+        raise NotFound(f"no model for round {rnd} of run {run_id}")
+    return parts_sha256(sliced[1])
+
+
+def verified_model(
+    store: ObjectStore, run_id: str, rnd: int, expected: str | None, threads: int = FETCH_THREADS
+) -> StoredModel:
+    """Model rnd, DigestMismatch (naming the object and both digests) unless its digest is the
+    one recorded when it was written (`expected`; None for items older than digests)."""
+    model = fetch_model(store, run_id, rnd, threads)
+    check(model.key, model.sha256, expected, f"model {rnd}")
+    return model
 
 
 def read_model(store: ObjectStore, run_id: str, rnd: int, threads: int = FETCH_THREADS) -> dict[str, np.ndarray]:
     """Model rnd as numpy arrays, from model.safetensors or from its slices fetched in parallel.
     A sliced model's tensors come back in the dtypes the manifest names (BF16 widened to float32)."""
-    _, src = model_source(store, run_id, rnd)
-    if isinstance(src, FlatLayout):
-        return decode(store.get(keys.model_key(run_id, rnd)))
-    flat = _read_slices(store, src, threads)
-    state = {}
-    for t, d in zip(src.layout().tensors, src.tensors):
-        v = flat[t.offset : t.offset + t.numel].reshape(t.shape)
-        state[t.name] = v if d["dtype"] in ("F32", "BF16") else v.astype(ST_TO_NP[d["dtype"]])
-    if src.rest:
-        rest, _ = views(store.get(src.rest))
-        state.update(rest)
-    return state
+    return decode(fetch_model(store, run_id, rnd, threads).blob)
 
 
 def read_model_blob(store: ObjectStore, run_id: str, rnd: int, threads: int = FETCH_THREADS) -> bytes:
     """Model rnd as safetensors bytes (what the worker's `bytes_to_state` and final/ need).
     A single-object model is returned as stored; a sliced one is assembled (float32)."""
-    try:
-        return store.get(keys.model_key(run_id, rnd))
-    except NotFound:
-        pass
-    state = read_model(store, run_id, rnd, threads)
-    return save_raw(sorted(state.items()))
+    return fetch_model(store, run_id, rnd, threads).blob

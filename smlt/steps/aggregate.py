@@ -22,13 +22,14 @@ import time
 
 from smlt import errors as smlt_errors
 from smlt import keys, ledger, metrics
-from smlt.aggregate.model_store import model_source, read_model_blob, sliced_model_complete
+from smlt.aggregate.guard import check_share, combine_checks, screen_updates
+from smlt.aggregate.model_store import fetch_model, model_sha256, model_source, sliced_model_complete, verified_model
 from smlt.aggregate.reduce import aggregate_slice, apply_update, commit_accepted, is_finite, param_count, reduce_updates
 from smlt.aggregate.sync import delete_prefix
 from smlt.bill import RoundShape
 from smlt.config import Settings
 from smlt.evaluation import ValMetrics, val_metrics
-from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, RoundTiming, SealItem, WorkerItem
+from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, Rejected, RoundItem, RoundTiming, SealItem, WorkerItem
 from smlt.planner.types import target_reached
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
@@ -43,6 +44,7 @@ from smlt.steps.events import (
     SliceEvent,
 )
 from smlt.store import NotFound, S3Store
+from smlt.tensors.digest import check, sha256_hex
 from smlt.tensors.format import decode, encode
 
 MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
@@ -80,22 +82,29 @@ def _repeated_shard_failure(table: RunTable, rnd: int, errors: dict[int, ErrorIt
             )
 
 
-def _model_problem(artifacts: S3Store, run_id: str, rnd: int) -> str | None:
+def _model_problem(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str | None:
     """What is wrong with the stored model `rnd` every worker starts from, if anything (read
     only when a round has failed for good)."""
     key = keys.model_key(run_id, rnd)
     try:
-        state = decode(read_model_blob(artifacts, run_id, rnd))
+        stored = fetch_model(artifacts, run_id, rnd)
+        state = decode(stored.blob)
     except NotFound:
         return None if rnd == 0 else f"model {rnd} ({key}) is missing"  # round 0's is written by its workers
     except ValueError as e:  # HeaderError, or a data section shorter than its header says
         return f"model {rnd} ({key}) is unreadable ({e})"
-    return None if is_finite(state) else f"model {rnd} ({key}) holds NaN or Inf"
+    if not is_finite(state):
+        return f"model {rnd} ({key}) holds NaN or Inf"
+    try:
+        check(stored.key, stored.sha256, expected, f"model {rnd}")
+    except smlt_errors.DigestMismatch as e:
+        return str(e)
+    return None
 
 
-def _quorum_advice(artifacts: S3Store, run_id: str, rnd: int) -> str:
+def _quorum_advice(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str:
     """The cause of a round that failed for good, as far as it can be told, and what to do."""
-    problem = _model_problem(artifacts, run_id, rnd)
+    problem = _model_problem(artifacts, run_id, rnd, expected)
     if problem:  # a resume would start from the same model
         return f"{problem}, so every worker fails on it: start the run again (a resume would read the same model)"
     cause = "none recorded a named error: they crashed, timed out or were throttled (see the worker function's logs)"
@@ -166,7 +175,7 @@ class _Round:
         if attempts + 1 >= MAX_ATTEMPTS:
             raise smlt_errors.QuorumNotReached(
                 f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
-                + _quorum_advice(self.artifacts, self.run_id, rnd)
+                + _quorum_advice(self.artifacts, self.run_id, rnd, self.model_digest)
             )
         self.clear_sync()  # the retried round's exchange starts clean
         return RoundAnswer(round=rnd, stop=False, retry=True, reason=f"quorum not reached (attempt {attempts + 1})")
@@ -187,6 +196,19 @@ class _Round:
     def sealed_at(self) -> float | None:
         # read with the round's items, or written by seal()
         return self.seal_item.sealed_at if self.seal_item else None
+
+    @property
+    def model_digest(self) -> str | None:
+        """The digest model r must have: recorded by round r-1's aggregator (ROUND r-1), or in
+        round 0 by the first worker that held it (META); None for items older than digests."""
+        if self.rnd == 0:
+            return self.meta.model0_sha256 if self.meta else None
+        return self.previous.model_sha256 if self.previous else None
+
+    def model(self) -> bytes:
+        """Model r's bytes, checked against its recorded digest (DigestMismatch naming the object
+        and both digests)."""
+        return verified_model(self.artifacts, self.run_id, self.rnd, self.model_digest).blob
 
     def update_key(self, worker: int) -> str:
         return keys.update_key(self.run_id, self.rnd, int(worker))
@@ -248,6 +270,9 @@ class _Round:
         n_params: int,
         aggregate_s: float,
         aggregators: int = 1,
+        *,
+        rejected: list[Rejected] | None = None,
+        model_sha256: str | None = None,
     ) -> RoundAnswer:
         """Combine the workers' evaluation, price the round, decide whether to stop, write the
         ROUND item (once) and answer it."""
@@ -294,6 +319,7 @@ class _Round:
             diverged=bool(diverged),
             samples=samples,
             accepted=ledger,
+            rejected=rejected or [],
             train_loss=train_loss,
             **measured.model_dump(),
             val_rows=val_count,
@@ -313,6 +339,7 @@ class _Round:
             finished_at=time.time(),
             timings=[RoundTiming.of(r) for r in records],
             flops_per_sample=next((r.flops_per_sample for r in records if r.flops_per_sample), None),
+            model_sha256=model_sha256,
         )
         _, stored = table.put_once(keys.round_sk(rnd), item)
         # The dashboard's metrics of the round (smlt.metrics), published by the handler.
@@ -374,33 +401,47 @@ def aggregate_round(settings: Settings, event: AggregateEvent) -> RoundAnswer:
     spec = r.spec
 
     # Model r may be one object or slices (written by k aggregators last round).
-    global_blob = read_model_blob(r.artifacts, run_id, rnd)
+    global_blob = r.model()
     global_state = decode(global_blob)
     accepted = [x for x in records if x.samples > 0]
     ledger: list[Accepted] = []
+    rejected: list[Rejected] = []
     diverged = ""
     new_blob = global_blob
     if not spec.eval_only and accepted:
-        bad = [x.worker for x in accepted if not x.finite]
-        if not bad:
-            # Streamed: parallel ranged GETs summed as they arrive, bit-identical to decoding all.
-            avg = reduce_updates(
-                r.artifacts, [r.update_key(x.worker) for x in accepted], [float(x.samples) for x in accepted]
-            )
-            new_state = apply_update(global_state, avg, spec.job.training.server_lr)
-            if is_finite(new_state):
-                new_blob = encode(new_state)
-                ledger = _ledger(accepted)
-            else:
-                bad = r.nonfinite_updates([x.worker for x in accepted])
-                if not bad:
-                    diverged = "the averaged model has NaN/Inf"
-        if bad:
-            diverged = f"NaN/Inf loss or update from worker(s) {sorted(bad)}"
+        reduced, ledger, rejected, diverged = _reduce(r, global_state, accepted)
+        new_blob = reduced if reduced is not None else global_blob
     if diverged:
         r.diverged(diverged)
     r.artifacts.put(keys.model_key(run_id, rnd + 1), new_blob, if_absent=True)
-    return r.record(records, ledger, diverged, param_count(global_state), time.perf_counter() - t0)
+    n_params, aggregate_s = param_count(global_state), time.perf_counter() - t0
+    return r.record(
+        records, ledger, diverged, n_params, aggregate_s, rejected=rejected, model_sha256=sha256_hex(new_blob)
+    )
+
+
+def _reduce(
+    r: _Round, global_state: dict, accepted: list[WorkerItem]
+) -> tuple[bytes | None, list[Accepted], list[Rejected], str]:
+    """Model r+1 from the reported updates: (its bytes, None when model r carries over; the
+    ledger; the refused updates; why the round diverged or ""). An update whose digest does not
+    match its record, or far outside the round's norms, is refused first (`guard.screen_updates`);
+    NaN/Inf rejects the round."""
+    bad = [x.worker for x in accepted if not x.finite]
+    if bad:
+        return None, [], [], f"NaN/Inf loss or update from worker(s) {sorted(bad)}"
+    screened = screen_updates(r.artifacts, accepted, r.update_key)
+    if not screened.accepted:  # every update refused: model r carries over
+        return None, [], screened.rejected, ""
+    # From the bytes the guard read (one GET per update), summed blockwise, bit-identical to decoding all.
+    chosen = screened.accepted
+    avg = reduce_updates(screened.reader, [r.update_key(x.worker) for x in chosen], [float(x.samples) for x in chosen])
+    new_state = apply_update(global_state, avg, r.spec.job.training.server_lr)
+    if is_finite(new_state):
+        return encode(new_state), _ledger(chosen), screened.rejected, ""
+    bad = r.nonfinite_updates([x.worker for x in chosen])
+    why = f"NaN/Inf loss or update from worker(s) {sorted(bad)}" if bad else "the averaged model has NaN/Inf"
+    return None, [], screened.rejected, why
 
 
 def prepare_round(settings: Settings, event: PrepareEvent) -> Prepared | NotPrepared:
@@ -429,11 +470,50 @@ def slice_round(settings: Settings, event: SliceEvent) -> SliceAnswer:
         raise RuntimeError(
             f"round {rnd}: no accepted list ({keys.accepted_key(run_id, rnd)}); the prepare step must run first"
         ) from None
+    _check_share(r, accepted, j, k)  # before the slice: a slice that exists has its check
     try:
         info = aggregate_slice(r.artifacts, run_id, rnd, j, k, accepted, r.spec.job.training.server_lr)
     except FloatingPointError:
         return SliceAnswer(slice=j, finite=False)  # nothing written: finish sees an incomplete model
     return SliceAnswer(slice=j, finite=True, seconds=round(info["seconds"], 4), skipped=info["skipped"])
+
+
+def _check_share(r: _Round, accepted: list[dict], j: int, k: int) -> None:
+    """Slice aggregator j's share of the update checks (`guard.check_share`), written once."""
+    key = keys.check_key(r.run_id, r.rnd, j)
+    if not accepted or r.artifacts.exists(key):
+        return
+    committed = {int(a["worker"]) for a in accepted}
+    records = [x for x in r.table.workers(r.rnd) if x.worker in committed]
+    r.artifacts.put(key, json.dumps(check_share(r.artifacts, records, r.update_key, j, k)).encode(), if_absent=True)
+
+
+def _sharded_refusals(r: _Round, committed: list[Accepted]) -> dict[int, str]:
+    """The refusals the slice aggregators' checks add up to (none when a check is missing: the
+    round then has a missing slice too, which carries model r over)."""
+    if not committed:
+        return {}
+    checks = []
+    for j in range(r.spec.aggregators):
+        try:
+            checks.append(json.loads(r.artifacts.get(keys.check_key(r.run_id, r.rnd, j))))
+        except NotFound:
+            return {}
+    return combine_checks(checks)
+
+
+def _reduce_without(
+    r: _Round, committed: list[Accepted], records: list[WorkerItem]
+) -> tuple[list[Accepted], list[Rejected], str]:
+    """A sharded round that refused an update: its slices averaged it, so model r+1 is made again
+    from the others by the single aggregator's path, as ONE object (it wins over the slices). Slow
+    (every update read whole here), and only when an update is refused."""
+    chosen = {a.worker for a in committed}
+    accepted = [x for x in records if x.worker in chosen]
+    global_blob = r.model()
+    reduced, ledger, rejected, diverged = _reduce(r, decode(global_blob), accepted)
+    r.artifacts.put(keys.model_key(r.run_id, r.rnd + 1), reduced or global_blob, if_absent=True)
+    return ledger, rejected, diverged
 
 
 def finish_round(settings: Settings, event: FinishEvent) -> RoundAnswer:
@@ -460,18 +540,31 @@ def finish_round(settings: Settings, event: FinishEvent) -> RoundAnswer:
         if bad:
             diverged = f"NaN/Inf loss or update from worker(s) {sorted(int(w) for w in bad)}"
     model_next = keys.model_key(run_id, rnd + 1)
+    rejected: list[Rejected] = []
+    if not diverged and sliced_model_complete(r.artifacts, run_id, rnd + 1) and _sharded_refusals(r, committed):
+        committed, rejected, diverged = _reduce_without(r, committed, records)
     if diverged:
         r.diverged(diverged)
         # The last good model as ONE object: it wins over any slices that were written.
-        r.artifacts.put(model_next, read_model_blob(r.artifacts, run_id, rnd), if_absent=True)
+        r.artifacts.put(model_next, r.model(), if_absent=True)
     elif not sliced_model_complete(r.artifacts, run_id, rnd + 1) and not r.artifacts.exists(model_next):
-        r.artifacts.put(model_next, read_model_blob(r.artifacts, run_id, rnd), if_absent=True)
+        r.artifacts.put(model_next, r.model(), if_absent=True)
     ledger = [] if diverged else committed
     kind, src = model_source(r.artifacts, run_id, rnd)
     n_params = src.numel
     sealed = r.sealed_at()
     aggregate_s = max(0.0, time.time() - sealed) if sealed else 0.0
-    return r.record(records, ledger, diverged, n_params, aggregate_s, aggregators=spec.aggregators)
+    digest = model_sha256(r.artifacts, run_id, rnd + 1)  # as stored: one object, or the slices' parts
+    return r.record(
+        records,
+        ledger,
+        diverged,
+        n_params,
+        aggregate_s,
+        aggregators=spec.aggregators,
+        rejected=rejected,
+        model_sha256=digest,
+    )
 
 
 def _answer(item: RoundItem) -> RoundAnswer:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from smlt import keys, ledger
-from smlt.aggregate.model_store import read_model_blob
+from smlt.aggregate.model_store import verified_model
 from smlt.bill import RoundShape
 from smlt.config import Settings
 from smlt.evaluation import ValMetrics
@@ -19,6 +19,7 @@ from smlt.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.records import RunTable
 from smlt.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.store import S3Store
+from smlt.tensors.digest import sha256_hex
 from smlt.trigger import latest_key
 
 
@@ -33,15 +34,14 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     plans = {p.round: p for p in table.plans()}
     measured = [r for r in rounds if r.val_loss is not None]
     final_round = measured[-1] if measured else None
+    published = None
     if final_round is not None:
-        src = keys.model_key(run_id, final_round.round)
-        if artifacts.exists(src):
-            artifacts.copy(src, keys.final_model_key(run_id))
-        else:  # written as slices by sharded aggregators: assemble one safetensors object
-            artifacts.put(keys.final_model_key(run_id), read_model_blob(artifacts, run_id, final_round.round))
+        published = _publish_model(artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round))
     pipeline = meta.job.pipeline if meta else None
     per_round, total = _run_ledger(settings, table, rounds, plans, pipeline is not None)
-    final = _final(run_id, meta, rounds, plans, final_round).model_copy(update={"estimated_cost_usd": total.total_usd})
+    final = _final(run_id, meta, rounds, plans, final_round).model_copy(
+        update={"estimated_cost_usd": total.total_usd, "model_sha256": published}
+    )
     metrics = {
         "run_id": run_id,
         "job": meta.job.model_dump(mode="json") if meta else None,
@@ -93,6 +93,22 @@ def _run_ledger(
     return ledger.run_ledger(everything, shaped, executions, settings.prices, settings.architecture)
 
 
+def _model_digest(meta: MetaItem | None, rounds: list[RoundItem], rnd: int) -> str | None:
+    """The digest model rnd was recorded with: by round rnd-1's aggregator, or in META (round 0)."""
+    if rnd == 0:
+        return meta.model0_sha256 if meta else None
+    return next((r.model_sha256 for r in rounds if r.round == rnd - 1), None)
+
+
+def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str:
+    """final/model.safetensors: model rnd read and checked against its digest first (a damaged
+    model is DigestMismatch, never published), assembled into one object when it is sliced.
+    Returns the published object's sha256 (`final.model_sha256`)."""
+    model = verified_model(artifacts, run_id, rnd, expected)
+    artifacts.put(keys.final_model_key(run_id), model.blob)
+    return sha256_hex(model.blob)
+
+
 # The final round's metrics the run reports (None where the task has none: smlt.evaluation).
 _FINAL_METRICS = set(ValMetrics.model_fields)
 
@@ -120,7 +136,7 @@ def _final(
         stop_reason=last.reason if last and last.stop else (last_plan.reason if last_plan else ""),
         # Reports that arrived before the round closed but were not applied (a diverged round
         # rejects its updates on purpose: not a loss).
-        lost_updates=sum(r.workers_ok - len(r.accepted) for r in trained if not r.diverged),
+        lost_updates=sum(r.workers_ok - len(r.accepted) - len(r.rejected) for r in trained if not r.diverged),
         double_counted_updates=double,
         model_key=keys.final_model_key(run_id) if final_round else None,
     )

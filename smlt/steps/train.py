@@ -19,19 +19,28 @@ import torch
 from torch import Tensor, nn
 
 from smlt import keys, ledger
-from smlt.aggregate.model_store import read_model_blob
+from smlt.aggregate.model_store import StoredModel, fetch_model, verified_model
 from smlt.aggregate.sync import Poll, ReduceScatter
 from smlt.config import Settings
 from smlt.data.inputs import model_input
 from smlt.data.loader import Arrays, Key, Prefetcher, ShardReader, eval_batches, first_train_key, train_batches
 from smlt.data.manifest import Manifest, ShardInfo
 from smlt.data.shards import ShardCache, load_manifest
-from smlt.errors import AccessDenied, CorruptShard, InvalidDataset, InvalidJob, ModelTooLarge, StaleInvocation
-from smlt.items import ErrorItem, PlanItem, SealItem, ShardRef, WorkerItem
+from smlt.errors import (
+    AccessDenied,
+    CorruptShard,
+    DigestMismatch,
+    InvalidDataset,
+    InvalidJob,
+    ModelTooLarge,
+    StaleInvocation,
+)
+from smlt.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec
 from smlt.steps.events import TrainAnswer, TrainEvent
 from smlt.store import NotFound, S3Store
+from smlt.tensors.digest import check, sha256_hex
 from smlt.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.train.augment import build_augment
 from smlt.train.measure import Footprint, footprint
@@ -197,31 +206,47 @@ def _local_steps(
 _MODEL_CACHE: dict[tuple[str, str, int, float], bytes] = {}
 
 
-def _global_model(artifacts: S3Store, spec: RoundSpec, model: nn.Module) -> bytes:
-    """Model rnd's bytes. Round 0 starts from a deterministic initialisation that every worker
-    can build; the first writer stores it and everyone then uses the stored one. A model written
-    by sharded aggregators is assembled from its slices (fetched in parallel)."""
+def _global_model(
+    artifacts: S3Store, table: RunTable, spec: RoundSpec, model: nn.Module, expected: str | None
+) -> bytes:
+    """Model rnd's bytes, checked against the digest recorded when it was written (`expected`:
+    the previous ROUND item's `model_sha256`, META's `model0_sha256` in round 0). Round 0 starts
+    from a deterministic initialisation that every worker can build; the first writer stores it
+    and everyone then uses the stored one. A model written by sharded aggregators is assembled from
+    its slices (fetched in parallel)."""
     run_id, rnd = spec.run_id, spec.round
     key = (artifacts.bucket, run_id, rnd, spec.planned_at)
     if key in _MODEL_CACHE:
         return _MODEL_CACHE[key]
     try:
-        blob = read_model_blob(artifacts, run_id, rnd)
+        stored = verified_model(artifacts, run_id, rnd, expected)
     except NotFound:
         if rnd != 0:
             raise
         artifacts.put(keys.model_key(run_id, 0), state_to_bytes(model.state_dict()), if_absent=True)
-        blob = artifacts.get(keys.model_key(run_id, 0))
+        stored = fetch_model(artifacts, run_id, 0)
+    if rnd == 0 and expected is None:
+        _record_model0(table, stored)
     _MODEL_CACHE.clear()  # keep one model: they can be large
-    _MODEL_CACHE[key] = blob
-    return blob
+    _MODEL_CACHE[key] = stored.blob
+    return stored.blob
+
+
+def _record_model0(table: RunTable, stored: StoredModel) -> None:
+    """Round 0's model is written first-writer-wins by its workers (or copied by the warm start),
+    before any ROUND item: the first worker to hold it records its digest in META, every later
+    reader (workers, the aggregator, finalize, a resume) checks against that."""
+    cond = "attribute_not_exists(#model0_sha256)"
+    if not table.update(keys.META, MetaItem, model0_sha256=stored.sha256, only_if=cond):
+        meta = table.meta()
+        check(stored.key, stored.sha256, meta.model0_sha256 if meta else None, "model 0")
 
 
 def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | None = None) -> TrainAnswer:
     table = RunTable(settings.table, event.run_id)
     try:
         return _run_worker(settings, table, event.run_id, event.round, event.worker, transform)
-    except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied) as e:
+    except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied, DigestMismatch) as e:
         # Not worth retrying: leave the reason (and the shard it names) where the aggregator and
         # the next plan can read it.
         shard = _shard_ref(e) if isinstance(e, CorruptShard) else None
@@ -236,11 +261,13 @@ def _shard_ref(e: CorruptShard) -> ShardRef | None:
     return ShardRef.model_validate({"split": e.split, "index": e.index, "key": e.key, "reason": e.reason})
 
 
-def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpec | TrainAnswer:
-    """The round's spec, or the answer of a finished invocation (a duplicate: same answer, no new
-    writes); StaleInvocation when there is nothing to do. One request for the three items."""
+def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> tuple[RoundSpec, str | None] | TrainAnswer:
+    """The round's spec and the digest model r must have, or the answer of a finished invocation
+    (a duplicate: same answer, no new writes); StaleInvocation when there is nothing to do. One
+    request for the items (the digest: ROUND r-1's `model_sha256`, META's in round 0)."""
     seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
-    items = table.get_many(seal_sk, worker_sk, plan_sk)
+    digest_sk = keys.round_sk(rnd - 1) if rnd > 0 else keys.META
+    items = table.get_many(seal_sk, worker_sk, plan_sk, digest_sk)
     if items.item(seal_sk, SealItem) is not None:
         raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
     done = items.item(worker_sk, WorkerItem)
@@ -249,12 +276,15 @@ def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> RoundSpe
     plan = items.item(plan_sk, PlanItem)
     if plan is None or plan.spec is None:
         raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
-    return plan.spec
+    raw = items[digest_sk] or {}
+    return plan.spec, raw.get("model_sha256" if rnd > 0 else "model0_sha256")
 
 
-def _start_from(artifacts: S3Store, spec: RoundSpec, model: nn.Module, manifest: Manifest) -> dict[str, Tensor]:
+def _start_from(
+    artifacts: S3Store, table: RunTable, spec: RoundSpec, model: nn.Module, manifest: Manifest, expected: str | None
+) -> dict[str, Tensor]:
     """Load model r into `model`; a copy of its state (the update is the difference to it)."""
-    global_blob = _global_model(artifacts, spec, model)
+    global_blob = _global_model(artifacts, table, spec, model, expected)
     try:
         model.load_state_dict(bytes_to_state(global_blob))
     except RuntimeError as e:
@@ -287,9 +317,10 @@ def _run_worker(
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
     artifacts = S3Store(settings.artifacts_bucket)
-    spec = _round_spec(table, run_id, rnd, worker)
-    if isinstance(spec, TrainAnswer):
-        return spec
+    got = _round_spec(table, run_id, rnd, worker)
+    if isinstance(got, TrainAnswer):
+        return got
+    spec, model_digest = got
     manifest = load_manifest(spec.job.dataset.uri)
     memory_mb = settings.memory_mb or spec.memory_mb
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, memory_mb // 1769)))
@@ -302,7 +333,7 @@ def _run_worker(
     train_idx = [] if spec.eval_only else spec.train_shards(worker, len(manifest.train.shards))
     used = [manifest.validation.shards[i] for i in val_idx] + [manifest.train.shards[i] for i in train_idx]
     fp = _measure_and_check(spec, model, manifest, memory_mb, used)
-    global_state = _start_from(artifacts, spec, model, manifest)
+    global_state = _start_from(artifacts, table, spec, model, manifest, model_digest)
 
     cache = ShardCache(cap_bytes=settings.shard_cache_mb << 20)
     cache_miss = not all(cache.has(sh.sha256) for sh in used)
@@ -329,7 +360,7 @@ def _run_worker(
     finite = math.isfinite(train_loss)
     t_warm = time.perf_counter()
 
-    update_bytes = 0
+    update_bytes, update_sha256 = 0, None
     if not spec.eval_only:
         delta = update_delta(model.state_dict(), global_state)
         meta = {"samples": str(samples), "train_loss": repr(train_loss), "worker": str(worker)}
@@ -337,13 +368,14 @@ def _run_worker(
         if codec != "none":
             meta["compression"] = codec
         blob = state_to_bytes(compress_torch_state(delta, codec), metadata=meta)
-        update_bytes = len(blob)
+        update_bytes, update_sha256 = len(blob), sha256_hex(blob)
         # Tagged so the bucket's lifecycle rule expires per-round updates (infra/stacks/storage.py).
         key = keys.update_key(run_id, rnd, worker)
         if not artifacts.put(key, blob, if_absent=True, tagging=keys.UPDATE_TAG):
             # Another invocation of this worker stored its update first: report what it stored,
-            # so the record always describes the update that will be averaged.
-            stored = _metadata(artifacts.get_range(key, 0, 65536))
+            # so the record always describes the update that will be averaged (its digest too).
+            stored_blob = artifacts.get(key)
+            stored, update_sha256 = _metadata(stored_blob), sha256_hex(stored_blob)
             samples, train_loss = int(stored["samples"]), float(stored["train_loss"])
             finite = math.isfinite(train_loss)
     t_upload = time.perf_counter()
@@ -360,6 +392,7 @@ def _run_worker(
         cold=cold,
         init_s=ledger.init_s(),  # process start to this first call (the handler's meter), cold only
         update_bytes=update_bytes,
+        update_sha256=update_sha256,
         # Waiting for shards is loading; a read that overlapped compute is not counted twice.
         load_s=t_setup - t0 + shards.wait_s + (t_warm - t_compute),
         eval_s=t_eval - t_setup - eval_wait,

@@ -3,6 +3,7 @@ finding, single and sharded, plain and bf16 with a server learning rate; each ki
 with what is stored (an applied update deleted, a report lost, a model value changed, a ledger
 naming a worker twice) is reported."""
 
+import hashlib
 import json
 
 import boto3
@@ -11,7 +12,7 @@ import safetensors.numpy
 
 from lambdas.train_step.handler import handler as train_step
 from smlt import keys
-from smlt.items import Accepted, RoundItem, SealItem
+from smlt.items import Accepted, RoundItem, SealItem, WorkerItem
 from smlt.reconcile import reconcile
 from smlt.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
@@ -86,9 +87,9 @@ def test_integer_buffers_follow_the_rounded_mean(images, aws):
     assert int(state["3.num_batches_tracked"]) == 14
     state["3.num_batches_tracked"] += 1
     aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
-    found = check("bn").findings
-    assert [(f.round, f.kind) for f in found] == [(1, "model"), (2, "model")]
-    assert "model 2 3.num_batches_tracked: 1 of 1 values differ" in found[0].detail
+    found = check("bn").findings  # the changed object is not the one ROUND 1 recorded, either
+    assert [(f.round, f.kind) for f in found] == [(1, "digest"), (1, "model"), (2, "model")]
+    assert "model 2 3.num_batches_tracked: 1 of 1 values differ" in found[1].detail
 
 
 def test_a_deleted_update_is_reported(digits, aws):
@@ -134,10 +135,10 @@ def test_a_changed_model_value_is_reported(digits, aws):
     state[name].flat[5] += np.float32(1e-3)
     aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
     found = check("changed")
-    assert kinds(found, 1) == {("model", None)}
+    assert kinds(found, 1) == {("model", None), ("digest", None)}  # nor is it the object ROUND 1 recorded
     # model 2 is also what the evaluation round 2 carries over: model 3 no longer equals it
     assert kinds(found, 2) == {("model", None)}
-    assert f"model 2 {name}: 1 of" in found.findings[0].detail
+    assert f"model 2 {name}: 1 of" in next(f.detail for f in found.findings if f.kind == "model")
 
 
 def test_a_ledger_naming_a_worker_twice_is_reported(digits, aws):
@@ -157,8 +158,8 @@ def test_a_truncated_update_is_reported_not_raised(digits, aws):
     blob = aws.get_object(Bucket=ART, Key=key)["Body"].read()
     aws.put_object(Bucket=ART, Key=key, Body=blob[:-100])
     found = check("cut")
-    assert [(f.round, f.kind) for f in found.findings] == [(1, "unreadable")]
-    assert "cannot be read" in found.findings[0].detail
+    assert [(f.round, f.kind) for f in found.findings] == [(1, "digest"), (1, "unreadable")]
+    assert key in found.findings[0].detail and "cannot be read" in found.findings[1].detail
 
 
 def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
@@ -176,7 +177,13 @@ def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
             state[sorted(state)[0]].flat[0] = np.nan
             head = aws.get_object(Bucket=ART, Key=key, Range="bytes=0-65535")["Body"].read()
             meta = json.loads(head[8 : 8 + int.from_bytes(head[:8], "little")])
-            aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state, metadata=meta["__metadata__"]))
+            blob = safetensors.numpy.save(state, metadata=meta["__metadata__"])
+            aws.put_object(Bucket=ART, Key=key, Body=blob)
+            # as if the worker itself had made it (its record's digest is of this object): a
+            # damaged object is refused by its digest instead (tests/functional/test_integrity.py)
+            RunTable("smlt-runs", "nan").update(
+                keys.worker_sk(1, 2), WorkerItem, update_sha256=hashlib.sha256(blob).hexdigest()
+            )
         aggregate_like_the_state_machine(p)
     found = check("nan")
     assert found.findings == [] and not found.rounds[1].trained and found.rounds[1].applied == []
@@ -187,4 +194,4 @@ def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
     state = safetensors.numpy.load(aws.get_object(Bucket=ART, Key=key)["Body"].read())
     state[sorted(state)[0]].flat[3] += np.float32(1e-6)
     aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
-    assert [(f.round, f.kind) for f in check("nan").findings] == [(1, "model")]
+    assert [(f.round, f.kind) for f in check("nan").findings] == [(1, "digest"), (1, "model")]

@@ -1,0 +1,58 @@
+"""`smlt resume` of a damaged saved state (a ROUND item removed, a model byte flipped) is refused
+with DamagedState and exit 2, naming the file and what is wrong, and changes nothing."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CMD = [sys.executable, "-m", "smlt.cli"]
+
+
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "lock"}
+
+
+def _resume(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CMD, "resume", "dmg", "--local", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_damaged_saved_state_is_refused_on_resume(tmp_path):
+    job = json.loads((ROOT / "examples/digits.json").read_text())
+    job.update(run_id="dmg")
+    job["training"].update(max_rounds=3, target_value=None, local_steps=5)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    good = tmp_path / "good"
+    run = subprocess.run(
+        [*CMD, "run", "--local", str(path), "--out", str(good)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    gap = tmp_path / "gap"  # ROUND#000001 removed from the saved items
+    shutil.copytree(good, gap)
+    items_file = gap / ".state/runs/dmg/items.json"
+    items = json.loads(items_file.read_text())
+    items_file.write_text(json.dumps([i for i in items if i["sk"] != "ROUND#000001"]))
+    before = _files(gap)
+    res = _resume(gap)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "error: DamagedState: the saved state" in res.stderr and str(items_file) in res.stderr
+    assert "ROUND item ROUND#000001 is missing" in res.stderr and "Traceback" not in res.stderr
+    assert _files(gap) == before
+
+    flipped = tmp_path / "flipped"  # one byte of model 2 flipped in the saved objects
+    shutil.copytree(good, flipped)
+    (model,) = (flipped / ".state/runs/dmg/s3").glob("*/runs/dmg/rounds/000002/model.safetensors")
+    blob = bytearray(model.read_bytes())
+    blob[-3] ^= 1
+    model.write_bytes(bytes(blob))
+    before = _files(flipped)
+    res = _resume(flipped)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"{model} is damaged: model 2 has sha256" in res.stderr and "Traceback" not in res.stderr
+    assert _files(flipped) == before
