@@ -232,7 +232,10 @@ def parse_study(raw: Any) -> Study:
     try:
         study = Study.model_validate(raw)
     except ValidationError as e:
-        raise InvalidJob("study." + _describe(e).replace("; ", "; study.")) from None
+        # The study-wide checks (no location) name their field themselves; the others get theirs.
+        whole = [str(x["ctx"]["error"]) for x in e.errors() if not x["loc"] and x["type"] == "value_error"]
+        text = "; ".join(whole) if whole else _describe(e)
+        raise InvalidJob("; ".join(f"study.{part}" for part in text.split("; "))) from None
     check_space(study)
     return study
 
