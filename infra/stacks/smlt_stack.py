@@ -109,6 +109,7 @@ class SmltStack(Stack):
         )
         fns = {"Planner": self.functions.planner, "Aggregate": self.functions.aggregate}
         fns.update({f"TrainStep{mb}": fn for mb, fn in self.functions.train_functions.items()})
+        fns["StudyController"] = self.study.controller
         self.monitoring = Monitoring(
             self,
             "Monitoring",
