@@ -23,7 +23,7 @@ def test_the_example_is_a_study_of_at_least_12_trials_over_lr_batch_and_width_wi
     s = parse_study(study())
     assert s.trials >= 12 and s.search.kind == "asha"
     assert set(s.space) == {"training.learning_rate", "training.batch_size", "model.params.hidden"}
-    assert s.direction == "max" and s.asha_rungs() == [1, 3]
+    assert s.direction == "max" and s.asha_rungs() == [1, 3, 9]
 
 
 @pytest.mark.parametrize(
@@ -117,3 +117,15 @@ def test_budget_shares_never_shrink_and_never_sum_past_the_budget():
 def test_no_trial_starts_that_cannot_finish_before_the_deadline():
     assert budget.trial_deadline(1000.0, 900.0, 30.0) == pytest.approx(100 - budget.DEADLINE_MARGIN_S)
     assert budget.trial_deadline(1000.0, 975.0, 30.0) is None
+
+
+def test_smlt_tune_refuses_a_bad_study_file_before_anything_starts(tmp_path, capsys):
+    from smlt.cli import main
+
+    path = tmp_path / "study.json"
+    path.write_text(json.dumps(study(concurrency=0)))
+    assert main(["tune", str(path), "--local"]) == 2
+    err = capsys.readouterr().err
+    assert "InvalidJob" in err and "study.concurrency" in err
+    assert main(["tune", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
