@@ -157,6 +157,8 @@ def main() -> None:
                         "cost_usd": full["meta"].spent_usd,
                         "seconds": full_s,
                         "reach": reach(engine, names, full["trials"], best, full["t0"]),
+                        # every trial trained to max_rounds (none stopped by its budget share)
+                        "rounds": [t.rounds for t in full["trials"]],
                     },
                     "asha": {
                         "cost_usd": ash["meta"].spent_usd,

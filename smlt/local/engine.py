@@ -174,7 +174,7 @@ class LocalEngine:
         _ = self.names  # assign every name now: errors surface at start
         self.functions = function_specs(self.resolver, syn.asset_paths, self.code_root)
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
-        sm_id = self.resolver.state_machine_id(self._state_machine or self._primary_state_machine())
+        sm_id = self.resolver.state_machine_id(self._state_machine)
         self.definition = self.resolver.definition(sm_id)  # errors before anything is created
         others = {lid: self.resolver.definition(lid) for lid in self.resolver.of_type(STATE_MACHINE) if lid != sm_id}
         role_arn = self.resolver.role_arn(sm_id)
@@ -206,17 +206,6 @@ class LocalEngine:
             self._created.append(("stepfunctions", arn))
         self.timings["resources"] = time.perf_counter() - t
         self.timings["start"] = time.perf_counter() - t_all
-
-    def _primary_state_machine(self) -> str | None:
-        """With several state machines and none named: the one the stack's `StateMachineArn`
-        output names (the training machine), else None (the only one)."""
-        assert self.resolver is not None
-        sms = self.resolver.of_type(STATE_MACHINE)
-        if len(sms) < 2:
-            return None
-        out = (self.synthesized.template.get("Outputs") or {}).get("StateMachineArn", {}) if self.synthesized else {}
-        ref = (out.get("Value") or {}).get("Ref")
-        return ref if ref in sms else None
 
     def stop(self) -> None:
         """Stop running executions, stop serving this engine's functions, remove its resources

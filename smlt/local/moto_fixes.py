@@ -62,11 +62,11 @@ def patch_sfn_start_execution_case() -> None:
 
     orig = StateTaskServiceSfn._normalise_parameters
 
-    def params(self: Any, parameters: dict, *args: Any, **kwargs: Any) -> None:
-        orig(self, parameters, *args, **kwargs)
+    def params(self: Any, parameters: dict, boto_service_name: Any = None, service_action_name: Any = None) -> None:
+        orig(self, parameters, boto_service_name, service_action_name)
         _cased(parameters, str.lower)
 
-    def response(self: Any, response: Any, *args: Any, **kwargs: Any) -> None:
+    def response(self: Any, response: Any, boto_service_name: Any = None, service_action_name: Any = None) -> None:
         _cased(response, str.upper)
 
     StateTaskServiceSfn._normalise_parameters = params  # type: ignore[method-assign]
