@@ -39,6 +39,10 @@ _STUDY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 SEARCHABLE = ("training.", "model.params.")
 # Trials one study may run: each is an execution, a META and a TRIAL item.
 MAX_TRIALS = 1000
+# The study execution's history (25,000 events for a Standard execution): ~20 events per trial
+# (its Map iteration: Admit, RunTrial, TrialEnded) and 9 per watcher loop, at most
+# deadline / poll_seconds loops; the rest is Init, Run and Finish.
+HISTORY_EVENTS, EVENTS_PER_TRIAL, EVENTS_PER_POLL, EVENTS_FIXED = 25_000, 20, 9, 50
 
 
 class _Strict(BaseModel):
@@ -166,6 +170,14 @@ class Study(_Strict):
     def _consistent(self) -> Study:
         if self.job.run_id is not None:
             raise ValueError("job.run_id: leave it out; every trial gets its own run id (<study id>-t<n>)")
+        polls = self.deadline_seconds / self.poll_seconds
+        events = EVENTS_FIXED + EVENTS_PER_TRIAL * self.trials + EVENTS_PER_POLL * polls
+        if events > HISTORY_EVENTS:
+            raise ValueError(
+                f"poll_seconds: {self.poll_seconds} s over a {self.deadline_seconds:g} s deadline and {self.trials} "
+                f"trials could write ~{events:,.0f} events into the study execution's history, more than Step "
+                f"Functions' {HISTORY_EVENTS:,}: raise poll_seconds (or shorten deadline_seconds)"
+            )
         if isinstance(self.search, Asha):
             if not self.asha_rungs():
                 raise ValueError(

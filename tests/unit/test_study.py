@@ -37,6 +37,7 @@ def test_the_example_is_a_study_of_at_least_12_trials_over_lr_batch_and_width_wi
         ({"search": {"kind": "asha", "min_rounds": 50}}, "study.search.min_rounds"),
         ({"search": {"kind": "bayes"}}, "study.search"),
         ({"metric": "val_f1"}, "study.metric"),
+        ({"deadline_seconds": 86400, "poll_seconds": 1}, "study.poll_seconds"),
     ],
 )
 def test_a_bad_study_names_the_field(changes, field):
