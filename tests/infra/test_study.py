@@ -58,3 +58,11 @@ def test_the_controller_reads_and_writes_only_its_items_and_studies(synth):
     assert g.pop("s3:GetObject") == {f"<{artifacts}.Arn>/studies/*", f"<{artifacts}.Arn>/runs/*"}
     assert all(res == {f"<{table}.Arn>"} for a, res in g.items() if a.startswith("dynamodb:"))
     assert not [a for a in g if a.startswith(("states:", "lambda:", "s3:"))]
+
+
+def test_the_study_definition_passes_cfn_lint(synth):
+    from tests.infra.test_cfn_lint import _definition_template, _describe, _lint
+
+    _, defn = _study_definition(synth)
+    matches = _lint(_definition_template(defn))
+    assert _describe([m for m in matches if m.rule.id[0] in "EW"]) == []
