@@ -27,6 +27,7 @@ from smlt.prices import Prices
 # cdk.json, so the stack must write it everywhere.
 PLANNER, AGGREGATE, TRAIN = "planner", "aggregate", "train_step"
 ALL = (PLANNER, AGGREGATE, TRAIN)
+STUDY = "study"  # the study controller (smlt.study): the table and the artifacts bucket only
 
 
 def _read_by(*functions: str, optional: bool = False) -> dict[str, Any]:
@@ -60,9 +61,9 @@ class FunctionSizes(BaseSettings):
 class Settings(FunctionSizes):
     """A function's settings, from its environment (`from_env`)."""
 
-    artifacts_bucket: str = Field(json_schema_extra=_read_by(*ALL))
+    artifacts_bucket: str = Field(json_schema_extra=_read_by(*ALL, STUDY))
     data_bucket: str = Field("", json_schema_extra=_read_by(*ALL))
-    table: str = Field(json_schema_extra=_read_by(*ALL))
+    table: str = Field(json_schema_extra=_read_by(*ALL, STUDY))
     architecture: str = Field(default_factory=lambda: deployed.value("architecture"), json_schema_extra=_read_by(*ALL))
     prices: Prices = Field(default_factory=Prices, json_schema_extra=_read_by(*ALL))
     # A train_step function's own memory tier.
@@ -91,7 +92,7 @@ class Settings(FunctionSizes):
     exchange_url: str = Field("", json_schema_extra=_read_by(TRAIN, AGGREGATE, optional=True))
     # Read by Powertools (logger, metrics), not by smlt.
     service_name: str = Field(
-        "smlt", validation_alias=AliasChoices("POWERTOOLS_SERVICE_NAME"), json_schema_extra=_read_by(*ALL)
+        "smlt", validation_alias=AliasChoices("POWERTOOLS_SERVICE_NAME"), json_schema_extra=_read_by(*ALL, STUDY)
     )
 
     @classmethod

@@ -62,6 +62,11 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "keys are per run/round/worker or per pipeline and not known at deploy time.",
     ),
     (
+        r"^Resource::<\w*Artifacts\w*\.Arn>/studies/\*$",
+        "The study controller's objects under studies/ of the artifacts bucket (a study's file and its best "
+        "model); study ids are chosen by users at run time.",
+    ),
+    (
         r"^Resource::<\w*Artifacts\w*\.Arn>/code/\*$",
         "Read-only access of the train functions to users' code under code/ of the artifacts bucket "
         "(`--code`, smlt/usercode.py); keys are content digests, made at run time.",
@@ -83,8 +88,8 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "already (is it running, or did it fail?); execution names are per run and round.",
     ),
     (
-        r"^Resource::<\w*(Planner|Aggregate)\w*\.Arn>:\*$",
-        "lambda:InvokeFunction on versions/aliases of the stack's own planner/aggregate functions "
+        r"^Resource::<\w*(Planner|Aggregate|StudyController)\w*\.Arn>:\*$",
+        "lambda:InvokeFunction on versions/aliases of the stack's own planner/aggregate/study controller functions "
         "(added by the CDK LambdaInvoke task next to the unqualified ARN).",
     ),
 ]

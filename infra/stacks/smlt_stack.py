@@ -20,6 +20,7 @@ from infra.stacks.monitoring import Monitoring
 from infra.stacks.nag import acknowledge_allowed_wildcards
 from infra.stacks.settings import Settings
 from infra.stacks.storage import Storage
+from infra.stacks.study import StudyWorkflow
 from infra.stacks.table import RunTable
 from infra.stacks.trigger import RetrainTrigger
 from infra.stacks.workflow import Workflow
@@ -90,6 +91,16 @@ class SmltStack(Stack):
                 ),
             ],
         )
+        self.study = StudyWorkflow(
+            self,
+            "Study",
+            functions=self.functions,
+            artifacts_bucket=self.storage.artifacts,
+            table=self.runs.table,
+            training=self.workflow.state_machine,
+            log_retention=retention(settings.log_retention_days),
+            execution_timeout=Duration.hours(settings.execution_timeout_hours),
+        )
         self.trigger = RetrainTrigger(
             self,
             "Trigger",
@@ -98,6 +109,7 @@ class SmltStack(Stack):
         )
         fns = {"Planner": self.functions.planner, "Aggregate": self.functions.aggregate}
         fns.update({f"TrainStep{mb}": fn for mb, fn in self.functions.train_functions.items()})
+        fns["StudyController"] = self.study.controller
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -108,6 +120,7 @@ class SmltStack(Stack):
         )
 
         CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
+        CfnOutput(self, "StudyStateMachineArn", value=self.study.state_machine.state_machine_arn)
         CfnOutput(self, "DataBucketName", value=self.storage.data.bucket_name)
         CfnOutput(self, "ArtifactsBucketName", value=self.storage.artifacts.bucket_name)
         CfnOutput(self, "TableName", value=self.runs.table.table_name)

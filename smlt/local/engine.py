@@ -24,7 +24,7 @@ from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import InvokeFilter, InvokeRouter
 from .pool import DEFAULT_PRELOAD, WorkerPool
-from .resolve import BUCKET, GLOBAL_TABLE, REGION, TABLE, Resolver
+from .resolve import BUCKET, GLOBAL_TABLE, REGION, STATE_MACHINE, TABLE, Resolver
 from .server import MotoServer
 from .synth import Synthesized, synthesize
 
@@ -110,6 +110,7 @@ class LocalEngine:
         self.functions: dict[str, FunctionSpec] = {}
         self.definition: dict[str, Any] | None = None
         self.state_machine_arn: str | None = None
+        self.state_machine_arns: dict[str, str] = {}  # logical id -> ARN of the stack's other state machines
         self._router: InvokeRouter | None = None
         self._base_env: dict[str, str] = {}
         self._clients: dict[str, Any] = {}
@@ -175,6 +176,7 @@ class LocalEngine:
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
         sm_id = self.resolver.state_machine_id(self._state_machine)
         self.definition = self.resolver.definition(sm_id)  # errors before anything is created
+        others = {lid: self.resolver.definition(lid) for lid in self.resolver.of_type(STATE_MACHINE) if lid != sm_id}
         role_arn = self.resolver.role_arn(sm_id)
         assert self.server.port is not None  # acquire() returns a started server
         router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env, self._invoke_filter)
@@ -191,6 +193,17 @@ class LocalEngine:
         )
         self.state_machine_arn = resp["stateMachineArn"]
         self._created.append(("stepfunctions", self.state_machine_arn))
+        # The stack's other state machines (the study machine, which starts this one's executions).
+        for lid, definition in others.items():
+            props = syn.template["Resources"][lid].get("Properties", {})
+            arn = self.client("stepfunctions").create_state_machine(
+                name=self.resolver.local(lid).name,
+                definition=definition_for_moto(definition),
+                roleArn=self.resolver.role_arn(lid),
+                type=props.get("StateMachineType", "STANDARD"),
+            )["stateMachineArn"]
+            self.state_machine_arns[lid] = arn
+            self._created.append(("stepfunctions", arn))
         self.timings["resources"] = time.perf_counter() - t
         self.timings["start"] = time.perf_counter() - t_all
 
@@ -200,7 +213,8 @@ class LocalEngine:
         handler processes. Safe to call twice or after a failed start."""
         try:
             if self.server is not None and self.state_machine_arn:
-                self._stop_running_executions()
+                for arn in [*self.state_machine_arns.values(), self.state_machine_arn]:
+                    self._stop_running_executions(arn)
         finally:
             if self._router is not None:
                 invoke.deactivate(self._router)
@@ -212,6 +226,7 @@ class LocalEngine:
                 self.server = None
             self._created.clear()
             self.state_machine_arn = None
+            self.state_machine_arns = {}
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
@@ -240,11 +255,11 @@ class LocalEngine:
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
 
-    def _stop_running_executions(self) -> None:
+    def _stop_running_executions(self, state_machine_arn: str) -> None:
         sfn = self.client("stepfunctions")
         try:
             pages = sfn.get_paginator("list_executions").paginate(
-                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+                stateMachineArn=state_machine_arn, statusFilter="RUNNING"
             )
             for ex in [e for page in pages for e in page["executions"]]:
                 sfn.stop_execution(

@@ -41,3 +41,33 @@ def patch_dynamodb_lock() -> None:
                 return __orig(self, *args, **kwargs)
 
         setattr(DynamoDBBackend, name, locked)
+
+
+def _cased(obj: Any, first: Any) -> Any:
+    if not isinstance(obj, dict):
+        return obj
+    for key in [k for k in obj if isinstance(k, str) and k]:
+        obj[first(key[0]) + key[1:]] = obj.pop(key)
+    return obj
+
+
+def patch_sfn_start_execution_case() -> None:
+    """`states:startExecution(.sync/.sync:2)` tasks: moto hands the ASL's parameters (StateMachineArn,
+    Name, Input) to boto3 as written and returns boto3's answer (executionArn, ...) as is, where AWS
+    maps both between the ASL's PascalCase and the API's camelCase; its own .sync resolver then
+    looks for ExecutionArn. The study state machine starts the training machine's executions so."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
+        StateTaskServiceSfn,
+    )
+
+    orig = StateTaskServiceSfn._normalise_parameters
+
+    def params(self: Any, parameters: dict, boto_service_name: Any = None, service_action_name: Any = None) -> None:
+        orig(self, parameters, boto_service_name, service_action_name)
+        _cased(parameters, str.lower)
+
+    def response(self: Any, response: Any, boto_service_name: Any = None, service_action_name: Any = None) -> None:
+        _cased(response, str.upper)
+
+    StateTaskServiceSfn._normalise_parameters = params  # type: ignore[method-assign]
+    StateTaskServiceSfn._normalise_response = response  # type: ignore[method-assign]

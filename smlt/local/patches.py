@@ -211,6 +211,22 @@ PATCHES: tuple[Patch, ...] = (
         speed.patch_ranged_get,
     ),
     Patch(
+        "sfn-start-execution-case",
+        "correctness",
+        "states:startExecution tasks map PascalCase parameters and answers as AWS does (moto: passed as written)",
+        (
+            _n(
+                f"{_SFN}.asl.component.state.exec.state_task.service.state_task_service_sfn:"
+                "StateTaskServiceSfn._normalise_parameters",
+                *("self", "parameters", "boto_service_name", "service_action_name"),
+            ),
+            _n(
+                f"{_SFN}.asl.component.state.exec.state_task.service.state_task_service_sfn:StateTaskServiceSfn._normalise_response"
+            ),
+        ),
+        moto_fixes.patch_sfn_start_execution_case,
+    ),
+    Patch(
         "tcp-nodelay",
         "speed",
         "TCP_NODELAY on the moto server's accepted sockets (applied per server by server.MotoServer.start)",

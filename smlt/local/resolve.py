@@ -357,9 +357,13 @@ class Resolver:
             if logical_id not in sms:
                 raise UnresolvableError(f"no state machine {logical_id!r}; the stack has {sms}")
             return logical_id
-        if len(sms) != 1:
-            raise UnresolvableError(f"the stack has {len(sms)} state machines ({sms}); name the one to run")
-        return sms[0]
+        if len(sms) == 1:
+            return sms[0]
+        # Several (the training and the study machine): the one the stack's StateMachineArn output names.
+        ref = ((self.template.get("Outputs") or {}).get("StateMachineArn", {}).get("Value") or {}).get("Ref")
+        if ref in sms:
+            return ref
+        raise UnresolvableError(f"the stack has {len(sms)} state machines ({sms}); name the one to run")
 
     def definition(self, logical_id: str | None = None) -> dict[str, Any]:
         """The state machine definition with local names and ARNs, as a dict."""

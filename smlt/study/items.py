@@ -15,7 +15,10 @@ from smlt.records import RunTable, from_item, to_item
 
 STUDY_PREFIX = "STUDY#"
 
-TrialStatus = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
+# SKIPPED: never started (the budget or the time left could not pay for it); STOPPED: stopped
+# early by the study (ASHA or the deadline) or by a user, its model evaluated and published.
+TrialStatus = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED", "SKIPPED"]
+ENDED = ("STOPPED", "SUCCEEDED", "FAILED", "SKIPPED")
 
 
 def study_pk(study_id: str) -> str:
@@ -44,6 +47,25 @@ class StudyItem(Item):
     best_metric: float | None = None
     best_model_key: str | None = None  # the study's result: the best trial's final model
     execution: str | None = None  # the study state machine's execution (deployed path)
+    # The budget held: running trials' shares plus ended trials' ledgers (smlt.study.budget).
+    reserved_usd: float = 0.0
+    started: int = 0  # trials started so far
+    version: int = 0  # bumped by every change of reserved_usd/started (a conditional write)
+    ended_at: float | None = None
+
+
+def study_key(study_id: str) -> str:
+    """The validated study file (the controller's every step reads it)."""
+    return f"studies/{study_id}/study.json"
+
+
+def best_prefix(study_id: str) -> str:
+    """The study's result: the best trial's final model and metrics, copied here."""
+    return f"studies/{study_id}/best/"
+
+
+def trial_run_id(study_id: str, trial: int) -> str:
+    return f"{study_id}-t{trial:03d}"
 
 
 class TrialItem(Item):
@@ -59,6 +81,11 @@ class TrialItem(Item):
     cost_usd: float = 0.0  # its ledger so far
     budget_usd: float | None = None  # the share of the study's budget it was given
     stop_reason: str | None = None  # why it ended (e.g. "stopped at rung 1: 0.81 below the top third")
+    # ASHA: the trial's value at each rung it was judged at ({"1": 0.93, "3": 0.96}).
+    rung_values: dict[str, float] = {}
+    started_at: float | None = None
+    ended_at: float | None = None
+    execution: str | None = None  # the trial's training execution (its name is the run id)
 
 
 class StudyTable(RunTable):

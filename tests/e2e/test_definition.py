@@ -19,7 +19,11 @@ def _shape(text: str) -> str:
 def test_engine_runs_the_synthesized_definition(local):
     engine, _ = local
     template = engine.synthesized.template
-    ((lid, sm),) = [(k, r) for k, r in template["Resources"].items() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    ((lid, sm),) = [
+        (k, r)
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("Workflow")
+    ]
     ds = sm["Properties"]["DefinitionString"]
     synthesized = _placeholders(ds["Fn::Join"][1]) if isinstance(ds, dict) else ds
     running = engine.client("stepfunctions").describe_state_machine(stateMachineArn=engine.state_machine_arn)[

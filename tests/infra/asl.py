@@ -44,7 +44,12 @@ def resolve(template: dict[str, Any], node: Any) -> Any:
 
 
 def definition(template: dict[str, Any]) -> dict[str, Any]:
-    (sm,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    # the training machine (the study machine, infra/stacks/study.py, is checked by its own tests)
+    (sm,) = [
+        r
+        for lid, r in template["Resources"].items()
+        if r["Type"] == "AWS::StepFunctions::StateMachine" and lid.startswith("Workflow")
+    ]
     text = resolve(template, sm["Properties"]["DefinitionString"])
     return json.loads(text)
 

@@ -9,10 +9,16 @@ import os
 import pytest
 
 from smlt import deployed, keys
-from smlt.config import AGGREGATE, PLANNER, TRAIN, Settings
+from smlt.config import AGGREGATE, PLANNER, STUDY, TRAIN, Settings
 from smlt.prices import Prices
+from smlt.study.events import StudySettings
 
-KINDS = {"FunctionsPlanner": PLANNER, "FunctionsAggregate": AGGREGATE, "FunctionsTrainStep": TRAIN}
+KINDS = {
+    "FunctionsPlanner": PLANNER,
+    "FunctionsAggregate": AGGREGATE,
+    "FunctionsTrainStep": TRAIN,
+    "StudyController": STUDY,
+}
 
 
 def _functions(synth) -> dict[str, tuple[str, dict]]:
@@ -62,6 +68,9 @@ def test_a_function_reads_back_what_the_stack_set(synth, monkeypatch):
                 monkeypatch.delenv(name)
         for name, value in _env(props).items():
             monkeypatch.setenv(name, value if isinstance(value, str) else _resolved(name))
+        if kind == STUDY:  # reads its own two fields only (smlt.study.events.StudySettings)
+            assert StudySettings().table, lid
+            continue
         s = Settings.from_env()
         assert s.prices == Prices.model_validate(ctx["prices"]), lid
         if kind == TRAIN:
@@ -76,8 +85,9 @@ def test_a_function_reads_back_what_the_stack_set(synth, monkeypatch):
 def test_price_table_and_tiers_come_from_cdk_json_only(synth):
     ctx = json.loads((deployed.CDK_JSON).read_text())["context"]
     assert Prices().model_dump() == Prices.model_validate(ctx["prices"]).model_dump()
-    for _, props in _functions(synth).values():
-        assert json.loads(_env(props)["SMLT_PRICES"]) == ctx["prices"]
+    for kind, props in _functions(synth).values():
+        if kind != STUDY:  # the study controller prices nothing (the trials' ledgers are the runs')
+            assert json.loads(_env(props)["SMLT_PRICES"]) == ctx["prices"]
     tiers = sorted(props["MemorySize"] for kind, props in _functions(synth).values() if kind == TRAIN)
     assert tiers == sorted(ctx["memory_tiers"])
 

@@ -44,7 +44,8 @@ def test_stateful_resources_retained_except_a_failed_create(synth):
         **synth.resources("AWS::DynamoDB::Table"),
         **synth.resources("AWS::Logs::LogGroup"),
     }
-    assert len(synth.resources("AWS::Logs::LogGroup")) == 3 + len(DEFAULT_TIERS)  # functions + state machine
+    # functions (the study controller too) + the training and study state machines
+    assert len(synth.resources("AWS::Logs::LogGroup")) == 5 + len(DEFAULT_TIERS)
     for lid, r in stateful.items():
         assert (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")) == RETAINED_EXCEPT_ON_CREATE, lid
 
@@ -113,7 +114,10 @@ def _functions(synth):
 
 def test_function_set_and_construct_ids(synth):
     ids = sorted(k[:-8] for k in _functions(synth))  # logical id = path + 8-char hash
-    assert ids == sorted(["FunctionsPlanner", "FunctionsAggregate"] + [f"FunctionsTrainStep{m}" for m in DEFAULT_TIERS])
+    assert ids == sorted(
+        ["FunctionsPlanner", "FunctionsAggregate", "StudyController"]
+        + [f"FunctionsTrainStep{m}" for m in DEFAULT_TIERS]
+    )
 
 
 def test_zip_functions_plain_handler_layer_and_asset_metadata(synth):
@@ -188,6 +192,9 @@ def test_environment_matches_contract(synth):
     fns = _functions(synth)
     for lid, fn in fns.items():
         env = fn["Properties"]["Environment"]["Variables"]
+        if lid.startswith("StudyController"):  # the table and the artifacts bucket only
+            assert set(env) == {"SMLT_ARTIFACTS_BUCKET", "SMLT_TABLE", "POWERTOOLS_SERVICE_NAME"}, lid
+            continue
         extra = set(env) - common
         if lid.startswith("FunctionsPlanner"):
             assert extra == {"SMLT_TRAIN_FUNCTIONS"}, lid
@@ -230,7 +237,7 @@ def test_functions_traced_with_own_role_and_log_group(synth):
 
 # ------------------------------------------------------------------ workflow
 def test_state_machine_standard_logged_traced(synth):
-    (sm,) = synth.resources("AWS::StepFunctions::StateMachine").values()
+    (sm,) = [v for k, v in synth.resources("AWS::StepFunctions::StateMachine").items() if k.startswith("Workflow")]
     props = sm["Properties"]
     assert props["StateMachineType"] == "STANDARD"
     assert props["TracingConfiguration"] == {"Enabled": True}
@@ -252,7 +259,7 @@ def test_trigger_rule_pattern_and_input(synth):
     data_id = next(k for k in synth.resources("AWS::S3::Bucket") if k.startswith("StorageData"))
     assert pattern["detail"]["bucket"]["name"] == [{"Ref": data_id}]
     (target,) = props["Targets"]
-    sm_id = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    sm_id = next(k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow"))
     assert target["Arn"] == {"Ref": sm_id}
     tr = target["InputTransformer"]
     assert tr["InputPathsMap"] == {
@@ -328,6 +335,6 @@ def test_outputs_the_cli_looks_up(synth):
 
     outputs = synth.template["Outputs"]
     assert set(OUTPUTS) <= set(outputs)
-    sm_id = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    sm_id = next(k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow"))
     assert outputs["StateMachineArn"]["Value"] == {"Ref": sm_id}
     assert "DashboardUrl" in outputs

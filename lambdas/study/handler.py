@@ -1,0 +1,30 @@
+"""Study controller Lambda: parse the event, call the controller step, return its small answer."""
+
+from aws_lambda_powertools import Logger
+
+from smlt import metrics
+from smlt.steps.events import parse_event
+from smlt.study import controller
+from smlt.study.events import STUDY_EVENTS, AdmitEvent, EndedEvent, FinishEvent, InitEvent, StudySettings, WatchEvent
+
+logger = Logger(service=metrics.SERVICE)
+
+
+def handler(event, context):
+    s = StudySettings()
+    place = controller.Place(table=s.table, artifacts_bucket=s.artifacts_bucket)
+    ev = parse_event(STUDY_EVENTS, event)
+    match ev:
+        case InitEvent():
+            answer = controller.init(place, ev.study, ev.execution)
+        case AdmitEvent():
+            answer = controller.admit(place, ev.study_id, ev.trial)
+        case EndedEvent():
+            error = None if ev.error is None else f"{ev.error.get('Error')}: {ev.error.get('Cause', '')}"[:500]
+            answer = controller.ended(place, ev.study_id, ev.trial, error)
+        case WatchEvent():
+            answer = controller.watch(place, ev.study_id)
+        case FinishEvent():
+            answer = controller.finish(place, ev.study_id)
+    logger.info("study", extra={"op": ev.op, "result": answer})
+    return answer

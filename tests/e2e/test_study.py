@@ -1,0 +1,102 @@
+"""`smlt tune` end to end: the study state machine of the real stack on the local engine starts
+the trials' training executions, ASHA stops the bad ones, the best model is the study's result;
+and the same through the deployed path (boto3 against the stack's outputs)."""
+
+import json
+from pathlib import Path
+
+from smlt.records import RunTable
+from smlt.store import S3Store
+from smlt.study import tune
+from smlt.study.items import StudyTable
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples/digits-study.json"
+
+
+def ledgers(engine, names, trials):
+    """The sum of the trials' own ledgers, read from their runs (not from the study's items)."""
+    total = 0.0
+    for t in trials:
+        meta = RunTable(names.table, t.run_id, client=engine.client("dynamodb")).meta()
+        if meta is not None and meta.final is not None:
+            total += meta.final.estimated_cost_usd
+    return total
+
+
+def test_the_digits_study_stops_a_third_early_and_finds_097_within_its_budget(local, tmp_path):
+    engine, names = local
+    target = tune.local_target(engine)
+    meta, trials = tune.run(target, EXAMPLE, tmp_path, study_id="digits-e2e")
+    assert meta.status == "SUCCEEDED" and len(trials) >= 12
+    assert all(t.status in ("SUCCEEDED", "STOPPED") for t in trials)  # every trial is a run that ended
+    stopped = [t for t in trials if t.status == "STOPPED"]
+    assert len(stopped) >= len(trials) / 3
+    assert all(t.stop_reason and "rung" in t.stop_reason for t in stopped)
+    assert meta.best_metric is not None and meta.best_metric >= 0.97
+    spent = ledgers(engine, names, trials)
+    assert 0 < spent <= meta.budget_usd
+    assert meta.spent_usd == sum(t.cost_usd for t in trials)
+    # each trial ran under the share the study gave it, and every run is an ordinary execution
+    for t in trials:
+        run = RunTable(names.table, t.run_id, client=engine.client("dynamodb")).meta()
+        assert run.job.constraints.budget_usd == t.budget_usd and run.final.estimated_cost_usd <= t.budget_usd
+    # the best trial's model is the study's result, and fetched into OUT
+    best = RunTable(names.table, meta.best_run_id, client=engine.client("dynamodb")).meta()
+    assert best.final.val_accuracy == meta.best_metric
+    store = S3Store(names.artifacts_bucket, client=engine.client("s3"))
+    assert store.get(meta.best_model_key) == store.get(f"runs/{meta.best_run_id}/final/model.safetensors")
+    assert (tmp_path / "model.safetensors").read_bytes() == store.get(meta.best_model_key)
+    assert json.loads((tmp_path / "best.json").read_text())["best_run_id"] == meta.best_run_id
+
+
+def small_study(tmp_path, **changes):
+    raw = json.loads(EXAMPLE.read_text())
+    raw["job"]["training"]["max_rounds"] = 3
+    raw.update({"trials": 4, "concurrency": 2, "search": {"kind": "random"}, **changes})
+    path = tmp_path / "study.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_the_same_study_through_the_deployed_path(local, tmp_path, monkeypatch):
+    engine, names = local
+    for k, v in {
+        "AWS_ENDPOINT_URL": engine.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    outputs = {
+        "StateMachineArn": engine.state_machine_arn,
+        tune.STUDY_OUTPUT: tune.local_target(engine).study_machine_arn,
+        "ArtifactsBucketName": names.artifacts_bucket,
+        "DataBucketName": names.data_bucket,
+        "TableName": names.table,
+    }
+    template = {
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    cfn = engine.client("cloudformation")
+    cfn.create_stack(StackName="SmltStudyTest", TemplateBody=json.dumps(template))
+    try:
+        meta, trials = tune.run(tune.deployed_target("SmltStudyTest", cfn=cfn), small_study(tmp_path), tmp_path, "dep")
+    finally:
+        cfn.delete_stack(StackName="SmltStudyTest")
+    assert meta.status == "SUCCEEDED" and [t.status for t in trials] == ["SUCCEEDED"] * 4
+    assert all(t.rounds == 3 for t in trials)  # random search: no trial stopped
+    assert ledgers(engine, names, trials) <= meta.budget_usd
+
+
+def test_a_study_warm_starts_from_another_studys_best(local, tmp_path):
+    engine, names = local
+    target = tune.local_target(engine)
+    first, _ = tune.run(target, small_study(tmp_path, trials=1), tmp_path / "a", "warm-from")
+    meta, trials = tune.run(
+        target, small_study(tmp_path, trials=1, warm_start={"study": "warm-from"}), tmp_path / "b", "warm-to"
+    )
+    run = RunTable(names.table, trials[0].run_id, client=engine.client("dynamodb")).meta()
+    assert run.job.warm_start == f"s3://{names.artifacts_bucket}/{first.best_model_key}"
+    assert StudyTable(names.table, "warm-to", client=engine.client("dynamodb")).study().status == "SUCCEEDED"

@@ -1,0 +1,116 @@
+"""The study controller on moto: budget shares reserved atomically, ASHA stops from the trials'
+ROUND items (through their STOP item), the deadline, a trial's ledger settling its share."""
+
+import json
+import threading
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from smlt import keys
+from smlt.items import RoundItem, StopItem
+from smlt.records import RunTable, create_run_table
+from smlt.study import controller
+from smlt.study.items import StudyTable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def place(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        ddb, s3 = boto3.client("dynamodb"), boto3.client("s3")
+        s3.create_bucket(Bucket="art")
+        create_run_table(ddb, "runs")
+        yield controller.Place("runs", "art", dynamodb=ddb, s3=s3, clock=Clock())
+
+
+def study(**changes):
+    raw = json.loads((ROOT / "examples/digits-study.json").read_text())
+    raw.update({"study_id": "s", **changes})
+    return raw
+
+
+def record(place, run_id, accs, cost_per_round=0.001):
+    t = RunTable("runs", run_id, client=place.dynamodb)
+    for r, acc in enumerate(accs):
+        item = RoundItem(
+            round=r,
+            workers=1,
+            memory_mb=1769,
+            local_steps=30,
+            batch_size=32,
+            val_accuracy=acc,
+            cost_total_usd=cost_per_round * (r + 1),
+        )
+        t.put_once(keys.round_sk(r), item)
+
+
+def test_concurrent_admits_never_reserve_more_than_the_budget(place):
+    controller.init(place, study(trials=8, budget_usd=0.08))
+    answers = []
+
+    def admit(n):
+        answers.append(controller.admit(place, "s", n))
+
+    threads = [threading.Thread(target=admit, args=(n,)) for n in range(8)]
+    [t.start() for t in threads], [t.join() for t in threads]
+    shares = [a["job"]["constraints"]["budget_usd"] for a in answers]
+    assert all(a["start"] for a in answers) and sum(shares) == pytest.approx(0.08)
+    meta = StudyTable("runs", "s", client=place.dynamodb).study()
+    assert meta.started == 8 and meta.reserved_usd == pytest.approx(0.08)
+    assert {a["run_id"] for a in answers} == {f"s-t{n:03d}" for n in range(8)}
+
+
+def test_asha_stops_a_trial_below_the_cutoff_at_its_rung_and_its_share_returns(place):
+    controller.init(place, study(trials=3, budget_usd=0.03))
+    for n in range(2):
+        controller.admit(place, "s", n)
+    record(place, "s-t000", [0.1, 0.9])  # rung 1: first there, goes on
+    assert controller.watch(place, "s")["done"] is False
+    record(place, "s-t001", [0.1, 0.5])  # rung 1: below the cutoff (0.9)
+    controller.watch(place, "s")
+    stop = RunTable("runs", "s-t001", client=place.dynamodb).get(keys.STOP, StopItem)
+    assert stop is not None and stop.by == "study:s" and "rung 1" in stop.reason
+    assert RunTable("runs", "s-t000", client=place.dynamodb).get(keys.STOP, StopItem) is None
+    # the stopped trial ends having spent 0.002 of its 0.01: its share settles to its ledger
+    assert controller.ended(place, "s", 1)["status"] == "FAILED"  # no final metrics: the run did not finish
+    meta = StudyTable("runs", "s", client=place.dynamodb).study()
+    assert meta.reserved_usd == pytest.approx(0.01 + 0.002)
+    third = controller.admit(place, "s", 2)
+    assert third["job"]["constraints"]["budget_usd"] == pytest.approx(0.03 - 0.012)
+
+
+def test_the_deadline_skips_trials_that_could_not_finish_and_stops_running_ones(place):
+    controller.init(place, study(trials=2, deadline_seconds=100, min_trial_seconds=30))
+    first = controller.admit(place, "s", 0)
+    assert first["start"] and first["job"]["constraints"]["deadline_seconds"] <= 100 - 10
+    place.clock.now += 70  # 30 s left, less the margin: too little for a trial
+    skipped = controller.admit(place, "s", 1)
+    assert skipped == {"start": False, "reason": skipped["reason"]} and "deadline" in skipped["reason"]
+    place.clock.now += 25  # at the deadline (less the margin): the running trial is asked to stop
+    record(place, "s-t000", [0.1])
+    controller.watch(place, "s")
+    stop = RunTable("runs", "s-t000", client=place.dynamodb).get(keys.STOP, StopItem)
+    assert stop is not None and "deadline" in stop.reason
+
+
+def test_warm_start_needs_the_other_studys_best(place):
+    from smlt.errors import InvalidJob
+
+    with pytest.raises(InvalidJob, match="warm_start.study: study 'nope' has no best model"):
+        controller.init(place, study(warm_start={"study": "nope"}))
