@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smlt", description="Serverless, adaptive ML training on AWS Lambda.")
     sub = p.add_subparsers(dest="cmd", required=True)
     local.add_run(sub)
+    local.add_console(sub)
     cloud.add_commands(sub)
     res = sub.add_parser("resume", help="continue a run from its last complete round")
     res.add_argument("run")
