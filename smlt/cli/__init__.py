@@ -19,7 +19,7 @@ from smlt.local.limits import LimitError
 from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
 
-from . import cloud, data, local, verify
+from . import cloud, dashboard, data, local, verify
 from .console import console
 
 
@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     res.set_defaults(fn=lambda args: local.resume(args) if args.local else cloud.resume(args))
     data.add_commands(sub)
     verify.add_command(sub)
+    dashboard.add_command(sub)
     return p
 
 
