@@ -10,6 +10,7 @@ running run's curves grow while it trains.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -308,7 +309,7 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
             _status_line(view),
             *curve_figures(view),
             budget_figure(view),
-            f"Workers of round {view.workers_round}" if view.workers_round is not None else "Workers",
+            _workers_title(view),
             workers_rows(view),
             plans_rows(view),
             view.meta.status != "RUNNING",  # a finished run has nothing to stop
@@ -349,6 +350,14 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
         return summary, trials_rows(trials)
 
 
+def _workers_title(view: data.RunView) -> str:
+    if view.workers_round is None:
+        return "Workers (none has reported yet)"
+    plan = next((p for p in view.plans if p.round == view.workers_round), None)
+    planned = f" of {plan.workers}" if plan is not None and plan.workers else ""
+    return f"Workers of round {view.workers_round} ({len(view.workers)}{planned} reported)"
+
+
 def _status_line(view: data.RunView) -> str:
     m = view.meta
     line = f"{view.status} | job {m.job.name} | {len(view.rounds)} rounds aggregated"
@@ -361,4 +370,5 @@ def _status_line(view: data.RunView) -> str:
 
 def serve(app: dash.Dash, host: str = "127.0.0.1", port: int = 8050) -> BaseWSGIServer:
     """The app on a threaded WSGI server (port 0: any free one); call ``serve_forever()``."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per poll
     return make_server(host, port, app.server, threaded=True)

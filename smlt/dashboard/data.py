@@ -81,7 +81,7 @@ class RunView(BaseModel):
     meta: MetaItem
     rounds: list[RoundItem]
     plans: list[PlanItem]
-    workers: list[WorkerItem]  # of the newest planned round
+    workers: list[WorkerItem]  # of the newest round with worker records
     workers_round: int | None
     stop: StopItem | None
 
@@ -181,8 +181,7 @@ def list_runs(source: Source) -> list[RunRow]:
 
 
 def run_view(source: Source, run_id: str) -> RunView | None:
-    """A run's META, rounds, plans, stop request and the workers of its newest planned round
-    (one Query of the partition: a run has a few hundred items at most)."""
+    """A run's META, rounds, plans, stop request and the workers of its current round (one Query of the partition: a run has a few hundred items at most)."""
     table = source.run(run_id)
     items = table.query("")
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -192,9 +191,12 @@ def run_view(source: Source, run_id: str) -> RunView | None:
     if not meta:
         return None
     plans = [PlanItem.model_validate(i) for i in by_kind.get("PLAN", [])]
-    newest = plans[-1].round if plans else None
+    # The current round's workers as far as they have reported: the newest round with WORKER
+    # records (a round just planned has none yet; rounds are short, so that is most of the time).
+    records = by_kind.get("WORKER", [])
+    newest = max((int(i["sk"].split("#")[1]) for i in records), default=None)
     prefix = keys.worker_prefix(newest) if newest is not None else None
-    workers = [WorkerItem.model_validate(i) for i in by_kind.get("WORKER", []) if prefix and i["sk"].startswith(prefix)]
+    workers = [WorkerItem.model_validate(i) for i in records if prefix and i["sk"].startswith(prefix)]
     stop = by_kind.get(keys.STOP)
     return RunView(
         meta=MetaItem.model_validate(meta[0]),

@@ -129,8 +129,15 @@ def test_a_run_view_has_curves_plans_and_the_current_workers(source):
     assert [p.metric for p in curve] == pytest.approx([0.5, 0.6, 0.7])
     assert view.spent_usd == pytest.approx(0.003) and view.budget_usd == 0.5
     assert [p.reason for p in view.plans][-1] == "plan 3 because"
-    # the workers of the newest plan (round 3, in flight), not of earlier rounds
+    # the workers of the round in flight (3), not of earlier rounds
     assert view.workers_round == 3 and [w.samples for w in view.workers] == [103, 103, 103]
+    # a round just planned has no records yet: the newest round that has them
+    source.run("r1").put_once(
+        keys.plan_sk(4),
+        PlanItem(run_id="r1", round=4, action="train", reason="next", planned_at=1.0, execution="r1", workers=3),
+    )
+    view = data.run_view(source, "r1")
+    assert view.workers_round == 3 and len(view.workers) == 3 and view.plans[-1].round == 4
     assert data.run_view(source, "nope") is None
 
 
