@@ -10,13 +10,17 @@ running run's curves grow while it trains.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import dash
 import plotly.graph_objects as go
+from botocore.exceptions import BotoCoreError, ClientError
 from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from smlt.dashboard import data
@@ -266,6 +270,22 @@ def make_app(source: Source, interval_s: float = 2.0) -> dash.Dash:
     return app
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _keep_on_aws_error(fn: F) -> F:
+    """A poll that cannot read the stack leaves the view as it was (the `health` callback says why)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (BotoCoreError, ClientError):
+            raise PreventUpdate from None
+
+    return cast(F, wrapper)
+
+
 def _callbacks(app: dash.Dash, source: Source) -> None:
     @app.callback(Output("page", "children"), Input("url", "pathname"))
     def route(path: str | None) -> list[Any]:
@@ -276,7 +296,17 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
             return study_page(parts[1])
         return home_page()
 
+    @app.callback(Output("error", "children"), Input("tick", "n_intervals"))
+    def health(_: int | None) -> str:
+        """The one place a read error shows; the views keep their last data meanwhile."""
+        try:
+            source.ddb.describe_table(TableName=source.stack.table)
+        except (BotoCoreError, ClientError) as e:
+            return f"cannot read {source.label}: {e} (showing the last data read)"
+        return ""
+
     @app.callback(Output("runs-table", "children"), Output("studies-table", "children"), Input("tick", "n_intervals"))
+    @_keep_on_aws_error
     def lists(_: int | None) -> tuple[list[Any], list[Any]]:
         return runs_rows(source), studies_rows(source)
 
@@ -292,6 +322,7 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
         Input("tick", "n_intervals"),
         Input("run-id", "data"),
     )
+    @_keep_on_aws_error
     def run_panels(_: int | None, run_id: str) -> tuple[Any, ...]:
         view = data.run_view(source, run_id)
         if view is None:
@@ -325,7 +356,7 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
     def stop(clicks: int, run_id: str, reason: str | None) -> str:
         try:
             item = data.request_stop(source.run(run_id), reason or "from the dashboard")
-        except (RunNotFound, InvalidJob) as e:
+        except (RunNotFound, InvalidJob, BotoCoreError, ClientError) as e:
             return f"not stopped: {e}"
         return f"stop requested by {item.by}: {item.reason} (the next plan stops the run and finalizes its best model)"
 
@@ -335,6 +366,7 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
         Input("tick", "n_intervals"),
         Input("study-id", "data"),
     )
+    @_keep_on_aws_error
     def study_panels(_: int | None, study_id: str) -> tuple[Any, list[Any]]:
         found = data.study_view(source, study_id)
         if found is None:

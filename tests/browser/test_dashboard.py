@@ -5,6 +5,7 @@ study's trials with the stopped ones marked."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -146,3 +147,31 @@ def test_a_study_shows_its_trials_with_the_stopped_ones_marked(page, dashboard_u
     # a trial is a run: its link opens the run's page (and its stop button)
     page.locator('#trials-table tr[data-trial="2"] a').click()
     page.wait_for_url("**/run/digits-asha-t2")
+
+
+def test_a_stack_it_cannot_read_is_said_on_the_page(page, browser):
+    import boto3
+    from botocore.config import Config
+
+    from smlt.cloud import Stack
+    from smlt.dashboard.app import make_app, serve
+    from smlt.dashboard.data import Source
+
+    gone = boto3.client(
+        "dynamodb",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(retries={"max_attempts": 1}, connect_timeout=1),
+    )
+    source = Source(stack=Stack("arn:sm", "art", "dat", "runs"), ddb=gone, label="stack Gone on http://127.0.0.1:9")
+    server = serve(make_app(source, interval_s=0.5), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page.goto(f"http://127.0.0.1:{server.server_port}/")
+        page.locator("#error", has_text="cannot read stack Gone on http://127.0.0.1:9").wait_for()
+        assert page.locator("#runs-table tbody tr").count() == 0
+    finally:
+        server.shutdown()
+        server.server_close()
