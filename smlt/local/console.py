@@ -201,7 +201,8 @@ class SavedState:
         for i in range(0, len(items), 25):
             batch = [{"PutRequest": {"Item": to_item(item)}} for item in items[i : i + 25]]
             ddb.batch_write_item(RequestItems={table: batch})
-        # etags after a put may differ (moto computes them the same way; kept in step anyway)
+        # A put's ETag is the body's MD5, as the original's was unless it was a multipart upload
+        # (the AWS CLI's for files over 8 MB): such an object is read once more by the next save.
         return sum(1 for item in items if item["sk"] == "META" and str(item["pk"]).startswith("RUN#"))
 
 
