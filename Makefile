@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 	npm ci --no-audit --no-fund --loglevel=error
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-# redis-server (for the Redis store tests) is a system package: checked every time (0.1 s).
+# redis-server (for the Redis store tests) and chromium (the browser tests, tests/browser) are
+# system packages: checked every time (0.1 s each).
 install: $(STAMP)
 	@scripts/redis.sh install >/dev/null
+	@scripts/chromium.sh install >/dev/null
 
 run: install
 	$(BIN)/smlt run --local examples/digits.json --out out/digits

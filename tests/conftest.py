@@ -5,6 +5,7 @@ tests/functional/  handlers and stores on moto's emulation and a real redis-serv
 tests/engine/      the local engine: moto's ASL interpreter, the Invoke seam, its patches
 tests/e2e/         the synthesized state machine trains real data on the local engine
 tests/infra/       the CDK stack: template assertions, cfn-lint, cdk-nag, the CDK CLI
+tests/browser/     the dashboard in headless Chromium (Playwright) against the local console
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-KINDS = ("unit", "functional", "engine", "e2e", "infra")
+KINDS = ("unit", "functional", "engine", "e2e", "infra", "browser")
 _ROOT = Path(__file__).parent
 
 

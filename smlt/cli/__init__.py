@@ -19,7 +19,7 @@ from smlt.local.limits import LimitError
 from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
 
-from . import cloud, data, local, tune, verify
+from . import cloud, dashboard, data, local, tune, verify
 from .console import console
 
 
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smlt", description="Serverless, adaptive ML training on AWS Lambda.")
     sub = p.add_subparsers(dest="cmd", required=True)
     local.add_run(sub)
+    local.add_console(sub)
     cloud.add_commands(sub)
     res = sub.add_parser("resume", help="continue a run from its last complete round")
     res.add_argument("run")
@@ -39,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     data.add_commands(sub)
     verify.add_command(sub)
     tune.add_command(sub)
+    dashboard.add_command(sub)
     return p
 
 

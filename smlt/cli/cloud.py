@@ -1,4 +1,4 @@
-"""`smlt start`, `status`, `fetch`, `resume`: against a deployed stack."""
+"""`smlt start`, `status`, `fetch`, `stop`, `resume`: against a deployed stack."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def add_commands(sub: Any) -> None:
         if name == "start":
             add_code_flag(c)
         c.set_defaults(fn=fn)
+    stop_cmd = sub.add_parser("stop", help="stop a run cleanly: its next plan stops it and finalizes the best model")
+    stop_cmd.add_argument("run")
+    stop_cmd.add_argument("--reason", default="from the command line", help="why (kept in final/metrics.json)")
+    stop_cmd.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
+    stop_cmd.set_defaults(fn=stop)
 
 
 def add_code_flag(cmd: Any) -> None:
@@ -51,6 +56,17 @@ def fetch(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
 
     remote.fetch(args.run, remote.Stack.lookup(args.stack), Path(args.out or f"out/{args.run}"))
+    return 0
+
+
+def stop(args: argparse.Namespace) -> int:
+    from smlt import cloud as remote
+    from smlt.dashboard.data import request_stop
+    from smlt.progress import notice
+    from smlt.records import RunTable
+
+    item = request_stop(RunTable(remote.Stack.lookup(args.stack).table, args.run), args.reason)
+    notice.info(f"stop requested for run {args.run} by {item.by}: {item.reason} (the next plan stops it)")
     return 0
 
 

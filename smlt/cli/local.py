@@ -59,3 +59,45 @@ def resume(args: argparse.Namespace) -> int:
 
     resume_local(args.run, Path(args.out), faults=args.faults)
     return 0
+
+
+def add_console(sub: Any) -> None:
+    """`smlt local up` / `smlt local down`: a local engine kept running (smlt/local/console.py)."""
+    from smlt.local.console import DEFAULT_PORT, DEFAULT_STACK
+
+    loc = sub.add_parser("local", help="a local console: the stack on this machine, kept running")
+    cmds = loc.add_subparsers(dest="local_cmd", required=True)
+    up = cmds.add_parser("up", help="start the local console and print its endpoint and the stack's outputs")
+    down = cmds.add_parser("down", help="stop the local console (its state is saved for the next `up`)")
+    for c in (up, down):
+        c.add_argument("--state", type=Path, help="the console's state folder (default: ~/.cache/smlt/console)")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the endpoint's port (default {DEFAULT_PORT})")
+    up.add_argument(
+        "--stack", default=DEFAULT_STACK, help=f"the stack name its outputs go by (default {DEFAULT_STACK})"
+    )
+    up.add_argument("--foreground", action="store_true", help="serve in this process until Ctrl-C")
+    up.set_defaults(fn=console_up)
+    down.set_defaults(fn=console_down)
+
+
+def console_up(args: argparse.Namespace) -> int:
+    from smlt.local import console
+    from smlt.progress import notice
+
+    state = args.state or console.default_state_dir()
+    if args.foreground:
+        console.serve(state, args.port, args.stack)
+        return 0
+    for line in console.up(state, args.port, args.stack).lines():
+        notice.info(line)
+    return 0
+
+
+def console_down(args: argparse.Namespace) -> int:
+    from smlt.local import console
+    from smlt.progress import notice
+
+    state = args.state or console.default_state_dir()
+    info = console.down(state)
+    notice.info(f"smlt local console stopped (pid {info.pid}); state kept in {state}")
+    return 0

@@ -33,8 +33,9 @@ def _post(url: str, body: dict[str, Any] | None = None) -> bytes:
 
 
 class MotoServer:
-    def __init__(self, host: str = HOST) -> None:
+    def __init__(self, host: str = HOST, port: int = 0) -> None:
         self.host = host
+        self._requested_port = port  # 0: the OS picks one (a console asks for a fixed one)
         self.port: int | None = None
         self._server: Any = None
         self._old_port: str | None = None
@@ -57,7 +58,7 @@ class MotoServer:
         # the execution history instead. Set these loggers' levels back to debug moto itself.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         logging.getLogger("moto.stepfunctions.parser.asl.component.eval_component").setLevel(logging.CRITICAL)
-        server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
+        server = ThreadedMotoServer(ip_address=self.host, port=self._requested_port, verbose=False)
         server.start()
         from . import patches, speed
 
@@ -97,12 +98,12 @@ _shared: MotoServer | None = None
 _users = 0
 
 
-def acquire() -> MotoServer:
-    """The process's moto server, started on first use."""
+def acquire(port: int = 0) -> MotoServer:
+    """The process's moto server, started on first use (on ``port``, 0: any free one)."""
     global _shared, _users
     with _shared_lock:
         if _shared is None:
-            _shared = MotoServer().start()
+            _shared = MotoServer(port=port).start()
         _users += 1
         return _shared
 
