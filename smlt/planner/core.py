@@ -217,11 +217,27 @@ class Candidates:
     k: np.ndarray
 
 
-def candidates(job: Job, history: RunHistory, tiers: list[int]) -> Candidates:
-    w = job.workers
+@dataclass(frozen=True)
+class Hold:
+    """Dimensions of the plan held fixed (the ablations of smlt.planner.ablations); None: chosen."""
+
+    workers: int | None = None
+    memory_mb: int | None = None
+    local_steps: int | None = None
+
+
+def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None) -> Candidates:
+    w, hold = job.workers, hold or Hold()
     ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, w.initial})
     ks = sorted(set(K_SET) | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
+    if hold.workers is not None:
+        ns = [hold.workers]
+    if hold.local_steps is not None:
+        ks = [hold.local_steps]
+    if hold.memory_mb is not None:
+        # a held tier that ran out of memory gives way to the next usable one
+        ms = [hold.memory_mb] if hold.memory_mb in ms else ms[:1]
     N, M, K = np.meshgrid(np.array(ns, float), np.array(ms, float), np.array(ks, float), indexing="ij")
     return Candidates(N.ravel(), M.ravel(), K.ravel())
 
@@ -690,7 +706,13 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
 
 
 def decide_adaptive(
-    job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
+    job: Job,
+    history: RunHistory,
+    tiers: list[int],
+    prices: Prices,
+    arch: str,
+    sizes: FunctionSizes | None = None,
+    hold: Hold | None = None,
 ) -> Decision:
     tr = job.training
     shape = JobShape.of(history, tr.batch_size, tr.compression)
@@ -711,7 +733,7 @@ def decide_adaptive(
             f"workers x {tr.local_steps} steps has been made (no target set)",
             "max_rounds",
         )
-    cand = candidates(job, history, tiers)
+    cand = candidates(job, history, tiers, hold)
     x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))
     base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
@@ -739,13 +761,16 @@ def decide(
     prices: Prices,
     architecture: str = "x86_64",
     sizes: FunctionSizes | None = None,
+    *,
+    hold: Hold | None = None,
 ) -> Decision:
     """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason.
     `sizes`: the deployed planner/aggregator memory and worker timeout (a function's Settings;
-    None reads them from the environment, or cdk.json without one)."""
+    None reads them from the environment, or cdk.json without one). `hold`: dimensions held
+    fixed (ablations; the adaptive planner only)."""
     if not tiers:
         tiers = [job.workers.memory_mb or 2048]
     sizes = sizes or FunctionSizes()
     if job.workers.planner == "fixed":
         return decide_fixed(job, history, list(tiers), prices, architecture, sizes)
-    return decide_adaptive(job, history, list(tiers), prices, architecture, sizes)
+    return decide_adaptive(job, history, list(tiers), prices, architecture, sizes, hold)
