@@ -33,6 +33,13 @@ BUDGET_Q = 0.5
 BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
 P_NEVER_GIVE_UP = 0.9  # the curve says the target is out of reach
 MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
+# Admission control: a job is refused only when even this optimistic percentile of the rounds it
+# needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
+# dense-layer floor when the workers have not measured them) cannot meet its limits. Under the
+# prior at most 1 job in 10 so refused could have made it; the refusal's numbers are the median's
+# (a deadline or budget that works in half the cases, not only in the luckiest tenth).
+ADMIT_Q = 0.1
+ADVISE_Q = 0.5
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -284,7 +291,7 @@ def _evaluate(
         np.minimum(f.round_s_warm, 0.05 * max(deadline - history.elapsed_s, 0.0)) if math.isfinite(deadline) else 0.0
     )
     okbm = {}
-    for q in (*FEASIBLE_QS, 0.1, "mean"):
+    for q in (*FEASIBLE_QS, ADMIT_Q, "mean"):
         r = R[q]
         T[q] = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
         C[q] = f.cost + np.maximum(r - 1, 0) * f.cost_warm + fin
@@ -303,8 +310,9 @@ def _describe(i: int, cand: Candidates, ev: Evaluation) -> str:
 
 
 def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation, base: np.ndarray) -> Decision:
-    c = job.constraints
-    q = 0.5
+    """The refusal (or, mid-run, the reason to stop): which constraint cannot be met, and the
+    earliest deadline and the smallest budget that would work, each with its plan."""
+    c, q = job.constraints, ADVISE_Q
     need_budget = history.cost_total_usd + ev.C[q] + (ev.f.cost_ub - ev.f.cost_warm)
     total_t = history.elapsed_s + ev.T[q]
     ok = base & ev.ok_rounds[q] & np.isfinite(ev.T[q])
@@ -316,7 +324,12 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
         if pool.any():
             i = int(np.argmin(np.where(pool, total_t, np.inf)))
             earliest = float(total_t[i])
-            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({earliest:,.0f} s, {_describe(i, cand, ev)})")
+            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({_describe(i, cand, ev)})")
+            if earliest > c.deadline_seconds:
+                parts[-1] += (
+                    f": set constraints.deadline_seconds to at least {math.ceil(earliest):,} "
+                    f"(now {c.deadline_seconds:,.0f})"
+                )
     if c.budget_usd is not None:
         sel = ok & ev.ok_deadline[q] if c.deadline_seconds is not None else ok
         pool = sel if sel.any() else ok
@@ -324,6 +337,10 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
             i = int(np.argmin(np.where(pool, need_budget, np.inf)))
             min_budget = float(need_budget[i])
             parts.append(f"smallest budget that works ~{fmt_usd(min_budget)} ({_describe(i, cand, ev)})")
+            if min_budget > c.budget_usd:
+                parts[-1] += (
+                    f": set constraints.budget_usd to at least {_round_up_usd(min_budget)} (now {c.budget_usd:g})"
+                )
     if not ok.any():
         rl = job.training.max_rounds - len(history.rounds)
         parts.append(
@@ -340,19 +357,26 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
         have.append(f"deadline {fmt_s(c.deadline_seconds)}")
     if c.budget_usd is not None:
         have.append(f"budget {fmt_usd(c.budget_usd)}")
+    late = earliest is not None and c.deadline_seconds is not None and earliest > c.deadline_seconds
     reason = (
         f"infeasible: reaching {tgt} is predicted impossible with {' and '.join(have) or 'these limits'} "
-        f"even optimistically; " + "; ".join(parts)
+        f"even optimistically (p{int(100 * ADMIT_Q)} of the rounds needed); " + "; ".join(parts)
     )
     return _stop(
         reason,
-        "deadline"
-        if earliest is not None and c.deadline_seconds is not None and earliest > c.deadline_seconds
-        else "budget",
+        "deadline" if late else "budget",
         infeasible=True,
         earliest_deadline_s=earliest,
         min_budget_usd=min_budget,
     )
+
+
+def _round_up_usd(x: float) -> str:
+    """A budget to type in: x rounded up to two significant digits."""
+    if x <= 0 or not math.isfinite(x):
+        return f"{x:g}"
+    step = 10 ** (math.floor(math.log10(x)) - 1)
+    return f"{math.ceil(x / step - 1e-9) * step:.{max(0, 1 - math.floor(math.log10(x)))}f}"
 
 
 @dataclass
@@ -505,7 +529,7 @@ def _nothing_fits(
     percentile of the progress forecast with the mean cost misses), else a best-effort plan set,
     its level, objective and note."""
     c, ev = x.job.constraints, x.ev
-    q = 0.1
+    q = ADMIT_Q
     hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
     confident = (not hopeful.any() or not reachable) and (x.first or x.pm.n_obs >= MIN_OBS_TO_GIVE_UP)
     if confident and not c.best_effort:
