@@ -16,6 +16,7 @@ from smlt.config import FunctionSizes
 from smlt.evaluation import lower_is_better
 from smlt.job import Job
 from smlt.planner import priors as P
+from smlt.planner.explain import since_last
 from smlt.planner.progress import ProgressModel
 from smlt.planner.timing import Forecast, JobShape, TimingModel
 from smlt.planner.types import Decision, RunHistory, target_reached
@@ -712,6 +713,10 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
     if limits:
         pieces.append(limits)
     pieces += _why(x, p, bound, qb, i_free)
+    plan = (int(x.cand.n[i]), int(x.cand.m[i]), int(x.cand.k[i]))
+    changed = since_last(x.job, x.history, x.tm.shape, plan, x.prices, x.arch, x.tm.sizes)
+    if changed:
+        pieces.insert(1, changed)
     return Decision(
         action="train",
         workers=int(x.cand.n[i]),

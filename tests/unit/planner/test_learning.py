@@ -84,6 +84,9 @@ def test_an_under_predicting_planner_corrects_itself_from_cut_rounds(prices, slo
     d0, r0 = run[0]
     assert r0.cut, "round 0 must be cut for this test to say anything"
     assert d0.predicted_round_s is not None and d0.predicted_round_s < 0.7 * r0.round_s
+    step0 = r0.timings[0].compute_s / r0.timings[0].steps
+    said = f"since round 0: step time measured {1e3 * step0:.1f} ms at {r0.memory_mb} MB vs "
+    assert said in run[1][0].reason and "(workers cut at the limit)" in run[1][0].reason, run[1][0].reason
     for d, r in run[1:]:
         assert d.predicted_round_s is not None
         assert abs(d.predicted_round_s - r.round_s) <= 0.1 * r.round_s, (d.predicted_round_s, r.round_s)
