@@ -13,7 +13,8 @@ from smlt.job import parse_job
 from smlt.planner import decide
 from smlt.prices import Prices
 from smlt.sim import curves as curves_mod
-from smlt.sim.baselines import SmltBO, ablation, oracle, run_smlt
+from smlt.planner.types import RunHistory
+from smlt.sim.baselines import SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
 from smlt.sim.run import simulate
 from smlt.sim.workloads import WORKLOADS
@@ -185,6 +186,13 @@ def test_oracle_smlt_and_ablations_run_in_the_same_world():
     assert cfg is not None and res is not None and res.reached and res.cost_usd <= 0.05
     r = run_smlt(job, w, TIERS, Prices(), 2, world)
     assert r.rounds >= 1 and math.isfinite(r.cost_usd)
+    # round 0's plan held: a history whose round 0 no planner would choose (k = 7)
+    h = simulate(job, w, Static(3, 1024, 7, time_cap=0.0), TIERS, seed=2, world=world, keep_history=True).history
+    assert h is not None and h.rounds[0].local_steps == 7
+    held = ablation("static_plan")(
+        job, RunHistory(rounds=h.rounds[:1], param_count=w.params, train_rows=w.train_rows), TIERS, Prices(), "x86_64"
+    )
+    assert held.action == "stop" or (held.workers, held.memory_mb, held.local_steps) == (3, 1024, 7)
     for name in ("static_plan", "workers_only"):
         a = simulate(job, w, ablation(name), TIERS, seed=2, world=world, keep_history=True)
         assert a.history is not None and a.history.rounds
