@@ -16,6 +16,7 @@ from smlt.config import FunctionSizes
 from smlt.evaluation import lower_is_better
 from smlt.job import Job
 from smlt.planner import priors as P
+from smlt.planner.explain import since_last
 from smlt.planner.progress import ProgressModel
 from smlt.planner.timing import Forecast, JobShape, TimingModel
 from smlt.planner.types import Decision, RunHistory, target_reached
@@ -31,8 +32,16 @@ FEASIBLE_QS = (0.9, 0.7, 0.5, 0.2)  # plan with the highest percentile of the ro
 # would make every early plan timid (slow) while the curve is still uncertain.
 BUDGET_Q = 0.5
 BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
-P_NEVER_GIVE_UP = 0.9  # the curve says the target is out of reach
+P_NEVER_GIVE_UP = 0.99  # the curve says the target is out of reach (0.9 gave up on recorded curves on their way)
 MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
+# Admission control: a job is refused only when even this optimistic percentile of the rounds it
+# needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
+# dense-layer floor when the workers have not measured them) cannot meet its limits. Under the
+# prior at most 1 job in 10 so refused could have made it; the refusal's numbers are the median's
+# (a deadline or budget that works in half the cases, not only in the luckiest tenth).
+ADMIT_Q = 0.1
+ADVISE_Q = 0.5
+MIDRUN_OPTIMISM = 0.5  # mid-run, a run is given up only if half the p10 rounds needed would not fit either
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -217,11 +226,27 @@ class Candidates:
     k: np.ndarray
 
 
-def candidates(job: Job, history: RunHistory, tiers: list[int]) -> Candidates:
-    w = job.workers
+@dataclass(frozen=True)
+class Hold:
+    """Dimensions of the plan held fixed (the ablations of smlt.planner.ablations); None: chosen."""
+
+    workers: int | None = None
+    memory_mb: int | None = None
+    local_steps: int | None = None
+
+
+def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None) -> Candidates:
+    w, hold = job.workers, hold or Hold()
     ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, w.initial})
     ks = sorted(set(K_SET) | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
+    if hold.workers is not None:
+        ns = [hold.workers]
+    if hold.local_steps is not None:
+        ks = [hold.local_steps]
+    if hold.memory_mb is not None:
+        # a held tier that ran out of memory gives way to the next usable one
+        ms = [hold.memory_mb] if hold.memory_mb in ms else ms[:1]
     N, M, K = np.meshgrid(np.array(ns, float), np.array(ms, float), np.array(ks, float), indexing="ij")
     return Candidates(N.ravel(), M.ravel(), K.ravel())
 
@@ -268,7 +293,7 @@ def _evaluate(
         np.minimum(f.round_s_warm, 0.05 * max(deadline - history.elapsed_s, 0.0)) if math.isfinite(deadline) else 0.0
     )
     okbm = {}
-    for q in (*FEASIBLE_QS, 0.1, "mean"):
+    for q in (*FEASIBLE_QS, ADMIT_Q, "mean"):
         r = R[q]
         T[q] = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
         C[q] = f.cost + np.maximum(r - 1, 0) * f.cost_warm + fin
@@ -287,8 +312,9 @@ def _describe(i: int, cand: Candidates, ev: Evaluation) -> str:
 
 
 def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation, base: np.ndarray) -> Decision:
-    c = job.constraints
-    q = 0.5
+    """The refusal (or, mid-run, the reason to stop): which constraint cannot be met, and the
+    earliest deadline and the smallest budget that would work, each with its plan."""
+    c, q = job.constraints, ADVISE_Q
     need_budget = history.cost_total_usd + ev.C[q] + (ev.f.cost_ub - ev.f.cost_warm)
     total_t = history.elapsed_s + ev.T[q]
     ok = base & ev.ok_rounds[q] & np.isfinite(ev.T[q])
@@ -300,7 +326,12 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
         if pool.any():
             i = int(np.argmin(np.where(pool, total_t, np.inf)))
             earliest = float(total_t[i])
-            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({earliest:,.0f} s, {_describe(i, cand, ev)})")
+            parts.append(f"earliest feasible deadline ~{fmt_s(earliest)} ({_describe(i, cand, ev)})")
+            if earliest > c.deadline_seconds:
+                parts[-1] += (
+                    f": set constraints.deadline_seconds to at least {math.ceil(earliest):,} "
+                    f"(now {c.deadline_seconds:,.0f})"
+                )
     if c.budget_usd is not None:
         sel = ok & ev.ok_deadline[q] if c.deadline_seconds is not None else ok
         pool = sel if sel.any() else ok
@@ -308,6 +339,10 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
             i = int(np.argmin(np.where(pool, need_budget, np.inf)))
             min_budget = float(need_budget[i])
             parts.append(f"smallest budget that works ~{fmt_usd(min_budget)} ({_describe(i, cand, ev)})")
+            if min_budget > c.budget_usd:
+                parts[-1] += (
+                    f": set constraints.budget_usd to at least {_round_up_usd(min_budget)} (now {c.budget_usd:g})"
+                )
     if not ok.any():
         rl = job.training.max_rounds - len(history.rounds)
         parts.append(
@@ -324,19 +359,26 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
         have.append(f"deadline {fmt_s(c.deadline_seconds)}")
     if c.budget_usd is not None:
         have.append(f"budget {fmt_usd(c.budget_usd)}")
+    late = earliest is not None and c.deadline_seconds is not None and earliest > c.deadline_seconds
     reason = (
         f"infeasible: reaching {tgt} is predicted impossible with {' and '.join(have) or 'these limits'} "
-        f"even optimistically; " + "; ".join(parts)
+        f"even optimistically (p{int(100 * ADMIT_Q)} of the rounds needed); " + "; ".join(parts)
     )
     return _stop(
         reason,
-        "deadline"
-        if earliest is not None and c.deadline_seconds is not None and earliest > c.deadline_seconds
-        else "budget",
+        "deadline" if late else "budget",
         infeasible=True,
         earliest_deadline_s=earliest,
         min_budget_usd=min_budget,
     )
+
+
+def _round_up_usd(x: float) -> str:
+    """A budget to type in: x rounded up to two significant digits."""
+    if x <= 0 or not math.isfinite(x):
+        return f"{x:g}"
+    step = 10 ** (math.floor(math.log10(x)) - 1)
+    return f"{math.ceil(x / step - 1e-9) * step:.{max(0, 1 - math.floor(math.log10(x)))}f}"
 
 
 @dataclass
@@ -482,6 +524,19 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
     return levels
 
 
+def _hopeful_midrun(x: _Choice) -> np.ndarray:
+    """Mid-run, the candidates that could still make it if the target came at MIDRUN_OPTIMISM of
+    the p10 rounds needed. The fitted curve's tail is not trusted fully: on curves measured here
+    its 80 % interval covered only 62 %."""
+    c, f, ev = x.job.constraints, x.f, x.ev
+    r = np.ceil(MIDRUN_OPTIMISM * ev.R[ADMIT_Q])
+    t = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
+    cost = f.cost + np.maximum(r - 1, 0) * f.cost_warm + finalize_cost(x.prices, x.arch, x.tm.sizes)
+    deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
+    ok = (x.history.elapsed_s + t <= deadline) & (x.spent + cost <= x.budget)
+    return ok & (r <= x.job.training.max_rounds - len(x.history.rounds)) & np.isfinite(cost)
+
+
 def _nothing_fits(
     x: _Choice, base: np.ndarray, guard: np.ndarray, reachable: bool
 ) -> Decision | tuple[np.ndarray, float, str, str]:
@@ -489,8 +544,10 @@ def _nothing_fits(
     percentile of the progress forecast with the mean cost misses), else a best-effort plan set,
     its level, objective and note."""
     c, ev = x.job.constraints, x.ev
-    q = 0.1
+    q = ADMIT_Q
     hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
+    if not x.first:
+        hopeful |= base & _hopeful_midrun(x)
     confident = (not hopeful.any() or not reachable) and (x.first or x.pm.n_obs >= MIN_OBS_TO_GIVE_UP)
     if confident and not c.best_effort:
         d = _infeasible(x.job, x.history, x.cand, ev, base)
@@ -672,6 +729,10 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
     if limits:
         pieces.append(limits)
     pieces += _why(x, p, bound, qb, i_free)
+    plan = (int(x.cand.n[i]), int(x.cand.m[i]), int(x.cand.k[i]))
+    changed = since_last(x.job, x.history, x.tm.shape, plan, x.prices, x.arch, x.tm.sizes)
+    if changed:
+        pieces.insert(1, changed)
     return Decision(
         action="train",
         workers=int(x.cand.n[i]),
@@ -690,7 +751,13 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
 
 
 def decide_adaptive(
-    job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
+    job: Job,
+    history: RunHistory,
+    tiers: list[int],
+    prices: Prices,
+    arch: str,
+    sizes: FunctionSizes | None = None,
+    hold: Hold | None = None,
 ) -> Decision:
     tr = job.training
     shape = JobShape.of(history, tr.batch_size, tr.compression, tr.mode)
@@ -711,7 +778,7 @@ def decide_adaptive(
             f"workers x {tr.local_steps} steps has been made (no target set)",
             "max_rounds",
         )
-    cand = candidates(job, history, tiers)
+    cand = candidates(job, history, tiers, hold)
     x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))
     base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
@@ -739,13 +806,16 @@ def decide(
     prices: Prices,
     architecture: str = "x86_64",
     sizes: FunctionSizes | None = None,
+    *,
+    hold: Hold | None = None,
 ) -> Decision:
     """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason.
     `sizes`: the deployed planner/aggregator memory and worker timeout (a function's Settings;
-    None reads them from the environment, or cdk.json without one)."""
+    None reads them from the environment, or cdk.json without one). `hold`: dimensions held
+    fixed (ablations; the adaptive planner only)."""
     if not tiers:
         tiers = [job.workers.memory_mb or 2048]
     sizes = sizes or FunctionSizes()
     if job.workers.planner == "fixed":
         return decide_fixed(job, history, list(tiers), prices, architecture, sizes)
-    return decide_adaptive(job, history, list(tiers), prices, architecture, sizes)
+    return decide_adaptive(job, history, list(tiers), prices, architecture, sizes, hold)

@@ -180,7 +180,8 @@ class ProgressModel:
             if r.local_steps <= 0 or ok <= 0 or ok < self.quorum * r.workers - 1e-9:
                 cols.append(np.zeros(len(self.betas)))
             else:
-                cols.append(round_progress(ok, r.local_steps, self.mu_e, self.betas, self.P.DRIFT_K))
+                # credited for the steps the applied updates took (a cut worker's partial update counts)
+                cols.append(round_progress(ok, r.steps_applied(), self.mu_e, self.betas, self.P.DRIFT_K))
         if not cols:
             return np.zeros((len(self.betas), 0))
         return np.stack(cols, axis=1)

@@ -41,6 +41,13 @@ HISTORY_ROUNDS = 100  # the newest rounds the fits use
 # Straggler cut-off: a worker stops itself (and is billed at most) this long; 2.5 x p90 + 3 s.
 LIMIT_X_P90 = 2.5
 LIMIT_MARGIN_S = 3.0
+# Before any step has been timed (round 0) the per-step prior can be 10-100x off (the FLOPs of a
+# convolution per parameter are unknown until the workers measure them), so its p90 says little.
+# The first round is a probe: its workers stop at 3x the predicted handler time + 10 s. A wrong
+# prior then costs at most that, a cut worker keeps the steps it took, and their measured time
+# corrects the model for the next round.
+PROBE_X = 3.0
+PROBE_MARGIN_S = 10.0
 
 
 class BLR:
@@ -201,6 +208,7 @@ class TimingModel:
         self.init_log_sd = P.COLD_INIT_SIGMA
         self.cv = 0.08  # worker-to-worker spread of handler time
         self.fitted_rounds = 0
+        self.steps_timed = 0  # rounds whose per-step compute time was measured
 
     # ---------------------------------------------------------------- features
     def _compute_x(self, memory_mb, e):
@@ -279,6 +287,7 @@ class TimingModel:
         obs = _Observations()
         for r in rounds:
             ok = [t for t in r.timings if t.error is None and t.total_s > 0]
+            self._observe_steps(obs, r)
             if ok:
                 self._observe_workers(obs, r, ok)
                 self._observe_round(obs, r, ok, first=r is history.rounds[0])
@@ -288,6 +297,20 @@ class TimingModel:
         return self
 
     @staticmethod
+    def _observe_steps(obs: _Observations, r: RoundRecord) -> None:
+        """Per-step compute seconds: each worker's compute over the steps it actually took. Cut
+        workers count (they measured their step time like the others; leaving them out is what
+        kept an under-predicting model wrong), and so do workers the limit cut off (`TimeLimit`)
+        when they recorded their compute."""
+        if r.local_steps <= 0:
+            return
+        timed = [t for t in r.timings if (t.error is None or t.error == "TimeLimit") and t.compute_s > 0]
+        if not timed:
+            return
+        c = np.array([t.compute_s / t.steps_done(r.local_steps, r.batch_size) for t in timed])
+        obs.comp.add(0.1 * c.mean() / math.sqrt(len(c)) + 1e-5, c.mean(), r.memory_mb)
+
+    @staticmethod
     def _observe_workers(obs: _Observations, r: RoundRecord, ok: list[WorkerTiming]) -> None:
         """Per component, the mean of the round's workers (and its uncertainty)."""
         cnt = len(ok)
@@ -295,8 +318,6 @@ class TimingModel:
         if cnt >= 3 and tot.mean() > 0:
             obs.cvs.append(float(tot.std() / tot.mean()))
         if r.local_steps > 0:
-            c = np.array([t.compute_s for t in ok]) / r.local_steps
-            obs.comp.add(0.1 * c.mean() / math.sqrt(cnt) + 1e-5, c.mean(), r.memory_mb)
             u = np.array([t.upload_s for t in ok])
             obs.up.add(0.15 * u.mean() / math.sqrt(cnt) + 0.01, u.mean(), r.memory_mb)
         e = np.array([t.eval_s for t in ok])
@@ -331,6 +352,7 @@ class TimingModel:
 
     def _fit_compute(self, obs: _Observations) -> None:
         """The compute coefficients per efficiency e, and the weight of each e (marginal likelihood)."""
+        self.steps_timed = len(obs.comp.y)
         if not obs.comp.y:
             return
         comp_m = np.array(obs.comp.x[0], dtype=float)
@@ -449,7 +471,10 @@ class TimingModel:
         # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
         h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
         p90 = h_miss + 1.2816 * h_sd
-        limit = np.minimum(LIMIT_X_P90 * p90 + LIMIT_MARGIN_S, self.sizes.worker_timeout_s - 5.0)
+        limit = LIMIT_X_P90 * p90 + LIMIT_MARGIN_S
+        if not self.steps_timed:
+            limit = np.minimum(limit, PROBE_X * h_miss + PROBE_MARGIN_S)
+        limit = np.minimum(limit, self.sizes.worker_timeout_s - 5.0)
         agg_ub = 2.0 * agg + 1.5
         other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.3 + 1e-6
         # transitions and requests are counted; 20 % covers retried Lambda invocations

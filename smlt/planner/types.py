@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -30,6 +31,15 @@ class WorkerTiming(BaseModel):
     steps: int = 0  # local steps actually taken (0: unknown, older records)
     cut: bool = False  # stopped early at the compute limit; its samples and steps are what it did
 
+    def steps_done(self, planned: int, batch: int) -> int:
+        """The local steps this worker actually took: as recorded; in older records (steps 0)
+        from the samples it trained; without those, the plan's."""
+        if self.steps > 0:
+            return self.steps
+        if self.samples > 0 and batch > 0:
+            return max(1, math.ceil(self.samples / batch))
+        return planned
+
 
 class RoundRecord(BaseModel):
     """One aggregated round (ROUND# item) with its plan and the workers that reported."""
@@ -51,6 +61,17 @@ class RoundRecord(BaseModel):
     cost_usd: float = 0.0  # everything billed for this round
     # Extensions (optional):
     time_limit_s: float | None = None  # the straggler limit the plan set
+
+    def steps_applied(self) -> float:
+        """Mean local steps of the updates this round applied (the workers that reported, cut
+        ones with the steps they took); the plan's steps for a record without timings."""
+        done = [t.steps_done(self.local_steps, self.batch_size) for t in self.timings if t.error is None]
+        return float(sum(done) / len(done)) if done else float(self.local_steps)
+
+    @property
+    def cut(self) -> bool:
+        """A worker of this round stopped early at the plan's compute limit (or was cut off)."""
+        return any(t.cut or t.error == "TimeLimit" for t in self.timings)
 
 
 class RunHistory(BaseModel):

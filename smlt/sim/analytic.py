@@ -1,7 +1,9 @@
-"""Expected time and cost of a static (n, m, k) run, from the simulator's ground truth.
+"""Expected time and cost of a static (n, m, k) run in a simulated world, from its ground truth.
 
-Used with hindsight only: to pre-screen the oracle's grid search (the oracle then simulates the
-best few for real) and to place scenario deadlines and budgets around what is achievable.
+Used with hindsight only: to pre-screen the oracle's search (the oracle then simulates the best
+few in the same world) and to place scenario deadlines and budgets around what is achievable.
+Nothing here is the planner's: the rounds come from the recorded curves, the seconds from the
+world's constants (smlt.sim.world), the bill from smlt.bill.
 """
 
 from __future__ import annotations
@@ -12,19 +14,20 @@ import numpy as np
 
 from smlt import bill
 from smlt.config import FunctionSizes
-from smlt.planner.core import K_SET, N_SET
-from smlt.planner.priors import vcpus
-from smlt.planner.progress import round_progress
-from smlt.planner.timing import expected_max_z
 from smlt.prices import Prices
-from smlt.sim import cloud as C
-from smlt.sim.workloads import MEASURED_FLOPS, MEASURED_STEP_OVERHEAD, Workload, tau_target
+from smlt.sim.cloud import AGG_SLICE_MB, INIT_MAX, ONE_VCPU_MB
+from smlt.sim.workloads import Workload
+from smlt.sim.world import World
+
+# The plans the oracle searches (and scenario placement uses): a log grid like the planner's.
+N_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+K_GRID = (1, 2, 3, 5, 8, 12, 20, 30, 50, 80, 120, 200, 300, 500)
 
 
 def grid(workload: Workload, tiers: list[int], n_max: int = 64, n_min: int = 1):
-    ns = [n for n in N_SET if n_min <= n <= n_max]
-    ms = [m for m in sorted(tiers) if m >= workload.mem_needed_mb] or [max(tiers)]
-    N, M, K = np.meshgrid(np.array(ns, float), np.array(ms, float), np.array(K_SET, float), indexing="ij")
+    ns = [n for n in N_GRID if n_min <= n <= n_max] or [n_min]
+    ms = [m for m in sorted(tiers) if workload.fits(m)] or [max(tiers)]
+    N, M, K = np.meshgrid(np.array(ns, float), np.array(ms, float), np.array(K_GRID, float), indexing="ij")
     return N.ravel(), M.ravel(), K.ravel()
 
 
@@ -44,64 +47,83 @@ def static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, aggregators, p
     return bill.price(shape, prices, arch)
 
 
+def _speed(M: np.ndarray, efficiency: float) -> np.ndarray:
+    threads = np.maximum(1, np.floor(M / ONE_VCPU_MB))
+    return np.where(M < ONE_VCPU_MB, M / ONE_VCPU_MB, 1.0 + efficiency * (threads - 1))
+
+
+def rounds_needed(workload: Workload, world: World, N, K, target: float) -> np.ndarray:
+    """Training rounds until the target shows in a round's metrics (the model after the last
+    round is measured by the next one): inf where the curve never gets there."""
+    out = np.empty(len(N))
+    cache: dict[tuple[float, float], float] = {}
+    for i, (n, k) in enumerate(zip(N, K)):
+        key = (float(n), float(k))
+        if key not in cache:
+            s = workload.curves.samples_to(target, n, k) * world.curve_scale
+            cache[key] = math.ceil(s / (n * k * workload.batch)) + 1 if math.isfinite(s) else math.inf
+        out[i] = cache[key]
+    return out
+
+
 def expected(
     workload: Workload,
+    world: World,
     N,
     M,
     K,
     prices: Prices | None = None,
     arch: str = "x86_64",
     target: float | None = None,
-    worst: bool = False,
     sizes: FunctionSizes | None = None,
+    first_round: bool = False,
 ):
-    """Expected total seconds and dollars to reach the target at static (N, M, K), rounds, validity
-    (and, with worst=True, the worst-case bill of one round: every worker cold at the 10 s init
-    cap and running to a 2.5 x p90 + 3 s straggler limit, a slow aggregator)."""
-    w = workload
+    """Expected total seconds and dollars to reach the target at static (N, M, K), the rounds
+    and whether the plan can run at all (fits memory, a round within the function timeout);
+    with `first_round`, also the expected bill of round 0 (cold starts, shard reads)."""
+    wl, w = workload, world
     prices = prices or Prices()
     sizes = sizes or FunctionSizes()
     N, M, K = (np.asarray(a, dtype=float) for a in (N, M, K))
-    v = vcpus(M)
-    speed = np.where(v <= 1, v, 1 + w.efficiency * (v - 1))
-    net = np.minimum(1.0, np.sqrt(M / 1769.0))
-    flops = MEASURED_FLOPS * w.cpu_factor
-    step = MEASURED_STEP_OVERHEAD / w.cpu_factor + w.batch * w.flops_per_sample / (flops * speed)
-    bw = C.S3_MBPS * net / 1.011
-    ev = 0.01 + (w.val_rows / N) * (w.flops_per_sample / 3) / (flops * speed)
-    h = C.GET_LAT + w.model_mb / bw + ev + K * step + C.PUT_LAT + w.model_mb / bw + 0.04
-    h_first = h + C.GET_LAT + (w.dataset_bytes / 1e6 / N) / bw
-    z = expected_max_z(N)
-    # the expected Map of the simulator's world (smlt.sim.cloud), under the deployed rule
-    distributed_fan = (N - 1) * C.CHILD_START_S + sum(C.MAP_RUN_OVERHEAD_S) / 2
-    fan = np.where(sizes.fanout.is_inline(N), 0.3 + (N - 1) * C.FANOUT_S, distributed_fan)
-    init = C.INIT_MEDIAN * math.exp(C.INIT_SIGMA**2 / 2) * np.sqrt(np.maximum(1.0, 1769.0 / M))
-    init_max = np.minimum(C.INIT_MAX, init * (1 + C.INIT_SIGMA * z))
-    work = fan + h * (1 + 0.06 * z)
-    work_first = fan + init_max + h_first * (1 + 0.06 * z)
-    shards = max(1, math.ceil(w.model_mb / 64.0))
-    sl = w.model_mb / shards
-    agg = 0.2 + N * (C.GET_LAT + sl / (2 * C.S3_MBPS)) + N * (w.params / shards) / 5e8 + C.PUT_LAT + sl / C.S3_MBPS
-    sfn = 5 * C.SFN_STATE_S
+    speed = _speed(M, w.efficiency)
+    net = np.minimum(1.0, np.sqrt(M / ONE_VCPU_MB))
+    step = wl.batch * wl.step_s_per_sample * w.cpu_factor / speed
+    bw = w.s3_mbps * net
+    ev = 0.01 + (wl.val_rows / N) * wl.step_s_per_sample / 3 * w.cpu_factor / speed
+    h = w.get_s + wl.model_mb / bw + ev + K * step + w.put_s + wl.model_mb / bw + 0.04
+    h_first = h + w.get_s + (wl.dataset_bytes / 1e6 / N) / bw
+    z = np.sqrt(2 * np.log(np.maximum(N, 1.0)))  # ~ the largest of n standard normals
+    p_strag = 1 - (1 - w.straggler_p) ** N
+    slow = 1 + p_strag * (sum(w.straggler_slow) / 2 - 1)
+    lo, hi = w.distributed_overhead_s
+    fan = np.where(
+        sizes.fanout.is_inline(N), 0.3 + (N - 1) * w.inline_per_worker_s, (N - 1) * w.child_start_s + (lo + hi) / 2
+    )
+    init = w.init_median_s * math.exp(w.init_sigma**2 / 2) * np.maximum(1.0, ONE_VCPU_MB / M)
+    init_max = np.minimum(INIT_MAX, init * np.exp(w.init_sigma * z))
+    work = fan + h * np.exp(w.worker_sigma * z) * slow
+    work_first = fan + init_max + h_first * np.exp(w.worker_sigma * z) * slow
+    shards = max(1, math.ceil(wl.model_mb / AGG_SLICE_MB))
+    sl = wl.model_mb / shards
+    agg = 0.2 + N * (w.get_s + sl / (2 * w.s3_mbps)) + N * (wl.params / shards) / 5e8 + w.put_s + sl / w.s3_mbps
+    sfn = 5 * w.state_s
     plan = 0.3
     round_s = plan + sfn + work + agg
     round_first = plan + 0.9 + sfn + work_first + agg + 1.0
+    fault_s = 1 + w.duplicate_p + 3.5 * w.overrun_p  # billed seconds per worker-second, on average
 
     def round_bill(worker_s, agg_s, plan_s, shard_reads):
         return static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, shards, prices, arch, sizes)
 
-    cost = round_bill(h, agg, plan, 0.0).usd
-    cost_first = round_bill(h_first + init, agg + 1.0, plan + 0.9, N).usd
-    tau = tau_target(w, target=target)
-    dtau = round_progress(N, K, w.momentum_effective, w.beta, w.drift_k)
-    R = np.ceil(tau / dtau) + 1.0
+    cost = round_bill(h * fault_s, agg, plan, 0.0).usd
+    cost_first = round_bill((h_first + init) * fault_s, agg + 1.0, plan + 0.9, N).usd
+    R = rounds_needed(wl, w, N, K, wl.target if target is None else target)
     fin_s, fin_c = 1.1, bill.finalize_usd(prices, arch, sizes.planner_memory_mb, 1.3)
     T = round_first + (R - 1) * round_s + fin_s
     Cst = cost_first + (R - 1) * cost + fin_c
-    valid = (h_first * 1.5 + C.INIT_MAX <= 0.8 * sizes.worker_timeout_s) & (M >= w.mem_needed_mb)
-    if worst:
-        limit = 2.5 * h_first * 1.1 + 3.0
-        b = round_bill(C.INIT_MAX + limit, 2 * agg + 1.5, 1.5, N)
-        wc = b.worker_usd + b.control_usd + b.services_usd * 1.2
-        return T, Cst, R, valid, wc
+    valid = (
+        (h_first * 1.5 + INIT_MAX <= 0.8 * sizes.worker_timeout_s) & np.array([wl.fits(m) for m in M]) & np.isfinite(R)
+    )
+    if first_round:
+        return T, Cst, R, valid, cost_first
     return T, Cst, R, valid

@@ -1,31 +1,26 @@
 """A simulated AWS: Lambda workers, the aggregator and planner Lambdas, Step Functions, S3.
 
-It produces the same `RoundRecord`s (with `WorkerTiming`s) the real system records, so the
-same `smlt.planner.decide` plans in both. Calibration (see docs/planner.md):
+It writes the `RoundRecord`s (with `WorkerTiming`s) the deployed system records, so the same
+`smlt.planner.decide` plans in both. Its ground truth is nobody's model (docs/planner.md,
+"The benchmark's world"):
 
-- CPU share by memory: 1 vCPU at 1,769 MB, linear to 6 at 10,240 MB (facts.md); compute speed
-  beyond one vCPU adds `efficiency` per vCPU (workload property, from measured 2-thread speedups).
-- FLOP rate: the rate measured on this machine (calibration.json) x the workload's cpu_factor;
-  per-step overhead measured likewise.
-- S3: ~540 Mbit/s (67.5 MB/s) per function with 15 % log-normal jitter, 30 ms GET / 50 ms PUT
-  latency (facts.md: 100 MB in 2.49 s); below one vCPU the network share falls with sqrt(memory).
-- Cold starts: torch container init, log-normal (median 3.5 s, sigma 0.35), x sqrt(1769/m) below
-  one vCPU, capped at 10 s, billed. Idle instances live 5-15 min and are recycled at random (2 %
-  per round). Shards come from the /tmp cache unless the instance is new or n changed.
-- Fan-out: the round's Map is the deployed rule's (smlt.fanout: inline for n <= 40). Inline, Step
-  Functions starts worker i about 0.206 s after worker i-1 (SMLT: 100 workers in 20.6 s), +-30 %.
-  Distributed, children start ~10 ms apart and the Map Run adds 2-7 s (uniform per round: the one
-  published figure, 7+ s for 100 no-op items, treated as a range) before the parent goes on.
-  These are the simulator's own figures, not the planner's configured priors.
-- Stragglers: 2 % of workers run 1.5-3x slower. A worker that passes the plan's time limit stops
-  itself (billed up to the limit) and its update is lost; under quorum the round is void.
-- Aggregation: sharded in 64 MB pieces; each shard reads its slice of every update at 2x the
-  per-function bandwidth, sums at 0.5 G elements/s, writes its slice; cold start ~1 s.
-- Noise uses common random numbers: round r's draws depend only on (seed, r, worker), so the
-  planners compared on a scenario meet the same luck.
-- Prices: the round's bill (smlt.bill, the ledger's count) under the Prices table; the
-  planner's and the aggregator's memory and the worker timeout are the deployed ones
-  (`sizes`, from cdk.json unless given).
+- progress: the recorded curves (smlt.sim.curves), replayed at the samples the workers really did;
+- compute: the step time per sample measured here on one thread x the world's Lambda-vCPU factor;
+  the worker's torch threads are smlt's (one per 1,769 MB), each beyond the first adding the
+  world's `efficiency`; below 1,769 MB a thread runs at the CPU share (memory / 1,769);
+- platform constants (cold starts, S3, the Map's start-up, stragglers, noise): the scenario's
+  `World` (smlt.sim.world), drawn around ../shared/facts.md, not the planner's priors;
+- the worker stops itself at 0.8 x the plan's compute limit (smlt/steps/train.py) after at least
+  one step, and its partial update counts: it records the steps and samples it did and `cut`;
+  Step Functions gives up on a worker at the plan's task timeout (its update is lost, its Lambda
+  is billed until it ends or hits the function timeout);
+- faults at the fault tests' rates: throttled invocations retried after Step Functions' backoff,
+  duplicated invocations (both runs billed), overruns (a worker that does not stop in time);
+- bills: `smlt.bill` (the one source of per-request rules); every extra attempt (a retry, a
+  duplicate) is one more invocation of the round's shape, its seconds in the workers' GB-s.
+
+Random numbers are common across planners: round r's draws depend only on (seed, r, worker, what),
+so the planners compared on a scenario meet the same luck.
 """
 
 from __future__ import annotations
@@ -37,29 +32,32 @@ import numpy as np
 
 from smlt import bill
 from smlt.config import FunctionSizes
-from smlt.planner.priors import vcpus
-from smlt.planner.progress import round_progress, saturation
 from smlt.planner.types import RoundRecord, WorkerTiming
 from smlt.prices import Prices, gb_seconds
-from smlt.sim.workloads import MEASURED_FLOPS, MEASURED_STEP_OVERHEAD, Workload
+from smlt.sim.workloads import Workload
+from smlt.sim.world import World
 
-S3_MBPS = 67.5
-GET_LAT, PUT_LAT = 0.03, 0.05
-INIT_MEDIAN, INIT_SIGMA, INIT_MAX = 3.5, 0.35, 10.0
-KEEPALIVE = (300.0, 900.0)
-RECYCLE_P = 0.02
-FANOUT_S = 0.206
-CHILD_START_S = 0.01
-MAP_RUN_OVERHEAD_S = (2.0, 7.0)
-STRAGGLER_P = 0.02
-SFN_STATE_S = 0.05  # latency per state transition on the critical path
-BLOCK = 64  # random draws per round come in blocks (common random numbers)
+ONE_VCPU_MB = 1769.0
+INIT_MAX = 10.0  # Lambda's init phase is capped at 10 s
+STOP_FRACTION = 0.8  # smlt/steps/train.py: the worker stops at 0.8 x its compute limit
+AGG_SLICE_MB = 64.0
+WHAT = ("init", "bw_in", "bw_out", "noise", "rest", "u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
 
 
 @dataclass
 class Instance:
     last_used: float
     keepalive: float
+
+
+@dataclass
+class _Worker:
+    """One worker's round, before it becomes a WorkerTiming."""
+
+    timing: WorkerTiming
+    billed_s: float  # Lambda seconds billed (init + handler, duplicates and overruns included)
+    end_s: float  # when Step Functions sees it finish (or gives up), from the Map's start
+    attempts: int  # invocations beyond the first (retries, duplicates)
 
 
 @dataclass
@@ -70,10 +68,13 @@ class Cloud:
     seed: int = 0
     metric_noise: bool = True
     sizes: FunctionSizes = field(default_factory=FunctionSizes)
+    world: World | None = None
+    faults: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        self.world = self.world or World.draw(self.seed, "calm", self.workload.family)
         self.now = 0.0
-        self.tau = 0.0
+        self.acc = self.workload.curves.acc0  # the global model's true accuracy
         self.pools: dict[int, list[Instance]] = {}
         self.prev_n: int | None = None
         self.agg_last = -1e9
@@ -81,57 +82,154 @@ class Cloud:
         self.round = 0
         self.cost = 0.0
         self.last_bill: bill.Bill | None = None  # of the last round run
-        # run-to-run variation of the curve (seed): +-5 % on its time scale
-        self.tau_scale = float(np.exp(0.05 * np.random.default_rng([self.seed, 999_999]).standard_normal()))
+
+    @property
+    def w(self) -> World:
+        assert self.world is not None
+        return self.world
 
     # ----------------------------------------------------------------- truth helpers
     def speed(self, m: float) -> float:
-        v = float(vcpus(m))
-        return v if v <= 1.0 else 1.0 + self.workload.efficiency * (v - 1.0)
+        """Compute speed relative to one full vCPU running one thread."""
+        threads = max(1, int(m // ONE_VCPU_MB))  # smlt/steps/train.py's torch threads
+        if m < ONE_VCPU_MB:
+            return m / ONE_VCPU_MB
+        return 1.0 + self.w.efficiency * (threads - 1)
 
     def net(self, m: float) -> float:
-        return min(1.0, math.sqrt(m / 1769.0))
+        return min(1.0, math.sqrt(m / ONE_VCPU_MB))
 
-    def flops(self) -> float:
-        return MEASURED_FLOPS * self.workload.cpu_factor
+    def step_s(self, m: float) -> float:
+        """Seconds of one local step of a batch, before noise."""
+        wl = self.workload
+        return wl.batch * wl.step_s_per_sample * self.w.cpu_factor / self.speed(m)
 
-    def accuracy(self, tau: float) -> float:
-        w = self.workload
-        return float(saturation(tau / self.tau_scale, w.acc0, w.acc_max, w.tau_acc, w.p_acc))
-
-    def loss(self, tau: float) -> float:
-        w = self.workload
-        return float(saturation(tau / self.tau_scale, w.loss0, w.loss_min, w.tau_loss, w.p_loss))
+    def loss(self, acc: float) -> float:
+        return self.workload.curves.loss(acc)
 
     def _lambda(self, mb: float, seconds: float) -> float:
-        return self.prices.lambda_cost(mb, seconds, self.architecture)
+        return float(self.prices.lambda_cost(mb, seconds, self.architecture))
 
     # ----------------------------------------------------------------- random numbers
-    def _draws(self, kind: str, size: int = 0):
-        """Common random numbers: the draws of round r (and of worker i in it) depend only on the
-        seed, r and i, not on the plans, so different planners (and the oracle's candidates) meet
-        the same cold starts, stragglers and noise in the same round."""
-        key = {"round": 0, "plan": 1, "final": 2}[kind]
-        rng = np.random.default_rng([self.seed, self.round, key])
-        if kind != "round":
-            return rng
-        m = max(size, BLOCK)
-        return {name: rng.standard_normal(m) for name in ("init", "bw_in", "bw_out", "noise", "rest")} | {
-            "u_strag": rng.random(m),
-            "slow": rng.uniform(1.5, 3.0, m),
-            "fan": rng.uniform(0.7, 1.3, m),
-            "recycle": rng.random(m),
-            "keep": rng.uniform(*KEEPALIVE, m),
-            "common": rng.standard_normal(4),
-            "map_run": rng.uniform(*MAP_RUN_OVERHEAD_S),  # drawn last: the draws above are unchanged
-        }
+    def _rng(self, *key: int) -> np.random.Generator:
+        return np.random.default_rng([self.w.seed, self.round, *key])
+
+    def _draws(self, n: int) -> dict[str, np.ndarray]:
+        """Round r's per-worker draws: worker i's depend on (seed, r, i's position, what) only."""
+        size = max(n, 1)
+        out = {}
+        for j, what in enumerate(WHAT):
+            rng = self._rng(10, j)
+            out[what] = (
+                rng.random(size)
+                if what in ("u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
+                else rng.standard_normal(size)
+            )
+        return out
 
     # ----------------------------------------------------------------- one planner call
     def plan_call(self, seconds: float = 0.3) -> tuple[float, float]:
         cold = self.now - self.plan_last > 600.0
-        s = seconds * float(np.exp(0.2 * self._draws("plan").standard_normal())) + (0.9 if cold else 0.0)
+        s = seconds * float(np.exp(0.2 * self._rng(1).standard_normal())) + (0.9 if cold else 0.0)
         self.plan_last = self.now + s
         return s, self._lambda(self.sizes.planner_memory_mb, s)
+
+    # ----------------------------------------------------------------- one worker
+    def _worker(
+        self, i: int, z: dict[str, np.ndarray], m: int, k: int, n: int, cold: bool, miss: bool, limits: tuple
+    ) -> _Worker:
+        wl, w = self.workload, self.w
+        compute_limit, task_timeout, common = limits
+        timeout = float(self.sizes.worker_timeout_s)
+        init = min(INIT_MAX, w.init_median_s * math.exp(w.init_sigma * z["init"][i]) * max(1.0, ONE_VCPU_MB / m))
+        init = init if cold else 0.0
+        bw = w.s3_mbps * self.net(m) * math.exp(w.bw_sigma * z["bw_in"][i])
+        shard_mb = wl.dataset_bytes / 1e6 / n
+        load = w.get_s + wl.model_mb / bw + ((w.get_s + shard_mb / bw) if miss else 0.0)
+        slow = (
+            (w.straggler_slow[0] + (w.straggler_slow[1] - w.straggler_slow[0]) * z["slow"][i])
+            if z["u_strag"][i] < w.straggler_p
+            else 1.0
+        )
+        fault = self._fault(z["fault"][i])
+        noise = common * math.exp(w.worker_sigma * z["noise"][i]) * slow
+        start = (
+            i * w.child_start_s * 2 * z["fan"][i]
+            if self.sizes.fanout.kind(n) == "distributed"
+            else 0.3 + i * w.inline_per_worker_s * (0.7 + 0.6 * z["fan"][i])
+        )
+        attempts, retry_s = 0, 0.0
+        if fault == "throttle":  # 429, not billed by Lambda; Step Functions retries after 1 s (x2)
+            attempts, retry_s = 1, 1.0 + z["fault_x"][i]
+        if not wl.fits(m):
+            t = WorkerTiming.model_construct(
+                worker=i,
+                memory_mb=m,
+                samples=0,
+                load_s=load,
+                total_s=load + 0.5,
+                cold=cold,
+                init_s=init,
+                start_s=start + retry_s,
+                cache_miss=miss,
+                error="OutOfMemory",
+                steps=0,
+                cut=False,
+            )
+            return _Worker(t, init + load + 0.5, start + retry_s + init + load + 0.5, attempts)
+        speed = self.speed(m)
+        step = self.step_s(m) * noise
+        ev = 0.01 + (wl.val_rows / n) * wl.step_s_per_sample / 3 * w.cpu_factor / speed * noise
+        before = load + ev
+        steps = k
+        if k > 0 and compute_limit is not None:
+            stop_at = STOP_FRACTION * compute_limit
+            steps = min(k, max(1, math.ceil((stop_at - before) / step)))
+        cut = steps < k
+        comp = steps * step
+        up = (w.put_s + wl.model_mb / (w.s3_mbps * self.net(m) * math.exp(w.bw_sigma * z["bw_out"][i]))) if k else 0.0
+        total = before + comp + up + 0.04 * math.exp(0.3 * z["rest"][i])
+        if fault == "overrun":  # it does not stop in time (a hung read, a slow host): past its limit
+            x = float(z["fault_x"][i])
+            total = (1.1 + 1.9 * x) * (task_timeout - init) if compute_limit is not None else (2.0 + 3.0 * x) * total
+        error = None
+        billed = init + min(total, timeout)
+        if init + total > task_timeout:  # Step Functions gives up; the Lambda runs on, billed
+            error = "TimeLimit"
+        if init + total > timeout:
+            error = "TimeLimit"
+        if fault == "duplicate":  # the handler runs twice; the second's update is rejected
+            attempts += 1
+            billed += min(total, timeout)
+        seen = min(init + total, task_timeout)
+        t = WorkerTiming.model_construct(
+            worker=i,
+            memory_mb=m,
+            samples=steps * wl.batch if error is None else 0,
+            load_s=load,
+            eval_s=ev,
+            compute_s=comp,
+            upload_s=up,
+            total_s=min(total, timeout),
+            cold=cold,
+            init_s=init,
+            start_s=start + retry_s,
+            cache_miss=miss,
+            error=error,
+            steps=steps,
+            cut=cut,
+        )
+        return _Worker(t, billed, start + retry_s + seen, attempts)
+
+    def _fault(self, u: float) -> str | None:
+        if not self.faults:
+            return None
+        w = self.w
+        for name, p in (("throttle", w.throttle_p), ("duplicate", w.duplicate_p), ("overrun", w.overrun_p)):
+            if u < p:
+                return name
+            u -= p
+        return None
 
     # ----------------------------------------------------------------- one round
     def run_round(
@@ -143,105 +241,48 @@ class Cloud:
         quorum: float = 0.5,
         plan: tuple[float, float] | None = None,
     ) -> RoundRecord:
-        w = self.workload
+        wl, w = self.workload, self.w
         timeout = float(self.sizes.worker_timeout_s)
-        limit = min(time_limit_s or timeout, timeout)
+        # the plan's limit: the worker's compute limit and the Map task's timeout (smlt/steps/plan.py)
+        compute_limit = time_limit_s if (time_limit_s and self.round > 0) else None
+        task_timeout = min(float(math.ceil(time_limit_s)), timeout) if time_limit_s else timeout
         plan_s, _ = plan if plan is not None else self.plan_call()  # its cost is in the round's bill
-        t_start = self.now + plan_s + 3 * SFN_STATE_S
-        z = self._draws("round", n)
+        t_start = self.now + plan_s + 3 * w.state_s
+        z = self._draws(n)
+        common = math.exp(w.round_sigma * float(self._rng(2).standard_normal()))
 
-        # instances: reuse warm ones, start the rest cold
-        old = self.pools.get(m, [])
-        pool = [
-            inst
-            for j, inst in enumerate(old)
-            if t_start - inst.last_used <= inst.keepalive and z["recycle"][j % len(z["recycle"])] > RECYCLE_P
-        ]
+        pool = self._warm_pool(m, t_start, z)
         warm = min(n, len(pool))
         reshard = self.prev_n != n
-        speed = self.speed(m)
-        net = self.net(m)
-        common = math.exp(0.04 * z["common"][0])
-        step_s = MEASURED_STEP_OVERHEAD / w.cpu_factor + w.batch * w.flops_per_sample / (self.flops() * speed)
-        shard_mb = w.dataset_bytes / 1e6 / n
-        init_scale = math.sqrt(max(1.0, 1769.0 / m))
-        distributed = self.sizes.fanout.kind(n) == "distributed"
-        timings: list[WorkerTiming] = []
-        worker_gb_s = 0.0
-        ends = []
-        oks = 0
-        for i in range(n):
-            cold = i >= warm
-            init = min(INIT_MAX, INIT_MEDIAN * math.exp(INIT_SIGMA * z["init"][i]) * init_scale) if cold else 0.0
-            miss = cold or reshard
-            bw = S3_MBPS * net * math.exp(0.15 * z["bw_in"][i])
-            load = GET_LAT + w.model_mb / bw + ((GET_LAT + shard_mb / bw) if miss else 0.0)
-            error = None
-            slow = z["slow"][i] if z["u_strag"][i] < STRAGGLER_P else 1.0
-            noise = common * math.exp(0.06 * z["noise"][i]) * slow
-            if m < w.mem_needed_mb:
-                error = "OutOfMemory"
-                ev = comp = up = 0.0
-                total = load + 0.5
-            else:
-                ev = 0.01 + (w.val_rows / n) * (w.flops_per_sample / 3) / (self.flops() * speed) * noise
-                comp = k * step_s * noise
-                up = (PUT_LAT + w.model_mb / (S3_MBPS * net * math.exp(0.15 * z["bw_out"][i]))) if k > 0 else 0.0
-                rest = 0.04 * math.exp(0.3 * z["rest"][i])
-                total = load + ev + comp + up + rest
-                if total > limit:
-                    error = "TimeLimit"
-                    total = limit
-            if error is None:
-                oks += 1
-            start = i * CHILD_START_S * z["fan"][i] if distributed else 0.3 + i * FANOUT_S * z["fan"][i]
-            ends.append(start + init + total)
-            worker_gb_s += float(gb_seconds(m, init + total))
-            timings.append(
-                WorkerTiming.model_construct(
-                    worker=i,
-                    memory_mb=m,
-                    samples=k * w.batch,
-                    load_s=load,
-                    eval_s=ev,
-                    compute_s=comp,
-                    upload_s=up,
-                    total_s=total,
-                    cold=cold,
-                    init_s=init,
-                    start_s=start,
-                    cache_miss=miss,
-                    error=error,
-                )
-            )
-        # instances: the warm ones used plus the new ones
-        used = [Instance(t_start + ends[i], pool[i].keepalive if i < warm else float(z["keep"][i])) for i in range(n)]
+        workers = [
+            self._worker(i, z, m, k, n, i >= warm, i >= warm or reshard, (compute_limit, task_timeout, common))
+            for i in range(n)
+        ]
+        timings = [x.timing for x in workers]
+        ends = [x.end_s for x in workers]
+        used = [
+            Instance(t_start + ends[i], pool[i].keepalive if i < warm else 300.0 + 600.0 * float(z["keep"][i]))
+            for i in range(n)
+        ]
         self.pools[m] = used + pool[warm:]
         self.prev_n = n
-        workers_end = max(ends) + (float(z["map_run"]) if distributed else 0.0)
-
-        # aggregation (sharded), after the Map finishes
-        shards = max(1, math.ceil(w.model_mb / 64.0))
-        agg_cold = t_start + workers_end - self.agg_last > 600.0
-        slice_mb = w.model_mb / shards
-        agg_s = (
-            (1.0 if agg_cold else 0.0)
-            + 0.2
-            + oks * (GET_LAT + slice_mb / (2 * S3_MBPS))
-            + oks * (w.params / shards) / 5e8
-            + (PUT_LAT + slice_mb / S3_MBPS if k > 0 else 0.0)
-        ) * math.exp(0.1 * z["common"][1])
-        self.agg_last = t_start + workers_end + agg_s
+        distributed = self.sizes.fanout.kind(n) == "distributed"
+        lo, hi = w.distributed_overhead_s
+        map_run = lo + (hi - lo) * float(self._rng(3).random()) if distributed else 0.0
+        workers_end = max(ends) + map_run
+        oks = [t for t in timings if t.error is None]
+        agg_s = self._aggregate_s(len(oks), k, t_start + workers_end)
+        attempts = sum(x.attempts for x in workers)
         self.last_bill = bill.price(
             bill.RoundShape(
-                workers=n,
-                worker_gb_s=worker_gb_s,
+                workers=n + attempts,
+                worker_gb_s=sum(float(gb_seconds(m, x.billed_s)) for x in workers),
                 planner_memory_mb=self.sizes.planner_memory_mb,
                 aggregate_memory_mb=self.sizes.aggregate_memory_mb,
                 plan_s=plan_s,
                 aggregate_s=agg_s,
-                reported=oks,
-                aggregators=shards,
+                reported=len(oks),
+                aggregators=max(1, math.ceil(wl.model_mb / AGG_SLICE_MB)),
                 eval_only=k == 0,
                 shard_reads=sum(1 for t in timings if t.cache_miss),
                 fanout=self.sizes.fanout,
@@ -250,17 +291,13 @@ class Cloud:
             self.architecture,
         )
         cost = float(self.last_bill.usd)
-
-        # progress: metrics are of the model the round started from
-        acc = self.accuracy(self.tau)
-        loss = self.loss(self.tau)
-        if self.metric_noise:
-            acc = float(np.clip(acc + z["common"][2] * math.sqrt(max(acc * (1 - acc), 1e-4) / w.val_rows), 0, 1))
-            loss = float(loss * math.exp(0.01 * z["common"][3]))
-        applied = k > 0 and oks > 0 and oks >= quorum * n - 1e-9
+        acc, loss = self._metrics(self.acc)
+        applied = k > 0 and oks and len(oks) >= quorum * n - 1e-9
         if applied:
-            self.tau += float(round_progress(oks, k, w.momentum_effective, w.beta, w.drift_k))
-        round_s = plan_s + 3 * SFN_STATE_S + workers_end + agg_s + 2 * SFN_STATE_S
+            samples = sum(t.samples for t in oks)
+            k_eff = samples / (len(oks) * wl.batch)
+            self.acc = wl.curves.advance(self.acc, len(oks), k_eff, samples / w.curve_scale)
+        round_s = plan_s + 3 * w.state_s + workers_end + agg_s + 2 * w.state_s
         self.now += round_s
         self.cost += cost
         rec = RoundRecord.model_construct(
@@ -268,12 +305,12 @@ class Cloud:
             workers=n,
             memory_mb=m,
             local_steps=k,
-            batch_size=w.batch,
-            workers_ok=oks,
+            batch_size=wl.batch,
+            workers_ok=len(oks),
             timings=timings,
             aggregate_s=agg_s,
             round_s=round_s,
-            train_loss=self.loss(self.tau),
+            train_loss=self.loss(self.acc),
             val_loss=loss,
             val_accuracy=acc,
             cost_usd=cost,
@@ -282,11 +319,47 @@ class Cloud:
         self.round += 1
         return rec
 
+    def _warm_pool(self, m: int, t_start: float, z: dict[str, np.ndarray]) -> list[Instance]:
+        old = self.pools.get(m, [])
+        recycle = z["recycle"]
+        return [
+            inst
+            for j, inst in enumerate(old)
+            if t_start - inst.last_used <= inst.keepalive and recycle[j % len(recycle)] > self.w.recycle_p
+        ]
+
+    def _aggregate_s(self, oks: int, k: int, t: float) -> float:
+        """Sharded aggregation after the Map: each slice reads its part of every update at 2x a
+        function's bandwidth, sums at 0.5 G elements/s, writes its slice; ~1 s cold start."""
+        wl, w = self.workload, self.w
+        shards = max(1, math.ceil(wl.model_mb / AGG_SLICE_MB))
+        cold = t - self.agg_last > 600.0
+        sl = wl.model_mb / shards
+        s = (
+            (1.0 if cold else 0.0)
+            + 0.2
+            + oks * (w.get_s + sl / (2 * w.s3_mbps))
+            + oks * (wl.params / shards) / 5e8
+            + (w.put_s + sl / w.s3_mbps if k > 0 else 0.0)
+        ) * math.exp(0.1 * float(self._rng(4).standard_normal()))
+        self.agg_last = t + s
+        return s
+
+    def _metrics(self, acc: float) -> tuple[float, float]:
+        """The round's metrics: of the model it started from, measured on the validation rows."""
+        loss = self.loss(acc)
+        if self.metric_noise:
+            z = self._rng(5).standard_normal(2)
+            v = self.workload.val_rows
+            acc = float(np.clip(acc + z[0] * math.sqrt(max(acc * (1 - acc), 1e-4) / v), 0, 1))
+            loss = float(loss * math.exp(0.01 * z[1]))
+        return acc, loss
+
     def finalize(self) -> tuple[float, float]:
         """The last Plan's Choice and the Finalize state: the planner Lambda writes final/
         (copy + metrics); transitions Plan, ShouldTrain/Continue, Finalize, Done."""
-        s = 1.0 * float(np.exp(0.2 * self._draws("final").standard_normal()))
+        s = 1.0 * float(np.exp(0.2 * self._rng(6).standard_normal()))
         cost = float(bill.finalize_usd(self.prices, self.architecture, self.sizes.planner_memory_mb, s))
-        self.now += s + 2 * SFN_STATE_S
+        self.now += s + 2 * self.w.state_s
         self.cost += cost
         return s, cost

@@ -2,7 +2,8 @@
 
 Plan -> (stop: optional evaluation-only round, Finalize) | Train (Map) -> Aggregate (stops when
 the round's model meets the target) -> Plan ...  The planner is any callable with the signature
-of `smlt.planner.decide`.
+of `smlt.planner.decide`. It reads what the deployed planner reads (smlt/steps/plan.py `_history`):
+no FLOP count before the first round, then the FLOPs per sample round 0's workers measured.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smlt.job import Job
-from smlt.planner.types import Decision, RunHistory, target_reached
+from smlt.planner.types import Decision, RoundRecord, RunHistory, target_reached
 from smlt.prices import Prices
 from smlt.sim.cloud import Cloud
 from smlt.sim.workloads import Workload
+from smlt.sim.world import World
 
 Planner = Callable[[Job, RunHistory, list[int], Prices, str], Decision]
 
@@ -41,14 +43,22 @@ class SimResult:
         return budget is None or self.cost_usd <= budget + 1e-12
 
 
-def history_of(w: Workload) -> RunHistory:
+def history_of(w: Workload, give_flops: bool = False) -> RunHistory:
+    """The run's history before round 0: what META and the job say (FLOPs only if `give_flops`)."""
     return RunHistory(
         param_count=w.params,
         train_rows=w.train_rows,
         val_rows=w.val_rows,
         dataset_bytes=w.dataset_bytes,
-        flops_per_sample=w.flops_per_sample,
+        flops_per_sample=w.flops_per_sample if give_flops else None,
     )
+
+
+def _measured(hist: RunHistory, rec: RoundRecord, w: Workload) -> None:
+    """A worker that trained measured the model's FLOPs per sample (smlt.train.measure); the
+    next plan reads it from the round's record."""
+    if hist.flops_per_sample is None and any(t.error is None and t.steps > 0 for t in rec.timings):
+        hist.flops_per_sample = w.flops_per_sample
 
 
 def _met(job: Job, rec) -> bool:
@@ -65,13 +75,12 @@ def simulate(
     architecture: str = "x86_64",
     keep_history: bool = False,
     max_rounds_hard: int = 5000,
-    give_flops: bool = True,
+    give_flops: bool = False,
+    world: World | None = None,
 ) -> SimResult:
     prices = prices or Prices()
-    cloud = Cloud(workload, prices, architecture, seed)
-    hist = history_of(workload)
-    if not give_flops:
-        hist.flops_per_sample = None
+    cloud = Cloud(workload, prices, architecture, seed, world=world)
+    hist = history_of(workload, give_flops)
     decisions = []
     plan_wall = 0.0
     reason, bound, reached, infeasible = "", "", False, False
@@ -97,7 +106,11 @@ def simulate(
         if d.action == "stop" or len(hist.rounds) >= max_rounds_hard:
             reason, bound, infeasible = d.reason, d.bound, d.infeasible
             fails = d.infeasible and not job.constraints.best_effort
-            evaluate = bound in ("max_rounds", "deadline", "target") and hist.rounds and hist.rounds[-1].local_steps > 0
+            evaluate = (
+                bound in ("max_rounds", "deadline", "target", "stopped")
+                and hist.rounds
+                and hist.rounds[-1].local_steps > 0
+            )
             if fails or not evaluate:  # else the plan is part of the evaluation round's bill
                 cloud.now += plan[0]
                 cloud.cost += plan[1]
@@ -121,6 +134,7 @@ def simulate(
             d.workers, d.memory_mb, d.local_steps, d.worker_time_limit_s, job.training.quorum, plan=plan
         )
         hist.rounds.append(rec)
+        _measured(hist, rec, workload)
         hist.elapsed_s = cloud.now
         hist.cost_total_usd = cloud.cost
         if _met(job, rec):  # the aggregator sees the target met: Finalize

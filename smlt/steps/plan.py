@@ -349,7 +349,8 @@ def _spec(
         function_name=settings.train_functions[decision.memory_mb],
         planned_at=planned_at,
         time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
-        compute_limit_s=decision.worker_time_limit_s if rounds else None,
+        # round 0 too: its limit is the planner's probe (a wrong prior costs at most that)
+        compute_limit_s=decision.worker_time_limit_s,
         learning_rate=job.training.learning_rate * meta.lr_scale,
         reason=decision.reason,
         job=job,

@@ -1,77 +1,223 @@
+"""The simulated world the planner is benchmarked in (smlt/sim): replayed curves, drawn platform
+constants, faults, the worker's early stop, and the baselines."""
+
+import ast
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from smlt.job import parse_job
 from smlt.planner import decide
+from smlt.planner.types import RunHistory
 from smlt.prices import Prices
-from smlt.sim.baselines import SmltBO, oracle
+from smlt.sim import curves as curves_mod
+from smlt.sim.baselines import SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
 from smlt.sim.run import simulate
 from smlt.sim.workloads import WORKLOADS
+from smlt.sim.world import World
 
 TIERS = [1024, 1769, 3008, 5120, 10240]
+SIM = Path(curves_mod.__file__).parent
 
 
-def _job(planner="adaptive", **c):
+def _job(planner="adaptive", target=0.9, **c):
     return parse_job(
         {
             "dataset": {"uri": "s3://b/d/"},
-            "training": {"target_value": 0.85, "max_rounds": 300},
+            "training": {"target_value": target, "max_rounds": 300},
             "constraints": c,
             "workers": {"planner": planner, "max": 32},
         }
     )
 
 
+def test_the_world_imports_none_of_the_planners_models():
+    """Ground truth the planner did not write: no module of smlt/sim imports its progress, timing
+    or priors (the baselines call the planner itself, nothing else of it)."""
+    banned = {"smlt.planner.progress", "smlt.planner.timing", "smlt.planner.priors"}
+    for path in SIM.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not names & banned, (path.name, names & banned)
+
+
+def test_replay_at_a_recorded_setting_follows_the_recorded_curve():
+    w = WORKLOADS["digits-mlp"]
+    run = next(r for r in w.data["runs"] if r["workers"] == 4 and r["local_steps"] == 20)
+    pts = np.array(run["curve"], float)
+    best = np.maximum.accumulate(pts[:, 3])
+    acc = w.curves.acc0
+    per_round = 4 * 20 * w.batch
+    for r in range(1, len(pts)):
+        acc = w.curves.advance(acc, 4, 20, per_round)
+        assert acc == pytest.approx(best[r], abs=0.01), r
+
+
+def test_interpolated_settings_lie_between_the_recorded_ones():
+    c = WORKLOADS["digits-cnn"].curves
+    target = WORKLOADS["digits-cnn"].target
+    ns = sorted({r["workers"] for r in c.data["runs"]})
+    lo, hi = c.samples_to(target, ns[0], 20), c.samples_to(target, ns[1], 20)
+    mid = c.samples_to(target, math.sqrt(ns[0] * ns[1]), 20)
+    assert min(lo, hi) <= mid <= max(lo, hi)
+    # beyond the grid: never fewer samples than at its edge, at most proportionally more
+    edge, far = c.samples_to(target, ns[-1], 20), c.samples_to(target, 4 * ns[-1], 20)
+    assert edge <= far <= 4.01 * edge or math.isinf(far)
+
+
+def test_a_plan_change_continues_from_where_the_model_stands():
+    c = WORKLOADS["digits-mlp"].curves
+    a1 = c.advance(c.acc0, 4, 20, 2560)
+    a2 = c.advance(a1, 16, 5, 2560)
+    assert c.acc0 < a1 <= a2
+    assert c.advance(a2, 16, 5, 0) == a2
+
+
+def test_worlds_are_drawn_per_seed_and_the_noisy_one_is_noisier():
+    calm = [World.draw(s, "calm", "cnn") for s in range(20)]
+    noisy = [World.draw(s, "noisy", "cnn") for s in range(20)]
+    assert len({w.init_median_s for w in calm}) == 20  # each seed its own constants
+    assert all(2.5 <= w.init_median_s <= 5.0 and 40 <= w.s3_mbps <= 90 for w in calm)
+    assert all(w.straggler_p == 0.02 for w in calm) and all(w.straggler_p == 0.10 for w in noisy)
+    assert np.median([w.worker_sigma for w in noisy]) > 3 * np.median([w.worker_sigma for w in calm])
+    assert np.median([w.init_median_s for w in noisy]) > 1.3 * np.median([w.init_median_s for w in calm])
+    with pytest.raises(ValueError, match="world kind"):
+        World.draw(0, "stormy")  # type: ignore[arg-type]  # the error a bad kind gets
+
+
 def test_cloud_records_like_the_real_system():
-    cloud = Cloud(WORKLOADS["mlp-1m"], Prices(), seed=3)
-    first = cloud.run_round(4, 1769, 20, time_limit_s=60)
-    second = cloud.run_round(4, 1769, 20, time_limit_s=60)
+    w = WORKLOADS["digits-cnn"].scaled(8)
+    cloud = Cloud(w, Prices(), seed=3, faults=False)
+    first = cloud.run_round(4, 1769, 20, time_limit_s=None)
+    second = cloud.run_round(4, 1769, 20, time_limit_s=None)
     assert first.workers == first.workers_ok == 4 and len(first.timings) == 4
     assert all(t.cold and t.init_s > 0 and t.cache_miss for t in first.timings)  # fresh instances
     assert not any(t.cold or t.cache_miss for t in second.timings)  # warm, shards cached
+    assert all(t.steps == 20 and t.samples == 20 * w.batch and not t.cut for t in second.timings)
     assert first.cost_usd > second.cost_usd > 0 and first.round_s > second.round_s
     assert first.val_accuracy is not None and 0 <= first.val_accuracy <= 1
-    # a time limit below the work cuts the workers, bills up to the limit, voids the round
-    cut = cloud.run_round(4, 1769, 5000, time_limit_s=2.0)
-    assert cut.workers_ok == 0 and all(t.error == "TimeLimit" and t.total_s <= 2.0 for t in cut.timings)
-    # too little memory: out of memory
-    small = Cloud(WORKLOADS["resnet50-25m"], Prices(), seed=1).run_round(2, 1024, 1, time_limit_s=60)
-    assert all(t.error == "OutOfMemory" for t in small.timings)
+
+
+def test_a_cut_worker_keeps_its_partial_update_like_the_real_worker():
+    """smlt/steps/train.py stops at 0.8 x the compute limit after at least one step and its
+    update counts with the samples it did: the round is applied, not voided."""
+    w = WORKLOADS["digits-cnn"].scaled(8)
+    cloud = Cloud(w, Prices(), seed=3, faults=False)
+    cloud.run_round(4, 1024, 20, time_limit_s=None)  # warm up (limits apply from round 1)
+    before = cloud.acc
+    limit = 3.0
+    cut = cloud.run_round(4, 1024, 5000, time_limit_s=limit)
+    assert cut.workers_ok == 4
+    for t in cut.timings:
+        assert t.error is None and t.cut and 1 <= t.steps < 5000 and t.samples == t.steps * w.batch
+        assert t.load_s + t.eval_s + (t.steps - 1) * t.compute_s / t.steps <= 0.8 * limit + 1e-9
+    assert cloud.acc > before
+
+
+def test_too_little_memory_runs_out_of_memory():
+    w = WORKLOADS["resnet18"] if "resnet18" in WORKLOADS else WORKLOADS["digits-cnn"]
+    small = Cloud(dataclasses.replace(w), Prices(), seed=1, faults=False)
+    tier = 128 if w.fits(1024) else 1024
+    rec = small.run_round(2, tier, 1, time_limit_s=60)
+    assert all(t.error == "OutOfMemory" for t in rec.timings) and rec.workers_ok == 0
+
+
+def test_duplicates_and_retries_are_billed():
+    w = WORKLOADS["digits-mlp"]
+    world = World.draw(2, "calm", "mlp")
+    clean = Cloud(w, Prices(), seed=2, world=world, faults=False)
+    dup = Cloud(w, Prices(), seed=2, world=dataclasses.replace(world, duplicate_p=1.0), faults=True)
+    a, b = clean.run_round(4, 1769, 20, None), dup.run_round(4, 1769, 20, None)
+    assert clean.last_bill is not None and dup.last_bill is not None
+    assert dup.last_bill.requests.lambda_invocations == clean.last_bill.requests.lambda_invocations + 4
+    assert b.cost_usd > a.cost_usd
+    # a worker that runs past its limit: lost to the round, billed for all it ran
+    only = dataclasses.replace(world, throttle_p=0.0, duplicate_p=0.0, overrun_p=1.0)
+    over = Cloud(w, Prices(), seed=2, world=only, faults=True)
+    over.run_round(4, 1769, 20, None)
+    limit = clean.run_round(4, 1769, 20, None).round_s
+    rec = over.run_round(4, 1769, 20, time_limit_s=limit)
+    assert rec.workers_ok == 0 and all(t.error == "TimeLimit" and t.total_s > limit for t in rec.timings)
+    assert rec.cost_usd > clean.run_round(4, 1769, 20, time_limit_s=limit).cost_usd
+
+
+def test_the_planner_reads_flops_only_once_the_workers_measured_them():
+    seen = []
+
+    def planner(job, h, tiers, prices, arch):
+        seen.append(h.flops_per_sample)
+        return decide(job, h, tiers, prices, arch)
+
+    w = WORKLOADS["digits-mlp"]
+    simulate(_job(target=w.target, deadline_seconds=300.0, budget_usd=0.05), w, planner, TIERS, seed=5)
+    assert seen[0] is None and len(seen) > 1 and all(f == w.flops_per_sample for f in seen[1:])
 
 
 def test_short_adaptive_run_meets_target_within_budget():
-    w = WORKLOADS["mlp-10k"]
-    job = _job(deadline_seconds=120.0, budget_usd=0.01)
+    w = WORKLOADS["digits-mlp"]
+    job = _job(target=w.target, deadline_seconds=300.0, budget_usd=0.05)
     r = simulate(job, w, decide, TIERS, seed=5, keep_history=True)
-    assert r.reached and r.cost_usd <= 0.01 and r.elapsed_s <= 120.0
+    assert r.reached and r.cost_usd <= 0.05 and r.elapsed_s <= 300.0
     assert all(d["reason"] for d in r.decisions)
 
 
 def test_budget_never_exceeded_in_simulation():
-    """Property over random budgets, deadlines and seeds, with and without FLOP counts."""
+    """Property over random budgets, deadlines, seeds and both worlds, faults on."""
     rng = np.random.default_rng(11)
     for trial in range(6):
-        w = WORKLOADS[str(rng.choice(["mlp-10k", "mlp-1m"]))]
-        budget = float(10 ** rng.uniform(-3.3, -1.5))
-        job = _job(deadline_seconds=float(10 ** rng.uniform(1, 3)), budget_usd=budget)
-        r = simulate(job, w, decide, TIERS, seed=int(rng.integers(1e6)), give_flops=bool(trial % 2))
+        w = WORKLOADS[str(rng.choice(["digits-mlp", "digits-cnn"]))]
+        budget = float(10 ** rng.uniform(-3.0, -1.5))
+        job = _job(target=w.target, deadline_seconds=float(10 ** rng.uniform(1, 2.5)), budget_usd=budget)
+        world = World.draw(int(rng.integers(1e6)), "noisy" if trial % 2 else "calm", w.family)
+        r = simulate(job, w, decide, TIERS, seed=world.seed, world=world)
         assert r.cost_usd <= budget + 1e-12, (trial, r.cost_usd, budget, r.stop_reason)
 
 
-def test_oracle_and_smlt_baselines_run():
-    w = WORKLOADS["mlp-10k"]
-    job = _job(deadline_seconds=60.0, budget_usd=0.01)
-    cfg, res = oracle(job, w, TIERS, Prices(), seed=2)
-    assert cfg is not None and res.reached and res.cost_usd <= 0.01
-    bo = SmltBO(total_samples=20_000)
-    r = simulate(job, w, bo, TIERS, seed=2)
+def test_oracle_smlt_and_ablations_run_in_the_same_world():
+    w = WORKLOADS["digits-mlp"]
+    world = World.draw(2, "calm", w.family)
+    job = _job(target=w.target, deadline_seconds=120.0, budget_usd=0.05)
+    cfg, res = oracle(job, w, TIERS, Prices(), 2, world)
+    assert cfg is not None and res is not None and res.reached and res.cost_usd <= 0.05
+    r = run_smlt(job, w, TIERS, Prices(), 2, world)
     assert r.rounds >= 1 and math.isfinite(r.cost_usd)
+    # round 0's plan held: a history whose round 0 no planner would choose (k = 7)
+    h = simulate(job, w, Static(3, 1024, 7, time_cap=0.0), TIERS, seed=2, world=world, keep_history=True).history
+    assert h is not None and h.rounds[0].local_steps == 7
+    held = ablation("static_plan")(
+        job, RunHistory(rounds=h.rounds[:1], param_count=w.params, train_rows=w.train_rows), TIERS, Prices(), "x86_64"
+    )
+    assert held.action == "stop" or (held.workers, held.memory_mb, held.local_steps) == (3, 1024, 7)
+    for name in ("static_plan", "workers_only"):
+        a = simulate(job, w, ablation(name), TIERS, seed=2, world=world, keep_history=True)
+        assert a.history is not None and a.history.rounds
+        trained = [x for x in a.history.rounds if x.local_steps > 0]
+        if name == "static_plan":
+            assert len({(x.workers, x.memory_mb, x.local_steps) for x in trained}) == 1
+        else:
+            assert {x.local_steps for x in trained} == {job.training.local_steps}
+
+
+def test_smlt_stops_at_the_budget_at_the_smallest_fitting_tier():
+    w = WORKLOADS["digits-cnn"].scaled(8)
+    world = World.draw(4, "calm", w.family)
+    job = _job(target=0.99, budget_usd=0.02)
+    r = run_smlt(job, w, TIERS, Prices(), 4, world)
+    assert r.cost_usd <= 0.02 and r.stop_bound == "budget" and r.rounds >= 2
+    r = simulate(job, w, SmltBO(1e5, w.smallest_tier(TIERS)), TIERS, seed=4, world=world, keep_history=True)
+    assert r.history is not None and {x.memory_mb for x in r.history.rounds} == {w.smallest_tier(TIERS)}
 
 
 def test_smlt_gp_ucb_explores_with_kappa_5():
-    bo = SmltBO(total_samples=1e6)
-    grid = np.log2(np.arange(1, 65)) / 6.0
-    ucb = bo._gp_ucb(np.array([np.log2(4) / 6.0]), np.array([-1.0]), grid)
-    assert int(np.argmax(ucb)) + 1 not in (3, 4, 5)  # one observation: kappa 5 sends it far away
+    bo = SmltBO(total_samples=1e6, memory_mb=1769)
+    cand = np.arange(1, 65, dtype=float)
+    ucb = bo.ucb(np.array([4.0]), np.array([-1.0]), cand)
+    assert int(cand[int(np.argmax(ucb))]) not in (3, 4, 5)  # one observation: kappa 5 sends it far away
+    tight = SmltBO(total_samples=1e6, memory_mb=1769, kappa=0.0)
+    ucb = tight.ucb(np.array([2.0, 8.0, 32.0]), np.array([-2.0, -0.5, -3.0]), cand)
+    assert 4 <= int(cand[int(np.argmax(ucb))]) <= 16  # no exploration: the best observed region

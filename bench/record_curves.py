@@ -1,0 +1,204 @@
+"""Record the simulator's ground truth once: loss and accuracy curves of the model zoo trained the
+way smlt trains (local SGD: every worker starts a round from the global model, takes k steps on
+its own part of the data with a fresh optimizer, and the round's model is the global model plus
+the sample-weighted mean of the workers' deltas, as smlt/steps/aggregate does), at several worker
+counts and local steps, plus the step time per sample measured on one torch thread.
+
+    nice -n 10 python bench/record_curves.py [--only NAME] [--quick]
+
+Writes smlt/sim/curves/NAME.json (one file per workload). The workers of a round run one after
+another in this process (same arithmetic as n processes, no engine), so a setting costs its
+samples' compute and nothing else. The recording is small on purpose (about 15 CPU minutes):
+short runs on the example datasets, a 3 x 3 grid of (workers, local steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.jobs import Split, prepare  # noqa: E402
+from bench.model_zoo import _load, _model_and_optimizer  # noqa: E402
+
+OUT = ROOT / "smlt" / "sim" / "curves"
+
+# name -> the example job's model and training, its dataset source, the grid and each run's sample budget
+SPECS: dict[str, dict[str, Any]] = {
+    "digits-mlp": {
+        "source": "sklearn:digits",
+        "job": {"model": {"name": "mlp", "params": {"hidden": [128, 64]}}, "training": {"learning_rate": 0.05}},
+        "batch": 32,
+        "workers": [1, 4, 16],
+        "steps": [5, 20, 80],
+        "samples": 100_000,
+    },
+    "digits-cnn": {
+        "source": "sklearn:digits?shape=1x8x8",
+        "job": {"model": {"name": "lenet"}, "training": {"learning_rate": 0.05}},
+        "batch": 32,
+        "workers": [1, 4, 16],
+        "steps": [5, 20, 80],
+        "samples": 100_000,
+    },
+    "resnet18": {
+        "source": "synthetic:images?rows=3000&size=16&channels=3&classes=10&seed=0",
+        "job": {"model": {"name": "resnet18"}, "training": {"learning_rate": 0.05, "weight_decay": 0.0005}},
+        "batch": 64,
+        "workers": [1, 4, 8],
+        "steps": [5, 10, 20],
+        "samples": 7_680,
+    },
+    "transformer": {
+        "source": "synthetic:tokens?rows=8000&length=64&vocab=1000&classes=4&seed=0",
+        "job": {"model": {"name": "transformer"}, "training": {"optimizer": "adam", "learning_rate": 0.003}},
+        "batch": 64,
+        "workers": [1, 4, 16],
+        "steps": [5, 20, 60],
+        "samples": 20_480,
+    },
+}
+
+
+def _evaluate(model, xv, yv) -> tuple[float, float]:
+    import torch
+
+    model.eval()
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(xv), 512):
+            out = model(xv[i : i + 512])
+            loss += float(torch.nn.functional.cross_entropy(out, yv[i : i + 512], reduction="sum"))
+            correct += int((out.argmax(1) == yv[i : i + 512]).sum())
+    model.train()
+    return loss / len(xv), correct / len(xv)
+
+
+def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) -> dict[str, Any]:
+    """One run of local SGD at n workers x k local steps until the spec's sample budget."""
+    import torch
+
+    xt, yt, xv, yv, manifest = data
+    job = {**spec["job"], "seed": seed, "training": {**spec["job"]["training"], "momentum": 0.9}}
+    model, _ = _model_and_optimizer(job, manifest)
+    b = spec["batch"]
+    g = torch.Generator().manual_seed(seed)
+    parts = torch.randperm(len(xt), generator=g).chunk(n)  # each worker's own rows
+    cursors = [0] * n
+    orders = [p[torch.randperm(len(p), generator=g)] for p in parts]
+    rounds = max(1, math.ceil(spec["samples"] / (n * k * b)))
+    loss0, acc0 = _evaluate(model, xv, yv)
+    curve = [[0, 0, round(loss0, 5), round(acc0, 5)]]
+    step_s, stepped = 0.0, 0
+    for r in range(rounds):
+        start = {name: p.detach().clone() for name, p in model.state_dict().items()}
+        delta: dict[str, torch.Tensor] = {}
+        seen = 0
+        for i in range(n):
+            model.load_state_dict(start)
+            opt = _fresh_opt(model, job)
+            t0 = time.perf_counter()
+            for _ in range(k):
+                if cursors[i] + b > len(orders[i]):  # next pass over the worker's rows, reshuffled
+                    orders[i] = parts[i][torch.randperm(len(parts[i]), generator=g)]
+                    cursors[i] = 0
+                idx = orders[i][cursors[i] : cursors[i] + b]
+                cursors[i] += b
+                opt.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
+                opt.step()
+            step_s += time.perf_counter() - t0
+            stepped += k * len(idx)
+            rows = k * len(idx)
+            for name, p in model.state_dict().items():
+                if p.dtype.is_floating_point:
+                    d = (p - start[name]) * rows
+                    delta[name] = delta[name] + d if name in delta else d
+            seen += rows
+        merged = {
+            name: (start[name] + delta[name] / seen) if name in delta else model.state_dict()[name] for name in start
+        }
+        model.load_state_dict(merged)
+        loss, acc = _evaluate(model, xv, yv)
+        curve.append([r + 1, (r + 1) * n * k * b, round(loss, 5), round(acc, 5)])
+    return {"workers": n, "local_steps": k, "curve": curve, "step_s_per_sample": step_s / max(stepped, 1)}
+
+
+def _fresh_opt(model, job: dict[str, Any]):
+    """The optimizer a worker makes each round (smlt/steps/train.py: momentum starts afresh)."""
+    import torch
+
+    t = job["training"]
+    if t.get("optimizer", "sgd") == "sgd":
+        return torch.optim.SGD(
+            model.parameters(), lr=t["learning_rate"], momentum=0.9, weight_decay=t.get("weight_decay", 0.0)
+        )
+    return torch.optim.Adam(model.parameters(), lr=t["learning_rate"], weight_decay=t.get("weight_decay", 0.0))
+
+
+def footprint(spec: dict[str, Any], data: tuple) -> dict[str, float]:
+    """Parameters, training FLOPs per sample (smlt.train.measure, what the workers record) and the
+    activation memory per sample."""
+    import torch
+
+    from smlt.train.measure import measure
+
+    xt, yt, _, _, manifest = data
+    model, _ = _model_and_optimizer({**spec["job"], "seed": 0}, manifest)
+    f = measure(model, xt[:2], yt[:2], torch.nn.functional.cross_entropy)
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "flops_per_sample": f.flops_per_sample,
+        "activation_bytes_per_sample": f.activation_bytes_per_sample,
+        "sample_bytes": int(xt[0].numel() * xt[0].element_size()),
+    }
+
+
+def record(name: str, quick: bool) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)  # one Lambda vCPU's share; the simulator scales from it
+    spec = dict(SPECS[name])
+    if quick:
+        spec |= {"workers": spec["workers"][:2], "steps": spec["steps"][:1], "samples": spec["samples"] // 10}
+    folder = prepare(f"curves-{name}", spec["source"], Split())
+    data = _load(str(folder))
+    t0 = time.process_time()
+    runs = [local_sgd(spec, data, n, k) for n in spec["workers"] for k in spec["steps"]]
+    out = {
+        "name": name,
+        "source": spec["source"],
+        "model": spec["job"]["model"],
+        "training": spec["job"]["training"],
+        "batch": spec["batch"],
+        "train_rows": len(data[0]),
+        "val_rows": len(data[2]),
+        **footprint(spec, data),
+        "cpu_s": round(time.process_time() - t0, 1),
+        "torch": torch.__version__,
+        "runs": runs,
+    }
+    print(f"{name}: {len(runs)} runs, {out['cpu_s']} CPU s", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=sorted(SPECS), action="append")
+    ap.add_argument("--quick", action="store_true", help="a smoke run, not a recording")
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name in a.only or list(SPECS):
+        (a.out / f"{name}.json").write_text(json.dumps(record(name, a.quick), indent=None) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The simulator's learning curves: replayed from runs recorded here (bench/record_curves.py,
+data in smlt/sim/curves/), never from the planner's progress model.
+
+A recording holds, per (workers n, local steps k) of a small grid, the validation loss and
+accuracy of the global model after every round of local SGD, against the samples trained.
+How a setting between (or beyond) the recorded ones is replayed:
+
+- Each recorded run's accuracy is made monotone (its running best: the global model the planner
+  would keep), and read as "samples needed to reach accuracy a", S_g(a), linear between points.
+- For (n, k), log S(a) is interpolated bilinearly in (log n, log k) between the four recorded
+  settings around it; beyond the grid it is extended along the last recorded segment, its slope
+  held to [0, 1] (more workers or steps never need fewer samples, nor more than proportionally).
+  A level some surrounding run never reached is not reached at (n, k) either: the curve plateaus.
+- The world's state is the global model's accuracy. A round of S_r samples at (n, k) moves it
+  from a to A(S(a) + S_r) on (n, k)'s curve, so a run that changes its plan mid-way continues from
+  where it stands. Loss is read off the accuracy (all recorded (accuracy, loss) points pooled).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CURVES = Path(__file__).with_name("curves")
+LEVELS = 80  # accuracy levels the interpolation works on
+
+
+class CurveDataError(ValueError):
+    """A curve file is missing or malformed."""
+
+
+def load(name: str, folder: Path = CURVES) -> dict[str, Any]:
+    path = folder / f"{name}.json"
+    if not path.exists():
+        raise CurveDataError(f"{path}: no recorded curves for {name!r} (run bench/record_curves.py --only {name})")
+    data: dict[str, Any] = json.loads(path.read_text())
+    if not data.get("runs"):
+        raise CurveDataError(f"{path}: 'runs' is empty; re-record it with bench/record_curves.py --only {name}")
+    return data
+
+
+def _samples_to_reach(curve: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """log samples at which the run's running-best accuracy first reaches each level (inf: never)."""
+    s, acc = curve[:, 1], np.maximum.accumulate(curve[:, 3])
+    out = np.full(len(levels), np.inf)
+    for j, a in enumerate(levels):
+        hit = int(np.argmax(acc >= a)) if acc[-1] >= a else -1
+        if hit < 0:
+            continue
+        if hit == 0:
+            out[j] = 0.0
+            continue
+        a0, a1 = acc[hit - 1], acc[hit]
+        x = s[hit - 1] + (s[hit] - s[hit - 1]) * ((a - a0) / (a1 - a0) if a1 > a0 else 1.0)
+        out[j] = math.log1p(x)
+    return out
+
+
+def _axis_weights(grid: np.ndarray, x: float) -> tuple[int, int, float]:
+    """Neighbours (i, i+1) on a sorted log grid and the weight of i+1 (outside: beyond [0, 1])."""
+    if len(grid) == 1:
+        return 0, 0, 0.0
+    i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
+    return i, i + 1, float((x - grid[i]) / (grid[i + 1] - grid[i]))
+
+
+@dataclass(frozen=True)
+class Curves:
+    """A workload's recorded curves and the replay of any (n, k) from them."""
+
+    data: dict[str, Any]
+    samples_scale: float = 1.0  # a dataset f times larger needs f times the samples (same epochs)
+
+    @cached_property
+    def _grid(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        runs = self.data["runs"]
+        ns = np.array(sorted({r["workers"] for r in runs}), float)
+        ks = np.array(sorted({r["local_steps"] for r in runs}), float)
+        first = np.array([np.array(r["curve"], float)[0, 3] for r in runs])
+        best = np.array([np.array(r["curve"], float)[:, 3].max() for r in runs])
+        levels = np.linspace(float(first.max()), float(best.max()), LEVELS)
+        table = np.full((len(ns), len(ks), LEVELS), np.inf)
+        for r in runs:
+            i, j = int(np.searchsorted(ns, r["workers"])), int(np.searchsorted(ks, r["local_steps"]))
+            table[i, j] = _samples_to_reach(np.array(r["curve"], float), levels)
+        if np.isinf(table[..., 0]).any():
+            raise CurveDataError(f"curves of {self.data.get('name')!r}: the grid of (workers, local steps) is not full")
+        return np.log(ns), np.log(ks), levels, table
+
+    @cached_property
+    def _loss_of_acc(self) -> tuple[np.ndarray, np.ndarray]:
+        pts = np.concatenate([np.array(r["curve"], float)[:, 2:4] for r in self.data["runs"]])
+        order = np.argsort(pts[:, 1])
+        acc, loss = pts[order, 1], pts[order, 0]
+        bins = np.array_split(np.arange(len(acc)), max(1, min(40, len(acc) // 5)))
+        xa = np.array([acc[b].mean() for b in bins])
+        yl = np.minimum.accumulate(np.array([np.median(loss[b]) for b in bins]))  # falls as accuracy rises
+        return xa, yl
+
+    @property
+    def acc0(self) -> float:
+        return float(self._grid[2][0])
+
+    @property
+    def acc_best(self) -> float:
+        return float(self._grid[2][-1])
+
+    def log_samples(self, n: float, k: float) -> np.ndarray:
+        """log(1 + samples) to reach each level at (n, k), inf where it is never reached."""
+        gn, gk, _, table = self._grid
+        i0, i1, wn = _axis_weights(gn, math.log(max(n, 1.0)))
+        j0, j1, wk = _axis_weights(gk, math.log(max(k, 1.0)))
+
+        def along_k(i: int) -> np.ndarray:
+            return _blend(table[i, j0], table[i, j1], wk, gk[j1] - gk[j0])
+
+        return _blend(along_k(i0), along_k(i1), wn, gn[i1] - gn[i0]) + math.log(self.samples_scale)
+
+    def levels(self) -> np.ndarray:
+        return self._grid[2]
+
+    def advance(self, acc: float, n: float, k: float, samples: float) -> float:
+        """The accuracy after `samples` more at (n, k) from accuracy `acc`."""
+        ls = self.log_samples(n, k)
+        lv = self._grid[2]
+        ok = np.isfinite(ls)
+        if samples <= 0 or not ok.any():
+            return acc
+        ls, lv = np.maximum.accumulate(ls[ok]), lv[ok]
+        s0 = float(np.exp(np.interp(acc, lv, ls))) if acc > lv[0] else float(np.exp(ls[0]))
+        s1 = math.log(s0 + samples)
+        return max(acc, float(np.interp(s1, ls, lv)))  # beyond its last level: the plateau
+
+    def samples_to(self, target: float, n: float, k: float, acc: float | None = None) -> float:
+        """Samples from accuracy `acc` (default: the start) to `target` at (n, k); inf if never."""
+        ls = self.log_samples(n, k)
+        lv = self._grid[2]
+        ok = np.isfinite(ls)
+        if not ok.any() or target > lv[ok][-1]:
+            return math.inf
+        ls, lv = np.maximum.accumulate(ls[ok]), lv[ok]
+        s = float(np.exp(np.interp(target, lv, ls)))
+        s0 = 1.0 if acc is None or acc <= lv[0] else float(np.exp(np.interp(acc, lv, ls)))
+        return max(0.0, s - s0)
+
+    def loss(self, acc: float) -> float:
+        xa, yl = self._loss_of_acc
+        return float(np.interp(acc, xa, yl))
+
+
+def _blend(a: np.ndarray, b: np.ndarray, w: float, span: float) -> np.ndarray:
+    """Linear in the log grid between a (w=0) and b (w=1); beyond, along the segment, its slope per
+    unit of log n (or log k) held to [0, 1]; inf when either side is inf."""
+    if span <= 0:
+        return a.copy()
+    if w in (0.0, 1.0):
+        return (a if w == 0.0 else b).copy()
+    both = np.isfinite(a) & np.isfinite(b)
+    if 0.0 < w < 1.0:
+        with np.errstate(invalid="ignore"):
+            return np.where(both, a + w * (b - a), np.inf)
+    with np.errstate(invalid="ignore"):
+        slope = np.clip((b - a) / span, 0.0, 1.0)
+        out = np.where(w > 1.0, b + slope * (w - 1.0) * span, a + slope * w * span)
+    return np.where(both, out, np.inf)
