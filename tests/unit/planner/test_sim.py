@@ -11,9 +11,9 @@ import pytest
 
 from smlt.job import parse_job
 from smlt.planner import decide
+from smlt.planner.types import RunHistory
 from smlt.prices import Prices
 from smlt.sim import curves as curves_mod
-from smlt.planner.types import RunHistory
 from smlt.sim.baselines import SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
 from smlt.sim.run import simulate
