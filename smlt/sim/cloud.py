@@ -244,8 +244,9 @@ class Cloud:
         wl, w = self.workload, self.w
         timeout = float(self.sizes.worker_timeout_s)
         # the plan's limit: the worker's compute limit and the Map task's timeout (smlt/steps/plan.py)
+        # (none in round 0, whose cold starts no timing has shown yet; the task's never under 10 s)
         compute_limit = time_limit_s if (time_limit_s and self.round > 0) else None
-        task_timeout = min(float(math.ceil(time_limit_s)), timeout) if time_limit_s else timeout
+        task_timeout = min(float(math.ceil(max(compute_limit, 10.0))), timeout) if compute_limit else timeout
         plan_s, _ = plan if plan is not None else self.plan_call()  # its cost is in the round's bill
         t_start = self.now + plan_s + 3 * w.state_s
         z = self._draws(n)
