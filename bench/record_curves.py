@@ -106,7 +106,7 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
         for i in range(n):
             model.load_state_dict(start)
             opt = _fresh_opt(model, job)
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # CPU time: what a dedicated vCPU gives, whatever the load here
             for _ in range(k):
                 if cursors[i] + b > len(orders[i]):  # next pass over the worker's rows, reshuffled
                     orders[i] = parts[i][torch.randperm(len(parts[i]), generator=g)]
@@ -116,7 +116,7 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
                 opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
                 opt.step()
-            step_s += time.perf_counter() - t0
+            step_s += time.thread_time() - t0
             stepped += k * len(idx)
             rows = k * len(idx)
             for name, p in model.state_dict().items():
@@ -164,6 +164,38 @@ def footprint(spec: dict[str, Any], data: tuple) -> dict[str, float]:
     }
 
 
+def step_time(spec: dict[str, Any], data: tuple, steps: int = 30) -> float:
+    """CPU seconds per training sample on one thread (the recording's own step times were taken
+    the same way from this version on)."""
+    import torch
+
+    xt, yt, _, _, manifest = data
+    job = {**spec["job"], "seed": 0, "training": {**spec["job"]["training"], "momentum": 0.9}}
+    model, _ = _model_and_optimizer(job, manifest)
+    opt = _fresh_opt(model, job)
+    b = spec["batch"]
+    t0 = time.thread_time()
+    for s in range(steps):
+        idx = torch.arange(s * b, (s + 1) * b) % len(xt)
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
+        opt.step()
+    return (time.thread_time() - t0) / (steps * b)
+
+
+def remeasure(name: str, folder: Path) -> None:
+    """Re-measure a recording's step time (CPU time) without re-running its curves."""
+    import torch
+
+    torch.set_num_threads(1)
+    path = folder / f"{name}.json"
+    out = json.loads(path.read_text())
+    spec = SPECS[name]
+    out["step_s_per_sample"] = step_time(spec, _load(str(prepare(f"curves-{name}", spec["source"], Split()))))
+    path.write_text(json.dumps(out, indent=None) + "\n")
+    print(f"{name}: {out['step_s_per_sample'] * 1e3:.3g} ms CPU per sample", flush=True)
+
+
 def record(name: str, quick: bool) -> dict[str, Any]:
     import torch
 
@@ -185,6 +217,7 @@ def record(name: str, quick: bool) -> dict[str, Any]:
         "val_rows": len(data[2]),
         **footprint(spec, data),
         "cpu_s": round(time.process_time() - t0, 1),
+        "step_s_per_sample": step_time(spec, data),
         "torch": torch.__version__,
         "runs": runs,
     }
@@ -197,9 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", choices=sorted(SPECS), action="append")
     ap.add_argument("--quick", action="store_true", help="a smoke run, not a recording")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--step-time", action="store_true", help="only re-measure the step time of recorded curves")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.only or list(SPECS):
+        if a.step_time:
+            remeasure(name, a.out)
+            continue
         (a.out / f"{name}.json").write_text(json.dumps(record(name, a.quick), indent=None) + "\n")
 
 
