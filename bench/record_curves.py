@@ -8,8 +8,8 @@ counts and local steps, plus the step time per sample measured on one torch thre
 
 Writes smlt/sim/curves/NAME.json (one file per workload). The workers of a round run one after
 another in this process (same arithmetic as n processes, no engine), so a setting costs its
-samples' compute and nothing else. The recording is small on purpose (about 15 CPU minutes):
-short runs on the example datasets, a 3 x 3 grid of (workers, local steps).
+samples' compute and nothing else. The recording is small on purpose (under 10 CPU minutes):
+short runs on small versions of the example datasets, a grid of 2-3 worker counts x 2-3 local steps.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from bench.jobs import Split, prepare  # noqa: E402
 from bench.model_zoo import _load, _model_and_optimizer  # noqa: E402
 
 OUT = ROOT / "smlt" / "sim" / "curves"
+MAX_EVALS = 24  # evaluations per run at most (every round when it has fewer)
 
 # name -> the example job's model and training, its dataset source, the grid and each run's sample budget
 SPECS: dict[str, dict[str, Any]] = {
@@ -49,20 +50,20 @@ SPECS: dict[str, dict[str, Any]] = {
         "samples": 100_000,
     },
     "resnet18": {
-        "source": "synthetic:images?rows=3000&size=16&channels=3&classes=10&seed=0",
+        "source": "synthetic:images?rows=2000&size=8&channels=3&classes=10&seed=0",
         "job": {"model": {"name": "resnet18"}, "training": {"learning_rate": 0.05, "weight_decay": 0.0005}},
-        "batch": 64,
-        "workers": [1, 4, 8],
-        "steps": [5, 10, 20],
-        "samples": 7_680,
+        "batch": 32,
+        "workers": [1, 4],
+        "steps": [4, 12],
+        "samples": 6_144,
     },
     "transformer": {
-        "source": "synthetic:tokens?rows=8000&length=64&vocab=1000&classes=4&seed=0",
+        "source": "synthetic:tokens?rows=8000&length=32&vocab=1000&classes=4&seed=0",
         "job": {"model": {"name": "transformer"}, "training": {"optimizer": "adam", "learning_rate": 0.003}},
         "batch": 64,
         "workers": [1, 4, 16],
-        "steps": [5, 20, 60],
-        "samples": 20_480,
+        "steps": [5, 20],
+        "samples": 12_288,
     },
 }
 
@@ -94,6 +95,7 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
     cursors = [0] * n
     orders = [p[torch.randperm(len(p), generator=g)] for p in parts]
     rounds = max(1, math.ceil(spec["samples"] / (n * k * b)))
+    every = max(1, rounds // MAX_EVALS)  # the curve needs its shape, not every round
     loss0, acc0 = _evaluate(model, xv, yv)
     curve = [[0, 0, round(loss0, 5), round(acc0, 5)]]
     step_s, stepped = 0.0, 0
@@ -104,7 +106,7 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
         for i in range(n):
             model.load_state_dict(start)
             opt = _fresh_opt(model, job)
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # CPU time: what a dedicated vCPU gives, whatever the load here
             for _ in range(k):
                 if cursors[i] + b > len(orders[i]):  # next pass over the worker's rows, reshuffled
                     orders[i] = parts[i][torch.randperm(len(parts[i]), generator=g)]
@@ -114,7 +116,7 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
                 opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
                 opt.step()
-            step_s += time.perf_counter() - t0
+            step_s += time.thread_time() - t0
             stepped += k * len(idx)
             rows = k * len(idx)
             for name, p in model.state_dict().items():
@@ -126,8 +128,9 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
             name: (start[name] + delta[name] / seen) if name in delta else model.state_dict()[name] for name in start
         }
         model.load_state_dict(merged)
-        loss, acc = _evaluate(model, xv, yv)
-        curve.append([r + 1, (r + 1) * n * k * b, round(loss, 5), round(acc, 5)])
+        if (r + 1) % every == 0 or r + 1 == rounds:
+            loss, acc = _evaluate(model, xv, yv)
+            curve.append([r + 1, (r + 1) * n * k * b, round(loss, 5), round(acc, 5)])
     return {"workers": n, "local_steps": k, "curve": curve, "step_s_per_sample": step_s / max(stepped, 1)}
 
 
@@ -161,6 +164,38 @@ def footprint(spec: dict[str, Any], data: tuple) -> dict[str, float]:
     }
 
 
+def step_time(spec: dict[str, Any], data: tuple, steps: int = 30) -> float:
+    """CPU seconds per training sample on one thread (the recording's own step times were taken
+    the same way from this version on)."""
+    import torch
+
+    xt, yt, _, _, manifest = data
+    job = {**spec["job"], "seed": 0, "training": {**spec["job"]["training"], "momentum": 0.9}}
+    model, _ = _model_and_optimizer(job, manifest)
+    opt = _fresh_opt(model, job)
+    b = spec["batch"]
+    t0 = time.thread_time()
+    for s in range(steps):
+        idx = torch.arange(s * b, (s + 1) * b) % len(xt)
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
+        opt.step()
+    return (time.thread_time() - t0) / (steps * b)
+
+
+def remeasure(name: str, folder: Path) -> None:
+    """Re-measure a recording's step time (CPU time) without re-running its curves."""
+    import torch
+
+    torch.set_num_threads(1)
+    path = folder / f"{name}.json"
+    out = json.loads(path.read_text())
+    spec = SPECS[name]
+    out["step_s_per_sample"] = step_time(spec, _load(str(prepare(f"curves-{name}", spec["source"], Split()))))
+    path.write_text(json.dumps(out, indent=None) + "\n")
+    print(f"{name}: {out['step_s_per_sample'] * 1e3:.3g} ms CPU per sample", flush=True)
+
+
 def record(name: str, quick: bool) -> dict[str, Any]:
     import torch
 
@@ -182,6 +217,7 @@ def record(name: str, quick: bool) -> dict[str, Any]:
         "val_rows": len(data[2]),
         **footprint(spec, data),
         "cpu_s": round(time.process_time() - t0, 1),
+        "step_s_per_sample": step_time(spec, data),
         "torch": torch.__version__,
         "runs": runs,
     }
@@ -194,9 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", choices=sorted(SPECS), action="append")
     ap.add_argument("--quick", action="store_true", help="a smoke run, not a recording")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--step-time", action="store_true", help="only re-measure the step time of recorded curves")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.only or list(SPECS):
+        if a.step_time:
+            remeasure(name, a.out)
+            continue
         (a.out / f"{name}.json").write_text(json.dumps(record(name, a.quick), indent=None) + "\n")
 
 

@@ -71,7 +71,7 @@ def oracle(
     seed: int,
     world: World,
     batch: int = 6,
-    max_tries: int = 18,
+    max_tries: int = 12,
 ):
     """Best fixed plan with hindsight in `world`: ((n, m, k), SimResult) or (None, None)."""
     c = job.constraints

@@ -41,7 +41,9 @@ ONE_VCPU_MB = 1769.0
 INIT_MAX = 10.0  # Lambda's init phase is capped at 10 s
 STOP_FRACTION = 0.8  # smlt/steps/train.py: the worker stops at 0.8 x its compute limit
 AGG_SLICE_MB = 64.0
-WHAT = ("init", "bw_in", "bw_out", "noise", "rest", "u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
+# A round's per-worker draws: standard normal, then uniform on [0, 1) (the order keys each stream)
+NORMAL = ("init", "bw_in", "bw_out", "noise", "rest")
+UNIFORM = ("u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
 
 
 @dataclass
@@ -118,13 +120,9 @@ class Cloud:
         """Round r's per-worker draws: worker i's depend on (seed, r, i's position, what) only."""
         size = max(n, 1)
         out = {}
-        for j, what in enumerate(WHAT):
+        for j, what in enumerate(NORMAL + UNIFORM):
             rng = self._rng(10, j)
-            out[what] = (
-                rng.random(size)
-                if what in ("u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
-                else rng.standard_normal(size)
-            )
+            out[what] = rng.standard_normal(size) if what in NORMAL else rng.random(size)
         return out
 
     # ----------------------------------------------------------------- one planner call
@@ -244,8 +242,9 @@ class Cloud:
         wl, w = self.workload, self.w
         timeout = float(self.sizes.worker_timeout_s)
         # the plan's limit: the worker's compute limit and the Map task's timeout (smlt/steps/plan.py)
+        # (none in round 0, whose cold starts no timing has shown yet; the task's never under 10 s)
         compute_limit = time_limit_s if (time_limit_s and self.round > 0) else None
-        task_timeout = min(float(math.ceil(time_limit_s)), timeout) if time_limit_s else timeout
+        task_timeout = min(float(math.ceil(max(compute_limit, 10.0))), timeout) if compute_limit else timeout
         plan_s, _ = plan if plan is not None else self.plan_call()  # its cost is in the round's bill
         t_start = self.now + plan_s + 3 * w.state_s
         z = self._draws(n)

@@ -10,7 +10,9 @@ How a setting between (or beyond) the recorded ones is replayed:
 - For (n, k), log S(a) is interpolated bilinearly in (log n, log k) between the four recorded
   settings around it; beyond the grid it is extended along the last recorded segment, its slope
   held to [0, 1] (more workers or steps never need fewer samples, nor more than proportionally).
-  A level some surrounding run never reached is not reached at (n, k) either: the curve plateaus.
+  A run that ended on a plateau stays there (a level it never reached is not reached near it); a
+  run the recording cut short while it was still learning is continued along the nearest run
+  that went further, parallel in log samples from the last level both reached.
 - The world's state is the global model's accuracy. A round of S_r samples at (n, k) moves it
   from a to A(S(a) + S_r) on (n, k)'s curve, so a run that changes its plan mid-way continues from
   where it stands. Loss is read off the accuracy (all recorded (accuracy, loss) points pooled).
@@ -62,6 +64,31 @@ def _samples_to_reach(curve: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return out
 
 
+def _still_rising(curve: np.ndarray) -> bool:
+    """Whether a run ended while still learning (its recording cut it short) rather than on a
+    plateau: a plateau is at least 6 evaluations whose second half gained under 1 point."""
+    acc = np.maximum.accumulate(curve[:, 3])
+    return len(acc) < 6 or bool(acc[-1] - acc[len(acc) // 2] >= 0.01)
+
+
+def _continue_truncated(table: np.ndarray, rising: np.ndarray) -> np.ndarray:
+    """Continue each run its recording cut short along the nearest run that went further,
+    keeping their ratio of samples at the last level both reached (parallel in log samples)."""
+    out = table.copy()
+    cells = [(i, j) for i in range(table.shape[0]) for j in range(table.shape[1])]
+    for i, j in cells:
+        last = int(np.isfinite(table[i, j]).sum()) - 1
+        if not rising[i, j] or last + 1 == table.shape[2]:
+            continue
+        donors = [c for c in cells if np.isfinite(table[c][last + 1 :]).any()]
+        if not donors:
+            continue
+        d = min(donors, key=lambda c: (abs(c[0] - i) + abs(c[1] - j), -np.isfinite(table[c]).sum()))
+        shift = table[i, j, last] - table[d][last]
+        out[i, j, last + 1 :] = table[d][last + 1 :] + shift
+    return out
+
+
 def _axis_weights(grid: np.ndarray, x: float) -> tuple[int, int, float]:
     """Neighbours (i, i+1) on a sorted log grid and the weight of i+1 (outside: beyond [0, 1])."""
     if len(grid) == 1:
@@ -86,12 +113,15 @@ class Curves:
         best = np.array([np.array(r["curve"], float)[:, 3].max() for r in runs])
         levels = np.linspace(float(first.max()), float(best.max()), LEVELS)
         table = np.full((len(ns), len(ks), LEVELS), np.inf)
+        rising = np.zeros((len(ns), len(ks)), bool)
         for r in runs:
             i, j = int(np.searchsorted(ns, r["workers"])), int(np.searchsorted(ks, r["local_steps"]))
-            table[i, j] = _samples_to_reach(np.array(r["curve"], float), levels)
+            curve = np.array(r["curve"], float)
+            table[i, j] = _samples_to_reach(curve, levels)
+            rising[i, j] = _still_rising(curve)
         if np.isinf(table[..., 0]).any():
             raise CurveDataError(f"curves of {self.data.get('name')!r}: the grid of (workers, local steps) is not full")
-        return np.log(ns), np.log(ks), levels, table
+        return np.log(ns), np.log(ks), levels, _continue_truncated(table, rising)
 
     @cached_property
     def _loss_of_acc(self) -> tuple[np.ndarray, np.ndarray]:

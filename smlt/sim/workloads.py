@@ -9,7 +9,6 @@ The planner never sees any of this but what the deployed system records.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -22,6 +21,9 @@ from smlt.sim.curves import CURVES, Curves, load
 RUNTIME_MB = 450.0  # Python + torch + the handler (smlt/steps/train.py's memory check)
 SHARDS = 16  # the CLI's default shards per dataset; a worker holds ~3 shards' bytes at once
 FAMILIES = {"digits-mlp": "mlp", "digits-cnn": "cnn", "resnet18": "resnet", "transformer": "transformer"}
+# Accuracy targets: the example jobs' for digits (examples/digits-cnn.json); for the short
+# ResNet-18 and transformer recordings, a level the best two recorded settings pass.
+TARGETS = {"digits-mlp": 0.97, "digits-cnn": 0.97, "resnet18": 0.55, "transformer": 0.70}
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,10 @@ class Workload:
 
     @property
     def step_s_per_sample(self) -> float:
-        """Training seconds per sample on one thread of this machine (median over the grid)."""
+        """Training CPU seconds per sample on one thread of this machine (the recording's own
+        measurement; else the median of its runs')."""
+        if "step_s_per_sample" in self.data:
+            return float(self.data["step_s_per_sample"])
         return float(statistics.median(r["step_s_per_sample"] for r in self.data["runs"]))
 
     @property
@@ -81,10 +86,8 @@ class Workload:
 
     @property
     def target(self) -> float:
-        """The default accuracy target: the best accuracy two thirds of the recorded settings
-        reach, rounded down to 0.01 (reachable, but not by every plan)."""
-        best = sorted((max(p[3] for p in r["curve"]) for r in self.data["runs"]), reverse=True)
-        return math.floor(100 * best[max(0, math.ceil(2 * len(best) / 3) - 1)]) / 100
+        """The scenarios' accuracy target (TARGETS)."""
+        return TARGETS[self.name.split("-x")[0]]
 
     def scaled(self, factor: float) -> Workload:
         return replace(self, name=f"{self.name}-x{factor:g}", scale=self.scale * factor)

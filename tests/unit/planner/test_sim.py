@@ -221,3 +221,23 @@ def test_smlt_gp_ucb_explores_with_kappa_5():
     tight = SmltBO(total_samples=1e6, memory_mb=1769, kappa=0.0)
     ucb = tight.ucb(np.array([2.0, 8.0, 32.0]), np.array([-2.0, -0.5, -3.0]), cand)
     assert 4 <= int(cand[int(np.argmax(ucb))]) <= 16  # no exploration: the best observed region
+
+
+def _run(n, k, accs, per_round):
+    return {"workers": n, "local_steps": k, "curve": [[r, r * per_round, 2.0 - a, a] for r, a in enumerate(accs)]}
+
+
+def test_a_run_cut_short_continues_and_a_plateau_stays():
+    """The recording's end is not the curve's end when the run was still learning; a run that
+    flattened for many evaluations stays flat."""
+    fast = [0.1, 0.3, 0.5, 0.7, 0.8, 0.85, 0.88, 0.9]
+    short = [0.1, 0.2, 0.3]  # 3 evaluations, still rising: cut short by the recording
+    flat = [0.1, 0.4, 0.5, 0.52, 0.52, 0.52, 0.52, 0.52]  # a plateau
+    data = {
+        "name": "t",
+        "runs": [_run(1, 5, fast, 100), _run(1, 20, flat, 100), _run(4, 5, short, 100), _run(4, 20, fast, 400)],
+    }
+    c = curves_mod.Curves(data)
+    assert math.isfinite(c.samples_to(0.85, 4, 5))  # continued along its neighbour
+    assert c.samples_to(0.85, 4, 5) > c.samples_to(0.85, 1, 5)  # at its own, slower pace
+    assert math.isinf(c.samples_to(0.85, 1, 20))  # the plateau is kept
