@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
-from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, PartialCredentialsError
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
@@ -57,6 +63,11 @@ class Stack:
             raise AwsNotConfigured(
                 "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE "
                 "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+            ) from None
+        except EndpointConnectionError as e:
+            raise AwsNotConfigured(
+                f"cannot reach {str(e.kwargs.get('endpoint_url', 'the endpoint')).rstrip('/')}: is the local "
+                "console up (`smlt local up`)? Else check AWS_ENDPOINT_URL / --endpoint-url"
             ) from None
         except ClientError as e:
             raise StackNotFound(

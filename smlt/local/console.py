@@ -300,6 +300,9 @@ class Console:
             "TableName": self.names.table,
         }
         assert set(values) == set(OUTPUTS)  # the outputs smlt/cloud.py looks up
+        # The study machine (`smlt tune` finds it by this output, smlt.study.tune.STUDY_OUTPUT).
+        for arn in self.engine.state_machine_arns.values():
+            values["StudyStateMachineArn"] = arn
         template = {
             # CloudFormation needs one resource; the outputs are what matters.
             "Resources": {"Outputs": {"Type": "AWS::SQS::Queue"}},

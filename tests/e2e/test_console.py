@@ -132,6 +132,16 @@ def test_console_up_aws_cli_boto3_upload_trigger_down_and_up_again(tmp_path):
         assert metas["by-boto3"].final.rounds < 30
         triggered = [json.loads(sfn.describe_execution(executionArn=a)["input"]) for a in arns]
         assert any(t.get("trigger", {}).get("key") == "incoming/digits/v1/manifest.json" for t in triggered)
+
+        # `smlt tune` through the deployed path: the console's stack outputs name the study machine
+        study = json.loads((ROOT / "examples/digits-study.json").read_text())
+        study["job"]["training"]["max_rounds"] = 2
+        study.update(trials=2, concurrency=2, search={"kind": "random"})
+        (tmp_path / "study.json").write_text(json.dumps(study))
+        tuned = smlt(env, "tune", str(tmp_path / "study.json"), "--out", str(tmp_path / "study-out"))
+        assert tuned.returncode == 0, tuned.stderr
+        best = json.loads((tmp_path / "study-out" / "best.json").read_text())
+        assert best["best_run_id"] and (tmp_path / "study-out" / "model.safetensors").stat().st_size > 0
     finally:
         console.down(state)
     assert console.read_info(state) is None and not (state / "console.json").exists()

@@ -31,16 +31,16 @@ def test_a_flat_curve_far_below_the_target_is_still_given_up(prices):
 
 
 def test_a_recorded_curve_is_not_given_up_before_it_reaches_the_target(prices):
-    """The digits CNN measured here (smlt/sim/curves, 1 worker x 20 steps) first reaches 0.97 at
-    round 27. At rounds 24-26 (0.89-0.97, noisy) the fitted family put the plateau below 0.97
-    with 90 % and the planner gave up; it must keep training."""
+    """The digits CNN measured here (smlt/sim/curves, 4 workers x 20 steps: its slowest recorded
+    curve that gets there) first reaches 0.97 late and noisily. In the three rounds before, the
+    fitted family put the plateau below 0.97 with 90 % and the planner gave up; it must keep training."""
     data = curves.load("digits-cnn")
-    run = next(r for r in data["runs"] if r["workers"] == 1 and r["local_steps"] == 20)
+    run = next(r for r in data["runs"] if r["workers"] == 4 and r["local_steps"] == 20)
     accs = [point[3] for point in run["curve"]]
     reach = next(i for i, a in enumerate(accs) if a >= 0.97)
-    assert reach == 27
-    for seen in (24, 25, 26):
-        rounds = [make_round(i, n=1, m=1769, k=20, acc=accs[i]) for i in range(seen)]
+    assert reach >= 12  # a late reach, so the fit has rounds to go wrong on
+    for seen in (reach - 3, reach - 2, reach - 1):
+        rounds = [make_round(i, n=4, m=1769, k=20, acc=accs[i]) for i in range(seen)]
         hist = make_history(rounds, params=data["params"], rows=data["train_rows"], val_rows=data["val_rows"])
         job = make_job(
             constraints={"deadline_seconds": hist.elapsed_s + 600, "budget_usd": 1.0},
