@@ -39,6 +39,7 @@ class Snapshot:
     def __init__(self, engine, names, run_id: str, state_dir: Path):
         self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
         self.items: dict[str, dict[str, Any]] = {}
+        self._json: dict[str, str] = {}  # each item's JSON, encoded once (items.json is rewritten every round)
         self.newest = -1  # the newest aggregated round in the snapshot
         self.after: str | None = None  # artifacts keys up to here are copied
         self.dataset_copied = False
@@ -71,13 +72,13 @@ class Snapshot:
         meta = got[keys.META]
         if meta is None:
             return
-        self.items[keys.META] = meta
+        self._keep(keys.META, meta)
         for r in new_rounds:
             sk = keys.round_sk(r.round)
-            self.items[sk] = {"pk": table.pk, "sk": sk, **r.attrs()}
+            self._keep(sk, {"pk": table.pk, "sk": sk, **r.attrs()})
             plan = got[keys.plan_sk(r.round)]
             if plan is not None:
-                self.items[keys.plan_sk(r.round)] = plan
+                self._keep(keys.plan_sk(r.round), plan)
             self._unreported.append((r, PlanItem.model_validate(plan) if plan is not None else None))
         self.newest = max([self.newest, *(r.round for r in new_rounds)])
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
@@ -91,8 +92,12 @@ class Snapshot:
             self._copy(data, data.list(prefix))
             self.dataset_copied = True
         tmp = self.state_dir / "items.json.tmp"
-        tmp.write_text(json.dumps(list(self.items.values()), default=str))
+        tmp.write_text("[" + ", ".join(self._json.values()) + "]")  # json.dumps of the list, item by item
         tmp.replace(self.state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
+
+    def _keep(self, sk: str, item: dict[str, Any]) -> None:
+        self.items[sk] = item
+        self._json[sk] = json.dumps(item, default=str)
 
     def _copy(self, store: S3Store, listed: list[str]) -> None:
         folder = self.state_dir / "s3" / store.bucket

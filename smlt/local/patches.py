@@ -151,6 +151,20 @@ PATCHES: tuple[Patch, ...] = (
         speed.patch_jsonpath_parse,
     ),
     Patch(
+        "untracked-models",
+        "speed",
+        "moto's list of every model object it made (its dashboard) kept for S3 keys only: memory stays flat",
+        (_n("moto.core.common_models:BaseModel.__new__", "cls", "args", "kwargs"),),
+        speed.patch_instance_tracking,
+    ),
+    Patch(
+        "finished-threads",
+        "speed",
+        "the interpreter's list of the threads it started drops the finished ones: memory stays flat",
+        (_n(f"{_SFN}.utils:TMP_THREADS"),),
+        speed.patch_finished_threads,
+    ),
+    Patch(
         "transact-snapshot",
         "speed",
         "TransactWriteItems rollback snapshot of the named items instead of a deep copy of every table",
