@@ -153,14 +153,14 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "untracked-models",
         "speed",
-        "moto's list of every model object it made (its dashboard) kept for S3 keys only: memory stays flat",
+        "moto's list of every model object it made (its dashboard, growing every round) kept for S3 keys only",
         (_n("moto.core.common_models:BaseModel.__new__", "cls", "args", "kwargs"),),
         speed.patch_instance_tracking,
     ),
     Patch(
         "finished-threads",
         "speed",
-        "the interpreter's list of the threads it started drops the finished ones: memory stays flat",
+        "the interpreter's list of every thread it started (growing every round) drops the finished ones",
         (_n(f"{_SFN}.utils:TMP_THREADS"),),
         speed.patch_finished_threads,
     ),
