@@ -100,14 +100,14 @@ class Follower:
         if function in self.names.train_functions:
             return  # a worker's invocation never completes a round
         try:
-            self.snapshot.save()
+            self.snapshot.save(rounds_only=True)
         except Exception as e:  # noqa: BLE001 - raised in the main thread by the next poll
             self.error = self.error or e
 
     def poll(self, *_: Any) -> None:
         if self.error is not None:
             raise self.error
-        self.snapshot.save()  # the hook saved already; this catches up when no hook is set
+        self.snapshot.save(rounds_only=True)  # the hook saved already; this catches up without one
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
         for r, plan in self.snapshot.take_new():
             shape = (plan.workers, plan.memory_mb, plan.local_steps) if plan else (None, None, None)

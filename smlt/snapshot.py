@@ -46,15 +46,16 @@ class Snapshot:
         self._lock = threading.Lock()
         self._unreported: list[tuple[RoundItem, PlanItem | None]] = []
 
-    def save(self, final: bool = False) -> None:
+    def save(self, final: bool = False, rounds_only: bool = False) -> None:
         """Add the ROUND items aggregated since the last save and their plans; copy the new
         objects. `final`: also META's last state and the objects a finished run wrote outside
-        the round prefixes (final/), read in full.
+        the round prefixes (final/), read in full. `rounds_only`: nothing before the first
+        round is aggregated (a run refused at its first plan leaves no state).
 
         Items are kept as stored (META and PLAN as read, ROUND as its model stores it): a
         snapshot is a copy of the partition, read back by `restore_snapshot`."""
         with self._lock:
-            self._save(final)
+            self._save(final, rounds_only)
 
     def take_new(self) -> list[tuple[RoundItem, PlanItem | None]]:
         """The rounds saved since the last call, in round order, with their plans (to report)."""
@@ -62,11 +63,11 @@ class Snapshot:
             new, self._unreported = self._unreported, []
         return new
 
-    def _save(self, final: bool) -> None:
+    def _save(self, final: bool, rounds_only: bool) -> None:
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
         new_rounds = table.rounds(after=self.newest if self.newest >= 0 else None)
         new_rounds = [r for r in new_rounds if keys.round_sk(r.round) not in self.items]
-        if not new_rounds and keys.META in self.items and not final:
+        if not new_rounds and not final and (rounds_only or keys.META in self.items):
             return  # nothing aggregated since the last save
         got = table.get_many(keys.META, *(keys.plan_sk(r.round) for r in new_rounds))
         meta = got[keys.META]
