@@ -1,26 +1,114 @@
-"""A long run on the local engine: 400 rounds across chained executions.
+"""A long run on the local engine: 1,000 rounds of a tiny job across chained executions, with
+round time and memory measured round by round (they must stay flat).
 
-    .venv/bin/python bench/long_run.py [--rounds 400] [--per-execution 100]
+    nice -n 10 .venv/bin/python bench/long_run.py [--rounds 1000] [--per-execution 100]
 
 Records bench/results/long_run.json: rounds completed, executions used, the largest history of
-any one execution, wall time and seconds per round.
+any one execution, wall time and seconds per round, and per window of 100 rounds the mean round
+interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate and the local
+state's save) and the resident memory of this process (moto, the runner) and of the handler
+processes at the window's end. `flat` compares the last window with the first (within 15 %).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 100
+FLAT = 0.15  # the last window within 15 % of the first
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (the fork server and the handler processes)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for t in Path(f"/proc/{p}/task").iterdir() for c in (t / "children").read_text().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+class MemorySampler:
+    """Samples (time, own RSS, handler processes' RSS) every `interval` seconds."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+
+    def _run(self, interval: float) -> None:
+        me = os.getpid()
+        while not self._stop.wait(interval):
+            self.samples.append((time.time(), rss_mb(me), sum(rss_mb(p) for p in descendants(me))))
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def at(self, t: float) -> tuple[float, float]:
+        """The last sample taken at or before `t` (own, handlers)."""
+        before = [s for s in self.samples if s[0] <= t] or self.samples[:1]
+        return (before[-1][1], before[-1][2]) if before else (0.0, 0.0)
+
+
+def windows(finished: list[float], memory: MemorySampler) -> list[dict[str, Any]]:
+    """Per window of WINDOW rounds: the mean and median round interval, memory at its end."""
+    out = []
+    for start in range(1, len(finished), WINDOW):
+        chunk = finished[start - 1 : start + WINDOW]
+        gaps = [b - a for a, b in zip(chunk, chunk[1:], strict=False)]
+        if not gaps:
+            continue
+        own, handlers = memory.at(chunk[-1])
+        out.append(
+            {
+                "rounds": f"{start}-{start + len(gaps) - 1}",
+                "mean_round_s": round(statistics.fmean(gaps), 4),
+                "median_round_s": round(statistics.median(gaps), 4),
+                "runner_rss_mb": round(own, 1),
+                "handlers_rss_mb": round(handlers, 1),
+            }
+        )
+    return out
+
+
+def ratio(w: list[dict[str, Any]], field: str) -> float | None:
+    return round(w[-1][field] / w[0][field], 3) if len(w) > 1 and w[0][field] else None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=1000)
     ap.add_argument("--per-execution", type=int, default=100)
+    ap.add_argument("--result", default=str(ROOT / "bench/results/long_run.json"))
     args = ap.parse_args()
 
     from smlt.datasets import stage_dataset
@@ -40,11 +128,12 @@ def main() -> None:
         job["dataset"]["uri"] = stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))
         out = Path(tempfile.mkdtemp(prefix="smlt-long-"))
         t0 = time.time()
-        try:
-            execute(engine, names, "long-run", job, out)
-            rc = 0
-        except RunFailed:
-            rc = 1
+        with MemorySampler() as memory:
+            try:
+                execute(engine, names, "long-run", job, out)
+                rc = 0
+            except RunFailed:
+                rc = 1
         wall = time.time() - t0
     finally:
         engine.stop()
@@ -53,6 +142,9 @@ def main() -> None:
     per_exec: dict[str, int] = {}
     for e in history:
         per_exec[e["execution"]] = per_exec.get(e["execution"], 0) + 1
+    finished = [r["finished_at"] for r in sorted(metrics["rounds"], key=lambda r: r["round"])]
+    w = windows(finished, memory)
+    drift = {f: ratio(w, f) for f in ("mean_round_s", "median_round_s", "runner_rss_mb", "handlers_rss_mb")}
     result = {
         "rounds_requested": args.rounds,
         "rounds_per_execution": args.per_execution,
@@ -67,8 +159,12 @@ def main() -> None:
         "wall_seconds": round(wall, 1),
         "seconds_per_round": round(wall / max(1, len(metrics["rounds"])), 3),
         "val_accuracy": metrics["final"]["val_accuracy"],
+        "load_average": round(os.getloadavg()[0], 2),
+        "windows": w,
+        "last_over_first": drift,
+        "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),
     }
-    (ROOT / "bench/results/long_run.json").write_text(json.dumps(result, indent=1) + "\n")
+    Path(args.result).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
 

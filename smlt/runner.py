@@ -4,9 +4,10 @@ Synthesize the CDK app in-process, start the engine (moto + handler process pool
 dataset in the data bucket, start the execution, report a line per aggregated round (following
 chained executions; to :mod:`smlt.progress`'s loggers), then write model.safetensors,
 metrics.json, report.png and history.json. A run that does not succeed raises ``RunFailed``.
-The run's S3 objects and DynamoDB items are snapshotted to OUT/.state/runs/<run id>/ after
-every round, which is what `smlt resume RUN --local --out OUT` continues from; the live run holds
-that folder's lock, so a second live run with the same id and --out is refused (RunInProgress).
+The run's S3 objects and DynamoDB items are snapshotted to OUT/.state/runs/<run id>/ when each
+round is aggregated, before the next one starts: that is what `smlt resume RUN --local --out OUT`
+continues from, losing at most the round in progress. The live run holds that folder's lock, so a
+second live run with the same id and --out is refused (RunInProgress).
 """
 
 from __future__ import annotations
@@ -79,27 +80,36 @@ def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
 
 
 class Follower:
-    """Reports new rounds and snapshots state while an execution (and its chained ones) runs."""
+    """Reports new rounds and snapshots state while an execution (and its chained ones) runs.
+
+    The snapshot is taken in the engine's `after_invoke` hook: when an aggregation (or any
+    other non-worker invocation) returns, before the state machine goes on, so the saved state
+    is never behind the newest aggregated round. It costs a round one DynamoDB query per
+    non-worker invocation, and when a round is new, its items, an S3 listing of the round
+    prefixes from round r on, the new objects (model r+1) and items.json rewritten."""
 
     def __init__(self, engine: Any, names: StackNames, run_id: str, state_dir: Path) -> None:
         self.engine, self.names, self.run_id = engine, names, run_id
         self.state_dir = state_dir
         self.snapshot = Snapshot(engine, names, run_id, state_dir)
-        self.seen: set[int] = set()
         self.last_plan: tuple = ()
         self.history: list[dict] = []
+        self.error: BaseException | None = None  # a failed save in the hook, raised by poll
+
+    def after_invoke(self, function: str, _payload: bytes, _ok: bool) -> None:
+        if function in self.names.train_functions:
+            return  # a worker's invocation never completes a round
+        try:
+            self.snapshot.save(rounds_only=True)
+        except Exception as e:  # noqa: BLE001 - raised in the main thread by the next poll
+            self.error = self.error or e
 
     def poll(self, *_: Any) -> None:
-        table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
-        last = max(self.seen) if self.seen else None
-        new = [r for r in table.rounds(after=last) if r.round not in self.seen]  # in round order
-        if not new:
-            return
+        if self.error is not None:
+            raise self.error
+        self.snapshot.save(rounds_only=True)  # the hook saved already; this catches up without one
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
-        plans = self.snapshot.save(new)
-        for r in new:
-            self.seen.add(r.round)
-            plan = plans.get(r.round)
+        for r, plan in self.snapshot.take_new():
             shape = (plan.workers, plan.memory_mb, plan.local_steps) if plan else (None, None, None)
             if plan and plan.reason and shape != self.last_plan:  # say why whenever the plan changes
                 progress.info(f"  plan: {plan.reason}")
@@ -107,17 +117,21 @@ class Follower:
             progress.info(progress_line(r) + (f" | {r.reason}" if r.reason else ""))
 
     def follow(self, arn: str) -> dict[str, Any]:
-        while True:
-            # Every poll is a request to the one moto server the handlers use too: not too often.
-            desc = self.engine.wait(arn, poll=self.poll, interval=0.5)
-            self.poll()
-            self.history += [{"execution": arn, **e} for e in self.engine.history(arn)]
-            out = json.loads(desc.get("output") or "{}")
-            if desc["status"] == "SUCCEEDED" and out.get("chain"):
-                arn = out["chain"]["execution_arn"]
-                progress.info(f"  chained into execution {arn.rsplit(':', 1)[-1]}")
-                continue
-            return desc
+        self.engine.after_invoke = self.after_invoke
+        try:
+            while True:
+                # Every poll is a request to the one moto server the handlers use too: not too often.
+                desc = self.engine.wait(arn, poll=self.poll, interval=0.5)
+                self.poll()
+                self.history += [{"execution": arn, **e} for e in self.engine.history(arn)]
+                out = json.loads(desc.get("output") or "{}")
+                if desc["status"] == "SUCCEEDED" and out.get("chain"):
+                    arn = out["chain"]["execution_arn"]
+                    progress.info(f"  chained into execution {arn.rsplit(':', 1)[-1]}")
+                    continue
+                return desc
+        finally:
+            self.engine.after_invoke = None
 
 
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
@@ -136,7 +150,7 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
             pass
         raise RunFailed(run_id, desc["status"], desc.get("error", ""), cause)
     metrics = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out, follower.history)
-    follower.snapshot.save()
+    follower.snapshot.save(final=True)  # META SUCCEEDED and the final objects
     for line in done_lines(run_id, metrics["final"], time.time() - t0, out, injector.counts if injector else None):
         progress.info(line)
     return metrics

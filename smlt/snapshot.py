@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,41 +36,57 @@ class Snapshot:
     but the updates (never read again once a round is aggregated), and model r+1. The round in
     progress is left out, so a resume never meets half a round. Every save reads only what is
     new: the new rounds' items, and the keys after round r (S3 lists in key order; objects are
-    written once under per-round keys); the dataset's keys once."""
+    written once under per-round keys); the dataset's keys once. A save that finds no new round
+    writes nothing. Thread-safe: the engine's hook and the follower's poll both save."""
 
     def __init__(self, engine, names, run_id: str, state_dir: Path):
         self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
         self.items: dict[str, dict[str, Any]] = {}
+        self._json: dict[str, str] = {}  # each item's JSON, encoded once (items.json is rewritten every round)
         self.newest = -1  # the newest aggregated round in the snapshot
         self.after: str | None = None  # artifacts keys up to here are copied
         self.dataset_copied = False
+        self._lock = threading.Lock()
+        self._unreported: list[tuple[RoundItem, PlanItem | None]] = []
 
-    def save(self, new_rounds: list[RoundItem] | None = None) -> dict[int, PlanItem]:
-        """Add the ROUND items aggregated since the last save (read here when not given) and
-        their plans; copy the new objects. Returns the new rounds' PLAN items by round.
+    def save(self, final: bool = False, rounds_only: bool = False) -> None:
+        """Add the ROUND items aggregated since the last save and their plans; copy the new
+        objects. `final`: also META's last state and the objects a finished run wrote outside
+        the round prefixes (final/), read in full. `rounds_only`: nothing before the first
+        round is aggregated (a run refused at its first plan leaves no state).
 
         Items are kept as stored (META and PLAN as read, ROUND as its model stores it): a
         snapshot is a copy of the partition, read back by `restore_snapshot`."""
+        with self._lock:
+            self._save(final, rounds_only)
+
+    def take_new(self) -> list[tuple[RoundItem, PlanItem | None]]:
+        """The rounds saved since the last call, in round order, with their plans (to report)."""
+        with self._lock:
+            new, self._unreported = self._unreported, []
+        return new
+
+    def _save(self, final: bool, rounds_only: bool) -> None:
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
-        if new_rounds is None:
-            new_rounds = table.rounds(after=self.newest if self.newest >= 0 else None)
+        new_rounds = table.rounds(after=self.newest if self.newest >= 0 else None)
         new_rounds = [r for r in new_rounds if keys.round_sk(r.round) not in self.items]
+        if not new_rounds and not final and (rounds_only or keys.META in self.items):
+            return  # nothing aggregated since the last save
         got = table.get_many(keys.META, *(keys.plan_sk(r.round) for r in new_rounds))
         meta = got[keys.META]
         if meta is None:
-            return {}
-        self.items[keys.META] = meta
-        plans: dict[int, PlanItem] = {}
+            return
+        self._keep(keys.META, meta)
         for r in new_rounds:
             sk = keys.round_sk(r.round)
-            self.items[sk] = {"pk": table.pk, "sk": sk, **r.attrs()}
+            self._keep(sk, {"pk": table.pk, "sk": sk, **r.attrs()})
             plan = got[keys.plan_sk(r.round)]
             if plan is not None:
-                self.items[keys.plan_sk(r.round)] = plan
-                plans[r.round] = PlanItem.model_validate(plan)
+                self._keep(keys.plan_sk(r.round), plan)
+            self._unreported.append((r, PlanItem.model_validate(plan) if plan is not None else None))
         self.newest = max([self.newest, *(r.round for r in new_rounds)])
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
-        listed = artifacts.list(keys.run_prefix(self.run_id), start_after=self.after)
+        listed = artifacts.list(keys.run_prefix(self.run_id), start_after=None if final else self.after)
         self._copy(artifacts, [k for k in listed if _kept(k, self.newest)])
         # Round newest+1's prefix gains its updates after model newest+1: list it again next time.
         self.after = keys.round_prefix(self.run_id, self.newest + 1)
@@ -79,9 +96,12 @@ class Snapshot:
             self._copy(data, data.list(prefix))
             self.dataset_copied = True
         tmp = self.state_dir / "items.json.tmp"
-        tmp.write_text(json.dumps(list(self.items.values()), default=str))
+        tmp.write_text("[" + ", ".join(self._json.values()) + "]")  # json.dumps of the list, item by item
         tmp.replace(self.state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
-        return plans
+
+    def _keep(self, sk: str, item: dict[str, Any]) -> None:
+        self.items[sk] = item
+        self._json[sk] = json.dumps(item, default=str)
 
     def _copy(self, store: S3Store, listed: list[str]) -> None:
         folder = self.state_dir / "s3" / store.bucket

@@ -22,7 +22,7 @@ from typing import Any
 from . import invoke, limits, patches
 from . import server as server_mod
 from .functions import FunctionSpec, function_specs
-from .invoke import InvokeFilter, InvokeRouter
+from .invoke import AfterInvoke, InvokeFilter, InvokeRouter
 from .pool import DEFAULT_PRELOAD, WorkerPool
 from .resolve import BUCKET, GLOBAL_TABLE, REGION, STATE_MACHINE, TABLE, Resolver
 from .server import MotoServer
@@ -101,6 +101,7 @@ class LocalEngine:
         self._start_method = start_method
         self._preload = DEFAULT_PRELOAD + tuple(m for m in preload if m not in DEFAULT_PRELOAD)
         self._invoke_filter = invoke_filter
+        self._after_invoke: AfterInvoke | None = None
         self.history_limit = history_limit
         self._state_machine = state_machine
         self.timings: dict[str, float] = {}
@@ -180,6 +181,7 @@ class LocalEngine:
         role_arn = self.resolver.role_arn(sm_id)
         assert self.server.port is not None  # acquire() returns a started server
         router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env, self._invoke_filter)
+        router.after_invoke = self._after_invoke
         invoke.activate(router)  # refuses a second engine of the same stack
         self._router = router
         self._create_buckets()
@@ -368,6 +370,18 @@ class LocalEngine:
         self._invoke_filter = value
         if self._router is not None:
             self._router.invoke_filter = value
+
+    @property
+    def after_invoke(self) -> AfterInvoke | None:
+        return self._after_invoke
+
+    @after_invoke.setter
+    def after_invoke(self, value: AfterInvoke | None) -> None:
+        """``value(function_name, payload, ok)``, called in the calling thread when a synchronous
+        invocation returns, before the state machine goes on (None: nothing is called)."""
+        self._after_invoke = value
+        if self._router is not None:
+            self._router.after_invoke = value
 
     @property
     def invocations(self) -> list[tuple[str, float, str]]:

@@ -47,6 +47,9 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout")
 
 InvokeFilter = Callable[[str, Any], str]
+# Told (function name, request payload, ok) when a synchronous invocation returns, before the state
+# machine goes on (the runner saves the local state after every aggregation).
+AfterInvoke = Callable[[str, bytes, bool], None]
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class InvokeRouter:
         self.port = port
         self.env_for = env_for
         self.invoke_filter = invoke_filter
+        self.after_invoke: AfterInvoke | None = None
         self.calls: list[tuple[str, float, str]] = []  # (function name, seconds, outcome)
         self.billed: list[Billed] = []  # every handler run, as Lambda bills it
         # diagnostics: a list to fill with one record per invocation (see LocalEngine.trace)
@@ -241,6 +245,8 @@ class InvokeRouter:
         started = time.time()
         out = self.invoke(spec, body, rid, action)
         self._record(name, t0, "ok" if out.ok else (out.error_type or "error"))
+        if self.after_invoke is not None:
+            self.after_invoke(name, body, out.ok)
         trace = self.trace
         if trace is not None:
             t = out.trace or {}

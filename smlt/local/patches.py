@@ -151,6 +151,20 @@ PATCHES: tuple[Patch, ...] = (
         speed.patch_jsonpath_parse,
     ),
     Patch(
+        "untracked-models",
+        "speed",
+        "moto's list of every model object it made (its dashboard, growing every round) kept for S3 keys only",
+        (_n("moto.core.common_models:BaseModel.__new__", "cls", "args", "kwargs"),),
+        speed.patch_instance_tracking,
+    ),
+    Patch(
+        "finished-threads",
+        "speed",
+        "the interpreter's list of every thread it started (growing every round) drops the finished ones",
+        (_n(f"{_SFN}.utils:TMP_THREADS"),),
+        speed.patch_finished_threads,
+    ),
+    Patch(
         "transact-snapshot",
         "speed",
         "TransactWriteItems rollback snapshot of the named items instead of a deep copy of every table",

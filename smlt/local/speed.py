@@ -64,6 +64,15 @@ Item-sized costs (``bench/moto_calls.py`` measures them, patched against unpatch
 9. *S3 large PUT*: a value larger than the key's SpooledTemporaryFile threshold is written to
    its BytesIO, copied out (getvalue) and written again to the rolled-over file; the patch rolls
    the (empty) buffer over first, so the value is written once, to the same kind of file.
+10. *Model instance tracking*: every moto model object (``BaseModel``) is appended, on creation,
+   to its class's ``instances_tracked`` list, for moto's dashboard, and never removed: each
+   transaction's rollback snapshot (4 above: a Table with its own copies of the partitions) and
+   every copied query result stay in memory for good, so a long run's engine grew by ~0.5 MB a
+   round, faster as the table grew (``bench/long_run.py``). Only S3's keys and multipart uploads
+   are still tracked: moto's S3 reset closes the files of the keys it tracked.
+11. *Interpreter threads*: the ASL interpreter appends every thread it starts (an execution, a
+   Map iteration, a branch: ~9 a round) to ``TMP_THREADS`` and never removes one, keeping each
+   finished thread and what its target holds. The list drops finished threads as it grows.
 """
 
 from __future__ import annotations
@@ -198,6 +207,39 @@ def _touched_keys(backend: Any, transact_items: list[dict[str, Any]]) -> dict[st
                 key = op.get("Key") or {}
             touched.setdefault(op["TableName"], []).append(key)
     return touched
+
+
+def patch_instance_tracking() -> None:
+    from moto.core.common_models import BaseModel
+    from moto.s3.models import FakeKey, FakeMultipart
+
+    def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        instance = super(BaseModel, cls).__new__(cls)
+        if issubclass(cls, (FakeKey, FakeMultipart)):
+            cls.instances_tracked.append(instance)
+        return instance
+
+    _replace(BaseModel, "__new__", staticmethod(__new__))
+
+
+class _LiveThreads(list):
+    """moto's TMP_THREADS: a new thread first drops the finished ones (nothing reads the list)."""
+
+    def append(self, thread: Any) -> None:
+        self[:] = [t for t in self if t.is_alive()]
+        super().append(thread)
+
+
+def patch_finished_threads() -> None:
+    import importlib
+    import sys
+
+    utils: Any = importlib.import_module("moto.stepfunctions.parser.utils")
+    old, live = utils.TMP_THREADS, _LiveThreads(utils.TMP_THREADS)
+    # The interpreter's modules import the list by name: each one imported already gets the new one.
+    for module in list(sys.modules.values()):
+        if getattr(module, "TMP_THREADS", None) is old:
+            setattr(module, "TMP_THREADS", live)  # noqa: B010 - a module attribute
 
 
 def patch_transact_snapshot() -> None:

@@ -209,10 +209,26 @@ def _answer(item: PlanItem, settings: Settings) -> PlanAnswer:
     )
 
 
-def _straggler_limit(decision: Decision, rounds: list[RoundItem], local_concurrency: int | None) -> float | None:
-    """The planner's straggler cut-off, but never before timings exist (round 0 pays cold starts
-    the model has not seen) and never under 10 s (a cut-off that tight only loses updates)."""
-    if decision.worker_time_limit_s is None or not rounds:
+def chained_name(run_id: str, rnd: int) -> str:
+    """The name of the execution Chain starts to continue run `run_id` at round `rnd`."""
+    return f"{run_id[:66]}-r{rnd:06d}"
+
+
+def _starts_cold(state: _RunState, run_id: str, execution: str) -> bool:
+    """Whether the round's workers start cold, as round 0's do: the first round of an execution
+    that did not chain from the last one (a resume: a fresh local engine's handler processes, or
+    functions idle since the run stopped). The planner's limits come from warm rounds."""
+    if not state.rounds:
+        return True
+    continues = state.prev_plan is not None and state.prev_plan.execution == execution
+    return not continues and execution != chained_name(run_id, state.round)
+
+
+def _straggler_limit(decision: Decision, cold: bool, local_concurrency: int | None) -> float | None:
+    """The planner's straggler cut-off, but never in a round that starts cold (round 0, a resume:
+    they pay cold starts its timing model has not seen) and never under 10 s (a cut-off that
+    tight only loses updates)."""
+    if decision.worker_time_limit_s is None or cold:
         return None
     # The local engine runs SMLT_LOCAL_CONCURRENCY handlers at a time and its task timer starts
     # when the invocation is queued: a worker may wait for earlier waves (on AWS it does not).
@@ -332,9 +348,10 @@ def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision |
 
 
 def _spec(
-    settings: Settings, job: Job, meta: MetaItem, state: _RunState, decision: Decision, planned_at: float
+    settings: Settings, job: Job, meta: MetaItem, state: _RunState, decision: Decision, planned_at: float, cold: bool
 ) -> RoundSpec:
-    """The round spec of a training (or evaluation) round: learning rate, shards, aggregators."""
+    """The round spec of a training (or evaluation) round: learning rate, shards, aggregators;
+    no time limits when its workers start cold."""
     rounds = state.rounds
     lost = _lost_shards(state.prev_plan, rounds[-1] if rounds else None, meta.train_shards)
     failed = _failed_shards(RunTable(settings.table, meta.run_id), rounds[-1] if rounds else None)
@@ -348,9 +365,10 @@ def _spec(
         local_steps=decision.local_steps,
         function_name=settings.train_functions[decision.memory_mb],
         planned_at=planned_at,
-        time_limit_s=_straggler_limit(decision, rounds, settings.local_concurrency),
-        # round 0 too: its limit is the planner's probe (a wrong prior costs at most that)
-        compute_limit_s=decision.worker_time_limit_s,
+        time_limit_s=_straggler_limit(decision, cold, settings.local_concurrency),
+        # Round 0 keeps the planner's probe (a wrong prior costs at most that; the limit counts
+        # from the worker's setup, not its cold start); a resumed run's first round has none.
+        compute_limit_s=None if cold and state.rounds else decision.worker_time_limit_s,
         learning_rate=job.training.learning_rate * meta.lr_scale,
         reason=decision.reason,
         job=job,
@@ -430,7 +448,7 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
         # The aggregator stops the run after the evaluation round, for the stop's reason.
         item.stop_reason, item.reason = item.reason, evaluation.reason
         decision = evaluation
-    spec = _spec(settings, job, meta, state, decision, item.planned_at)
+    spec = _spec(settings, job, meta, state, decision, item.planned_at, _starts_cold(state, meta.run_id, execution))
     item.action, item.spec = "train", spec
     # The spec's shape at top level too, for readers of the table (smlt status, a local run's log).
     item.workers, item.memory_mb, item.local_steps = spec.workers, spec.memory_mb, spec.local_steps
@@ -450,7 +468,7 @@ def chain(settings: Settings, event: ChainEvent) -> ChainAnswer:
     import boto3
 
     sfn = boto3.client("stepfunctions")
-    name = f"{event.run_id[:66]}-r{event.round:06d}"
+    name = chained_name(event.run_id, event.round)
     # The validated job of the run, not this execution's input: an upload-triggered run's input
     # is the S3 event, which the next execution would take for a duplicate event.
     meta = RunTable(settings.table, event.run_id).meta()

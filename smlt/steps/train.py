@@ -352,7 +352,9 @@ def _run_worker(
             sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
             b, k = spec.job.training.batch_size, spec.local_steps
             batches = train_batches(shards, train_idx, b, k, seed)
-            samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t0, transform)
+            # The compute limit counts from here: not the process's one-off setup (a cold worker
+            # measures its model's footprint, seconds on the first call) nor model r's download.
+            samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t_setup, transform)
         t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
         if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
             rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]

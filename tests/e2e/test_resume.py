@@ -37,6 +37,7 @@ def test_killed_run_resumes_losing_at_most_one_round(tmp_path):
         if len(seen) == 2 or time.time() > deadline:
             break
     time.sleep(0.3)  # now inside round 2
+    os.killpg(proc.pid, signal.SIGSTOP)  # frozen there (holding its lock) while the twin tries
     # A second run with the same run id into the same --out, while the first is live: refused
     # before it starts an engine or touches the first run's state.
     twin = subprocess.run(
@@ -47,7 +48,9 @@ def test_killed_run_resumes_losing_at_most_one_round(tmp_path):
     assert seen == [0, 1]
     assert twin.returncode == 2 and "error: RunInProgress: run 'crash-test' is live in" in twin.stderr, twin.stderr
     saved = json.loads((out / ".state/runs/crash-test/items.json").read_text())
-    assert {i["sk"] for i in saved if i["sk"].startswith("ROUND#")} >= {"ROUND#000000", "ROUND#000001"}
+    kept = {i["sk"] for i in saved if i["sk"].startswith("ROUND#")}
+    assert kept >= {"ROUND#000000", "ROUND#000001"}
+    first = len(kept)  # the first round the resume runs
 
     res = subprocess.run(
         [*cmd, "resume", "crash-test", "--local", "--out", str(out)],
@@ -59,6 +62,13 @@ def test_killed_run_resumes_losing_at_most_one_round(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "resuming run crash-test after" in res.stdout
+    assert f"round {first:3d} | workers 4/4 |" in res.stdout, res.stdout
+    # The first resumed round starts on cold handler processes: no worker is cut short by the
+    # compute limit (20 of 20 steps) or dropped by the straggler limit while it sets up.
+    saved = {i["sk"]: i for i in json.loads((out / ".state/runs/crash-test/items.json").read_text())}
+    resumed = saved[f"ROUND#{first:06d}"]
+    assert any(t["cold"] for t in resumed["timings"]), resumed["timings"]
+    assert [(t["steps"], t["cut"]) for t in resumed["timings"]] == [(20, False)] * 4, resumed["timings"]
     metrics = json.loads((out / "metrics.json").read_text())
     rounds = [r["round"] for r in metrics["rounds"]]
     assert rounds == list(range(7))  # 6 training rounds + the final evaluation, each exactly once

@@ -587,3 +587,38 @@ def test_s3_ranged_get_and_large_put_match_moto(monkeypatch):
         assert key._value_buffer._rolled and key.value == bodies["big"]
         key.value = b"short"
         assert key.value == b"short" and key.size == 5
+
+
+def test_moto_keeps_no_dynamodb_object_nor_finished_thread_for_good():
+    """A long local run's memory: moto's lists of every model object it made (its dashboard) and
+    of every thread its interpreter started kept each transaction's rollback snapshot, each copied
+    query result and each finished thread, growing every round. Only S3 keys are still listed."""
+    import boto3
+    from moto import mock_aws
+    from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.models.table import Table
+    from moto.s3.models import FakeKey
+    from moto.stepfunctions.parser import utils
+
+    with mock_aws():
+        ddb, s3 = boto3.client("dynamodb", region_name="us-east-1"), boto3.client("s3", region_name="us-east-1")
+        create_run_table(ddb, "runs")
+        tables, items, fake_keys = (len(c.instances_tracked) for c in (Table, Item, FakeKey))
+        for i in range(5):
+            item = {"pk": {"S": "RUN#a"}, "sk": {"S": f"WORKER#{i}"}}
+            ddb.transact_write_items(TransactItems=[{"Put": {"TableName": "runs", "Item": item}}])
+            ddb.query(
+                TableName="runs", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "RUN#a"}}
+            )
+        assert (len(Table.instances_tracked), len(Item.instances_tracked)) == (tables, items)
+        s3.create_bucket(Bucket="smlt-tracked")
+        s3.put_object(Bucket="smlt-tracked", Key="k", Body=b"x")
+        assert len(FakeKey.instances_tracked) == fake_keys + 1  # S3's reset closes the keys' files
+
+    done, running = threading.Thread(target=lambda: None), threading.Thread(target=threading.Event().wait, args=(5,))
+    done.start()
+    done.join()
+    running.start()
+    utils.TMP_THREADS.append(done)
+    utils.TMP_THREADS.append(running)  # the finished thread goes as a new one comes
+    assert done not in utils.TMP_THREADS and running in utils.TMP_THREADS

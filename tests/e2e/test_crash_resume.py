@@ -1,0 +1,131 @@
+"""Crash anywhere, identical resume: a local run killed (SIGKILL, the whole process group) at
+each point of a round, then resumed, ends with the uncrashed run's model bit for bit.
+
+One run is crashed and resumed again and again, each resume killed at a later point: during a
+round's training (a worker's update and record stored, the round open), right after an
+aggregation (ROUND item written, the local state not yet saved), after a plan (PLAN item of a
+round in progress written) and after Finalize (final model and metrics written, META
+SUCCEEDED, the outputs not yet fetched); the last resume runs to the end. The job sets no
+deadline, so no worker is cut short and every round's training depends on the job seed only.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = "crash-anywhere"
+
+# The run (or resume) in a process of its own that kills its process group at the crash point:
+# in the engine's after_invoke hook, when the chosen invocation returns, before the runner
+# saves the local state and before the state machine goes on.
+DRIVER = r"""
+import json, os, signal, sys
+from pathlib import Path
+from smlt import runner
+
+mode, crash, target, out = sys.argv[1:5]
+kind, _, at = crash.partition(":")
+seen = {"aggregated": -1}
+
+def kind_of(event):
+    if "worker" in event:
+        return "train"
+    if event.get("op") in ("finalize", "chain"):
+        return event["op"]
+    if "job" in event:
+        return "plan"
+    return "aggregated" if event.get("op", "aggregate") in ("aggregate", "finish") else event.get("op")
+
+def crashes(event):
+    what = kind_of(event)
+    if what == "aggregated":
+        seen["aggregated"] = event["round"]
+    if what != kind:
+        return False
+    if kind == "train":
+        return event["round"] == int(at) and event["worker"] == 0
+    if kind == "aggregated":
+        return event["round"] == int(at)
+    if kind == "plan":  # the plan of round `at`: the first after round at-1 was aggregated here
+        return seen["aggregated"] == int(at) - 1
+    return True
+
+hook = runner.Follower.after_invoke
+
+def after_invoke(self, function, payload, ok):
+    if crash != "none" and ok and crashes(json.loads(payload)):
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    hook(self, function, payload, ok)
+
+runner.Follower.after_invoke = after_invoke
+if mode == "run":
+    runner.run_local(Path(target), Path(out))
+else:
+    runner.resume_local(target, Path(out))
+"""
+
+
+def job_file(tmp_path: Path) -> Path:
+    job = {
+        "name": "crash",
+        "run_id": RUN,
+        "dataset": {"uri": "sklearn:digits"},
+        "model": {"name": "mlp", "params": {"hidden": [32]}},
+        "training": {"max_rounds": 4, "local_steps": 5, "batch_size": 32, "learning_rate": 0.05, "momentum": 0.9},
+        "workers": {"initial": 2, "memory_mb": 1769, "planner": "fixed"},
+        "seed": 7,
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    return path
+
+
+def drive(mode: str, crash: str, target: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", DRIVER, mode, crash, target, str(out)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        start_new_session=True,  # its own process group: the crash kills it and its handler processes
+    )
+
+
+def saved_rounds(out: Path) -> list[int]:
+    items = json.loads((out / ".state/runs" / RUN / "items.json").read_text())
+    return sorted(int(i["sk"].split("#")[1]) for i in items if i["sk"].startswith("ROUND#"))
+
+
+def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(tmp_path):
+    job = job_file(tmp_path)
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    done = drive("run", "none", str(job), ref)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # (mode, crash point, the rounds the saved state holds after the crash)
+    stages = [
+        ("run", "train:1", [0]),  # round 1 in progress: worker 0's update and record stored
+        ("resume", "aggregated:2", [0, 1]),  # round 2's ROUND item written, not yet saved
+        ("resume", "plan:3", [0, 1, 2]),  # saved before round 3 was planned
+        ("resume", "finalize", [0, 1, 2, 3, 4]),  # 4 trained rounds + the final evaluation
+    ]
+    for mode, crash, kept in stages:
+        res = drive(mode, crash, str(job) if mode == "run" else RUN, out)
+        assert res.returncode == -9, f"{crash}: the crash point was not reached\n{res.stderr[-3000:]}"
+        assert saved_rounds(out) == kept, crash
+    res = drive("resume", "none", RUN, out)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
+    mine, theirs = (json.loads((d / "metrics.json").read_text()) for d in (out, ref))
+
+    def trajectory(m: dict) -> list[tuple]:
+        return [(r["round"], r["samples"], r["train_loss"], r["val_loss"]) for r in m["rounds"]]
+
+    assert trajectory(mine) == trajectory(theirs)  # every round the same, to the last bit
+    assert [r["round"] for r in mine["rounds"]] == list(range(5))
+    assert mine["final"]["rounds"] == 4 and mine["final"]["val_loss"] == theirs["final"]["val_loss"]
