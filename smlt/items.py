@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, field_validator
 
 from smlt.data.manifest import TargetScaling
 from smlt.job import Job
 from smlt.roundspec import RoundSpec
+
+STORED = {"stored": True}  # model_dump's context when an item is written to the table
 
 
 class Item(BaseModel):
@@ -34,7 +36,7 @@ class Item(BaseModel):
 
     def attrs(self) -> dict[str, Any]:
         """The attributes to store: every field but those that are None."""
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, context=STORED)
 
 
 class FinalMetrics(BaseModel):
@@ -265,6 +267,8 @@ class RoundItem(Item):
     model_sha256: str | None = None  # hex sha256 of model r+1, the model this round wrote
 
     @field_serializer("timings")
-    def _timings(self, timings: list[RoundTiming]) -> list[dict[str, Any]]:
-        # Defaults left out (a warm, uncut worker): the item is priced per KB and grows with n.
-        return [t.model_dump(exclude_defaults=True) for t in timings]
+    def _timings(self, timings: list[RoundTiming], info: SerializationInfo) -> list[dict[str, Any]]:
+        # Stored without defaults (a warm, uncut worker): the item is priced per KB and grows with
+        # n. Everywhere else (metrics.json, history) every field is there.
+        stored = bool(info.context and info.context.get("stored"))
+        return [t.model_dump(exclude_defaults=stored) for t in timings]
