@@ -229,17 +229,24 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_job(raw: Any) -> Job:
-    """Validate raw input (dict, JSON text or bytes) into a Job, or raise InvalidJob naming the field."""
+def json_object(raw: Any, what: str) -> dict[str, Any]:
+    """Raw input (dict, JSON text or bytes) as a JSON object, or InvalidJob naming `what` (a job,
+    a study) and where the JSON is broken."""
     if isinstance(raw, (bytes, bytearray)):
         raw = raw.decode("utf-8", errors="replace")
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise InvalidJob(f"job: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+            raise InvalidJob(f"{what}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     if not isinstance(raw, dict):
-        raise InvalidJob(f"job: expected a JSON object, got {type(raw).__name__}")
+        raise InvalidJob(f"{what}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def parse_job(raw: Any) -> Job:
+    """Validate raw input (dict, JSON text or bytes) into a Job, or raise InvalidJob naming the field."""
+    raw = json_object(raw, "job")
     try:
         return Job.model_validate(raw)
     except ValidationError as e:

@@ -32,7 +32,7 @@ from pydantic import (
 
 from smlt.errors import InvalidJob
 from smlt.evaluation import TargetMetric, lower_is_better
-from smlt.job import Job, _describe, parse_job
+from smlt.job import Job, _describe, json_object, parse_job
 
 _STUDY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 # What a study may search: the job's training section and its model's parameters.
@@ -232,15 +232,7 @@ def trial_job(study: Study, params: dict[str, Any]) -> dict[str, Any]:
 
 def parse_study(raw: Any) -> Study:
     """Validate raw input (dict or JSON text) into a Study, or raise InvalidJob naming the field."""
-    if isinstance(raw, (bytes, bytearray)):
-        raw = raw.decode("utf-8", errors="replace")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise InvalidJob(f"study: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    if not isinstance(raw, dict):
-        raise InvalidJob(f"study: expected a JSON object, got {type(raw).__name__}")
+    raw = json_object(raw, "study")
     try:
         study = Study.model_validate(raw)
     except ValidationError as e:
