@@ -63,7 +63,8 @@ def test_run_list_live_curves_and_the_stop_button(page, dashboard_url, source, c
     wait_for(lambda: points(page) >= first + 2, 60, "two more rounds on the chart")
     assert "RUNNING" in page.inner_text("#run-status")
     assert page.locator("#plans-table tbody tr").count() >= 3 and "fixed plan" in page.inner_text("#plans-table")
-    assert page.locator("#workers-table tbody tr").count() == 2  # the current round's, as they report
+    # the current round's workers, as they report (a poll may catch a round with one reported yet)
+    wait_for(lambda: page.locator("#workers-table tbody tr").count() == 2, 30, "both workers of a round")
     assert "reported" in page.inner_text("#workers-title")
     screenshot(page, "run-live")
 
