@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -244,11 +246,41 @@ def parse_study(raw: Any) -> Study:
     return study
 
 
+def grid_values(p: Param) -> list[Any]:
+    """A parameter's grid: its choices, or `points` values evenly spaced (log-spaced for a log range)."""
+    if isinstance(p, Choices):
+        return list(p.choices)
+    if isinstance(p, Range):
+        values = np.linspace(p.range[0], p.range[1], p.points)
+    else:
+        values = np.exp(np.linspace(math.log(p.log_range[0]), math.log(p.log_range[1]), p.points))
+    return [as_value(p, float(v)) for v in values]
+
+
+def as_value(p: Range | LogRange, v: float) -> float | int:
+    """A drawn or grid value as the job gets it: an integer, or a float to 6 significant digits."""
+    return int(round(v)) if p.integer else float(f"{v:.6g}")  # 6 significant digits: readable ids
+
+
+def corner_points(study: Study) -> list[dict[str, Any]]:
+    """A few points that together use every choice and both ends of every range (checks)."""
+    names = list(study.space)
+    columns = [
+        grid_values(study.space[n]) if isinstance(study.space[n], Choices) else _ends(study.space[n]) for n in names
+    ]
+    longest = max(len(c) for c in columns)
+    return [{n: col[i % len(col)] for n, col in zip(names, columns, strict=True)} for i in range(longest)]
+
+
+def _ends(p: Param) -> list[Any]:
+    assert isinstance(p, Range | LogRange)
+    lo, hi = p.range if isinstance(p, Range) else p.log_range
+    return [as_value(p, lo), as_value(p, hi)]
+
+
 def check_space(study: Study) -> None:
     """Every value of the space makes a valid job (the first of a range, each choice): a typo in a
     path or a value out of the job's bounds is named now, not when a trial starts."""
-    from smlt.study.sampler import corner_points
-
     for params in corner_points(study):
         try:
             parse_job(trial_job(study, params))
