@@ -292,23 +292,7 @@ class Console:
         return self.info
 
     def _publish_outputs(self) -> None:
-        """A CloudFormation stack whose outputs are the engine's: what `Stack.lookup` reads."""
-        values = {
-            "StateMachineArn": self.engine.state_machine_arn,
-            "ArtifactsBucketName": self.names.artifacts_bucket,
-            "DataBucketName": self.names.data_bucket,
-            "TableName": self.names.table,
-        }
-        assert set(values) == set(OUTPUTS)  # the outputs smlt/cloud.py looks up
-        # The study machine (`smlt tune` finds it by this output, smlt.study.tune.STUDY_OUTPUT).
-        for arn in self.engine.state_machine_arns.values():
-            values["StudyStateMachineArn"] = arn
-        template = {
-            # CloudFormation needs one resource; the outputs are what matters.
-            "Resources": {"Outputs": {"Type": "AWS::SQS::Queue"}},
-            "Outputs": {k: {"Value": v} for k, v in values.items()},
-        }
-        self.engine.client("cloudformation").create_stack(StackName=self.stack, TemplateBody=json.dumps(template))
+        publish_outputs(self.engine, self.names, self.stack)
 
     def tick(self) -> None:
         """Fire the trigger for new uploads; save the state every SAVE_EVERY_S seconds."""
@@ -396,3 +380,25 @@ def down(state: Path, timeout: float = 120.0) -> ConsoleInfo:
             raise ConsoleError(f"the console (pid {info.pid}) did not stop within {timeout:.0f} s")
         time.sleep(0.1)
     return info
+
+
+def publish_outputs(engine: Any, names: Any, stack: str) -> None:
+    """A CloudFormation stack named `stack` on the engine's endpoint whose outputs are the
+    engine's (what `Stack.lookup` and `smlt tune` read): the console's, and tests' of the
+    deployed path."""
+    values = {
+        "StateMachineArn": engine.state_machine_arn,
+        "ArtifactsBucketName": names.artifacts_bucket,
+        "DataBucketName": names.data_bucket,
+        "TableName": names.table,
+    }
+    assert set(values) == set(OUTPUTS)  # the outputs smlt/cloud.py looks up
+    # The study machine (`smlt tune` finds it by this output, smlt.study.tune.STUDY_OUTPUT).
+    for arn in engine.state_machine_arns.values():
+        values["StudyStateMachineArn"] = arn
+    template = {
+        # CloudFormation needs one resource; the outputs are what matters.
+        "Resources": {"Outputs": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {k: {"Value": v} for k, v in values.items()},
+    }
+    engine.client("cloudformation").create_stack(StackName=stack, TemplateBody=json.dumps(template))

@@ -23,22 +23,13 @@ def deployed(local, monkeypatch):
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(k, v)
+    from smlt.local.console import publish_outputs
     from smlt.records import dynamodb_client
     from smlt.store.s3 import s3_client
 
     s3_client.cache_clear(), dynamodb_client.cache_clear()
-    outputs = {
-        "StateMachineArn": engine.state_machine_arn,
-        "ArtifactsBucketName": names.artifacts_bucket,
-        "DataBucketName": names.data_bucket,
-        "TableName": names.table,
-    }
-    template = {
-        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
-        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
-    }
+    publish_outputs(engine, names, "SmltCliTest")
     cfn = engine.client("cloudformation")
-    cfn.create_stack(StackName="SmltCliTest", TemplateBody=json.dumps(template))
     yield engine, cloud.Stack.lookup("SmltCliTest", cfn=cfn)
     cfn.delete_stack(StackName="SmltCliTest")
     s3_client.cache_clear(), dynamodb_client.cache_clear()

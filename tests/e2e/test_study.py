@@ -5,6 +5,7 @@ and the same through the deployed path (boto3 against the stack's outputs)."""
 import json
 from pathlib import Path
 
+from smlt.local.console import publish_outputs
 from smlt.records import RunTable
 from smlt.store import S3Store
 from smlt.study import tune
@@ -68,19 +69,8 @@ def test_the_same_study_through_the_deployed_path(local, tmp_path, monkeypatch):
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(k, v)
-    outputs = {
-        "StateMachineArn": engine.state_machine_arn,
-        tune.STUDY_OUTPUT: tune.local_target(engine).study_machine_arn,
-        "ArtifactsBucketName": names.artifacts_bucket,
-        "DataBucketName": names.data_bucket,
-        "TableName": names.table,
-    }
-    template = {
-        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
-        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
-    }
+    publish_outputs(engine, names, "SmltStudyTest")
     cfn = engine.client("cloudformation")
-    cfn.create_stack(StackName="SmltStudyTest", TemplateBody=json.dumps(template))
     try:
         meta, trials = tune.run(tune.deployed_target("SmltStudyTest", cfn=cfn), small_study(tmp_path), tmp_path, "dep")
     finally:
