@@ -32,7 +32,7 @@ from constructs import Construct
 from infra.stacks.functions import TABLE_ITEM_ACTIONS, ZIP_HANDLER, Functions
 from infra.stacks.nag import acknowledge
 from infra.stacks.storage import STATEFUL
-from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries
+from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries, logged_state_machine
 from smlt import metrics
 from smlt.config import STUDY
 from smlt.config import Settings as RuntimeSettings
@@ -178,22 +178,13 @@ class StudyWorkflow(Construct):
         finish = step("Finish", "finish", {"study_id": study_id}, "$.result")
         definition = init.next(run).next(finish).next(sfn.Succeed(self, "Done"))
 
-        self.log_group = logs.LogGroup(
+        self.log_group, self.state_machine = logged_state_machine(
             self,
-            "Logs",
-            log_group_name=f"/aws/vendedlogs/states/{Stack.of(self).stack_name}-study",
-            retention=log_retention,
-            removal_policy=STATEFUL,
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            comment="smlt: a hyper-parameter study (trials as training executions, ASHA, one budget)",
-            tracing_enabled=True,
-            timeout=execution_timeout,
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            "study",
+            definition,
+            "smlt: a hyper-parameter study (trials as training executions, ASHA, one budget)",
+            log_retention,
+            execution_timeout,
         )
         # startExecution.sync:2: start the training machine's executions, watch (describe) them
         # and stop them if the study execution is stopped; Step Functions' managed rule tells it

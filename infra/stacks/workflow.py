@@ -68,6 +68,36 @@ def _task_timeout(function_timeout: Duration) -> sfn.Timeout:
     return sfn.Timeout.duration(Duration.seconds(function_timeout.to_seconds() + TASK_HEADROOM.to_seconds()))
 
 
+def logged_state_machine(
+    scope: Construct,
+    kind: str,
+    definition: sfn.IChainable,
+    comment: str,
+    log_retention: logs.RetentionDays,
+    execution_timeout: Duration,
+) -> tuple[logs.LogGroup, sfn.StateMachine]:
+    """A Standard state machine traced with X-Ray and logging every event with its data to its own
+    log group (kept with the other stateful resources): the training machine's and the study's."""
+    log_group = logs.LogGroup(
+        scope,
+        "Logs",
+        log_group_name=f"/aws/vendedlogs/states/{Stack.of(scope).stack_name}-{kind}",
+        retention=log_retention,
+        removal_policy=STATEFUL,
+    )
+    machine = sfn.StateMachine(
+        scope,
+        "StateMachine",
+        state_machine_type=sfn.StateMachineType.STANDARD,
+        definition_body=sfn.DefinitionBody.from_chainable(definition),
+        comment=comment,
+        tracing_enabled=True,
+        timeout=execution_timeout,
+        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+    )
+    return log_group, machine
+
+
 class Workflow(Construct):
     def __init__(
         self,
@@ -298,22 +328,13 @@ class Workflow(Construct):
         aggregate_task.next(continue_choice)
         definition = start.next(plan).next(should_train)
 
-        self.log_group = logs.LogGroup(
+        self.log_group, self.state_machine = logged_state_machine(
             self,
-            "Logs",
-            log_group_name=f"/aws/vendedlogs/states/{Stack.of(self).stack_name}-training",
-            retention=log_retention,
-            removal_policy=STATEFUL,
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            comment="smlt: adaptive serverless training (plan, train on n workers, aggregate, repeat)",
-            tracing_enabled=True,
-            timeout=execution_timeout,
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            "training",
+            definition,
+            "smlt: adaptive serverless training (plan, train on n workers, aggregate, repeat)",
+            log_retention,
+            execution_timeout,
         )
         # The worker task picks its function from the state (FunctionName.$): allow exactly the tiers.
         self.state_machine.add_to_role_policy(
