@@ -2,7 +2,7 @@
 ablations, in a simulated world it did not write (smlt/sim: replayed curves, drawn platform
 constants, injected faults), every scenario under several seeds and two worlds (calm, noisy).
 
-Run:  nice -n 10 .venv/bin/python bench/planner_bench.py [--quick] [--jobs N] [--seeds S]
+Run:  nice -n 10 .venv/bin/python bench/planner_bench.py [--quick] [--jobs N] [--seeds S] [--first-seed J] [--out F]
 Writes bench/results/planner.json and the `## Planner` section of bench/README.md.
 
 Scenarios: the four recorded workloads (digits MLP and CNN, ResNet-18, transformer) on their
@@ -488,9 +488,14 @@ def write_readme(section: str) -> None:
     README.write_text(text.rstrip("\n") + "\n")
 
 
-def cases(sc: list[dict[str, Any]], seeds: int) -> list[tuple[dict[str, Any], int, str]]:
-    """Every scenario x seed x world, the big workloads first (the pool's tail stays short)."""
-    out = [(s, 1000 + 10 * s["id"] + j, kind) for s in sc for j in range(seeds) for kind in KINDS]
+def cases(sc: list[dict[str, Any]], seeds: int, first: int = 0) -> list[tuple[dict[str, Any], int, str]]:
+    """Every scenario x seed x world, the big workloads first (the pool's tail stays short).
+
+    `first` shifts the seeds: tune the planner on seeds 5-7 (`--first-seed 5`) and report on 0-2, so a
+    change is not judged on the very luck it was tuned to."""
+    if not 0 <= first <= 10 - seeds:
+        raise SystemExit(f"--first-seed {first} with --seeds {seeds}: the seeds of a scenario are 0-9")
+    out = [(s, 1000 + 10 * s["id"] + first + j, kind) for s in sc for j in range(seeds) for kind in KINDS]
     return sorted(
         out,
         key=lambda c: (
@@ -504,7 +509,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="every 5th scenario, one seed (smoke test)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--seeds", type=int, default=SEEDS)
+    ap.add_argument("--first-seed", type=int, default=0, help="seed offset per scenario (tune on 5, report on 0)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", type=Path, help="write every run's record here instead (bench/README.md untouched)")
     ap.add_argument("--render", action="store_true", help="re-summarise the recorded results, run nothing")
     args = ap.parse_args(argv)
     if args.render:
@@ -516,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     t0 = time.time()
     seeds = 1 if args.quick else args.seeds
-    todo = cases(scenarios(args.quick), seeds)
+    todo = cases(scenarios(args.quick), seeds, args.first_seed)
     if args.jobs > 1:
         with get_context("fork").Pool(args.jobs) as pool:
             records = pool.map(run_case, todo, chunksize=1)
@@ -526,7 +533,9 @@ def main(argv: list[str] | None = None) -> None:
     wall = time.time() - t0
     result = {"summary": summarize(records, wall, seeds), "tiers_mb": TIERS, "scenarios": records}
     print(json.dumps({k: v for k, v in result["summary"].items() if k != "details"}, indent=1))
-    if not args.no_write:
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    elif not args.no_write:
         write_results(result)
         write_readme(markdown(result))
         print(f"wrote {RESULTS.relative_to(ROOT)} and the Planner section of {README.relative_to(ROOT)}")
