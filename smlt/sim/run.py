@@ -44,9 +44,11 @@ class SimResult:
 
 
 def history_of(w: Workload, give_flops: bool = False) -> RunHistory:
-    """The run's history before round 0: what META and the job say (FLOPs only if `give_flops`)."""
+    """The run's history before round 0: what META and the job say (FLOPs only if `give_flops`).
+    No parameter count either: the deployed controller reads it from the round records
+    (`smlt/steps/plan.py` `_history`), so round 0 is planned without it."""
     return RunHistory(
-        param_count=w.params,
+        param_count=w.params if give_flops else 0,
         train_rows=w.train_rows,
         val_rows=w.val_rows,
         dataset_bytes=w.dataset_bytes,
@@ -59,6 +61,7 @@ def _measured(hist: RunHistory, rec: RoundRecord, w: Workload) -> None:
     next plan reads it from the round's record."""
     if hist.flops_per_sample is None and any(t.error is None and t.steps > 0 for t in rec.timings):
         hist.flops_per_sample = w.flops_per_sample
+    hist.param_count = w.params  # the aggregator records the model's size with every round
 
 
 def _met(job: Job, rec) -> bool:
