@@ -9,7 +9,8 @@ counts and local steps, plus the step time per sample measured on one torch thre
 Writes smlt/sim/curves/NAME.json (one file per workload). The workers of a round run one after
 another in this process (same arithmetic as n processes, no engine), so a setting costs its
 samples' compute and nothing else. The recording is small on purpose (under 10 CPU minutes):
-short runs on small versions of the example datasets, a grid of 2-3 worker counts x 2-3 local steps.
+short runs on small versions of the example datasets, a grid of 3 worker counts x 3 local steps
+(ResNet-18 and the transformer up to 64-80 local steps: the settings the planner reaches for).
 """
 
 from __future__ import annotations
@@ -53,17 +54,17 @@ SPECS: dict[str, dict[str, Any]] = {
         "source": "synthetic:images?rows=2000&size=8&channels=3&classes=10&seed=0",
         "job": {"model": {"name": "resnet18"}, "training": {"learning_rate": 0.05, "weight_decay": 0.0005}},
         "batch": 32,
-        "workers": [1, 4],
-        "steps": [4, 12],
-        "samples": 6_144,
+        "workers": [1, 4, 8],
+        "steps": [4, 16, 64],
+        "samples": 16_384,
     },
     "transformer": {
         "source": "synthetic:tokens?rows=8000&length=32&vocab=1000&classes=4&seed=0",
         "job": {"model": {"name": "transformer"}, "training": {"optimizer": "adam", "learning_rate": 0.003}},
         "batch": 64,
         "workers": [1, 4, 16],
-        "steps": [5, 20],
-        "samples": 12_288,
+        "steps": [5, 20, 80],
+        "samples": 24_576,
     },
 }
 
