@@ -34,6 +34,11 @@ BUDGET_Q = 0.5
 BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
 P_NEVER_GIVE_UP = 0.99  # the curve says the target is out of reach (0.9 gave up on recorded curves on their way)
 MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
+# ... and only when the run itself shows it: the best metric of the last STALL_ROUNDS evaluations
+# is no better than the best before them by more than STALL_Z sd of the difference of two
+# validation measurements (binomial noise of the split for accuracy, 1 % for a loss).
+STALL_ROUNDS = 4
+STALL_Z = 2.0
 # Admission control: a job is refused only when even this optimistic percentile of the rounds it
 # needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
 # dense-layer floor when the workers have not measured them) cannot meet its limits. Under the
@@ -450,15 +455,12 @@ def _budget_guard_stop(x: _Choice, base: np.ndarray) -> Decision:
         d.min_budget_usd = max(d.min_budget_usd or 0.0, one)
         d.bound = "budget"
         return d
-    return _stop(
+    reason = (
         f"budget: {fmt_usd(x.budget - x.spent)} left cannot pay the worst case of one more round "
         f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {x.describe(i)}) plus "
-        f"finalisation ({fmt_usd(fin_ub)})",
-        "budget",
-        predicted_round_cost_usd=float(f.cost[i]),
-        infeasible=x.first,
-        min_budget_usd=float(f.cost_ub[i] + fin_ub) if x.first else None,
+        f"finalisation ({fmt_usd(fin_ub)})"
     )
+    return _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
 
 
 def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
@@ -524,6 +526,28 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
     return levels
 
 
+def stalled(job: Job, history: RunHistory, val_rows: int) -> bool:
+    """The run's own evidence that it stopped improving: over the last STALL_ROUNDS validation
+    points the best metric rose no more than the split's noise above the best before them. The
+    model's P(out of reach) alone is not enough: its curve family saturates too early on real curves."""
+    metric = job.training.target_metric
+    ys = [float(v) for r in history.rounds if (v := getattr(r, metric)) is not None]
+    if len(ys) <= STALL_ROUNDS:
+        return False
+    sign = -1.0 if lower_is_better(metric) else 1.0
+    before, recent = ys[:-STALL_ROUNDS], ys[-STALL_ROUNDS:]
+    best_before = max(sign * y for y in before)
+    gain = max(sign * y for y in recent) - best_before
+    return gain <= STALL_Z * math.sqrt(2.0) * _metric_sd(metric, sign * best_before, val_rows)
+
+
+def _metric_sd(metric: str, value: float, val_rows: int) -> float:
+    """The sd of one validation measurement of `metric` at `value` on `val_rows` rows."""
+    if metric == "val_accuracy":
+        return math.sqrt(max(value * (1.0 - value), 1e-4) / max(val_rows, 1))
+    return 0.01 * max(abs(value), 1e-3)
+
+
 def _hopeful_midrun(x: _Choice) -> np.ndarray:
     """Mid-run, the candidates that could still make it if the target came at MIDRUN_OPTIMISM of
     the p10 rounds needed. The fitted curve's tail is not trusted fully: on curves measured here
@@ -548,7 +572,8 @@ def _nothing_fits(
     hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
     if not x.first:
         hopeful |= base & _hopeful_midrun(x)
-    confident = (not hopeful.any() or not reachable) and (x.first or x.pm.n_obs >= MIN_OBS_TO_GIVE_UP)
+    evidence = x.first or (x.pm.n_obs >= MIN_OBS_TO_GIVE_UP and stalled(x.job, x.history, x.tm.shape.val_rows))
+    confident = (not hopeful.any() or not reachable) and evidence
     if confident and not c.best_effort:
         d = _infeasible(x.job, x.history, x.cand, ev, base)
         if x.first:
