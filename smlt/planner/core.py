@@ -460,7 +460,33 @@ def _budget_guard_stop(x: _Choice, base: np.ndarray) -> Decision:
         f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {x.describe(i)}) plus "
         f"finalisation ({fmt_usd(fin_ub)})"
     )
-    return _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
+    return _last_look(x, reason) or _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
+
+
+def _last_look(x: _Choice, reason: str) -> Decision | None:
+    """Before a budget stop, an evaluation-only round of the newest model when its worst case and
+    finalisation fit the budget (and it ends before the deadline): a round's metric is of the model
+    it started from, so without it the last round's training would never be seen (a tight budget's
+    round 0 was wasted so). The stop after it evaluates nothing more."""
+    h, c = x.history, x.job.constraints
+    if not h.rounds or h.rounds[-1].local_steps <= 0:
+        return None
+    last = h.rounds[-1]
+    f = x.tm.forecast([last.workers], [last.memory_mb], [0], h)
+    need = float(f.eval_round_ub[0]) + finalize_cost_ub(x.prices, x.arch, x.tm.sizes)
+    late = c.deadline_seconds is not None and h.elapsed_s + float(f.eval_round_s[0]) + P.FINALIZE_S > c.deadline_seconds
+    if need > x.budget - x.spent or late:
+        return None
+    return Decision(
+        action="train",
+        workers=last.workers,
+        memory_mb=last.memory_mb,
+        local_steps=0,
+        reason=f"{reason}; first an evaluation of the newest model (worst case {fmt_usd(need)} with finalisation)",
+        bound="budget",
+        predicted_round_s=float(f.eval_round_s[0]),
+        worker_time_limit_s=round(float(f.eval_limit_s[0]), 1),
+    )
 
 
 def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:

@@ -1,5 +1,5 @@
 """The decision rule's evidence rules (issue #12): a run is given up only when its own curve
-has stopped improving."""
+has stopped improving, and a tight budget's last trained model is evaluated before a budget stop."""
 
 from smlt.planner import decide
 from smlt.planner.core import STALL_ROUNDS, stalled
@@ -50,3 +50,35 @@ def test_the_model_s_doubt_alone_does_not_stop_a_run_that_still_climbs(prices):
     )
     d = decide(job, hist, TIERS, prices)
     assert d.action == "train", d.reason
+
+
+def _budget_history(cost_left: float, last_k: int = 100):
+    rounds = [make_round(i, n=1, m=1769, k=last_k, acc=0.3 + 0.05 * i) for i in range(4)]
+    hist = make_history(rounds, params=100_000, rows=1437, val_rows=360)
+    return hist, make_job(
+        constraints={"budget_usd": hist.cost_total_usd + cost_left},
+        training={"target_value": 0.97, "max_rounds": 500, "local_steps": 20},
+    )
+
+
+def test_a_budget_stop_evaluates_the_newest_model_first_when_that_fits(prices):
+    """$0.00105 left: no training round's worst case fits with finalisation, an evaluation-only
+    round does. Without it the last round's training would never be measured (its metric shows in
+    the next round's record), as in the tight-budget digits jobs whose round 0 was wasted."""
+    hist, job = _budget_history(0.00105)
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps == 0 and d.bound == "budget", d.reason
+    assert (d.workers, d.memory_mb) == (1, 1769)
+    assert "cannot pay the worst case" in d.reason and "evaluation of the newest model" in d.reason
+    assert d.worker_time_limit_s and d.worker_time_limit_s > 0
+    # after that evaluation round the run stops: nothing more is evaluated
+    ev = make_round(4, n=1, m=1769, k=0, acc=0.5, cost=0.0002)
+    after = hist.model_copy(update={"rounds": [*hist.rounds, ev], "cost_total_usd": hist.cost_total_usd + 0.0002})
+    d2 = decide(job, after, TIERS, prices)
+    assert d2.action == "stop" and d2.bound == "budget", d2.reason
+
+
+def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
+    hist, job = _budget_history(0.0009)
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "budget", d.reason
