@@ -47,6 +47,11 @@ STALL_Z = 2.0
 ADMIT_Q = 0.1
 ADVISE_Q = 0.5
 MIDRUN_OPTIMISM = 0.5  # mid-run, a run is given up only if half the p10 rounds needed would not fit either
+# No jump to untested settings on faith: k (and n) at most this many times the largest tried so far
+# (round 0: the job's own). The progress model extrapolates from what it has seen, and on replayed
+# curves a large k is worth far less per step than it predicts; a small first round is also a
+# cheap probe while the step time is a prior (30-80x off without FLOPs).
+STEP_UP_X = 4
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -240,10 +245,23 @@ class Hold:
     local_steps: int | None = None
 
 
+def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
+    """The largest n and k the planner may try next: STEP_UP_X times the largest tried so far (the
+    workers that reported; the steps they actually took, a cut round counts what it did), at least
+    the job's initial workers and local steps."""
+    n_seen, k_seen = job.workers.initial, job.training.local_steps
+    for r in history.rounds:
+        done = [t.steps_done(r.local_steps, r.batch_size) for t in r.timings if t.error is None]
+        if r.local_steps > 0 and done:
+            n_seen, k_seen = max(n_seen, len(done)), max(k_seen, max(done))
+    return STEP_UP_X * n_seen, STEP_UP_X * k_seen
+
+
 def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None) -> Candidates:
     w, hold = job.workers, hold or Hold()
-    ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, w.initial})
-    ks = sorted(set(K_SET) | {job.training.local_steps})
+    n_max, k_max = step_reach(job, history)
+    ns = sorted({x for x in N_SET if w.min <= x <= min(w.max, n_max)} | {w.min, min(w.max, n_max), w.initial})
+    ks = sorted({x for x in K_SET if x <= k_max} | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
     if hold.workers is not None:
         ns = [hold.workers]

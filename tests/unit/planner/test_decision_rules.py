@@ -1,8 +1,11 @@
 """The decision rule's evidence rules (issue #12): a run is given up only when its own curve
-has stopped improving, and a tight budget's last trained model is evaluated before a budget stop."""
+has stopped improving, a tight budget's last trained model is evaluated before a budget stop, and
+no plan jumps far beyond the settings measured so far."""
+
+import numpy as np
 
 from smlt.planner import decide
-from smlt.planner.core import STALL_ROUNDS, stalled
+from smlt.planner.core import STALL_ROUNDS, STEP_UP_X, candidates, stalled, step_reach
 from smlt.planner.progress import saturation
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -82,3 +85,27 @@ def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
     hist, job = _budget_history(0.0009)
     d = decide(job, hist, TIERS, prices)
     assert d.action == "stop" and d.bound == "budget", d.reason
+
+
+def test_round_0_steps_at_most_step_up_x_beyond_the_job_s_own_settings(prices):
+    job = make_job(training={"target_value": 0.9, "max_rounds": 200, "local_steps": 20})
+    hist = make_history([], params=100_000, rows=20_000, flops=None)
+    n_max, k_max = step_reach(job, hist)
+    assert (n_max, k_max) == (STEP_UP_X * 4, STEP_UP_X * 20)
+    cand = candidates(job, hist, TIERS)
+    assert cand.k.max() <= k_max and cand.n.max() <= n_max
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps <= k_max and d.workers <= n_max, d.reason
+
+
+def test_the_reach_grows_with_the_steps_workers_actually_took():
+    job = make_job(training={"target_value": 0.9, "max_rounds": 200, "local_steps": 20})
+    r0 = make_round(0, n=2, m=1769, k=300, acc=0.1)
+    for t in r0.timings:  # cut at the limit after 60 of the 300 planned steps
+        t.steps, t.cut = 60, True
+    assert step_reach(job, make_history([r0])) == (STEP_UP_X * 4, STEP_UP_X * 60)
+    r1 = make_round(1, n=8, m=1769, k=200, acc=0.2)
+    n_max, k_max = step_reach(job, make_history([r0, r1]))
+    assert (n_max, k_max) == (STEP_UP_X * 8, STEP_UP_X * 200)
+    cand = candidates(job, make_history([r0, r1]), TIERS)
+    assert set(np.unique(cand.k)) >= {800} and cand.k.max() == 800
