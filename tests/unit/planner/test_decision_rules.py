@@ -1,11 +1,25 @@
-"""The decision rule's evidence rules (issue #12): a run is given up only when its own curve
-has stopped improving, a tight budget's last trained model is evaluated before a budget stop, and
-no plan jumps far beyond the settings measured so far."""
+"""The decision rule (issue #12): a run is given up only when its own curve has stopped
+improving, a tight budget's last trained model is evaluated before a budget stop, no plan jumps
+far beyond the settings tried so far, a plan that meets the deadline itself needs no way out, and
+with a deadline the cost headroom buys speed."""
+
+from types import SimpleNamespace
 
 import numpy as np
 
 from smlt.planner import decide
-from smlt.planner.core import STALL_ROUNDS, STEP_UP_X, candidates, stalled, step_reach
+from smlt.planner.core import (
+    STALL_ROUNDS,
+    STEP_UP_X,
+    TIME_FOR_COST,
+    _cheap_then_fast,
+    _Pick,
+    budget_safe,
+    candidates,
+    deadline_safe,
+    stalled,
+    step_reach,
+)
 from smlt.planner.progress import saturation
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -109,3 +123,43 @@ def test_the_reach_grows_with_the_steps_workers_actually_took():
     assert (n_max, k_max) == (STEP_UP_X * 8, STEP_UP_X * 200)
     cand = candidates(job, make_history([r0, r1]), TIERS)
     assert set(np.unique(cand.k)) >= {800} and cand.k.max() == 800
+
+
+def _ev(round_s, T90, ok90):
+    f = SimpleNamespace(round_s=np.array(round_s), round_s_warm=np.array(round_s))
+    return SimpleNamespace(f=f, T={0.9: np.array(T90)}, ok_deadline={0.9: np.array(ok90)})
+
+
+def test_a_plan_that_finishes_by_the_deadline_itself_needs_no_way_out():
+    """10 s left, the fastest plan (0) needs 8 s at p90. A 4 s round then that plan from scratch
+    does not fit, but the plan (1) finishes by itself at p90 in 8.5 s: safe. A 1 s round (2) is
+    safe the old way (one round, then the fast plan); a 4 s round that finishes by itself only at
+    the median (3) is not."""
+    ev = _ev([3.0, 4.0, 1.0, 4.0], [8.0, 8.5, 30.0, 40.0], [True, True, False, False])
+    assert deadline_safe(ev, 0.9, 0, 10.0).tolist() == [True, True, True, False]
+
+
+def _pick_of(objective, chosen, cost, T, deadline=100.0):
+    job = make_job(constraints={"deadline_seconds": deadline, "objective": objective})
+    x = SimpleNamespace(job=job, ev=SimpleNamespace(T={"mean": np.array(T)}))
+    p = _Pick(np.array(chosen), 0.9, None, objective, "")
+    return _cheap_then_fast(x, p, np.array(cost))  # type: ignore[arg-type]  # the two fields it reads
+
+
+def test_with_a_deadline_the_cost_headroom_buys_the_fastest_of_the_near_cheapest_plans():
+    cost = [1.00, 1.05, 1.09, 1.20, 0.5]
+    T = [40.0, 30.0, 20.0, 5.0, 1.0]
+    chosen = [True, True, True, True, False]  # the cheapest overall is not allowed
+    assert TIME_FOR_COST == 0.1
+    assert _pick_of("cost", chosen, cost, T) == 2  # within 10 % of $1.00: the fastest
+    assert _pick_of("cost", chosen, cost, T, deadline=None) == 0  # no deadline: the cheapest
+    assert _pick_of("speed", chosen, T, T) == 3  # the speed objective is the time itself
+
+
+def test_a_fast_plan_that_pays_its_own_way_needs_no_cheap_way_out():
+    """$1.00 left; the cheapest plan (0) costs $0.50 at p90. Plan 1's worst round ($0.60) then
+    plan 0 does not fit, but plan 1 pays its own way at p90: safe. Plan 2 (worst round $0.30) is
+    safe the old way; plan 3 neither."""
+    f = SimpleNamespace(cost_ub=np.array([0.2, 0.6, 0.3, 0.7]))
+    ev = SimpleNamespace(f=f, C={0.9: np.array([0.5, 0.9, 3.0, 4.0])}, ok_budget={0.9: np.array([1, 1, 0, 0], bool)})
+    assert budget_safe(ev, 0.9, 0, 1.0).tolist() == [True, True, True, False]  # type: ignore[arg-type]
