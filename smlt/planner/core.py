@@ -486,25 +486,29 @@ def _last_look(x: _Choice, reason: str) -> Decision | None:
     """Before a budget stop, an evaluation-only round of the newest model when its worst case and
     finalisation fit the budget (and it ends before the deadline): a round's metric is of the model
     it started from, so without it the last round's training would never be seen (a tight budget's
-    round 0 was wasted so). The stop after it evaluates nothing more."""
+    round 0 was wasted so). On the fewest workers allowed if that is cheaper (a worker's cold start
+    and limit are most of an evaluation's worst case). The stop after it evaluates nothing more."""
     h, c = x.history, x.job.constraints
     if not h.rounds or h.rounds[-1].local_steps <= 0:
         return None
     last = h.rounds[-1]
-    f = x.tm.forecast([last.workers], [last.memory_mb], [0], h)
-    need = float(f.eval_round_ub[0]) + finalize_cost_ub(x.prices, x.arch, x.tm.sizes)
-    late = c.deadline_seconds is not None and h.elapsed_s + float(f.eval_round_s[0]) + P.FINALIZE_S > c.deadline_seconds
-    if need > x.budget - x.spent or late:
+    ns = sorted({x.job.workers.min, last.workers})
+    f = x.tm.forecast(ns, [last.memory_mb] * len(ns), [0] * len(ns), h)
+    need = f.eval_round_ub + finalize_cost_ub(x.prices, x.arch, x.tm.sizes)
+    deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
+    ok = (need <= x.budget - x.spent) & (h.elapsed_s + f.eval_round_s + P.FINALIZE_S <= deadline)
+    if not ok.any():
         return None
+    i = int(np.argmin(np.where(ok, need, np.inf)))
     return Decision(
         action="train",
-        workers=last.workers,
+        workers=ns[i],
         memory_mb=last.memory_mb,
         local_steps=0,
-        reason=f"{reason}; first an evaluation of the newest model (worst case {fmt_usd(need)} with finalisation)",
+        reason=f"{reason}; first an evaluation of the newest model (worst case {fmt_usd(float(need[i]))} with finalisation)",
         bound="budget",
-        predicted_round_s=float(f.eval_round_s[0]),
-        worker_time_limit_s=round(float(f.eval_limit_s[0]), 1),
+        predicted_round_s=float(f.eval_round_s[i]),
+        worker_time_limit_s=round(float(f.eval_limit_s[i]), 1),
     )
 
 

@@ -69,8 +69,8 @@ def test_the_model_s_doubt_alone_does_not_stop_a_run_that_still_climbs(prices):
     assert d.action == "train", d.reason
 
 
-def _budget_history(cost_left: float, last_k: int = 100):
-    rounds = [make_round(i, n=1, m=1769, k=last_k, acc=0.3 + 0.05 * i) for i in range(4)]
+def _budget_history(cost_left: float, n: int = 1):
+    rounds = [make_round(i, n=n, m=1769, k=100, acc=0.3 + 0.05 * i) for i in range(4)]
     hist = make_history(rounds, params=100_000, rows=1437, val_rows=360)
     return hist, make_job(
         constraints={"budget_usd": hist.cost_total_usd + cost_left},
@@ -93,6 +93,14 @@ def test_a_budget_stop_evaluates_the_newest_model_first_when_that_fits(prices):
     after = hist.model_copy(update={"rounds": [*hist.rounds, ev], "cost_total_usd": hist.cost_total_usd + 0.0002})
     d2 = decide(job, after, TIERS, prices)
     assert d2.action == "stop" and d2.bound == "budget", d2.reason
+
+
+def test_the_last_look_takes_the_fewest_workers_when_only_they_fit(prices):
+    """The last round ran 4 workers; an evaluation on 4 (worst case ~$0.0023 with finalisation)
+    does not fit $0.00105, on 1 (~$0.0010) it does."""
+    hist, job = _budget_history(0.00105, n=4)
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps == 0 and d.workers == 1, d.reason
 
 
 def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
