@@ -34,6 +34,11 @@ BUDGET_Q = 0.5
 BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
 P_NEVER_GIVE_UP = 0.99  # the curve says the target is out of reach (0.9 gave up on recorded curves on their way)
 MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
+# ... and only when the run itself shows it: the best metric of the last STALL_ROUNDS evaluations
+# is no better than the best before them by more than STALL_Z sd of the difference of two
+# validation measurements (binomial noise of the split for accuracy, 1 % for a loss).
+STALL_ROUNDS = 4
+STALL_Z = 2.0
 # Admission control: a job is refused only when even this optimistic percentile of the rounds it
 # needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
 # dense-layer floor when the workers have not measured them) cannot meet its limits. Under the
@@ -42,6 +47,12 @@ MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped 
 ADMIT_Q = 0.1
 ADVISE_Q = 0.5
 MIDRUN_OPTIMISM = 0.5  # mid-run, a run is given up only if half the p10 rounds needed would not fit either
+# No jump to untested settings on faith: k (and n) at most this many times the largest tried so far
+# (round 0: the job's own). The progress model extrapolates from what it has seen, and on replayed
+# curves a large k is worth far less per step than it predicts; a small first round is also a
+# cheap probe while the step time is a prior (30-80x off without FLOPs).
+STEP_UP_X = 4
+TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the cheapest's expected cost
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -235,10 +246,23 @@ class Hold:
     local_steps: int | None = None
 
 
+def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
+    """The largest n and k the planner may try next: STEP_UP_X times the largest tried so far (the
+    workers that reported; the steps they actually took, a cut round counts what it did), at least
+    the job's initial workers and local steps."""
+    n_seen, k_seen = job.workers.initial, job.training.local_steps
+    for r in history.rounds:
+        done = [t.steps_done(r.local_steps, r.batch_size) for t in r.timings if t.error is None]
+        if r.local_steps > 0 and done:
+            n_seen, k_seen = max(n_seen, len(done)), max(k_seen, max(done))
+    return STEP_UP_X * n_seen, STEP_UP_X * k_seen
+
+
 def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None) -> Candidates:
     w, hold = job.workers, hold or Hold()
-    ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, w.initial})
-    ks = sorted(set(K_SET) | {job.training.local_steps})
+    n_max, k_max = step_reach(job, history)
+    ns = sorted({x for x in N_SET if w.min <= x <= min(w.max, n_max)} | {w.min, min(w.max, n_max), w.initial})
+    ks = sorted({x for x in K_SET if x <= k_max} | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
     if hold.workers is not None:
         ns = [hold.workers]
@@ -450,14 +474,41 @@ def _budget_guard_stop(x: _Choice, base: np.ndarray) -> Decision:
         d.min_budget_usd = max(d.min_budget_usd or 0.0, one)
         d.bound = "budget"
         return d
-    return _stop(
+    reason = (
         f"budget: {fmt_usd(x.budget - x.spent)} left cannot pay the worst case of one more round "
         f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {x.describe(i)}) plus "
-        f"finalisation ({fmt_usd(fin_ub)})",
-        "budget",
-        predicted_round_cost_usd=float(f.cost[i]),
-        infeasible=x.first,
-        min_budget_usd=float(f.cost_ub[i] + fin_ub) if x.first else None,
+        f"finalisation ({fmt_usd(fin_ub)})"
+    )
+    return _last_look(x, reason) or _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
+
+
+def _last_look(x: _Choice, reason: str) -> Decision | None:
+    """Before a budget stop, an evaluation-only round of the newest model when its worst case and
+    finalisation fit the budget (and it ends before the deadline): a round's metric is of the model
+    it started from, so without it the last round's training would never be seen (a tight budget's
+    round 0 was wasted so). On the fewest workers allowed if that is cheaper (a worker's cold start
+    and limit are most of an evaluation's worst case). The stop after it evaluates nothing more."""
+    h, c = x.history, x.job.constraints
+    if not h.rounds or h.rounds[-1].local_steps <= 0:
+        return None
+    last = h.rounds[-1]
+    ns = sorted({x.job.workers.min, last.workers})
+    f = x.tm.forecast(ns, [last.memory_mb] * len(ns), [0] * len(ns), h)
+    need = f.eval_round_ub + finalize_cost_ub(x.prices, x.arch, x.tm.sizes)
+    deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
+    ok = (need <= x.budget - x.spent) & (h.elapsed_s + f.eval_round_s + P.FINALIZE_S <= deadline)
+    if not ok.any():
+        return None
+    i = int(np.argmin(np.where(ok, need, np.inf)))
+    return Decision(
+        action="train",
+        workers=ns[i],
+        memory_mb=last.memory_mb,
+        local_steps=0,
+        reason=f"{reason}; first an evaluation of the newest model (worst case {fmt_usd(float(need[i]))} with finalisation)",
+        bound="budget",
+        predicted_round_s=float(f.eval_round_s[i]),
+        worker_time_limit_s=round(float(f.eval_limit_s[i]), 1),
     )
 
 
@@ -490,9 +541,26 @@ def _median_plan(x: _Choice, guard: np.ndarray, finite: np.ndarray, safe) -> np.
     return guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q] & finite & safe
 
 
+def deadline_safe(ev: Evaluation, qs: float, j: int, t_left: float) -> np.ndarray:
+    """The plans that keep a way out if progress is slow (percentile qs): each finishes by the
+    deadline itself, or after one round of it the fastest plan j still would. (Late in a run only
+    the first holds for a long round: without it, "one round, then the fast plan from scratch"
+    left only rounds of a few steps, each buying almost nothing.)"""
+    f = ev.f
+    after_one = f.round_s + ev.T[qs][j] + min(float(f.round_s_warm[j]), 0.05 * t_left) <= t_left
+    return ev.ok_deadline[qs] | after_one
+
+
+def budget_safe(ev: Evaluation, qs: float, j: int, left: float) -> np.ndarray:
+    """The speed objective's mirror of `deadline_safe`: each plan pays its own way to the target
+    if progress is slow, or after one round of it (worst case) the cheapest plan j still could;
+    `left` is the budget left less finalisation's worst case."""
+    return ev.ok_budget[qs] | (ev.f.cost_ub + ev.C[qs][j] <= left)
+
+
 def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.ndarray, float, int | None]]:
     """The candidate sets to try in order, each with its progress percentile and its backup plan."""
-    c, ev, f = x.job.constraints, x.ev, x.f
+    c, ev = x.job.constraints, x.ev
     levels: list[tuple[np.ndarray, float, int | None]] = []
     if not reachable:
         return levels
@@ -506,7 +574,7 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
             if not fast.any():
                 continue
             j = int(np.argmin(np.where(fast, ev.T[qs], np.inf)))
-            safe = f.round_s + ev.T[qs][j] + min(float(f.round_s_warm[j]), 0.05 * t_left) <= t_left
+            safe = deadline_safe(ev, qs, j, t_left)
             levels.append((_median_plan(x, guard, np.isfinite(ev.C[0.5]), safe), qs, j))
     if c.budget_usd is not None and c.objective == "speed":
         # The mirror image for speed: go fast at the median only while, after this round, the
@@ -516,12 +584,34 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
             if not cheap.any():
                 continue
             j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
-            safe = x.spent + f.cost_ub + ev.C[qs][j] + finalize_cost_ub(x.prices, x.arch, x.tm.sizes) <= x.budget
+            safe = budget_safe(ev, qs, j, x.budget - x.spent - finalize_cost_ub(x.prices, x.arch, x.tm.sizes))
             levels.append((_median_plan(x, guard, np.isfinite(ev.T[0.5]), safe), qs, j))
     for q in FEASIBLE_QS:
         qb = min(q, BUDGET_Q)
         levels.append((guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]), q, None))
     return levels
+
+
+def stalled(job: Job, history: RunHistory, val_rows: int) -> bool:
+    """The run's own evidence that it stopped improving: over the last STALL_ROUNDS validation
+    points the best metric rose no more than the split's noise above the best before them. The
+    model's P(out of reach) alone is not enough: its curve family saturates too early on real curves."""
+    metric = job.training.target_metric
+    ys = [float(v) for r in history.rounds if (v := getattr(r, metric)) is not None]
+    if len(ys) <= STALL_ROUNDS:
+        return False
+    sign = -1.0 if lower_is_better(metric) else 1.0
+    before, recent = ys[:-STALL_ROUNDS], ys[-STALL_ROUNDS:]
+    best_before = max(sign * y for y in before)
+    gain = max(sign * y for y in recent) - best_before
+    return gain <= STALL_Z * math.sqrt(2.0) * _metric_sd(metric, sign * best_before, val_rows)
+
+
+def _metric_sd(metric: str, value: float, val_rows: int) -> float:
+    """The sd of one validation measurement of `metric` at `value` on `val_rows` rows."""
+    if metric == "val_accuracy":
+        return math.sqrt(max(value * (1.0 - value), 1e-4) / max(val_rows, 1))
+    return 0.01 * max(abs(value), 1e-3)
 
 
 def _hopeful_midrun(x: _Choice) -> np.ndarray:
@@ -548,7 +638,8 @@ def _nothing_fits(
     hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
     if not x.first:
         hopeful |= base & _hopeful_midrun(x)
-    confident = (not hopeful.any() or not reachable) and (x.first or x.pm.n_obs >= MIN_OBS_TO_GIVE_UP)
+    evidence = x.first or (x.pm.n_obs >= MIN_OBS_TO_GIVE_UP and stalled(x.job, x.history, x.tm.shape.val_rows))
+    confident = (not hopeful.any() or not reachable) and evidence
     if confident and not c.best_effort:
         d = _infeasible(x.job, x.history, x.cand, ev, base)
         if x.first:
@@ -624,9 +715,19 @@ def _pick(x: _Choice, p: _Pick) -> _Pick:
     R_mean = x.ev.R["mean"]
     kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0) if not p.at_risk and p.level >= 0.7 else 0.0
     lcb = base_obj * np.maximum(0.5, 1.0 - kappa * x.f.rel_sd_param) if not p.note else base_obj
-    p.i_exploit = int(np.argmin(np.where(p.chosen, base_obj, np.inf)))
-    p.i = int(np.argmin(np.where(p.chosen, lcb, np.inf)))
+    p.i_exploit, p.i = _cheap_then_fast(x, p, base_obj), _cheap_then_fast(x, p, lcb)
     return p
+
+
+def _cheap_then_fast(x: _Choice, p: _Pick, obj: np.ndarray) -> int:
+    """The best candidate by `obj`; with a deadline and the cost objective, the fastest of those
+    within TIME_FOR_COST of the cheapest: the cost headroom buys the deadline a margin (forecasts
+    are optimistic: on recorded curves the median forecast was 0.8x the truth)."""
+    i = int(np.argmin(np.where(p.chosen, obj, np.inf)))
+    if p.objective != "cost" or p.note or x.job.constraints.deadline_seconds is None:
+        return i
+    near = p.chosen & (obj <= obj[i] * (1.0 + TIME_FOR_COST))
+    return int(np.argmin(np.where(near, x.ev.T["mean"], np.inf)))
 
 
 def _binding(x: _Choice, guard: np.ndarray, p: _Pick) -> tuple[str, float, int]:

@@ -57,7 +57,8 @@ def _round(i: int, d: Decision, step_s: float, acc: float) -> RoundRecord:
 def _run(hist: RunHistory, slowdown: float, rounds: int, prices) -> list[tuple[Decision, RoundRecord]]:
     job = make_job(
         constraints={"deadline_seconds": 20_000, "budget_usd": 50.0},
-        training={"target_value": 0.95, "max_rounds": 500, "local_steps": 20},
+        # local_steps 200: round 0 may plan up to STEP_UP_X x the job's k, enough for its cut
+        training={"target_value": 0.95, "max_rounds": 500, "local_steps": 200},
     )
     prior = TimingModel(JobShape.of(hist, 32), prices)
     out = []
