@@ -235,6 +235,7 @@ class Candidates:
     n: np.ndarray
     m: np.ndarray
     k: np.ndarray
+    reach: np.ndarray  # within step_reach: the plans the next round may use (the rest inform admission)
 
 
 @dataclass(frozen=True)
@@ -261,8 +262,8 @@ def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
 def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None) -> Candidates:
     w, hold = job.workers, hold or Hold()
     n_max, k_max = step_reach(job, history)
-    ns = sorted({x for x in N_SET if w.min <= x <= min(w.max, n_max)} | {w.min, min(w.max, n_max), w.initial})
-    ks = sorted({x for x in K_SET if x <= k_max} | {job.training.local_steps})
+    ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, min(w.max, n_max), w.initial})
+    ks = sorted(set(K_SET) | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
     if hold.workers is not None:
         ns = [hold.workers]
@@ -272,7 +273,12 @@ def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | Non
         # a held tier that ran out of memory gives way to the next usable one
         ms = [hold.memory_mb] if hold.memory_mb in ms else ms[:1]
     N, M, K = np.meshgrid(np.array(ns, float), np.array(ms, float), np.array(ks, float), indexing="ij")
-    return Candidates(N.ravel(), M.ravel(), K.ravel())
+    n, m, k = N.ravel(), M.ravel(), K.ravel()
+    # The step bound limits what the next round tries, not what the job could reach later: admission
+    # and giving up judge every plan (a job that needs k = 500 is feasible even if round 0 tries 80).
+    reach = (hold.workers is not None) | (n <= n_max) | (n == w.initial)
+    reach &= (hold.local_steps is not None) | (k <= k_max) | (k == job.training.local_steps)
+    return Candidates(n, m, k, reach)
 
 
 @dataclass
@@ -883,7 +889,7 @@ def decide_adaptive(
     x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))
     base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
-    guard = _hard_guards(x, base)
+    guard = _hard_guards(x, base & cand.reach)
     if isinstance(guard, Decision):
         return guard
     reachable = float(np.max(x.ev.R["p_never"])) < P_NEVER_GIVE_UP

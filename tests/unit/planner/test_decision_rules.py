@@ -115,7 +115,8 @@ def test_round_0_steps_at_most_step_up_x_beyond_the_job_s_own_settings(prices):
     n_max, k_max = step_reach(job, hist)
     assert (n_max, k_max) == (STEP_UP_X * 4, STEP_UP_X * 20)
     cand = candidates(job, hist, TIERS)
-    assert cand.k.max() <= k_max and cand.n.max() <= n_max
+    assert cand.k[cand.reach].max() <= k_max and cand.n[cand.reach].max() <= n_max
+    assert cand.k.max() > k_max  # the plans beyond reach stay candidates for admission
     d = decide(job, hist, TIERS, prices)
     assert d.action == "train" and d.local_steps <= k_max and d.workers <= n_max, d.reason
 
@@ -130,7 +131,7 @@ def test_the_reach_grows_with_the_steps_workers_actually_took():
     n_max, k_max = step_reach(job, make_history([r0, r1]))
     assert (n_max, k_max) == (STEP_UP_X * 8, STEP_UP_X * 200)
     cand = candidates(job, make_history([r0, r1]), TIERS)
-    assert set(np.unique(cand.k)) >= {800} and cand.k.max() == 800
+    assert set(np.unique(cand.k[cand.reach])) >= {800} and cand.k[cand.reach].max() == 800
 
 
 def _ev(round_s, T90, ok90):
@@ -171,3 +172,28 @@ def test_a_fast_plan_that_pays_its_own_way_needs_no_cheap_way_out():
     f = SimpleNamespace(cost_ub=np.array([0.2, 0.6, 0.3, 0.7]))
     ev = SimpleNamespace(f=f, C={0.9: np.array([0.5, 0.9, 3.0, 4.0])}, ok_budget={0.9: np.array([1, 1, 0, 0], bool)})
     assert budget_safe(ev, 0.9, 0, 1.0).tolist() == [True, True, True, False]  # type: ignore[arg-type]
+
+
+def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach(prices, monkeypatch):
+    """The step bound limits what round 0 tries, not what the job could do later: a job that needs
+    many local steps per round is admitted as it would be without the bound (the bound once made the
+    bench's digits jobs with 21 s deadlines 'infeasible' while the oracle met them)."""
+    import smlt.planner.core as core
+
+    hist = make_history([], params=100_000, rows=11_500, flops=None)
+
+    def verdicts(step_up):
+        monkeypatch.setattr(core, "STEP_UP_X", step_up)
+        out = []
+        for deadline in (15.0, 25.0, 40.0, 80.0, 160.0):
+            job = make_job(
+                training={"target_value": 0.97, "max_rounds": 200, "local_steps": 1, "batch_size": 32},
+                workers={"planner": "adaptive", "initial": 1, "min": 1, "max": 64},
+                constraints={"deadline_seconds": deadline, "budget_usd": 0.01},
+            )
+            out.append(decide(job, hist, TIERS, prices).infeasible)
+        return out
+
+    bounded, unbounded = verdicts(STEP_UP_X), verdicts(10**6)
+    assert bounded == unbounded, (bounded, unbounded)
+    assert not all(unbounded)  # some of these jobs are feasible
