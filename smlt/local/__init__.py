@@ -40,6 +40,10 @@ Parts
     routing of the server's dispatcher, one cached Lambda client for the interpreter's tasks,
     cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. ``SMLT_LOCAL_SPEEDUPS=0``
     turns them off (to measure them).
+``spill.py``
+    What a long run would otherwise keep in the engine's process for good: a finished execution's
+    history events go to one temporary file (GetExecutionHistory reads them back), so chained
+    executions do not add up in memory.
 ``patches.py``
     The registry of every moto patch (name, kind, what it does, the moto attributes and
     signatures it replaces) and the one ``install()``: checks the supported moto range
