@@ -8,6 +8,8 @@ any one execution, wall time and seconds per round, and per window of 100 rounds
 interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate and the local
 state's save) and the resident memory of this process (moto, the runner) and of the handler
 processes at the window's end. `flat` compares the last window with the first (within 15 %).
+Also: this process's largest RSS over the whole run (its outputs fetched at the end included) and
+the bytes the engine moved to disk instead (finished executions' histories, smlt/local/memory.py).
 """
 
 from __future__ import annotations
@@ -42,11 +44,16 @@ def descendants(pid: int) -> list[int]:
     """Every process below `pid` (the fork server and the handler processes)."""
     out, todo = [], [pid]
     while todo:
-        p = todo.pop()
+        kids = []
         try:
-            kids = [int(c) for t in Path(f"/proc/{p}/task").iterdir() for c in (t / "children").read_text().split()]
+            tasks = list(Path(f"/proc/{todo.pop()}/task").iterdir())
         except OSError:
-            kids = []
+            tasks = []
+        for t in tasks:  # per thread: one ending while it is read must not hide the others' children
+            try:
+                kids += [int(c) for c in (t / "children").read_text().split()]
+            except OSError:
+                pass
         out += kids
         todo += kids
     return out
@@ -113,6 +120,7 @@ def main() -> None:
 
     from smlt.datasets import stage_dataset
     from smlt.errors import RunFailed
+    from smlt.local.memory import HISTORIES
     from smlt.runner import execute, start_engine
 
     job = {
@@ -135,6 +143,7 @@ def main() -> None:
             except RunFailed:
                 rc = 1
         wall = time.time() - t0
+        spilled = HISTORIES.size  # on disk, not in memory: what the engine moved out of moto
     finally:
         engine.stop()
     metrics = json.loads((out / "metrics.json").read_text())
@@ -160,6 +169,8 @@ def main() -> None:
         "seconds_per_round": round(wall / max(1, len(metrics["rounds"])), 3),
         "val_accuracy": metrics["final"]["val_accuracy"],
         "load_average": round(os.getloadavg()[0], 2),
+        "runner_rss_max_mb": round(max((s[1] for s in memory.samples), default=0.0), 1),
+        "spilled_history_mb": round(spilled / 2**20, 1),
         "windows": w,
         "last_over_first": drift,
         "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),

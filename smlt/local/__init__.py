@@ -40,10 +40,13 @@ Parts
     routing of the server's dispatcher, one cached Lambda client for the interpreter's tasks,
     cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. ``SMLT_LOCAL_SPEEDUPS=0``
     turns them off (to measure them).
-``spill.py``
-    What a long run would otherwise keep in the engine's process for good: a finished execution's
-    history events go to one temporary file (GetExecutionHistory reads them back), so chained
-    executions do not add up in memory.
+``memory.py``
+    What a long run would otherwise keep in the engine's process for good, made smaller: a
+    finished execution's history events go to one temporary file (GetExecutionHistory reads them
+    back), so chained executions do not add up in memory; DynamoDB items share one copy of their
+    attribute names and short strings. What stays in memory is the run's data as moto holds it:
+    the table's items, the S3 objects (moto keeps bodies under 5 MB in memory), the running
+    execution's history.
 ``patches.py``
     The registry of every moto patch (name, kind, what it does, the moto attributes and
     signatures it replaces) and the one ``install()``: checks the supported moto range

@@ -4,7 +4,7 @@ Three kinds: *correctness* patches make moto behave as AWS does where smlt depen
 (``limits.py``: payload boundary, uncatchable errors, history quota, Distributed Map failure
 threshold, Lambda error names; ``moto_fixes.py``: DynamoDB under the threaded server); *memory*
 patches move what moto would keep in the process for good to disk, with the same answers
-(``spill.py``: finished executions' histories); *speed* patches remove per-request costs with
+(``memory.py``: finished executions' histories, S3 bodies, repeated DynamoDB strings); *speed* patches remove per-request costs with
 the same answers (``speed.py``). ``SMLT_LOCAL_SPEEDUPS=0`` leaves the speed patches out (set it
 before the first install, in a fresh process).
 
@@ -30,7 +30,7 @@ from typing import Any, Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import limits, moto_fixes, speed, spill
+from . import limits, memory, moto_fixes, speed
 from .errors import MotoVersionError
 
 SUPPORTED_MOTO = SpecifierSet(">=5.2,<5.3")
@@ -135,7 +135,33 @@ PATCHES: tuple[Patch, ...] = (
             _n(f"{_SFN}.asl.eval.event.event_manager:EventManager.get_event_history", "self"),
             _n(f"{_SFN}.api:GetExecutionHistoryOutput"),
         ),
-        spill.patch_spilled_history,
+        memory.patch_spilled_history,
+    ),
+    Patch(
+        "spilled-s3-bodies",
+        "memory",
+        "S3 object bodies kept in one temporary file, not in moto's memory (moto: in memory up to 5 MB each)",
+        (
+            _n("moto.s3.models:FakeKey.__init__"),
+            _n("moto.s3.models:FakeKey.value"),
+            _n("moto.s3.models:FakeKey.etag"),
+            _n("moto.s3.models:FakeKey.dispose", "self", "garbage"),
+        ),
+        memory.patch_spilled_s3_bodies,
+    ),
+    Patch(
+        "interned-item-strings",
+        "memory",
+        "a DynamoDB item's attribute names and short string values stored once per process (moto: per item)",
+        (
+            _n(
+                f"{_DDB}.models.table:Table.put_item",
+                *("self", "item_attrs", "expected", "condition_expression", "expression_attribute_names"),
+                *("expression_attribute_values", "overwrite", "return_values_on_condition_check_failure"),
+            ),
+            _n(f"{_DDB}.models.dynamo_type:Item.__init__", "self", "hash_key", "range_key", "attrs"),
+        ),
+        memory.patch_interned_item_strings,
     ),
     Patch(
         "backend-for-host",

@@ -489,7 +489,7 @@ def _shape(events):
 
 
 def test_a_finished_executions_history_leaves_memory_and_reads_back_as_moto_kept_it(engine, monkeypatch):
-    from smlt.local import spill
+    from smlt.local import memory
 
     arn, d = _run(engine, workers=["ok", "ok"], rounds=2)
     _output(d)
@@ -497,10 +497,81 @@ def test_a_finished_executions_history_leaves_memory_and_reads_back_as_moto_kept
     assert kept.exec_worker.env.event_manager._history_event_list == []  # out of moto's memory
     spilled = engine.history(arn)
     # the same execution with the spill switched off: moto's own answer, from its memory
-    monkeypatch.setattr(spill, "spill_history", lambda execution: None)
+    monkeypatch.setattr(memory, "spill_history", lambda execution: None)
     arn2, d2 = _run(engine, workers=["ok", "ok"], rounds=2)
     _output(d2)
     assert len(_moto_execution(arn2).exec_worker.env.event_manager._history_event_list) == len(spilled)
     assert _shape(spilled) == _shape(engine.history(arn2))
     assert spilled[0]["type"] == "ExecutionStarted" and spilled[-1]["type"] == "ExecutionSucceeded"
     assert json.loads(spilled[-1]["executionSucceededEventDetails"]["output"]) == json.loads(d["output"])
+
+
+def _moto_item(table, pk, sk):
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    for regions in dynamodb_backends.values():
+        for backend in regions.values():
+            if table in backend.tables:
+                return backend.tables[table].get_item(DynamoType({"S": pk}), DynamoType({"S": sk}))
+    raise AssertionError(f"moto has no table {table}")
+
+
+def test_items_share_their_attribute_names_and_short_strings_and_read_back_as_written(engine):
+    table = engine.names[_lid(engine, "Table")]
+    ddb = engine.client("dynamodb")
+    long_text = "x" * 200
+    written = {}
+    for sk in ("MEMTEST#1", "MEMTEST#2"):
+        written[sk] = {
+            "pk": {"S": "RUN#memtest"},
+            "sk": {"S": sk},
+            "status": {"S": "SUCCEEDED"},
+            "note": {"S": long_text},
+            "timings": {"L": [{"M": {"phase": {"S": "train"}, "s": {"N": "0.25"}}}]},
+        }
+        ddb.put_item(TableName=table, Item=written[sk])
+    a, b = _moto_item(table, "RUN#memtest", "MEMTEST#1"), _moto_item(table, "RUN#memtest", "MEMTEST#2")
+    names_a, names_b = list(a.attrs), list(b.attrs)
+    assert names_a == names_b == ["pk", "sk", "status", "note", "timings"]  # order kept
+    assert all(x is y for x, y in zip(names_a, names_b, strict=True))  # one copy of each name
+    assert a.attrs["status"].value is b.attrs["status"].value and a.hash_key.value is b.hash_key.value
+    inner_a, inner_b = a.attrs["timings"].value[0].value, b.attrs["timings"].value[0].value
+    assert next(iter(inner_a)) is next(iter(inner_b)) and inner_a["phase"].value is inner_b["phase"].value
+    assert a.attrs["note"].value is not b.attrs["note"].value  # long strings are left alone
+    for item in written.values():
+        got = ddb.get_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]}, ConsistentRead=True)["Item"]
+        assert got == item
+        ddb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
+
+
+def test_s3_bodies_live_in_the_spill_file_and_read_back_whole_ranged_copied_and_overwritten(engine):
+    import hashlib
+
+    from moto.s3.models import s3_backends
+
+    from smlt.local.memory import BODIES, SpilledBody
+
+    bucket = engine.names[_lid(engine, "ArtifactsBucket")]
+    s3 = engine.client("s3")
+    body = bytes(range(256)) * 40  # 10 KiB
+    before = BODIES.size
+    put = s3.put_object(Bucket=bucket, Key="memtest/a", Body=body)
+    assert BODIES.size - before >= len(body)  # on disk, in the spill file
+    key = s3_backends["123456789012"]["aws"].buckets[bucket].keys["memtest/a"]
+    assert isinstance(key._value_buffer, SpilledBody)
+    assert put["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    assert s3.get_object(Bucket=bucket, Key="memtest/a")["Body"].read() == body
+    assert s3.get_object(Bucket=bucket, Key="memtest/a", Range="bytes=100-4195")["Body"].read() == body[100:4196]
+    s3.copy_object(Bucket=bucket, Key="memtest/b", CopySource={"Bucket": bucket, "Key": "memtest/a"})
+    s3.put_object(Bucket=bucket, Key="memtest/a", Body=b"shorter")
+    assert s3.get_object(Bucket=bucket, Key="memtest/a")["Body"].read() == b"shorter"
+    assert s3.get_object(Bucket=bucket, Key="memtest/b")["Body"].read() == body
+    s3.put_object(Bucket=bucket, Key="memtest/empty", Body=b"")
+    assert s3.get_object(Bucket=bucket, Key="memtest/empty")["Body"].read() == b""
+    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"memtest/{k}"} for k in ("a", "b", "empty")]})
+    with pytest.raises(ClientError, match="NoSuchKey"):
+        s3.get_object(Bucket=bucket, Key="memtest/a")
+    first = s3.list_object_versions(Bucket=bucket, Prefix="memtest/a")["Versions"][-1]  # a versioned bucket
+    got = s3.get_object(Bucket=bucket, Key="memtest/a", VersionId=first["VersionId"])["Body"].read()
+    assert got in (body, b"shorter") and first["Size"] == len(got)

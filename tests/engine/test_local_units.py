@@ -404,7 +404,7 @@ def test_target_input_renders_strings_as_json_where_cdk_leaves_placeholders_unqu
 
 
 def test_spill_file_reads_back_what_was_put_until_reset():
-    from smlt.local.spill import SpillFile
+    from smlt.local.memory import SpillFile
 
     spill = SpillFile()
     first, second = spill.put(b"abc"), spill.put(b"\x00" * 5000)
@@ -415,3 +415,32 @@ def test_spill_file_reads_back_what_was_put_until_reset():
         spill.get(first)
     assert spill.get(spill.put(b"again")) == b"again"
     spill.reset()
+
+
+def test_spilled_body_is_the_file_like_object_moto_uses():
+    import os
+
+    from smlt.local.memory import SpilledBody
+
+    body = SpilledBody()
+    assert body.read() == b""
+    body.seek(0)
+    body.truncate()
+    assert body.write(b"hello world") == 11
+    assert body.seek(0, os.SEEK_END) == 11 and body.tell() == 11
+    body.seek(6)
+    assert body.read(3) == b"wor" and body.read() == b"ld" and body.read() == b""
+    body.seek(0)
+    assert body.read(100) == b"hello world"
+    body.seek(6)
+    body.write(b"WORLD!")  # not how moto writes: the body is rewritten
+    body.seek(0)
+    assert body.read() == b"hello WORLD!"
+    body.seek(0)
+    body.truncate()
+    body.write(b"new")
+    body.seek(0)
+    assert body.read() == b"new"
+    body.close()
+    with pytest.raises(ValueError, match="closed file"):
+        body.read()
