@@ -41,12 +41,14 @@ Parts
     cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. ``SMLT_LOCAL_SPEEDUPS=0``
     turns them off (to measure them).
 ``memory.py``
-    What a long run would otherwise keep in the engine's process for good, made smaller: a
-    finished execution's history events go to one temporary file (GetExecutionHistory reads them
-    back), so chained executions do not add up in memory; DynamoDB items share one copy of their
-    attribute names and short strings. What stays in memory is the run's data as moto holds it:
-    the table's items, the S3 objects (moto keeps bodies under 5 MB in memory), the running
-    execution's history.
+    What the engine keeps in memory and what it spills. Spilled, each to one append-only
+    temporary file per process (gone when the server stops): a finished execution's history
+    events (GetExecutionHistory reads them back) and every S3 object's body (moto would keep it
+    in memory up to 5 MB). Kept in memory, as moto holds it: the table's items (their attribute
+    names and short strings interned, one copy per process), the S3 objects' metadata, the
+    running execution's history, each execution's parsed definition, and the engine's own
+    records (``LocalEngine.billed``, ``invocations``). A long run still grows by what it stores
+    per round (bench/README.md, "Long local run").
 ``patches.py``
     The registry of every moto patch (name, kind, what it does, the moto attributes and
     signatures it replaces) and the one ``install()``: checks the supported moto range

@@ -15,7 +15,9 @@ reads it live). The file goes when the server stops (moto is reset then) or the 
 ``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`` (5 MB by default), past it in a temporary file of its own (one
 open file per object). Every body goes to one append-only spill file instead (one open file in
 all); the object's metadata stays in moto. An overwritten or deleted body's bytes stay in the
-file until the server stops.
+file until the server stops. (A copy moto makes by pickling a key, rare, keeps its body in
+memory. The files are per process and never shared with a fork: the handler processes start from
+a fork server, which never holds one.)
 
 *DynamoDB strings* (``interned-item-strings``): moto stores every item as a tree of ``DynamoType``
 objects built from the request's JSON, so every item has its own copy of every attribute name

@@ -3,10 +3,11 @@
 Three kinds: *correctness* patches make moto behave as AWS does where smlt depends on it
 (``limits.py``: payload boundary, uncatchable errors, history quota, Distributed Map failure
 threshold, Lambda error names; ``moto_fixes.py``: DynamoDB under the threaded server); *memory*
-patches move what moto would keep in the process for good to disk, with the same answers
-(``memory.py``: finished executions' histories, S3 bodies, repeated DynamoDB strings); *speed* patches remove per-request costs with
-the same answers (``speed.py``). ``SMLT_LOCAL_SPEEDUPS=0`` leaves the speed patches out (set it
-before the first install, in a fresh process).
+patches keep less of what moto would hold in the process for good, with the same answers
+(``memory.py``: finished executions' histories and S3 bodies on disk, repeated DynamoDB strings
+stored once); *speed* patches remove per-request costs with the same answers (``speed.py``).
+``SMLT_LOCAL_SPEEDUPS=0`` leaves the speed patches out (set it before the first install, in a
+fresh process); the correctness and memory patches stay.
 
 The gate, before anything is applied: the installed moto (from its distribution metadata) is in
 :data:`SUPPORTED_MOTO`, and every attribute a patch replaces exists and, where listed, has the
