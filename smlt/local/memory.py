@@ -1,4 +1,4 @@
-"""Memory patches: what moto would keep in the engine's process for good, kept smaller.
+"""Memory patches: what moto would keep in the engine's process for good, on disk instead.
 
 *Histories* (``spilled-history``): a finished execution's history events leave moto's memory for a file.
 
@@ -18,12 +18,6 @@ all); the object's metadata stays in moto. An overwritten or deleted body's byte
 file until the server stops. (A copy moto makes by pickling a key, rare, keeps its body in
 memory. The files are per process and never shared with a fork: the handler processes start from
 a fork server, which never holds one.)
-
-*DynamoDB strings* (``interned-item-strings``): moto stores every item as a tree of ``DynamoType``
-objects built from the request's JSON, so every item has its own copy of every attribute name
-and of every repeated value (the partition key, statuses, function names). An item written by
-PutItem (also inside TransactWriteItems) has its attribute names and short string values
-interned: one copy per process, the same strings, the same answers.
 """
 
 from __future__ import annotations
@@ -31,7 +25,6 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import sys
 import tempfile
 import threading
 from typing import IO, Any
@@ -119,48 +112,6 @@ def patch_spilled_history() -> None:
 
     BaseExecutionWorkerCommunication.terminated = terminated  # type: ignore[method-assign]
     Execution.to_history_output = to_history_output  # type: ignore[method-assign]
-
-
-SHORT = 64  # string values up to this length are interned (ids, statuses, names); longer ones are rarely repeated
-
-
-def intern_strings(av: Any) -> None:
-    """Intern, in place, the map keys and short ``S`` values of a ``DynamoType`` tree."""
-    if av.type == "M":
-        av.value = {sys.intern(k): v for k, v in av.value.items()}
-        for v in av.value.values():
-            intern_strings(v)
-    elif av.type == "L":
-        for v in av.value:
-            intern_strings(v)
-    elif av.type == "S" and isinstance(av.value, str) and len(av.value) <= SHORT:
-        av.value = sys.intern(av.value)
-
-
-def intern_item(item: Any) -> None:
-    """The same for an ``Item``: its attribute names (order kept) and every value."""
-    attrs = list(dict.items(item.attrs))
-    dict.clear(item.attrs)  # dict's own methods: LimitedSizeDict re-sizes the whole item per __setitem__
-    for k, v in attrs:
-        intern_strings(v)
-        dict.__setitem__(item.attrs, sys.intern(k), v)
-    for key in (item.hash_key, item.range_key):
-        if key is not None:
-            intern_strings(key)
-
-
-def patch_interned_item_strings() -> None:
-    from moto.dynamodb.models.table import Table
-
-    orig_put_item = Table.put_item
-
-    @functools.wraps(orig_put_item)
-    def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-        item = orig_put_item(self, *args, **kwargs)  # stored, under the backend's lock (moto_fixes)
-        intern_item(item)
-        return item
-
-    Table.put_item = put_item  # type: ignore[method-assign]
 
 
 class SpilledBody:

@@ -3,9 +3,9 @@
 Three kinds: *correctness* patches make moto behave as AWS does where smlt depends on it
 (``limits.py``: payload boundary, uncatchable errors, history quota, Distributed Map failure
 threshold, Lambda error names; ``moto_fixes.py``: DynamoDB under the threaded server); *memory*
-patches keep less of what moto would hold in the process for good, with the same answers
-(``memory.py``: finished executions' histories and S3 bodies on disk, repeated DynamoDB strings
-stored once); *speed* patches remove per-request costs with the same answers (``speed.py``).
+patches keep on disk what moto would hold in the process for good, with the same answers
+(``memory.py``: finished executions' histories, S3 bodies); *speed* patches remove per-request
+costs with the same answers (``speed.py``).
 ``SMLT_LOCAL_SPEEDUPS=0`` leaves the speed patches out (set it before the first install, in a
 fresh process); the correctness and memory patches stay.
 
@@ -149,20 +149,6 @@ PATCHES: tuple[Patch, ...] = (
             _n("moto.s3.models:FakeKey.dispose", "self", "garbage"),
         ),
         memory.patch_spilled_s3_bodies,
-    ),
-    Patch(
-        "interned-item-strings",
-        "memory",
-        "a DynamoDB item's attribute names and short string values stored once per process (moto: per item)",
-        (
-            _n(
-                f"{_DDB}.models.table:Table.put_item",
-                *("self", "item_attrs", "expected", "condition_expression", "expression_attribute_names"),
-                *("expression_attribute_values", "overwrite", "return_values_on_condition_check_failure"),
-            ),
-            _n(f"{_DDB}.models.dynamo_type:Item.__init__", "self", "hash_key", "range_key", "attrs"),
-        ),
-        memory.patch_interned_item_strings,
     ),
     Patch(
         "backend-for-host",

@@ -506,45 +506,6 @@ def test_a_finished_executions_history_leaves_memory_and_reads_back_as_moto_kept
     assert json.loads(spilled[-1]["executionSucceededEventDetails"]["output"]) == json.loads(d["output"])
 
 
-def _moto_item(table, pk, sk):
-    from moto.dynamodb.models import dynamodb_backends
-    from moto.dynamodb.models.dynamo_type import DynamoType
-
-    for regions in dynamodb_backends.values():
-        for backend in regions.values():
-            if table in backend.tables:
-                return backend.tables[table].get_item(DynamoType({"S": pk}), DynamoType({"S": sk}))
-    raise AssertionError(f"moto has no table {table}")
-
-
-def test_items_share_their_attribute_names_and_short_strings_and_read_back_as_written(engine):
-    table = engine.names[_lid(engine, "Table")]
-    ddb = engine.client("dynamodb")
-    long_text = "x" * 200
-    written = {}
-    for sk in ("MEMTEST#1", "MEMTEST#2"):
-        written[sk] = {
-            "pk": {"S": "RUN#memtest"},
-            "sk": {"S": sk},
-            "status": {"S": "SUCCEEDED"},
-            "note": {"S": long_text},
-            "timings": {"L": [{"M": {"phase": {"S": "train"}, "s": {"N": "0.25"}}}]},
-        }
-        ddb.put_item(TableName=table, Item=written[sk])
-    a, b = _moto_item(table, "RUN#memtest", "MEMTEST#1"), _moto_item(table, "RUN#memtest", "MEMTEST#2")
-    names_a, names_b = list(a.attrs), list(b.attrs)
-    assert names_a == names_b == ["pk", "sk", "status", "note", "timings"]  # order kept
-    assert all(x is y for x, y in zip(names_a, names_b, strict=True))  # one copy of each name
-    assert a.attrs["status"].value is b.attrs["status"].value and a.hash_key.value is b.hash_key.value
-    inner_a, inner_b = a.attrs["timings"].value[0].value, b.attrs["timings"].value[0].value
-    assert next(iter(inner_a)) is next(iter(inner_b)) and inner_a["phase"].value is inner_b["phase"].value
-    assert a.attrs["note"].value is not b.attrs["note"].value  # long strings are left alone
-    for item in written.values():
-        got = ddb.get_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]}, ConsistentRead=True)["Item"]
-        assert got == item
-        ddb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
-
-
 def test_s3_bodies_live_in_the_spill_file_and_read_back_whole_ranged_copied_and_overwritten(engine):
     import hashlib
 
