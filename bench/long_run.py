@@ -8,6 +8,10 @@ any one execution, wall time and seconds per round, and per window of 100 rounds
 interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate and the local
 state's save) and the resident memory of this process (moto, the runner) and of the handler
 processes at the window's end. `flat` compares the last window with the first (within 15 %).
+Also: this process's largest RSS over the whole run (its outputs fetched at the end included) and
+the bytes the engine moved to disk instead (finished executions' histories and S3 bodies,
+smlt/local/memory.py). `--profile R` adds what this process allocated from round R on and still
+holds at the end, per round, by source file (tracemalloc), and what moto stores per round.
 """
 
 from __future__ import annotations
@@ -42,11 +46,16 @@ def descendants(pid: int) -> list[int]:
     """Every process below `pid` (the fork server and the handler processes)."""
     out, todo = [], [pid]
     while todo:
-        p = todo.pop()
+        kids = []
         try:
-            kids = [int(c) for t in Path(f"/proc/{p}/task").iterdir() for c in (t / "children").read_text().split()]
+            tasks = list(Path(f"/proc/{todo.pop()}/task").iterdir())
         except OSError:
-            kids = []
+            tasks = []
+        for t in tasks:  # per thread: one ending while it is read must not hide the others' children
+            try:
+                kids += [int(c) for c in (t / "children").read_text().split()]
+            except OSError:
+                pass
         out += kids
         todo += kids
     return out
@@ -57,6 +66,7 @@ class MemorySampler:
 
     def __init__(self, interval: float = 1.0) -> None:
         self.samples: list[tuple[float, float, float]] = []
+        self.load: list[float] = []  # the machine's 1-minute load average at each sample (2 shared cores)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
@@ -64,6 +74,7 @@ class MemorySampler:
         me = os.getpid()
         while not self._stop.wait(interval):
             self.samples.append((time.time(), rss_mb(me), sum(rss_mb(p) for p in descendants(me))))
+            self.load.append(os.getloadavg()[0])
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -77,6 +88,11 @@ class MemorySampler:
         """The last sample taken at or before `t` (own, handlers)."""
         before = [s for s in self.samples if s[0] <= t] or self.samples[:1]
         return (before[-1][1], before[-1][2]) if before else (0.0, 0.0)
+
+    def mean_load(self, t0: float, t1: float) -> float:
+        """The mean load average over the samples taken between t0 and t1."""
+        loads = [x for s, x in zip(self.samples, self.load, strict=False) if t0 <= s[0] <= t1]
+        return round(statistics.fmean(loads), 2) if loads else 0.0
 
 
 def windows(finished: list[float], memory: MemorySampler) -> list[dict[str, Any]]:
@@ -95,6 +111,7 @@ def windows(finished: list[float], memory: MemorySampler) -> list[dict[str, Any]
                 "median_round_s": round(statistics.median(gaps), 4),
                 "runner_rss_mb": round(own, 1),
                 "handlers_rss_mb": round(handlers, 1),
+                "load_average": memory.mean_load(chunk[0], chunk[-1]),
             }
         )
     return out
@@ -104,15 +121,96 @@ def ratio(w: list[dict[str, Any]], field: str) -> float | None:
     return round(w[-1][field] / w[0][field], 3) if len(w) > 1 and w[0][field] else None
 
 
+def moto_counts() -> dict[str, int]:
+    """What moto holds for the run (this process's moto): DynamoDB items, S3 object versions."""
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.s3.models import s3_backends
+
+    items = sum(len(t) for r in dynamodb_backends.values() for b in r.values() for t in b.tables.values())
+    objects = sum(
+        len(versions)
+        for r in s3_backends.values()
+        for b in r.values()
+        for bucket in b.buckets.values()
+        for _, versions in bucket.keys.iterlists()
+    )
+    return {"dynamodb_items": items, "s3_objects": objects}
+
+
+class Profile:
+    """--profile R: from round R on, what this process allocates and still holds at the end
+    (tracemalloc, by source file), per round, and what moto stores per round. Slows the run."""
+
+    def __init__(self, start: int) -> None:
+        self.start, self.rounds, self.rounds0 = start, 0, 0
+        self.counts0: dict[str, int] = {}
+        self.taken: dict[str, Any] = {}
+
+    def install(self) -> None:
+        import tracemalloc
+
+        from smlt import runner, snapshot
+
+        take_new = snapshot.Snapshot.take_new
+
+        def counted(snap: Any) -> Any:
+            new = take_new(snap)
+            self.rounds += len(new)
+            if self.rounds >= self.start and not tracemalloc.is_tracing():
+                self.counts0, self.rounds0 = moto_counts(), self.rounds
+                tracemalloc.start()
+            return new
+
+        snapshot.Snapshot.take_new = counted  # type: ignore[method-assign]
+        history = runner.Follower.history
+
+        def measured_first(follower: Any) -> Any:
+            self.taken = self.take()  # the last round is done; the outputs (history.json...) are not counted
+            return history(follower)
+
+        runner.Follower.history = measured_first  # type: ignore[method-assign]
+
+    def result(self) -> dict[str, Any]:
+        return self.taken or self.take()
+
+    def take(self) -> dict[str, Any]:
+        import tracemalloc
+
+        if not tracemalloc.is_tracing():
+            return {}
+        stats = tracemalloc.take_snapshot().statistics("filename")
+        tracemalloc.stop()
+        n = max(1, self.rounds - self.rounds0)
+        site = str(Path(statistics.__file__).parent)
+        counts = moto_counts()
+        return {
+            "rounds": f"{self.rounds0}-{self.rounds}",
+            "held_kb_per_round": round(sum(s.size for s in stats) / n / 1024, 1),
+            "by_file_kb_per_round": {
+                s.traceback[0]
+                .filename.replace(str(ROOT) + "/", "")
+                .replace(site + "/", "")
+                .split("site-packages/")[-1]: round(s.size / n / 1024, 2)
+                for s in stats[:15]
+            },
+            "moto_per_round": {k: round((counts[k] - self.counts0[k]) / n, 2) for k in counts},
+        }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=1000)
     ap.add_argument("--per-execution", type=int, default=100)
     ap.add_argument("--result", default=str(ROOT / "bench/results/long_run.json"))
+    ap.add_argument("--profile", type=int, metavar="R", help="trace what is held from round R on (slow)")
     args = ap.parse_args()
+    profile = Profile(args.profile) if args.profile is not None else None
+    if profile is not None:
+        profile.install()
 
     from smlt.datasets import stage_dataset
     from smlt.errors import RunFailed
+    from smlt.local.memory import BODIES, HISTORIES
     from smlt.runner import execute, start_engine
 
     job = {
@@ -135,6 +233,8 @@ def main() -> None:
             except RunFailed:
                 rc = 1
         wall = time.time() - t0
+        spilled = HISTORIES.size + BODIES.size  # on disk, not in memory: what the engine moved out of moto
+        profiled = profile.result() if profile is not None else None
     finally:
         engine.stop()
     metrics = json.loads((out / "metrics.json").read_text())
@@ -160,10 +260,14 @@ def main() -> None:
         "seconds_per_round": round(wall / max(1, len(metrics["rounds"])), 3),
         "val_accuracy": metrics["final"]["val_accuracy"],
         "load_average": round(os.getloadavg()[0], 2),
+        "runner_rss_max_mb": round(max((s[1] for s in memory.samples), default=0.0), 1),
+        "spilled_mb": round(spilled / 2**20, 1),
         "windows": w,
         "last_over_first": drift,
         "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),
     }
+    if profiled is not None:
+        result["profile"] = profiled
     Path(args.result).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 

@@ -93,7 +93,7 @@ class Follower:
         self.state_dir = state_dir
         self.snapshot = Snapshot(engine, names, run_id, state_dir)
         self.last_plan: tuple = ()
-        self.history: list[dict] = []
+        self.executions: list[str] = []  # their histories stay in the engine (on disk once finished) until the end
         self.error: BaseException | None = None  # a failed save in the hook, raised by poll
 
     def after_invoke(self, function: str, _payload: bytes, _ok: bool) -> None:
@@ -123,7 +123,7 @@ class Follower:
                 # Every poll is a request to the one moto server the handlers use too: not too often.
                 desc = self.engine.wait(arn, poll=self.poll, interval=0.5)
                 self.poll()
-                self.history += [{"execution": arn, **e} for e in self.engine.history(arn)]
+                self.executions.append(arn)
                 out = json.loads(desc.get("output") or "{}")
                 if desc["status"] == "SUCCEEDED" and out.get("chain"):
                     arn = out["chain"]["execution_arn"]
@@ -132,6 +132,10 @@ class Follower:
                 return desc
         finally:
             self.engine.after_invoke = None
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every history event of the run's executions, in order, each with its execution's ARN."""
+        return [{"execution": arn, **e} for arn in self.executions for e in self.engine.history(arn)]
 
 
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
@@ -149,7 +153,8 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
         except (ValueError, AttributeError):
             pass
         raise RunFailed(run_id, desc["status"], desc.get("error", ""), cause)
-    metrics = fetch_outputs(S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out, follower.history)
+    artifacts = S3Store(names.artifacts_bucket, client=engine.client("s3"))
+    metrics = fetch_outputs(artifacts, run_id, out, follower.history())
     follower.snapshot.save(final=True)  # META SUCCEEDED and the final objects
     for line in done_lines(run_id, metrics["final"], time.time() - t0, out, injector.counts if injector else None):
         progress.info(line)

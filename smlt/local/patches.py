@@ -1,10 +1,13 @@
 """Every monkeypatch smlt applies to moto, in one list, behind one gate.
 
-Two kinds: *correctness* patches make moto behave as AWS does where smlt depends on it
+Three kinds: *correctness* patches make moto behave as AWS does where smlt depends on it
 (``limits.py``: payload boundary, uncatchable errors, history quota, Distributed Map failure
-threshold, Lambda error names; ``moto_fixes.py``: DynamoDB under the threaded server); *speed*
-patches remove per-request costs with the same answers (``speed.py``). ``SMLT_LOCAL_SPEEDUPS=0``
-leaves the speed patches out (set it before the first install, in a fresh process).
+threshold, Lambda error names; ``moto_fixes.py``: DynamoDB under the threaded server); *memory*
+patches keep on disk what moto would hold in the process for good, with the same answers
+(``memory.py``: finished executions' histories, S3 bodies); *speed* patches remove per-request
+costs with the same answers (``speed.py``).
+``SMLT_LOCAL_SPEEDUPS=0`` leaves the speed patches out (set it before the first install, in a
+fresh process); the correctness and memory patches stay.
 
 The gate, before anything is applied: the installed moto (from its distribution metadata) is in
 :data:`SUPPORTED_MOTO`, and every attribute a patch replaces exists and, where listed, has the
@@ -28,7 +31,7 @@ from typing import Any, Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import limits, moto_fixes, speed
+from . import limits, memory, moto_fixes, speed
 from .errors import MotoVersionError
 
 SUPPORTED_MOTO = SpecifierSet(">=5.2,<5.3")
@@ -46,7 +49,7 @@ class Need:
 @dataclass(frozen=True)
 class Patch:
     name: str
-    kind: Literal["correctness", "speed"]
+    kind: Literal["correctness", "memory", "speed"]
     does: str
     needs: tuple[Need, ...]
     apply: Callable[[], None] | None  # None: applied per server (see ``does``)
@@ -122,6 +125,30 @@ PATCHES: tuple[Patch, ...] = (
         "one lock around DynamoDB table operations (moto's are not thread-safe under the threaded server)",
         tuple(_n(f"{_DDB}.models:DynamoDBBackend.{op}") for op in moto_fixes.OPERATIONS),
         moto_fixes.patch_dynamodb_lock,
+    ),
+    Patch(
+        "spilled-history",
+        "memory",
+        "a finished execution's history events kept in a temporary file, not in moto's memory",
+        (
+            _n(f"{_SFN}.backend.execution:BaseExecutionWorkerCommunication.terminated", "self"),
+            _n(f"{_SFN}.backend.execution:Execution.to_history_output", "self"),
+            _n(f"{_SFN}.asl.eval.event.event_manager:EventManager.get_event_history", "self"),
+            _n(f"{_SFN}.api:GetExecutionHistoryOutput"),
+        ),
+        memory.patch_spilled_history,
+    ),
+    Patch(
+        "spilled-s3-bodies",
+        "memory",
+        "S3 object bodies kept in one temporary file, not in moto's memory (moto: in memory up to 5 MB each)",
+        (
+            _n("moto.s3.models:FakeKey.__init__"),
+            _n("moto.s3.models:FakeKey.value"),
+            _n("moto.s3.models:FakeKey.etag"),
+            _n("moto.s3.models:FakeKey.dispose", "self", "garbage"),
+        ),
+        memory.patch_spilled_s3_bodies,
     ),
     Patch(
         "backend-for-host",
@@ -258,9 +285,9 @@ def speedups_enabled() -> bool:
 
 
 def selected(speedups: bool | None = None) -> list[Patch]:
-    """The patches :func:`install` applies: all correctness patches, the speed ones unless off."""
+    """The patches :func:`install` applies: all correctness and memory patches, the speed ones unless off."""
     with_speed = speedups_enabled() if speedups is None else speedups
-    return [p for p in PATCHES if p.kind == "correctness" or with_speed]
+    return [p for p in PATCHES if p.kind != "speed" or with_speed]
 
 
 def check_version(version: str | None = None) -> None:

@@ -22,6 +22,8 @@ import threading
 import urllib.request
 from typing import Any
 
+from . import memory
+
 HOST = "127.0.0.1"
 
 
@@ -82,6 +84,7 @@ class MotoServer:
             _post(f"{self.endpoint_url}/moto-api/reset")
         except OSError:
             pass
+        memory.reset()  # the executions and objects whose data it held are gone with the reset
         self._server.stop()
         self._server = None
         if self._old_sfn_config is not None:

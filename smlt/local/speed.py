@@ -786,12 +786,13 @@ def patch_ranged_get() -> None:
     orig_get_object = S3Response.get_object
     orig_key_response = S3Response.key_response
     orig_range = S3Response._handle_range_header
+    init = inspect.unwrap(FakeKey.__init__)  # moto's own, under the memory patch (smlt.local.memory)
     if (
         not isinstance(prop, property)
         or prop.fget is None
         or prop.fset is None
-        or "_value_buffer" not in FakeKey.__init__.__code__.co_names
-        or "lock" not in FakeKey.__init__.__code__.co_names
+        or "_value_buffer" not in init.__code__.co_names
+        or "lock" not in init.__code__.co_names
         or list(inspect.signature(orig_range).parameters) != ["self", "request", "response_headers", "response_content"]
         or not {"range", "_send_response"}
         <= set(orig_key_response.__code__.co_names) | set(orig_key_response.__code__.co_consts)

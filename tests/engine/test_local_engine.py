@@ -461,3 +461,78 @@ def test_engines_share_the_server_and_clean_up_after_themselves(engine, tmp_path
     assert engine.names[_lid(engine, "ArtifactsBucket")] in names
     _, d = _run(engine, workers=["ok"])
     assert _output(d)["outcomes"] == [{"worker": 0, "ok": True}]
+
+
+# ------------------------------------------------------------------------------------------
+# what the engine keeps in memory
+
+
+def _moto_execution(arn):
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    for regions in stepfunctions_parser_backends.values():
+        for backend in regions.values():
+            for sm in backend.state_machines:
+                for e in sm.executions:
+                    if e.exec_arn == arn:
+                        return e
+    raise AssertionError(f"moto has no execution {arn}")
+
+
+def _shape(events):
+    """What must not change when a history is read back from the spill file: every event's id,
+    parent, type and details (names and ARNs differ between two executions, so they are masked)."""
+    return [
+        (e["id"], e.get("previousEventId"), e["type"], sorted(k for k in e if k.endswith("EventDetails")))
+        for e in events
+    ]
+
+
+def test_a_finished_executions_history_leaves_memory_and_reads_back_as_moto_kept_it(engine, monkeypatch):
+    from smlt.local import memory
+
+    arn, d = _run(engine, workers=["ok", "ok"], rounds=2)
+    _output(d)
+    kept = _moto_execution(arn)
+    assert kept.exec_worker.env.event_manager._history_event_list == []  # out of moto's memory
+    spilled = engine.history(arn)
+    # the same execution with the spill switched off: moto's own answer, from its memory
+    monkeypatch.setattr(memory, "spill_history", lambda execution: None)
+    arn2, d2 = _run(engine, workers=["ok", "ok"], rounds=2)
+    _output(d2)
+    assert len(_moto_execution(arn2).exec_worker.env.event_manager._history_event_list) == len(spilled)
+    assert _shape(spilled) == _shape(engine.history(arn2))
+    assert spilled[0]["type"] == "ExecutionStarted" and spilled[-1]["type"] == "ExecutionSucceeded"
+    assert json.loads(spilled[-1]["executionSucceededEventDetails"]["output"]) == json.loads(d["output"])
+
+
+def test_s3_bodies_live_in_the_spill_file_and_read_back_whole_ranged_copied_and_overwritten(engine):
+    import hashlib
+
+    from moto.s3.models import s3_backends
+
+    from smlt.local.memory import BODIES, SpilledBody
+
+    bucket = engine.names[_lid(engine, "ArtifactsBucket")]
+    s3 = engine.client("s3")
+    body = bytes(range(256)) * 40  # 10 KiB
+    before = BODIES.size
+    put = s3.put_object(Bucket=bucket, Key="memtest/a", Body=body)
+    assert BODIES.size - before >= len(body)  # on disk, in the spill file
+    key = s3_backends["123456789012"]["aws"].buckets[bucket].keys["memtest/a"]
+    assert isinstance(key._value_buffer, SpilledBody)
+    assert put["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    assert s3.get_object(Bucket=bucket, Key="memtest/a")["Body"].read() == body
+    assert s3.get_object(Bucket=bucket, Key="memtest/a", Range="bytes=100-4195")["Body"].read() == body[100:4196]
+    s3.copy_object(Bucket=bucket, Key="memtest/b", CopySource={"Bucket": bucket, "Key": "memtest/a"})
+    s3.put_object(Bucket=bucket, Key="memtest/a", Body=b"shorter")
+    assert s3.get_object(Bucket=bucket, Key="memtest/a")["Body"].read() == b"shorter"
+    assert s3.get_object(Bucket=bucket, Key="memtest/b")["Body"].read() == body
+    s3.put_object(Bucket=bucket, Key="memtest/empty", Body=b"")
+    assert s3.get_object(Bucket=bucket, Key="memtest/empty")["Body"].read() == b""
+    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"memtest/{k}"} for k in ("a", "b", "empty")]})
+    with pytest.raises(ClientError, match="NoSuchKey"):
+        s3.get_object(Bucket=bucket, Key="memtest/a")
+    first = s3.list_object_versions(Bucket=bucket, Prefix="memtest/a")["Versions"][-1]  # a versioned bucket
+    got = s3.get_object(Bucket=bucket, Key="memtest/a", VersionId=first["VersionId"])["Body"].read()
+    assert got in (body, b"shorter") and first["Size"] == len(got)

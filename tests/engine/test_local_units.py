@@ -225,10 +225,10 @@ def test_a_moved_or_reshaped_attribute_is_refused_by_name(monkeypatch):
         patches.check(patch)
 
 
-def test_speedups_off_keeps_the_correctness_patches(monkeypatch):
+def test_speedups_off_keeps_the_correctness_and_memory_patches(monkeypatch):
     monkeypatch.setenv("SMLT_LOCAL_SPEEDUPS", "0")
     kinds = {p.kind for p in patches.selected()}
-    assert kinds == {"correctness"}
+    assert kinds == {"correctness", "memory"}
     assert {p.name for p in patches.selected(speedups=True)} == {p.name for p in patches.PATCHES}
 
 
@@ -397,3 +397,50 @@ def test_target_input_renders_strings_as_json_where_cdk_leaves_placeholders_unqu
     assert json.loads(render_target_input(target, event)) == {"bucket": "data", "size": 2, "text": "data"}
     assert json.loads(render_target_input({"InputPath": "$.detail.bucket"}, event)) == {"name": "data"}
     assert render_target_input({"Input": '{"a":1}'}, event) == '{"a":1}'
+
+
+# ------------------------------------------------------------------------------------------
+# the spill file (finished executions' histories)
+
+
+def test_spill_file_reads_back_what_was_put_until_reset():
+    from smlt.local.memory import SpillFile
+
+    spill = SpillFile()
+    first, second = spill.put(b"abc"), spill.put(b"\x00" * 5000)
+    assert spill.get(second) == b"\x00" * 5000 and spill.get(first) == b"abc"
+    assert spill.size == 5003
+    spill.reset()
+    with pytest.raises(LookupError, match="reset"):
+        spill.get(first)
+    assert spill.get(spill.put(b"again")) == b"again"
+    spill.reset()
+
+
+def test_spilled_body_is_the_file_like_object_moto_uses():
+    import os
+
+    from smlt.local.memory import SpilledBody
+
+    body = SpilledBody()
+    assert body.read() == b""
+    body.seek(0)
+    body.truncate()
+    assert body.write(b"hello world") == 11
+    assert body.seek(0, os.SEEK_END) == 11 and body.tell() == 11
+    body.seek(6)
+    assert body.read(3) == b"wor" and body.read() == b"ld" and body.read() == b""
+    body.seek(0)
+    assert body.read(100) == b"hello world"
+    body.seek(6)
+    body.write(b"WORLD!")  # not how moto writes: the body is rewritten
+    body.seek(0)
+    assert body.read() == b"hello WORLD!"
+    body.seek(0)
+    body.truncate()
+    body.write(b"new")
+    body.seek(0)
+    assert body.read() == b"new"
+    body.close()
+    with pytest.raises(ValueError, match="closed file"):
+        body.read()
