@@ -1,10 +1,15 @@
-"""Thread-safety for moto's DynamoDB under the threaded server.
+"""Thread-safety for moto's DynamoDB and S3 conditional writes under the threaded server.
 
 moto's `transact_write_items` deep-copies the table to roll back on failure; a concurrent
 `put_item` from another request thread changes the table during the copy ("dictionary changed
 size during iteration", a 500 that botocore then retries), and a query iterating a partition
 while another thread inserts into it fails the same way. DynamoDB itself is consistent under
 concurrency; here every table operation takes one lock (they are short next to the HTTP hop).
+
+S3's conditional PutObject (``If-None-Match: *``, ``If-Match``) is atomic on AWS: of racing writers
+one wins, the others get 412 (or 409, ``smlt.local.conflicts``). moto checks the key and then
+writes it in two steps, so two racing writers can both win once writing a body takes a moment (a
+spilled body is a file write, ``memory.py``); conditional puts take one lock around both steps.
 """
 
 from __future__ import annotations
@@ -71,3 +76,21 @@ def patch_sfn_start_execution_case() -> None:
 
     StateTaskServiceSfn._normalise_parameters = params  # type: ignore[method-assign]
     StateTaskServiceSfn._normalise_response = response  # type: ignore[method-assign]
+
+
+_s3_lock = threading.Lock()
+
+
+def patch_s3_conditional_put() -> None:
+    from moto.s3.responses import S3Response
+
+    orig = S3Response.put_object
+
+    @functools.wraps(orig)
+    def put_object(self: Any) -> Any:
+        if "If-None-Match" in self.headers or "If-Match" in self.headers:
+            with _s3_lock:
+                return orig(self)
+        return orig(self)
+
+    S3Response.put_object = put_object  # type: ignore[method-assign]  # the one replacement

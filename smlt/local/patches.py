@@ -127,6 +127,13 @@ PATCHES: tuple[Patch, ...] = (
         moto_fixes.patch_dynamodb_lock,
     ),
     Patch(
+        "s3-conditional-put-lock",
+        "correctness",
+        "a conditional PutObject checks and writes its key under one lock (atomic, as on AWS)",
+        (_n("moto.s3.responses:S3Response.put_object", "self"),),
+        moto_fixes.patch_s3_conditional_put,
+    ),
+    Patch(
         "spilled-history",
         "memory",
         "a finished execution's history events kept in a temporary file, not in moto's memory",
