@@ -13,3 +13,23 @@ def local(tmp_path_factory):
     engine, names, injector = start_engine(None)
     yield engine, names
     engine.stop()
+
+
+@pytest.fixture
+def engine_as_aws(local, monkeypatch):
+    """boto3 in this process pointed at the local engine as if it were AWS (endpoint, test
+    credentials, region), with the cached clients made again on both sides of the test."""
+    from smlt.records import dynamodb_client
+    from smlt.store.s3 import s3_client
+
+    engine, names = local
+    for k, v in {
+        "AWS_ENDPOINT_URL": engine.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    s3_client.cache_clear(), dynamodb_client.cache_clear()
+    yield engine, names
+    s3_client.cache_clear(), dynamodb_client.cache_clear()

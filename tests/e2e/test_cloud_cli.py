@@ -14,25 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def deployed(local, monkeypatch):
-    engine, names = local
-    for k, v in {
-        "AWS_ENDPOINT_URL": engine.endpoint_url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
+def deployed(engine_as_aws):
     from smlt.local.console import publish_outputs
-    from smlt.records import dynamodb_client
-    from smlt.store.s3 import s3_client
 
-    s3_client.cache_clear(), dynamodb_client.cache_clear()
+    engine, names = engine_as_aws
     publish_outputs(engine, names, "SmltCliTest")
     cfn = engine.client("cloudformation")
     yield engine, cloud.Stack.lookup("SmltCliTest", cfn=cfn)
     cfn.delete_stack(StackName="SmltCliTest")
-    s3_client.cache_clear(), dynamodb_client.cache_clear()
 
 
 def test_start_status_fetch(deployed, tmp_path, capsys):

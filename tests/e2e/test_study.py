@@ -60,15 +60,8 @@ def small_study(tmp_path, **changes):
     return path
 
 
-def test_the_same_study_through_the_deployed_path(local, tmp_path, monkeypatch):
-    engine, names = local
-    for k, v in {
-        "AWS_ENDPOINT_URL": engine.endpoint_url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
+def test_the_same_study_through_the_deployed_path(engine_as_aws, tmp_path):
+    engine, names = engine_as_aws
     publish_outputs(engine, names, "SmltStudyTest")
     cfn = engine.client("cloudformation")
     try:
