@@ -5,9 +5,14 @@ reconciliation of the stored objects and items finds no update lost or counted t
 import json
 from collections import Counter
 
+import pytest
+
 from smlt.faults import FaultInjector
 from smlt.reconcile import reconcile
 from tests.e2e.test_local_run import digits_job, run
+
+# Also run with the local engine's speed patches off (make test-stock-moto): see pyproject's markers.
+pytestmark = pytest.mark.stock_moto
 
 FAULTS = "fail=0.2,duplicate=0.05,s3_conflict=0.1,ddb_conflict=0.1"
 

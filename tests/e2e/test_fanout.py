@@ -9,6 +9,9 @@ import pytest
 from smlt.records import RunTable
 from tests.e2e.test_local_run import digits_job, run
 
+# Also run with the local engine's speed patches off (make test-stock-moto): see pyproject's markers.
+pytestmark = pytest.mark.stock_moto
+
 
 def _entered(out) -> list[str]:
     history = json.loads((out / "history.json").read_text())

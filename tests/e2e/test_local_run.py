@@ -3,10 +3,15 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from smlt.datasets import stage_dataset
 from smlt.errors import RunFailed
 from smlt.faults import FaultInjector
 from smlt.runner import execute
+
+# Also run with the local engine's speed patches off (make test-stock-moto): see pyproject's markers.
+pytestmark = pytest.mark.stock_moto
 
 ROOT = Path(__file__).resolve().parents[2]
 
