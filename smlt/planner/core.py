@@ -702,8 +702,11 @@ def _objective(x: _Choice, p: _Pick) -> np.ndarray:
     if p.note:
         dtau = x.pm.mean_round_progress(x.cand.n, x.cand.k)
         t_left = (c.deadline_seconds - x.history.elapsed_s) if c.deadline_seconds is not None else math.inf
+        # the money the hard guard will let rounds spend: its worst-case reserve for the last one
+        # and finalisation's stay unspent (a plan with a dear worst case buys fewer rounds)
+        money = x.budget - x.spent - finalize_cost_ub(x.prices, x.arch, x.tm.sizes) - (f.cost_ub - f.cost_warm)
         n_rounds = np.minimum(
-            (x.budget - x.spent) / np.maximum(f.cost_warm, 1e-12), t_left / np.maximum(f.round_s_warm, 1e-9)
+            np.maximum(money, 0.0) / np.maximum(f.cost_warm, 1e-12), t_left / np.maximum(f.round_s_warm, 1e-9)
         )
         n_rounds = np.minimum(n_rounds, x.job.training.max_rounds - len(x.history.rounds))
         base_obj = -np.minimum(n_rounds, 1e9) * dtau

