@@ -223,7 +223,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "table-query",
         "speed",
-        "Query reads one partition, sizes items only when it can decide, copies results directly",
+        "Query reads the key range of one partition (its keys kept in order), sizes items only when it can decide, copies results directly",
         (
             _n(
                 f"{_DDB}.models.table:Table.query",
