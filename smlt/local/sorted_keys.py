@@ -18,6 +18,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from .memory import CompactPartition
+
 # moto's comparison functions (comparisons.COMPARISON_FUNCS), by the interval each selects
 _KINDS: dict[Any, str] = {}
 
@@ -45,8 +47,8 @@ class Unordered(Exception):
 
 
 def _dropping_order(name: str) -> Any:
-    """dict's method `name`, which forgets the order first (it is rebuilt when next needed)."""
-    base = getattr(dict, name)
+    """The partition's method `name`, which forgets the order first (rebuilt when next needed)."""
+    base = getattr(CompactPartition, name)
 
     def method(self: SortedPartition, *args: Any, **kwargs: Any) -> Any:
         self._order = None
@@ -56,16 +58,14 @@ def _dropping_order(name: str) -> Any:
     return method
 
 
-class SortedPartition(dict[Any, Any]):
-    """moto's partition dict with its keys in sort order beside it (see the module's doc)."""
+class SortedPartition(CompactPartition):
+    """moto's partition dict (items stored compactly, :mod:`smlt.local.memory`) with its keys in
+    sort order beside it (see the module's doc)."""
 
     _order: tuple[list[Any], list[Any]] | None = None  # (cast values, keys), ascending; None: not built
 
-    def __reduce__(self) -> Any:  # copy, deepcopy, pickle: a plain copy of the items, order rebuilt
-        return (type(self), (dict(self),))
-
     def copy(self) -> SortedPartition:
-        new = SortedPartition(self)
+        new = SortedPartition(dict(self))  # copy, deepcopy, pickle: the items, the order rebuilt
         if self._order is not None:
             new._order = (list(self._order[0]), list(self._order[1]))
         return new
@@ -96,7 +96,7 @@ class SortedPartition(dict[Any, Any]):
             else:
                 casts.insert(i, cast)
                 keys.insert(i, key)
-        dict.__setitem__(self, key, value)
+        CompactPartition.__setitem__(self, key, value)
 
     def _forget(self, key: Any) -> None:
         if self._order is None or key not in self:
@@ -113,11 +113,11 @@ class SortedPartition(dict[Any, Any]):
 
     def __delitem__(self, key: Any) -> None:
         self._forget(key)
-        dict.__delitem__(self, key)
+        CompactPartition.__delitem__(self, key)
 
     def pop(self, key: Any, *default: Any) -> Any:
         self._forget(key)
-        return dict.pop(self, key, *default)
+        return CompactPartition.pop(self, key, *default)
 
     popitem = _dropping_order("popitem")
     clear = _dropping_order("clear")

@@ -177,7 +177,7 @@ def _table_snapshot(table: Any, keys: list[dict[str, Any]]) -> Any:
 
     from moto.dynamodb.models.dynamo_type import DynamoType
 
-    from .sorted_keys import SortedPartition
+    from .memory import CompactPartition
 
     if getattr(table, "stream_shard", None) is not None:
         return real_copy.deepcopy(table)
@@ -185,7 +185,7 @@ def _table_snapshot(table: Any, keys: list[dict[str, Any]]) -> Any:
     items: Any = defaultdict(dict)
     for h, v in table.items.items():
         # a partition whose keys are kept in order (sorted_keys) is copied with its order
-        items[h] = (v.copy() if type(v) is SortedPartition else dict(v)) if table.has_range_key else v
+        items[h] = (v.copy() if isinstance(v, CompactPartition) else dict(v)) if table.has_range_key else v
     snap.items = items
     for key in keys:
         try:
@@ -656,6 +656,7 @@ def _key_range_query(
     from moto.dynamodb.models import table as table_module
     from moto.dynamodb.models.dynamo_type import Item
 
+    from .memory import CompactPartition
     from .sorted_keys import SortedPartition, Unordered, first_true, key_range
 
     range_comparison, range_objs, range_key_conditions = condition
@@ -671,8 +672,8 @@ def _key_range_query(
     ):
         return None
     part = table.items.get(hash_key)
-    if type(part) is dict:  # a partition moto made (or a rollback restored): the same items, kept in order
-        part = table.items[hash_key] = SortedPartition(part)
+    if type(part) in (dict, CompactPartition):  # moto's (or restored by a rollback): the same items, in order
+        part = table.items[hash_key] = SortedPartition(dict(part))
     if type(part) is not SortedPartition:
         return None
     try:
