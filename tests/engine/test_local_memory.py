@@ -170,3 +170,40 @@ def test_a_frozen_item_thaws_to_the_same_moto_item():
         back = codec.thaw(frozen)
         assert back == item and back.to_json() == copy.deepcopy(item).to_json()
         assert type(back.attrs) is type(item.attrs)
+
+
+ARENAS = """
+import ctypes, os, sys, tempfile, threading
+from smlt.local import memory
+if sys.argv[1] == "capped":
+    assert memory.limit_malloc_arenas()
+barrier, held = threading.Barrier(12), []
+def work():
+    barrier.wait()  # all at once: glibc gives a contended thread an arena of its own
+    held.append([bytearray(2000) for _ in range(3000)])
+threads = [threading.Thread(target=work) for _ in range(12)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+path = tempfile.mktemp()
+fp = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(fp))
+libc.fclose(ctypes.c_void_p(fp))
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def test_the_engine_process_keeps_its_heap_in_few_malloc_arenas():
+    """glibc's malloc_info lists one heap per arena: threads allocating at once spread over many,
+    and over at most MALLOC_ARENAS once capped (the engine caps its process at start)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    counts = {}
+    for mode in ("default", "capped"):
+        out = subprocess.run([sys.executable, "-c", ARENAS, mode], env=env, capture_output=True, text=True, check=True)
+        counts[mode] = int(out.stdout)
+    assert counts["capped"] <= memory.MALLOC_ARENAS < counts["default"]
