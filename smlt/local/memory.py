@@ -42,6 +42,7 @@ import os
 import pickle
 import tempfile
 import threading
+import weakref
 from typing import IO, Any
 
 from .errors import MotoVersionError
@@ -281,7 +282,9 @@ class _Codec:
 
 
 _CODEC: list[_Codec] = []  # set at install
-_HOT: collections.deque[tuple[CompactPartition, Any]] = collections.deque()  # (partition, key) made hot
+# (partition, key) of the items made objects, oldest first; a partition no longer in moto (a
+# rollback's spare copy) is not kept alive by this
+_HOT: collections.deque[tuple[weakref.ref[CompactPartition], Any]] = collections.deque()
 
 
 def freeze_cold() -> None:
@@ -291,7 +294,10 @@ def freeze_cold() -> None:
         return
     codec = _CODEC[0]
     while len(_HOT) > HOT_ITEMS:
-        part, key = _HOT.popleft()
+        ref, key = _HOT.popleft()
+        part = ref()
+        if part is None:
+            continue
         value = dict.get(part, key)
         if value is not None and type(value) is not Frozen:
             frozen = codec.freeze(value)
@@ -306,25 +312,32 @@ class CompactPartition(dict[Any, Any]):
 
     def __init__(self, *args: Any) -> None:
         dict.__init__(self, *args)
-        _HOT.extend((self, k) for k, v in dict.items(self) if type(v) is not Frozen)
+        me = weakref.ref(self)
+        _HOT.extend((me, k) for k, v in dict.items(self) if type(v) is not Frozen)
 
     def __reduce__(self) -> Any:  # copy, deepcopy, pickle: the same contents (bytes included)
         return (type(self), (dict(self),))
 
-    def copy(self) -> CompactPartition:
-        return type(self)(dict(self))
+    def copy(self) -> Any:
+        """The same contents, the bytes shared; its objects are made hot as they are here (without
+        a pass over every item: a transaction's rollback copy is taken for every write)."""
+        new = type(self).__new__(type(self))
+        dict.update(new, self)
+        theirs = weakref.ref(new)
+        _HOT.extend([(theirs, k) for ref, k in _HOT if ref() is self])
+        return new
 
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
         if type(value) is Frozen:
             value = _CODEC[0].thaw(value)
             dict.__setitem__(self, key, value)
-            _HOT.append((self, key))
+            _HOT.append((weakref.ref(self), key))
         return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dict.__setitem__(self, key, value)
-        _HOT.append((self, key))
+        _HOT.append((weakref.ref(self), key))
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self[key] if key in self else default

@@ -64,8 +64,8 @@ class SortedPartition(CompactPartition):
 
     _order: tuple[list[Any], list[Any]] | None = None  # (cast values, keys), ascending; None: not built
 
-    def copy(self) -> SortedPartition:
-        new = SortedPartition(dict(self))  # copy, deepcopy, pickle: the items, the order rebuilt
+    def copy(self) -> SortedPartition:  # with its order (deepcopy and pickle rebuild it)
+        new: SortedPartition = CompactPartition.copy(self)
         if self._order is not None:
             new._order = (list(self._order[0]), list(self._order[1]))
         return new
