@@ -271,7 +271,9 @@ class _Codec:
 
     def thaw(self, frozen: Frozen) -> Any:
         hash_key, rng, attrs = marshal.loads(frozen)  # noqa: S302 - our own bytes
-        item = self.Item.__new__(self.Item)  # as moto's __deepcopy__ makes it (BaseModel's __new__)
+        # the item moto made once, not a new one: not through BaseModel.__new__, which adds every
+        # instance to a list for good (moto's dashboard; a read would add one per thawed item)
+        item = object.__new__(self.Item)
         item.hash_key = self._node(hash_key)
         item.range_key = None if rng is None else self._node(rng)
         item.attrs = self.LimitedSizeDict.__new__(self.LimitedSizeDict)

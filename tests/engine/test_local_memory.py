@@ -207,3 +207,22 @@ def test_the_engine_process_keeps_its_heap_in_few_malloc_arenas():
         out = subprocess.run([sys.executable, "-c", ARENAS, mode], env=env, capture_output=True, text=True, check=True)
         counts[mode] = int(out.stdout)
     assert counts["capped"] <= memory.MALLOC_ARENAS < counts["default"]
+
+
+def test_thawing_adds_nothing_to_motos_instance_list(monkeypatch):
+    """moto's BaseModel.__new__ keeps every instance for good (without the speed patches): a
+    thawed item is the one moto made, so a read must not add one."""
+    from moto.core.common_models import BaseModel
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+
+    made = []
+
+    def tracking_new(cls, *args, **kwargs):
+        made.append(cls)
+        return object.__new__(cls)
+
+    monkeypatch.setattr(BaseModel, "__new__", staticmethod(tracking_new))
+    item = Item(DynamoType({"S": "p"}), DynamoType({"S": "s"}), _item(2))
+    assert made == [Item]
+    back = memory._CODEC[0].thaw(memory._CODEC[0].freeze(item))
+    assert back == item and made == [Item]
