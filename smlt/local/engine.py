@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import invoke, limits, patches
+from . import invoke, limits, memory, patches
 from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import AfterInvoke, InvokeFilter, InvokeRouter
@@ -163,6 +163,7 @@ class LocalEngine:
         # 4. patches + moto
         t = time.perf_counter()
         patches.install()
+        memory.limit_malloc_arenas()  # before the server's threads: one heap, not one per thread
         limits.set_history_limit(self.history_limit)
         invoke.install()
         self.server = server_mod.acquire()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 _lock = threading.RLock()
@@ -31,7 +32,14 @@ OPERATIONS = (
     "scan",
     "batch_get_item",
     "transact_get_items",
+    "execute_statement",
+    "execute_transaction",
+    "batch_execute_statement",
 )
+# Called with the lock held before each outermost operation, when no operation is under way
+# (memory.freeze_cold: items may be stored as bytes only while nobody holds one to change).
+BEFORE_OPERATION: list[Callable[[], None]] = []
+_depth = [0]  # operations under way in the thread holding the lock (they nest: a batch calls put_item)
 
 
 def patch_dynamodb_lock() -> None:
@@ -43,7 +51,14 @@ def patch_dynamodb_lock() -> None:
         @functools.wraps(orig)
         def locked(self: Any, *args: Any, __orig: Any = orig, **kwargs: Any) -> Any:
             with _lock:
-                return __orig(self, *args, **kwargs)
+                if not _depth[0]:
+                    for hook in BEFORE_OPERATION:
+                        hook()
+                _depth[0] += 1
+                try:
+                    return __orig(self, *args, **kwargs)
+                finally:
+                    _depth[0] -= 1
 
         setattr(DynamoDBBackend, name, locked)
 

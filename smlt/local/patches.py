@@ -4,7 +4,7 @@ Three kinds: *correctness* patches make moto behave as AWS does where smlt depen
 (``limits.py``: payload boundary, uncatchable errors, history quota, Distributed Map failure
 threshold, Lambda error names; ``moto_fixes.py``: DynamoDB under the threaded server); *memory*
 patches keep on disk what moto would hold in the process for good, with the same answers
-(``memory.py``: finished executions' histories, S3 bodies); *speed* patches remove per-request
+(``memory.py``: finished executions' histories, S3 bodies, DynamoDB items as bytes); *speed* patches remove per-request
 costs with the same answers (``speed.py``).
 ``SMLT_LOCAL_SPEEDUPS=0`` leaves the speed patches out (set it before the first install, in a
 fresh process); the correctness and memory patches stay.
@@ -158,6 +158,17 @@ PATCHES: tuple[Patch, ...] = (
         memory.patch_spilled_s3_bodies,
     ),
     Patch(
+        "compact-dynamodb-items",
+        "memory",
+        "DynamoDB items not used lately kept as bytes, thawed into moto's objects when read (moto: ~6 KB of objects an item)",
+        (
+            _n(f"{_DDB}.models.table:Table.__init__"),
+            _n(f"{_DDB}.models.dynamo_type:Item.__init__", "self", "hash_key", "range_key", "attrs"),
+            _n(f"{_DDB}.models.dynamo_type:LimitedSizeDict"),
+        ),
+        memory.patch_compact_dynamodb_items,
+    ),
+    Patch(
         "backend-for-host",
         "speed",
         "memoised service routing of the server's dispatcher",
@@ -223,7 +234,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "table-query",
         "speed",
-        "Query reads one partition, sizes items only when it can decide, copies results directly",
+        "Query reads the key range of one partition (its keys kept in order), sizes items only when it can decide, copies results directly",
         (
             _n(
                 f"{_DDB}.models.table:Table.query",

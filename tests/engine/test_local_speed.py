@@ -412,6 +412,169 @@ def test_query_matches_moto():
         assert patched == unpatched and max(len(p) for p in patched) > 3
 
 
+def _sk(kind, r, w=None):
+    return {"S": f"{kind}#{r:06d}" + ("" if w is None else f"#{w:03d}")}
+
+
+_RANGE_CONDITIONS = {
+    "s": [
+        ("pk = :p", {}),
+        ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "ATTEMPT#000004#"}}),
+        ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "ATTEMPT#"}}),
+        ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "ROUND#"}}),
+        ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "NONE#"}}),
+        ("pk = :p AND begins_with(sk, :a)", {":a": {"S": "~"}}),
+        ("pk = :p AND sk BETWEEN :a AND :b", {":a": _sk("ROUND", 5), ":b": {"S": "ROUND#~"}}),
+        ("pk = :p AND sk BETWEEN :a AND :b", {":a": _sk("PLAN", 3), ":b": _sk("ATTEMPT", 3)}),
+        ("pk = :p AND sk = :a", {":a": _sk("PLAN", 7)}),
+        ("pk = :p AND sk = :a", {":a": _sk("PLAN", 70)}),
+        ("pk = :p AND sk < :a", {":a": _sk("ATTEMPT", 2, 1)}),
+        ("pk = :p AND sk <= :a", {":a": _sk("ATTEMPT", 2, 1)}),
+        ("pk = :p AND sk > :a", {":a": _sk("PLAN", 11)}),
+        ("pk = :p AND sk >= :a", {":a": _sk("PLAN", 11)}),
+    ],
+    "n": [
+        ("pk = :p", {}),
+        ("pk = :p AND sk BETWEEN :a AND :b", {":a": {"N": "-5"}, ":b": {"N": "13.0"}}),
+        ("pk = :p AND sk < :a", {":a": {"N": "-2.00"}}),
+        ("pk = :p AND sk = :a", {":a": {"N": "1.1"}}),
+        ("pk = :p AND sk >= :a", {":a": {"N": "25.1"}}),
+    ],
+}
+_RANGE_STARTS = {  # ExclusiveStartKeys' sort keys: an item's, between items, before and after all
+    "s": [_sk("ATTEMPT", 4, 1), {"S": "ATTEMPT#000004#0015"}, _sk("ROUND", 6), {"S": "A"}, {"S": "~"}],
+    "n": [{"N": "-5.2"}, {"N": "4.0"}, {"N": "100"}],
+}
+_RANGE_EXTRAS = [
+    {},
+    {"Limit": 1},
+    {"Limit": 2},
+    {"Limit": 5},
+    {"ScanIndexForward": False},
+    {"ScanIndexForward": False, "Limit": 3},
+    {"FilterExpression": "t = :t", "Limit": 4, "ExpressionAttributeValues": {":t": {"BOOL": True}}},
+    {"Select": "COUNT", "Limit": 7},
+]
+
+
+def _all_pages(ddb, table, cond, values, extra, start=None):
+    """Every page of one Query, following LastEvaluatedKey."""
+    extra = dict(extra)
+    extra_values = extra.pop("ExpressionAttributeValues", {})
+    kwargs = dict(
+        TableName=table,
+        KeyConditionExpression=cond,
+        **extra,
+        ExpressionAttributeValues={":p": {"S": "p"}, **values, **extra_values},
+    )
+    if start is not None:
+        kwargs["ExclusiveStartKey"] = start
+    out = []
+    while True:
+        resp = ddb.query(**kwargs)
+        resp.pop("ResponseMetadata")
+        out.append(resp)
+        if "LastEvaluatedKey" not in resp or len(out) > 80:
+            return out
+        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+def _range_queries(ddb):
+    out = []
+    for t, conds in _RANGE_CONDITIONS.items():
+        for c, v in conds:
+            out += [_all_pages(ddb, t, c, v, e) for e in _RANGE_EXTRAS]
+            for pk in ("p", "q"):  # the ExclusiveStartKey of this partition and of another one
+                for start in _RANGE_STARTS[t]:
+                    for e in (_RANGE_EXTRAS[0], _RANGE_EXTRAS[2], _RANGE_EXTRAS[5]):
+                        out.append(_all_pages(ddb, t, c, v, e, {"pk": {"S": pk}, "sk": start}))
+    return out
+
+
+def _change_every_way(ddb):
+    """Deletes, inserts in the middle, overwrites, numbers equal to a deleted key, a cancelled
+    transaction (moto restores its snapshot of the table) and a committed one."""
+    from botocore.exceptions import ClientError
+
+    for r in (2, 5, 9):
+        ddb.delete_item(TableName="s", Key={"pk": {"S": "p"}, "sk": _sk("ATTEMPT", r, 1)})
+        ddb.put_item(TableName="s", Item={"pk": {"S": "p"}, "sk": _sk("ATTEMPT", r, 7), **_rich(r + 1)})
+        ddb.put_item(TableName="s", Item={"pk": {"S": "p"}, "sk": _sk("PLAN", r), **_rich(r + 2)})
+    ddb.delete_item(TableName="n", Key={"pk": {"S": "p"}, "sk": {"N": "1.1"}})
+    ddb.put_item(TableName="n", Item={"pk": {"S": "p"}, "sk": {"N": "1.10"}, **_rich(2)})
+    ddb.put_item(TableName="n", Item={"pk": {"S": "p"}, "sk": {"N": "-100"}, **_rich(3)})
+    put = {"Put": {"TableName": "s", "Item": {"pk": {"S": "p"}, "sk": _sk("ATTEMPT", 3, 9), **_rich(1)}}}
+    check = {"TableName": "s", "Key": {"pk": {"S": "p"}, "sk": _sk("ROUND", 3)}}
+    with pytest.raises(ClientError):
+        ddb.transact_write_items(
+            TransactItems=[put, {"ConditionCheck": {**check, "ConditionExpression": "attribute_not_exists(pk)"}}]
+        )
+    ddb.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": "s", "Item": {"pk": {"S": "p"}, "sk": _sk("ATTEMPT", 3, 8), **_rich(1)}}},
+            {"Delete": {"TableName": "s", "Key": {"pk": {"S": "p"}, "sk": _sk("ATTEMPT", 3, 0)}}},
+        ]
+    )
+
+
+def test_query_over_the_sorted_keys_matches_moto_as_the_partition_changes():
+    """The partition's keys kept in order (sorted_keys): ledger-like keys, pages, both directions,
+    filters, ExclusiveStartKeys (an item's, between items, of another partition), then every kind
+    of change to the partition: same pages as moto, whose loop reads the whole partition."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        _table(ddb, "s")
+        _table(ddb, "n", "N")
+        for r in range(12):
+            for kind, w in [("ATTEMPT", 0), ("ATTEMPT", 1), ("ATTEMPT", 2), ("PLAN", None), ("ROUND", None)]:
+                ddb.put_item(TableName="s", Item={"pk": {"S": "p"}, "sk": _sk(kind, r, w), **_rich(r)})
+            ddb.put_item(TableName="s", Item={"pk": {"S": "q"}, "sk": _sk("ROUND", r), **_rich(r)})
+            ddb.put_item(TableName="n", Item={"pk": {"S": "p"}, "sk": {"N": f"{r * 3 - 11}.{r % 3}"}, **_rich(r)})
+
+        first, unpatched = both(lambda: _range_queries(ddb), "query")
+        assert first == unpatched
+        assert any(len(p) > 1 for p in first) and any(p[0]["Count"] == 0 for p in first)
+        _change_every_way(ddb)  # the partitions keep their order now: change them
+        second, unpatched = both(lambda: _range_queries(ddb), "query")
+        assert second == unpatched and second != first
+
+
+def test_query_reads_only_its_key_range(monkeypatch):
+    """A begins_with / BETWEEN Query of a few items in a 3,000-item partition hands moto's loop
+    those items and the one after them, not the partition (DynamoDB reads a key range)."""
+    import boto3
+    from moto import mock_aws
+
+    seen = []
+    loop = speed._query_loop
+
+    def counted(table, candidates, *args):
+        seen.append(len(candidates))
+        return loop(table, candidates, *args)
+
+    monkeypatch.setattr(speed, "_query_loop", counted)
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        create_run_table(ddb, "t")
+        for r in range(1000):
+            for kind in ("ATTEMPT", "PLAN", "ROUND"):
+                ddb.put_item(TableName="t", Item={"pk": {"S": "p"}, "sk": {"S": f"{kind}#{r:06d}"}})
+        for cond, values in [
+            ("begins_with(sk, :a)", {":a": {"S": "PLAN#00050"}}),
+            ("sk BETWEEN :a AND :b", {":a": {"S": "PLAN#000990"}, ":b": {"S": "PLAN#~"}}),
+        ]:
+            seen.clear()
+            resp = ddb.query(
+                TableName="t",
+                KeyConditionExpression="pk = :p AND " + cond,
+                ExpressionAttributeValues={":p": {"S": "p"}, **values},
+            )
+            assert resp["Count"] == 10 and seen == [11]
+
+
 def test_query_size_limit_with_an_oversized_item_matches_moto():
     """Only nested updates grow an item past 405,000 bytes; then moto's size check (which counts
     the item in hand, matching or not) can end a page early, and the shortcut must be off."""
