@@ -438,6 +438,11 @@ class _Choice:
         return b if b is not None else math.inf
 
     @property
+    def spendable(self) -> float:
+        """The budget rounds may still spend: finalisation's worst case stays reserved."""
+        return self.budget - self.spent - finalize_cost_ub(self.prices, self.arch, self.tm.sizes)
+
+    @property
     def first(self) -> bool:
         return not self.history.rounds
 
@@ -590,7 +595,7 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
             if not cheap.any():
                 continue
             j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
-            safe = budget_safe(ev, qs, j, x.budget - x.spent - finalize_cost_ub(x.prices, x.arch, x.tm.sizes))
+            safe = budget_safe(ev, qs, j, x.spendable)
             levels.append((_median_plan(x, guard, np.isfinite(ev.T[0.5]), safe), qs, j))
     for q in FEASIBLE_QS:
         qb = min(q, BUDGET_Q)
@@ -703,8 +708,8 @@ def _objective(x: _Choice, p: _Pick) -> np.ndarray:
         dtau = x.pm.mean_round_progress(x.cand.n, x.cand.k)
         t_left = (c.deadline_seconds - x.history.elapsed_s) if c.deadline_seconds is not None else math.inf
         # the money the hard guard will let rounds spend: its worst-case reserve for the last one
-        # and finalisation's stay unspent (a plan with a dear worst case buys fewer rounds)
-        money = x.budget - x.spent - finalize_cost_ub(x.prices, x.arch, x.tm.sizes) - (f.cost_ub - f.cost_warm)
+        # stays unspent too (a plan with a dear worst case buys fewer rounds)
+        money = x.spendable - (f.cost_ub - f.cost_warm)
         n_rounds = np.minimum(
             np.maximum(money, 0.0) / np.maximum(f.cost_warm, 1e-12), t_left / np.maximum(f.round_s_warm, 1e-9)
         )
