@@ -11,8 +11,9 @@ Lambda request fee it accounts for. A handler that raises still writes it (the m
 aggregator estimates it from the Map's outcomes (`estimated_attempts`): a time-out at the
 function's timeout (what AWS bills it), any other crash at the longest attempt of its round.
 
-The item cannot hold the time of its own PutItem: it holds an estimate (the last such write in
-this process, `WRITE_PRIOR_S` before the first), and the process's next item of the same run
+The item cannot hold the time of its own PutItem: it holds an estimate (the median of this
+process's last few such writes, `WRITE_PRIOR_S` before the first: one write slowed by a busy host
+must not become the next estimate), and the process's next item of the same run
 carries the correction (`corrects`, `correction_s`: the write's measured time minus the
 estimate), applied when the ledger is read (`from_items`). So every attempt but the last of each
 process in a run is exact to AWS's 1 ms billing granularity; the last keeps its estimate.
@@ -29,9 +30,10 @@ import contextvars
 import functools
 import logging
 import math
+import statistics
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,10 +49,9 @@ log = logging.getLogger(__name__)
 
 PREFIX = "ATTEMPT#"
 RUN_LEVEL = "run"  # the sk part of attempts of no round (finalize)
-WRITE_PRIOR_S = 0.005
-UNBILLABLE = frozenset(
-    {"InvalidEvent"}
-)  # an event the handler refused: its run_id is not to be trusted  # the ATTEMPT PutItem's time before this process has measured one
+WRITE_PRIOR_S = 0.005  # the ATTEMPT PutItem's time before this process has measured one
+WRITE_WINDOW = 5  # the estimate is the median of this many of the process's last measured writes
+UNBILLABLE = frozenset({"InvalidEvent"})  # an event the handler refused: its run_id is not to be trusted
 
 
 def round_prefix(rnd: int | None) -> str:
@@ -207,6 +208,12 @@ class _Written:
 
 
 _LAST: _Written | None = None
+_WRITES: deque[float] = deque(maxlen=WRITE_WINDOW)  # this process's last measured ATTEMPT writes, s
+
+
+def write_estimate() -> float:
+    """What this process's next ATTEMPT PutItem will take: the median of its last few."""
+    return statistics.median(_WRITES) if _WRITES else WRITE_PRIOR_S
 
 
 class Meter:
@@ -216,7 +223,6 @@ class Meter:
         self.loaded_at = loaded_at
         self.table = table  # the table's name, read when the first item is written
         self.cold = True
-        self.write_s = WRITE_PRIOR_S
         install()
 
     def __call__(self, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -263,6 +269,7 @@ class Meter:
         tally = cur.tally
         request_id = str(getattr(context, "aws_request_id", "") or uuid.uuid4())
         last = _LAST if _LAST is not None and _LAST.run_id == run_id else None
+        estimate = write_estimate()
         t_end = time.time()
         item = AttemptItem(
             function=str(getattr(context, "function_name", "")),
@@ -273,24 +280,26 @@ class Meter:
             request_id=request_id,
             started_at=cur.started,
             init_s=cur.init_s,
-            duration_s=t_end - cur.started + self.write_s,
+            duration_s=t_end - cur.started + estimate,
             outcome=outcome,
             # this PutItem itself: one request, one write unit
             requests=dict(tally.requests + Counter({"dynamodb.PutItem": 1})),
             dynamodb_write_units=tally.write_units + 1.0,
             dynamodb_read_units=tally.read_units,
-            write_s=self.write_s,
+            write_s=estimate,
             corrects=last.key if last else None,
             correction_s=last.error_s if last else 0.0,
         )
         key = f"{round_prefix(rnd)}{request_id}#{uuid.uuid4().hex[:8]}"
         table.put_once(key, item)
-        self._written(run_id, key, time.time() - t_end)
+        _written(run_id, key, time.time() - t_end, estimate)
 
-    def _written(self, run_id: str, key: str, write_s: float) -> None:
-        global _LAST
-        _LAST = _Written(run_id, key, write_s - self.write_s)
-        self.write_s = write_s
+
+def _written(run_id: str, key: str, write_s: float, estimate: float) -> None:
+    """Remember the write just measured: its error corrects its item, its time the next estimate."""
+    global _LAST
+    _LAST = _Written(run_id, key, write_s - estimate)
+    _WRITES.append(write_s)
 
 
 def _where(event: Any, result: Any) -> tuple[str, int | None, int | None, str] | None:
@@ -472,7 +481,7 @@ def in_progress(memory_mb: int, extra_requests: dict[str, int], op: str) -> Atte
         memory_mb=cur.memory_mb or memory_mb,
         op=op,
         init_s=cur.init_s,
-        duration_s=cur.elapsed_s() + WRITE_PRIOR_S,
+        duration_s=cur.elapsed_s() + write_estimate(),
         requests=dict(reqs),
         dynamodb_write_units=cur.tally.write_units
         + sum(v for k, v in extra_requests.items() if k.startswith("dynamodb."))

@@ -48,6 +48,15 @@ def test_the_next_item_of_a_process_corrects_the_write_estimate():
     assert a.key == "ATTEMPT#000000#a#1"
 
 
+def test_one_slow_write_does_not_become_the_next_estimate(monkeypatch):
+    monkeypatch.setattr(ledger, "_WRITES", ledger.deque(maxlen=ledger.WRITE_WINDOW))
+    assert ledger.write_estimate() == ledger.WRITE_PRIOR_S  # before the process measured one
+    for i, took in enumerate([0.004, 0.006, 0.005, 0.250]):  # the last one on a starved host
+        ledger._written("run", f"k{i}", took, ledger.write_estimate())
+    assert ledger.write_estimate() == pytest.approx(0.0055)  # the median, not the 250 ms outlier
+    assert ledger._LAST.error_s == pytest.approx(0.250 - 0.005)  # its own item is still corrected exactly
+
+
 def test_a_worker_that_left_no_item_is_estimated():
     seen = [attempt(worker=0, duration_s=3.0), attempt(worker=2, duration_s=1.0)]
     outcomes = [{"worker": 1, "ok": False, "error": "Sandbox.Timedout"}, {"worker": 3, "ok": False, "error": "X"}]
