@@ -32,6 +32,7 @@ FEASIBLE_QS = (0.9, 0.7, 0.5, 0.2)  # plan with the highest percentile of the ro
 # would make every early plan timid (slow) while the curve is still uncertain.
 BUDGET_Q = 0.5
 BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
+SPEED_BACKUP_QS = (BUDGET_Q,)  # the speed objective's cheap way out, at the budget's percentile
 P_NEVER_GIVE_UP = 0.99  # the curve says the target is out of reach (0.9 gave up on recorded curves on their way)
 MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
 # ... and only when the run itself shows it: the best metric of the last STALL_ROUNDS evaluations
@@ -594,8 +595,10 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
             levels.append((_median_plan(x, guard, np.isfinite(ev.C[0.5]), safe), qs, j))
     if c.budget_usd is not None and c.objective == "speed":
         # The mirror image for speed: go fast at the median only while, after this round, the
-        # cheapest plan could still pay its way to the target if progress is slow (p90, p70).
-        for qs in BACKUP_QS:
+        # cheapest plan could still pay its way to the target, judged at BUDGET_Q like every
+        # budget test (the hard guard already makes overspending impossible). At p90/p70 the
+        # way out pushed speed runs to cheap, slow tiers the oracle did not need.
+        for qs in SPEED_BACKUP_QS:
             cheap = guard & ev.ok_rounds[qs] & ev.ok_deadline[qs] & np.isfinite(ev.C[qs])
             if not cheap.any():
                 continue
