@@ -13,6 +13,7 @@ from smlt.planner.core import (
     STEP_UP_X,
     TIME_FOR_COST,
     _cheap_then_fast,
+    _levels,
     _Pick,
     budget_safe,
     candidates,
@@ -216,3 +217,24 @@ def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices):
     d = decide(job, hist, [1024, 1769, 3008, 5120, 7168, 10240], prices)
     assert d.action == "train" and "best effort" in d.reason, d.reason
     assert d.workers <= 2 and d.predicted_round_cost_usd is not None, d.reason
+
+
+def test_the_speed_objective_s_cheap_way_out_is_judged_at_the_budget_s_percentile():
+    """Speed with $1.00 to spend: the fast plan (1) has a $0.40 worst round; the cheap plan (0)
+    needs $0.80 at p90, $0.40 at the median. Judged at p90 the fast plan left no way out and the
+    run took the cheap, slow one; at BUDGET_Q (the median, as every budget test) the fast plan
+    is allowed (the hard guard keeps the bill within the budget either way)."""
+    job = make_job(constraints={"budget_usd": 1.0, "objective": "speed"})
+    yes = np.array([True, True])
+    qs = (0.9, 0.7, 0.5, 0.2, 0.1)
+    ev = SimpleNamespace(
+        f=SimpleNamespace(cost_ub=np.array([0.1, 0.4])),
+        C={0.9: np.array([0.8, 1.5]), 0.7: np.array([0.7, 1.3]), 0.5: np.array([0.4, 0.9]), 0.2: np.array([0.3, 0.7])},
+        T={q: np.array([100.0, 10.0]) for q in qs},
+        ok_rounds={q: yes for q in qs},
+        ok_deadline={q: yes for q in qs},
+        ok_budget={0.9: np.array([True, False]), 0.7: np.array([True, False]), 0.5: yes, 0.2: yes},
+    )
+    x = SimpleNamespace(job=job, ev=ev, spendable=1.0)
+    chosen, level, backup = _levels(x, yes, True)[0]  # type: ignore[arg-type]  # the fields it reads
+    assert chosen.tolist() == [True, True] and backup == 0
