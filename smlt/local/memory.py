@@ -23,11 +23,11 @@ a fork server, which never holds one.)
 ``DynamoType`` object per attribute value (nested maps node by node): ~6 KB of small objects for
 a ledger item whose JSON is ~0.5 KB, and a run keeps ~9 new items a round. The partitions of
 tables with a sort key become :class:`CompactPartition`: the :data:`HOT_ITEMS` items read or
-written most recently stay moto's objects; the others are stored as marshalled (type, value)
-tuples, marshalled and appended to one unlinked spill file like the histories (:class:`Frozen`
-keeps where: ~0.1 KB in memory an item; a re-frozen item is appended again, its old bytes stay in
-the file until the server stops), and any read of one (``[]``, ``get``, ``values``, ``pop``...) gives moto
-the same Item again (same classes, same fields, as its own ``__deepcopy__`` builds them) and keeps
+written most recently stay moto's objects; the others are stored as (type, value) tuples,
+marshalled and appended to one unlinked spill file, :data:`ITEMS`, like the histories
+(:class:`Frozen` keeps where they are: ~0.1 KB in memory an item, the ~0.8 KB of bytes on disk;
+a re-frozen item is appended again, its old bytes stay in the file until the server stops). Any
+read of one (``[]``, ``get``, ``values``, ``pop``...) gives moto the same Item again (same classes, same fields, as its own ``__deepcopy__`` builds them) and keeps
 it as an object until it is cold again. Items are stored as bytes only under moto's DynamoDB lock
 before an operation starts (``moto_fixes.BEFORE_OPERATION``), when no operation holds one it
 could still change in place (an update changes the stored Item object). An item that is not a
