@@ -9,8 +9,8 @@ interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate
 state's save) and the resident memory of this process (moto, the runner) and of the handler
 processes at the window's end. `flat` compares the last window with the first (within 15 %).
 Also: this process's largest RSS over the whole run (its outputs fetched at the end included) and
-the bytes the engine moved to disk instead (finished executions' histories and S3 bodies,
-smlt/local/memory.py). `--profile R` adds what this process allocated from round R on and still
+the bytes the engine moved to disk instead (finished executions' histories and S3 bodies;
+apart, the DynamoDB items' bytes; smlt/local/memory.py). `--profile R` adds what this process allocated from round R on and still
 holds at the end, per round, by source file (tracemalloc), and what moto stores per round.
 """
 
@@ -218,7 +218,7 @@ def main() -> None:
 
     from smlt.datasets import stage_dataset
     from smlt.errors import RunFailed
-    from smlt.local.memory import BODIES, HISTORIES
+    from smlt.local.memory import BODIES, HISTORIES, ITEMS
     from smlt.runner import execute, start_engine
 
     job = {
@@ -242,6 +242,7 @@ def main() -> None:
                 rc = 1
         wall = time.time() - t0
         spilled = HISTORIES.size + BODIES.size  # on disk, not in memory: what the engine moved out of moto
+        spilled_items = ITEMS.size  # the DynamoDB items' bytes (re-frozen items are written again)
         profiled = profile.result() if profile is not None else None
     finally:
         engine.stop()
@@ -270,6 +271,7 @@ def main() -> None:
         "load_average": round(os.getloadavg()[0], 2),
         "runner_rss_max_mb": round(max((s[1] for s in memory.samples), default=0.0), 1),
         "spilled_mb": round(spilled / 2**20, 1),
+        "spilled_items_mb": round(spilled_items / 2**20, 1),
         "windows": w,
         "last_over_first": drift,
         "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),
