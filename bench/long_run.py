@@ -9,8 +9,8 @@ interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate
 state's save) and the resident memory of this process (moto, the runner) and of the handler
 processes at the window's end. `flat` compares the last window with the first (within 15 %).
 Also: this process's largest RSS over the whole run (its outputs fetched at the end included) and
-the bytes the engine moved to disk instead (finished executions' histories and S3 bodies,
-smlt/local/memory.py). `--profile R` adds what this process allocated from round R on and still
+the bytes the engine moved to disk instead (finished executions' histories and S3 bodies;
+apart, the DynamoDB items' bytes; smlt/local/memory.py). `--profile R` adds what this process allocated from round R on and still
 holds at the end, per round, by source file (tracemalloc), and what moto stores per round.
 """
 
@@ -31,12 +31,18 @@ WINDOW = 100
 FLAT = 0.15  # the last window within 15 % of the first
 
 
+# /proc is read with plain strings, not pathlib: pathlib interns every part of a path, and the
+# thread ids under /proc/PID/task are new every round (moto answers on a thread per connection),
+# so the sampler itself grew this process by ~20 KB a sample (tracemalloc, --profile).
+
+
 def rss_mb(pid: int) -> float:
     """Resident memory of one process (0 when it is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
@@ -47,13 +53,15 @@ def descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         kids = []
+        task_dir = f"/proc/{todo.pop()}/task"
         try:
-            tasks = list(Path(f"/proc/{todo.pop()}/task").iterdir())
+            tasks = os.listdir(task_dir)
         except OSError:
             tasks = []
         for t in tasks:  # per thread: one ending while it is read must not hide the others' children
             try:
-                kids += [int(c) for c in (t / "children").read_text().split()]
+                with open(f"{task_dir}/{t}/children") as f:
+                    kids += [int(c) for c in f.read().split()]
             except OSError:
                 pass
         out += kids
@@ -210,7 +218,7 @@ def main() -> None:
 
     from smlt.datasets import stage_dataset
     from smlt.errors import RunFailed
-    from smlt.local.memory import BODIES, HISTORIES
+    from smlt.local.memory import BODIES, HISTORIES, ITEMS
     from smlt.runner import execute, start_engine
 
     job = {
@@ -234,6 +242,7 @@ def main() -> None:
                 rc = 1
         wall = time.time() - t0
         spilled = HISTORIES.size + BODIES.size  # on disk, not in memory: what the engine moved out of moto
+        spilled_items = ITEMS.size  # the DynamoDB items' bytes (re-frozen items are written again)
         profiled = profile.result() if profile is not None else None
     finally:
         engine.stop()
@@ -262,6 +271,7 @@ def main() -> None:
         "load_average": round(os.getloadavg()[0], 2),
         "runner_rss_max_mb": round(max((s[1] for s in memory.samples), default=0.0), 1),
         "spilled_mb": round(spilled / 2**20, 1),
+        "spilled_items_mb": round(spilled_items / 2**20, 1),
         "windows": w,
         "last_over_first": drift,
         "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),

@@ -16,7 +16,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -41,8 +41,8 @@ class Snapshot:
 
     def __init__(self, engine, names, run_id: str, state_dir: Path):
         self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
-        self.items: dict[str, dict[str, Any]] = {}
-        self._json: dict[str, str] = {}  # each item's JSON, encoded once (items.json is rewritten every round)
+        self.saved: set[str] = set()  # the sort keys in items.json (the items themselves are on disk only)
+        self._file = _ItemsFile(state_dir / "items.json")
         self.newest = -1  # the newest aggregated round in the snapshot
         self.after: str | None = None  # artifacts keys up to here are copied
         self.dataset_copied = False
@@ -69,20 +69,20 @@ class Snapshot:
     def _save(self, final: bool, rounds_only: bool) -> None:
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
         new_rounds = table.rounds(after=self.newest if self.newest >= 0 else None)
-        new_rounds = [r for r in new_rounds if keys.round_sk(r.round) not in self.items]
-        if not new_rounds and not final and (rounds_only or keys.META in self.items):
+        new_rounds = [r for r in new_rounds if keys.round_sk(r.round) not in self.saved]
+        if not new_rounds and not final and (rounds_only or keys.META in self.saved):
             return  # nothing aggregated since the last save
         got = table.get_many(keys.META, *(keys.plan_sk(r.round) for r in new_rounds))
         meta = got[keys.META]
         if meta is None:
             return
-        self._keep(keys.META, meta)
+        added: list[dict[str, Any]] = []
         for r in new_rounds:
             sk = keys.round_sk(r.round)
-            self._keep(sk, {"pk": table.pk, "sk": sk, **r.attrs()})
+            added.append({"pk": table.pk, "sk": sk, **r.attrs()})
             plan = got[keys.plan_sk(r.round)]
             if plan is not None:
-                self._keep(keys.plan_sk(r.round), plan)
+                added.append(plan)
             self._unreported.append((r, PlanItem.model_validate(plan) if plan is not None else None))
         self.newest = max([self.newest, *(r.round for r in new_rounds)])
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
@@ -95,13 +95,8 @@ class Snapshot:
             data = S3Store(bucket, client=self.engine.client("s3"))
             self._copy(data, data.list(prefix))
             self.dataset_copied = True
-        tmp = self.state_dir / "items.json.tmp"
-        tmp.write_text("[" + ", ".join(self._json.values()) + "]")  # json.dumps of the list, item by item
-        tmp.replace(self.state_dir / "items.json")  # atomic: a crash mid-write keeps the previous snapshot
-
-    def _keep(self, sk: str, item: dict[str, Any]) -> None:
-        self.items[sk] = item
-        self._json[sk] = json.dumps(item, default=str)
+        self._file.write(meta, added)
+        self.saved.update([keys.META, *(i["sk"] for i in added)])
 
     def _copy(self, store: S3Store, listed: list[str]) -> None:
         folder = self.state_dir / "s3" / store.bucket
@@ -118,6 +113,48 @@ class Snapshot:
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_bytes(data)
             tmp.replace(path)
+
+
+class _ItemsFile:
+    """items.json: the JSON list of the saved items, META first (it changes), then the ROUND and
+    PLAN items in the order they were saved (never changed once saved). Each write is a new file
+    renamed over the old one (atomic: a crash mid-write keeps the previous state); the items saved
+    before are copied from the previous file, not kept in memory, so a long run's state costs the
+    runner nothing per round."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._meta = 0  # bytes of META's JSON in the file written last
+        self._rest = 0  # bytes of the other items after it (each one ", " + its JSON)
+
+    def write(self, meta: dict[str, Any], added: list[dict[str, Any]]) -> None:
+        head = ("[" + _encode(meta)).encode()
+        tail = "".join(", " + _encode(i) for i in added).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("wb") as out:
+            out.write(head)
+            if self._rest:
+                with self.path.open("rb") as old:
+                    _copy_range(old.fileno(), out, 1 + self._meta, self._rest)
+            out.write(tail + b"]")  # the same bytes as json.dumps of the list, item by item
+        tmp.replace(self.path)
+        self._meta, self._rest = len(head) - 1, self._rest + len(tail)
+
+
+def _encode(item: dict[str, Any]) -> str:
+    return json.dumps(item, default=str)
+
+
+def _copy_range(src: int, out: IO[bytes], offset: int, length: int) -> None:
+    """`length` bytes of file descriptor `src` from `offset` to `out`, in small pieces (no 1 MB
+    buffer to allocate and free every round)."""
+    end = offset + length
+    while offset < end:
+        piece = os.pread(src, min(1 << 16, end - offset), offset)
+        if not piece:
+            raise OSError(f"the saved state's items file was cut short while a save copied it (at byte {offset})")
+        out.write(piece)
+        offset += len(piece)
 
 
 def _kept(key: str, newest: int) -> bool:

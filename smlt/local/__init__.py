@@ -43,11 +43,12 @@ Parts
 ``memory.py``
     What the engine keeps in memory and what it spills. Spilled, each to one append-only
     temporary file per process (gone when the server stops): a finished execution's history
-    events (GetExecutionHistory reads them back) and every S3 object's body (moto would keep it
-    in memory up to 5 MB). Kept in memory, as moto holds it: the table's items, the S3 objects'
-    metadata, the running execution's history, each execution's parsed definition, and the
-    engine's own records (``LocalEngine.billed``, ``invocations``). A long run still grows by
-    what it stores per round (bench/README.md, "Long local run").
+    events (GetExecutionHistory reads them back), every S3 object's body (moto would keep it
+    in memory up to 5 MB) and the bytes of the DynamoDB items not used lately (thawed into moto's
+    objects when read; the 512 used last stay objects). Kept in memory, as moto holds it: the S3
+    objects' metadata, the running execution's history, and the engine's own records
+    (``LocalEngine.billed``, ``invocations``). A long run still grows by what it stores per round,
+    ~25 KB (bench/README.md, "Long local run").
 ``patches.py``
     The registry of every moto patch (name, kind, what it does, the moto attributes and
     signatures it replaces) and the one ``install()``: checks the supported moto range

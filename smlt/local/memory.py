@@ -23,9 +23,11 @@ a fork server, which never holds one.)
 ``DynamoType`` object per attribute value (nested maps node by node): ~6 KB of small objects for
 a ledger item whose JSON is ~0.5 KB, and a run keeps ~9 new items a round. The partitions of
 tables with a sort key become :class:`CompactPartition`: the :data:`HOT_ITEMS` items read or
-written most recently stay moto's objects; the others are stored as marshalled (type, value)
-tuples (:class:`Frozen`), and any read of one (``[]``, ``get``, ``values``, ``pop``...) gives moto
-the same Item again (same classes, same fields, as its own ``__deepcopy__`` builds them) and keeps
+written most recently stay moto's objects; the others are stored as (type, value) tuples,
+marshalled and appended to one unlinked spill file, :data:`ITEMS`, like the histories
+(:class:`Frozen` keeps where they are: ~0.1 KB in memory an item, the ~0.8 KB of bytes on disk;
+a re-frozen item is appended again, its old bytes stay in the file until the server stops). Any
+read of one (``[]``, ``get``, ``values``, ``pop``...) gives moto the same Item again (same classes, same fields, as its own ``__deepcopy__`` builds them) and keeps
 it as an object until it is cold again. Items are stored as bytes only under moto's DynamoDB lock
 before an operation starts (``moto_fixes.BEFORE_OPERATION``), when no operation holds one it
 could still change in place (an update changes the stored Item object). An item that is not a
@@ -89,12 +91,14 @@ class SpillFile:
 
 HISTORIES = SpillFile()
 BODIES = SpillFile()
+ITEMS = SpillFile()  # DynamoDB items not used lately (compact-dynamodb-items)
 
 
 def reset() -> None:
     """Forget everything spilled (moto was reset: nothing refers to it any more)."""
     HISTORIES.reset()
     BODIES.reset()
+    ITEMS.reset()
 
 
 def spill_history(execution: Any) -> None:
@@ -210,10 +214,27 @@ def patch_spilled_s3_bodies() -> None:
 HOT_ITEMS = 512  # items kept as moto's objects; the others as bytes (compact-dynamodb-items)
 
 
-class Frozen(bytes):
-    """A DynamoDB item stored as bytes in a :class:`CompactPartition` (see :func:`freeze`)."""
+class Frozen:
+    """A DynamoDB item stored as bytes in :data:`ITEMS`, where a :class:`CompactPartition` holds
+    it (see :meth:`_Codec.freeze`): ~0.1 KB in memory whatever the item's size. Immutable, so its
+    copies are itself (a rollback's copy of a partition shares them)."""
 
-    __slots__ = ()
+    __slots__ = ("where",)
+
+    def __init__(self, data: bytes) -> None:
+        self.where = ITEMS.put(data)
+
+    def __len__(self) -> int:
+        return self.where[1]
+
+    def data(self) -> bytes:
+        return ITEMS.get(self.where)
+
+    def __copy__(self) -> Frozen:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Frozen:
+        return self
 
 
 class _NotPlain(Exception):
@@ -270,7 +291,7 @@ class _Codec:
             return None
 
     def thaw(self, frozen: Frozen) -> Any:
-        hash_key, rng, attrs = marshal.loads(frozen)  # noqa: S302 - our own bytes
+        hash_key, rng, attrs = marshal.loads(frozen.data())  # noqa: S302 - our own bytes
         # the item moto made once, not a new one: not through BaseModel.__new__, which adds every
         # instance to a list for good (moto's dashboard; a read would add one per thawed item)
         item = object.__new__(self.Item)

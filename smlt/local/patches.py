@@ -160,7 +160,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "compact-dynamodb-items",
         "memory",
-        "DynamoDB items not used lately kept as bytes, thawed into moto's objects when read (moto: ~6 KB of objects an item)",
+        "DynamoDB items not used lately kept as bytes in a temporary file, thawed into moto's objects when read (moto: ~6 KB of objects an item)",
         (
             _n(f"{_DDB}.models.table:Table.__init__"),
             _n(f"{_DDB}.models.dynamo_type:Item.__init__", "self", "hash_key", "range_key", "attrs"),

@@ -1,6 +1,8 @@
 """smlt.local.memory's compact DynamoDB items: moto answers every request the same whether its
 items are held as objects or as bytes between requests."""
 
+import sys
+
 import pytest
 
 from smlt.local import memory
@@ -165,8 +167,11 @@ def test_a_frozen_item_thaws_to_the_same_moto_item():
     codec = memory._CODEC[0]
     for i in (0, 1, 4):
         item = Item(DynamoType({"S": "p"}), DynamoType({"S": f"s{i}"}), _item(i))
+        spilled = memory.ITEMS.size
         frozen = codec.freeze(item)
         assert type(frozen) is memory.Frozen and len(frozen) < 600
+        # its bytes are in the spill file; in memory, only where they are
+        assert memory.ITEMS.size == spilled + len(frozen) and sys.getsizeof(frozen) < 64
         back = codec.thaw(frozen)
         assert back == item and back.to_json() == copy.deepcopy(item).to_json()
         assert type(back.attrs) is type(item.attrs)

@@ -11,7 +11,7 @@ import pytest
 
 from smlt import keys
 from smlt.errors import RunInProgress, RunNotFound
-from smlt.snapshot import _kept, clear_state, find_state, run_lock, saved_items, state_dir
+from smlt.snapshot import _ItemsFile, _kept, clear_state, find_state, run_lock, saved_items, state_dir
 
 
 def test_objects_kept_up_to_the_newest_round_and_the_next_model():
@@ -77,3 +77,18 @@ def test_a_live_run_holds_its_lock_and_a_crash_frees_it(tmp_path):
         live.wait()
     with run_lock(tmp_path, "r") as folder:  # the lock died with its process
         assert folder == state_dir(tmp_path, "r")
+
+
+def test_items_file_is_the_json_list_of_meta_and_every_item_saved_in_order(tmp_path):
+    """Each save rewrites items.json with META's newest value first and the items saved before
+    copied from the previous file (not kept in memory): the same file as json.dumps of the list."""
+    path = tmp_path / "items.json"
+    items_file = _ItemsFile(path)
+    saved: list[dict] = []
+    for rnd in range(4):
+        meta = {"pk": "RUN#r", "sk": keys.META, "state": f"round {rnd}", "note": "é" * rnd}  # META changes size
+        added = [{"pk": "RUN#r", "sk": keys.round_sk(rnd), "n": rnd}, {"pk": "RUN#r", "sk": keys.plan_sk(rnd)}]
+        items_file.write(meta, added if rnd != 2 else [])  # a save with no new round rewrites META only
+        saved += added if rnd != 2 else []
+        assert path.read_text() == json.dumps([meta, *saved], default=str)
+    assert not (tmp_path / "items.json.tmp").exists()
