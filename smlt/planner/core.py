@@ -246,6 +246,7 @@ class Candidates:
     m: np.ndarray
     k: np.ndarray
     reach: np.ndarray  # within step_reach: the plans the next round may use (the rest inform admission)
+    averaging_stalled: bool = False  # n capped at one: models averaged from n > 1 workers stalled
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,8 @@ def candidates(
 ) -> Candidates:
     w, hold = job.workers, hold or Hold()
     n_max, k_max = step_reach(job, history)
-    if val_rows is not None and hold.workers is None and stalled_averaging(job, history, val_rows):
+    averaging_stalled = val_rows is not None and hold.workers is None and stalled_averaging(job, history, val_rows)
+    if averaging_stalled:
         # Averaged workers' models stalled below the target: more of them will not get past it
         # (on the recorded ResNet-18 / transformer curves n > 1 plateaus below one worker's level).
         n_max = max(1, w.min)
@@ -310,7 +312,7 @@ def candidates(
     # and giving up judge every plan (a job that needs k = 500 is feasible even if round 0 tries 80).
     reach = (hold.workers is not None) | (n <= n_max) | ((n == w.initial) & (w.initial <= n_max))
     reach &= (hold.local_steps is not None) | (k <= k_max) | (k == job.training.local_steps)
-    return Candidates(n, m, k, reach)
+    return Candidates(n, m, k, reach, averaging_stalled)
 
 
 @dataclass
@@ -853,6 +855,8 @@ def _why(x: _Choice, p: _Pick, bound: str, qb: float, i_free: int) -> list[str]:
             f"exploring: {int(x.cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
             f"the best-known plan is {x.describe(p.i_exploit)}"
         )
+    if x.cand.averaging_stalled:
+        pieces.append(f"at most {max(1, x.job.workers.min)} worker(s): the models averaged from more stalled")
     if p.note:
         pieces.append(p.note)
     return pieces

@@ -32,6 +32,7 @@ def test_a_stall_on_averaged_workers_caps_the_next_plan_at_one_worker(prices):
     assert cand.n.max() > 1  # admission and giving up still judge every plan
     d = decide(job, hist, TIERS, prices)
     assert d.action == "train" and d.workers == 1, d.reason
+    assert "at most 1 worker(s): the models averaged from more stalled" in d.reason
 
 
 def test_a_climbing_run_on_averaged_workers_keeps_its_reach():
