@@ -47,8 +47,9 @@ STALL_Z = 2.0
 PLATEAU_ROUNDS = 8
 # A stall over this many evaluations of models averaged from n > 1 workers caps n at one: cutting n
 # is cheap to be wrong about (one worker is the cheapest way to buy a step), and on the recorded
-# ResNet-18 / transformer curves every n > 1 plateaus below one worker's level.
-AVERAGING_STALL_ROUNDS = 2
+# ResNet-18 / transformer curves every n > 1 plateaus below one worker's level, soon enough that
+# waiting for 2 (or 4) evaluations spent most of a tight deadline on it (docs/planner.md).
+AVERAGING_STALL_ROUNDS = 1
 # Admission control: a job is refused only when even this optimistic percentile of the rounds it
 # needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
 # dense-layer floor when the workers have not measured them) cannot meet its limits. Under the

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from smlt.planner import decide
-from smlt.planner.core import AVERAGING_STALL_ROUNDS, candidates, stalled_averaging
+from smlt.planner.core import candidates, stalled_averaging
 
 from .conftest import TIERS, make_history, make_job, make_round
 
 CLIMB = [0.1, 0.3, 0.45, 0.55, 0.6]
-# flat within the split's noise (2,000 rows: sd ~0.011), over exactly the window the rule reads
-FLAT = [0.601, 0.599, 0.6, 0.6, 0.6][:AVERAGING_STALL_ROUNDS]
+# one evaluation no better than the best before it beyond the split's noise (2,000 rows: sd ~0.011)
+FLAT = [0.601]
 
 
 def _job():
@@ -23,9 +23,9 @@ def _history(accs, n):
     return make_history([make_round(i, n=n, k=80, acc=a) for i, a in enumerate(accs)])
 
 
-def test_a_stall_on_averaged_workers_caps_the_next_plan_at_one_worker(prices):
+def test_one_evaluation_without_a_rise_on_averaged_workers_caps_the_next_plan_at_one_worker(prices):
     job, hist = _job(), _history(CLIMB + FLAT, n=4)
-    assert not stalled_averaging(job, _history(CLIMB + FLAT[:-1], n=4), hist.val_rows)
+    assert not stalled_averaging(job, _history(CLIMB, n=4), hist.val_rows)
     assert stalled_averaging(job, hist, hist.val_rows)
     cand = candidates(job, hist, TIERS, val_rows=hist.val_rows)
     assert cand.n[cand.reach].max() == 1
@@ -36,7 +36,7 @@ def test_a_stall_on_averaged_workers_caps_the_next_plan_at_one_worker(prices):
 
 
 def test_a_climbing_run_on_averaged_workers_keeps_its_reach():
-    job, hist = _job(), _history(CLIMB + [0.65, 0.7, 0.74, 0.78, 0.8], n=4)
+    job, hist = _job(), _history(CLIMB + [0.65, 0.7, 0.75, 0.8, 0.85], n=4)
     assert not stalled_averaging(job, hist, hist.val_rows)
     cand = candidates(job, hist, TIERS, val_rows=hist.val_rows)
     assert cand.n[cand.reach].max() == 16  # 4 x the 4 workers tried
