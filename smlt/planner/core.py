@@ -45,6 +45,11 @@ STALL_Z = 2.0
 # noise in runs the oracle finishes; the money it saved on infeasible jobs was ~5 % of what they
 # spent (the budget already caps them).
 PLATEAU_ROUNDS = 8
+# A stall over this many evaluations of models averaged from n > 1 workers caps n at one: cutting n
+# is cheap to be wrong about (one worker is the cheapest way to buy a step), and on the recorded
+# ResNet-18 / transformer curves every n > 1 plateaus below one worker's level, soon enough that
+# waiting for 2 (or 4) evaluations spent most of a tight deadline on it (docs/planner.md).
+AVERAGING_STALL_ROUNDS = 1
 # Admission control: a job is refused only when even this optimistic percentile of the rounds it
 # needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
 # dense-layer floor when the workers have not measured them) cannot meet its limits. Under the
@@ -242,6 +247,7 @@ class Candidates:
     m: np.ndarray
     k: np.ndarray
     reach: np.ndarray  # within step_reach: the plans the next round may use (the rest inform admission)
+    averaging_stalled: bool = False  # n capped at one: models averaged from n > 1 workers stalled
 
 
 @dataclass(frozen=True)
@@ -265,9 +271,32 @@ def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
     return STEP_UP_X * n_seen, STEP_UP_X * k_seen
 
 
-def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None) -> Candidates:
+def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int = AVERAGING_STALL_ROUNDS) -> bool:
+    """The run stalled (`stalled`) at some point while every round it evaluated in that stretch
+    had trained on more than one worker: the run's own evidence that averaging stops short.
+    (A round's metric is of the model it started from, so evaluation i judges round i - 1.)"""
+    metric = job.training.target_metric
+    evals = [i for i, r in enumerate(history.rounds) if getattr(r, metric) is not None]
+    for end in range(window + 1, len(evals) + 1):
+        shown = evals[end - window : end]
+        trained = [history.rounds[i - 1] for i in shown if i > 0]
+        if not trained or min(r.workers_ok or r.workers for r in trained) <= 1:
+            continue
+        if stalled(job, history.model_copy(update={"rounds": history.rounds[: shown[-1] + 1]}), val_rows, window):
+            return True
+    return False
+
+
+def candidates(
+    job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None, val_rows: int | None = None
+) -> Candidates:
     w, hold = job.workers, hold or Hold()
     n_max, k_max = step_reach(job, history)
+    averaging_stalled = val_rows is not None and hold.workers is None and stalled_averaging(job, history, val_rows)
+    if averaging_stalled:
+        # Averaged workers' models stalled below the target: more of them will not get past it
+        # (on the recorded ResNet-18 / transformer curves n > 1 plateaus below one worker's level).
+        n_max = max(1, w.min)
     ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, min(w.max, n_max), w.initial})
     ks = sorted(set(K_SET) | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
@@ -282,9 +311,9 @@ def candidates(job: Job, history: RunHistory, tiers: list[int], hold: Hold | Non
     n, m, k = N.ravel(), M.ravel(), K.ravel()
     # The step bound limits what the next round tries, not what the job could reach later: admission
     # and giving up judge every plan (a job that needs k = 500 is feasible even if round 0 tries 80).
-    reach = (hold.workers is not None) | (n <= n_max) | (n == w.initial)
+    reach = (hold.workers is not None) | (n <= n_max) | ((n == w.initial) & (w.initial <= n_max))
     reach &= (hold.local_steps is not None) | (k <= k_max) | (k == job.training.local_steps)
-    return Candidates(n, m, k, reach)
+    return Candidates(n, m, k, reach, averaging_stalled)
 
 
 @dataclass
@@ -827,6 +856,8 @@ def _why(x: _Choice, p: _Pick, bound: str, qb: float, i_free: int) -> list[str]:
             f"exploring: {int(x.cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
             f"the best-known plan is {x.describe(p.i_exploit)}"
         )
+    if x.cand.averaging_stalled:
+        pieces.append(f"at most {max(1, x.job.workers.min)} worker(s): the models averaged from more stalled")
     if p.note:
         pieces.append(p.note)
     return pieces
@@ -903,7 +934,7 @@ def decide_adaptive(
             f"workers x {tr.local_steps} steps has been made (no target set)",
             "max_rounds",
         )
-    cand = candidates(job, history, tiers, hold)
+    cand = candidates(job, history, tiers, hold, shape.val_rows)
     x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))
     base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
