@@ -274,15 +274,19 @@ def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
 def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int = AVERAGING_STALL_ROUNDS) -> bool:
     """The run stalled (`stalled`) at some point while every round it evaluated in that stretch
     had trained on more than one worker: the run's own evidence that averaging stops short.
-    (A round's metric is of the model it started from, so evaluation i judges round i - 1.)"""
+    (A round's metric is of the model it started from, so evaluation i judges round i - 1.)
+    One pass over the history: the planner asks this every round of a long run."""
     metric = job.training.target_metric
-    evals = [i for i, r in enumerate(history.rounds) if getattr(r, metric) is not None]
+    sign = -1.0 if lower_is_better(metric) else 1.0
+    evals = [(i, sign * float(v)) for i, r in enumerate(history.rounds) if (v := getattr(r, metric)) is not None]
+    best_before = -math.inf  # the best of the evaluations before the stretch judged
     for end in range(window + 1, len(evals) + 1):
+        best_before = max(best_before, evals[end - window - 1][1])
         shown = evals[end - window : end]
-        trained = [history.rounds[i - 1] for i in shown if i > 0]
+        trained = [history.rounds[i - 1] for i, _ in shown if i > 0]
         if not trained or min(r.workers_ok or r.workers for r in trained) <= 1:
             continue
-        if stalled(job, history.model_copy(update={"rounds": history.rounds[: shown[-1] + 1]}), val_rows, window):
+        if _no_rise(metric, sign, best_before, max(y for _, y in shown), val_rows):
             return True
     return False
 
@@ -650,9 +654,12 @@ def stalled(job: Job, history: RunHistory, val_rows: int, window: int = STALL_RO
         return False
     sign = -1.0 if lower_is_better(metric) else 1.0
     before, recent = ys[:-window], ys[-window:]
-    best_before = max(sign * y for y in before)
-    gain = max(sign * y for y in recent) - best_before
-    return gain <= STALL_Z * math.sqrt(2.0) * _metric_sd(metric, sign * best_before, val_rows)
+    return _no_rise(metric, sign, max(sign * y for y in before), max(sign * y for y in recent), val_rows)
+
+
+def _no_rise(metric: str, sign: float, best_before: float, best_recent: float, val_rows: int) -> bool:
+    """The recent best (signed: higher is better) is within the split's noise of the best before."""
+    return best_recent - best_before <= STALL_Z * math.sqrt(2.0) * _metric_sd(metric, sign * best_before, val_rows)
 
 
 def _metric_sd(metric: str, value: float, val_rows: int) -> float:
