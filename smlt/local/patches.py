@@ -270,6 +270,19 @@ PATCHES: tuple[Patch, ...] = (
         speed.patch_ranged_get,
     ),
     Patch(
+        "s3-list-range",
+        "speed",
+        "ListObjectsV2 without a delimiter reads its key range (prefix, StartAfter), not the whole bucket",
+        (
+            _n(
+                "moto.s3.models:S3Backend.list_objects_v2",
+                *("self", "bucket", "prefix", "delimiter", "continuation_token", "start_after", "max_keys"),
+            ),
+            _n("moto.s3.utils:_VersionedKeyStore.setlist", "self", "key", "list_"),
+        ),
+        speed.patch_list_objects_v2,
+    ),
+    Patch(
         "sfn-start-execution-case",
         "correctness",
         "states:startExecution tasks map PascalCase parameters and answers as AWS does (moto: passed as written)",

@@ -79,12 +79,22 @@ Item-sized costs (``bench/moto_calls.py`` measures them, patched against unpatch
 11. *Interpreter threads*: the ASL interpreter appends every thread it starts (an execution, a
    Map iteration, a branch: ~9 a round) to ``TMP_THREADS`` and never removes one, keeping each
    finished thread and what its target holds. The list drops finished threads as it grows.
+12. *S3 listing*: ``list_objects_v2`` walks every key of the bucket (copying the key store and
+   testing each name against the prefix), then sorts the matches and drops those up to
+   StartAfter: O(bucket) per request, 2.3 -> 6.2 ms from 300 to 3,000 keys, and a run adds ~5
+   keys a round while the local state's save lists the run's prefix after its last key every
+   round. S3 reads a key range. Without a delimiter, the patch bisects a sorted copy of the
+   bucket's key names (rebuilt when a name was added or removed since) to the names after
+   StartAfter (or the continuation token's key) under the prefix, and hands moto's own
+   truncation the same sorted keys moto would have (delete markers left out, as moto does);
+   with a delimiter, or a token moto does not know, moto answers.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import os
 import socket
 import threading
@@ -933,6 +943,87 @@ def patch_ranged_get() -> None:
     _replace(FakeKey, "value", property(value, set_value, prop.fdel, prop.__doc__))
     _replace(S3Response, "get_object", get_object)
     _replace(S3Response, "key_response", key_response)
+
+
+_NAMES_GEN = itertools.count(1)  # stamps a key store's change of names (next() is atomic)
+
+
+def _names_changed(method: Any, always: bool) -> Any:
+    """``method`` of moto's key store, stamping the store when its set of names may change."""
+
+    @functools.wraps(method)
+    def changed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        new = always or not args or args[0] not in self
+        out = method(self, *args, **kwargs)
+        if new:
+            self.__dict__["_smlt_gen"] = next(_NAMES_GEN)  # after the change: a reader rebuilds
+        return out
+
+    return changed
+
+
+def _sorted_names(store: Any) -> list[str]:
+    """The store's key names in order, rebuilt only when a name came or went since the last build."""
+    gen = store.__dict__.get("_smlt_gen", 0)
+    built = store.__dict__.get("_smlt_sorted")
+    if built is not None and built[0] == gen:
+        return built[1]
+    names = sorted(dict.copy(store))  # one C call, as moto's own copy of the store for its walk
+    store.__dict__["_smlt_sorted"] = (gen, names)
+    return names
+
+
+def patch_list_objects_v2() -> None:
+    import bisect
+    import inspect
+
+    from moto.s3.models import FakeDeleteMarker, FakeTableStorageBucket, S3Backend
+    from moto.s3.utils import _VersionedKeyStore
+
+    orig = S3Backend.list_objects_v2
+    code = inspect.unwrap(orig).__code__
+    if list(inspect.signature(orig).parameters) != [
+        "self",
+        *("bucket", "prefix", "delimiter", "continuation_token", "start_after", "max_keys"),
+    ] or not {"list_objects", "_get_results_from_token", "_truncate_result"} <= set(code.co_names):
+        raise MotoVersionError("moto's S3Backend.list_objects_v2 changed")
+
+    @functools.wraps(orig)
+    def list_objects_v2(
+        self: Any,
+        bucket: Any,
+        prefix: str | None,
+        delimiter: str | None,
+        continuation_token: str | None,
+        start_after: str | None,
+        max_keys: int,
+    ) -> Any:
+        if delimiter or isinstance(bucket, FakeTableStorageBucket):
+            return orig(self, bucket, prefix, delimiter, continuation_token, start_after, max_keys)
+        after = self._pagination_tokens.get(continuation_token) if continuation_token else start_after
+        if continuation_token and after is None:
+            return orig(self, bucket, prefix, delimiter, continuation_token, start_after, max_keys)
+        store, prefix = bucket.keys, prefix or ""
+        names = _sorted_names(store)
+        i = bisect.bisect_left(names, prefix)
+        if after:
+            i = max(i, bisect.bisect_right(names, after))
+        found = []
+        for name in itertools.islice(names, i, None):
+            if not name.startswith(prefix):
+                break
+            versions = store.getlist(name)
+            if not versions or versions[-1].name != name:  # gone since, or not what moto sorts by
+                return orig(self, bucket, prefix, delimiter, continuation_token, start_after, max_keys)
+            if not isinstance(versions[-1], FakeDeleteMarker):
+                found.append(versions[-1])
+        return self._truncate_result(found, max_keys)
+
+    for name, always in (("__setitem__", False), ("setlist", False), ("pop", True)):
+        _replace(_VersionedKeyStore, name, _names_changed(getattr(_VersionedKeyStore, name), always))
+    for name in ("__delitem__", "clear", "update", "popitem", "setdefault"):
+        _replace(_VersionedKeyStore, name, _names_changed(getattr(dict, name), True))
+    _replace(S3Backend, "list_objects_v2", list_objects_v2)
 
 
 def nodelay(wsgi_server: Any) -> None:

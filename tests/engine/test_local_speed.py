@@ -575,6 +575,97 @@ def test_query_reads_only_its_key_range(monkeypatch):
             assert resp["Count"] == 10 and seen == [11]
 
 
+def _listings(s3):
+    """Every page of ListObjectsV2 for prefixes, StartAfters, page sizes and a delimiter."""
+    out = []
+    for bucket in ("plain", "versioned"):
+        for prefix in (None, "", "run/a/", "run/a/round/00000", "run/b/", "run/", "zzz", "run/a/round/000005/u"):
+            for after in (None, "", "run/a/round/000003", "run/a/round/000007/update/1", "run/c", "~"):
+                for size in (1000, 3):
+                    kw = {"Bucket": bucket, "MaxKeys": size}
+                    kw |= {"Prefix": prefix} if prefix is not None else {}
+                    kw |= {"StartAfter": after} if after is not None else {}
+                    pages = []
+                    while True:
+                        r = s3.list_objects_v2(**kw)
+                        pages.append(
+                            (
+                                [(o["Key"], o["Size"], o["ETag"]) for o in r.get("Contents", [])],
+                                r["KeyCount"],
+                                r["IsTruncated"],
+                                r.get("StartAfter"),
+                                [c["Prefix"] for c in r.get("CommonPrefixes", [])],
+                            )
+                        )
+                        if not r["IsTruncated"] or len(pages) > 40:
+                            break
+                        kw["ContinuationToken"] = r["NextContinuationToken"]
+                    out.append(pages)
+        r = s3.list_objects_v2(Bucket=bucket, Prefix="run/", Delimiter="/round/")  # moto answers
+        out.append([[o["Key"] for o in r.get("Contents", [])], [c["Prefix"] for c in r.get("CommonPrefixes", [])]])
+    return out
+
+
+def test_s3_listing_over_sorted_names_matches_moto_as_the_bucket_changes():
+    """ListObjectsV2 over the bucket's sorted names (s3-list-range): prefixes, StartAfter, pages
+    with continuation tokens, a delimiter, a versioned bucket with delete markers; then keys
+    added, overwritten and deleted between listings: the same pages as moto's walk."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        for b in ("plain", "versioned"):
+            s3.create_bucket(Bucket=b)
+        s3.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+        for b in ("plain", "versioned"):
+            for run in ("a", "b"):
+                for r in range(10):
+                    for w in range(3):
+                        s3.put_object(Bucket=b, Key=f"run/{run}/round/{r:06d}/update/{w}", Body=b"u" * (r + w))
+                    s3.put_object(Bucket=b, Key=f"run/{run}/round/{r:06d}/model", Body=b"m" * r)
+            s3.put_object(Bucket=b, Key="other", Body=b"o")
+        first, unpatched = both(lambda: _listings(s3), "list_objects_v2")
+        assert first == unpatched
+        assert any(len(pages) > 1 for pages in first[:-1])  # paged, with continuation tokens
+        for b in ("plain", "versioned"):  # every kind of change, then list again
+            s3.delete_object(Bucket=b, Key="run/a/round/000004/model")  # a delete marker when versioned
+            s3.delete_objects(
+                Bucket=b, Delete={"Objects": [{"Key": f"run/b/round/000002/update/{w}"} for w in range(3)]}
+            )
+            s3.put_object(Bucket=b, Key="run/a/round/000005/update/0", Body=b"overwritten")
+            s3.put_object(Bucket=b, Key="run/a/round/000010/update/0", Body=b"new")
+            s3.copy_object(Bucket=b, Key="run/c/copied", CopySource={"Bucket": b, "Key": "other"})
+        second, unpatched = both(lambda: _listings(s3), "list_objects_v2")
+        assert second == unpatched and second != first
+
+
+def test_s3_listing_reads_only_its_key_range(monkeypatch):
+    """A listing after StartAfter near the end of a 3,000-key run prefix reads those keys' versions
+    only, not the bucket's 3,000 (S3 reads a key range)."""
+    import boto3
+    from moto import mock_aws
+    from moto.s3.utils import _VersionedKeyStore
+
+    reads = []
+    getlist = _VersionedKeyStore.getlist
+
+    def counted(self, key, default=None):
+        reads.append(key)
+        return getlist(self, key, default)
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="bkt")
+        for i in range(3000):
+            s3.put_object(Bucket="bkt", Key=f"run/a/{i:06d}", Body=b"")
+        s3.put_object(Bucket="bkt", Key="run/b/000000", Body=b"")
+        monkeypatch.setattr(_VersionedKeyStore, "getlist", counted)
+        r = s3.list_objects_v2(Bucket="bkt", Prefix="run/a/", StartAfter="run/a/002994")
+        assert [o["Key"] for o in r["Contents"]] == [f"run/a/{i:06d}" for i in range(2995, 3000)]
+        assert len(reads) == 5
+
+
 def test_query_size_limit_with_an_oversized_item_matches_moto():
     """Only nested updates grow an item past 405,000 bytes; then moto's size check (which counts
     the item in hand, matching or not) can end a page early, and the shortcut must be off."""
