@@ -79,9 +79,17 @@ def test_a_live_run_holds_its_lock_and_a_crash_frees_it(tmp_path):
         assert folder == state_dir(tmp_path, "r")
 
 
-def test_items_file_is_the_json_list_of_meta_and_every_item_saved_in_order(tmp_path):
+@pytest.mark.parametrize("in_kernel", [True, False])
+def test_items_file_is_the_json_list_of_meta_and_every_item_saved_in_order(tmp_path, monkeypatch, in_kernel):
     """Each save rewrites items.json with META's newest value first and the items saved before
-    copied from the previous file (not kept in memory): the same file as json.dumps of the list."""
+    copied from the previous file (not kept in memory): the same file as json.dumps of the list,
+    whether the kernel copies them (copy_file_range) or, where it cannot, Python does."""
+    if not in_kernel:
+
+        def cannot(*_):
+            raise OSError(18, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "copy_file_range", cannot)
     path = tmp_path / "items.json"
     items_file = _ItemsFile(path)
     saved: list[dict] = []
