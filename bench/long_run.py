@@ -85,7 +85,7 @@ class MemorySampler:
     `interval` seconds."""
 
     def __init__(self, interval: float = 1.0) -> None:
-        self.samples: list[tuple[float, float, float, float]] = []
+        self.samples: list[tuple[float, float, float, float, float]] = []
         self.load: list[float] = []  # the machine's 1-minute load average at each sample (2 shared cores)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
@@ -94,8 +94,8 @@ class MemorySampler:
         me = os.getpid()
         while not self._stop.wait(interval):
             kids = descendants(me)
-            cpu = cpu_s(me) + sum(cpu_s(p) for p in kids)
-            self.samples.append((time.time(), rss_mb(me), sum(rss_mb(p) for p in kids), cpu))
+            cpu = (cpu_s(me), sum(cpu_s(p) for p in kids))
+            self.samples.append((time.time(), rss_mb(me), sum(rss_mb(p) for p in kids), *cpu))
             self.load.append(os.getloadavg()[0])
 
     def __enter__(self) -> MemorySampler:
@@ -111,10 +111,10 @@ class MemorySampler:
         before = [s for s in self.samples if s[0] <= t] or self.samples[:1]
         return (before[-1][1], before[-1][2]) if before else (0.0, 0.0)
 
-    def cpu_at(self, t: float) -> float:
-        """CPU seconds used by this process and the handlers, at the last sample at or before `t`."""
+    def cpu_at(self, t: float) -> tuple[float, float]:
+        """CPU seconds used by this process and by the handlers, at the last sample at or before `t`."""
         before = [s for s in self.samples if s[0] <= t] or self.samples[:1]
-        return before[-1][3] if before else 0.0
+        return (before[-1][3], before[-1][4]) if before else (0.0, 0.0)
 
     def mean_load(self, t0: float, t1: float) -> float:
         """The mean load average over the samples taken between t0 and t1."""
@@ -134,6 +134,7 @@ def windows(finished: list[float], round_s: list[float], memory: MemorySampler) 
         if not gaps:
             continue
         own, handlers = memory.at(chunk[-1])
+        cpu_start, cpu_end = (tuple(x / len(gaps) for x in memory.cpu_at(t)) for t in (chunk[0], chunk[-1]))
         out.append(
             {
                 "rounds": f"{start}-{start + len(gaps) - 1}",
@@ -143,7 +144,8 @@ def windows(finished: list[float], round_s: list[float], memory: MemorySampler) 
                 "runner_rss_mb": round(own, 1),
                 "handlers_rss_mb": round(handlers, 1),
                 # CPU per round: what the work costs, apart from how long other load made it wait.
-                "cpu_s_per_round": round((memory.cpu_at(chunk[-1]) - memory.cpu_at(chunk[0])) / len(gaps), 4),
+                "cpu_s_per_round": round(sum(cpu_end) - sum(cpu_start), 4),
+                "runner_cpu_s_per_round": round(cpu_end[0] - cpu_start[0], 4),
                 "load_average": memory.mean_load(chunk[0], chunk[-1]),
             }
         )
