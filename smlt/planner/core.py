@@ -784,10 +784,23 @@ def _cheap_then_fast(x: _Choice, p: _Pick, obj: np.ndarray) -> int:
     within TIME_FOR_COST of the cheapest: the cost headroom buys the deadline a margin (forecasts
     are optimistic: on recorded curves the median forecast was 0.8x the truth)."""
     i = int(np.argmin(np.where(p.chosen, obj, np.inf)))
+    if p.note and x.job.constraints.objective == "speed":
+        return _fast_best_effort(x, p, obj, i)
     if p.objective != "cost" or p.note or x.job.constraints.deadline_seconds is None:
         return i
     near = p.chosen & (obj <= obj[i] * (1.0 + TIME_FOR_COST))
     return int(np.argmin(np.where(near, x.ev.T["mean"], np.inf)))
+
+
+def _fast_best_effort(x: _Choice, p: _Pick, obj: np.ndarray, i: int) -> int:
+    """Best effort for the speed objective: of the plans that buy within TIME_FOR_COST of the most
+    progress the money left can buy (`obj` is minus that progress), the one that buys it fastest.
+    The most progress alone is the cheapest progress: a budget-bound speed run went to 1,024 MB
+    rounds of ~48 s where 1,769 MB ran them in ~31 s for 7 % more a round."""
+    near = p.chosen & (obj <= obj[i] * (1.0 - TIME_FOR_COST))
+    dtau = x.pm.mean_round_progress(x.cand.n, x.cand.k)
+    pace = x.f.round_s_warm / np.maximum(dtau, 1e-12)  # seconds per unit of progress
+    return int(np.argmin(np.where(near, pace, np.inf)))
 
 
 def _binding(x: _Choice, guard: np.ndarray, p: _Pick) -> tuple[str, float, int]:
