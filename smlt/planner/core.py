@@ -63,6 +63,12 @@ MIDRUN_OPTIMISM = 0.5  # mid-run, a run is given up only if half the p10 rounds 
 # curves a large k is worth far less per step than it predicts; a small first round is also a
 # cheap probe while the step time is a prior (30-80x off without FLOPs).
 STEP_UP_X = 4
+# Round 0 may take two of those steps in k at once (n keeps STEP_UP_X): what a wrong step-time prior
+# costs there is already capped by the probe's time limit (timing.PROBE_X x the predicted handler +
+# PROBE_MARGIN_S), and a short job climbing 80, 320, 500 spent a round of its 2-4 (the digits jobs
+# whose oracle trains 200-500 steps a round). Tuning seeds 5-7: x4 93, x8 90, x16 95, x64 81 of 138
+# deadlines met (docs/planner.md, "The decision rule").
+FIRST_STEPS_UP_X = STEP_UP_X**2
 TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the cheapest's expected cost
 
 
@@ -262,12 +268,14 @@ class Hold:
 def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
     """The largest n and k the planner may try next: STEP_UP_X times the largest tried so far (the
     workers that reported; the steps they actually took, a cut round counts what it did), at least
-    the job's initial workers and local steps."""
+    the job's initial workers and local steps; in round 0, k up to FIRST_STEPS_UP_X times the job's."""
     n_seen, k_seen = job.workers.initial, job.training.local_steps
     for r in history.rounds:
         done = [t.steps_done(r.local_steps, r.batch_size) for t in r.timings if t.error is None]
         if r.local_steps > 0 and done:
             n_seen, k_seen = max(n_seen, len(done)), max(k_seen, max(done))
+    if not history.rounds:
+        return STEP_UP_X * n_seen, FIRST_STEPS_UP_X * k_seen
     return STEP_UP_X * n_seen, STEP_UP_X * k_seen
 
 
