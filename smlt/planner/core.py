@@ -67,7 +67,9 @@ STEP_UP_X = 4
 # costs there is already capped by the probe's time limit (timing.PROBE_X x the predicted handler +
 # PROBE_MARGIN_S), and a short job climbing 80, 320, 500 spent a round of its 2-4 (the digits jobs
 # whose oracle trains 200-500 steps a round). Tuning seeds 5-7: x4 93, x8 90, x16 95, x64 81 of 138
-# deadlines met (docs/planner.md, "The decision rule").
+# deadlines met (docs/planner.md, "The decision rule"). Not for the speed objective, which picks
+# the fewest rounds, i.e. the largest k the model over-credits: it keeps the x4 probe (speed time /
+# oracle, seeds 5-7: 1.96 with x4, 2.27 with x16, and one of 24 speed runs short of its target).
 FIRST_STEPS_UP_X = STEP_UP_X**2
 TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the cheapest's expected cost
 
@@ -268,13 +270,14 @@ class Hold:
 def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
     """The largest n and k the planner may try next: STEP_UP_X times the largest tried so far (the
     workers that reported; the steps they actually took, a cut round counts what it did), at least
-    the job's initial workers and local steps; in round 0, k up to FIRST_STEPS_UP_X times the job's."""
+    the job's initial workers and local steps; in round 0 of a cost-objective job, k up to
+    FIRST_STEPS_UP_X times the job's."""
     n_seen, k_seen = job.workers.initial, job.training.local_steps
     for r in history.rounds:
         done = [t.steps_done(r.local_steps, r.batch_size) for t in r.timings if t.error is None]
         if r.local_steps > 0 and done:
             n_seen, k_seen = max(n_seen, len(done)), max(k_seen, max(done))
-    if not history.rounds:
+    if not history.rounds and job.constraints.objective == "cost":
         return STEP_UP_X * n_seen, FIRST_STEPS_UP_X * k_seen
     return STEP_UP_X * n_seen, STEP_UP_X * k_seen
 

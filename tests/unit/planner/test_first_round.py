@@ -36,3 +36,11 @@ def test_after_round_0_k_steps_up_x4_from_what_the_workers_took():
     r0 = make_round(0, n=1, m=1024, k=300, acc=0.3)
     assert step_reach(job, make_history([r0])) == (STEP_UP_X * 4, STEP_UP_X * 300)
     assert step_reach(job, RunHistory(train_rows=11_504)) == (16, 320)  # round 0: k x 16, n x 4
+
+
+def test_the_speed_objective_keeps_round_0_s_small_probe():
+    job = make_job(
+        constraints={"budget_usd": 0.05, "objective": "speed"},
+        training={"target_value": 0.97, "max_rounds": 4000, "local_steps": 20},
+    )
+    assert step_reach(job, RunHistory(train_rows=11_504)) == (16, 80)
