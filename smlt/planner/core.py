@@ -63,6 +63,14 @@ MIDRUN_OPTIMISM = 0.5  # mid-run, a run is given up only if half the p10 rounds 
 # curves a large k is worth far less per step than it predicts; a small first round is also a
 # cheap probe while the step time is a prior (30-80x off without FLOPs).
 STEP_UP_X = 4
+# Round 0 may take two of those steps in k at once (n keeps STEP_UP_X): what a wrong step-time prior
+# costs there is already capped by the probe's time limit (timing.PROBE_X x the predicted handler +
+# PROBE_MARGIN_S), and a short job climbing 80, 320, 500 spent a round of its 2-4 (the digits jobs
+# whose oracle trains 200-500 steps a round). Tuning seeds 5-7: x4 93, x8 90, x16 95, x64 81 of 138
+# deadlines met (docs/planner.md, "The decision rule"). Not for the speed objective, which picks
+# the fewest rounds, i.e. the largest k the model over-credits: it keeps the x4 probe (speed time /
+# oracle, seeds 5-7: 1.96 with x4, 2.27 with x16, and one of 24 speed runs short of its target).
+FIRST_STEPS_UP_X = STEP_UP_X**2
 TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the cheapest's expected cost
 
 
@@ -262,12 +270,15 @@ class Hold:
 def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
     """The largest n and k the planner may try next: STEP_UP_X times the largest tried so far (the
     workers that reported; the steps they actually took, a cut round counts what it did), at least
-    the job's initial workers and local steps."""
+    the job's initial workers and local steps; in round 0 of a cost-objective job, k up to
+    FIRST_STEPS_UP_X times the job's."""
     n_seen, k_seen = job.workers.initial, job.training.local_steps
     for r in history.rounds:
         done = [t.steps_done(r.local_steps, r.batch_size) for t in r.timings if t.error is None]
         if r.local_steps > 0 and done:
             n_seen, k_seen = max(n_seen, len(done)), max(k_seen, max(done))
+    if not history.rounds and job.constraints.objective == "cost":
+        return STEP_UP_X * n_seen, FIRST_STEPS_UP_X * k_seen
     return STEP_UP_X * n_seen, STEP_UP_X * k_seen
 
 
@@ -784,10 +795,23 @@ def _cheap_then_fast(x: _Choice, p: _Pick, obj: np.ndarray) -> int:
     within TIME_FOR_COST of the cheapest: the cost headroom buys the deadline a margin (forecasts
     are optimistic: on recorded curves the median forecast was 0.8x the truth)."""
     i = int(np.argmin(np.where(p.chosen, obj, np.inf)))
+    if p.note and x.job.constraints.objective == "speed":
+        return _fast_best_effort(x, p, obj, i)
     if p.objective != "cost" or p.note or x.job.constraints.deadline_seconds is None:
         return i
     near = p.chosen & (obj <= obj[i] * (1.0 + TIME_FOR_COST))
     return int(np.argmin(np.where(near, x.ev.T["mean"], np.inf)))
+
+
+def _fast_best_effort(x: _Choice, p: _Pick, obj: np.ndarray, i: int) -> int:
+    """Best effort for the speed objective: of the plans that buy within TIME_FOR_COST of the most
+    progress the money left can buy (`obj` is minus that progress), the one that buys it fastest.
+    The most progress alone is the cheapest progress: a budget-bound speed run went to 1,024 MB
+    rounds of ~48 s where 1,769 MB ran them in ~31 s for 7 % more a round."""
+    near = p.chosen & (obj <= obj[i] * (1.0 - TIME_FOR_COST))
+    dtau = x.pm.mean_round_progress(x.cand.n, x.cand.k)
+    pace = x.f.round_s_warm / np.maximum(dtau, 1e-12)  # seconds per unit of progress
+    return int(np.argmin(np.where(near, pace, np.inf)))
 
 
 def _binding(x: _Choice, guard: np.ndarray, p: _Pick) -> tuple[str, float, int]:

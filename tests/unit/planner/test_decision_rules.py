@@ -9,6 +9,7 @@ import numpy as np
 
 from smlt.planner import decide
 from smlt.planner.core import (
+    FIRST_STEPS_UP_X,
     STALL_ROUNDS,
     STEP_UP_X,
     TIME_FOR_COST,
@@ -111,11 +112,13 @@ def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
     assert d.action == "stop" and d.bound == "budget", d.reason
 
 
-def test_round_0_steps_at_most_step_up_x_beyond_the_job_s_own_settings(prices):
+def test_round_0_steps_at_most_its_bound_beyond_the_job_s_own_settings(prices):
+    """Round 0: n up to STEP_UP_X times the job's, k up to FIRST_STEPS_UP_X (STEP_UP_X squared) times."""
     job = make_job(training={"target_value": 0.9, "max_rounds": 200, "local_steps": 20})
     hist = make_history([], params=100_000, rows=20_000, flops=None)
     n_max, k_max = step_reach(job, hist)
-    assert (n_max, k_max) == (STEP_UP_X * 4, STEP_UP_X * 20)
+    assert FIRST_STEPS_UP_X == STEP_UP_X**2
+    assert (n_max, k_max) == (STEP_UP_X * 4, FIRST_STEPS_UP_X * 20)
     cand = candidates(job, hist, TIERS)
     assert cand.k[cand.reach].max() <= k_max and cand.n[cand.reach].max() <= n_max
     assert cand.k.max() > k_max  # the plans beyond reach stay candidates for admission
@@ -186,6 +189,7 @@ def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach
 
     def verdicts(step_up):
         monkeypatch.setattr(core, "STEP_UP_X", step_up)
+        monkeypatch.setattr(core, "FIRST_STEPS_UP_X", step_up**2)
         out = []
         for deadline in (15.0, 25.0, 40.0, 80.0, 160.0):
             job = make_job(
@@ -201,14 +205,18 @@ def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach
     assert not all(unbounded)  # some of these jobs are feasible
 
 
-def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices):
-    """Round 0 of a digits-sized job on 8x the rows with a 21 s deadline and $0.00256: nothing
+def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices, monkeypatch):
+    """Round 0 of a digits-sized job on 8x the rows with a 21 s deadline and $0.00256, round 0's k
+    held to STEP_UP_X x the job's (with FIRST_STEPS_UP_X the 300-step plans fit at p70): nothing
     fits even at the p20 forecast, so best effort buys the most progress. The money rounds may
     spend is the budget less the hard guard's reserve (the last round's worst case beyond its mean,
     and finalisation's), so a plan with a dear worst case buys fewer rounds than its mean cost
     says. Counting rounds at the mean cost alone chose 4 workers (worst case $0.00197 of the
     $0.00256), and such runs stopped on their budget a round or two short; with the reserve
     counted, 2 workers ($0.00134)."""
+    import smlt.planner.core as core
+
+    monkeypatch.setattr(core, "FIRST_STEPS_UP_X", STEP_UP_X)
     hist = RunHistory(train_rows=11_504, val_rows=359, dataset_bytes=2_945_024)
     job = make_job(
         constraints={"deadline_seconds": 21.0, "budget_usd": 0.00256},
