@@ -7,7 +7,8 @@ Records bench/results/long_run.json: rounds completed, executions used, the larg
 any one execution, wall time and seconds per round, and per window of 100 rounds the mean round
 interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate and the local
 state's save), the part of it between rounds, CPU seconds per round (this process and the
-handlers: apart from the load, which stretches wall time) and the resident memory of this process (moto, the runner) and of the handler
+handlers: apart from the load, which stretches wall time), the machine's own state (a control
+probe's time, PROBE; the share of CPU time the VM's host stole; iowait) and the resident memory of this process (moto, the runner) and of the handler
 processes at the window's end. `flat` compares the last window with the first (within 15 %).
 Also: this process's largest RSS over the whole run (its outputs fetched at the end included) and
 the bytes the engine moved to disk instead (finished executions' histories and S3 bodies;
@@ -59,6 +60,14 @@ def cpu_s(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
 
 
+def machine_ticks() -> tuple[int, int, int]:
+    """/proc/stat's all-CPU line: (steal, iowait, all) ticks since boot. Steal: the time this VM's
+    cores waited for the host, which slows everything run here alike."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return ticks[7], ticks[4], sum(ticks[:8])
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (the fork server and the handler processes)."""
     out, todo = [], [pid]
@@ -80,6 +89,46 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+# The control: a fixed piece of interpreter work (dicts, strings, JSON: what moto, botocore and the
+# handlers spend their time on), timed every half second in a process of its own. This machine's 2
+# cores are a shared VM's and change speed over minutes: in a quiet 1,000-round run the workers'
+# own compute of the same one step (`compute_s`, nothing of the run's state in it) went 0.7 ->
+# 1.1 ms, like every other part of the round. The probe says how much of a window's time is that.
+PROBE = """
+import json, sys, time
+def work():
+    d = {str(i): [i, str(i)] for i in range(6000)}
+    return len(json.loads(json.dumps(d)))
+while True:
+    t = time.perf_counter(); work(); dt = time.perf_counter() - t
+    print(time.time(), dt, flush=True)
+    time.sleep(0.5)
+"""
+
+
+class SpeedProbe:
+    """Runs PROBE beside the run; `at(t0, t1)`: its median time over that span, in ms."""
+
+    def __enter__(self) -> SpeedProbe:
+        import subprocess
+        import sys
+
+        self._out = tempfile.TemporaryFile(mode="w+")
+        self._proc = subprocess.Popen([sys.executable, "-c", PROBE], stdout=self._out)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._proc.kill()
+        self._proc.wait()
+        self._out.seek(0)
+        self.samples = [tuple(map(float, line.split())) for line in self._out if line.count(" ") == 1]
+        self._out.close()
+
+    def at(self, t0: float, t1: float) -> float:
+        times = [dt for t, dt in self.samples if t0 <= t <= t1]
+        return round(statistics.median(times) * 1000, 2) if times else 0.0
+
+
 class MemorySampler:
     """Samples (time, own RSS, handler processes' RSS, CPU seconds of all of them) every
     `interval` seconds."""
@@ -87,6 +136,7 @@ class MemorySampler:
     def __init__(self, interval: float = 1.0) -> None:
         self.samples: list[tuple[float, float, float, float, float]] = []
         self.load: list[float] = []  # the machine's 1-minute load average at each sample (2 shared cores)
+        self.ticks: list[tuple[int, int, int]] = []  # machine_ticks() at each sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
 
@@ -97,6 +147,7 @@ class MemorySampler:
             cpu = (cpu_s(me), sum(cpu_s(p) for p in kids))
             self.samples.append((time.time(), rss_mb(me), sum(rss_mb(p) for p in kids), *cpu))
             self.load.append(os.getloadavg()[0])
+            self.ticks.append(machine_ticks())
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -116,13 +167,23 @@ class MemorySampler:
         before = [s for s in self.samples if s[0] <= t] or self.samples[:1]
         return (before[-1][3], before[-1][4]) if before else (0.0, 0.0)
 
+    def steal_iowait(self, t0: float, t1: float) -> tuple[float, float]:
+        """The share of all CPU time between t0 and t1 that was stolen by the host, and iowait."""
+        span = [x for s, x in zip(self.samples, self.ticks, strict=False) if t0 <= s[0] <= t1]
+        if len(span) < 2 or span[-1][2] == span[0][2]:
+            return 0.0, 0.0
+        total = span[-1][2] - span[0][2]
+        return round((span[-1][0] - span[0][0]) / total, 4), round((span[-1][1] - span[0][1]) / total, 4)
+
     def mean_load(self, t0: float, t1: float) -> float:
         """The mean load average over the samples taken between t0 and t1."""
         loads = [x for s, x in zip(self.samples, self.load, strict=False) if t0 <= s[0] <= t1]
         return round(statistics.fmean(loads), 2) if loads else 0.0
 
 
-def windows(finished: list[float], round_s: list[float], memory: MemorySampler) -> list[dict[str, Any]]:
+def windows(
+    finished: list[float], round_s: list[float], memory: MemorySampler, probe: SpeedProbe
+) -> list[dict[str, Any]]:
     """Per window of WINDOW rounds: the mean and median round interval, the median time between
     rounds (the interval less the round's own plan-to-aggregated `round_s`: the planner's decision,
     the state machine's transitions), CPU per round, memory at its end."""
@@ -147,6 +208,9 @@ def windows(finished: list[float], round_s: list[float], memory: MemorySampler) 
                 "cpu_s_per_round": round(sum(cpu_end) - sum(cpu_start), 4),
                 "runner_cpu_s_per_round": round(cpu_end[0] - cpu_start[0], 4),
                 "load_average": memory.mean_load(chunk[0], chunk[-1]),
+                "probe_ms": probe.at(chunk[0], chunk[-1]),
+                "steal_share": memory.steal_iowait(chunk[0], chunk[-1])[0],
+                "iowait_share": memory.steal_iowait(chunk[0], chunk[-1])[1],
             }
         )
     return out
@@ -261,7 +325,7 @@ def main() -> None:
         job["dataset"]["uri"] = stage_dataset(job["dataset"]["uri"], names.data_bucket, client=engine.client("s3"))
         out = Path(tempfile.mkdtemp(prefix="smlt-long-"))
         t0 = time.time()
-        with MemorySampler() as memory:
+        with MemorySampler() as memory, SpeedProbe() as probe:
             try:
                 execute(engine, names, "long-run", job, out)
                 rc = 0
@@ -279,9 +343,10 @@ def main() -> None:
     for e in history:
         per_exec[e["execution"]] = per_exec.get(e["execution"], 0) + 1
     ordered = sorted(metrics["rounds"], key=lambda r: r["round"])
-    w = windows([r["finished_at"] for r in ordered], [r["round_s"] for r in ordered], memory)
+    w = windows([r["finished_at"] for r in ordered], [r["round_s"] for r in ordered], memory, probe)
     drift = {f: ratio(w, f) for f in ("mean_round_s", "median_round_s", "runner_rss_mb", "handlers_rss_mb")}
     cpu_drift = ratio(w, "cpu_s_per_round")  # reported beside `flat`, not part of it (the issue asks for time)
+    machine = ratio(w, "probe_ms")  # the machine's own slowdown, last window over first
     result = {
         "rounds_requested": args.rounds,
         "rounds_per_execution": args.per_execution,
@@ -303,6 +368,11 @@ def main() -> None:
         "windows": w,
         "last_over_first": drift,
         "cpu_last_over_first": cpu_drift,
+        "probe_last_over_first": machine,
+        # the round time's drift less the machine's: what the run's length itself did
+        "median_round_over_probe": round(drift["median_round_s"] / machine, 3)
+        if drift["median_round_s"] and machine
+        else None,
         "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),
     }
     if profiled is not None:
