@@ -75,7 +75,7 @@ TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the chea
 # A shorter round now and then on a long-round plan: the progress model credits a long round nearly
 # k times a step (drift K's prior median 10,000) and the curve alone says little about K; a round of
 # k / SHORT_ROUND_X steps at the same n and m shows what fewer steps buy (see _short_round_probe).
-SHORT_ROUND_EVERY = 3  # from round 3, every third round
+SHORT_ROUND_EVERY = 2  # from round 3, every second round (rounds 4, 6, ...)
 SHORT_ROUND_X = 4
 SHORT_ROUND_MIN_K = 120  # only plans this long: shorter ones are already cheap to correct
 SHORT_ROUND_MIN_LEFT = 8.0  # median rounds left: enough to use what the shorter round shows
@@ -799,13 +799,15 @@ def _pick(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
 
 
 def _short_round_probe(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
-    """Every SHORT_ROUND_EVERY-th round from round 3, a plan of k >= SHORT_ROUND_MIN_K steps with
-    SHORT_ROUND_MIN_LEFT or more median rounds left trains k / SHORT_ROUND_X steps (the nearest
-    step count, same n and m) if that round passes the hard guards. Why: the forecast credits a
-    long round nearly k times a step and one k's curve cannot tell it otherwise; rounds at two k
-    can. On seeds 5-7 the x8 workloads met 73 -> 75 of 96 deadlines with it (transformer x8 11 -> 14)."""
+    """Every SHORT_ROUND_EVERY-th round from round 3 (rounds 4, 6, ...), a plan of k >=
+    SHORT_ROUND_MIN_K steps with SHORT_ROUND_MIN_LEFT or more median rounds left trains
+    k / SHORT_ROUND_X steps instead (the nearest step count, same n and m) if that round passes the
+    hard guards; best effort included. Why: the forecast credits a long round nearly k times a step
+    and one k's curve cannot tell it otherwise. Rounds at two k do better than either alone (seeds
+    5-7, deadlines met: a k / 4 cap on every such round 94 of 138, every third round 97, every
+    second 98, none 95; docs/planner.md, "The decision rule")."""
     cand, r, i = x.cand, len(x.history.rounds), p.i
-    if r < 3 or r % SHORT_ROUND_EVERY or p.note or cand.k[i] < SHORT_ROUND_MIN_K:
+    if r < 3 or r % SHORT_ROUND_EVERY or cand.k[i] < SHORT_ROUND_MIN_K:
         return p
     if float(x.ev.R[0.5][i]) < SHORT_ROUND_MIN_LEFT:
         return p
