@@ -72,6 +72,13 @@ STEP_UP_X = 4
 # oracle, seeds 5-7: 1.96 with x4, 2.27 with x16, and one of 24 speed runs short of its target).
 FIRST_STEPS_UP_X = STEP_UP_X**2
 TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the cheapest's expected cost
+# A shorter round now and then on a long-round plan: the progress model credits a long round nearly
+# k times a step (drift K's prior median 10,000) and the curve alone says little about K; a round of
+# k / SHORT_ROUND_X steps at the same n and m shows what fewer steps buy (see _short_round_probe).
+SHORT_ROUND_EVERY = 2  # from round 3, every second round (rounds 4, 6, ...)
+SHORT_ROUND_X = 4
+SHORT_ROUND_MIN_K = 120  # only plans this long: shorter ones are already cheap to correct
+SHORT_ROUND_MIN_LEFT = 8.0  # median rounds left: enough to use what the shorter round shows
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -750,6 +757,7 @@ class _Pick:
     at_risk: bool = False
     i: int = 0
     i_exploit: int = 0
+    probe: str = ""  # why the plan is a shorter round than the best (`_short_round_probe`)
 
     @property
     def explore(self) -> bool:
@@ -775,7 +783,7 @@ def _objective(x: _Choice, p: _Pick) -> np.ndarray:
     return np.where(np.isfinite(base_obj), base_obj, 1e300)
 
 
-def _pick(x: _Choice, p: _Pick) -> _Pick:
+def _pick(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
     """The candidate: the best by the objective, or one to explore (uncertain speed) while enough
     rounds remain to use what is learned, and never while the deadline is at risk."""
     if p.level <= 0.5 and p.backup is None and p.objective == "cost" and x.job.constraints.deadline_seconds is not None:
@@ -787,6 +795,32 @@ def _pick(x: _Choice, p: _Pick) -> _Pick:
     kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0) if not p.at_risk and p.level >= 0.7 else 0.0
     lcb = base_obj * np.maximum(0.5, 1.0 - kappa * x.f.rel_sd_param) if not p.note else base_obj
     p.i_exploit, p.i = _cheap_then_fast(x, p, base_obj), _cheap_then_fast(x, p, lcb)
+    return _short_round_probe(x, p, guard)
+
+
+def _short_round_probe(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
+    """Every SHORT_ROUND_EVERY-th round from round 3 (rounds 4, 6, ...), a plan of k >=
+    SHORT_ROUND_MIN_K steps with SHORT_ROUND_MIN_LEFT or more median rounds left trains
+    k / SHORT_ROUND_X steps instead (the nearest step count, same n and m) if that round passes the
+    hard guards; best effort included. Why: the forecast credits a long round nearly k times a step
+    and one k's curve cannot tell it otherwise. Rounds at two k do better than either alone (seeds
+    5-7, deadlines met: a k / 4 cap on every such round 94 of 138, every third round 97, every
+    second 98, none 95; docs/planner.md, "The decision rule")."""
+    cand, r, i = x.cand, len(x.history.rounds), p.i
+    if r < 3 or r % SHORT_ROUND_EVERY or cand.k[i] < SHORT_ROUND_MIN_K:
+        return p
+    if float(x.ev.R[0.5][i]) < SHORT_ROUND_MIN_LEFT:
+        return p
+    same = (cand.n == cand.n[i]) & (cand.m == cand.m[i]) & (cand.k < cand.k[i]) & guard
+    if not same.any():
+        return p
+    gap = np.abs(np.log(np.maximum(cand.k, 1.0)) - math.log(float(cand.k[i]) / SHORT_ROUND_X))
+    j = int(np.argmin(np.where(same, gap, np.inf)))
+    p.probe = (
+        f"exploring a shorter round: {int(cand.k[j])} steps instead of {int(cand.k[i])} "
+        f"({x.describe(i)} is the plan), to measure what fewer steps per round buy"
+    )
+    p.i = j
     return p
 
 
@@ -882,7 +916,9 @@ def _why(x: _Choice, p: _Pick, bound: str, qb: float, i_free: int) -> list[str]:
     p_never = float(ev.R["p_never"][i])
     if p_never >= 0.05:
         pieces.append(f"{100 * p_never:.0f} % chance the curve saturates below the target")
-    if p.explore:
+    if p.probe:
+        pieces.append(p.probe)
+    elif p.explore:
         pieces.append(
             f"exploring: {int(x.cand.m[i])} MB speed is uncertain (+-{100 * float(f.rel_sd_param[i]):.0f} %), "
             f"the best-known plan is {x.describe(p.i_exploit)}"
@@ -983,7 +1019,7 @@ def decide_adaptive(
             return fallback
         chosen, level, objective, note = fallback
         p = _Pick(chosen, level, None, objective, note)
-    return _train(x, guard, _pick(x, p))
+    return _train(x, guard, _pick(x, p, guard))
 
 
 def decide(
