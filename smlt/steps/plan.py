@@ -289,10 +289,8 @@ def _run_state(table: RunTable) -> _RunState:
             del _rounds_seen[key]  # the cached rounds are of a run since recreated under this id
             continue
         if rounds and created is not None:
-            _rounds_seen.pop(key, None)
-            _rounds_seen[key] = _Seen(
-                created, rounds, records
-            )  # newest last: the least recently planned run goes first
+            _rounds_seen.pop(key, None)  # newest last: the least recently planned run goes first
+            _rounds_seen[key] = _Seen(created, rounds, records)
             while len(_rounds_seen) > MAX_RUNS_SEEN:
                 del _rounds_seen[next(iter(_rounds_seen))]
         prev_plan = items.item(keys.plan_sk(rnd - 1), PlanItem) if rnd > 0 else None
