@@ -83,16 +83,30 @@ def job_file(tmp_path: Path) -> Path:
     return path
 
 
-def drive(mode: str, crash: str, target: str, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
+def start(mode: str, crash: str, target: str, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
         [sys.executable, "-c", DRIVER, mode, crash, target, str(out)],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=400,
         start_new_session=True,  # its own process group: the crash kills it and its handler processes
     )
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str]:
+    """The driver's return code and the tail of its stderr."""
+    try:
+        _, err = proc.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        raise
+    return proc.returncode, err[-3000:]
+
+
+def drive(mode: str, crash: str, target: str, out: Path) -> tuple[int, str]:
+    return finish(start(mode, crash, target, out))
 
 
 def saved_rounds(out: Path) -> list[int]:
@@ -103,8 +117,7 @@ def saved_rounds(out: Path) -> list[int]:
 def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(tmp_path):
     job = job_file(tmp_path)
     ref, out = tmp_path / "ref", tmp_path / "out"
-    done = drive("run", "none", str(job), ref)
-    assert done.returncode == 0, done.stderr[-3000:]
+    uncrashed = start("run", "none", str(job), ref)  # beside the crashed run: nothing is shared but the job
 
     # (mode, crash point, the rounds the saved state holds after the crash)
     stages = [
@@ -114,11 +127,13 @@ def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(tmp_pa
         ("resume", "finalize", [0, 1, 2, 3, 4]),  # 4 trained rounds + the final evaluation
     ]
     for mode, crash, kept in stages:
-        res = drive(mode, crash, str(job) if mode == "run" else RUN, out)
-        assert res.returncode == -9, f"{crash}: the crash point was not reached\n{res.stderr[-3000:]}"
+        rc, err = drive(mode, crash, str(job) if mode == "run" else RUN, out)
+        assert rc == -9, f"{crash}: the crash point was not reached\n{err}"
         assert saved_rounds(out) == kept, crash
-    res = drive("resume", "none", RUN, out)
-    assert res.returncode == 0, res.stderr[-3000:]
+    rc, err = drive("resume", "none", RUN, out)
+    assert rc == 0, err
+    rc, err = finish(uncrashed)
+    assert rc == 0, err
 
     assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
     mine, theirs = (json.loads((d / "metrics.json").read_text()) for d in (out, ref))
