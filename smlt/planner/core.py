@@ -316,8 +316,9 @@ def speed_trains_one_worker(job: Job, hold: Hold) -> bool:
     its budget, so n workers' n-fold round (and n-fold worst case, which the hard guard reserves)
     is paid for with a slower tier or a shorter run, for a gain the model credits from its
     averaging prior, which the run learns little about; on the recorded curves n > 1 plateaus
-    below one worker's level. Measured: docs/planner.md, "The decision rule", the speed objective."""
-    return job.constraints.objective == "speed" and hold.workers is None
+    below one worker's level. Measured: docs/planner.md, "The decision rule", the speed objective.
+    Not when a dimension is held: an ablation (`workers_only`) chooses n itself."""
+    return job.constraints.objective == "speed" and hold == Hold()
 
 
 def candidates(

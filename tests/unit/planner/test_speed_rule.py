@@ -86,3 +86,6 @@ def test_the_speed_objective_trains_on_one_worker_from_round_0(prices):
     assert candidates(at_least_2, RunHistory(), TIERS).n[candidates(at_least_2, RunHistory(), TIERS).reach].max() == 2
     held = candidates(speed, RunHistory(), TIERS, Hold(workers=4))
     assert not held.speed_one_worker and set(held.n[held.reach]) == {4}
+    # an ablation that holds the tier and k (`workers_only`) chooses n itself
+    n_only = candidates(speed, RunHistory(), TIERS, Hold(memory_mb=1769, local_steps=20))
+    assert not n_only.speed_one_worker and n_only.n[n_only.reach].max() == 16
