@@ -263,6 +263,7 @@ class Candidates:
     k: np.ndarray
     reach: np.ndarray  # within step_reach: the plans the next round may use (the rest inform admission)
     averaging_stalled: bool = False  # n capped at one: models averaged from n > 1 workers stalled
+    speed_one_worker: bool = False  # n capped at one: the speed objective (`speed_trains_one_worker`)
 
 
 @dataclass(frozen=True)
@@ -309,13 +310,25 @@ def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int 
     return False
 
 
+def speed_trains_one_worker(job: Job, hold: Hold) -> bool:
+    """The speed objective trains on one worker (`workers.min` if higher) from round 0: it
+    presumes the stall that caps the cost objective's n (`stalled_averaging`). A speed run spends
+    its budget, so n workers' n-fold round (and n-fold worst case, which the hard guard reserves)
+    is paid for with a slower tier or a shorter run, for a gain the model credits from its
+    averaging prior, which the run learns little about; on the recorded curves n > 1 plateaus
+    below one worker's level. Measured: docs/planner.md, "The decision rule", the speed objective.
+    Not when a dimension is held: an ablation (`workers_only`) chooses n itself."""
+    return job.constraints.objective == "speed" and hold == Hold()
+
+
 def candidates(
     job: Job, history: RunHistory, tiers: list[int], hold: Hold | None = None, val_rows: int | None = None
 ) -> Candidates:
     w, hold = job.workers, hold or Hold()
     n_max, k_max = step_reach(job, history)
     averaging_stalled = val_rows is not None and hold.workers is None and stalled_averaging(job, history, val_rows)
-    if averaging_stalled:
+    speed_one_worker = speed_trains_one_worker(job, hold)
+    if averaging_stalled or speed_one_worker:
         # Averaged workers' models stalled below the target: more of them will not get past it
         # (on the recorded ResNet-18 / transformer curves n > 1 plateaus below one worker's level).
         n_max = max(1, w.min)
@@ -335,7 +348,7 @@ def candidates(
     # and giving up judge every plan (a job that needs k = 500 is feasible even if round 0 tries 80).
     reach = (hold.workers is not None) | (n <= n_max) | ((n == w.initial) & (w.initial <= n_max))
     reach &= (hold.local_steps is not None) | (k <= k_max) | (k == job.training.local_steps)
-    return Candidates(n, m, k, reach, averaging_stalled)
+    return Candidates(n, m, k, reach, averaging_stalled, speed_one_worker and not averaging_stalled)
 
 
 @dataclass
@@ -609,6 +622,16 @@ def _median_plan(x: _Choice, guard: np.ndarray, finite: np.ndarray, safe) -> np.
     return guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q] & finite & safe
 
 
+def _fast_plan(x: _Choice, guard: np.ndarray, safe: np.ndarray) -> np.ndarray:
+    """The speed objective's plans at the median: the budget judged by `budget_safe` alone, so a
+    fast plan whose own way to the target does not fit may train while, after its worst round, the
+    cheapest plan could still pay its way (`_median_plan` also asks the plan to pay its own way,
+    which left the way out unused: budget-bound speed runs dropped to 1,769 MB and ended with a
+    fifth of their budget unspent)."""
+    ev = x.ev
+    return guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & np.isfinite(ev.T[0.5]) & safe
+
+
 def deadline_safe(ev: Evaluation, qs: float, j: int, t_left: float) -> np.ndarray:
     """The plans that keep a way out if progress is slow (percentile qs): each finishes by the
     deadline itself, or after one round of it the fastest plan j still would. (Late in a run only
@@ -655,7 +678,7 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
                 continue
             j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
             safe = budget_safe(ev, qs, j, x.spendable)
-            levels.append((_median_plan(x, guard, np.isfinite(ev.T[0.5]), safe), qs, j))
+            levels.append((_fast_plan(x, guard, safe), qs, j))
     for q in FEASIBLE_QS:
         qb = min(q, BUDGET_Q)
         levels.append((guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]), q, None))
@@ -925,6 +948,8 @@ def _why(x: _Choice, p: _Pick, bound: str, qb: float, i_free: int) -> list[str]:
         )
     if x.cand.averaging_stalled:
         pieces.append(f"at most {max(1, x.job.workers.min)} worker(s): the models averaged from more stalled")
+    elif x.cand.speed_one_worker:
+        pieces.append(f"at most {max(1, x.job.workers.min)} worker(s): the speed objective does not count on averaging")
     if p.note:
         pieces.append(p.note)
     return pieces
