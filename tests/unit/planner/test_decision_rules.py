@@ -106,6 +106,35 @@ def test_the_last_look_takes_the_fewest_workers_when_only_they_fit(prices):
     assert d.action == "train" and d.local_steps == 0 and d.workers == 1, d.reason
 
 
+def test_a_budget_stop_with_no_time_for_a_last_look_is_the_deadline_s_stop(prices):
+    """$0.00105 left (an evaluation-only round's worst case fits, a training round's does not) and
+    1 s to the deadline (an evaluation round and finalisation do not fit): no last look, but the
+    stop is the deadline's, after which the controller evaluates the newest model (its limit set),
+    not a budget stop that leaves the last trained round unmeasured (the tight-budget digits MLP
+    jobs ended on round 0's starting metric so)."""
+    hist, job = _budget_history(0.00105)
+    job = job.model_copy(
+        update={"constraints": job.constraints.model_copy(update={"deadline_seconds": hist.elapsed_s + 1.0})}
+    )
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "deadline", d.reason
+    assert "cannot pay the worst case" in d.reason and "an evaluation round takes" in d.reason
+    assert d.worker_time_limit_s and d.worker_time_limit_s > 0
+    # with time for the evaluation round it is the last look, as before
+    roomy = job.model_copy(
+        update={"constraints": job.constraints.model_copy(update={"deadline_seconds": hist.elapsed_s + 60.0})}
+    )
+    d = decide(roomy, hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps == 0, d.reason
+    # and when the budget cannot pay even the evaluation, it stays a budget stop
+    hist, job = _budget_history(0.0009)
+    job = job.model_copy(
+        update={"constraints": job.constraints.model_copy(update={"deadline_seconds": hist.elapsed_s + 1.0})}
+    )
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "budget", d.reason
+
+
 def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
     hist, job = _budget_history(0.0009)
     d = decide(job, hist, TIERS, prices)
