@@ -614,7 +614,7 @@ def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
     if not guard.any():
         return _budget_guard_stop(x, base)
     if c.deadline_seconds is not None and not c.best_effort:
-        timely = guard & x.ev.fits_time
+        timely = guard & x.ev.fits_time & _seen_in_time(x)
         if not timely.any():
             i = int(np.argmin(np.where(guard, f.round_s, np.inf)))
             t_left = c.deadline_seconds - x.history.elapsed_s
@@ -628,6 +628,16 @@ def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
             )
         guard = timely
     return guard
+
+
+def _seen_in_time(x: _Choice) -> np.ndarray:
+    """The plans whose round can still be evaluated before the deadline: a round's metric is of
+    the model it started from, so what a round trains shows only in the next round's record, at
+    the latest the final evaluation after the deadline's stop. A round that leaves no time for
+    that evaluation ends the run late (or was trained for nothing)."""
+    c, f = x.job.constraints, x.f
+    assert c.deadline_seconds is not None
+    return x.history.elapsed_s + f.round_s + f.eval_round_s + P.FINALIZE_S <= c.deadline_seconds
 
 
 def _median_plan(x: _Choice, guard: np.ndarray, finite: np.ndarray, safe) -> np.ndarray:

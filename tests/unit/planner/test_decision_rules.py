@@ -22,7 +22,9 @@ from smlt.planner.core import (
     stalled,
     step_reach,
 )
+from smlt.planner.priors import FINALIZE_S
 from smlt.planner.progress import saturation
+from smlt.planner.timing import JobShape, TimingModel
 from smlt.planner.types import RunHistory
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -133,6 +135,29 @@ def test_a_budget_stop_with_no_time_for_a_last_look_is_the_deadline_s_stop(price
     )
     d = decide(job, hist, TIERS, prices)
     assert d.action == "stop" and d.bound == "budget", d.reason
+
+
+def test_no_round_is_trained_that_cannot_be_evaluated_before_the_deadline(prices):
+    """A round's training shows only in the next round's record (at the latest the evaluation after
+    the deadline's stop): with time for the shortest round and finalisation but not for the
+    evaluation after it, the run stops (and is evaluated) instead of training a round that ends it
+    late; with time for both it trains."""
+    rounds = [make_round(i, n=1, m=1769, k=100, acc=0.3 + 0.05 * i) for i in range(4)]
+    hist = make_history(rounds, params=100_000, rows=1437, val_rows=360)
+    tm = TimingModel(JobShape.of(hist, 32), prices).fit(hist)
+    f = tm.forecast([1] * len(TIERS), TIERS, [1] * len(TIERS), hist)
+    shortest, eval_s = float(f.round_s.min()), float(f.eval_round_s.min())
+
+    def job_with(t_left: float):
+        return make_job(
+            constraints={"deadline_seconds": hist.elapsed_s + t_left, "budget_usd": 1.0},
+            training={"target_value": 0.97, "max_rounds": 500, "local_steps": 20},
+        )
+
+    d = decide(job_with(shortest + FINALIZE_S + 0.5 * eval_s), hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "deadline", d.reason
+    d = decide(job_with(shortest + eval_s + FINALIZE_S + 0.5), hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps > 0, d.reason
 
 
 def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
