@@ -560,7 +560,33 @@ def _budget_guard_stop(x: _Choice, base: np.ndarray) -> Decision:
         f"({fmt_usd(float(f.cost_ub[i]))} for the cheapest, {x.describe(i)}) plus "
         f"finalisation ({fmt_usd(fin_ub)})"
     )
-    return _last_look(x, reason) or _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
+    return (
+        _last_look(x, reason)
+        or _out_of_time(x, reason)
+        or _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
+    )
+
+
+def _out_of_time(x: _Choice, reason: str) -> Decision | None:
+    """A budget stop that leaves no time for an evaluation-only round before the deadline either:
+    the deadline binds too, so it is the deadline's stop, after which the controller evaluates the
+    newest model if the budget pays that round's worst case (`_final_stop`), as after every
+    deadline stop. As a budget stop the last trained round was never measured: the tight-budget
+    digits MLP jobs ended on round 0's starting metric (0.066) 2.7 s before a 13.7 s deadline,
+    with the evaluation's worst case affordable and only its time missing."""
+    h, c = x.history, x.job.constraints
+    if c.deadline_seconds is None or c.best_effort or not h.rounds or h.rounds[-1].local_steps <= 0:
+        return None
+    last = h.rounds[-1]
+    f = x.tm.forecast([last.workers], [last.memory_mb], [0], h)
+    t_left = c.deadline_seconds - h.elapsed_s
+    eval_s = float(f.eval_round_s[0])
+    if eval_s + P.FINALIZE_S <= t_left:
+        return None  # there was time: the budget alone refused the evaluation round
+    return x.final_stop(
+        f"{reason}; deadline: {fmt_s(max(t_left, 0.0))} left, an evaluation round takes ~{fmt_s(eval_s)}",
+        "deadline",
+    )
 
 
 def _last_look(x: _Choice, reason: str) -> Decision | None:
@@ -601,7 +627,7 @@ def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
     if not guard.any():
         return _budget_guard_stop(x, base)
     if c.deadline_seconds is not None and not c.best_effort:
-        timely = guard & x.ev.fits_time
+        timely = guard & x.ev.fits_time & _seen_in_time(x)
         if not timely.any():
             i = int(np.argmin(np.where(guard, f.round_s, np.inf)))
             t_left = c.deadline_seconds - x.history.elapsed_s
@@ -615,6 +641,16 @@ def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
             )
         guard = timely
     return guard
+
+
+def _seen_in_time(x: _Choice) -> np.ndarray:
+    """The plans whose round can still be evaluated before the deadline: a round's metric is of
+    the model it started from, so what a round trains shows only in the next round's record, at
+    the latest the final evaluation after the deadline's stop. A round that leaves no time for
+    that evaluation ends the run late (or was trained for nothing)."""
+    c, f = x.job.constraints, x.f
+    assert c.deadline_seconds is not None
+    return x.history.elapsed_s + f.round_s + f.eval_round_s + P.FINALIZE_S <= c.deadline_seconds
 
 
 def _median_plan(x: _Choice, guard: np.ndarray, finite: np.ndarray, safe) -> np.ndarray:

@@ -22,7 +22,9 @@ from smlt.planner.core import (
     stalled,
     step_reach,
 )
+from smlt.planner.priors import FINALIZE_S
 from smlt.planner.progress import saturation
+from smlt.planner.timing import JobShape, TimingModel
 from smlt.planner.types import RunHistory
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -104,6 +106,58 @@ def test_the_last_look_takes_the_fewest_workers_when_only_they_fit(prices):
     hist, job = _budget_history(0.00105, n=4)
     d = decide(job, hist, TIERS, prices)
     assert d.action == "train" and d.local_steps == 0 and d.workers == 1, d.reason
+
+
+def test_a_budget_stop_with_no_time_for_a_last_look_is_the_deadline_s_stop(prices):
+    """$0.00105 left (an evaluation-only round's worst case fits, a training round's does not) and
+    1 s to the deadline (an evaluation round and finalisation do not fit): no last look, but the
+    stop is the deadline's, after which the controller evaluates the newest model (its limit set),
+    not a budget stop that leaves the last trained round unmeasured (the tight-budget digits MLP
+    jobs ended on round 0's starting metric so)."""
+    hist, job = _budget_history(0.00105)
+    job = job.model_copy(
+        update={"constraints": job.constraints.model_copy(update={"deadline_seconds": hist.elapsed_s + 1.0})}
+    )
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "deadline", d.reason
+    assert "cannot pay the worst case" in d.reason and "an evaluation round takes" in d.reason
+    assert d.worker_time_limit_s and d.worker_time_limit_s > 0
+    # with time for the evaluation round it is the last look, as before
+    roomy = job.model_copy(
+        update={"constraints": job.constraints.model_copy(update={"deadline_seconds": hist.elapsed_s + 60.0})}
+    )
+    d = decide(roomy, hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps == 0, d.reason
+    # and when the budget cannot pay even the evaluation, it stays a budget stop
+    hist, job = _budget_history(0.0009)
+    job = job.model_copy(
+        update={"constraints": job.constraints.model_copy(update={"deadline_seconds": hist.elapsed_s + 1.0})}
+    )
+    d = decide(job, hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "budget", d.reason
+
+
+def test_no_round_is_trained_that_cannot_be_evaluated_before_the_deadline(prices):
+    """A round's training shows only in the next round's record (at the latest the evaluation after
+    the deadline's stop): with time for the shortest round and finalisation but not for the
+    evaluation after it, the run stops (and is evaluated) instead of training a round that ends it
+    late; with time for both it trains."""
+    rounds = [make_round(i, n=1, m=1769, k=100, acc=0.3 + 0.05 * i) for i in range(4)]
+    hist = make_history(rounds, params=100_000, rows=1437, val_rows=360)
+    tm = TimingModel(JobShape.of(hist, 32), prices).fit(hist)
+    f = tm.forecast([1] * len(TIERS), TIERS, [1] * len(TIERS), hist)
+    shortest, eval_s = float(f.round_s.min()), float(f.eval_round_s.min())
+
+    def job_with(t_left: float):
+        return make_job(
+            constraints={"deadline_seconds": hist.elapsed_s + t_left, "budget_usd": 1.0},
+            training={"target_value": 0.97, "max_rounds": 500, "local_steps": 20},
+        )
+
+    d = decide(job_with(shortest + FINALIZE_S + 0.5 * eval_s), hist, TIERS, prices)
+    assert d.action == "stop" and d.bound == "deadline", d.reason
+    d = decide(job_with(shortest + eval_s + FINALIZE_S + 0.5), hist, TIERS, prices)
+    assert d.action == "train" and d.local_steps > 0, d.reason
 
 
 def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
