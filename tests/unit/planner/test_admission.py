@@ -90,6 +90,7 @@ def test_a_deadline_a_resnet_cannot_meet_is_refused_once_its_size_is_known(price
     d = decide(job, _first("resnet18", (3, 8, 8), 10, known=True), TIERS, prices)
     assert d.action == "stop" and d.infeasible and d.bound == "deadline", d.reason
     assert d.earliest_deadline_s is not None and d.earliest_deadline_s > 14.5
+    assert "(now 14.5)" in d.reason  # the deadline as set, not rounded to 14 or 15
     assert not decide(job, _first("resnet18", (3, 8, 8), 10, known=False), TIERS, prices).infeasible
     # the deadline it advises is admitted
     assert not decide(
