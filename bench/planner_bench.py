@@ -113,7 +113,7 @@ def job_for(s: dict[str, Any], w: Workload, planner: str = "adaptive"):
         {
             "name": f"bench-{s['id']}",
             "dataset": {"uri": "s3://bench/data/"},
-            "model": {"name": "mlp"},
+            "model": w.data["model"],  # the recorded model, as a user's job names it
             "training": {
                 "target_metric": "val_accuracy",
                 "target_value": w.target,

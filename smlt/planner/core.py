@@ -430,7 +430,7 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
             if earliest > c.deadline_seconds:
                 parts[-1] += (
                     f": set constraints.deadline_seconds to at least {math.ceil(earliest):,} "
-                    f"(now {c.deadline_seconds:,.0f})"
+                    f"(now {c.deadline_seconds:,.{1 if c.deadline_seconds < 100 else 0}f})"  # not "now 15" for 14.5 s
                 )
     if c.budget_usd is not None:
         sel = ok & ev.ok_deadline[q] if c.deadline_seconds is not None else ok

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from smlt.job import Job
+from smlt.job import Job, ModelSpec
+from smlt.planner.footprint import model_cost
 from smlt.planner.types import Decision, RoundRecord, RunHistory, target_reached
 from smlt.prices import Prices
 from smlt.sim.cloud import Cloud
@@ -43,16 +44,19 @@ class SimResult:
         return budget is None or self.cost_usd <= budget + 1e-12
 
 
-def history_of(w: Workload, give_flops: bool = False) -> RunHistory:
-    """The run's history before round 0: what META and the job say (FLOPs only if `give_flops`).
-    No parameter count either: the deployed controller reads it from the round records
-    (`smlt/steps/plan.py` `_history`), so round 0 is planned without it."""
+def history_of(w: Workload, give_flops: bool = False, model: ModelSpec | None = None) -> RunHistory:
+    """The run's history before round 0: what META and the job say (the world's FLOPs only if
+    `give_flops`). As the deployed Plan step (`smlt/steps/plan.py` `first_footprint`), a job
+    naming a built-in model gets its parameters and FLOPs computed from the architecture and the
+    sample shape; a job whose model is not the workload's recorded one gets none (the world
+    trains the recorded model, so nothing honest could be computed)."""
+    first = model_cost(model, *w.sample_shape) if model is not None and model == w.model else None
     return RunHistory(
-        param_count=w.params if give_flops else 0,
+        param_count=w.params if give_flops else (first.params if first else 0),
         train_rows=w.train_rows,
         val_rows=w.val_rows,
         dataset_bytes=w.dataset_bytes,
-        flops_per_sample=w.flops_per_sample if give_flops else None,
+        flops_per_sample=w.flops_per_sample if give_flops else (first.flops_per_sample if first else None),
     )
 
 
@@ -83,7 +87,7 @@ def simulate(
 ) -> SimResult:
     prices = prices or Prices()
     cloud = Cloud(workload, prices, architecture, seed, world=world)
-    hist = history_of(workload, give_flops)
+    hist = history_of(workload, give_flops, job.model)
     decisions = []
     plan_wall = 0.0
     reason, bound, reached, infeasible = "", "", False, False

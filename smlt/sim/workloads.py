@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from smlt.data.options import SourceOptions
+from smlt.data.sources import load_source
+from smlt.job import ModelSpec
 from smlt.sim.curves import CURVES, Curves, load
 
 RUNTIME_MB = 450.0  # Python + torch + the handler (smlt/steps/train.py's memory check)
@@ -36,6 +39,18 @@ class Workload:
     @cached_property
     def curves(self) -> Curves:
         return Curves(self.data, self.scale)
+
+    @property
+    def model(self) -> ModelSpec:
+        """The recorded job's model (what a job of this workload names)."""
+        return ModelSpec.model_validate(self.data["model"])
+
+    @cached_property
+    def sample_shape(self) -> tuple[tuple[int, ...], int, int | None]:
+        """(sample shape, outputs, vocab size) of the recorded dataset, as its manifest says."""
+        src = load_source(self.data["source"], SourceOptions())
+        assert src.x is not None, "the recordings' sources are arrays"
+        return tuple(int(d) for d in src.x.shape[1:]), int(len(np.unique(src.y))), src.vocab_size
 
     @property
     def params(self) -> int:

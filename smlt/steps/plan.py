@@ -27,6 +27,7 @@ from smlt.fanout import Fanout
 from smlt.items import MetaItem, PlanItem, RoundItem, StopItem
 from smlt.job import Job, check_dataset, parse_job
 from smlt.planner import decide
+from smlt.planner.footprint import ModelCost, model_cost
 from smlt.planner.types import Decision, RoundRecord, RunHistory
 from smlt.records import RunTable
 from smlt.roundspec import RoundSpec, shard_slice
@@ -147,16 +148,29 @@ def _record(r: RoundItem) -> RoundRecord:
     return RoundRecord.model_validate(r.model_dump())
 
 
-def _history(state: _RunState, meta: MetaItem) -> RunHistory:
+def first_footprint(job: Job, state: _RunState) -> ModelCost | None:
+    """Before round 0 no worker has measured the model: a built-in model's parameters and FLOPs
+    per sample from its architecture and the dataset's sample shape (`smlt.planner.footprint`,
+    the numbers round 0 would measure; one manifest read, at the first plan only). None for a
+    user's model or transform, and after round 0."""
+    if state.rounds or (job.code is not None and job.code.transform):
+        return None
+    manifest = load_manifest(job.dataset.uri)
+    return model_cost(job.model, manifest.input_shape, manifest.outputs, manifest.vocab_size)
+
+
+def _history(state: _RunState, meta: MetaItem, first: ModelCost | None = None) -> RunHistory:
     """What the planner reads: the rounds as `_run_state` converted them, each once (converting
-    every round at every plan made the plans of a 1,000-round run ~10 ms slower by its end)."""
+    every round at every plan made the plans of a 1,000-round run ~10 ms slower by its end);
+    before round 0, the built-in model's footprint (`first_footprint`)."""
     rounds = state.rounds
+    measured = next((r.flops_per_sample for r in reversed(rounds) if r.flops_per_sample), None)
     return RunHistory(
         rounds=state.records,
         elapsed_s=time.time() - meta.created_at,
         cost_total_usd=rounds[-1].cost_total_usd if rounds else 0.0,
-        param_count=rounds[-1].param_count if rounds else 0,
-        flops_per_sample=next((r.flops_per_sample for r in reversed(rounds) if r.flops_per_sample), None),
+        param_count=rounds[-1].param_count if rounds else (first.params if first else 0),
+        flops_per_sample=measured or (first.flops_per_sample if first and not rounds else None),
         train_rows=meta.train_rows,
         val_rows=meta.val_rows,
         dataset_bytes=meta.dataset_bytes,
@@ -326,7 +340,8 @@ def _decide(settings: Settings, job: Job, meta: MetaItem, state: _RunState) -> D
     if stop is not None:
         return Decision(action="stop", reason=f"stopped by {stop.by}: {stop.reason}", bound="stopped")
     tiers = sorted(settings.train_functions)
-    decision = decide(job, _history(state, meta), tiers, settings.prices, settings.architecture, sizes=settings)
+    history = _history(state, meta, first_footprint(job, state))
+    decision = decide(job, history, tiers, settings.prices, settings.architecture, sizes=settings)
     if decision.infeasible and not job.constraints.best_effort:
         raise Infeasible(decision.reason)
     if job.training.mode == "sync" and decision.action == "train":

@@ -1,9 +1,12 @@
 """Admission control: at the first plan the job is refused only when even the optimistic (p10)
 forecast misses, and the refusal names the constraint and the number to change it to."""
 
+import math
 import re
 
+from smlt.job import ModelSpec
 from smlt.planner import decide
+from smlt.planner.footprint import model_cost
 
 from .conftest import TIERS, make_history, make_job
 
@@ -57,3 +60,46 @@ def test_only_what_the_optimistic_forecast_rules_out_is_refused(prices):
     assert not decide(_job(1e6, 0.5 * cheapest), _round0(), TIERS, prices).infeasible
     assert decide(_job(0.1 * earliest, 50.0), _round0(), TIERS, prices).infeasible
     assert decide(_job(1e6, 0.1 * cheapest), _round0(), TIERS, prices).infeasible
+
+
+def _resnet18_job(deadline, budget):
+    """The benchmark's ResNet-18 on 1,600 8x8 images: its first plan, with and without the footprint
+    the Plan step computes for a built-in model."""
+    return make_job(
+        constraints={"deadline_seconds": deadline, "budget_usd": budget},
+        training={"target_value": 0.55, "max_rounds": 4000, "local_steps": 20, "batch_size": 32},
+    )
+
+
+def _first(model: str, shape, outputs, known: bool, rows=1600):
+    cost = model_cost(ModelSpec(name=model), shape, outputs)
+    assert cost is not None
+    return make_history(
+        [],
+        params=cost.params if known else 0,
+        rows=rows,
+        val_rows=rows // 4,
+        flops=cost.flops_per_sample if known else None,
+    )
+
+
+def test_a_deadline_a_resnet_cannot_meet_is_refused_once_its_size_is_known(prices):
+    """Two rounds of the smallest ResNet-18 plan (a cold start, a warm round, finalisation) take
+    longer than 14.5 s; unknown, the model was priced as a 100k-parameter dense one and admitted."""
+    job = _resnet18_job(14.5, 0.0137)
+    d = decide(job, _first("resnet18", (3, 8, 8), 10, known=True), TIERS, prices)
+    assert d.action == "stop" and d.infeasible and d.bound == "deadline", d.reason
+    assert d.earliest_deadline_s is not None and d.earliest_deadline_s > 14.5
+    assert "(now 14.5)" in d.reason  # the deadline as set, not rounded to 14 or 15
+    assert not decide(job, _first("resnet18", (3, 8, 8), 10, known=False), TIERS, prices).infeasible
+    # the deadline it advises is admitted
+    assert not decide(
+        _resnet18_job(math.ceil(d.earliest_deadline_s), 0.0137), _first("resnet18", (3, 8, 8), 10, True), TIERS, prices
+    ).infeasible
+
+
+def test_the_same_deadline_is_admitted_for_a_small_model(prices):
+    """The digits jobs the oracle finishes in 13.7-17.1 s: their footprint keeps them admitted."""
+    for model, shape in (("mlp", (64,)), ("lenet", (1, 8, 8))):
+        d = decide(_resnet18_job(13.7, 0.0017), _first(model, shape, 10, known=True, rows=1438), TIERS, prices)
+        assert d.action == "train" and not d.infeasible, (model, d.reason)
