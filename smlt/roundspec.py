@@ -54,3 +54,29 @@ def shard_slice(n_shards: int, workers: int, worker: int) -> list[int]:
     if workers <= n_shards:
         return list(range(worker, n_shards, workers))
     return [worker % n_shards]
+
+
+# Lambda caps a function's init phase (its cold start) at 10 s, and a round's limits count from
+# the handler's start: a round that starts cold allows for it on top of the planner's limit.
+INIT_MAX_S = 10.0
+MIN_TASK_TIMEOUT_S = 10.0  # a Map task timeout tighter than this only loses updates
+
+
+def round_limits(
+    limit_s: float | None, *, waves: int = 1, first: bool = False, resumed: bool = False
+) -> tuple[float | None, float | None]:
+    """The planner's worker limit as a round applies it: (the worker's compute limit, the Map
+    task's timeout; None for none). The controller (smlt/steps/plan.py) and the benchmark's
+    world (smlt/sim) both take them from here.
+
+    - A resumed run's first round has neither: its cold starts are of a run the timings no longer
+      describe (fresh handler processes, or functions idle since the run stopped).
+    - Round 0 keeps the planner's probe as the compute limit (a wrong prior costs at most that),
+      and its task allows the cold start on top, so a hung worker costs a bounded wait, not the
+      function's timeout.
+    - A worker may wait `waves` times for earlier handlers before it starts (the local engine
+      runs a few at a time and its task timer starts when the invocation is queued)."""
+    if limit_s is None or resumed:
+        return None, None
+    task = limit_s * max(waves, 1) + (INIT_MAX_S if first else 0.0)
+    return limit_s, max(task, MIN_TASK_TIMEOUT_S)

@@ -34,11 +34,12 @@ from smlt import bill
 from smlt.config import FunctionSizes
 from smlt.planner.types import RoundRecord, WorkerTiming
 from smlt.prices import Prices, gb_seconds
+from smlt.roundspec import INIT_MAX_S, round_limits
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
 
 ONE_VCPU_MB = 1769.0
-INIT_MAX = 10.0  # Lambda's init phase is capped at 10 s
+INIT_MAX = INIT_MAX_S  # Lambda's init phase is capped at 10 s
 STOP_FRACTION = 0.8  # smlt/steps/train.py: the worker stops at 0.8 x its compute limit
 AGG_SLICE_MB = 64.0
 # A round's per-worker draws: standard normal, then uniform on [0, 1) (the order keys each stream)
@@ -241,10 +242,10 @@ class Cloud:
     ) -> RoundRecord:
         wl, w = self.workload, self.w
         timeout = float(self.sizes.worker_timeout_s)
-        # the plan's limit: the worker's compute limit and the Map task's timeout (smlt/steps/plan.py)
-        # (none in round 0, whose cold starts no timing has shown yet; the task's never under 10 s)
-        compute_limit = time_limit_s if (time_limit_s and self.round > 0) else None
-        task_timeout = min(float(math.ceil(max(compute_limit, 10.0))), timeout) if compute_limit else timeout
+        # the plan's limit as the controller applies it (smlt/steps/plan.py): the worker's compute
+        # limit and the Map task's timeout (in whole seconds: TimeoutSecondsPath)
+        compute_limit, task = round_limits(time_limit_s or None, first=self.round == 0)
+        task_timeout = min(float(math.ceil(task)), timeout) if task else timeout
         plan_s, _ = plan if plan is not None else self.plan_call()  # its cost is in the round's bill
         t_start = self.now + plan_s + 3 * w.state_s
         z = self._draws(n)

@@ -30,7 +30,7 @@ from smlt.planner import decide
 from smlt.planner.footprint import ModelCost, model_cost
 from smlt.planner.types import Decision, RoundRecord, RunHistory
 from smlt.records import RunTable
-from smlt.roundspec import RoundSpec, shard_slice
+from smlt.roundspec import RoundSpec, round_limits, shard_slice
 from smlt.steps.events import ChainAnswer, ChainEvent, PlanAnswer, PlanEvent, PlanOther, PlanTrain
 from smlt.store import S3Store
 from smlt.trigger import job_from_trigger
@@ -245,17 +245,16 @@ def _starts_cold(state: _RunState, run_id: str, execution: str) -> bool:
     return not continues and execution != chained_name(run_id, state.round)
 
 
-def _straggler_limit(decision: Decision, cold: bool, local_concurrency: int | None) -> float | None:
-    """The planner's straggler cut-off, but never in a round that starts cold (round 0, a resume:
-    they pay cold starts its timing model has not seen) and never under 10 s (a cut-off that
-    tight only loses updates)."""
-    if decision.worker_time_limit_s is None or cold:
-        return None
+def _round_limits(
+    decision: Decision, state: _RunState, cold: bool, local_concurrency: int | None
+) -> tuple[float | None, float | None]:
+    """(compute limit, Map task timeout) of the round: `round_limits` of the planner's limit."""
     # The local engine runs SMLT_LOCAL_CONCURRENCY handlers at a time and its task timer starts
     # when the invocation is queued: a worker may wait for earlier waves (on AWS it does not).
     slots = local_concurrency or decision.workers or 1
     waves = math.ceil(max(decision.workers, 1) / max(slots, 1))
-    return max(decision.worker_time_limit_s * waves, 10.0)
+    resumed = cold and bool(state.rounds)
+    return round_limits(decision.worker_time_limit_s, waves=waves, first=cold and not resumed, resumed=resumed)
 
 
 @dataclass
@@ -383,9 +382,10 @@ def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision |
 def _spec(
     settings: Settings, job: Job, meta: MetaItem, state: _RunState, decision: Decision, planned_at: float, cold: bool
 ) -> RoundSpec:
-    """The round spec of a training (or evaluation) round: learning rate, shards, aggregators;
-    no time limits when its workers start cold."""
+    """The round spec of a training (or evaluation) round: learning rate, shards, aggregators,
+    time limits (`round_limits`)."""
     rounds = state.rounds
+    compute_limit, task_timeout = _round_limits(decision, state, cold, settings.local_concurrency)
     lost = _lost_shards(state.prev_plan, rounds[-1] if rounds else None, meta.train_shards)
     failed = _failed_shards(RunTable(settings.table, meta.run_id), rounds[-1] if rounds else None)
     n_params = rounds[-1].param_count if rounds else 0
@@ -398,10 +398,8 @@ def _spec(
         local_steps=decision.local_steps,
         function_name=settings.train_functions[decision.memory_mb],
         planned_at=planned_at,
-        time_limit_s=_straggler_limit(decision, cold, settings.local_concurrency),
-        # Round 0 keeps the planner's probe (a wrong prior costs at most that; the limit counts
-        # from the worker's setup, not its cold start); a resumed run's first round has none.
-        compute_limit_s=None if cold and state.rounds else decision.worker_time_limit_s,
+        time_limit_s=task_timeout,
+        compute_limit_s=compute_limit,
         learning_rate=job.training.learning_rate * meta.lr_scale,
         reason=decision.reason,
         job=job,
