@@ -103,3 +103,23 @@ def test_the_same_deadline_is_admitted_for_a_small_model(prices):
     for model, shape in (("mlp", (64,)), ("lenet", (1, 8, 8))):
         d = decide(_resnet18_job(13.7, 0.0017), _first(model, shape, 10, known=True, rows=1438), TIERS, prices)
         assert d.action == "train" and not d.infeasible, (model, d.reason)
+
+
+def test_an_admitted_job_s_round_0_is_the_probe_of_an_unmeasured_model(prices):
+    """The footprint decides admission; round 0 is planned as if the model were unmeasured (long,
+    cut by its limit where the model is slow), not as the footprint's slow model would be."""
+    from smlt.config import FunctionSizes
+    from smlt.planner.core import decide_adaptive
+
+    job = _resnet18_job(180.0, 0.0137)  # the benchmark's loose ResNet-18 job: admitted
+    known, unknown = _first("resnet18", (3, 8, 8), 10, True), _first("resnet18", (3, 8, 8), 10, False)
+    d = decide(job, known, TIERS, prices)
+    assert d.action == "train" and not d.infeasible, d.reason
+    probe = decide(job, unknown, TIERS, prices)
+    assert (d.workers, d.memory_mb, d.local_steps) == (probe.workers, probe.memory_mb, probe.local_steps)
+    on_footprint = decide_adaptive(job, known, list(TIERS), prices, "x86_64", FunctionSizes(), None)
+    assert (on_footprint.workers, on_footprint.memory_mb, on_footprint.local_steps) != (
+        d.workers,
+        d.memory_mb,
+        d.local_steps,
+    )
