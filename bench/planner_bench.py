@@ -230,6 +230,16 @@ def misses(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _jobs_declared(records: list[dict[str, Any]]) -> str:
+    """'declared of jobs': the scenarios made infeasible by design whose every run was refused at
+    the first plan."""
+    by_job: dict[int, list[bool]] = {}
+    for r in records:
+        if r["kind"].startswith("infeasible"):
+            by_job.setdefault(r["id"], []).append(r["ours"]["declared_first_plan"])
+    return f"{sum(1 for v in by_job.values() if all(v))} of {len(by_job)}"
+
+
 def summarize(records: list[dict[str, Any]], wall: float, seeds: int) -> dict[str, Any]:
     calm = [r for r in records if r["world"] == "calm"]
     noisy = [r for r in records if r["world"] == "noisy"]
@@ -257,6 +267,8 @@ def summarize(records: list[dict[str, Any]], wall: float, seeds: int) -> dict[st
             sum(1 for r in infeasible if r["ours"]["declared_first_plan"]), len(infeasible)
         ),
         "speed_vs_oracle_median": _median([ratio(r["ours"]["elapsed_s"], r["oracle"]["elapsed_s"]) for r in speed]),
+        # The issue's "3 of 4": the jobs made infeasible by design, each declared in every seed and world
+        "infeasible_jobs_declared_first_plan": _jobs_declared(records),
         "ablations_median_cost_vs_oracle": {name: _median(_cost_ratios(records, name)) for name in ABLATIONS},
         "details": {
             "oracle_feasible": len(feas),
@@ -401,7 +413,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"| deadline met where the oracle meets it, noisy | >= 90 % | {_pct(s['deadline_met_when_feasible_noisy'])} |",
         f"| median cost / oracle (cost objective) | <= 1.15 | {s['median_cost_vs_oracle']} |",
         f"| cheaper than SMLT-style where both meet the deadline | >= 80 % | {_pct(s['cheaper_than_smlt_fraction'])} of {d['both_met_deadline']} |",
-        f"| infeasible jobs declared at the first plan | >= 3 of 4 | {_pct(s['infeasible_declared_first_plan'])} of {d['oracle_infeasible']} |",
+        f"| infeasible jobs declared at the first plan | >= 3 of 4 | {s['infeasible_jobs_declared_first_plan']} "
+        f"(in every run; {_pct(s['infeasible_declared_first_plan'])} of the {d['oracle_infeasible']} runs no fixed plan meets) |",
         f"| speed objective: time / oracle's (median) | <= 1.5 | {s['speed_vs_oracle_median'] or '-'} |",
         "",
         f"Easy jobs (the oracle needs <= {EASY_ROUNDS} rounds: {d['easy']['runs']} runs): deadline met "
