@@ -1103,11 +1103,18 @@ def decide(
     if job.workers.planner == "fixed":
         return decide_fixed(job, history, list(tiers), prices, architecture, sizes)
     decision = decide_adaptive(job, history, list(tiers), prices, architecture, sizes, hold)
-    if history.rounds or history.flops_per_sample is None or decision.action == "stop":
+    planned_on = planning_history(history)
+    if planned_on is history or decision.action == "stop":
         return decision
-    # Before round 0 a built-in model's computed footprint decides admission (the refusal above);
-    # round 0 itself is planned as the probe of an unmeasured model, long and cut by its limit
-    # where the model is slow: planned on the footprint it was timid (benchmark, seeds 0-2: the
-    # ResNet-18 and transformer deadline jobs met 17 of 36 instead of 29).
-    probe = history.model_copy(update={"flops_per_sample": None, "param_count": 0})
-    return decide_adaptive(job, probe, list(tiers), prices, architecture, sizes, hold)
+    return decide_adaptive(job, planned_on, list(tiers), prices, architecture, sizes, hold)
+
+
+def planning_history(history: RunHistory) -> RunHistory:
+    """The history a training round is planned on. Before round 0 a built-in model's computed
+    footprint decides admission only (`decide`'s refusal); round 0 itself is planned as the probe of
+    an unmeasured model, long and cut by its limit where the model is slow (the limit, not the model,
+    bounds its bill): planned on the footprint it was timid (benchmark, seeds 0-2: the ResNet-18 and
+    transformer deadline jobs met 17 of 36 instead of 29)."""
+    if history.rounds or (history.flops_per_sample is None and not history.param_count):
+        return history
+    return history.model_copy(update={"flops_per_sample": None, "param_count": 0})

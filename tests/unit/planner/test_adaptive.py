@@ -3,7 +3,7 @@ import math
 import numpy as np
 
 from smlt.planner import decide
-from smlt.planner.core import finalize_cost_ub
+from smlt.planner.core import finalize_cost_ub, planning_history
 from smlt.planner.timing import JobShape, TimingModel
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -150,8 +150,9 @@ def test_budget_never_exceeded_over_random_histories(prices):
         if d.action != "train":
             assert d.reason
             continue
-        tm = TimingModel(JobShape.of(hist, 32), prices).fit(hist)
-        f = tm.forecast([d.workers], [d.memory_mb], [d.local_steps], hist)
+        planned = planning_history(hist)  # round 0: the probe of an unmeasured model
+        tm = TimingModel(JobShape.of(planned, 32), prices).fit(planned)
+        f = tm.forecast([d.workers], [d.memory_mb], [d.local_steps], planned)
         worst = float(f.cost_ub[0]) + finalize_cost_ub(prices, "x86_64")
         assert spent + worst <= budget + 1e-12, (trial, spent, worst, budget, d.reason)
         assert math.isclose(d.worker_time_limit_s, round(float(f.time_limit_s[0]), 1))
