@@ -13,6 +13,7 @@ from smlt.job import parse_job
 from smlt.planner import decide
 from smlt.planner.types import RunHistory
 from smlt.prices import Prices
+from smlt.roundspec import INIT_MAX_S, MIN_TASK_TIMEOUT_S, round_limits
 from smlt.sim import curves as curves_mod
 from smlt.sim.baselines import SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
@@ -108,7 +109,7 @@ def test_a_cut_worker_keeps_its_partial_update_like_the_real_worker():
     update counts with the samples it did: the round is applied, not voided."""
     w = WORKLOADS["digits-cnn"].scaled(8)
     cloud = Cloud(w, Prices(), seed=3, faults=False)
-    cloud.run_round(4, 1024, 20, time_limit_s=None)  # warm up (limits apply from round 1)
+    cloud.run_round(4, 1024, 20, time_limit_s=None)  # warm up: the cut round is a warm one
     before = cloud.acc
     limit = 3.0
     cut = cloud.run_round(4, 1024, 5000, time_limit_s=limit)
@@ -117,6 +118,31 @@ def test_a_cut_worker_keeps_its_partial_update_like_the_real_worker():
         assert t.error is None and t.cut and 1 <= t.steps < 5000 and t.samples == t.steps * w.batch
         assert t.load_s + t.eval_s + (t.steps - 1) * t.compute_s / t.steps <= 0.8 * limit + 1e-9
     assert cloud.acc > before
+
+
+def test_round_0_keeps_the_planner_s_compute_limit_as_the_controller_gives_it():
+    """smlt/steps/plan.py passes the planner's limit to round 0's workers as their compute limit
+    (`round_limits`); the world cuts them there too, and its Map task waits the limit plus the
+    cold start's cap, not the function's timeout."""
+    w = WORKLOADS["digits-cnn"].scaled(8)
+    cloud = Cloud(w, Prices(), seed=3, faults=False)
+    limit = 3.0
+    first = cloud.run_round(2, 1024, 5000, time_limit_s=limit)
+    assert first.workers_ok == 2
+    for t in first.timings:
+        assert t.cold and t.error is None and t.cut and 1 <= t.steps < 5000
+        assert t.load_s + t.eval_s + (t.steps - 1) * t.compute_s / t.steps <= 0.8 * limit + 1e-9
+    assert round_limits(limit, first=True) == (limit, limit + INIT_MAX_S)
+
+
+def test_round_limits_of_a_plan():
+    """A warm round: the limit, its task never under 10 s and waiting for the waves before it;
+    round 0: the cold start's cap on top; a resumed run's first round: none."""
+    assert round_limits(None) == (None, None)
+    assert round_limits(4.0) == (4.0, MIN_TASK_TIMEOUT_S)
+    assert round_limits(6.0, waves=3) == (6.0, 18.0)
+    assert round_limits(6.0, waves=3, first=True) == (6.0, 18.0 + INIT_MAX_S)
+    assert round_limits(6.0, first=True, resumed=True) == (None, None)
 
 
 def test_too_little_memory_runs_out_of_memory():
