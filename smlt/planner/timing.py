@@ -329,9 +329,7 @@ class TimingModel:
                 obs.ld.add(0.2 * y / math.sqrt(len(grp)) + 0.01, y, r.workers, r.memory_mb, miss)
         rest = float((tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])).mean())
         obs.rest.add(0.05 + 0.2 * abs(rest), rest)
-        obs.inits += [
-            t.init_s * math.sqrt(max(1.0, P.FULL_VCPU_MB / t.memory_mb)) ** -1 for t in ok if t.cold and t.init_s > 0
-        ]
+        obs.inits += [t.init_s / float(P.cold_start_scale(t.memory_mb)) for t in ok if t.cold and t.init_s > 0]
 
     def _observe_round(self, obs: _Observations, r: RoundRecord, ok: list[WorkerTiming], first: bool) -> None:
         """The round's overhead, aggregation time and the bill beyond the workers and requests."""
@@ -417,7 +415,7 @@ class TimingModel:
         return np.maximum(mean, floor).reshape(memory_mb.shape), np.sqrt(np.maximum(var, 0)).reshape(memory_mb.shape)
 
     def init_seconds(self, memory_mb):
-        scale = np.sqrt(np.maximum(1.0, P.FULL_VCPU_MB / np.asarray(memory_mb, dtype=float)))
+        scale = P.cold_start_scale(memory_mb)
         mean = math.exp(self.init_log_mu + 0.5 * self.init_log_sd**2) * scale
         return np.minimum(mean, P.COLD_INIT_MAX_S)
 

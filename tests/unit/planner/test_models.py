@@ -1,6 +1,9 @@
+import math
+
 import numpy as np
 import pytest
 
+from smlt.planner import priors as P
 from smlt.planner.progress import ProgressModel, k_effective, round_progress, saturation, tau_to_reach
 from smlt.planner.stats import expected_max_z, norm_ppf
 from smlt.planner.timing import JobShape, TimingModel
@@ -88,3 +91,22 @@ def test_the_first_round_s_cold_overhead_does_not_predict_the_next_rounds(prices
     base = next_round_s(history(0.0, 0.0))
     assert next_round_s(history(3.0, 0.0)) == pytest.approx(base, rel=1e-9)
     assert next_round_s(history(0.0, 3.0)) > base + 1.0
+
+
+def test_a_cold_start_scales_with_the_vcpu_share_below_one_vcpu(prices):
+    """The cold start imports torch, seconds of one core (facts.md), so at 1,024 MB (0.58 of a vCPU)
+    it takes 1,769 / 1,024 as long as at 1,769 MB; above one vCPU no less. A cold start measured at
+    1,024 MB exactly where that rule puts the prior leaves the prior where it was: the fit
+    normalises what it observes by the same rule it predicts with."""
+    hist = make_history([make_round(0, n=1, m=1769, k=50, acc=0.2)])
+    tm = TimingModel(JobShape.of(hist, 32), prices)
+    at = tm.init_seconds(np.array([1024.0, 1769.0, 3008.0]))
+    assert at[0] / at[1] == pytest.approx(1769 / 1024, rel=1e-9)
+    assert at[2] == pytest.approx(at[1], rel=1e-9)
+
+    rounds = [make_round(i, n=4, m=1024, k=50, acc=0.2, cold=(i == 0)) for i in range(2)]
+    for t in rounds[0].timings:
+        t.init_s = P.COLD_INIT_MEDIAN_S * 1769 / 1024
+    hist = make_history(rounds)
+    fitted = TimingModel(JobShape.of(hist, 32), prices).fit(hist)
+    assert fitted.init_log_mu == pytest.approx(math.log(P.COLD_INIT_MEDIAN_S), abs=1e-9)
