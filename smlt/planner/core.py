@@ -329,8 +329,9 @@ def candidates(
     averaging_stalled = val_rows is not None and hold.workers is None and stalled_averaging(job, history, val_rows)
     speed_one_worker = speed_trains_one_worker(job, hold)
     if averaging_stalled or speed_one_worker:
-        # Averaged workers' models stalled below the target: more of them will not get past it
-        # (on the recorded ResNet-18 / transformer curves n > 1 plateaus below one worker's level).
+        # Averaged workers' models stalled below the target, or the speed objective presumes they
+        # would: more of them will not get past it (on the recorded ResNet-18 / transformer curves
+        # n > 1 plateaus below one worker's level).
         n_max = max(1, w.min)
     ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, min(w.max, n_max), w.initial})
     ks = sorted(set(K_SET) | {job.training.local_steps})
