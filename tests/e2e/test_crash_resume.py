@@ -114,10 +114,18 @@ def saved_rounds(out: Path) -> list[int]:
     return sorted(int(i["sk"].split("#")[1]) for i in items if i["sk"].startswith("ROUND#"))
 
 
+def failed_workers(out: Path) -> list[int]:
+    items = json.loads((out / ".state/runs" / RUN / "items.json").read_text())
+    return [i["round"] for i in items if i["sk"].startswith("ROUND#") and i.get("workers_failed")]
+
+
 def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(tmp_path):
     job = job_file(tmp_path)
     ref, out = tmp_path / "ref", tmp_path / "out"
-    uncrashed = start("run", "none", str(job), ref)  # beside the crashed run: nothing is shared but the job
+    # The uncrashed reference runs first, alone: beside the crashed run, on a loaded 2-core CI
+    # machine, round 0's cold workers took 10 s and one was abandoned at its task timeout.
+    rc, err = drive("run", "none", str(job), ref)
+    assert rc == 0, err
 
     # (mode, crash point, the rounds the saved state holds after the crash)
     stages = [
@@ -132,8 +140,8 @@ def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(tmp_pa
         assert saved_rounds(out) == kept, crash
     rc, err = drive("resume", "none", RUN, out)
     assert rc == 0, err
-    rc, err = finish(uncrashed)
-    assert rc == 0, err
+    failed = {d.name: failed_workers(d) for d in (ref, out)}
+    assert not any(failed.values()), f"workers failed (rounds): {failed}; the runs cannot be compared"
 
     assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
     mine, theirs = (json.loads((d / "metrics.json").read_text()) for d in (out, ref))

@@ -13,7 +13,7 @@ from smlt.job import parse_job
 from smlt.planner import decide
 from smlt.planner.types import RunHistory
 from smlt.prices import Prices
-from smlt.roundspec import INIT_MAX_S, MIN_TASK_TIMEOUT_S, round_limits
+from smlt.roundspec import COLD_START_ALLOWANCE_S, MIN_TASK_TIMEOUT_S, round_limits
 from smlt.sim import curves as curves_mod
 from smlt.sim.baselines import SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
@@ -123,7 +123,7 @@ def test_a_cut_worker_keeps_its_partial_update_like_the_real_worker():
 def test_round_0_keeps_the_planner_s_compute_limit_as_the_controller_gives_it():
     """smlt/steps/plan.py passes the planner's limit to round 0's workers as their compute limit
     (`round_limits`); the world cuts them there too, and its Map task waits the limit plus the
-    cold start's cap, not the function's timeout."""
+    cold start's allowance (twice the init cap), not the function's timeout."""
     w = WORKLOADS["digits-cnn"].scaled(8)
     cloud = Cloud(w, Prices(), seed=3, faults=False)
     limit = 3.0
@@ -132,7 +132,7 @@ def test_round_0_keeps_the_planner_s_compute_limit_as_the_controller_gives_it():
     for t in first.timings:
         assert t.cold and t.error is None and t.cut and 1 <= t.steps < 5000
         assert t.load_s + t.eval_s + (t.steps - 1) * t.compute_s / t.steps <= 0.8 * limit + 1e-9
-    assert round_limits(limit, first=True) == (limit, limit + INIT_MAX_S)
+    assert round_limits(limit, first=True) == (limit, limit + COLD_START_ALLOWANCE_S)
 
 
 def test_round_limits_of_a_plan():
@@ -141,7 +141,7 @@ def test_round_limits_of_a_plan():
     assert round_limits(None) == (None, None)
     assert round_limits(4.0) == (4.0, MIN_TASK_TIMEOUT_S)
     assert round_limits(6.0, waves=3) == (6.0, 18.0)
-    assert round_limits(6.0, waves=3, first=True) == (6.0, 18.0 + INIT_MAX_S)
+    assert round_limits(6.0, waves=3, first=True) == (6.0, 18.0 + COLD_START_ALLOWANCE_S)
     assert round_limits(6.0, first=True, resumed=True) == (None, None)
 
 
