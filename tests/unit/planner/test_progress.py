@@ -102,3 +102,21 @@ def test_the_80_percent_interval_covers_replayed_recorded_curves():
     f = _replayed_forecasts("digits-cnn", [(1, 5), (4, 20)], 0) + _replayed_forecasts("resnet18", [(1, 4), (4, 4)], 1)
     inside = sum(lo <= t <= hi for lo, hi, t in f)
     assert inside >= 0.6 * len(f), (inside, len(f), f)
+
+
+def test_before_the_curve_the_prior_rules_out_a_target_the_last_evaluation_had_not_met():
+    """The digits CNN at round 2 (1,438 rows): the initial model at 0.09, the model after 300 steps
+    (~6.7 epochs) at 0.954 of a 0.97 target. Two points, so the epochs prior still stands in for the
+    curve; its mass below the evaluated model's progress is ruled out by that evaluation (the last
+    round's 200 steps are not evaluated yet, so the target may be met within them). Unconditioned,
+    the prior counted that mass as "done now" (p_done 0.89), and the planner bought one short
+    round for the last 2 points."""
+    rows = 1438
+    h = _history([(1, 300), (1, 200)], [0.09, 0.954], rows, 360)
+    pm = _model(rows, 360, 0.97).fit(h)
+    f = pm.forecast
+    assert f is not None and pm.n_obs < 3  # the prior, not a curve
+    tau_seen = pm._dtau_history(h)[:, 0]  # the progress of the model round 1 started from
+    assert np.all(f.tau_rem + pm.tau_now[f.cfg_idx] > tau_seen[f.cfg_idx])
+    assert f.p_done < 0.5, f.p_done
+    assert float(f.summary(np.array([1]), np.array([200]))[0.5][0]) >= 2  # a training round, then the evaluation
