@@ -306,7 +306,7 @@ class ProgressModel:
             rem = np.zeros_like(rem)
         elif tau_seen is not None:
             alive = tau_star[None, :] > tau_seen[:, None]
-            if (w * alive).sum() > 0:
+            if (w * alive).sum() > 0:  # (a run past the prior's whole range keeps it as it is)
                 w = w * alive
         self.forecast = self._forecast(self._cfg_of(rem), rem.ravel(), w.ravel())
 
