@@ -78,8 +78,8 @@ def round_limits(
     - A resumed run's first round has neither: its cold starts are of a run the timings no longer
       describe (fresh handler processes, or functions idle since the run stopped).
     - Round 0 keeps the planner's probe as the compute limit (a wrong prior costs at most that),
-      and its task allows the cold start on top (`COLD_START_ALLOWANCE_S`), so a hung worker costs a bounded wait, not the
-      function's timeout.
+      and its task allows the cold start on top (`COLD_START_ALLOWANCE_S`), so a hung worker costs
+      a bounded wait, not the function's timeout.
     - A worker may wait `waves` times for earlier handlers before it starts (the local engine
       runs a few at a time and its task timer starts when the invocation is queued)."""
     if limit_s is None or resumed:
