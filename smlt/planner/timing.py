@@ -35,6 +35,7 @@ from smlt.planner import priors as P
 from smlt.planner.stats import expected_max_z, norm_ppf  # noqa: F401
 from smlt.planner.types import RoundRecord, RunHistory, WorkerTiming
 from smlt.prices import Prices
+from smlt.roundspec import MIN_TASK_TIMEOUT_S
 
 E_GRID = np.linspace(0.0, 1.0, 11)
 HISTORY_ROUNDS = 100  # the newest rounds the fits use
@@ -48,6 +49,25 @@ LIMIT_MARGIN_S = 3.0
 # corrects the model for the next round.
 PROBE_X = 3.0
 PROBE_MARGIN_S = 10.0
+# A worker that straggles past its limit (cut at it, or given up on by the Map task) holds the
+# round for about the limit. Per worker, how often that happens is learned from the run's
+# rounds (the first excluded: its probe limit cuts a wrong prior, not a straggler), Beta prior
+# ~2.4 %; a round of n workers waits for one with probability 1 - (1 - p)^n.
+TAIL_PRIOR = (0.5, 20.0)
+# The per-step time's round-to-round spread before the run shows its own (10 %, ~3 rounds' weight).
+STEP_SPREAD_PRIOR = 0.1
+STEP_SPREAD_WEIGHT = 3.0
+
+
+def step_round_spread(tiers: np.ndarray, step_s: np.ndarray) -> float:
+    """The relative round-to-round spread of the per-step time at one tier: the pooled sd of
+    log step time within tiers, shrunk to `STEP_SPREAD_PRIOR` (weight `STEP_SPREAD_WEIGHT` rounds)."""
+    sq, dof = 0.0, 0
+    for m in np.unique(tiers):
+        logs = np.log(np.maximum(step_s[tiers == m], 1e-9))
+        sq += float(((logs - logs.mean()) ** 2).sum())
+        dof += logs.size - 1
+    return math.sqrt((STEP_SPREAD_WEIGHT * STEP_SPREAD_PRIOR**2 + sq) / (STEP_SPREAD_WEIGHT + dof))
 
 
 class BLR:
@@ -209,6 +229,7 @@ class TimingModel:
         self.cv = 0.08  # worker-to-worker spread of handler time
         self.fitted_rounds = 0
         self.steps_timed = 0  # rounds whose per-step compute time was measured
+        self.tail_p = TAIL_PRIOR[0] / sum(TAIL_PRIOR)  # per worker: held past its limit
 
     # ---------------------------------------------------------------- features
     def _compute_x(self, memory_mb, e):
@@ -294,7 +315,14 @@ class TimingModel:
         self._fit_compute(obs)
         self._fit_components(obs)
         self._fit_spread(obs)
+        self._fit_tail(history.rounds[1:][-HISTORY_ROUNDS:])
         return self
+
+    def _fit_tail(self, rounds: list[RoundRecord]) -> None:
+        """How often a worker is held to its limit (`RoundRecord.cut`'s rule, per worker)."""
+        held = sum(1 for r in rounds for t in r.timings if t.cut or t.error == "TimeLimit")
+        seen = sum(len(r.timings) for r in rounds)
+        self.tail_p = (TAIL_PRIOR[0] + held) / (sum(TAIL_PRIOR) + seen)
 
     @staticmethod
     def _observe_steps(obs: _Observations, r: RoundRecord) -> None:
@@ -356,9 +384,13 @@ class TimingModel:
         if not obs.comp.y:
             return
         comp_m = np.array(obs.comp.x[0], dtype=float)
+        y = np.array(obs.comp.y)
+        # a round's step time is off by the round's own noise as well as its workers': at least
+        # the spread the run's rounds at one tier showed, or a noisy round moves every tier's fit
+        sd = np.maximum(np.array(obs.comp.sd), step_round_spread(comp_m, y) * y)
         logml = np.empty(len(E_GRID))
         for i, e in enumerate(E_GRID):
-            logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), obs.comp.y, obs.comp.sd).logml
+            logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), y, sd).logml
         lw = self.e_logprior + logml
         lw -= lw.max()
         w = np.exp(lw)
@@ -453,6 +485,18 @@ class TimingModel:
             np.where(cold < N, h_next_warm * (1.0 + self.cv * z), 0.0),
             np.where(cold > 0, init + h_miss * (1.0 + self.cv * zc), 0.0),
         )
+        # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
+        h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
+        p90 = h_miss + 1.2816 * h_sd
+        limit = LIMIT_X_P90 * p90 + LIMIT_MARGIN_S
+        if not self.steps_timed:
+            limit = np.minimum(limit, PROBE_X * h_miss + PROBE_MARGIN_S)
+        limit = np.minimum(limit, self.sizes.worker_timeout_s - 5.0)
+        # the expected wait for a worker held to its limit (a straggler, a hung read)
+        held = 1.0 - (1.0 - self.tail_p) ** N
+        tail_s = held * np.maximum(np.maximum(limit, MIN_TASK_TIMEOUT_S) - span_warm, 0.0)
+        span_warm = span_warm + tail_s
+        span_next = span_next + tail_s
         ov = np.maximum(self.overhead.predict(self._overhead_x(N))[0], 0.2)
         agg = np.maximum(self.agg.predict(self._agg_x(N))[0], 0.05)
         other = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg], 1))[0], 0.0)
@@ -468,13 +512,6 @@ class TimingModel:
         cost_warm = bill_warm.worker_usd + other + sfn
         cost = bill_next.worker_usd + other + bill_next.services_usd
 
-        # p90 of one worker's handler (miss case: a reshard or a recycled instance reads shards)
-        h_sd = np.sqrt((self.cv * h_miss) ** 2 + (K * step_sd) ** 2)
-        p90 = h_miss + 1.2816 * h_sd
-        limit = LIMIT_X_P90 * p90 + LIMIT_MARGIN_S
-        if not self.steps_timed:
-            limit = np.minimum(limit, PROBE_X * h_miss + PROBE_MARGIN_S)
-        limit = np.minimum(limit, self.sizes.worker_timeout_s - 5.0)
         agg_ub = 2.0 * agg + 1.5
         other_ub = np.maximum(self.other_cost.predict(np.stack([np.ones_like(N), agg_ub], 1))[0], 0.0) * 1.3 + 1e-6
         # transitions and requests are counted; 20 % covers retried Lambda invocations
