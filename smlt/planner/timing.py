@@ -319,8 +319,8 @@ class TimingModel:
         return self
 
     def _fit_tail(self, rounds: list[RoundRecord]) -> None:
-        """How often a worker is held to its limit (`RoundRecord.cut`'s rule, per worker)."""
-        held = sum(1 for r in rounds for t in r.timings if t.cut or t.error == "TimeLimit")
+        """How often a worker is held to its limit (`WorkerTiming.held`)."""
+        held = sum(1 for r in rounds for t in r.timings if t.held)
         seen = sum(len(r.timings) for r in rounds)
         self.tail_p = (TAIL_PRIOR[0] + held) / (sum(TAIL_PRIOR) + seen)
 

@@ -31,6 +31,11 @@ class WorkerTiming(BaseModel):
     steps: int = 0  # local steps actually taken (0: unknown, older records)
     cut: bool = False  # stopped early at the compute limit; its samples and steps are what it did
 
+    @property
+    def held(self) -> bool:
+        """It ran to the plan's limit: stopped early at its compute limit, or cut off."""
+        return self.cut or self.error == "TimeLimit"
+
     def steps_done(self, planned: int, batch: int) -> int:
         """The local steps this worker actually took: as recorded; in older records (steps 0)
         from the samples it trained; without those, the plan's."""
@@ -71,7 +76,7 @@ class RoundRecord(BaseModel):
     @property
     def cut(self) -> bool:
         """A worker of this round stopped early at the plan's compute limit (or was cut off)."""
-        return any(t.cut or t.error == "TimeLimit" for t in self.timings)
+        return any(t.held for t in self.timings)
 
 
 class RunHistory(BaseModel):
