@@ -79,6 +79,17 @@ SHORT_ROUND_EVERY = 2  # from round 3, every second round (rounds 4, 6, ...)
 SHORT_ROUND_X = 4
 SHORT_ROUND_MIN_K = 120  # only plans this long: shorter ones are already cheap to correct
 SHORT_ROUND_MIN_LEFT = 8.0  # median rounds left: enough to use what the shorter round shows
+# How long a round may be (issue #12, the long jobs): the progress model credits a round of k steps
+# nearly k steps' progress until the run shows drift (K's prior median 10,000), and a run at one k
+# cannot show it. Once a round's compute is OVERHEAD_X times its fixed overhead (the round at
+# k = 0: orchestration, the model's transfers, the evaluation, the per-round charges), a longer round
+# can save at most 1 / (1 + OVERHEAD_X) of what the run spends, while what it may lose to drift is
+# unmeasured (on the recorded ResNet-18 / transformer curves 300 steps a round need about twice the
+# samples of 50). So k stops at the first step count that reaches that multiple, counted in the
+# scarcer limit (`round_length_hedge`). Cheap steps against the overhead (the digits models, 1-4 ms
+# a step against ~1.3 s) keep k = 500-1,200.
+OVERHEAD_X = 2.0  # in seconds: at most a third of the round is overhead
+COST_OVERHEAD_X = 1.0  # in dollars: at most half
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -367,6 +378,30 @@ class Evaluation:
     affordable: np.ndarray  # the next round's worst case + reserve fits the budget
     fits_time: np.ndarray  # the next round (+ final evaluation) fits before the deadline
     valid: np.ndarray  # within Lambda limits
+
+
+def round_length_hedge(x: _Choice) -> np.ndarray:
+    """The candidates whose k is within the hedge on the round's length: k of the set up to the
+    first whose compute (the round less the same round at k = 0) reaches OVERHEAD_X times that
+    fixed overhead, in seconds when time is the scarcer limit, in dollars when money is (the share
+    of the time left the fastest plan needs at the median vs the share of the money left the
+    cheapest plan needs; time on a tie). Round 0 is exempt: its step time
+    is a prior and its own limit caps it (`step_reach`)."""
+    cand, f, ev = x.cand, x.f, x.ev
+    if x.first:
+        return np.ones(len(cand.k), bool)
+    f0 = x.tm.forecast(cand.n, cand.m, np.zeros_like(cand.k), x.history)
+    # a k is allowed while the step count below it in the set stayed under the multiple
+    ks = np.unique(cand.k)
+    below = np.concatenate([[0.0], ks])[np.searchsorted(ks, cand.k)] / np.maximum(cand.k, 1.0)
+    in_time = np.maximum(f.round_s_warm - f0.round_s_warm, 0.0) * below < OVERHEAD_X * f0.round_s_warm
+    in_cost = np.maximum(f.cost_warm - f0.cost_warm, 0.0) * below < COST_OVERHEAD_X * f0.cost_warm
+    c = x.job.constraints
+    t_left = (c.deadline_seconds - x.history.elapsed_s) if c.deadline_seconds is not None else math.inf
+    sel = ev.valid & cand.reach & (in_time | in_cost)
+    need_t = float(np.min(np.where(sel, ev.T[0.5], np.inf))) / max(t_left, 1e-9)
+    need_c = float(np.min(np.where(sel, ev.C[0.5], np.inf))) / max(x.spendable, 1e-12)
+    return in_time if need_t >= need_c else in_cost
 
 
 def _evaluate(
@@ -824,6 +859,17 @@ class _Pick:
         return self.i != self.i_exploit
 
 
+def _fewest_workers(x: _Choice, p: _Pick) -> _Pick:
+    """The plans on the fewest workers allowed, when any of them is in the chosen set: what n > 1
+    buys rests on the averaging prior (beta), which a run hardly measures, and its n-fold bill is
+    certain; so more workers only when no plan on the fewest meets the constraints at the level
+    chosen (on the recorded ResNet-18 / transformer curves n > 1 learns far less per sample)."""
+    fewest = p.chosen & (x.cand.n <= max(1, x.job.workers.min))
+    if fewest.any():
+        p.chosen = fewest
+    return p
+
+
 def _objective(x: _Choice, p: _Pick) -> np.ndarray:
     """What the pick minimises: the mean time or cost to the end; best effort, minus the progress
     the remaining time and money can buy."""
@@ -1067,7 +1113,7 @@ def decide_adaptive(
     x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))
     base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
-    guard = _hard_guards(x, base & cand.reach)
+    guard = _hard_guards(x, base & cand.reach & round_length_hedge(x))
     if isinstance(guard, Decision):
         return guard
     reachable = float(np.max(x.ev.R["p_never"])) < P_NEVER_GIVE_UP
@@ -1081,7 +1127,7 @@ def decide_adaptive(
             return fallback
         chosen, level, objective, note = fallback
         p = _Pick(chosen, level, None, objective, note)
-    return _train(x, guard, _pick(x, p, guard))
+    return _train(x, guard, _pick(x, _fewest_workers(x, p), guard))
 
 
 def decide(

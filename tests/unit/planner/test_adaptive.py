@@ -65,7 +65,9 @@ def test_decision_changes_when_timings_change(prices):
     """Same curve and constraints; in one history the workers' compute was 20x slower than in the
     other. The planner must react (more workers, more memory or fewer steps) and say why."""
     job = _job(deadline_seconds=4000, budget_usd=20.0)
-    curve = [0.1, 0.3, 0.45, 0.55]
+    # five rounds: the next is not a shorter-round probe, whose k / 4 (and a new tier's cold start)
+    # would blur the seconds per step compared below
+    curve = [0.1, 0.3, 0.45, 0.55, 0.62]
 
     def hist(step_s):
         rounds = [make_round(i, n=4, m=1769, k=50, step_s=step_s, acc=a) for i, a in enumerate(curve)]
