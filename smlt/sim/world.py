@@ -10,8 +10,9 @@ Two kinds of world:
 Faults are injected at the rates of the fault tests (smlt/faults.py's documented spec,
 tests/e2e: duplicate 0.05, throttle 0.05, timeout 0.02): a throttled invocation is retried by
 Step Functions after its backoff (1 s, x2), a duplicated one runs the handler twice (both billed,
-the second's update rejected by the conditional write), and a worker that runs past its limit
-keeps being billed after Step Functions gives up on it (its update is lost).
+the second's update rejected by the conditional write), and an overrun slows a worker's handler
+2-5x (a slow host, a slow read) for every plan alike: where that passes the Map task's timeout,
+Step Functions gives up on it (its update is lost) and its Lambda runs on, billed.
 """
 
 from __future__ import annotations

@@ -162,14 +162,32 @@ def test_duplicates_and_retries_are_billed():
     assert clean.last_bill is not None and dup.last_bill is not None
     assert dup.last_bill.requests.lambda_invocations == clean.last_bill.requests.lambda_invocations + 4
     assert b.cost_usd > a.cost_usd
-    # a worker that runs past its limit: lost to the round, billed for all it ran
+
+def test_an_overrun_is_one_slowdown_whatever_the_plan():
+    """An overrun slows the handler 2-5x for every plan: a round whose Map task times out first
+    loses the worker (billed for all it ran), a plan without a task timeout waits for it."""
+    w = WORKLOADS["digits-mlp"]
+    world = World.draw(2, "calm", "mlp")
     only = dataclasses.replace(world, throttle_p=0.0, duplicate_p=0.0, overrun_p=1.0)
-    over = Cloud(w, Prices(), seed=2, world=only, faults=True)
-    over.run_round(4, 1769, 20, None)
-    limit = clean.run_round(4, 1769, 20, None).round_s
-    rec = over.run_round(4, 1769, 20, time_limit_s=limit)
-    assert rec.workers_ok == 0 and all(t.error == "TimeLimit" and t.total_s > limit for t in rec.timings)
-    assert rec.cost_usd > clean.run_round(4, 1769, 20, time_limit_s=limit).cost_usd
+
+    def pair(k: int, limit: float | None):
+        clean = Cloud(w, Prices(), seed=2, world=world, faults=False)
+        over = Cloud(w, Prices(), seed=2, world=only, faults=True)
+        for c in (clean, over):  # warm the tier first, the same way
+            c.run_round(4, 1769, k, None)
+        return clean.run_round(4, 1769, k, limit), over.run_round(4, 1769, k, limit)
+
+    # no limit: every worker slowed 2-5x, none lost
+    a, b = pair(20, None)
+    assert b.workers_ok == 4 and all(2.0 <= y.total_s / x.total_s <= 5.0 for x, y in zip(a.timings, b.timings))
+    # a long round whose slowed workers pass the Map task's timeout: lost to the round, billed on
+    long_k = 12_000  # ~4-8 s a handler here, so 2-5x passes a 10 s task timeout
+    a, b = pair(long_k, None)
+    limit = 1.2 * max(t.total_s for t in a.timings)
+    a, b = pair(long_k, limit)
+    lost = [t for t in b.timings if t.error == "TimeLimit"]
+    assert lost and all(t.total_s > max(limit, 10.0) for t in lost) and b.workers_ok == 4 - len(lost)
+    assert b.cost_usd > a.cost_usd
 
 
 def test_the_planner_reads_flops_only_once_the_workers_measured_them():
