@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.e2e.test_local_run import run
+
 ROOT = Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "-m", "smlt.cli"]
 
@@ -21,17 +23,15 @@ def _resume(out: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_damaged_saved_state_is_refused_on_resume(tmp_path):
+def test_a_damaged_saved_state_is_refused_on_resume(local, tmp_path):
     job = json.loads((ROOT / "examples/digits.json").read_text())
     job.update(run_id="dmg")
     job["training"].update(max_rounds=3, target_value=None, local_steps=5)
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(job))
     good = tmp_path / "good"
-    run = subprocess.run(
-        [*CMD, "run", "--local", str(path), "--out", str(good)], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    # The saved state as `smlt run --local` leaves it (smlt.runner.execute, on the session's
+    # engine: a process of its own would only pay the interpreter, the synth and a cold round);
+    # the resumes below are the CLI's own, each in its process.
+    assert run(local, job, good, "dmg") == 0
 
     gap = tmp_path / "gap"  # ROUND#000001 removed from the saved items
     shutil.copytree(good, gap)

@@ -212,7 +212,10 @@ def run_bill(local, run_id):
 
 def test_a_tight_budget_stops_the_run_before_the_ledger_passes_it(local):
     engine, names = local
-    budget = 0.012  # a few rounds of 4 workers (~$0.0005 each; a worst case near the budget stops it)
+    # Round 0 of 4 workers costs ~$0.0015 (cold starts, faults), later ones ~$0.0004; the run stops
+    # when what is left cannot pay one more round's worst case (~$0.0027) and Finalize: ~9 rounds
+    # (at $0.012 it trained 18, to prove the same).
+    budget = 0.008
     job = digits_job(max_rounds=40, target_value=None, local_steps=5)
     job["constraints"]["budget_usd"] = budget
     injector = FaultInjector(FAULTS, functions=names.train_functions, seed=5)

@@ -215,8 +215,17 @@ def test_sync_mode_workers_step_together(digits, aws, monkeypatch, request, exch
         monkeypatch.setattr(RunTable, name, locked)
     run = f"sync-{exchange}"
     j = {**job(digits, mode="sync", local_steps=10), "run_id": run}
+    if exchange == "s3":
+        # The exchange's mechanics over two rounds. The store changes nothing in the arithmetic
+        # (tests/e2e/test_sync_mode.py: the same final model through S3 and Redis, bit for bit),
+        # so reaching the target is the redis case's: through moto's in-process S3 each step's
+        # gradients and slices cost ~4x the rounds' time (29 s against 7 s on a loaded machine).
+        j["training"] |= {"max_rounds": 2, "target_value": None}
     final, _ = drive(j, run, parallel=True)
-    assert final["val_accuracy"] >= 0.95
+    if exchange == "s3":
+        assert final["rounds"] == 2
+    else:
+        assert final["val_accuracy"] >= 0.95
     store = S3Store(ART)
     # every worker stepped with the same averaged gradients: identical deltas
     ups = [decode(store.get(keys.update_key(run, 0, w))) for w in range(4)]
