@@ -163,6 +163,7 @@ def test_duplicates_and_retries_are_billed():
     assert dup.last_bill.requests.lambda_invocations == clean.last_bill.requests.lambda_invocations + 4
     assert b.cost_usd > a.cost_usd
 
+
 def test_an_overrun_is_one_slowdown_whatever_the_plan():
     """An overrun slows the handler 2-5x for every plan: a round whose Map task times out first
     loses the worker (billed for all it ran), a plan without a task timeout waits for it."""
