@@ -210,10 +210,16 @@ def synthesize_cached(
     entry = folder / cache_key(build_app, root, context=context, stack=stack)
     syn = read_entry(entry)
     if syn is not None:
-        os.utime(entry / ENTRY)  # used now (_prune)
+        try:
+            os.utime(entry / ENTRY)  # used now (_prune)
+        except OSError:
+            pass  # a cache this process may read but not write
         return replace(syn, seconds=time.perf_counter() - t0, cached=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}-", dir=folder))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}-", dir=folder))
+    except OSError as e:
+        raise SynthError(f"the synth cache {folder}: {e} (set {ENV} to another folder, or to off)") from None
     try:
         made = synthesize(build_app, tmp, context=context, stack=stack)
         meta = {

@@ -266,3 +266,11 @@ def test_a_new_entry_removes_old_unused_ones(project, tmp_path, synths):
     labels = sorted(t["Resources"]["Fn"]["Properties"]["Description"] for t in kept)
     # the new entry and the KEEP - 1 used last; the dead synth's folder is gone
     assert labels == sorted(["new", *(str(i) for i in range(3, synth_cache.KEEP + 2))])
+
+
+def test_a_cache_it_cannot_write_is_named(project, tmp_path):
+    from smlt.local.synth import SynthError
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SynthError, match="SMLT_SYNTH_CACHE to another folder, or to off"):
+        synthesize_cached(build_app, tmp_path / "file" / "cache", root=project)
