@@ -10,12 +10,22 @@ tests/browser/     the dashboard in headless Chromium (Playwright) against the l
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from smlt.local import synth_cache
+
 KINDS = ("unit", "functional", "engine", "e2e", "infra", "browser")
 _ROOT = Path(__file__).parent
+
+# Every local engine of the session, and of the processes it starts, reads the app's synth from
+# the same cache, the user's (or $SMLT_SYNTH_CACHE's), whatever SMLT_HOME a test sets: unchanged
+# code is synthesized once, not once per session or per test's home.
+_cache = synth_cache.cache_folder()
+if _cache is not None:
+    os.environ["SMLT_SYNTH_CACHE"] = str(_cache)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,6 +8,13 @@ Parts
     ``synthesize(build_app, outdir) -> Synthesized``: builds the CDK app in-process with
     ``aws:cdk:bundling-stacks = []`` (no Docker) and ``aws:cdk:enable-asset-metadata``, reads the
     one stack's template and the staged asset directory of every function.
+``synth_cache.py``
+    ``synthesize_cached(build_app, folder, root=...)``: the synth of an app made from the
+    project's files, stored under a key of everything that can change it (the sources under
+    ``infra/``, ``smlt/``, ``lambdas/``, ``layers/``, ``cdk.json``..., the CDK's versions, the
+    context) and reused while the key holds: a hit imports no CDK. Written atomically; a damaged
+    entry is made again. ``LocalEngine(synth_cache=True)`` uses it; ``SMLT_SYNTH_CACHE`` moves it
+    (default ``~/.cache/smlt/synth``) or turns it ``off``.
 ``resolve.py``
     ``Resolver``: deterministic local names (``<stack>-<LogicalId>``, shortened with a hash where
     a service limit requires: S3 3-63 lowercase, Lambda 64, state machine 80, ...), ARNs in

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import invoke, limits, memory, patches
+from . import invoke, limits, memory, patches, synth_cache
 from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import AfterInvoke, InvokeFilter, InvokeRouter
@@ -68,8 +68,11 @@ class LocalEngine:
     """Runs the app's (one) state machine locally. Use as a context manager.
 
     ``build_app(outdir=..., context=...) -> aws_cdk.App`` is synthesized in-process unless a
-    :class:`Synthesized` is given. ``workers`` handler processes (default one per core) are
-    started before any server or interpreter thread exists; their fork server imports
+    :class:`Synthesized` is given; with ``synth_cache=True`` it is read from the synth cache
+    when the cache has it (``synth_cache.py``: only for an app made from the project's own
+    files, such as ``infra.app``; ``SMLT_SYNTH_CACHE=off`` turns it off). ``workers`` handler
+    processes (default one per core) are started before any server or interpreter thread
+    exists; their fork server imports
     ``preload`` (say ``("numpy", "torch")``) once, during the synth, so no worker pays for
     those imports on its first invocation. ``invoke_filter`` is the fault-injection hook
     (see :attr:`invoke_filter`); ``history_limit`` lowers the 25,000-event quota (tests).
@@ -82,6 +85,7 @@ class LocalEngine:
         synthesized: Synthesized | None = None,
         outdir: str | os.PathLike[str] | None = None,
         synth_context: dict[str, Any] | None = None,
+        synth_cache: bool = False,
         code_root: str | os.PathLike[str] | None = None,
         workers: int | None = None,
         start_method: str = "forkserver",
@@ -96,6 +100,7 @@ class LocalEngine:
         self.synthesized = synthesized
         self._outdir = outdir
         self._synth_context = synth_context
+        self._synth_cache = synth_cache
         self.code_root = Path(code_root).resolve() if code_root else project_root()
         self._workers = workers
         self._start_method = start_method
@@ -147,12 +152,18 @@ class LocalEngine:
         # 2. the template (importing moto's interpreter in a thread meanwhile was measured: the
         #    GIL contention slows the synth more than it saves)
         if self.synthesized is None:
-            outdir = self._outdir
-            if outdir is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="smlt-cdk-")
-                outdir = self._tmp.name
             assert self._build_app is not None  # __init__ refuses neither build_app nor synthesized
-            self.synthesized = synthesize(self._build_app, outdir, context=self._synth_context)
+            cache = synth_cache.cache_folder() if self._synth_cache else None
+            if cache is not None:
+                self.synthesized = synth_cache.synthesize_cached(
+                    self._build_app, cache, root=project_root(), context=self._synth_context
+                )
+            else:
+                outdir = self._outdir
+                if outdir is None:
+                    self._tmp = tempfile.TemporaryDirectory(prefix="smlt-cdk-")
+                    outdir = self._tmp.name
+                self.synthesized = synthesize(self._build_app, outdir, context=self._synth_context)
         self.timings["synth"] = self.synthesized.seconds
 
         # 3. handler processes before the moto server and interpreter threads exist

@@ -47,6 +47,19 @@ class Synthesized:
     # logical id of a resource with an asset -> absolute path of its staged asset directory
     asset_paths: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
+    cached: bool = False  # read from the synth cache (smlt/local/synth_cache.py), not synthesized now
+
+
+def asset_paths(template: dict[str, Any], assembly_dir: Path) -> dict[str, Path]:
+    """logical id -> asset directory of every resource with ``aws:asset:path`` metadata (a
+    relative path is the assembly's staged copy)."""
+    assets: dict[str, Path] = {}
+    for lid, res in template.get("Resources", {}).items():
+        p = (res.get("Metadata") or {}).get("aws:asset:path")
+        if p:
+            path = Path(p)
+            assets[lid] = path if path.is_absolute() else (assembly_dir / path)
+    return assets
 
 
 def synthesize(
@@ -82,19 +95,11 @@ def synthesize(
     if problems:
         raise SynthError(f"stack {st.stack_name} cannot run on the local engine: " + "; ".join(problems))
     assembly_dir = Path(assembly.directory).resolve()
-    template = st.template
-    assets: dict[str, Path] = {}
-    for lid, res in template.get("Resources", {}).items():
-        meta = res.get("Metadata") or {}
-        p = meta.get("aws:asset:path")
-        if p:
-            path = Path(p)
-            assets[lid] = path if path.is_absolute() else (assembly_dir / path)
     return Synthesized(
         stack_name=st.stack_name,
-        template=template,
+        template=st.template,
         assembly_dir=assembly_dir,
         template_path=Path(st.template_full_path).resolve(),
-        asset_paths=assets,
+        asset_paths=asset_paths(st.template, assembly_dir),
         seconds=time.perf_counter() - t0,
     )

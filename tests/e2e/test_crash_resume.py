@@ -9,7 +9,6 @@ SUCCEEDED, the outputs not yet fetched); the last resume runs to the end. The jo
 deadline, so no worker is cut short and every round's training depends on the job seed only.
 """
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -23,24 +22,15 @@ RUN = "crash-anywhere"
 
 # The run (or resume) in a process of its own that kills its process group at the crash point:
 # in the engine's after_invoke hook, when the chosen invocation returns, before the runner
-# saves the local state and before the state machine goes on. Its engine runs the session
-# engine's synthesized stack (the same app, synthesized once in the test process): importing
-# the CDK and synthesizing cost each of the five processes ~10 s of a ~27 s stage, and are
-# not what this test is about (the other e2e tests and tests/infra synthesize, and
-# test_resume.py runs `smlt run --local` and `smlt resume` as they are).
+# saves the local state and before the state machine goes on. Its engine reads the app's synth
+# from the synth cache the session's engine filled (SMLT_HOME, tests/e2e/conftest.py): no
+# process imports the CDK or synthesizes (~10 s of a ~27 s stage when each did).
 DRIVER = r"""
-import json, os, signal, sys, types
+import json, os, signal, sys
 from pathlib import Path
 from smlt import runner
-from smlt.local import engine as local_engine
-from smlt.local.synth import Synthesized
 
-mode, crash, target, out, synthesized = sys.argv[1:6]
-s = json.loads(Path(synthesized).read_text())
-s["assembly_dir"], s["template_path"] = Path(s["assembly_dir"]), Path(s["template_path"])
-s["asset_paths"] = {k: Path(v) for k, v in s["asset_paths"].items()}
-local_engine.synthesize = lambda *a, **kw: Synthesized(**s)
-sys.modules["infra.app"] = types.SimpleNamespace(build_app=lambda **kw: None)  # never called
+mode, crash, target, out = sys.argv[1:5]
 kind, _, at = crash.partition(":")
 seen = {"aggregated": -1}
 
@@ -97,16 +87,9 @@ def job_file(tmp_path: Path) -> Path:
     return path
 
 
-def save_synthesized(engine, path: Path) -> Path:
-    """The session engine's synthesized stack as JSON, for the driver processes."""
-    syn = dataclasses.asdict(engine.synthesized)
-    path.write_text(json.dumps(syn, default=str))
-    return path
-
-
-def start(mode: str, crash: str, target: str, out: Path, synthesized: Path) -> subprocess.Popen:
+def start(mode: str, crash: str, target: str, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, mode, crash, target, str(out), str(synthesized)],
+        [sys.executable, "-c", DRIVER, mode, crash, target, str(out)],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.DEVNULL,
@@ -126,8 +109,8 @@ def finish(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err[-3000:]
 
 
-def drive(mode: str, crash: str, target: str, out: Path, synthesized: Path) -> tuple[int, str]:
-    return finish(start(mode, crash, target, out, synthesized))
+def drive(mode: str, crash: str, target: str, out: Path) -> tuple[int, str]:
+    return finish(start(mode, crash, target, out))
 
 
 def round_items(out: Path) -> list[dict]:
@@ -154,7 +137,6 @@ def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(local,
     # process of its own paid the interpreter, the synth and a cold round: ~25 s where this
     # takes 3 s, measured on a loaded machine).
     assert run(local, json.loads(job.read_text()), ref, RUN) == 0
-    synthesized = save_synthesized(local[0], tmp_path / "synthesized.json")
 
     # (mode, crash point, the rounds the saved state holds after the crash)
     stages = [
@@ -164,10 +146,10 @@ def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(local,
         ("resume", "finalize", [0, 1, 2, 3, 4]),  # 4 trained rounds + the final evaluation
     ]
     for mode, crash, kept in stages:
-        rc, err = drive(mode, crash, str(job) if mode == "run" else RUN, out, synthesized)
+        rc, err = drive(mode, crash, str(job) if mode == "run" else RUN, out)
         assert rc == -9, f"{crash}: the crash point was not reached\n{err}"
         assert saved_rounds(out) == kept, crash
-    rc, err = drive("resume", "none", RUN, out, synthesized)
+    rc, err = drive("resume", "none", RUN, out)
     assert rc == 0, err
     failed = {d.name: failed_workers(d) for d in (ref, out)}
     assert not any(failed.values()), f"workers failed (rounds): {failed}; the runs cannot be compared"
