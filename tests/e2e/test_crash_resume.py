@@ -23,8 +23,8 @@ RUN = "crash-anywhere"
 # The run (or resume) in a process of its own that kills its process group at the crash point:
 # in the engine's after_invoke hook, when the chosen invocation returns, before the runner
 # saves the local state and before the state machine goes on. Its engine reads the app's synth
-# from the synth cache the session's engine filled (SMLT_HOME, tests/e2e/conftest.py): no
-# process imports the CDK or synthesizes (~10 s of a ~27 s stage when each did).
+# from the synth cache the session's engine filled (SMLT_SYNTH_CACHE, pinned in tests/conftest.py):
+# no process imports the CDK or synthesizes (~10 s of a ~27 s stage when each did).
 DRIVER = r"""
 import json, os, signal, sys
 from pathlib import Path
