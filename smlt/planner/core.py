@@ -210,6 +210,30 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ fixed
+def budget_guard(
+    job: Job, history: RunHistory, tm: TimingModel, n: int, m: int, k: int, prices: Prices, arch: str
+) -> tuple[Forecast, float, bool]:
+    """The hard budget guard of one round of n workers x m MB x k steps: its forecast (with the
+    workers' limit its worst case assumes), finalisation's worst case, and whether the round's
+    worst case plus finalisation's fits in the money left."""
+    f = tm.forecast([n], [m], [k], history)
+    fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
+    b = job.constraints.budget_usd
+    return f, fin_ub, b is None or float(f.cost_ub[0]) + fin_ub <= b - history.cost_total_usd
+
+
+def fixed_plan_guard(
+    job: Job, history: RunHistory, n: int, m: int, k: int, prices: Prices, arch: str
+) -> tuple[bool, float]:
+    """`budget_guard` for a plan fixed from outside the planner (the benchmark's guarded oracle):
+    whether the round fits, and the workers' limit (s)."""
+    t = job.training
+    tm = TimingModel(JobShape.of(history, t.batch_size, t.compression, t.mode), prices, arch)
+    tm.fit(history)
+    f, _, fits = budget_guard(job, history, tm, n, m, k, prices, arch)
+    return fits, float(f.time_limit_s[0])
+
+
 def decide_fixed(
     job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
 ) -> Decision:
@@ -222,13 +246,11 @@ def decide_fixed(
     n = job.workers.initial
     m = job.workers.memory_mb or default_tier(tiers)
     k = job.training.local_steps
-    f = tm.forecast([n], [m], [k], history)
     c = job.constraints
-    fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
-    need = float(f.cost_ub[0]) + fin_ub
+    f, fin_ub, fits = budget_guard(job, history, tm, n, m, k, prices, arch)
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
     common: dict[str, Any] = dict(predicted_round_s=float(f.round_s[0]), predicted_round_cost_usd=float(f.cost[0]))
-    if need > left:
+    if not fits:
         return _stop(
             f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
             f"({fmt_usd(float(f.cost_ub[0]))}) plus finalisation ({fmt_usd(fin_ub)})",

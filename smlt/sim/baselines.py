@@ -4,6 +4,9 @@
   expected time and cost (`analytic.expected`, the world's truth) ranks the grid, the most
   promising are simulated with the scenario's seed and world, and the cheapest (for
   `objective: speed`, the fastest) that reached the target within the deadline and budget wins.
+- `oracle(..., guard=True)`: the same search, each plan run under smlt's own budget guard
+  (`GuardedStatic`): it stops before a round whose worst case does not fit in the money left, as
+  smlt's planner does. The best that keeping the budget promise leaves possible with hindsight.
 - `SmltBO`: SMLT's scheduler (Ali et al., SC'22) as the paper describes it: Bayesian optimisation
   over the number of workers only, a Gaussian process (scikit-learn's GaussianProcessRegressor)
   with UCB (kappa 5), re-run after every epoch. It is given what a fair user would give it: the
@@ -32,6 +35,7 @@ from smlt import bill
 from smlt.config import FunctionSizes
 from smlt.job import Job
 from smlt.planner import decide
+from smlt.planner.core import fixed_plan_guard
 from smlt.planner.types import Decision, RunHistory
 from smlt.prices import Prices
 from smlt.sim.analytic import expected, grid
@@ -63,6 +67,21 @@ class Static:
         )
 
 
+class GuardedStatic(Static):
+    """A fixed plan under smlt's budget guard (`core.budget_guard`, the fixed planner's rule): it
+    stops before a round whose worst case plus finalisation's does not fit in the money left, and
+    gives its workers the limit that worst case assumes."""
+
+    def __call__(self, job: Job, h: RunHistory, tiers, prices, arch) -> Decision:
+        d = super().__call__(job, h, tiers, prices, arch)
+        if d.action != "train" or job.constraints.budget_usd is None:
+            return d
+        fits, limit_s = fixed_plan_guard(job, h, self.n, self.m, self.k, prices, arch)
+        if not fits:
+            return Decision(action="stop", reason="budget: the next round's worst case does not fit", bound="budget")
+        return d.model_copy(update={"worker_time_limit_s": round(limit_s, 1)})
+
+
 def oracle(
     job: Job,
     workload: Workload,
@@ -72,8 +91,10 @@ def oracle(
     world: World,
     batch: int = 6,
     max_tries: int = 12,
+    guard: bool = False,
 ):
-    """Best fixed plan with hindsight in `world`: ((n, m, k), SimResult) or (None, None)."""
+    """Best fixed plan with hindsight in `world`: ((n, m, k), SimResult) or (None, None). With
+    `guard`, each plan runs under smlt's budget guard (`GuardedStatic`)."""
     c = job.constraints
     D = c.deadline_seconds or math.inf
     B = c.budget_usd or math.inf
@@ -86,7 +107,9 @@ def oracle(
     for start in range(0, len(order), batch):
         best = None
         for i in order[start : start + batch]:
-            static = Static(int(N[i]), int(M[i]), int(K[i]), time_cap=min(1.2 * D, 1e7), cost_cap=min(1.2 * B, 1e6))
+            static = (GuardedStatic if guard else Static)(
+                int(N[i]), int(M[i]), int(K[i]), time_cap=min(1.2 * D, 1e7), cost_cap=min(1.2 * B, 1e6)
+            )
             r = simulate(job, workload, static, tiers, prices, seed=seed, world=world)
             if r.reached and r.elapsed_s <= D and r.cost_usd <= B:
                 score = r.elapsed_s if c.objective == "speed" else r.cost_usd

@@ -15,7 +15,7 @@ from smlt.planner.types import RunHistory
 from smlt.prices import Prices
 from smlt.roundspec import COLD_START_ALLOWANCE_S, MIN_TASK_TIMEOUT_S, round_limits
 from smlt.sim import curves as curves_mod
-from smlt.sim.baselines import SmltBO, Static, ablation, oracle, run_smlt
+from smlt.sim.baselines import GuardedStatic, SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
 from smlt.sim.run import simulate
 from smlt.sim.workloads import WORKLOADS
@@ -286,3 +286,25 @@ def test_a_run_cut_short_continues_and_a_plateau_stays():
     assert math.isfinite(c.samples_to(0.85, 4, 5))  # continued along its neighbour
     assert c.samples_to(0.85, 4, 5) > c.samples_to(0.85, 1, 5)  # at its own, slower pace
     assert math.isinf(c.samples_to(0.85, 1, 20))  # the plateau is kept
+
+
+def test_the_guarded_oracle_keeps_smlt_s_budget_guard():
+    """`GuardedStatic` (the guarded oracle's plans) stops where smlt's fixed planner would: before a
+    round whose worst case plus finalisation's does not fit; the plain oracle's `Static` spends on."""
+    w = WORKLOADS["digits-mlp"]
+    world = World.draw(3, "calm", w.family)
+    plan = (1, 1769, 200)
+    ample = _job(target=w.target, deadline_seconds=120.0, budget_usd=0.05)
+    g = simulate(ample, w, GuardedStatic(*plan), TIERS, seed=3, world=world, keep_history=True)
+    assert g.reached and g.history is not None
+    # its workers get the limit the worst case assumes (round 0: the probe's)
+    assert all(r.time_limit_s and r.time_limit_s > 0 for r in g.history.rounds)
+    # a budget above one round's expected bill but under its worst case: the guard refuses round 0
+    tight = _job(target=w.target, deadline_seconds=120.0, budget_usd=0.8 * g.cost_usd / len(g.history.rounds))
+    refused = simulate(tight, w, GuardedStatic(*plan), TIERS, seed=3, world=world)
+    budget = tight.constraints.budget_usd
+    assert refused.rounds == 0 and refused.stop_bound == "budget" and refused.cost_usd <= budget  # the planner's call
+    spent = simulate(tight, w, Static(*plan), TIERS, seed=3, world=world)
+    assert spent.rounds >= 1 and spent.cost_usd > refused.cost_usd
+    cfg, _ = oracle(tight, w, TIERS, Prices(), 3, world, guard=True)
+    assert cfg is None
