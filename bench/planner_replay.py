@@ -42,6 +42,8 @@ HEADLINE = (
     "budget_exceeded",
     "deadline_met_when_feasible",
     "deadline_met_when_feasible_noisy",
+    "deadline_met_when_guarded_feasible",
+    "deadline_met_when_guarded_feasible_noisy",
     "median_cost_vs_oracle",
     "cheaper_than_smlt_fraction",
     "speed_vs_oracle_median",

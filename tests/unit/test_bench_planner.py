@@ -75,3 +75,25 @@ def test_deadline_met_counts_only_runs_with_a_deadline_the_oracle_meets(pb):
     misses = s["details"]["misses"]
     assert [(m["id"], m["late_s"]) for m in misses] == [(1, 20.0)]  # its margin: 20 s late
     assert s["details"]["easy"]["runs"] == 1  # the oracle's 2-round job
+
+
+def test_deadline_met_where_the_guarded_oracle_meets_it(pb):
+    """The guarded oracle (smlt's budget guard on the oracle's plans) meets fewer deadlines; smlt is
+    counted over those it meets, and the runs smlt meets without it are counted apart."""
+    met = _run(1.0, 80.0, deadline=100.0)
+    late = _run(1.0, 120.0, deadline=100.0)
+    recs = [
+        dict(_rec(pb, 0, "calm", 100.0, met, met), oracle_guarded=met),
+        dict(_rec(pb, 1, "calm", 100.0, late, met), oracle_guarded=met),
+        dict(_rec(pb, 2, "calm", 100.0, met, met), oracle_guarded=None),  # the guard leaves no fixed plan
+        dict(_rec(pb, 3, "calm", 100.0, late, met), oracle_guarded=late),
+        _rec(pb, 0, "noisy", 100.0, met, met),  # a record made before the guarded oracle existed
+    ]
+    s = pb.summarize(recs, 1.0, seeds=1)
+    assert s["deadline_met_when_feasible"] == 0.5  # 2 of the 4 the oracle meets
+    assert s["deadline_met_when_guarded_feasible"] == 0.5  # 1 of the 2 the guarded oracle meets
+    assert s["deadline_met_when_guarded_feasible_noisy"] is None
+    price = s["details"]["guard_price"]
+    assert price["calm"] == {"oracle_met": 4, "guarded_oracle_met": 2, "ours_met_guarded_oracle_not": 1}
+    assert price["noisy"]["guarded_oracle_met"] == 0
+    assert "the guarded oracle meets 2 of the oracle's 4" in pb.markdown({"summary": s, "scenarios": recs})
