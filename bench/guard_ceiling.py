@@ -3,7 +3,7 @@
 `bench/planner_bench.py` records, per run, the oracle (the best fixed plan with hindsight) and the
 oracle under smlt's budget guard (`oracle_guarded`: each plan stops before a round whose worst case
 does not fit in the money left, as smlt's planner does). This tool (re)computes `oracle_guarded`
-for a record without re-running the rest (~40 s for ten seeds on 2 cores): for records made before
+for a record without re-running the rest (~3 min for ten seeds on 2 cores): for records made before
 it existed, or to see what another worst case (`TimingModel.forecast`'s `cost_ub`, edited in a
 worktree) would leave possible for any planner, before building a planner for it.
 
@@ -37,8 +37,7 @@ def run_case(case: tuple[dict[str, Any], int]) -> dict[str, Any] | None:
     s = {k: rec[k] for k in SCENARIO_KEYS}
     w = pb.workload_of(s["workload"])
     world = World.draw(rec["seed"], rec["world"], w.family)
-    pb.GUARDED_TRIES = tries
-    return pb.guarded_oracle(pb.job_for(s, w), w, Prices(), rec["seed"], world, rec["oracle"], s)
+    return pb.guarded_oracle(pb.job_for(s, w), w, Prices(), rec["seed"], world, rec["oracle"], s, tries)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -172,11 +172,7 @@ def run_case(case: tuple[dict[str, Any], int, str]) -> dict[str, Any]:
     for name in ABLATIONS:
         rec[name] = sim(ablation(name))
     cfg, orc = oracle(job, w, TIERS, prices, seed, world)
-    rec["oracle"] = (
-        None
-        if cfg is None or orc is None
-        else {"config": {"n": cfg[0], "m": cfg[1], "k": cfg[2]}, **summarize_run(orc, s)}
-    )
+    rec["oracle"] = _oracle_record(cfg, orc, s)
     rec["oracle_guarded"] = guarded_oracle(job, w, prices, seed, world, rec["oracle"], s)
     rec["wall_s"] = round(time.time() - t0, 2)
     return rec
@@ -185,16 +181,23 @@ def run_case(case: tuple[dict[str, Any], int, str]) -> dict[str, Any]:
 GUARDED_TRIES = 24  # plans the guarded oracle may try (the oracle: 12); ten seeds, calm: 12 met 188, 24 191, 60 192
 
 
-def guarded_oracle(job, w: Workload, prices: Prices, seed: int, world: World, orc, s: dict[str, Any]):
-    """The oracle under smlt's budget guard (`baselines.GuardedStatic`): what keeping the budget
-    promise leaves possible with hindsight. The oracle's own result where no budget is set (the
-    guard never binds) or the oracle found no plan (a guard only stops runs sooner)."""
-    if orc is None or s["budget"] is None:
-        return orc
-    cfg, r = oracle(job, w, TIERS, prices, seed, world, max_tries=GUARDED_TRIES, guard=True)
+def _oracle_record(cfg, r: SimResult | None, s: dict[str, Any]) -> dict[str, Any] | None:
+    """An oracle's plan and run as recorded; None when it found no plan."""
     return (
         None if cfg is None or r is None else {"config": {"n": cfg[0], "m": cfg[1], "k": cfg[2]}, **summarize_run(r, s)}
     )
+
+
+def guarded_oracle(
+    job, w: Workload, prices: Prices, seed: int, world: World, orc, s: dict[str, Any], tries: int = GUARDED_TRIES
+):
+    """The oracle under smlt's budget guard (`baselines.GuardedStatic`): what keeping the budget
+    promise leaves possible with hindsight. The oracle's own record where no budget is set (the
+    guard never binds) or the oracle found no plan (a guard only stops runs sooner)."""
+    if orc is None or s["budget"] is None:
+        return orc
+    cfg, r = oracle(job, w, TIERS, prices, seed, world, max_tries=tries, guard=True)
+    return _oracle_record(cfg, r, s)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -210,9 +213,14 @@ def _frac(hits: int, total: int) -> float | None:
     return round(hits / total, 4) if total else None
 
 
+def _oracle_met(records: list[dict[str, Any]], oracle: str = "oracle") -> list[dict[str, Any]]:
+    """The runs with a deadline the oracle (or the guarded oracle) meets."""
+    return [r for r in records if r["deadline"] is not None and r.get(oracle) and r[oracle]["deadline_met"]]
+
+
 def _met_when_feasible(records: list[dict[str, Any]], who: str = "ours", oracle: str = "oracle") -> float | None:
     """Deadline met, over runs that have a deadline the oracle (or the guarded oracle) meets."""
-    base = [r for r in records if r["deadline"] is not None and r.get(oracle) and r[oracle]["deadline_met"]]
+    base = _oracle_met(records, oracle)
     return _frac(sum(1 for r in base if r[who]["deadline_met"]), len(base))
 
 
@@ -221,12 +229,8 @@ def _guard_price(records: list[dict[str, Any]]) -> dict[str, Any]:
     and how many smlt meets that the guarded oracle does not (adaptivity beyond any fixed plan)."""
     out: dict[str, Any] = {}
     for world in sorted({r["world"] for r in records}):
-        met = [
-            r
-            for r in records
-            if r["world"] == world and r["deadline"] is not None and r["oracle"] and r["oracle"]["deadline_met"]
-        ]
-        g = [r for r in met if r.get("oracle_guarded") and r["oracle_guarded"]["deadline_met"]]
+        met = _oracle_met([r for r in records if r["world"] == world])
+        g = _oracle_met(met, "oracle_guarded")
         ids = {id(r) for r in g}
         out[world] = {
             "oracle_met": len(met),

@@ -210,6 +210,14 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ fixed
+def fitted_timing(
+    job: Job, history: RunHistory, prices: Prices, arch: str, sizes: FunctionSizes | None = None
+) -> TimingModel:
+    """The run's timing model: the job's shape, fitted to its rounds so far."""
+    t = job.training
+    return TimingModel(JobShape.of(history, t.batch_size, t.compression, t.mode), prices, arch, sizes).fit(history)
+
+
 def budget_guard(
     job: Job, history: RunHistory, tm: TimingModel, n: int, m: int, k: int, prices: Prices, arch: str
 ) -> tuple[Forecast, float, bool]:
@@ -227,19 +235,14 @@ def fixed_plan_guard(
 ) -> tuple[bool, float]:
     """`budget_guard` for a plan fixed from outside the planner (the benchmark's guarded oracle):
     whether the round fits, and the workers' limit (s)."""
-    t = job.training
-    tm = TimingModel(JobShape.of(history, t.batch_size, t.compression, t.mode), prices, arch)
-    tm.fit(history)
-    f, _, fits = budget_guard(job, history, tm, n, m, k, prices, arch)
+    f, _, fits = budget_guard(job, history, fitted_timing(job, history, prices, arch), n, m, k, prices, arch)
     return fits, float(f.time_limit_s[0])
 
 
 def decide_fixed(
     job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
 ) -> Decision:
-    shape = JobShape.of(history, job.training.batch_size, job.training.compression, job.training.mode)
-    tm = TimingModel(shape, prices, arch, sizes)
-    tm.fit(history)
+    tm = fitted_timing(job, history, prices, arch, sizes)
     done = _terminal(job, history, tm, prices, arch)
     if done:
         return done
@@ -1113,8 +1116,8 @@ def decide_adaptive(
     hold: Hold | None = None,
 ) -> Decision:
     tr = job.training
-    shape = JobShape.of(history, tr.batch_size, tr.compression, tr.mode)
-    tm = TimingModel(shape, prices, arch, sizes).fit(history)
+    tm = fitted_timing(job, history, prices, arch, sizes)
+    shape = tm.shape
     done = _terminal(job, history, tm, prices, arch)
     if done:
         return done
