@@ -3,13 +3,13 @@ through a real store, and the accuracy cost of fp16/bf16 update compression.
 
 1. reduce vs reference: n updates of P float32 parameters (an MLP's tensors), already in memory.
    reference = numpy adding the same arrays in place (`np.add(acc, a, out=acc)`, per tensor);
-   reduce    = `smlt.aggregate.reduce.weighted_average` with unequal weights (the general case;
+   reduce    = `smlt.runtime.aggregate.reduce.weighted_average` with unequal weights (the general case;
                local SGD's equal weights take a faster path, also reported).
    MB/s = n * P * 4 bytes / seconds, best of `repeats`, measured interleaved in one run.
 2. sharded vs single through a store (a real redis-server and moto's S3 server, both on loopback
    in their own processes): the updates are written as the worker writes them (one safetensors
    object each, with its metadata), then
-   single  = the current aggregator's path (`smlt/steps/aggregate.py`): GET + decode every update, weighted
+   single  = the current aggregator's path (`smlt/runtime/steps/aggregate.py`): GET + decode every update, weighted
              average, apply to the global model, encode, PUT model r+1;
    sharded = k = plan_slices(P * 4, n) warm reducer processes (like k warm Lambdas), each running
              `reduce.aggregate_slice` (header probe + one ranged GET per update, reduce, write
@@ -36,14 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
-from smlt.data.manifest import Manifest
+from smlt.runtime.data.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smlt import keys  # noqa: E402
-from smlt.aggregate.model_store import read_model  # noqa: E402
-from smlt.aggregate.reduce import (  # noqa: E402
+from smlt.runtime import keys  # noqa: E402
+from smlt.runtime.aggregate.model_store import read_model  # noqa: E402
+from smlt.runtime.aggregate.reduce import (  # noqa: E402
     aggregate_slice,
     apply_update,
     commit_accepted,
@@ -51,8 +51,8 @@ from smlt.aggregate.reduce import (  # noqa: E402
     plan_slices,
     weighted_average,
 )
-from smlt.tensors.format import decode, encode, views  # noqa: E402
-from smlt.tensors.layout import flatten  # noqa: E402
+from smlt.runtime.tensors.format import decode, encode, views  # noqa: E402
+from smlt.runtime.tensors.layout import flatten  # noqa: E402
 
 MB = 1e6
 RUN = "bench"
@@ -197,10 +197,10 @@ def s3_client(endpoint: str):
 def open_store(spec: tuple[str, str]):
     kind, where = spec
     if kind == "redis":
-        from smlt.store import RedisStore
+        from smlt.runtime.store import RedisStore
 
         return RedisStore(where)
-    from smlt.store import S3Store
+    from smlt.runtime.store import S3Store
 
     return S3Store("bench", client=s3_client(where))
 
@@ -223,7 +223,7 @@ def _warm(_):
 
 
 def single_aggregate(store, rnd: int, accepted: list[dict]) -> bytes:
-    """What smlt/steps/aggregate.py does with the updates: GET + decode each, average, apply, check, encode, PUT."""
+    """What smlt/runtime/steps/aggregate.py does with the updates: GET + decode each, average, apply, check, encode, PUT."""
     global_state = decode(store.get(keys.model_key(RUN, rnd)))
     updates = [decode(store.get(keys.update_key(RUN, rnd, a["worker"]))) for a in accepted]
     avg = weighted_average(updates, [a["samples"] for a in accepted])
@@ -338,7 +338,7 @@ def bench_sync(backend: str, spec: tuple[str, str], workers: int = 4, numel: int
     `numel` float32 gradient through the store, `steps` times; median step time."""
     import threading
 
-    from smlt.aggregate.sync import Poll, ReduceScatter, delete_prefix
+    from smlt.runtime.aggregate.sync import Poll, ReduceScatter, delete_prefix
 
     store = open_store(spec)
     prefix = keys.sync_prefix(RUN + f"-sync-{backend}", 0)
@@ -406,11 +406,11 @@ def compression_accuracy(
     import torch
     from safetensors.torch import save as torch_save
 
-    from smlt.data.prepare import prepare_dataset
-    from smlt.job import ModelSpec
-    from smlt.roundspec import shard_slice
-    from smlt.tensors.torch_state import compress_torch_state
-    from smlt.train.models import build_model
+    from smlt.runtime.data.prepare import prepare_dataset
+    from smlt.runtime.job import ModelSpec
+    from smlt.runtime.roundspec import shard_slice
+    from smlt.runtime.tensors.torch_state import compress_torch_state
+    from smlt.runtime.train.models import build_model
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from smlt.data.manifest import Manifest
+from smlt.runtime.data.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,8 +54,8 @@ def load_prepared(dataset_dir: str | Path):
 
 
 def _build(job: dict, manifest: dict):
-    from smlt.job import ModelSpec
-    from smlt.train.models import build_model
+    from smlt.runtime.job import ModelSpec
+    from smlt.runtime.train.models import build_model
 
     return build_model(
         ModelSpec(**job.get("model", {})),

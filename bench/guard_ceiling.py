@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import planner_bench as pb  # noqa: E402
 
-from smlt.prices import Prices  # noqa: E402
+from smlt.runtime.prices import Prices  # noqa: E402
 from smlt.sim.world import World  # noqa: E402
 
 SCENARIO_KEYS = ("workload", "deadline", "budget", "objective", "kind", "id")

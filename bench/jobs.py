@@ -33,7 +33,7 @@ class Split:
 
 def example_job(file: str) -> dict[str, Any]:
     """examples/FILE as written (what `smlt run --local` reads), checked against the Job model."""
-    from smlt.job import parse_job
+    from smlt.runtime.job import parse_job
 
     raw: dict[str, Any] = json.loads((EXAMPLES / file).read_text())
     parse_job(raw)  # raises InvalidJob naming the field
@@ -42,7 +42,7 @@ def example_job(file: str) -> dict[str, Any]:
 
 def prepare(key: str, source: str, split: Split) -> Path:
     """The cache folder holding `source` prepared with `split` (prepared on first use)."""
-    from smlt.data.prepare import prepare_dataset
+    from smlt.runtime.data.prepare import prepare_dataset
 
     folder = CACHE / "datasets" / re.sub(r"[^A-Za-z0-9]+", "-", f"{key}-{source}-{split.validation_fraction}")
     if not (folder / "manifest.json").exists():

@@ -52,7 +52,7 @@ def environment(endpoint: str, cache: str) -> dict[str, str]:
 
 
 def create_stack(boto3) -> None:
-    from smlt.records import create_run_table
+    from smlt.runtime.records import create_run_table
 
     s3 = boto3.client("s3")
     for b in ("smlt-artifacts", BUCKET):
@@ -107,7 +107,7 @@ def plan(run: str, uri: str, steps: int) -> dict:
 def worker(run: str) -> None:
     """Child: worker 0 of round 0, the real handler; prints its record."""
     from lambdas.train_step.handler import handler as train_step
-    from smlt.records import RunTable
+    from smlt.runtime.records import RunTable
 
     train_step({"run_id": run, "round": 0, "worker": 0}, None)
     print(RunTable(TABLE, run).workers(0)[0].model_dump_json())

@@ -180,7 +180,7 @@ def _store_table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "",
         "Aggregation through a store (real redis-server; the local engine's moto S3 server; both on loopback, each in its own process): "
-        "single aggregator (smlt/steps/aggregate.py's path) vs k sharded reducer processes (k from `plan_slices`).",
+        "single aggregator (smlt/runtime/steps/aggregate.py's path) vs k sharded reducer processes (k from `plan_slices`).",
         "",
         "| store | updates × params | k | single s | sharded s | single MB/s | sharded MB/s | speed-up | one reducer s | ranged GET of 1/k ÷ whole GET |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -199,7 +199,7 @@ def _store_table(rows: list[dict[str, Any]]) -> list[str]:
         'ranged GET reads only its range; stock moto reads the whole object, see "moto hot spots" '
         'below); `sharded_vs_single` is the worse of the two stores. "one reducer" is the sharded '
         "code with k = 1 (parallel ranged fetch, streaming reduce, no decode copies): what "
-        "`reduce.reduce_updates` gives smlt/steps/aggregate.py as a drop-in for its GET + decode + average.",
+        "`reduce.reduce_updates` gives smlt/runtime/steps/aggregate.py as a drop-in for its GET + decode + average.",
     ]
     return lines
 

@@ -308,9 +308,9 @@ def main() -> None:
         profile.install()
 
     from smlt.datasets import stage_dataset
-    from smlt.errors import RunFailed
     from smlt.local.memory import BODIES, HISTORIES, ITEMS
     from smlt.runner import execute, start_engine
+    from smlt.runtime.errors import RunFailed
 
     job = {
         "name": "long",

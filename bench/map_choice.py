@@ -1,8 +1,8 @@
 """The round's Map, inline against Distributed, at 8, 40 and 200 workers: per-round latency of the
 Map itself, its Step Functions transitions and their price, and its history events in the parent.
 
-From the model (`smlt.fanout`, cdk.json's `fanout` priors and prices), not measured: AWS offers
-no way to run either here. Sources of the priors are in smlt/fanout.py and ../shared/facts.md.
+From the model (`smlt.runtime.fanout`, cdk.json's `fanout` priors and prices), not measured: AWS offers
+no way to run either here. Sources of the priors are in smlt/runtime/fanout.py and ../shared/facts.md.
 An inline Map runs at most 40 iterations at once, so above 40 its workers go in waves: the table
 shows that with a worker time of WORKER_S seconds. Prints the Markdown table of
 docs/architecture.md ("The round's Map").
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 
-from smlt.config import FunctionSizes
-from smlt.fanout import (
+from smlt.runtime.config import FunctionSizes
+from smlt.runtime.fanout import (
     DISTRIBUTED_TRANSITIONS_PER_WORKER,
     INLINE_EVENTS_PER_WORKER,
     INLINE_MAX,
     INLINE_TRANSITIONS_PER_WORKER,
 )
-from smlt.prices import Prices
+from smlt.runtime.prices import Prices
 
 WORKER_S = 30.0  # a worker's handler time, for the inline Map's waves above 40 workers
 

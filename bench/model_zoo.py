@@ -52,7 +52,7 @@ SEEDS = (0, 1, 2)
 LR_GRID = (0.5, 1.0, 2.0)  # x the job's learning rate
 MAX_TRAIN_S = 240.0
 THREADS = max(1, min(os.cpu_count() or 1, 2))
-TIER_MB = 1769  # the worker runs one torch thread per 1,769 MB (smlt/steps/train.py)
+TIER_MB = 1769  # the worker runs one torch thread per 1,769 MB (smlt/runtime/steps/train.py)
 
 
 # ----------------------------------------------------------------------------- what exists yet
@@ -60,12 +60,12 @@ TIER_MB = 1769  # the worker runs one torch thread per 1,769 MB (smlt/steps/trai
 
 def unavailable(job: dict[str, Any]) -> str | None:
     """Why this checkout cannot run `job` yet (its model is not registered), or None."""
-    from smlt.train.models import BUILTINS
+    from smlt.runtime.train.models import BUILTINS
 
     name = job.get("model", {}).get("name", "mlp")
     if ":" in name or name in BUILTINS:
         return None
-    return f"model {name!r} is not in smlt.train.models yet"
+    return f"model {name!r} is not in smlt.runtime.train.models yet"
 
 
 def _example(file: str) -> tuple[dict[str, Any], str | None]:
@@ -79,7 +79,7 @@ def _example(file: str) -> tuple[dict[str, Any], str | None]:
 
 def _prepared(key: str, source: str, split: Split) -> tuple[Path | None, str | None]:
     """(folder, None), or (None, why) when this checkout cannot prepare `source` yet."""
-    from smlt.errors import SmltError
+    from smlt.runtime.errors import SmltError
 
     try:
         return prepare(key, source, split), None
@@ -101,8 +101,8 @@ def _load(dataset: str) -> tuple[Any, ...]:
     import torch
     from safetensors.numpy import load
 
-    from smlt.data.inputs import model_input
-    from smlt.data.manifest import Manifest
+    from smlt.runtime.data.inputs import model_input
+    from smlt.runtime.data.manifest import Manifest
 
     folder = Path(dataset)
     manifest = Manifest.model_validate_json((folder / "manifest.json").read_text())
@@ -118,8 +118,8 @@ def _load(dataset: str) -> tuple[Any, ...]:
 def _model_and_optimizer(job: dict[str, Any], manifest: Any):
     import torch
 
-    from smlt.job import ModelSpec
-    from smlt.train.models import build_model
+    from smlt.runtime.job import ModelSpec
+    from smlt.runtime.train.models import build_model
 
     model = build_model(
         ModelSpec(**job.get("model", {})),
@@ -349,9 +349,9 @@ class MotoStack:
         os.environ.update(self.env)  # this process prepares the dataset and reads the items
         import boto3
 
-        from smlt.data.shards import load_manifest
-        from smlt.records import create_run_table, dynamodb_client
-        from smlt.store.s3 import s3_client
+        from smlt.runtime.data.shards import load_manifest
+        from smlt.runtime.records import create_run_table, dynamodb_client
+        from smlt.runtime.store.s3 import s3_client
 
         for cached in (s3_client, dynamodb_client, load_manifest):  # made for an earlier endpoint
             cached.cache_clear()
@@ -428,8 +428,8 @@ def _prepare_on(stack: MotoStack, source: str, shards: int, rows: int) -> tuple[
     takes a `rows=` parameter (the parts that time steps need few: less to prepare and evaluate)."""
     import re
 
-    from smlt.data.prepare import prepare_dataset
-    from smlt.errors import SmltError
+    from smlt.runtime.data.prepare import prepare_dataset
+    from smlt.runtime.errors import SmltError
 
     source = re.sub(r"\brows=(\d+)", lambda m: f"rows={min(int(m[1]), rows)}", source)
     uri = "s3://smlt-data/datasets/zoo/"
@@ -445,8 +445,8 @@ def plain_throughput(job: dict[str, Any], uri: str, steps: int, threads: int) ->
     worker reads it): the job's model, batch and optimizer, `threads` torch threads."""
     import torch
 
-    from smlt.data.inputs import model_input
-    from smlt.data.shards import load_manifest, load_shard
+    from smlt.runtime.data.inputs import model_input
+    from smlt.runtime.data.shards import load_manifest, load_shard
 
     torch.set_num_threads(threads)
     warm_process()  # as the worker's process (child's "warm")
@@ -499,7 +499,7 @@ def throughput(quick: bool) -> dict[str, Any]:
         j = _stack_job(job, uri, memory_mb, local_steps=steps, max_rounds=1, workers=1)
         plan = stack.call("planner", {"op": "plan", "job": j, "execution": "zoo-throughput"})["answer"]
         stack.call("train_step", {"run_id": plan["run_id"], "round": 0, "worker": 0, "warm": True})
-        from smlt.records import RunTable
+        from smlt.runtime.records import RunTable
 
         record = RunTable("smlt-runs", plan["run_id"]).workers(0)[0]
         res["smlt"] = {"samples": record.samples, "seconds": record.compute_s}
@@ -552,7 +552,7 @@ def sharded_round(quick: bool) -> dict[str, Any]:
         ev = {"op": "slice", "run_id": run, "round": rnd, "of": k}
         res["slices"] = [stack.call("aggregate", {**ev, "slice": j}) for j in range(k)]
         res["finish"] = stack.call("aggregate", {"op": "finish", "run_id": run, "round": rnd})
-        from smlt.records import RunTable
+        from smlt.runtime.records import RunTable
 
         item = RunTable("smlt-runs", run).rounds()[0]
         res["param_count"] = item.param_count

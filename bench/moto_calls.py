@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.moto_server import start_server, stop_server  # noqa: E402 - needs ROOT on the path
-from smlt.records import create_run_table  # noqa: E402
+from smlt.runtime.records import create_run_table  # noqa: E402
 
 BUCKET, TABLE = "bench", "runs"
 BIG = 44 * 1024 * 1024  # one update/model blob of the sharded-aggregation bench

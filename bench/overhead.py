@@ -39,8 +39,8 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
     queueing for the pool's processes, interpreter transitions).
     """
     from smlt.datasets import stage_dataset
-    from smlt.errors import RunFailed
     from smlt.runner import execute, start_engine
+    from smlt.runtime.errors import RunFailed
 
     job = example_job(JOB_FILE)
     if rounds is not None:

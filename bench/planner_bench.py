@@ -30,9 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smlt.job import parse_job  # noqa: E402
-from smlt.planner import decide  # noqa: E402
-from smlt.prices import Prices  # noqa: E402
+from smlt.runtime.job import parse_job  # noqa: E402
+from smlt.runtime.planner import decide  # noqa: E402
+from smlt.runtime.prices import Prices  # noqa: E402
 from smlt.sim.analytic import expected, grid  # noqa: E402
 from smlt.sim.baselines import ablation, oracle, run_smlt  # noqa: E402
 from smlt.sim.run import SimResult, simulate  # noqa: E402
@@ -447,7 +447,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "## Planner",
         "",
-        "`make bench-planner` (`bench/planner_bench.py`) runs smlt's planner (`smlt.planner.decide`) in a simulated",
+        "`make bench-planner` (`bench/planner_bench.py`) runs smlt's planner (`smlt.runtime.planner.decide`) in a simulated",
         'world it did not write (`smlt/sim`, docs/planner.md "The benchmark\'s world"): learning curves replayed',
         "from runs recorded here (`bench/record_curves.py`, `smlt/sim/curves/`), platform constants drawn per",
         "scenario-seed around ../shared/facts.md, retries, duplicates and overruns injected and billed. Every",

@@ -32,7 +32,7 @@ from sklearn.datasets import load_digits, make_classification
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smlt.planner.progress import round_progress, saturation  # noqa: E402
+from smlt.runtime.planner.progress import round_progress, saturation  # noqa: E402
 
 OUT = ROOT / "smlt" / "sim" / "calibration.json"
 BATCH = 32
@@ -239,8 +239,8 @@ def check_progress_model(curves):
     """How well the planner's online progress model forecasts the measured curves: for every curve
     that reaches the target, forecast the rounds still needed from 30, 50 and 70 % of the way and
     compare with when the curve really got there (coverage of the 10-90 % interval, median ratio)."""
-    from smlt.planner.progress import ProgressModel
-    from smlt.planner.types import RoundRecord, RunHistory
+    from smlt.runtime.planner.progress import ProgressModel
+    from smlt.runtime.planner.types import RoundRecord, RunHistory
 
     targets = {"digits": 0.95, "synthetic20k": 0.80}
     cover, ratios = [], []

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import planner_bench as pb  # noqa: E402
 
-from smlt.planner import decide  # noqa: E402
-from smlt.prices import Prices  # noqa: E402
+from smlt.runtime.planner import decide  # noqa: E402
+from smlt.runtime.prices import Prices  # noqa: E402
 from smlt.sim.run import SimResult, simulate  # noqa: E402
 from smlt.sim.world import World  # noqa: E402
 

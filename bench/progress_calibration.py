@@ -35,9 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smlt.planner import priors  # noqa: E402
-from smlt.planner.progress import ProgressModel  # noqa: E402
-from smlt.planner.types import RoundRecord, RunHistory  # noqa: E402
+from smlt.runtime.planner import priors  # noqa: E402
+from smlt.runtime.planner.progress import ProgressModel  # noqa: E402
+from smlt.runtime.planner.types import RoundRecord, RunHistory  # noqa: E402
 from smlt.sim.curves import Curves  # noqa: E402
 from smlt.sim.workloads import WORKLOADS, Workload  # noqa: E402
 

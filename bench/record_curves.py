@@ -1,7 +1,7 @@
 """Record the simulator's ground truth once: loss and accuracy curves of the model zoo trained the
 way smlt trains (local SGD: every worker starts a round from the global model, takes k steps on
 its own part of the data with a fresh optimizer, and the round's model is the global model plus
-the sample-weighted mean of the workers' deltas, as smlt/steps/aggregate does), at several worker
+the sample-weighted mean of the workers' deltas, as smlt/runtime/steps/aggregate does), at several worker
 counts and local steps, plus the step time per sample measured on one torch thread.
 
     nice -n 10 python bench/record_curves.py [--only NAME] [--quick]
@@ -136,7 +136,7 @@ def local_sgd(spec: dict[str, Any], data: tuple, n: int, k: int, seed: int = 0) 
 
 
 def _fresh_opt(model, job: dict[str, Any]):
-    """The optimizer a worker makes each round (smlt/steps/train.py: momentum starts afresh)."""
+    """The optimizer a worker makes each round (smlt/runtime/steps/train.py: momentum starts afresh)."""
     import torch
 
     t = job["training"]
@@ -148,11 +148,11 @@ def _fresh_opt(model, job: dict[str, Any]):
 
 
 def footprint(spec: dict[str, Any], data: tuple) -> dict[str, float]:
-    """Parameters, training FLOPs per sample (smlt.train.measure, what the workers record) and the
+    """Parameters, training FLOPs per sample (smlt.runtime.train.measure, what the workers record) and the
     activation memory per sample."""
     import torch
 
-    from smlt.train.measure import measure
+    from smlt.runtime.train.measure import measure
 
     xt, yt, _, _, manifest = data
     model, _ = _model_and_optimizer({**spec["job"], "seed": 0}, manifest)

@@ -39,7 +39,7 @@ import redis  # noqa: E402
 from redis._parsers import _HiredisParser, _RESP2Parser  # noqa: E402
 
 from smlt.local.redis_server import LocalRedisServer  # noqa: E402
-from smlt.store.redis import RedisStore  # noqa: E402
+from smlt.runtime.store.redis import RedisStore  # noqa: E402
 
 PATHS = ("store", "hiredis", "redis-py")
 

@@ -8,7 +8,7 @@ For each seed, on the local engine (the real stack: study machine, training mach
 From the `full` study's recorded curves (ROUND items: cost and accuracy after each round):
   - `random`: the same trials in a random order, one at a time, until one reaches the best
     accuracy of the whole study (the cost and time a random search needs to find it);
-  - `asha_replay`: ASHA replayed on the recorded curves (the rule of smlt.study.asha, trials in
+  - `asha_replay`: ASHA replayed on the recorded curves (the rule of smlt.runtime.study.asha, trials in
     order, a stopped trial charged up to its rung plus one evaluation round).
 Cost is the sum of the trials' ledgers; time is wall seconds on this machine (local engine) or
 the sum of recorded round seconds (replays). "Reaches the best accuracy": the study's best is at
@@ -29,10 +29,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from smlt.records import RunTable  # noqa: E402
-from smlt.study import asha  # noqa: E402
-from smlt.study import tune as tuning  # noqa: E402
-from smlt.study.spec import parse_study  # noqa: E402
+from smlt import tune as tuning  # noqa: E402
+from smlt.runtime.records import RunTable  # noqa: E402
+from smlt.runtime.study import asha  # noqa: E402
+from smlt.runtime.study.spec import parse_study  # noqa: E402
 
 EXAMPLE = ROOT / "examples/digits-study.json"
 OUT = ROOT / "bench/results/study.json"
@@ -130,8 +130,8 @@ def run_study(target, tmp: Path, raw: dict) -> tuple[dict, float]:
 def main() -> None:
     import tempfile
 
-    from smlt.progress import progress
     from smlt.runner import start_engine
+    from smlt.runtime.progress import progress
 
     progress.disabled = True
     example = parse_study(EXAMPLE.read_text())

@@ -1,5 +1,5 @@
 """The spread of honest update norms within a round, which the aggregator's guard
-(`smlt.aggregate.guard`: refuse an update above 10x the round's median norm) must never reach.
+(`smlt.runtime.aggregate.guard`: refuse an update above 10x the round's median norm) must never reach.
 
 Drives the three handlers on moto (as tests/functional/handlers do) for digits' MLP and LeNet with
 4 and 8 workers, and after every round reads the round's updates and takes their L2 norms. Also
@@ -47,9 +47,9 @@ def _norms_of_run(name: str, workers: int, rounds: int) -> list[list[float]]:
     from lambdas.aggregate.handler import handler as aggregate
     from lambdas.planner.handler import handler as planner
     from lambdas.train_step.handler import handler as train_step
-    from smlt import keys
-    from smlt.data.prepare import prepare_dataset
-    from smlt.tensors.digest import update_norm
+    from smlt.runtime import keys
+    from smlt.runtime.data.prepare import prepare_dataset
+    from smlt.runtime.tensors.digest import update_norm
 
     spec = JOBS[name]
     uri = f"s3://smlt-data/datasets/{name}/"
@@ -97,7 +97,7 @@ def main() -> None:
     results: dict = {"hash_100MB_s": round(min(_hash_seconds() for _ in range(3)), 4), "runs": {}}
     with tempfile.TemporaryDirectory() as tmp, mock_aws():
         _env(tmp)
-        from smlt.records import create_run_table
+        from smlt.runtime.records import create_run_table
 
         boto3.client("s3").create_bucket(Bucket="smlt-artifacts")
         boto3.client("s3").create_bucket(Bucket="smlt-data")

@@ -23,7 +23,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from infra.stacks.smlt_stack import SmltStack
-from smlt import deployed
+from smlt.runtime import deployed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STACK_ID = "Smlt"

@@ -22,15 +22,15 @@ from botocore.exceptions import (
 )
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
-from smlt.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
-from smlt.evaluation import summary_text
-from smlt.items import MetaItem
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
-from smlt.progress import notice
-from smlt.records import RunTable
-from smlt.store import S3Store
-from smlt.usercode import check_shipped, package_code, stage_code, with_code
+from smlt.runtime.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
+from smlt.runtime.evaluation import summary_text
+from smlt.runtime.items import MetaItem
+from smlt.runtime.progress import notice
+from smlt.runtime.records import RunTable
+from smlt.runtime.store import S3Store
+from smlt.runtime.usercode import check_shipped, package_code, stage_code, with_code
 
 OUTPUTS = {
     "StateMachineArn": "state_machine_arn",

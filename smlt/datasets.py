@@ -8,13 +8,13 @@ import re
 import shutil
 from pathlib import Path
 
-from smlt.data.options import SourceOptions
-from smlt.data.prepare import prepare_dataset, read_local_manifest
-from smlt.data.sources import is_source_path
-from smlt.errors import InvalidDataset
-from smlt.job import DatasetSpec, Job, check_dataset
-from smlt.progress import notice
-from smlt.store import S3Store
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
+from smlt.runtime.data.sources import is_source_path
+from smlt.runtime.errors import InvalidDataset
+from smlt.runtime.job import DatasetSpec, Job, check_dataset
+from smlt.runtime.progress import notice
+from smlt.runtime.store import S3Store
 
 
 def cache_home() -> Path:

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smlt.errors import InvalidJob
-from smlt.job import Job, parse_job
-
-# Step Functions' execution input limit; imported here, not in smlt.job, which the functions import
+# Step Functions' execution input limit; imported here, not in smlt.runtime.job, which the functions import
 # (their import graph must not reach the local engine).
 from smlt.local.limits import MAX_PAYLOAD_BYTES
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.job import Job, parse_job
 
 
 def read_job_file(path: Path) -> tuple[Job, dict[str, Any]]:

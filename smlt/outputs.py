@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smlt import keys
-from smlt.errors import RunNotFinished
-from smlt.evaluation import ValMetrics, metrics_text
-from smlt.items import RoundItem
 from smlt.report import write_report
-from smlt.store import NotFound, S3Store
+from smlt.runtime import keys
+from smlt.runtime.errors import RunNotFinished
+from smlt.runtime.evaluation import ValMetrics, metrics_text
+from smlt.runtime.items import RoundItem
+from smlt.runtime.store import NotFound, S3Store
 
 
 def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict] | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ twice, every model what its round's accepted updates make of the one before.
 It reads the run's S3 objects and DynamoDB items with the boto3 clients it is given, decodes
 safetensors with `safetensors.numpy` and does its own arithmetic in float64, so a bug in the
 aggregator (or in the code that decides what counts) cannot hide here: it shares no code with
-`smlt.aggregate` or `smlt.steps`, only the key layout (`smlt.keys`) and the item models.
+`smlt.runtime.aggregate` or `smlt.runtime.steps`, only the key layout (`smlt.runtime.keys`) and the item models.
 
 For every aggregated round r (a ROUND item):
 1. every update object is in the applied ledger (`RoundItem.accepted`), or has a reason: the round
@@ -16,7 +16,7 @@ For every aggregated round r (a ROUND item):
 3. every update the round refused (`RoundItem.rejected`) deserves it, recomputed here: its object
    is missing, unreadable or does not match its record's sha256, or its norm is more than the guard's
    factor times the median of the round's update norms (the guard's two numbers are shared with
-   `smlt.aggregate.guard`, nothing else).
+   `smlt.runtime.aggregate.guard`, nothing else).
 4. digests: every applied update matches its record's `update_sha256`, model r+1 the ROUND item's
    `model_sha256` (a sliced model: sha256 of its parts' sha256 digests, manifest first), model 0
    META's `model0_sha256`, final/model.safetensors META's `final.model_sha256` (a finding of the
@@ -27,7 +27,7 @@ For every aggregated round r (a ROUND item):
    sums in any order: |stored - exact| <= 2 eps32 ((n + 2) server_lr sum_i |c_i d_i| + |model r|)
    per element, c_i = samples_i / total, n updates (the exact value computed in float64).
 
-4. every worker record has an ATTEMPT item of its worker that ended ok (smlt.ledger: the bill
+4. every worker record has an ATTEMPT item of its worker that ended ok (smlt.runtime.ledger: the bill
    has the invocation that did the work), in runs that record them.
 
 An object that cannot be decoded is a finding too. Findings are returned
@@ -50,10 +50,10 @@ import safetensors.numpy
 from pydantic import BaseModel, Field
 from safetensors import SafetensorError
 
-from smlt import keys
-from smlt.aggregate.guard import MIN_UPDATES, NORM_FACTOR
-from smlt.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
-from smlt.records import RunTable
+from smlt.runtime import keys
+from smlt.runtime.aggregate.guard import MIN_UPDATES, NORM_FACTOR
+from smlt.runtime.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
+from smlt.runtime.records import RunTable
 
 EPS32 = float(np.finfo(np.float32).eps)
 TINY32 = float(np.finfo(np.float32).tiny)
@@ -293,7 +293,7 @@ def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check
 
 def _check_billed(run: _Run, rnd: int, check: RoundCheck) -> None:
     """Every worker record of the round has an ATTEMPT item of its worker that ended ok (the
-    bill has the invocation that did the work; smlt.ledger). Rounds without any ATTEMPT item
+    bill has the invocation that did the work; smlt.runtime.ledger). Rounds without any ATTEMPT item
     were run before invocations recorded them: nothing to check."""
     attempts = run.table.query(f"ATTEMPT#{rnd:06d}#")
     if not attempts:

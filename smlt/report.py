@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smlt.evaluation import summary_text
-from smlt.items import FinalMetrics, RoundItem
+from smlt.runtime.evaluation import summary_text
+from smlt.runtime.items import FinalMetrics, RoundItem
 
 
 def write_report(metrics: dict[str, Any], path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Synthesize the CDK app in-process, start the engine (moto + handler process pool), stage the
 dataset in the data bucket, start the execution, report a line per aggregated round (following
-chained executions; to :mod:`smlt.progress`'s loggers), then write model.safetensors,
+chained executions; to :mod:`smlt.runtime.progress`'s loggers), then write model.safetensors,
 metrics.json, report.png and history.json. A run that does not succeed raises ``RunFailed``.
 The run's S3 objects and DynamoDB items are snapshotted to OUT/.state/runs/<run id>/ when each
 round is aggregated, before the next one starts: that is what `smlt resume RUN --local --out OUT`
@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
-from smlt.errors import InvalidJob, RunFailed, RunNotFound
-from smlt.evaluation import summary_text
-from smlt.job import Job
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
-from smlt.progress import progress
-from smlt.records import RunTable
+from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
+from smlt.runtime.evaluation import summary_text
+from smlt.runtime.job import Job
+from smlt.runtime.progress import progress
+from smlt.runtime.records import RunTable
+from smlt.runtime.store import S3Store
+from smlt.runtime.usercode import CodePackage, check_importable, code_key, package_code, stage_code, with_code
 from smlt.snapshot import Snapshot, clear_state, restore_snapshot, run_lock, saved_items, state_dir
-from smlt.store import S3Store
-from smlt.usercode import CodePackage, check_importable, code_key, package_code, stage_code, with_code
 
 
 class StackNames:
@@ -70,7 +70,7 @@ def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
     t0 = time.perf_counter()
     # Handler processes inherit this environment: keep their INFO logs off the progress lines.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # and their EMF lines (smlt.metrics)
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # and their EMF lines (smlt.runtime.metrics)
     try:
         injector = FaultInjector.from_spec(faults) if faults else None
     except ValueError as e:

@@ -20,12 +20,12 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from smlt import keys
-from smlt.aggregate.model_store import model_sha256
-from smlt.errors import DamagedState, RunInProgress, RunNotFound
-from smlt.items import PlanItem, RoundItem
-from smlt.records import RunTable, to_item
-from smlt.store import NotFound, S3Store
+from smlt.runtime import keys
+from smlt.runtime.aggregate.model_store import model_sha256
+from smlt.runtime.errors import DamagedState, RunInProgress, RunNotFound
+from smlt.runtime.items import PlanItem, RoundItem
+from smlt.runtime.records import RunTable, to_item
+from smlt.runtime.store import NotFound, S3Store
 
 
 class Snapshot:

@@ -1,7 +1,7 @@
 """`smlt run --local --watch DIR`: every new DIR/incoming/<pipeline>/<version>/manifest.json is
 uploaded to the local engine's data bucket and fires the stack's own trigger rule
 (:mod:`smlt.local.eventbridge`); each execution it starts is followed like a run and its outputs
-are fetched into OUT/<run id>. Progress goes to :mod:`smlt.progress`'s loggers."""
+are fetched into OUT/<run id>. Progress goes to :mod:`smlt.runtime.progress`'s loggers."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smlt.evaluation import summary_text
 from smlt.local.eventbridge import upload_version
 from smlt.outputs import fetch_outputs
-from smlt.progress import notice
 from smlt.runner import Follower, StackNames
-from smlt.store import S3Store
+from smlt.runtime.evaluation import summary_text
+from smlt.runtime.progress import notice
+from smlt.runtime.store import S3Store
 
 
 def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> None:

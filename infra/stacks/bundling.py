@@ -2,9 +2,9 @@
 
 The layer is `python/` with the pinned wheels of `layers/requirements.txt` for the Lambda
 platform (pip `--platform ... --only-binary=:all:`, so nothing compiles and the host OS does not
-matter) plus the `smlt` package without what only the local engine and the CLI use
-(`LOCAL_ONLY`: no handler imports them; tests/infra/test_bundling.py imports the handlers
-from the built layer to check it). CDK calls `try_bundle` only when the stack is bundled (`cdk synth`,
+matter) plus `smlt/runtime/` as it is (with `smlt/__init__.py`): the package of what the functions run,
+which imports nothing else of `smlt` (tests/unit/test_border.py); tests/infra/test_bundling.py
+imports the handlers from the built layer to check it). CDK calls `try_bundle` only when the stack is bundled (`cdk synth`,
 `cdk deploy`); with `aws:cdk:bundling-stacks=[]` (CLI: `-c smlt:bundle=false`) it is skipped. The bundler never returns False:
 returning False would make CDK fall back to `docker run`, which this project never does. On
 failure it raises with pip's output and the way to synth without bundling.
@@ -32,28 +32,21 @@ PLATFORMS = {
 }
 
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
-# Paths under smlt/ that only the local engine, the CLI and the benchmarks use: left out of the layer.
-LOCAL_ONLY = (
-    "local",
-    "cli",
-    "sim",
-    "runner.py",
-    "watch.py",
-    "cloud.py",
-    "datasets.py",
-    "outputs.py",
-    "report.py",
-    "snapshot.py",
-    "faults.py",
-    "progress.py",
-)
+# What the layer ships of the repo: the runtime package and the top package's empty __init__.py.
+SHIPPED = ("smlt/__init__.py", "smlt/runtime")
 
 
-def _in_layer(rel: Path) -> bool:
-    """Whether ``rel`` (a path relative to smlt/) goes into the layer."""
-    return not (
-        _SKIP_DIRS.intersection(rel.parts) or rel.suffix == ".pyc" or (rel.parts and rel.parts[0] in LOCAL_ONLY)
-    )
+def shipped_files(repo_root: Path) -> list[Path]:
+    """Every file of the runtime the layer (and the train image) ship, relative to the repo root."""
+    out: list[Path] = []
+    for name in SHIPPED:
+        top = repo_root / name
+        paths = [top] if top.is_file() else sorted(top.rglob("*"))
+        for path in paths:
+            rel = path.relative_to(repo_root)
+            if path.is_file() and not _SKIP_DIRS.intersection(rel.parts) and rel.suffix != ".pyc":
+                out.append(rel)
+    return out
 
 
 def layer_fingerprint(repo_root: Path, architecture: str, python_version: str) -> str:
@@ -62,11 +55,8 @@ def layer_fingerprint(repo_root: Path, architecture: str, python_version: str) -
     h.update(f"recipe={RECIPE_VERSION};arch={architecture};py={python_version}\n".encode())
     req = repo_root / "layers" / "requirements.txt"
     h.update(b"requirements.txt\0" + req.read_bytes() + b"\0")
-    pkg = repo_root / "smlt"
-    for path in sorted(pkg.rglob("*")):
-        if not path.is_file() or not _in_layer(path.relative_to(pkg)):
-            continue
-        h.update(str(path.relative_to(repo_root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for rel in shipped_files(repo_root):
+        h.update(str(rel).encode() + b"\0" + (repo_root / rel).read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -93,12 +83,9 @@ def build_layer(output_dir: Path, repo_root: Path, architecture: str, python_ver
             "To synthesize without building the layer (tests, offline): "
             'npx cdk synth -c smlt:bundle=false (or build_app(context={"aws:cdk:bundling-stacks": []}))'
         )
-    pkg = repo_root / "smlt"
-    for path in sorted(pkg.rglob("*")):
-        rel = path.relative_to(pkg)
-        if path.is_file() and _in_layer(rel):
-            (site / "smlt" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, site / "smlt" / rel)
+    for rel in shipped_files(repo_root):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo_root / rel, site / rel)
     # Not importable code: console scripts, and a top-level `tests` package some sdists ship.
     for extra in ("bin", "tests"):
         shutil.rmtree(site / extra, ignore_errors=True)

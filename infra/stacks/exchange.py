@@ -6,8 +6,8 @@ Created only when the option is on; the default stack has no VPC at all.
   Logs, gateway endpoints (free) for S3 and DynamoDB: what the functions in the VPC call.
   No interface endpoints: the functions placed in the VPC (train_step at every tier, aggregate)
   call S3 and DynamoDB only, and the planner, which calls Step Functions (Chain), stays outside
-  the VPC because it never opens the exchange (`Settings.exchange_store()` users: smlt/train/
-  smlt/steps/train.py, smlt/steps/aggregate.py). X-Ray: the handlers do not use the X-Ray SDK, the Lambda
+  the VPC because it never opens the exchange (`Settings.exchange_store()` users: smlt/runtime/train/
+  smlt/runtime/steps/train.py, smlt/runtime/steps/aggregate.py). X-Ray: the handlers do not use the X-Ray SDK, the Lambda
   service writes the traces of active tracing itself, so no X-Ray endpoint is needed either.
   tests/infra/test_redis.py checks the first claim against the handlers' imports.
 - ElastiCache: a Valkey replication group, cluster mode disabled (RedisStore is a plain

@@ -2,7 +2,7 @@
 
 Each function has its own role with resource-scoped statements (no managed policies, no `*`
 actions) and its own log group. Its environment is written from the runtime's settings model
-(`smlt.config.Settings.environment`): exactly the variables that function reads, no others.
+(`smlt.runtime.config.Settings.environment`): exactly the variables that function reads, no others.
 Memory sizes and timeouts are set once here; the ones the runtime prices or plans with
 (cdk.json `planner_memory_mb`, `aggregate_memory_mb`, `worker_timeout_s`) reach it that way.
 
@@ -31,10 +31,10 @@ from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
 from infra.stacks.storage import STATEFUL
-from smlt import metrics
-from smlt.config import AGGREGATE, PLANNER, TRAIN
-from smlt.config import Settings as RuntimeSettings
-from smlt.usercode import CODE_PREFIX
+from smlt.runtime import metrics
+from smlt.runtime.config import AGGREGATE, PLANNER, TRAIN
+from smlt.runtime.config import Settings as RuntimeSettings
+from smlt.runtime.usercode import CODE_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZIP_HANDLER = "handler.handler"
@@ -292,7 +292,7 @@ class Functions(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn]))
 
     def _read_code(self, role: iam.Role) -> None:
-        # The users' code the CLI stores for `--code` (smlt/usercode.py): read only.
+        # The users' code the CLI stores for `--code` (smlt/runtime/usercode.py): read only.
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(f"{CODE_PREFIX}*")]

@@ -2,7 +2,7 @@
 
 Training metrics are custom metrics that the aggregator and the planner emit with Powertools
 (EMF log lines, no PutMetricData permission needed); their names, namespace and dimensions come
-from smlt.metrics, the one source the handlers use too. Each widget is a SEARCH over exactly those
+from smlt.runtime.metrics, the one source the handlers use too. Each widget is a SEARCH over exactly those
 dimensions (run_id, service): one line per run.
 """
 
@@ -19,7 +19,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from smlt import metrics
+from smlt.runtime import metrics
 
 PERIOD = Duration.minutes(1)
 

@@ -69,7 +69,7 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
     (
         r"^Resource::<\w*Artifacts\w*\.Arn>/code/\*$",
         "Read-only access of the train functions to users' code under code/ of the artifacts bucket "
-        "(`--code`, smlt/usercode.py); keys are content digests, made at run time.",
+        "(`--code`, smlt/runtime/usercode.py); keys are content digests, made at run time.",
     ),
     (
         r"^Resource::<\w*Data\w*\.Arn>/\*$",

@@ -2,7 +2,7 @@
 
 `cdk.json` holds the defaults, the one copy of them: `infra.app.build_app` loads them so an
 in-process caller (the local engine) gets the same values as the CDK CLI, and a caller whose app
-has no such context (a bare `cdk.App()`) gets them from the same file (`smlt.deployed`). Values given on the command line arrive as
+has no such context (a bare `cdk.App()`) gets them from the same file (`smlt.runtime.deployed`). Values given on the command line arrive as
 strings (`-c max_concurrency=32`), so every non-string setting is JSON-decoded when it is a string.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from constructs import Construct
 from pydantic import ValidationError
 
-from smlt import deployed
-from smlt.fanout import Fanout
+from smlt.runtime import deployed
+from smlt.runtime.fanout import Fanout
 
 ARCHITECTURES = ("x86_64", "arm64")
 # Lambda's Python runtimes on Amazon Linux 2023 (glibc 2.34). python3.11 runs on Amazon Linux 2

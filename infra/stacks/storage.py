@@ -7,12 +7,12 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.stacks.nag import acknowledge
-from smlt import keys
+from smlt.runtime import keys
 
 # Workers write their per-round deltas with this object tag so a lifecycle rule can expire them:
 # S3 lifecycle filters take a literal prefix (no wildcards), so `runs/*/rounds/*/updates/` can
 # only be selected by prefix `runs/` AND a tag. See docs/architecture.md, "Storage".
-# One source: the tag the workers' PUT carries (smlt.keys.UPDATE_TAG, "key=value").
+# One source: the tag the workers' PUT carries (smlt.runtime.keys.UPDATE_TAG, "key=value").
 UPDATE_TAG_KEY, _, UPDATE_TAG_VALUE = keys.UPDATE_TAG.partition("=")
 
 # The stack's stateful resources (buckets, the table, the functions' and the state machine's log

@@ -11,7 +11,7 @@ Init (controller: validate the study file, write its items) → Run, a Parallel 
     WatchDone? → Wait poll_seconds → Watch …
 → Finish (controller: the best trial's model under studies/<id>/best/) → Done.
 
-The controller is a thin handler over `smlt.study.controller`; it reads and writes the table's
+The controller is a thin handler over `smlt.runtime.study.controller`; it reads and writes the table's
 items and `studies/*` of the artifacts bucket, and reads the trials' `runs/*` items only through
 the table. Its role can stop a trial only through its STOP item (`request_stop`): never
 StopExecution, so every stopped trial still evaluates and publishes its model.
@@ -33,9 +33,9 @@ from infra.stacks.functions import TABLE_ITEM_ACTIONS, ZIP_HANDLER, Functions
 from infra.stacks.nag import acknowledge
 from infra.stacks.storage import STATEFUL
 from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries, logged_state_machine
-from smlt import metrics
-from smlt.config import STUDY
-from smlt.config import Settings as RuntimeSettings
+from smlt.runtime import metrics
+from smlt.runtime.config import STUDY
+from smlt.runtime.config import Settings as RuntimeSettings
 
 CONTROLLER_TIMEOUT = Duration.minutes(2)
 CONTROLLER_MEMORY_MB = 512

@@ -6,7 +6,7 @@ EventBridge rule on the data bucket's "Object Created" events with key
     {"trigger": {"bucket": "<bucket>", "key": "<key>", "etag": "<etag>"}}
 
 The planner turns it into the pipeline's job (`incoming/<pipeline>/job.json`, dataset = the
-manifest's folder, warm start from the pipeline's latest model; `smlt/trigger.py`). EventBridge
+manifest's folder, warm start from the pipeline's latest model; `smlt/runtime/trigger.py`). EventBridge
 cannot name the execution, so a duplicated event starts a second execution; its run id is the
 same (derived from key and etag), the planner's conditional write finds the run owned by another
 execution and answers `"action": "duplicate"`, and the execution ends in `Duplicate` (Succeed)

@@ -138,7 +138,7 @@ class Workflow(Construct):
         )
         _add_retries(plan)
 
-        # --- the round's Map: inline for a few workers, Distributed above (smlt/fanout.py) ---
+        # --- the round's Map: inline for a few workers, Distributed above (smlt/runtime/fanout.py) ---
         def worker_map(suffix: str, distributed: bool) -> sfn.Map | sfn.DistributedMap:
             """A Map of TrainWorker over $.plan.workers. State names are unique in the whole
             machine, so the Distributed Map's states carry `suffix`."""

@@ -2,23 +2,30 @@
 
 `op` (default "aggregate"): "aggregate" = the single aggregator; sharded aggregation runs
 "prepare", then "slice" (one per aggregator, with "slice" j and "of" k), then "finish".
-The round's dashboard metrics (smlt.metrics), buffered when the ROUND item is written, are
+The round's dashboard metrics (smlt.runtime.metrics), buffered when the ROUND item is written, are
 published as one EMF log line.
 """
 
 import time
 
 # ruff: noqa: E402 - the timestamp comes before the imports, which are most of the init
-LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.ledger)
+LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.runtime.ledger)
 
 from aws_lambda_powertools import Logger
 from pydantic import BaseModel
 
-from smlt import metrics
-from smlt.config import Settings
-from smlt.ledger import Meter
-from smlt.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
-from smlt.steps.events import AGGREGATE_EVENTS, AggregateEvent, FinishEvent, PrepareEvent, SliceEvent, parse_event
+from smlt.runtime import metrics
+from smlt.runtime.config import Settings
+from smlt.runtime.ledger import Meter
+from smlt.runtime.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
+from smlt.runtime.steps.events import (
+    AGGREGATE_EVENTS,
+    AggregateEvent,
+    FinishEvent,
+    PrepareEvent,
+    SliceEvent,
+    parse_event,
+)
 
 logger = Logger(service=metrics.SERVICE)
 

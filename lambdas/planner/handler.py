@@ -1,20 +1,20 @@
 """Planner Lambda: validate the job, plan the next round (or stop), chain, finalize the run.
-A round it plans to train has its shape on the dashboard (smlt.metrics, one EMF log line)."""
+A round it plans to train has its shape on the dashboard (smlt.runtime.metrics, one EMF log line)."""
 
 import time
 
 # ruff: noqa: E402 - the timestamp comes before the imports, which are most of the init
-LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.ledger)
+LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.runtime.ledger)
 
 from aws_lambda_powertools import Logger
 from pydantic import BaseModel
 
-from smlt import metrics
-from smlt.config import Settings
-from smlt.ledger import Meter
-from smlt.steps.events import PLANNER_EVENTS, ChainEvent, FinalizeEvent, PlanEvent, PlanTrain, parse_event
-from smlt.steps.finalize import finalize
-from smlt.steps.plan import chain, plan_next
+from smlt.runtime import metrics
+from smlt.runtime.config import Settings
+from smlt.runtime.ledger import Meter
+from smlt.runtime.steps.events import PLANNER_EVENTS, ChainEvent, FinalizeEvent, PlanEvent, PlanTrain, parse_event
+from smlt.runtime.steps.finalize import finalize
+from smlt.runtime.steps.plan import chain, plan_next
 
 logger = Logger(service=metrics.SERVICE)
 

@@ -2,10 +2,18 @@
 
 from aws_lambda_powertools import Logger
 
-from smlt import metrics
-from smlt.steps.events import parse_event
-from smlt.study import controller
-from smlt.study.events import STUDY_EVENTS, AdmitEvent, EndedEvent, FinishEvent, InitEvent, StudySettings, WatchEvent
+from smlt.runtime import metrics
+from smlt.runtime.steps.events import parse_event
+from smlt.runtime.study import controller
+from smlt.runtime.study.events import (
+    STUDY_EVENTS,
+    AdmitEvent,
+    EndedEvent,
+    FinishEvent,
+    InitEvent,
+    StudySettings,
+    WatchEvent,
+)
 
 logger = Logger(service=metrics.SERVICE)
 

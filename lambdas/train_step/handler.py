@@ -3,14 +3,14 @@
 import time
 
 # ruff: noqa: E402 - the timestamp comes before the imports, which are most of the init
-LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.ledger)
+LOADED_AT = time.time()  # the init the ledger bills starts here (smlt.runtime.ledger)
 
 from aws_lambda_powertools import Logger
 
-from smlt.config import Settings
-from smlt.ledger import Meter
-from smlt.steps.events import TRAIN_EVENTS, parse_event
-from smlt.steps.train import run_worker
+from smlt.runtime.config import Settings
+from smlt.runtime.ledger import Meter
+from smlt.runtime.steps.events import TRAIN_EVENTS, parse_event
+from smlt.runtime.steps.train import run_worker
 
 logger = Logger(service="smlt")
 meter = Meter(LOADED_AT, lambda: Settings.from_env().table)

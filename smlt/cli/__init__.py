@@ -1,7 +1,7 @@
 """The `smlt` command line: argument parsing, the lines users see, exit codes.
 
-The library reports progress through :mod:`smlt.progress`'s loggers and fails with the named
-errors of :mod:`smlt.errors`; this package prints the first (:mod:`smlt.cli.console`) and turns
+The library reports progress through :mod:`smlt.runtime.progress`'s loggers and fails with the named
+errors of :mod:`smlt.runtime.errors`; this package prints the first (:mod:`smlt.cli.console`) and turns
 the second into messages and exit codes (:func:`main`). One module per command group:
 :mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
 deployed stack), :mod:`.data` (data prepare),
@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from smlt.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
 from smlt.local.errors import MotoVersionError
 from smlt.local.limits import LimitError
 from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
+from smlt.runtime.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
 
 from . import cloud, dashboard, data, local, tune, verify
 from .console import console

@@ -62,8 +62,8 @@ def fetch(args: argparse.Namespace) -> int:
 def stop(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
     from smlt.dashboard.data import request_stop
-    from smlt.progress import notice
-    from smlt.records import RunTable
+    from smlt.runtime.progress import notice
+    from smlt.runtime.records import RunTable
 
     item = request_stop(RunTable(remote.Stack.lookup(args.stack).table, args.run), args.reason)
     notice.info(f"stop requested for run {args.run} by {item.by}: {item.reason} (the next plan stops it)")

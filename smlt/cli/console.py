@@ -1,4 +1,4 @@
-"""The library's progress records (:mod:`smlt.progress`) printed as the CLI's output lines."""
+"""The library's progress records (:mod:`smlt.runtime.progress`) printed as the CLI's output lines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from smlt.progress import notice, progress
+from smlt.runtime.progress import notice, progress
 
 
 class _Lines(logging.Handler):

@@ -24,11 +24,11 @@ def add_command(sub: Any) -> None:
 def dashboard(args: argparse.Namespace) -> int:
     from smlt.dashboard.app import make_app, serve
     from smlt.dashboard.data import Source
-    from smlt.progress import notice
+    from smlt.runtime.progress import notice
 
     endpoint, region, stack = args.endpoint_url, None, args.stack or "Smlt"
     if args.local:
-        from smlt.local.console import ConsoleError, default_state_dir, read_info
+        from smlt.console import ConsoleError, default_state_dir, read_info
 
         state = args.state or default_state_dir()
         info = read_info(state)

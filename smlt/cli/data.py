@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from smlt.data.manifest import Manifest
+from smlt.runtime.data.manifest import Manifest
 
 
 def add_commands(sub: Any) -> None:
@@ -41,8 +41,8 @@ def _positive(text: str) -> int:
 
 
 def prepare(args: argparse.Namespace) -> int:
-    from smlt.data.options import SourceOptions
-    from smlt.data.prepare import prepare_dataset
+    from smlt.runtime.data.options import SourceOptions
+    from smlt.runtime.data.prepare import prepare_dataset
 
     options = SourceOptions(
         label=args.label,

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from smlt.errors import InvalidJob
+from smlt.runtime.errors import InvalidJob
 
 from .cloud import add_code_flag
 
@@ -62,8 +62,8 @@ def resume(args: argparse.Namespace) -> int:
 
 
 def add_console(sub: Any) -> None:
-    """`smlt local up` / `smlt local down`: a local engine kept running (smlt/local/console.py)."""
-    from smlt.local.console import DEFAULT_PORT, DEFAULT_STACK
+    """`smlt local up` / `smlt local down`: a local engine kept running (smlt/console.py)."""
+    from smlt.console import DEFAULT_PORT, DEFAULT_STACK
 
     loc = sub.add_parser("local", help="a local console: the stack on this machine, kept running")
     cmds = loc.add_subparsers(dest="local_cmd", required=True)
@@ -81,8 +81,8 @@ def add_console(sub: Any) -> None:
 
 
 def console_up(args: argparse.Namespace) -> int:
-    from smlt.local import console
-    from smlt.progress import notice
+    from smlt import console
+    from smlt.runtime.progress import notice
 
     state = args.state or console.default_state_dir()
     if args.foreground:
@@ -94,8 +94,8 @@ def console_up(args: argparse.Namespace) -> int:
 
 
 def console_down(args: argparse.Namespace) -> int:
-    from smlt.local import console
-    from smlt.progress import notice
+    from smlt import console
+    from smlt.runtime.progress import notice
 
     state = args.state or console.default_state_dir()
     info = console.down(state)

@@ -18,7 +18,7 @@ def add_command(sub: Any) -> None:
 
 
 def tune(args: argparse.Namespace) -> int:
-    from smlt.study import tune as study
+    from smlt import tune as study
 
     if args.local:
         study.tune_local(Path(args.study), Path(args.out))

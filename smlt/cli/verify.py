@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from smlt.progress import notice
+from smlt.runtime.progress import notice
 
 
 def add_command(sub: Any) -> None:
@@ -23,9 +23,9 @@ def verify(args: argparse.Namespace) -> int:
     import boto3
 
     from smlt import cloud as remote
-    from smlt.errors import RunNotFound
     from smlt.reconcile import reconcile
-    from smlt.records import RunTable
+    from smlt.runtime.errors import RunNotFound
+    from smlt.runtime.records import RunTable
 
     stack = remote.Stack.lookup(args.stack)
     if RunTable(stack.table, args.run).meta() is None:

@@ -25,7 +25,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from smlt.dashboard import data
 from smlt.dashboard.data import Source
-from smlt.errors import InvalidJob, RunNotFound
+from smlt.runtime.errors import InvalidJob, RunNotFound
 
 
 def _money(v: float | None) -> str:

@@ -16,13 +16,13 @@ import boto3
 from botocore.exceptions import EndpointConnectionError
 from pydantic import BaseModel
 
-from smlt import keys
 from smlt.cloud import Stack
-from smlt.errors import AwsNotConfigured, InvalidJob, RunNotFound
-from smlt.evaluation import TASK_METRICS
-from smlt.items import MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
-from smlt.records import RunTable, from_item, to_item
-from smlt.study.items import StudyItem, StudyTable, TrialItem, list_studies
+from smlt.runtime import keys
+from smlt.runtime.errors import AwsNotConfigured, InvalidJob, RunNotFound
+from smlt.runtime.evaluation import TASK_METRICS
+from smlt.runtime.items import MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
+from smlt.runtime.records import RunTable, from_item, to_item
+from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem, list_studies
 
 
 @dataclass

@@ -4,7 +4,7 @@ moto serialises every request (and the local engine locks DynamoDB), so the race
 with a conflict never happen locally. With ``--faults "s3_conflict=R,ddb_conflict=R"`` a
 botocore ``before-send`` handler, placed first in ``BUILTIN_HANDLERS`` of every handler process,
 answers a write with the error AWS gives, before it reaches moto (nothing is stored, as on AWS),
-so smlt's own retry code (smlt/retry.py) is what gets it through:
+so smlt's own retry code (smlt/runtime/retry.py) is what gets it through:
 
 - S3 PutObject with ``If-None-Match``: HTTP 409 ``ConditionalRequestConflict``;
 - DynamoDB TransactWriteItems: ``TransactionCanceledException`` whose ``CancellationReasons``

@@ -403,7 +403,7 @@ class LocalEngine:
     @property
     def billed(self) -> list[invoke.Billed]:
         """Every handler run so far as Lambda would bill it (init, duration, memory), measured by
-        the handler processes: the engine's own record, independent of smlt.ledger."""
+        the handler processes: the engine's own record, independent of smlt.runtime.ledger."""
         return list(self._router.billed) if self._router else []
 
     def start_trace(self) -> list[dict[str, Any]]:

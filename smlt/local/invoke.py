@@ -55,7 +55,7 @@ AfterInvoke = Callable[[str, bytes, bool], None]
 @dataclass(frozen=True)
 class Billed:
     """One handler run as Lambda would bill it, measured by the handler process around the call
-    (the engine's own record: no smlt.ledger code is involved). A duplicated invocation is two;
+    (the engine's own record: no smlt.runtime.ledger code is involved). A duplicated invocation is two;
     a throttled one none (Lambda bills nothing); a process that was killed or died, its wall time."""
 
     function: str

@@ -45,7 +45,7 @@ STALE_TMP_S = 3600  # a temporary folder this old is a synth that died
 # is every file under it but __pycache__/ and *.pyc (no asset holds them).
 SOURCES = (
     "infra",  # the CDK app and its constructs
-    "cdk.json",  # the context defaults build_app reads (smlt.deployed)
+    "cdk.json",  # the context defaults build_app reads (smlt.runtime.deployed)
     "smlt",  # staged into the train_step image and hashed into the layer's fingerprint (both asset
     # hashes are in the template); infra imports it (the functions' environment, settings)
     "lambdas",  # the zip functions' assets and the image's handler (their asset hashes)

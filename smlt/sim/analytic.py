@@ -3,7 +3,7 @@
 Used with hindsight only: to pre-screen the oracle's search (the oracle then simulates the best
 few in the same world) and to place scenario deadlines and budgets around what is achievable.
 Nothing here is the planner's: the rounds come from the recorded curves, the seconds from the
-world's constants (smlt.sim.world), the bill from smlt.bill.
+world's constants (smlt.sim.world), the bill from smlt.runtime.bill.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from smlt import bill
-from smlt.config import FunctionSizes
-from smlt.prices import Prices
+from smlt.runtime import bill
+from smlt.runtime.config import FunctionSizes
+from smlt.runtime.prices import Prices
 from smlt.sim.cloud import AGG_SLICE_MB, INIT_MAX, ONE_VCPU_MB
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World

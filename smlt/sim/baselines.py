@@ -15,7 +15,7 @@
   last round's measured time and cost, with the finalisation's cost kept in hand).
 - `static_plan` / `workers_only`: smlt's planner with its round-0 plan held for the whole run, and
   restricted to choosing the number of workers (the smallest fitting tier, the job's local steps).
-  The planner's own hooks (`smlt.planner.ablations`) are used when this checkout has them; until
+  The planner's own hooks (`smlt.sim.ablations`) are used when this checkout has them; until
   then thin wrappers around `decide` hold the plan's dimensions.
 """
 
@@ -31,13 +31,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
-from smlt import bill
-from smlt.config import FunctionSizes
-from smlt.job import Job
-from smlt.planner import decide
-from smlt.planner.core import fixed_plan_guard
-from smlt.planner.types import Decision, RunHistory
-from smlt.prices import Prices
+from smlt.runtime import bill
+from smlt.runtime.config import FunctionSizes
+from smlt.runtime.job import Job
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import fixed_plan_guard
+from smlt.runtime.planner.types import Decision, RunHistory
+from smlt.runtime.prices import Prices
 from smlt.sim.analytic import expected, grid
 from smlt.sim.run import Planner, SimResult, simulate
 from smlt.sim.workloads import Workload
@@ -246,7 +246,7 @@ def _static_plan(job: Job, history: RunHistory, tiers: list[int], prices: Prices
 
 def _workers_only(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str = "x86_64") -> Decision:
     """`decide` over the number of workers at the smallest tier it deems to fit, the job's steps."""
-    from smlt.planner.core import _tiers_usable  # the planner's own rule for the tiers that fit
+    from smlt.runtime.planner.core import _tiers_usable  # the planner's own rule for the tiers that fit
 
     tier = _tiers_usable(job, history, list(tiers))[0]
     d = decide(job, history, [tier], prices, arch)
@@ -259,9 +259,9 @@ _LOCAL: dict[str, Planner] = {"static_plan": _static_plan, "workers_only": _work
 
 
 def ablation(name: str) -> Planner:
-    """The planner's hook `name` from smlt.planner.ablations if present, else the wrapper here."""
+    """The planner's hook `name` from smlt.sim.ablations if present, else the wrapper here."""
     try:
-        hook: Callable = getattr(importlib.import_module("smlt.planner.ablations"), name)
+        hook: Callable = getattr(importlib.import_module("smlt.sim.ablations"), name)
     except (ImportError, AttributeError):
         return _LOCAL[name]
     return hook

@@ -1,7 +1,7 @@
 """A simulated AWS: Lambda workers, the aggregator and planner Lambdas, Step Functions, S3.
 
 It writes the `RoundRecord`s (with `WorkerTiming`s) the deployed system records, so the same
-`smlt.planner.decide` plans in both. Its ground truth is nobody's model (docs/planner.md,
+`smlt.runtime.planner.decide` plans in both. Its ground truth is nobody's model (docs/planner.md,
 "The benchmark's world"):
 
 - progress: the recorded curves (smlt.sim.curves), replayed at the samples the workers really did;
@@ -10,13 +10,13 @@ It writes the `RoundRecord`s (with `WorkerTiming`s) the deployed system records,
   world's `efficiency`; below 1,769 MB a thread runs at the CPU share (memory / 1,769);
 - platform constants (cold starts, S3, the Map's start-up, stragglers, noise): the scenario's
   `World` (smlt.sim.world), drawn around ../shared/facts.md, not the planner's priors;
-- the worker stops itself at 0.8 x the plan's compute limit (smlt/steps/train.py) after at least
+- the worker stops itself at 0.8 x the plan's compute limit (smlt/runtime/steps/train.py) after at least
   one step, and its partial update counts: it records the steps and samples it did and `cut`;
   Step Functions gives up on a worker at the plan's task timeout (its update is lost, its Lambda
   is billed until it ends or hits the function timeout);
 - faults at the fault tests' rates: throttled invocations retried after Step Functions' backoff,
   duplicated invocations (both runs billed), overruns (a worker slowed 2-5x past where it would stop);
-- bills: `smlt.bill` (the one source of per-request rules); every extra attempt (a retry, a
+- bills: `smlt.runtime.bill` (the one source of per-request rules); every extra attempt (a retry, a
   duplicate) is one more invocation of the round's shape, its seconds in the workers' GB-s.
 
 Random numbers are common across planners: round r's draws depend only on (seed, r, worker, what),
@@ -30,17 +30,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from smlt import bill
-from smlt.config import FunctionSizes
-from smlt.planner.types import RoundRecord, WorkerTiming
-from smlt.prices import Prices, gb_seconds
-from smlt.roundspec import INIT_MAX_S, round_limits
+from smlt.runtime import bill
+from smlt.runtime.config import FunctionSizes
+from smlt.runtime.planner.types import RoundRecord, WorkerTiming
+from smlt.runtime.prices import Prices, gb_seconds
+from smlt.runtime.roundspec import INIT_MAX_S, round_limits
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
 
 ONE_VCPU_MB = 1769.0
 INIT_MAX = INIT_MAX_S  # Lambda's init phase is capped at 10 s
-STOP_FRACTION = 0.8  # smlt/steps/train.py: the worker stops at 0.8 x its compute limit
+STOP_FRACTION = 0.8  # smlt/runtime/steps/train.py: the worker stops at 0.8 x its compute limit
 AGG_SLICE_MB = 64.0
 # A round's per-worker draws: standard normal, then uniform on [0, 1) (the order keys each stream)
 NORMAL = ("init", "bw_in", "bw_out", "noise", "rest")
@@ -94,7 +94,7 @@ class Cloud:
     # ----------------------------------------------------------------- truth helpers
     def speed(self, m: float) -> float:
         """Compute speed relative to one full vCPU running one thread."""
-        threads = max(1, int(m // ONE_VCPU_MB))  # smlt/steps/train.py's torch threads
+        threads = max(1, int(m // ONE_VCPU_MB))  # smlt/runtime/steps/train.py's torch threads
         if m < ONE_VCPU_MB:
             return m / ONE_VCPU_MB
         return 1.0 + self.w.efficiency * (threads - 1)
@@ -247,7 +247,7 @@ class Cloud:
     ) -> RoundRecord:
         wl, w = self.workload, self.w
         timeout = float(self.sizes.worker_timeout_s)
-        # the plan's limit as the controller applies it (smlt/steps/plan.py): the worker's compute
+        # the plan's limit as the controller applies it (smlt/runtime/steps/plan.py): the worker's compute
         # limit and the Map task's timeout (in whole seconds: TimeoutSecondsPath)
         compute_limit, task = round_limits(time_limit_s or None, first=self.round == 0)
         task_timeout = min(float(math.ceil(task)), timeout) if task else timeout

@@ -2,7 +2,7 @@
 
 Plan -> (stop: optional evaluation-only round, Finalize) | Train (Map) -> Aggregate (stops when
 the round's model meets the target) -> Plan ...  The planner is any callable with the signature
-of `smlt.planner.decide`. It reads what the deployed planner reads (smlt/steps/plan.py `_history`):
+of `smlt.runtime.planner.decide`. It reads what the deployed planner reads (smlt/runtime/steps/plan.py `_history`):
 no FLOP count before the first round, then the FLOPs per sample round 0's workers measured.
 """
 
@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from smlt.job import Job, ModelSpec
-from smlt.planner.footprint import model_cost
-from smlt.planner.types import Decision, RoundRecord, RunHistory, target_reached
-from smlt.prices import Prices
+from smlt.runtime.job import Job, ModelSpec
+from smlt.runtime.planner.footprint import model_cost
+from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory, target_reached
+from smlt.runtime.prices import Prices
 from smlt.sim.cloud import Cloud
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
@@ -46,7 +46,7 @@ class SimResult:
 
 def history_of(w: Workload, give_flops: bool = False, model: ModelSpec | None = None) -> RunHistory:
     """The run's history before round 0: what META and the job say (the world's FLOPs only if
-    `give_flops`). As the deployed Plan step (`smlt/steps/plan.py` `first_footprint`), a job
+    `give_flops`). As the deployed Plan step (`smlt/runtime/steps/plan.py` `first_footprint`), a job
     naming a built-in model gets its parameters and FLOPs computed from the architecture and the
     sample shape; a job whose model is not the workload's recorded one gets none (the world
     trains the recorded model, so nothing honest could be computed)."""
@@ -61,7 +61,7 @@ def history_of(w: Workload, give_flops: bool = False, model: ModelSpec | None = 
 
 
 def _measured(hist: RunHistory, rec: RoundRecord, w: Workload) -> None:
-    """A worker that trained measured the model's FLOPs per sample (smlt.train.measure); the
+    """A worker that trained measured the model's FLOPs per sample (smlt.runtime.train.measure); the
     next plan reads it from the round's record."""
     if hist.flops_per_sample is None and any(t.error is None and t.steps > 0 for t in rec.timings):
         hist.flops_per_sample = w.flops_per_sample

@@ -1,7 +1,7 @@
 """Simulated workloads: the model zoo as recorded here (smlt/sim/curves/, bench/record_curves.py).
 
 Each workload is one recording: its curves (smlt.sim.curves), the parameters and training FLOPs
-per sample that smlt's workers measure (smlt.train.measure), the step time per sample measured on
+per sample that smlt's workers measure (smlt.runtime.train.measure), the step time per sample measured on
 one thread of this machine, the dataset's rows and bytes. `scaled(f)` is the same model on a
 dataset f times larger, needing f times the samples (the same epochs) and f times the bytes.
 The planner never sees any of this but what the deployed system records.
@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from smlt.data.options import SourceOptions
-from smlt.data.sources import load_source
-from smlt.job import ModelSpec
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.sources import load_source
+from smlt.runtime.job import ModelSpec
 from smlt.sim.curves import CURVES, Curves, load
 
-RUNTIME_MB = 450.0  # Python + torch + the handler (smlt/steps/train.py's memory check)
+RUNTIME_MB = 450.0  # Python + torch + the handler (smlt/runtime/steps/train.py's memory check)
 SHARDS = 16  # the CLI's default shards per dataset; a worker holds ~3 shards' bytes at once
 FAMILIES = {"digits-mlp": "mlp", "digits-cnn": "cnn", "resnet18": "resnet", "transformer": "transformer"}
 # Accuracy targets: the example jobs' for digits (examples/digits-cnn.json); for the short
@@ -94,7 +94,7 @@ class Workload:
 
     @property
     def mem_needed_mb(self) -> float:
-        """What the worker's own check asks (smlt/steps/train.py `_check_fits`): ~6 copies of the
+        """What the worker's own check asks (smlt/runtime/steps/train.py `_check_fits`): ~6 copies of the
         parameters, ~3 shards, a batch's activations, the runtime."""
         acts = float(self.data.get("activation_bytes_per_sample", 0.0)) * self.batch
         return (6 * self.params * 4 + 3 * self.dataset_bytes / SHARDS + acts) / 2**20 + RUNTIME_MB

@@ -1,6 +1,6 @@
 """The simulated platform's constants, drawn per scenario from ranges around ../shared/facts.md.
 
-Independent of the planner's priors (smlt/planner/priors.py, smlt/fanout.py's defaults): each
+Independent of the planner's priors (smlt/runtime/planner/priors.py, smlt/runtime/fanout.py's defaults): each
 scenario-seed draws its own world, so a planner tuned to one set of constants meets others.
 Two kinds of world:
 

@@ -44,7 +44,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def console_info(tmp_path_factory):
     require_browser()  # before the console starts
-    from smlt.local import console
+    from smlt import console
 
     state = tmp_path_factory.mktemp("browser-console")
     info = console.up(state, port=free_port())

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from smlt.datasets import local_dataset_folder, upload_dataset
-from smlt.store import S3Store
-from smlt.study.items import StudyItem, StudyTable, TrialItem
+from smlt.runtime.store import S3Store
+from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem
 
 ROOT = Path(__file__).resolve().parents[2]
 # The points of the first trace of the time chart, as plotly.js holds them in the page.

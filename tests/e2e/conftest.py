@@ -19,8 +19,8 @@ def local(tmp_path_factory):
 def engine_as_aws(local, monkeypatch):
     """boto3 in this process pointed at the local engine as if it were AWS (endpoint, test
     credentials, region), with the cached clients made again on both sides of the test."""
-    from smlt.records import dynamodb_client
-    from smlt.store.s3 import s3_client
+    from smlt.runtime.records import dynamodb_client
+    from smlt.runtime.store.s3 import s3_client
 
     engine, names = local
     for k, v in {

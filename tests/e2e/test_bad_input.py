@@ -5,9 +5,9 @@ import json
 import pytest
 
 from smlt.datasets import stage_dataset
-from smlt.errors import RunFailed
 from smlt.faults import FaultInjector
 from smlt.runner import execute
+from smlt.runtime.errors import RunFailed
 from tests.e2e.test_local_run import digits_job, run
 
 
@@ -25,7 +25,7 @@ def test_a_budget_too_small_for_one_round_is_refused_at_the_first_plan(local, tm
 def test_best_effort_runs_what_the_budget_allows_and_says_why_it_stopped(local, tmp_path, caplog):
     job = digits_job()
     job["constraints"].update(budget_usd=1e-6, best_effort=True)
-    with caplog.at_level("INFO", logger="smlt.progress"):
+    with caplog.at_level("INFO", logger="smlt.runtime.progress"):
         assert run(local, job, tmp_path, "tiny-budget-best-effort") == 0
     final = json.loads((tmp_path / "metrics.json").read_text())["final"]
     assert final["rounds"] == 0 and final["model_key"] is None

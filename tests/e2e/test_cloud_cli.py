@@ -8,14 +8,14 @@ import pytest
 
 from smlt import cloud
 from smlt.cli.console import console
-from smlt.errors import StackNotFound
+from smlt.runtime.errors import StackNotFound
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def deployed(engine_as_aws):
-    from smlt.local.console import publish_outputs
+    from smlt.console import publish_outputs
 
     engine, names = engine_as_aws
     publish_outputs(engine, names, "SmltCliTest")

@@ -14,9 +14,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from smlt import console
 from smlt.datasets import local_dataset_folder
-from smlt.local import console
-from smlt.records import RunTable
+from smlt.runtime.records import RunTable
 
 ROOT = Path(__file__).resolve().parents[2]
 AWS = shutil.which("aws", path=str(Path(sys.executable).parent)) or shutil.which("aws")

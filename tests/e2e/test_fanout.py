@@ -1,12 +1,12 @@
 """The round's Map on the local engine: the planner's `fanout` picks the inline Map or the
-Distributed Map (smlt/fanout.py), both train, and the history the plan reserves is never less
+Distributed Map (smlt/runtime/fanout.py), both train, and the history the plan reserves is never less
 than what the execution wrote."""
 
 import json
 
 import pytest
 
-from smlt.records import RunTable
+from smlt.runtime.records import RunTable
 from tests.e2e.test_local_run import digits_job, run
 
 # Also run with the local engine's speed patches off (make test-stock-moto): see pyproject's markers.

@@ -1,9 +1,9 @@
-"""The ledger (smlt.ledger: each Lambda attempt's ATTEMPT item) against what the local engine and
+"""The ledger (smlt.runtime.ledger: each Lambda attempt's ATTEMPT item) against what the local engine and
 the moto server counted themselves, with faults on: the bill AWS would send.
 
 The engine's record (`LocalEngine.billed`) is measured by the handler processes around each
 handler call (smlt.local.pool), and the requests are counted here, on the moto server's WSGI
-application: neither runs any smlt.ledger code.
+application: neither runs any smlt.runtime.ledger code.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import threading
 from collections import Counter
 from contextlib import contextmanager
 
-from smlt import keys, ledger
 from smlt.datasets import stage_dataset
 from smlt.faults import FaultInjector
-from smlt.records import RunTable
-from smlt.store import S3Store
+from smlt.runtime import keys, ledger
+from smlt.runtime.records import RunTable
+from smlt.runtime.store import S3Store
 from tests.e2e.test_local_run import digits_job
 
 FAULTS = {"fail": 0.2, "duplicate": 0.1, "timeout": 0.1}
@@ -30,7 +30,7 @@ PER_INVOCATION_S = 2 * 0.001
 # time (on Lambda also the runtime's own start). Seen up to 4 ms on a loaded machine.
 COLD_S = 0.02
 # The last ATTEMPT item of a process in a run holds an estimate of its own write's time (no later
-# item corrects it, smlt.ledger): a DynamoDB PutItem on the local moto server.
+# item corrects it, smlt.runtime.ledger): a DynamoDB PutItem on the local moto server.
 LAST_WRITE_S = 0.1
 
 
@@ -183,10 +183,10 @@ def test_the_ledger_is_the_engines_record_and_the_servers_count_with_faults(loca
 def run_bill(local, run_id):
     """The run's bill recomputed after it ended, from every stored ATTEMPT item (Finalize's own
     included as it ended) and the ROUND items."""
-    from smlt import deployed
-    from smlt.bill import RoundShape
-    from smlt.fanout import Fanout
-    from smlt.prices import Prices
+    from smlt.runtime import deployed
+    from smlt.runtime.bill import RoundShape
+    from smlt.runtime.fanout import Fanout
+    from smlt.runtime.prices import Prices
 
     engine, names = local
     table = RunTable(names.table, run_id, client=engine.client("dynamodb"))

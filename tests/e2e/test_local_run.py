@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from smlt.datasets import stage_dataset
-from smlt.errors import RunFailed
 from smlt.faults import FaultInjector
 from smlt.runner import execute
+from smlt.runtime.errors import RunFailed
 
 # Also run with the local engine's speed patches off (make test-stock-moto): see pyproject's markers.
 pytestmark = pytest.mark.stock_moto

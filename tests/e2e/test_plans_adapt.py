@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from smlt.datasets import stage_dataset
-from smlt.records import RunTable
 from smlt.runner import execute
+from smlt.runtime.records import RunTable
 
 ROOT = Path(__file__).resolve().parents[2]
 SINCE = re.compile(

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from smlt.items import RoundItem
+from smlt.runtime.items import RoundItem
 
 ROOT = Path(__file__).resolve().parents[2]
 

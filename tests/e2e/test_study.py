@@ -5,11 +5,11 @@ and the same through the deployed path (boto3 against the stack's outputs)."""
 import json
 from pathlib import Path
 
-from smlt.local.console import publish_outputs
-from smlt.records import RunTable
-from smlt.store import S3Store
-from smlt.study import tune
-from smlt.study.items import StudyTable
+from smlt import tune
+from smlt.console import publish_outputs
+from smlt.runtime.records import RunTable
+from smlt.runtime.store import S3Store
+from smlt.runtime.study.items import StudyTable
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/digits-study.json"

@@ -1,6 +1,6 @@
 """Per-step synchronous mode (training.mode = "sync") end to end: the synthesized state machine
 on the local engine, two workers that exchange their gradients at every step (reduce-scatter,
-smlt.aggregate.sync.ReduceScatter) through S3 (the artifacts bucket) or through a real
+smlt.runtime.aggregate.sync.ReduceScatter) through S3 (the artifacts bucket) or through a real
 redis-server (SMLT_EXCHANGE_URL)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from smlt import keys
 from smlt.datasets import stage_dataset
-from smlt.records import RunTable
-from smlt.store import RedisStore, S3Store
-from smlt.tensors.format import decode
+from smlt.runtime import keys
+from smlt.runtime.records import RunTable
+from smlt.runtime.store import RedisStore, S3Store
+from smlt.runtime.tensors.format import decode
 from tests.e2e.test_local_run import digits_job, run
 from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 

@@ -2,8 +2,8 @@
 
 import json
 
-from smlt.data.prepare import prepare_dataset
 from smlt.local.eventbridge import deliver, object_created_event, upload_version
+from smlt.runtime.data.prepare import prepare_dataset
 
 
 def _finish(engine, arn):

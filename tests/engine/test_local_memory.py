@@ -142,7 +142,7 @@ def test_items_held_as_bytes_answer_as_moto_objects(monkeypatch, hot):
     from moto import mock_aws
     from moto.dynamodb.models import dynamodb_backends
 
-    from smlt.records import create_run_table
+    from smlt.runtime.records import create_run_table
 
     answers, frozen = [], []
     for keep in (10**9, hot):

@@ -11,7 +11,7 @@ import pytest
 
 from smlt.local import patches, speed
 from smlt.local.pool import WorkerPool
-from smlt.records import create_run_table
+from smlt.runtime.records import create_run_table
 
 # the root conftest installs the patches (without these when SMLT_LOCAL_SPEEDUPS=0)
 pytestmark = pytest.mark.skipif(not speed.enabled(), reason="SMLT_LOCAL_SPEEDUPS=0: the speed patches are off")

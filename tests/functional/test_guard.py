@@ -13,10 +13,10 @@ import safetensors.numpy
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.items import Rejected, RoundItem, WorkerItem
 from smlt.reconcile import reconcile
-from smlt.records import RunTable, to_item
+from smlt.runtime import keys
+from smlt.runtime.items import Rejected, RoundItem, WorkerItem
+from smlt.runtime.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers.conftest import job
 from tests.functional.handlers.test_sharded import plan

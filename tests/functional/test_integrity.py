@@ -11,11 +11,11 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.errors import DigestMismatch
-from smlt.items import MetaItem, RoundItem, WorkerItem
 from smlt.reconcile import reconcile
-from smlt.records import RunTable
+from smlt.runtime import keys
+from smlt.runtime.errors import DigestMismatch
+from smlt.runtime.items import MetaItem, RoundItem, WorkerItem
+from smlt.runtime.records import RunTable
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers.conftest import job
 from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine, drive, plan
@@ -136,7 +136,7 @@ def test_round_0s_model_is_checked_against_the_first_workers_digest(digits, aws)
     meta = RunTable(TABLE, "zero").meta()
     assert meta is not None and meta.model0_sha256 == sha(get(keys.model_key("zero", 0)))
     flip(keys.model_key("zero", 0))
-    from smlt.steps import train
+    from smlt.runtime.steps import train
 
     train._MODEL_CACHE.clear()  # as another process would: read model 0 from the store
     with pytest.raises(DigestMismatch, match=keys.model_key("zero", 0)):
@@ -191,7 +191,7 @@ def test_sharded_rounds_record_and_check_the_digest_of_their_slices(digits, aws,
 
 def test_a_worker_whose_update_was_stored_first_records_the_stored_ones_digest(digits, aws):
     """Another invocation of the worker stored its update first: the record describes that one."""
-    from smlt.tensors.format import decode, encode
+    from smlt.runtime.tensors.format import decode, encode
 
     j = job(digits, max_rounds=2, target_value=None, local_steps=3)
     train_round(j, "first")  # the updates of run "first", round 0

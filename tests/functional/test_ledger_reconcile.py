@@ -1,8 +1,8 @@
 """The reconciliation's ledger check (smlt.reconcile, `unbilled`): a worker record whose
-invocation left no ATTEMPT item (smlt.ledger) is a finding; the handlers' own run has none."""
+invocation left no ATTEMPT item (smlt.runtime.ledger) is a finding; the handlers' own run has none."""
 
-from smlt import ledger
-from smlt.records import RunTable
+from smlt.runtime import ledger
+from smlt.runtime.records import RunTable
 from tests.functional.handlers import conftest as handlers
 from tests.functional.test_reconcile import TABLE, check, kinds, two_rounds
 

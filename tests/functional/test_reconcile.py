@@ -11,10 +11,10 @@ import numpy as np
 import safetensors.numpy
 
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.items import Accepted, RoundItem, SealItem, WorkerItem
 from smlt.reconcile import reconcile
-from smlt.records import RunTable, to_item
+from smlt.runtime import keys
+from smlt.runtime.items import Accepted, RoundItem, SealItem, WorkerItem
+from smlt.runtime.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers import test_buffers as buffers
 from tests.functional.handlers.conftest import job

@@ -2,8 +2,9 @@
 
 import json
 
-from smlt import cloud, keys
+from smlt import cloud
 from smlt.cli import main
+from smlt.runtime import keys
 from tests.functional.test_reconcile import ART, TABLE, aws, digits, two_rounds  # noqa: F401  (fixtures)
 
 

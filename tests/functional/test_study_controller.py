@@ -9,11 +9,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from smlt import keys
-from smlt.items import RoundItem, StopItem
-from smlt.records import RunTable, create_run_table
-from smlt.study import controller
-from smlt.study.items import StudyTable
+from smlt.runtime import keys
+from smlt.runtime.items import RoundItem, StopItem
+from smlt.runtime.records import RunTable, create_run_table
+from smlt.runtime.study import controller
+from smlt.runtime.study.items import StudyTable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_the_deadline_skips_trials_that_could_not_finish_and_stops_running_ones(
 
 
 def test_warm_start_needs_the_other_studys_best(place):
-    from smlt.errors import InvalidJob
+    from smlt.runtime.errors import InvalidJob
 
     with pytest.raises(InvalidJob, match="warm_start.study: study 'nope' has no best model"):
         controller.init(place, study(warm_start={"study": "nope"}))

@@ -14,11 +14,11 @@ import pytest
 
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.train_step.handler import handler as train_step
-from smlt import usercode
-from smlt.errors import InvalidCode
-from smlt.job import parse_job
-from smlt.records import RunTable
-from smlt.usercode import activate_code, load_transform, package_code, stage_code, with_code
+from smlt.runtime import usercode
+from smlt.runtime.errors import InvalidCode
+from smlt.runtime.job import parse_job
+from smlt.runtime.records import RunTable
+from smlt.runtime.usercode import activate_code, load_transform, package_code, stage_code, with_code
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers.conftest import job
 from tests.functional.handlers.test_failures import plan

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_cdk_json_runs_the_app_and_holds_the_defaults():
-    from smlt import deployed
+    from smlt.runtime import deployed
 
     cfg = json.loads((REPO / "cdk.json").read_text())
     assert "infra.app" in cfg["app"]

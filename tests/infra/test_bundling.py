@@ -21,7 +21,8 @@ def _fake_repo(tmp_path: Path) -> Path:
     (tmp_path / "layers" / "requirements.txt").write_text("numpy==2.4.6\n")
     (tmp_path / "smlt").mkdir()
     (tmp_path / "smlt" / "__init__.py").write_text("")
-    (tmp_path / "smlt" / "job.py").write_text("X = 1\n")
+    (tmp_path / "smlt" / "runtime").mkdir()
+    (tmp_path / "smlt" / "runtime" / "job.py").write_text("X = 1\n")
     return tmp_path
 
 
@@ -34,7 +35,7 @@ def test_fingerprint_tracks_requirements_sources_and_platform(tmp_path):
     (repo / "smlt" / "__pycache__").mkdir()
     (repo / "smlt" / "__pycache__" / "job.cpython-311.pyc").write_bytes(b"\0")
     assert bundling.layer_fingerprint(repo, "x86_64", "3.12") == base, "bytecode is not an input"
-    (repo / "smlt" / "job.py").write_text("X = 2\n")
+    (repo / "smlt" / "runtime" / "job.py").write_text("X = 2\n")
     changed = bundling.layer_fingerprint(repo, "x86_64", "3.12")
     assert changed != base
     (repo / "layers" / "requirements.txt").write_text("numpy==2.4.5\n")
@@ -86,7 +87,7 @@ def test_bundler_copies_smlt_and_prunes(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert bundling.LocalLayerBundling(repo, "arm64", "3.12").try_bundle(str(out)) is True
     site = out / "python"
-    assert (site / "smlt" / "job.py").exists() and (site / "numpy").is_dir()
+    assert (site / "smlt" / "runtime" / "job.py").exists() and (site / "numpy").is_dir()
     assert not (site / "bin").exists() and not (site / "tests").exists()
     assert not list(site.rglob("__pycache__"))
 
@@ -96,15 +97,19 @@ def _fake_pip(cmd, **kwargs):
     return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
 
 
-def test_layer_leaves_out_local_only_code_and_still_serves_the_handlers(tmp_path, monkeypatch):
+def test_layer_holds_exactly_the_runtime_and_still_serves_the_handlers(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(bundling.subprocess, "run", _fake_pip)
         bundling.build_layer(tmp_path, REPO, "x86_64", "3.12")
     pkg = tmp_path / "python" / "smlt"
-    assert (pkg / "steps").is_dir() and (pkg / "store" / "redis.py").exists()
-    for name in bundling.LOCAL_ONLY:
-        assert not (pkg / name).exists(), f"smlt/{name} is local-only but in the layer"
-    assert not (pkg / "store" / "redis.py").read_text().count("class LocalRedisServer")
+    shipped = sorted(str(f.relative_to(pkg.parent)) for f in pkg.rglob("*") if f.is_file())
+    runtime = sorted(
+        str(f.relative_to(REPO))
+        for f in [REPO / "smlt" / "__init__.py", *(REPO / "smlt" / "runtime").rglob("*")]
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"
+    )
+    assert shipped == runtime, "the layer's smlt/ is not exactly smlt/__init__.py and smlt/runtime/"
+    assert not (pkg / "runtime" / "store" / "redis.py").read_text().count("class LocalRedisServer")
     # The zip handlers import with the layer's smlt (the installed dependencies stand in for the
     # layer's wheels); every smlt module they load must come from the layer (an editable install
     # of smlt would otherwise supply what the layer lacks).
@@ -119,12 +124,12 @@ def test_layer_leaves_out_local_only_code_and_still_serves_the_handlers(tmp_path
         proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         loaded = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
-        assert any(m.startswith("smlt.steps.") for m in loaded), loaded
+        assert any(m.startswith("smlt.runtime.steps.") for m in loaded), loaded
         outside = [m for m in loaded if not m.split("=", 1)[1].startswith(str(pkg))]
         assert not outside, f"{handler} needs modules the layer leaves out: {outside}"
 
 
-def test_fingerprint_ignores_local_only_code(tmp_path):
+def test_fingerprint_ignores_client_code(tmp_path):
     repo = _fake_repo(tmp_path)
     base = bundling.layer_fingerprint(repo, "x86_64", "3.12")
     (repo / "smlt" / "local").mkdir()

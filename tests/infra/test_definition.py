@@ -83,7 +83,7 @@ def test_contract_shape(states, synth):
     assert routes == {"stop": "Finalize", "chain": "Chain", "duplicate": "Duplicate"}
     assert should["Default"] == "HowToTrain"
 
-    # The planner names the round's Map (smlt.fanout): inline for a few workers, Distributed above.
+    # The planner names the round's Map (smlt.runtime.fanout): inline for a few workers, Distributed above.
     how_to_train = states["HowToTrain"]
     assert how_to_train["Choices"] == [
         {"Variable": "$.plan.fanout", "StringEquals": "distributed", "Next": "TrainDistributed"}

@@ -405,7 +405,7 @@ def test_vpc_functions_call_only_services_with_gateway_endpoints(handler):
     """The VPC has gateway endpoints for S3 and DynamoDB and no interface endpoint: a VPC function
     calling anything else (Step Functions, Lambda, X-Ray SDK...) would hang without a route."""
     modules = _reachable(REPO / "lambdas" / handler / "handler.py")
-    assert "smlt.config" in modules
+    assert "smlt.runtime.config" in modules
     assert _aws_services(modules) <= {"s3", "dynamodb"}, handler
     assert not _tracing_imports(modules), handler  # else: an X-Ray interface endpoint in exchange.py
 

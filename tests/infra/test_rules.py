@@ -1,5 +1,5 @@
 """The rules the stack and the runtime must agree on, from the synthesized template: the
-environment contract (smlt.config.Settings), the deployed sizes, the price table, the update tag."""
+environment contract (smlt.runtime.config.Settings), the deployed sizes, the price table, the update tag."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from smlt import deployed, keys
-from smlt.config import AGGREGATE, PLANNER, STUDY, TRAIN, Settings
-from smlt.prices import Prices
-from smlt.study.events import StudySettings
+from smlt.runtime import deployed, keys
+from smlt.runtime.config import AGGREGATE, PLANNER, STUDY, TRAIN, Settings
+from smlt.runtime.prices import Prices
+from smlt.runtime.study.events import StudySettings
 
 KINDS = {
     "FunctionsPlanner": PLANNER,
@@ -68,7 +68,7 @@ def test_a_function_reads_back_what_the_stack_set(synth, monkeypatch):
                 monkeypatch.delenv(name)
         for name, value in _env(props).items():
             monkeypatch.setenv(name, value if isinstance(value, str) else _resolved(name))
-        if kind == STUDY:  # reads its own two fields only (smlt.study.events.StudySettings)
+        if kind == STUDY:  # reads its own two fields only (smlt.runtime.study.events.StudySettings)
             assert StudySettings().table, lid
             continue
         s = Settings.from_env()
@@ -110,7 +110,7 @@ def test_a_stack_without_context_reads_the_same_file():
 
 
 def test_the_lifecycle_rule_expires_the_tag_the_workers_put(synth):
-    """One update tag: smlt.keys.UPDATE_TAG (the worker's PUT, smlt/steps/train.py) is what the
+    """One update tag: smlt.runtime.keys.UPDATE_TAG (the worker's PUT, smlt/runtime/steps/train.py) is what the
     artifacts bucket's lifecycle rule filters on."""
     key, _, value = keys.UPDATE_TAG.partition("=")
     buckets = synth.resources("AWS::S3::Bucket")

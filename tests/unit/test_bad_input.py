@@ -8,8 +8,8 @@ import pytest
 
 import smlt.runner
 from smlt.cli import main
-from smlt.errors import InvalidJob
-from smlt.job import MAX_ROUND_SAMPLES, parse_job
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.job import MAX_ROUND_SAMPLES, parse_job
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +97,7 @@ def test_many_workers_on_few_local_processes_are_announced(caplog):
 
     job = parse_job({"dataset": {"uri": "s3://b/d/"}, "workers": {"initial": 1000, "max": 1000}})
     engine = SimpleNamespace(pool=SimpleNamespace(size=2))
-    with caplog.at_level("INFO", logger="smlt.progress"):
+    with caplog.at_level("INFO", logger="smlt.runtime.progress"):
         smlt.runner._note_queueing(job, engine)
     assert "up to 1000 workers per round share 2 local handler processes" in caplog.text
 
@@ -189,8 +189,8 @@ def test_start_without_region_or_credentials(tmp_path, capsys, monkeypatch, miss
 
 
 def test_a_garbage_object_names_its_key():
-    from smlt.tensors.format import HeaderError
-    from smlt.tensors.layout import read_layout
+    from smlt.runtime.tensors.format import HeaderError
+    from smlt.runtime.tensors.layout import read_layout
 
     class Store:
         def get_range(self, key, start, end):
@@ -219,10 +219,10 @@ def test_the_end_of_a_run_stopped_before_its_first_round(tmp_path):
 @pytest.mark.parametrize(
     "error, rc, shown",
     [
-        ("smlt.errors:InvalidDataset", 2, "error: InvalidDataset: boom"),
-        ("smlt.tensors.format:HeaderError", 2, "error: HeaderError: boom"),
-        ("smlt.errors:RunNotFound", 1, "error: boom"),
-        ("smlt.errors:AwsNotConfigured", 1, "error: boom"),
+        ("smlt.runtime.errors:InvalidDataset", 2, "error: InvalidDataset: boom"),
+        ("smlt.runtime.tensors.format:HeaderError", 2, "error: HeaderError: boom"),
+        ("smlt.runtime.errors:RunNotFound", 1, "error: boom"),
+        ("smlt.runtime.errors:AwsNotConfigured", 1, "error: boom"),
         ("smlt.local.limits:LimitError", 2, "error: LimitError: boom"),
         ("smlt.local.synth:SynthError", 1, "error: the local engine: SynthError: boom"),
         ("smlt.local.errors:MotoVersionError", 1, "error: the local engine: MotoVersionError: boom"),

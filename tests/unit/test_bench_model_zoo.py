@@ -51,7 +51,9 @@ def test_plain_throughput_times_its_steps(digits):
 def test_a_missing_model_is_said_and_skipped():
     assert model_zoo.unavailable({"model": {"name": "mlp"}}) is None
     assert model_zoo.unavailable({"model": {"name": "pkg.mod:build"}}) is None  # a user's: imported at run time
-    assert "'no-such-net' is not in smlt.train.models" in model_zoo.unavailable({"model": {"name": "no-such-net"}})
+    assert "'no-such-net' is not in smlt.runtime.train.models" in model_zoo.unavailable(
+        {"model": {"name": "no-such-net"}}
+    )
 
 
 def test_the_readme_section_says_what_was_not_measured():
@@ -61,11 +63,15 @@ def test_the_readme_section_says_what_was_not_measured():
         "throughput": {"steps": 12, "threads": 2, "smlt": {"samples_per_s": 90.0}, "plain": {"samples_per_s": 100.0}}
     }
     res["throughput"]["ratio"] = 0.9
-    res["round"] = {"aggregators": 4, "skipped": True, "note": "model 'resnet50' is not in smlt.train.models yet"}
+    res["round"] = {
+        "aggregators": 4,
+        "skipped": True,
+        "note": "model 'resnet50' is not in smlt.runtime.train.models yet",
+    }
     text = model_zoo.readme_section(res)
     assert text.startswith("## Model zoo\n") and "not measured: x." in text
     assert "smlt's worker 90.0 samples/s, plain PyTorch 100.0 samples/s: ratio 0.9" in text
-    assert "not measured: model 'resnet50' is not in smlt.train.models yet." in text
+    assert "not measured: model 'resnet50' is not in smlt.runtime.train.models yet." in text
 
 
 def test_the_readme_section_is_the_recorded_results_rendered():

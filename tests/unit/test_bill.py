@@ -1,4 +1,4 @@
-"""One bill of a round (smlt.bill): for the same round shape the ledger, the planner's forecast and
+"""One bill of a round (smlt.runtime.bill): for the same round shape the ledger, the planner's forecast and
 both simulators count the same requests, and the ledger prices a simulated round as the simulator does."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from smlt import bill
-from smlt.config import FunctionSizes, Settings
-from smlt.items import WorkerItem
-from smlt.job import parse_job
-from smlt.planner.timing import JobShape, TimingModel
-from smlt.prices import Prices
-from smlt.roundspec import RoundSpec
+from smlt.runtime import bill
+from smlt.runtime.config import FunctionSizes, Settings
+from smlt.runtime.items import WorkerItem
+from smlt.runtime.job import parse_job
+from smlt.runtime.planner.timing import JobShape, TimingModel
+from smlt.runtime.prices import Prices
+from smlt.runtime.roundspec import RoundSpec
 from smlt.sim import analytic
 from smlt.sim.cloud import Cloud
 from smlt.sim.run import history_of
@@ -100,7 +100,7 @@ def test_counts_work_on_candidate_arrays():
 
 def test_the_map_kind_decides_the_transitions_per_worker():
     """An inline Map bills each worker's task; a Distributed Map also each child's start and end."""
-    from smlt.fanout import Fanout
+    from smlt.runtime.fanout import Fanout
 
     inline = bill.requests(bill.RoundShape(40, 0.0, 1024, 3008))
     distributed = bill.requests(bill.RoundShape(41, 0.0, 1024, 3008))
@@ -112,8 +112,8 @@ def test_the_map_kind_decides_the_transitions_per_worker():
 
 def test_the_end_of_a_run_is_billed_alike():
     """Finalize: the simulator's bill, the planner's reserve and the analytic model's use one count."""
-    from smlt.planner import priors
-    from smlt.planner.core import finalize_cost
+    from smlt.runtime.planner import priors
+    from smlt.runtime.planner.core import finalize_cost
 
     sizes, prices = FunctionSizes(), Prices()
     seconds, cost = Cloud(WORKLOAD, prices, seed=1).finalize()

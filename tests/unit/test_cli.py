@@ -46,7 +46,7 @@ def test_data_prepare_reports_bad_source(tmp_path, capsys):
 
 def test_console_prints_the_librarys_progress_and_quiet_drops_the_per_round_lines(capsys):
     from smlt.cli.console import console
-    from smlt.progress import notice, progress
+    from smlt.runtime.progress import notice, progress
 
     progress.info("round   0 | ...")
     notice.info("prepared")
@@ -64,7 +64,7 @@ def test_console_prints_the_librarys_progress_and_quiet_drops_the_per_round_line
 def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
     import smlt.cloud
     import smlt.runner
-    from smlt.errors import RunFailed, StackNotFound
+    from smlt.runtime.errors import RunFailed, StackNotFound
 
     def missing(name, cfn=None):
         raise StackNotFound(f"stack {name!r} not found (x)")

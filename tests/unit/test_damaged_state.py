@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from smlt import keys
-from smlt.errors import DamagedState
+from smlt.runtime import keys
+from smlt.runtime.errors import DamagedState
 from smlt.snapshot import saved_items, state_dir
 
 RUN = "st"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load
 
-from smlt.data.prepare import prepare_dataset, read_local_manifest
-from smlt.errors import InvalidDataset
+from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
+from smlt.runtime.errors import InvalidDataset
 
 
 def test_digits_sharded_with_manifest(tmp_path):

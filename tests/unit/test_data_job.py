@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from smlt.data.prepare import read_local_manifest
 from smlt.datasets import local_dataset_folder
-from smlt.errors import InvalidDataset, InvalidJob
-from smlt.job import DatasetSpec, check_dataset, parse_job
+from smlt.runtime.data.prepare import read_local_manifest
+from smlt.runtime.errors import InvalidDataset, InvalidJob
+from smlt.runtime.job import DatasetSpec, check_dataset, parse_job
 
 
 @pytest.fixture(autouse=True)

@@ -10,10 +10,10 @@ from PIL import Image
 from safetensors.numpy import load
 
 from smlt.cli import main
-from smlt.data.inputs import model_input
-from smlt.data.options import SourceOptions
-from smlt.data.prepare import prepare_dataset, read_local_manifest
-from smlt.errors import InvalidDataset
+from smlt.runtime.data.inputs import model_input
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
+from smlt.runtime.errors import InvalidDataset
 
 
 def stored(folder, split) -> tuple[np.ndarray, np.ndarray]:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from smlt.data.synthetic import generate
-from smlt.errors import InvalidDataset
+from smlt.runtime.data.synthetic import generate
+from smlt.runtime.errors import InvalidDataset
 
 
 def fit(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int) -> float:

@@ -13,10 +13,10 @@ import pytest
 from safetensors.numpy import load
 
 from smlt.cli import main
-from smlt.data.options import SourceOptions
-from smlt.data.prepare import prepare_dataset
-from smlt.data.tabular import HASH_BUCKETS, apply_columns, read_table
-from smlt.errors import InvalidDataset
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.tabular import HASH_BUCKETS, apply_columns, read_table
+from smlt.runtime.errors import InvalidDataset
 
 HEADER = ["id", "colour", "label", "size", "city"]
 

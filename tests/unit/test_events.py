@@ -1,10 +1,10 @@
-"""The Lambda events and answers (smlt/steps/events.py): the default op where the state machine
+"""The Lambda events and answers (smlt/runtime/steps/events.py): the default op where the state machine
 sends none, a bad event named by its field, and answers that dump to the JSON the state machine
 reads (docs/architecture.md, "Payload shapes")."""
 
 import pytest
 
-from smlt.steps.events import (
+from smlt.runtime.steps.events import (
     AGGREGATE_EVENTS,
     PLANNER_EVENTS,
     TRAIN_EVENTS,

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from bench.time_to_accuracy import TTA
-from smlt.job import parse_job
-from smlt.study.spec import parse_study
+from smlt.runtime.job import parse_job
+from smlt.runtime.study.spec import parse_study
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))

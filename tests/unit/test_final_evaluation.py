@@ -1,9 +1,9 @@
 """The planner's final evaluation: planned again while a failed worker leaves it partial, at most
 MAX_EVALUATIONS in a row."""
 
-from smlt.items import RoundItem
-from smlt.planner.types import Decision
-from smlt.steps.plan import MAX_EVALUATIONS, _final_evaluation
+from smlt.runtime.items import RoundItem
+from smlt.runtime.planner.types import Decision
+from smlt.runtime.steps.plan import MAX_EVALUATIONS, _final_evaluation
 
 STOP = Decision(action="stop", reason="max_rounds reached", bound="max_rounds")
 

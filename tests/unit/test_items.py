@@ -1,13 +1,13 @@
-"""The DynamoDB item models (smlt/items.py) as RunTable stores and reads them: the attribute
+"""The DynamoDB item models (smlt/runtime/items.py) as RunTable stores and reads them: the attribute
 names stay, None is not stored, numbers come back as int or float, the round spec is JSON text."""
 
 import pytest
 
-from smlt import keys
-from smlt.items import MetaItem, PlanItem, RoundItem, RoundTiming, WorkerItem
-from smlt.job import parse_job
-from smlt.records import RunTable, from_item, to_item
-from smlt.roundspec import RoundSpec
+from smlt.runtime import keys
+from smlt.runtime.items import MetaItem, PlanItem, RoundItem, RoundTiming, WorkerItem
+from smlt.runtime.job import parse_job
+from smlt.runtime.records import RunTable, from_item, to_item
+from smlt.runtime.roundspec import RoundSpec
 
 
 def stored(item, sk="X"):

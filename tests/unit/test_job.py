@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from smlt.errors import InvalidJob
-from smlt.job import parse_job
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.job import parse_job
 
 GOOD = {"dataset": {"uri": "s3://b/datasets/digits/"}}
 

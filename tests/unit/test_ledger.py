@@ -1,12 +1,12 @@
-"""The ledger's rules (smlt.ledger, smlt.bill): what a request is billed at, the corrections of
+"""The ledger's rules (smlt.runtime.ledger, smlt.runtime.bill): what a request is billed at, the corrections of
 the ATTEMPT items' write estimates, estimated crashes, transitions of retries, the worst case."""
 
 from __future__ import annotations
 
 import pytest
 
-from smlt import bill, ledger
-from smlt.prices import Prices
+from smlt.runtime import bill, ledger
+from smlt.runtime.prices import Prices
 
 
 def attempt(**kw):
@@ -115,8 +115,8 @@ def test_the_worst_case_bills_retries_and_the_exchange():
 
 
 def test_the_planners_worst_case_includes_them():
-    from smlt.planner.timing import JobShape, TimingModel
-    from smlt.planner.types import RunHistory
+    from smlt.runtime.planner.timing import JobShape, TimingModel
+    from smlt.runtime.planner.types import RunHistory
 
     def ub(mode):
         shape = JobShape.of(RunHistory(), 32, mode=mode)

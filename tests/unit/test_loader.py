@@ -1,12 +1,12 @@
-"""The worker's streaming loader (smlt.data.loader): seeded order, prefetching, batched evaluation."""
+"""The worker's streaming loader (smlt.runtime.data.loader): seeded order, prefetching, batched evaluation."""
 
 import threading
 
 import numpy as np
 import pytest
 
-from smlt.data.loader import Prefetcher, eval_batches, first_train_key, train_batches
-from smlt.errors import CorruptShard
+from smlt.runtime.data.loader import Prefetcher, eval_batches, first_train_key, train_batches
+from smlt.runtime.errors import CorruptShard
 
 ROWS = {3: 5, 7: 7, 8: 3, 11: 9}  # train shard index -> rows: 24 rows in all
 SEED = (0, 4, 1)  # job seed, round, worker

@@ -1,10 +1,10 @@
-"""The workers' /tmp shard cache (smlt.data.shards.ShardCache): a size cap, least recently used
+"""The workers' /tmp shard cache (smlt.runtime.data.shards.ShardCache): a size cap, least recently used
 evicted first, never a shard in use."""
 
 import numpy as np
 from safetensors.numpy import save
 
-from smlt.data.shards import ShardCache
+from smlt.runtime.data.shards import ShardCache
 
 KB = 1024
 

@@ -1,13 +1,13 @@
-"""What the worker measures of its model for the planner and the memory check (smlt.train.measure)."""
+"""What the worker measures of its model for the planner and the memory check (smlt.runtime.train.measure)."""
 
 import pytest
 import torch
 from torch import nn
 
-from smlt.data.manifest import Manifest
-from smlt.errors import ModelTooLarge
-from smlt.steps.train import _check_fits
-from smlt.train import measure as m
+from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.errors import ModelTooLarge
+from smlt.runtime.steps.train import _check_fits
+from smlt.runtime.train import measure as m
 
 CE = nn.CrossEntropyLoss(reduction="sum")
 

@@ -4,10 +4,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from smlt.aggregate.reduce import add_integer, apply_update, integer_mean, weighted_average
-from smlt.tensors.format import decode
-from smlt.tensors.layout import layout_of_state
-from smlt.tensors.torch_state import compress_torch_state, state_to_bytes, update_delta
+from smlt.runtime.aggregate.reduce import add_integer, apply_update, integer_mean, weighted_average
+from smlt.runtime.tensors.format import decode
+from smlt.runtime.tensors.layout import layout_of_state
+from smlt.runtime.tensors.torch_state import compress_torch_state, state_to_bytes, update_delta
 
 
 def test_update_delta_carries_integer_buffers_as_int64():

@@ -1,6 +1,6 @@
 """DynamoDB item (de)serialisation: what is written is what is read back."""
 
-from smlt.records import from_item, to_item
+from smlt.runtime.records import from_item, to_item
 
 
 def test_numbers_in_exponent_form_read_back_as_numbers():

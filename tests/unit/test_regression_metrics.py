@@ -1,4 +1,4 @@
-"""The metric rule (smlt.evaluation): RMSE and R² in the user's units from the workers' sums,
+"""The metric rule (smlt.runtime.evaluation): RMSE and R² in the user's units from the workers' sums,
 the target metrics a task has, which way they improve, and how the lines print them."""
 
 import math
@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 import smlt.runner
-from smlt.data.manifest import TargetScaling
-from smlt.errors import InvalidJob
-from smlt.evaluation import ValMetrics, metrics_text, summary_text, val_metrics
-from smlt.items import RoundItem
-from smlt.job import Job, check_dataset, parse_job
 from smlt.outputs import progress_line
-from smlt.planner import decide
-from smlt.planner.types import metric_reaches, target_reached
-from smlt.prices import Prices
+from smlt.runtime.data.manifest import TargetScaling
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.evaluation import ValMetrics, metrics_text, summary_text, val_metrics
+from smlt.runtime.items import RoundItem
+from smlt.runtime.job import Job, check_dataset, parse_job
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.types import metric_reaches, target_reached
+from smlt.runtime.prices import Prices
 from tests.unit.planner.conftest import TIERS, make_history, make_job, make_round
 
 

@@ -1,7 +1,7 @@
 """The planner's train shard assignment: lost shards handed out again, a shard a worker could not
 read moved to another worker, every worker left with a shard."""
 
-from smlt.steps.plan import assign_shards
+from smlt.runtime.steps.plan import assign_shards
 
 
 def _held(out):

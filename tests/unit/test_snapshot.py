@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from smlt import keys
-from smlt.errors import RunInProgress, RunNotFound
+from smlt.runtime import keys
+from smlt.runtime.errors import RunInProgress, RunNotFound
 from smlt.snapshot import _ItemsFile, _kept, clear_state, find_state, run_lock, saved_items, state_dir
 
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from smlt.errors import InvalidJob
-from smlt.study import asha, budget
-from smlt.study.sampler import sample
-from smlt.study.spec import parse_study, trial_job
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.study import asha, budget
+from smlt.runtime.study.sampler import sample
+from smlt.runtime.study.spec import parse_study, trial_job
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from smlt import usercode
-from smlt.errors import InvalidCode, InvalidJob
-from smlt.job import parse_job
-from smlt.usercode import check_shipped, package_code, with_code
+from smlt.runtime import usercode
+from smlt.runtime.errors import InvalidCode, InvalidJob
+from smlt.runtime.job import parse_job
+from smlt.runtime.usercode import check_shipped, package_code, with_code
 
 NET = "import torch\n\ndef build(input_shape, output_dim):\n    return torch.nn.Linear(64, output_dim)\n"
 
@@ -163,7 +163,7 @@ def test_a_deployed_stack_needs_the_code_of_an_entry_point():
     with pytest.raises(InvalidCode, match="code.transform: 'aug.t:flip' is not in the train_step image"):
         check_shipped(parse_job({"dataset": {"uri": "s3://b/d/"}, "code": {"transform": "aug.t:flip"}}))
     check_shipped(parse_job({"dataset": {"uri": "s3://b/d/"}}))  # built-ins need nothing
-    check_shipped(parse_job(_job(model={"name": "smlt.train.models:mlp"})))  # in the image
+    check_shipped(parse_job(_job(model={"name": "smlt.runtime.train.models:mlp"})))  # in the image
     check_shipped(parse_job(_job(code={"uri": "s3://a/code/x.zip", "sha256": "ab" * 32})))
 
 

@@ -8,7 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from smlt.usercode import IMAGE_PACKAGES
+from smlt.runtime.usercode import IMAGE_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = ("torch", "torchvision", "pillow", "numpy", "safetensors")

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from smlt.errors import InvalidJob
-from smlt.job import BUILTIN_MODELS, ModelSpec, TrainingSpec
-from smlt.train import models as registry
-from smlt.train.models import build_model
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.job import BUILTIN_MODELS, ModelSpec, TrainingSpec
+from smlt.runtime.train import models as registry
+from smlt.runtime.train.models import build_model
 
 VOCAB = 50
 # name -> (one sample's shape, vocab_size or None for float input)
@@ -104,7 +104,7 @@ def test_lenet_learns_digits_as_images():
 
 
 def test_resnets_are_torchvisions_with_a_small_input_stem():
-    from smlt.train.vision import models as tv
+    from smlt.runtime.train.vision import models as tv
 
     big = build("resnet50", (3, 224, 224))
     # torchvision's resnet50: 25,557,032 parameters with 1000 classes, so 23,528,522 with 10
@@ -162,8 +162,8 @@ def test_transformer_refuses_float_input():
 
 
 def test_vision_shim_gives_working_models_and_transforms_v2():
-    from smlt.train.vision import models as tv
-    from smlt.train.vision import torchvision, transforms_v2
+    from smlt.runtime.train.vision import models as tv
+    from smlt.runtime.train.vision import torchvision, transforms_v2
 
     assert torchvision.__version__.startswith("0.")
     assert tv.resnet18(weights=None, num_classes=3)(torch.zeros(2, 3, 32, 32)).shape == (2, 3)
@@ -174,14 +174,14 @@ def test_vision_shim_gives_working_models_and_transforms_v2():
 def test_training_augment_field():
     assert TrainingSpec().augment == []
     assert TrainingSpec(augment=["crop", "flip"]).augment == ["crop", "flip"]
-    from smlt.train.augment import AUGMENTATIONS
+    from smlt.runtime.train.augment import AUGMENTATIONS
 
     (arg,) = typing.get_args(TrainingSpec.model_fields["augment"].annotation)
     assert set(typing.get_args(arg)) == set(AUGMENTATIONS)
 
 
 def test_vision_shim_only_handles_the_missing_operator(monkeypatch):
-    from smlt.train import vision
+    from smlt.runtime.train import vision
 
     real = vision.importlib.import_module
 

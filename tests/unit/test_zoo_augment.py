@@ -4,8 +4,8 @@ bit-identical for a seed, leaving the global RNG alone, images only."""
 import pytest
 import torch
 
-from smlt.errors import InvalidJob
-from smlt.train.augment import build_augment, crop_padding
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.train.augment import build_augment, crop_padding
 
 
 def images(rows=16, shape=(3, 32, 32)):
@@ -76,6 +76,6 @@ def test_importing_the_augmentations_does_not_import_torchvision():
     import subprocess
     import sys
 
-    code = "import sys, smlt.train.augment, smlt.train.models; print('torchvision' in sys.modules)"
+    code = "import sys, smlt.runtime.train.augment, smlt.runtime.train.models; print('torchvision' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # seconds of a tabular worker's cold start

@@ -8,8 +8,8 @@ import torch
 from safetensors.numpy import save as np_save
 from safetensors.torch import save as torch_save
 
-from smlt import keys
-from smlt.aggregate.model_store import (
+from smlt.runtime import keys
+from smlt.runtime.aggregate.model_store import (
     read_model,
     read_model_blob,
     read_model_range,
@@ -18,7 +18,7 @@ from smlt.aggregate.model_store import (
     write_manifest,
     write_slice,
 )
-from smlt.aggregate.reduce import (
+from smlt.runtime.aggregate.reduce import (
     aggregate_slice,
     apply_update,
     commit_accepted,
@@ -27,10 +27,10 @@ from smlt.aggregate.reduce import (
     reduce_updates,
     weighted_average,
 )
-from smlt.store import NotFound
-from smlt.tensors.format import decode, encode
-from smlt.tensors.layout import HEADER_PROBE, flatten, layout_of_state, read_flat, read_layout, slice_bounds
-from smlt.tensors.torch_state import compress_torch_state
+from smlt.runtime.store import NotFound
+from smlt.runtime.tensors.format import decode, encode
+from smlt.runtime.tensors.layout import HEADER_PROBE, flatten, layout_of_state, read_flat, read_layout, slice_bounds
+from smlt.runtime.tensors.torch_state import compress_torch_state
 
 RUN = "r1"
 

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from smlt.aggregate.sync import BarrierTimeout, Poll, ReduceScatter, delete_prefix, wait_get
-from smlt.keys import sync_prefix
+from smlt.runtime.aggregate.sync import BarrierTimeout, Poll, ReduceScatter, delete_prefix, wait_get
+from smlt.runtime.keys import sync_prefix
 
 
 def _run(store, n, numel, steps, *, codec="none", weights=None, timeout=30.0, absent=()):

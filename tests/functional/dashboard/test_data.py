@@ -7,13 +7,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from smlt import keys
 from smlt.dashboard import data
-from smlt.errors import InvalidJob, RunNotFound
-from smlt.items import MetaItem, PlanItem, RoundItem, WorkerItem
-from smlt.job import Job
-from smlt.records import RunTable, create_run_table
-from smlt.study.items import StudyItem, StudyTable, TrialItem
+from smlt.runtime import keys
+from smlt.runtime.errors import InvalidJob, RunNotFound
+from smlt.runtime.items import MetaItem, PlanItem, RoundItem, WorkerItem
+from smlt.runtime.job import Job
+from smlt.runtime.records import RunTable, create_run_table
+from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem
 
 OUTPUTS = {
     "StateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:sm",

@@ -6,7 +6,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from smlt.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import prepare_dataset
 
 TIERS = {1769: "smlt-train-1769", 3008: "smlt-train-3008"}
 
@@ -20,9 +20,9 @@ def aws(monkeypatch, tmp_path):
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "cache"))
     with mock_aws():
         # Cached clients must be made inside the mock.
-        from smlt.data.shards import load_manifest
-        from smlt.records import create_run_table, dynamodb_client
-        from smlt.store.s3 import s3_client
+        from smlt.runtime.data.shards import load_manifest
+        from smlt.runtime.records import create_run_table, dynamodb_client
+        from smlt.runtime.store.s3 import s3_client
 
         s3_client.cache_clear(), dynamodb_client.cache_clear(), load_manifest.cache_clear()
         s3 = boto3.client("s3")

@@ -6,9 +6,9 @@ import pytest
 
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.errors import InvalidDataset, InvalidJob, QuorumNotReached
-from smlt.tensors.format import decode, encode
+from smlt.runtime import keys
+from smlt.runtime.errors import InvalidDataset, InvalidJob, QuorumNotReached
+from smlt.runtime.tensors.format import decode, encode
 from tests.functional.handlers.conftest import job, run_keys
 from tests.functional.handlers.test_failures import plan
 
@@ -77,8 +77,8 @@ def test_quorum_lost_to_a_damaged_model_names_it(digits, aws, damage, needle):
 def test_a_garbage_update_is_named_by_its_key(digits, aws):
     """An update replaced in storage no longer matches its record's digest: it is refused with a
     reason naming its key (it used to fail the round with HeaderError) and never averaged."""
-    from smlt.items import RoundItem
-    from smlt.records import RunTable
+    from smlt.runtime.items import RoundItem
+    from smlt.runtime.records import RunTable
 
     p = plan(job(digits), "garbage")
     for w in p["workers"]:
@@ -96,7 +96,7 @@ def test_a_garbage_update_is_named_by_its_key(digits, aws):
     [(b'{"name": ', "is not valid JSON"), (b'{"name": "x"}', "is not an smlt dataset manifest: source")],
 )
 def test_a_corrupt_manifest_on_s3_names_its_uri(digits, aws, body, needle):
-    from smlt.data.shards import load_manifest
+    from smlt.runtime.data.shards import load_manifest
 
     aws.put_object(Bucket="smlt-data", Key="datasets/bad/manifest.json", Body=body)
     load_manifest.cache_clear()

@@ -11,16 +11,16 @@ import torch
 from safetensors.numpy import save
 from torch import nn
 
-import smlt.steps.train as train_module
+import smlt.runtime.steps.train as train_module
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.aggregate.model_store import read_model
-from smlt.data.manifest import FORMAT
-from smlt.store import S3Store
-from smlt.tensors.format import views
-from smlt.tensors.layout import read_layout
+from smlt.runtime import keys
+from smlt.runtime.aggregate.model_store import read_model
+from smlt.runtime.data.manifest import FORMAT
+from smlt.runtime.store import S3Store
+from smlt.runtime.tensors.format import views
+from smlt.runtime.tensors.layout import read_layout
 
 ART = "smlt-artifacts"
 URI = "s3://smlt-data/datasets/bn/"

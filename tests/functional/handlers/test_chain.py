@@ -7,7 +7,7 @@ import boto3
 import pytest
 
 from lambdas.planner.handler import handler as planner
-from smlt.errors import ChainedExecutionFailed
+from smlt.runtime.errors import ChainedExecutionFailed
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ from botocore.exceptions import ClientError
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.errors import CorruptShard
-from smlt.records import RunTable
+from smlt.runtime.errors import CorruptShard
+from smlt.runtime.records import RunTable
 from tests.functional.handlers.conftest import job
 
 SHARD = "datasets/digits/train-00000.safetensors"  # train shard 0
@@ -100,7 +100,7 @@ def test_a_shard_fine_on_its_retry_costs_no_data(digits, aws):
 
 
 def test_a_transient_read_error_does_not_count_against_the_shard(digits, aws, monkeypatch):
-    from smlt.store import S3Store
+    from smlt.runtime.store import S3Store
 
     run = "transient"
     j = job(digits, target_value=None)

@@ -10,7 +10,7 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.errors import AccessDenied, Diverged, InvalidDataset, ModelTooLarge, QuorumNotReached
+from smlt.runtime.errors import AccessDenied, Diverged, InvalidDataset, ModelTooLarge, QuorumNotReached
 from tests.functional.handlers.conftest import job, run_keys
 
 
@@ -20,7 +20,7 @@ def plan(j, execution):
 
 def spec_of(run_id, rnd):
     """The round spec the planner stored (the PLAN item), as the workers read it."""
-    from smlt.records import RunTable
+    from smlt.runtime.records import RunTable
 
     plan = RunTable("smlt-runs", run_id).plan(rnd)
     assert plan is not None and plan.spec is not None
@@ -28,9 +28,9 @@ def spec_of(run_id, rnd):
 
 
 def set_spec(spec):
-    from smlt import keys
-    from smlt.items import PlanItem
-    from smlt.records import RunTable
+    from smlt.runtime import keys
+    from smlt.runtime.items import PlanItem
+    from smlt.runtime.records import RunTable
 
     RunTable("smlt-runs", spec.run_id).update(keys.plan_sk(spec.round), PlanItem, spec=spec)
 
@@ -118,7 +118,7 @@ def test_features_that_do_not_match_the_manifest(digits, aws, tmp_path, monkeypa
     from safetensors.numpy import save
 
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache2"))
-    from smlt.data.shards import load_manifest
+    from smlt.runtime.data.shards import load_manifest
 
     load_manifest.cache_clear()
     man = json.loads(aws.get_object(Bucket="smlt-data", Key="datasets/digits/manifest.json")["Body"].read())
@@ -133,7 +133,7 @@ def test_features_that_do_not_match_the_manifest(digits, aws, tmp_path, monkeypa
 
 
 def _upload_version(s3, version):
-    from smlt.data.prepare import prepare_dataset
+    from smlt.runtime.data.prepare import prepare_dataset
 
     prepare_dataset("sklearn:digits", f"s3://smlt-data/incoming/digits/{version}/", shards=4)
     return {"trigger": {"bucket": "smlt-data", "key": f"incoming/digits/{version}/manifest.json", "etag": version}}
@@ -252,8 +252,8 @@ def test_round_0_has_the_planner_s_compute_limit_and_a_task_timeout_that_allows_
     """A hung round-0 worker must not hold the round for the function's timeout: its Map task
     waits the planner's limit (per wave of local handlers) plus twice Lambda's 10 s init cap (an
     init past the cap is retried in the first invocation)."""
-    from smlt.config import Settings
-    from smlt.roundspec import COLD_START_ALLOWANCE_S
+    from smlt.runtime.config import Settings
+    from smlt.runtime.roundspec import COLD_START_ALLOWANCE_S
 
     p = plan(job(digits), "r0")
     spec = spec_of("r0", 0)

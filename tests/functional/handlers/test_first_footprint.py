@@ -3,12 +3,12 @@ model and the manifest's sample shape), and they are what round 0's workers then
 
 import pytest
 
-import smlt.steps.plan as plan_step
+import smlt.runtime.steps.plan as plan_step
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.data.prepare import prepare_dataset
-from smlt.records import RunTable
+from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.records import RunTable
 from tests.functional.handlers.conftest import job
 
 IMAGES = "s3://smlt-data/datasets/digits-images/"

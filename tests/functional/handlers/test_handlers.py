@@ -8,7 +8,7 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.errors import InvalidDataset, InvalidJob, StaleInvocation
+from smlt.runtime.errors import InvalidDataset, InvalidJob, StaleInvocation
 from tests.functional.handlers.conftest import job, run_keys
 
 
@@ -114,7 +114,7 @@ def test_bad_job_for_an_existing_run_changes_nothing(digits, aws):
 
 
 def test_a_bad_event_fails_naming_the_field(aws):
-    from smlt.steps.events import InvalidEvent
+    from smlt.runtime.steps.events import InvalidEvent
 
     with pytest.raises(InvalidEvent, match=r"slice\.of: Field required"):
         aggregate({"op": "slice", "run_id": "r", "round": 0, "slice": 1}, None)
@@ -128,7 +128,7 @@ def test_a_bad_event_fails_naming_the_field(aws):
 def test_a_stop_request_ends_the_run_with_its_newest_model_evaluated(digits, aws):
     """The dashboard's stop button and a study's early stop: the next Plan stops the run, one
     evaluation-only round measures the newest model, and Finalize publishes it."""
-    from smlt.records import RunTable
+    from smlt.runtime.records import RunTable
 
     spec = job(digits, max_rounds=50, target_value=None)
     for _ in range(2):

@@ -15,11 +15,11 @@ from sklearn.datasets import load_diabetes
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.data.manifest import Manifest, ShardInfo, TargetScaling
-from smlt.data.prepare import prepare_dataset
-from smlt.job import ModelSpec
-from smlt.store import S3Store
-from smlt.train.models import build_model
+from smlt.runtime.data.manifest import Manifest, ShardInfo, TargetScaling
+from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.job import ModelSpec
+from smlt.runtime.store import S3Store
+from smlt.runtime.train.models import build_model
 
 URI = "s3://smlt-data/datasets/diabetes/"
 PREFIX = "datasets/diabetes/"
@@ -137,7 +137,7 @@ def test_a_partial_split_gives_partial_rmse_and_r2_and_no_target(diabetes, aws):
             if (rnd, w) != (1, 1):
                 train_step({"run_id": "partial", "round": rnd, "worker": w}, None)
         aggregate({"run_id": "partial", "round": rnd}, None)
-    from smlt.records import RunTable
+    from smlt.runtime.records import RunTable
 
     r0, r1 = sorted(RunTable("smlt-runs", "partial").rounds(), key=lambda r: r.round)
     assert r0.val_rmse is not None and r0.val_rows == diabetes.validation.rows and r0.val_rmse_partial is None

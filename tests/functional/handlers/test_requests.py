@@ -8,9 +8,9 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.records import RunTable, dynamodb_client
-from smlt.store.s3 import s3_client
+from smlt.runtime import keys
+from smlt.runtime.records import RunTable, dynamodb_client
+from smlt.runtime.store.s3 import s3_client
 from tests.functional.handlers.conftest import job
 
 
@@ -52,7 +52,7 @@ def test_requests_per_round(digits, calls):
         if rnd == 0:
             continue  # round 0 also writes the initial model and warms the caches
         # Each worker: one BatchGetItem (seal, own record, plan), its update, its record, its
-        # ATTEMPT item (smlt.ledger); the global model is read once per process for the whole round.
+        # ATTEMPT item (smlt.runtime.ledger); the global model is read once per process for the whole round.
         assert workers == Counter(
             {
                 "dynamodb.BatchGetItem": n,
@@ -80,7 +80,7 @@ def test_requests_per_round(digits, calls):
 
 
 def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
-    from smlt.steps import plan as control
+    from smlt.runtime.steps import plan as control
 
     j = job(digits, max_rounds=5, target_value=None, local_steps=2)
 
@@ -107,7 +107,7 @@ def test_planner_reads_only_new_rounds_and_forgets_a_recreated_run(digits, aws):
 def test_planner_converts_each_round_once(digits, aws, monkeypatch):
     """The planner's view of a round is made once per process, not at every plan: converting the
     whole history each time made a 1,000-round run's plans grow ~10 ms slower (bench/long_run.py)."""
-    from smlt.steps import plan as control
+    from smlt.runtime.steps import plan as control
 
     converted: Counter = Counter()
     to_record = control._record
@@ -147,7 +147,7 @@ def test_get_many_takes_more_than_a_batch(aws):
 
 
 def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
-    from smlt.steps import plan as control
+    from smlt.runtime.steps import plan as control
 
     monkeypatch.setattr(control, "MAX_RUNS_SEEN", 1)
     monkeypatch.setattr(control, "_rounds_seen", {})
@@ -162,7 +162,7 @@ def test_planner_keeps_the_rounds_of_recent_runs_only(digits, monkeypatch):
 
 
 def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
-    """smlt.bill.requests assumes a worker record of <= 1 KB, a ROUND item of <= 1 KB +
+    """smlt.runtime.bill.requests assumes a worker record of <= 1 KB, a ROUND item of <= 1 KB +
     0.3 KB per worker and a PLAN item of <= 4 KB; the items a round writes keep to that
     (measured as plain JSON: names and values, as DynamoDB sizes an item)."""
     import json
@@ -176,5 +176,5 @@ def test_item_sizes_behind_the_dynamodb_price_estimate(digits):
     kb = lambda item: len(json.dumps(item, default=float)) / 1024  # noqa: E731
     stored = table.get_many(keys.round_sk(0), keys.plan_sk(0))  # as stored, keys included
     assert max(kb(r) for r in table.query(keys.worker_prefix(0))) <= 1.0
-    assert kb(stored[keys.round_sk(0)]) <= 1.0 + 0.3 * n  # smlt.bill.requests: 1 + 0.3 r write units
+    assert kb(stored[keys.round_sk(0)]) <= 1.0 + 0.3 * n  # smlt.runtime.bill.requests: 1 + 0.3 r write units
     assert kb(stored[keys.plan_sk(0)]) <= 4.0

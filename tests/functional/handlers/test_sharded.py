@@ -10,12 +10,12 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.aggregate.model_store import read_model
-from smlt.errors import StaleInvocation
-from smlt.store import S3Store
-from smlt.tensors.format import decode, encode, views
-from smlt.tensors.layout import read_layout
+from smlt.runtime import keys
+from smlt.runtime.aggregate.model_store import read_model
+from smlt.runtime.errors import StaleInvocation
+from smlt.runtime.store import S3Store
+from smlt.runtime.tensors.format import decode, encode, views
+from smlt.runtime.tensors.layout import read_layout
 from tests.functional.handlers.conftest import job
 from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 
@@ -132,8 +132,8 @@ def test_sharded_quorum_retry_seal_and_duplicates(digits, aws, small_slices):
         **done,
         "proceed": True,
     }
-    from smlt.items import RoundItem
-    from smlt.records import RunTable
+    from smlt.runtime.items import RoundItem
+    from smlt.runtime.records import RunTable
 
     item = RunTable("smlt-runs", "q").get(keys.round_sk(1), RoundItem)
     assert item is not None
@@ -166,8 +166,8 @@ def test_sharded_divergence_names_the_worker_and_falls_back(digits, aws, small_s
     store = S3Store(ART)
     # model 2 = model 1 (as one object, winning over whatever slices were written)
     np.testing.assert_array_equal(read_model(store, "nan", 2)[first], read_model(store, "nan", 1)[first])
-    from smlt.items import RoundItem
-    from smlt.records import RunTable
+    from smlt.runtime.items import RoundItem
+    from smlt.runtime.records import RunTable
 
     table = RunTable("smlt-runs", "nan")
     item, meta = table.get(keys.round_sk(1), RoundItem), table.meta()
@@ -202,7 +202,7 @@ def test_sync_mode_workers_step_together(digits, aws, monkeypatch, request, exch
     # moto's in-process DynamoDB is not thread-safe: serialise the table calls of the worker threads
     import threading
 
-    from smlt.records import RunTable
+    from smlt.runtime.records import RunTable
 
     lock = threading.Lock()
     for name in ("_get", "get_many", "put_once", "put_unless_sealed", "update", "_query"):
@@ -233,7 +233,7 @@ def test_sync_mode_workers_step_together(digits, aws, monkeypatch, request, exch
         for name in ups[0]:
             np.testing.assert_allclose(u[name], ups[0][name], rtol=0, atol=1e-6)
     # the exchange objects are gone after each round
-    from smlt.config import Settings
+    from smlt.runtime.config import Settings
 
     ex = Settings.from_env().exchange_store()
     assert (

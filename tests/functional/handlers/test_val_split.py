@@ -13,10 +13,10 @@ from safetensors.torch import load as load_tensors
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.data.manifest import Manifest
-from smlt.job import parse_job
-from smlt.records import RunTable
-from smlt.train.models import build_model
+from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.job import parse_job
+from smlt.runtime.records import RunTable
+from smlt.runtime.train.models import build_model
 from tests.functional.handlers.conftest import job
 
 FAILING = 3  # the worker that crashes (its record never lands)

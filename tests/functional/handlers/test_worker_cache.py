@@ -8,7 +8,7 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.records import RunTable
+from smlt.runtime.records import RunTable
 from tests.functional.handlers.test_worker_shapes import image_job, quadrants  # noqa: F401  (a fixture)
 
 

@@ -13,12 +13,12 @@ from torch import nn
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt import keys
-from smlt.config import Settings
-from smlt.errors import ModelTooLarge
-from smlt.records import RunTable
-from smlt.steps.events import TrainEvent
-from smlt.steps.train import run_worker
+from smlt.runtime import keys
+from smlt.runtime.config import Settings
+from smlt.runtime.errors import ModelTooLarge
+from smlt.runtime.records import RunTable
+from smlt.runtime.steps.events import TrainEvent
+from smlt.runtime.steps.train import run_worker
 
 URI = "s3://smlt-data/datasets/quadrants/"
 MODEL = "tests.functional.handlers.test_worker_shapes:build"

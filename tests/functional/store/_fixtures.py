@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from smlt.local.redis_server import LocalRedisServer, redis_server_binary
-from smlt.store import RedisStore, S3Store
+from smlt.runtime.store import RedisStore, S3Store
 
 _NO_REDIS = "redis-server is not installed: run `scripts/redis.sh install` (make test does)"
 

@@ -10,12 +10,12 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from smlt import retry
-from smlt.items import SealItem, WorkerItem
 from smlt.local import conflicts
 from smlt.local import server as moto_server
-from smlt.records import RunTable, create_run_table
-from smlt.store import S3Store
+from smlt.runtime import retry
+from smlt.runtime.items import SealItem, WorkerItem
+from smlt.runtime.records import RunTable, create_run_table
+from smlt.runtime.store import S3Store
 
 
 @pytest.fixture

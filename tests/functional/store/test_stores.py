@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from smlt.store import NotFound, RedisStore, S3Store, open_store
+from smlt.runtime.store import NotFound, RedisStore, S3Store, open_store
 
 
 def test_put_get_exists_delete(store):

@@ -13,7 +13,7 @@ import pytest
 import redis
 from redis._parsers import _HiredisParser
 
-from smlt.store import NotFound, RedisStore
+from smlt.runtime.store import NotFound, RedisStore
 
 
 def _plain_tls_url(srv) -> str:

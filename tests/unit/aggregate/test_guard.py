@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from smlt.aggregate.guard import NORM_FACTOR, outliers
-from smlt.tensors.digest import update_norm
-from smlt.tensors.format import encode
+from smlt.runtime.aggregate.guard import NORM_FACTOR, outliers
+from smlt.runtime.tensors.digest import update_norm
+from smlt.runtime.tensors.format import encode
 
 
 def test_an_update_far_above_the_median_is_refused_with_its_norm():

@@ -1,5 +1,5 @@
 """The Aggregate and Planner Lambdas run on a layer without torch: nothing on their import path
-may import it (the worker's torch code lives in smlt.tensors.torch_state alone)."""
+may import it (the worker's torch code lives in smlt.runtime.tensors.torch_state alone)."""
 
 import os
 import subprocess
@@ -9,13 +9,13 @@ from pathlib import Path
 LAYER_MODULES = (
     "lambdas.aggregate.handler",
     "lambdas.planner.handler",
-    "smlt.aggregate.model_store",
-    "smlt.aggregate.reduce",
-    "smlt.aggregate.sync",
-    "smlt.tensors.codec",
-    "smlt.tensors.dtypes",
-    "smlt.tensors.format",
-    "smlt.tensors.layout",
+    "smlt.runtime.aggregate.model_store",
+    "smlt.runtime.aggregate.reduce",
+    "smlt.runtime.aggregate.sync",
+    "smlt.runtime.tensors.codec",
+    "smlt.runtime.tensors.dtypes",
+    "smlt.runtime.tensors.format",
+    "smlt.runtime.tensors.layout",
 )
 
 

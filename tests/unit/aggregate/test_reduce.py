@@ -1,7 +1,7 @@
 import numpy as np
 
-from smlt.aggregate.reduce import apply_update, is_finite, weighted_average
-from smlt.tensors.format import decode, encode
+from smlt.runtime.aggregate.reduce import apply_update, is_finite, weighted_average
+from smlt.runtime.tensors.format import decode, encode
 
 
 def test_weighted_average_matches_definition():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from smlt.aggregate.reduce import (
+from smlt.runtime.aggregate.reduce import (
     all_finite,
     apply_update,
     is_finite,
@@ -13,7 +13,7 @@ from smlt.aggregate.reduce import (
     weighted_mean_into,
     weighted_sum_into,
 )
-from smlt.tensors.dtypes import to_bf16, to_float32
+from smlt.runtime.tensors.dtypes import to_bf16, to_float32
 
 
 @pytest.mark.parametrize("block", [1, 7, 1024, 1 << 18])

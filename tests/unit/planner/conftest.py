@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from smlt.bill import RoundShape, requests, services_usd
-from smlt.config import FunctionSizes
-from smlt.job import parse_job
-from smlt.planner.types import RoundRecord, RunHistory, WorkerTiming
-from smlt.prices import Prices
+from smlt.runtime.bill import RoundShape, requests, services_usd
+from smlt.runtime.config import FunctionSizes
+from smlt.runtime.job import parse_job
+from smlt.runtime.planner.types import RoundRecord, RunHistory, WorkerTiming
+from smlt.runtime.prices import Prices
 
 TIERS = [1024, 1769, 3008, 5120, 10240]
 

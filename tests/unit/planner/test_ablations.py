@@ -1,8 +1,8 @@
 """The ablations: the planner choosing workers only, and its round-0 plan held static."""
 
-from smlt.planner import decide
-from smlt.planner.ablations import static_plan, workers_only
-from smlt.planner.core import Hold, _tiers_usable
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import Hold, _tiers_usable
+from smlt.sim.ablations import static_plan, workers_only
 
 from .conftest import TIERS, make_history, make_job, make_round
 

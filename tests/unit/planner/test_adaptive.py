@@ -2,9 +2,9 @@ import math
 
 import numpy as np
 
-from smlt.planner import decide
-from smlt.planner.core import finalize_cost_ub, planning_history
-from smlt.planner.timing import JobShape, TimingModel
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import finalize_cost_ub, planning_history
+from smlt.runtime.planner.timing import JobShape, TimingModel
 
 from .conftest import TIERS, make_history, make_job, make_round
 

@@ -4,9 +4,9 @@ forecast misses, and the refusal names the constraint and the number to change i
 import math
 import re
 
-from smlt.job import ModelSpec
-from smlt.planner import decide
-from smlt.planner.footprint import model_cost
+from smlt.runtime.job import ModelSpec
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.footprint import model_cost
 
 from .conftest import TIERS, make_history, make_job
 
@@ -108,8 +108,8 @@ def test_the_same_deadline_is_admitted_for_a_small_model(prices):
 def test_an_admitted_job_s_round_0_is_the_probe_of_an_unmeasured_model(prices):
     """The footprint decides admission; round 0 is planned as if the model were unmeasured (long,
     cut by its limit where the model is slow), not as the footprint's slow model would be."""
-    from smlt.config import FunctionSizes
-    from smlt.planner.core import decide_adaptive
+    from smlt.runtime.config import FunctionSizes
+    from smlt.runtime.planner.core import decide_adaptive
 
     job = _resnet18_job(180.0, 0.0137)  # the benchmark's loose ResNet-18 job: admitted
     known, unknown = _first("resnet18", (3, 8, 8), 10, True), _first("resnet18", (3, 8, 8), 10, False)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from smlt.planner import decide
-from smlt.planner.core import candidates, stalled_averaging
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import candidates, stalled_averaging
 
 from .conftest import TIERS, make_history, make_job, make_round
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from smlt.planner import decide
-from smlt.planner.core import (
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import (
     FIRST_STEPS_UP_X,
     STALL_ROUNDS,
     STEP_UP_X,
@@ -22,10 +22,10 @@ from smlt.planner.core import (
     stalled,
     step_reach,
 )
-from smlt.planner.priors import FINALIZE_S
-from smlt.planner.progress import saturation
-from smlt.planner.timing import JobShape, TimingModel
-from smlt.planner.types import RunHistory
+from smlt.runtime.planner.priors import FINALIZE_S
+from smlt.runtime.planner.progress import saturation
+from smlt.runtime.planner.timing import JobShape, TimingModel
+from smlt.runtime.planner.types import RunHistory
 
 from .conftest import TIERS, make_history, make_job, make_round
 
@@ -237,7 +237,7 @@ def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach
     """The step bound limits what round 0 tries, not what the job could do later: a job that needs
     many local steps per round is admitted as it would be without the bound (the bound once made the
     bench's digits jobs with 21 s deadlines 'infeasible' while the oracle met them)."""
-    import smlt.planner.core as core
+    import smlt.runtime.planner.core as core
 
     hist = make_history([], params=100_000, rows=11_500, flops=None)
 
@@ -268,7 +268,7 @@ def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices, 
     says. Counting rounds at the mean cost alone chose 4 workers (worst case $0.00197 of the
     $0.00256), and such runs stopped on their budget a round or two short; with the reserve
     counted, 2 workers ($0.00134)."""
-    import smlt.planner.core as core
+    import smlt.runtime.planner.core as core
 
     monkeypatch.setattr(core, "FIRST_STEPS_UP_X", STEP_UP_X)
     hist = RunHistory(train_rows=11_504, val_rows=359, dataset_bytes=2_945_024)

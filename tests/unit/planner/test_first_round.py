@@ -1,9 +1,9 @@
 """Round 0's step bound (issue #12): k may take two steps of the bound at once, so a short job
 does not spend one of its few rounds climbing; later rounds step STEP_UP_X at a time."""
 
-from smlt.planner import decide
-from smlt.planner.core import FIRST_STEPS_UP_X, STEP_UP_X, step_reach
-from smlt.planner.types import RunHistory
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import FIRST_STEPS_UP_X, STEP_UP_X, step_reach
+from smlt.runtime.planner.types import RunHistory
 
 from .conftest import make_history, make_job, make_round
 

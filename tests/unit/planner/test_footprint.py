@@ -1,4 +1,4 @@
-"""The first plan's footprint of a built-in model (smlt.planner.footprint) is what round 0's
+"""The first plan's footprint of a built-in model (smlt.runtime.planner.footprint) is what round 0's
 workers would measure: the parameters of the built model and PyTorch's FLOP counter."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from smlt.job import ModelSpec
-from smlt.planner.footprint import model_cost
+from smlt.runtime.job import ModelSpec
+from smlt.runtime.planner.footprint import model_cost
+from smlt.runtime.train.measure import measure
+from smlt.runtime.train.models import build_model
 from smlt.sim.run import history_of
 from smlt.sim.workloads import WORKLOADS
-from smlt.train.measure import measure
-from smlt.train.models import build_model
 
 CASES = [
     ("mlp", {}, (64,), 10, None),

@@ -3,9 +3,9 @@ tail is not trusted fully, and a young plateau below the target is not believed 
 recorded curves the stretched exponential alone called P(out of reach) > 0.9 on 12 % of plans
 that reach the target; bench/progress_calibration.py)."""
 
-from smlt.planner import decide
-from smlt.planner.core import PLATEAU_ROUNDS, STALL_ROUNDS
-from smlt.planner.progress import saturation
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import PLATEAU_ROUNDS, STALL_ROUNDS
+from smlt.runtime.planner.progress import saturation
 from smlt.sim import curves
 
 from .conftest import TIERS, make_history, make_job, make_round

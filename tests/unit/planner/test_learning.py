@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from smlt.planner import decide
-from smlt.planner.progress import ProgressModel, round_progress
-from smlt.planner.timing import JobShape, TimingModel
-from smlt.planner.types import Decision, RoundRecord, RunHistory, WorkerTiming
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.progress import ProgressModel, round_progress
+from smlt.runtime.planner.timing import JobShape, TimingModel
+from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory, WorkerTiming
 
 from .conftest import TIERS, make_history, make_job, make_round
 
@@ -19,7 +19,7 @@ LOAD_S, EVAL_S, UPLOAD_S = 0.3, 0.05, 0.2
 
 def _round(i: int, d: Decision, step_s: float, acc: float) -> RoundRecord:
     """What the real workers record: each stops its steps at 0.8 x the plan's compute limit
-    (smlt.steps.train) and reports the steps it took; its partial update counts."""
+    (smlt.runtime.steps.train) and reports the steps it took; its partial update counts."""
     limit = d.worker_time_limit_s or math.inf
     budget = 0.8 * limit - LOAD_S - EVAL_S
     steps = max(1, min(d.local_steps, int(budget // step_s)))

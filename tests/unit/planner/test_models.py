@@ -3,11 +3,11 @@ import math
 import numpy as np
 import pytest
 
-from smlt.planner import priors as P
-from smlt.planner.progress import ProgressModel, k_effective, round_progress, saturation, tau_to_reach
-from smlt.planner.stats import expected_max_z, norm_ppf
-from smlt.planner.timing import STEP_SPREAD_PRIOR as P_SPREAD
-from smlt.planner.timing import JobShape, TimingModel, step_round_spread
+from smlt.runtime.planner import priors as P
+from smlt.runtime.planner.progress import ProgressModel, k_effective, round_progress, saturation, tau_to_reach
+from smlt.runtime.planner.stats import expected_max_z, norm_ppf
+from smlt.runtime.planner.timing import STEP_SPREAD_PRIOR as P_SPREAD
+from smlt.runtime.planner.timing import JobShape, TimingModel, step_round_spread
 
 from .conftest import make_history, make_round
 

@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from smlt.planner import priors
-from smlt.planner.progress import ProgressModel, round_progress, saturation
-from smlt.planner.types import RoundRecord, RunHistory
+from smlt.runtime.planner import priors
+from smlt.runtime.planner.progress import ProgressModel, round_progress, saturation
+from smlt.runtime.planner.types import RoundRecord, RunHistory
 from smlt.sim import curves
 
 

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from smlt.planner import decide
-from smlt.planner.core import (
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import (
     OVERHEAD_X,
     _Choice,
     _evaluate,
@@ -17,7 +17,7 @@ from smlt.planner.core import (
     candidates,
     round_length_hedge,
 )
-from smlt.planner.timing import JobShape, TimingModel
+from smlt.runtime.planner.timing import JobShape, TimingModel
 
 from .conftest import TIERS, make_history, make_job, make_round
 

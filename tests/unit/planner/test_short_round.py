@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from smlt.planner.core import SHORT_ROUND_EVERY, SHORT_ROUND_X, _Pick, _short_round_probe
+from smlt.runtime.planner.core import SHORT_ROUND_EVERY, SHORT_ROUND_X, _Pick, _short_round_probe
 
 # candidates: (n, m, k); plan 0 is the pick
 N = np.array([4.0, 4.0, 4.0, 4.0, 8.0, 4.0])

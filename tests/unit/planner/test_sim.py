@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smlt.job import parse_job
-from smlt.planner import decide
-from smlt.planner.types import RunHistory
-from smlt.prices import Prices
-from smlt.roundspec import COLD_START_ALLOWANCE_S, MIN_TASK_TIMEOUT_S, round_limits
+from smlt.runtime.job import parse_job
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.types import RunHistory
+from smlt.runtime.prices import Prices
+from smlt.runtime.roundspec import COLD_START_ALLOWANCE_S, MIN_TASK_TIMEOUT_S, round_limits
 from smlt.sim import curves as curves_mod
 from smlt.sim.baselines import GuardedStatic, SmltBO, Static, ablation, oracle, run_smlt
 from smlt.sim.cloud import Cloud
@@ -39,7 +39,7 @@ def _job(planner="adaptive", target=0.9, **c):
 def test_the_world_imports_none_of_the_planners_models():
     """Ground truth the planner did not write: no module of smlt/sim imports its progress, timing
     or priors (the baselines call the planner itself, nothing else of it)."""
-    banned = {"smlt.planner.progress", "smlt.planner.timing", "smlt.planner.priors"}
+    banned = {"smlt.runtime.planner.progress", "smlt.runtime.planner.timing", "smlt.runtime.planner.priors"}
     for path in SIM.glob("*.py"):
         tree = ast.parse(path.read_text())
         names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -105,7 +105,7 @@ def test_cloud_records_like_the_real_system():
 
 
 def test_a_cut_worker_keeps_its_partial_update_like_the_real_worker():
-    """smlt/steps/train.py stops at 0.8 x the compute limit after at least one step and its
+    """smlt/runtime/steps/train.py stops at 0.8 x the compute limit after at least one step and its
     update counts with the samples it did: the round is applied, not voided."""
     w = WORKLOADS["digits-cnn"].scaled(8)
     cloud = Cloud(w, Prices(), seed=3, faults=False)
@@ -121,7 +121,7 @@ def test_a_cut_worker_keeps_its_partial_update_like_the_real_worker():
 
 
 def test_round_0_keeps_the_planner_s_compute_limit_as_the_controller_gives_it():
-    """smlt/steps/plan.py passes the planner's limit to round 0's workers as their compute limit
+    """smlt/runtime/steps/plan.py passes the planner's limit to round 0's workers as their compute limit
     (`round_limits`); the world cuts them there too, and its Map task waits the limit plus the
     cold start's allowance (twice the init cap), not the function's timeout."""
     w = WORKLOADS["digits-cnn"].scaled(8)

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from smlt.planner import decide
-from smlt.planner.core import TIME_FOR_COST, Hold, _cheap_then_fast, _levels, _Pick, candidates
-from smlt.planner.types import RunHistory
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.core import TIME_FOR_COST, Hold, _cheap_then_fast, _levels, _Pick, candidates
+from smlt.runtime.planner.types import RunHistory
 
 from .conftest import TIERS, make_job
 

@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load as torch_load
 from safetensors.torch import save as torch_save
 
-from smlt.aggregate.reduce import weighted_average
-from smlt.tensors import dtypes as D
-from smlt.tensors.codec import encode_array
-from smlt.tensors.format import decode, encode, save_raw, views
-from smlt.tensors.torch_state import compress_torch_state
+from smlt.runtime.aggregate.reduce import weighted_average
+from smlt.runtime.tensors import dtypes as D
+from smlt.runtime.tensors.codec import encode_array
+from smlt.runtime.tensors.format import decode, encode, save_raw, views
+from smlt.runtime.tensors.torch_state import compress_torch_state
 
 
 def _roundtrip_error(x, codec):

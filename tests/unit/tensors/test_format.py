@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from smlt.tensors.format import views
+from smlt.runtime.tensors.format import views
 
 
 def test_views_are_zero_copy():

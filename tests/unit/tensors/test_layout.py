@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from safetensors.numpy import save as np_save
 
-from smlt.tensors.format import parse_header
-from smlt.tensors.layout import flatten, read_flat_raw, read_layout, slice_bounds, unflatten
+from smlt.runtime.tensors.format import parse_header
+from smlt.runtime.tensors.layout import flatten, read_flat_raw, read_layout, slice_bounds, unflatten
 
 
 def _state(rng, scale=1.0):

@@ -1,0 +1,79 @@
+"""An image folder as a dataset: one subfolder per class holding PNG/JPEG files, read with Pillow,
+resized to one size and stored as uint8 (N, C, H, W)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from smlt.runtime.errors import InvalidDataset
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def is_image_folder(path: Path) -> bool:
+    """A folder of class subfolders (and no manifest.json: that is a prepared dataset)."""
+    return path.is_dir() and not (path / "manifest.json").exists() and any(_class_dirs(path))
+
+
+def _class_dirs(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def image_files(path: Path) -> list[tuple[Path, int]]:
+    """(file, class index) for every image, classes in sorted subfolder order, files in name order."""
+    files, skipped = [], 0
+    for label, folder in enumerate(_class_dirs(path)):
+        found = 0
+        for f in sorted(folder.iterdir()):
+            if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES:
+                files.append((f, label))
+                found += 1
+            elif not f.name.startswith("."):
+                skipped += 1
+        if not found:
+            raise InvalidDataset(f"{folder}: class folder holds no PNG or JPEG image")
+    if skipped:
+        from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
+
+        notice.info(f"{path}: skipped {skipped} files that are not .png, .jpg or .jpeg")
+    return files
+
+
+def read_image_folder(path: Path, size: int | None, channels: int | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(x uint8 (N, C, size, size), y class indices, class names). Without `size` every image
+    must already have the first one's size."""
+    classes = [p.name for p in _class_dirs(path)]
+    if len(classes) < 2:
+        raise InvalidDataset(f"{path}: an image folder needs at least 2 class subfolders, found {classes}")
+    files = image_files(path)
+    mode = "L" if channels == 1 else "RGB"
+    first = _open(files[0][0], mode, None)
+    want = (size, size) if size else first.shape[:2][::-1]
+    x = np.empty((len(files), 1 if mode == "L" else 3, want[1], want[0]), np.uint8)
+    for i, (f, _) in enumerate(files):
+        x[i] = _as_chw(_open(f, mode, want if size else None), want, f)
+    return x, np.array([label for _, label in files], np.int64), classes
+
+
+def _open(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(f) as img:
+            pixels = img.convert(mode)
+            if size is not None and pixels.size != size:
+                pixels = pixels.resize(size, Image.Resampling.BILINEAR)
+            return np.asarray(pixels, np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise InvalidDataset(f"{f}: not a readable PNG or JPEG image ({e})") from None
+
+
+def _as_chw(pixels: np.ndarray, want: tuple[int, int], f: Path) -> np.ndarray:
+    if pixels.shape[:2] != (want[1], want[0]):
+        raise InvalidDataset(
+            f"{f}: {pixels.shape[1]}x{pixels.shape[0]} pixels, the first image {want[0]}x{want[1]}: "
+            "pass --image-size (or the job's dataset.image_size) to resize them all"
+        )
+    return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)

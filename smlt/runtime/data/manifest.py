@@ -1,0 +1,145 @@
+"""The dataset manifest: what one sample is (shape, dtype), the shards, the split, and every
+transform applied at prepare time, so workers and later data apply exactly the same ones."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from smlt.runtime.errors import InvalidDataset
+
+# Final: mypy reads it as the Literal the `format` field requires.
+FORMAT: Final = "smlt-dataset/2"
+
+
+class ShardInfo(BaseModel):
+    key: str  # relative to the dataset prefix
+    rows: int
+    bytes: int
+    sha256: str  # checked on load: a corrupt shard is an error, never silent garbage
+
+
+class SplitInfo(BaseModel):
+    rows: int
+    shards: list[ShardInfo]
+
+
+class ArraySpec(BaseModel):
+    """One sample of an array as the shards store it (the leading row axis left out).
+
+    x: `[F]` tabular features, `[C, H, W]` images, `[T]` token ids. y: `[]` a class index
+    (int64), `[K]` regression targets (float32)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: list[int]
+    dtype: Literal["float32", "uint8", "int64"]
+
+
+class Normalization(BaseModel):
+    """How stored x becomes the model's float input (`model_input` applies it).
+
+    - `stored`: the shards already hold standardised float32 (tabular data); nothing on load.
+    - `on_load`: the shards hold raw values (uint8 images); on load `(x - mean) / std` with the
+      statistics (in the stored units, 0..255 for uint8) broadcast along `axis`.
+    - `none`: used as stored (token ids)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    applied: Literal["stored", "on_load", "none"]
+    axis: Literal["feature", "channel"] = "feature"
+    mean: list[float] = []
+    std: list[float] = []
+
+
+class TargetScaling(BaseModel):
+    """Regression targets are stored standardised; a prediction p means `p * std + mean` in the
+    user's units. `val_var` is the validation split's variance per target in the user's units
+    (the denominator of R²)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean: list[float]
+    std: list[float]
+    val_var: list[float]
+
+
+class ColumnTransform(BaseModel):
+    """What prepare did to one tabular source column (CSV, Parquet), in output-feature order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Literal["numeric", "onehot", "hash"]
+    levels: list[str] = []  # onehot: one feature per level, in this order
+    buckets: int = 0  # hash: features from a stable hash of the value
+    fill: float | str | None = None  # the imputed value (from the train split) for a missing cell
+    indicator: bool = False  # one more feature: 1 where the cell was missing
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["smlt-dataset/2"] = FORMAT
+    name: str
+    source: str
+    task: Literal["classification", "regression"]
+    x: ArraySpec
+    y: ArraySpec
+    # Number of classes (classification) or of regression targets.
+    outputs: int
+    train: SplitInfo
+    validation: SplitInfo
+    normalization: Normalization
+    target: TargetScaling | None = None  # regression only
+    columns: list[ColumnTransform] | None = None  # tabular sources only
+    label: str | None = None  # the source's label column, when it had named columns
+    vocab_size: int | None = None  # token sequences: ids are in [0, vocab_size)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_format_1(cls, raw: Any) -> Any:
+        """smlt-dataset/1 (flat float32 features, stored normalised) reads as its /2 equivalent."""
+        if not isinstance(raw, dict) or raw.get("format") != "smlt-dataset/1":
+            return raw
+        raw = dict(raw)
+        raw["format"] = FORMAT
+        features = raw.pop("features", None)
+        if isinstance(features, int):
+            raw["x"] = {"shape": [features], "dtype": "float32"}
+        regression = raw.get("task") == "regression"
+        raw["y"] = {
+            "shape": [raw.get("outputs", 1)] if regression else [],
+            "dtype": "float32" if regression else "int64",
+        }
+        stats = raw.get("normalization") or {}
+        raw["normalization"] = {"applied": "stored", "mean": stats.get("mean", []), "std": stats.get("std", [])}
+        return raw
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one sample as the model receives it (after `model_input`)."""
+        return tuple(self.x.shape)
+
+    @property
+    def features(self) -> int:
+        """Values per sample (flat models such as mlp and logreg take this many inputs)."""
+        return math.prod(self.x.shape)
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """A manifest from its bytes, or InvalidDataset naming `where` and the first bad field."""
+    try:
+        return Manifest.model_validate_json(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        if err["type"] == "json_invalid":
+            problem = f"not valid JSON ({err['msg']})"
+        else:
+            field = ".".join(str(p) for p in err["loc"]) or "manifest"
+            problem = f"not an smlt dataset manifest: {field}: {err['msg']}"
+        raise InvalidDataset(
+            f"{where} is {problem}; prepare the dataset again with `smlt data prepare SOURCE --out FOLDER`"
+        ) from None

@@ -1,0 +1,162 @@
+"""`smlt data prepare`: a source (smlt.runtime.data.sources) split, transformed with statistics from its
+train split, and written as safetensors shards plus `manifest.json`, to a local folder or an
+`s3://bucket/prefix/`. The shards come first and the manifest last, so a manifest always
+describes shards that exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save
+
+from smlt.runtime.data import arrays, tabular
+from smlt.runtime.data.manifest import (
+    ArraySpec,
+    ColumnTransform,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    TargetScaling,
+    parse_manifest,
+)
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.sources import Source, load_source
+from smlt.runtime.errors import InvalidDataset
+
+Writer = Callable[[str, bytes], object]
+
+
+def prepare_dataset(
+    source: str,
+    dest: str,
+    *,
+    shards: int = 16,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    name: str | None = None,
+    options: SourceOptions | None = None,
+) -> Manifest:
+    """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest."""
+    if shards < 1:
+        raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
+    if not 0 < validation_fraction < 1:
+        raise InvalidDataset(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
+    opts = options or SourceOptions()
+    src = load_source(source, opts)
+    if src.table is not None and opts.missing == "refuse":  # the first empty cell in file order
+        tabular.refuse_missing(src.table, src.features)
+    order = np.random.default_rng(seed).permutation(len(src))
+    n_val = max(1, int(round(len(src) * validation_fraction)))
+    if n_val >= len(src):
+        raise InvalidDataset(f"{source}: {len(src)} rows leave none for training after the validation split")
+    val, train = order[:n_val], order[n_val:]
+    y, y_spec, outputs, target = _labels(src, source, train, val)
+    stored, columns = _fit_x(src, source, train, val, opts)
+    manifest = Manifest(
+        name=name or src.name,
+        source=source,
+        task=src.task,
+        x=stored.spec,
+        y=y_spec,
+        outputs=outputs,
+        train=SplitInfo(rows=len(train), shards=[]),
+        validation=SplitInfo(rows=len(val), shards=[]),
+        normalization=stored.normalization,
+        target=target,
+        columns=columns,
+        label=src.label,
+        vocab_size=stored.vocab_size,
+    )
+    if src.table is not None:  # validation rows go through the recorded transforms, as later data will
+        stored.validation = tabular.apply_columns(manifest, src.table.take(val))
+    out = _writer(dest)
+    manifest = manifest.model_copy(
+        update={
+            "train": _write_split(out, "train", stored.train, y[train], min(shards, len(train))),
+            "validation": _write_split(
+                out, "validation", stored.validation, y[val], min(max(1, shards // 2), len(val))
+            ),
+        }
+    )
+    out("manifest.json", manifest.model_dump_json(indent=1).encode())
+    return manifest
+
+
+def _fit_x(
+    src: Source, source: str, train: np.ndarray, val: np.ndarray, opts: SourceOptions
+) -> tuple[arrays.StoredX, list[ColumnTransform] | None]:
+    """Stored x with statistics from the train split; for a table also its column transforms (its
+    validation x is left to `apply_columns`)."""
+    if src.table is None:
+        assert src.x is not None
+        return arrays.store(src.x[train], src.x[val], source, src.vocab_size), None
+    rows = src.table.take(train)
+    columns = tabular.fit_columns(rows, src.features, impute=opts.missing == "impute")
+    features = tabular.encode_columns(columns, rows)
+    return arrays.store(features, features[:0], source), columns
+
+
+def _labels(
+    src: Source, source: str, train: np.ndarray, val: np.ndarray
+) -> tuple[np.ndarray, ArraySpec, int, TargetScaling | None]:
+    """(stored y for every row, its spec, outputs, target scaling): class indices, or regression
+    targets standardised with the train split's mean and std."""
+    if src.task == "classification":
+        if src.y.ndim != 1:
+            raise InvalidDataset(f"{source}: class labels must be one per row, got y of shape {src.y.shape}")
+        classes, index = np.unique(src.y, return_inverse=True)
+        if len(classes) < 2:
+            raise InvalidDataset(
+                f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
+                "(or pass --task regression)"
+            )
+        return index.astype(np.int64), ArraySpec(shape=[], dtype="int64"), len(classes), None
+    try:
+        y = src.y.astype(np.float64).reshape(len(src.y), -1)
+    except ValueError:
+        raise InvalidDataset(f"{source}: regression targets must be numbers") from None
+    if not np.isfinite(y).all():
+        raise InvalidDataset(f"{source}: regression targets contain NaN or Inf")
+    mean, std = y[train].mean(axis=0), y[train].std(axis=0)
+    std = np.where(std < 1e-12, 1.0, std)
+    target = TargetScaling(mean=mean.tolist(), std=std.tolist(), val_var=y[val].var(axis=0).tolist())
+    stored = ((y - mean) / std).astype(np.float32)
+    return stored, ArraySpec(shape=[int(y.shape[1])], dtype="float32"), int(y.shape[1]), target
+
+
+def _write_split(out: Writer, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> SplitInfo:
+    infos = []
+    small, extra = divmod(len(x), shards)  # np.array_split's sizes: the first `extra` one row larger
+    bounds = np.cumsum([0] + [small + 1] * extra + [small] * (shards - extra))
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if hi == lo:
+            continue
+        blob = save({"x": np.ascontiguousarray(x[lo:hi]), "y": np.ascontiguousarray(y[lo:hi])})
+        key = f"{split}-{i:05d}.safetensors"
+        out(key, blob)
+        infos.append(ShardInfo(key=key, rows=int(hi - lo), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest()))
+    return SplitInfo(rows=int(len(x)), shards=infos)
+
+
+def _writer(dest: str) -> Writer:
+    if dest.startswith("s3://"):
+        from smlt.runtime.keys import parse_s3_uri
+        from smlt.runtime.store import S3Store
+
+        bucket, prefix = parse_s3_uri(dest)
+        store = S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "")
+        return lambda key, blob: store.put(key, blob)
+    folder = Path(dest)
+    folder.mkdir(parents=True, exist_ok=True)
+    return lambda key, blob: (folder / key).write_bytes(blob)
+
+
+def read_local_manifest(folder: str | Path) -> Manifest:
+    path = Path(folder) / "manifest.json"
+    if not path.exists():
+        raise InvalidDataset(f"no manifest.json in {folder}")
+    return parse_manifest(path.read_bytes(), str(path))

@@ -1,0 +1,134 @@
+"""Where a dataset comes from: a source spec read into samples and labels, before any split.
+
+- `sklearn:NAME[?shape=CxHxW]`: a dataset scikit-learn ships (no download), its features optionally
+  as images (`sklearn:digits?shape=1x8x8`)
+- `synthetic:KIND?...` (smlt.runtime.data.synthetic)
+- a `.npz` file with arrays `x` (any sample shape) and `y`
+- a `.csv` or `.parquet` file with named columns (smlt.runtime.data.tabular)
+- a folder of class subfolders holding images (smlt.runtime.data.images)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from smlt.runtime.data import images, synthetic, tabular
+from smlt.runtime.data.arrays import sample_layout
+from smlt.runtime.data.options import SourceOptions, Task
+from smlt.runtime.errors import InvalidDataset
+
+SKLEARN_BUNDLED = {
+    "digits": ("load_digits", "classification"),
+    "iris": ("load_iris", "classification"),
+    "wine": ("load_wine", "classification"),
+    "breast_cancer": ("load_breast_cancer", "classification"),
+    "diabetes": ("load_diabetes", "regression"),
+}
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+@dataclass
+class Source:
+    """A source's rows: `x` as sample arrays, or `table` with named feature columns."""
+
+    name: str
+    y: np.ndarray
+    task: Task
+    x: np.ndarray | None = None
+    table: tabular.Table | None = None
+    features: list[str] = field(default_factory=list)  # table: the feature columns, in order
+    label: str | None = None  # table: the label column
+    vocab_size: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def is_source_path(path: Path) -> bool:
+    """A file or folder `load_source` reads (a prepared dataset folder is not one)."""
+    return (path.is_file() and path.suffix.lower() in (".npz", *TABLE_SUFFIXES)) or images.is_image_folder(path)
+
+
+def load_source(source: str, opts: SourceOptions) -> Source:
+    if source.startswith("sklearn:"):
+        return _sklearn(source, opts)
+    if source.startswith("synthetic:"):
+        g = synthetic.generate(source)
+        return Source(g.name, g.y, "classification", x=sample_layout(g.x, source), vocab_size=g.vocab_size)
+    path = Path(source)
+    if not path.exists():
+        raise InvalidDataset(f"dataset source not found: {source}")
+    if path.is_dir():
+        return _image_folder(path, opts)
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return _npz(path, opts)
+    if suffix in TABLE_SUFFIXES:
+        return _table(path, opts)
+    raise InvalidDataset(
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .parquet, .npz "
+        "or a folder of class subfolders of images"
+    )
+
+
+def _sklearn(source: str, opts: SourceOptions) -> Source:
+    name, _, query = source.split(":", 1)[1].partition("?")
+    if name not in SKLEARN_BUNDLED:
+        raise InvalidDataset(f"unknown scikit-learn dataset {name!r}; bundled: {', '.join(SKLEARN_BUNDLED)}")
+    import sklearn.datasets
+
+    loader, kind = SKLEARN_BUNDLED[name]
+    task: Task = "regression" if kind == "regression" else "classification"
+    ds = getattr(sklearn.datasets, loader)()
+    x = ds.data.astype(np.float32)
+    if query:
+        x = x.reshape(len(x), *_shape(source, query, x.shape[1]))
+    return Source(name, ds.target, opts.task or task, x=sample_layout(x, source))
+
+
+def _shape(source: str, query: str, features: int) -> list[int]:
+    key, _, value = query.partition("=")
+    try:
+        if key != "shape":
+            raise ValueError
+        dims = [int(d) for d in value.split("x")]
+    except ValueError:
+        raise InvalidDataset(f"{source}: the only parameter is shape=CxHxW (e.g. shape=1x8x8)") from None
+    if math.prod(dims) != features or len(dims) not in (1, 3):
+        raise InvalidDataset(f"{source}: shape {value} does not hold its {features} features as F or CxHxW")
+    return dims
+
+
+def _npz(path: Path, opts: SourceOptions) -> Source:
+    with np.load(path, allow_pickle=False) as z:
+        if "x" not in z or "y" not in z:
+            raise InvalidDataset(f"{path}: an .npz dataset needs arrays 'x' and 'y', found {list(z.keys())}")
+        x, y = z["x"], z["y"]
+        vocab = int(z["vocab_size"]) if "vocab_size" in z else opts.vocab_size
+    if len(x) != len(y):
+        raise InvalidDataset(f"{path}: x has {len(x)} rows and y {len(y)}: they must match")
+    kind: Task = opts.task or ("regression" if np.issubdtype(y.dtype, np.floating) else "classification")
+    return Source(path.stem, y, kind, x=sample_layout(x, str(path)), vocab_size=vocab)
+
+
+def _table(path: Path, opts: SourceOptions) -> Source:
+    table = tabular.read_table(path)
+    label = tabular.pick_label(table, opts.label)
+    y, task = tabular.labels(table, label, opts.task)
+    features = [c for c in table.columns if c != label]
+    if not features:
+        raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")
+    return Source(path.stem, y, task, table=table, features=features, label=label)
+
+
+def _image_folder(path: Path, opts: SourceOptions) -> Source:
+    if (path / "manifest.json").exists():
+        raise InvalidDataset(f"{path} is a prepared dataset (it has manifest.json): use it as the dataset directly")
+    if not images.is_image_folder(path):
+        raise InvalidDataset(f"{path}: not an image folder (one subfolder of PNG/JPEG images per class)")
+    x, y, classes = images.read_image_folder(path, opts.image_size, opts.channels)
+    return Source(path.name, np.asarray(classes)[y], "classification", x=x)

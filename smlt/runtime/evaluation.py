@@ -1,0 +1,106 @@
+"""The metric rule: a round's validation metrics from the workers' sums, and which target
+metrics a task has and which way they improve.
+
+Workers report sums over their validation slice (`val_loss_sum`, `val_correct`, `val_count`);
+the aggregator turns the sums of a round into its metrics here, once, and stores them in the
+ROUND item, where finalize, the progress line and the report read them.
+
+Classification: `val_loss` (mean cross-entropy) and `val_accuracy`. Regression: `val_loss` (the
+mean over samples of the squared error summed over targets, on the stored, standardised scale),
+`val_rmse` and `val_r2` in the user's units from the manifest's `TargetScaling`, never an
+accuracy. With no scaling recorded (a dataset prepared before targets were scaled) the RMSE is on
+the stored scale and there is no R².
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from smlt.runtime.data.manifest import TargetScaling
+
+Task = Literal["classification", "regression"]
+TargetMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_r2"]
+
+# The target metrics a task can reach (val_loss: any task).
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("val_loss", "val_accuracy"),
+    "regression": ("val_loss", "val_rmse", "val_r2"),
+}
+LOWER_IS_BETTER = frozenset({"val_loss", "val_rmse"})
+AT_MOST_ONE = frozenset({"val_accuracy", "val_r2"})  # a fraction; R² = 1 is a perfect fit
+
+
+class ValMetrics(BaseModel):
+    """A round's validation metrics (None: not measured, or not a metric of the task)."""
+
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+    val_rmse: float | None = None
+    val_r2: float | None = None
+
+
+def val_metrics(
+    loss_sum: float, correct: int, count: int, *, task: str, outputs: int, target: TargetScaling | None
+) -> ValMetrics:
+    """The metrics of `count` evaluated rows from the workers' sums.
+
+    Regression with k targets: the workers sum the squared errors over targets, so the scaled MSE
+    of each target is taken as the sum's share `loss_sum / (count * k)` (exact for one target).
+    Then MSE_j in the user's units is that times std_j², `val_rmse = sqrt(mean_j MSE_j)` and
+    `val_r2 = mean_j (1 - MSE_j / val_var_j)`."""
+    if count <= 0:
+        return ValMetrics()
+    loss = loss_sum / count
+    if task == "classification":
+        return ValMetrics(val_loss=loss, val_accuracy=correct / count)
+    k = len(target.std) if target is not None else max(outputs, 1)
+    mse = loss_sum / (count * k)  # per target, standardised units
+    if target is None:
+        return ValMetrics(val_loss=loss, val_rmse=math.sqrt(mse))
+    user_mse = [mse * s * s for s in target.std]
+    rmse = math.sqrt(sum(user_mse) / k)
+    if not all(v > 0 for v in target.val_var):  # a constant target: R² is not defined
+        return ValMetrics(val_loss=loss, val_rmse=rmse)
+    r2 = sum(1.0 - m / v for m, v in zip(user_mse, target.val_var, strict=True)) / k
+    return ValMetrics(val_loss=loss, val_rmse=rmse, val_r2=r2)
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric in LOWER_IS_BETTER
+
+
+def target_metric_problem(metric: str, task: str) -> str | None:
+    """Why a target on `metric` can never be reached on a `task` dataset (None: it can)."""
+    if metric in TASK_METRICS[task]:
+        return None
+    if task == "regression":  # val_accuracy
+        return f"training.target_metric: {metric} needs a classification dataset; use val_loss"
+    return f"training.target_metric: {metric} needs a regression dataset; use val_accuracy or val_loss"
+
+
+def metrics_text(m: ValMetrics, prefix: str = "val") -> str:
+    """A round's metrics as its progress line prints them: `val acc 0.9721`, or for regression
+    `val rmse 52.10 r2 0.5120` (in the user's units); `val loss` when neither was measured."""
+    if m.val_accuracy is not None:
+        return f"{prefix} acc {m.val_accuracy:.4f}"
+    if m.val_rmse is not None:
+        return f"{prefix} rmse {m.val_rmse:.4g}" + ("" if m.val_r2 is None else f" r2 {m.val_r2:.4f}")
+    return f"{prefix} loss {m.val_loss if m.val_loss is not None else math.nan:.4f}"
+
+
+def summary_text(final: Mapping[str, Any]) -> str:
+    """A run's final metrics (FinalMetrics' dump, metrics.json's `final`) as its summary prints
+    them: `val accuracy 0.9610`, or for regression `val rmse 53.2100, val r2 0.4800` (`n/a`
+    where not measured)."""
+
+    def num(name: str) -> str:
+        v = final.get(name)
+        return "n/a" if v is None else f"{v:.4f}"
+
+    if final.get("task") == "regression":
+        return f"val rmse {num('val_rmse')}, val r2 {num('val_r2')}"
+    return f"val accuracy {num('val_accuracy')}"

@@ -1,0 +1,274 @@
+"""The DynamoDB items of a run, one pydantic model each (their keys: `smlt/runtime/keys.py`; reads and
+writes: `smlt/runtime/records.py`).
+
+| sk | model | written by |
+| --- | --- | --- |
+| `META` | `MetaItem` | the first plan (`put_once`); `lr_scale` by a diverged round, `status`/`final` by finalize |
+| `PLAN#r` | `PlanItem` | the planner, once per round; `attempts` by the aggregator's quorum retries |
+| `WORKER#r#w` | `WorkerItem` | a worker, once, unless the round is sealed |
+| `ERROR#r#w` | `ErrorItem` | a worker that failed for good (bad data, a shard it could not read, model too large) |
+| `SEAL#r` | `SealItem` | the aggregator, when it closes round r |
+| `ROUND#r` | `RoundItem` | the aggregator, once per round |
+
+Stored attribute names are the field names. None is not stored (`Item.attrs`): a missing
+attribute reads back as None or the field's default, so a stop plan has no `workers` and items
+written before a field existed still read. DynamoDB numbers come back as int or float
+(`records.from_item`); the models validate either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, field_validator
+
+from smlt.runtime.data.manifest import TargetScaling
+from smlt.runtime.job import Job
+from smlt.runtime.roundspec import RoundSpec
+
+STORED = {"stored": True}  # model_dump's context when an item is written to the table
+
+
+class Item(BaseModel):
+    """Base of the items: the attributes besides `pk` and `sk` (which the table adds)."""
+
+    model_config = ConfigDict(extra="ignore")  # pk and sk come back with every item
+
+    def attrs(self) -> dict[str, Any]:
+        """The attributes to store: every field but those that are None."""
+        return self.model_dump(exclude_none=True, context=STORED)
+
+
+class FinalMetrics(BaseModel):
+    """The run's result: META's `final` (written by finalize) and metrics.json's `final`."""
+
+    run_id: str
+    task: str = "classification"  # which of the metrics below it has (smlt.runtime.evaluation)
+    val_accuracy: float | None = None  # classification only
+    val_loss: float | None = None
+    val_rmse: float | None = None  # regression only, in the user's units (smlt.runtime.evaluation)
+    val_r2: float | None = None
+    val_rows: int = 0  # validation rows the final metric was measured on (the whole split)
+    rounds: int  # training rounds that led to the final model
+    samples: int
+    wall_seconds: float
+    estimated_cost_usd: float
+    stop_reason: str
+    # Reports that arrived before their round closed but were not applied.
+    lost_updates: int
+    double_counted_updates: int
+    model_key: str | None = None
+    model_sha256: str | None = None  # of final/model.safetensors, as published
+
+
+class MetaItem(Item):
+    """The run: its validated job, who owns it, what the planner checked of the dataset."""
+
+    run_id: str
+    execution: str  # the execution that created the run (a duplicate trigger event finds another)
+    job: Job
+    status: Literal["RUNNING", "SUCCEEDED"]
+    created_at: float  # epoch seconds
+    train_rows: int
+    train_shards: int
+    val_rows: int = 0
+    dataset_bytes: int = 0
+    features: int
+    outputs: int
+    task: str
+    target: TargetScaling | None = None  # regression: the manifest's target scaling (the metrics' units)
+    lr_scale: float = 1.0  # halved once when a round diverges
+    model0_sha256: str | None = None  # round 0's model: the first worker to write or read it records it
+    final: FinalMetrics | None = None
+
+    @field_serializer("job")
+    def _job(self, job: Job) -> dict[str, Any]:
+        return job.model_dump(mode="json")  # as validated, None fields included (chain restarts from it)
+
+
+class PlanItem(Item):
+    """The planner's decision for a round. A train plan carries the round spec the workers and
+    aggregators read (`spec`, stored as its JSON text)."""
+
+    run_id: str
+    round: int
+    action: Literal["train", "stop"]
+    reason: str
+    bound: str = "none"
+    predicted_round_s: float | None = None
+    predicted_round_cost_usd: float | None = None
+    planned_at: float
+    execution: str
+    execution_rounds: int = 1  # rounds planned by this execution so far (chain after rounds_per_execution)
+    execution_events: int = 0  # Step Functions history events this execution has used so far
+    plan_s: float = 0.0
+    # Train plans only (the spec's values, kept at top level for readers of the table):
+    workers: int | None = None
+    memory_mb: int | None = None
+    local_steps: int | None = None
+    function_name: str | None = None
+    aggregators: int = 1
+    spec: RoundSpec | None = None
+    stop_reason: str | None = None  # an evaluation-only round: why the run stops after it
+    attempts: int = 0  # the aggregator's quorum retries of this round
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _spec_from_json(cls, v: Any) -> Any:
+        return RoundSpec.model_validate_json(v) if isinstance(v, str | bytes) else v
+
+    @field_serializer("spec")
+    def _spec_to_json(self, spec: RoundSpec | None) -> str | None:
+        return None if spec is None else spec.model_dump_json()
+
+
+class WorkerItem(Item):
+    """A worker's record of its round: what it trained, its evaluation of model r, its timings."""
+
+    worker: int
+    samples: int
+    train_loss: float | None = None  # None when not finite
+    finite: bool = True
+    val_loss_sum: float = 0.0
+    val_correct: int = 0
+    val_count: int = 0
+    memory_mb: int
+    cold: bool = False
+    update_bytes: int = 0
+    load_s: float = 0.0
+    eval_s: float = 0.0
+    compute_s: float = 0.0
+    upload_s: float = 0.0
+    total_s: float = 0.0
+    finished_at: float = 0.0
+    cache_miss: bool = False
+    steps: int = 0  # local steps actually taken (fewer than planned when `cut`)
+    cut: bool = False  # stopped early at the plan's compute limit (its partial update still counts)
+    # Seconds from the process's start to its first handler call (what AWS bills as INIT); set on
+    # the cold invocation only, 0 on a warm one.
+    init_s: float = 0.0
+    update_sha256: str | None = None  # hex sha256 of the update object this record describes
+    # Measured once per process on one batch (smlt.runtime.train.measure): training FLOPs per sample and
+    # the activations the job's batch keeps for the backward pass. None in older records.
+    flops_per_sample: float | None = None
+    activation_mb: float | None = None
+
+
+class ShardRef(BaseModel):
+    """A dataset shard a worker could not read (a CorruptShard): which split, its index, its key."""
+
+    split: Literal["train", "validation"]
+    index: int
+    key: str
+    reason: str = ""  # "digest", "missing" or "unreadable"
+
+
+class ErrorItem(Item):
+    """A worker's non-transient error, re-raised by the aggregator under its own name."""
+
+    error: str  # the class name in smlt.runtime.errors
+    message: str
+    # The shard a CorruptShard names: the planner moves it to another worker for the next round,
+    # and the aggregator fails the run when it fails there too.
+    shard: ShardRef | None = None
+
+
+class StopItem(Item):
+    """A request to stop the run cleanly (`RunTable.request_stop`): first request wins."""
+
+    requested_at: float  # epoch seconds
+    reason: str
+    by: str = "user"  # "user" (the dashboard, `smlt stop`) or "study:<id>" (an early-stopped trial)
+
+
+class SealItem(Item):
+    sealed_at: float
+
+
+class RoundTiming(BaseModel):
+    """What a ROUND item keeps of each worker record (the planner's timing model reads these)."""
+
+    worker: int
+    memory_mb: int
+    samples: int
+    load_s: float = 0.0
+    eval_s: float = 0.0
+    compute_s: float = 0.0
+    upload_s: float = 0.0
+    total_s: float = 0.0
+    cold: bool = False
+    cache_miss: bool = False
+    init_s: float = 0.0
+    steps: int = 0
+    cut: bool = False
+
+    @classmethod
+    def of(cls, record: WorkerItem) -> RoundTiming:
+        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
+
+
+class Accepted(BaseModel):
+    """An update the round applied (also the entries of a sharded round's accepted.json)."""
+
+    worker: int
+    samples: int
+
+
+class Rejected(BaseModel):
+    """An update the round read but did not apply, and why (its digest, its norm)."""
+
+    worker: int
+    reason: str
+
+
+class RoundItem(Item):
+    """An aggregated round: its plan's shape, the workers' combined evaluation of model r, the
+    updates applied, the bill and the stop decision."""
+
+    round: int
+    workers: int  # planned
+    workers_ok: int = 0  # reported before the seal
+    workers_failed: int = 0
+    memory_mb: int
+    local_steps: int
+    batch_size: int
+    eval_only: bool = False
+    diverged: bool = False
+    samples: int = 0
+    accepted: list[Accepted] = Field(default_factory=list)
+    rejected: list[Rejected] = Field(default_factory=list)  # reported, read and refused (never averaged)
+    train_loss: float | None = None
+    # Of model r, the one the round started from, over the whole validation split only: None when
+    # a worker's slice is missing (the partial values below), so no stop decision can read them.
+    # (smlt.runtime.evaluation.val_metrics: accuracy for classification, RMSE and R² for regression.)
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+    val_rmse: float | None = None
+    val_r2: float | None = None
+    val_rows: int = 0  # validation rows evaluated
+    val_rows_total: int | None = None  # rows in the split (META's val_rows)
+    val_loss_partial: float | None = None  # over the val_rows evaluated, when not the whole split
+    val_accuracy_partial: float | None = None
+    val_rmse_partial: float | None = None
+    val_r2_partial: float | None = None
+    aggregate_s: float = 0.0
+    aggregators: int = 1
+    round_s: float = 0.0  # from plan to aggregated
+    cost_usd: float = 0.0
+    cost_total_usd: float = 0.0  # the ledger so far
+    param_count: int = 0
+    flops_per_sample: float | None = None  # training FLOPs per sample, as the workers measured them
+    stop: bool = False
+    reason: str = ""
+    plan_reason: str = ""
+    time_limit_s: float | None = None  # the worker compute limit the plan set
+    finished_at: float = 0.0
+    timings: list[RoundTiming] = Field(default_factory=list)
+    model_sha256: str | None = None  # hex sha256 of model r+1, the model this round wrote
+
+    @field_serializer("timings")
+    def _timings(self, timings: list[RoundTiming], info: SerializationInfo) -> list[dict[str, Any]]:
+        # Stored without defaults (a warm, uncut worker): the item is priced per KB and grows with
+        # n. Everywhere else (metrics.json, history) every field is there.
+        stored = bool(info.context and info.context.get("stored"))
+        return [t.model_dump(exclude_defaults=stored) for t in timings]

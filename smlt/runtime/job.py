@@ -1,0 +1,276 @@
+"""The job: one pydantic model for the execution input.
+
+The Step Functions console input, the CLI's job file and the planner's event all validate
+against `Job`, so a field means the same thing everywhere. `parse_job` turns any validation
+failure into `InvalidJob` whose message names the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
+from smlt.runtime.tensors.codec import Codec
+
+# Built-in model names (their builders: smlt.runtime.train.models.BUILTINS); anything else must look like
+# "package.module:function".
+BUILTIN_MODELS = ("mlp", "logreg", "lenet", "resnet18", "resnet34", "resnet50", "transformer")
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
+# Workers of one round: Lambda's default concurrency quota per region. More could never run at
+# once on AWS, and on the local engine they queue for minutes on a few processes.
+MAX_WORKERS = 1000
+# Rows one worker samples in a round (batch_size x local_steps): its sample order is an int64
+# array of this many entries (80 MB), and no Lambda finishes more steps within its 15 minutes.
+MAX_ROUND_SAMPLES = 10_000_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+class DatasetSpec(SourceOptions):
+    """Where the prepared (sharded) dataset lives, and how the CLI prepares a local source.
+
+    `s3://bucket/prefix/` on AWS. The CLI also accepts a local folder holding a manifest, a
+    .csv/.parquet/.npz file, an image folder, `sklearn:NAME` or `synthetic:...`; it prepares those
+    with the options (`label`, `task`, `missing`, `image_size`, `channels`, `vocab_size`: see
+    `smlt.runtime.data.options`), uploads them and rewrites the URI.
+    """
+
+    uri: str = Field(min_length=1)
+
+
+class ModelSpec(_Strict):
+    """A built-in model (BUILTIN_MODELS; README "Models") or a user's `package.module:build_model`.
+
+    The builder is called as `build_model(input_shape, output_dim, **params)` and returns a
+    `torch.nn.Module`.
+    """
+
+    name: str = "mlp"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v in BUILTIN_MODELS or _ENTRYPOINT.match(v):
+            return v
+        raise ValueError(
+            f"unknown model {v!r}: use one of {', '.join(BUILTIN_MODELS)} "
+            "or an entry point 'package.module:build_model'"
+        )
+
+
+class TrainingSpec(_Strict):
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    learning_rate: PositiveFloat = 0.05
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    batch_size: PositiveInt = 32
+    # Local SGD steps per worker per round (k). The planner may change it round by round.
+    local_steps: PositiveInt = 20
+    max_rounds: PositiveInt = 50
+    # val_loss: any task; val_accuracy: classification; val_rmse, val_r2: regression (smlt.runtime.evaluation).
+    target_metric: TargetMetric = "val_accuracy"
+    target_value: float | None = Field(default=None, ge=0.0)
+    # Server-side step applied to the averaged delta (1.0 = plain FedAvg).
+    server_lr: PositiveFloat = 1.0
+    # Fraction of assigned workers whose updates must arrive for a round to count.
+    quorum: float = Field(default=0.5, gt=0.0, le=1.0)
+    mode: Literal["local_sgd", "sync"] = "local_sgd"
+    compression: Codec = "none"  # smlt.runtime.tensors.codec: the one list of update codecs
+    # Image augmentation of training batches (smlt.runtime.train.augment): random crop with padding, horizontal flip.
+    augment: list[Literal["crop", "flip"]] = []
+
+    @field_validator("local_steps")
+    @classmethod
+    def _bounded_round(cls, v: int, info: ValidationInfo) -> int:
+        b = info.data.get("batch_size", 1)  # absent when batch_size itself failed
+        if b * v > MAX_ROUND_SAMPLES:
+            raise ValueError(
+                f"{v} steps of batch_size {b} is {b * v:,} rows per worker per round, at most "
+                f"{MAX_ROUND_SAMPLES:,}: lower local_steps (the adaptive planner chooses it for you)"
+            )
+        return v
+
+    @field_validator("target_value")
+    @classmethod
+    def _fraction(cls, v: float | None, info: ValidationInfo) -> float | None:
+        metric = info.data.get("target_metric")
+        if v is not None and v > 1 and metric in AT_MOST_ONE:
+            raise ValueError(
+                "val_accuracy is a fraction of at most 1 (0.96 means 96 %)"
+                if metric == "val_accuracy"
+                else "val_r2 is at most 1 (1 is a perfect fit, 0 no better than the mean)"
+            )
+        return v
+
+
+class Constraints(_Strict):
+    deadline_seconds: PositiveFloat | None = None
+    budget_usd: PositiveFloat | None = None
+    # "cost": cheapest plan that meets the deadline; "speed": fastest plan within the budget.
+    objective: Literal["cost", "speed"] = "cost"
+    # Train even when the planner predicts the constraints cannot be met.
+    best_effort: bool = False
+
+
+class WorkersSpec(_Strict):
+    initial: PositiveInt = 4
+    min: PositiveInt = 1
+    max: PositiveInt = 64
+    # Pin the memory tier (MB); None lets the planner choose among the deployed tiers.
+    memory_mb: PositiveInt | None = None
+    # Planner: "fixed" keeps (initial, memory, local_steps); "adaptive" optimises them.
+    planner: Literal["fixed", "adaptive"] = "fixed"
+
+    @field_validator("initial", "min", "max")
+    @classmethod
+    def _at_most(cls, v: int) -> int:
+        if v > MAX_WORKERS:
+            raise ValueError(f"at most {MAX_WORKERS} workers (Lambda's default concurrency per region)")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WorkersSpec:
+        if not self.min <= self.initial <= self.max:
+            raise ValueError(f"need min <= initial <= max, got min={self.min}, initial={self.initial}, max={self.max}")
+        return self
+
+
+class CodeSpec(_Strict):
+    """The user's own code (smlt.runtime.usercode): the zip the CLI stored for `--code DIR` (`uri`,
+    `sha256`, set by the CLI) and an optional per-sample `transform` entry point. Without `uri`,
+    entry points import from the worker's own path (PYTHONPATH locally; on AWS, only the image's)."""
+
+    uri: str | None = Field(default=None, pattern=r"^s3://[^/]+/.+")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    transform: str | None = None
+
+    @field_validator("transform")
+    @classmethod
+    def _entry_point(cls, v: str | None) -> str | None:
+        if v is not None and not _ENTRYPOINT.match(v):
+            raise ValueError(f"{v!r} is not an entry point 'package.module:function'")
+        return v
+
+    @model_validator(mode="after")
+    def _both(self) -> CodeSpec:
+        if (self.uri is None) != (self.sha256 is None):
+            raise ValueError("code: give both uri and sha256, or neither (pass --code DIR and the CLI sets them)")
+        return self
+
+
+class Job(_Strict):
+    """The execution input of a training run."""
+
+    name: str = Field(default="job", max_length=64)
+    # Run id; defaults to the Step Functions execution name. Must be S3-key and DynamoDB safe.
+    run_id: str | None = None
+    dataset: DatasetSpec
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    constraints: Constraints = Field(default_factory=Constraints)
+    workers: WorkersSpec = Field(default_factory=WorkersSpec)
+    code: CodeSpec | None = None
+    seed: NonNegativeInt = 0
+    # Retraining pipeline this run belongs to (set by the upload trigger); its final model
+    # becomes the pipeline's latest, which the next upload warm-starts from.
+    pipeline: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # Start from this model (s3://.../model.safetensors) instead of a fresh initialisation.
+    warm_start: str | None = None
+    # Rounds one Step Functions execution runs before it chains into a fresh one that resumes
+    # from the checkpoint (keeps each execution far below the 25,000-event history limit).
+    rounds_per_execution: PositiveInt = Field(default=200, le=1000)
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str | None) -> str | None:
+        if v is not None and not _RUN_ID.match(v):
+            raise ValueError("run_id must be 1-80 characters of letters, digits, '-' or '_'")
+        return v
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "job"
+        msg = e["msg"]
+        if e["type"] == "missing":
+            msg = "field required"
+        elif e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "value_error":  # our validators' own words, without pydantic's prefix
+            msg = str(e["ctx"]["error"])
+        got = e.get("input")
+        shown = (
+            "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {json.dumps(got, default=str)[:60]})"
+        )
+        parts.append(f"{loc}: {msg}{shown}")
+    return "; ".join(parts)
+
+
+def json_object(raw: Any, what: str) -> dict[str, Any]:
+    """Raw input (dict, JSON text or bytes) as a JSON object, or InvalidJob naming `what` (a job,
+    a study) and where the JSON is broken."""
+    if isinstance(raw, (bytes, bytearray)):
+        raw = raw.decode("utf-8", errors="replace")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise InvalidJob(f"{what}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(raw, dict):
+        raise InvalidJob(f"{what}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def parse_job(raw: Any) -> Job:
+    """Validate raw input (dict, JSON text or bytes) into a Job, or raise InvalidJob naming the field."""
+    raw = json_object(raw, "job")
+    try:
+        return Job.model_validate(raw)
+    except ValidationError as e:
+        raise InvalidJob(_describe(e)) from None
+
+
+def check_dataset(job: Job, manifest: Manifest) -> None:
+    """What a job asks of its dataset that the dataset cannot give: InvalidJob naming the field."""
+    ds, tr = job.dataset, job.training
+    if ds.task is not None and ds.task != manifest.task:
+        raise InvalidJob(f"dataset.task: {ds.task}, but {manifest.name} was prepared for {manifest.task}")
+    if ds.label is not None and manifest.label is not None and ds.label != manifest.label:
+        raise InvalidJob(f"dataset.label: {ds.label!r}, but {manifest.name} was prepared with label {manifest.label!r}")
+    problem = target_metric_problem(tr.target_metric, manifest.task)
+    if problem and tr.target_value is not None:
+        raise InvalidJob(problem)
+    if tr.augment and len(manifest.x.shape) != 3:
+        shape = "x".join(map(str, manifest.x.shape))
+        raise InvalidJob(
+            f"training.augment: {', '.join(tr.augment)} augment images (channels x height x width); "
+            f"{manifest.name}'s samples are {shape}: leave training.augment empty"
+        )
+    if tr.batch_size > manifest.train.rows:
+        raise InvalidJob(
+            f"training.batch_size: {tr.batch_size} is larger than the whole training split "
+            f"({manifest.train.rows} rows of {manifest.name}): use at most {manifest.train.rows}"
+        )

@@ -1,0 +1,129 @@
+"""What the planner reads (the run's history) and what it decides."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from smlt.runtime.evaluation import lower_is_better
+from smlt.runtime.job import TrainingSpec
+
+
+class WorkerTiming(BaseModel):
+    """One worker's measured round, as recorded in DynamoDB (WORKER# item)."""
+
+    worker: int
+    memory_mb: int
+    samples: int
+    load_s: float = 0.0  # global model + shards from the store (cache hits are fast)
+    eval_s: float = 0.0  # evaluation of the incoming model on the validation slice
+    compute_s: float = 0.0  # k local steps
+    upload_s: float = 0.0  # writing the update
+    total_s: float = 0.0  # the whole handler (what Lambda bills)
+    cold: bool = False  # first invocation of a fresh process/instance
+    # Extensions (optional; older records parse with the defaults):
+    init_s: float = 0.0  # cold-start init duration (billed since 2025; 0 when warm)
+    start_s: float = 0.0  # invoke delay: from the Map's start to the handler's start
+    cache_miss: bool = False  # the worker's shards were read from S3, not the /tmp cache
+    error: str | None = None  # e.g. "OutOfMemory", "TimeLimit"; None when the update arrived
+    steps: int = 0  # local steps actually taken (0: unknown, older records)
+    cut: bool = False  # stopped early at the compute limit; its samples and steps are what it did
+
+    @property
+    def held(self) -> bool:
+        """It ran to the plan's limit: stopped early at its compute limit, or cut off."""
+        return self.cut or self.error == "TimeLimit"
+
+    def steps_done(self, planned: int, batch: int) -> int:
+        """The local steps this worker actually took: as recorded; in older records (steps 0)
+        from the samples it trained; without those, the plan's."""
+        if self.steps > 0:
+            return self.steps
+        if self.samples > 0 and batch > 0:
+            return max(1, math.ceil(self.samples / batch))
+        return planned
+
+
+class RoundRecord(BaseModel):
+    """One aggregated round (ROUND# item) with its plan and the workers that reported."""
+
+    round: int
+    workers: int  # n planned
+    memory_mb: int
+    local_steps: int
+    batch_size: int
+    workers_ok: int = 0
+    timings: list[WorkerTiming] = Field(default_factory=list)
+    aggregate_s: float = 0.0
+    round_s: float = 0.0  # wall time from plan to aggregated
+    train_loss: float | None = None
+    val_loss: float | None = None  # of the model the round started from
+    val_accuracy: float | None = None
+    val_rmse: float | None = None  # regression, in the user's units
+    val_r2: float | None = None
+    cost_usd: float = 0.0  # everything billed for this round
+    # Extensions (optional):
+    time_limit_s: float | None = None  # the straggler limit the plan set
+
+    def steps_applied(self) -> float:
+        """Mean local steps of the updates this round applied (the workers that reported, cut
+        ones with the steps they took); the plan's steps for a record without timings."""
+        done = [t.steps_done(self.local_steps, self.batch_size) for t in self.timings if t.error is None]
+        return float(sum(done) / len(done)) if done else float(self.local_steps)
+
+    @property
+    def cut(self) -> bool:
+        """A worker of this round stopped early at the plan's compute limit (or was cut off)."""
+        return any(t.held for t in self.timings)
+
+
+class RunHistory(BaseModel):
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    elapsed_s: float = 0.0  # since the run started
+    cost_total_usd: float = 0.0  # the ledger so far (plans, rounds, aggregation)
+    param_count: int = 0  # model size, drives communication time
+    train_rows: int = 0  # dataset size
+    # Extensions (optional; 0/None = unknown, the planner falls back to priors):
+    val_rows: int = 0  # validation split size (evaluation time, metric noise)
+    dataset_bytes: int = 0  # prepared training shards in bytes (first-load time)
+    flops_per_sample: float | None = None  # training FLOPs per sample if measured (else ~6 x params)
+
+
+class Decision(BaseModel):
+    action: Literal["train", "stop"]
+    workers: int = 0
+    memory_mb: int = 0
+    local_steps: int = 0
+    reason: str = ""
+    # The constraint that bound the choice: "deadline", "budget", "target", "max_rounds", "none",
+    # or "stopped" (a stop request: the dashboard's button, a study's early stop).
+    bound: str = "none"
+    predicted_round_s: float | None = None
+    predicted_round_cost_usd: float | None = None
+    predicted_rounds_left: float | None = None
+    # Straggler limit for workers of this round (seconds); None = function timeout.
+    worker_time_limit_s: float | None = None
+    infeasible: bool = False
+    # Extensions (optional):
+    predicted_total_s: float | None = None  # rest of the run (to the target) at this plan
+    predicted_total_cost_usd: float | None = None
+    earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
+    min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
+    explore: bool = False  # chosen partly to learn (uncertain model)
+
+
+def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
+    """The job's stop rule, the one the aggregator, the planner and the simulators apply:
+    val_loss and val_rmse at or below the target, val_accuracy and val_r2 at or above it."""
+    if target is None or value is None:
+        return False
+    return value <= target if lower_is_better(metric) else value >= target
+
+
+def target_reached(training: TrainingSpec, metrics: object) -> bool:
+    """`metric_reaches` for the job's target metric, given a round's metrics (a ROUND item, a
+    RoundRecord or a `ValMetrics`: anything with the metric's attribute)."""
+    value = getattr(metrics, training.target_metric, None)
+    return metric_reaches(training.target_metric, training.target_value, value)

@@ -1,0 +1,155 @@
+"""Finalize: the last state of a run (planner Lambda, op "finalize").
+
+Publishes the newest measured model as final/model.safetensors, the run's metrics as
+final/metrics.json, marks the run SUCCEEDED and, for a pipeline run, points latest.json at it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from smlt.runtime import keys, ledger
+from smlt.runtime.aggregate.model_store import verified_model
+from smlt.runtime.bill import RoundShape
+from smlt.runtime.config import Settings
+from smlt.runtime.evaluation import ValMetrics
+from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
+from smlt.runtime.records import RunTable
+from smlt.runtime.steps.events import FinalizeAnswer, FinalizeEvent
+from smlt.runtime.store import S3Store
+from smlt.runtime.tensors.digest import sha256_hex
+from smlt.runtime.trigger import latest_key
+
+
+def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
+    """Publish the final model and metrics: the newest model measured on the whole validation
+    split (a round's val_loss is None when a slice was missing)."""
+    run_id = event.run_id
+    table = RunTable(settings.table, run_id)
+    artifacts = S3Store(settings.artifacts_bucket)
+    meta = table.meta()
+    rounds = sorted(table.rounds(), key=lambda r: r.round)
+    plans = {p.round: p for p in table.plans()}
+    measured = [r for r in rounds if r.val_loss is not None]
+    final_round = measured[-1] if measured else None
+    published = None
+    if final_round is not None:
+        published = _publish_model(artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round))
+    pipeline = meta.job.pipeline if meta else None
+    per_round, total = _run_ledger(settings, table, rounds, plans, pipeline is not None)
+    final = _final(run_id, meta, rounds, plans, final_round).model_copy(
+        update={"estimated_cost_usd": total.total_usd, "model_sha256": published}
+    )
+    metrics = {
+        "run_id": run_id,
+        "job": meta.job.model_dump(mode="json") if meta else None,
+        "rounds": [_round_view(r, plans.get(r.round), per_round.get(r.round)) for r in rounds],
+        "final": {
+            **final.model_dump(),
+            "cost_breakdown": total.model_dump(),
+            "billed_invocations": total.lambda_invocations,
+        },
+    }
+    artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
+    table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
+    if pipeline and final_round is not None:
+        model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
+        artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
+    return FinalizeAnswer(
+        run_id=run_id,
+        val_accuracy=final.val_accuracy,
+        rounds=final.rounds,
+        estimated_cost_usd=round(final.estimated_cost_usd, 6),
+    )
+
+
+def _run_ledger(
+    settings: Settings, table: RunTable, rounds: list[RoundItem], plans: dict[int, PlanItem], pipeline: bool
+) -> tuple[dict[int, ledger.CostBreakdown], ledger.CostBreakdown]:
+    """The run's bill from every ATTEMPT item (smlt.runtime.ledger), this Finalize included as it will
+    end: metrics.json, META and a pipeline's latest.json still to write."""
+    attempts = ledger.from_items(table.query(ledger.PREFIX))
+    rest = {"s3.PutObject": 1 + int(pipeline), "dynamodb.UpdateItem": 1}
+    own = ledger.in_progress(settings.planner_memory_mb, rest, "finalize")
+    shaped = [
+        ledger.RoundOf(
+            r.round,
+            RoundShape(
+                workers=r.workers,
+                worker_gb_s=0.0,
+                planner_memory_mb=settings.planner_memory_mb,
+                aggregate_memory_mb=settings.aggregate_memory_mb,
+                aggregators=r.aggregators,
+                eval_only=r.eval_only,
+                fanout=settings.fanout,
+            ),
+        )
+        for r in rounds
+    ]
+    executions = len({p.execution for p in plans.values()})
+    everything = attempts + ([own] if own else [])
+    return ledger.run_ledger(everything, shaped, executions, settings.prices, settings.architecture)
+
+
+def _model_digest(meta: MetaItem | None, rounds: list[RoundItem], rnd: int) -> str | None:
+    """The digest model rnd was recorded with: by round rnd-1's aggregator, or in META (round 0)."""
+    if rnd == 0:
+        return meta.model0_sha256 if meta else None
+    return next((r.model_sha256 for r in rounds if r.round == rnd - 1), None)
+
+
+def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str:
+    """final/model.safetensors: model rnd read and checked against its digest first (a damaged
+    model is DigestMismatch, never published), assembled into one object when it is sliced.
+    Returns the published object's sha256 (`final.model_sha256`)."""
+    model = verified_model(artifacts, run_id, rnd, expected)
+    artifacts.put(keys.final_model_key(run_id), model.blob)
+    return sha256_hex(model.blob)
+
+
+# The final round's metrics the run reports (None where the task has none: smlt.runtime.evaluation).
+_FINAL_METRICS = set(ValMetrics.model_fields)
+
+
+def _final(
+    run_id: str,
+    meta: MetaItem | None,
+    rounds: list[RoundItem],
+    plans: dict[int, PlanItem],
+    final_round: RoundItem | None,
+) -> FinalMetrics:
+    trained = [r for r in rounds if not r.eval_only and final_round and r.round < final_round.round]
+    double = sum(len(r.accepted) - len({a.worker for a in r.accepted}) for r in rounds)
+    last_plan = plans[max(plans)] if plans else None
+    last = rounds[-1] if rounds else None
+    return FinalMetrics(
+        run_id=run_id,
+        task=meta.task if meta else "classification",
+        **(final_round.model_dump(include=_FINAL_METRICS) if final_round else {}),
+        val_rows=final_round.val_rows if final_round else 0,
+        rounds=len(trained),
+        samples=sum(r.samples for r in trained),
+        wall_seconds=time.time() - (meta.created_at if meta else time.time()),
+        estimated_cost_usd=last.cost_total_usd if last else 0.0,
+        stop_reason=last.reason if last and last.stop else (last_plan.reason if last_plan else ""),
+        # Reports that arrived before the round closed but were not applied (a diverged round
+        # rejects its updates on purpose: not a loss).
+        lost_updates=sum(r.workers_ok - len(r.accepted) - len(r.rejected) for r in trained if not r.diverged),
+        double_counted_updates=double,
+        model_key=keys.final_model_key(run_id) if final_round else None,
+    )
+
+
+# What metrics.json shows of a round: the ROUND item but the planner's and aggregator's own
+# fields, and the plan's reasoning.
+_NOT_IN_METRICS = {"diverged", "aggregators", "param_count", "plan_reason", "time_limit_s", "timings"}
+_PLAN_IN_METRICS = {"reason", "bound", "predicted_round_s", "predicted_round_cost_usd"}
+
+
+def _round_view(r: RoundItem, plan: PlanItem | None, cost: ledger.CostBreakdown | None) -> dict[str, Any]:
+    view = r.model_dump(exclude=_NOT_IN_METRICS)
+    view["plan"] = plan.model_dump(include=_PLAN_IN_METRICS) if plan else dict.fromkeys(_PLAN_IN_METRICS)
+    view["cost_breakdown"] = (cost or ledger.CostBreakdown()).model_dump()  # every attempt of the round
+    return view

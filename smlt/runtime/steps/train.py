@@ -1,0 +1,416 @@
+"""One worker's round: evaluate the global model on a validation slice, take k local SGD steps
+on the worker's shards, write the delta (safetensors) and the timings.
+
+The shards stream through `smlt.runtime.data.loader` (the next one read while the current one trains),
+so memory holds a few shards, not the worker's slice. Deterministic: the sample order is seeded
+by (job seed, round, worker), so a retried or duplicated invocation computes the same update,
+and the conditional writes keep the first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from smlt.runtime import keys, ledger
+from smlt.runtime.aggregate.model_store import StoredModel, fetch_model, verified_model
+from smlt.runtime.aggregate.sync import Poll, ReduceScatter
+from smlt.runtime.config import Settings
+from smlt.runtime.data.inputs import model_input
+from smlt.runtime.data.loader import Arrays, Key, Prefetcher, ShardReader, eval_batches, first_train_key, train_batches
+from smlt.runtime.data.manifest import Manifest, ShardInfo
+from smlt.runtime.data.shards import ShardCache, load_manifest
+from smlt.runtime.errors import (
+    AccessDenied,
+    CorruptShard,
+    DigestMismatch,
+    InvalidDataset,
+    InvalidJob,
+    ModelTooLarge,
+    StaleInvocation,
+)
+from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem
+from smlt.runtime.records import RunTable
+from smlt.runtime.roundspec import RoundSpec
+from smlt.runtime.steps.events import TrainAnswer, TrainEvent
+from smlt.runtime.store import NotFound, S3Store
+from smlt.runtime.tensors.digest import check, sha256_hex
+from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
+from smlt.runtime.train.augment import build_augment
+from smlt.runtime.train.measure import Footprint, footprint
+from smlt.runtime.train.models import build_model
+from smlt.runtime.usercode import activate_code, load_transform
+
+_COLD = True  # first invocation in this process (a cold start on Lambda)
+
+
+def _optimizer(params, spec: RoundSpec) -> torch.optim.Optimizer:
+    t = spec.job.training
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=spec.learning_rate, momentum=t.momentum, weight_decay=t.weight_decay)
+    cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=spec.learning_rate, weight_decay=t.weight_decay)
+
+
+def _loss_fn(task: str) -> nn.Module:
+    return nn.CrossEntropyLoss(reduction="sum") if task == "classification" else nn.MSELoss(reduction="sum")
+
+
+def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest) -> tuple[float, int, int]:
+    """(loss sum, correct, count) over the batches: sums, so the round's metric weighs every row
+    alike however the rows were batched."""
+    model.eval()
+    loss_fn, classification = _loss_fn(manifest.task), manifest.task == "classification"
+    loss, correct, count = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in batches:
+            out = model(torch.from_numpy(model_input(manifest, x)))
+            target = torch.from_numpy(y)
+            loss += float(loss_fn(out, target))
+            correct += int((out.argmax(1) == target).sum()) if classification else 0
+            count += len(x)
+    return loss, correct, count
+
+
+def _metadata(head: bytes) -> dict[str, str]:
+    """The `__metadata__` of a safetensors file from its first bytes (the header)."""
+    n = int.from_bytes(head[:8], "little")
+    return json.loads(head[8 : 8 + n]).get("__metadata__", {})
+
+
+def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int, activation_mb: float = 0.0, batch: int = 0) -> None:
+    """Raise ModelTooLarge when training cannot fit the function's memory.
+
+    Weights, gradients, two optimizer buffers, the global copy and the delta: ~6 copies of the
+    parameters, plus the activations of a batch (measured), the shards in memory and ~450 MB for
+    Python + torch themselves.
+    """
+    params = sum(p.numel() for p in model.parameters())
+    need_mb = (6 * params * 4 + data_bytes) / 2**20 + activation_mb + 450
+    if memory_mb and need_mb > memory_mb:
+        acts = f" ({activation_mb:,.0f} MB of it activations for a batch of {batch})" if activation_mb else ""
+        smaller = ", a smaller training.batch_size" if activation_mb else ""
+        raise ModelTooLarge(
+            f"the model has {params / 1e6:.1f}M parameters; training it needs about "
+            f"{need_mb:,.0f} MB{acts}, more than the {memory_mb} MB memory tier "
+            f"(choose a larger workers.memory_mb{smaller}, or let the planner choose)"
+        )
+
+
+def _measure_and_check(
+    spec: RoundSpec, model: nn.Module, manifest: Manifest, memory_mb: int, shards: list[ShardInfo]
+) -> Footprint:
+    """The model's measured footprint, checked against the memory tier: first the parameters
+    alone (a model far too large is refused before measuring it), then with the activations of
+    the job's batch. In memory at once: the shard in use and the next one (twice while it is
+    parsed), never the whole slice."""
+    data_bytes = 3 * max((sh.bytes for sh in shards), default=0)
+    _check_fits(model, memory_mb, data_bytes)
+    key = (
+        spec.job.model.model_dump_json(),
+        manifest.x.model_dump_json(),
+        manifest.y.model_dump_json(),
+        manifest.outputs,
+        spec.job.code.sha256 if spec.job.code else None,  # the same model name in two code packages
+    )
+    fp = footprint(key, model, manifest, _loss_fn(manifest.task))
+    batch = spec.job.training.batch_size
+    _check_fits(model, memory_mb, data_bytes, fp.activation_mb(batch), batch)
+    return fp
+
+
+def _sync_exchange(
+    settings: Settings, spec: RoundSpec, model: nn.Module, run_id: str, rnd: int, worker: int
+) -> Callable[[int, int], None] | None:
+    """Per-step synchronous mode: a function (step, weight) that replaces the parameters'
+    gradients with their weighted mean over all workers (reduce-scatter through the store).
+    None in local SGD mode."""
+    t = spec.job.training
+    if t.mode != "sync":
+        return None
+    params = [p for p in model.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    rs = ReduceScatter(
+        settings.exchange_store(),
+        keys.sync_prefix(run_id, rnd),
+        spec.workers,
+        worker,
+        numel,
+        codec=t.compression,
+        poll=Poll(timeout=spec.time_limit_s or 120.0),
+    )
+
+    def exchange(step: int, weight: int) -> None:
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+        avg = torch.from_numpy(rs.allreduce(step, flat.detach().numpy(), weight=float(weight)))
+        pos = 0
+        for p in params:
+            n = p.numel()
+            p.grad = avg[pos : pos + n].view_as(p).clone()
+            pos += n
+
+    return exchange
+
+
+Transform = Callable[[Tensor], Tensor]  # a training batch's model input -> the input trained on
+
+
+def _local_steps(
+    spec: RoundSpec,
+    model: nn.Module,
+    batches: Iterator[Arrays],
+    manifest: Manifest,
+    sync: Callable[[int, int], None] | None,
+    t0: float,
+    transform: Transform | None = None,
+) -> tuple[int, float, bool]:
+    """Local SGD steps, one per batch (`transform`, e.g. augmentation, applied to each training
+    batch after `model_input`): (samples trained on, mean train loss, whether the compute limit
+    cut the steps short)."""
+    model.train()
+    opt = _optimizer(model.parameters(), spec)
+    loss_fn = _loss_fn(manifest.task)
+    # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
+    # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
+    # where every worker must take every step).
+    stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
+    samples, train_loss, cut = 0, 0.0, False
+    for step, (x, y) in enumerate(batches):
+        xb = torch.from_numpy(model_input(manifest, x))
+        if transform is not None:
+            xb = transform(xb)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xb), torch.from_numpy(y))
+        (loss / len(x)).backward()
+        if sync is not None:  # per-step mode: every worker steps with the averaged gradient
+            sync(step, len(x))
+        opt.step()
+        train_loss += loss.item()
+        samples += len(x)
+        if time.perf_counter() > stop_at and step + 1 < spec.local_steps:  # before the next batch is read
+            cut = True
+            break
+    return samples, train_loss / samples if samples else 0.0, cut
+
+
+# The newest global model this process read, by (bucket, run, round, plan time). Model r never
+# changes once written (first writer wins), and one process runs several workers of a round (the
+# local engine's pool, a warm Lambda container), so each reads it once. The plan time tells a
+# run recreated under the same id apart.
+_MODEL_CACHE: dict[tuple[str, str, int, float], bytes] = {}
+
+
+def _global_model(
+    artifacts: S3Store, table: RunTable, spec: RoundSpec, model: nn.Module, expected: str | None
+) -> bytes:
+    """Model rnd's bytes, checked against the digest recorded when it was written (`expected`:
+    the previous ROUND item's `model_sha256`, META's `model0_sha256` in round 0). Round 0 starts
+    from a deterministic initialisation that every worker can build; the first writer stores it
+    and everyone then uses the stored one. A model written by sharded aggregators is assembled from
+    its slices (fetched in parallel)."""
+    run_id, rnd = spec.run_id, spec.round
+    key = (artifacts.bucket, run_id, rnd, spec.planned_at)
+    if key in _MODEL_CACHE:
+        return _MODEL_CACHE[key]
+    try:
+        stored = verified_model(artifacts, run_id, rnd, expected)
+    except NotFound:
+        if rnd != 0:
+            raise
+        artifacts.put(keys.model_key(run_id, 0), state_to_bytes(model.state_dict()), if_absent=True)
+        stored = fetch_model(artifacts, run_id, 0)
+    if rnd == 0 and expected is None:
+        _record_model0(table, stored)
+    _MODEL_CACHE.clear()  # keep one model: they can be large
+    _MODEL_CACHE[key] = stored.blob
+    return stored.blob
+
+
+def _record_model0(table: RunTable, stored: StoredModel) -> None:
+    """Round 0's model is written first-writer-wins by its workers (or copied by the warm start),
+    before any ROUND item: the first worker to hold it records its digest in META, every later
+    reader (workers, the aggregator, finalize, a resume) checks against that."""
+    cond = "attribute_not_exists(#model0_sha256)"
+    if not table.update(keys.META, MetaItem, model0_sha256=stored.sha256, only_if=cond):
+        meta = table.meta()
+        check(stored.key, stored.sha256, meta.model0_sha256 if meta else None, "model 0")
+
+
+def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | None = None) -> TrainAnswer:
+    table = RunTable(settings.table, event.run_id)
+    try:
+        return _run_worker(settings, table, event.run_id, event.round, event.worker, transform)
+    except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied, DigestMismatch) as e:
+        # Not worth retrying: leave the reason (and the shard it names) where the aggregator and
+        # the next plan can read it.
+        shard = _shard_ref(e) if isinstance(e, CorruptShard) else None
+        item = ErrorItem(error=type(e).__name__, message=str(e), shard=shard)
+        table.put_once(keys.error_sk(event.round, event.worker), item)
+        raise
+
+
+def _shard_ref(e: CorruptShard) -> ShardRef | None:
+    if e.split not in ("train", "validation") or e.index is None:
+        return None
+    return ShardRef.model_validate({"split": e.split, "index": e.index, "key": e.key, "reason": e.reason})
+
+
+def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> tuple[RoundSpec, str | None] | TrainAnswer:
+    """The round's spec and the digest model r must have, or the answer of a finished invocation
+    (a duplicate: same answer, no new writes); StaleInvocation when there is nothing to do. One
+    request for the items (the digest: ROUND r-1's `model_sha256`, META's in round 0)."""
+    seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
+    digest_sk = keys.round_sk(rnd - 1) if rnd > 0 else keys.META
+    items = table.get_many(seal_sk, worker_sk, plan_sk, digest_sk)
+    if items.item(seal_sk, SealItem) is not None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
+    done = items.item(worker_sk, WorkerItem)
+    if done is not None:
+        return TrainAnswer(worker=worker, samples=done.samples, duplicate=True)
+    plan = items.item(plan_sk, PlanItem)
+    if plan is None or plan.spec is None:
+        raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
+    raw = items[digest_sk] or {}
+    return plan.spec, raw.get("model_sha256" if rnd > 0 else "model0_sha256")
+
+
+def _start_from(
+    artifacts: S3Store, table: RunTable, spec: RoundSpec, model: nn.Module, manifest: Manifest, expected: str | None
+) -> dict[str, Tensor]:
+    """Load model r into `model`; a copy of its state (the update is the difference to it)."""
+    global_blob = _global_model(artifacts, table, spec, model, expected)
+    try:
+        model.load_state_dict(bytes_to_state(global_blob))
+    except RuntimeError as e:
+        raise InvalidDataset(
+            f"the model does not match the dataset (samples of shape {manifest.x.shape}, "
+            f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
+        ) from None
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, int, int]) -> Transform | None:
+    """What the training batches go through: the user's per-sample `code.transform`, then
+    `training.augment` (seeded by job seed, round and worker, so a retried worker is identical)."""
+    per_sample = load_transform(spec.job)
+    augment = build_augment(spec.job.training.augment, manifest.input_shape, seed)
+    if per_sample is None:
+        return augment
+
+    def transform(batch: torch.Tensor) -> torch.Tensor:
+        out = torch.stack([per_sample(x) for x in batch])
+        return augment(out) if augment is not None else out
+
+    return transform
+
+
+def _run_worker(
+    settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int, transform: Transform | None
+) -> TrainAnswer:
+    global _COLD
+    cold, _COLD = _COLD, False
+    t0 = time.perf_counter()
+    artifacts = S3Store(settings.artifacts_bucket)
+    got = _round_spec(table, run_id, rnd, worker)
+    if isinstance(got, TrainAnswer):
+        return got
+    spec, model_digest = got
+    manifest = load_manifest(spec.job.dataset.uri)
+    memory_mb = settings.memory_mb or spec.memory_mb
+    torch.set_num_threads(max(1, min(os.cpu_count() or 1, memory_mb // 1769)))
+
+    activate_code(spec.job)  # the user's code (`--code`) first on sys.path, fetched and verified once
+    model = build_model(
+        spec.job.model, manifest.input_shape, manifest.outputs, spec.job.seed, vocab_size=manifest.vocab_size
+    )
+    val_idx = spec.val_shards(worker, len(manifest.validation.shards))
+    train_idx = [] if spec.eval_only else spec.train_shards(worker, len(manifest.train.shards))
+    used = [manifest.validation.shards[i] for i in val_idx] + [manifest.train.shards[i] for i in train_idx]
+    fp = _measure_and_check(spec, model, manifest, memory_mb, used)
+    global_state = _start_from(artifacts, table, spec, model, manifest, model_digest)
+
+    cache = ShardCache(cap_bytes=settings.shard_cache_mb << 20)
+    cache_miss = not all(cache.has(sh.sha256) for sh in used)
+    seed = (spec.job.seed, rnd, worker)
+    if transform is None:
+        transform = _training_transform(spec, manifest, seed)
+    t_setup = time.perf_counter()
+    reader = ShardReader(spec.job.dataset.uri, manifest, cache)
+    with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
+        batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
+        val_loss, val_correct, val_count = _evaluate(model, batches, manifest)
+        t_eval, eval_wait = time.perf_counter(), shards.wait_s
+
+        samples, train_loss, cut = 0, 0.0, False
+        if not spec.eval_only:
+            sync = _sync_exchange(settings, spec, model, run_id, rnd, worker)
+            b, k = spec.job.training.batch_size, spec.local_steps
+            batches = train_batches(shards, train_idx, b, k, seed)
+            # The compute limit counts from here: not the process's one-off setup (a cold worker
+            # measures its model's footprint, seconds on the first call) nor model r's download.
+            samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t_setup, transform)
+        t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
+        if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
+            rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]
+            shards.background(lambda: reader.warm(rest))
+    finite = math.isfinite(train_loss)
+    t_warm = time.perf_counter()
+
+    update_bytes, update_sha256 = 0, None
+    if not spec.eval_only:
+        delta = update_delta(model.state_dict(), global_state)
+        meta = {"samples": str(samples), "train_loss": repr(train_loss), "worker": str(worker)}
+        codec = spec.job.training.compression
+        if codec != "none":
+            meta["compression"] = codec
+        blob = state_to_bytes(compress_torch_state(delta, codec), metadata=meta)
+        update_bytes, update_sha256 = len(blob), sha256_hex(blob)
+        # Tagged so the bucket's lifecycle rule expires per-round updates (infra/stacks/storage.py).
+        key = keys.update_key(run_id, rnd, worker)
+        if not artifacts.put(key, blob, if_absent=True, tagging=keys.UPDATE_TAG):
+            # Another invocation of this worker stored its update first: report what it stored,
+            # so the record always describes the update that will be averaged (its digest too).
+            stored_blob = artifacts.get(key)
+            stored, update_sha256 = _metadata(stored_blob), sha256_hex(stored_blob)
+            samples, train_loss = int(stored["samples"]), float(stored["train_loss"])
+            finite = math.isfinite(train_loss)
+    t_upload = time.perf_counter()
+
+    record = WorkerItem(
+        worker=worker,
+        samples=samples,
+        train_loss=train_loss if finite else None,
+        finite=finite,
+        val_loss_sum=val_loss,
+        val_correct=val_correct,
+        val_count=val_count,
+        memory_mb=spec.memory_mb,
+        cold=cold,
+        init_s=ledger.init_s(),  # process start to this first call (the handler's meter), cold only
+        update_bytes=update_bytes,
+        update_sha256=update_sha256,
+        # Waiting for shards is loading; a read that overlapped compute is not counted twice.
+        load_s=t_setup - t0 + shards.wait_s + (t_warm - t_compute),
+        eval_s=t_eval - t_setup - eval_wait,
+        compute_s=t_compute - t_eval - train_wait,
+        upload_s=t_upload - t_warm,
+        total_s=time.perf_counter() - t0,
+        finished_at=time.time(),
+        cache_miss=cache_miss,
+        steps=samples // spec.job.training.batch_size,
+        cut=cut,
+        flops_per_sample=fp.flops_per_sample or None,
+        activation_mb=fp.activation_mb(spec.job.training.batch_size),
+    )
+    outcome = table.put_unless_sealed(keys.worker_sk(rnd, worker), record, keys.seal_sk(rnd))
+    if outcome == "sealed":
+        raise StaleInvocation(
+            f"round {rnd} of run {run_id} closed before worker {worker} finished; its update is ignored"
+        )
+    return TrainAnswer(worker=worker, samples=samples)

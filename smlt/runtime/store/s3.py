@@ -1,0 +1,104 @@
+"""S3 store. Conditional writes (If-None-Match: *) give first-writer-wins for retried steps.
+
+Only 412 PreconditionFailed means "already exists". A 409 ConditionalRequestConflict means
+another conditional write to the key was in flight: nothing may be stored yet, so the write is
+retried (smlt/runtime/retry.py) until it either lands or meets the other writer's object (412).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from smlt.runtime.retry import S3_CONFLICTS, error_code, on_conflict
+from smlt.runtime.store.base import NotFound
+
+
+@functools.cache
+def s3_client():
+    # One client per process: handler processes are warm between invocations, as on Lambda.
+    # The endpoint comes from AWS_ENDPOINT_URL (the local engine sets it).
+    return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}, max_pool_connections=32))
+
+
+def _missing(e: ClientError) -> bool:
+    return e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound")
+
+
+class S3Store:
+    def __init__(self, bucket: str, prefix: str = "", client=None):
+        self.bucket = bucket
+        self.prefix = prefix
+        self._client = client
+
+    @property
+    def client(self):
+        return self._client or s3_client()
+
+    def _k(self, key: str) -> str:
+        return self.prefix + key
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
+        except ClientError as e:
+            if _missing(e):
+                raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
+            raise
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._k(key), Range=f"bytes={start}-{end - 1}")
+            return resp["Body"].read()
+        except ClientError as e:
+            if _missing(e):
+                raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
+            raise
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, tagging: str | None = None) -> bool:
+        """`tagging` ("k=v&k2=v2") lets lifecycle rules find objects prefixes cannot describe."""
+        extra = {"IfNoneMatch": "*"} if if_absent else {}
+        if tagging:
+            extra["Tagging"] = tagging
+
+        def attempt() -> bool:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra)
+                return True
+            except ClientError as e:
+                if if_absent and error_code(e) in ("PreconditionFailed", "412"):
+                    return False
+                raise
+
+        return on_conflict(attempt, S3_CONFLICTS)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._k(key))
+            return True
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Keys under prefix in key order; with start_after, only the keys after that one."""
+        keys: list[str] = []
+        extra = {"StartAfter": self._k(start_after)} if start_after else {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self._k(prefix), **extra
+        )
+        for page in pages:
+            keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
+        return keys
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+
+    def copy(self, src_key: str, dst_key: str) -> None:
+        self.client.copy_object(
+            Bucket=self.bucket, Key=self._k(dst_key), CopySource={"Bucket": self.bucket, "Key": self._k(src_key)}
+        )

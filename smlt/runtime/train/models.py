@@ -1,0 +1,80 @@
+"""Model builders: built-in names or a user's `package.module:build_model`.
+
+The contract, for built-ins and users' builders alike: `build_model(input_shape, output_dim,
+**params)` returns a `torch.nn.Module` taking a batch of shape `(rows, *input_shape)`, float32
+(or int64 token ids), and giving `(rows, output_dim)`. For token datasets smlt passes the
+manifest's `vocab_size` to a builder that takes it, unless the job sets it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.job import ModelSpec
+
+# Built-in name -> its builder, imported on first use (only a vision model needs torchvision).
+# smlt.runtime.job.BUILTIN_MODELS lists the same names for the job's validation (which has no torch).
+BUILTINS: dict[str, str] = {
+    "mlp": "smlt.runtime.train.tabular:mlp",
+    "logreg": "smlt.runtime.train.tabular:logreg",
+    "lenet": "smlt.runtime.train.cnn:lenet",
+    "resnet18": "smlt.runtime.train.resnet:resnet18",
+    "resnet34": "smlt.runtime.train.resnet:resnet34",
+    "resnet50": "smlt.runtime.train.resnet:resnet50",
+    "transformer": "smlt.runtime.train.transformer:transformer",
+}
+
+Builder = Callable[..., nn.Module]
+
+
+def builder(name: str) -> Builder:
+    """The builder a job's model.name means (a built-in or `package.module:function`)."""
+    entry = BUILTINS.get(name, name)
+    mod_name, _, attr = entry.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise InvalidJob(f"model.name: cannot import {name!r} ({e})") from None
+    return fn
+
+
+def _takes(fn: Builder, name: str) -> bool:
+    params = inspect.signature(fn).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _check_params(name: str, fn: Builder, params: dict) -> None:
+    """InvalidJob naming the model's parameters when params are not what its builder takes."""
+    sig = inspect.signature(fn)
+    try:
+        sig.bind((1,), 1, **params)
+    except TypeError as e:
+        takes = [p for p in list(sig.parameters)[2:] if sig.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD]
+        raise InvalidJob(
+            f"model.params: {name} {e}; it takes {', '.join(takes) if takes else 'no parameters'}"
+        ) from None
+
+
+def build_model(
+    spec: ModelSpec, input_shape: Sequence[int], output_dim: int, seed: int, *, vocab_size: int | None = None
+) -> nn.Module:
+    """Build the model with a deterministic initialisation (same seed → same weights everywhere)."""
+    fn = builder(spec.name)
+    params = dict(spec.params)
+    if vocab_size is not None and _takes(fn, "vocab_size"):
+        params.setdefault("vocab_size", vocab_size)
+    _check_params(spec.name, fn, params)
+    torch.manual_seed(seed)
+    try:
+        model = fn(tuple(input_shape), output_dim, **params)
+    except TypeError as e:
+        raise InvalidJob(f"model.params: {e}") from None
+    if not isinstance(model, nn.Module):
+        raise InvalidJob(f"model.name: {spec.name!r} returned {type(model).__name__}, not a torch.nn.Module")
+    return model

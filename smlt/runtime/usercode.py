@@ -1,0 +1,314 @@
+"""A user's own code (`--code DIR`): packaged by the CLI, fetched, verified and imported by workers.
+
+DIR is either an importable package (a folder with `__init__.py`, stored under its own name) or a
+folder holding packages and modules (what you would put on PYTHONPATH, stored as it is). The CLI
+zips it deterministically (sorted entries, fixed timestamps and modes; `__pycache__`, `*.pyc` and
+dot-files left out), so the same code gives the same sha256; refuses what the train_step image
+cannot run (compiled extensions, packages the image provides, more than MAX_CODE_BYTES, no Python
+at all); and stores it once under the stack's artifacts bucket as `code/<sha256>.zip`. The job
+records `code = {uri, sha256}`.
+
+A worker (a Lambda container or a local handler process: the same code path) fetches the zip,
+checks its sha256, unpacks it once per process into SMLT_CODE_DIR/<sha256>/ (/tmp/smlt-code) and
+puts that folder first on sys.path, so `model.name = "mymodels.cnn:build"` and `code.transform =
+"mymodels.aug:transform"` import from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from smlt.runtime.errors import AccessDenied, InvalidCode
+from smlt.runtime.job import BUILTIN_MODELS, Job
+from smlt.runtime.keys import parse_s3_uri
+from smlt.runtime.progress import notice
+from smlt.runtime.store import NotFound, S3Store
+
+# The most a user's code may hold, unpacked: it lives in the worker's /tmp beside the dataset
+# cache, and a model's weights belong in `warm_start`, not in the code.
+MAX_CODE_BYTES = 50 * 2**20
+# Compiled extensions: built for another platform or Python than the image's, they cannot load.
+_COMPILED = re.compile(r"\.(so|pyd|dylib|dll)(\.\d+)*$", re.IGNORECASE)
+# Top-level names the image provides: a user's copy would shadow the pinned one.
+IMAGE_PACKAGES = frozenset({"smlt", "lambdas", "torch", "torchvision", "numpy", "PIL", "safetensors"})
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can record
+
+
+def code_root() -> Path:
+    return Path(os.environ.get("SMLT_CODE_DIR", Path(tempfile.gettempdir()) / "smlt-code"))
+
+
+# Where the artifacts bucket keeps users' code (the train functions may read it: infra/stacks/functions.py).
+CODE_PREFIX = "code/"
+
+
+def code_key(sha256: str) -> str:
+    """Content-addressed: the same code is stored once, whichever run sends it."""
+    return f"{CODE_PREFIX}{sha256}.zip"
+
+
+# --------------------------------------------------------------------------------------------
+# CLI side: package and stage
+
+
+@dataclass(frozen=True)
+class CodePackage:
+    data: bytes
+    sha256: str
+    files: int
+
+
+def _check_name(name: str, where: str) -> None:
+    """The rules both sides apply to a file of the user's code (`name`: its path in the zip)."""
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts:
+        raise InvalidCode(f"code: {where}: {name!r} points outside the package")
+    if _COMPILED.search(name):
+        raise InvalidCode(
+            f"code: {where}: {name!r} is a compiled extension; the train_step image runs pure Python only "
+            "(torch, torchvision, numpy, Pillow and safetensors are already there)"
+        )
+    if parts[0].removesuffix(".py") in IMAGE_PACKAGES:
+        raise InvalidCode(
+            f"code: {where}: {name!r} would replace the image's own {parts[0].removesuffix('.py')!r}; "
+            "leave it out (the image provides it, pinned)"
+        )
+
+
+def _too_large(total: int, where: str) -> InvalidCode:
+    return InvalidCode(
+        f"code: {where} holds more than {MAX_CODE_BYTES // 2**20} MB ({total:,} bytes); keep data and weights "
+        "out of the code (weights: `warm_start`, data: `dataset.uri`)"
+    )
+
+
+def _source_files(folder: Path) -> list[tuple[str, Path]]:
+    """(name in the zip, file) for every file of the user's code, sorted by name."""
+    if not folder.is_dir():
+        raise InvalidCode(f"code: {folder} is not a folder")
+    is_package = (folder / "__init__.py").is_file()
+    if is_package and not folder.name.isidentifier():
+        raise InvalidCode(f"code: {folder} is a package whose name {folder.name!r} Python cannot import")
+    base = folder.parent if is_package else folder  # a package keeps its name
+    found, total = [], 0
+    for root, dirs, names in os.walk(folder):
+        here = Path(root)
+        links = [d for d in dirs if (here / d).is_symlink()]
+        if links:
+            raise InvalidCode(f"code: {here / links[0]} is a link to a folder; copy the folder in instead")
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+        for n in names:
+            if n.startswith(".") or n.endswith((".pyc", ".pyo")):
+                continue
+            path = here / n
+            name = path.relative_to(base).as_posix()
+            _check_name(name, str(folder))
+            total += path.stat().st_size
+            if total > MAX_CODE_BYTES:
+                raise _too_large(total, str(folder))
+            found.append((name, path))
+    if not any(name.endswith(".py") for name, _ in found):
+        raise InvalidCode(f"code: {folder} holds no Python (.py) files; pass your package's folder")
+    return sorted(found)
+
+
+def package_code(folder: Path) -> CodePackage:
+    """The user's code as a deterministic zip, or InvalidCode naming what the image cannot run."""
+    files = _source_files(folder)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, path in files:
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.create_system = 3  # Unix, wherever the zip is made
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes(), compresslevel=9)
+    data = buf.getvalue()
+    return CodePackage(data=data, sha256=hashlib.sha256(data).hexdigest(), files=len(files))
+
+
+def stage_code(package: CodePackage, artifacts_bucket: str, client: Any = None) -> dict[str, str]:
+    """Store the package under the artifacts bucket (only if absent); the job's `code` fields."""
+    store = S3Store(artifacts_bucket, client=client)
+    key = code_key(package.sha256)
+    uri = f"s3://{artifacts_bucket}/{key}"
+    stored = store.exists(key)
+    if not stored:
+        store.put(key, package.data, if_absent=True)
+    notice.info(
+        f"code: {package.files} files, {len(package.data):,} bytes zipped, "
+        f"{'already stored' if stored else 'stored'} as {uri}"
+    )
+    return {"uri": uri, "sha256": package.sha256}
+
+
+def with_code(raw: dict[str, Any], staged: dict[str, str]) -> dict[str, Any]:
+    """The raw job with `code` pointing at the staged package (a `code.transform` is kept)."""
+    return {**raw, "code": {**(raw.get("code") or {}), **staged}}
+
+
+def entry_points(job: Job) -> list[tuple[str, str]]:
+    """(field, entry point) of the job's user-code names: a non-built-in model, the transform."""
+    found = [] if job.model.name in BUILTIN_MODELS else [("model.name", job.model.name)]
+    if job.code is not None and job.code.transform is not None:
+        found.append(("code.transform", job.code.transform))
+    return found
+
+
+def check_shipped(job: Job) -> None:
+    """For a deployed stack: an entry point outside smlt needs the code in the job (`--code`)."""
+    if job.code is not None and job.code.uri is not None:
+        return
+    for field, name in entry_points(job):
+        if name.partition(":")[0].split(".")[0] != "smlt":
+            raise InvalidCode(
+                f"{field}: {name!r} is not in the train_step image (it holds smlt, torch, torchvision, numpy, "
+                "Pillow and safetensors): pass your package with `smlt start JOB --code DIR`"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# worker side: fetch, verify, unpack, import
+
+_active: tuple[str, Path, frozenset[str]] | None = None  # (sha256, folder on sys.path, its top-level names)
+
+
+def _fetch(uri: str, sha256: str) -> bytes:
+    try:
+        bucket, key = parse_s3_uri(uri)
+        data = S3Store(bucket).get(key)
+    except ValueError as e:
+        raise InvalidCode(f"code.uri: {e}") from None
+    except NotFound:
+        raise InvalidCode(f"code.uri: no object at {uri}; pass --code DIR again to store it") from None
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        if code in ("AccessDenied", "AllAccessDisabled", "403", "NoSuchBucket"):
+            raise AccessDenied(f"code.uri: cannot read {uri} ({code})") from None
+        raise
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise InvalidCode(
+            f"code.sha256: {uri} has sha256 {got}, the job says {sha256}: the object changed since the job "
+            "was made; pass --code DIR again"
+        )
+    return data
+
+
+def _extract(data: bytes, dest: Path, uri: str) -> None:
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise InvalidCode(f"code.uri: {uri} is not a zip file") from None
+    with zf:
+        infos = zf.infolist()
+        for info in infos:
+            _check_name(info.filename, uri)
+        total = sum(i.file_size for i in infos)
+        if total > MAX_CODE_BYTES:
+            raise _too_large(total, uri)
+        zf.extractall(dest)
+
+
+def _unpacked(uri: str, sha256: str) -> Path:
+    """The folder holding the verified code: unpacked here once; an earlier process's is reused
+    (folders appear whole, by rename, and only from verified bytes)."""
+    dest = code_root() / sha256
+    if dest.is_dir():
+        return dest
+    data = _fetch(uri, sha256)
+    code_root().mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sha256[:12]}-", dir=code_root()))
+    try:
+        _extract(data, tmp, uri)
+        tmp.rename(dest)
+    except OSError:
+        if not dest.is_dir():  # not another process unpacking it first
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _top_level(folder: Path) -> frozenset[str]:
+    return frozenset(p.name.removesuffix(".py") for p in folder.iterdir())
+
+
+def _put_first(sha256: str, folder: Path) -> None:
+    """`folder` first on sys.path instead of the previously active code, forgetting the modules
+    either provides, so a new version of a package is imported afresh."""
+    global _active
+    names = _top_level(folder)
+    if _active is not None:
+        old = str(_active[1])
+        sys.path[:] = [p for p in sys.path if p != old]
+        names |= _active[2]
+    for mod in [m for m in sys.modules if m.split(".")[0] in names]:
+        del sys.modules[mod]
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    _active = (sha256, folder, _top_level(folder))
+
+
+def check_importable(job: Job, shipped: frozenset[str] | None = None) -> None:
+    """InvalidCode unless the job's entry points import from this process's path (`shipped`: the
+    top-level names of the job's code, when it has some)."""
+    for field, name in entry_points(job):
+        module = name.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if found:
+            continue
+        if shipped is not None:
+            raise InvalidCode(
+                f"{field}: no module {module!r} in the job's code (it holds {', '.join(sorted(shipped))}): "
+                "pass the folder that holds it with `--code DIR`"
+            )
+        raise InvalidCode(
+            f"{field}: no module {module!r} here: pass your package with `--code DIR` "
+            "(`smlt run --local JOB --code DIR`, `smlt start JOB --code DIR`; locally, PYTHONPATH works too)"
+        )
+
+
+def activate_code(job: Job) -> None:
+    """Make the job's code importable in this process (fetched and verified on first use);
+    without code in the job, check that its entry points import from the process's own path."""
+    code = job.code
+    if code is None or code.uri is None or code.sha256 is None:
+        check_importable(job)
+        return
+    if _active is None or _active[0] != code.sha256:
+        _put_first(code.sha256, _unpacked(code.uri, code.sha256))
+    check_importable(job, shipped=_active[2] if _active else None)
+
+
+def load_transform(job: Job) -> Callable[..., Any] | None:
+    """The job's per-sample transform (`code.transform`), or None when it names none."""
+    if job.code is None or job.code.transform is None:
+        return None
+    activate_code(job)
+    module, _, attr = job.code.transform.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise InvalidCode(f"code.transform: cannot import {job.code.transform!r} ({e})") from None
+    if not callable(fn):
+        raise InvalidCode(f"code.transform: {job.code.transform!r} is a {type(fn).__name__}, not a function")
+    return fn

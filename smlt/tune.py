@@ -1,0 +1,177 @@
+"""`smlt tune STUDY [--local]`: start the study state machine and follow its trials.
+
+Locally the study runs on the local engine (the same synthesized stack: its study machine starts
+the training machine's executions); deployed, through boto3 against the stack's
+`StudyStateMachineArn` output. Either way the client only starts one execution and reads the
+study's items while it runs: the trials are started, watched and stopped by the state machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from smlt.datasets import checked_dataset_folder, upload_dataset
+from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound
+from smlt.runtime.progress import progress
+from smlt.runtime.store import S3Store
+from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem, best_prefix
+from smlt.runtime.study.spec import Study, parse_study
+
+STUDY_OUTPUT = "StudyStateMachineArn"
+
+
+@dataclass
+class Target:
+    """Where a study runs: the study machine, the table, the buckets, and the clients to reach them."""
+
+    study_machine_arn: str
+    table: str
+    artifacts_bucket: str
+    data_bucket: str
+    sfn: Any
+    dynamodb: Any
+    s3: Any
+
+
+def read_study_file(path: Path) -> tuple[Study, dict[str, Any]]:
+    """A study file as (validated Study, raw dict), or InvalidJob naming the file and the field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidJob(f"study: cannot read {path} as UTF-8 text: {e}") from None
+    return parse_study(text), json.loads(text)
+
+
+def stage(study: Study, raw: dict[str, Any], path: Path, target: Target) -> dict[str, Any]:
+    """The study with its job's local dataset uploaded (an s3:// dataset is left as it is) and its id set."""
+    folder = checked_dataset_folder(study.job, base=path.parent)
+    raw = json.loads(json.dumps(raw))
+    if folder is not None:
+        raw["job"]["dataset"]["uri"] = upload_dataset(folder, target.data_bucket, client=target.s3)
+    raw.setdefault("study_id", f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"[:48])
+    return raw
+
+
+def _line(tr: TrialItem) -> str:
+    metric = "n/a" if tr.metric is None else f"{tr.metric:.4f}"
+    params = ", ".join(f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in tr.params.items())
+    why = f" | {tr.stop_reason}" if tr.stop_reason and tr.status in ("STOPPED", "SKIPPED", "FAILED") else ""
+    return f"  trial {tr.trial:3d} {tr.status:9s} {tr.rounds:3d} rounds  metric {metric}  ${tr.cost_usd:.5f}  {params}{why}"
+
+
+def follow(target: Target, raw: dict[str, Any], interval: float = 1.0) -> tuple[StudyItem, list[TrialItem]]:
+    """Start the study execution, report each trial when its status changes, return the study's
+    items once the execution ends; RunFailed when it does not succeed."""
+    study_id = raw["study_id"]
+    arn = target.sfn.start_execution(stateMachineArn=target.study_machine_arn, name=study_id, input=json.dumps(raw))[
+        "executionArn"
+    ]
+    progress.info(f"started study {study_id}: execution {arn.rsplit(':', 1)[-1]}")
+    table = StudyTable(target.table, study_id, client=target.dynamodb)
+    seen: dict[int, str] = {}
+    while True:
+        desc = target.sfn.describe_execution(executionArn=arn)
+        for tr in table.trials():
+            if seen.get(tr.trial) != tr.status and tr.status != "PENDING":
+                seen[tr.trial] = tr.status
+                progress.info(_line(tr))
+        if desc["status"] != "RUNNING":
+            break
+        time.sleep(interval)
+    if desc["status"] != "SUCCEEDED":
+        raise RunFailed(study_id, desc["status"], desc.get("error", ""), desc.get("cause", ""))
+    meta = table.study()
+    assert meta is not None  # Init wrote it before anything else
+    return meta, table.trials()
+
+
+def summary_lines(meta: StudyItem, trials: list[TrialItem]) -> list[str]:
+    stopped = sum(t.status == "STOPPED" for t in trials)
+    skipped = sum(t.status == "SKIPPED" for t in trials)
+    best = f"{meta.best_metric:.4f}" if meta.best_metric is not None else "n/a"
+    return [
+        f"done: study {meta.study_id}: {len(trials)} trials, {stopped} stopped early, {skipped} not started; "
+        f"best trial {meta.best_trial} ({meta.best_run_id}) {meta.metric} {best}",
+        f"  spent ${meta.spent_usd:.5f} of the study budget ${meta.budget_usd or 0:.5f}",
+        f"  result: {meta.best_model_key}",
+    ]
+
+
+def fetch_best(target: Target, meta: StudyItem, trials: list[TrialItem], out: Path) -> None:
+    """The study's result into OUT: model.safetensors (the best trial's), study.json (every trial)."""
+    out.mkdir(parents=True, exist_ok=True)
+    store = S3Store(target.artifacts_bucket, client=target.s3)
+    if meta.best_model_key:
+        (out / "model.safetensors").write_bytes(store.get(meta.best_model_key))
+        (out / "best.json").write_bytes(store.get(best_prefix(meta.study_id) + "metrics.json"))
+    doc = {"study": meta.model_dump(mode="json"), "trials": [t.model_dump(mode="json") for t in trials]}
+    (out / "study.json").write_text(json.dumps(doc, indent=2))
+
+
+def run(target: Target, path: Path, out: Path, study_id: str | None = None) -> tuple[StudyItem, list[TrialItem]]:
+    study, raw = read_study_file(path)
+    if study_id:
+        raw["study_id"] = study_id
+    raw = stage(study, raw, path, target)
+    meta, trials = follow(target, raw)
+    fetch_best(target, meta, trials, out)
+    for line in summary_lines(meta, trials):
+        progress.info(line)
+    progress.info(f"  outputs in {out}/: model.safetensors best.json study.json")
+    return meta, trials
+
+
+def local_target(engine: Any) -> Target:
+    """The local engine's stack as a study target."""
+    from smlt.runner import StackNames
+
+    names = StackNames(engine)
+    (arn,) = engine.state_machine_arns.values()
+    return Target(
+        arn,
+        names.table,
+        names.artifacts_bucket,
+        names.data_bucket,
+        engine.client("stepfunctions"),
+        engine.client("dynamodb"),
+        engine.client("s3"),
+    )
+
+
+def deployed_target(stack_name: str, cfn: Any = None) -> Target:
+    """A deployed stack (its outputs name the study machine, table and buckets), through boto3."""
+    from smlt.cloud import Stack
+
+    cfn = cfn or boto3.client("cloudformation")
+    stack = Stack.lookup(stack_name, cfn=cfn)
+    outputs = cfn.describe_stacks(StackName=stack_name)["Stacks"][0].get("Outputs", [])
+    arn = next((o["OutputValue"] for o in outputs if o["OutputKey"] == STUDY_OUTPUT), None)
+    if arn is None:
+        raise StackNotFound(f"stack {stack_name!r} lacks output {STUDY_OUTPUT}: deploy this version of the stack")
+    return Target(
+        arn,
+        stack.table,
+        stack.artifacts_bucket,
+        stack.data_bucket,
+        boto3.client("stepfunctions"),
+        boto3.client("dynamodb"),
+        boto3.client("s3"),
+    )
+
+
+def tune_local(path: Path, out: Path) -> tuple[StudyItem, list[TrialItem]]:
+    """`smlt tune STUDY --local`: the study on the local engine (checked before it starts)."""
+    read_study_file(path)
+    from smlt.runner import start_engine
+
+    engine, _, _ = start_engine(None)
+    try:
+        return run(local_target(engine), path, out)
+    finally:
+        engine.stop()
