@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml package.json 2>/dev/null 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run test test-fast test-stock-moto lint fmt typecheck pr bench bench-zoo bench-report bench-planner synth deploy clean
+.PHONY: install run test test-fast test-unit test-functional test-engine test-e2e test-infra test-browser test-stock-moto lint fmt typecheck pr bench bench-zoo bench-report bench-planner synth deploy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -23,19 +23,27 @@ install: $(STAMP)
 run: install
 	$(BIN)/smlt run --local examples/digits.json --out out/digits
 
+# The suite over every core (pytest-xdist; JOBS=1 runs it in one process). A test file's tests
+# stay on one worker (--dist loadfile): their module fixtures (engines, synths) start once.
+JOBS ?= auto
+XDIST = -n $(JOBS) --dist loadfile
+
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST)
+
+# One kind of test (see tests/conftest.py): `make test-unit` (seconds), test-functional, ...
+test-unit test-functional test-engine test-e2e test-infra test-browser: test-%: install
+	$(BIN)/pytest -q $(XDIST) -m $*
 
 # Pure unit tests (tests/unit: no emulated AWS, no servers, no synth): seconds.
-test-fast: install
-	$(BIN)/pytest -q -m unit
+test-fast: test-unit
 
 # The engine tests and the e2e tests marked stock_moto on stock moto (the speed patches of
 # smlt.local off), so a moto upgrade that breaks a patch cannot hide behind it. The marked e2e
 # tests cover what the speed patches replace (a run, faults, write conflicts, chained executions,
 # both Maps); the rest of e2e runs on the same moto paths and only repeats them, slower.
 test-stock-moto: install
-	SMLT_LOCAL_SPEEDUPS=0 $(BIN)/pytest -q -m "engine or stock_moto"
+	SMLT_LOCAL_SPEEDUPS=0 $(BIN)/pytest -q $(XDIST) -m "engine or stock_moto"
 
 lint: install
 	$(BIN)/ruff check .

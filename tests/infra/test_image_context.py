@@ -60,7 +60,7 @@ def test_an_edit_outside_the_image_keeps_its_hash(tmp_path):
     before = _image_hash(repo)
     (repo / "README.md").write_text((repo / "README.md").read_text() + "\nAn edit.\n")
     (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n# an edit\n")
-    for rel in ("docs/new.md", "tests/test_new.py", "bench/new.py", "lambdas/planner/new.py"):
+    for rel in ("docs/new.md", "tests/test_new.py", "bench/new.py", "lambdas/planner/new.py", "smlt/cli/new.py"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("# new\n")
     assert _image_hash(repo) == before

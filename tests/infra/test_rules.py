@@ -117,5 +117,5 @@ def test_the_lifecycle_rule_expires_the_tag_the_workers_put(synth):
     (artifacts,) = [b for lid, b in buckets.items() if lid.startswith("StorageArtifacts")]
     rules = {r["Id"]: r for r in artifacts["Properties"]["LifecycleConfiguration"]["Rules"]}
     assert rules["expire-worker-updates"]["TagFilters"] == [{"Key": key, "Value": value}]
-    source = (deployed.CDK_JSON.parent / "smlt" / "steps" / "train.py").read_text()
+    source = (deployed.CDK_JSON.parent / "smlt" / "runtime" / "steps" / "train.py").read_text()
     assert "tagging=keys.UPDATE_TAG" in source

@@ -162,6 +162,8 @@ def test_image_build_context_is_the_allowlist_only(synth):
     top = {p.name for p in staged.iterdir()}
     assert {"smlt", "lambdas"} <= top
     assert not top & {".venv", "cdk.out", "node_modules", ".git", "tests", "infra", "bench", "out"}
+    # the image ships the runtime package only, like the layer (tests/infra/test_bundling.py)
+    assert {p.name for p in (staged / "smlt").iterdir()} == {"__init__.py", "runtime"}
     assert not list(staged.rglob("__pycache__"))
     assert (staged / "lambdas/train_step/Dockerfile").exists()
     assert (staged / "layers/requirements.txt").exists()
