@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from smlt.cloud import OUTPUTS
 from smlt.datasets import cache_home
-from smlt.local.eventbridge import deliver, object_created_event
+from smlt.local.eventbridge import UploadTrigger
 from smlt.runtime.errors import SmltError
 from smlt.runtime.progress import notice
 from smlt.runtime.records import from_item, to_item
@@ -210,38 +210,6 @@ def _write_atomic(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data.encode() if isinstance(data, str) else data)
     tmp.replace(path)
-
-
-class UploadTrigger:
-    """S3 → EventBridge for the data bucket: each object new since the last poll (or with a new
-    ETag) is sent as an "Object Created" event to the stack's rules (:func:`deliver`), which
-    start a retraining run for `incoming/*/*/manifest.json` and ignore the rest."""
-
-    def __init__(self, engine: Any, bucket: str) -> None:
-        self.engine, self.bucket = engine, bucket
-        self.seen: dict[str, str] = {}
-
-    def _listing(self) -> dict[str, tuple[str, int]]:
-        found: dict[str, tuple[str, int]] = {}
-        s3 = self.engine.client("s3")
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
-            found.update({o["Key"]: (o["ETag"].strip('"'), int(o["Size"])) for o in page.get("Contents", [])})
-        return found
-
-    def prime(self) -> None:
-        """What is already there (restored state) fires nothing."""
-        self.seen = {k: etag for k, (etag, _) in self._listing().items()}
-
-    def poll(self) -> list[str]:
-        started: list[str] = []
-        for key, (etag, size) in sorted(self._listing().items()):
-            if self.seen.get(key) == etag:
-                continue
-            self.seen[key] = etag
-            for arn in deliver(self.engine, object_created_event(self.bucket, key, size, etag)):
-                notice.info(f"s3://{self.bucket}/{key}: started execution {arn.rsplit(':', 1)[-1]}")
-                started.append(arn)
-        return started
 
 
 class Console:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smlt.local.eventbridge import upload_version
+from smlt.local.eventbridge import UploadTrigger, upload_version
 from smlt.outputs import fetch_outputs
 from smlt.runner import Follower, StackNames
 from smlt.runtime.evaluation import summary_text
@@ -50,15 +50,16 @@ def watch_folder(
     until a pass finds nothing new); returns the execution ARNs it started."""
     seen: set[Path] = set()
     started: list[str] = []
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
     notice.info(f"watching {root}/incoming/<pipeline>/<version>/manifest.json (Ctrl-C to stop)")
     try:
         while True:
             fresh = sorted(p for p in root.glob("incoming/*/*/manifest.json") if p not in seen)
             for manifest in fresh:
                 seen.add(manifest)
-                for arn in upload_version(engine, names, manifest.parent, root):
+                for arn in upload_version(trigger, manifest.parent, root):
                     started.append(arn)
-                    notice.info(f"{manifest.parent.relative_to(root)}: started execution {arn.rsplit(':', 1)[-1]}")
                     _follow_triggered(engine, names, arn, out)
             if once and not fresh:
                 return started

@@ -15,13 +15,14 @@ at an unquoted placeholder (``"bucket": <detail-bucket-name>``, the form CDK's
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from smlt.runtime.progress import notice
 
 
 def object_created_event(bucket: str, key: str, size: int, etag: str) -> dict[str, Any]:
@@ -107,21 +108,52 @@ def deliver(engine: Any, event: dict[str, Any]) -> list[str]:
     return arns
 
 
-def upload_version(engine: Any, names: Any, folder: Path, root: Path) -> list[str]:
+class UploadTrigger:
+    """S3 → EventBridge for the data bucket: each object new since the last poll (or with a new
+    ETag) is sent as an "Object Created" event to the stack's rules (:func:`deliver`), which
+    start a retraining run for `incoming/*/*/manifest.json` and ignore the rest."""
+
+    def __init__(self, engine: Any, bucket: str) -> None:
+        self.engine, self.bucket = engine, bucket
+        self.seen: dict[str, str] = {}
+
+    def _listing(self) -> dict[str, tuple[str, int]]:
+        found: dict[str, tuple[str, int]] = {}
+        s3 = self.engine.client("s3")
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            found.update({o["Key"]: (o["ETag"].strip('"'), int(o["Size"])) for o in page.get("Contents", [])})
+        return found
+
+    def prime(self) -> None:
+        """What is already there (restored state) fires nothing."""
+        self.seen = {k: etag for k, (etag, _) in self._listing().items()}
+
+    def poll(self) -> list[str]:
+        started: list[str] = []
+        for key, (etag, size) in sorted(self._listing().items()):
+            if self.seen.get(key) == etag:
+                continue
+            self.seen[key] = etag
+            for arn in deliver(self.engine, object_created_event(self.bucket, key, size, etag)):
+                notice.info(f"s3://{self.bucket}/{key}: started execution {arn.rsplit(':', 1)[-1]}")
+                started.append(arn)
+        return started
+
+
+def upload_version(trigger: UploadTrigger, folder: Path, root: Path) -> list[str]:
     """Upload a prepared dataset folder under DIR/incoming/ (shards first, manifest last, as
-    `smlt data prepare` writes them) plus the pipeline's job.json, and fire the trigger."""
-    s3 = engine.client("s3")
+    `smlt data prepare` writes them) plus the pipeline's job.json into the trigger's bucket, then
+    let the trigger see the new objects as S3 would (one detector of uploads: `smlt local up`'s)."""
+    s3 = trigger.engine.client("s3")
     rel = folder.relative_to(root).as_posix()
     pipeline_job = root / "/".join(rel.split("/")[:2]) / "job.json"
     if pipeline_job.exists():
         s3.put_object(
-            Bucket=names.data_bucket, Key=pipeline_job.relative_to(root).as_posix(), Body=pipeline_job.read_bytes()
+            Bucket=trigger.bucket, Key=pipeline_job.relative_to(root).as_posix(), Body=pipeline_job.read_bytes()
         )
     manifest = folder / "manifest.json"
     for f in sorted(folder.iterdir()):
         if f.is_file() and f != manifest:
-            s3.put_object(Bucket=names.data_bucket, Key=f"{rel}/{f.name}", Body=f.read_bytes())
-    body = manifest.read_bytes()
-    key = f"{rel}/manifest.json"
-    s3.put_object(Bucket=names.data_bucket, Key=key, Body=body)
-    return deliver(engine, object_created_event(names.data_bucket, key, len(body), hashlib.md5(body).hexdigest()))
+            s3.put_object(Bucket=trigger.bucket, Key=f"{rel}/{f.name}", Body=f.read_bytes())
+    s3.put_object(Bucket=trigger.bucket, Key=f"{rel}/manifest.json", Body=manifest.read_bytes())
+    return trigger.poll()

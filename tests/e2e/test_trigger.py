@@ -2,7 +2,7 @@
 
 import json
 
-from smlt.local.eventbridge import deliver, object_created_event, upload_version
+from smlt.local.eventbridge import UploadTrigger, deliver, object_created_event, upload_version
 from smlt.runtime.data.prepare import prepare_dataset
 
 
@@ -29,8 +29,10 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
     s3.put_object(Bucket=names.data_bucket, Key="elsewhere/manifest.json", Body=b"{}")
     assert deliver(engine, object_created_event(names.data_bucket, "elsewhere/manifest.json", 2, "x")) == []
 
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
     prepare_dataset("sklearn:digits", str(root / "incoming/digits/v1"), shards=4)
-    (arn,) = upload_version(engine, names, root / "incoming/digits/v1", root)
+    (arn,) = upload_version(trigger, root / "incoming/digits/v1", root)
     run1 = _finish(engine, arn)["run_id"]
     final = json.loads(
         s3.get_object(Bucket=names.artifacts_bucket, Key=f"runs/{run1}/final/metrics.json")["Body"].read()
@@ -51,7 +53,7 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
 
     # New data: a new run, warm-started from the pipeline's latest model (run 1's final model).
     prepare_dataset("sklearn:digits", str(root / "incoming/digits/v2"), shards=4, seed=1)
-    (arn2,) = upload_version(engine, names, root / "incoming/digits/v2", root)
+    (arn2,) = upload_version(trigger, root / "incoming/digits/v2", root)
     run2 = _finish(engine, arn2)["run_id"]
     assert run2 != run1
     get = lambda key: s3.get_object(Bucket=names.artifacts_bucket, Key=key)["Body"].read()  # noqa: E731
@@ -76,5 +78,5 @@ def test_watch_folder_starts_a_run_per_new_manifest_and_fetches_it(local, tmp_pa
     assert json.loads((run_dir / "metrics.json").read_text())["final"]["rounds"] == 1
     assert (run_dir / "model.safetensors").stat().st_size > 0
     lines = [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
-    assert f"incoming/wp/v1: started execution {arn.rsplit(':', 1)[-1]}" in lines
+    assert f"s3://{names.data_bucket}/incoming/wp/v1/manifest.json: started execution {arn.rsplit(':', 1)[-1]}" in lines
     assert any(line.startswith(f"  run {run_dir.name}: val accuracy ") for line in lines)
