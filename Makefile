@@ -23,17 +23,19 @@ install: $(STAMP)
 run: install
 	$(BIN)/smlt run --local examples/digits.json --out out/digits
 
-# The suite over every core (pytest-xdist; JOBS=1 runs it in one process). A test file's tests
-# stay on one worker (--dist loadfile): their module fixtures (engines, synths) start once.
+# The suite over every core (pytest-xdist; JOBS=1: one worker). A test file's tests stay on one
+# worker (--dist loadfile): their module fixtures (engines, synths) start once. Tests marked
+# inproc_moto (moto's in-process mock resets the backends a local engine's server in the same
+# process serves) run in a second session; `pytest -m EXPR` runs both halves of what EXPR selects.
 JOBS ?= auto
-XDIST = -n $(JOBS) --dist loadfile
+PYTEST = scripts/pytest-split.sh $(BIN)/pytest -q -n $(JOBS) --dist loadfile
 
 test: install
-	$(BIN)/pytest -q $(XDIST)
+	$(PYTEST)
 
 # One kind of test (see tests/conftest.py): `make test-unit` (seconds), test-functional, ...
 test-unit test-functional test-engine test-e2e test-infra test-browser: test-%: install
-	$(BIN)/pytest -q $(XDIST) -m $*
+	$(PYTEST) -m $*
 
 # Pure unit tests (tests/unit: no emulated AWS, no servers, no synth): seconds.
 test-fast: test-unit
@@ -43,7 +45,7 @@ test-fast: test-unit
 # tests cover what the speed patches replace (a run, faults, write conflicts, chained executions,
 # both Maps); the rest of e2e runs on the same moto paths and only repeats them, slower.
 test-stock-moto: install
-	SMLT_LOCAL_SPEEDUPS=0 $(BIN)/pytest -q $(XDIST) -m "engine or stock_moto"
+	SMLT_LOCAL_SPEEDUPS=0 $(PYTEST) -m "engine or stock_moto"
 
 lint: install
 	$(BIN)/ruff check .

@@ -28,12 +28,22 @@ if _cache is not None:
     os.environ["SMLT_SYNTH_CACHE"] = str(_cache)
 
 
+def _mocks_aws_in_process(path: Path, kind: str) -> bool:
+    """moto's in-process mock (`mock_aws`) resets the backends that a local engine's server in
+    the same process serves: such tests run in a pytest session of their own (`make test`)."""
+    return kind == "functional" or "mock_aws" in path.read_text()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    in_process: dict[Path, bool] = {}
     for item in items:
-        kind = Path(item.fspath).resolve().relative_to(_ROOT).parts[0]
+        path = Path(item.fspath).resolve()
+        kind = path.relative_to(_ROOT).parts[0]
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: tests live under tests/<kind>/, kind one of {', '.join(KINDS)}")
         item.add_marker(getattr(pytest.mark, kind))
+        if in_process.setdefault(path, _mocks_aws_in_process(path, kind)):
+            item.add_marker(pytest.mark.inproc_moto)
 
 
 @pytest.fixture(scope="session", autouse=True)
