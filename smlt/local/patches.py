@@ -23,6 +23,7 @@ tests' conftests once per session (unit tests import no moto). It is idempotent.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -289,9 +290,15 @@ def speedups_enabled() -> bool:
 
 
 def selected(speedups: bool | None = None) -> list[Patch]:
-    """The patches :func:`install` applies: all correctness and memory patches, the speed ones unless off."""
+    """The patches :func:`install` applies: all correctness and memory patches, the speed ones unless
+    off, less those named in ``SMLT_LOCAL_WITHOUT`` (comma-separated: to run a patch's tests on moto
+    alone; when they pass on a new moto, the patch is deleted)."""
     with_speed = speedups_enabled() if speedups is None else speedups
-    return [p for p in PATCHES if p.kind != "speed" or with_speed]
+    without = {n.strip() for n in os.environ.get("SMLT_LOCAL_WITHOUT", "").split(",") if n.strip()}
+    unknown = without - {p.name for p in PATCHES}
+    if unknown:
+        raise ValueError(f"SMLT_LOCAL_WITHOUT names no patch: {', '.join(sorted(unknown))} (see smlt/local/patches.py)")
+    return [p for p in PATCHES if (p.kind != "speed" or with_speed) and p.name not in without]
 
 
 def check_version(version: str | None = None) -> None:

@@ -205,6 +205,15 @@ def test_supported_moto_range(version, ok):
             patches.check_version(version)
 
 
+def test_patches_named_in_smlt_local_without_are_left_out(monkeypatch):
+    monkeypatch.setenv("SMLT_LOCAL_WITHOUT", "payload-boundary, table-query")
+    names = {p.name for p in patches.selected(speedups=True)}
+    assert names == {p.name for p in patches.PATCHES} - {"payload-boundary", "table-query"}
+    monkeypatch.setenv("SMLT_LOCAL_WITHOUT", "no-such-patch")
+    with pytest.raises(ValueError, match="SMLT_LOCAL_WITHOUT names no patch: no-such-patch"):
+        patches.selected()
+
+
 def test_speedups_off_keeps_the_correctness_and_memory_patches(monkeypatch):
     monkeypatch.setenv("SMLT_LOCAL_SPEEDUPS", "0")
     kinds = {p.kind for p in patches.selected()}
