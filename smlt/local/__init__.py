@@ -105,6 +105,10 @@ Traps
   ``pool._main_hidden``.
 - moto's interpreter reaches services other than Lambda (S3 ItemReader, SDK integrations) at
   ``http://localhost:{MOTO_PORT}``; the server listens on 127.0.0.1 only.
+- The seam and the injected faults live on boto3's default session (botocore's event API):
+  ``boto3.setup_default_session()`` while an engine runs replaces that session and takes the
+  seam from the interpreter's Lambda calls made after it (an engine's start registers it on the
+  session of the moment). smlt never replaces it.
 - ``tests`` is shadowed by a ``tests`` package in site-packages (dynamodb-json ships one); handler
   modules are therefore loaded by file path, not by import name.
 """
