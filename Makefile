@@ -44,6 +44,8 @@ test-fast: test-unit
 # smlt.local off), so a moto upgrade that breaks a patch cannot hide behind it. The marked e2e
 # tests cover what the speed patches replace (a run, faults, write conflicts, chained executions,
 # both Maps); the rest of e2e runs on the same moto paths and only repeats them, slower.
+# With the engine tests (which hold every patch's behaviour tests, tests/engine/test_moto_patches.py)
+# this is the gate of a moto upgrade (docs/local-engine.md).
 test-stock-moto: install
 	SMLT_LOCAL_SPEEDUPS=0 $(PYTEST) -m "engine or stock_moto"
 

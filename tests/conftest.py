@@ -11,6 +11,7 @@ tests/browser/     the dashboard in headless Chromium (Playwright) against the l
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.inproc_moto)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def moto_patches() -> list[str]:
-    """moto patched for every test as the local engine patches it (one call, smlt.local.patches):
-    tests that use moto in-process see the same moto as the engine's server."""
-    from smlt.local import patches
+# moto's patches (smlt.local.patches) are installed by the session fixture `moto_patches` of the
+# kinds that use moto in-process (tests/functional, tests/engine); the engine installs them itself.
+# Unit tests import no moto (tests/unit/test_no_moto.py).
 
-    return patches.install()
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    """A unit test that loads moto fails (when it was not loaded before: run alone, -m unit)."""
+    before = "moto" in sys.modules
+    result = yield
+    if item.get_closest_marker("unit") and not before and "moto" in sys.modules:
+        raise AssertionError(f"{item.nodeid} imported moto: unit tests import no moto (move it to tests/functional)")
+    return result

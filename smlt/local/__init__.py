@@ -33,20 +33,21 @@ Parts
     file, the full environment, the payload and the deadline. Timeout -> ``Sandbox.Timedout`` and
     the process is replaced.
 ``invoke.py``
-    The seam: a botocore ``before-send.lambda.Invoke`` handler placed first in
-    ``BUILTIN_HANDLERS`` answers the interpreter's Lambda calls with Lambda's own response shapes
-    (error payload + ``X-Amz-Function-Error``, 429 throttles, 6 MB limits) and hosts the fault
-    injection filter (ok / fail / throttle / duplicate / timeout).
+    The seam: a botocore ``before-send.lambda.Invoke`` handler, registered first on boto3's
+    default session (and the engine's own) through botocore's event API, answers the
+    interpreter's Lambda calls with Lambda's own response shapes (error payload +
+    ``X-Amz-Function-Error``, 429 throttles, 6 MB limits) and hosts the fault injection filter
+    (ok / fail / throttle / duplicate / timeout).
 ``limits.py``
     What production enforces and moto does not: 256 KiB state payloads (inclusive boundary,
     ``States.DataLimitExceeded`` not catchable by ``States.ALL``), 25,000 history events per
     execution, 256 KiB execution input, the Distributed Map's tolerated-failure threshold, and
     ``Lambda.<Code>`` error names for payload-only Lambda tasks. Small monkeypatches.
 ``speed.py``
-    Per-request costs of moto 5.2.5 removed with small patches (same answers): memoised service
-    routing of the server's dispatcher, one cached Lambda client for the interpreter's tasks,
-    cached JSONPath parses, ``TCP_NODELAY`` on the server's connections. ``SMLT_LOCAL_SPEEDUPS=0``
-    turns them off (to measure them).
+    Per-request costs of moto 5.2.5 removed with patches that give the same answers (service
+    routing, Lambda clients, JSONPath parses, transactions' rollback copies, DynamoDB
+    serialization, Query and S3 listing over key ranges, ranged GETs, ``TCP_NODELAY``...).
+    ``SMLT_LOCAL_SPEEDUPS=0`` turns them off (to measure them).
 ``memory.py``
     What the engine keeps in memory and what it spills. Spilled, each to one append-only
     temporary file per process (gone when the server stops): a finished execution's history
@@ -57,10 +58,11 @@ Parts
     (``LocalEngine.billed``, ``invocations``). A long run still grows by what it stores per round,
     ~25 KB (bench/README.md, "Long local run").
 ``patches.py``
-    The registry of every moto patch (name, kind, what it does, the moto attributes and
-    signatures it replaces) and the one ``install()``: checks the supported moto range
-    (``moto>=5.2,<5.3``) and every listed attribute, then applies. Used by the engine and, once
-    per session, by the root ``tests/conftest.py``.
+    The registry of every moto patch (name, kind, what it does, the behaviour tests that gate
+    it, the moto issue or proposal that would make it unnecessary, when it goes; the table is in
+    docs/local-engine.md) and the one ``install()``: checks the supported moto range
+    (``moto>=5.2,<5.3``), then applies. Used by the engine and, once per session, by the
+    functional and engine tests' conftests (unit tests import no moto).
 ``eventbridge.py``
     The stack's upload trigger: the S3 "Object Created" event, matched against the template's
     ``AWS::Events::Rule`` patterns by moto's EventBridge matcher, the target input rendered (moto's
@@ -103,6 +105,10 @@ Traps
   ``pool._main_hidden``.
 - moto's interpreter reaches services other than Lambda (S3 ItemReader, SDK integrations) at
   ``http://localhost:{MOTO_PORT}``; the server listens on 127.0.0.1 only.
+- The seam and the injected faults live on boto3's default session (botocore's event API):
+  ``boto3.setup_default_session()`` while an engine runs replaces that session and takes the
+  seam from the interpreter's Lambda calls made after it (an engine's start registers it on the
+  session of the moment). smlt never replaces it.
 - ``tests`` is shadowed by a ``tests`` package in site-packages (dynamodb-json ships one); handler
   modules are therefore loaded by file path, not by import name.
 """

@@ -2,9 +2,9 @@
 
 moto serialises every request (and the local engine locks DynamoDB), so the races AWS answers
 with a conflict never happen locally. With ``--faults "s3_conflict=R,ddb_conflict=R"`` a
-botocore ``before-send`` handler, placed first in ``BUILTIN_HANDLERS`` of every handler process,
-answers a write with the error AWS gives, before it reaches moto (nothing is stored, as on AWS),
-so smlt's own retry code (smlt/runtime/retry.py) is what gets it through:
+botocore ``before-send`` handler, registered first on boto3's default session of every handler
+process (botocore's event API), answers a write with the error AWS gives, before it reaches moto
+(nothing is stored, as on AWS), so smlt's own retry code (smlt/runtime/retry.py) is what gets it through:
 
 - S3 PutObject with ``If-None-Match``: HTTP 409 ``ConditionalRequestConflict``;
 - DynamoDB TransactWriteItems: ``TransactionCanceledException`` whose ``CancellationReasons``
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +60,6 @@ class Plan:
 
 
 _plan: Plan | None = None
-_lock = threading.Lock()
-_installed = False
 
 
 def arm(plan: Plan | None) -> None:
@@ -91,15 +88,10 @@ def tallied(directory: str | os.PathLike[str]) -> dict[str, int]:
     return counts
 
 
-def install() -> None:
-    """Put the handler first in botocore's built-in handlers (sessions created from now on) and
-    on boto3's default session if it exists. Once per process; a no-op until :func:`arm`."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        put_first(EVENT, _before_send, "smlt-local-conflicts")
-        _installed = True
+def install(session: Any = None) -> None:
+    """Register the handler first on boto3's default session (or `session`): every client made
+    from it afterwards carries it. A no-op until :func:`arm`; a second call is a no-op."""
+    put_first(EVENT, _before_send, "smlt-local-conflicts", session)
 
 
 def _before_send(request: Any, event_name: str = "", **_: Any) -> AWSResponse | None:

@@ -436,6 +436,7 @@ class LocalEngine:
                         aws_session_token=DUMMY_CREDENTIALS["AWS_SESSION_TOKEN"],
                         region_name=self.region,
                     )
+                    invoke.install(self._session)  # its Lambda calls reach the handler processes too
                 c = self._session.client(service, endpoint_url=self.endpoint_url)
                 self._clients[service] = c
             return c

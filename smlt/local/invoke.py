@@ -1,9 +1,9 @@
 """The Invoke seam: moto's ASL interpreter calls Lambda with a boto3 client
 (``boto_client_for(...).invoke``, see moto/stepfunctions/parser/asl/component/state/exec/
-state_task/lambda_eval_utils.py). A botocore handler on ``before-send.lambda.Invoke``, inserted
-*first* in ``botocore.handlers.BUILTIN_HANDLERS``, answers those calls before anything is sent
-(and before moto's own stubber, which is appended to the same list), by running the function's
-handler in the :class:`~smlt.local.pool.WorkerPool`.
+state_task/lambda_eval_utils.py). A botocore handler on ``before-send.lambda.Invoke``, registered
+*first* on boto3's default session (the one ``boto3.client`` uses, botocore's event API), answers
+those calls before anything is sent (and before moto's own stubber, a built-in handler), by running
+the function's handler in the :class:`~smlt.local.pool.WorkerPool`.
 
 Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
 
@@ -294,20 +294,12 @@ def _before_send(request: Any, **_: Any) -> AWSResponse | None:
     return owners[0].handle(request)  # answers ResourceNotFoundException
 
 
-_installed = False
-
-
-def install() -> None:
-    """Put the seam first in botocore's built-in handlers (sessions created from now on) and on
-    boto3's default session if it already exists. Once per process: botocore calls *every*
-    handler of an event (the first non-None answer wins), so a second registration on the same
-    session would run each invocation twice."""
-    global _installed
+def install(session: Any = None) -> None:
+    """Register the seam first on boto3's default session (where moto's interpreter makes its
+    Lambda client) or on `session` (an engine's own). Once per session: a second call is a no-op
+    (botocore calls *every* handler of an event; registered twice, each invocation would run twice)."""
     with _routers_lock:
-        if _installed:
-            return
-        put_first(EVENT, _before_send, "smlt-local-invoke")
-        _installed = True
+        put_first(EVENT, _before_send, "smlt-local-invoke", session)
 
 
 def activate(router: InvokeRouter) -> None:

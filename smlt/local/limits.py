@@ -28,9 +28,8 @@ and fails with ``States.DataLimitExceeded`` (``moto/stepfunctions/parser/quotas.
    ``arn:aws:states:::lambda:invoke``. ``StateTaskLambda._from_error`` is wrapped accordingly, so
    the Retry CDK adds on Lambda service errors applies locally too.
 
-Each patch is one function below, listed (with the moto attributes it replaces) in
-:mod:`smlt.local.patches`, which checks the moto version range and those attributes before it
-applies any: an upgrade that moves them fails loudly instead of silently dropping a limit.
+Each patch is one function below, listed in :mod:`smlt.local.patches` with the tests that show
+AWS's behaviour (the gate of a moto upgrade: a limit is never dropped silently).
 """
 
 from __future__ import annotations

@@ -47,8 +47,6 @@ import threading
 import weakref
 from typing import IO, Any
 
-from .errors import MotoVersionError
-
 _ATTR = "_smlt_spilled_history"  # (offset, length) in the spill file, on a finished Execution
 
 
@@ -403,9 +401,7 @@ def patch_compact_dynamodb_items() -> None:
 
     from moto.dynamodb.models.table import Table
 
-    codec = _Codec()
-    _check_codec(codec)
-    _CODEC[:] = [codec]
+    _CODEC[:] = [_Codec()]
     orig_init = Table.__init__
 
     @functools.wraps(orig_init)
@@ -418,29 +414,6 @@ def patch_compact_dynamodb_items() -> None:
     from . import moto_fixes
 
     moto_fixes.BEFORE_OPERATION.append(freeze_cold)
-
-
-def _check_codec(codec: _Codec) -> None:
-    import copy
-
-    from moto.dynamodb.models.dynamo_type import DynamoType, Item
-
-    sample = Item(
-        DynamoType({"S": "h"}),
-        DynamoType({"N": "1"}),
-        {"s": {"S": "x"}, "b": {"B": b"\x00"}, "t": {"BOOL": True}, "z": {"NULL": True}, "n": {"N": "1.50"}},
-    )
-    sample.attrs["m"] = DynamoType({"M": {"l": {"L": [{"SS": ["a"]}, {"NS": ["1"]}, {"BS": [b"q"]}]}, "e": {"M": {}}}})
-    frozen = codec.freeze(sample)
-    theirs, ours = copy.deepcopy(sample), codec.thaw(frozen) if frozen is not None else None
-    if (
-        ours is None
-        or vars(theirs).keys() != vars(ours).keys()
-        or theirs.to_json() != ours.to_json()
-        or theirs != ours
-        or type(theirs.attrs) is not type(ours.attrs)
-    ):
-        raise MotoVersionError("moto's Item / DynamoType fields changed")
 
 
 # --- the process's malloc arenas ---------------------------------------------------------------

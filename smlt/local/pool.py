@@ -122,31 +122,24 @@ def _load_handler(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> Any
 # Tracing (diagnostics, off unless a job asks with ``"trace": True``): the AWS API calls a
 # handler makes, timed per ``service.Operation``, and the handler's own time.
 _api_calls: dict[str, list[float]] | None = None
-_api_timer_installed = False
+_T0 = "smlt_trace_t0"
 
 
-def _install_api_timer() -> None:
-    global _api_timer_installed
-    if _api_timer_installed:
+def _call_started(model: Any, context: dict[str, Any], **_: Any) -> None:
+    """botocore ``provide-client-params`` (the first event of an API call): note its start."""
+    if _api_calls is not None:
+        context[_T0] = (f"{model.service_model.service_name}.{model.name}", time.perf_counter())
+
+
+def _call_ended(context: dict[str, Any], **_: Any) -> None:
+    """botocore ``after-call`` / ``after-call-error``: add the call's time to its operation."""
+    acc, started = _api_calls, context.pop(_T0, None)
+    if acc is None or started is None:
         return
-    import botocore.client
-
-    orig = botocore.client.BaseClient._make_api_call
-
-    def timed(self: Any, operation_name: str, api_params: Any) -> Any:
-        acc = _api_calls
-        if acc is None:
-            return orig(self, operation_name, api_params)
-        t = time.perf_counter()
-        try:
-            return orig(self, operation_name, api_params)
-        finally:
-            c = acc.setdefault(f"{self.meta.service_model.service_name}.{operation_name}", [0, 0.0])
-            c[0] += 1
-            c[1] += time.perf_counter() - t
-
-    botocore.client.BaseClient._make_api_call = timed
-    _api_timer_installed = True
+    name, t = started
+    c = acc.setdefault(name, [0, 0.0])
+    c[0] += 1
+    c[1] += time.perf_counter() - t
 
 
 # The injected failure (`--faults fail=R`): the handler's first AWS request raises, so the
@@ -170,7 +163,6 @@ def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[st
     if not job.get("trace"):
         status, payload = _run_job_untraced(job, cache, billed)
         return status, payload, {"billed": billed}
-    _install_api_timer()
     _api_calls = {}
     t = time.perf_counter()
     try:
@@ -241,6 +233,9 @@ def _worker_main(conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers end
     conflicts.install()  # before any handler makes a client; idle until a job arms it
     put_first("before-send", _inject_failure, "smlt-local-fail")  # idle until a job asks for it
+    for event, handler in (("provide-client-params", _call_started), ("after-call", _call_ended)):
+        put_first(event, handler, f"smlt-local-trace-{event}")  # idle until a job asks for a trace
+    put_first("after-call-error", _call_ended, "smlt-local-trace-after-call-error")
     cache: dict[tuple[str, str], Any] = {}
     while True:
         try:

@@ -1,7 +1,6 @@
 """Per-request costs of moto 5.2 that the local engine pays on every round, removed with small,
-documented monkeypatches (same answers, less work). Listed in :mod:`smlt.local.patches`, which
-checks the moto version range and every attribute they replace before applying them: an upgrade
-that moves them fails loudly.
+documented monkeypatches (same answers, less work). Listed in :mod:`smlt.local.patches` with
+the tests that compare each one's answers with moto's own (the gate of a moto upgrade).
 
 Measured with ``bench/local_bench.py``'s overhead probe (8 workers, no-op compute) and py-spy on
 the engine's process: about two thirds of that process's busy time was moto's HTTP server, and
@@ -311,51 +310,6 @@ class _Generic(Exception):
     """This value is not in the canonical form the fast path handles: let moto serialize it."""
 
 
-# The DynamoDB AttributeValue structure as moto's serializer walks it (botocore's service model):
-# member -> (shape type, list member type). Checked against the model at install time.
-_AV_MEMBERS = {
-    "S": ("string", None),
-    "N": ("string", None),
-    "B": ("blob", None),
-    "SS": ("list", "string"),
-    "NS": ("list", "string"),
-    "BS": ("list", "blob"),
-    "M": ("map", None),
-    "L": ("list", "structure"),
-    "NULL": ("boolean", None),
-    "BOOL": ("boolean", None),
-}
-
-
-def _check_attribute_value_shape() -> None:
-    """The serializer and AttributeValue shape the fast path reproduces are moto 5.2's."""
-    from moto.core import serialize
-    from moto.core.utils import get_service_model
-
-    av = get_service_model("dynamodb").shape_for("AttributeValue")
-    found = {
-        name: (m.type_name, getattr(getattr(m, "member", None), "type_name", None)) for name, m in av.members.items()
-    }
-    serialized_names = [
-        s
-        for s in [av.serialization]
-        + [m.serialization for m in av.members.values()]
-        + [av.members["M"].value.serialization, av.members["L"].member.serialization]
-        if s
-    ]
-    if (
-        found != _AV_MEMBERS
-        or serialized_names
-        or av.members["M"].value.name != "AttributeValue"
-        or av.members["L"].member.name != "AttributeValue"
-        or serialize.get_serializer_class("dynamodb", "json") is not serialize.JSONSerializer
-        or serialize.JSONSerializer.MAP_TYPE is not dict
-        or "_serialize_type_boolean" in vars(serialize.BaseJSONSerializer)
-        or "_serialize_type_structure" in vars(serialize.JSONSerializer)
-    ):
-        raise MotoVersionError("moto's serializer or DynamoDB's AttributeValue shape changed")
-
-
 def _sets_and_binaries(serializer: Any, t: str, v: Any, tv: type) -> Any:
     """The wire form of an SS/NS/B/BS value (base64 by the serializer's own function)."""
     if t == "SS" or t == "NS":
@@ -376,7 +330,6 @@ def _sets_and_binaries(serializer: Any, t: str, v: Any, tv: type) -> Any:
 def patch_attribute_value_serializer() -> None:
     from moto.core import serialize
 
-    _check_attribute_value_shape()
     orig = serialize.BaseJSONSerializer._serialize_type_structure
 
     def attribute_value(self: Any, value: Any) -> dict[str, Any]:
@@ -415,43 +368,6 @@ def patch_attribute_value_serializer() -> None:
     _replace(serialize.JSONSerializer, "_serialize_type_structure", _serialize_type_structure)
 
 
-_QUERY_PARAMS = [
-    "self",
-    "hash_key",
-    "range_comparison",
-    "range_objs",
-    "limit",
-    "exclusive_start_key",
-    "scan_index_forward",
-    "projection_expressions",
-    "index_name",
-    "consistent_read",
-    "filter_expression",
-    "hash_key_conditions",
-    "range_key_conditions",
-    "filter_kwargs",
-]
-
-
-def _check_table_query() -> None:
-    import inspect
-
-    from moto.dynamodb import comparisons
-    from moto.dynamodb.models import table as table_module
-    from moto.dynamodb.models.dynamo_type import Item, LimitedSizeDict
-
-    Table = table_module.Table
-    if (
-        list(inspect.signature(Table.query).parameters) != _QUERY_PARAMS
-        or not isinstance(table_module.RESULT_SIZE_LIMIT, int)
-        or _ITEM_SIZE_BOUND not in LimitedSizeDict.__setitem__.__code__.co_consts
-        or not all(hasattr(Table, a) for a in ("_item_comes_before_dct", "_get_last_evaluated_key"))
-        or not callable(getattr(comparisons, "get_comparison_func", None))
-        or not callable(getattr(Item, "update_with_attribute_updates", None))
-    ):
-        raise MotoVersionError("moto's Table.query changed")
-
-
 def _blank(cls: Any) -> Any:
     """An instance of ``cls`` without __init__, through the class's own __new__ (moto's BaseModel
     tracks its instances there), as moto's __deepcopy__ makes them."""
@@ -459,42 +375,21 @@ def _blank(cls: Any) -> Any:
 
 
 class _ItemOps:
-    """Item sizes and copies as moto computes them, without its per-node costs (moto's classes
-    are passed in once, at install)."""
+    """Item copies as moto makes them, without deepcopy's per-node costs (moto's classes are
+    passed in once, at install)."""
 
     def __init__(self) -> None:
         from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
-        from moto.dynamodb.models.utilities import bytesize
 
         # moto's classes, typed Any: instances are built field by field (``__new__``), as moto's
         # own __deepcopy__ does
         self.DynamoType: Any = DynamoType
         self.Item: Any = Item
         self.LimitedSizeDict: Any = LimitedSizeDict
-        self.bytesize = bytesize
 
-    def item_size(self, item: Any) -> int:
-        """``Item.size()`` without its cost: moto's ``DynamoType.size`` wraps every map value in a
-        new ``DynamoType`` (which copies its whole subtree) before sizing it. Same sum, same
-        rules; anything but a plain DynamoType tree is left to moto."""
-        try:
-            return sum(self.bytesize(k) + self._av_size(v) for k, v in item.attrs.items())
-        except _Generic:
-            return int(item.size())
-
-    def _av_size(self, d: Any) -> int:
-        if type(d) is not self.DynamoType:
-            raise _Generic
-        t, v = d.type, d.value
-        if t == "S" or t == "B" or t == "BOOL" or t == "NULL":
-            return 1 if isinstance(v, bool) else int(self.bytesize(v))
-        if t == "N":
-            return len(str(v))
-        if t == "M":
-            return sum(self.bytesize(k) + self._av_size(x) for k, x in v.items())
-        if t == "L":
-            return sum(self._av_size(x) for x in v)
-        return int(d.size())  # sets, anything else: moto's own
+    @staticmethod
+    def item_size(item: Any) -> int:
+        return int(item.size())  # moto's own (only computed when a size can decide something)
 
     def copy_items(self, items: list[Any]) -> list[Any]:
         """``copy.deepcopy(items)`` as Item.__deepcopy__ and DynamoType.__deepcopy__ make it (new
@@ -536,22 +431,6 @@ class _ItemOps:
         else:
             new.value = v
         return new
-
-    def check_copy(self) -> None:
-        Item, DynamoType = self.Item, self.DynamoType
-        sample = Item(
-            DynamoType({"S": "h"}),
-            DynamoType({"N": "1"}),
-            {"h": {"S": "h"}, "r": {"N": "1"}, "m": {"M": {"l": {"L": [{"SS": ["a"]}]}}}},
-        )
-        theirs, ours = copy.deepcopy(sample), self.copy_items([sample])[0]
-        if (
-            vars(theirs).keys() != vars(ours).keys()
-            or theirs.to_json() != ours.to_json()
-            or vars(theirs.attrs["m"]).keys() != vars(ours.attrs["m"]).keys()
-            or type(theirs.attrs) is not type(ours.attrs)
-        ):
-            raise MotoVersionError("moto's Item / DynamoType copy changed")
 
 
 def _watch(fn: Any, item_of: Any, item_size: Any) -> Any:
@@ -721,9 +600,7 @@ def patch_table_query() -> None:
     from moto.dynamodb.models.table import Table
     from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
 
-    _check_table_query()
     ops = _ItemOps()
-    ops.check_copy()
     orig = Table.query
 
     # Every item's size is at most _ITEM_SIZE_BOUND: LimitedSizeDict checks the whole item on
@@ -814,10 +691,6 @@ def patch_dynamo_to_dict() -> None:
     from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
     from moto.dynamodb.models.utilities import dynamo_to_dict as orig
 
-    if ddb_responses.dynamo_to_dict is not orig or "dynamo_to_dict" not in (
-        ddb_responses.DynamoResult.__init__.__code__.co_names
-    ):
-        raise MotoVersionError("moto's DynamoResult no longer converts with dynamo_to_dict")
     plain = (str, int, float, bool, bytes, type(None))
 
     @functools.wraps(orig)
@@ -872,28 +745,13 @@ class _KeyBytes:
 
 
 def patch_ranged_get() -> None:
-    import inspect
-
     from moto.s3 import responses as s3_responses
     from moto.s3.models import FakeKey
 
-    prop = vars(FakeKey).get("value")
+    prop: Any = vars(FakeKey)["value"]  # a property: the body read from / written to its buffer
     S3Response = s3_responses.S3Response
     orig_get_object = S3Response.get_object
     orig_key_response = S3Response.key_response
-    orig_range = S3Response._handle_range_header
-    init = inspect.unwrap(FakeKey.__init__)  # moto's own, under the memory patch (smlt.local.memory)
-    if (
-        not isinstance(prop, property)
-        or prop.fget is None
-        or prop.fset is None
-        or "_value_buffer" not in init.__code__.co_names
-        or "lock" not in init.__code__.co_names
-        or list(inspect.signature(orig_range).parameters) != ["self", "request", "response_headers", "response_content"]
-        or not {"range", "_send_response"}
-        <= set(orig_key_response.__code__.co_names) | set(orig_key_response.__code__.co_consts)
-    ):
-        raise MotoVersionError("moto's S3 FakeKey.value / ranged GET changed")
     read_all = prop.fget
     local = threading.local()
 
@@ -987,18 +845,10 @@ def _sorted_names(store: Any) -> list[str]:
 
 
 def patch_list_objects_v2() -> None:
-    import inspect
-
     from moto.s3.models import FakeDeleteMarker, FakeTableStorageBucket, S3Backend
     from moto.s3.utils import _VersionedKeyStore
 
     orig = S3Backend.list_objects_v2
-    code = inspect.unwrap(orig).__code__
-    if list(inspect.signature(orig).parameters) != [
-        "self",
-        *("bucket", "prefix", "delimiter", "continuation_token", "start_after", "max_keys"),
-    ] or not {"list_objects", "_get_results_from_token", "_truncate_result"} <= set(code.co_names):
-        raise MotoVersionError("moto's S3Backend.list_objects_v2 changed")
 
     @functools.wraps(orig)
     def list_objects_v2(

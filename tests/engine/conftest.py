@@ -21,6 +21,15 @@ def job(**kw):
     return j
 
 
+@pytest.fixture(scope="session", autouse=True)
+def moto_patches() -> list[str]:
+    """moto patched as the local engine patches it: the tests that use moto in-process see the
+    same moto as the engine's server."""
+    from smlt.local import patches
+
+    return patches.install()
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     from smlt.local.engine import LocalEngine

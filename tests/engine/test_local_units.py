@@ -205,24 +205,13 @@ def test_supported_moto_range(version, ok):
             patches.check_version(version)
 
 
-def test_every_patch_matches_the_installed_moto():
-    for p in patches.PATCHES:
-        patches.check(p)  # raises naming the patch
-    assert len({p.name for p in patches.PATCHES}) == len(patches.PATCHES)
-
-
-def test_a_moved_or_reshaped_attribute_is_refused_by_name(monkeypatch):
-    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
-        distributed_iteration_component as dic,
-    )
-
-    patch = next(p for p in patches.PATCHES if p.name == "map-tolerated-failures")
-    monkeypatch.setattr(dic.DistributedIterationComponent, "_map_run", lambda self, env: None)
-    with pytest.raises(MotoVersionError, match=r"'map-tolerated-failures'.*takes \('self', 'env'\)"):
-        patches.check(patch)
-    monkeypatch.delattr(dic.DistributedIterationComponent, "_map_run")
-    with pytest.raises(MotoVersionError, match="'map-tolerated-failures'.*_map_run is gone"):
-        patches.check(patch)
+def test_patches_named_in_smlt_local_without_are_left_out(monkeypatch):
+    monkeypatch.setenv("SMLT_LOCAL_WITHOUT", "payload-boundary, table-query")
+    names = {p.name for p in patches.selected(speedups=True)}
+    assert names == {p.name for p in patches.PATCHES} - {"payload-boundary", "table-query"}
+    monkeypatch.setenv("SMLT_LOCAL_WITHOUT", "no-such-patch")
+    with pytest.raises(ValueError, match="SMLT_LOCAL_WITHOUT names no patch: no-such-patch"):
+        patches.selected()
 
 
 def test_speedups_off_keeps_the_correctness_and_memory_patches(monkeypatch):
@@ -327,17 +316,17 @@ def test_spawn_start_method_works_too(tmp_path):
         WorkerPool(1, start_method="fork")
 
 
-def test_the_seam_is_registered_once_per_session(monkeypatch):
+def test_the_seam_is_registered_once_per_session_through_the_event_api(monkeypatch):
     import boto3
     import botocore.handlers
 
     from smlt.local import invoke
 
-    invoke.install()
-    invoke.install()
-    entries = [h for h in botocore.handlers.BUILTIN_HANDLERS if h[0] == invoke.EVENT]
-    assert entries == [(invoke.EVENT, invoke._before_send)]
-    assert botocore.handlers.BUILTIN_HANDLERS[0] == entries[0]
+    builtin = list(botocore.handlers.BUILTIN_HANDLERS)
+    own = boto3.session.Session()
+    for session in (None, None, own, own):  # twice each: a second registration is a no-op
+        invoke.install(session)
+    assert botocore.handlers.BUILTIN_HANDLERS == builtin  # botocore's module list is left alone
     calls = []
 
     class Probe:
@@ -353,11 +342,18 @@ def test_the_seam_is_registered_once_per_session(monkeypatch):
         },
     )()
     monkeypatch.setattr(invoke, "_routers", [router])
-    for session in (boto3.session.Session(), boto3._get_default_session()):
+    for session in (own, boto3.DEFAULT_SESSION):
         calls.clear()
         responses = session.events.emit(invoke.EVENT, request=Probe())
         assert [r for _, r in responses if r is not None] == ["answer"]
         assert len(calls) == 1
+    # a client made from the default session, as moto's interpreter makes its Lambda client, asks the seam
+    client = boto3.client("lambda", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+    calls.clear()
+    assert client.meta.events.emit_until_response(invoke.EVENT, request=Probe())[1] == "answer"
+    calls.clear()  # a session made elsewhere is not touched (no process-wide list is changed)
+    assert all(r is None for _, r in boto3.session.Session().events.emit(invoke.EVENT, request=Probe()))
+    assert not calls
 
 
 # ------------------------------------------------------------------------------------------

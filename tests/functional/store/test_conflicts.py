@@ -24,12 +24,12 @@ def clients(monkeypatch, tmp_path):
     # write even when the injected conflict answers it (botocore calls every before-send handler).
     sleeps: list[float] = []
     monkeypatch.setattr(retry.time, "sleep", sleeps.append)  # the backoff, recorded instead of slept
-    conflicts.install()
     server = moto_server.acquire()
     try:
         session = boto3.session.Session(
             aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )  # created after install(): carries the injection
+        )
+        conflicts.install(session)  # before its clients are made: they carry the injection
         s3 = session.client("s3", endpoint_url=server.endpoint_url)
         ddb = session.client("dynamodb", endpoint_url=server.endpoint_url)
         name = f"smlt-conflicts-{uuid.uuid4().hex[:8]}"
