@@ -104,3 +104,37 @@ def test_items_file_is_the_json_list_of_meta_and_every_item_saved_in_order(tmp_p
         read = json.loads(path.read_text())
         assert [{k: v for k, v in i.items() if k != DIGEST} for i in read] == [meta, *saved]
     assert not (tmp_path / "items.json.tmp").exists()
+
+
+def test_a_new_run_keeps_an_earlier_runs_state_of_the_same_id(tmp_path):
+    """`smlt run` with the run id of a saved run is refused, naming what to do; unfinished, it
+    says how to resume it; finished, that it finished. Nothing is changed either way."""
+    from smlt.snapshot import SavedRunExists, refuse_to_replace
+
+    folder = state_dir(tmp_path, "r")
+    refuse_to_replace(tmp_path, "r", folder)  # nothing saved: a fresh run goes ahead
+    _save(folder, "r")
+    items = json.loads((folder / "items.json").read_text())
+    (folder / "items.json").write_text(json.dumps([*items, {"pk": keys.pk("r"), "sk": keys.round_sk(0)}]))
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(SavedRunExists, match=r"run 'r' has a saved state in .* \(1 rounds, in .*runs/r\)") as e:
+        refuse_to_replace(tmp_path, "r", folder)
+    assert f"`smlt resume r --local --out {tmp_path}`" in str(e.value) and "--replace" in str(e.value)
+    items[0]["status"] = "SUCCEEDED"
+    (folder / "items.json").write_text(json.dumps(items))
+    with pytest.raises(SavedRunExists, match=r"run 'r' finished already in .*: give this run another run_id or --out"):
+        refuse_to_replace(tmp_path, "r", folder)
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "items.json"} == {
+        p: b for p, b in before.items() if p.name != "items.json"
+    }
+
+
+def test_a_run_without_out_gets_its_own_folder_when_out_holds_another_runs_outputs(tmp_path, monkeypatch):
+    from smlt.runner import default_out
+
+    monkeypatch.chdir(tmp_path)
+    assert default_out("b") == Path("out")  # nothing there yet
+    Path("out").mkdir()
+    Path("out/metrics.json").write_text(json.dumps({"run_id": "a"}))
+    assert default_out("a") == Path("out")  # its own outputs (a run id given twice is refused elsewhere)
+    assert default_out("b") == Path("out/b")
