@@ -1,4 +1,5 @@
-"""Fetch a run's results into a folder: model.safetensors, metrics.json, report.png, history.json."""
+"""Fetch a run's results into a folder: model.safetensors, model.json (its model card), metrics.json,
+report.png, history.json."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from smlt.runtime import keys
 from smlt.runtime.errors import RunNotFinished
 from smlt.runtime.evaluation import ValMetrics, metrics_text
 from smlt.runtime.items import RoundItem
+from smlt.runtime.modelcard import card_key, parse_card
 from smlt.runtime.store import NotFound, S3Store
+from smlt.runtime.usercode import code_key
 
 
 def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict] | None = None) -> dict[str, Any]:
@@ -22,11 +25,28 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
         raise RunNotFinished(f"run {run_id} has no final metrics yet (is it finished?)") from None
     if metrics["final"].get("model_key"):
         (out / "model.safetensors").write_bytes(artifacts.get(keys.final_model_key(run_id)))
+        _fetch_card(artifacts, run_id, out)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     if history is not None:
         (out / "history.json").write_text(json.dumps(history, indent=1, default=str))
     write_report(metrics, out / "report.png")
     return metrics
+
+
+def _fetch_card(artifacts: S3Store, run_id: str, out: Path) -> None:
+    """model.json and, for a model built by the user's code, that code as code.zip (what
+    `smlt.load_model` imports it from, checked against the card's sha256)."""
+    try:
+        raw = artifacts.get(card_key(run_id))
+    except NotFound:  # published before smlt wrote model cards
+        return
+    (out / "model.json").write_bytes(raw)
+    code = parse_card(raw, str(out / "model.json")).code
+    if code is not None and code.sha256 is not None:
+        try:
+            (out / "code.zip").write_bytes(artifacts.get(code_key(code.sha256)))
+        except NotFound:
+            pass
 
 
 def progress_line(r: RoundItem) -> str:
