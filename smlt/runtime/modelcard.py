@@ -24,7 +24,6 @@ import json
 import logging
 import re
 import struct
-import time
 from typing import Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -66,7 +65,6 @@ class ModelCard(BaseModel):
 
     format: Literal["smlt-model/1"] = CARD_FORMAT
     run_id: str
-    created_at: float
     model: ModelSpec
     builtin: bool
     code: CodeSpec | None = None  # the user's code (`--code`): zip uri and sha256, and `transform`
@@ -106,7 +104,6 @@ def build_card(
     found = _PIPELINE_DATA.search(job.dataset.uri) if job.pipeline else None
     return ModelCard(
         run_id=run_id,
-        created_at=time.time(),
         model=job.model,
         builtin=job.model.name in BUILTIN_MODELS,
         code=job.code,
