@@ -4,7 +4,7 @@
 nothing else.
 
 Each function does what the command of the same name does (the CLI and the API call the same
-functions: smlt.runner, smlt.tune, smlt.predict, smlt.export) and returns a typed result instead
+functions: smlt.runner, smlt.tune, smlt.inference, smlt.exporter) and returns a typed result instead
 of printing; pass `verbose=True` to see the CLI's progress lines as well.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smlt.export import Exported, Format, example_input, export_module
-from smlt.predict import LoadedModel, Predictions, load_model
+from smlt.exporter import Exported, Format, example_input, export_module
+from smlt.inference import LoadedModel, Predictions, load_model
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.items import FinalMetrics
 
@@ -221,7 +221,7 @@ def export(
     """Export a run's model for serving (`smlt export`): `format` "onnx" or "torch-export", to `out`
     (default: model.onnx / model.pt2 beside the model when it is a folder, else in the current
     folder), checked against PyTorch's outputs on `data`'s rows (default: a seeded batch)."""
-    from smlt.export import SUFFIX
+    from smlt.exporter import SUFFIX
 
     loaded = model if isinstance(model, LoadedModel) else load_model(model, out=runs, stack=stack)
     if out is None:

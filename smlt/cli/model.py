@@ -35,14 +35,14 @@ def add_commands(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from smlt.predict import load_model
+    from smlt.inference import load_model
 
     return load_model(args.model, out=args.runs, stack=args.stack, code=args.code)
 
 
 def predict(args: argparse.Namespace) -> int:
     from smlt.api import predict as run
-    from smlt.predict import card_summary
+    from smlt.inference import card_summary
     from smlt.runtime.progress import notice
 
     model = _load(args)
@@ -64,7 +64,7 @@ def export(args: argparse.Namespace) -> int:
     model = _load(args)
     out = args.out
     if out is None:
-        from smlt.export import SUFFIX
+        from smlt.exporter import SUFFIX
 
         here = Path(model.source).parent if not model.source.startswith("s3://") else Path(".")
         out = here / f"model{SUFFIX[args.format]}"

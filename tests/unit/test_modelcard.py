@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from smlt.predict import LoadedModel, _Found, build, read_inputs
+from smlt.inference import LoadedModel, _Found, build, read_inputs
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.job import parse_job
 from smlt.runtime.modelcard import InvalidModel, build_card, read_card, with_card
