@@ -11,7 +11,7 @@ from smlt.report import write_report
 from smlt.runtime import keys
 from smlt.runtime.errors import RunNotFinished
 from smlt.runtime.evaluation import ValMetrics, metrics_text
-from smlt.runtime.items import RoundItem
+from smlt.runtime.items import PlanItem, RoundItem
 from smlt.runtime.modelcard import card_key, parse_card
 from smlt.runtime.store import NotFound, S3Store
 from smlt.runtime.usercode import code_key
@@ -49,7 +49,35 @@ def _fetch_card(artifacts: S3Store, run_id: str, out: Path) -> None:
             pass
 
 
-def progress_line(r: RoundItem) -> str:
+def eta_text(r: RoundItem, plan: PlanItem | None) -> str:
+    """The planner's forecast of the rest of the run after round r, against the deadline and the
+    budget left: the forecast of round r's plan (which counted round r) less what round r took.
+    Empty when the plan has none (the fixed planner, a stop)."""
+    if plan is None or plan.eta_rounds is None or plan.eta_s is None or plan.eta_cost_usd is None:
+        return ""
+
+    def band(p50: float, p70: float | None, fmt: str) -> str:
+        return fmt.format(p50) + (f" (p70 {fmt.format(p70)})" if p70 is not None and p70 > p50 * 1.005 else "")
+
+    rounds = max(plan.eta_rounds - 1, 0.0)
+    rounds70 = max(plan.eta_rounds_p70 - 1, 0.0) if plan.eta_rounds_p70 is not None else None
+    secs = max(plan.eta_s - r.round_s, 0.0)
+    secs70 = max(plan.eta_s_p70 - r.round_s, 0.0) if plan.eta_s_p70 is not None else None
+    usd = max(plan.eta_cost_usd - r.cost_usd, 0.0)
+    usd70 = max(plan.eta_cost_usd_p70 - r.cost_usd, 0.0) if plan.eta_cost_usd_p70 is not None else None
+    c = plan.spec.job.constraints if plan.spec is not None else None
+    time_left = usd_left = ""
+    if c is not None and c.deadline_seconds is not None and plan.elapsed_s is not None:
+        time_left = f" of {max(c.deadline_seconds - plan.elapsed_s - r.round_s, 0.0):.0f} s left"
+    if c is not None and c.budget_usd is not None:
+        usd_left = f" of ${max(c.budget_usd - r.cost_total_usd, 0.0):.4f} left"
+    return (
+        f"ETA {band(rounds, rounds70, '{:.0f}')} rounds, {band(secs, secs70, '{:.0f} s')}{time_left}, "
+        f"{band(usd, usd70, '${:.4f}')}{usd_left}"
+    )
+
+
+def progress_line(r: RoundItem, plan: PlanItem | None = None) -> str:
     whole = ValMetrics.model_validate(r.model_dump(include=set(ValMetrics.model_fields)))
     partial = ValMetrics.model_validate({k: getattr(r, f"{k}_partial") for k in ValMetrics.model_fields})
     measured = whole.val_loss is not None or partial.val_loss is None
@@ -66,4 +94,5 @@ def progress_line(r: RoundItem) -> str:
         f"{r.round_s:5.2f} s",
         f"cost ${r.cost_total_usd:.5f}",
     ]
-    return " | ".join(parts)
+    eta = eta_text(r, plan) if not r.stop else ""
+    return " | ".join(parts + ([eta] if eta else []))
