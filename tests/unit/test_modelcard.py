@@ -92,3 +92,26 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
 
 def manifest_mean(manifest):
     return manifest.normalization.mean[0]
+
+
+def test_regression_predictions_are_in_the_labels_units(tmp_path):
+    rng = np.random.default_rng(2)
+    rows = [[float(s), str(rng.choice(["red", "blue"])), 1000.0 + 50.0 * s] for s in rng.normal(0, 1, 120)]
+    src = _csv(tmp_path / "r.csv", rows)
+    manifest = prepare_dataset(str(src), str(tmp_path / "p"), shards=2, options=None)
+    assert manifest.task == "regression" and manifest.target is not None
+    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
+    card = build_card("r2", job, manifest, None, None)
+    net = build_model(card.model, card.input_shape, card.output_dim, 0)
+    with torch.no_grad():  # predicts the standardised target 0: the train split's mean, in the user's units
+        for p in net.parameters():
+            p.zero_()
+    loaded = LoadedModel(build(card, _Found(with_card(save(net.state_dict()), card), None, None, "m"), None), card, "m")
+    preds = loaded.predict(src)
+    assert preds.columns == ["label"] and preds.values is not None
+    assert np.allclose(preds.values, manifest.target.mean[0]) and 900 < preds.values[0, 0] < 1100
+    assert preds.rmse is not None and preds.rmse > 10  # against the file's own labels, in its units
+    preds.write(tmp_path / "p.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "p.parquet").column_names == ["id", "label"]
