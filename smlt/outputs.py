@@ -49,32 +49,42 @@ def _fetch_card(artifacts: S3Store, run_id: str, out: Path) -> None:
             pass
 
 
+def _band(p50: float, p70: float | None, fmt: str) -> str:
+    """A median with its p70, when the band is wider than the rounding."""
+    return fmt.format(p50) + (f" (p70 {fmt.format(p70)})" if p70 is not None and p70 > p50 * 1.005 else "")
+
+
+def forecast_text(plan: PlanItem, took_s: float = 0.0, took_usd: float = 0.0, rounds_done: int = 0) -> str:
+    """The plan's forecast of the rest of the run (the dashboard's plans table), less `rounds_done`
+    rounds that took `took_s` and `took_usd` since it was made; empty when it has none."""
+    if plan.eta_rounds is None or plan.eta_s is None or plan.eta_cost_usd is None:
+        return ""
+
+    def left(v: float | None, took: float) -> float | None:
+        return None if v is None else max(v - took, 0.0)
+
+    rounds = _band(max(plan.eta_rounds - rounds_done, 0.0), left(plan.eta_rounds_p70, rounds_done), "{:.0f}")
+    secs = _band(max(plan.eta_s - took_s, 0.0), left(plan.eta_s_p70, took_s), "{:.0f} s")
+    usd = _band(max(plan.eta_cost_usd - took_usd, 0.0), left(plan.eta_cost_usd_p70, took_usd), "${:.4f}")
+    return f"{rounds} rounds, {secs}, {usd}"
+
+
 def eta_text(r: RoundItem, plan: PlanItem | None) -> str:
     """The planner's forecast of the rest of the run after round r, against the deadline and the
     budget left: the forecast of round r's plan (which counted round r) less what round r took.
     Empty when the plan has none (the fixed planner, a stop)."""
-    if plan is None or plan.eta_rounds is None or plan.eta_s is None or plan.eta_cost_usd is None:
+    if plan is None:
         return ""
-
-    def band(p50: float, p70: float | None, fmt: str) -> str:
-        return fmt.format(p50) + (f" (p70 {fmt.format(p70)})" if p70 is not None and p70 > p50 * 1.005 else "")
-
-    rounds = max(plan.eta_rounds - 1, 0.0)
-    rounds70 = max(plan.eta_rounds_p70 - 1, 0.0) if plan.eta_rounds_p70 is not None else None
-    secs = max(plan.eta_s - r.round_s, 0.0)
-    secs70 = max(plan.eta_s_p70 - r.round_s, 0.0) if plan.eta_s_p70 is not None else None
-    usd = max(plan.eta_cost_usd - r.cost_usd, 0.0)
-    usd70 = max(plan.eta_cost_usd_p70 - r.cost_usd, 0.0) if plan.eta_cost_usd_p70 is not None else None
+    text = forecast_text(plan, r.round_s, r.cost_usd, 1)
+    if not text:
+        return ""
+    rounds, secs, usd = text.split(", ")
     c = plan.spec.job.constraints if plan.spec is not None else None
-    time_left = usd_left = ""
     if c is not None and c.deadline_seconds is not None and plan.elapsed_s is not None:
-        time_left = f" of {max(c.deadline_seconds - plan.elapsed_s - r.round_s, 0.0):.0f} s left"
+        secs += f" of {max(c.deadline_seconds - plan.elapsed_s - r.round_s, 0.0):.0f} s left"
     if c is not None and c.budget_usd is not None:
-        usd_left = f" of ${max(c.budget_usd - r.cost_total_usd, 0.0):.4f} left"
-    return (
-        f"ETA {band(rounds, rounds70, '{:.0f}')} rounds, {band(secs, secs70, '{:.0f} s')}{time_left}, "
-        f"{band(usd, usd70, '${:.4f}')}{usd_left}"
-    )
+        usd += f" of ${max(c.budget_usd - r.cost_total_usd, 0.0):.4f} left"
+    return f"ETA {rounds}, {secs}, {usd}"
 
 
 def progress_line(r: RoundItem, plan: PlanItem | None = None) -> str:

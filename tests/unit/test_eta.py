@@ -32,3 +32,13 @@ def test_no_forecast_no_eta():
     assert eta_text(_round(), _plan()) == "" and eta_text(_round(), None) == ""
     plan = _plan(eta_rounds=1, eta_s=10, eta_cost_usd=0.001)
     assert "ETA" not in progress_line(_round(stop=True), plan)  # the last round: nothing left
+
+
+def test_the_dashboards_plans_table_shows_each_plans_forecast():
+    from types import SimpleNamespace
+
+    from smlt.dashboard.app import plans_rows
+
+    plan = _plan(eta_rounds=4, eta_rounds_p70=6, eta_s=20, eta_s_p70=30, eta_cost_usd=0.002, eta_cost_usd_p70=0.003)
+    html = str(plans_rows(SimpleNamespace(plans=[plan])))
+    assert "4 (p70 6) rounds, 20 s (p70 30 s), $0.0020 (p70 $0.0030)" in html

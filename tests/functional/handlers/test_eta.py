@@ -22,5 +22,5 @@ def test_adaptive_plans_record_the_forecast_and_the_line_shows_it(digits, aws):
         assert p.elapsed_s is not None and p.elapsed_s >= 0
     r = next(r for r in table.rounds() if not r.stop and plans[r.round].eta_rounds is not None)
     line = progress_line(r, plans[r.round])
-    print(line)
+
     assert " | ETA " in line and "s left" in line and "left" in line.rsplit("$", 1)[-1]
