@@ -1,5 +1,5 @@
 """Fetch a run's results into a folder: model.safetensors, model.json (its model card), metrics.json,
-report.png, history.json."""
+report.png, history.json, and tensorboard/<run id>/ (with the tracking extra: smlt.tracking)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from smlt.report import write_report
 from smlt.runtime import keys
 from smlt.runtime.errors import RunNotFinished
 from smlt.runtime.evaluation import ValMetrics, metrics_text
 from smlt.runtime.items import PlanItem, RoundItem
 from smlt.runtime.modelcard import card_key, parse_card
+from smlt.runtime.progress import notice
 from smlt.runtime.store import NotFound, S3Store
 from smlt.runtime.usercode import code_key
+from smlt.tracking import write_tensorboard
 
 
 def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict] | None = None) -> dict[str, Any]:
@@ -30,7 +34,18 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
     if history is not None:
         (out / "history.json").write_text(json.dumps(history, indent=1, default=str))
     write_report(metrics, out / "report.png")
+    _tensorboard(artifacts, run_id, metrics, out / "tensorboard" / run_id)
     return metrics
+
+
+def _tensorboard(artifacts: S3Store, run_id: str, metrics: dict[str, Any], folder: Path) -> None:
+    """The run's event files (the tracking extra), also under its prefix when this user may write there."""
+    for f in write_tensorboard(metrics, folder):
+        try:
+            artifacts.put(f"runs/{run_id}/tensorboard/{f.relative_to(folder).as_posix()}", f.read_bytes())
+        except ClientError as e:  # a read-only user still gets the local curves
+            notice.info(f"tensorboard: kept in {folder} only ({e.response.get('Error', {}).get('Code', e)})")
+            return
 
 
 def _fetch_card(artifacts: S3Store, run_id: str, out: Path) -> None:

@@ -56,6 +56,15 @@ def test_two_lines_load_the_model_and_predict_with_the_runs_accuracy(cli, tmp_pa
     np.savez(tmp_path / "raw.npz", x=x, y=y)
     assert smlt.predict(model, tmp_path / "raw.npz").accuracy > 0.8
 
+    # The run's curves, read with tensorboard's own reader: one point per round.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard" / "model-out"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("metrics/val_accuracy")] == [0, 1, 2, 3]
+    assert events.Scalars("metrics/val_accuracy")[-1].value == pytest.approx(final["val_accuracy"])
+    assert len(events.Scalars("cost/spent_of_budget")) == 4
+
     assert cli(["export", str(out), "--format", "onnx", "--data", str(validation)]) == 0
     assert (out / "model.onnx").stat().st_size > 0
     assert "outputs within" in capsys.readouterr().out
