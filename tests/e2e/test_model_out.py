@@ -99,3 +99,16 @@ def test_smlt_predict_on_an_image_folder_writes_class_names_for_a_users_cnn(cli,
     # And to a torch.export program, the user's CNN included.
     assert cli(["export", str(out), "--format", "torch-export"]) == 0
     assert (out / "model.pt2").stat().st_size > 0
+
+
+def test_the_python_api_trains_a_dict_job_and_returns_typed_results(cli, tmp_path):
+    job = json.loads(open("examples/digits.json").read())
+    job["training"].update(max_rounds=2, target_value=None)
+    job["run_id"] = "api-run"
+    run = smlt.train(job, out=tmp_path / "out")
+    assert isinstance(run, smlt.TrainResult) and run.run_id == "api-run" and run.metrics.rounds == 2
+    assert run.model_path == tmp_path / "out" / "model.safetensors" and "model.json" in run.files
+    model = run.load_model()
+    assert model.card.metrics is not None and model.card.metrics.val_accuracy == run.metrics.val_accuracy
+    done = smlt.export(model, "torch-export", out=tmp_path / "m.pt2", data=local_dataset_folder("sklearn:digits"))
+    assert done.path.is_file() and done.max_abs_diff <= 1e-5
