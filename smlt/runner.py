@@ -155,7 +155,7 @@ class Follower:
             if plan and plan.reason and shape != self.last_plan:  # say why whenever the plan changes
                 progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
-            progress.info(progress_line(r) + (f" | {r.reason}" if r.reason else ""))
+            progress.info(progress_line(r, plan) + (f" | {r.reason}" if r.reason else ""))
 
     def follow(self, arn: str) -> dict[str, Any]:
         self.engine.after_invoke = self.after_invoke

@@ -25,6 +25,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from smlt.dashboard import data
 from smlt.dashboard.data import Source
+from smlt.outputs import forecast_text
 from smlt.runtime.errors import InvalidJob, RunNotFound
 
 
@@ -52,7 +53,17 @@ def _rows(header: list[str], rows: list[html.Tr]) -> list[Any]:
 
 RUNS_HEADER = ["run", "job", "status", "rounds", "metric", "cost", "budget", "started"]
 STUDIES_HEADER = ["study", "search", "status", "trials", "best", "spent", "budget"]
-PLANS_HEADER = ["round", "action", "workers", "memory MB", "k", "predicted s", "predicted cost", "reason"]
+PLANS_HEADER = [
+    "round",
+    "action",
+    "workers",
+    "memory MB",
+    "k",
+    "predicted s",
+    "predicted cost",
+    "left to the end (rounds, s, $; p70)",
+    "reason",
+]
 WORKERS_HEADER = ["worker", "samples", "steps", "cut", "train loss", "load s", "compute s", "upload s", "cold"]
 TRIALS_HEADER = ["trial", "run", "status", "rung", "rounds", "metric", "cost", "params", "why it ended"]
 
@@ -148,6 +159,7 @@ def plans_rows(view: data.RunView) -> list[Any]:
                 html.Td(_num(p.local_steps, "d")),
                 html.Td(_num(p.predicted_round_s, ".1f")),
                 html.Td(_money(p.predicted_round_cost_usd)),
+                html.Td(forecast_text(p)),  # the planner's forecast at this plan (the ETA)
                 html.Td(p.reason, className="reason"),
             ]
         )

@@ -111,6 +111,16 @@ class PlanItem(Item):
     spec: RoundSpec | None = None
     stop_reason: str | None = None  # an evaluation-only round: why the run stops after it
     attempts: int = 0  # the aggregator's quorum retries of this round
+    # The planner's forecast of the rest of the run at this plan (adaptive planner; the ETA):
+    # rounds, seconds and dollars to the end (the target, or max_rounds), median and 70th
+    # percentile of the rounds needed; `elapsed_s` since the run started, at planning.
+    eta_rounds: float | None = None
+    eta_rounds_p70: float | None = None
+    eta_s: float | None = None
+    eta_s_p70: float | None = None
+    eta_cost_usd: float | None = None
+    eta_cost_usd_p70: float | None = None
+    elapsed_s: float | None = None
 
     @field_validator("spec", mode="before")
     @classmethod

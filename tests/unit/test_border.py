@@ -9,6 +9,8 @@ The handlers in lambdas/ import only the runtime. The client may import the runt
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,5 +60,11 @@ def test_the_check_sees_a_crossing(tmp_path, monkeypatch):
         test_the_runtime_and_the_handlers_import_no_client_code("smlt/runtime")
 
 
-def test_the_top_package_is_empty_so_the_layer_needs_nothing_else():
-    assert not ast.parse((REPO / "smlt" / "__init__.py").read_text()).body
+def test_the_top_package_imports_nothing_so_the_layer_needs_nothing_else():
+    """smlt/__init__.py exposes the Python API (smlt.api) lazily: importing smlt imports no other
+    module of smlt, and the file itself imports nothing at module level."""
+    tree = ast.parse((REPO / "smlt" / "__init__.py").read_text())
+    assert not [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    code = "import sys, smlt; print(sorted(m for m in sys.modules if m.startswith('smlt')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "['smlt']"

@@ -90,6 +90,9 @@ class Manifest(BaseModel):
     y: ArraySpec
     # Number of classes (classification) or of regression targets.
     outputs: int
+    # Classification: the name of each class index, in order (image subfolders, CSV label levels,
+    # numbers as written); None in manifests prepared before smlt recorded them.
+    classes: list[str] | None = None
     train: SplitInfo
     validation: SplitInfo
     normalization: Normalization
@@ -127,6 +130,14 @@ class Manifest(BaseModel):
     def features(self) -> int:
         """Values per sample (flat models such as mlp and logreg take this many inputs)."""
         return math.prod(self.x.shape)
+
+
+def class_name(label: object) -> str:
+    """A class label as `Manifest.classes` records it, as the user wrote it: `3` for a label read as
+    3.0, the text of a text label."""
+    if isinstance(label, float) and label.is_integer():
+        return str(int(label))
+    return str(label)
 
 
 def parse_manifest(raw: bytes, where: str) -> Manifest:

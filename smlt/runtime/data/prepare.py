@@ -21,6 +21,7 @@ from smlt.runtime.data.manifest import (
     ShardInfo,
     SplitInfo,
     TargetScaling,
+    class_name,
     parse_manifest,
 )
 from smlt.runtime.data.options import SourceOptions
@@ -54,7 +55,7 @@ def prepare_dataset(
     if n_val >= len(src):
         raise InvalidDataset(f"{source}: {len(src)} rows leave none for training after the validation split")
     val, train = order[:n_val], order[n_val:]
-    y, y_spec, outputs, target = _labels(src, source, train, val)
+    y, y_spec, outputs, target, classes = _labels(src, source, train, val)
     stored, columns = _fit_x(src, source, train, val, opts)
     manifest = Manifest(
         name=name or src.name,
@@ -63,6 +64,7 @@ def prepare_dataset(
         x=stored.spec,
         y=y_spec,
         outputs=outputs,
+        classes=classes,
         train=SplitInfo(rows=len(train), shards=[]),
         validation=SplitInfo(rows=len(val), shards=[]),
         normalization=stored.normalization,
@@ -102,9 +104,9 @@ def _fit_x(
 
 def _labels(
     src: Source, source: str, train: np.ndarray, val: np.ndarray
-) -> tuple[np.ndarray, ArraySpec, int, TargetScaling | None]:
-    """(stored y for every row, its spec, outputs, target scaling): class indices, or regression
-    targets standardised with the train split's mean and std."""
+) -> tuple[np.ndarray, ArraySpec, int, TargetScaling | None, list[str] | None]:
+    """(stored y for every row, its spec, outputs, target scaling, class names): class indices
+    (classes in sorted order), or regression targets standardised with the train split's mean and std."""
     if src.task == "classification":
         if src.y.ndim != 1:
             raise InvalidDataset(f"{source}: class labels must be one per row, got y of shape {src.y.shape}")
@@ -114,7 +116,8 @@ def _labels(
                 f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
                 "(or pass --task regression)"
             )
-        return index.astype(np.int64), ArraySpec(shape=[], dtype="int64"), len(classes), None
+        names = [class_name(c) for c in classes.tolist()]
+        return index.astype(np.int64), ArraySpec(shape=[], dtype="int64"), len(classes), None, names
     try:
         y = src.y.astype(np.float64).reshape(len(src.y), -1)
     except ValueError:
@@ -125,7 +128,7 @@ def _labels(
     std = np.where(std < 1e-12, 1.0, std)
     target = TargetScaling(mean=mean.tolist(), std=std.tolist(), val_var=y[val].var(axis=0).tolist())
     stored = ((y - mean) / std).astype(np.float32)
-    return stored, ArraySpec(shape=[int(y.shape[1])], dtype="float32"), int(y.shape[1]), target
+    return stored, ArraySpec(shape=[int(y.shape[1])], dtype="float32"), int(y.shape[1]), target, None
 
 
 def _write_split(out: Writer, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> SplitInfo:

@@ -1070,6 +1070,7 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
     rq = float(ev.R[p.level][i])
     r50 = float(ev.R[0.5][i])
     T_i, C_i = float(ev.T[0.5][i]), float(ev.C[0.5][i])  # at the median forecast
+    T70, C70 = float(ev.T[0.7][i]), float(ev.C[0.7][i])
     pieces = [
         f"{x.describe(i)}: round ~{fmt_s(float(f.round_s[i]))}, ~{fmt_usd(float(f.cost[i]))} "
         f"(worst case {fmt_usd(float(f.cost_ub[i]))})"
@@ -1102,6 +1103,9 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
         worker_time_limit_s=round(float(f.time_limit_s[i]), 1),
         predicted_total_s=T_i if math.isfinite(T_i) else None,
         predicted_total_cost_usd=C_i if math.isfinite(C_i) else None,
+        predicted_rounds_left_p70=float(ev.R[0.7][i]),
+        predicted_total_s_p70=T70 if math.isfinite(T70) else None,
+        predicted_total_cost_usd_p70=C70 if math.isfinite(C70) else None,
         explore=p.explore,
     )
 

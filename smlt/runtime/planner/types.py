@@ -109,6 +109,10 @@ class Decision(BaseModel):
     # Extensions (optional):
     predicted_total_s: float | None = None  # rest of the run (to the target) at this plan
     predicted_total_cost_usd: float | None = None
+    # The same forecast at the 70th percentile of the rounds needed (the ETA's band).
+    predicted_rounds_left_p70: float | None = None
+    predicted_total_s_p70: float | None = None
+    predicted_total_cost_usd_p70: float | None = None
     earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
     min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
     explore: bool = False  # chosen partly to learn (uncertain model)

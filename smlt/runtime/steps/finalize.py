@@ -1,6 +1,7 @@
 """Finalize: the last state of a run (planner Lambda, op "finalize").
 
-Publishes the newest measured model as final/model.safetensors, the run's metrics as
+Publishes the newest measured model as final/model.safetensors with its model card (the card
+with the final metrics also as final/model.json: smlt.runtime.modelcard), the run's metrics as
 final/metrics.json, marks the run SUCCEEDED and, for a pipeline run, points latest.json at it.
 """
 
@@ -16,6 +17,7 @@ from smlt.runtime.bill import RoundShape
 from smlt.runtime.config import Settings
 from smlt.runtime.evaluation import ValMetrics
 from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
+from smlt.runtime.modelcard import ModelCard, card_json, card_key, card_of_run, with_card
 from smlt.runtime.records import RunTable
 from smlt.runtime.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.runtime.store import S3Store
@@ -34,14 +36,21 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     plans = {p.round: p for p in table.plans()}
     measured = [r for r in rounds if r.val_loss is not None]
     final_round = measured[-1] if measured else None
+    card = card_of_run(run_id, meta.job) if meta and final_round is not None else None
     published = None
     if final_round is not None:
-        published = _publish_model(artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round))
+        published = _publish_model(
+            artifacts, run_id, final_round.round, _model_digest(meta, rounds, final_round.round), card
+        )
     pipeline = meta.job.pipeline if meta else None
-    per_round, total = _run_ledger(settings, table, rounds, plans, pipeline is not None)
+    per_round, total = _run_ledger(settings, table, rounds, plans, pipeline is not None, card is not None)
     final = _final(run_id, meta, rounds, plans, final_round).model_copy(
         update={"estimated_cost_usd": total.total_usd, "model_sha256": published}
     )
+    if card is not None:  # model.json: the card with the run's final metrics and the model's sha256
+        artifacts.put(
+            card_key(run_id), card_json(card.model_copy(update={"metrics": final, "model_sha256": published}))
+        )
     metrics = {
         "run_id": run_id,
         "job": meta.job.model_dump(mode="json") if meta else None,
@@ -66,12 +75,17 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
 
 
 def _run_ledger(
-    settings: Settings, table: RunTable, rounds: list[RoundItem], plans: dict[int, PlanItem], pipeline: bool
+    settings: Settings,
+    table: RunTable,
+    rounds: list[RoundItem],
+    plans: dict[int, PlanItem],
+    pipeline: bool,
+    card: bool = False,
 ) -> tuple[dict[int, ledger.CostBreakdown], ledger.CostBreakdown]:
     """The run's bill from every ATTEMPT item (smlt.runtime.ledger), this Finalize included as it will
-    end: metrics.json, META and a pipeline's latest.json still to write."""
+    end: model.json, metrics.json, META and a pipeline's latest.json still to write."""
     attempts = ledger.from_items(table.query(ledger.PREFIX))
-    rest = {"s3.PutObject": 1 + int(pipeline), "dynamodb.UpdateItem": 1}
+    rest = {"s3.PutObject": 1 + int(pipeline) + int(card), "dynamodb.UpdateItem": 1}
     own = ledger.in_progress(settings.planner_memory_mb, rest, "finalize")
     shaped = [
         ledger.RoundOf(
@@ -100,13 +114,14 @@ def _model_digest(meta: MetaItem | None, rounds: list[RoundItem], rnd: int) -> s
     return next((r.model_sha256 for r in rounds if r.round == rnd - 1), None)
 
 
-def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str:
+def _publish_model(artifacts: S3Store, run_id: str, rnd: int, expected: str | None, card: ModelCard | None) -> str:
     """final/model.safetensors: model rnd read and checked against its digest first (a damaged
-    model is DigestMismatch, never published), assembled into one object when it is sliced.
-    Returns the published object's sha256 (`final.model_sha256`)."""
+    model is DigestMismatch, never published), assembled into one object when it is sliced, with
+    the model card in its metadata. Returns the published object's sha256 (`final.model_sha256`)."""
     model = verified_model(artifacts, run_id, rnd, expected)
-    artifacts.put(keys.final_model_key(run_id), model.blob)
-    return sha256_hex(model.blob)
+    blob = with_card(model.blob, card) if card is not None else model.blob
+    artifacts.put(keys.final_model_key(run_id), blob)
+    return sha256_hex(blob)
 
 
 # The final round's metrics the run reports (None where the task has none: smlt.runtime.evaluation).

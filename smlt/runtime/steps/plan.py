@@ -470,7 +470,14 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
         planned_at=time.time(),
         execution=execution,
         execution_rounds=ran_here + 1,
+        eta_rounds=decision.predicted_rounds_left,
+        eta_rounds_p70=decision.predicted_rounds_left_p70,
+        eta_s=decision.predicted_total_s,
+        eta_s_p70=decision.predicted_total_s_p70,
+        eta_cost_usd=decision.predicted_total_cost_usd,
+        eta_cost_usd_p70=decision.predicted_total_cost_usd_p70,
     )
+    item.elapsed_s = item.planned_at - meta.created_at
     if decision.action == "stop":
         evaluation = _final_evaluation(decision, state.rounds)
         if evaluation is None:

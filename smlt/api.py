@@ -1,0 +1,235 @@
+"""smlt's Python API, for notebooks and scripts: `smlt.train`, `smlt.tune`, `smlt.load_model`,
+`smlt.predict`, `smlt.export`. `import smlt` imports none of this until a name is used
+(smlt/__init__.py), so the Lambda layer, which ships only smlt/__init__.py and smlt/runtime/, needs
+nothing else.
+
+Each function does what the command of the same name does (the CLI and the API call the same
+functions: smlt.runner, smlt.tune, smlt.inference, smlt.exporter) and returns a typed result instead
+of printing; pass `verbose=True` to see the CLI's progress lines as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smlt.exporter import Exported, Format, example_input, export_module
+from smlt.inference import LoadedModel, Predictions, load_model
+from smlt.runtime.errors import InvalidJob
+from smlt.runtime.items import FinalMetrics
+
+__all__ = [
+    "Exported",
+    "LoadedModel",
+    "Predictions",
+    "StudyResult",
+    "TrainResult",
+    "export",
+    "load_model",
+    "predict",
+    "train",
+    "tune",
+]
+
+
+@contextlib.contextmanager
+def _lines(verbose: bool) -> Iterator[None]:
+    if not verbose:
+        yield
+        return
+    from smlt.cli.console import console
+
+    with console():
+        yield
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """A finished run: its id, final metrics and where its outputs are."""
+
+    run_id: str
+    metrics: FinalMetrics
+    out: Path
+    files: dict[str, Path] = field(default_factory=dict)  # model.safetensors, model.json, metrics.json, ...
+
+    @property
+    def model_path(self) -> Path | None:
+        return self.files.get("model.safetensors")
+
+    def load_model(self) -> LoadedModel:
+        return load_model(self.out)
+
+
+def _outputs(out: Path) -> dict[str, Path]:
+    names = ("model.safetensors", "model.json", "code.zip", "metrics.json", "report.png", "history.json")
+    return {n: out / n for n in names if (out / n).exists()}
+
+
+def _job_file(job: Any, folder: Path) -> Path:
+    """A job given as a path, a dict or a Job, as a job file (a local dataset path made absolute,
+    so it still means what it meant from the caller's folder)."""
+    if isinstance(job, (str, Path)):
+        return Path(job)
+    raw = job.model_dump(mode="json", exclude_none=True) if hasattr(job, "model_dump") else dict(job)
+    if not isinstance(raw, dict):
+        raise InvalidJob(f"job: a path, a dict or a smlt Job, got {type(job).__name__}")
+    uri = (raw.get("dataset") or {}).get("uri")
+    if isinstance(uri, str) and ":" not in uri and Path(uri).exists():
+        raw = {**raw, "dataset": {**raw["dataset"], "uri": str(Path(uri).resolve())}}
+    path = folder / "job.json"
+    path.write_text(json.dumps(raw, indent=1))
+    return path
+
+
+def train(
+    job: str | Path | dict[str, Any] | Any,
+    *,
+    local: bool = True,
+    out: str | Path = "out",
+    code: str | Path | None = None,
+    faults: str | None = None,
+    stack: str = "Smlt",
+    verbose: bool = False,
+) -> TrainResult:
+    """Run a training job to its end and fetch its outputs into `out`: `smlt run --local JOB`
+    (local=True), or `smlt start` + `smlt fetch` on the deployed `stack` (local=False). `job` is a
+    job file, a dict or a `smlt.runtime.job.Job`; `code` the folder of your model's code."""
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="smlt-job-") as tmp, _lines(verbose):
+        path = _job_file(job, Path(tmp))
+        if local:
+            from smlt.runner import run_local
+
+            metrics = run_local(path, out, faults=faults, code=Path(code) if code is not None else None)
+        else:
+            if faults:
+                raise InvalidJob("faults: only on the local engine (local=True)")
+            metrics = _train_deployed(path, stack, out, Path(code) if code is not None else None)
+    final = FinalMetrics.model_validate(metrics["final"])
+    return TrainResult(final.run_id, final, out, _outputs(out))
+
+
+def _train_deployed(path: Path, stack_name: str, out: Path, code: Path | None, poll_s: float = 5.0) -> dict:
+    import time
+
+    import boto3
+
+    from smlt import cloud
+    from smlt.runtime.errors import RunFailed
+
+    stack = cloud.Stack.lookup(stack_name)
+    run_id = cloud.start(path, stack, code=code)
+    sfn = boto3.client("stepfunctions")
+    while True:
+        time.sleep(poll_s)
+        runs = [
+            e
+            for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)
+            for e in page["executions"]
+            if e["name"] == run_id or e["name"].startswith(run_id[:66] + "-")
+        ]
+        newest = max(runs, key=lambda e: e["startDate"]) if runs else None
+        if newest is None or newest["status"] == "RUNNING":
+            continue
+        desc = sfn.describe_execution(executionArn=newest["executionArn"])
+        if desc["status"] != "SUCCEEDED":
+            raise RunFailed(run_id, desc["status"], desc.get("error", ""), desc.get("cause", ""))
+        if json.loads(desc.get("output") or "{}").get("chain"):
+            continue  # chained into a fresh execution: follow it
+        return cloud.fetch(run_id, stack, out, sfn=sfn)
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    """A finished study: its best trial's run and metric, and every trial."""
+
+    study_id: str
+    best_run_id: str | None
+    best_value: float | None
+    metric: str
+    trials: list[dict[str, Any]]
+    out: Path
+    spent_usd: float
+
+    def load_model(self) -> LoadedModel:
+        return load_model(self.out)
+
+
+def tune(
+    study: str | Path | dict[str, Any],
+    *,
+    local: bool = True,
+    out: str | Path = "out",
+    stack: str = "Smlt",
+    verbose: bool = False,
+) -> StudyResult:
+    """Run a hyper-parameter study (docs/studies.md) to its end: `smlt tune STUDY [--local]`."""
+    from smlt import tune as studies
+
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="smlt-study-") as tmp, _lines(verbose):
+        path = _job_file(study, Path(tmp)) if not isinstance(study, (str, Path)) else Path(study)
+        if local:
+            meta, trials = studies.tune_local(path, out)
+        else:
+            studies.read_study_file(path)
+            meta, trials = studies.run(studies.deployed_target(stack), path, out)
+    return StudyResult(
+        meta.study_id,
+        meta.best_run_id,
+        meta.best_metric,
+        meta.metric,
+        [t.model_dump(mode="json") for t in trials],
+        out,
+        meta.spent_usd,
+    )
+
+
+def predict(
+    model: LoadedModel | str | Path,
+    data: Any,
+    *,
+    out: str | Path | None = None,
+    split: str = "validation",
+    runs: str | Path = "out",
+    stack: str | None = None,
+) -> Predictions:
+    """Predict with a run's model (a LoadedModel, or what `load_model` takes) on `data`: a .csv /
+    .parquet / .npz file, an image or image folder, a prepared dataset (its `split`), a DataFrame or
+    an array. With `out` (.csv or .parquet) the predictions are also written there."""
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, out=runs, stack=stack)
+    result = loaded.predict(data, split=split)
+    if out is not None:
+        result.write(out)
+    return result
+
+
+def export(
+    model: LoadedModel | str | Path,
+    format: Format = "onnx",
+    *,
+    out: str | Path | None = None,
+    data: Any = None,
+    runs: str | Path = "out",
+    stack: str | None = None,
+) -> Exported:
+    """Export a run's model for serving (`smlt export`): `format` "onnx" or "torch-export", to `out`
+    (default: model.onnx / model.pt2 beside the model when it is a folder, else in the current
+    folder), checked against PyTorch's outputs on `data`'s rows (default: a seeded batch)."""
+    from smlt.exporter import SUFFIX
+
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, out=runs, stack=stack)
+    if out is None:
+        folder = Path(model) if isinstance(model, (str, Path)) and Path(model).is_dir() else Path(".")
+        out = folder / f"model{SUFFIX.get(format, '')}"
+    if data is not None:
+        x = loaded.transform(data)[:64]
+    else:
+        card = loaded.card
+        x = example_input(card.input_shape, card.input_dtype, card.vocab_size)
+    return export_module(loaded.module, x, format, Path(out))

@@ -1,0 +1,84 @@
+"""`smlt predict`, `smlt export`, `smlt model`: using a finished run's model (smlt.api)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _model_args(c: Any) -> None:
+    c.add_argument("model", help="a run id, a run's output folder, a model.safetensors file or an s3:// URI")
+    c.add_argument("--runs", default="out", help="with a run id: the local run's --out folder (default: out)")
+    c.add_argument("--stack", help="with a run id: look it up in this deployed stack (e.g. Smlt)")
+    c.add_argument("--code", type=Path, help="the folder of your model's code (default: the code stored with the run)")
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("predict", help="predict with a run's model on new data (its training transforms applied)")
+    _model_args(p)
+    p.add_argument("data", help="a .csv, .parquet or .npz file, an image or image folder, or a prepared dataset folder")
+    p.add_argument("--out", required=True, help="predictions file (.csv or .parquet)")
+    p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
+    p.set_defaults(fn=predict)
+
+    e = sub.add_parser("export", help="export a run's model for serving (ONNX or a torch.export program)")
+    _model_args(e)
+    e.add_argument("--format", choices=("onnx", "torch-export"), default="onnx")
+    e.add_argument("--out", help="the file to write (default: model.onnx / model.pt2 beside the model)")
+    e.add_argument("--data", help="check the export on these rows (as `smlt predict` takes them)")
+    e.set_defaults(fn=export)
+
+    m = sub.add_parser("model", help="show a run's model card: what the model is and how it takes its input")
+    _model_args(m)
+    m.set_defaults(fn=show)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from smlt.inference import load_model
+
+    return load_model(args.model, out=args.runs, stack=args.stack, code=args.code)
+
+
+def predict(args: argparse.Namespace) -> int:
+    from smlt.api import predict as run
+    from smlt.inference import card_summary
+    from smlt.runtime.progress import notice
+
+    model = _load(args)
+    notice.info(f"model {model.source}: {card_summary(model.card)}")
+    result = run(model, args.data, out=args.out, split=args.split)
+    score = ""
+    if result.accuracy is not None:
+        score = f", accuracy {result.accuracy:.4f} on the data's own labels"
+    elif result.rmse is not None:
+        score = f", rmse {result.rmse:.4g} on the data's own targets"
+    notice.info(f"wrote {len(result)} predictions to {args.out}{score}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from smlt.api import export as run
+    from smlt.runtime.progress import notice
+
+    model = _load(args)
+    out = args.out
+    if out is None:
+        from smlt.exporter import SUFFIX
+
+        here = Path(model.source).parent if not model.source.startswith("s3://") else Path(".")
+        out = here / f"model{SUFFIX[args.format]}"
+    done = run(model, args.format, out=out, data=args.data)
+    notice.info(
+        f"exported {model.card.model.name} as {done.format} to {done.path}: outputs within {done.max_abs_diff:.2e} "
+        f"of PyTorch's on {done.rows} rows"
+    )
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    from smlt.runtime.progress import notice
+
+    model = _load(args)
+    notice.info(model.card.model_dump_json(indent=1, exclude={"features"}))
+    return 0

@@ -1,0 +1,559 @@
+"""Load a finished run's model and predict with it: `smlt.load_model`, `smlt.predict`, `smlt predict`.
+
+A model is found by a path (model.safetensors, or the folder `smlt run --out` / `smlt fetch`
+wrote), an `s3://.../model.safetensors` URI, or a run id (a local run's saved state under
+`--out`, else the deployed stack's artifacts bucket). Its model card (smlt.runtime.modelcard)
+says how to build it and how new data becomes its input: the dataset manifest's recorded
+transforms are applied as they are (smlt.runtime.data.tabular.apply_columns for CSV/Parquet rows,
+the recorded standardisation for arrays, the recorded size and channels for images), never
+refitted. Predictions come back as class names, or regression values in the user's units.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load as load_state
+from torch import nn
+
+from smlt.runtime.data import images
+from smlt.runtime.data.arrays import sample_layout, standardise
+from smlt.runtime.data.inputs import model_input
+from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
+from smlt.runtime.data.tabular import Table, apply_columns, missing, read_table
+from smlt.runtime.errors import InvalidDataset, RunNotFound
+from smlt.runtime.keys import final_model_key, parse_s3_uri
+from smlt.runtime.modelcard import InvalidModel, ModelCard, card_key, parse_card, read_card
+from smlt.runtime.store import NotFound, S3Store
+
+BATCH = 512  # rows per forward pass
+
+
+# --------------------------------------------------------------------------------------------
+# finding the model
+
+
+@dataclass(frozen=True)
+class _Found:
+    blob: bytes
+    card_raw: bytes | None  # model.json beside it, if any
+    code_zip: bytes | None  # the user's code beside it (code.zip, or in a local run's saved state)
+    where: str
+
+
+def _read_local(path: Path) -> _Found:
+    folder = path if path.is_dir() else path.parent
+    file = folder / "model.safetensors" if path.is_dir() else path
+    if not file.is_file():
+        raise InvalidModel(f"{path}: no model.safetensors here (a run's output folder holds one when the run trained)")
+    card = folder / "model.json"
+    code = folder / "code.zip"
+    return _Found(
+        file.read_bytes(),
+        card.read_bytes() if card.is_file() else None,
+        code.read_bytes() if code.is_file() else None,
+        str(file),
+    )
+
+
+def _read_s3(uri: str, store: S3Store | None = None) -> _Found:
+    try:
+        bucket, key = parse_s3_uri(uri)
+    except ValueError as e:
+        raise InvalidModel(f"{uri}: {e}") from None
+    store = store or S3Store(bucket)
+    if not key.endswith(".safetensors"):
+        key = key.rstrip("/") + "/model.safetensors"
+    try:
+        blob = store.get(key)
+    except NotFound:
+        raise InvalidModel(f"s3://{bucket}/{key}: no such object") from None
+    try:
+        card_raw: bytes | None = store.get(key.rsplit("/", 1)[0] + "/model.json") if "/" in key else None
+    except NotFound:
+        card_raw = None
+    return _Found(blob, card_raw, None, f"s3://{bucket}/{key}")
+
+
+def _local_run(run_id: str, out: Path) -> _Found | None:
+    """A local run's final model in its saved state (OUT/.state/runs/<run id>/s3/<bucket>/...)."""
+    state = out / ".state" / "runs" / run_id / "s3"
+    for model in sorted(state.glob(f"*/{final_model_key(run_id)}")):
+        bucket = model.parents[len(Path(final_model_key(run_id)).parts) - 1]
+        card = bucket / card_key(run_id)
+        raw = card.read_bytes() if card.is_file() else None
+        code = None
+        if raw is not None:
+            ref = parse_card(raw, str(card)).code
+            zipped = bucket / "code" / f"{ref.sha256}.zip" if ref and ref.sha256 else None
+            code = zipped.read_bytes() if zipped and zipped.is_file() else None
+        return _Found(model.read_bytes(), raw, code, str(model))
+    return None
+
+
+def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
+    text = str(ref)
+    if text.startswith("s3://"):
+        return _read_s3(text)
+    path = Path(text)
+    if path.exists():
+        return _read_local(path)
+    if "/" in text or text.endswith(".safetensors"):
+        raise InvalidModel(f"{text}: no such file or folder")
+    found = _local_run(text, out)
+    if found is not None:
+        return found
+    if stack is None:
+        raise RunNotFound(
+            f"{text}: not a file, and no local run {text!r} is saved under {out}/.state "
+            "(pass the run's --out folder, or stack= / --stack for a deployed stack)"
+        )
+    from smlt.cloud import Stack
+
+    artifacts = Stack.lookup(stack).artifacts_bucket
+    try:
+        return _read_s3(f"s3://{artifacts}/{final_model_key(text)}")
+    except InvalidModel:
+        raise RunNotFound(f"run {text!r} has no final model in stack {stack!r} (is it finished?)") from None
+
+
+# --------------------------------------------------------------------------------------------
+# the loaded model
+
+
+@dataclass
+class Predictions:
+    """A model's predictions for some rows.
+
+    `ids` name the rows (CSV line, Parquet row, image file, array index). Classification:
+    `labels` (class names), `index` (class indices), `probability` (of the predicted class),
+    `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
+    `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
+    `rmse` say how the model did on it."""
+
+    task: str
+    ids: list[str]
+    columns: list[str]  # the output columns' names: the classes, or the targets
+    index: np.ndarray | None = None
+    probabilities: np.ndarray | None = None
+    values: np.ndarray | None = None
+    truth: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def labels(self) -> list[str]:
+        assert self.index is not None, "regression predictions have values, not labels"
+        return [self.columns[i] for i in self.index]
+
+    @property
+    def probability(self) -> np.ndarray:
+        assert self.probabilities is not None and self.index is not None
+        return self.probabilities[np.arange(len(self.index)), self.index]
+
+    @property
+    def accuracy(self) -> float | None:
+        if self.truth is None or self.index is None or not len(self.index):
+            return None
+        return float((self.index == self.truth).mean())
+
+    @property
+    def rmse(self) -> float | None:
+        if self.truth is None or self.values is None or not len(self.values):
+            return None
+        return float(np.sqrt(((self.values - self.truth.reshape(self.values.shape)) ** 2).mean()))
+
+    def rows(self) -> tuple[list[str], list[list[Any]]]:
+        """(header, rows) of the predictions table written by `write`."""
+        if self.index is not None:
+            header = ["id", "prediction", "probability"]
+            body: list[list[Any]] = [
+                [i, label, round(float(p), 6)] for i, label, p in zip(self.ids, self.labels, self.probability)
+            ]
+            if self.truth is not None:
+                header.append("label")
+                for row, t in zip(body, self.truth):
+                    row.append(self.columns[int(t)])
+            return header, body
+        assert self.values is not None
+        names = self.columns if len(self.columns) == self.values.shape[1] else ["prediction"]
+        header = ["id", *names]
+        body = [[i, *(float(v) for v in vs)] for i, vs in zip(self.ids, self.values)]
+        return header, body
+
+    def write(self, path: str | Path) -> Path:
+        """The predictions as a .csv or .parquet table: one row per input row."""
+        path = Path(path)
+        header, body = self.rows()
+        if path.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({h: [r[j] for r in body] for j, h in enumerate(header)}), path)
+        elif path.suffix.lower() == ".csv":
+            with path.open("w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(header)
+                w.writerows(body)
+        else:
+            raise InvalidDataset(f"--out {path}: write predictions to a .csv or .parquet file")
+        return path
+
+
+@dataclass
+class Inputs:
+    """Rows ready for the model: `x` as the shards store it, with their ids and any labels."""
+
+    x: np.ndarray
+    ids: list[str]
+    truth: np.ndarray | None = None
+
+
+@dataclass
+class LoadedModel:
+    """A run's model, in eval mode, with its card and the transform new data goes through."""
+
+    module: nn.Module
+    card: ModelCard
+    source: str
+    _manifest: Manifest | None = field(default=None, repr=False)
+
+    @property
+    def manifest(self) -> Manifest:
+        """The dataset's feature spec recorded in the card (the manifest without its shards)."""
+        if self.card.features is None:
+            raise InvalidModel(
+                f"{self.source}: its model card records no feature spec (the dataset's manifest was unreadable "
+                "when the run finished): predict on model-ready tensors with `module` directly"
+            )
+        return self.card.features
+
+    @property
+    def classes(self) -> list[str]:
+        if self.card.classes:
+            return self.card.classes
+        return [str(i) for i in range(self.card.output_dim)]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.module(x)
+
+    def transform(self, data: Any) -> torch.Tensor:
+        """New data (as `inputs` reads it) as the model's input tensor."""
+        return torch.from_numpy(np.ascontiguousarray(model_input(self.manifest, self.inputs(data).x)))
+
+    def inputs(self, data: Any, split: str = "validation") -> Inputs:
+        """Rows of `data` in the stored form: a .csv/.parquet file or DataFrame (the recorded column
+        transforms), an .npz file or an array (the recorded standardisation), an image file or
+        folder (resized to the recorded size), or a prepared dataset folder (its `split`'s shards)."""
+        return read_inputs(self.manifest, data, split)
+
+    def predict(self, data: Any, split: str = "validation") -> Predictions:
+        rows = data if isinstance(data, Inputs) else self.inputs(data, split)
+        return self.predict_rows(rows)
+
+    def predict_rows(self, rows: Inputs) -> Predictions:
+        outs = []
+        with torch.no_grad():
+            for s in range(0, len(rows.x), BATCH):
+                batch = torch.from_numpy(np.ascontiguousarray(model_input(self.manifest, rows.x[s : s + BATCH])))
+                outs.append(self.module(batch).float().numpy())
+        out = np.concatenate(outs) if outs else np.zeros((0, self.card.output_dim), np.float32)
+        if self.card.task == "classification":
+            probs = torch.softmax(torch.from_numpy(out), dim=1).numpy()
+            return Predictions("classification", rows.ids, self.classes, out.argmax(1), probs, truth=rows.truth)
+        target = self.manifest.target
+        values = out.astype(np.float64)
+        if target is not None:  # stored standardised: back to the user's units
+            values = values * np.asarray(target.std) + np.asarray(target.mean)
+        label = self.manifest.label
+        names = [label] if label and values.shape[1] == 1 else [f"prediction_{j}" for j in range(values.shape[1])]
+        if values.shape[1] == 1 and not label:
+            names = ["prediction"]
+        return Predictions("regression", rows.ids, names, values=values, truth=rows.truth)
+
+
+def load_model(
+    ref: str | Path, *, out: str | Path = "out", stack: str | None = None, code: str | Path | None = None
+) -> LoadedModel:
+    """The model of a finished run, in eval mode: `ref` is a model.safetensors file or a run's
+    output folder, an s3:// URI, or a run id (a local run saved under `out`, else the deployed
+    `stack`'s). A model built by the user's code imports it from the code stored with the run
+    (code.zip beside the model, checked against the card's sha256), from `code` (a folder), or
+    from the Python path."""
+    found = _find(ref, Path(out), stack)
+    card = read_card(found.blob, found.where)
+    if found.card_raw is not None:  # model.json adds the final metrics and the file's sha256
+        card = parse_card(found.card_raw, found.where.rsplit("/", 1)[0] + "/model.json")
+    if card is None:
+        raise InvalidModel(
+            f"{found.where}: the model has no model card (it was published before smlt wrote one): "
+            "build it with smlt.runtime.train.models.build_model and load its state dict yourself"
+        )
+    module = build(card, found, Path(code) if code is not None else None)
+    return LoadedModel(module, card, found.where)
+
+
+def build(card: ModelCard, found: _Found, code: Path | None) -> nn.Module:
+    from smlt.runtime.train.models import build_model
+
+    if not card.builtin:
+        _activate_code(card, found, code)
+    model = build_model(card.model, card.input_shape, card.output_dim, card.seed, vocab_size=card.vocab_size)
+    try:
+        state = load_state(found.blob)
+        model.load_state_dict(state)
+    except (RuntimeError, ValueError) as e:
+        raise InvalidModel(
+            f"{found.where}: the weights do not fit the model the card describes ({card.model.name}): "
+            f"{str(e).splitlines()[0]}"
+        ) from None
+    return model.eval()
+
+
+def _activate_code(card: ModelCard, found: _Found, folder: Path | None) -> None:
+    """The user's code importable: from `folder`, from the stored zip (checked), or already on the path."""
+    from smlt.runtime import usercode
+
+    want = card.code.sha256 if card.code else None
+    data = found.code_zip
+    if folder is not None:
+        package = usercode.package_code(folder)
+        if want is not None and package.sha256 != want:
+            from smlt.runtime.progress import notice
+
+            notice.info(
+                f"code: {folder} is not the code the model was trained with (sha256 {package.sha256[:12]}, "
+                f"the card says {want[:12]}): using it all the same"
+            )
+        data, want = package.data, package.sha256
+    if data is not None and want is not None:
+        got = hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise InvalidModel(f"{found.where}: the stored code has sha256 {got[:12]}, the card says {want[:12]}")
+        dest = usercode.code_root() / want
+        if not dest.is_dir():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            usercode._extract(data, dest, found.where)
+        usercode._put_first(want, dest)
+    module = card.model.name.partition(":")[0]
+    import importlib.util
+
+    try:
+        ok = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        ok = False
+    if not ok:
+        raise InvalidModel(
+            f"model.name: {card.model.name!r} is the user's code and it is not here: pass the code's folder "
+            "(code= / --code DIR), or keep code.zip beside the model (`smlt run` and `smlt fetch` write it)"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# reading new data as the dataset's stored rows
+
+
+def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inputs:
+    if isinstance(data, Inputs):
+        return data
+    if isinstance(data, torch.Tensor):
+        data = data.numpy()
+    if isinstance(data, np.ndarray):
+        return _arrays(manifest, data, None, "array")
+    if _is_frame(data):
+        return _table(manifest, _frame_table(data))
+    path = Path(str(data))
+    if str(data).startswith("s3://"):
+        return _prepared_s3(manifest, str(data), split)
+    if not path.exists():
+        raise InvalidDataset(f"{path}: no such file or folder")
+    if path.is_dir():
+        if (path / "manifest.json").is_file():
+            return _prepared_local(manifest, path, split)
+        return _images(manifest, path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".parquet", ".pq"):
+        return _table(manifest, read_table(path))
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            if "x" not in z:
+                raise InvalidDataset(f"{path}: an .npz to predict on needs an array 'x', found {list(z.keys())}")
+            return _arrays(manifest, z["x"], z["y"] if "y" in z else None, str(path))
+    if suffix in images.IMAGE_SUFFIXES:
+        return _images(manifest, path)
+    raise InvalidDataset(
+        f"{path}: predict on a .csv, .parquet or .npz file, an image (or a folder of them) or a prepared dataset folder"
+    )
+
+
+def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.ndarray | None:
+    """Labels as class indices, or None (with a note) when some are not the model's classes."""
+    if manifest.task != "classification" or not manifest.classes:
+        return None
+    index = {c: i for i, c in enumerate(manifest.classes)}
+    names = [class_name(v.item() if hasattr(v, "item") else v) for v in labels]
+    if any(n not in index for n in names):
+        return None
+    return np.array([index[n] for n in names], np.int64)
+
+
+def _table(manifest: Manifest, table: Table) -> Inputs:
+    if manifest.columns is None:
+        raise InvalidDataset(
+            f"{table.path}: the model was trained on {manifest.source}, not on named columns: predict on an .npz, "
+            "images or arrays shaped like its samples " + "x".join(map(str, manifest.x.shape))
+        )
+    x = apply_columns(manifest, table)
+    truth = None
+    label = manifest.label
+    if label and label in table.columns and not missing(table.columns[label]).any():
+        cells = table.columns[label]
+        if manifest.task == "classification":
+            if cells.dtype.kind != "f":
+                try:
+                    cells = cells.astype(np.float64)
+                except ValueError:
+                    pass
+            truth = _truth_classes(manifest, cells, table.path)
+        else:
+            try:
+                truth = cells.astype(np.float64)
+            except ValueError:
+                truth = None
+    ids = [f"{table.unit} {int(r)}" for r in table.rows]
+    return Inputs(x, ids, truth)
+
+
+def _is_frame(data: Any) -> bool:
+    return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
+
+
+def _frame_table(df: Any) -> Table:
+    """A pandas DataFrame as a Table: number columns as float64 (NaN = missing), others as text."""
+    cols = {}
+    for name in df.columns:
+        s = df[name]
+        if s.dtype.kind in "iufb":
+            cols[str(name)] = s.to_numpy(dtype=np.float64)
+        else:
+            cols[str(name)] = np.array(["" if v is None or v != v else str(v) for v in s.tolist()], dtype=str)
+    return Table("DataFrame", cols, np.arange(len(df)), "row")
+
+
+def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str) -> Inputs:
+    """Raw sample arrays as stored: standardised as prepare did (features, float images), raw
+    uint8 images as they are, token ids as int64."""
+    want = manifest.x.shape
+    if list(x.shape[1:]) != want:
+        x = sample_layout(x, where)
+    if list(x.shape[1:]) != want:
+        raise InvalidDataset(
+            f"{where}: samples of shape {list(x.shape[1:])}, the model takes {want} (its dataset {manifest.name})"
+        )
+    norm = manifest.normalization
+    if norm.applied == "stored":
+        if not np.isfinite(x.astype(np.float64)).all():
+            raise InvalidDataset(f"{where}: features contain NaN or Inf")
+        stored = standardise(x.astype(np.float32), norm)
+    elif norm.applied == "on_load":
+        if x.dtype != np.uint8:
+            raise InvalidDataset(f"{where}: the model takes uint8 images (0..255), got {x.dtype}")
+        stored = x
+    else:
+        stored = x.astype(np.int64)
+    truth = None
+    if y is not None and len(y) == len(x):
+        truth = _truth_classes(manifest, y, where) if manifest.task == "classification" else y.astype(np.float64)
+    return Inputs(stored, [str(i) for i in range(len(x))], truth)
+
+
+def _images(manifest: Manifest, path: Path) -> Inputs:
+    """Image files (a folder, searched recursively, or one file) at the recorded size and channels;
+    a folder of class subfolders named like the model's classes gives the true labels."""
+    if len(manifest.x.shape) != 3 or manifest.x.dtype != "uint8":
+        raise InvalidDataset(f"{path}: the model was not trained on images (its samples are {manifest.x.shape})")
+    c, h, w = manifest.x.shape
+    files = (
+        [path]
+        if path.is_file()
+        else sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in images.IMAGE_SUFFIXES)
+    )
+    if not files:
+        raise InvalidDataset(f"{path}: no PNG or JPEG images here")
+    x = np.empty((len(files), c, h, w), np.uint8)
+    for i, f in enumerate(files):
+        x[i] = images._as_chw(images._open(f, "L" if c == 1 else "RGB", (w, h)), (w, h), f)
+    ids = [str(f.relative_to(path)) if path.is_dir() else f.name for f in files]
+    truth = None
+    if path.is_dir():
+        parents = np.array([f.parent.name if f.parent != path else "" for f in files])
+        truth = _truth_classes(manifest, parents, str(path))
+    return Inputs(x, ids, truth)
+
+
+def _split_rows(manifest: Manifest, read: Any, split: str, where: str) -> Inputs:
+    if split not in ("train", "validation"):
+        raise InvalidDataset(f"split: 'train' or 'validation', got {split!r}")
+    info = manifest.train if split == "train" else manifest.validation
+    xs, ys = [], []
+    for shard in info.shards:
+        x, y = read(shard)
+        xs.append(x)
+        ys.append(y)
+    if not xs:
+        raise InvalidDataset(f"{where}: the {split} split has no shards")
+    y = np.concatenate(ys)
+    return Inputs(np.concatenate(xs), [f"{split} {i}" for i in range(len(y))], y if y.ndim == 1 else y)
+
+
+def _check_same_features(model: Manifest, data: Manifest, where: str) -> None:
+    if (model.x, model.normalization, model.columns) != (data.x, data.normalization, data.columns):
+        raise InvalidDataset(
+            f"{where}: this prepared dataset stores its rows differently from the model's ({model.name}: "
+            f"samples {model.x.shape} {model.x.dtype}); predict on its source files instead"
+        )
+
+
+def _prepared_local(model: Manifest, folder: Path, split: str) -> Inputs:
+    from safetensors.numpy import load_file
+
+    data = parse_manifest((folder / "manifest.json").read_bytes(), str(folder / "manifest.json"))
+    _check_same_features(model, data, str(folder))
+
+    def read(shard: Any) -> tuple[np.ndarray, np.ndarray]:
+        arrays = load_file(folder / shard.key)
+        return arrays["x"], arrays["y"]
+
+    return _stored_truth(data, _split_rows(data, read, split, str(folder)))
+
+
+def _prepared_s3(model: Manifest, uri: str, split: str) -> Inputs:
+    from smlt.runtime.data.shards import load_manifest, load_shard
+
+    data = load_manifest(uri)
+    _check_same_features(model, data, uri)
+    return _stored_truth(data, _split_rows(data, lambda shard: load_shard(uri, shard), split, uri))
+
+
+def _stored_truth(data: Manifest, rows: Inputs) -> Inputs:
+    """Stored labels in the user's terms: class indices as they are, regression targets unscaled."""
+    if rows.truth is not None and data.task == "regression" and data.target is not None:
+        rows.truth = rows.truth.astype(np.float64) * np.asarray(data.target.std) + np.asarray(data.target.mean)
+    return rows
+
+
+def card_summary(card: ModelCard) -> str:
+    """One paragraph saying what the model is (for `smlt predict` / `smlt export`)."""
+    what = card.model.name + (" (your code)" if not card.builtin else "")
+    classes = (
+        f", classes {', '.join(card.classes[:8])}{' ...' if len(card.classes) > 8 else ''}" if card.classes else ""
+    )
+    return f"{what}: {card.task}, input {'x'.join(map(str, card.input_shape))} {card.input_dtype}{classes}"
