@@ -80,4 +80,15 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
     job = tmp_path / "job.json"
     job.write_text("{}")
     assert main(["run", "--local", str(job)]) == 1
-    assert capsys.readouterr().err == "run r1 FAILED: InvalidDataset\n  cause: no shards\n"
+    assert capsys.readouterr().err == (
+        "run r1 FAILED: InvalidDataset\n  cause: no shards\n"
+        "  a resume would fail the same way: fix the cause and start the run again\n"
+    )
+
+    def died(job_path, out, faults=None, code=None):
+        raise RunFailed("r1", "FAILED", "Runtime.ExitError", "Runtime exited with error: signal: 9")
+
+    monkeypatch.setattr(smlt.runner, "run_local", died)
+    assert main(["run", "--local", str(job), "--out", "my out"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith("continue it from its last complete round with: smlt resume r1 --local --out 'my out'\n"), err

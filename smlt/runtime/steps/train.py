@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from botocore.exceptions import BotoCoreError, ClientError
 from torch import Tensor, nn
 
 from smlt.runtime import keys, ledger
@@ -276,7 +277,7 @@ _PLATFORM_MODULES = ("botocore", "boto3", "s3transfer", "urllib3", "redis", "htt
 def _transient(e: BaseException) -> bool:
     """A platform fault: a lost connection, a timeout, a service error, a store outage (never a
     recorded error: a retry may well succeed)."""
-    if isinstance(e, (ConnectionError, TimeoutError, StoreUnavailable)):
+    if isinstance(e, (ConnectionError, TimeoutError, StoreUnavailable, BotoCoreError, ClientError)):
         return True
     for f in traceback.extract_tb(e.__traceback__):
         module = f.filename.replace(os.sep, "/")
