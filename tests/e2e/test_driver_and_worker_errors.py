@@ -24,6 +24,7 @@ from smlt.runtime import keys
 from smlt.runtime.errors import RunFailed
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
+from tests.e2e.test_cloud_cli import deployed  # noqa: F401 - the "deployed stack" fixture
 from tests.e2e.test_local_run import digits_job, run
 
 
@@ -178,3 +179,44 @@ def test_control_steps_whose_process_dies_are_retried_to_the_same_model(local, t
     ]
     if same_rounds:
         assert final["model_sha256"] == clean["final"]["model_sha256"]
+
+
+def test_deployed_refuses_a_second_driver_and_status_names_the_worker_error(deployed, tmp_path, capsys):  # noqa: F811
+    import time
+
+    from smlt import cloud
+    from smlt.cli.console import console
+    from smlt.runtime.errors import RunInProgress
+
+    engine, stack = deployed
+    folder = _bad_labels_dataset(tmp_path)
+    job = digits_job(max_rounds=6, target_value=None)
+    job.update(run_id="cli-bad-labels")
+    job["dataset"] = {"uri": upload_dataset(folder, stack.data_bucket, client=engine.client("s3"))}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    cloud.start(path, stack)
+    table = RunTable(stack.table, "cli-bad-labels", client=engine.client("dynamodb"))
+    deadline = time.time() + 60
+    while table.meta() is None and time.time() < deadline:
+        time.sleep(0.2)
+    # While it runs: neither a resume nor a second start begins another driver.
+    with pytest.raises(RunInProgress, match="still running"):
+        cloud.resume("cli-bad-labels", stack)
+    with pytest.raises(RunInProgress, match="still running"):
+        cloud.start(path, stack)
+    sfn = engine.client("stepfunctions")
+    runs = [
+        e
+        for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        if e["name"].startswith("cli-bad-labels")
+    ]
+    assert len(runs) == 1
+    assert engine.wait(runs[0]["executionArn"], interval=0.2, timeout=300)["error"] == "DataError"
+    capsys.readouterr()
+    with console():
+        cloud.status("cli-bad-labels", stack)
+    out = capsys.readouterr().out
+    assert "run cli-bad-labels: FAILED: DataError" in out, out
+    assert "WorkerError on train shard train-00002.safetensors: IndexError" in out, out
+    assert "smlt resume cli-bad-labels" in out
