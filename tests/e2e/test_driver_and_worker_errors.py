@@ -220,3 +220,28 @@ def test_deployed_refuses_a_second_driver_and_status_names_the_worker_error(depl
     assert "run cli-bad-labels: FAILED: DataError" in out, out
     assert "WorkerError on train shard train-00002.safetensors: IndexError" in out, out
     assert "smlt resume cli-bad-labels" in out
+
+
+def test_a_run_that_never_trained_a_shard_fails_unless_the_job_allows_it(local, tmp_path):
+    engine, names = local
+    folder = _bad_labels_dataset(tmp_path)
+    uri = upload_dataset(folder, names.data_bucket, client=engine.client("s3"))
+    art = S3Store(names.artifacts_bucket, client=engine.client("s3"))
+    # One round: the worker holding the bad shard fails once (not twice: no DataError), the round
+    # keeps its quorum, and its shards are never trained.
+    job = digits_job(max_rounds=1, target_value=None)
+    job["dataset"] = {"uri": uri}
+    with pytest.raises(RunFailed) as failed:
+        execute(engine, names, "partial", job, tmp_path / "partial")
+    assert failed.value.error == "PartialData", failed.value.cause
+    assert "trained" in failed.value.cause and "train-00002.safetensors" in failed.value.cause
+    assert "training.allow_partial_data" in failed.value.cause
+    final = json.loads(art.get(keys.final_metrics_key("partial")))["final"]
+    assert 0.5 < final["trained_fraction"] < 1.0 and 2 in final["untrained_shards"], final
+    assert RunTable(names.table, "partial", client=engine.client("dynamodb")).meta().status == "RUNNING"
+
+    job["training"]["allow_partial_data"] = True
+    metrics = execute(engine, names, "partial-allowed", job, tmp_path / "allowed")
+    final = metrics["final"]
+    assert final["trained_fraction"] < 1.0 and 2 in final["untrained_shards"]
+    assert "allowed by training.allow_partial_data" in final["stop_reason"]
