@@ -18,7 +18,8 @@ are verified against the system CAs by default (ElastiCache's are publicly signe
 A lost connection is not the end of a run: ElastiCache's Multi-AZ failover promotes a replica in
 tens of seconds, and a client still connected to the old primary sees connection errors or
 `READONLY`. Every operation retries those with a bounded exponential backoff (0.1 s doubling to
-4 s, reconnecting each time) for up to `outage_s` (60 s by default), then raises
+4 s, reconnecting each time) for up to `outage_s` (60 s by default; not a refused password or
+certificate, which no failover ends), then raises
 `StoreUnavailable` naming the store and how long it waited. Each operation is safe to repeat:
 a `SET` writes the same bytes again, a repeated `SET NX` finds the key it wrote.
 
@@ -30,14 +31,15 @@ from __future__ import annotations
 
 import functools
 import re
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import redis
+from redis.exceptions import AuthenticationError, ReadOnlyError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from smlt.runtime.errors import StoreUnavailable
@@ -47,6 +49,15 @@ from smlt.runtime.store.base import NotFound
 _LOST = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, ConnectionError, TimeoutError)
 OUTAGE_S = 60.0  # how long an operation keeps retrying: longer than a Multi-AZ failover
 _T = TypeVar("_T")
+
+
+def _refused(e: BaseException) -> bool:
+    """A connection the server or the client refuses for good (a password, a certificate that
+    does not verify): no failover ends it, so it is not retried."""
+    if isinstance(e, AuthenticationError):
+        return True
+    chain = [e, e.__cause__, e.__context__]
+    return any(isinstance(x, ssl.SSLCertVerificationError) for x in chain) or "certificate verify failed" in str(e)
 
 
 def _retried(op: Callable[..., _T]) -> Callable[..., _T]:
@@ -60,6 +71,8 @@ def _retried(op: Callable[..., _T]) -> Callable[..., _T]:
             try:
                 return op(self, *args, **kwargs)
             except _LOST as e:
+                if _refused(e):
+                    raise
                 waited = time.monotonic() - t0
                 if waited + delay > self.outage_s:
                     raise StoreUnavailable(
