@@ -24,9 +24,9 @@ from botocore.exceptions import (
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
-from smlt.runtime.errors import AwsNotConfigured, InvalidJob, RunNotFound, StackNotFound
+from smlt.runtime.errors import AlreadyFinished, AwsNotConfigured, InvalidJob, RunInProgress, RunNotFound, StackNotFound
 from smlt.runtime.evaluation import summary_text
-from smlt.runtime.items import MetaItem
+from smlt.runtime.items import ErrorItem, MetaItem
 from smlt.runtime.progress import notice
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
@@ -96,6 +96,12 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
         raw = with_code(raw, stage_code(package, stack.artifacts_bucket))
     run_id = job.run_id or f"{re.sub(r'[^A-Za-z0-9-]', '-', job.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     sfn = sfn or boto3.client("stepfunctions")
+    if job.run_id:
+        meta = RunTable(stack.table, run_id).meta()
+        if meta is not None and meta.status == "SUCCEEDED":
+            raise AlreadyFinished(f"run_id: run {run_id!r} has finished; choose another run_id to train again")
+        if meta is not None:
+            refuse_live(run_id, meta, stack, sfn)
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
     arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(raw))["executionArn"]
     region = arn.split(":")[3]
@@ -106,7 +112,26 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
     return run_id
 
 
-def status(run_id: str, stack: Stack) -> MetaItem:
+def _execution_end(stack: Stack, meta: MetaItem, sfn=None) -> tuple[str, str, str] | None:
+    """(status, error, cause) of the execution that drives the run when it ended without success
+    (the error a worker, the planner or the aggregator raised); None while it runs."""
+    sfn = sfn or boto3.client("stepfunctions")
+    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
+    try:
+        desc = sfn.describe_execution(executionArn=arn)
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return None
+    if desc["status"] in ("RUNNING", "PENDING_REDRIVE", "SUCCEEDED"):
+        return None
+    cause = desc.get("cause", "")
+    try:
+        cause = json.loads(cause).get("errorMessage", cause)
+    except (ValueError, AttributeError):
+        pass
+    return desc["status"], desc.get("error", ""), cause
+
+
+def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
     """Reports every round of the run and its status; returns the run's META item."""
     table = RunTable(stack.table, run_id)
     meta = table.meta()
@@ -115,6 +140,17 @@ def status(run_id: str, stack: Stack) -> MetaItem:
     reasons = {p.round: p.reason for p in table.plans()}
     for r in table.rounds():
         notice.info(progress_line(r) + f" | {reasons.get(r.round, '')}")
+    for item in table.query("ERROR#"):  # every worker error recorded (type, message, worker, shard, round)
+        e = ErrorItem.model_validate(item)
+        where = f" on {e.shard.split} shard {e.shard.key or e.shard.index}" if e.shard else ""
+        first = e.message.splitlines()[0] if e.message else ""
+        notice.info(f"  round {e.round} worker {e.worker}: {e.error}{where}: {first}")
+    ended = _execution_end(stack, meta, sfn) if meta.status != "SUCCEEDED" else None
+    if ended is not None:
+        state, error, cause = ended
+        notice.info(f"run {run_id}: {state}: {error}\n  cause: {cause}")
+        notice.info(f"  continue it from its last complete round with: smlt resume {run_id}")
+        return meta
     notice.info(f"run {run_id}: {meta.status}")
     if meta.final:
         f = meta.final
@@ -137,6 +173,21 @@ def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
     return metrics
 
 
+def refuse_live(run_id: str, meta: MetaItem, stack: Stack, sfn) -> None:
+    """RunInProgress when the execution that drives the run (META's) is still running: a second
+    execution would end at its first Plan anyway (one driver per run), so none is started."""
+    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
+    try:
+        status = sfn.describe_execution(executionArn=arn)["status"]
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return
+    if status in ("RUNNING", "PENDING_REDRIVE"):
+        raise RunInProgress(
+            f"run {run_id} is still running (execution {meta.execution}): follow it with `smlt status {run_id}`, "
+            "or stop that execution before resuming"
+        )
+
+
 def resume(run_id: str, stack: Stack, sfn=None) -> str:
     meta = RunTable(stack.table, run_id).meta()
     if meta is None:
@@ -144,6 +195,7 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
     if meta.status == "SUCCEEDED":
         raise InvalidJob(f"run_id: run {run_id!r} already finished")
     sfn = sfn or boto3.client("stepfunctions")
+    refuse_live(run_id, meta, stack, sfn)
     name = f"{run_id[:60]}-resume-{int(time.time())}"
     arn = sfn.start_execution(
         stateMachineArn=stack.state_machine_arn,

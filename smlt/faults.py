@@ -1,5 +1,5 @@
 """Fault injection for the local engine:
-`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,seed=7"`.
+`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,kill=0.2,store_outage=5,seed=7"`.
 
 Each worker invocation draws once: with the given probabilities it fails (an error raised in
 the worker), is duplicated (the handler runs twice), is throttled (Lambda's 429
@@ -7,6 +7,14 @@ TooManyRequestsException) or times out; otherwise it runs normally. Independentl
 handler process (workers, planner, aggregator), each conditional S3 write answers 409
 ConditionalRequestConflict with probability `s3_conflict` and each DynamoDB write a transaction
 conflict with probability `ddb_conflict` (see smlt/local/conflicts.py).
+
+Control steps: each invocation of Plan, Aggregate (and its prepare/slice/finish) and Finalize
+dies with probability `kill`: its handler process is killed (SIGKILL) after the handler has done its
+work, before it answers, so the state machine sees `Runtime.ExitError`, as when a Lambda sandbox is
+OOM-killed, and its retrier runs the step again. `store_outage=S`: the Redis exchange
+(SMLT_EXCHANGE_URL, sync mode) goes down once for S seconds, shortly after the first handler
+connects: the handlers reach it through a TCP proxy that closes every connection and refuses new
+ones for the outage (a failover as the client sees it). Without a Redis exchange it does nothing.
 
 Seeded, so a run with the same faults and seed sees the same fault pattern (as far as the
 order of concurrent invocations allows). `seed=N` picks the pattern; without it the seed derives
@@ -16,16 +24,24 @@ from the job's own `seed`, so runs of different job seeds see different faults.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse, urlunparse
 
 from smlt.local.conflicts import KINDS as CONFLICTS
 from smlt.local.conflicts import Plan, tallied
 
 ACTIONS = ("fail", "duplicate", "throttle", "timeout")  # per invocation, one of them at most
-NAMES = (*ACTIONS, *CONFLICTS, "seed")
+CONTROL = ("kill",)  # per control-step invocation
+NAMES = (*ACTIONS, *CONFLICTS, *CONTROL, "store_outage", "seed")
+# The ops of the control steps `kill` applies to (the state machine retries them when they die).
+CONTROL_OPS = frozenset({"plan", "finalize", "aggregate", "prepare", "slice", "finish"})
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,8 @@ def parse_fault_spec(spec: str) -> FaultSpec:
             raise ValueError(f"--faults: {part!r} is not NAME=VALUE with NAME one of {', '.join(NAMES)}")
         if name == "seed":
             seed = _seed(value)
+        elif name == "store_outage":
+            rates[name] = _seconds(value)
         else:
             rates[name] = _rate(name, value)
     if sum(rates.get(a, 0.0) for a in ACTIONS) > 1:
@@ -63,6 +81,25 @@ def _rate(name: str, value: str) -> float:
     if not 0 <= rate <= 1:
         raise ValueError(f"--faults: {name} rate must be between 0 and 1, got {rate}")
     return rate
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"--faults: store_outage {value!r} is not a number of seconds") from None
+    if not 0 < seconds <= 600:
+        raise ValueError(f"--faults: store_outage must be between 0 and 600 seconds, got {seconds}")
+    return seconds
+
+
+def is_control_step(payload: object) -> bool:
+    """An invocation of Plan, Aggregate (any of its ops) or Finalize, by its event (train events
+    name a worker; Aggregate's carries no op)."""
+    if not isinstance(payload, dict) or "worker" in payload:
+        return False
+    op = payload.get("op")
+    return op in CONTROL_OPS if op is not None else "outcomes" in payload
 
 
 def _seed(value: str) -> int:
@@ -89,7 +126,8 @@ class FaultInjector:
         self.rates = rates
         self.functions = functions  # None: every function (conflicts apply to every function anyway)
         self._lock = threading.Lock()
-        self._counts = {a: 0 for a in ("ok", *ACTIONS)}
+        self._counts = {a: 0 for a in ("ok", *ACTIONS, *CONTROL)}
+        self._proxy: StoreOutage | None = None
         self._tally: tempfile.TemporaryDirectory[str] | None = None
         if any(rates.get(k) for k in CONFLICTS):
             self._tally = tempfile.TemporaryDirectory(prefix="smlt-faults-")
@@ -106,6 +144,7 @@ class FaultInjector:
             self.seed = seed
             self._rng = random.Random(seed)
             self._conflict_rng = random.Random(f"{seed}:conflicts")  # leaves the invocation draws as they were
+            self._kill_rng = random.Random(f"{seed}:kill")
 
     def execution_started(self, job: object) -> None:
         """The engine starts an execution of `job`: without an explicit `seed=`, the faults
@@ -124,6 +163,14 @@ class FaultInjector:
         return counts
 
     def __call__(self, function_name: str, payload: dict) -> str:
+        if is_control_step(payload):
+            rate = self.rates.get("kill", 0.0)
+            if not rate:
+                return "ok"
+            with self._lock:
+                killed = self._kill_rng.random() < rate
+                self._counts["kill"] += killed
+            return "kill" if killed else "ok"
         if self.functions is not None and function_name not in self.functions:
             return "ok"
         with self._lock:
@@ -140,9 +187,122 @@ class FaultInjector:
     def handler_env(self) -> dict[str, str]:
         """Environment for one invocation's handler process: its conflict rates and a seed of its
         own ({} when no conflicts are asked for)."""
+        env = self._outage_env()
         if self._tally is None:
-            return {}
+            return env
         with self._lock:
             seed = self._conflict_rng.getrandbits(64)
         rates = {k: self.rates[k] for k in CONFLICTS if self.rates.get(k)}
-        return Plan(rates, seed, self._tally.name).env()
+        return {**Plan(rates, seed, self._tally.name).env(), **env}
+
+    def _outage_env(self) -> dict[str, str]:
+        """SMLT_EXCHANGE_URL through the outage proxy, when a store outage is asked for and the
+        exchange is a plain redis:// store."""
+        seconds = self.rates.get("store_outage")
+        url = self.exchange_url or os.environ.get("SMLT_EXCHANGE_URL", "")
+        if not seconds or urlparse(url).scheme != "redis":
+            return {}
+        with self._lock:
+            if self._proxy is None:
+                self._proxy = StoreOutage(url, seconds)
+            return {"SMLT_EXCHANGE_URL": self._proxy.url}
+
+    exchange_url: str = ""  # the exchange store the outage cuts (default: $SMLT_EXCHANGE_URL)
+
+    @property
+    def outage(self) -> StoreOutage | None:
+        return self._proxy
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.close()
+
+
+class StoreOutage:
+    """A TCP proxy to a Redis server that goes down once: `delay_s` after its first connection,
+    for `seconds`, it closes every open connection and refuses new ones (what clients see of a
+    failover); before and after, it passes bytes both ways unchanged."""
+
+    def __init__(self, url: str, seconds: float, delay_s: float = 0.3) -> None:
+        parsed = urlparse(url)
+        self.target = (parsed.hostname or "127.0.0.1", parsed.port or 6379)
+        self.seconds, self.delay_s = seconds, delay_s
+        self.down_from: float | None = None  # monotonic time the outage starts
+        self.refused = 0  # connections cut or refused during the outage
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        port = self._server.getsockname()[1]
+        userinfo = parsed.netloc.rpartition("@")[0]
+        netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
+        self.url = urlunparse(parsed._replace(netloc=netloc))
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="smlt-store-outage").start()
+
+    def down(self) -> bool:
+        now = time.monotonic()
+        return self.down_from is not None and self.down_from <= now < self.down_from + self.seconds
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self.down_from is None:
+                    self.down_from = time.monotonic() + self.delay_s
+                    threading.Timer(self.delay_s, self._cut).start()
+            if self.down():
+                self.refused += 1
+                conn.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                conn.close()
+                continue
+            with self._lock:
+                self._open.update((conn, upstream))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _cut(self, counted: bool = True) -> None:
+        """The outage begins: every open connection is closed."""
+        with self._lock:
+            cut, self._open = self._open, set()
+            self.refused += len(cut) // 2 if counted else 0
+        for s in cut:
+            _close(s)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data or self.down():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._open.discard(src)
+                self._open.discard(dst)
+            _close(src)
+            _close(dst)
+
+    def close(self) -> None:
+        self._closed = True
+        _close(self._server)
+        self._cut(counted=False)
+
+
+def _close(s: Any) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        s.close()
+    except OSError:
+        pass

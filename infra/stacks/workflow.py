@@ -8,7 +8,8 @@ path instead: AggregatePrepare → Prepared → AggregateSlices (inline Map of A
 $.plan.slices) → AggregateFinish → Continue.
 A failed worker is caught inside the map child (WorkerFailed), so the map never fails because of
 one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the plan) and retries
-Lambda service errors and throttling with exponential backoff.
+Lambda service errors and throttling with exponential backoff; Plan, Aggregate (each op) and
+Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ LAMBDA_SERVICE_ERRORS = [
     "Lambda.SdkClientException",
 ]
 LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
+# A function whose process died (a signal, out of memory): Runtime.ExitError, or Lambda.Unknown
+# when no error type came back. Plan, Aggregate and Finalize are idempotent: they run again.
+PROCESS_DIED = ["Runtime.ExitError", "Lambda.Unknown"]
 
 # Retriers as ASL (used verbatim for the custom TrainWorker state, and via add_retry elsewhere).
 SERVICE_RETRY = {"ErrorEquals": LAMBDA_SERVICE_ERRORS, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2.0}
@@ -62,6 +66,11 @@ def _add_retries(state: sfn.TaskStateBase) -> None:
         max_delay=Duration.seconds(60),
         jitter_strategy=sfn.JitterType.FULL,
     )
+
+
+def _add_death_retry(state: sfn.TaskStateBase) -> None:
+    """Retry a control step whose process died (idempotent steps only), with backoff."""
+    state.add_retry(errors=PROCESS_DIED, interval=Duration.seconds(2), max_attempts=3, backoff_rate=2.0)
 
 
 def _task_timeout(function_timeout: Duration) -> sfn.Timeout:
@@ -131,12 +140,15 @@ class Workflow(Construct):
                     "op": "plan",
                     "job": sfn.JsonPath.object_at("$.job"),
                     "execution": sfn.JsonPath.string_at("$.execution"),
+                    # One driver per run: the planner looks up the execution that drives it.
+                    "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
                 }
             ),
             result_path="$.plan",
             task_timeout=_task_timeout(planner_timeout),
         )
         _add_retries(plan)
+        _add_death_retry(plan)
 
         # --- the round's Map: inline for a few workers, Distributed above (smlt/runtime/fanout.py) ---
         def worker_map(suffix: str, distributed: bool) -> sfn.Map | sfn.DistributedMap:
@@ -211,6 +223,7 @@ class Workflow(Construct):
             task_timeout=_task_timeout(aggregate_timeout),
         )
         _add_retries(aggregate_task)
+        _add_death_retry(aggregate_task)
 
         # --- sharded aggregation: prepare, k slices in parallel, finish (same function, op) ---
         def aggregate_op(sid: str, op: str, result_path: str | None, base: str = "$.plan") -> tasks.LambdaInvoke:
@@ -232,6 +245,7 @@ class Workflow(Construct):
                 task_timeout=_task_timeout(aggregate_timeout),
             )
             _add_retries(task)
+            _add_death_retry(task)
             return task
 
         prepare = aggregate_op("AggregatePrepare", "prepare", "$.agg")
@@ -263,6 +277,7 @@ class Workflow(Construct):
             task_timeout=_task_timeout(planner_timeout),
         )
         _add_retries(finalize)
+        _add_death_retry(finalize)
         done = sfn.Succeed(self, "Done")
         finalize.next(done)
 

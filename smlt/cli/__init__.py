@@ -11,6 +11,7 @@ deployed stack), :mod:`.data` (data prepare),
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from smlt.local.errors import MotoVersionError
@@ -52,11 +53,45 @@ _COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured)
 _ENGINE = (MotoVersionError, SynthError, UnresolvableError)
 
 
-def _failed(e: Exception) -> int:
+# A run that failed with one of these would fail the same way when resumed: it is started again
+# once the cause (the job, the data, the user's code) is fixed.
+_START_AGAIN = frozenset(
+    {
+        "InvalidJob",
+        "InvalidCode",
+        "InvalidDataset",
+        "CorruptShard",
+        "DataError",
+        "UserCodeError",
+        "ModelTooLarge",
+        "AccessDenied",
+        "PartialData",
+        "RunInProgress",
+        "AlreadyFinished",
+        "Infeasible",
+        "DamagedState",
+    }
+)
+
+
+def resume_command(run_id: str, args: argparse.Namespace | None) -> str:
+    """The exact command that continues a run, as the user started it (local: the same --out)."""
+    if args is not None and getattr(args, "local", False):
+        out = getattr(args, "out", "out")
+        return f"smlt resume {run_id} --local --out {shlex.quote(str(out))}"
+    stack = getattr(args, "stack", "Smlt") if args is not None else "Smlt"
+    return f"smlt resume {run_id}" + (f" --stack {shlex.quote(stack)}" if stack and stack != "Smlt" else "")
+
+
+def _failed(e: Exception, args: argparse.Namespace | None = None) -> int:
     """The message and exit code of a named error."""
     if isinstance(e, RunFailed):
         print(f"run {e.run_id} {e.status}: {e.error}", file=sys.stderr)
         print(f"  cause: {e.cause}", file=sys.stderr)
+        if e.error in _START_AGAIN:
+            print("  a resume would fail the same way: fix the cause and start the run again", file=sys.stderr)
+        else:
+            print(f"  continue it from its last complete round with: {resume_command(e.run_id, args)}", file=sys.stderr)
         return 1
     if isinstance(e, _COULD_NOT):
         print(f"error: {e}", file=sys.stderr)
@@ -74,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         with console(quiet=getattr(args, "quiet", False)):
             return int(args.fn(args))
     except (SmltError, LimitError, *_ENGINE) as e:
-        return _failed(e)
+        return _failed(e, args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

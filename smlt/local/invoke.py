@@ -16,7 +16,9 @@ Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
 - response over 6 MB: ``Function.ResponseSizeTooLarge``; request over 6 MB: HTTP 413
   ``RequestEntityTooLargeException``;
 - throttled (fault injection): HTTP 429 ``TooManyRequestsException``, which the interpreter
-  reports as ``Lambda.TooManyRequestsException``.
+  reports as ``Lambda.TooManyRequestsException``;
+- killed (fault injection, ``kill``): the handler process dies by SIGKILL after the handler ran,
+  before answering: ``Runtime.ExitError``, as a Lambda sandbox that is OOM-killed.
 
 Only requests addressed to a running engine's endpoint are answered; any other Lambda call
 (another endpoint, no engine running) passes through untouched. Engines of one process share
@@ -44,7 +46,7 @@ from .pool import InvokeOutcome, WorkerPool, timeout_payload
 EVENT = "before-send.lambda.Invoke"
 MAX_INVOKE_PAYLOAD = 6 * 1024 * 1024  # 6 MB, synchronous request and response
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout")
+ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout", "kill")
 
 InvokeFilter = Callable[[str, Any], str]
 # Told (function name, request payload, ok) when a synchronous invocation returns, before the state
@@ -163,6 +165,8 @@ class InvokeRouter:
             extra["fault"] = "fail"
         elif action == "duplicate":
             extra["repeat"] = 2
+        elif action == "kill":  # the handler process dies after its work: Runtime.ExitError (smlt/faults.py)
+            extra["fault"] = "kill"
         if self.trace is not None:
             extra["trace"] = True
         out = self.pool.run(self._job(spec, payload, request_id, **extra), spec.timeout)

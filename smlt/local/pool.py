@@ -221,6 +221,8 @@ def _run_job_untraced(
         return "error", json.dumps(_error(e, rid), default=str).encode()
     finally:
         _fail_armed = False
+        if job.get("fault") == "kill":  # `--faults kill=R`: the process dies before it answers
+            os.kill(os.getpid(), signal.SIGKILL)
     try:
         return "ok", json.dumps(result, default=_json_default).encode()
     except (TypeError, ValueError) as e:

@@ -1,6 +1,13 @@
 """Named errors. A Lambda raising one of these fails with `errorType` = the class name, which
 is the `Error` Step Functions sees, so the state machine and the user see the same name."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from smlt.runtime.items import ErrorItem
+
 
 class SmltError(Exception):
     """Base of smlt's named errors."""
@@ -78,7 +85,48 @@ class RunNotFinished(SmltError):
 
 
 class RunInProgress(SmltError):
-    """A local run with this run id is already live in the same --out folder (CLI only)."""
+    """Another execution drives this run id (one driver per run: the first execution claims it in
+    META, Chain hands it over, a resume takes it over only from an execution that has ended), or
+    a local run with this run id is already live in the same --out folder."""
+
+
+class AlreadyFinished(SmltError):
+    """An execution was started for a run id whose run has finished: nothing is trained again."""
+
+
+class UserCodeError(SmltError):
+    """The user's code (`--code`, a model or transform outside smlt) raised while being imported,
+    building the model, running the forward pass or the transform. The message holds the exception
+    type, its message and the last frames inside the user's package. Deterministic: never retried."""
+
+
+class DataError(SmltError):
+    """The same error on the same train shard twice (two invocations, on different workers when
+    there is more than one): the shard, not the platform, is the cause."""
+
+
+def data_error_message(now: ErrorItem, before: ErrorItem) -> str:
+    """The DataError of one error seen twice on one shard: which shard, the exception, where."""
+    shard = now.shard
+    what = f"{shard.split} shard {shard.key or shard.index}" if shard else "the same shard"
+    cause = ""
+    if "out of bounds" in now.message and now.exception == "IndexError":
+        cause = " (its labels are outside the dataset's classes)"
+    return (
+        f"{what} failed twice with {now.message}{cause}: on worker {before.worker} in round {before.round} "
+        f"(attempt {before.attempt + 1}) and on worker {now.worker} in round {now.round} (attempt {now.attempt + 1}); "
+        "the data, not the platform, is the cause: check that shard's rows and prepare the dataset again "
+        "(`smlt data prepare SOURCE --out FOLDER`), then start the run again"
+    )
+
+
+class StoreUnavailable(SmltError):
+    """The exchange store (Redis) stayed unreachable for longer than a failover takes."""
+
+
+class PartialData(SmltError):
+    """The run ended without training some train shards at all, and the job does not allow it
+    (`training.allow_partial_data`)."""
 
 
 class RunFailed(SmltError):

@@ -59,13 +59,19 @@ class FinalMetrics(BaseModel):
     double_counted_updates: int
     model_key: str | None = None
     model_sha256: str | None = None  # of final/model.safetensors, as published
+    # Of the training split's rows, the fraction in train shards that an applied update covered
+    # (None: not measured); the shards never trained, by index.
+    trained_fraction: float | None = None
+    untrained_shards: list[int] = []
 
 
 class MetaItem(Item):
     """The run: its validated job, who owns it, what the planner checked of the dataset."""
 
     run_id: str
-    execution: str  # the execution that created the run (a duplicate trigger event finds another)
+    # The execution that drives the run: the first claims it, Chain hands it to the execution it
+    # starts, a resume takes it over from one that has ended (steps/plan.py, `_claim`).
+    execution: str
     job: Job
     status: Literal["RUNNING", "SUCCEEDED"]
     created_at: float  # epoch seconds
@@ -176,11 +182,16 @@ class ShardRef(BaseModel):
 class ErrorItem(Item):
     """A worker's non-transient error, re-raised by the aggregator under its own name."""
 
-    error: str  # the class name in smlt.runtime.errors
+    error: str  # the class name in smlt.runtime.errors ("WorkerError": any other exception)
     message: str
-    # The shard a CorruptShard names: the planner moves it to another worker for the next round,
-    # and the aggregator fails the run when it fails there too.
+    # The shard a CorruptShard names, or the train shard a worker was reading when another
+    # exception came (a WorkerError): the planner moves it to another worker for the next round,
+    # and the aggregator fails the run when it fails there too (CorruptShard, DataError).
     shard: ShardRef | None = None
+    exception: str | None = None  # the exception's own type (IndexError, ...)
+    worker: int | None = None
+    round: int | None = None
+    attempt: int = 0  # the round's quorum attempt it failed in
 
 
 class StopItem(Item):

@@ -100,6 +100,9 @@ class TrainingSpec(_Strict):
     compression: Codec = "none"  # smlt.runtime.tensors.codec: the one list of update codecs
     # Image augmentation of training batches (smlt.runtime.train.augment): random crop with padding, horizontal flip.
     augment: list[Literal["crop", "flip"]] = []
+    # A run that ended without training some train shard at all fails (PartialData) unless this
+    # is true; its final metrics report the fraction of the training split that was trained.
+    allow_partial_data: bool = False
 
     @field_validator("local_steps")
     @classmethod

@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 import tempfile
+import traceback
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from smlt.runtime.errors import AccessDenied, InvalidCode
+from smlt.runtime.errors import AccessDenied, InvalidCode, UserCodeError
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.keys import parse_s3_uri
 from smlt.runtime.progress import notice
@@ -312,3 +313,94 @@ def load_transform(job: Job) -> Callable[..., Any] | None:
     if not callable(fn):
         raise InvalidCode(f"code.transform: {job.code.transform!r} is a {type(fn).__name__}, not a function")
     return fn
+
+
+# --------------------------------------------------------------------------------------------
+# worker side: the user's own error, verbatim
+
+MAX_USER_FRAMES = 6  # the last frames inside the user's package that a UserCodeError shows
+MAX_TRACE_CHARS = 3000  # and at most this much of them (an ERROR item, a Lambda error, a CLI line)
+
+
+def user_code_roots(job: Job) -> list[str]:
+    """The folders holding the job's own code: its unpacked `--code` package, and the package of
+    each entry point outside smlt (a model or transform importable from the process's path)."""
+    roots: list[str] = []
+    if _active is not None and job.code is not None and job.code.sha256 == _active[0]:
+        roots.append(str(_active[1]))
+    for _, name in entry_points(job):
+        top = name.partition(":")[0].split(".")[0]
+        if top in IMAGE_PACKAGES:
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            roots.extend(str(Path(p).resolve()) for p in spec.submodule_search_locations)
+        elif spec.origin:
+            roots.append(str(Path(spec.origin).resolve()))
+    return [r for r in dict.fromkeys(roots) if r]
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    """The exception and the ones it was raised from or during (a named error raised `from None`
+    keeps the user's exception as its context)."""
+    out: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _inside(filename: str, roots: list[str]) -> str | None:
+    """The frame's file relative to the user's folder it is in, or None."""
+    try:
+        path = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return None
+    for root in roots:
+        if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+            base = Path(root).parent if Path(root).is_file() or (Path(root) / "__init__.py").exists() else Path(root)
+            return str(Path(path).relative_to(base))
+    return None
+
+
+def user_code_failure(e: BaseException, job: Job | None) -> UserCodeError | None:
+    """A UserCodeError when `e` (or the exception it was raised from) came from inside the user's
+    code: its type, message and last frames there; None when the user's code is not involved."""
+    if job is None:
+        return None
+    roots = user_code_roots(job)
+    if not roots:
+        return None
+    for exc in _chain(e):
+        frames = [
+            (where, f)
+            for f in traceback.extract_tb(exc.__traceback__)
+            if (where := _inside(f.filename, roots)) is not None
+        ]
+        if isinstance(exc, SyntaxError) and exc.filename and (where := _inside(exc.filename, roots)):
+            line = (exc.text or "").strip()
+            trace = f'  File "{where}", line {exc.lineno}\n    {line}'
+            return UserCodeError(_user_message(exc, trace))
+        if frames:
+            shown = frames[-MAX_USER_FRAMES:]
+            lines = [
+                f'  File "{w}", line {f.lineno}, in {f.name}' + (f"\n    {f.line}" if f.line else "") for w, f in shown
+            ]
+            more = len(frames) - len(shown)
+            trace = (f"  ... {more} earlier frames in your code\n" if more else "") + "\n".join(lines)
+            return UserCodeError(_user_message(exc, trace))
+    return None
+
+
+def _user_message(exc: BaseException, trace: str) -> str:
+    text = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc))
+    message = f"your code raised {type(exc).__name__}: {text}"
+    if len(trace) > MAX_TRACE_CHARS:
+        trace = "  ...\n" + trace[-MAX_TRACE_CHARS:]
+    return f"{message}\n{trace}\n(fix your code and start the run again: a resume would run the same code)"

@@ -64,6 +64,11 @@ def test_every_task_has_a_timeout_and_retries(states):
         throttle = retried["Lambda.TooManyRequestsException"]
         assert throttle["BackoffRate"] > 1 and throttle["MaxAttempts"] >= 3, name
         assert retried["Lambda.ServiceException"]["BackoffRate"] > 1, name
+        # The idempotent control steps run again when their process died (not the workers: a
+        # worker's failure is the Map's business, nor Chain).
+        if name not in ("TrainWorker", "TrainWorkerDistributed", "Chain"):
+            died = retried["Runtime.ExitError"]
+            assert retried["Lambda.Unknown"] is died and died["BackoffRate"] > 1 and died["MaxAttempts"] >= 2, name
 
 
 def test_contract_shape(states, synth):
@@ -75,7 +80,12 @@ def test_contract_shape(states, synth):
     }
     plan = states["Plan"]
     assert plan["Resource"] == planner
-    assert plan["Parameters"] == {"op": "plan", "job.$": "$.job", "execution.$": "$.execution"}
+    assert plan["Parameters"] == {
+        "op": "plan",
+        "job.$": "$.job",
+        "execution.$": "$.execution",
+        "state_machine.$": "$$.StateMachine.Id",
+    }
     assert plan["ResultPath"] == "$.plan" and plan["Next"] == "ShouldTrain"
 
     should = states["ShouldTrain"]

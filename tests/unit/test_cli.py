@@ -37,6 +37,22 @@ def test_bad_faults_spec(tmp_path, capsys):
     with pytest.raises(ValueError, match="between 0 and 1"):
         parse_faults("fail=2")
     assert parse_faults("fail=0.2, duplicate=0.05") == {"fail": 0.2, "duplicate": 0.05}
+    assert parse_faults("kill=0.3,store_outage=5") == {"kill": 0.3, "store_outage": 5.0}
+    with pytest.raises(ValueError, match="store_outage must be between"):
+        parse_faults("store_outage=0")
+
+
+def test_kill_applies_to_control_steps_only():
+    from smlt.faults import FaultInjector, is_control_step
+
+    assert is_control_step({"op": "plan", "job": {}}) and is_control_step({"op": "finalize", "run_id": "r"})
+    assert is_control_step({"run_id": "r", "round": 0, "outcomes": []})  # Aggregate sends no op
+    assert not is_control_step({"run_id": "r", "round": 0, "worker": 1})
+    assert not is_control_step({"op": "chain", "run_id": "r"})
+    injector = FaultInjector({"kill": 1.0}, functions={"train"}, seed=1)
+    assert injector("planner", {"op": "plan"}) == "kill"
+    assert injector("train", {"run_id": "r", "round": 0, "worker": 0}) == "ok"
+    assert injector.counts["kill"] == 1
 
 
 def test_data_prepare_reports_bad_source(tmp_path, capsys):
@@ -80,4 +96,15 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
     job = tmp_path / "job.json"
     job.write_text("{}")
     assert main(["run", "--local", str(job)]) == 1
-    assert capsys.readouterr().err == "run r1 FAILED: InvalidDataset\n  cause: no shards\n"
+    assert capsys.readouterr().err == (
+        "run r1 FAILED: InvalidDataset\n  cause: no shards\n"
+        "  a resume would fail the same way: fix the cause and start the run again\n"
+    )
+
+    def died(job_path, out, faults=None, code=None):
+        raise RunFailed("r1", "FAILED", "Runtime.ExitError", "Runtime exited with error: signal: 9")
+
+    monkeypatch.setattr(smlt.runner, "run_local", died)
+    assert main(["run", "--local", str(job), "--out", "my out"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith("continue it from its last complete round with: smlt resume r1 --local --out 'my out'\n"), err

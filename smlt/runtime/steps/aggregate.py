@@ -74,14 +74,24 @@ MAX_ATTEMPTS = 3  # a round whose quorum fails this many times fails the run
 
 
 def _fatal_worker_error(table: RunTable, rnd: int, quorum_met: bool = False) -> None:
-    """Re-raise a worker's non-transient error (bad data, model too large) under its own name
-    when the round cannot reach its quorum. When it can, only a shard is fatal: one that a
-    worker could not read last round either (the plan gave it to another worker since)."""
+    """Re-raise a worker's non-transient error under its own name. The user's code's error
+    (UserCodeError) and a shard that failed the same way twice (DataError, CorruptShard) end the
+    run whatever the quorum; another named error (bad data, model too large) when the round
+    cannot reach its quorum. Any other exception a worker recorded (a WorkerError) is fatal only
+    when it repeats on its shard: the plan moves that shard to another worker, a quorum retry
+    runs it again."""
     errors = table.errors(rnd)
+    for worker, e in sorted(errors.items()):
+        if e.error == "UserCodeError":
+            raise smlt_errors.UserCodeError(f"worker {worker}, round {rnd}: {e.message}")
+        if e.error == "DataError":
+            raise smlt_errors.DataError(e.message)
+    _repeated_shard_failure(table, rnd, errors)
     if quorum_met:
-        _repeated_shard_failure(table, rnd, errors)
-    elif errors:
-        worker, e = next(iter(errors.items()))
+        return
+    named = [(w, e) for w, e in sorted(errors.items()) if e.error != "WorkerError"]
+    if named:
+        worker, e = named[0]
         if e.shard is not None:
             raise smlt_errors.CorruptShard(f"worker {worker}: {e.message}; {_REPAIR}")
         cls = getattr(smlt_errors, e.error, smlt_errors.SmltError)
@@ -92,17 +102,35 @@ _REPAIR = "prepare the dataset again (`smlt data prepare SOURCE --out FOLDER`) a
 
 
 def _repeated_shard_failure(table: RunTable, rnd: int, errors: dict[int, ErrorItem]) -> None:
-    """CorruptShard when a shard that failed this round failed in the round before too."""
+    """CorruptShard when a shard that could not be read this round failed in the round before too;
+    DataError when a shard raised the same exception in both (on different workers: the plan
+    moved it)."""
     failed = {(e.shard.split, e.shard.index): (w, e) for w, e in sorted(errors.items()) if e.shard is not None}
     if not failed or rnd == 0:
         return
     for w0, e0 in sorted(table.errors(rnd - 1).items()):
-        if e0.shard is not None and (e0.shard.split, e0.shard.index) in failed:
-            w, e = failed[(e0.shard.split, e0.shard.index)]
+        if e0.shard is None or (e0.shard.split, e0.shard.index) not in failed:
+            continue
+        w, e = failed[(e0.shard.split, e0.shard.index)]
+        if e.error == "WorkerError" and e0.error == "WorkerError" and e.exception == e0.exception:
+            raise smlt_errors.DataError(smlt_errors.data_error_message(e, e0))
+        if e.error == "CorruptShard" and e0.error == "CorruptShard":
             raise smlt_errors.CorruptShard(
                 f"{e0.shard.split} shard {e0.shard.key} failed twice: on worker {w0} in round {rnd - 1} and on "
                 f"worker {w} in round {rnd} ({e.message}); {_REPAIR}"
             )
+
+
+def _recorded(table: RunTable, rnd: int) -> str:
+    """The exceptions the round's workers recorded, for a QuorumNotReached message."""
+    errors = table.errors(rnd)
+    if not errors:
+        return ""
+    shown = [
+        f"worker {w}: {e.message}" + (f" (on {e.shard.split} shard {e.shard.key})" if e.shard else "")
+        for w, e in sorted(errors.items())[:3]
+    ]
+    return "the workers recorded " + "; ".join(shown)
 
 
 def _model_problem(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str | None:
@@ -125,12 +153,14 @@ def _model_problem(artifacts: S3Store, run_id: str, rnd: int, expected: str | No
     return None
 
 
-def _quorum_advice(artifacts: S3Store, run_id: str, rnd: int, expected: str | None) -> str:
+def _quorum_advice(artifacts: S3Store, run_id: str, rnd: int, expected: str | None, recorded: str = "") -> str:
     """The cause of a round that failed for good, as far as it can be told, and what to do."""
     problem = _model_problem(artifacts, run_id, rnd, expected)
     if problem:  # a resume would start from the same model
         return f"{problem}, so every worker fails on it: start the run again (a resume would read the same model)"
-    cause = "none recorded a named error: they crashed, timed out or were throttled (see the worker function's logs)"
+    cause = recorded or (
+        "none recorded a named error: they crashed, timed out or were throttled (see the worker function's logs)"
+    )
     if rnd == 0:  # no checkpoint to continue from: nothing was aggregated
         return f"{cause}; no round was completed, so there is nothing to resume: start the run again once it is fixed"
     return f"{cause}; resume the run with `smlt resume {run_id}` once the cause is fixed"
@@ -198,7 +228,7 @@ class _Round:
         if attempts + 1 >= MAX_ATTEMPTS:
             raise smlt_errors.QuorumNotReached(
                 f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "
-                + _quorum_advice(self.artifacts, self.run_id, rnd, self.model_digest)
+                + _quorum_advice(self.artifacts, self.run_id, rnd, self.model_digest, _recorded(table, rnd))
             )
         self.clear_sync()  # the retried round's exchange starts clean
         return RoundAnswer(round=rnd, stop=False, retry=True, reason=f"quorum not reached (attempt {attempts + 1})")

@@ -44,6 +44,8 @@ class PlanEvent(_Event):
     # (a bad job is InvalidJob, naming the job's field).
     job: Any = None
     execution: str = "run"
+    # The state machine's ARN ($$.StateMachine.Id): where the run's driving execution is looked up.
+    state_machine: str | None = None
 
     @field_validator("execution", mode="before")
     @classmethod

@@ -15,6 +15,8 @@ from smlt.runtime import keys, ledger
 from smlt.runtime.aggregate.model_store import verified_model
 from smlt.runtime.bill import RoundShape
 from smlt.runtime.config import Settings
+from smlt.runtime.data.shards import load_manifest
+from smlt.runtime.errors import PartialData
 from smlt.runtime.evaluation import ValMetrics
 from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.runtime.modelcard import ModelCard, card_json, card_key, card_of_run, with_card
@@ -44,9 +46,19 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         )
     pipeline = meta.job.pipeline if meta else None
     per_round, total = _run_ledger(settings, table, rounds, plans, pipeline is not None, card is not None)
+    fraction, untrained, keys_of = _trained_split(meta, rounds, plans)
     final = _final(run_id, meta, rounds, plans, final_round).model_copy(
-        update={"estimated_cost_usd": total.total_usd, "model_sha256": published}
+        update={
+            "estimated_cost_usd": total.total_usd,
+            "model_sha256": published,
+            "trained_fraction": fraction,
+            "untrained_shards": untrained,
+        }
     )
+    partial = _partial_data(run_id, meta, final.rounds, fraction, untrained, keys_of)
+    if partial is not None and meta is not None and meta.job.training.allow_partial_data:
+        final.stop_reason += f" ({partial.args[0].split(': ', 1)[0]}; allowed by training.allow_partial_data)"
+        partial = None
     if card is not None:  # model.json: the card with the run's final metrics and the model's sha256
         artifacts.put(
             card_key(run_id), card_json(card.model_copy(update={"metrics": final, "model_sha256": published}))
@@ -62,6 +74,8 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         },
     }
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
+    if partial is not None:  # metrics.json says what was trained; the run is not done, nor a pipeline's latest
+        raise partial
     table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
     if pipeline and final_round is not None:
         model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
@@ -71,6 +85,56 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         val_accuracy=final.val_accuracy,
         rounds=final.rounds,
         estimated_cost_usd=round(final.estimated_cost_usd, 6),
+    )
+
+
+def _trained_split(
+    meta: MetaItem | None, rounds: list[RoundItem], plans: dict[int, PlanItem]
+) -> tuple[float | None, list[int], dict[int, str]]:
+    """(fraction of the training split's rows in shards that an applied update covered, the train
+    shards no applied update covered, their keys): a shard counts once a worker that held it in
+    some round had its update applied."""
+    if meta is None or meta.train_shards <= 0:
+        return None, [], {}
+    n = meta.train_shards
+    trained: set[int] = set()
+    for r in rounds:
+        plan = plans.get(r.round)
+        if r.eval_only or r.diverged or plan is None or plan.spec is None:
+            continue
+        for a in r.accepted:
+            if a.samples > 0 and a.worker < plan.spec.workers:
+                trained.update(plan.spec.train_shards(a.worker, n))
+    untrained = sorted(set(range(n)) - trained)
+    try:
+        shards = load_manifest(meta.job.dataset.uri).train.shards
+    except Exception:  # noqa: BLE001 - the fraction falls back to counting shards
+        shards = []
+    if len(shards) != n:
+        return (n - len(untrained)) / n, untrained, {}
+    total = sum(sh.rows for sh in shards) or 1
+    rows = sum(shards[i].rows for i in trained if i < n)
+    return rows / total, untrained, {i: shards[i].key for i in untrained}
+
+
+def _partial_data(
+    run_id: str,
+    meta: MetaItem | None,
+    trained_rounds: int,
+    fraction: float | None,
+    untrained: list[int],
+    keys_of: dict[int, str],
+) -> PartialData | None:
+    """PartialData when training rounds ran but some train shard was never trained. (A run the
+    planner stopped before any round, for its budget or deadline, says so in its stop reason.)"""
+    if not untrained or fraction is None or trained_rounds == 0:
+        return None
+    names = ", ".join(keys_of.get(i, f"#{i}") for i in untrained[:5]) + (" ..." if len(untrained) > 5 else "")
+    return PartialData(
+        f"run {run_id} trained {fraction:.1%} of the training split: {len(untrained)} train shard(s) never "
+        f"trained ({names}); their workers failed in every round (see the recorded errors: `smlt status "
+        f"{run_id}`). Fix the cause and start the run again, or set training.allow_partial_data: true to "
+        "accept a model trained on part of the data"
     )
 
 

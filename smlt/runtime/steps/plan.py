@@ -22,7 +22,14 @@ from smlt.runtime import keys
 from smlt.runtime.aggregate.reduce import plan_slices
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest
-from smlt.runtime.errors import AccessDenied, ChainedExecutionFailed, Infeasible, InvalidJob
+from smlt.runtime.errors import (
+    AccessDenied,
+    AlreadyFinished,
+    ChainedExecutionFailed,
+    Infeasible,
+    InvalidJob,
+    RunInProgress,
+)
 from smlt.runtime.fanout import Fanout
 from smlt.runtime.items import MetaItem, PlanItem, RoundItem, StopItem
 from smlt.runtime.job import Job, check_dataset, parse_job
@@ -311,6 +318,66 @@ def _run_state(table: RunTable) -> _RunState:
         return _RunState(rounds, records, rnd, meta, plan, prev_plan, items.item(keys.STOP, StopItem))
 
 
+# An execution in one of these may still drive its run (PENDING_REDRIVE: being redriven).
+DRIVING = ("RUNNING", "PENDING_REDRIVE")
+
+
+def _driver_status(state_machine: str | None, name: str) -> str | None:
+    """The status of execution `name` of the state machine; None when no such execution exists (a
+    local engine started afresh: the crashed run's executions are gone) or the state machine is not
+    known (a direct invocation, not the state machine's)."""
+    if not state_machine:
+        return None
+    import boto3
+
+    sfn = boto3.client("stepfunctions")
+    arn = state_machine.replace(":stateMachine:", ":execution:") + ":" + name
+    try:
+        return str(sfn.describe_execution(executionArn=arn)["status"])
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return None
+
+
+def _claim(table: RunTable, meta: MetaItem, state: _RunState, execution: str, state_machine: str | None) -> MetaItem:
+    """One driver per run id: META names the execution that drives the run (the first, which wrote
+    META). Another execution of the run id takes it over only from an execution that has ended (a
+    resume after a failure or a crash) or when the driver handed the run to it (Chain: its name
+    derives from the round, and the driver planned the round before); otherwise RunInProgress (or
+    AlreadyFinished), before anything is planned, trained or billed beyond this check. The
+    takeover is a conditional write, so of two racing executions one drives."""
+    run_id = table.run_id
+    if meta.execution == execution:
+        return meta
+    if meta.status == "SUCCEEDED":
+        raise AlreadyFinished(
+            f"run {run_id} has finished (execution {meta.execution}); execution {execution} trains nothing: "
+            f"its outputs stay as they are (`smlt fetch {run_id}`); start a new run id to train again"
+        )
+    handed = (
+        execution == chained_name(run_id, state.round)
+        and state.prev_plan is not None
+        and state.prev_plan.execution == meta.execution
+    )
+    if not handed:
+        status = _driver_status(state_machine, meta.execution)
+        if status in DRIVING:
+            raise RunInProgress(
+                f"run {run_id} is driven by execution {meta.execution} ({status}); execution {execution} "
+                f"ends here and trains nothing (one driver per run): wait for it to end, or stop it "
+                f"and continue with `smlt resume {run_id}`"
+            )
+    took = table.update(
+        keys.META, MetaItem, execution=execution, only_if="#execution = :driver", values={":driver": meta.execution}
+    )
+    if not took:
+        driver = table.meta()
+        raise RunInProgress(
+            f"run {run_id} was taken over by execution {driver.execution if driver else '?'} first; "
+            f"execution {execution} ends here and trains nothing (one driver per run)"
+        )
+    return meta.model_copy(update={"execution": execution})
+
+
 def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -> MetaItem:
     """Round 0: check the job's data and access, write META (first writer wins), job.json and
     the warm start's model. Nothing is written for a bad job."""
@@ -324,7 +391,9 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
         created_at=time.time(),
         **facts,
     )
-    _, meta = table.put_once(keys.META, meta)
+    written, meta = table.put_once(keys.META, meta)
+    if not written:  # another execution created the run first: `_claim` decides who drives it
+        return meta
     artifacts = S3Store(settings.artifacts_bucket)
     artifacts.put(keys.job_key(table.run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
     if job.warm_start:
@@ -443,6 +512,7 @@ def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
         # The same upload event delivered twice (or raced): its run already exists.
         reason = f"duplicate event: run {run_id} belongs to execution {meta.execution}"
         return PlanOther(action="duplicate", run_id=run_id, round=0, reason=reason)
+    meta = _claim(table, meta, state, execution, event.state_machine)
     if state.plan is not None:
         return _answer(state.plan, settings)
     chain_reason = _chain_reason(state, job, execution, settings.fanout)

@@ -13,9 +13,12 @@ import json
 import math
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
+from botocore.exceptions import BotoCoreError, ClientError
 from torch import Tensor, nn
 
 from smlt.runtime import keys, ledger
@@ -29,13 +32,18 @@ from smlt.runtime.data.shards import ShardCache, load_manifest
 from smlt.runtime.errors import (
     AccessDenied,
     CorruptShard,
+    DataError,
     DigestMismatch,
     InvalidDataset,
     InvalidJob,
     ModelTooLarge,
     StaleInvocation,
+    StoreUnavailable,
+    UserCodeError,
+    data_error_message,
 )
 from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem
+from smlt.runtime.job import Job
 from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec
 from smlt.runtime.steps.events import TrainAnswer, TrainEvent
@@ -45,7 +53,7 @@ from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_stat
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.measure import Footprint, footprint
 from smlt.runtime.train.models import build_model
-from smlt.runtime.usercode import activate_code, load_transform
+from smlt.runtime.usercode import activate_code, load_transform, user_code_failure
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
 
@@ -242,17 +250,109 @@ def _record_model0(table: RunTable, stored: StoredModel) -> None:
         check(stored.key, stored.sha256, meta.model0_sha256 if meta else None, "model 0")
 
 
+@dataclass
+class _Where:
+    """What a failing worker was doing, for its ERROR item: the job (whose code may be the cause),
+    the shard it read last, the round's quorum attempt."""
+
+    job: Job | None = None
+    manifest: Manifest | None = None
+    shard: Key | None = None
+    attempt: int = 0
+
+    def shard_ref(self) -> ShardRef | None:
+        if self.shard is None or self.manifest is None:
+            return None
+        split, index = self.shard
+        infos = self.manifest.train.shards if split == "train" else self.manifest.validation.shards
+        key = infos[index].key if 0 <= index < len(infos) else ""
+        return ShardRef(split=split, index=index, key=key, reason="error")
+
+
+# The exchange store's and AWS clients' own errors, and the engine's injected failure (raised in
+# botocore's request hooks): the platform failed, not the run; the invocation may be retried.
+_PLATFORM_MODULES = ("botocore", "boto3", "s3transfer", "urllib3", "redis", "http", "socket", "ssl")
+
+
+def _transient(e: BaseException) -> bool:
+    """A platform fault: a lost connection, a timeout, a service error, a store outage (never a
+    recorded error: a retry may well succeed)."""
+    if isinstance(e, (ConnectionError, TimeoutError, StoreUnavailable, BotoCoreError, ClientError)):
+        return True
+    for f in traceback.extract_tb(e.__traceback__):
+        module = f.filename.replace(os.sep, "/")
+        if any(f"/{m}/" in module or module.endswith(f"/{m}.py") for m in _PLATFORM_MODULES):
+            return True
+    return False
+
+
+# The run's marker that a worker hit a UserCodeError: the round's other workers read it with their
+# spec (no extra request) and stop before doing any work.
+FATAL_SK = "FATAL"
+
+
 def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | None = None) -> TrainAnswer:
     table = RunTable(settings.table, event.run_id)
+    where = _Where()
     try:
-        return _run_worker(settings, table, event.run_id, event.round, event.worker, transform)
+        return _run_worker(settings, table, event.run_id, event.round, event.worker, transform, where)
+    except StaleInvocation:
+        raise
     except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied, DigestMismatch) as e:
+        user = user_code_failure(e, where.job)  # the builder's own TypeError, an import inside the user's code
+        if user is not None:
+            _record_user_error(table, event, user)
+            raise user from None
         # Not worth retrying: leave the reason (and the shard it names) where the aggregator and
         # the next plan can read it.
         shard = _shard_ref(e) if isinstance(e, CorruptShard) else None
-        item = ErrorItem(error=type(e).__name__, message=str(e), shard=shard)
+        item = ErrorItem(error=type(e).__name__, message=str(e), shard=shard, worker=event.worker, round=event.round)
         table.put_once(keys.error_sk(event.round, event.worker), item)
         raise
+    except Exception as e:
+        if _transient(e):
+            raise
+        user = user_code_failure(e, where.job)
+        if user is not None:
+            _record_user_error(table, event, user)
+            raise user from None
+        repeated = _record_worker_error(table, event, e, where)
+        if repeated is not None:
+            raise repeated from None
+        raise
+
+
+def _record_user_error(table: RunTable, event: TrainEvent, e: UserCodeError) -> None:
+    """The user's error, for the aggregator (which fails the run with it, without a quorum retry)
+    and for the round's workers still to start (FATAL: they stop at once)."""
+    item = ErrorItem(error="UserCodeError", message=str(e), worker=event.worker, round=event.round)
+    table.put_once(keys.error_sk(event.round, event.worker), item)
+    table.put_once(FATAL_SK, item)
+
+
+def _record_worker_error(table: RunTable, event: TrainEvent, e: Exception, where: _Where) -> DataError | None:
+    """Record any other exception (type, message, worker, shard, round) as a WorkerError; a
+    DataError when this worker's earlier attempt of the round failed the same way on the same
+    shard (a quorum retry of a deterministic error)."""
+    text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+    item = ErrorItem(
+        error="WorkerError",
+        message=text,
+        exception=type(e).__name__,
+        shard=where.shard_ref(),
+        worker=event.worker,
+        round=event.round,
+        attempt=where.attempt,
+    )
+    sk = keys.error_sk(event.round, event.worker)
+    written, stored = table.put_once(sk, item)
+    if written or stored.error != "WorkerError" or stored.attempt >= where.attempt:
+        return None
+    if stored.exception != item.exception or stored.shard != item.shard:
+        return None
+    err = DataError(data_error_message(item, stored))
+    table.update(sk, ErrorItem, error="DataError", message=str(err), attempt=where.attempt)
+    return err
 
 
 def _shard_ref(e: CorruptShard) -> ShardRef | None:
@@ -261,13 +361,21 @@ def _shard_ref(e: CorruptShard) -> ShardRef | None:
     return ShardRef.model_validate({"split": e.split, "index": e.index, "key": e.key, "reason": e.reason})
 
 
-def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> tuple[RoundSpec, str | None] | TrainAnswer:
+def _round_spec(
+    table: RunTable, run_id: str, rnd: int, worker: int, where: _Where | None = None
+) -> tuple[RoundSpec, str | None] | TrainAnswer:
     """The round's spec and the digest model r must have, or the answer of a finished invocation
     (a duplicate: same answer, no new writes); StaleInvocation when there is nothing to do. One
     request for the items (the digest: ROUND r-1's `model_sha256`, META's in round 0)."""
     seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
     digest_sk = keys.round_sk(rnd - 1) if rnd > 0 else keys.META
-    items = table.get_many(seal_sk, worker_sk, plan_sk, digest_sk)
+    items = table.get_many(seal_sk, worker_sk, plan_sk, digest_sk, FATAL_SK)
+    fatal = items.item(FATAL_SK, ErrorItem)
+    if fatal is not None:
+        raise StaleInvocation(
+            f"run {run_id} stopped: worker {fatal.worker} of round {fatal.round} hit a {fatal.error}; "
+            f"worker {worker} does nothing"
+        )
     if items.item(seal_sk, SealItem) is not None:
         raise StaleInvocation(f"round {rnd} of run {run_id} is already aggregated; worker {worker} is late")
     done = items.item(worker_sk, WorkerItem)
@@ -277,6 +385,8 @@ def _round_spec(table: RunTable, run_id: str, rnd: int, worker: int) -> tuple[Ro
     if plan is None or plan.spec is None:
         raise StaleInvocation(f"round {rnd} of run {run_id} has no training plan; worker {worker} has nothing to do")
     raw = items[digest_sk] or {}
+    if where is not None:
+        where.attempt = plan.attempts
     return plan.spec, raw.get("model_sha256" if rnd > 0 else "model0_sha256")
 
 
@@ -310,18 +420,39 @@ def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, in
     return transform
 
 
+def _track_reads(shards: Prefetcher, where: _Where) -> None:
+    """Note in `where` the shard the batches come from (the last one read): the shard an exception
+    while training is recorded against."""
+    get = shards.get
+
+    def tracked(key: Key) -> Arrays:
+        where.shard = key
+        return get(key)
+
+    shards.get = tracked  # type: ignore[method-assign]
+
+
 def _run_worker(
-    settings: Settings, table: RunTable, run_id: str, rnd: int, worker: int, transform: Transform | None
+    settings: Settings,
+    table: RunTable,
+    run_id: str,
+    rnd: int,
+    worker: int,
+    transform: Transform | None,
+    where: _Where | None = None,
 ) -> TrainAnswer:
     global _COLD
     cold, _COLD = _COLD, False
     t0 = time.perf_counter()
     artifacts = S3Store(settings.artifacts_bucket)
-    got = _round_spec(table, run_id, rnd, worker)
+    where = where or _Where()
+    got = _round_spec(table, run_id, rnd, worker, where)
     if isinstance(got, TrainAnswer):
         return got
     spec, model_digest = got
+    where.job = spec.job
     manifest = load_manifest(spec.job.dataset.uri)
+    where.manifest = manifest
     memory_mb = settings.memory_mb or spec.memory_mb
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, memory_mb // 1769)))
 
@@ -343,6 +474,7 @@ def _run_worker(
     t_setup = time.perf_counter()
     reader = ShardReader(spec.job.dataset.uri, manifest, cache)
     with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
+        _track_reads(shards, where)
         batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
         val_loss, val_correct, val_count = _evaluate(model, batches, manifest)
         t_eval, eval_wait = time.perf_counter(), shards.wait_s
