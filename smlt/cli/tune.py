@@ -20,6 +20,9 @@ def add_command(sub: Any) -> None:
 def tune(args: argparse.Namespace) -> int:
     from smlt import tune as study
 
+    from .paths import out_folder
+
+    out_folder(Path(args.out))
     if args.local:
         study.tune_local(Path(args.study), Path(args.out))
     else:
