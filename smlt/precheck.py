@@ -412,3 +412,98 @@ def check_job_file(path: Path, code: Path | None = None) -> None:
     if code is not None:
         package_code(code)  # what the image cannot run is named before anything is imported
     check_model(job, folder, code)
+
+
+# --- studies ---------------------------------------------------------------------------------
+
+
+def first_plan_refusal(job: Job, manifest: Manifest, budget_usd: float, deadline_s: float | None = None) -> str | None:
+    """Why the planner would refuse a run of `job` under `budget_usd` before its first round (its
+    own first decision, on the dataset and the built-in model's footprint), None when it would train."""
+    from smlt.runtime.planner.core import decide
+    from smlt.runtime.planner.footprint import model_cost
+    from smlt.runtime.planner.types import RunHistory
+    from smlt.runtime.prices import Prices
+
+    cost = model_cost(job.model, manifest.input_shape, manifest.outputs, manifest.vocab_size)
+    history = RunHistory(
+        param_count=cost.params if cost else 0,
+        flops_per_sample=cost.flops_per_sample if cost else None,
+        train_rows=manifest.train.rows,
+        val_rows=manifest.validation.rows,
+        dataset_bytes=sum(sh.bytes for sh in manifest.train.shards),
+    )
+    c = job.constraints.model_copy(update={"budget_usd": budget_usd, "best_effort": False})
+    if deadline_s is not None:
+        c = c.model_copy(update={"deadline_seconds": min(c.deadline_seconds or deadline_s, deadline_s)})
+    trial = job.model_copy(update={"constraints": c})
+    tiers = sorted(int(t) for t in deployed.value("memory_tiers"))
+    decision = decide(trial, history, tiers, Prices())
+    return decision.reason if decision.action == "stop" and decision.infeasible else None
+
+
+def check_study(study: Any, base: Path) -> None:
+    """`smlt tune`: before any trial starts, every value of the search space (each choice, both
+    ends of each range) builds a valid job and a model that trains on the dataset, and the first
+    trial's share of the budget pays its first plan; else InvalidJob naming the value and the fix."""
+    from smlt.datasets import checked_dataset_folder
+    from smlt.runtime.job import parse_job
+    from smlt.runtime.study.spec import corner_points, trial_job
+
+    folder = checked_dataset_folder(study.job, base=base)
+    for params in corner_points(study):
+        shown = ", ".join(f"{k}={json_text(v)}" for k, v in params.items())
+        try:
+            job = parse_job(trial_job(study, params))
+            checked_dataset_folder(job, base=base)
+            check_model(job, folder)
+        except SmltError as e:
+            raise InvalidJob(f"study.space: with {shown}: {type(e).__name__}: {e}") from None
+    if folder is None:
+        return
+    from smlt.runtime.study.budget import DEADLINE_MARGIN_S
+
+    manifest = read_local_manifest(folder)
+    share = study.budget_usd / study.trials  # the first trial's (smlt.runtime.study.budget.share)
+    deadline = study.deadline_seconds - DEADLINE_MARGIN_S  # the first trial's (budget.trial_deadline)
+    if first_plan_refusal(study.job, manifest, share, deadline) is None:
+        return
+    why = first_plan_refusal(study.job, manifest, share)
+    if why is None:  # the deadline, not the budget
+        why = first_plan_refusal(study.job, manifest, share, deadline)
+        enough = _least_usd(
+            lambda s: first_plan_refusal(study.job, manifest, share, s - DEADLINE_MARGIN_S) is None,
+            study.deadline_seconds,
+            top=7 * 24 * 3600,
+        )
+        need = f"at least {enough:.3g} s" if enough else "a longer deadline"
+        raise InvalidJob(
+            f"study.deadline_seconds: {study.deadline_seconds:g} s cannot fit one trial ({why}): give "
+            f"deadline_seconds {need}"
+        )
+    enough = _least_usd(lambda usd: first_plan_refusal(study.job, manifest, usd) is None, share)
+    need = f"at least ${enough * study.trials:.4g} for {study.trials} trials" if enough else "a larger budget"
+    raise InvalidJob(
+        f"study.budget_usd: ${study.budget_usd:g} over {study.trials} trials gives each ${share:.3g}, which "
+        f"cannot pay one trial's first rounds ({why}): give budget_usd {need}, or fewer trials"
+    )
+
+
+def _least_usd(ok: Callable[[float], bool], low: float, top: float = 1000.0) -> float | None:
+    """The least amount (to 2 significant digits) ok takes, searched up from `low` (None above `top`)."""
+    hi = max(low, 1e-6)
+    while not ok(hi):
+        hi *= 2
+        if hi > top:
+            return None
+    lo = hi / 2
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return float(f"{hi:.2g}") if ok(float(f"{hi:.2g}")) else hi
+
+
+def json_text(v: Any) -> str:
+    import json
+
+    return json.dumps(v)

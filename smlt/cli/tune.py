@@ -26,6 +26,6 @@ def tune(args: argparse.Namespace) -> int:
     if args.local:
         study.tune_local(Path(args.study), Path(args.out))
     else:
-        study.read_study_file(Path(args.study))  # a bad file needs no AWS access
+        study.check_study_file(Path(args.study))  # a bad file needs no AWS access
         study.run(study.deployed_target(args.stack), Path(args.study), Path(args.out))
     return 0

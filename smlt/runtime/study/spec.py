@@ -34,6 +34,7 @@ from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import TargetMetric, lower_is_better
 from smlt.runtime.job import Job, _describe, json_object, parse_job
 from smlt.runtime.strict import PlainUserModel, UserModel, no_bool_for_number
+from smlt.runtime.study.budget import DEADLINE_MARGIN_S
 
 _STUDY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 # What a study may search: the job's training section and its model's parameters.
@@ -170,6 +171,13 @@ class Study(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Study:
+        least = self.min_trial_seconds + DEADLINE_MARGIN_S
+        if self.deadline_seconds < least:
+            raise ValueError(
+                f"deadline_seconds: {self.deadline_seconds:g} s leaves no trial time to run: a trial starts only while "
+                f"min_trial_seconds ({self.min_trial_seconds:g} s) and {DEADLINE_MARGIN_S:g} s for its stop and "
+                f"finalize are left: give at least {least:g} s"
+            )
         if self.job.run_id is not None:
             raise ValueError("job.run_id: leave it out; every trial gets its own run id (<study id>-t<n>)")
         polls = self.deadline_seconds / self.poll_seconds
