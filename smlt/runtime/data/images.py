@@ -42,9 +42,10 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
         shown = ", ".join(skipped[:SHOW_SKIPPED]) + (
             f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
         )
+        one = len(skipped) == 1
         notice.info(
-            f"{path}: skipped {len(skipped)} {'entry' if len(skipped) == 1 else 'entries'} that are not "
-            f".png, .jpg or .jpeg images: {shown}"
+            f"{path}: skipped {len(skipped)} {'file that is not a' if one else 'files that are not'} .png, .jpg or "
+            f".jpeg image{'' if one else 's'}: {shown}"
         )
     return files
 
