@@ -135,3 +135,21 @@ def test_a_regression_target_in_raw_units_met_by_the_untrained_model_is_refused(
     assert "standardised targets" in text and "use val_rmse" in text
     ok = parse_job({"dataset": {"uri": "unused"}, "training": {"target_metric": "val_rmse", "target_value": 50}})
     check_model(ok, folder)  # a raw-unit RMSE target the untrained model does not meet
+
+
+@pytest.mark.parametrize("cmd", [["run", "--local"], ["start"]])
+def test_the_cli_shows_the_users_error_before_any_engine_or_stack(digits, code, tmp_path, capsys, cmd):
+    import json
+
+    from smlt.cli import main
+
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"dataset": {"uri": str(digits)}, "model": {"name": "usernets.nets:broken"}}))
+    out = tmp_path / "out"
+    assert main([*cmd, str(path), "--code", str(code), *(["--out", str(out)] if "run" in cmd else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: UserCodeError: building model.name 'usernets.nets:broken': your code raised TypeError"
+    )
+    assert 'usernets/nets.py:5 in helper: return n + "x"' in err
+    assert not out.exists()  # no engine, no state
