@@ -19,7 +19,7 @@ from typing import Any
 import boto3
 
 from smlt.datasets import checked_dataset_folder, upload_dataset
-from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound
+from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound, StudyFailed
 from smlt.runtime.progress import progress
 from smlt.runtime.store import S3Store
 from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem, best_prefix
@@ -93,16 +93,36 @@ def follow(target: Target, raw: dict[str, Any], interval: float = 1.0) -> tuple[
     return meta, table.trials()
 
 
+def _usd(x: float) -> str:
+    """Dollars with the digits a small amount needs ($0.00012, not $0.00000)."""
+    return f"${x:.2g}" if 0 < x < 0.001 else f"${x:.5f}"
+
+
 def summary_lines(meta: StudyItem, trials: list[TrialItem]) -> list[str]:
     stopped = sum(t.status == "STOPPED" for t in trials)
     skipped = sum(t.status == "SKIPPED" for t in trials)
+    failed = sum(t.status == "FAILED" for t in trials)
     best = f"{meta.best_metric:.4f}" if meta.best_metric is not None else "n/a"
+    budget = f" of the study budget {_usd(meta.budget_usd)}" if meta.budget_usd else ""
     return [
-        f"done: study {meta.study_id}: {len(trials)} trials, {stopped} stopped early, {skipped} not started; "
-        f"best trial {meta.best_trial} ({meta.best_run_id}) {meta.metric} {best}",
-        f"  spent ${meta.spent_usd:.5f} of the study budget ${meta.budget_usd or 0:.5f}",
+        f"done: study {meta.study_id}: {len(trials)} trials, {stopped} stopped early, {skipped} not started"
+        + (f", {failed} failed" if failed else "")
+        + f"; best trial {meta.best_trial} ({meta.best_run_id}) {meta.metric} {best}",
+        f"  spent {_usd(meta.spent_usd)}{budget}",
         f"  result: {meta.best_model_key}",
     ]
+
+
+def failure(meta: StudyItem, trials: list[TrialItem]) -> StudyFailed:
+    """A study in which no trial produced a model: each trial's cause, and what to change."""
+    causes = {t.trial: f"{t.status}: {t.stop_reason or 'no reason recorded'}" for t in trials}
+    distinct = sorted(set(causes.values()))
+    lines = [f"study {meta.study_id}: no trial produced a model ({len(trials)} trials, spent {_usd(meta.spent_usd)})"]
+    if len(distinct) == 1 and len(trials) > 1:
+        lines.append(f"  every trial: {distinct[0]}")
+    else:
+        lines += [f"  trial {n}: {c}" for n, c in sorted(causes.items())]
+    return StudyFailed("\n".join(lines), causes)
 
 
 def fetch_best(target: Target, meta: StudyItem, trials: list[TrialItem], out: Path) -> None:
@@ -116,6 +136,16 @@ def fetch_best(target: Target, meta: StudyItem, trials: list[TrialItem], out: Pa
     (out / "study.json").write_text(json.dumps(doc, indent=2))
 
 
+def check_study_file(path: Path) -> tuple[Study, dict[str, Any]]:
+    """The study file, and every value of its space, its budget and its deadline, checked before
+    any engine, stack or trial (smlt.precheck.check_study)."""
+    from smlt.precheck import check_study
+
+    study, raw = read_study_file(path)
+    check_study(study, path.parent)
+    return study, raw
+
+
 def run(target: Target, path: Path, out: Path, study_id: str | None = None) -> tuple[StudyItem, list[TrialItem]]:
     study, raw = read_study_file(path)
     if study_id:
@@ -123,9 +153,13 @@ def run(target: Target, path: Path, out: Path, study_id: str | None = None) -> t
     raw = stage(study, raw, path, target)
     meta, trials = follow(target, raw)
     fetch_best(target, meta, trials, out)
+    if meta.best_model_key is None:
+        progress.info(f"  study.json (every trial and its cause) in {out}/")
+        raise failure(meta, trials)
     for line in summary_lines(meta, trials):
         progress.info(line)
-    progress.info(f"  outputs in {out}/: model.safetensors best.json study.json")
+    wrote = [n for n in ("model.safetensors", "best.json", "study.json") if (out / n).exists()]
+    progress.info(f"  outputs in {out}/: {' '.join(wrote)}")
     return meta, trials
 
 
@@ -169,7 +203,7 @@ def deployed_target(stack_name: str, cfn: Any = None) -> Target:
 
 def tune_local(path: Path, out: Path) -> tuple[StudyItem, list[TrialItem]]:
     """`smlt tune STUDY --local`: the study on the local engine (checked before it starts)."""
-    read_study_file(path)
+    check_study_file(path)
     from smlt.runner import start_engine
 
     engine, _, _ = start_engine(None)

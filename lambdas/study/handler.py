@@ -5,6 +5,7 @@ from aws_lambda_powertools import Logger
 from smlt.runtime import metrics
 from smlt.runtime.steps.events import parse_event
 from smlt.runtime.study import controller
+from smlt.runtime.study.cause import trial_cause
 from smlt.runtime.study.events import (
     STUDY_EVENTS,
     AdmitEvent,
@@ -28,8 +29,7 @@ def handler(event, context):
         case AdmitEvent():
             answer = controller.admit(place, ev.study_id, ev.trial)
         case EndedEvent():
-            error = None if ev.error is None else f"{ev.error.get('Error')}: {ev.error.get('Cause', '')}"[:500]
-            answer = controller.ended(place, ev.study_id, ev.trial, error)
+            answer = controller.ended(place, ev.study_id, ev.trial, trial_cause(ev.error))
         case WatchEvent():
             answer = controller.watch(place, ev.study_id)
         case FinishEvent():

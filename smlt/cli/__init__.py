@@ -18,7 +18,15 @@ from smlt.local.errors import MotoVersionError
 from smlt.local.limits import LimitError
 from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
-from smlt.runtime.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
+from smlt.runtime.errors import (
+    AwsNotConfigured,
+    RunFailed,
+    RunNotFinished,
+    RunNotFound,
+    SmltError,
+    StackNotFound,
+    StudyFailed,
+)
 
 from . import cloud, dashboard, data, local, model, tune, verify
 from .console import console
@@ -47,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # The command could not do its work (exit 1); any other named error is the user's input (exit 2).
-_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured)
+_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, StudyFailed)
 # The local engine's own errors: it could not start or run the synthesized stack (exit 1), but
 # LimitError, a Step Functions quota applied to the user's input (exit 2).
 _ENGINE = (MotoVersionError, SynthError, UnresolvableError)

@@ -40,7 +40,9 @@ def add_code_flag(cmd: Any) -> None:
 
 def start(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
+    from smlt.precheck import check_job_file
 
+    check_job_file(Path(args.job), code=args.code)  # the model built here once before anything is uploaded
     remote.start(Path(args.job), args.stack, code=args.code)  # the job is checked before the stack is looked up
     return 0
 
@@ -55,6 +57,9 @@ def status(args: argparse.Namespace) -> int:
 def fetch(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
 
+    from .paths import out_folder
+
+    out_folder(Path(args.out or f"out/{args.run}"))
     remote.fetch(args.run, remote.Stack.lookup(args.stack), Path(args.out or f"out/{args.run}"))
     return 0
 

@@ -30,6 +30,11 @@ def add_commands(sub: Any) -> None:
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")
     prep.add_argument("--vocab-size", type=_positive, help="token sequences: ids are below this (default: max id + 1)")
     prep.add_argument("--name")
+    prep.add_argument(
+        "--replace",
+        action="store_true",
+        help="--out holds an earlier dataset: remove its manifest and shards first (without it: refused)",
+    )
     prep.set_defaults(fn=prepare)
 
 
@@ -60,6 +65,7 @@ def prepare(args: argparse.Namespace) -> int:
         seed=args.seed,
         name=args.name,
         options=options,
+        replace=args.replace,
     )
     print(
         f"prepared {m.name}: {m.train.rows} train rows in {len(m.train.shards)} shards, "

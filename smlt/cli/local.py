@@ -10,6 +10,7 @@ from typing import Any
 from smlt.runtime.errors import InvalidJob
 
 from .cloud import add_code_flag
+from .paths import out_folder
 
 
 def add_run(sub: Any) -> None:
@@ -42,6 +43,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.local:
         print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
         return 2
+    out_folder(Path(args.out))
     if args.watch:
         if args.code:
             raise InvalidJob("--code: not with --watch (runs started by uploads carry no code)")
@@ -56,8 +58,10 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     if not args.job:
         raise InvalidJob("job: give a job file (or --watch DIR)")
+    from smlt.precheck import check_job_file
     from smlt.runner import run_local
 
+    check_job_file(Path(args.job), code=args.code)  # the model built here once before the engine starts
     run_local(Path(args.job), args.out, faults=args.faults, code=args.code, replace=args.replace)
     return 0
 
@@ -65,6 +69,7 @@ def run_command(args: argparse.Namespace) -> int:
 def resume(args: argparse.Namespace) -> int:
     from smlt.runner import resume_local
 
+    out_folder(Path(args.out))
     resume_local(args.run, Path(args.out), faults=args.faults)
     return 0
 

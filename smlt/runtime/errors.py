@@ -150,3 +150,23 @@ class DigestMismatch(SmltError):
 class DamagedState(SmltError):
     """A saved local state that cannot be resumed as it is (a round missing, an object whose digest
     does not match its item, META missing); nothing is restored from it (CLI only)."""
+
+
+class UserCodeError(SmltError):
+    """The user's own code (a model builder, its forward pass, a `code.transform`) raised: `type`
+    and `message` are its exception's, `frames` the last frames inside the user's files
+    ("file:line in function: source line", innermost last), `where` what smlt was doing."""
+
+    def __init__(self, type: str, message: str, frames: list[str] | None = None, where: str = "") -> None:
+        self.type, self.message, self.frames, self.where = type, message, list(frames or []), where
+        head = f"{where}: " if where else ""
+        lines = [f"{head}your code raised {type}: {message}"] + [f"  {f}" for f in self.frames]
+        super().__init__("\n".join(lines))
+
+
+class StudyFailed(SmltError):
+    """A study ended without any trial producing a model (CLI only): `causes` maps each trial to why."""
+
+    def __init__(self, message: str, causes: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.causes = dict(causes or {})

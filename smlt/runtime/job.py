@@ -12,8 +12,6 @@ import re
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     PositiveFloat,
@@ -28,6 +26,7 @@ from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
+from smlt.runtime.strict import UserModel
 from smlt.runtime.tensors.codec import Codec
 
 # Built-in model names (their builders: smlt.runtime.train.models.BUILTINS); anything else must look like
@@ -43,8 +42,8 @@ MAX_WORKERS = 1000
 MAX_ROUND_SAMPLES = 10_000_000
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+class _Strict(UserModel):
+    pass
 
 
 class DatasetSpec(SourceOptions):
@@ -222,6 +221,8 @@ def _describe(err: ValidationError) -> str:
             msg = "field required"
         elif e["type"] == "extra_forbidden":
             msg = "unknown field"
+        elif e["type"] == "finite_number":  # JSON's Infinity / NaN, which json.loads accepts
+            msg = "must be a finite number"
         elif e["type"] == "value_error":  # our validators' own words, without pydantic's prefix
             msg = str(e["ctx"]["error"])
         got = e.get("input")

@@ -238,5 +238,8 @@ def test_the_cli_prints_every_error_class_of_smlts_own(tmp_path, capsys, monkeyp
     def fails(job_path, out, faults=None, code=None, replace=False):
         raise cls("boom")
 
+    import smlt.precheck
+
+    monkeypatch.setattr(smlt.precheck, "check_job_file", lambda path, code=None: None)
     monkeypatch.setattr(smlt.runner, "run_local", fails)
     assert run(tmp_path, capsys, "run", "--local", str(job_file(tmp_path, {}))) == (rc, shown + "\n")

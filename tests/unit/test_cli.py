@@ -92,6 +92,9 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
     def failed(job_path, out, faults=None, code=None, replace=False):
         raise RunFailed("r1", "FAILED", "InvalidDataset", "no shards")
 
+    import smlt.precheck
+
+    monkeypatch.setattr(smlt.precheck, "check_job_file", lambda path, code=None: None)
     monkeypatch.setattr(smlt.runner, "run_local", failed)
     job = tmp_path / "job.json"
     job.write_text("{}")

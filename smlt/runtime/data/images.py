@@ -10,6 +10,7 @@ import numpy as np
 from smlt.runtime.errors import InvalidDataset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+SHOW_SKIPPED = 10  # skipped files named in the notice; the rest are counted
 
 
 def is_image_folder(path: Path) -> bool:
@@ -23,7 +24,8 @@ def _class_dirs(path: Path) -> list[Path]:
 
 def image_files(path: Path) -> list[tuple[Path, int]]:
     """(file, class index) for every image, classes in sorted subfolder order, files in name order."""
-    files, skipped = [], 0
+    files: list[tuple[Path, int]] = []
+    skipped: list[str] = []
     for label, folder in enumerate(_class_dirs(path)):
         found = 0
         for f in sorted(folder.iterdir()):
@@ -31,13 +33,20 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
                 files.append((f, label))
                 found += 1
             elif not f.name.startswith("."):
-                skipped += 1
+                skipped.append(f.relative_to(path).as_posix() + ("/" if f.is_dir() else ""))
         if not found:
             raise InvalidDataset(f"{folder}: class folder holds no PNG or JPEG image")
     if skipped:
         from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
 
-        notice.info(f"{path}: skipped {skipped} files that are not .png, .jpg or .jpeg")
+        shown = ", ".join(skipped[:SHOW_SKIPPED]) + (
+            f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
+        )
+        one = len(skipped) == 1
+        notice.info(
+            f"{path}: skipped {len(skipped)} {'file that is not a' if one else 'files that are not'} .png, .jpg or "
+            f".jpeg image{'' if one else 's'}: {shown}"
+        )
     return files
 
 

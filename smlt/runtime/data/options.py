@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import PositiveInt
+
+from smlt.runtime.strict import UserModel
 
 Task = Literal["classification", "regression"]
 
 
-class SourceOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SourceOptions(UserModel):
     # CSV/Parquet: the label column (default: one named label/target/y, else the last).
     label: str | None = None
     # Default: inferred from the labels (whole numbers with few distinct values are classes).

@@ -40,8 +40,17 @@ def prepare_dataset(
     seed: int = 0,
     name: str | None = None,
     options: SourceOptions | None = None,
+    replace: bool = False,
 ) -> Manifest:
-    """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest."""
+    """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest. A `dest`
+    holding an earlier dataset is refused, or with `replace` that dataset's files are removed first
+    (never a stale shard beside the new manifest)."""
+    earlier = _earlier_dataset(dest)  # before the source is read: a refusal costs nothing
+    if earlier and not replace:
+        raise InvalidDataset(
+            f"--out {dest} holds an earlier dataset ({_files(earlier)}): pass --replace to remove it and "
+            "prepare this one in its place, or choose an empty --out folder"
+        )
     if shards < 1:
         raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
     if not 0 < validation_fraction < 1:
@@ -76,6 +85,8 @@ def prepare_dataset(
     if src.table is not None:  # validation rows go through the recorded transforms, as later data will
         stored.validation = tabular.apply_columns(manifest, src.table.take(val))
     out = _writer(dest)
+    if earlier:
+        _remove(dest, earlier)
     manifest = manifest.model_copy(
         update={
             "train": _write_split(out, "train", stored.train, y[train], min(shards, len(train))),
@@ -145,13 +156,52 @@ def _write_split(out: Writer, split: str, x: np.ndarray, y: np.ndarray, shards: 
     return SplitInfo(rows=int(len(x)), shards=infos)
 
 
+def _is_dataset_file(name: str) -> bool:
+    return name == "manifest.json" or (name.startswith(("train-", "validation-")) and name.endswith(".safetensors"))
+
+
+def _earlier_dataset(dest: str) -> list[str]:
+    """The files of a dataset prepared earlier into `dest` (its manifest and shards), manifest first."""
+    if dest.startswith("s3://"):
+        found = [k for k in _store(dest).list("") if "/" not in k and _is_dataset_file(k)]
+    else:
+        folder = Path(dest)
+        if folder.exists() and not folder.is_dir():
+            raise InvalidDataset(f"--out {dest} is a file: name a folder (it is created if missing)")
+        found = sorted(p.name for p in folder.iterdir() if _is_dataset_file(p.name)) if folder.is_dir() else []
+    return sorted(found, key=lambda k: k != "manifest.json")
+
+
+def _files(names: list[str]) -> str:
+    shards = sum(n != "manifest.json" for n in names)
+    return ("manifest.json and " if "manifest.json" in names else "") + f"{shards} shard{'s' * (shards != 1)}"
+
+
+def _remove(dest: str, names: list[str]) -> None:
+    """The earlier dataset's files, its manifest first: at no point does a manifest name a missing shard."""
+    if dest.startswith("s3://"):
+        store = _store(dest)
+        for name in names:
+            store.delete(name)
+    else:
+        for name in names:
+            (Path(dest) / name).unlink(missing_ok=True)
+    from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
+
+    notice.info(f"--replace: removed the earlier dataset in {dest} ({_files(names)})")
+
+
+def _store(dest: str):  # noqa: ANN202 - S3Store, imported only for s3:// destinations
+    from smlt.runtime.keys import parse_s3_uri
+    from smlt.runtime.store import S3Store
+
+    bucket, prefix = parse_s3_uri(dest)
+    return S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "")
+
+
 def _writer(dest: str) -> Writer:
     if dest.startswith("s3://"):
-        from smlt.runtime.keys import parse_s3_uri
-        from smlt.runtime.store import S3Store
-
-        bucket, prefix = parse_s3_uri(dest)
-        store = S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "")
+        store = _store(dest)
         return lambda key, blob: store.put(key, blob)
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)

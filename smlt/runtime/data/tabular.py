@@ -66,7 +66,8 @@ def read_table(path: str | Path) -> Table:
 
 def _read_csv(path: Path) -> Table:
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, which is not the first column's name
+        with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
             header = next(reader, [])
             body, lines = [], []

@@ -21,8 +21,6 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     PositiveFloat,
@@ -35,6 +33,8 @@ from pydantic import (
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import TargetMetric, lower_is_better
 from smlt.runtime.job import Job, _describe, json_object, parse_job
+from smlt.runtime.strict import PlainUserModel, UserModel, no_bool_for_number
+from smlt.runtime.study.budget import DEADLINE_MARGIN_S
 
 _STUDY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 # What a study may search: the job's training section and its model's parameters.
@@ -47,8 +47,8 @@ MAX_TRIALS = 1000
 HISTORY_EVENTS, EVENTS_PER_TRIAL, EVENTS_PER_POLL, EVENTS_FIXED = 25_000, 20, 9, 50
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(UserModel):
+    pass
 
 
 class Choices(_Strict):
@@ -92,18 +92,18 @@ class LogRange(_Strict):
 Param = Choices | Range | LogRange
 
 
-class Random(_Strict):
+class Random(PlainUserModel):
     kind: Literal["random"] = "random"
 
 
-class Grid(_Strict):
+class Grid(PlainUserModel):
     """Every combination of the space's values (choices; a range's `points`), in order; a study
     with fewer trials than combinations runs the first ones."""
 
     kind: Literal["grid"]
 
 
-class Asha(_Strict):
+class Asha(PlainUserModel):
     """Asynchronous successive halving over randomly sampled trials: a trial that reaches a rung
     (a number of training rounds) goes on only if its metric there is in the best
     1/reduction_factor of the values recorded at that rung so far; otherwise it is stopped and the
@@ -114,6 +114,7 @@ class Asha(_Strict):
     min_rounds: PositiveInt = 1
     reduction_factor: int = Field(default=3, ge=2)
     rungs: list[PositiveInt] | None = None
+    _no_bool = field_validator("min_rounds", "reduction_factor", mode="before")(classmethod(no_bool_for_number))
 
     @field_validator("rungs")
     @classmethod
@@ -170,6 +171,13 @@ class Study(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Study:
+        least = self.min_trial_seconds + DEADLINE_MARGIN_S
+        if self.deadline_seconds < least:
+            raise ValueError(
+                f"deadline_seconds: {self.deadline_seconds:g} s leaves no trial time to run: a trial starts only while "
+                f"min_trial_seconds ({self.min_trial_seconds:g} s) and {DEADLINE_MARGIN_S:g} s for its stop and "
+                f"finalize are left: give at least {least:g} s"
+            )
         if self.job.run_id is not None:
             raise ValueError("job.run_id: leave it out; every trial gets its own run id (<study id>-t<n>)")
         polls = self.deadline_seconds / self.poll_seconds

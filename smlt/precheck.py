@@ -1,0 +1,509 @@
+"""The job's model, built here once before anything starts (`smlt run --local`, `smlt start`,
+`smlt tune`): no engine, stack, upload or worker is paid for a model that cannot train.
+
+On a few validation samples of the job's (local) dataset: the user's code is imported and the
+model built (built-ins too), a forward pass run (and the `code.transform`), the output width
+checked against the dataset's classes or targets, the memory training needs measured with the
+workers' own rule (`smlt.runtime.steps.train`) against the deployed memory tiers, and a target the
+untrained model already meets refused. An exception raised in the user's own files is shown as
+`UserCodeError`: its type, its message and the frames in those files.
+
+A dataset on S3 is not read here (the workers check it in round 0).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from smlt.runtime import deployed
+from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.data.prepare import read_local_manifest
+from smlt.runtime.errors import InvalidDataset, InvalidJob, ModelTooLarge, SmltError, UserCodeError
+from smlt.runtime.evaluation import lower_is_better, val_metrics
+from smlt.runtime.job import BUILTIN_MODELS, Job
+from smlt.runtime.planner.priors import MAX_MB
+from smlt.runtime.usercode import check_importable, entry_points
+
+SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
+EVAL_ROWS = 4096  # validation rows the untrained model is evaluated on for a target check
+EVAL_BYTES = 64 << 20  # ... at most this much of them in memory
+EVAL_FLOPS = 2e11  # ... and not when their forward passes would cost more (a few seconds here)
+EVAL_BATCH = 256
+MAX_FRAMES = 6  # frames of the user's code shown, the innermost last
+
+T = TypeVar("T")
+
+
+def check_model(job: Job, folder: Path | None, code: Path | None = None) -> None:
+    """Build and try the job's model on its local dataset folder (None: an s3:// dataset, not
+    checked here); `code`: the `--code DIR` folder. Raises UserCodeError, InvalidJob,
+    InvalidDataset or ModelTooLarge naming what to change."""
+    if folder is None:
+        return
+    manifest = read_local_manifest(folder)
+    per_row = 4 * math.prod(manifest.x.shape)  # float32 once it is the model's input
+    x, y = _sample_rows(folder, manifest, max(SAMPLE_ROWS, min(EVAL_ROWS, EVAL_BYTES // per_row)))
+    with _user_code(code) as roots:
+        check_importable(job)
+        roots = roots or _entry_point_roots(job)
+        model = _build(job, manifest, roots)
+        _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+        _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
+        flops = _check_memory(job, manifest, model)
+        _check_target(job, manifest, model, x, y, flops)
+
+
+# --- the user's code -------------------------------------------------------------------------
+
+
+@contextmanager
+def _user_code(code: Path | None) -> Iterator[list[Path]]:
+    """`--code DIR` importable for the check (first on sys.path, as on a worker); the folders
+    whose files are the user's. Modules it provided are forgotten afterwards."""
+    if code is None:
+        yield []
+        return
+    code = code.resolve()
+    base = code.parent if (code / "__init__.py").is_file() else code
+    names = {code.name} if base != code else {p.name.removesuffix(".py") for p in code.iterdir()}
+
+    def forget() -> None:
+        for mod in [m for m in sys.modules if m.split(".")[0] in names]:
+            del sys.modules[mod]
+
+    forget()
+    sys.path.insert(0, str(base))
+    importlib.invalidate_caches()
+    try:
+        yield [code]
+    finally:
+        sys.path.remove(str(base))
+        forget()
+
+
+def _entry_point_roots(job: Job) -> list[Path]:
+    """Without --code: the top-level packages (or modules) the job's entry points import from."""
+    roots = []
+    for _, name in entry_points(job):
+        top = name.partition(":")[0].split(".")[0]
+        spec = importlib.util.find_spec(top)
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin).resolve()
+            roots.append(origin.parent if origin.name == "__init__.py" else origin)
+    return roots
+
+
+def _under(filename: str, roots: Sequence[Path]) -> bool:
+    path = Path(filename).resolve()
+    return any(path == r or r in path.parents for r in roots)
+
+
+def user_frames(exc: BaseException, roots: Sequence[Path]) -> list[str]:
+    """The traceback's frames in the user's files ("path:line in function: source"), innermost
+    last; for a SyntaxError also where the parser stopped."""
+    shown = []
+    for f in traceback.extract_tb(exc.__traceback__):
+        if _under(f.filename, roots):
+            shown.append(f"{_short(f.filename, roots)}:{f.lineno} in {f.name}: {(f.line or '').strip()}")
+    if isinstance(exc, SyntaxError) and exc.filename and _under(exc.filename, roots):
+        shown.append(f"{_short(exc.filename, roots)}:{exc.lineno}: {(exc.text or '').strip()}")
+    return shown[-MAX_FRAMES:]
+
+
+def _short(filename: str, roots: Sequence[Path]) -> str:
+    path = Path(filename).resolve()
+    for r in roots:
+        if path == r or r in path.parents:
+            return path.relative_to(r.parent).as_posix()
+    return filename
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{exc.msg} ({Path(exc.filename or '?').name}, line {exc.lineno})"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+
+
+def _users(
+    fn: Callable[[], T], roots: Sequence[Path], where: str, own: bool, fallback: Callable[[Exception], SmltError]
+) -> T:
+    """fn(); an exception it raises is the user's (UserCodeError) when it passed through their
+    files or `own` says the code is theirs, else `fallback(exc)`. smlt's named errors pass as they are."""
+    try:
+        return fn()
+    except SmltError as e:
+        cause = e.__context__
+        if isinstance(e, InvalidJob) and isinstance(cause, Exception) and user_frames(cause, roots):
+            raise _user_error(cause, roots, where) from None  # the builder's own TypeError, not the params
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code may raise anything
+        if own or user_frames(e, roots):
+            raise _user_error(e, roots, where) from None
+        raise fallback(e) from None
+
+
+def _user_error(e: BaseException, roots: Sequence[Path], where: str) -> UserCodeError:
+    return UserCodeError(type(e).__name__, _message(e), user_frames(e, roots), where)
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def _shape(manifest: Manifest) -> str:
+    return "x".join(str(d) for d in manifest.x.shape) or "scalar"
+
+
+def _build(job: Job, manifest: Manifest, roots: Sequence[Path]) -> Any:
+    from smlt.runtime.train.models import build_model
+
+    spec = job.model
+    own = spec.name not in BUILTIN_MODELS
+
+    def fallback(e: Exception) -> SmltError:
+        return InvalidJob(
+            f"model: {spec.name} cannot be built for {manifest.name}'s samples ({_shape(manifest)}, "
+            f"{manifest.outputs} outputs): {type(e).__name__}: {_message(e)}"
+        )
+
+    return _users(
+        lambda: build_model(spec, manifest.input_shape, manifest.outputs, job.seed, vocab_size=manifest.vocab_size),
+        roots,
+        f"building model.name {spec.name!r}",
+        own,
+        fallback,
+    )
+
+
+def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
+    import torch
+
+    from smlt.runtime.data.inputs import model_input
+
+    name = job.model.name
+
+    def forward() -> Any:
+        model.eval()
+        with torch.no_grad():
+            return model(torch.from_numpy(model_input(manifest, x)))
+
+    def fallback(e: Exception) -> SmltError:
+        return InvalidDataset(
+            f"model: {name} does not take {manifest.name}'s samples ({_shape(manifest)}): "
+            f"{type(e).__name__}: {_message(e)}"
+        )
+
+    where = f"the forward pass of model.name {name!r} on {len(x)} samples of shape {_shape(manifest)}"
+    out = _users(forward, roots, where, name not in BUILTIN_MODELS, fallback)
+    _check_outputs(job, manifest, out, len(x))
+
+
+def _check_outputs(job: Job, manifest: Manifest, out: Any, rows: int) -> None:
+    """The model gives (rows, outputs): one logit per class, or one value per regression target."""
+    import torch
+
+    name = job.model.name
+    if not isinstance(out, torch.Tensor):
+        raise InvalidJob(f"model.name: {name!r} returned {type(out).__name__} from its forward pass, not a tensor")
+    want = manifest.outputs
+    what = (
+        f"{manifest.name} has {want} classes"
+        if manifest.task == "classification"
+        else f"{manifest.name} has {want} regression target{'s' * (want != 1)}"
+    )
+    if out.ndim != 2 or out.shape[0] != rows:
+        raise InvalidJob(
+            f"model.name: {name!r} gives outputs of shape {tuple(out.shape)} for a batch of {rows} samples; smlt "
+            f"needs ({rows}, {want}): one output per {'class' if manifest.task == 'classification' else 'target'} "
+            f"and sample ({what})"
+        )
+    got = int(out.shape[1])
+    if got != want:
+        raise InvalidJob(
+            f"model.name: {name!r} gives {got} outputs per sample, but {what}: "
+            f"{'too many' if got > want else 'too few'} (build_model gets output_dim={want}: make its last layer "
+            f"{want} wide)"
+        )
+
+
+def _try_transform(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
+    """The `code.transform` on each sample, then the model on what it gives (as training does)."""
+    if job.code is None or job.code.transform is None:
+        return
+    import torch
+
+    from smlt.runtime.data.inputs import model_input
+    from smlt.runtime.usercode import load_transform
+
+    fn = load_transform(job)
+    assert fn is not None
+    batch = torch.from_numpy(model_input(manifest, x))
+    where = f"code.transform {job.code.transform!r} on one sample of shape {_shape(manifest)}"
+
+    def apply() -> Any:
+        return torch.stack([fn(s) for s in batch])
+
+    out = _users(apply, roots, where, True, lambda e: InvalidJob(str(e)))
+    where = f"the forward pass of model.name {job.model.name!r} on what code.transform gives ({tuple(out.shape)})"
+
+    def forward() -> Any:
+        model.eval()
+        with torch.no_grad():
+            return model(out)
+
+    _check_outputs(job, manifest, _users(forward, roots, where, True, lambda e: InvalidJob(str(e))), len(x))
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def _fits(model: Any, memory_mb: int, data_bytes: int, activation_mb: float, batch: int) -> bool:
+    """The workers' memory rule (what a worker checks before it trains)."""
+    from smlt.runtime.steps.train import _check_fits
+
+    try:
+        _check_fits(model, memory_mb, data_bytes, activation_mb, batch)
+    except ModelTooLarge:
+        return False
+    return True
+
+
+def _least(ok: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The least n in [lo, hi] with ok(n), ok monotone (None when not even hi)."""
+    if not ok(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _check_memory(job: Job, manifest: Manifest, model: Any) -> float:
+    """Refused when no deployed tier (or the pinned workers.memory_mb) holds a worker's training:
+    the tier it needs, whether any Lambda tier can hold it, and the batch size that would fit.
+    Returns the model's training FLOPs per sample (measured)."""
+    from smlt.runtime.steps.train import _loss_fn
+    from smlt.runtime.train.measure import footprint
+
+    key = (job.model.model_dump_json(), manifest.x.model_dump_json(), manifest.y.model_dump_json(), manifest.outputs)
+    fp = footprint(("precheck", *key), model, manifest, _loss_fn(manifest.task))
+    batch = job.training.batch_size
+    shards = [*manifest.train.shards, *manifest.validation.shards]
+    data_bytes = 3 * max((sh.bytes for sh in shards), default=0)
+    tiers = sorted(int(t) for t in deployed.value("memory_tiers"))
+    pinned = job.workers.memory_mb
+    candidates = [pinned] if pinned else tiers
+    if any(_fits(model, t, data_bytes, fp.activation_mb(batch), batch) for t in candidates):
+        return fp.flops_per_sample
+    top = int(MAX_MB)
+    need = _least(lambda mb: _fits(model, mb, data_bytes, fp.activation_mb(batch), batch), 1, 1 << 24)
+    params = sum(p.numel() for p in model.parameters())
+    what = (
+        f"model {job.model.name} ({params / 1e6:.1f}M parameters) on {_shape(manifest)} samples, batch "
+        f"{batch}: a worker needs about {need:,} MB"
+    )
+    largest = max([top, *tiers])
+    fit_batch = _least(lambda b: not _fits(model, largest, data_bytes, fp.activation_mb(b), b), 1, batch)
+    max_batch = (fit_batch - 1) if fit_batch is not None else batch
+    smaller = (
+        f"lower training.batch_size to at most {max_batch}"
+        if max_batch >= 1
+        else "use a smaller model (its parameters alone do not fit)"
+    )
+    if need is not None and need > top:
+        raise ModelTooLarge(f"{what}, more than any Lambda memory tier can hold (the largest is {top:,} MB): {smaller}")
+    where = (
+        f"workers.memory_mb {pinned} MB" if pinned else f"the deployed memory tiers ({', '.join(map(str, tiers))} MB)"
+    )
+    fix = (
+        f"set workers.memory_mb to at least {need:,} (or leave it out to let the planner choose)"
+        if pinned and any(t >= (need or 0) for t in tiers)
+        else f"deploy a tier of at least {need:,} MB (memory_tiers in cdk.json; Lambda allows up to {top:,} MB)"
+    )
+    raise ModelTooLarge(f"{what}, more than {where}: {fix}, or {smaller}")
+
+
+# --- a target met before training --------------------------------------------------------------
+
+
+def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np.ndarray, flops: float) -> None:
+    """A target the untrained model already meets would stop the run at round 0 with that model."""
+    t = job.training
+    if t.target_value is None or job.warm_start is not None:
+        return
+    from smlt.runtime.steps.train import _evaluate
+
+    if flops / 3 * len(x) > EVAL_FLOPS:  # forward passes (a third of training's) of a large model: too slow here
+        return
+    batches = ((x[i : i + EVAL_BATCH], y[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH))
+    loss, correct, count = _evaluate(model, batches, manifest)
+    m = val_metrics(loss, correct, count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
+    value = getattr(m, t.target_metric)
+    if value is None:
+        return
+    lower = lower_is_better(t.target_metric)
+    if (value <= t.target_value) if lower else (value >= t.target_value):
+        raise InvalidJob(
+            f"training.target_value: the untrained model already meets {t.target_metric} "
+            f"{'<=' if lower else '>='} {t.target_value:g} ({t.target_metric} {value:.4g} on {count} validation rows "
+            f"before any training), so the run would stop at round 0: {_units(t.target_metric, manifest, m)}"
+        )
+
+
+def _units(metric: str, manifest: Manifest, m: Any) -> str:
+    """What the metric's numbers mean, and what to set instead."""
+    if metric == "val_loss" and manifest.task == "regression":
+        rmse = "" if m.val_rmse is None else f" (the untrained model's: {m.val_rmse:.4g})"
+        return (
+            "for regression val_loss is the mean squared error of the standardised targets (about 1.0 when "
+            "predicting the mean); for a target in the dataset's own units use val_rmse"
+            f"{rmse} or val_r2"
+        )
+    if metric == "val_loss":
+        chance = math.log(max(manifest.outputs, 2))
+        return f"val_loss is the mean cross-entropy (about {chance:.3g} when guessing among {manifest.outputs} classes): set a lower target"
+    if metric == "val_rmse":
+        return "val_rmse is in the dataset's own units: set a lower target"
+    return "set a higher target"
+
+
+def _sample_rows(folder: Path, manifest: Manifest, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Up to `rows` validation rows (x as stored, y), read from the folder's shards in order."""
+    from safetensors.numpy import load_file
+
+    xs, ys, got = [], [], 0
+    for sh in manifest.validation.shards:
+        try:
+            arrays = load_file(str(folder / sh.key))
+        except Exception as e:  # noqa: BLE001 - any unreadable shard
+            raise InvalidDataset(
+                f"{folder / sh.key}: cannot read this shard ({e}); prepare the dataset again"
+            ) from None
+        xs.append(arrays["x"])
+        ys.append(arrays["y"])
+        got += len(arrays["x"])
+        if got >= rows:
+            break
+    if not xs:
+        raise InvalidDataset(f"{folder}: the dataset has no validation shard")
+    return np.concatenate(xs)[:rows], np.concatenate(ys)[:rows]
+
+
+def check_job_file(path: Path, code: Path | None = None) -> None:
+    """`smlt run --local JOB` / `smlt start JOB`: the job file, its dataset and its model checked
+    before any engine, stack or upload (the run itself reads them again: prepared data is cached)."""
+    from smlt.datasets import checked_dataset_folder
+    from smlt.jobfile import read_job_file
+    from smlt.runtime.usercode import package_code
+
+    job, _ = read_job_file(path)
+    folder = checked_dataset_folder(job, base=path.parent)
+    if code is not None:
+        package_code(code)  # what the image cannot run is named before anything is imported
+    check_model(job, folder, code)
+
+
+# --- studies ---------------------------------------------------------------------------------
+
+
+def first_plan_refusal(job: Job, manifest: Manifest, budget_usd: float, deadline_s: float | None = None) -> str | None:
+    """Why the planner would refuse a run of `job` under `budget_usd` before its first round (its
+    own first decision, on the dataset and the built-in model's footprint), None when it would train."""
+    from smlt.runtime.planner.core import decide
+    from smlt.runtime.planner.footprint import model_cost
+    from smlt.runtime.planner.types import RunHistory
+    from smlt.runtime.prices import Prices
+
+    cost = model_cost(job.model, manifest.input_shape, manifest.outputs, manifest.vocab_size)
+    history = RunHistory(
+        param_count=cost.params if cost else 0,
+        flops_per_sample=cost.flops_per_sample if cost else None,
+        train_rows=manifest.train.rows,
+        val_rows=manifest.validation.rows,
+        dataset_bytes=sum(sh.bytes for sh in manifest.train.shards),
+    )
+    c = job.constraints.model_copy(update={"budget_usd": budget_usd, "best_effort": False})
+    if deadline_s is not None:
+        c = c.model_copy(update={"deadline_seconds": min(c.deadline_seconds or deadline_s, deadline_s)})
+    trial = job.model_copy(update={"constraints": c})
+    tiers = sorted(int(t) for t in deployed.value("memory_tiers"))
+    decision = decide(trial, history, tiers, Prices())
+    return decision.reason if decision.action == "stop" and decision.infeasible else None
+
+
+def check_study(study: Any, base: Path) -> None:
+    """`smlt tune`: before any trial starts, every value of the search space (each choice, both
+    ends of each range) builds a valid job and a model that trains on the dataset, and the first
+    trial's share of the budget pays its first plan; else InvalidJob naming the value and the fix."""
+    from smlt.datasets import checked_dataset_folder
+    from smlt.runtime.job import parse_job
+    from smlt.runtime.study.spec import corner_points, trial_job
+
+    folder = checked_dataset_folder(study.job, base=base)
+    for params in corner_points(study):
+        shown = ", ".join(f"{k}={json_text(v)}" for k, v in params.items())
+        try:
+            job = parse_job(trial_job(study, params))
+            checked_dataset_folder(job, base=base)
+            check_model(job, folder)
+        except SmltError as e:
+            raise InvalidJob(f"study.space: with {shown}: {type(e).__name__}: {e}") from None
+    if folder is None:
+        return
+    from smlt.runtime.study.budget import DEADLINE_MARGIN_S
+
+    manifest = read_local_manifest(folder)
+    share = study.budget_usd / study.trials  # the first trial's (smlt.runtime.study.budget.share)
+    deadline = study.deadline_seconds - DEADLINE_MARGIN_S  # the first trial's (budget.trial_deadline)
+    if first_plan_refusal(study.job, manifest, share, deadline) is None:
+        return
+    why = first_plan_refusal(study.job, manifest, share)
+    if why is None:  # the deadline, not the budget
+        why = first_plan_refusal(study.job, manifest, share, deadline)
+        enough = _least_usd(
+            lambda s: first_plan_refusal(study.job, manifest, share, s - DEADLINE_MARGIN_S) is None,
+            study.deadline_seconds,
+            top=7 * 24 * 3600,
+        )
+        need = f"at least {enough:.3g} s" if enough else "a longer deadline"
+        raise InvalidJob(
+            f"study.deadline_seconds: {study.deadline_seconds:g} s cannot fit one trial ({why}): give "
+            f"deadline_seconds {need}"
+        )
+    enough = _least_usd(lambda usd: first_plan_refusal(study.job, manifest, usd) is None, share)
+    need = f"at least ${enough * study.trials:.4g} for {study.trials} trials" if enough else "a larger budget"
+    raise InvalidJob(
+        f"study.budget_usd: ${study.budget_usd:g} over {study.trials} trials gives each ${share:.3g}, which "
+        f"cannot pay one trial's first rounds ({why}): give budget_usd {need}, or fewer trials"
+    )
+
+
+def _least_usd(ok: Callable[[float], bool], low: float, top: float = 1000.0) -> float | None:
+    """The least amount (to 2 significant digits) ok takes, searched up from `low` (None above `top`)."""
+    hi = max(low, 1e-6)
+    while not ok(hi):
+        hi *= 2
+        if hi > top:
+            return None
+    lo = hi / 2
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return float(f"{hi:.2g}") if ok(float(f"{hi:.2g}")) else hi
+
+
+def json_text(v: Any) -> str:
+    import json
+
+    return json.dumps(v)
