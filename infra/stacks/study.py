@@ -33,7 +33,7 @@ from infra.stacks.functions import TABLE_ITEM_ACTIONS, ZIP_HANDLER, Functions
 from infra.stacks.nag import acknowledge
 from infra.stacks.storage import STATEFUL
 from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries, logged_state_machine
-from smlt.runtime import metrics
+from smlt.runtime import keys, metrics
 from smlt.runtime.config import STUDY
 from smlt.runtime.config import Settings as RuntimeSettings
 
@@ -63,12 +63,16 @@ class StudyWorkflow(Construct):
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject"], resources=[artifacts_bucket.arn_for_objects("studies/*")]
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[artifacts_bucket.arn_for_objects(keys.object_pattern(keys.study_prefix(keys.ANY)))],
             )
         )
-        # The best trial's final model, copied (read) from its run's prefix.
+        # The best trial's final model, copied (read) from its run's final/ prefix.
         role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[artifacts_bucket.arn_for_objects("runs/*")])
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[artifacts_bucket.arn_for_objects(keys.object_pattern(keys.final_prefix(keys.ANY)))],
+            )
         )
         role.add_to_principal_policy(iam.PolicyStatement(actions=TABLE_ITEM_ACTIONS, resources=[table.table_arn]))
         group = logs.LogGroup(self, "ControllerLogs", retention=log_retention, removal_policy=STATEFUL)

@@ -48,6 +48,11 @@ class Infeasible(SmltError):
     """The planner predicts the deadline or budget cannot be met and best_effort is off."""
 
 
+class ConcurrencyLimit(Infeasible):
+    """The job pins more workers at once than the account's Lambda concurrency (or the stack's
+    `max_concurrency`) lets run: refused before anything is spent (smlt.runtime.account)."""
+
+
 class StaleInvocation(SmltError):
     """A worker invocation for a round that is already aggregated (late or duplicated)."""
 

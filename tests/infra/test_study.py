@@ -54,8 +54,9 @@ def test_the_controller_reads_and_writes_only_its_items_and_studies(synth):
     g = _grants(synth, "StudyControllerRole")
     artifacts = next(k for k in synth.resources("AWS::S3::Bucket") if k.startswith("StorageArtifacts"))
     table = next(iter(synth.resources("AWS::DynamoDB::Table")))
-    assert g.pop("s3:PutObject") == {f"<{artifacts}.Arn>/studies/*"}
-    assert g.pop("s3:GetObject") == {f"<{artifacts}.Arn>/studies/*", f"<{artifacts}.Arn>/runs/*"}
+    assert g.pop("s3:PutObject") == {f"<{artifacts}.Arn>/studies/*/*"}
+    # its studies, and the best trial's final model (copied to studies/<id>/best/)
+    assert g.pop("s3:GetObject") == {f"<{artifacts}.Arn>/studies/*/*", f"<{artifacts}.Arn>/runs/*/final/*"}
     assert all(res == {f"<{table}.Arn>"} for a, res in g.items() if a.startswith("dynamodb:"))
     assert not [a for a in g if a.startswith(("states:", "lambda:", "s3:"))]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from smlt.runtime import keys
 from smlt.runtime.items import Item
 from smlt.runtime.records import RunTable, from_item, to_item
 
@@ -54,14 +55,8 @@ class StudyItem(Item):
     ended_at: float | None = None
 
 
-def study_key(study_id: str) -> str:
-    """The validated study file (the controller's every step reads it)."""
-    return f"studies/{study_id}/study.json"
-
-
-def best_prefix(study_id: str) -> str:
-    """The study's result: the best trial's final model and metrics, copied here."""
-    return f"studies/{study_id}/best/"
+study_key = keys.study_key
+best_prefix = keys.study_best_prefix
 
 
 def trial_run_id(study_id: str, trial: int) -> str:
