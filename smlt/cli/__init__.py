@@ -19,7 +19,7 @@ from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
 from smlt.runtime.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
 
-from . import cloud, dashboard, data, local, tune, verify
+from . import cloud, dashboard, data, doctor, local, tune, verify
 from .console import console
 
 
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_command(sub)
     tune.add_command(sub)
     dashboard.add_command(sub)
+    doctor.add_command(sub)
     return p
 
 

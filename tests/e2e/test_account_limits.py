@@ -86,3 +86,14 @@ def test_a_pinned_plan_beyond_the_limit_is_refused_before_anything_is_spent(loca
     s3 = engine.client("s3")
     assert s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix=keys.run_prefix("pinned-16")).get("KeyCount") == 0
     assert RunTable(names.table, "pinned-16", client=engine.client("dynamodb")).meta() is None
+
+
+def test_smlt_doctor_reads_the_accounts_limit_and_says_what_to_raise(engine_as_aws, monkeypatch, caplog):
+    from smlt.cli import main
+
+    monkeypatch.setenv(throttle.ENV, NEW_ACCOUNT)
+    caplog.set_level("INFO")
+    assert main(["doctor", "--stack", "NoSuchStack"]) == 0  # the default tiers deploy on a new account
+    err = caplog.text
+    assert "10 per account in this region, 10 unreserved" in err
+    assert "at most 10 workers at once" in err and "L-B99A9384" in err
