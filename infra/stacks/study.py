@@ -8,7 +8,7 @@ Init (controller: validate the study file, write its items) → Run, a Parallel 
     (controller: its ledger replaces its reservation); a failed execution is caught → TrialEnded
     with its error; a skipped trial → Skipped.
   - Watcher: Watch (controller: the running trials' curves, ASHA's stops, the deadline) →
-    WatchDone? → Wait poll_seconds → Watch …
+    WatchDone? → Wait (the poll interval Watch answers) → Watch …
 → Finish (controller: the best trial's model under studies/<id>/best/) → Done.
 
 The controller is a thin handler over `smlt.runtime.study.controller`; it reads and writes the table's
@@ -36,9 +36,10 @@ from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries, l
 from smlt.runtime import keys, metrics
 from smlt.runtime.config import STUDY
 from smlt.runtime.config import Settings as RuntimeSettings
+from smlt.runtime.study import budget
 
 CONTROLLER_TIMEOUT = Duration.minutes(2)
-CONTROLLER_MEMORY_MB = 512
+CONTROLLER_MEMORY_MB = budget.CONTROLLER_MEMORY_MB  # the study's own bill prices it
 
 
 class StudyWorkflow(Construct):
@@ -169,7 +170,7 @@ class StudyWorkflow(Construct):
         trials.item_processor(admit.next(admitted))
 
         watch = step("Watch", "watch", {"study_id": study_id}, "$.watch")
-        wait = sfn.Wait(self, "Poll", time=sfn.WaitTime.seconds_path("$.poll_seconds"))
+        wait = sfn.Wait(self, "Poll", time=sfn.WaitTime.seconds_path("$.watch.poll_seconds"))
         watch_done = (
             sfn.Choice(self, "WatchDone")
             .when(sfn.Condition.boolean_equals("$.watch.done", True), sfn.Succeed(self, "Watched"))

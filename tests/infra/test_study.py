@@ -30,7 +30,7 @@ def test_trials_are_training_executions_started_up_to_the_concurrency(synth):
     training = next(k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow"))
     assert run["Parameters"]["StateMachineArn"] == asl.placeholder(synth.template, training, None)
     assert run["Catch"][0]["Next"] == "TrialFailed"
-    assert watcher["States"]["Poll"]["SecondsPath"] == "$.poll_seconds"
+    assert watcher["States"]["Poll"]["SecondsPath"] == "$.watch.poll_seconds"  # the watcher paces itself
     assert watcher["States"]["WatchDone"]["Choices"][0]["Next"] == "Watched"
 
 

@@ -50,6 +50,13 @@ class StudyItem(Item):
     execution: str | None = None  # the study state machine's execution (deployed path)
     # The budget held: running trials' shares plus ended trials' ledgers (smlt.runtime.study.budget).
     reserved_usd: float = 0.0
+    # The study's own bill (its controller's invocations and its machine's transitions), written by
+    # its sequential steps (init, watch, finish); the trials' admit/ended steps are on their TRIAL items.
+    overhead_usd: float = 0.0
+    watch_usd: float = 0.0  # of it, the watcher's looks
+    watches: int = 0
+    overhead_reserve_usd: float = 0.0  # held back from the trials' shares for it
+    total_usd: float = 0.0  # the full bill: the trials' ledgers and every controller step
     started: int = 0  # trials started so far
     version: int = 0  # bumped by every change of reserved_usd/started (a conditional write)
     ended_at: float | None = None
@@ -74,6 +81,7 @@ class TrialItem(Item):
     rounds: int = 0  # training rounds done so far
     metric: float | None = None  # its newest value of the study's metric
     cost_usd: float = 0.0  # its ledger so far
+    controller_usd: float = 0.0  # its admit and ended steps (the study's own bill)
     budget_usd: float | None = None  # the share of the study's budget it was given
     stop_reason: str | None = None  # why it ended (e.g. "stopped at rung 1: 0.81 below the top third")
     # ASHA: the trial's value at each rung it was judged at ({"1": 0.93, "3": 0.96}).
