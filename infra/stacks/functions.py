@@ -42,6 +42,7 @@ TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
 
 # The artifacts bucket's object patterns, from the key functions the handlers write with.
 RUN_OBJECTS = keys.object_pattern(keys.run_prefix(keys.ANY))  # runs/*/*
+ROUND_OBJECTS = keys.object_pattern(keys.rounds_prefix(keys.ANY))  # runs/*/rounds/*: a worker's objects
 PIPELINE_LATEST = keys.object_pattern(keys.pipeline_latest_key(keys.ANY))  # pipelines/*/latest.json
 STUDY_BEST = keys.object_pattern(keys.study_best_prefix(keys.ANY))  # studies/*/best/*
 CODE_OBJECTS = keys.object_pattern(keys.code_key(keys.ANY))  # code/*.zip
@@ -167,7 +168,8 @@ class Functions(Construct):
             fid = f"TrainStep{mb}"
             role = self._role(fid)
             self._read_data(role)
-            self._write_artifacts(role, tag_updates=True)
+            # Workers read and write round objects only (never job.json or final/: docs/deploy.md, "Trust")
+            self._write_artifacts(role, tag_updates=True, objects=(ROUND_OBJECTS,))
             self._read_code(role)
             self._use_table(role)
             self._join_vpc(role)

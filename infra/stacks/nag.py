@@ -59,7 +59,7 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "(CreateNetworkInterface is also scoped to the VPC's subnets and the functions' security group).",
     ),
     (
-        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs/\*/\*|runs/\*/final/\*|pipelines/\*/latest\.json)$",
+        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs/\*/\*|runs/\*/rounds/\*|runs/\*/final/\*|pipelines/\*/latest\.json)$",
         "Objects under the run prefix runs/ (and, for the planner, pipelines/) of the artifacts bucket; "
         "keys are per run/round/worker or per pipeline and not known at deploy time.",
     ),

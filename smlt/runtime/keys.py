@@ -34,8 +34,13 @@ def job_key(run_id: str) -> str:
     return run_prefix(run_id) + "job.json"
 
 
+def rounds_prefix(run_id: str) -> str:
+    """Every round's objects (models, updates, checks, sync exchange): all a worker writes."""
+    return run_prefix(run_id) + "rounds/"
+
+
 def round_prefix(run_id: str, rnd: int) -> str:
-    return run_prefix(run_id) + f"rounds/{rnd:06d}/"
+    return rounds_prefix(run_id) + f"{rnd:06d}/"
 
 
 def model_key(run_id: str, rnd: int) -> str:

@@ -103,9 +103,10 @@ def test_function_roles_are_scoped(synth):
 
     for tier in DEFAULT_TIERS:
         worker = _grants(synth, f"FunctionsTrainStep{tier}Role")
-        assert worker["s3:GetObject"] == {data_objects, runs, f"<{artifacts}.Arn>/code/*.zip"}
-        assert worker["s3:PutObject"] == {runs}
-        assert worker["s3:PutObjectTagging"] == {runs}
+        rounds = f"<{artifacts}.Arn>/runs/*/rounds/*"
+        assert worker["s3:GetObject"] == {data_objects, rounds, f"<{artifacts}.Arn>/code/*.zip"}
+        assert worker["s3:PutObject"] == {rounds}
+        assert worker["s3:PutObjectTagging"] == {rounds}
         assert worker["dynamodb:UpdateItem"] == {f"<{table}.Arn>"}
         assert not any(a.startswith(("states:", "lambda:")) for a in worker)
 

@@ -88,6 +88,7 @@ def test_code_runs_only_from_the_stacks_code_object():
 
 def test_iam_patterns_come_from_the_key_functions():
     assert keys.object_pattern(keys.run_prefix(keys.ANY)) == "runs/*/*"
+    assert keys.object_pattern(keys.rounds_prefix(keys.ANY)) == "runs/*/rounds/*"
     assert keys.object_pattern(keys.study_best_prefix(keys.ANY)) == "studies/*/best/*"
     assert keys.object_pattern(keys.pipeline_latest_key(keys.ANY)) == "pipelines/*/latest.json"
     assert keys.object_pattern(keys.code_key(keys.ANY)) == "code/*.zip"
