@@ -57,6 +57,7 @@ def code_root() -> Path:
 # Where the artifacts bucket keeps users' code (the train functions may read it: infra/stacks/functions.py).
 CODE_PREFIX = keys.CODE
 code_key = keys.code_key
+_CODE_KEY = re.compile(re.escape(keys.code_key("SHA")).replace("SHA", "[0-9a-f]{64}"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,18 +181,23 @@ def check_shipped(job: Job) -> None:
 
 
 def check_code_location(job: Job, artifacts_bucket: str) -> None:
-    """`code.uri` may name only the object `stage_code` writes: the stack's artifacts bucket, its
-    `code/` prefix, the key of the code's own sha256. The workers run what it names with their
-    role's rights, so an object anyone else can write (the data bucket's `incoming/`, another
-    bucket) is refused before a worker fetches it."""
+    """`code.uri` may name only an object `stage_code` writes: the stack's artifacts bucket, its
+    `code/` prefix, a key `code/<sha256>.zip`. The workers run what it names with their role's
+    rights, so an object anyone else can write (the data bucket's `incoming/`, another bucket) is
+    refused before a worker fetches it; the object's sha256 is checked against the job's when it
+    is fetched (`_fetch`)."""
     code = job.code
     if code is None or code.uri is None or not artifacts_bucket:
         return
-    expected = f"s3://{artifacts_bucket}/{keys.code_key(code.sha256 or '<sha256>')}"
-    if code.uri != expected:
+    try:
+        bucket, key = parse_s3_uri(code.uri)
+    except ValueError as e:
+        raise InvalidCode(f"code.uri: {e}") from None
+    if bucket != artifacts_bucket or not _CODE_KEY.fullmatch(key):
         raise InvalidCode(
-            f"code.uri: {code.uri} is not the stack's code object ({expected}); code runs only from the "
-            f"artifacts bucket's {keys.CODE} prefix, where `--code DIR` stores it: pass --code DIR"
+            f"code.uri: {code.uri} is not a code object of this stack (s3://{artifacts_bucket}/"
+            f"{keys.code_key('<sha256>')}); code runs only from the artifacts bucket's {keys.CODE} prefix, "
+            "where `--code DIR` stores it: pass --code DIR"
         )
 
 
