@@ -2,7 +2,6 @@
 published: a model replaced since then is refused before round 0 starts from it."""
 
 from smlt.runtime import keys
-from smlt.runtime.records import RunTable
 from tests.e2e.test_iam_calls import short_job
 
 
