@@ -31,15 +31,21 @@ from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
 from infra.stacks.storage import STATEFUL
-from smlt.runtime import metrics
+from smlt.runtime import keys, metrics
 from smlt.runtime.config import AGGREGATE, PLANNER, TRAIN
 from smlt.runtime.config import Settings as RuntimeSettings
-from smlt.runtime.usercode import CODE_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZIP_HANDLER = "handler.handler"
 IMAGE_CMD = ["lambdas.train_step.handler.handler"]
 TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
+
+# The artifacts bucket's object patterns, from the key functions the handlers write with.
+RUN_OBJECTS = keys.object_pattern(keys.run_prefix(keys.ANY))  # runs/*/*
+ROUND_OBJECTS = keys.object_pattern(keys.rounds_prefix(keys.ANY))  # runs/*/rounds/*: a worker's objects
+PIPELINE_LATEST = keys.object_pattern(keys.pipeline_latest_key(keys.ANY))  # pipelines/*/latest.json
+STUDY_BEST = keys.object_pattern(keys.study_best_prefix(keys.ANY))  # studies/*/best/*
+CODE_OBJECTS = keys.object_pattern(keys.code_key(keys.ANY))  # code/*.zip
 
 PLANNER_TIMEOUT = Duration.minutes(5)
 AGGREGATE_TIMEOUT = Duration.minutes(15)
@@ -162,7 +168,8 @@ class Functions(Construct):
             fid = f"TrainStep{mb}"
             role = self._role(fid)
             self._read_data(role)
-            self._write_artifacts(role, tag_updates=True)
+            # Workers read and write round objects only (never job.json or final/: docs/deploy.md, "Trust")
+            self._write_artifacts(role, tag_updates=True, objects=(ROUND_OBJECTS,))
             self._read_code(role)
             self._use_table(role)
             self._join_vpc(role)
@@ -216,7 +223,14 @@ class Functions(Construct):
         role = self._role("Planner")
         self._read_data(role)
         # runs/ + pipelines/<pipeline>/latest.json (retraining warm start, written by finalize)
-        self._write_artifacts(role, tag_updates=False, prefixes=("runs/", "pipelines/"))
+        self._write_artifacts(role, tag_updates=False, objects=(RUN_OBJECTS, PIPELINE_LATEST))
+        # A study's trials warm-start from another study's best model (read only).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(STUDY_BEST)])
+        )
+        # The account's Lambda concurrency limit is an input of every run's first plan (AWS
+        # accepts only "*" for GetAccountSettings).
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:GetAccountSettings"], resources=["*"]))
         self._use_table(role)
         stack = Stack.of(self)
         self.planner = lambda_.Function(
@@ -294,24 +308,22 @@ class Functions(Construct):
     def _read_code(self, role: iam.Role) -> None:
         # The users' code the CLI stores for `--code` (smlt/runtime/usercode.py): read only.
         role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(f"{CODE_PREFIX}*")]
-            )
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(CODE_OBJECTS)])
         )
 
-    def _write_artifacts(self, role: iam.Role, *, tag_updates: bool, prefixes: tuple[str, ...] = ("runs/",)) -> None:
+    def _write_artifacts(self, role: iam.Role, *, tag_updates: bool, objects: tuple[str, ...] = (RUN_OBJECTS,)) -> None:
         actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
         if tag_updates:
             # Workers write updates with the `smlt-kind=update` tag (lifecycle expiry).
             actions.append("s3:PutObjectTagging")
         role.add_to_principal_policy(
-            iam.PolicyStatement(actions=actions, resources=[self._artifacts.arn_for_objects(f"{p}*") for p in prefixes])
+            iam.PolicyStatement(actions=actions, resources=[self._artifacts.arn_for_objects(o) for o in objects])
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[self._artifacts.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
+                conditions={"StringLike": {"s3:prefix": list(objects)}},
             )
         )
 

@@ -40,6 +40,8 @@ STAR_RESOURCE_ACTIONS: dict[str, str] = {
         ],
         "the state machine's vended logs to CloudWatch Logs",
     ),
+    "lambda:GetAccountSettings": "the planner reads the account's Lambda concurrency limit at each run's first "
+    "plan (an account-level read)",
     **dict.fromkeys(
         ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets"],
         "redis_reducer only: Lambda managing the VPC network interfaces of the functions in the exchange's VPC",
@@ -57,17 +59,18 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "(CreateNetworkInterface is also scoped to the VPC's subnets and the functions' security group).",
     ),
     (
-        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs|pipelines)/\*$",
+        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs/\*/\*|runs/\*/rounds/\*|runs/\*/final/\*|pipelines/\*/latest\.json)$",
         "Objects under the run prefix runs/ (and, for the planner, pipelines/) of the artifacts bucket; "
         "keys are per run/round/worker or per pipeline and not known at deploy time.",
     ),
     (
-        r"^Resource::<\w*Artifacts\w*\.Arn>/studies/\*$",
+        r"^Resource::<\w*Artifacts\w*\.Arn>/studies/\*/(\*|best/\*)$",
         "The study controller's objects under studies/ of the artifacts bucket (a study's file and its best "
-        "model); study ids are chosen by users at run time.",
+        "model), and the planner's read of studies/*/best/* (a study's trials warm-start from another "
+        "study's best model); study ids are chosen by users at run time.",
     ),
     (
-        r"^Resource::<\w*Artifacts\w*\.Arn>/code/\*$",
+        r"^Resource::<\w*Artifacts\w*\.Arn>/code/\*\.zip$",
         "Read-only access of the train functions to users' code under code/ of the artifacts bucket "
         "(`--code`, smlt/runtime/usercode.py); keys are content digests, made at run time.",
     ),

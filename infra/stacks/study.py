@@ -8,7 +8,7 @@ Init (controller: validate the study file, write its items) → Run, a Parallel 
     (controller: its ledger replaces its reservation); a failed execution is caught → TrialEnded
     with its error; a skipped trial → Skipped.
   - Watcher: Watch (controller: the running trials' curves, ASHA's stops, the deadline) →
-    WatchDone? → Wait poll_seconds → Watch …
+    WatchDone? → Wait (the poll interval Watch answers) → Watch …
 → Finish (controller: the best trial's model under studies/<id>/best/) → Done.
 
 The controller is a thin handler over `smlt.runtime.study.controller`; it reads and writes the table's
@@ -33,12 +33,13 @@ from infra.stacks.functions import TABLE_ITEM_ACTIONS, ZIP_HANDLER, Functions
 from infra.stacks.nag import acknowledge
 from infra.stacks.storage import STATEFUL
 from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries, logged_state_machine
-from smlt.runtime import metrics
+from smlt.runtime import keys, metrics
 from smlt.runtime.config import STUDY
 from smlt.runtime.config import Settings as RuntimeSettings
+from smlt.runtime.study import budget
 
 CONTROLLER_TIMEOUT = Duration.minutes(2)
-CONTROLLER_MEMORY_MB = 512
+CONTROLLER_MEMORY_MB = budget.CONTROLLER_MEMORY_MB  # the study's own bill prices it
 
 
 class StudyWorkflow(Construct):
@@ -63,12 +64,16 @@ class StudyWorkflow(Construct):
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject"], resources=[artifacts_bucket.arn_for_objects("studies/*")]
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[artifacts_bucket.arn_for_objects(keys.object_pattern(keys.study_prefix(keys.ANY)))],
             )
         )
-        # The best trial's final model, copied (read) from its run's prefix.
+        # The best trial's final model, copied (read) from its run's final/ prefix.
         role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[artifacts_bucket.arn_for_objects("runs/*")])
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[artifacts_bucket.arn_for_objects(keys.object_pattern(keys.final_prefix(keys.ANY)))],
+            )
         )
         role.add_to_principal_policy(iam.PolicyStatement(actions=TABLE_ITEM_ACTIONS, resources=[table.table_arn]))
         group = logs.LogGroup(self, "ControllerLogs", retention=log_retention, removal_policy=STATEFUL)
@@ -165,7 +170,7 @@ class StudyWorkflow(Construct):
         trials.item_processor(admit.next(admitted))
 
         watch = step("Watch", "watch", {"study_id": study_id}, "$.watch")
-        wait = sfn.Wait(self, "Poll", time=sfn.WaitTime.seconds_path("$.poll_seconds"))
+        wait = sfn.Wait(self, "Poll", time=sfn.WaitTime.seconds_path("$.watch.poll_seconds"))
         watch_done = (
             sfn.Choice(self, "WatchDone")
             .when(sfn.Condition.boolean_equals("$.watch.done", True), sfn.Succeed(self, "Watched"))

@@ -24,8 +24,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.stacks.nag import acknowledge
+from smlt.runtime import keys
 
-INCOMING_PREFIX = "incoming/"
+INCOMING_PREFIX = keys.INCOMING
 MANIFEST_NAME = "manifest.json"
 # incoming/<pipeline>/<version...>/manifest.json (EventBridge wildcards also match "/").
 KEY_WILDCARD = f"{INCOMING_PREFIX}*/*/{MANIFEST_NAME}"

@@ -14,7 +14,7 @@ Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`).
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -86,11 +86,18 @@ def logged_state_machine(
     execution_timeout: Duration,
 ) -> tuple[logs.LogGroup, sfn.StateMachine]:
     """A Standard state machine traced with X-Ray and logging every event with its data to its own
-    log group (kept with the other stateful resources): the training machine's and the study's."""
+    log group (kept with the other stateful resources): the training machine's and the study's.
+
+    The group is kept on destroy, so its name is per stack instance (the stack id's UUID): the
+    next `cdk deploy` after `cdk destroy` creates a new group instead of failing on the kept one
+    (AlreadyExists). The /aws/vendedlogs/ prefix keeps it out of CloudWatch Logs' size-limited
+    resource policy."""
+    stack = Stack.of(scope)
+    instance = Fn.select(2, Fn.split("/", stack.stack_id))
     log_group = logs.LogGroup(
         scope,
         "Logs",
-        log_group_name=f"/aws/vendedlogs/states/{Stack.of(scope).stack_name}-{kind}",
+        log_group_name=f"/aws/vendedlogs/states/{stack.stack_name}-{kind}-{instance}",
         retention=log_retention,
         removal_policy=STATEFUL,
     )

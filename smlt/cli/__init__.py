@@ -28,7 +28,7 @@ from smlt.runtime.errors import (
     StudyFailed,
 )
 
-from . import cloud, dashboard, data, local, model, tune, verify
+from . import cloud, dashboard, data, doctor, local, model, tune, verify
 from .console import console
 
 
@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_command(sub)
     dashboard.add_command(sub)
     model.add_commands(sub)
+    doctor.add_command(sub)
     return p
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,29 @@ def add_run(sub: Any) -> None:
     )
     run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
     run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    add_concurrency_flag(run)
     add_code_flag(run)
     run.set_defaults(fn=run_command)
+
+
+def add_concurrency_flag(cmd: Any) -> None:
+    cmd.add_argument(
+        "--concurrency",
+        type=int,
+        help="the local account's Lambda concurrency limit (a new AWS account: 10); invocations beyond it "
+        "are throttled as Lambda throttles them (default 1000)",
+    )
+
+
+def set_concurrency(args: argparse.Namespace) -> None:
+    """--concurrency N: the engine's handlers (and its GetAccountSettings) hold to N (smlt.local.throttle)."""
+    if getattr(args, "concurrency", None) is None:
+        return
+    from smlt.local import throttle
+
+    if args.concurrency < 1:
+        raise InvalidJob(f"--concurrency: at least 1, got {args.concurrency}")
+    os.environ[throttle.ENV] = str(args.concurrency)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -44,6 +66,7 @@ def run_command(args: argparse.Namespace) -> int:
         print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
         return 2
     out_folder(Path(args.out))
+    set_concurrency(args)
     if args.watch:
         if args.code:
             raise InvalidJob("--code: not with --watch (runs started by uploads carry no code)")
@@ -89,6 +112,7 @@ def add_console(sub: Any) -> None:
         "--stack", default=DEFAULT_STACK, help=f"the stack name its outputs go by (default {DEFAULT_STACK})"
     )
     up.add_argument("--foreground", action="store_true", help="serve in this process until Ctrl-C")
+    add_concurrency_flag(up)
     up.set_defaults(fn=console_up)
     down.set_defaults(fn=console_down)
 
@@ -98,6 +122,7 @@ def console_up(args: argparse.Namespace) -> int:
     from smlt.runtime.progress import notice
 
     state = args.state or console.default_state_dir()
+    set_concurrency(args)  # the console's process inherits it
     if args.foreground:
         console.serve(state, args.port, args.stack)
         return 0

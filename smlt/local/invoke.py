@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from botocore.awsrequest import AWSResponse
 
+from smlt.local import throttle
 from smlt.local.responses import RawBody, put_first
 
 from .functions import FunctionSpec
@@ -246,8 +247,16 @@ class InvokeRouter:
                 target=self.invoke, args=(spec, body, rid, action), daemon=True, name=f"smlt-event-{name}"
             ).start()
             return _response(url, 202, b"", headers)
+        if not throttle.acquire():  # the account's concurrency limit (smlt.local.throttle)
+            self._record(name, t0, "throttle")
+            return _client_error(
+                url, 429, "TooManyRequestsException", "Rate Exceeded.", rid, Reason="ConcurrentInvocationLimitExceeded"
+            )
         started = time.time()
-        out = self.invoke(spec, body, rid, action)
+        try:
+            out = self.invoke(spec, body, rid, action)
+        finally:
+            throttle.release()
         self._record(name, t0, "ok" if out.ok else (out.error_type or "error"))
         if self.after_invoke is not None:
             self.after_invoke(name, body, out.ok)
@@ -304,6 +313,7 @@ def install(session: Any = None) -> None:
     (botocore calls *every* handler of an event; registered twice, each invocation would run twice)."""
     with _routers_lock:
         put_first(EVENT, _before_send, "smlt-local-invoke", session)
+        throttle.install()
 
 
 def activate(router: InvokeRouter) -> None:

@@ -6,7 +6,8 @@ requires it), so two runs of the same app give the same names. ARNs use account
 ``123456789012``, region ``us-east-1`` and partition ``aws``.
 
 Supported intrinsics: ``Ref`` (resources, parameters with a Default, pseudo parameters),
-``Fn::GetAtt`` (the attributes in :data:`_ATTRS`), ``Fn::Join``, ``Fn::Sub``. Anything else raises
+``Fn::GetAtt`` (the attributes in :data:`_ATTRS`), ``Fn::Join``, ``Fn::Sub``, ``Fn::Select``,
+``Fn::Split``. Anything else raises
 :class:`UnresolvableError` naming where it was found: the local engine would rather refuse than
 guess. Resources the engine has no stand-in for (:data:`LOCAL_UNSUPPORTED`: the ElastiCache
 exchange of CDK context ``redis_reducer: true``) are refused with what to do instead.
@@ -316,6 +317,19 @@ class Resolver:
 
         return re.sub(r"\$\{([^}]*)\}", repl, template)
 
+    def _split_select(self, key: str, arg: list[Any], where: str) -> Any:
+        if key == "Fn::Split":
+            delim, text = arg
+            text = self.resolve(text, where)
+            if not isinstance(text, str):
+                raise UnresolvableError(f"{where}: Fn::Split needs a string, got {text!r}")
+            return text.split(str(delim))
+        index, items = arg
+        items = self.resolve(items, where)
+        if not isinstance(items, list) or not 0 <= int(index) < len(items):
+            raise UnresolvableError(f"{where}: Fn::Select {index} of {items!r}")
+        return items[int(index)]
+
     def resolve(self, value: Any, where: str = "$") -> Any:
         """Resolve every intrinsic in ``value`` (recursively). Raises on unsupported ones."""
         if isinstance(value, list):
@@ -342,10 +356,12 @@ class Resolver:
                     return self._sub(arg, {}, where)
                 tmpl, variables = arg
                 return self._sub(tmpl, variables or {}, where)
+            if key in ("Fn::Split", "Fn::Select"):
+                return self._split_select(key, arg, where)
             if key.startswith("Fn::") or key == "Condition":
                 raise UnresolvableError(
                     f"{where}: intrinsic {key} is not supported by the local engine "
-                    "(supported: Ref, Fn::GetAtt, Fn::Join, Fn::Sub)"
+                    "(supported: Ref, Fn::GetAtt, Fn::Join, Fn::Sub, Fn::Select, Fn::Split)"
                 )
         return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
 

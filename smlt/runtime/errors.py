@@ -55,6 +55,11 @@ class Infeasible(SmltError):
     """The planner predicts the deadline or budget cannot be met and best_effort is off."""
 
 
+class ConcurrencyLimit(Infeasible):
+    """The job pins more workers at once than the account's Lambda concurrency (or the stack's
+    `max_concurrency`) lets run: refused before anything is spent (smlt.runtime.account)."""
+
+
 class StaleInvocation(SmltError):
     """A worker invocation for a round that is already aggregated (late or duplicated)."""
 
@@ -92,12 +97,6 @@ class RunInProgress(SmltError):
 
 class AlreadyFinished(SmltError):
     """An execution was started for a run id whose run has finished: nothing is trained again."""
-
-
-class UserCodeError(SmltError):
-    """The user's code (`--code`, a model or transform outside smlt) raised while being imported,
-    building the model, running the forward pass or the transform. The message holds the exception
-    type, its message and the last frames inside the user's package. Deterministic: never retried."""
 
 
 class DataError(SmltError):
@@ -153,11 +152,18 @@ class DamagedState(SmltError):
 
 
 class UserCodeError(SmltError):
-    """The user's own code (a model builder, its forward pass, a `code.transform`) raised: `type`
-    and `message` are its exception's, `frames` the last frames inside the user's files
-    ("file:line in function: source line", innermost last), `where` what smlt was doing."""
+    """The user's own code (`--code`, a model builder, its forward pass, a `code.transform`) raised,
+    while being imported, building the model, running the forward pass or the transform.
+    Deterministic: never retried. Two forms: the worker's, one message already holding the
+    exception and the frames (`UserCodeError(text)`); the client check's, `type` and `message` of
+    the exception, `frames` the last frames inside the user's files ("file:line in function: source
+    line", innermost last) and `where` what smlt was doing."""
 
-    def __init__(self, type: str, message: str, frames: list[str] | None = None, where: str = "") -> None:
+    def __init__(self, type: str, message: str | None = None, frames: list[str] | None = None, where: str = "") -> None:
+        if message is None:  # the worker's form: the whole text
+            self.type, self.message, self.frames, self.where = "", type, list(frames or []), where
+            super().__init__(type)
+            return
         self.type, self.message, self.frames, self.where = type, message, list(frames or []), where
         head = f"{where}: " if where else ""
         lines = [f"{head}your code raised {type}: {message}"] + [f"  {f}" for f in self.frames]

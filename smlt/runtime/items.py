@@ -85,6 +85,8 @@ class MetaItem(Item):
     target: TargetScaling | None = None  # regression: the manifest's target scaling (the metrics' units)
     lr_scale: float = 1.0  # halved once when a round diverges
     model0_sha256: str | None = None  # round 0's model: the first worker to write or read it records it
+    # The account's unreserved Lambda concurrency, read at the run's first plan (None: not read).
+    account_concurrency: int | None = None
     final: FinalMetrics | None = None
 
     @field_serializer("job")

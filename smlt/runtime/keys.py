@@ -6,17 +6,41 @@ same key again instead of a new one.
 
 from __future__ import annotations
 
+# The artifacts bucket's top-level prefixes. The stack's IAM grants are built from the key
+# functions below (`object_pattern`), so a key written in a new place is denied by the tests'
+# IAM check (tests/infra/test_iam_calls.py) until a grant says who may write it.
+RUNS = "runs/"
+PIPELINES = "pipelines/"
+STUDIES = "studies/"
+CODE = "code/"
+# The data bucket: where an uploaded manifest starts a retraining run (infra/stacks/trigger.py).
+INCOMING = "incoming/"
+
+# What a key function is given to make an IAM pattern instead of a key.
+ANY = "*"
+
+
+def object_pattern(key_or_prefix: str) -> str:
+    """An IAM object pattern from a key function called with `ANY`: a prefix (ends in "/")
+    matches everything under it, a key matches itself ("runs/*/" -> "runs/*/*")."""
+    return key_or_prefix + ANY if key_or_prefix.endswith("/") else key_or_prefix
+
 
 def run_prefix(run_id: str) -> str:
-    return f"runs/{run_id}/"
+    return f"{RUNS}{run_id}/"
 
 
 def job_key(run_id: str) -> str:
-    return f"runs/{run_id}/job.json"
+    return run_prefix(run_id) + "job.json"
+
+
+def rounds_prefix(run_id: str) -> str:
+    """Every round's objects (models, updates, checks, sync exchange): all a worker writes."""
+    return run_prefix(run_id) + "rounds/"
 
 
 def round_prefix(run_id: str, rnd: int) -> str:
-    return f"runs/{run_id}/rounds/{rnd:06d}/"
+    return rounds_prefix(run_id) + f"{rnd:06d}/"
 
 
 def model_key(run_id: str, rnd: int) -> str:
@@ -61,17 +85,60 @@ def sync_prefix(run_id: str, rnd: int) -> str:
 UPDATE_TAG = "smlt-kind=update"
 
 
+def final_prefix(run_id: str) -> str:
+    return run_prefix(run_id) + "final/"
+
+
 def final_model_key(run_id: str) -> str:
-    return f"runs/{run_id}/final/model.safetensors"
+    return final_prefix(run_id) + "model.safetensors"
 
 
 def final_metrics_key(run_id: str) -> str:
-    return f"runs/{run_id}/final/metrics.json"
+    return final_prefix(run_id) + "metrics.json"
+
+
+def pipeline_latest_key(pipeline: str) -> str:
+    """A retraining pipeline's newest model (written by finalize, read by the next run's start)."""
+    return f"{PIPELINES}{pipeline}/latest.json"
+
+
+def study_prefix(study_id: str) -> str:
+    return f"{STUDIES}{study_id}/"
+
+
+def study_key(study_id: str) -> str:
+    """The validated study file (the controller's every step reads it)."""
+    return study_prefix(study_id) + "study.json"
+
+
+def study_best_prefix(study_id: str) -> str:
+    """A study's result: the best trial's final model and metrics, copied here (another study's
+    trials warm-start from it)."""
+    return study_prefix(study_id) + "best/"
+
+
+def code_key(sha256: str) -> str:
+    """Users' code (`--code`), content-addressed: the same code is stored once, whichever run sends it."""
+    return f"{CODE}{sha256}.zip"
+
+
+def pipeline_job_key(pipeline: str) -> str:
+    """The data bucket: a retraining pipeline's job."""
+    return f"{INCOMING}{pipeline}/job.json"
 
 
 # DynamoDB: one partition per run.
 def pk(run_id: str) -> str:
     return f"RUN#{run_id}"
+
+
+def study_pk(study_id: str) -> str:
+    """DynamoDB: one partition per study."""
+    return f"STUDY#{study_id}"
+
+
+# One ledger item per invocation attempt (smlt.runtime.ledger).
+ATTEMPT = "ATTEMPT#"
 
 
 META = "META"

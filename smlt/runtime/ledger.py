@@ -41,13 +41,13 @@ from typing import Any
 import botocore.handlers
 from pydantic import BaseModel, Field
 
-from smlt.runtime import bill
+from smlt.runtime import bill, keys
 from smlt.runtime.items import Item
 from smlt.runtime.prices import Prices
 
 log = logging.getLogger(__name__)
 
-PREFIX = "ATTEMPT#"
+PREFIX = keys.ATTEMPT
 RUN_LEVEL = "run"  # the sk part of attempts of no round (finalize)
 WRITE_PRIOR_S = 0.005  # the ATTEMPT PutItem's time before this process has measured one
 WRITE_WINDOW = 5  # the estimate is the median of this many of the process's last measured writes
@@ -412,6 +412,9 @@ def breakdown(attempts: list[AttemptItem], transitions: float, prices: Prices, a
 # ------------------------------------------------------------------------ a round, a run
 
 TIMEOUTS = frozenset({"Sandbox.Timedout", "States.Timeout"})
+# Lambda refused the invocation (the account's concurrency): the handler never ran, so the
+# attempt bills its request and no duration (Step Functions' error name, and Lambda's own).
+THROTTLES = frozenset({"Lambda.TooManyRequestsException", "TooManyRequestsException"})
 
 
 def estimate_missing(
@@ -423,8 +426,9 @@ def estimate_missing(
     timeout_s: float,
 ) -> list[AttemptItem]:
     """An estimated attempt for each worker that left no ATTEMPT item (its process was killed or
-    died): AWS bills a time-out its timeout; any other crash is charged the longest attempt seen
-    this round (the function's timeout when none was), and its requests are not known."""
+    died, or it was throttled): AWS bills a time-out its timeout and a throttled invocation no
+    duration; any other crash is charged the longest attempt seen this round (the function's
+    timeout when none was), and its requests are not known."""
     seen = {a.worker for a in attempts if a.worker is not None}
     errors = {o.get("worker"): o.get("error") for o in outcomes if not o.get("ok", True)}
     longest = max((a.init_s + a.duration_s for a in attempts if a.worker is not None), default=timeout_s)
@@ -435,7 +439,7 @@ def estimate_missing(
             round=rnd,
             worker=w,
             request_id=f"estimated-{rnd}-{w}",
-            duration_s=timeout_s if errors.get(w) in TIMEOUTS else longest,
+            duration_s=timeout_s if errors.get(w) in TIMEOUTS else 0.0 if errors.get(w) in THROTTLES else longest,
             outcome=str(errors.get(w) or "unrecorded"),
             estimated=True,
         )

@@ -17,12 +17,11 @@ import json
 import re
 from typing import Any
 
+from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.store import NotFound, S3Store
 
-
-def latest_key(pipeline: str) -> str:
-    return f"pipelines/{pipeline}/latest.json"
+latest_key = keys.pipeline_latest_key
 
 
 def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
@@ -34,7 +33,7 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
         )
     pipeline, folder = parts[1], "/".join(parts[:-1])
     try:
-        job = json.loads(S3Store(bucket).get(f"incoming/{pipeline}/job.json"))
+        job = json.loads(S3Store(bucket).get(keys.pipeline_job_key(pipeline)))
     except NotFound:
         raise InvalidJob(
             f"trigger: pipeline {pipeline!r} has no job: upload s3://{bucket}/incoming/{pipeline}/job.json"

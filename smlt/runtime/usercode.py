@@ -34,6 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from smlt.runtime import keys
 from smlt.runtime.errors import AccessDenied, InvalidCode, UserCodeError
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.keys import parse_s3_uri
@@ -55,12 +56,9 @@ def code_root() -> Path:
 
 
 # Where the artifacts bucket keeps users' code (the train functions may read it: infra/stacks/functions.py).
-CODE_PREFIX = "code/"
-
-
-def code_key(sha256: str) -> str:
-    """Content-addressed: the same code is stored once, whichever run sends it."""
-    return f"{CODE_PREFIX}{sha256}.zip"
+CODE_PREFIX = keys.CODE
+code_key = keys.code_key
+_CODE_KEY = re.compile(re.escape(keys.code_key("SHA")).replace("SHA", "[0-9a-f]{64}"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,6 +181,27 @@ def check_shipped(job: Job) -> None:
             )
 
 
+def check_code_location(job: Job, artifacts_bucket: str) -> None:
+    """`code.uri` may name only an object `stage_code` writes: the stack's artifacts bucket, its
+    `code/` prefix, a key `code/<sha256>.zip`. The workers run what it names with their role's
+    rights, so an object anyone else can write (the data bucket's `incoming/`, another bucket) is
+    refused before a worker fetches it; the object's sha256 is checked against the job's when it
+    is fetched (`_fetch`)."""
+    code = job.code
+    if code is None or code.uri is None or not artifacts_bucket:
+        return
+    try:
+        bucket, key = parse_s3_uri(code.uri)
+    except ValueError as e:
+        raise InvalidCode(f"code.uri: {e}") from None
+    if bucket != artifacts_bucket or not _CODE_KEY.fullmatch(key):
+        raise InvalidCode(
+            f"code.uri: {code.uri} is not a code object of this stack (s3://{artifacts_bucket}/"
+            f"{keys.code_key('<sha256>')}); code runs only from the artifacts bucket's {keys.CODE} prefix, "
+            "where `--code DIR` stores it: pass --code DIR"
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # worker side: fetch, verify, unpack, import
 
@@ -197,6 +216,8 @@ def _fetch(uri: str, sha256: str) -> bytes:
         raise InvalidCode(f"code.uri: {e}") from None
     except NotFound:
         raise InvalidCode(f"code.uri: no object at {uri}; pass --code DIR again to store it") from None
+    except AccessDenied:
+        raise AccessDenied(f"code.uri: cannot read {uri} (AccessDenied)") from None
     except ClientError as e:
         code = e.response.get("Error", {}).get("Code", "")
         if code in ("AccessDenied", "AllAccessDisabled", "403", "NoSuchBucket"):
@@ -288,13 +309,15 @@ def check_importable(job: Job, shipped: frozenset[str] | None = None) -> None:
         )
 
 
-def activate_code(job: Job) -> None:
+def activate_code(job: Job, artifacts_bucket: str = "") -> None:
     """Make the job's code importable in this process (fetched and verified on first use);
-    without code in the job, check that its entry points import from the process's own path."""
+    without code in the job, check that its entry points import from the process's own path.
+    With `artifacts_bucket`, the code must be the stack's own code object (`check_code_location`)."""
     code = job.code
     if code is None or code.uri is None or code.sha256 is None:
         check_importable(job)
         return
+    check_code_location(job, artifacts_bucket)
     if _active is None or _active[0] != code.sha256:
         _put_first(code.sha256, _unpacked(code.uri, code.sha256))
     check_importable(job, shipped=_active[2] if _active else None)

@@ -1,4 +1,8 @@
-"""End-to-end: the synthesized state machine on the local engine, one engine per session."""
+"""End-to-end: the synthesized state machine on the local engine, one engine per session.
+
+Every AWS call the engine's handlers make is recorded and checked against the synthesized
+policies of the calling function's role (smlt/local/iam_record.py): a test whose handlers made
+a call their role may not make fails, naming the call."""
 
 import os
 
@@ -6,13 +10,45 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def local(tmp_path_factory):
+def iam_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("iam") / "calls.jsonl"
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory, iam_log):
     os.environ.setdefault("SMLT_HOME", str(tmp_path_factory.mktemp("smlt-home")))
+    from smlt.local import iam_record
     from smlt.runner import start_engine
 
+    os.environ.update(iam_record.enable(iam_log))  # before the engine: its handlers inherit it
     engine, names, injector = start_engine(None)
     yield engine, names
     engine.stop()
+
+
+@pytest.fixture(scope="session")
+def role_policies(local):
+    from smlt.local.iam_record import RolePolicies
+
+    engine, _ = local
+    return RolePolicies(engine.synthesized.template, engine.resolver)
+
+
+@pytest.fixture(autouse=True)
+def iam_checked(request, iam_log):
+    """Fails a test on the local engine whose handlers made a call their role may not make."""
+    if "local" not in request.fixturenames:
+        yield
+        return
+    from smlt.local import iam_record
+
+    policies = request.getfixturevalue("role_policies")
+    _, start = iam_record.read(iam_log, iam_log.stat().st_size if iam_log.exists() else 0)
+    yield
+    calls, _ = iam_record.read(iam_log, start)
+    ours = [c for c in calls if c["function"] in policies.statements]  # another engine's: not this stack
+    report = iam_record.check(ours, policies)
+    assert not report.denied, "calls the stack's IAM policies deny:\n" + report.summary()
 
 
 @pytest.fixture

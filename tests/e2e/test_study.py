@@ -38,6 +38,16 @@ def test_the_digits_study_stops_a_third_early_and_finds_097_within_its_budget(lo
     spent = ledgers(engine, names, trials)
     assert 0 < spent <= meta.budget_usd
     assert meta.spent_usd == sum(t.cost_usd for t in trials)
+    # the full bill: the study's own steps (every Watch look, each trial's Admit and TrialEnded,
+    # Init, Finish: invocations and transitions) on top of the trials' ledgers, within the budget
+    from smlt.runtime.prices import Prices
+    from smlt.runtime.study import budget
+
+    assert meta.watches > 0
+    assert meta.watch_usd >= meta.watches * budget.TRANSITIONS["watch"] * Prices().sfn_transition
+    assert meta.overhead_usd >= meta.watch_usd
+    assert abs(meta.total_usd - (meta.spent_usd + meta.overhead_usd)) < 1e-9
+    assert meta.total_usd <= meta.budget_usd
     # each trial ran under the share the study gave it, and every run is an ordinary execution
     for t in trials:
         run = RunTable(names.table, t.run_id, client=engine.client("dynamodb")).meta()

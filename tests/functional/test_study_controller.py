@@ -70,9 +70,14 @@ def test_concurrent_admits_never_reserve_more_than_the_budget(place):
     threads = [threading.Thread(target=admit, args=(n,)) for n in range(8)]
     [t.start() for t in threads], [t.join() for t in threads]
     shares = [a["job"]["constraints"]["budget_usd"] for a in answers]
-    assert all(a["start"] for a in answers) and sum(shares) == pytest.approx(0.08)
     meta = StudyTable("runs", "s", client=place.dynamodb).study()
-    assert meta.started == 8 and meta.reserved_usd == pytest.approx(0.08)
+    # the trials share what the reserve for the study's own bill leaves
+    free = 0.08 - meta.overhead_reserve_usd
+    assert 0 < meta.overhead_reserve_usd < 0.01
+    assert all(a["start"] for a in answers) and sum(shares) == pytest.approx(free)
+    assert meta.started == 8 and meta.reserved_usd == pytest.approx(free)
+    # each admit's own bill is on its trial's item
+    assert all(t.controller_usd > 0 for t in StudyTable("runs", "s", client=place.dynamodb).trials())
     assert {a["run_id"] for a in answers} == {f"s-t{n:03d}" for n in range(8)}
 
 
@@ -87,12 +92,15 @@ def test_asha_stops_a_trial_below_the_cutoff_at_its_rung_and_its_share_returns(p
     stop = RunTable("runs", "s-t001", client=place.dynamodb).get(keys.STOP, StopItem)
     assert stop is not None and stop.by == "study:s" and "rung 1" in stop.reason
     assert RunTable("runs", "s-t000", client=place.dynamodb).get(keys.STOP, StopItem) is None
-    # the stopped trial ends having spent 0.002 of its 0.01: its share settles to its ledger
+    # the stopped trial ends having spent 0.002 of its share: its share settles to its ledger
     assert controller.ended(place, "s", 1)["status"] == "FAILED"  # no final metrics: the run did not finish
     meta = StudyTable("runs", "s", client=place.dynamodb).study()
-    assert meta.reserved_usd == pytest.approx(0.01 + 0.002)
+    share = (0.03 - meta.overhead_reserve_usd) / 3
+    assert meta.reserved_usd == pytest.approx(share + 0.002)
     third = controller.admit(place, "s", 2)
-    assert third["job"]["constraints"]["budget_usd"] == pytest.approx(0.03 - 0.012)
+    assert third["job"]["constraints"]["budget_usd"] == pytest.approx(0.03 - meta.overhead_reserve_usd - share - 0.002)
+    # the two looks are the watcher's bill, and it says when to look next
+    assert meta.watches == 2 and meta.watch_usd > 0 and meta.overhead_usd > meta.watch_usd
 
 
 def test_the_deadline_skips_trials_that_could_not_finish_and_stops_running_ones(place):
@@ -114,3 +122,18 @@ def test_warm_start_needs_the_other_studys_best(place):
 
     with pytest.raises(InvalidJob, match="warm_start.study: study 'nope' has no best model"):
         controller.init(place, study(warm_start={"study": "nope"}))
+
+
+def test_the_watcher_looks_once_per_round_of_the_trials_and_within_its_reserve(place):
+    from smlt.runtime.study import budget
+
+    controller.init(place, study(trials=2))
+    controller.admit(place, "s", 0)
+    # no round timed yet: the first interval, or longer when the reserve for the looks needs it
+    assert controller.watch(place, "s")["poll_seconds"] >= budget.FIRST_POLL_S
+    # the polls follow the trials' round time, within [MIN_POLL_S, MAX_POLL_S]
+    assert budget.next_poll(None, 7.4, 600, 1.0, 1e-4) == 7
+    assert budget.next_poll(None, 0.3, 600, 1.0, 1e-4) == budget.MIN_POLL_S
+    assert budget.next_poll(5, None, 600, 1.0, 1e-4) == 5  # the study's own poll_seconds
+    # a reserve for 10 more looks over 600 s: never more often than every 60 s
+    assert budget.next_poll(None, 3.0, 600, 10.5e-4, 1e-4) == 61

@@ -21,6 +21,8 @@ STAR_RESOURCE_ACTIONS = {
     "logs:PutResourcePolicy",
     "logs:DescribeResourcePolicies",
     "logs:DescribeLogGroups",
+    # the planner reads the account's Lambda concurrency limit (account-level)
+    "lambda:GetAccountSettings",
 }
 
 
@@ -83,12 +85,15 @@ def test_function_roles_are_scoped(synth):
     (data,) = _ids(synth, "AWS::S3::Bucket", "StorageData")
     (artifacts,) = _ids(synth, "AWS::S3::Bucket", "StorageArtifacts")
     (table,) = _ids(synth, "AWS::DynamoDB::Table", "Runs")
-    runs, pipelines = f"<{artifacts}.Arn>/runs/*", f"<{artifacts}.Arn>/pipelines/*"
+    # the patterns are the key functions' (smlt.runtime.keys) applied to "*"
+    runs, pipelines = f"<{artifacts}.Arn>/runs/*/*", f"<{artifacts}.Arn>/pipelines/*/latest.json"
+    study_best = f"<{artifacts}.Arn>/studies/*/best/*"
     data_objects = f"<{data}.Arn>/*"
 
     planner = _grants(synth, "FunctionsPlannerRole")
-    assert planner["s3:GetObject"] == {data_objects, runs, pipelines}
+    assert planner["s3:GetObject"] == {data_objects, runs, pipelines, study_best}
     assert planner["s3:PutObject"] == {runs, pipelines}
+    assert planner["lambda:GetAccountSettings"] == {"*"}
     assert planner["dynamodb:PutItem"] == {f"<{table}.Arn>"}
     sm_ids = [k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow")]
     assert planner["states:StartExecution"] == {f"<{sm_ids[0]}>"}  # Chain
@@ -98,9 +103,10 @@ def test_function_roles_are_scoped(synth):
 
     for tier in DEFAULT_TIERS:
         worker = _grants(synth, f"FunctionsTrainStep{tier}Role")
-        assert worker["s3:GetObject"] == {data_objects, runs, f"<{artifacts}.Arn>/code/*"}
-        assert worker["s3:PutObject"] == {runs}
-        assert worker["s3:PutObjectTagging"] == {runs}
+        rounds = f"<{artifacts}.Arn>/runs/*/rounds/*"
+        assert worker["s3:GetObject"] == {data_objects, rounds, f"<{artifacts}.Arn>/code/*.zip"}
+        assert worker["s3:PutObject"] == {rounds}
+        assert worker["s3:PutObjectTagging"] == {rounds}
         assert worker["dynamodb:UpdateItem"] == {f"<{table}.Arn>"}
         assert not any(a.startswith(("states:", "lambda:")) for a in worker)
 

@@ -30,7 +30,7 @@ def test_trials_are_training_executions_started_up_to_the_concurrency(synth):
     training = next(k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow"))
     assert run["Parameters"]["StateMachineArn"] == asl.placeholder(synth.template, training, None)
     assert run["Catch"][0]["Next"] == "TrialFailed"
-    assert watcher["States"]["Poll"]["SecondsPath"] == "$.poll_seconds"
+    assert watcher["States"]["Poll"]["SecondsPath"] == "$.watch.poll_seconds"  # the watcher paces itself
     assert watcher["States"]["WatchDone"]["Choices"][0]["Next"] == "Watched"
 
 
@@ -54,8 +54,9 @@ def test_the_controller_reads_and_writes_only_its_items_and_studies(synth):
     g = _grants(synth, "StudyControllerRole")
     artifacts = next(k for k in synth.resources("AWS::S3::Bucket") if k.startswith("StorageArtifacts"))
     table = next(iter(synth.resources("AWS::DynamoDB::Table")))
-    assert g.pop("s3:PutObject") == {f"<{artifacts}.Arn>/studies/*"}
-    assert g.pop("s3:GetObject") == {f"<{artifacts}.Arn>/studies/*", f"<{artifacts}.Arn>/runs/*"}
+    assert g.pop("s3:PutObject") == {f"<{artifacts}.Arn>/studies/*/*"}
+    # its studies, and the best trial's final model (copied to studies/<id>/best/)
+    assert g.pop("s3:GetObject") == {f"<{artifacts}.Arn>/studies/*/*", f"<{artifacts}.Arn>/runs/*/final/*"}
     assert all(res == {f"<{table}.Arn>"} for a, res in g.items() if a.startswith("dynamodb:"))
     assert not [a for a in g if a.startswith(("states:", "lambda:", "s3:"))]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
 
-from smlt.runtime import keys
+from smlt.runtime import account, keys, warmstart
 from smlt.runtime.aggregate.reduce import plan_slices
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest
@@ -26,6 +26,7 @@ from smlt.runtime.errors import (
     AccessDenied,
     AlreadyFinished,
     ChainedExecutionFailed,
+    ConcurrencyLimit,
     Infeasible,
     InvalidJob,
     RunInProgress,
@@ -41,6 +42,7 @@ from smlt.runtime.roundspec import RoundSpec, round_limits, shard_slice
 from smlt.runtime.steps.events import ChainAnswer, ChainEvent, PlanAnswer, PlanEvent, PlanOther, PlanTrain
 from smlt.runtime.store import S3Store
 from smlt.runtime.trigger import job_from_trigger
+from smlt.runtime.usercode import check_code_location
 
 
 def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
@@ -72,9 +74,40 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
     }
 
 
+def _check_concurrency(job: Job, settings: Settings) -> int | None:
+    """The account's unreserved Lambda concurrency (None: not readable), after refusing a job that
+    pins more workers at once than it and the stack's max_concurrency let run."""
+    limits = account.try_read_limits()
+    unreserved = limits.unreserved if limits else None
+    slots = account.worker_slots(settings.max_concurrency, unreserved)
+    fixed = job.workers.planner == "fixed"
+    field, pinned = ("workers.initial", job.workers.initial) if fixed else ("workers.min", job.workers.min)
+    if pinned > slots:
+        if unreserved is not None and unreserved <= settings.max_concurrency:
+            why = f"the account's Lambda concurrency lets {slots} run at once (UnreservedConcurrentExecutions)"
+            fix = account.raise_hint(pinned + 2)
+        else:
+            why = f"the stack's max_concurrency is {slots}"
+            fix = f"deploy with a larger -c max_concurrency (at most the account's {unreserved or 'limit'})"
+        raise ConcurrencyLimit(f"{field}: {pinned} workers at once, but {why}; lower {field} to {slots}, or {fix}")
+    return unreserved
+
+
+def _within_slots(job: Job, settings: Settings, meta: MetaItem) -> Job:
+    """The job with its workers held to what can run at once (`account.worker_slots`)."""
+    slots = account.worker_slots(settings.max_concurrency, meta.account_concurrency)
+    w = job.workers
+    if w.max <= slots:
+        return job
+    held = w.model_copy(update={"max": slots, "initial": min(w.initial, slots), "min": min(w.min, slots)})
+    return job.model_copy(update={"workers": held})
+
+
 def _check_access(job: Job, settings: Settings) -> None:
     """The stack's roles may read the data bucket (and artifacts for warm starts) only; say so
-    up front instead of letting every worker fail with AccessDenied."""
+    up front instead of letting every worker fail with AccessDenied. Code runs only from the
+    stack's own code/ prefix (`check_code_location`)."""
+    check_code_location(job, settings.artifacts_bucket)
     readable = {settings.data_bucket, settings.artifacts_bucket} - {""}
     for field, uri in (("dataset.uri", job.dataset.uri), ("warm_start", job.warm_start)):
         if not uri:
@@ -383,6 +416,7 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
     the warm start's model. Nothing is written for a bad job."""
     _check_access(job, settings)
     facts = _check_resources(job, settings)
+    facts["account_concurrency"] = _check_concurrency(job, settings)
     meta = MetaItem(
         run_id=table.run_id,
         execution=execution,
@@ -397,8 +431,8 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
     artifacts = S3Store(settings.artifacts_bucket)
     artifacts.put(keys.job_key(table.run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
     if job.warm_start:
-        bucket, key = keys.parse_s3_uri(job.warm_start)
-        artifacts.put(keys.model_key(table.run_id, 0), S3Store(bucket).get(key), if_absent=True)
+        model = warmstart.read_checked(settings.artifacts_bucket, settings.table, job.warm_start)
+        artifacts.put(keys.model_key(table.run_id, 0), model, if_absent=True)
     return meta
 
 
@@ -409,6 +443,7 @@ def _decide(settings: Settings, job: Job, meta: MetaItem, state: _RunState) -> D
         return Decision(action="stop", reason=f"stopped by {stop.by}: {stop.reason}", bound="stopped")
     tiers = sorted(settings.train_functions)
     history = _history(state, meta, first_footprint(job, state))
+    job = _within_slots(job, settings, meta)
     decision = decide(job, history, tiers, settings.prices, settings.architecture, sizes=settings)
     if decision.infeasible and not job.constraints.best_effort:
         raise Infeasible(decision.reason)

@@ -456,7 +456,7 @@ def _run_worker(
     memory_mb = settings.memory_mb or spec.memory_mb
     torch.set_num_threads(max(1, min(os.cpu_count() or 1, memory_mb // 1769)))
 
-    activate_code(spec.job)  # the user's code (`--code`) first on sys.path, fetched and verified once
+    activate_code(spec.job, settings.artifacts_bucket)  # the user's code (`--code`) first on sys.path, fetched once
     model = build_model(
         spec.job.model, manifest.input_shape, manifest.outputs, spec.job.seed, vocab_size=manifest.vocab_size
     )

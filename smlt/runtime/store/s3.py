@@ -13,6 +13,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from smlt.runtime.errors import AccessDenied
 from smlt.runtime.retry import S3_CONFLICTS, error_code, on_conflict
 from smlt.runtime.store.base import NotFound
 
@@ -26,6 +27,16 @@ def s3_client():
 
 def _missing(e: ClientError) -> bool:
     return e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound")
+
+
+def _denied(e: ClientError, uri: str, what: str) -> AccessDenied | None:
+    """A 403 as a named error (a HEAD's 403 has no body: its code is "403")."""
+    if e.response.get("Error", {}).get("Code") not in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
+        return None
+    return AccessDenied(
+        f"{uri}: this function's role may not {what} it (S3 answered 403 AccessDenied); the stack grants "
+        "each function its prefixes in infra/stacks/functions.py"
+    )
 
 
 class S3Store:
@@ -47,6 +58,9 @@ class S3Store:
         except ClientError as e:
             if _missing(e):
                 raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            if denied is not None:
+                raise denied from None
             raise
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
@@ -82,6 +96,9 @@ class S3Store:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            if denied is not None:
+                raise denied from None
             raise
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:

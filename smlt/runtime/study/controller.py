@@ -24,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from smlt.runtime import keys
+from smlt.runtime import deployed, keys
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.items import MetaItem, RoundItem, StopItem
+from smlt.runtime.prices import Prices
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
 from smlt.runtime.study import asha, budget
@@ -56,6 +57,12 @@ class Place:
     dynamodb: Any = None
     s3: Any = None
     clock: Callable[[], float] = field(default=time.time)
+    prices: Prices = field(default_factory=Prices)
+    architecture: str = field(default_factory=lambda: deployed.value("architecture"))
+
+    def step_cost(self, op: str, started: float) -> float:
+        """The bill of the controller step `op` that started at perf_counter() `started`."""
+        return budget.step_cost(op, time.perf_counter() - started, self.prices, self.architecture)
 
     def study_table(self, study_id: str) -> StudyTable:
         return StudyTable(self.table, study_id, client=self.dynamodb)
@@ -81,6 +88,7 @@ def _default_id(study: Study, now: float) -> str:
 
 def init(place: Place, raw: Any, execution: str | None = None) -> dict[str, Any]:
     """Validate and record the study; answers {study_id, trials, concurrency, poll_seconds}."""
+    started = time.perf_counter()
     study = parse_study(raw)
     now = place.clock()
     study_id = study.study_id or _default_id(study, now)
@@ -99,6 +107,18 @@ def init(place: Place, raw: Any, execution: str | None = None) -> dict[str, Any]
         budget_usd=study.budget_usd,
         deadline_s=study.deadline_seconds,
         execution=execution,
+        overhead_reserve_usd=budget.overhead_reserve(
+            study.trials,
+            budget.expected_watches(
+                study.trials,
+                study.concurrency,
+                study.job.training.max_rounds,
+                study.deadline_seconds,
+                study.poll_seconds,
+            ),
+            place.prices,
+            place.architecture,
+        ),
     )
     written, stored = t.put_once("META", meta)
     if not written and stored.execution != execution:
@@ -106,11 +126,14 @@ def init(place: Place, raw: Any, execution: str | None = None) -> dict[str, Any]
     place.store.put(study_key(study_id), study.model_dump_json(exclude_none=True).encode())
     for n, params in enumerate(sample(study)):
         t.put_once(trial_sk(n), TrialItem(trial=n, run_id=trial_run_id(study_id, n), params=params, status="PENDING"))
+    if written:
+        cost = place.step_cost("init", started)
+        t.update("META", StudyItem, overhead_usd=cost, total_usd=cost)
     return {
         "study_id": study_id,
         "trials": list(range(study.trials)),
         "concurrency": study.concurrency,
-        "poll_seconds": study.poll_seconds,
+        "poll_seconds": study.poll_seconds or budget.FIRST_POLL_S,
     }
 
 
@@ -126,9 +149,24 @@ def _warm_started(place: Place, study: Study) -> Study:
     return study.model_copy(update={"job": job})
 
 
+def _charge_trial(place: Place, study_id: str, trial: int, op: str, started: float) -> None:
+    """A trial's admit/ended step onto its TRIAL item (only that trial's steps write it)."""
+    t = place.study_table(study_id)
+    item = t.get(trial_sk(trial), TrialItem)
+    if item is not None:
+        t.update(trial_sk(trial), TrialItem, controller_usd=item.controller_usd + place.step_cost(op, started))
+
+
 def admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
     """Reserve trial `trial`'s budget share and deadline: {start: true, run_id, job}; or skip it
     ({start: false, reason}) when the deadline leaves it too little time or the budget is gone."""
+    started = time.perf_counter()
+    answer = _admit(place, study_id, trial)
+    _charge_trial(place, study_id, trial, "admit", started)
+    return answer
+
+
+def _admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
     study, meta, t = place.study(study_id)
     item = t.get(trial_sk(trial), TrialItem)
     assert item is not None, f"trial {trial} of {study_id} has no TRIAL item"
@@ -137,7 +175,10 @@ def admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
     while True:
         now = place.clock()
         deadline = budget.trial_deadline(meta.created_at + study.deadline_seconds, now, study.min_trial_seconds)
-        share = budget.share(study.budget_usd, meta.reserved_usd, study.trials - meta.started)
+        # the trials share what the study's own bill (its reserve) leaves of the budget
+        share = budget.share(
+            study.budget_usd - meta.overhead_reserve_usd, meta.reserved_usd, study.trials - meta.started
+        )
         reason = _why_not(study, meta, deadline, share)
         changes: dict[str, Any] = {"started": meta.started + 1, "version": meta.version + 1}
         if reason is None:
@@ -198,6 +239,13 @@ def _final_value(meta: MetaItem | None, metric: str) -> float | None:
 
 def ended(place: Place, study_id: str, trial: int, error: str | None = None) -> dict[str, Any]:
     """A trial's execution ended: its ledger replaces its reservation; its result and status."""
+    started = time.perf_counter()
+    answer = _ended(place, study_id, trial, error)
+    _charge_trial(place, study_id, trial, "ended", started)
+    return answer
+
+
+def _ended(place: Place, study_id: str, trial: int, error: str | None = None) -> dict[str, Any]:
     study, meta, t = place.study(study_id)
     item = t.get(trial_sk(trial), TrialItem)
     assert item is not None
@@ -244,7 +292,9 @@ def _settle(t: StudyTable, meta: StudyItem, share: float, cost: float) -> None:
 def watch(place: Place, study_id: str) -> dict[str, Any]:
     """One look at the running trials: their curves and ledgers onto their TRIAL items, ASHA at
     each rung they reached, a stop request to every running trial once the deadline has come.
-    Answers {"done": every trial ended, "running", "stopped"}."""
+    Answers {"done": every trial ended, "running", "stopped", "poll_seconds": the wait before the
+    next look}."""
+    started = time.perf_counter()
     study, meta, t = place.study(study_id)
     trials = t.trials()
     past_deadline = place.clock() >= meta.created_at + study.deadline_seconds - budget.DEADLINE_MARGIN_S
@@ -254,22 +304,48 @@ def watch(place: Place, study_id: str) -> dict[str, Any]:
     for tr in trials:
         for rung, v in tr.rung_values.items():
             recorded.setdefault(int(rung), []).append(v)
-    spent = 0.0
-    for tr in sorted(trials, key=lambda x: x.trial):
-        if tr.status == "RUNNING":
-            _look(place, study, t, tr, recorded, rungs, past_deadline)
-        spent += tr.cost_usd
+    round_s = [
+        s
+        for tr in sorted(trials, key=lambda x: x.trial)
+        if tr.status == "RUNNING" and (s := _look(place, study, t, tr, recorded, rungs, past_deadline))
+    ]
     trials = t.trials()
     spent = sum(tr.cost_usd for tr in trials)
-    t.update("META", StudyItem, spent_usd=spent)
     best = _best(study, trials)
     if best is not None:
         t.update("META", StudyItem, best_trial=best.trial, best_run_id=best.run_id, best_metric=best.metric)
+    # This look's own bill, and the next look paced so the watches stay within their reserve.
+    cost = place.step_cost("watch", started)
+    watch_usd = meta.watch_usd + cost
+    overhead = meta.overhead_usd + cost
+    reserve_left = meta.overhead_reserve_usd - _fixed_overhead(place, study) - watch_usd
+    poll = budget.next_poll(
+        study.poll_seconds,
+        sorted(round_s)[len(round_s) // 2] if round_s else None,
+        meta.created_at + study.deadline_seconds - place.clock(),
+        reserve_left,
+        cost,
+    )
+    t.update(
+        "META",
+        StudyItem,
+        spent_usd=spent,
+        overhead_usd=overhead,
+        watch_usd=watch_usd,
+        watches=meta.watches + 1,
+        total_usd=spent + overhead + sum(tr.controller_usd for tr in trials),
+    )
     return {
         "done": all(tr.status in ENDED for tr in trials),
         "running": sum(tr.status == "RUNNING" for tr in trials),
         "stopped": sum(tr.status == "STOPPED" for tr in trials),
+        "poll_seconds": poll,
     }
+
+
+def _fixed_overhead(place: Place, study: Study) -> float:
+    """The reserve's part for the steps that are not the watcher's (init, finish, admit/ended)."""
+    return budget.overhead_reserve(study.trials, 0, place.prices, place.architecture)
 
 
 def _look(
@@ -280,7 +356,8 @@ def _look(
     recorded: dict[int, list[float]],
     rungs: list[int],
     past_deadline: bool,
-) -> None:
+) -> float | None:
+    """Updates the trial's item; returns its last round's time (None before its first)."""
     run = place.run_table(tr.run_id)
     rounds = run.rounds()
     curve = _curve(rounds, study.metric_name)
@@ -310,6 +387,8 @@ def _look(
         run.request_stop(stop_reason, by=f"study:{study.study_id}")
         changes["stop_reason"] = stop_reason
     t.update(trial_sk(tr.trial), TrialItem, **changes)
+    trained = [r.round_s for r in rounds if not r.eval_only and r.round_s > 0]
+    return trained[-1] if trained else None
 
 
 def _best(study: Study, trials: list[TrialItem]) -> TrialItem | None:
@@ -323,14 +402,21 @@ def _best(study: Study, trials: list[TrialItem]) -> TrialItem | None:
 
 def finish(place: Place, study_id: str) -> dict[str, Any]:
     """Publish the best trial's final model as the study's result; META SUCCEEDED (or FAILED
-    when no trial produced a model)."""
+    when no trial produced a model). Its bill: the trials' ledgers (`spent_usd`) and the study's
+    own steps (`overhead_usd`, the trials' admit/ended included): `total_usd`."""
+    started = time.perf_counter()
     study, meta, t = place.study(study_id)
     trials = t.trials()
     best = _best(study, trials)
     spent = sum(tr.cost_usd for tr in trials)
     now = place.clock()
+
+    def bill() -> dict[str, Any]:
+        overhead = meta.overhead_usd + place.step_cost("finish", started) + sum(tr.controller_usd for tr in trials)
+        return {"spent_usd": spent, "overhead_usd": overhead, "total_usd": spent + overhead}
+
     if best is None:
-        t.update("META", StudyItem, status="FAILED", spent_usd=spent, ended_at=now)
+        t.update("META", StudyItem, status="FAILED", ended_at=now, **bill())
         return {"study_id": study_id, "status": "FAILED", "spent_usd": spent}
     store = place.store
     prefix = best_prefix(study_id)
@@ -350,7 +436,7 @@ def finish(place: Place, study_id: str) -> dict[str, Any]:
         "META",
         StudyItem,
         status="SUCCEEDED",
-        spent_usd=spent,
+        **bill(),
         best_trial=best.trial,
         best_run_id=best.run_id,
         best_metric=best.metric,

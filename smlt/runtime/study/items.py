@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from smlt.runtime import keys
 from smlt.runtime.items import Item
 from smlt.runtime.records import RunTable, from_item, to_item
 
@@ -49,19 +50,20 @@ class StudyItem(Item):
     execution: str | None = None  # the study state machine's execution (deployed path)
     # The budget held: running trials' shares plus ended trials' ledgers (smlt.runtime.study.budget).
     reserved_usd: float = 0.0
+    # The study's own bill (its controller's invocations and its machine's transitions), written by
+    # its sequential steps (init, watch, finish); the trials' admit/ended steps are on their TRIAL items.
+    overhead_usd: float = 0.0
+    watch_usd: float = 0.0  # of it, the watcher's looks
+    watches: int = 0
+    overhead_reserve_usd: float = 0.0  # held back from the trials' shares for it
+    total_usd: float = 0.0  # the full bill: the trials' ledgers and every controller step
     started: int = 0  # trials started so far
     version: int = 0  # bumped by every change of reserved_usd/started (a conditional write)
     ended_at: float | None = None
 
 
-def study_key(study_id: str) -> str:
-    """The validated study file (the controller's every step reads it)."""
-    return f"studies/{study_id}/study.json"
-
-
-def best_prefix(study_id: str) -> str:
-    """The study's result: the best trial's final model and metrics, copied here."""
-    return f"studies/{study_id}/best/"
+study_key = keys.study_key
+best_prefix = keys.study_best_prefix
 
 
 def trial_run_id(study_id: str, trial: int) -> str:
@@ -79,6 +81,7 @@ class TrialItem(Item):
     rounds: int = 0  # training rounds done so far
     metric: float | None = None  # its newest value of the study's metric
     cost_usd: float = 0.0  # its ledger so far
+    controller_usd: float = 0.0  # its admit and ended steps (the study's own bill)
     budget_usd: float | None = None  # the share of the study's budget it was given
     stop_reason: str | None = None  # why it ended (e.g. "stopped at rung 1: 0.81 below the top third")
     # ASHA: the trial's value at each rung it was judged at ({"1": 0.93, "3": 0.96}).

@@ -45,6 +45,7 @@ MAX_TRIALS = 1000
 # (its Map iteration: Admit, RunTrial, TrialEnded) and 9 per watcher loop, at most
 # deadline / poll_seconds loops; the rest is Init, Run and Finish.
 HISTORY_EVENTS, EVENTS_PER_TRIAL, EVENTS_PER_POLL, EVENTS_FIXED = 25_000, 20, 9, 50
+MIN_POLL_S = 2  # the shortest default poll (smlt.runtime.study.budget.MIN_POLL_S)
 
 
 class _Strict(UserModel):
@@ -152,8 +153,9 @@ class Study(_Strict):
     seed: NonNegativeInt = 0
     warm_start: WarmStart | None = None
     # How often the study's watcher reads the trials' curves (ASHA, deadline); a shorter wait
-    # stops a bad trial sooner and costs a few more state transitions.
-    poll_seconds: int = Field(default=10, ge=1, le=3600)
+    # stops a bad trial sooner and costs more state transitions. None (the default): once per
+    # round of the running trials (smlt.runtime.study.budget.next_poll), within the reserve for it.
+    poll_seconds: int | None = Field(default=None, ge=1, le=3600)
     # A trial is started only while at least this long is left before the study's deadline
     # (besides its rounds: the planner's start, one evaluation round and the finalize).
     min_trial_seconds: PositiveFloat = 30.0
@@ -180,7 +182,7 @@ class Study(_Strict):
             )
         if self.job.run_id is not None:
             raise ValueError("job.run_id: leave it out; every trial gets its own run id (<study id>-t<n>)")
-        polls = self.deadline_seconds / self.poll_seconds
+        polls = self.deadline_seconds / (self.poll_seconds or MIN_POLL_S)
         events = EVENTS_FIXED + EVENTS_PER_TRIAL * self.trials + EVENTS_PER_POLL * polls
         if events > HISTORY_EVENTS:
             raise ValueError(

@@ -1,0 +1,110 @@
+"""`smlt doctor`: the account's Lambda limits against what the stack would run, before a run.
+
+Reads the account's Lambda concurrency (GetAccountSettings) and, when the stack is deployed, its
+planner's settings (the deployed tiers and `max_concurrency`), and says what a run can use and
+what to raise. Exit 0: nothing blocks a run; 1: something will (a limit below what a run needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+from smlt.runtime import account, deployed
+from smlt.runtime.errors import AwsNotConfigured
+from smlt.runtime.progress import notice
+
+STANDARD_LIMIT = 1000
+LARGE_TIER_MB = 3008  # the memory quota of a reduced account: larger tiers fail the deploy
+
+
+def add_command(sub: Any) -> None:
+    doc = sub.add_parser("doctor", help="check the account's Lambda limits against what runs need")
+    doc.add_argument("--stack", default="Smlt", help="the deployed stack to check (default Smlt)")
+    doc.set_defaults(fn=doctor)
+
+
+def _planner_env(stack: str, cfn: Any, lam: Any) -> dict[str, str] | None:
+    """The deployed planner's environment (its tiers, max_concurrency), or None without the stack."""
+    try:
+        res = cfn.describe_stack_resources(StackName=stack)["StackResources"]
+    except ClientError:
+        return None
+    fn = next(
+        (
+            r["PhysicalResourceId"]
+            for r in res
+            if r["ResourceType"] == "AWS::Lambda::Function" and r["LogicalResourceId"].startswith("FunctionsPlanner")
+        ),
+        None,
+    )
+    if fn is None:
+        return None
+    return lam.get_function_configuration(FunctionName=fn).get("Environment", {}).get("Variables", {})
+
+
+def check(stack: str, lam: Any = None, cfn: Any = None) -> tuple[list[str], bool]:
+    """(report lines, ok)."""
+    try:
+        lam = lam or boto3.client("lambda")
+        cfn = cfn or boto3.client("cloudformation")
+        limits = account.read_limits(lam)
+        env = _planner_env(stack, cfn, lam)
+    except NoRegionError:
+        raise AwsNotConfigured("no AWS region: set AWS_REGION (or `region` in ~/.aws/config)") from None
+    except NoCredentialsError:
+        raise AwsNotConfigured(
+            "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE"
+        ) from None
+    except (ClientError, BotoCoreError) as e:
+        raise AwsNotConfigured(f"cannot read the account's Lambda settings: {e}") from None
+    ok = True
+    lines = [
+        f"Lambda concurrency: {limits.concurrent} per account in this region, "
+        f"{limits.unreserved} unreserved (what smlt's functions share)"
+    ]
+    if env is None:
+        tiers = list(deployed.value("memory_tiers"))
+        max_conc = int(deployed.value("max_concurrency"))
+        lines.append(
+            f"stack {stack!r}: no planner function found (not deployed?); cdk.json deploys tiers {tiers}, "
+            f"max_concurrency {max_conc}"
+        )
+    else:
+        tiers = sorted(int(mb) for mb in json.loads(env.get("SMLT_TRAIN_FUNCTIONS", "{}")))
+        max_conc = int(env.get("SMLT_MAX_CONCURRENCY", deployed.value("max_concurrency")))
+        lines.append(f"stack {stack!r}: tiers {tiers} MB, max_concurrency {max_conc}")
+    slots = account.worker_slots(max_conc, limits.unreserved)
+    lines.append(f"a round runs at most {slots} workers at once (the planner plans within it)")
+    if limits.unreserved < max_conc:
+        lines.append(
+            f"  the account, not max_concurrency, is the limit: a job pinning more than {slots} workers "
+            f"is refused (ConcurrencyLimit); to run more, {account.raise_hint(max_conc + 2)}"
+        )
+    if limits.concurrent < STANDARD_LIMIT:
+        big = [mb for mb in tiers if mb > LARGE_TIER_MB]
+        lines.append(
+            f"  a reduced account (below the standard {STANDARD_LIMIT}): its function memory quota is likely "
+            f"{LARGE_TIER_MB} MB"
+        )
+        if big:
+            ok = False
+            lines.append(
+                f"  tiers {big} exceed it: the deploy fails; deploy with -c memory_tiers='[1769,3008]' or ask "
+                "AWS Support for a memory quota of 10,240 MB (docs/deploy.md)"
+            )
+    if limits.unreserved < 2:
+        ok = False
+        lines.append("  fewer than 2 unreserved executions: a round's planner and worker cannot both run")
+    return lines, ok
+
+
+def doctor(args: argparse.Namespace) -> int:
+    lines, ok = check(args.stack)
+    for line in lines:
+        notice.info(line)
+    return 0 if ok else 1

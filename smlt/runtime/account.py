@@ -1,0 +1,69 @@
+"""The account's Lambda limits, inputs of the plan: read at each run's first plan (the planner)
+and by `smlt doctor` (the client).
+
+A new account runs 10 Lambda invocations at once (an established one 1,000); every invocation
+beyond the limit is throttled (`TooManyRequestsException`). The smlt functions reserve no
+concurrency, so the pool they share is the account's *unreserved* concurrency
+(`GetAccountSettings` -> `AccountLimit.UnreservedConcurrentExecutions`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+log = logging.getLogger(__name__)
+
+# Service Quotas: AWS Lambda, "Concurrent executions".
+QUOTA_CODE = "L-B99A9384"
+
+
+@lru_cache(maxsize=1)
+def lambda_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("lambda", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+
+
+@dataclass(frozen=True)
+class AccountLimits:
+    concurrent: int  # AccountLimit.ConcurrentExecutions: the account's limit in this region
+    unreserved: int  # AccountLimit.UnreservedConcurrentExecutions: what functions without a reservation share
+
+
+def read_limits(client: Any = None) -> AccountLimits:
+    """The account's Lambda concurrency (raises botocore's errors: the caller decides)."""
+    limit = (client or lambda_client()).get_account_settings()["AccountLimit"]
+    concurrent = int(limit["ConcurrentExecutions"])
+    return AccountLimits(concurrent, int(limit.get("UnreservedConcurrentExecutions", concurrent)))
+
+
+def try_read_limits(client: Any = None) -> AccountLimits | None:
+    """`read_limits`, or None (logged) when the account cannot be asked (a stack deployed before
+    the planner's role could, a network error): the planner then plans with `max_concurrency`."""
+    try:
+        return read_limits(client)
+    except (ClientError, BotoCoreError, KeyError, ValueError) as e:
+        log.warning("could not read the account's Lambda concurrency (GetAccountSettings): %s", e)
+        return None
+
+
+def raise_hint(needed: int | None = None) -> str:
+    """How to raise the limit, for an error or a report."""
+    value = f" --desired-value {max(needed, 1000) if needed else 1000}"
+    return (
+        f"raise the Service Quotas quota 'AWS Lambda / Concurrent executions' ({QUOTA_CODE}): "
+        f"aws service-quotas request-service-quota-increase --service-code lambda --quota-code {QUOTA_CODE}{value}"
+    )
+
+
+def worker_slots(max_concurrency: int, account_unreserved: int | None) -> int:
+    """How many workers of a round may run at once: the stack's `max_concurrency` (the Map's
+    MaxConcurrency) and the account's unreserved concurrency, whichever is lower (at least 1)."""
+    slots = max_concurrency if account_unreserved is None else min(max_concurrency, account_unreserved)
+    return max(1, slots)
