@@ -2,8 +2,7 @@
 a worker runs, and the memory a model's training takes.
 
 One source for the worker (its thread count and its ModelTooLarge check), the planner (its speed
-prior and its usable tiers) and the simulator's world (tests/unit/test_one_rule.py fails when a
-second copy appears).
+prior and its usable tiers) and the simulator's world.
 """
 
 from __future__ import annotations
