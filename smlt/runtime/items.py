@@ -79,6 +79,7 @@ class MetaItem(Item):
     train_shards: int
     val_rows: int = 0
     dataset_bytes: int = 0
+    shard_bytes: int = 0  # the largest shard (train or validation): what a worker holds at once
     features: int
     outputs: int
     task: str
@@ -281,6 +282,7 @@ class RoundItem(Item):
     cost_total_usd: float = 0.0  # the ledger so far
     param_count: int = 0
     flops_per_sample: float | None = None  # training FLOPs per sample, as the workers measured them
+    activation_mb: float | None = None  # a batch's activations, as the workers measured them
     stop: bool = False
     reason: str = ""
     plan_reason: str = ""

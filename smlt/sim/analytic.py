@@ -12,10 +12,11 @@ import math
 
 import numpy as np
 
-from smlt.runtime import bill
+from smlt.runtime import bill, capacity
+from smlt.runtime.capacity import FULL_VCPU_MB
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.prices import Prices
-from smlt.sim.cloud import AGG_SLICE_MB, INIT_MAX, ONE_VCPU_MB
+from smlt.sim.cloud import AGG_SLICE_MB, INIT_MAX
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
 
@@ -45,11 +46,6 @@ def static_round_bill(N, M, worker_s, agg_s, plan_s, shard_reads, aggregators, p
         fanout=sizes.fanout,
     )
     return bill.price(shape, prices, arch)
-
-
-def _speed(M: np.ndarray, efficiency: float) -> np.ndarray:
-    threads = np.maximum(1, np.floor(M / ONE_VCPU_MB))
-    return np.where(M < ONE_VCPU_MB, M / ONE_VCPU_MB, 1.0 + efficiency * (threads - 1))
 
 
 def rounds_needed(workload: Workload, world: World, N, K, target: float) -> np.ndarray:
@@ -85,8 +81,8 @@ def expected(
     prices = prices or Prices()
     sizes = sizes or FunctionSizes()
     N, M, K = (np.asarray(a, dtype=float) for a in (N, M, K))
-    speed = _speed(M, w.efficiency)
-    net = np.minimum(1.0, np.sqrt(M / ONE_VCPU_MB))
+    speed = capacity.speed(M, w.efficiency)
+    net = np.minimum(1.0, np.sqrt(M / FULL_VCPU_MB))
     step = wl.batch * wl.step_s_per_sample * w.cpu_factor / speed
     bw = w.s3_mbps * net
     ev = 0.01 + (wl.val_rows / N) * wl.step_s_per_sample / 3 * w.cpu_factor / speed
@@ -99,7 +95,7 @@ def expected(
     fan = np.where(
         sizes.fanout.is_inline(N), 0.3 + (N - 1) * w.inline_per_worker_s, (N - 1) * w.child_start_s + (lo + hi) / 2
     )
-    init = w.init_median_s * math.exp(w.init_sigma**2 / 2) * np.maximum(1.0, ONE_VCPU_MB / M)
+    init = w.init_median_s * math.exp(w.init_sigma**2 / 2) * np.maximum(1.0, FULL_VCPU_MB / M)
     init_max = np.minimum(INIT_MAX, init * np.exp(w.init_sigma * z))
     work = fan + h * np.exp(w.worker_sigma * z) * slow
     work_first = fan + init_max + h_first * np.exp(w.worker_sigma * z) * slow

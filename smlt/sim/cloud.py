@@ -6,8 +6,9 @@ It writes the `RoundRecord`s (with `WorkerTiming`s) the deployed system records,
 
 - progress: the recorded curves (smlt.sim.curves), replayed at the samples the workers really did;
 - compute: the step time per sample measured here on one thread x the world's Lambda-vCPU factor;
-  the worker's torch threads are smlt's (one per 1,769 MB), each beyond the first adding the
-  world's `efficiency`; below 1,769 MB a thread runs at the CPU share (memory / 1,769);
+  the worker's torch threads and Lambda's vCPU share are smlt.runtime.capacity's (one thread per
+  vCPU paid for, a fractional one included), every vCPU beyond the first adding the world's
+  `efficiency`; below 1,769 MB the one thread runs at the CPU share (memory / 1,769);
 - platform constants (cold starts, S3, the Map's start-up, stragglers, noise): the scenario's
   `World` (smlt.sim.world), drawn around ../shared/facts.md, not the planner's priors;
 - the worker stops itself at 0.8 x the plan's compute limit (smlt/runtime/steps/train.py) after at least
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from smlt.runtime import bill
+from smlt.runtime import bill, capacity
+from smlt.runtime.capacity import FULL_VCPU_MB
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.planner.types import RoundRecord, WorkerTiming
 from smlt.runtime.prices import Prices, gb_seconds
@@ -38,7 +40,6 @@ from smlt.runtime.roundspec import INIT_MAX_S, round_limits
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
 
-ONE_VCPU_MB = 1769.0
 INIT_MAX = INIT_MAX_S  # Lambda's init phase is capped at 10 s
 STOP_FRACTION = 0.8  # smlt/runtime/steps/train.py: the worker stops at 0.8 x its compute limit
 AGG_SLICE_MB = 64.0
@@ -94,13 +95,10 @@ class Cloud:
     # ----------------------------------------------------------------- truth helpers
     def speed(self, m: float) -> float:
         """Compute speed relative to one full vCPU running one thread."""
-        threads = max(1, int(m // ONE_VCPU_MB))  # smlt/runtime/steps/train.py's torch threads
-        if m < ONE_VCPU_MB:
-            return m / ONE_VCPU_MB
-        return 1.0 + self.w.efficiency * (threads - 1)
+        return float(capacity.speed(m, self.w.efficiency))
 
     def net(self, m: float) -> float:
-        return min(1.0, math.sqrt(m / ONE_VCPU_MB))
+        return min(1.0, math.sqrt(m / FULL_VCPU_MB))
 
     def step_s(self, m: float) -> float:
         """Seconds of one local step of a batch, before noise."""
@@ -140,7 +138,7 @@ class Cloud:
         wl, w = self.workload, self.w
         compute_limit, task_timeout, common = limits
         timeout = float(self.sizes.worker_timeout_s)
-        init = min(INIT_MAX, w.init_median_s * math.exp(w.init_sigma * z["init"][i]) * max(1.0, ONE_VCPU_MB / m))
+        init = min(INIT_MAX, w.init_median_s * math.exp(w.init_sigma * z["init"][i]) * max(1.0, FULL_VCPU_MB / m))
         init = init if cold else 0.0
         bw = w.s3_mbps * self.net(m) * math.exp(w.bw_sigma * z["bw_in"][i])
         shard_mb = wl.dataset_bytes / 1e6 / n

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.sources import load_source
 from smlt.runtime.job import ModelSpec
 from smlt.sim.curves import CURVES, Curves, load
 
-RUNTIME_MB = 450.0  # Python + torch + the handler (smlt/runtime/steps/train.py's memory check)
 SHARDS = 16  # the CLI's default shards per dataset; a worker holds ~3 shards' bytes at once
 FAMILIES = {"digits-mlp": "mlp", "digits-cnn": "cnn", "resnet18": "resnet", "transformer": "transformer"}
 # Accuracy targets: the example jobs' for digits (examples/digits-cnn.json); for the short
@@ -94,10 +94,12 @@ class Workload:
 
     @property
     def mem_needed_mb(self) -> float:
-        """What the worker's own check asks (smlt/runtime/steps/train.py `_check_fits`): ~6 copies of the
-        parameters, ~3 shards, a batch's activations, the runtime."""
-        acts = float(self.data.get("activation_bytes_per_sample", 0.0)) * self.batch
-        return (6 * self.params * 4 + 3 * self.dataset_bytes / SHARDS + acts) / 2**20 + RUNTIME_MB
+        """What the worker's own check asks (smlt.runtime.capacity.memory_needed_mb): the
+        parameters, the shards it holds, a batch's activations, the runtime."""
+        acts = float(self.data.get("activation_bytes_per_sample", 0.0)) * self.batch / 2**20
+        return memory_needed_mb(
+            self.params, data_bytes=shard_bytes_held(self.dataset_bytes / SHARDS), activation_mb=acts
+        )
 
     @property
     def target(self) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from smlt.runtime.bill import finalize_usd
+from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.evaluation import lower_is_better
 from smlt.runtime.job import Job
@@ -201,7 +202,12 @@ def _tiers_usable(job: Job, history: RunHistory, tiers: list[int]) -> list[int]:
         return [job.workers.memory_mb]
     oom = [t.memory_mb for r in history.rounds for t in r.timings if t.error and "memory" in t.error.lower()]
     floor = max(oom) if oom else 0
-    need = P.memory_needed_mb(history.param_count or 0)
+    # The worker's own ModelTooLarge rule, with what the run knows (the activations once measured)
+    need = memory_needed_mb(
+        history.param_count or 0,
+        data_bytes=shard_bytes_held(history.shard_bytes),
+        activation_mb=history.activation_mb or 0.0,
+    )
     ok = [t for t in tiers if t > floor and t >= need]
     if not ok:
         ok = [t for t in tiers if t > floor] or [max(tiers)]

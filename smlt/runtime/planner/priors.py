@@ -11,27 +11,13 @@ import math
 
 import numpy as np
 
+from smlt.runtime import capacity
+from smlt.runtime.capacity import FULL_VCPU_MB, vcpus
+
 # --- CPU ------------------------------------------------------------------------------------
-# facts.md: 1 vCPU at 1,769 MB, about 6 vCPUs at 10,240 MB. Below 1,769 MB a function gets a
-# proportional share of one vCPU.
-FULL_VCPU_MB = 1769.0
-MAX_MB = 10240.0
-MAX_VCPU = 6.0
-
-
-def vcpus(memory_mb):
-    m = np.asarray(memory_mb, dtype=float)
-    return np.where(
-        m <= FULL_VCPU_MB, m / FULL_VCPU_MB, 1.0 + (MAX_VCPU - 1.0) * (m - FULL_VCPU_MB) / (MAX_MB - FULL_VCPU_MB)
-    )
-
-
-def speed(memory_mb, efficiency):
-    """Compute speed relative to one full vCPU: a fraction below 1 vCPU, and beyond it every
-    extra vCPU adds `efficiency` of one (intra-op parallelism of small models is poor)."""
-    v = vcpus(memory_mb)
-    return np.where(v <= 1.0, v, 1.0 + np.asarray(efficiency, dtype=float) * (v - 1.0))
-
+# Lambda's vCPU share by memory and the worker's torch threads: smlt.runtime.capacity (one rule
+# for the worker, the planner and the simulator).
+speed = capacity.speed
 
 # calibration.json "steps": one thread of this machine trains at ~50 GFLOP/s with ~0.3 ms of
 # per-step overhead (batch 32, MLPs 26k-6M params and a small CNN). A Lambda vCPU (a hyperthread)
@@ -96,13 +82,7 @@ PLAN_S = 0.4
 FINALIZE_S = 1.5
 
 # --- Memory need ----------------------------------------------------------------------------
-RUNTIME_MB = 450.0  # python + torch + the handler
-BYTES_PER_PARAM = 24.0  # weights, grads, momentum, the incoming and outgoing copies
-
-
-def memory_needed_mb(params: int) -> float:
-    return 1.3 * (RUNTIME_MB + BYTES_PER_PARAM * params / 2**20)
-
+# The worker's own rule (smlt.runtime.capacity.memory_needed_mb): core._tiers_usable applies it.
 
 # --- Progress -------------------------------------------------------------------------------
 # Fitted on measured local-SGD curves (calibration.json "fit"): the effective momentum of a

@@ -89,6 +89,8 @@ class RunHistory(BaseModel):
     val_rows: int = 0  # validation split size (evaluation time, metric noise)
     dataset_bytes: int = 0  # prepared training shards in bytes (first-load time)
     flops_per_sample: float | None = None  # training FLOPs per sample if measured (else ~6 x params)
+    shard_bytes: int = 0  # the largest dataset shard (a worker holds ~3 at once)
+    activation_mb: float | None = None  # a batch's activations, as the workers measured them
 
 
 class Decision(BaseModel):

@@ -392,6 +392,7 @@ class _Round:
             finished_at=time.time(),
             timings=[RoundTiming.of(r) for r in records],
             flops_per_sample=next((r.flops_per_sample for r in records if r.flops_per_sample), None),
+            activation_mb=max((r.activation_mb for r in records if r.activation_mb), default=None),
             model_sha256=model_sha256,
         )
         _, stored = table.put_once(keys.round_sk(rnd), item)

@@ -67,6 +67,7 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
         "train_shards": len(manifest.train.shards),
         "val_rows": manifest.validation.rows,
         "dataset_bytes": sum(sh.bytes for sh in manifest.train.shards),
+        "shard_bytes": max((sh.bytes for sh in manifest.train.shards + manifest.validation.shards), default=0),
         "features": manifest.features,
         "outputs": manifest.outputs,
         "task": manifest.task,
@@ -214,6 +215,8 @@ def _history(state: _RunState, meta: MetaItem, first: ModelCost | None = None) -
         train_rows=meta.train_rows,
         val_rows=meta.val_rows,
         dataset_bytes=meta.dataset_bytes,
+        shard_bytes=meta.shard_bytes,
+        activation_mb=next((r.activation_mb for r in reversed(rounds) if r.activation_mb), None),
     )
 
 

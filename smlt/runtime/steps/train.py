@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from torch import Tensor, nn
 from smlt.runtime import keys, ledger
 from smlt.runtime.aggregate.model_store import StoredModel, fetch_model, verified_model
 from smlt.runtime.aggregate.sync import Poll, ReduceScatter
+from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held, torch_threads
 from smlt.runtime.config import Settings
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.loader import Arrays, Key, Prefetcher, ShardReader, eval_batches, first_train_key, train_batches
@@ -93,14 +93,10 @@ def _metadata(head: bytes) -> dict[str, str]:
 
 
 def _check_fits(model: nn.Module, memory_mb: int, data_bytes: int, activation_mb: float = 0.0, batch: int = 0) -> None:
-    """Raise ModelTooLarge when training cannot fit the function's memory.
-
-    Weights, gradients, two optimizer buffers, the global copy and the delta: ~6 copies of the
-    parameters, plus the activations of a batch (measured), the shards in memory and ~450 MB for
-    Python + torch themselves.
-    """
+    """Raise ModelTooLarge when training cannot fit the function's memory
+    (`smlt.runtime.capacity.memory_needed_mb`, the rule the planner and the simulator use too)."""
     params = sum(p.numel() for p in model.parameters())
-    need_mb = (6 * params * 4 + data_bytes) / 2**20 + activation_mb + 450
+    need_mb = memory_needed_mb(params, data_bytes=data_bytes, activation_mb=activation_mb)
     if memory_mb and need_mb > memory_mb:
         acts = f" ({activation_mb:,.0f} MB of it activations for a batch of {batch})" if activation_mb else ""
         smaller = ", a smaller training.batch_size" if activation_mb else ""
@@ -118,7 +114,7 @@ def _measure_and_check(
     alone (a model far too large is refused before measuring it), then with the activations of
     the job's batch. In memory at once: the shard in use and the next one (twice while it is
     parsed), never the whole slice."""
-    data_bytes = 3 * max((sh.bytes for sh in shards), default=0)
+    data_bytes = int(shard_bytes_held(max((sh.bytes for sh in shards), default=0)))
     _check_fits(model, memory_mb, data_bytes)
     key = (
         spec.job.model.model_dump_json(),
@@ -454,7 +450,7 @@ def _run_worker(
     manifest = load_manifest(spec.job.dataset.uri)
     where.manifest = manifest
     memory_mb = settings.memory_mb or spec.memory_mb
-    torch.set_num_threads(max(1, min(os.cpu_count() or 1, memory_mb // 1769)))
+    torch.set_num_threads(torch_threads(memory_mb))  # every vCPU the tier pays for
 
     activate_code(spec.job, settings.artifacts_bucket)  # the user's code (`--code`) first on sys.path, fetched once
     model = build_model(
