@@ -40,13 +40,7 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
     assert final["final"]["rounds"] == 2 and final["job"]["pipeline"] == "digits"
 
     # The same event delivered again (EventBridge is at-least-once): nothing new runs.
-    body = (root / "incoming/digits/v1/manifest.json").read_bytes()
-    import hashlib
-
-    again = object_created_event(
-        names.data_bucket, "incoming/digits/v1/manifest.json", len(body), hashlib.md5(body).hexdigest()
-    )
-    (dup_arn,) = deliver(engine, again)
+    (dup_arn,) = deliver(engine, trigger.sent["incoming/digits/v1/manifest.json"])
     dup = _finish(engine, dup_arn)
     assert dup["action"] == "duplicate" and dup["run_id"] == run1
     rounds = s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix=f"runs/{run1}/rounds/")["KeyCount"]
