@@ -24,11 +24,34 @@ def add_commands(sub: Any) -> None:
         c.set_defaults(fn=fn)
 
 
-def _artifacts(args: argparse.Namespace) -> Any:
+def _stack(args: argparse.Namespace) -> Any:
     from smlt import cloud as remote
+
+    return remote.Stack.lookup(args.stack)
+
+
+def _artifacts(args: argparse.Namespace) -> Any:
     from smlt.runtime.store import S3Store
 
-    return S3Store(remote.Stack.lookup(args.stack).artifacts_bucket)
+    return S3Store(_stack(args).artifacts_bucket)
+
+
+def _run_status(stack: Any, run_id: str) -> str:
+    """A version still "training" as its run is now: starting, running, or how the execution
+    that created it ended (failed, timed_out, aborted)."""
+    import boto3
+
+    from smlt.runtime.records import RunTable
+
+    meta = RunTable(stack.table, run_id).meta()
+    if meta is None:
+        return "starting"
+    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
+    try:
+        status = boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+    except Exception:  # noqa: BLE001 - an execution AWS no longer keeps (90 days): the run's own word
+        return "running"
+    return status.lower() if status in ("FAILED", "TIMED_OUT", "ABORTED") else "running"
 
 
 def _value(v: float | None) -> str:
@@ -37,8 +60,10 @@ def _value(v: float | None) -> str:
 
 def list_versions(args: argparse.Namespace) -> int:
     from smlt.runtime.pipeline import NoSuchVersion, champion, versions
+    from smlt.runtime.store import S3Store
 
-    store = _artifacts(args)
+    stack = _stack(args)
+    store = S3Store(stack.artifacts_bucket)
     found = versions(store, args.pipeline)
     if not found:
         raise NoSuchVersion(f"pipeline {args.pipeline} has no version yet (upload one under incoming/{args.pipeline}/)")
@@ -47,8 +72,9 @@ def list_versions(args: argparse.Namespace) -> int:
     for r in found:
         mark = "*" if champ and champ.run_id == r.run_id else ""
         cost = "-" if r.cost_usd is None else f"{r.cost_usd:.5f}"
+        status = r.status if r.status != "training" else _run_status(stack, r.run_id)
         print(
-            f"{mark:<2}{r.version:<14}{r.status:<10}{r.metric or '-':<14}{_value(r.challenger_value):>8}"
+            f"{mark:<2}{r.version:<14}{status:<10}{r.metric or '-':<14}{_value(r.challenger_value):>8}"
             f"{_value(r.champion_value):>10}{cost:>10}  {r.run_id}"
         )
         print(f"{'':26}gen {r.generation}, {r.start}" + (f"; {r.reason}" if r.reason else ""))
