@@ -40,6 +40,27 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
         f"  run {run_id}: {summary_text(m['final'])}, warm start "
         f"{m['job'].get('warm_start') or 'none'} -> {out / run_id}"
     )
+    gate = _verdict(S3Store(names.artifacts_bucket, client=engine.client("s3")), m["job"], run_id)
+    if gate:
+        notice.info(f"  {gate}")
+
+
+def _verdict(artifacts: S3Store, job: dict[str, Any], run_id: str) -> str | None:
+    """The pipeline's gate on the run: `version v2 promoted: val_accuracy ...` (smlt.runtime.pipeline)."""
+    from smlt.runtime import keys
+    from smlt.runtime.pipeline import VersionRecord, version_of
+    from smlt.runtime.store import NotFound
+
+    where = version_of(job.get("dataset", {}).get("uri", ""))
+    if where is None:
+        return None
+    try:
+        r = VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key(*where)))
+    except NotFound:
+        return None
+    if r.run_id != run_id:
+        return None
+    return f"pipeline {r.pipeline} version {r.version} {r.status} ({r.start}): {r.reason}"
 
 
 def watch_folder(

@@ -3,12 +3,13 @@
 EventBridge rule on the data bucket's "Object Created" events with key
 `incoming/<pipeline>/<version>/manifest.json` → StartExecution of the state machine with the input
 
-    {"trigger": {"bucket": "<bucket>", "key": "<key>", "etag": "<etag>"}}
+    {"trigger": {"bucket": "<bucket>", "key": "<key>", "etag": "<etag>", "sequencer": "<sequencer>"}}
 
 The planner turns it into the pipeline's job (`incoming/<pipeline>/job.json`, dataset = the
 manifest's folder, warm start from the pipeline's latest model; `smlt/runtime/trigger.py`). EventBridge
 cannot name the execution, so a duplicated event starts a second execution; its run id is the
-same (derived from key and etag), the planner's conditional write finds the run owned by another
+same (derived from key, etag and the upload's sequencer: a new upload of the same manifest is a
+new run), the planner's conditional write finds the run owned by another
 execution and answers `"action": "duplicate"`, and the execution ends in `Duplicate` (Succeed)
 without touching the run. See docs/architecture.md, "Trigger". No extra Lambda is involved.
 """
@@ -39,6 +40,7 @@ def trigger_input() -> events.RuleTargetInput:
                 "bucket": events.EventField.from_path("$.detail.bucket.name"),
                 "key": events.EventField.from_path("$.detail.object.key"),
                 "etag": events.EventField.from_path("$.detail.object.etag"),
+                "sequencer": events.EventField.from_path("$.detail.object.sequencer"),
             }
         }
     )

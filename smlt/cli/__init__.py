@@ -4,7 +4,7 @@ The library reports progress through :mod:`smlt.runtime.progress`'s loggers and 
 errors of :mod:`smlt.runtime.errors`; this package prints the first (:mod:`smlt.cli.console`) and turns
 the second into messages and exit codes (:func:`main`). One module per command group:
 :mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
-deployed stack), :mod:`.data` (data prepare),
+deployed stack), :mod:`.data` (data prepare), :mod:`.models` (a retraining pipeline's versions),
 :mod:`.verify` (verify: a run's reconciliation), :mod:`.model` (predict, export, model: a run's model).
 """
 
@@ -28,7 +28,7 @@ from smlt.runtime.errors import (
     StudyFailed,
 )
 
-from . import cloud, dashboard, data, doctor, local, model, tune, verify
+from . import cloud, dashboard, data, doctor, local, model, models, tune, verify
 from .console import console
 
 
@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--quiet", action="store_true")
     res.set_defaults(fn=lambda args: local.resume(args) if args.local else cloud.resume(args))
     data.add_commands(sub)
+    models.add_commands(sub)
     verify.add_command(sub)
     tune.add_command(sub)
     dashboard.add_command(sub)

@@ -35,6 +35,12 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="--out holds an earlier dataset: remove its manifest and shards first (without it: refused)",
     )
+    prep.add_argument(
+        "--new-features",
+        action="store_true",
+        help="--out .../incoming/PIPELINE/VERSION/: fit new features (a new generation; its run starts cold) "
+        "instead of applying the pipeline's",
+    )
     prep.set_defaults(fn=prepare)
 
 
@@ -47,7 +53,7 @@ def _positive(text: str) -> int:
 
 def prepare(args: argparse.Namespace) -> int:
     from smlt.runtime.data.options import SourceOptions
-    from smlt.runtime.data.prepare import prepare_dataset
+    from smlt.runtime.pipeline import prepare_version
 
     options = SourceOptions(
         label=args.label,
@@ -57,9 +63,10 @@ def prepare(args: argparse.Namespace) -> int:
         channels=args.channels,
         vocab_size=args.vocab_size,
     )
-    m = prepare_dataset(
+    m, features = prepare_version(
         args.source,
         args.out,
+        new_features=args.new_features,
         shards=args.shards,
         validation_fraction=args.validation_fraction,
         seed=args.seed,
@@ -72,6 +79,8 @@ def prepare(args: argparse.Namespace) -> int:
         f"{m.validation.rows} validation rows, {describe_samples(m)}, {m.outputs} "
         f"{'classes' if m.task == 'classification' else 'outputs'} -> {args.out}"
     )
+    if features:
+        print(f"  {features}")
     return 0
 
 

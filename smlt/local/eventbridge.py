@@ -109,32 +109,39 @@ def deliver(engine: Any, event: dict[str, Any]) -> list[str]:
 
 
 class UploadTrigger:
-    """S3 → EventBridge for the data bucket: each object new since the last poll (or with a new
-    ETag) is sent as an "Object Created" event to the stack's rules (:func:`deliver`), which
+    """S3 → EventBridge for the data bucket: each object new since the last poll (or uploaded
+    again: a new ETag or LastModified) is sent as an "Object Created" event to the stack's rules (:func:`deliver`), which
     start a retraining run for `incoming/*/*/manifest.json` and ignore the rest."""
 
     def __init__(self, engine: Any, bucket: str) -> None:
         self.engine, self.bucket = engine, bucket
-        self.seen: dict[str, str] = {}
+        self.seen: dict[str, tuple[str, str]] = {}
+        self.sent: dict[str, dict[str, Any]] = {}  # the last event sent per key (to deliver it again in tests)
 
-    def _listing(self) -> dict[str, tuple[str, int]]:
-        found: dict[str, tuple[str, int]] = {}
+    def _listing(self) -> dict[str, tuple[str, int, str]]:
+        found: dict[str, tuple[str, int, str]] = {}
         s3 = self.engine.client("s3")
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
-            found.update({o["Key"]: (o["ETag"].strip('"'), int(o["Size"])) for o in page.get("Contents", [])})
+            found.update(
+                {
+                    o["Key"]: (o["ETag"].strip('"'), int(o["Size"]), o["LastModified"].isoformat())
+                    for o in page.get("Contents", [])
+                }
+            )
         return found
 
     def prime(self) -> None:
         """What is already there (restored state) fires nothing."""
-        self.seen = {k: etag for k, (etag, _) in self._listing().items()}
+        self.seen = {k: (etag, at) for k, (etag, _, at) in self._listing().items()}
 
     def poll(self) -> list[str]:
         started: list[str] = []
-        for key, (etag, size) in sorted(self._listing().items()):
-            if self.seen.get(key) == etag:
+        for key, (etag, size, at) in sorted(self._listing().items()):
+            if self.seen.get(key) == (etag, at):
                 continue
-            self.seen[key] = etag
-            for arn in deliver(self.engine, object_created_event(self.bucket, key, size, etag)):
+            self.seen[key] = (etag, at)
+            self.sent[key] = event = object_created_event(self.bucket, key, size, etag)
+            for arn in deliver(self.engine, event):
                 notice.info(f"s3://{self.bucket}/{key}: started execution {arn.rsplit(':', 1)[-1]}")
                 started.append(arn)
         return started
@@ -142,15 +149,14 @@ class UploadTrigger:
 
 def upload_version(trigger: UploadTrigger, folder: Path, root: Path) -> list[str]:
     """Upload a prepared dataset folder under DIR/incoming/ (shards first, manifest last, as
-    `smlt data prepare` writes them) plus the pipeline's job.json into the trigger's bucket, then
+    `smlt data prepare` writes them) plus the pipeline's job.json and features.json into the trigger's bucket, then
     let the trigger see the new objects as S3 would (one detector of uploads: `smlt local up`'s)."""
     s3 = trigger.engine.client("s3")
     rel = folder.relative_to(root).as_posix()
-    pipeline_job = root / "/".join(rel.split("/")[:2]) / "job.json"
-    if pipeline_job.exists():
-        s3.put_object(
-            Bucket=trigger.bucket, Key=pipeline_job.relative_to(root).as_posix(), Body=pipeline_job.read_bytes()
-        )
+    for name in ("job.json", "features.json"):  # the pipeline's job, and its features (smlt.runtime.pipeline)
+        path = root / "/".join(rel.split("/")[:2]) / name
+        if path.exists():
+            s3.put_object(Bucket=trigger.bucket, Key=path.relative_to(root).as_posix(), Body=path.read_bytes())
     manifest = folder / "manifest.json"
     for f in sorted(folder.iterdir()):
         if f.is_file() and f != manifest:

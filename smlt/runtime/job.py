@@ -198,6 +198,9 @@ class Job(_Strict):
     # Retraining pipeline this run belongs to (set by the upload trigger); its final model
     # becomes the pipeline's latest, which the next upload warm-starts from.
     pipeline: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # A pipeline's gate (smlt.runtime.pipeline): a retrained model is promoted only if its target
+    # metric is not worse than the champion's on the same validation rows by more than this.
+    promotion_margin: float = Field(default=0.0, ge=0.0)
     # Start from this model (s3://.../model.safetensors) instead of a fresh initialisation.
     warm_start: str | None = None
     # Rounds one Step Functions execution runs before it chains into a fresh one that resumes

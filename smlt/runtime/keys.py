@@ -97,11 +97,6 @@ def final_metrics_key(run_id: str) -> str:
     return final_prefix(run_id) + "metrics.json"
 
 
-def pipeline_latest_key(pipeline: str) -> str:
-    """A retraining pipeline's newest model (written by finalize, read by the next run's start)."""
-    return f"{PIPELINES}{pipeline}/latest.json"
-
-
 def study_prefix(study_id: str) -> str:
     return f"{STUDIES}{study_id}/"
 
@@ -183,3 +178,33 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     if not bucket:
         raise ValueError(f"no bucket in {uri!r}")
     return bucket, key
+
+
+# Retraining pipelines (smlt.runtime.pipeline). In the data bucket, next to the pipeline's job:
+def pipeline_features_key(pipeline: str) -> str:
+    """The pipeline's feature spec (its current generation), written when its first version is prepared."""
+    return f"incoming/{pipeline}/features.json"
+
+
+# In the artifacts bucket:
+def pipeline_latest_key(pipeline: str) -> str:
+    """The champion: the model the pipeline serves and the next upload warm-starts from."""
+    return f"{PIPELINES}{pipeline}/latest.json"
+
+
+def pipeline_version_key(pipeline: str, version: str) -> str:
+    """One data version's record: its run, metrics, cost, model, and whether the gate promoted it."""
+    return f"pipelines/{pipeline}/versions/{version}.json"
+
+
+def pipeline_versions_prefix(pipeline: str) -> str:
+    return f"pipelines/{pipeline}/versions/"
+
+
+def pipeline_promotion_key(pipeline: str, at_ns: int) -> str:
+    """One change of champion (promotion or rollback), append-only, in time order."""
+    return f"pipelines/{pipeline}/promotions/{at_ns:020d}.json"
+
+
+def pipeline_promotions_prefix(pipeline: str) -> str:
+    return f"pipelines/{pipeline}/promotions/"

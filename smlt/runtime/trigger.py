@@ -21,8 +21,6 @@ from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.store import NotFound, S3Store
 
-latest_key = keys.pipeline_latest_key
-
 
 def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
     bucket, key = trigger.get("bucket"), trigger.get("key", "")
@@ -40,16 +38,17 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
         ) from None
     except json.JSONDecodeError as e:
         raise InvalidJob(f"trigger: incoming/{pipeline}/job.json is not valid JSON ({e.msg})") from None
-    version = re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(parts[2:-1]))[:40]
-    tag = hashlib.sha1(f"{key}:{trigger.get('etag', '')}".encode()).hexdigest()[:8]
-    job.update(
-        dataset={"uri": f"s3://{bucket}/{folder}/"},
-        pipeline=pipeline,
-        run_id=f"{re.sub(r'[^A-Za-z0-9_-]', '-', pipeline)[:28]}-{version}-{tag}",
-    )
-    try:
-        latest = json.loads(S3Store(artifacts_bucket).get(latest_key(pipeline)))
-        job["warm_start"] = latest["model"]
-    except NotFound:
-        job.pop("warm_start", None)
+    from smlt.runtime.pipeline import start_version, version_name
+
+    version = version_name(parts[2:-1])
+    # The sequencer tells uploads of the same object apart (a re-upload after a failed run
+    # retrains); a duplicated delivery of one event carries the same one.
+    upload = f"{key}:{trigger.get('etag', '')}:{trigger.get('sequencer', '')}"
+    tag = hashlib.sha1(upload.encode()).hexdigest()[:8]
+    run_id = f"{re.sub(r'[^A-Za-z0-9_-]', '-', pipeline)[:28]}-{version}-{tag}"
+    job.update(dataset={"uri": f"s3://{bucket}/{folder}/"}, pipeline=pipeline, run_id=run_id)
+    warm, _ = start_version(S3Store(bucket), S3Store(artifacts_bucket), pipeline, version, folder, run_id)
+    job["warm_start"] = warm
+    if warm is None:
+        job.pop("warm_start")
     return job

@@ -4,6 +4,7 @@ import json
 
 from smlt.local.eventbridge import UploadTrigger, deliver, object_created_event, upload_version
 from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.pipeline import prepare_version
 
 
 def _finish(engine, arn):
@@ -31,7 +32,7 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
 
     trigger = UploadTrigger(engine, names.data_bucket)
     trigger.prime()
-    prepare_dataset("sklearn:digits", str(root / "incoming/digits/v1"), shards=4)
+    prepare_version("sklearn:digits", str(root / "incoming/digits/v1"), shards=4)  # fixes the pipeline's features
     (arn,) = upload_version(trigger, root / "incoming/digits/v1", root)
     run1 = _finish(engine, arn)["run_id"]
     final = json.loads(
@@ -40,19 +41,14 @@ def test_manifest_upload_starts_one_run_that_warm_starts_the_next(local, tmp_pat
     assert final["final"]["rounds"] == 2 and final["job"]["pipeline"] == "digits"
 
     # The same event delivered again (EventBridge is at-least-once): nothing new runs.
-    body = (root / "incoming/digits/v1/manifest.json").read_bytes()
-    import hashlib
-
-    again = object_created_event(
-        names.data_bucket, "incoming/digits/v1/manifest.json", len(body), hashlib.md5(body).hexdigest()
-    )
-    (dup_arn,) = deliver(engine, again)
+    (dup_arn,) = deliver(engine, trigger.sent["incoming/digits/v1/manifest.json"])
     dup = _finish(engine, dup_arn)
     assert dup["action"] == "duplicate" and dup["run_id"] == run1
     rounds = s3.list_objects_v2(Bucket=names.artifacts_bucket, Prefix=f"runs/{run1}/rounds/")["KeyCount"]
 
-    # New data: a new run, warm-started from the pipeline's latest model (run 1's final model).
-    prepare_dataset("sklearn:digits", str(root / "incoming/digits/v2"), shards=4, seed=1)
+    # New data, prepared with the pipeline's features: a new run, warm-started from the pipeline's
+    # latest model (run 1's final model).
+    prepare_version("sklearn:digits", str(root / "incoming/digits/v2"), shards=4, seed=1)
     (arn2,) = upload_version(trigger, root / "incoming/digits/v2", root)
     run2 = _finish(engine, arn2)["run_id"]
     assert run2 != run1

@@ -268,6 +268,7 @@ def test_trigger_rule_pattern_and_input(synth):
         "detail-bucket-name": "$.detail.bucket.name",
         "detail-object-key": "$.detail.object.key",
         "detail-object-etag": "$.detail.object.etag",
+        "detail-object-sequencer": "$.detail.object.sequencer",
     }
     # A bare <placeholder> is replaced by the JSON value (a quoted string), as EventBridge does.
     rendered = (
@@ -275,8 +276,10 @@ def test_trigger_rule_pattern_and_input(synth):
         .replace("<detail-bucket-name>", json.dumps("b"))
         .replace("<detail-object-key>", json.dumps("incoming/p/v1/manifest.json"))
         .replace("<detail-object-etag>", json.dumps("e"))
+        .replace("<detail-object-sequencer>", json.dumps("s"))
     )
-    assert json.loads(rendered) == {"trigger": {"bucket": "b", "key": "incoming/p/v1/manifest.json", "etag": "e"}}
+    expected = {"bucket": "b", "key": "incoming/p/v1/manifest.json", "etag": "e", "sequencer": "s"}
+    assert json.loads(rendered) == {"trigger": expected}
     assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] == 8
 
 

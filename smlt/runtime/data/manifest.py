@@ -100,6 +100,7 @@ class Manifest(BaseModel):
     columns: list[ColumnTransform] | None = None  # tabular sources only
     label: str | None = None  # the source's label column, when it had named columns
     vocab_size: int | None = None  # token sequences: ids are in [0, vocab_size)
+    generation: int | None = None  # a pipeline's feature generation (FeatureSpec) it was prepared with
 
     @model_validator(mode="before")
     @classmethod
@@ -138,6 +139,52 @@ def class_name(label: object) -> str:
     if isinstance(label, float) and label.is_integer():
         return str(int(label))
     return str(label)
+
+
+class FeatureSpec(BaseModel):
+    """What a retraining pipeline fixes with its first version (its feature generation): every
+    later version is transformed with it, so the model of one version fits the data of the next.
+    The columns and their encodings, the statistics, the sample shape (an image size), the
+    vocabulary, the classes and the regression targets' scaling; not the rows or the shards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generation: int = 1
+    task: Literal["classification", "regression"]
+    x: ArraySpec
+    y: ArraySpec
+    outputs: int
+    normalization: Normalization
+    target_mean: list[float] | None = None  # regression: TargetScaling.mean/std (val_var is per version)
+    target_std: list[float] | None = None
+    columns: list[ColumnTransform] | None = None
+    label: str | None = None
+    vocab_size: int | None = None
+    classes: list[str] | None = None
+
+    def digest(self) -> str:
+        """The features' identity, generation included: equal digests, interchangeable models."""
+        import hashlib
+
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def feature_spec(m: Manifest, generation: int | None = None) -> FeatureSpec:
+    """The features a manifest was prepared with, as a pipeline keeps them."""
+    return FeatureSpec(
+        generation=generation or m.generation or 1,
+        task=m.task,
+        x=m.x,
+        y=m.y,
+        outputs=m.outputs,
+        normalization=m.normalization,
+        target_mean=m.target.mean if m.target else None,
+        target_std=m.target.std if m.target else None,
+        columns=m.columns,
+        label=m.label,
+        vocab_size=m.vocab_size,
+        classes=m.classes,
+    )
 
 
 def parse_manifest(raw: bytes, where: str) -> Manifest:

@@ -17,11 +17,11 @@ from smlt.runtime.data import arrays, tabular
 from smlt.runtime.data.manifest import (
     ArraySpec,
     ColumnTransform,
+    FeatureSpec,
     Manifest,
     ShardInfo,
     SplitInfo,
     TargetScaling,
-    class_name,
     parse_manifest,
 )
 from smlt.runtime.data.options import SourceOptions
@@ -41,10 +41,14 @@ def prepare_dataset(
     name: str | None = None,
     options: SourceOptions | None = None,
     replace: bool = False,
+    features: FeatureSpec | None = None,
+    generation: int | None = None,
 ) -> Manifest:
     """Shard a dataset into `dest` (a folder or s3:// prefix) and write its manifest. A `dest`
     holding an earlier dataset is refused, or with `replace` that dataset's files are removed first
-    (never a stale shard beside the new manifest)."""
+    (never a stale shard beside the new manifest). With `features` (a pipeline's FeatureSpec) the
+    source is transformed with them instead of with statistics of its own: its columns, encodings,
+    statistics, shape, vocabulary and classes."""
     earlier = _earlier_dataset(dest)  # before the source is read: a refusal costs nothing
     if earlier and not replace:
         raise InvalidDataset(
@@ -56,6 +60,8 @@ def prepare_dataset(
     if not 0 < validation_fraction < 1:
         raise InvalidDataset(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     opts = options or SourceOptions()
+    if features is not None:
+        opts = _options_of(features, source, opts)
     src = load_source(source, opts)
     if src.table is not None and opts.missing == "refuse":  # the first empty cell in file order
         tabular.refuse_missing(src.table, src.features)
@@ -64,8 +70,11 @@ def prepare_dataset(
     if n_val >= len(src):
         raise InvalidDataset(f"{source}: {len(src)} rows leave none for training after the validation split")
     val, train = order[:n_val], order[n_val:]
-    y, y_spec, outputs, target, classes = _labels(src, source, train, val)
-    stored, columns = _fit_x(src, source, train, val, opts)
+    y, y_spec, outputs, target, classes = _labels(src, source, train, val, features)
+    if features is None:
+        stored, columns = _fit_x(src, source, train, val, opts)
+    else:
+        stored, columns = _apply_x(src, source, train, val, features)
     manifest = Manifest(
         name=name or src.name,
         source=source,
@@ -81,6 +90,7 @@ def prepare_dataset(
         columns=columns,
         label=src.label,
         vocab_size=stored.vocab_size,
+        generation=features.generation if features else generation,
     )
     if src.table is not None:  # validation rows go through the recorded transforms, as later data will
         stored.validation = tabular.apply_columns(manifest, src.table.take(val))
@@ -113,21 +123,83 @@ def _fit_x(
     return arrays.store(features, features[:0], source), columns
 
 
+def _options_of(features: FeatureSpec, source: str, opts: SourceOptions) -> SourceOptions:
+    """The options that read a source as the pipeline's first version was read: its label,
+    task, image size and vocabulary."""
+    from smlt.runtime.data import images
+
+    fixed: dict[str, object] = {"label": features.label, "task": features.task, "vocab_size": features.vocab_size}
+    if images.is_image_folder(Path(source)) and len(features.x.shape) == 3:
+        fixed.update(image_size=features.x.shape[-1], channels=features.x.shape[0])
+    return opts.model_copy(update={k: v for k, v in fixed.items() if v is not None})
+
+
+def _apply_x(
+    src: Source, source: str, train: np.ndarray, val: np.ndarray, features: FeatureSpec
+) -> tuple[arrays.StoredX, list[ColumnTransform] | None]:
+    """Stored x transformed with a pipeline's features (no statistics of this source's own)."""
+    gen = f"the pipeline's features (generation {features.generation})"
+    if src.table is not None:
+        if features.columns is None:
+            raise InvalidDataset(f"{source}: a table, but {gen} are not from named columns")
+        known = {t.name for t in features.columns}
+        new = [c for c in src.features if c not in known]
+        if new:
+            from smlt.runtime.progress import notice
+
+            notice.warning(
+                f"{source}: column {', '.join(map(repr, new))} is not among {gen}: ignored "
+                "(prepare with --new-features to start a generation that uses it)"
+            )
+        absent = [t.name for t in features.columns if t.name not in src.table.columns]
+        if absent:
+            raise InvalidDataset(
+                f"{source}: no column {', '.join(map(repr, absent))}, which {gen} use; add it, or prepare "
+                "with --new-features to start a generation without it"
+            )
+        norm = features.normalization
+        x_train = arrays.standardise(tabular.encode_columns(features.columns, src.table.take(train)), norm)
+        return arrays.StoredX(x_train, x_train[:0], features.x, norm), features.columns
+    assert src.x is not None
+    x = src.x
+    if list(x.shape[1:]) != features.x.shape:
+        raise InvalidDataset(
+            f"{source}: one sample has shape {list(x.shape[1:])}, {gen} {features.x.shape}; "
+            "prepare with --new-features to start a generation with this shape"
+        )
+    norm = features.normalization
+    if features.x.dtype == "int64":
+        high = int(x.max()) if x.size else 0
+        if features.vocab_size is not None and high >= features.vocab_size:
+            raise InvalidDataset(f"{source}: token id {high} is not below {gen}' vocabulary size {features.vocab_size}")
+        return arrays.StoredX(x[train].astype(np.int64), x[val].astype(np.int64), features.x, norm), None
+    if norm.applied == "on_load":  # raw uint8 images, normalised by the workers with these statistics
+        return arrays.StoredX(x[train].astype(np.uint8), x[val].astype(np.uint8), features.x, norm), None
+    xf = x.astype(np.float32, copy=False)
+    if not np.isfinite(xf).all():
+        raise InvalidDataset(f"{source}: features contain NaN or Inf")
+    return arrays.StoredX(
+        arrays.standardise(xf[train], norm), arrays.standardise(xf[val], norm), features.x, norm
+    ), None
+
+
 def _labels(
-    src: Source, source: str, train: np.ndarray, val: np.ndarray
+    src: Source, source: str, train: np.ndarray, val: np.ndarray, features: FeatureSpec | None = None
 ) -> tuple[np.ndarray, ArraySpec, int, TargetScaling | None, list[str] | None]:
-    """(stored y for every row, its spec, outputs, target scaling, class names): class indices
-    (classes in sorted order), or regression targets standardised with the train split's mean and std."""
+    """(stored y for every row, its spec, outputs, target scaling, classes): class indices, or
+    regression targets standardised with the train split's mean and std (or the pipeline's)."""
     if src.task == "classification":
         if src.y.ndim != 1:
             raise InvalidDataset(f"{source}: class labels must be one per row, got y of shape {src.y.shape}")
+        if features is not None and features.classes is not None:
+            return _known_classes(src, source, features)
         classes, index = np.unique(src.y, return_inverse=True)
         if len(classes) < 2:
             raise InvalidDataset(
                 f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
                 "(or pass --task regression)"
             )
-        names = [class_name(c) for c in classes.tolist()]
+        names = [_class_name(c) for c in classes]
         return index.astype(np.int64), ArraySpec(shape=[], dtype="int64"), len(classes), None, names
     try:
         y = src.y.astype(np.float64).reshape(len(src.y), -1)
@@ -135,11 +207,42 @@ def _labels(
         raise InvalidDataset(f"{source}: regression targets must be numbers") from None
     if not np.isfinite(y).all():
         raise InvalidDataset(f"{source}: regression targets contain NaN or Inf")
-    mean, std = y[train].mean(axis=0), y[train].std(axis=0)
-    std = np.where(std < 1e-12, 1.0, std)
+    if features is not None and features.target_mean is not None and features.target_std is not None:
+        if y.shape[1] != len(features.target_mean):
+            raise InvalidDataset(
+                f"{source}: {y.shape[1]} regression targets, the pipeline's features {len(features.target_mean)}"
+            )
+        mean, std = np.asarray(features.target_mean), np.asarray(features.target_std)
+    else:
+        mean, std = y[train].mean(axis=0), y[train].std(axis=0)
+        std = np.where(std < 1e-12, 1.0, std)
     target = TargetScaling(mean=mean.tolist(), std=std.tolist(), val_var=y[val].var(axis=0).tolist())
     stored = ((y - mean) / std).astype(np.float32)
     return stored, ArraySpec(shape=[int(y.shape[1])], dtype="float32"), int(y.shape[1]), target, None
+
+
+def _class_name(value: object) -> str:
+    """A class label as the manifest records it: whole numbers without a decimal point."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item() if isinstance(value, np.generic) else value)
+
+
+def _known_classes(
+    src: Source, source: str, features: FeatureSpec
+) -> tuple[np.ndarray, ArraySpec, int, None, list[str]]:
+    """Class indices in the pipeline's order; a label it has never seen is refused by name."""
+    assert features.classes is not None
+    index_of = {name: i for i, name in enumerate(features.classes)}
+    names = [_class_name(v) for v in src.y]
+    unseen = sorted({n for n in names if n not in index_of})
+    if unseen:
+        raise InvalidDataset(
+            f"{source}: label {unseen[0]!r} is not one of the pipeline's classes ({', '.join(features.classes)}); "
+            "a new class changes the model's outputs: prepare with --new-features to start a new generation"
+        )
+    index = np.array([index_of[n] for n in names], np.int64)
+    return index, ArraySpec(shape=[], dtype="int64"), len(features.classes), None, list(features.classes)
 
 
 def _write_split(out: Writer, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> SplitInfo:

@@ -2,7 +2,8 @@
 
 Publishes the newest measured model as final/model.safetensors with its model card (the card
 with the final metrics also as final/model.json: smlt.runtime.modelcard), the run's metrics as
-final/metrics.json, marks the run SUCCEEDED and, for a pipeline run, points latest.json at it.
+final/metrics.json, marks the run SUCCEEDED and, for a pipeline run, passes its model through the
+pipeline's gate (smlt.runtime.pipeline.conclude: promoted to latest.json, or kept rejected).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 from smlt.runtime import keys, ledger
+from smlt.runtime import pipeline as pipelines
 from smlt.runtime.aggregate.model_store import verified_model
 from smlt.runtime.bill import RoundShape
 from smlt.runtime.config import Settings
@@ -24,7 +26,6 @@ from smlt.runtime.records import RunTable
 from smlt.runtime.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.runtime.store import S3Store
 from smlt.runtime.tensors.digest import sha256_hex
-from smlt.runtime.trigger import latest_key
 
 
 def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
@@ -77,9 +78,20 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     if partial is not None:  # metrics.json says what was trained; the run is not done, nor a pipeline's latest
         raise partial
     table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
-    if pipeline and final_round is not None:
-        model_uri = f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}"
-        artifacts.put(latest_key(pipeline), json.dumps({"run_id": run_id, "model": model_uri}).encode())
+    if pipeline and meta and final_round is not None:  # the gate: promoted, or kept as rejected
+        metric = meta.job.training.target_metric
+        pipelines.conclude(
+            artifacts,
+            meta.job.dataset.uri,
+            run_id,
+            f"s3://{settings.artifacts_bucket}/{keys.final_model_key(run_id)}",
+            metric,
+            meta.job.promotion_margin,
+            getattr(final, metric),
+            getattr(rounds[0], metric) if rounds and rounds[0].val_loss is not None else None,
+            final.estimated_cost_usd,
+            published,
+        )
     return FinalizeAnswer(
         run_id=run_id,
         val_accuracy=final.val_accuracy,
@@ -147,9 +159,11 @@ def _run_ledger(
     card: bool = False,
 ) -> tuple[dict[int, ledger.CostBreakdown], ledger.CostBreakdown]:
     """The run's bill from every ATTEMPT item (smlt.runtime.ledger), this Finalize included as it will
-    end: model.json, metrics.json, META and a pipeline's latest.json still to write."""
+    end: model.json, metrics.json, META and a pipeline's gate still to write."""
     attempts = ledger.from_items(table.query(ledger.PREFIX))
-    rest = {"s3.PutObject": 1 + int(pipeline) + int(card), "dynamodb.UpdateItem": 1}
+    rest = {"s3.PutObject": 1 + pipelines.CONCLUDE_PUTS * pipeline + int(card), "dynamodb.UpdateItem": 1}
+    if pipeline:
+        rest["s3.GetObject"] = pipelines.CONCLUDE_GETS
     own = ledger.in_progress(settings.planner_memory_mb, rest, "finalize")
     shaped = [
         ledger.RoundOf(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterator

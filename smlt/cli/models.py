@@ -1,0 +1,101 @@
+"""`smlt models list|promote|rollback PIPELINE`: a retraining pipeline's versions and its champion
+(smlt.runtime.pipeline), on a deployed stack or the local console (the stack's artifacts bucket)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    models = sub.add_parser("models", help="a retraining pipeline's versions, promotion and rollback")
+    cmds = models.add_subparsers(dest="models_cmd", required=True)
+    for name, fn, helptext in (
+        ("list", list_versions, "every version: its run, metrics, cost, and whether the gate promoted it"),
+        ("promote", promote, "make VERSION's model the champion (the model served and warm-started from)"),
+        ("rollback", rollback, "make the champion before the current one the champion again"),
+    ):
+        c = cmds.add_parser(name, help=helptext)
+        c.add_argument("pipeline")
+        if name == "promote":
+            c.add_argument("version")
+        c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
+        c.set_defaults(fn=fn)
+
+
+def _stack(args: argparse.Namespace) -> Any:
+    from smlt import cloud as remote
+
+    return remote.Stack.lookup(args.stack)
+
+
+def _artifacts(args: argparse.Namespace) -> Any:
+    from smlt.runtime.store import S3Store
+
+    return S3Store(_stack(args).artifacts_bucket)
+
+
+def _run_status(stack: Any, run_id: str) -> str:
+    """A version still "training" as its run is now: starting, running, or how the execution
+    that created it ended (failed, timed_out, aborted)."""
+    import boto3
+
+    from smlt.runtime.records import RunTable
+
+    meta = RunTable(stack.table, run_id).meta()
+    if meta is None:
+        return "starting"
+    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
+    try:
+        status = boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+    except Exception:  # noqa: BLE001 - an execution AWS no longer keeps (90 days): the run's own word
+        return "running"
+    return status.lower() if status in ("FAILED", "TIMED_OUT", "ABORTED") else "running"
+
+
+def _value(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def list_versions(args: argparse.Namespace) -> int:
+    from smlt.runtime.pipeline import NoSuchVersion, champion, versions
+    from smlt.runtime.store import S3Store
+
+    stack = _stack(args)
+    store = S3Store(stack.artifacts_bucket)
+    found = versions(store, args.pipeline)
+    if not found:
+        raise NoSuchVersion(f"pipeline {args.pipeline} has no version yet (upload one under incoming/{args.pipeline}/)")
+    champ = champion(store, args.pipeline)
+    print(f"{'':2}{'version':<14}{'status':<10}{'metric':<14}{'new':>8}{'champion':>10}{'cost $':>10}  run / reason")
+    for r in found:
+        mark = "*" if champ and champ.run_id == r.run_id else ""
+        cost = "-" if r.cost_usd is None else f"{r.cost_usd:.5f}"
+        status = r.status if r.status != "training" else _run_status(stack, r.run_id)
+        print(
+            f"{mark:<2}{r.version:<14}{status:<10}{r.metric or '-':<14}{_value(r.challenger_value):>8}"
+            f"{_value(r.champion_value):>10}{cost:>10}  {r.run_id}"
+        )
+        print(f"{'':26}gen {r.generation}, {r.start}" + (f"; {r.reason}" if r.reason else ""))
+        if r.by and r.promoted:
+            print(f"{'':26}promoted by {r.by}, model sha256 {(r.model_sha256 or '?')[:12]}")
+    if champ is not None:
+        print(f"champion (*): {champ.version} (run {champ.run_id}, by {champ.by}) {champ.model}")
+    return 0
+
+
+def promote(args: argparse.Namespace) -> int:
+    from smlt.runtime.pipeline import promote as make_champion
+
+    champ = make_champion(_artifacts(args), args.pipeline, args.version, f"{getpass.getuser()} (smlt models promote)")
+    print(f"pipeline {args.pipeline}: champion is {champ.version} (run {champ.run_id}) {champ.model}")
+    return 0
+
+
+def rollback(args: argparse.Namespace) -> int:
+    from smlt.runtime.pipeline import rollback as roll_back
+
+    champ = roll_back(_artifacts(args), args.pipeline, f"{getpass.getuser()} (smlt models rollback)")
+    print(f"pipeline {args.pipeline}: rolled back, champion is {champ.version} (run {champ.run_id}) {champ.model}")
+    return 0

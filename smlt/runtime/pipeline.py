@@ -1,0 +1,415 @@
+"""Retraining pipelines: feature generations, the champion/challenger gate, versions, rollback.
+
+A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`, its
+`features.json`, one folder per data version) and `pipelines/<pipeline>/` of the artifacts bucket
+(keys: smlt.runtime.keys):
+
+- Features: the first version prepared fixes the pipeline's FeatureSpec (generation 1); every
+  later version is prepared with it, so the champion's model fits the next version's data and the
+  next run warm-starts from it. `--new-features` starts generation N+1: its first run starts cold.
+- The gate: a run of a version warm-starts from the champion, so its round 0 scores the champion
+  on the new version's validation rows; the run's final model (the challenger) is promoted only if
+  it is not worse than that by more than the job's `promotion_margin` on the job's target metric.
+  Else the version is kept, rejected, with both metrics and the reason.
+- Every version has a record (versions/<version>.json); every change of champion an append-only
+  entry (promotions/), which `rollback` replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from smlt.runtime import keys
+from smlt.runtime.data.manifest import FeatureSpec, Manifest, feature_spec, parse_manifest
+from smlt.runtime.errors import InvalidDataset, SmltError
+from smlt.runtime.evaluation import LOWER_IS_BETTER
+from smlt.runtime.store import NotFound, S3Store
+
+# A triggered run waits this long (seconds) for every shard its manifest names (`aws s3 sync`
+# uploads manifest.json before the shards), polling every UPLOAD_POLL_S.
+UPLOAD_WAIT_S = float(os.environ.get("SMLT_UPLOAD_WAIT_S", "120"))
+UPLOAD_POLL_S = 2.0
+
+
+class IncompleteUpload(InvalidDataset):
+    """A version's manifest names a shard that did not arrive within UPLOAD_WAIT_S."""
+
+
+class NoSuchVersion(SmltError):
+    """`smlt models promote/rollback` named a version (or pipeline) that has no record."""
+
+
+class Champion(BaseModel):
+    """pipelines/<p>/latest.json: the model the pipeline serves."""
+
+    run_id: str
+    model: str  # s3:// URI of the final model
+    version: str | None = None
+    features: str | None = None  # FeatureSpec.digest() of the data it was trained on
+    generation: int | None = None
+    by: str = "gate"
+    at: float = 0.0
+
+
+class VersionRecord(BaseModel):
+    """pipelines/<p>/versions/<version>.json."""
+
+    pipeline: str
+    version: str
+    data: str  # s3:// folder of the prepared version
+    run_id: str
+    status: Literal["training", "promoted", "rejected"] = "training"
+    start: str = ""  # warm (from which champion) or cold, and why
+    features: str
+    generation: int
+    champion_run: str | None = None  # the champion the run warm-started from (scored in its round 0)
+    champion_version: str | None = None
+    metric: str | None = None
+    challenger_value: float | None = None
+    champion_value: float | None = None
+    margin: float = 0.0
+    reason: str = ""
+    cost_usd: float | None = None
+    model: str | None = None
+    model_sha256: str | None = None
+    promoted: bool = False
+    by: str | None = None
+    created_at: float = 0.0
+    decided_at: float | None = None
+
+
+# --- preparing a version (client and cloud share it) ------------------------------------------
+
+
+def version_name(folders: list[str]) -> str:
+    """A data version's name from its folder(s) under incoming/<pipeline>/ (S3-key and run-id safe)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(folders))[:40]
+
+
+def version_of(dataset_uri: str) -> tuple[str, str] | None:
+    """(pipeline, version) of a prepared version's s3://DATA/incoming/<pipeline>/<version>/ folder."""
+    parts = dataset_uri.removeprefix("s3://").strip("/").split("/")[1:]
+    if len(parts) >= 3 and parts[0] == "incoming":
+        return parts[1], version_name(parts[2:])
+    return None
+
+
+def pipeline_folder(dest: str) -> tuple[str, str, str] | None:
+    """(the pipeline's folder, pipeline, version) when `dest` is `.../incoming/<pipeline>/<version>/`."""
+    parts = dest.rstrip("/").split("/")
+    if len(parts) >= 3 and parts[-3] == "incoming" and parts[-2] and parts[-1]:
+        return "/".join(parts[:-1]), parts[-2], parts[-1]
+    return None
+
+
+def _read(uri: str) -> bytes | None:
+    if uri.startswith("s3://"):
+        bucket, key = keys.parse_s3_uri(uri)
+        try:
+            return S3Store(bucket).get(key)
+        except NotFound:
+            return None
+    path = Path(uri)
+    return path.read_bytes() if path.exists() else None
+
+
+def _write(uri: str, blob: bytes) -> None:
+    if uri.startswith("s3://"):
+        bucket, key = keys.parse_s3_uri(uri)
+        S3Store(bucket).put(key, blob)
+    else:
+        Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        Path(uri).write_bytes(blob)
+
+
+def read_features(uri: str) -> FeatureSpec | None:
+    blob = _read(uri)
+    if blob is None:
+        return None
+    try:
+        return FeatureSpec.model_validate_json(blob)
+    except ValueError as e:
+        raise InvalidDataset(f"{uri} is not a pipeline feature spec ({e}); delete it to start over") from None
+
+
+def prepare_version(source: str, dest: str, *, new_features: bool = False, **kwargs: Any) -> tuple[Manifest, str]:
+    """`smlt data prepare SOURCE --out .../incoming/<pipeline>/<version>/`: the version prepared
+    with the pipeline's features (its features.json), or, for its first version or with
+    new_features, fitting new ones that become the pipeline's next generation. Returns (the
+    manifest, what was done with the features, for the user)."""
+    from smlt.runtime.data.prepare import prepare_dataset
+
+    where = pipeline_folder(dest)
+    if where is None:
+        if new_features:
+            raise InvalidDataset(
+                f"--new-features: {dest} is not a pipeline version folder (.../incoming/<pipeline>/<version>/)"
+            )
+        return prepare_dataset(source, dest, **kwargs), ""
+    folder, pipeline, _ = where
+    spec_uri = f"{folder}/features.json"
+    current = read_features(spec_uri)
+    if current is not None and not new_features:
+        m = prepare_dataset(source, dest, features=current, **kwargs)
+        return m, f"with pipeline {pipeline}'s features (generation {current.generation}, {spec_uri})"
+    generation = current.generation + 1 if current is not None else 1
+    m = prepare_dataset(source, dest, generation=generation, **kwargs)
+    _write(spec_uri, feature_spec(m, generation).model_dump_json(indent=1).encode())
+    why = "a new generation (--new-features)" if current is not None else "its first version"
+    return m, f"fixed pipeline {pipeline}'s features, generation {generation} ({why}) -> {spec_uri}"
+
+
+# --- a triggered run starts --------------------------------------------------------------------
+
+
+def wait_for_shards(store: S3Store, folder: str, manifest: Manifest, wait_s: float | None = None) -> None:
+    """Return once every shard the manifest names is in `folder`; IncompleteUpload naming the
+    first missing one after `wait_s` (UPLOAD_WAIT_S)."""
+    names = [s.key for s in manifest.train.shards + manifest.validation.shards]
+    deadline = time.monotonic() + (UPLOAD_WAIT_S if wait_s is None else wait_s)
+    while True:
+        present = set(store.list(folder + "/"))
+        missing = [n for n in names if f"{folder}/{n}" not in present]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise IncompleteUpload(
+                f"s3://{store.bucket}/{folder}/manifest.json names {len(missing)} shard(s) not uploaded, "
+                f"the first {missing[0]!r} (waited {UPLOAD_WAIT_S:.0f} s): upload the shards, then manifest.json "
+                "again (a new upload of the manifest starts a new run)"
+            )
+        time.sleep(UPLOAD_POLL_S)
+
+
+def champion(artifacts: S3Store, pipeline: str) -> Champion | None:
+    try:
+        raw = json.loads(artifacts.get(keys.pipeline_latest_key(pipeline)))
+    except NotFound:
+        return None
+    return Champion.model_validate(raw)
+
+
+def start_version(
+    data: S3Store, artifacts: S3Store, pipeline: str, version: str, folder: str, run_id: str
+) -> tuple[str | None, VersionRecord]:
+    """A version's run starts: wait for its shards, decide warm or cold start from the champion
+    (same features: warm; a newer generation: cold, and why; other features: a named error),
+    record the version. Returns (the warm start's model URI or None, the record)."""
+    uri = f"s3://{data.bucket}/{folder}/"
+    try:
+        manifest = parse_manifest(data.get(f"{folder}/manifest.json"), f"{uri}manifest.json")
+    except NotFound:
+        raise InvalidDataset(f"no {uri}manifest.json") from None
+    wait_for_shards(data, folder, manifest)
+    spec = feature_spec(manifest)
+    digest = spec.digest()
+    champ = champion(artifacts, pipeline)
+    warm: str | None = None
+    if champ is None:
+        start = "cold: the pipeline's first version"
+    elif champ.features == digest:
+        warm = champ.model
+        start = f"warm: from the champion {champ.version or '?'} (run {champ.run_id}), same features"
+    elif champ.features is None or (champ.generation or 1) < spec.generation:
+        start = (
+            f"cold: feature generation {spec.generation} (new features; the champion {champ.version or '?'} "
+            f"has generation {champ.generation or 1}), so the champion's model does not fit"
+        )
+    else:
+        raise InvalidDataset(
+            f"{uri} was prepared with features other than pipeline {pipeline}'s (generation "
+            f"{champ.generation}): prepare it with `smlt data prepare SOURCE --out {uri}`, which applies "
+            f"s3://{data.bucket}/{keys.pipeline_features_key(pipeline)}, or add --new-features to start a new "
+            "generation (its run starts cold)"
+        )
+    key = keys.pipeline_version_key(pipeline, version)
+    try:
+        known = VersionRecord.model_validate_json(artifacts.get(key))
+        if known.run_id == run_id:
+            return warm, known  # a duplicate event of a run that exists: nothing to record again
+    except NotFound:
+        pass
+    record = VersionRecord(
+        pipeline=pipeline,
+        version=version,
+        data=uri,
+        run_id=run_id,
+        start=start,
+        features=digest,
+        generation=spec.generation,
+        champion_run=champ.run_id if warm and champ else None,
+        champion_version=champ.version if warm and champ else None,
+        created_at=time.time(),
+    )
+    artifacts.put(key, record.model_dump_json(indent=1).encode())
+    return warm, record
+
+
+# --- the gate at Finalize ---------------------------------------------------------------------
+
+# S3 requests `conclude` makes (the run's own bill counts them): GETs of the version record and
+# latest.json, PUTs of the record and, when it promotes, of latest.json and a promotion entry.
+CONCLUDE_GETS, CONCLUDE_PUTS = 2, 3
+
+
+def conclude(
+    artifacts: S3Store,
+    dataset_uri: str,
+    run_id: str,
+    model_uri: str,
+    metric: str,
+    margin: float,
+    challenger: float | None,
+    champion_scored: float | None,
+    cost_usd: float,
+    model_sha256: str | None,
+) -> VersionRecord | None:
+    """Finalize of a pipeline run: promote its model or keep it rejected (see the module doc).
+    `champion_scored` is the run's round 0 metric, the champion on this version's validation rows."""
+    where = version_of(dataset_uri)
+    if where is None:
+        return None  # a run of the pipeline not started by an upload: nothing to gate
+    pipeline, version = where
+    try:
+        record = VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key(pipeline, version)))
+    except NotFound:
+        return None
+    if record.run_id != run_id:
+        return None  # the version was uploaded again since: its newer run decides
+    current = champion(artifacts, pipeline)
+    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored)
+    now = time.time()
+    record = record.model_copy(
+        update={
+            "status": "promoted" if promote else "rejected",
+            "metric": metric,
+            "challenger_value": challenger,
+            "champion_value": champion_scored if record.champion_run else None,
+            "margin": margin,
+            "reason": reason,
+            "cost_usd": cost_usd,
+            "model": model_uri,
+            "model_sha256": model_sha256,
+            "promoted": promote,
+            "by": "gate" if promote else None,
+            "decided_at": now,
+        }
+    )
+    artifacts.put(keys.pipeline_version_key(pipeline, record.version), record.model_dump_json(indent=1).encode())
+    if promote:
+        _make_champion(artifacts, record, "gate", "promote", now)
+    return record
+
+
+def _verdict(
+    record: VersionRecord,
+    current: Champion | None,
+    metric: str,
+    margin: float,
+    challenger: float | None,
+    scored: float | None,
+) -> tuple[bool, str]:
+    if challenger is None:
+        return False, f"the challenger has no {metric}"
+    if record.champion_run is None:
+        return True, f"no champion to compare with ({record.start})"
+    if current is None or current.run_id != record.champion_run:
+        now = current.version if current else "none"
+        return False, (
+            f"the champion changed during the run (from {record.champion_version} to {now}): "
+            f"compare by hand and `smlt models promote {record.pipeline} {record.version}`"
+        )
+    if scored is None:
+        return False, f"the champion could not be re-scored on this version's validation rows (round 0's {metric})"
+    lower = metric in LOWER_IS_BETTER
+    worse_by = challenger - scored if lower else scored - challenger
+    verdict = f"{metric} {challenger:.4g} vs the champion {record.champion_version}'s {scored:.4g} on the same rows"
+    if worse_by > margin:
+        return False, f"{verdict}: worse by {worse_by:.4g}, more than the margin {margin:g}"
+    return True, f"{verdict}: not worse by more than the margin {margin:g}"
+
+
+def _make_champion(artifacts: S3Store, record: VersionRecord, by: str, action: str, now: float) -> Champion:
+    assert record.model is not None
+    champ = Champion(
+        run_id=record.run_id,
+        model=record.model,
+        version=record.version,
+        features=record.features,
+        generation=record.generation,
+        by=by,
+        at=now,
+    )
+    entry = {"action": action, "version": record.version, "run_id": record.run_id, "by": by, "at": now}
+    artifacts.put(keys.pipeline_promotion_key(record.pipeline, time.time_ns()), json.dumps(entry).encode())
+    artifacts.put(keys.pipeline_latest_key(record.pipeline), champ.model_dump_json(indent=1).encode())
+    return champ
+
+
+# --- smlt models ------------------------------------------------------------------------------
+
+
+def versions(artifacts: S3Store, pipeline: str) -> list[VersionRecord]:
+    """Every version of the pipeline, oldest first."""
+    found = [
+        VersionRecord.model_validate_json(artifacts.get(k))
+        for k in artifacts.list(keys.pipeline_versions_prefix(pipeline))
+    ]
+    return sorted(found, key=lambda r: r.created_at)
+
+
+def promote(artifacts: S3Store, pipeline: str, version: str, by: str) -> Champion:
+    """Make a version's model the champion by hand (a rejected one too): recorded with `by`."""
+    record = _version(artifacts, pipeline, version)
+    if record.model is None:
+        raise NoSuchVersion(f"pipeline {pipeline}: version {version} has no model yet (its run is {record.status})")
+    record = record.model_copy(update={"promoted": True, "status": "promoted", "by": by})
+    artifacts.put(keys.pipeline_version_key(pipeline, version), record.model_dump_json(indent=1).encode())
+    return _make_champion(artifacts, record, by, "promote", time.time())
+
+
+def rollback(artifacts: S3Store, pipeline: str, by: str) -> Champion:
+    """The champion before the current one is the champion again (promotions replayed: a promotion
+    pushes a version, a rollback pops one)."""
+    stack = champions_stack(artifacts, pipeline)
+    if len(stack) < 2:
+        raise NoSuchVersion(
+            f"pipeline {pipeline}: nothing to roll back to "
+            f"({'no champion yet' if not stack else f'{stack[0]} is its only champion so far'})"
+        )
+    record = _version(artifacts, pipeline, stack[-2])
+    return _make_champion(artifacts, record, by, "rollback", time.time())
+
+
+def champions_stack(artifacts: S3Store, pipeline: str) -> list[str]:
+    stack: list[str] = []
+    for key in artifacts.list(keys.pipeline_promotions_prefix(pipeline)):
+        entry = json.loads(artifacts.get(key))
+        if entry["action"] == "rollback":
+            if len(stack) > 1 and stack[-2] == entry["version"]:
+                stack.pop()
+        elif not stack or stack[-1] != entry["version"]:
+            stack.append(entry["version"])
+    return stack
+
+
+def _version(artifacts: S3Store, pipeline: str, version: str) -> VersionRecord:
+    try:
+        return VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key(pipeline, version)))
+    except NotFound:
+        known = [r.version for r in versions(artifacts, pipeline)]
+        raise NoSuchVersion(
+            f"pipeline {pipeline} has no version {version!r}"
+            + (
+                f"; its versions: {', '.join(known)}"
+                if known
+                else " (no version recorded: is the pipeline's name right?)"
+            )
+        ) from None

@@ -1,0 +1,161 @@
+"""A retraining pipeline on the local engine: fixed features across versions, the gate before
+promotion, versions and rollback, and uploads whose shards arrive after the manifest."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from smlt.local.eventbridge import UploadTrigger, deliver, object_created_event, upload_version
+from smlt.runtime import keys
+from smlt.runtime import pipeline as pl
+from smlt.runtime.store import S3Store
+
+ROWS = 600
+
+
+def _houses(path, seed, *, colors=("red", "green"), extra=False, shuffle_train=None):
+    """A learnable CSV: the label is 1 when size + the colour's offset is large. `extra` adds two
+    columns; `shuffle_train` (the indices of the train split) shuffles those rows' labels."""
+    rng = np.random.default_rng(seed)
+    size = rng.normal(size=ROWS)
+    rooms = rng.normal(size=ROWS)
+    color = rng.choice(colors, size=ROWS)
+    offset = np.select([color == "red", color == "green"], [1.0, -1.0], 0.0)
+    label = (size + 0.5 * rooms + offset > 0).astype(int)
+    if shuffle_train is not None:
+        label[shuffle_train] = rng.permutation(label[shuffle_train])
+    head = ["size", "rooms", "color"] + (["garden", "floor"] if extra else []) + ["label"]
+    lines = [",".join(head)]
+    for i in range(ROWS):
+        cells = [f"{size[i]:.4f}", f"{rooms[i]:.4f}", color[i]]
+        cells += [f"{rng.normal():.3f}", str(rng.integers(0, 5))] if extra else []
+        lines.append(",".join(cells + [str(label[i])]))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _run(engine, arns):
+    (arn,) = arns
+    desc = engine.wait(arn, interval=0.1)
+    assert desc["status"] == "SUCCEEDED", desc
+    return json.loads(desc["output"])["plan"]["run_id"]
+
+
+def test_versions_warm_start_through_the_gate_and_roll_back(engine_as_aws, tmp_path, capsys):
+    from smlt.cli import main
+
+    engine, names = engine_as_aws
+    root = tmp_path / "watched"
+    job = {
+        "name": "houses",
+        "dataset": {"uri": "replaced-by-the-trigger"},
+        "model": {"name": "logreg"},
+        "training": {"max_rounds": 3, "local_steps": 15, "learning_rate": 0.3},
+        "workers": {"initial": 2, "memory_mb": 1769},
+    }
+    (root / "incoming/houses").mkdir(parents=True)
+    (root / "incoming/houses/job.json").write_text(json.dumps(job))
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
+    artifacts = S3Store(names.artifacts_bucket)
+
+    # v1 fixes the pipeline's features (generation 1): 2 numbers + a one-hot of 2 colours.
+    m1, said = pl.prepare_version(_houses(tmp_path / "v1.csv", 1), str(root / "incoming/houses/v1"), shards=4)
+    assert m1.x.shape == [4] and m1.generation == 1 and "generation 1" in said
+    run1 = _run(engine, upload_version(trigger, root / "incoming/houses/v1", root))
+    v1 = artifacts.get(keys.pipeline_version_key("houses", "v1"))
+    assert json.loads(v1)["status"] == "promoted" and pl.champion(artifacts, "houses").run_id == run1
+
+    # v2: a colour v1 never saw and two new columns: the same 4 features, a warm start, the gate.
+    m2, said = pl.prepare_version(
+        _houses(tmp_path / "v2.csv", 2, colors=("red", "green", "blue"), extra=True),
+        str(root / "incoming/houses/v2"),
+        shards=4,
+    )
+    assert m2.x.shape == m1.x.shape and m2.columns == m1.columns and "generation 1" in said
+    _run(engine, upload_version(trigger, root / "incoming/houses/v2", root))
+    v2 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("houses", "v2")))
+    assert v2.start.startswith("warm: from the champion v1") and v2.champion_run == run1
+    assert v2.metric == "val_accuracy" and v2.challenger_value is not None and v2.champion_value is not None
+    assert v2.status in ("promoted", "rejected") and v2.reason and v2.cost_usd > 0 and v2.model_sha256
+    champ = "v2" if v2.promoted else "v1"
+    assert pl.champion(artifacts, "houses").version == champ
+
+    # v3: the train split's labels shuffled (prepare's split, seed 0): a worse model, rejected.
+    order = np.random.default_rng(0).permutation(ROWS)
+    train_rows = order[int(round(ROWS * 0.2)) :]
+    pl.prepare_version(_houses(tmp_path / "v3.csv", 3, shuffle_train=train_rows), str(root / "incoming/houses/v3"))
+    run3 = _run(engine, upload_version(trigger, root / "incoming/houses/v3", root))
+    v3 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("houses", "v3")))
+    assert v3.run_id == run3 and v3.status == "rejected" and not v3.promoted, v3
+    assert v3.challenger_value < v3.champion_value and "worse by" in v3.reason
+    assert pl.champion(artifacts, "houses").version == champ  # latest unchanged
+
+    # smlt models against the stack (the local engine's endpoint, as against AWS).
+    from smlt.console import publish_outputs
+
+    publish_outputs(engine, names, "SmltPipelines")
+    stack = ["--stack", "SmltPipelines"]
+    assert main(["models", "list", "houses", *stack]) == 0
+    listing = capsys.readouterr().out
+    assert "v3" in listing and "rejected" in listing and f"champion (*): {champ}" in listing
+    if champ == "v1":  # make v2 the champion by hand, so that a rollback has somewhere to go
+        assert main(["models", "promote", "houses", "v2", *stack]) == 0
+    assert main(["models", "rollback", "houses", *stack]) == 0
+    assert "champion is v1" in capsys.readouterr().out
+    assert pl.champion(artifacts, "houses").run_id == run1
+    assert main(["models", "rollback", "houses", *stack]) == 2  # v1 alone: nothing before it, said
+    assert main(["models", "promote", "houses", "v9", *stack]) == 2
+
+
+def test_manifest_before_its_shards_waits_and_a_reupload_retrains(engine_as_aws, tmp_path):
+    engine, names = engine_as_aws
+    s3 = engine.client("s3")
+    job = {"name": "sync", "dataset": {"uri": "x"}, "training": {"max_rounds": 1, "local_steps": 2}}
+    s3.put_object(Bucket=names.data_bucket, Key="incoming/sy/job.json", Body=json.dumps(job).encode())
+    folder = tmp_path / "v1"
+    pl.prepare_version(_houses(tmp_path / "v1.csv", 1), str(folder), shards=3)
+    files = sorted(folder.iterdir())  # `aws s3 sync` order: manifest.json first, then the shards
+    assert files[0].name == "manifest.json"
+    put = lambda f: s3.put_object(Bucket=names.data_bucket, Key=f"incoming/sy/v1/{f.name}", Body=f.read_bytes())  # noqa: E731
+    put(files[0])
+    body = files[0].read_bytes()
+    import hashlib
+
+    event = object_created_event(
+        names.data_bucket, "incoming/sy/v1/manifest.json", len(body), hashlib.md5(body).hexdigest()
+    )
+    (arn,) = deliver(engine, event)
+    time.sleep(3)  # the run waits for the shards while they upload
+    uploading = threading.Thread(target=lambda: [put(f) for f in files[1:]])
+    uploading.start()
+    desc = engine.wait(arn, interval=0.1)
+    uploading.join()
+    assert desc["status"] == "SUCCEEDED", desc
+    run1 = json.loads(desc["output"])["plan"]["run_id"]
+    # The same event again (at-least-once delivery): a duplicate, nothing trains.
+    (dup,) = deliver(engine, event)
+    assert json.loads(engine.wait(dup, interval=0.1)["output"])["plan"]["action"] == "duplicate"
+    # The manifest uploaded again (a new S3 event, a new sequencer): a new run.
+    again = object_created_event(
+        names.data_bucket, "incoming/sy/v1/manifest.json", len(body), hashlib.md5(body).hexdigest()
+    )
+    desc = engine.wait(deliver(engine, again)[0], interval=0.1)
+    assert desc["status"] == "SUCCEEDED" and json.loads(desc["output"])["plan"]["run_id"] != run1
+
+
+def test_a_shard_that_never_arrives_is_named(engine_as_aws, tmp_path):
+    engine, names = engine_as_aws
+    folder = tmp_path / "v1"
+    m = pl.prepare_version(_houses(tmp_path / "v1.csv", 1), str(folder), shards=2)[0]
+    data = S3Store(names.data_bucket)
+    for f in sorted(folder.iterdir()):
+        if f.name != "validation-00000.safetensors":
+            data.put(f"incoming/gone/v1/{f.name}", f.read_bytes())
+    t0 = time.monotonic()
+    with pytest.raises(pl.IncompleteUpload, match="validation-00000.safetensors"):
+        pl.wait_for_shards(data, "incoming/gone/v1", m, wait_s=1.0)
+    assert 1.0 <= time.monotonic() - t0 < 10
