@@ -5,7 +5,7 @@ errors of :mod:`smlt.runtime.errors`; this package prints the first (:mod:`smlt.
 the second into messages and exit codes (:func:`main`). One module per command group:
 :mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
 deployed stack), :mod:`.data` (data prepare),
-:mod:`.verify` (verify: a run's reconciliation).
+:mod:`.verify` (verify: a run's reconciliation), :mod:`.quote` (quote: a job's forecast before any spend).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from smlt.local.resolve import UnresolvableError
 from smlt.local.synth import SynthError
 from smlt.runtime.errors import AwsNotConfigured, RunFailed, RunNotFinished, RunNotFound, SmltError, StackNotFound
 
-from . import cloud, dashboard, data, local, tune, verify
+from . import cloud, dashboard, data, local, quote, tune, verify
 from .console import console
 
 
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_command(sub)
     tune.add_command(sub)
     dashboard.add_command(sub)
+    quote.add_command(sub)
     return p
 
 
