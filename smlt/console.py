@@ -20,7 +20,6 @@ consoles never share one state folder.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -29,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from pydantic import BaseModel
 
 from smlt.cloud import OUTPUTS
 from smlt.datasets import cache_home
+from smlt.folderlock import folder_lock, write_atomic
 from smlt.local.eventbridge import UploadTrigger
 from smlt.runtime.errors import SmltError
 from smlt.runtime.progress import notice
@@ -134,20 +133,15 @@ def _check_port_free(port: int) -> None:
             ) from None
 
 
-@contextlib.contextmanager
-def state_lock(state: Path) -> Iterator[None]:
-    state.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConsoleError(
-                f"--state {state}: another console uses this folder; `smlt local down --state {state}` first"
-            ) from None
-        yield
-    finally:
-        os.close(fd)
+def state_lock(state: Path) -> contextlib.AbstractContextManager[Path]:
+    """The console's lock on its state folder (smlt.folderlock, as a local run's saved state)."""
+
+    def busy(_: Path) -> ConsoleError:
+        return ConsoleError(
+            f"--state {state}: another console uses this folder; `smlt local down --state {state}` first"
+        )
+
+    return folder_lock(state, busy)
 
 
 class SavedState:
@@ -162,11 +156,11 @@ class SavedState:
     def save(self, s3: Any, ddb: Any, buckets: list[str], table: str) -> None:
         for bucket in buckets:
             self._save_bucket(s3, bucket)
-        _write_atomic(self.folder / "s3.json", json.dumps(self.etags))
+        write_atomic(self.folder / "s3.json", json.dumps(self.etags))
         items: list[dict[str, Any]] = []
         for page in ddb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
             items.extend(from_item(i) for i in page.get("Items", []))
-        _write_atomic(self.folder / "items.json", json.dumps(items, default=str))
+        write_atomic(self.folder / "items.json", json.dumps(items, default=str))
 
     def _save_bucket(self, s3: Any, bucket: str) -> None:
         known = self.etags.setdefault(bucket, {})
@@ -183,7 +177,7 @@ class SavedState:
                 continue
             path = root / key
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(path, body)
+            write_atomic(path, body)
             known[key] = etag
         for key in set(known) - set(listed):
             (root / key).unlink(missing_ok=True)
@@ -204,12 +198,6 @@ class SavedState:
         # A put's ETag is the body's MD5, as the original's was unless it was a multipart upload
         # (the AWS CLI's for files over 8 MB): such an object is read once more by the next save.
         return sum(1 for item in items if item["sk"] == "META" and str(item["pk"]).startswith("RUN#"))
-
-
-def _write_atomic(path: Path, data: str | bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    tmp.replace(path)
 
 
 class Console:
@@ -256,7 +244,7 @@ class Console:
             state_dir=str(self.state.resolve()),
             started_at=time.time(),
         )
-        _write_atomic(self.state / INFO_FILE, self.info.model_dump_json(indent=2))
+        write_atomic(self.state / INFO_FILE, self.info.model_dump_json(indent=2))
         return self.info
 
     def _publish_outputs(self) -> None:

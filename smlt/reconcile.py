@@ -31,7 +31,9 @@ For every aggregated round r (a ROUND item):
    has the invocation that did the work), in runs that record them.
 
 An object that cannot be decoded is a finding too. Findings are returned
-(`Reconciliation.findings`), never raised.
+(`Reconciliation.findings`), never raised. A local run is checked from its saved state in its
+--out folder (`reconcile_saved`, `smlt verify RUN --local --out OUT`), which keeps every item and
+object of its aggregated rounds this needs (smlt.snapshot).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,25 +136,63 @@ def _single(name: str, t: dict, raw: bytes) -> bytes:
     return len(head).to_bytes(8, "little") + head + raw
 
 
-class _Run:
-    """The stored state of one run, read once."""
+class S3Objects:
+    """A bucket's objects through a boto3 S3 client: the deployed stack's, or the local engine's."""
 
-    def __init__(self, s3, dynamodb, bucket: str, table: str, run_id: str):
-        self.s3, self.bucket, self.run_id = s3, bucket, run_id
-        self.table = RunTable(table, run_id, client=dynamodb)
-        self.objects = self._list(keys.run_prefix(run_id) + "rounds/")
-        self._models: dict[int, dict[str, np.ndarray] | None] = {}
+    def __init__(self, s3, bucket: str):
+        self.s3, self.bucket = s3, bucket
 
-    def _list(self, prefix: str) -> dict[str, float]:
+    def list(self, prefix: str) -> dict[str, float]:
+        """{key: LastModified, epoch seconds} under prefix."""
         out: dict[str, float] = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             out.update({o["Key"]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
         return out
 
     def get(self, key: str) -> bytes | None:
+        try:
+            return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def head(self, key: str, n: int) -> bytes:
+        return self.s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{n - 1}")["Body"].read()
+
+
+class SavedObjects:
+    """A local run's saved bucket (OUT/.state/runs/RUN/s3/<bucket>/<key>, smlt.snapshot): each
+    file's mtime is its object's LastModified, kept when it was copied."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def list(self, prefix: str) -> dict[str, float]:
+        base = self.root / prefix
+        if not base.is_dir():
+            return {}
+        return {p.relative_to(self.root).as_posix(): p.stat().st_mtime for p in base.rglob("*") if p.is_file()}
+
+    def get(self, key: str) -> bytes | None:
+        path = self.root / key
+        return path.read_bytes() if path.is_file() else None
+
+    def head(self, key: str, n: int) -> bytes:
+        with (self.root / key).open("rb") as f:
+            return f.read(n)
+
+
+class _Run:
+    """The stored state of one run, read once."""
+
+    def __init__(self, objects: S3Objects | SavedObjects, table: RunTable, run_id: str):
+        self.store, self.run_id, self.table = objects, run_id, table
+        self.objects = self.store.list(keys.run_prefix(run_id) + "rounds/")
+        self._models: dict[int, dict[str, np.ndarray] | None] = {}
+
+    def get(self, key: str) -> bytes | None:
         if key not in self.objects:
             return None
-        return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return self.store.get(key)
 
     def updates(self) -> dict[int, dict[int, _Update]]:
         """{round: {worker: update}} of every update object stored."""
@@ -163,7 +204,7 @@ class _Run:
         return out
 
     def _samples(self, key: str) -> int | None:
-        head = self.s3.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-65535")["Body"].read()
+        head = self.store.head(key, 65536)
         try:
             return int(_header(head)["__metadata__"]["samples"])
         except (ValueError, KeyError, TypeError):
@@ -230,7 +271,11 @@ class _Run:
 
 def reconcile(s3, dynamodb, bucket: str, table: str, run_id: str) -> Reconciliation:
     """Check a run's stored updates, ledgers and models (see the module docstring)."""
-    run = _Run(s3, dynamodb, bucket, table, run_id)
+    return _reconcile(_Run(S3Objects(s3, bucket), RunTable(table, run_id, client=dynamodb), run_id))
+
+
+def _reconcile(run: _Run) -> Reconciliation:
+    run_id = run.run_id
     updates = run.updates()
     rounds = {r.round: r for r in run.table.rounds()}
     last = max(rounds, default=-1)
@@ -259,9 +304,8 @@ def _final_findings(run: _Run, last: int) -> list[Finding]:
     if expected is None:
         return []
     key = keys.final_model_key(run.run_id)
-    try:
-        blob = run.s3.get_object(Bucket=run.bucket, Key=key)["Body"].read()
-    except run.s3.exceptions.NoSuchKey:
+    blob = run.store.get(key)
+    if blob is None:
         return [Finding(round=last, kind="digest", detail=f"{key} is missing; META's final recorded {expected}")]
     if _sha256(blob) == expected:
         return []
@@ -488,3 +532,41 @@ def _compare(rnd: int, stored: dict[str, np.ndarray], expected: dict[str, tuple[
                 f"+- {float(tol.flat[i]):.3g})"
             )
     return problems
+
+
+# --------------------------------------------------------------------------- a local run's saved state
+
+
+class SavedRunTable(RunTable):
+    """A local run's saved items (smlt.snapshot), read as the run's table partition: the reads
+    the reconciliation makes (get, get_many, query by prefix) over the list, in key order."""
+
+    def __init__(self, run_id: str, items: list[dict[str, Any]]):
+        super().__init__("saved", run_id)
+        self._items = sorted((i for i in items if i.get("pk") == self.pk), key=lambda i: str(i["sk"]))
+        self._by_sk = {i["sk"]: i for i in self._items}
+
+    def _get(self, sk: str) -> dict[str, Any] | None:
+        return self._by_sk.get(sk)
+
+    def _get_batch(self, sks: list[str], found: dict[str, dict[str, Any] | None]) -> None:
+        found.update({sk: self._by_sk.get(sk) for sk in sks})
+
+    def query(self, prefix: str) -> list[dict[str, Any]]:
+        return [i for i in self._items if str(i["sk"]).startswith(prefix)]
+
+    def _query(self, condition: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError("a saved state is read by prefix only")
+
+
+def reconcile_saved(out: Path, run_id: str) -> Reconciliation:
+    """`reconcile` of a local run from its saved state in --out `out` (`smlt verify RUN --local`):
+    the state is checked first (smlt.snapshot: item digests, models, dataset; DamagedState
+    otherwise), then its items and its saved objects are reconciled as a bucket and a table
+    would be. RunNotFound when `out` holds no such run."""
+    from smlt.snapshot import artifacts_root, find_state, saved_items
+
+    items = saved_items(run_id, out)
+    root = artifacts_root(find_state(out, run_id), run_id)
+    objects = SavedObjects(root if root is not None else find_state(out, run_id) / "s3")
+    return _reconcile(_Run(objects, SavedRunTable(run_id, items), run_id))

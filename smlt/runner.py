@@ -22,6 +22,7 @@ from typing import Any
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
+from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
 from smlt.runtime.evaluation import summary_text
 from smlt.runtime.job import Job
@@ -29,7 +30,17 @@ from smlt.runtime.progress import progress
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
 from smlt.runtime.usercode import CodePackage, check_importable, code_key, package_code, stage_code, with_code
-from smlt.snapshot import Snapshot, clear_state, restore_snapshot, run_lock, saved_items, state_dir
+from smlt.snapshot import (
+    Snapshot,
+    clear_state,
+    find_state,
+    refuse_to_replace,
+    restore_snapshot,
+    run_lock,
+    saved_items,
+    saved_status,
+    state_dir,
+)
 
 
 class StackNames:
@@ -58,9 +69,31 @@ def build_app(**kw: Any) -> Any:
     """``infra.app.build_app``, imported when called: on a synth cache hit the CDK (4-8 s to
     import) is never imported."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # before jsii starts
+    _quiet_jsii_exit()
     from infra.app import build_app as build
 
     return build(**kw)
+
+
+def _quiet_jsii_exit() -> None:
+    """A Ctrl-C during a cold synth reaches jsii's node process too (one process group): it dies,
+    and jsii's exit hook then writes to its closed pipe, printing a BrokenPipeError traceback
+    after our own message. The hook (bound when the kernel starts) skips a process already gone."""
+    from jsii._kernel.providers import process
+
+    node = process._NodeProcess
+    if getattr(node.stop, "smlt_quiet", False):
+        return
+    stop = node.stop
+
+    def quiet_stop(self: Any) -> None:
+        try:
+            stop(self)
+        except (BrokenPipeError, ValueError, OSError):  # node died first (SIGINT): nothing to stop
+            pass
+
+    quiet_stop.smlt_quiet = True  # type: ignore[attr-defined]
+    node.stop = quiet_stop  # type: ignore[method-assign]
 
 
 def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
@@ -129,7 +162,11 @@ class Follower:
         try:
             while True:
                 # Every poll is a request to the one moto server the handlers use too: not too often.
-                desc = self.engine.wait(arn, poll=self.poll, interval=0.5)
+                try:
+                    desc = self.engine.wait(arn, poll=self.poll, interval=0.5)
+                except KeyboardInterrupt:
+                    self.finish_round_in_flight(arn)
+                    raise
                 self.poll()
                 self.executions.append(arn)
                 out = json.loads(desc.get("output") or "{}")
@@ -140,6 +177,23 @@ class Follower:
                 return desc
         finally:
             self.engine.after_invoke = None
+
+    def finish_round_in_flight(self, arn: str) -> None:
+        """After a Ctrl-C: let the round in flight be aggregated and saved (what a resume starts
+        from), then return so the caller stops the engine; a second Ctrl-C returns at once."""
+        before = self.snapshot.newest
+        progress.info(
+            f"interrupted: finishing round {before + 1} (in flight) and saving it; Ctrl-C again to stop at once"
+        )
+        sfn = self.engine.client("stepfunctions")
+        try:
+            while self.snapshot.newest == before and self.error is None:
+                if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
+                    break
+                time.sleep(0.25)
+            self.snapshot.save(rounds_only=True)
+        except KeyboardInterrupt:
+            pass
 
     def history(self) -> list[dict[str, Any]]:
         """Every history event of the run's executions, in order, each with its execution's ARN."""
@@ -153,7 +207,15 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
     t0 = time.time()
     # A run that already has state (resume) needs a fresh execution name.
     arn = engine.start_execution(job, name=f"{run_id[:68]}-{int(t0)}" if job.get("run_id") else run_id)
-    desc = follower.follow(arn)
+    try:
+        desc = follower.follow(arn)
+    except KeyboardInterrupt:
+        saved = follower.snapshot.newest
+        where = f"after round {saved}" if saved >= 0 else "before its first round was saved"
+        progress.info(f"stopped run {run_id} {where} (saved in {follower.state_dir})")
+        if saved >= 0:
+            progress.info(f"  continue it with: {resume_command(run_id, out)}")
+        raise
     if desc["status"] != "SUCCEEDED":
         cause = desc.get("cause", "")
         try:
@@ -167,6 +229,10 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
     for line in done_lines(run_id, metrics["final"], time.time() - t0, out, injector.counts if injector else None):
         progress.info(line)
     return metrics
+
+
+def resume_command(run_id: str, out: Path) -> str:
+    return f"smlt resume {run_id} --local --out {out}"
 
 
 def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults: dict | None = None) -> list[str]:
@@ -185,8 +251,26 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     ]
 
 
-def run_local(job_path: Path, out: Path, faults: str | None = None, code: Path | None = None) -> dict:
-    """`smlt run --local JOB [--code DIR]`: returns the run's final metrics (see :func:`execute`)."""
+def default_out(run_id: str, base: Path = Path("out")) -> Path:
+    """Where a run started without --out writes: `out/`, or `out/<run id>/` when `out/` holds
+    another run's outputs already (a second run never replaces the first's model)."""
+    try:
+        held = json.loads((base / "metrics.json").read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return base
+    return base if held in (None, run_id) else base / run_id
+
+
+def run_local(
+    job_path: Path,
+    out: Path | None,
+    faults: str | None = None,
+    code: Path | None = None,
+    replace: bool = False,
+) -> dict:
+    """`smlt run --local JOB [--code DIR]`: returns the run's final metrics (see :func:`execute`).
+    `out` None: :func:`default_out`. A saved state of the same run id in `out` is kept (the run is
+    refused, SavedRunExists) unless `replace`."""
     job, raw = read_job_file(job_path)  # named errors before anything starts
     folder = checked_dataset_folder(job, base=job_path.parent)
     package = package_code(code) if code is not None else None
@@ -195,8 +279,14 @@ def run_local(job_path: Path, out: Path, faults: str | None = None, code: Path |
     run_id = (
         raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
+    if out is None:
+        out = default_out(run_id)
+        if out != Path("out"):
+            progress.info(f"out/ holds another run's outputs: this run writes to {out}/ (--out DIR to choose)")
     with run_lock(out, run_id) as saved:  # RunInProgress before the engine starts
-        clear_state(saved)  # a fresh run: an earlier run's state under this id is replaced
+        if replace:
+            clear_state(saved)  # asked for: this run id's earlier state is replaced
+        refuse_to_replace(out, run_id, saved)  # SavedRunExists: an earlier run's state is kept
         engine, names, injector = start_engine(faults)
         _note_queueing(job, engine)
         try:
@@ -220,8 +310,15 @@ def _keep_for_resume(state: Path, bucket: str, package: CodePackage) -> None:
 
 def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
     """Continue a local run from its snapshot in OUT/.state/runs/<run id>/ (or, saved before runs
-    had their own folder, OUT/.state): the last complete round is kept."""
-    saved_items(run_id, out)  # RunNotFound before the engine starts
+    had their own folder, OUT/.state): the last complete round is kept. A run that is not in OUT
+    but in OUT/<run id>/ (a run without --out whose out/ was taken: `default_out`) is found there.
+    A finished run is left as it is: its saved final metrics are returned and nothing is written."""
+    own = out / run_id
+    if not (find_state(out, run_id) / "items.json").exists() and (find_state(own, run_id) / "items.json").exists():
+        out = own
+    items = saved_items(run_id, out)  # RunNotFound / DamagedState before the engine starts
+    if saved_status(items, run_id) == "SUCCEEDED":
+        return _finished(run_id, out)
     with run_lock(out, run_id):  # and RunInProgress
         engine, names, injector = start_engine(faults)
         try:
@@ -235,3 +332,19 @@ def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
             return execute(engine, names, run_id, job, out, injector)
         finally:
             engine.stop()
+
+
+def _finished(run_id: str, out: Path) -> dict:
+    """`smlt resume` of a run that finished: say so, change nothing, return its final metrics."""
+    folder = find_state(out, run_id) / "s3"
+    saved = [p / keys.final_metrics_key(run_id) for p in sorted(folder.iterdir())] if folder.is_dir() else []
+    found = next((p for p in saved if p.is_file()), None)
+    metrics = json.loads(found.read_text()) if found else {"final": {}}
+    f = metrics.get("final", {})
+    cost = f.get("estimated_cost_usd")
+    progress.info(
+        f"run {run_id} finished already ({f.get('rounds', '?')} rounds"
+        + (f", estimated AWS cost ${cost:.5f}" if isinstance(cost, (int, float)) else "")
+        + f"): nothing to resume, nothing changed; its outputs are in {out}/"
+    )
+    return metrics

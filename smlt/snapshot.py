@@ -9,20 +9,21 @@ on its folder (`run_lock`), so a second live run with the same id is refused and
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import hashlib
 import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from smlt.runtime import keys
+from smlt.folderlock import folder_lock
+from smlt.runtime import keys, ledger
 from smlt.runtime.aggregate.model_store import model_sha256
-from smlt.runtime.errors import DamagedState, RunInProgress, RunNotFound
+from smlt.runtime.data.manifest import parse_manifest
+from smlt.runtime.errors import DamagedState, RunInProgress, RunNotFound, SmltError
 from smlt.runtime.items import PlanItem, RoundItem
 from smlt.runtime.records import RunTable, to_item
 from smlt.runtime.store import NotFound, S3Store
@@ -32,12 +33,16 @@ class Snapshot:
     """The run's state in `state_dir`, brought up to date by `save()` after every round.
 
     A snapshot holds what a resumed run needs to plan round r+1 afresh, r being the newest
-    aggregated round: the META item, the PLAN and ROUND items of rounds 0..r, the run's objects
-    but the updates (never read again once a round is aggregated), and model r+1. The round in
-    progress is left out, so a resume never meets half a round. Every save reads only what is
-    new: the new rounds' items, and the keys after round r (S3 lists in key order; objects are
-    written once under per-round keys); the dataset's keys once. A save that finds no new round
-    writes nothing. Thread-safe: the engine's hook and the follower's poll both save."""
+    aggregated round, and what its bill and its reconciliation (`smlt verify --local`) need of
+    rounds 0..r: the META item; of each round its PLAN, ROUND, SEAL, WORKER, ERROR and ATTEMPT
+    items; the run's objects (updates included) but the sync mode's gradient exchange; and
+    model r+1. The round in progress is left out, so a resume never meets half a round (its
+    attempts before a crash are not in the bill: they died with the engine). A finished run's
+    last save adds every ATTEMPT item not saved yet (Finalize's, a stop plan's, a straggler's).
+    Every save reads only what is new: the new rounds' items, and the keys after round r (S3
+    lists in key order; objects are written once under per-round keys); the dataset's keys
+    once. A save that finds no new round writes nothing. Thread-safe: the engine's hook and the
+    follower's poll both save."""
 
     def __init__(self, engine, names, run_id: str, state_dir: Path):
         self.engine, self.names, self.run_id, self.state_dir = engine, names, run_id, state_dir
@@ -84,10 +89,14 @@ class Snapshot:
             if plan is not None:
                 added.append(plan)
             self._unreported.append((r, PlanItem.model_validate(plan) if plan is not None else None))
+            added.extend(_round_records(table, r.round))
+        if final:  # attempts of no aggregated round, and any that landed after their round's save
+            new = {i["sk"] for i in added}
+            added.extend(i for i in table.query(ledger.PREFIX) if i["sk"] not in self.saved and i["sk"] not in new)
         self.newest = max([self.newest, *(r.round for r in new_rounds)])
         artifacts = S3Store(self.names.artifacts_bucket, client=self.engine.client("s3"))
-        listed = artifacts.list(keys.run_prefix(self.run_id), start_after=None if final else self.after)
-        self._copy(artifacts, [k for k in listed if _kept(k, self.newest)])
+        objects = _listed(artifacts, keys.run_prefix(self.run_id), start_after=None if final else self.after)
+        self._copy(artifacts, [k for k in objects if _kept(k, self.newest)], objects)
         # Round newest+1's prefix gains its updates after model newest+1: list it again next time.
         self.after = keys.round_prefix(self.run_id, self.newest + 1)
         if not self.dataset_copied:
@@ -98,7 +107,9 @@ class Snapshot:
         self._file.write(meta, added)
         self.saved.update([keys.META, *(i["sk"] for i in added)])
 
-    def _copy(self, store: S3Store, listed: list[str]) -> None:
+    def _copy(self, store: S3Store, listed: list[str], modified: dict[str, float] | None = None) -> None:
+        """Copy new objects; each file's mtime is its object's LastModified where listed (what
+        the reconciliation reads to tell an update uploaded after its round's seal)."""
         folder = self.state_dir / "s3" / store.bucket
         for key in listed:
             # Objects under a run are written once (keys are per round), so copy only new ones.
@@ -112,7 +123,28 @@ class Snapshot:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_bytes(data)
+            if modified and key in modified:
+                os.utime(tmp, (modified[key], modified[key]))
             tmp.replace(path)
+
+
+def _listed(store: S3Store, prefix: str, start_after: str | None) -> dict[str, float]:
+    """{key: LastModified, epoch seconds} under prefix, in key order (after `start_after`)."""
+    extra = {"StartAfter": start_after} if start_after else {}
+    out: dict[str, float] = {}
+    for page in store.client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=prefix, **extra):
+        out.update({o["Key"]: o["LastModified"].timestamp() for o in page.get("Contents", [])})
+    return out
+
+
+def _round_records(table: RunTable, rnd: int) -> list[dict[str, Any]]:
+    """What the bill and the reconciliation read of an aggregated round besides its ROUND and
+    PLAN items: its seal, its workers' records and named errors, and its invocations' ATTEMPTs."""
+    seal = table.get_many(keys.seal_sk(rnd))[keys.seal_sk(rnd)]
+    found = [seal] if seal is not None else []
+    for prefix in (keys.worker_prefix(rnd), keys.error_sk(rnd, 0)[:-5], ledger.round_prefix(rnd)):
+        found.extend(table.query(prefix))
+    return found
 
 
 class _ItemsFile:
@@ -141,8 +173,52 @@ class _ItemsFile:
         self._meta, self._rest = len(head) - 1, self._rest + len(tail)
 
 
+DIGEST = "smlt:digest"  # each saved item's own digest, in the item (one file, one atomic rename)
+
+
 def _encode(item: dict[str, Any]) -> str:
-    return json.dumps(item, default=str)
+    """An item's JSON with its digest: sha256 of the item as it reads back, and a short digest
+    of each field (nested objects field by field), so an edit is named down to the field."""
+    value = json.loads(json.dumps(item, default=str))
+    value.pop(DIGEST, None)
+    value[DIGEST] = {"sha256": _sha256_of(value), "fields": _field_digests(value)}
+    return json.dumps(value)
+
+
+def _sha256_of(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _field_digests(value: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if isinstance(v, dict) and v:
+            out.update(_field_digests(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = _sha256_of(v)[:12]
+    return out
+
+
+def _check_digests(items_file: Path, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items without their digests, or DamagedState naming the first item (and its fields)
+    that is not what was saved. A state saved before items carried digests has none: unchecked."""
+    digests = [i.pop(DIGEST, None) if isinstance(i, dict) else None for i in items]
+    if not any(digests):
+        return items
+    for item, digest in zip(items, digests, strict=True):
+        name = f"{item.get('sk')!r} of {item.get('pk')!r}" if isinstance(item, dict) else repr(item)[:60]
+        if not isinstance(digest, dict) or not isinstance(item, dict):
+            _damaged(items_file, f"item {name} has no digest (it was added after the state was saved)")
+        if _sha256_of(item) == digest.get("sha256"):
+            continue
+        saved = digest.get("fields") or {}
+        now = _field_digests(item)
+        changed = sorted(f for f in set(saved) | set(now) if saved.get(f) != now.get(f))
+        fields = ", ".join(changed) or "its digest"
+        _damaged(
+            items_file, f"item {name} was changed after it was saved (field {fields} no longer matches its digest)"
+        )
+    return items
 
 
 def _copy_range(src: int, out: int, offset: int, length: int) -> None:
@@ -163,15 +239,15 @@ def _copy_range(src: int, out: int, offset: int, length: int) -> None:
 
 
 def _kept(key: str, newest: int) -> bool:
-    """Objects a resume needs: everything of the run but the updates and gradient exchange (never
-    read again once a round is aggregated) and, of the round in progress, all but its model."""
+    """Objects a resume or a reconciliation needs: everything of the aggregated rounds but the
+    sync mode's gradient exchange (never read again) and, of the round in progress, its model."""
     parts = key.split("/")
     if "rounds" not in parts:
         return True
     rnd = int(parts[parts.index("rounds") + 1])
     if rnd > newest:
         return rnd == newest + 1 and (parts[-1].startswith("model") or "model.slices" in parts)
-    return "updates" not in parts and "sync" not in parts
+    return "sync" not in parts
 
 
 def _dataset_location(meta: dict[str, Any]) -> tuple[str, str]:
@@ -193,30 +269,23 @@ def find_state(out: Path, run_id: str) -> Path:
     return own
 
 
-@contextlib.contextmanager
-def run_lock(out: Path, run_id: str) -> Iterator[Path]:
+def run_lock(out: Path, run_id: str) -> contextlib.AbstractContextManager[Path]:
     """Hold an exclusive OS lock on the run's state folder while the run is live (the folder is
     yielded); RunInProgress when another live process holds it. The lock dies with its process,
     so a crashed run leaves nothing to clean up before its resume."""
-    folder = state_dir(out, run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)  # never deleted: one inode to lock
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunInProgress(
-                f"run {run_id!r} is live in {out} already (another process holds {folder / 'lock'}): "
-                "wait for it to end, or give this run another run_id or --out"
-            ) from None
-        yield folder
-    finally:
-        os.close(fd)  # releases the lock
+
+    def busy(lock: Path) -> RunInProgress:
+        return RunInProgress(
+            f"run {run_id!r} is live in {out} already (another process holds {lock}): "
+            "wait for it to end, or give this run another run_id or --out"
+        )
+
+    return folder_lock(state_dir(out, run_id), busy)
 
 
 def clear_state(folder: Path) -> None:
-    """Forget a saved state (a fresh run under a run id that has one): objects are copied once,
-    so stale ones would otherwise survive into the new run's state."""
+    """Forget a saved state (`smlt run --replace`: a fresh run under a run id that has one):
+    objects are copied once, so stale ones would otherwise survive into the new run's state."""
     (folder / "items.json").unlink(missing_ok=True)
     shutil.rmtree(folder / "s3", ignore_errors=True)
 
@@ -227,12 +296,17 @@ def _saved_runs(out: Path) -> list[str]:
 
 
 def saved_items(run_id: str, out: Path) -> list[dict[str, Any]]:
-    """The saved items of ``run_id`` in ``--out out``, or RunNotFound saying what is there instead
-    (read before the engine starts: an unknown run costs nothing)."""
+    """The saved items of ``run_id`` in ``--out out`` (checked: `check_state`), or RunNotFound
+    saying what is there instead (read before the engine starts: an unknown run costs nothing)."""
     folder = find_state(out, run_id)
     items_file = folder / "items.json"
     if not items_file.exists():
         held = ", ".join(repr(r) for r in _saved_runs(out))
+        if folder.is_dir():  # the run's folder and lock, made when it started: no round was saved
+            raise RunNotFound(
+                f"run {run_id!r} stopped before its first round was aggregated, so {folder} holds no state "
+                f"to resume: start it again (`smlt run --local JOB --out {out}`)"
+            )
         raise RunNotFound(
             f"no saved state in {folder}: `smlt run --local JOB --out OUT` saves it in OUT/.state "
             "after every round; pass that run's --out" + (f" (this one holds the runs {held})" if held else "")
@@ -241,6 +315,9 @@ def saved_items(run_id: str, out: Path) -> list[dict[str, Any]]:
         items = json.loads(items_file.read_text())
     except (ValueError, UnicodeDecodeError) as e:
         raise RunNotFound(f"{items_file} is unreadable ({e}); start the run again") from None
+    if not isinstance(items, list):
+        _damaged(items_file, "it is not a list of items")
+    items = _check_digests(items_file, items)
     metas = [i for i in items if isinstance(i, dict) and i.get("sk") == keys.META]
     if not any(i.get("pk") == keys.pk(run_id) for i in metas):
         if any(isinstance(i, dict) and i.get("pk") == keys.pk(run_id) for i in items):
@@ -249,6 +326,37 @@ def saved_items(run_id: str, out: Path) -> list[dict[str, Any]]:
         raise RunNotFound(f"no run {run_id!r} in the saved state in {folder} (it holds: {held})")
     check_state(folder, items, run_id)
     return items
+
+
+def saved_status(items: list[dict[str, Any]], run_id: str) -> str | None:
+    """The run's status in its saved META item (SUCCEEDED once Finalize's save is in)."""
+    meta = next((i for i in items if i.get("pk") == keys.pk(run_id) and i.get("sk") == keys.META), None)
+    return meta.get("status") if meta else None
+
+
+class SavedRunExists(SmltError):
+    """A new run would replace the saved state of an earlier run with the same id (CLI only)."""
+
+
+def refuse_to_replace(out: Path, run_id: str, folder: Path) -> None:
+    """A fresh run under a run id that has a saved state in --out keeps that state: SavedRunExists
+    saying what the state holds and what to do (resume it, another run_id or --out, or --replace)."""
+    items_file = folder / "items.json"
+    if not items_file.exists():
+        return
+    try:
+        items = json.loads(items_file.read_text())
+        status = saved_status([i for i in items if isinstance(i, dict)], run_id)
+        rounds = sum(1 for i in items if isinstance(i, dict) and str(i.get("sk", "")).startswith("ROUND#"))
+    except (ValueError, UnicodeDecodeError, TypeError, AttributeError):
+        status, rounds = "unreadable", 0
+    if status == "SUCCEEDED":
+        what = f"run {run_id!r} finished already in {out} ({rounds} rounds saved in {folder})"
+        todo = "give this run another run_id or --out"
+    else:
+        what = f"run {run_id!r} has a saved state in {out} ({rounds} rounds, in {folder})"
+        todo = f"continue it with `smlt resume {run_id} --local --out {out}`, or give this run another run_id or --out"
+    raise SavedRunExists(f"{what}: {todo}, or pass --replace to discard that state and start over")
 
 
 def _damaged(where: Path, problem: str) -> NoReturn:
@@ -275,7 +383,7 @@ class _SavedObjects:
         return path.read_bytes()
 
 
-def _artifacts_root(folder: Path, run_id: str) -> Path | None:
+def artifacts_root(folder: Path, run_id: str) -> Path | None:
     """The saved artifacts bucket: the s3/<bucket> folder holding the run's rounds."""
     s3 = folder / "s3"
     found = [b for b in sorted(s3.iterdir()) if (b / keys.run_prefix(run_id)).is_dir()] if s3.is_dir() else []
@@ -309,11 +417,13 @@ def _rnd(r: RoundItem) -> int:
 
 def check_state(folder: Path, items: list[dict[str, Any]], run_id: str) -> None:
     """Refuse a damaged saved state (DamagedState naming the file and what is wrong) before anything
-    is restored: META present, ROUND items 0..r without a gap, a PLAN per round, and each saved model
-    (model 0 and every round's model r+1) present with the digest its item recorded."""
+    is restored: META present, ROUND items 0..r without a gap, a PLAN per round, each saved model
+    (model 0 and every round's model r+1) present with the digest its item recorded, and the saved
+    dataset's shards as its manifest lists them. (The items' own digests are checked as they are
+    read, in `saved_items`.)"""
     items_file = folder / "items.json"
     model0, rounds = _saved_rounds(items_file, items, run_id)
-    root = _artifacts_root(folder, run_id)
+    root = artifacts_root(folder, run_id)
     if not rounds:
         return
     if root is None:
@@ -331,6 +441,38 @@ def check_state(folder: Path, items: list[dict[str, Any]], run_id: str) -> None:
             path = saved.path(keys.model_key(run_id, rnd))
             where = path if path.is_file() else saved.path(keys.slices_manifest_key(run_id, rnd))
             _damaged(where, f"model {rnd} has sha256 {digest}, but {expected} was recorded when it was written")
+    meta = next(i for i in items if i.get("pk") == keys.pk(run_id) and i.get("sk") == keys.META)
+    _check_dataset(folder, meta)
+
+
+def _check_dataset(folder: Path, meta: dict[str, Any]) -> None:
+    """The saved copy of the run's dataset: its manifest readable, each shard present with the
+    sha256 the manifest lists (a damaged shard is named by its file here, before the engine
+    starts, not by a worker rounds into the resume)."""
+    try:
+        bucket, prefix = _dataset_location(meta)
+    except (KeyError, TypeError, ValueError):
+        _damaged(folder / "items.json", "META names no dataset (job.dataset.uri)")
+    root = folder / "s3" / bucket / prefix.strip("/")
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        _damaged(manifest_path, "the run's dataset manifest is not saved")
+    try:
+        manifest = parse_manifest(manifest_path.read_bytes(), str(manifest_path))
+    except SmltError as e:
+        _damaged(manifest_path, f"the dataset manifest is unreadable ({e})")
+    for split in (manifest.train, manifest.validation):
+        for shard in split.shards:
+            path = root / shard.key
+            if not path.is_file():
+                _damaged(path, f"dataset shard {shard.key} is not saved")
+            if _file_sha256(path) != shard.sha256:
+                _damaged(path, f"dataset shard {shard.key} does not match the sha256 its manifest lists")
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def restore_snapshot(engine, names, run_id: str, out: Path) -> None:
@@ -345,5 +487,8 @@ def restore_snapshot(engine, names, run_id: str, out: Path) -> None:
             if path.is_file():
                 store.put(path.relative_to(bucket_dir).as_posix(), path.read_bytes())
     ddb = engine.client("dynamodb")
-    for item in items:
-        ddb.put_item(TableName=names.table, Item=to_item(item))
+    for i in range(0, len(items), 25):
+        batch = [{"PutRequest": {"Item": to_item(item)}} for item in items[i : i + 25]]
+        unprocessed: dict[str, Any] = {names.table: batch}
+        while unprocessed:
+            unprocessed = ddb.batch_write_item(RequestItems=unprocessed).get("UnprocessedItems") or {}

@@ -17,7 +17,15 @@ def add_run(sub: Any) -> None:
     run.add_argument("job", nargs="?", help="job file (JSON); optional with --watch")
     run.add_argument("--local", action="store_true", help="run the synthesized state machine on the local engine")
     run.add_argument(
-        "--out", default="out", help="folder for model.safetensors, metrics.json, report.png, history.json"
+        "--out",
+        type=Path,
+        help="folder for model.safetensors, metrics.json, report.png, history.json and the run's saved state "
+        "(default: out/, or out/RUN_ID/ when out/ holds another run's outputs)",
+    )
+    run.add_argument(
+        "--replace",
+        action="store_true",
+        help="discard a saved state of the same run id in --out and start over (without it such a run is refused)",
     )
     run.add_argument(
         "--faults",
@@ -42,7 +50,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         engine, names, _ = start_engine(args.faults)
         try:
-            watch_folder(engine, names, Path(args.watch), Path(args.out))
+            watch_folder(engine, names, Path(args.watch), args.out or Path("out"))
         finally:
             engine.stop()
         return 0
@@ -50,7 +58,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise InvalidJob("job: give a job file (or --watch DIR)")
     from smlt.runner import run_local
 
-    run_local(Path(args.job), Path(args.out), faults=args.faults, code=args.code)
+    run_local(Path(args.job), args.out, faults=args.faults, code=args.code, replace=args.replace)
     return 0
 
 

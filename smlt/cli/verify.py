@@ -1,9 +1,11 @@
 """`smlt verify RUN`: the independent reconciliation (`smlt.reconcile`) of a run on the deployed
-stack. Exit 0 when nothing is lost, counted twice or different from its recomputation, else 1."""
+stack, or with --local of a local run from its saved state in --out. Exit 0 when nothing is lost,
+counted twice or different from its recomputation, else 1."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from smlt.runtime.progress import notice
@@ -16,21 +18,21 @@ def add_command(sub: Any) -> None:
     c.add_argument("run")
     c.add_argument("--stack", default="Smlt", help="CloudFormation stack name (default: Smlt)")
     c.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    c.add_argument("--local", action="store_true", help="a local run: read its saved state in --out")
+    c.add_argument("--out", type=Path, default=Path("out"), help="with --local: the run's output folder")
     c.set_defaults(fn=verify)
 
 
 def verify(args: argparse.Namespace) -> int:
-    import boto3
+    from smlt.reconcile import Reconciliation
 
-    from smlt import cloud as remote
-    from smlt.reconcile import reconcile
-    from smlt.runtime.errors import RunNotFound
-    from smlt.runtime.records import RunTable
+    result: Reconciliation
+    if args.local:
+        from smlt.reconcile import reconcile_saved
 
-    stack = remote.Stack.lookup(args.stack)
-    if RunTable(stack.table, args.run).meta() is None:
-        raise RunNotFound(f"no run {args.run!r} in table {stack.table}: check the run id (`smlt start` prints it)")
-    result = reconcile(boto3.client("s3"), boto3.client("dynamodb"), stack.artifacts_bucket, stack.table, args.run)
+        result = reconcile_saved(args.out, args.run)
+    else:
+        result = _deployed(args)
     if args.json:
         notice.info(result.model_dump_json(indent=2))
     for f in result.findings:
@@ -42,3 +44,17 @@ def verify(args: argparse.Namespace) -> int:
         return 0
     notice.warning(f"run {args.run}: {len(result.findings)} finding(s) in {rounds} rounds")
     return 1
+
+
+def _deployed(args: argparse.Namespace) -> Any:
+    import boto3
+
+    from smlt import cloud as remote
+    from smlt.reconcile import reconcile
+    from smlt.runtime.errors import RunNotFound
+    from smlt.runtime.records import RunTable
+
+    stack = remote.Stack.lookup(args.stack)
+    if RunTable(stack.table, args.run).meta() is None:
+        raise RunNotFound(f"no run {args.run!r} in table {stack.table}: check the run id (`smlt start` prints it)")
+    return reconcile(boto3.client("s3"), boto3.client("dynamodb"), stack.artifacts_bucket, stack.table, args.run)

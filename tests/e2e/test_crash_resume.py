@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from smlt.reconcile import reconcile_saved
 from tests.e2e.test_local_run import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,3 +164,16 @@ def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(local,
     assert trajectory(mine) == trajectory(theirs)  # every round the same, to the last bit
     assert [r["round"] for r in mine["rounds"]] == list(range(5))
     assert mine["final"]["rounds"] == 4 and mine["final"]["val_loss"] == theirs["final"]["val_loss"]
+
+    # The bill survives the resumes: every aggregated round's attempts are in the saved state,
+    # so the run costs at least every round's running total and bills at least the uncrashed
+    # run's invocations (each resume re-ran the round in progress; before, the final cost
+    # counted only the last resume's work, below the last round's own total).
+    final, ref_final = mine["final"], theirs["final"]
+    assert final["estimated_cost_usd"] >= max(r["cost_total_usd"] for r in mine["rounds"])
+    assert final["billed_invocations"] >= ref_final["billed_invocations"]
+    assert final["estimated_cost_usd"] >= ref_final["estimated_cost_usd"] * 0.9  # timings vary, the work does not
+    # ... and the reconciliation of the saved state is clean (every pre-crash update was a finding).
+    result = reconcile_saved(out, RUN)
+    assert result.ok, [f.model_dump() for f in result.findings]
+    assert len(result.rounds) == 5 and all(r.applied for r in result.rounds[:4])

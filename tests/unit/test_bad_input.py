@@ -235,7 +235,7 @@ def test_the_cli_prints_every_error_class_of_smlts_own(tmp_path, capsys, monkeyp
     module, name = error.split(":")
     cls = getattr(importlib.import_module(module), name)
 
-    def fails(job_path, out, faults=None, code=None):
+    def fails(job_path, out, faults=None, code=None, replace=False):
         raise cls("boom")
 
     monkeypatch.setattr(smlt.runner, "run_local", fails)

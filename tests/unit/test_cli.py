@@ -73,7 +73,7 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
     assert main(["status", "r", "--stack", "Nope"]) == 1
     assert capsys.readouterr().err == "error: stack 'Nope' not found (x)\n"
 
-    def failed(job_path, out, faults=None, code=None):
+    def failed(job_path, out, faults=None, code=None, replace=False):
         raise RunFailed("r1", "FAILED", "InvalidDataset", "no shards")
 
     monkeypatch.setattr(smlt.runner, "run_local", failed)

@@ -1,7 +1,8 @@
 """Reading a prepared dataset from S3, with shards cached in /tmp between warm invocations.
 
 The cache is keyed by each shard's sha256 from the manifest, so a cached file can never be
-stale, and every download is checked against it: a missing or corrupt shard raises CorruptShard.
+stale, and every download and every read of a cached file is checked against it: a missing or
+corrupt shard raises CorruptShard, a cached copy that no longer matches is read from S3 again.
 The cache keeps under a size cap (`Settings.shard_cache_mb`), evicting the least recently used
 shards that the current invocation does not read.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError
-from safetensors.numpy import load, load_file
+from safetensors.numpy import load
 
 from smlt.runtime.data.manifest import Manifest, ShardInfo, parse_manifest
 from smlt.runtime.errors import AccessDenied, CorruptShard, InvalidDataset
@@ -27,6 +29,7 @@ from smlt.runtime.keys import parse_s3_uri
 from smlt.runtime.store import NotFound, S3Store
 
 _SUFFIX = ".safetensors"
+log = logging.getLogger(__name__)
 
 
 def _cache_dir() -> Path:
@@ -65,12 +68,20 @@ class ShardCache:
             self._in_use -= added
 
     def get(self, sha256: str) -> dict[str, np.ndarray] | None:
-        """The cached shard's arrays (marked as just used), or None when it is not cached."""
+        """The cached shard's arrays (marked as just used), or None when it is not cached. The
+        file is checked against its sha256 on every read (the folder is shared by every local
+        run on the machine and outlives them): a copy that does not match is evicted, with a
+        warning, and the caller reads the shard from S3 again."""
         path = self.path(sha256)
         try:
             with self._lock:
                 self._touch(path)
-            return load_file(path)
+            blob = path.read_bytes()
+            if hashlib.sha256(blob).hexdigest() != sha256:
+                log.warning("shard cache: %s does not match its sha256: evicted, read from S3 again", path)
+                path.unlink(missing_ok=True)
+                return None
+            return load(blob)
         except FileNotFoundError:
             return None
         except (SafetensorError, OSError):
