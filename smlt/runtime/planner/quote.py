@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import Job
 from smlt.runtime.planner import core
+from smlt.runtime.planner.config import active as cfg
 from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
 
@@ -90,7 +91,7 @@ def first_forecast(
                 round_cost_usd=float(ev.f.cost[i]),
             )
     assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
-    ks = np.asarray(core.K_SET, dtype=float)
+    ks = np.asarray(cfg().k_set, dtype=float)
     one = pm.forecast.summary(np.ones_like(ks), ks, qs=(0.5,))
     steps = one[0.5] * ks
     finite = steps[np.isfinite(steps)]
