@@ -9,7 +9,8 @@ interval (between consecutive ROUND items' `finished_at`: plan, train, aggregate
 state's save), the part of it between rounds, CPU seconds per round (this process and the
 handlers: apart from the load, which stretches wall time), the machine's own state (a control
 probe's time, PROBE; the share of CPU time the VM's host stole; iowait) and the resident memory of this process (moto, the runner) and of the handler
-processes at the window's end. `flat` compares the last window with the first (within 15 %).
+processes at the window's end. `flat`: the last window's median round time over the first's, divided by
+the probe's drift, within 15 % either way (`time_flat`), and both RSS drifts at most 1.15 (`memory_flat`).
 Also: this process's largest RSS over the whole run (its outputs fetched at the end included) and
 the bytes the engine moved to disk instead (finished executions' histories and S3 bodies;
 apart, the DynamoDB items' bytes; smlt/local/memory.py). `--profile R` adds what this process allocated from round R on and still
@@ -31,6 +32,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 100
 FLAT = 0.15  # the last window within 15 % of the first
+
+
+def flatness(drift: dict[str, float | None], machine: float | None) -> dict[str, object]:
+    """The run's verdict. Time: the median round's drift over the probe's (the machine's own
+    slowdown), two-sided: a run that got faster because the host stopped stealing CPU is not
+    evidence of flatness, nor one slowed by it of growth. Memory: the RSS drifts, one-sided."""
+    t = drift.get("median_round_s")
+    over_probe = t / machine if t and machine else None
+    time_flat = over_probe is not None and 1 / (1 + FLAT) <= over_probe <= 1 + FLAT
+    rss = [drift.get(f) for f in ("runner_rss_mb", "handlers_rss_mb")]
+    memory_flat = all(v is not None and v <= 1 + FLAT for v in rss)
+    return {
+        "median_round_over_probe": round(over_probe, 3) if over_probe is not None else None,
+        "time_flat": time_flat,
+        "memory_flat": memory_flat,
+        "flat": time_flat and memory_flat,
+    }
 
 
 # /proc is read with plain strings, not pathlib: pathlib interns every part of a path, and the
@@ -369,12 +387,8 @@ def main() -> None:
         "last_over_first": drift,
         "cpu_last_over_first": cpu_drift,
         "probe_last_over_first": machine,
-        # the round time's drift less the machine's: what the run's length itself did
-        "median_round_over_probe": round(drift["median_round_s"] / machine, 3)
-        if drift["median_round_s"] and machine
-        else None,
-        "flat": all(v is not None and v <= 1 + FLAT for v in drift.values()),
     }
+    result.update(flatness(drift, machine))
     if profiled is not None:
         result["profile"] = profiled
     Path(args.result).write_text(json.dumps(result, indent=1) + "\n")

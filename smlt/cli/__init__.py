@@ -5,7 +5,8 @@ errors of :mod:`smlt.runtime.errors`; this package prints the first (:mod:`smlt.
 the second into messages and exit codes (:func:`main`). One module per command group:
 :mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
 deployed stack), :mod:`.data` (data prepare), :mod:`.models` (a retraining pipeline's versions),
-:mod:`.verify` (verify: a run's reconciliation), :mod:`.model` (predict, export, model: a run's model).
+:mod:`.verify` (verify: a run's reconciliation), :mod:`.model` (predict, export, model: a run's model),
+:mod:`.quote` (quote: a job's forecast before any spend).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from smlt.runtime.errors import (
     StudyFailed,
 )
 
-from . import cloud, dashboard, data, doctor, local, model, models, tune, verify
+from . import cloud, dashboard, data, doctor, local, model, models, quote, tune, verify
 from .console import console
 
 
@@ -53,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_command(sub)
     model.add_commands(sub)
     doctor.add_command(sub)
+    quote.add_command(sub)
     return p
 
 

@@ -17,80 +17,13 @@ from smlt.runtime.config import FunctionSizes
 from smlt.runtime.evaluation import lower_is_better
 from smlt.runtime.job import Job
 from smlt.runtime.planner import priors as P
+from smlt.runtime.planner.config import PlannerConfig, using
+from smlt.runtime.planner.config import active as cfg
 from smlt.runtime.planner.explain import since_last
 from smlt.runtime.planner.progress import ProgressModel
 from smlt.runtime.planner.timing import Forecast, JobShape, TimingModel
 from smlt.runtime.planner.types import Decision, RunHistory, target_reached
 from smlt.runtime.prices import Prices
-
-N_SET = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1000)
-K_SET = (1, 2, 3, 5, 8, 12, 20, 30, 50, 80, 120, 200, 300, 500, 800, 1200)
-EXPLORE_KAPPA = 1.0
-EXPLORE_MIN_ROUNDS = 5.0  # explore only when enough rounds remain to use what is learned
-FEASIBLE_QS = (0.9, 0.7, 0.5, 0.2)  # plan with the highest percentile of the rounds needed that fits
-# The budget is checked at the median at most: the hard per-round guard already makes overspending
-# impossible, and re-planning every round corrects an optimistic start; a high quantile here
-# would make every early plan timid (slow) while the curve is still uncertain.
-BUDGET_Q = 0.5
-BACKUP_QS = (0.9, 0.7)  # the slow-progress percentiles a fast fallback plan must still cover
-SPEED_BACKUP_QS = (BUDGET_Q,)  # the speed objective's cheap way out, at the budget's percentile
-P_NEVER_GIVE_UP = 0.99  # the curve says the target is out of reach (0.9 gave up on recorded curves on their way)
-MIN_OBS_TO_GIVE_UP = 5  # validation points before a running job may be stopped as hopeless
-# ... and only when the run itself shows it: the best metric of the last STALL_ROUNDS evaluations
-# is no better than the best before them by more than STALL_Z sd of the difference of two
-# validation measurements (binomial noise of the split for accuracy, 1 % for a loss).
-STALL_ROUNDS = 4
-STALL_Z = 2.0
-# Giving up mid-run asks more: no rise over the last PLATEAU_ROUNDS evaluations. On the replayed
-# ResNet-18 / transformer curves (slow start, noisy climb) four rounds without a new best came by
-# noise in runs the oracle finishes; the money it saved on infeasible jobs was ~5 % of what they
-# spent (the budget already caps them).
-PLATEAU_ROUNDS = 8
-# A stall over this many evaluations of models averaged from n > 1 workers caps n at one: cutting n
-# is cheap to be wrong about (one worker is the cheapest way to buy a step), and on the recorded
-# ResNet-18 / transformer curves every n > 1 plateaus below one worker's level, soon enough that
-# waiting for 2 (or 4) evaluations spent most of a tight deadline on it (docs/planner.md).
-AVERAGING_STALL_ROUNDS = 1
-# Admission control: a job is refused only when even this optimistic percentile of the rounds it
-# needs (the progress prior or the curve so far; with the mean timing, whose FLOPs prior is the
-# dense-layer floor when the workers have not measured them) cannot meet its limits. Under the
-# prior at most 1 job in 10 so refused could have made it; the refusal's numbers are the median's
-# (a deadline or budget that works in half the cases, not only in the luckiest tenth).
-ADMIT_Q = 0.1
-ADVISE_Q = 0.5
-MIDRUN_OPTIMISM = 0.5  # mid-run, a run is given up only if half the p10 rounds needed would not fit either
-# No jump to untested settings on faith: k (and n) at most this many times the largest tried so far
-# (round 0: the job's own). The progress model extrapolates from what it has seen, and on replayed
-# curves a large k is worth far less per step than it predicts; a small first round is also a
-# cheap probe while the step time is a prior (30-80x off without FLOPs).
-STEP_UP_X = 4
-# Round 0 may take two of those steps in k at once (n keeps STEP_UP_X): what a wrong step-time prior
-# costs there is already capped by the probe's time limit (timing.PROBE_X x the predicted handler +
-# PROBE_MARGIN_S), and a short job climbing 80, 320, 500 spent a round of its 2-4 (the digits jobs
-# whose oracle trains 200-500 steps a round). Tuning seeds 5-7: x4 93, x8 90, x16 95, x64 81 of 138
-# deadlines met (docs/planner.md, "The decision rule"). Not for the speed objective, which picks
-# the fewest rounds, i.e. the largest k the model over-credits: it keeps the x4 probe (speed time /
-# oracle, seeds 5-7: 1.96 with x4, 2.27 with x16, and one of 24 speed runs short of its target).
-FIRST_STEPS_UP_X = STEP_UP_X**2
-TIME_FOR_COST = 0.1  # with a deadline, the fastest plan within 10 % of the cheapest's expected cost
-# A shorter round now and then on a long-round plan: the progress model credits a long round nearly
-# k times a step (drift K's prior median 10,000) and the curve alone says little about K; a round of
-# k / SHORT_ROUND_X steps at the same n and m shows what fewer steps buy (see _short_round_probe).
-SHORT_ROUND_EVERY = 2  # from round 3, every second round (rounds 4, 6, ...)
-SHORT_ROUND_X = 4
-SHORT_ROUND_MIN_K = 120  # only plans this long: shorter ones are already cheap to correct
-SHORT_ROUND_MIN_LEFT = 8.0  # median rounds left: enough to use what the shorter round shows
-# How long a round may be (issue #12, the long jobs): the progress model credits a round of k steps
-# nearly k steps' progress until the run shows drift (K's prior median 10,000), and a run at one k
-# cannot show it. Once a round's compute is OVERHEAD_X times its fixed overhead (the round at
-# k = 0: orchestration, the model's transfers, the evaluation, the per-round charges), a longer round
-# can save at most 1 / (1 + OVERHEAD_X) of what the run spends, while what it may lose to drift is
-# unmeasured (on the recorded ResNet-18 / transformer curves 300 steps a round need about twice the
-# samples of 50). So k stops at the first step count that reaches that multiple, counted in the
-# scarcer limit (`round_length_hedge`). Cheap steps against the overhead (the digits models, 1-4 ms
-# a step against ~1.3 s) keep k = 500-1,200.
-OVERHEAD_X = 2.0  # in seconds: at most a third of the round is overhead
-COST_OVERHEAD_X = 1.0  # in dollars: at most half
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -318,25 +251,26 @@ class Hold:
 
 
 def step_reach(job: Job, history: RunHistory) -> tuple[int, int]:
-    """The largest n and k the planner may try next: STEP_UP_X times the largest tried so far (the
+    """The largest n and k the planner may try next: step_up_x times the largest tried so far (the
     workers that reported; the steps they actually took, a cut round counts what it did), at least
     the job's initial workers and local steps; in round 0 of a cost-objective job, k up to
-    FIRST_STEPS_UP_X times the job's."""
+    first_steps_up_x times the job's."""
     n_seen, k_seen = job.workers.initial, job.training.local_steps
     for r in history.rounds:
         done = [t.steps_done(r.local_steps, r.batch_size) for t in r.timings if t.error is None]
         if r.local_steps > 0 and done:
             n_seen, k_seen = max(n_seen, len(done)), max(k_seen, max(done))
     if not history.rounds and job.constraints.objective == "cost":
-        return STEP_UP_X * n_seen, FIRST_STEPS_UP_X * k_seen
-    return STEP_UP_X * n_seen, STEP_UP_X * k_seen
+        return cfg().step_up_x * n_seen, cfg().first_steps_up_x * k_seen
+    return cfg().step_up_x * n_seen, cfg().step_up_x * k_seen
 
 
-def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int = AVERAGING_STALL_ROUNDS) -> bool:
+def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int | None = None) -> bool:
     """The run stalled (`stalled`) at some point while every round it evaluated in that stretch
     had trained on more than one worker: the run's own evidence that averaging stops short.
     (A round's metric is of the model it started from, so evaluation i judges round i - 1.)
     One pass over the history: the planner asks this every round of a long run."""
+    window = cfg().averaging_stall_rounds if window is None else window
     metric = job.training.target_metric
     sign = -1.0 if lower_is_better(metric) else 1.0
     evals = [(i, sign * float(v)) for i, r in enumerate(history.rounds) if (v := getattr(r, metric)) is not None]
@@ -375,8 +309,8 @@ def candidates(
         # would: more of them will not get past it (on the recorded ResNet-18 / transformer curves
         # n > 1 plateaus below one worker's level).
         n_max = max(1, w.min)
-    ns = sorted({x for x in N_SET if w.min <= x <= w.max} | {w.min, w.max, min(w.max, n_max), w.initial})
-    ks = sorted(set(K_SET) | {job.training.local_steps})
+    ns = sorted({x for x in cfg().n_set if w.min <= x <= w.max} | {w.min, w.max, min(w.max, n_max), w.initial})
+    ks = sorted(set(cfg().k_set) | {job.training.local_steps})
     ms = _tiers_usable(job, history, tiers)
     if hold.workers is not None:
         ns = [hold.workers]
@@ -413,7 +347,7 @@ class Evaluation:
 
 def round_length_hedge(x: _Choice) -> np.ndarray:
     """The candidates whose k is within the hedge on the round's length: k of the set up to the
-    first whose compute (the round less the same round at k = 0) reaches OVERHEAD_X times that
+    first whose compute (the round less the same round at k = 0) reaches overhead_x times that
     fixed overhead, in seconds when time is the scarcer limit, in dollars when money is (the share
     of the time left the fastest plan needs at the median vs the share of the money left the
     cheapest plan needs; time on a tie). Round 0 is exempt: its step time
@@ -425,8 +359,8 @@ def round_length_hedge(x: _Choice) -> np.ndarray:
     # a k is allowed while the step count below it in the set stayed under the multiple
     ks = np.unique(cand.k)
     below = np.concatenate([[0.0], ks])[np.searchsorted(ks, cand.k)] / np.maximum(cand.k, 1.0)
-    in_time = np.maximum(f.round_s_warm - f0.round_s_warm, 0.0) * below < OVERHEAD_X * f0.round_s_warm
-    in_cost = np.maximum(f.cost_warm - f0.cost_warm, 0.0) * below < COST_OVERHEAD_X * f0.cost_warm
+    in_time = np.maximum(f.round_s_warm - f0.round_s_warm, 0.0) * below < cfg().overhead_x * f0.round_s_warm
+    in_cost = np.maximum(f.cost_warm - f0.cost_warm, 0.0) * below < cfg().cost_overhead_x * f0.cost_warm
     c = x.job.constraints
     t_left = (c.deadline_seconds - x.history.elapsed_s) if c.deadline_seconds is not None else math.inf
     sel = ev.valid & cand.reach & (in_time | in_cost)
@@ -445,7 +379,9 @@ def _evaluate(
     uniq, inv = np.unique(nk, axis=0, return_inverse=True)
     inv = inv.ravel()
     assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
-    s = pm.forecast.summary(uniq[:, 0], uniq[:, 1])
+    c_ = cfg()
+    qs = sorted({0.1, 0.2, 0.5, 0.7, 0.9, *c_.feasible_qs, *c_.backup_qs, c_.admit_q, c_.advise_q, c_.budget_q})
+    s = pm.forecast.summary(uniq[:, 0], uniq[:, 1], qs=tuple(qs))
     R = {q: v[inv] for q, v in s.items()}
     fin = finalize_cost(prices, arch, tm.sizes)
     fin_ub = finalize_cost_ub(prices, arch, tm.sizes)
@@ -460,7 +396,7 @@ def _evaluate(
         np.minimum(f.round_s_warm, 0.05 * max(deadline - history.elapsed_s, 0.0)) if math.isfinite(deadline) else 0.0
     )
     okbm = {}
-    for q in (*FEASIBLE_QS, ADMIT_Q, "mean"):
+    for q in (*cfg().feasible_qs, cfg().admit_q, "mean"):
         r = R[q]
         T[q] = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
         C[q] = f.cost + np.maximum(r - 1, 0) * f.cost_warm + fin
@@ -481,7 +417,7 @@ def _describe(i: int, cand: Candidates, ev: Evaluation) -> str:
 def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation, base: np.ndarray) -> Decision:
     """The refusal (or, mid-run, the reason to stop): which constraint cannot be met, and the
     earliest deadline and the smallest budget that would work, each with its plan."""
-    c, q = job.constraints, ADVISE_Q
+    c, q = job.constraints, cfg().advise_q
     need_budget = history.cost_total_usd + ev.C[q] + (ev.f.cost_ub - ev.f.cost_warm)
     total_t = history.elapsed_s + ev.T[q]
     ok = base & ev.ok_rounds[q] & np.isfinite(ev.T[q])
@@ -529,7 +465,7 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
     late = earliest is not None and c.deadline_seconds is not None and earliest > c.deadline_seconds
     reason = (
         f"infeasible: reaching {tgt} is predicted impossible with {' and '.join(have) or 'these limits'} "
-        f"even optimistically (p{int(100 * ADMIT_Q)} of the rounds needed); " + "; ".join(parts)
+        f"even optimistically (p{int(100 * cfg().admit_q)} of the rounds needed); " + "; ".join(parts)
     )
     return _stop(
         reason,
@@ -722,7 +658,7 @@ def _seen_in_time(x: _Choice) -> np.ndarray:
 
 def _median_plan(x: _Choice, guard: np.ndarray, finite: np.ndarray, safe) -> np.ndarray:
     ev = x.ev
-    return guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[BUDGET_Q] & finite & safe
+    return guard & ev.ok_rounds[0.5] & ev.ok_deadline[0.5] & ev.ok_budget[cfg().budget_q] & finite & safe
 
 
 def _fast_plan(x: _Choice, guard: np.ndarray, safe: np.ndarray) -> np.ndarray:
@@ -763,7 +699,7 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
         # the fastest affordable plan must still finish by the deadline if progress turns out slow
         # (p90, then p70). Re-planning every round makes this recourse real.
         t_left = c.deadline_seconds - x.history.elapsed_s
-        for qs in BACKUP_QS:
+        for qs in cfg().backup_qs:
             fast = guard & ev.ok_rounds[qs] & ev.ok_budget_mean[qs] & np.isfinite(ev.T[qs])
             if not fast.any():
                 continue
@@ -772,26 +708,27 @@ def _levels(x: _Choice, guard: np.ndarray, reachable: bool) -> list[tuple[np.nda
             levels.append((_median_plan(x, guard, np.isfinite(ev.C[0.5]), safe), qs, j))
     if c.budget_usd is not None and c.objective == "speed":
         # The mirror image for speed: go fast at the median only while, after this round, the
-        # cheapest plan could still pay its way to the target, judged at BUDGET_Q like every
+        # cheapest plan could still pay its way to the target, judged at budget_q like every
         # budget test (the hard guard already makes overspending impossible). At p90/p70 the
         # way out pushed speed runs to cheap, slow tiers the oracle did not need.
-        for qs in SPEED_BACKUP_QS:
+        for qs in cfg().speed_backup_qs:
             cheap = guard & ev.ok_rounds[qs] & ev.ok_deadline[qs] & np.isfinite(ev.C[qs])
             if not cheap.any():
                 continue
             j = int(np.argmin(np.where(cheap, ev.C[qs], np.inf)))
             safe = budget_safe(ev, qs, j, x.spendable)
             levels.append((_fast_plan(x, guard, safe), qs, j))
-    for q in FEASIBLE_QS:
-        qb = min(q, BUDGET_Q)
+    for q in cfg().feasible_qs:
+        qb = min(q, cfg().budget_q)
         levels.append((guard & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget[qb] & np.isfinite(ev.C[qb]), q, None))
     return levels
 
 
-def stalled(job: Job, history: RunHistory, val_rows: int, window: int = STALL_ROUNDS) -> bool:
+def stalled(job: Job, history: RunHistory, val_rows: int, window: int | None = None) -> bool:
     """The run's own evidence that it stopped improving: over the last `window` validation points
     the best metric rose no more than the split's noise above the best before them. The
     model's P(out of reach) alone is not enough: its curve family saturates too early on real curves."""
+    window = cfg().stall_rounds if window is None else window
     metric = job.training.target_metric
     ys = [float(v) for r in history.rounds if (v := getattr(r, metric)) is not None]
     if len(ys) <= window:
@@ -803,7 +740,9 @@ def stalled(job: Job, history: RunHistory, val_rows: int, window: int = STALL_RO
 
 def _no_rise(metric: str, sign: float, best_before: float, best_recent: float, val_rows: int) -> bool:
     """The recent best (signed: higher is better) is within the split's noise of the best before."""
-    return best_recent - best_before <= STALL_Z * math.sqrt(2.0) * _metric_sd(metric, sign * best_before, val_rows)
+    return best_recent - best_before <= cfg().stall_z * math.sqrt(2.0) * _metric_sd(
+        metric, sign * best_before, val_rows
+    )
 
 
 def _metric_sd(metric: str, value: float, val_rows: int) -> float:
@@ -814,11 +753,11 @@ def _metric_sd(metric: str, value: float, val_rows: int) -> float:
 
 
 def _hopeful_midrun(x: _Choice) -> np.ndarray:
-    """Mid-run, the candidates that could still make it if the target came at MIDRUN_OPTIMISM of
+    """Mid-run, the candidates that could still make it if the target came at midrun_optimism of
     the p10 rounds needed. The fitted curve's tail is not trusted fully: on curves measured here
     its 80 % interval covered only 62 %."""
     c, f, ev = x.job.constraints, x.f, x.ev
-    r = np.ceil(MIDRUN_OPTIMISM * ev.R[ADMIT_Q])
+    r = np.ceil(cfg().midrun_optimism * ev.R[cfg().admit_q])
     t = f.round_s + np.maximum(r - 1, 0) * f.round_s_warm + P.FINALIZE_S
     cost = f.cost + np.maximum(r - 1, 0) * f.cost_warm + finalize_cost(x.prices, x.arch, x.tm.sizes)
     deadline = c.deadline_seconds if c.deadline_seconds is not None else math.inf
@@ -833,12 +772,12 @@ def _nothing_fits(
     percentile of the progress forecast with the mean cost misses), else a best-effort plan set,
     its level, objective and note."""
     c, ev = x.job.constraints, x.ev
-    q = ADMIT_Q
+    q = cfg().admit_q
     hopeful = base & ev.ok_rounds[q] & ev.ok_deadline[q] & ev.ok_budget_mean[q] & np.isfinite(ev.C[q])
     if not x.first:
         hopeful |= base & _hopeful_midrun(x)
     evidence = x.first or (
-        x.pm.n_obs >= MIN_OBS_TO_GIVE_UP and stalled(x.job, x.history, x.tm.shape.val_rows, PLATEAU_ROUNDS)
+        x.pm.n_obs >= cfg().min_obs_to_give_up and stalled(x.job, x.history, x.tm.shape.val_rows, cfg().plateau_rounds)
     )
     confident = (not hopeful.any() or not reachable) and evidence
     if confident and not c.best_effort:
@@ -929,29 +868,33 @@ def _pick(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
             p.objective, p.at_risk = "speed", True
     base_obj = _objective(x, p)
     R_mean = x.ev.R["mean"]
-    kappa = np.where(R_mean >= EXPLORE_MIN_ROUNDS, EXPLORE_KAPPA, 0.0) if not p.at_risk and p.level >= 0.7 else 0.0
+    kappa = (
+        np.where(R_mean >= cfg().explore_min_rounds, cfg().explore_kappa, 0.0)
+        if not p.at_risk and p.level >= 0.7
+        else 0.0
+    )
     lcb = base_obj * np.maximum(0.5, 1.0 - kappa * x.f.rel_sd_param) if not p.note else base_obj
     p.i_exploit, p.i = _cheap_then_fast(x, p, base_obj), _cheap_then_fast(x, p, lcb)
     return _short_round_probe(x, p, guard)
 
 
 def _short_round_probe(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
-    """Every SHORT_ROUND_EVERY-th round from round 3 (rounds 4, 6, ...), a plan of k >=
-    SHORT_ROUND_MIN_K steps with SHORT_ROUND_MIN_LEFT or more median rounds left trains
-    k / SHORT_ROUND_X steps instead (the nearest step count, same n and m) if that round passes the
+    """Every short_round_every-th round from round 3 (rounds 4, 6, ...), a plan of k >=
+    short_round_min_k steps with short_round_min_left or more median rounds left trains
+    k / short_round_x steps instead (the nearest step count, same n and m) if that round passes the
     hard guards; best effort included. Why: the forecast credits a long round nearly k times a step
     and one k's curve cannot tell it otherwise. Rounds at two k do better than either alone (seeds
     5-7, deadlines met: a k / 4 cap on every such round 94 of 138, every third round 97, every
     second 98, none 95; docs/planner.md, "The decision rule")."""
     cand, r, i = x.cand, len(x.history.rounds), p.i
-    if r < 3 or r % SHORT_ROUND_EVERY or cand.k[i] < SHORT_ROUND_MIN_K:
+    if r < 3 or r % cfg().short_round_every or cand.k[i] < cfg().short_round_min_k:
         return p
-    if float(x.ev.R[0.5][i]) < SHORT_ROUND_MIN_LEFT:
+    if float(x.ev.R[0.5][i]) < cfg().short_round_min_left:
         return p
     same = (cand.n == cand.n[i]) & (cand.m == cand.m[i]) & (cand.k < cand.k[i]) & guard
     if not same.any():
         return p
-    gap = np.abs(np.log(np.maximum(cand.k, 1.0)) - math.log(float(cand.k[i]) / SHORT_ROUND_X))
+    gap = np.abs(np.log(np.maximum(cand.k, 1.0)) - math.log(float(cand.k[i]) / cfg().short_round_x))
     j = int(np.argmin(np.where(same, gap, np.inf)))
     p.probe = (
         f"exploring a shorter round: {int(cand.k[j])} steps instead of {int(cand.k[i])} "
@@ -963,23 +906,23 @@ def _short_round_probe(x: _Choice, p: _Pick, guard: np.ndarray) -> _Pick:
 
 def _cheap_then_fast(x: _Choice, p: _Pick, obj: np.ndarray) -> int:
     """The best candidate by `obj`; with a deadline and the cost objective, the fastest of those
-    within TIME_FOR_COST of the cheapest: the cost headroom buys the deadline a margin (forecasts
+    within time_for_cost of the cheapest: the cost headroom buys the deadline a margin (forecasts
     are optimistic: on recorded curves the median forecast was 0.8x the truth)."""
     i = int(np.argmin(np.where(p.chosen, obj, np.inf)))
     if p.note and x.job.constraints.objective == "speed":
         return _fast_best_effort(x, p, obj, i)
     if p.objective != "cost" or p.note or x.job.constraints.deadline_seconds is None:
         return i
-    near = p.chosen & (obj <= obj[i] * (1.0 + TIME_FOR_COST))
+    near = p.chosen & (obj <= obj[i] * (1.0 + cfg().time_for_cost))
     return int(np.argmin(np.where(near, x.ev.T["mean"], np.inf)))
 
 
 def _fast_best_effort(x: _Choice, p: _Pick, obj: np.ndarray, i: int) -> int:
-    """Best effort for the speed objective: of the plans that buy within TIME_FOR_COST of the most
+    """Best effort for the speed objective: of the plans that buy within time_for_cost of the most
     progress the money left can buy (`obj` is minus that progress), the one that buys it fastest.
     The most progress alone is the cheapest progress: a budget-bound speed run went to 1,024 MB
     rounds of ~48 s where 1,769 MB ran them in ~31 s for 7 % more a round."""
-    near = p.chosen & (obj <= obj[i] * (1.0 - TIME_FOR_COST))
+    near = p.chosen & (obj <= obj[i] * (1.0 - cfg().time_for_cost))
     dtau = x.pm.mean_round_progress(x.cand.n, x.cand.k)
     pace = x.f.round_s_warm / np.maximum(dtau, 1e-12)  # seconds per unit of progress
     return int(np.argmin(np.where(near, pace, np.inf)))
@@ -989,7 +932,7 @@ def _binding(x: _Choice, guard: np.ndarray, p: _Pick) -> tuple[str, float, int]:
     """Which constraint bound the choice, at which percentile, and the plan it kept out."""
     ev, i = x.ev, p.i
     qb = 0.5 if p.backup is not None else p.level
-    qbud = min(qb, BUDGET_Q)
+    qbud = min(qb, cfg().budget_q)
     free = guard & ev.ok_rounds[qb] & np.isfinite(ev.C[qb])
     i_free = (
         int(np.argmin(np.where(free, ev.C["mean"] if p.objective == "cost" else ev.T["mean"], np.inf)))
@@ -1006,7 +949,7 @@ def _binding(x: _Choice, guard: np.ndarray, p: _Pick) -> tuple[str, float, int]:
         )
     else:
         bound = "budget" if not ev.ok_budget[qbud][i_free] else "none"
-    if bound == "none" and not ev.ok_rounds[FEASIBLE_QS[0]][i]:
+    if bound == "none" and not ev.ok_rounds[cfg().feasible_qs[0]][i]:
         bound = "max_rounds"
     return bound, qb, i_free
 
@@ -1151,7 +1094,7 @@ def decide_adaptive(
     guard = _hard_guards(x, base & cand.reach & round_length_hedge(x))
     if isinstance(guard, Decision):
         return guard
-    reachable = float(np.max(x.ev.R["p_never"])) < P_NEVER_GIVE_UP
+    reachable = float(np.max(x.ev.R["p_never"])) < cfg().p_never_give_up
     first_fit = next(((ok, q, j) for ok, q, j in _levels(x, guard, reachable) if ok.any()), None)
     if first_fit is not None:
         chosen, level, backup = first_fit
@@ -1174,11 +1117,26 @@ def decide(
     sizes: FunctionSizes | None = None,
     *,
     hold: Hold | None = None,
+    config: PlannerConfig | None = None,
 ) -> Decision:
     """Plan the next round of `job` from its `history`: train (n, m, k) or stop, with a reason.
     `sizes`: the deployed planner/aggregator memory and worker timeout (a function's Settings;
     None reads them from the environment, or cdk.json without one). `hold`: dimensions held
-    fixed (ablations; the adaptive planner only)."""
+    fixed (ablations; the adaptive planner only). `config`: the decision rule's constants (None:
+    the active ones, `config.active`; the deployed defaults unless a caller set a variant)."""
+    with using(config):
+        return _decide(job, history, tiers, prices, architecture, sizes, hold)
+
+
+def _decide(
+    job: Job,
+    history: RunHistory,
+    tiers: list[int],
+    prices: Prices,
+    architecture: str,
+    sizes: FunctionSizes | None,
+    hold: Hold | None,
+) -> Decision:
     if not tiers:
         tiers = [job.workers.memory_mb or 2048]
     sizes = sizes or FunctionSizes()

@@ -109,7 +109,7 @@ def beta_prior_median(train_rows: int) -> float:
 # Median 10,000 (no drift until the run shows it): calibrated alone (bench/progress_calibration.py
 # --loo) 300 gave the best intervals, but in the decision loop a prior that discounts large k
 # before the run has tried it makes the short jobs (digits on 8x the rows: 4 rounds of 500 steps)
-# plan timid first rounds, and the step bound (core.STEP_UP_X) already keeps k from jumping past
+# plan timid first rounds, and the step bound (PlannerConfig.step_up_x) already keeps k from jumping past
 # what was measured. Tuning seeds 5-7, deadline met of 138 (docs/planner.md Model 2): 300 -> 48,
 # 3,000 -> 76, 10,000 -> 83, with the epochs prior below. The price: K moves slowly (14 rounds
 # alternating 20 and 200 steps that bought 2.4x take it to ~3,000).

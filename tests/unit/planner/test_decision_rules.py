@@ -8,11 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from smlt.runtime.planner import decide
+from smlt.runtime.planner.config import DEFAULT as C
+from smlt.runtime.planner.config import PlannerConfig
 from smlt.runtime.planner.core import (
-    FIRST_STEPS_UP_X,
-    STALL_ROUNDS,
-    STEP_UP_X,
-    TIME_FOR_COST,
     _cheap_then_fast,
     _levels,
     _Pick,
@@ -46,7 +44,7 @@ def test_a_flat_curve_is_stalled_and_a_climbing_one_is_not():
     assert stalled(job, _history(small_rise), 60)
     assert not stalled(job, _history(small_rise), 5000)
     # too few points to tell
-    assert not stalled(job, _history(flat[:STALL_ROUNDS]), 360)
+    assert not stalled(job, _history(flat[: C.stall_rounds]), 360)
 
 
 def test_a_loss_target_is_stalled_when_the_loss_stops_falling():
@@ -64,7 +62,7 @@ def test_the_model_s_doubt_alone_does_not_stop_a_run_that_still_climbs(prices):
     reach (the old rule stopped "to save the budget" here), the run itself does not, so it keeps
     training (best effort within the guards)."""
     accs = [float(saturation(60 * i, 0.1, 0.85, 300.0, 1.0)) for i in range(9)]
-    assert accs[-1] - accs[-STALL_ROUNDS - 1] > 0.15
+    assert accs[-1] - accs[-C.stall_rounds - 1] > 0.15
     hist = _history(accs)
     job = make_job(
         constraints={"deadline_seconds": hist.elapsed_s + 20.0, "budget_usd": 1.0},
@@ -167,12 +165,12 @@ def test_a_budget_stop_with_too_little_for_an_evaluation_just_stops(prices):
 
 
 def test_round_0_steps_at_most_its_bound_beyond_the_job_s_own_settings(prices):
-    """Round 0: n up to STEP_UP_X times the job's, k up to FIRST_STEPS_UP_X (STEP_UP_X squared) times."""
+    """Round 0: n up to C.step_up_x times the job's, k up to C.first_steps_up_x (C.step_up_x squared) times."""
     job = make_job(training={"target_value": 0.9, "max_rounds": 200, "local_steps": 20})
     hist = make_history([], params=100_000, rows=20_000, flops=None)
     n_max, k_max = step_reach(job, hist)
-    assert FIRST_STEPS_UP_X == STEP_UP_X**2
-    assert (n_max, k_max) == (STEP_UP_X * 4, FIRST_STEPS_UP_X * 20)
+    assert C.first_steps_up_x == C.step_up_x**2
+    assert (n_max, k_max) == (C.step_up_x * 4, C.first_steps_up_x * 20)
     cand = candidates(job, hist, TIERS)
     assert cand.k[cand.reach].max() <= k_max and cand.n[cand.reach].max() <= n_max
     assert cand.k.max() > k_max  # the plans beyond reach stay candidates for admission
@@ -185,10 +183,10 @@ def test_the_reach_grows_with_the_steps_workers_actually_took():
     r0 = make_round(0, n=2, m=1769, k=300, acc=0.1)
     for t in r0.timings:  # cut at the limit after 60 of the 300 planned steps
         t.steps, t.cut = 60, True
-    assert step_reach(job, make_history([r0])) == (STEP_UP_X * 4, STEP_UP_X * 60)
+    assert step_reach(job, make_history([r0])) == (C.step_up_x * 4, C.step_up_x * 60)
     r1 = make_round(1, n=8, m=1769, k=200, acc=0.2)
     n_max, k_max = step_reach(job, make_history([r0, r1]))
-    assert (n_max, k_max) == (STEP_UP_X * 8, STEP_UP_X * 200)
+    assert (n_max, k_max) == (C.step_up_x * 8, C.step_up_x * 200)
     cand = candidates(job, make_history([r0, r1]), TIERS)
     assert set(np.unique(cand.k[cand.reach])) >= {800} and cand.k[cand.reach].max() == 800
 
@@ -218,7 +216,7 @@ def test_with_a_deadline_the_cost_headroom_buys_the_fastest_of_the_near_cheapest
     cost = [1.00, 1.05, 1.09, 1.20, 0.5]
     T = [40.0, 30.0, 20.0, 5.0, 1.0]
     chosen = [True, True, True, True, False]  # the cheapest overall is not allowed
-    assert TIME_FOR_COST == 0.1
+    assert C.time_for_cost == 0.1
     assert _pick_of("cost", chosen, cost, T) == 2  # within 10 % of $1.00: the fastest
     assert _pick_of("cost", chosen, cost, T, deadline=None) == 0  # no deadline: the cheapest
     assert _pick_of("speed", chosen, T, T) == 3  # the speed objective is the time itself
@@ -233,17 +231,15 @@ def test_a_fast_plan_that_pays_its_own_way_needs_no_cheap_way_out():
     assert budget_safe(ev, 0.9, 0, 1.0).tolist() == [True, True, True, False]  # type: ignore[arg-type]
 
 
-def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach(prices, monkeypatch):
+def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach(prices):
     """The step bound limits what round 0 tries, not what the job could do later: a job that needs
     many local steps per round is admitted as it would be without the bound (the bound once made the
     bench's digits jobs with 21 s deadlines 'infeasible' while the oracle met them)."""
-    import smlt.runtime.planner.core as core
 
     hist = make_history([], params=100_000, rows=11_500, flops=None)
 
     def verdicts(step_up):
-        monkeypatch.setattr(core, "STEP_UP_X", step_up)
-        monkeypatch.setattr(core, "FIRST_STEPS_UP_X", step_up**2)
+        variant = PlannerConfig(step_up_x=step_up, first_steps_up_x=step_up**2)
         out = []
         for deadline in (15.0, 25.0, 40.0, 80.0, 160.0):
             job = make_job(
@@ -251,32 +247,31 @@ def test_admission_judges_every_plan_not_only_those_within_the_next_rounds_reach
                 workers={"planner": "adaptive", "initial": 1, "min": 1, "max": 64},
                 constraints={"deadline_seconds": deadline, "budget_usd": 0.01},
             )
-            out.append(decide(job, hist, TIERS, prices).infeasible)
+            out.append(decide(job, hist, TIERS, prices, config=variant).infeasible)
         return out
 
-    bounded, unbounded = verdicts(STEP_UP_X), verdicts(10**6)
+    bounded, unbounded = verdicts(C.step_up_x), verdicts(10**6)
     assert bounded == unbounded, (bounded, unbounded)
     assert not all(unbounded)  # some of these jobs are feasible
 
 
-def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices, monkeypatch):
+def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices):
     """Round 0 of a digits-sized job on 8x the rows with a 21 s deadline and $0.00256, round 0's k
-    held to STEP_UP_X x the job's (with FIRST_STEPS_UP_X the 300-step plans fit at p70): nothing
+    held to C.step_up_x x the job's (with C.first_steps_up_x the 300-step plans fit at p70): nothing
     fits even at the p20 forecast, so best effort buys the most progress. The money rounds may
     spend is the budget less the hard guard's reserve (the last round's worst case beyond its mean,
     and finalisation's), so a plan with a dear worst case buys fewer rounds than its mean cost
     says. Counting rounds at the mean cost alone chose 4 workers (worst case $0.00197 of the
     $0.00256), and such runs stopped on their budget a round or two short; with the reserve
     counted, 2 workers ($0.00134)."""
-    import smlt.runtime.planner.core as core
 
-    monkeypatch.setattr(core, "FIRST_STEPS_UP_X", STEP_UP_X)
     hist = RunHistory(train_rows=11_504, val_rows=359, dataset_bytes=2_945_024)
     job = make_job(
         constraints={"deadline_seconds": 21.0, "budget_usd": 0.00256},
         training={"target_value": 0.97, "max_rounds": 4000, "local_steps": 20},
     )
-    d = decide(job, hist, [1024, 1769, 3008, 5120, 7168, 10240], prices)
+    variant = PlannerConfig(first_steps_up_x=C.step_up_x)
+    d = decide(job, hist, [1024, 1769, 3008, 5120, 7168, 10240], prices, config=variant)
     assert d.action == "train" and "best effort" in d.reason, d.reason
     assert d.workers <= 2 and d.predicted_round_cost_usd is not None, d.reason
 
@@ -284,7 +279,7 @@ def test_best_effort_counts_the_rounds_the_budget_guard_lets_a_plan_pay(prices, 
 def test_the_speed_objective_s_cheap_way_out_is_judged_at_the_budget_s_percentile():
     """Speed with $1.00 to spend: the fast plan (1) has a $0.40 worst round; the cheap plan (0)
     needs $0.80 at p90, $0.40 at the median. Judged at p90 the fast plan left no way out and the
-    run took the cheap, slow one; at BUDGET_Q (the median, as every budget test) the fast plan
+    run took the cheap, slow one; at C.budget_q (the median, as every budget test) the fast plan
     is allowed (the hard guard keeps the bill within the budget either way)."""
     job = make_job(constraints={"budget_usd": 1.0, "objective": "speed"})
     yes = np.array([True, True])

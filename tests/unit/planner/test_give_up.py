@@ -4,7 +4,7 @@ recorded curves the stretched exponential alone called P(out of reach) > 0.9 on 
 that reach the target; bench/progress_calibration.py)."""
 
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import PLATEAU_ROUNDS, STALL_ROUNDS
+from smlt.runtime.planner.config import DEFAULT as C
 from smlt.runtime.planner.progress import saturation
 from smlt.sim import curves
 
@@ -34,18 +34,18 @@ def test_a_curve_still_climbing_towards_the_target_is_not_given_up(prices):
 
 
 def test_a_flat_curve_far_below_the_target_is_still_given_up(prices):
-    """Flat at 0.5 for more than PLATEAU_ROUNDS evaluations (12 rounds; 8 are no longer enough)."""
-    d = _decide(0.5, 30.0, 2000.0, prices, n_rounds=PLATEAU_ROUNDS + 4)
+    """Flat at 0.5 for more than C.plateau_rounds evaluations (12 rounds; 8 are no longer enough)."""
+    d = _decide(0.5, 30.0, 2000.0, prices, n_rounds=C.plateau_rounds + 4)
     assert d.action == "stop" and d.reason.startswith("stopping to save the budget"), d.reason
 
 
 def test_a_noisy_slow_climb_is_not_given_up(prices):
     """A replayed ResNet-18 x8 run's shape (3,200 validation rows): 0.09 -> 0.25 over 15 rounds, no
     new best in the last four, far below the 0.55 target, 10 min left. Four rounds without a rise
-    gave such runs up although the oracle finished them; over PLATEAU_ROUNDS the curve still rose
+    gave such runs up although the oracle finished them; over C.plateau_rounds the curve still rose
     (0.21 -> 0.25, ~6 sd of the split's noise), so it trains on."""
     accs = [0.09, 0.11, 0.13, 0.07, 0.16, 0.16, 0.21, 0.15, 0.21, 0.21, 0.25, 0.24, 0.23, 0.24, 0.235]
-    assert max(accs[-STALL_ROUNDS:]) <= max(accs[:-STALL_ROUNDS])  # stalled by the four-round test
+    assert max(accs[-C.stall_rounds :]) <= max(accs[: -C.stall_rounds])  # stalled by the four-round test
     d = _decide_on(accs, 600.0, prices, target=0.55, val_rows=3200)
     assert d.action == "train", d.reason
 

@@ -57,7 +57,7 @@ def _round(i: int, d: Decision, step_s: float, acc: float) -> RoundRecord:
 def _run(hist: RunHistory, slowdown: float, rounds: int, prices) -> list[tuple[Decision, RoundRecord]]:
     job = make_job(
         constraints={"deadline_seconds": 20_000, "budget_usd": 50.0},
-        # local_steps 200: round 0 may plan up to STEP_UP_X x the job's k, enough for its cut
+        # local_steps 200: round 0 may plan up to C.step_up_x x the job's k, enough for its cut
         training={"target_value": 0.95, "max_rounds": 500, "local_steps": 200},
         # one tier: these records have no cold starts, which a move to a new tier would predict
         workers={"planner": "adaptive", "initial": 4, "min": 1, "max": 64, "memory_mb": 1769},

@@ -1,5 +1,5 @@
 """How long a round may be, and how many workers (issue #12, the long jobs): k stops where a
-round's compute reaches OVERHEAD_X times its fixed overhead, counted in the scarcer limit; a plan on
+round's compute reaches C.overhead_x times its fixed overhead, counted in the scarcer limit; a plan on
 more workers than the fewest allowed only when none on the fewest meets the constraints."""
 
 from types import SimpleNamespace
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from smlt.runtime.planner import decide
+from smlt.runtime.planner.config import DEFAULT as C
 from smlt.runtime.planner.core import (
-    OVERHEAD_X,
     _Choice,
     _evaluate,
     _fewest_workers,
@@ -37,7 +37,7 @@ def _run(step_s, k=300, **constraints):
 def test_a_compute_heavy_round_stops_near_twice_its_overhead(prices):
     """100 ms steps against ~2.5 s of fixed overhead a round: no more than ~50-80 steps, where the
     progress model alone (no drift until shown) went on to 4x the 300 steps tried."""
-    assert OVERHEAD_X == 2.0
+    assert C.overhead_x == 2.0
     job, hist = _run(0.1, deadline_seconds=3600.0, budget_usd=5.0)
     d = decide(job, hist, TIERS, prices)
     assert d.action == "train" and d.local_steps <= 120, d.reason

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from smlt.runtime.planner.core import SHORT_ROUND_EVERY, SHORT_ROUND_X, _Pick, _short_round_probe
+from smlt.runtime.planner.config import DEFAULT as C
+from smlt.runtime.planner.core import _Pick, _short_round_probe
 
 # candidates: (n, m, k); plan 0 is the pick
 N = np.array([4.0, 4.0, 4.0, 4.0, 8.0, 4.0])
@@ -27,7 +28,7 @@ def _probe(rounds=4, k=300.0, left=20.0, guard=(True,) * 6, note=""):
 
 
 def test_a_long_round_plan_trains_a_quarter_of_its_steps_every_third_round():
-    assert (SHORT_ROUND_EVERY, SHORT_ROUND_X) == (2, 4)
+    assert (C.short_round_every, C.short_round_x) == (2, 4)
     p = _probe()
     assert p.i == 2 and p.i_exploit == 0 and p.explore  # 80 steps: the nearest to 300 / 4, same n and m
     assert "exploring a shorter round: 80 steps instead of 300" in p.probe

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import TIME_FOR_COST, Hold, _cheap_then_fast, _levels, _Pick, candidates
+from smlt.runtime.planner.config import DEFAULT as C
+from smlt.runtime.planner.core import Hold, _cheap_then_fast, _levels, _Pick, candidates
 from smlt.runtime.planner.types import RunHistory
 
 from .conftest import TIERS, make_job
@@ -29,9 +30,9 @@ def _best_effort_pick(objective: str, progress, round_s, chosen=(True, True, Tru
 
 def test_speed_best_effort_takes_the_fastest_plan_near_the_most_progress():
     """The budget-bound ResNet-18 x8 speed runs: 1,024 MB buys the most progress with the money
-    left (10 units, 48 s rounds), 1,769 MB 9.5 (31 s), 10,240 MB 5 (10 s). Within TIME_FOR_COST of
+    left (10 units, 48 s rounds), 1,769 MB 9.5 (31 s), 10,240 MB 5 (10 s). Within C.time_for_cost of
     the most progress the fastest is 1,769 MB; far beyond it, 10,240 MB is not taken."""
-    assert TIME_FOR_COST == 0.1
+    assert C.time_for_cost == 0.1
     progress, round_s = [10.0, 9.5, 8.0, 5.0], [48.0, 31.0, 20.0, 10.0]
     assert _best_effort_pick("speed", progress, round_s) == 1
     assert _best_effort_pick("cost", progress, round_s) == 0  # the cost objective: the most progress

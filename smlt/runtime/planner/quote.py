@@ -1,0 +1,105 @@
+"""The first plan's forecast as a range: what `smlt quote` reports before any spend.
+
+Read-only over the adaptive planner's own models (`core`): the same timing and progress models,
+candidates and evaluation the first plan is chosen from, so the quote and the run agree. Nothing
+here changes a decision.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel
+
+from smlt.runtime.config import FunctionSizes
+from smlt.runtime.job import Job
+from smlt.runtime.planner import core
+from smlt.runtime.planner.config import active as cfg
+from smlt.runtime.planner.types import Decision, RunHistory
+from smlt.runtime.prices import Prices
+
+LOW_Q, HIGH_Q = 0.1, 0.9  # the range: p10-p90 of the rounds still needed
+
+
+class Outlook(BaseModel):
+    """Time and cost to the target of one plan held for the whole run, at p10 / p50 / p90 of the
+    rounds needed (conditional on the target being reachable; `p_never` is the rest)."""
+
+    workers: int
+    memory_mb: int
+    local_steps: int
+    rounds: tuple[float, float, float]
+    seconds: tuple[float, float, float]
+    cost_usd: tuple[float, float, float]
+    round_s: float
+    round_cost_usd: float
+
+
+class FirstForecast(BaseModel):
+    """What the first plan knows: the decision, its plan's outlook, the limits that would work,
+    and the sequential steps the progress model expects one worker to need (for a one-VM price)."""
+
+    decision: Decision
+    outlook: Outlook | None
+    earliest_deadline_s: float | None
+    min_budget_usd: float | None
+    p_never: float
+    sequential_steps: float | None  # median local steps one worker needs (min over the step grid)
+
+
+def _finite(x: float) -> float:
+    return float(x) if math.isfinite(float(x)) else math.inf
+
+
+def first_forecast(
+    job: Job,
+    history: RunHistory,
+    tiers: list[int],
+    prices: Prices,
+    architecture: str = "x86_64",
+    sizes: FunctionSizes | None = None,
+) -> FirstForecast:
+    """The first plan of `job` (`core.decide`) with its p10-p90 outlook, the earliest deadline and
+    smallest budget that work (the refusal's numbers, computed for every job), from `history`
+    (before round 0: the dataset's rows and bytes, the built-in model's footprint)."""
+    sizes = sizes or FunctionSizes()
+    tiers = sorted(tiers) or [job.workers.memory_mb or 2048]
+    decision = core.decide(job, history, tiers, prices, architecture, sizes)
+    tm = core.fitted_timing(job, history, prices, architecture, sizes)
+    pm = core._progress_model(job, history, tm.shape)
+    cand = core.candidates(job, history, tiers, None, tm.shape.val_rows)
+    ev = core._evaluate(job, history, cand, tm, pm, prices, architecture)
+    limits = core._infeasible(job, history, cand, ev, ev.valid.copy())
+
+    outlook = None
+    if decision.action == "train":
+        hit = np.flatnonzero(
+            (cand.n == decision.workers) & (cand.m == decision.memory_mb) & (cand.k == decision.local_steps)
+        )
+        if hit.size:
+            i = int(hit[0])
+            qs = (LOW_Q, 0.5, HIGH_Q)
+            outlook = Outlook(
+                workers=decision.workers,
+                memory_mb=decision.memory_mb,
+                local_steps=decision.local_steps,
+                rounds=tuple(_finite(ev.R[q][i]) for q in qs),  # type: ignore[arg-type]
+                seconds=tuple(_finite(ev.T[q][i]) for q in qs),  # type: ignore[arg-type]
+                cost_usd=tuple(_finite(ev.C[q][i]) for q in qs),  # type: ignore[arg-type]
+                round_s=float(ev.f.round_s[i]),
+                round_cost_usd=float(ev.f.cost[i]),
+            )
+    assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
+    ks = np.asarray(cfg().k_set, dtype=float)
+    one = pm.forecast.summary(np.ones_like(ks), ks, qs=(0.5,))
+    steps = one[0.5] * ks
+    finite = steps[np.isfinite(steps)]
+    return FirstForecast(
+        decision=decision,
+        outlook=outlook,
+        earliest_deadline_s=limits.earliest_deadline_s,
+        min_budget_usd=limits.min_budget_usd,
+        p_never=float(np.min(one["p_never"])),
+        sequential_steps=float(finite.min()) if finite.size else None,
+    )
