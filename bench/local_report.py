@@ -130,7 +130,8 @@ def _tta_table(name: str, r: dict[str, Any]) -> list[str]:
     t = r["job"]["training"]
     lines = [
         f"Time to {t['target_value']} validation accuracy on **{name}** (`{r['source']}`, "
-        f"model {r['job']['model']['params']}, batch {t['batch_size']}, lr {t['learning_rate']}; "
+        f"model {r['job']['model']['params']}, batch {t['batch_size']}, lr {t['learning_rate']}, "
+        f"seed {r['job'].get('seed', 0)} in every system; "
         f"evaluation every {r['job']['workers']['initial'] * t['local_steps'] * t['batch_size']:,} samples):",
         "",
         "| system | start-up s | training s | reached | accuracy | epochs |",
