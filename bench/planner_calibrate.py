@@ -18,6 +18,7 @@ Writes smlt/sim/calibration.json with
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -364,9 +365,13 @@ def step_times(smoke: bool = False):
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--fit-only", action="store_true", help="refit the stored measurements")
+    smoke.add_flag(ap)
+    a = ap.parse_args()
+    is_smoke = a.smoke
     t0 = time.time()
-    is_smoke = smoke.FLAG in sys.argv
-    if "--fit-only" in sys.argv:  # refit the stored measurements
+    if a.fit_only:
         old = json.loads(OUT.read_text())
         steps, curves = old["steps"], old["curves"]
     else:
