@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml package.json 2>/dev/null 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run test test-fast test-unit test-functional test-engine test-e2e test-infra test-browser test-stock-moto lint fmt typecheck pr bench bench-zoo bench-report bench-planner synth deploy clean
+.PHONY: install run test test-fast test-unit test-functional test-engine test-e2e test-infra test-browser test-stock-moto lint fmt typecheck pr bench bench-smoke bench-zoo bench-report bench-planner synth deploy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -69,6 +69,10 @@ bench-planner: install
 bench: install
 	$(BIN)/python bench/local_bench.py
 	$(BIN)/python bench/model_zoo.py
+
+# Every bench/ script's --smoke (tiny inputs, nothing written; make test runs the same): ~2 min.
+bench-smoke: install
+	$(BIN)/pytest -q tests/e2e/test_bench_smoke.py
 
 # The model zoo alone: digits CNN time to accuracy, ResNet-18 throughput, a ResNet-50 sharded round.
 bench-zoo: install

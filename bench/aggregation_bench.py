@@ -19,7 +19,7 @@ through a real store, and the accuracy cost of fp16/bf16 update compression.
    worker's exact training step and the aggregator's exact reduce, with none / fp16 / bf16 updates,
    same seeds.
 
-    python bench/aggregation_bench.py [--quick] [--out FILE]
+    python bench/aggregation_bench.py [--smoke] [--out FILE]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from smlt.runtime.data.manifest import Manifest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke  # noqa: E402
 from smlt.runtime import keys  # noqa: E402
 from smlt.runtime.aggregate.model_store import read_model  # noqa: E402
 from smlt.runtime.aggregate.reduce import (  # noqa: E402
@@ -518,13 +519,13 @@ def compression_accuracy(
 # ----------------------------------------------------------------------------- all
 
 
-def run(quick: bool = False) -> dict:
+def run(smoke: bool = False) -> dict:
     from smlt.local.redis_server import LocalRedisServer
 
     cases = [(8, "1M"), (32, "1M"), (8, "11M"), (32, "11M")]
     store_cases = [(8, "1M"), (32, "1M"), (8, "11M"), (32, "11M")]
-    if quick:
-        cases = store_cases = [(8, "1M"), (32, "1M")]
+    if smoke:  # every path once, on the small model
+        cases = store_cases = [(8, "1M")]
     out: dict = {"load_average_start": os.getloadavg()}
     print("in-process reduce vs numpy reference", flush=True)
     out["in_process"] = bench_in_process(cases, repeats=3)
@@ -533,12 +534,12 @@ def run(quick: bool = False) -> dict:
     out["sync"] = []
     with LocalRedisServer() as srv:
         out["store"] += bench_store("redis", ("redis", srv.url), store_cases, repeats=2)
-        out["sync"].append(bench_sync("redis", ("redis", srv.url)))
+        out["sync"].append(bench_sync("redis", ("redis", srv.url), steps=3 if smoke else 15))
     with MotoServer() as moto:
         out["store"] += bench_store("s3", ("s3", moto.endpoint), store_cases, repeats=1)
-        out["sync"].append(bench_sync("s3", ("s3", moto.endpoint)))
+        out["sync"].append(bench_sync("s3", ("s3", moto.endpoint), steps=3 if smoke else 15))
     print("compression accuracy (digits, local SGD)", flush=True)
-    out["compression"] = compression_accuracy(rounds=10 if quick else 25, seeds=(0,) if quick else (0, 1, 2))
+    out["compression"] = compression_accuracy(rounds=3 if smoke else 25, seeds=(0,) if smoke else (0, 1, 2))
     out["load_average_end"] = os.getloadavg()
     return out
 
@@ -559,11 +560,14 @@ def summarize(res: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1M cases only, one seed (a smoke run)")
+    smoke.add_flag(ap)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     a = ap.parse_args()
-    res = run(a.quick)
+    res = run(a.smoke)
     res["summary"] = summarize(res)
+    if a.smoke:
+        smoke.report(res)
+        return
     print(json.dumps(res["summary"], indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))

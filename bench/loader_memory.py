@@ -9,6 +9,7 @@ difference is what the data costs. Results: bench/results/loader_memory.json.
 
     .venv/bin/python bench/loader_memory.py            # ~2 GB (32 x 64 MB)
     .venv/bin/python bench/loader_memory.py --shards 4 # a quick look
+    .venv/bin/python bench/loader_memory.py --smoke    # 2 x 1 MB against 2 x 1 MB, nothing written
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke  # noqa: E402
 from bench.moto_server import start_server, stop_server  # noqa: E402
 
 SAMPLE = (3, 32, 32)
@@ -169,9 +171,13 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--shard-mb", type=int, default=64)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "loader_memory.json"))
+    smoke.add_flag(ap)
     a = ap.parse_args()
     if a.worker:
         return worker(a.worker)
+    if a.smoke:
+        smoke.report(measure(2, 1))
+        return None
     res = measure(a.shards, a.shard_mb)
     print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}))
     if a.shards >= 32:

@@ -7,21 +7,29 @@ An inline Map runs at most 40 iterations at once, so above 40 its workers go in 
 shows that with a worker time of WORKER_S seconds. Prints the Markdown table of
 docs/architecture.md ("The round's Map").
 
-    .venv/bin/python bench/map_choice.py
+    .venv/bin/python bench/map_choice.py [--smoke]
+
+It computes in milliseconds: `--smoke` prints the same table and its row count as smoke results.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
+from pathlib import Path
 
-from smlt.runtime.config import FunctionSizes
-from smlt.runtime.fanout import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import smoke  # noqa: E402 - needs ROOT on the path when run as a script
+from smlt.runtime.config import FunctionSizes  # noqa: E402
+from smlt.runtime.fanout import (  # noqa: E402
     DISTRIBUTED_TRANSITIONS_PER_WORKER,
     INLINE_EVENTS_PER_WORKER,
     INLINE_MAX,
     INLINE_TRANSITIONS_PER_WORKER,
 )
-from smlt.runtime.prices import Prices
+from smlt.runtime.prices import Prices  # noqa: E402
 
 WORKER_S = 30.0  # a worker's handler time, for the inline Map's waves above 40 workers
 
@@ -51,5 +59,14 @@ def rows() -> list[str]:
     return out
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    smoke.add_flag(ap)
+    table = rows()
+    print("\n".join(table))
+    if ap.parse_args().smoke:
+        smoke.report({"rows": len(table) - 2})
+
+
 if __name__ == "__main__":
-    print("\n".join(rows()))
+    main()

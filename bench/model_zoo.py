@@ -20,9 +20,9 @@
 A part whose model or dataset source this checkout does not have yet says so and is skipped.
 Results: bench/results/model_zoo.json, rendered into bench/README.md's "Model zoo" section.
 
-    python bench/model_zoo.py [--quick] [--skip-smlt] [--parts tta,throughput,round] [--out FILE]
+    python bench/model_zoo.py [--smoke] [--skip-smlt] [--parts tta,throughput,round] [--out FILE]
 
-`--quick` is a smoke run (not a measurement to record): the flat digits MLP (examples/digits.json)
+`--smoke` is a smoke run (bench/smoke.py: not a measurement, nothing written): the flat digits MLP (examples/digits.json)
 to a low target with one seed and no grid, a few steps of throughput, a small round.
 """
 
@@ -43,7 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.jobs import CACHE, Split, example_job, prepare  # noqa: E402 - needs ROOT on the path
+from bench import smoke as smoke_run  # noqa: E402 - needs ROOT on the path
+from bench.jobs import CACHE, Split, example_job, prepare  # noqa: E402
 
 RESULTS = ROOT / "bench/results/model_zoo.json"
 README = ROOT / "bench/README.md"
@@ -265,13 +266,13 @@ def _fmt(r: dict[str, Any]) -> str:
     return f"training {r['train_s']:7.2f} s, reached={r['reached']}, accuracy {r.get('accuracy') or 0:.4f}"
 
 
-def time_to_accuracy(quick: bool, with_smlt: bool) -> dict[str, Any]:
+def time_to_accuracy(smoke: bool, with_smlt: bool) -> dict[str, Any]:
     """Part 1: smlt, plain PyTorch (its best lr) and local SGD on the digits CNN, per seed."""
     from bench.time_to_accuracy import run_smlt_local
 
-    file, target, seeds = ("digits.json", 0.9, SEEDS[:1]) if quick else ("digits-cnn.json", CNN_TARGET, SEEDS)
+    file, target, seeds = ("digits.json", 0.9, SEEDS[:1]) if smoke else ("digits-cnn.json", CNN_TARGET, SEEDS)
     job, why = _example(file)
-    if quick:  # two local SGD processes
+    if smoke:  # two local SGD processes
         job = {**job, "workers": {**job["workers"], "initial": 2}}
     res: dict[str, Any] = {"job_file": file, "source": job["dataset"]["uri"], "target": target, "seeds": list(seeds)}
     print(f"time to accuracy: {file} to {target}", flush=True)
@@ -282,7 +283,7 @@ def time_to_accuracy(quick: bool, with_smlt: bool) -> dict[str, Any]:
         return res | _skip(why_data or "")
     job = {**job, "dataset": {"uri": str(folder)}}
     lr0 = float(job["training"]["learning_rate"])
-    grid = [lr0] if quick else [round(f * lr0, 6) for f in LR_GRID]
+    grid = [lr0] if smoke else [round(f * lr0, 6) for f in LR_GRID]
     res["plain_grid"] = {str(lr): run_baseline(folder, _with(job, seeds[0], target, lr)) for lr in grid}
     for lr, r in res["plain_grid"].items():
         print(f"  plain lr {lr:<8} {_fmt(r)}", flush=True)
@@ -481,10 +482,10 @@ def timed_steps(job: dict[str, Any], manifest: Any, xt: Any, yt: Any, steps: int
     }
 
 
-def throughput(quick: bool) -> dict[str, Any]:
+def throughput(smoke: bool) -> dict[str, Any]:
     """Part 2: one smlt worker's training loop against a plain PyTorch loop, samples/s."""
-    file = "digits.json" if quick else "images-resnet18.json"
-    steps = 4 if quick else 12
+    file = "digits.json" if smoke else "images-resnet18.json"
+    steps = 4 if smoke else 12
     job, why = _example(file)
     res: dict[str, Any] = {"job_file": file, "source": job["dataset"]["uri"], "steps": steps, "threads": THREADS}
     print(f"throughput per worker: {file}, {steps} steps of batch {job['training']['batch_size']}", flush=True)
@@ -520,11 +521,11 @@ def throughput(quick: bool) -> dict[str, Any]:
     return res
 
 
-def sharded_round(quick: bool) -> dict[str, Any]:
+def sharded_round(smoke: bool) -> dict[str, Any]:
     """Part 3: one round of a large model through k aggregators: peak RSS of every process."""
     file, model, k = (
         ("digits.json", {"name": "mlp", "params": {"hidden": [2048, 2048]}}, 2)
-        if quick
+        if smoke
         else (
             "images-resnet18.json",
             {"name": "resnet50"},
@@ -639,29 +640,29 @@ def update_readme(res: dict[str, Any]) -> None:
     README.write_text(text[:start] + section + (text[end + 1 :] if end >= 0 else ""))
 
 
-def run(quick: bool, with_smlt: bool, parts: list[str]) -> dict[str, Any]:
+def run(smoke: bool, with_smlt: bool, parts: list[str]) -> dict[str, Any]:
     res: dict[str, Any] = {
         "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "quick": quick,
+        "smoke": smoke,
         "cpus": os.cpu_count(),
         "load_start": round(os.getloadavg()[0], 2),
     }
     if "tta" in parts:
-        res["tta"] = time_to_accuracy(quick, with_smlt)
+        res["tta"] = time_to_accuracy(smoke, with_smlt)
     if "throughput" in parts:
-        res["throughput"] = throughput(quick)
+        res["throughput"] = throughput(smoke)
     if "round" in parts:
-        res["round"] = sharded_round(quick)
+        res["round"] = sharded_round(smoke)
     res["load_end"] = round(os.getloadavg()[0], 2)
     return res
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: small jobs, not a measurement to record")
+    smoke_run.add_flag(ap)
     ap.add_argument("--skip-smlt", action="store_true", help="the baselines only (part 1)")
     ap.add_argument("--parts", default="tta,throughput,round")
-    ap.add_argument("--out", default=None, help=f"results JSON (default {RESULTS}; --quick: a temporary file)")
+    ap.add_argument("--out", default=None, help=f"results JSON (default {RESULTS})")
     ap.add_argument("--child", nargs=2, metavar=("ROLE", "EVENT"), help=argparse.SUPPRESS)
     ap.add_argument("--plain-throughput", metavar="ARGS", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -672,14 +673,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         args = json.loads(a.plain_throughput)
         print(json.dumps(plain_throughput(args["job"], args["uri"], args["steps"], THREADS)))
         return None
-    res = run(a.quick, not a.skip_smlt, a.parts.split(","))
-    out = (
-        Path(a.out)
-        if a.out
-        else (Path(tempfile.mkdtemp(prefix="smlt-zoo-")) / "model_zoo.json" if a.quick else RESULTS)
-    )
+    res = run(a.smoke, not a.skip_smlt, a.parts.split(","))
+    if a.smoke:
+        smoke_run.report(res)
+        return res
+    out = Path(a.out) if a.out else RESULTS
     out.write_text(json.dumps(res, indent=1, default=float))
-    if not a.quick and out == RESULTS:
+    if out == RESULTS:
         update_readme(res)
     print(f"results: {out}", flush=True)
     return res

@@ -8,6 +8,7 @@ median of each call on each and the ratio (unpatched / patched).
 
     .venv/bin/python bench/moto_calls.py [--reps N] [--json PATH]
     .venv/bin/python bench/moto_calls.py --aggregation   # + sharded vs single on S3 (~5 min)
+    .venv/bin/python bench/moto_calls.py --smoke         # every call once on small data, + 8 x 1M aggregation
 
 ``--aggregation`` also runs bench/aggregation_bench.py's store benchmark (single aggregator vs k
 sharded reducers, ranged GETs; 8 and 32 updates of 11M parameters) against each of the two
@@ -27,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.moto_server import start_server, stop_server  # noqa: E402 - needs ROOT on the path
+from bench import smoke  # noqa: E402 - needs ROOT on the path
+from bench.moto_server import start_server, stop_server  # noqa: E402
 from smlt.runtime.records import create_run_table  # noqa: E402
 
 BUCKET, TABLE = "bench", "runs"
@@ -56,22 +58,23 @@ def item(pk: str, sk: str, i: int) -> dict:
     return d
 
 
-def setup(s3, ddb) -> None:
+def setup(s3, ddb, big: int = BIG, part_items: int = PART_ITEMS) -> None:
     s3.create_bucket(Bucket=BUCKET)
-    s3.put_object(Bucket=BUCKET, Key="big", Body=os.urandom(1024 * 1024) * (BIG // (1024 * 1024)))
+    s3.put_object(Bucket=BUCKET, Key="big", Body=os.urandom(1024 * 1024) * (big // (1024 * 1024)))
     s3.put_object(Bucket=BUCKET, Key="small", Body=os.urandom(4096))
     create_run_table(ddb, TABLE)
     for pk in ("RUN#a", "RUN#b"):  # two runs: moto's Query sorted the whole table
-        for i in range(PART_ITEMS):
+        for i in range(part_items):
             ddb.put_item(TableName=TABLE, Item=item(pk, f"{KINDS[i % 4]}{i // 4:04d}#{i % 8}", i))
 
 
-def calls(s3, ddb):
-    """name -> function; every call is idempotent or uses fresh keys."""
+def calls(s3, ddb, size: int = BIG):
+    """name -> function; every call is idempotent or uses fresh keys. The names are the
+    recorded sizes' (`--smoke` runs the same calls on smaller data)."""
     n = {"put": 0}
     small = os.urandom(4096)
-    big = os.urandom(BIG)
-    part = BIG // 8
+    big = os.urandom(size)
+    part = size // 8
 
     def fresh() -> str:
         n["put"] += 1
@@ -187,7 +190,9 @@ def main() -> None:
     ap.add_argument(
         "--aggregation", action="store_true", help="also aggregation_bench's S3 store benchmark on each server (~5 min)"
     )
+    smoke.add_flag(ap)
     args = ap.parse_args()
+    big, part_items = (2 * 1024 * 1024, 40) if args.smoke else (BIG, PART_ITEMS)
 
     import boto3
     from botocore.config import Config
@@ -204,8 +209,8 @@ def main() -> None:
                 config=Config(retries={"max_attempts": 1}),
             )
             clients[mode] = (boto3.client("s3", **kw), boto3.client("dynamodb", **kw))
-            setup(*clients[mode])
-        fns = {mode: calls(*clients[mode]) for mode in clients}
+            setup(*clients[mode], big, part_items)
+        fns = {mode: calls(*clients[mode], big) for mode in clients}
         out = {}
         t_start = time.perf_counter()
         print(f"{'call':42s} {'unpatched':>12s} {'patched':>12s}   ratio")
@@ -215,7 +220,7 @@ def main() -> None:
             times = {"0": [], "1": []}
             t = time.perf_counter()
             fns["0"][name]()  # slow calls (unpatched: up to ~1 s) get fewer repetitions
-            reps = max(5, min(args.reps, int(args.budget / (time.perf_counter() - t))))
+            reps = 1 if args.smoke else max(5, min(args.reps, int(args.budget / (time.perf_counter() - t))))
             for _ in range(reps):
                 for mode in ("0", "1"):
                     t = time.perf_counter()
@@ -234,8 +239,8 @@ def main() -> None:
         for p in procs.values():
             stop_server(p)
     results = {"calls": out}
-    if args.aggregation:
-        results["aggregation"] = aggregation([(8, "11M"), (32, "11M")])
+    if args.aggregation or args.smoke:
+        results["aggregation"] = aggregation([(8, "1M")] if args.smoke else [(8, "11M"), (32, "11M")])
         for mode, rows in results["aggregation"].items():
             for r in rows:
                 print(
@@ -244,7 +249,9 @@ def main() -> None:
                     f"of 1/{round(1 / r['range_fraction'])} {r['range_get_s'] * 1e3:.0f} ms vs whole "
                     f"{r['full_get_s'] * 1e3:.0f} ms"
                 )
-    if args.json:
+    if args.smoke:
+        smoke.report(results)
+    elif args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 

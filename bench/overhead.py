@@ -8,18 +8,18 @@ regression, batch 1, one local step, a 400-row dataset).
 
 from __future__ import annotations
 
-import contextlib
+import bisect
 import json
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bench.jobs import Split, example_job, prepare
+from bench.long_run import MemorySampler
 
 JOB_FILE = "bench-overhead.json"
 SPLIT = Split(shards=8, validation_fraction=0.1)
@@ -27,6 +27,7 @@ SPLIT = Split(shards=8, validation_fraction=0.1)
 HANDLERS = {"planner": "Planner", "train": "TrainStep", "aggregate": "Aggregate"}
 
 Spans = dict[str, list[tuple[float, float]]]
+SAMPLE_S = 0.25  # CPU sampling interval (a round here ~0.25 s; positions between samples are interpolated)
 
 
 def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
         out = Path(tempfile.mkdtemp(prefix="smlt-overhead-"))
         engine.start_trace()
         t1 = time.time()
-        with _cpu_marks(first=2, last=rounds - 2) as marks:
+        with MemorySampler(interval=SAMPLE_S) as sampler:
             try:
                 execute(engine, names, "overhead", job, out)
                 rc = 0
@@ -68,7 +69,8 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
         engine.stop()
     if rc != 0:
         return {"skipped": True, "note": f"overhead run failed ({rc})"}
-    rows = _round_rows(_state_spans(json.loads((out / "history.json").read_text())), trace, pool_size)
+    spans = _state_spans(json.loads((out / "history.json").read_text()))
+    rows = _round_rows(spans, trace, pool_size)
     if not rows:
         return {"skipped": True, "note": "too few rounds in the history"}
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
@@ -86,7 +88,7 @@ def smlt_overhead_ms_per_round(rounds: int | None = None) -> dict[str, Any]:
         "second_half_median_ms": statistics.median(r["round_ms"] for r in rows[half:]),
         "job": job,
         "load_average": os.getloadavg(),
-        "cpu_ms_per_round": _cpu_per_round(marks),
+        "cpu_ms_per_round": _cpu_per_round([a for a, _ in spans.get("Plan", [])], sampler.samples, 2, rounds - 2),
     }
 
 
@@ -139,61 +141,32 @@ def _round_row(a: float, b: float, spans: Spans, trace: list[dict[str, Any]], po
     return row
 
 
-CpuMarks = dict[int, tuple[int, dict[int, float]]]
-
-
-@contextlib.contextmanager
-def _cpu_marks(first: int, last: int) -> Iterator[CpuMarks]:
-    """CPU seconds of this process and of its descendants (the handler processes), read from
-    /proc when the run's follower has seen `first` and then `last` rounds: the steady state."""
-    from smlt import runner
-
-    marks: CpuMarks = {}
-    poll = runner.Follower.poll
-
-    def marking(self: runner.Follower, *args: Any) -> None:
-        poll(self, *args)
-        for m in (first, last):
-            if len(self.seen) >= m and m not in marks:
-                marks[m] = (len(self.seen), _cpu_seconds(os.getpid()))
-
-    runner.Follower.poll = marking  # type: ignore[method-assign]  # a probe for this run only, restored below
-    try:
-        yield marks
-    finally:
-        runner.Follower.poll = poll  # type: ignore[method-assign]
-
-
-def _cpu_seconds(root: int) -> dict[int, float]:
-    """{pid: user + system CPU seconds} of root and its descendants ({} without /proc)."""
-    tick, procs = os.sysconf("SC_CLK_TCK"), {}
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            procs[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    tree, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, (parent, _) in procs.items():
-            if parent in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return {pid: procs[pid][1] for pid in tree if pid in procs}
-
-
-def _cpu_per_round(marks: CpuMarks) -> dict[str, float] | None:
-    """CPU ms per round between the two marks: the engine process (moto server, interpreter,
-    follower) and the handler processes together."""
-    if len(marks) < 2:
+def _cpu_per_round(
+    plans: list[float], samples: list[tuple[float, float, float, float, float]], first: int, last: int
+) -> dict[str, float] | None:
+    """CPU ms per round between round `first`'s and round `last`'s Plan (the steady state): the
+    engine process (moto server, interpreter, follower) and the handler processes apart. From
+    bench/long_run.py's sampler (time, RSS, RSS, CPU s of this process, CPU s of its descendants)
+    and the execution history: the run is not probed from inside, only watched."""
+    if len(plans) <= last or last <= first:
         return None
-    (n0, c0), (n1, c1) = (marks[k] for k in sorted(marks))
-    me = os.getpid()
+    inside = [s for s in samples if plans[first] <= s[0] <= plans[last]]
+    if len(inside) < 2:
+        return None
+    a, b = inside[0], inside[-1]
+    rounds = _round_at(plans, b[0]) - _round_at(plans, a[0])
+    if rounds <= 0:
+        return None
+    return {
+        "engine_process": (b[3] - a[3]) * 1e3 / rounds,
+        "handler_processes": (b[4] - a[4]) * 1e3 / rounds,
+        "rounds": round(rounds, 2),
+    }
 
-    def per(pids: list[int]) -> float:
-        return sum(c1[p] - c0.get(p, 0.0) for p in pids) * 1e3 / max(1, n1 - n0)
 
-    return {"engine_process": per([me]), "handler_processes": per([p for p in c1 if p != me]), "rounds": n1 - n0}
+def _round_at(plans: list[float], t: float) -> float:
+    """Rounds elapsed at time t, counting round r from its Plan entered (linear within a round)."""
+    i = bisect.bisect_right(plans, t) - 1
+    if i + 1 >= len(plans):
+        return float(i)
+    return i + (t - plans[i]) / (plans[i + 1] - plans[i])

@@ -2,7 +2,7 @@
 ablations, in a simulated world it did not write (smlt/sim: replayed curves, drawn platform
 constants, injected faults), every scenario under several seeds and two worlds (calm, noisy).
 
-Run:  nice -n 10 .venv/bin/python bench/planner_bench.py [--quick] [--jobs N] [--seeds S] [--first-seed J] [--out F]
+Run:  nice -n 10 .venv/bin/python bench/planner_bench.py [--smoke] [--jobs N] [--seeds S] [--first-seed J] [--out F]
           [--config variant.json]
 Writes bench/results/planner.json and the `## Planner` section of bench/README.md. `--config`: a
 PlannerConfig variant (the fields it changes), its runs written to --out F with the variant recorded.
@@ -32,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke  # noqa: E402
 from smlt.runtime.job import parse_job  # noqa: E402
 from smlt.runtime.planner import decide  # noqa: E402
 from smlt.runtime.planner.config import PlannerConfig, PlannerConfigError, using  # noqa: E402
@@ -104,11 +105,15 @@ def _scenarios_of(w: Workload) -> list[dict[str, Any]]:
     return out
 
 
-def scenarios(quick: bool = False) -> list[dict[str, Any]]:
+def scenarios(smoke: bool = False) -> list[dict[str, Any]]:
+    """Every scenario; `smoke`: the first of each kind (tight, loose, infeasible, speed)."""
     out = [s for w in variants() for s in _scenarios_of(w)]
     for i, s in enumerate(out):
         s["id"] = i
-    return out[::5] if quick else out
+    if smoke:
+        first = {s["kind"]: s for s in reversed(out)}
+        return sorted(first.values(), key=lambda s: s["id"])
+    return out
 
 
 def job_for(s: dict[str, Any], w: Workload, planner: str = "adaptive"):
@@ -601,7 +606,7 @@ def cases(sc: list[dict[str, Any]], seeds: int, first: int = 0) -> list[tuple[di
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="every 5th scenario, one seed (smoke test)")
+    smoke.add_flag(ap)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--seeds", type=int, default=SEEDS)
     ap.add_argument("--first-seed", type=int, default=0, help="seed offset per scenario (tune on 5, report on 0)")
@@ -630,8 +635,8 @@ def main(argv: list[str] | None = None) -> None:
         write_readme(markdown(old))
         return
     t0 = time.time()
-    seeds = 1 if args.quick else args.seeds
-    todo = cases(scenarios(args.quick), seeds, args.first_seed)
+    seeds = 1 if args.smoke else args.seeds
+    todo = cases(scenarios(args.smoke), seeds, args.first_seed)
     if args.jobs > 1:
         with get_context("fork").Pool(args.jobs) as pool:
             records = pool.map(run_case, todo, chunksize=1)
@@ -643,7 +648,9 @@ def main(argv: list[str] | None = None) -> None:
     if VARIANT is not None:
         result["config"] = VARIANT.model_dump(mode="json", exclude_defaults=True)
     print(json.dumps({k: v for k, v in result["summary"].items() if k != "details"}, indent=1))
-    if args.out:
+    if args.smoke:
+        smoke.report(result["summary"])
+    elif args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     elif not args.no_write:
         write_results(result)

@@ -1,7 +1,7 @@
 """Measure the curves and step times the planner simulator is calibrated from.
 
 Run:  .venv/bin/python bench/planner_calibrate.py   (about 2-3 minutes on 2 cores;
-      --fit-only refits the stored measurements)
+      --fit-only refits the stored measurements; --smoke: a tiny grid and one seed, printed, not written)
 
 Writes smlt/sim/calibration.json with
   - `curves`: validation accuracy/loss per round of local SGD (the same semantics as smlt's workers:
@@ -18,6 +18,7 @@ Writes smlt/sim/calibration.json with
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -32,6 +33,7 @@ from sklearn.datasets import load_digits, make_classification
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke  # noqa: E402
 from smlt.runtime.planner.progress import round_progress, saturation  # noqa: E402
 
 OUT = ROOT / "smlt" / "sim" / "calibration.json"
@@ -131,16 +133,19 @@ class LocalSGD:
         return acc, loss
 
 
-def measure_curves():
+def measure_curves(smoke: bool = False):
     curves = []
+    grid_n, grid_k, seeds = ((1, 4), (2, 10), SEEDS[:1]) if smoke else (GRID_N, GRID_K, SEEDS)
     for name, Xt, yt, Xv, yv, c in datasets():
+        if smoke and name != "digits":
+            continue
         trainer = LocalSGD(Xt, yt, Xv, yv, c)
         steps_cap = 300 if name == "digits" else 1500
-        for n in GRID_N:
-            for k in GRID_K:
+        for n in grid_n:
+            for k in grid_k:
                 rounds = int(min(120, max(8, math.ceil(steps_cap / k))))
                 accs, losses = [], []
-                for s in SEEDS:
+                for s in seeds:
                     a, lo = trainer.run(n, k, rounds, seed=s)
                     accs.append(a)
                     losses.append(lo)
@@ -154,7 +159,7 @@ def measure_curves():
                         "batch": BATCH,
                         "lr": LR,
                         "momentum": MOMENTUM,
-                        "seeds": len(SEEDS),
+                        "seeds": len(seeds),
                         "val_accuracy": np.round(np.mean(accs, 0), 4).tolist(),
                         "val_loss": np.round(np.mean(losses, 0), 4).tolist(),
                     }
@@ -289,10 +294,12 @@ def check_progress_model(curves):
     }
 
 
-def step_times():
+def step_times(smoke: bool = False):
     """Seconds per training step (batch 32, SGD) of MLPs and a small CNN at 1 and 2 threads."""
     out = []
     configs = [("mlp", 64, 128), ("mlp", 256, 512), ("mlp", 784, 1024), ("mlp", 1024, 2048), ("cnn", 32, 0)]
+    if smoke:
+        configs = [configs[0], configs[1], configs[-1]]
     for kind, d, h in configs:
         if kind == "mlp":
             model = torch.nn.Sequential(
@@ -327,7 +334,7 @@ def step_times():
                 torch.nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
             reps, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < 1.0:
+            while time.perf_counter() - t0 < (0.05 if smoke else 1.0):
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
@@ -358,20 +365,28 @@ def step_times():
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--fit-only", action="store_true", help="refit the stored measurements")
+    smoke.add_flag(ap)
+    a = ap.parse_args()
+    is_smoke = a.smoke
     t0 = time.time()
-    if "--fit-only" in sys.argv:  # refit the stored measurements
+    if a.fit_only:
         old = json.loads(OUT.read_text())
         steps, curves = old["steps"], old["curves"]
     else:
         print("step times ...", flush=True)
-        steps = step_times()
+        steps = step_times(is_smoke)
         print("curves ...", flush=True)
-        curves = measure_curves()
+        curves = measure_curves(is_smoke)
     fits = {name: fit_dataset(curves, name) for name in sorted({c["dataset"] for c in curves})}
     for name, f in fits.items():
         print(f"  fit {name}: {f}")
     check = check_progress_model(curves)
     print(f"  progress model on the measured curves: {check}")
+    if is_smoke:
+        smoke.report({"steps": steps, "fit": fits, "progress_check": check, "curves": len(curves)})
+        return
     OUT.write_text(
         json.dumps(
             {

@@ -11,6 +11,7 @@ replaying an unchanged planner reproduces the recorded summary exactly.
     .venv/bin/python bench/planner_replay.py --base F.json --out G.json       # a --first-seed 5 record, keep the runs
     .venv/bin/python bench/planner_replay.py --only 27,28                     # some scenarios only
     .venv/bin/python bench/planner_replay.py --trace 27 1271 calm             # one run, round by round, with reasons
+    .venv/bin/python bench/planner_replay.py --smoke                          # scenario 0 replayed and traced, nothing written
 
 Tune on seeds 5-7 (`planner_bench.py --first-seed 5 --out F.json`, then `--base F.json`), report on
 0-2, and re-run the full benchmark before recording numbers (`make bench-planner`).
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import planner_bench as pb  # noqa: E402
 
+from bench import smoke  # noqa: E402
 from smlt.runtime.planner import decide  # noqa: E402
 from smlt.runtime.prices import Prices  # noqa: E402
 from smlt.sim.run import SimResult, simulate  # noqa: E402
@@ -141,8 +143,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="write the replayed runs here (planner_bench.py's format)")
     ap.add_argument("--trace", nargs=3, metavar=("SCENARIO", "SEED", "WORLD"), help="trace one run")
     ap.add_argument("--width", type=int, default=600, help="characters of each reason to print (--trace)")
+    smoke.add_flag(ap)
     args = ap.parse_args(argv)
     base = json.loads(args.base.read_text())
+    if args.smoke:  # the first scenario's runs replayed, and one of them traced
+        records, wall = replay(base, {0}, 1)
+        first = records[0]
+        trace(base, first["id"], first["seed"], first["world"], 80)
+        smoke.report(report(records, wall, base["summary"]["seeds"]))
+        return
     if args.trace:
         sid, seed, world = args.trace
         trace(base, int(sid), int(seed), world, args.width)

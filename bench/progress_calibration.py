@@ -1,6 +1,6 @@
 """How honest are the progress model's forecasts on the recorded curves?
 
-Run:  nice -n 10 .venv/bin/python bench/progress_calibration.py [--quick] [--no-write]
+Run:  nice -n 10 .venv/bin/python bench/progress_calibration.py [--quick] [--no-write] [--smoke]
 Writes bench/results/progress_calibration.json.
 
 The world is the benchmark's (smlt/sim/curves.py replaying smlt/sim/curves/*.json); the planner's
@@ -35,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke  # noqa: E402
 from smlt.runtime.planner import priors  # noqa: E402
 from smlt.runtime.planner.progress import ProgressModel  # noqa: E402
 from smlt.runtime.planner.types import RoundRecord, RunHistory  # noqa: E402
@@ -270,14 +271,15 @@ def leave_one_out(grid: dict[str, list[float]], seeds=SEEDS) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one seed")
+    ap.add_argument("--quick", action="store_true", help="one seed (a measurement, written)")
+    smoke.add_flag(ap)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the results")
     ap.add_argument("--loo", action="store_true", help="also choose DRIFT_K_PRIOR_MEDIAN leave-one-workload-out")
     a = ap.parse_args()
     t0 = time.perf_counter()
-    seeds = SEEDS[:1] if a.quick else SEEDS
-    cases = collect(workloads(), seeds)
+    seeds = SEEDS[:1] if a.quick or a.smoke else SEEDS
+    cases = collect(workloads()[:1] if a.smoke else workloads(), seeds)
     result: dict[str, Any] = {
         "what": "ProgressModel forecasts on the replayed recorded curves (bench/progress_calibration.py)",
         "observed_plans": OBSERVED,
@@ -298,7 +300,9 @@ def main() -> None:
                 print(_line(f"  held out {k}", v["held_out"]))
         print(_line("held out, all", loo["held_out_all"]))
     print(f"{len(cases)} forecasts, {result['wall_s']} s, slowest fit {result['score']['fit_ms_max']} ms")
-    if not a.no_write:
+    if a.smoke:
+        smoke.report(result)
+    elif not a.no_write:
         a.out.write_text(_dump(result, cases))
 
 

@@ -4,7 +4,7 @@ its own part of the data with a fresh optimizer, and the round's model is the gl
 the sample-weighted mean of the workers' deltas, as smlt/runtime/steps/aggregate does), at several worker
 counts and local steps, plus the step time per sample measured on one torch thread.
 
-    nice -n 10 python bench/record_curves.py [--only NAME] [--quick]
+    nice -n 10 python bench/record_curves.py [--only NAME] [--smoke]
 
 Writes smlt/sim/curves/NAME.json (one file per workload). The workers of a round run one after
 another in this process (same arithmetic as n processes, no engine), so a setting costs its
@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke as smoke_run  # noqa: E402
 from bench.jobs import Split, prepare  # noqa: E402
 from bench.model_zoo import _load, _model_and_optimizer  # noqa: E402
 
@@ -197,13 +198,13 @@ def remeasure(name: str, folder: Path) -> None:
     print(f"{name}: {out['step_s_per_sample'] * 1e3:.3g} ms CPU per sample", flush=True)
 
 
-def record(name: str, quick: bool) -> dict[str, Any]:
+def record(name: str, smoke: bool) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)  # one Lambda vCPU's share; the simulator scales from it
     spec = dict(SPECS[name])
-    if quick:
-        spec |= {"workers": spec["workers"][:2], "steps": spec["steps"][:1], "samples": spec["samples"] // 10}
+    if smoke:
+        spec |= {"workers": spec["workers"][:2], "steps": spec["steps"][:1], "samples": spec["samples"] // 50}
     folder = prepare(f"curves-{name}", spec["source"], Split())
     data = _load(str(folder))
     t0 = time.process_time()
@@ -229,16 +230,19 @@ def record(name: str, quick: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=sorted(SPECS), action="append")
-    ap.add_argument("--quick", action="store_true", help="a smoke run, not a recording")
+    smoke_run.add_flag(ap)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--step-time", action="store_true", help="only re-measure the step time of recorded curves")
     a = ap.parse_args(argv)
+    if a.smoke:  # the smallest workload (its curves and step time), printed, not recorded
+        smoke_run.report({name: record(name, smoke=True) for name in a.only or ["digits-mlp"]})
+        return
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.only or list(SPECS):
         if a.step_time:
             remeasure(name, a.out)
             continue
-        (a.out / f"{name}.json").write_text(json.dumps(record(name, a.quick), indent=None) + "\n")
+        (a.out / f"{name}.json").write_text(json.dumps(record(name, smoke=False), indent=None) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ size / seconds (1 MB = 1e6 bytes), median and best. Also the 1/8 GETRANGE a shar
 issues. Loopback: no network in the way, so this is the client's (and the server's) CPU cost per
 byte, which is what differs between the paths.
 
-    python bench/redis_tls.py [--mb 44] [--small-kb 1] [--small-n 2000] [--repeats 5] [--out FILE]
+    python bench/redis_tls.py [--mb 44] [--small-kb 1] [--small-n 2000] [--repeats 5] [--out FILE] [--smoke]
+
+`--smoke`: 1 MB, 20 small GETs, 2 repeats; printed, not written.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 from redis._parsers import _HiredisParser, _RESP2Parser  # noqa: E402
 
+from bench import smoke  # noqa: E402
 from smlt.local.redis_server import LocalRedisServer  # noqa: E402
 from smlt.runtime.store.redis import RedisStore  # noqa: E402
 
@@ -75,7 +78,7 @@ def bench_large(url: str, size: int, repeats: int) -> dict[str, dict[str, float]
     store = RedisStore(url, prefix="bench-tls/")
     data = os.urandom(1 << 20) * (size >> 20) + os.urandom(size % (1 << 20))
     store.put("v", data)
-    key = store._k("v")
+    key = store.prefix + "v"  # the key RedisStore wrote, for the raw clients
     clients = _clients(url)
     paths: dict[str, Callable[[], Any]] = {"store": lambda: store.get("v")}
     for name, c in clients.items():
@@ -117,7 +120,7 @@ def bench_small(url: str, size: int, calls: int, repeats: int) -> dict[str, dict
     store = RedisStore(url, prefix="bench-tls/")
     data = os.urandom(size)
     store.put("s", data)
-    key = store._k("s")
+    key = store.prefix + "s"
     clients = _clients(url)
     paths: dict[str, Callable[[], Any]] = {"store": lambda: store.get("s")}
     for name, c in clients.items():
@@ -138,7 +141,10 @@ def main() -> None:
     ap.add_argument("--small-n", type=int, default=2000, help="small GETs per repeat")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="write the results as JSON here too")
+    smoke.add_flag(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.mb, args.small_n, args.repeats, args.out = 1.0, 20, 2, None
     size, small = int(args.mb * 1e6), int(args.small_kb * 1e3)
     results: dict[str, Any] = {
         "value_bytes": size,
@@ -177,7 +183,9 @@ def main() -> None:
                 f"{label}: store vs {other}: large GET {large['store']['get_mb_s_median'] / large[other]['get_mb_s_median']:.2f}x, "
                 f"small GET {small_r[other]['get_us_median'] / small_r['store']['get_us_median']:.2f}x faster"
             )
-    if args.out:
+    if args.smoke:
+        smoke.report(results)
+    elif args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 

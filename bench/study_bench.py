@@ -15,10 +15,12 @@ the sum of recorded round seconds (replays). "Reaches the best accuracy": the st
 least the `full` study's best less 0.005.
 
     nice -n 10 python bench/study_bench.py            # ~5 minutes; writes bench/results/study.json
+    python bench/study_bench.py --smoke               # one seed, 4 trials of 4 rounds; nothing written
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -29,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import smoke  # noqa: E402
 from smlt import tune as tuning  # noqa: E402
 from smlt.runtime.records import RunTable  # noqa: E402
 from smlt.runtime.study import asha  # noqa: E402
@@ -38,6 +41,7 @@ EXAMPLE = ROOT / "examples/digits-study.json"
 OUT = ROOT / "bench/results/study.json"
 SEEDS = (0, 1, 2)
 TOLERANCE = 0.005
+SMOKE = {"trials": 4, "max_rounds": 4}
 
 
 def curves(engine, names, trials) -> list[dict]:
@@ -113,9 +117,12 @@ def asha_replay(cs: list[dict], rungs: list[int], eta: int) -> dict:
     return {"cost_usd": cost, "seconds": seconds, "best": best, "stopped": stopped}
 
 
-def study_raw(seed: int, search: dict, study_id: str) -> dict:
+def study_raw(seed: int, search: dict, study_id: str, is_smoke: bool = False) -> dict:
     raw = json.loads(EXAMPLE.read_text())
     raw.update(seed=seed, search=search, study_id=study_id)
+    if is_smoke:
+        raw["trials"] = SMOKE["trials"]
+        raw["job"]["training"]["max_rounds"] = SMOKE["max_rounds"]
     return raw
 
 
@@ -133,18 +140,23 @@ def main() -> None:
     from smlt.runner import start_engine
     from smlt.runtime.progress import progress
 
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    smoke.add_flag(ap)
+    is_smoke = ap.parse_args().smoke
     progress.disabled = True
-    example = parse_study(EXAMPLE.read_text())
+    example = parse_study(study_raw(0, json.loads(EXAMPLE.read_text())["search"], "rungs", is_smoke))
     rungs, eta = example.asha_rungs(), example.search.reduction_factor  # type: ignore[union-attr]
     engine, names, _ = start_engine(None)
     results = []
     try:
         target = tuning.local_target(engine)
         with tempfile.TemporaryDirectory() as tmp:
-            for seed in SEEDS:
-                full, full_s = run_study(target, Path(tmp), study_raw(seed, {"kind": "random"}, f"bench-full-{seed}"))
+            for seed in SEEDS[:1] if is_smoke else SEEDS:
+                full, full_s = run_study(
+                    target, Path(tmp), study_raw(seed, {"kind": "random"}, f"bench-full-{seed}", is_smoke)
+                )
                 ash, ash_s = run_study(
-                    target, Path(tmp), study_raw(seed, example.search.model_dump(), f"bench-asha-{seed}")
+                    target, Path(tmp), study_raw(seed, example.search.model_dump(), f"bench-asha-{seed}", is_smoke)
                 )
                 cs = curves(engine, names, full["trials"])
                 best = full["meta"].best_metric
@@ -192,6 +204,9 @@ def main() -> None:
             for r in results
         ),
     }
+    if is_smoke:
+        smoke.report(summary)
+        return
     OUT.write_text(json.dumps(summary, indent=2) + "\n")
     print("done:", summary["done"])
 

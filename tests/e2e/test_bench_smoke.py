@@ -1,0 +1,100 @@
+"""Every benchmark in bench/ runs in its smoke mode (`--smoke`, bench/smoke.py): its measuring code
+end to end on tiny inputs, each script in a process of its own as a user runs it. A change that
+breaks a benchmark fails here, not later in `make bench`.
+
+A smoke run must exit 0, print its results (bench/smoke.py's last line) with no part skipped, and
+leave every recorded result as it was (bench/results, bench/README.md, the planner simulator's
+calibration and curves). A new script in bench/ must join SMOKE (or, if other scripts run it,
+HELPERS) or the first test fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import smoke
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+
+# script: what its smoke run covers (seconds on 2 idle cores).
+SMOKE = {
+    "aggregation_bench.py": "in-process reduce, sharded vs single on Redis and S3, sync, compression (8 s)",
+    "loader_memory.py": "the streaming worker in a child process against moto, 2 x 1 MB (9 s)",
+    "local_bench.py": "time to accuracy on digits (plain, DDP, smlt run --local), an 8-round overhead run (31 s)",
+    "long_run.py": "6 rounds over chained executions, windows of 2, the sampler and probe (8 s)",
+    "map_choice.py": "the Map table (under 1 s)",
+    "model_zoo.py": "digits MLP time to accuracy, throughput, a sharded round (33 s)",
+    "moto_calls.py": "every call once, patched and unpatched servers, 8 x 1M aggregation (11 s)",
+    "planner_bench.py": "the first scenario of each kind, one seed, both worlds (3 s)",
+    "planner_calibrate.py": "a 2 x 2 grid on digits, one seed, the fit and step times (6 s)",
+    "planner_replay.py": "scenario 0 replayed against the recorded result, one run traced (1 s)",
+    "progress_calibration.py": "one workload, one seed (under 1 s)",
+    "record_curves.py": "digits MLP curves on a tiny sample budget, step time (4 s)",
+    "redis_tls.py": "1 MB over rediss:// and redis:// (1 s)",
+    "study_bench.py": "one seed: full and ASHA studies of 4 trials x 4 rounds on the local engine (14 s)",
+    "update_norms.py": "the three handlers on moto, MLP x 2 workers, 2 rounds (5 s)",
+}
+# Modules the scripts above import or start; their smoke runs run these too.
+HELPERS = {
+    "baselines.py": "local_bench.py starts it (plain PyTorch and DDP processes)",
+    "jobs.py": "local_bench.py, model_zoo.py, record_curves.py",
+    "local_report.py": "renders local_bench.py's results (tests/unit/test_bench_report.py)",
+    "moto_server.py": "loader_memory.py, moto_calls.py",
+    "overhead.py": "local_bench.py",
+    "smoke.py": "every script's --smoke",
+    "time_to_accuracy.py": "local_bench.py",
+}
+# What a smoke run must not touch: the recorded results.
+RECORDED = ("bench/results/*", "bench/README.md", "smlt/sim/calibration.json", "smlt/sim/curves/*")
+TIMEOUT_S = 600
+
+
+def _recorded() -> dict[str, str]:
+    return {
+        str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for pattern in RECORDED
+        for p in sorted(ROOT.glob(pattern))
+        if p.is_file()
+    }
+
+
+def test_every_bench_script_has_a_smoke_run():
+    scripts = {p.name for p in BENCH.glob("*.py")}
+    assert scripts == set(SMOKE) | set(HELPERS), "add the new script to SMOKE (with a --smoke) or HELPERS"
+    for name in SMOKE:
+        text = (BENCH / name).read_text()
+        assert "from bench import smoke" in text and ".add_flag(ap)" in text and ".report(" in text, name
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_smoke(script, tmp_path):
+    before = _recorded()
+    env = {**os.environ, "SMLT_HOME": str(tmp_path / "home")}
+    t0 = time.time()
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), smoke.FLAG],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+    took = time.time() - t0
+    tail = (proc.stdout[-2000:] + "\n--- stderr ---\n" + proc.stderr[-4000:]).strip()
+    assert proc.returncode == 0, f"{script} --smoke failed ({proc.returncode}) in {took:.0f} s:\n{tail}"
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(smoke.MARK)]
+    assert lines, f"{script} --smoke printed no results:\n{tail}"
+    results = json.loads(lines[-1][len(smoke.MARK) :])
+    assert results, f"{script} --smoke printed empty results"
+    assert not smoke.skipped(results), f"{script} --smoke skipped parts: {smoke.skipped(results)}"
+    assert _recorded() == before, f"{script} --smoke changed recorded results"
