@@ -25,12 +25,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from smlt.runtime import deployed
+from smlt.runtime.capacity import MAX_MB
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.prepare import read_local_manifest
 from smlt.runtime.errors import InvalidDataset, InvalidJob, ModelTooLarge, SmltError, UserCodeError
 from smlt.runtime.evaluation import lower_is_better, val_metrics
 from smlt.runtime.job import BUILTIN_MODELS, Job
-from smlt.runtime.planner.priors import MAX_MB
 from smlt.runtime.usercode import check_importable, entry_points
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)

@@ -44,6 +44,11 @@ TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
 RUN_OBJECTS = keys.object_pattern(keys.run_prefix(keys.ANY))  # runs/*/*
 ROUND_OBJECTS = keys.object_pattern(keys.rounds_prefix(keys.ANY))  # runs/*/rounds/*: a worker's objects
 PIPELINE_LATEST = keys.object_pattern(keys.pipeline_latest_key(keys.ANY))  # pipelines/*/latest.json
+# pipelines/*/versions/* and pipelines/*/promotions/*: the gate's records (Finalize writes them)
+PIPELINE_RECORDS = (
+    keys.object_pattern(keys.pipeline_versions_prefix(keys.ANY)),
+    keys.object_pattern(keys.pipeline_promotions_prefix(keys.ANY)),
+)
 STUDY_BEST = keys.object_pattern(keys.study_best_prefix(keys.ANY))  # studies/*/best/*
 CODE_OBJECTS = keys.object_pattern(keys.code_key(keys.ANY))  # code/*.zip
 
@@ -222,8 +227,9 @@ class Functions(Construct):
         # --- planner ---
         role = self._role("Planner")
         self._read_data(role)
-        # runs/ + pipelines/<pipeline>/latest.json (retraining warm start, written by finalize)
-        self._write_artifacts(role, tag_updates=False, objects=(RUN_OBJECTS, PIPELINE_LATEST))
+        # runs/ + pipelines/<pipeline>/latest.json (retraining warm start) and the gate's version
+        # and promotion records (written by finalize)
+        self._write_artifacts(role, tag_updates=False, objects=(RUN_OBJECTS, PIPELINE_LATEST, *PIPELINE_RECORDS))
         # A study's trials warm-start from another study's best model (read only).
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(STUDY_BEST)])

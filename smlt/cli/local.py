@@ -65,7 +65,8 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.local:
         print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
         return 2
-    out_folder(Path(args.out))
+    if args.out is not None:
+        out_folder(Path(args.out))
     set_concurrency(args)
     if args.watch:
         if args.code:
@@ -92,7 +93,8 @@ def run_command(args: argparse.Namespace) -> int:
 def resume(args: argparse.Namespace) -> int:
     from smlt.runner import resume_local
 
-    out_folder(Path(args.out))
+    if args.out is not None:
+        out_folder(Path(args.out))
     resume_local(args.run, Path(args.out), faults=args.faults)
     return 0
 

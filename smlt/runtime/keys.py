@@ -183,7 +183,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 # Retraining pipelines (smlt.runtime.pipeline). In the data bucket, next to the pipeline's job:
 def pipeline_features_key(pipeline: str) -> str:
     """The pipeline's feature spec (its current generation), written when its first version is prepared."""
-    return f"incoming/{pipeline}/features.json"
+    return f"{INCOMING}{pipeline}/features.json"
 
 
 # In the artifacts bucket:
@@ -194,17 +194,17 @@ def pipeline_latest_key(pipeline: str) -> str:
 
 def pipeline_version_key(pipeline: str, version: str) -> str:
     """One data version's record: its run, metrics, cost, model, and whether the gate promoted it."""
-    return f"pipelines/{pipeline}/versions/{version}.json"
+    return f"{pipeline_versions_prefix(pipeline)}{version}.json"
 
 
 def pipeline_versions_prefix(pipeline: str) -> str:
-    return f"pipelines/{pipeline}/versions/"
+    return f"{PIPELINES}{pipeline}/versions/"
 
 
 def pipeline_promotion_key(pipeline: str, at_ns: int) -> str:
     """One change of champion (promotion or rollback), append-only, in time order."""
-    return f"pipelines/{pipeline}/promotions/{at_ns:020d}.json"
+    return f"{pipeline_promotions_prefix(pipeline)}{at_ns:020d}.json"
 
 
 def pipeline_promotions_prefix(pipeline: str) -> str:
-    return f"pipelines/{pipeline}/promotions/"
+    return f"{PIPELINES}{pipeline}/promotions/"

@@ -72,7 +72,7 @@ def test_every_bench_script_has_a_smoke_run():
     assert scripts == set(SMOKE) | set(HELPERS), "add the new script to SMOKE (with a --smoke) or HELPERS"
     for name in SMOKE:
         text = (BENCH / name).read_text()
-        assert "from bench import smoke" in text and ".add_flag(ap)" in text and ".report(" in text, name
+        assert ".add_flag(ap)" in text and ".report(" in text, name
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))

@@ -62,7 +62,7 @@ def test_refs_atts_joins_and_subs():
     "value,match",
     [
         ({"Fn::If": ["C", 1, 2]}, "Fn::If is not supported"),
-        ({"Fn::Select": [0, ["a"]]}, "Fn::Select is not supported"),
+        ({"Fn::GetAZs": ""}, "Fn::GetAZs is not supported"),
         ({"Fn::ImportValue": "x"}, "Fn::ImportValue"),
         ({"Ref": "Missing"}, "no resource 'Missing'"),
         ({"Ref": "BootstrapVersion"}, "no local value"),

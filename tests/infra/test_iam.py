@@ -88,11 +88,12 @@ def test_function_roles_are_scoped(synth):
     # the patterns are the key functions' (smlt.runtime.keys) applied to "*"
     runs, pipelines = f"<{artifacts}.Arn>/runs/*/*", f"<{artifacts}.Arn>/pipelines/*/latest.json"
     study_best = f"<{artifacts}.Arn>/studies/*/best/*"
+    records = {f"<{artifacts}.Arn>/pipelines/*/versions/*", f"<{artifacts}.Arn>/pipelines/*/promotions/*"}
     data_objects = f"<{data}.Arn>/*"
 
     planner = _grants(synth, "FunctionsPlannerRole")
-    assert planner["s3:GetObject"] == {data_objects, runs, pipelines, study_best}
-    assert planner["s3:PutObject"] == {runs, pipelines}
+    assert planner["s3:GetObject"] == {data_objects, runs, pipelines, study_best, *records}
+    assert planner["s3:PutObject"] == {runs, pipelines, *records}
     assert planner["lambda:GetAccountSettings"] == {"*"}
     assert planner["dynamodb:PutItem"] == {f"<{table}.Arn>"}
     sm_ids = [k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow")]

@@ -104,7 +104,7 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
         "  a resume would fail the same way: fix the cause and start the run again\n"
     )
 
-    def died(job_path, out, faults=None, code=None):
+    def died(job_path, out, faults=None, code=None, replace=False):
         raise RunFailed("r1", "FAILED", "Runtime.ExitError", "Runtime exited with error: signal: 9")
 
     monkeypatch.setattr(smlt.runner, "run_local", died)
