@@ -106,6 +106,10 @@ def test_the_users_code_raising_is_a_user_code_error_with_their_frames(local, tm
     job_path.write_text(json.dumps(job))
     monkeypatch.setattr(smlt.runner, "start_engine", lambda faults: (engine, names, None))
     monkeypatch.setattr(engine, "stop", lambda: None)
+    # The CLI's own check (smlt.precheck, tests/unit/test_precheck.py) refuses this model before the
+    # engine starts; here it is off, for what the workers do with a job that arrives without it
+    # (`aws stepfunctions start-execution`, the console).
+    monkeypatch.setattr("smlt.precheck.check_job_file", lambda *a, **k: None)
     rc = main(["run", "--local", str(job_path), "--out", str(tmp_path / "out"), "--code", str(pkg)])
     err = capsys.readouterr().err
     assert rc == 1, err
@@ -177,8 +181,11 @@ def test_control_steps_whose_process_dies_are_retried_to_the_same_model(local, t
     same_rounds = [(r["samples"], r["accepted"]) for r in clean["rounds"]] == [
         (r["samples"], r["accepted"]) for r in faulty["rounds"]
     ]
-    if same_rounds:
-        assert final["model_sha256"] == clean["final"]["model_sha256"]
+    if same_rounds:  # the weights (the files differ: each model card names its run)
+        from safetensors.numpy import load_file
+
+        a, b = (load_file(tmp_path / d / "model.safetensors") for d in ("clean", "killed"))
+        assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
 def test_deployed_refuses_a_second_driver_and_status_names_the_worker_error(deployed, tmp_path, capsys):  # noqa: F811

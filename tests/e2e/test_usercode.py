@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,15 @@ def user_code(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "models" / "__init__.py").write_text("")
     (pkg / "models" / "cnn.py").write_text(CNN)
+    # An earlier test of this process may have loaded a stored package (smlt.load_model of a --code
+    # model keeps its code importable, as a worker does): start from a process without any.
+    from smlt.runtime import usercode
+
+    sys.path[:] = [p for p in sys.path if "smlt-code" not in p]
+    usercode._active = None
+    for mod in [m for m in sys.modules if m.split(".")[0] == PKG]:
+        del sys.modules[mod]
+    importlib.invalidate_caches()
     assert importlib.util.find_spec(PKG) is None and str(tmp_path) not in os.environ.get("PYTHONPATH", "")
     return pkg
 
