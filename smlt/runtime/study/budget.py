@@ -51,7 +51,9 @@ CONTROLLER_MEMORY_MB = 512  # the controller function's memory (infra/stacks/stu
 TRANSITIONS = {"init": 4, "admit": 3, "ended": 2, "watch": 3, "finish": 2}
 NOMINAL_STEP_S = 0.25  # a controller step's billed time when it is reserved (before it is measured)
 MIN_POLL_S, MAX_POLL_S = 2, 60
-FIRST_POLL_S = 10  # before any trial has a round to time
+# With fewer looks than this left in the watch reserve, they are spread over the time to the deadline.
+PACE_BELOW = 8
+FIRST_POLL_S = MIN_POLL_S  # before any trial has a round to time: look soon, ASHA stops at the first rungs
 
 
 def step_cost(op: str, seconds: float, prices: Prices, architecture: str) -> float:
@@ -96,4 +98,6 @@ def next_poll(
     affordable = int(watch_usd_left // watch_usd) if watch_usd > 0 else 0
     if affordable < 1:
         return max(base, min(3600, int(time_left_s) + 1))  # no reserve left: look once more at the deadline
-    return max(base, min(3600, int(time_left_s // affordable) + 1))
+    if affordable >= PACE_BELOW:  # the reserve holds many more looks: at the trials' pace
+        return base
+    return max(base, min(3600, int(time_left_s // affordable) + 1))  # the last looks spread to the deadline
