@@ -137,7 +137,8 @@ def test_the_watcher_looks_once_per_round_of_the_trials_and_within_its_reserve(p
     assert budget.next_poll(5, None, 600, 1.0, 1e-4) == 5  # the study's own poll_seconds
     # a reserve for many more looks: at the trials' pace (ASHA sees every rung)
     assert budget.next_poll(None, 3.0, 600, 10.5e-4, 1e-4) == 3
-    # a reserve for 5 more looks over 600 s: spread to the deadline, never more often than every 120 s
-    assert budget.next_poll(None, 3.0, 600, 5.5e-4, 1e-4) == 121
+    assert budget.next_poll(None, 3.0, 600, 2.5e-4, 1e-4) == 3
+    # one look left: kept for the deadline
+    assert budget.next_poll(None, 3.0, 600, 1.5e-4, 1e-4) == 601
     # none left: one more look at the deadline
     assert budget.next_poll(None, 3.0, 600, 0.5e-4, 1e-4) == 601

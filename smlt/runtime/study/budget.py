@@ -51,8 +51,8 @@ CONTROLLER_MEMORY_MB = 512  # the controller function's memory (infra/stacks/stu
 TRANSITIONS = {"init": 4, "admit": 3, "ended": 2, "watch": 3, "finish": 2}
 NOMINAL_STEP_S = 0.25  # a controller step's billed time when it is reserved (before it is measured)
 MIN_POLL_S, MAX_POLL_S = 2, 60
-# With fewer looks than this left in the watch reserve, they are spread over the time to the deadline.
-PACE_BELOW = 8
+# With fewer looks than this left in the watch reserve, the last is kept for the deadline.
+PACE_BELOW = 2
 FIRST_POLL_S = MIN_POLL_S  # before any trial has a round to time: look soon, ASHA stops at the first rungs
 
 
@@ -100,4 +100,4 @@ def next_poll(
         return max(base, min(3600, int(time_left_s) + 1))  # no reserve left: look once more at the deadline
     if affordable >= PACE_BELOW:  # the reserve holds many more looks: at the trials' pace
         return base
-    return max(base, min(3600, int(time_left_s // affordable) + 1))  # the last looks spread to the deadline
+    return max(base, min(3600, int(time_left_s // affordable) + 1))  # the last look: at the deadline

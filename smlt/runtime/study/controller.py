@@ -319,6 +319,8 @@ def watch(place: Place, study_id: str) -> dict[str, Any]:
     watch_usd = meta.watch_usd + cost
     overhead = meta.overhead_usd + cost
     reserve_left = meta.overhead_reserve_usd - _fixed_overhead(place, study) - watch_usd
+    if meta.started >= study.trials:  # no trial is left to start: what the trials do not hold pays looks too
+        reserve_left += max(0.0, study.budget_usd - meta.overhead_reserve_usd - meta.reserved_usd)
     poll = budget.next_poll(
         study.poll_seconds,
         sorted(round_s)[len(round_s) // 2] if round_s else None,
