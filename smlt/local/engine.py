@@ -222,9 +222,9 @@ class LocalEngine:
         self.timings["start"] = time.perf_counter() - t_all
 
     def stop(self) -> None:
-        """Stop running executions, stop serving this engine's functions, remove its resources
-        from moto (when another engine still uses the server; the last one resets it), end the
-        handler processes. Safe to call twice or after a failed start."""
+        """Stop running executions, stop serving this engine's functions, end the handler
+        processes, remove its resources from moto (when another engine still uses the server;
+        the last one resets it). Safe to call twice or after a failed start."""
         try:
             if self.server is not None and self.state_machine_arn:
                 for arn in [*self.state_machine_arns.values(), self.state_machine_arn]:
@@ -233,6 +233,11 @@ class LocalEngine:
             if self._router is not None:
                 invoke.deactivate(self._router)
                 self._router = None
+            # Handler processes end before the server: a busy one (a Ctrl-C mid-round) would
+            # otherwise go on against a reset server and log its connection errors.
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
             if self.server is not None:
                 if server_mod.users() > 1:
                     self._delete_resources()
@@ -241,9 +246,6 @@ class LocalEngine:
             self._created.clear()
             self.state_machine_arn = None
             self.state_machine_arns = {}
-            if self.pool is not None:
-                self.pool.close()
-                self.pool = None
             if self._tmp is not None:
                 self._tmp.cleanup()
                 self._tmp = None
