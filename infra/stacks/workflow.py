@@ -23,6 +23,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.stacks.storage import STATEFUL
+from smlt.runtime.fanout import INLINE_MAX
 
 # Lambda service errors Step Functions recommends retrying (what CDK adds by default).
 LAMBDA_SERVICE_ERRORS = [
@@ -261,7 +262,7 @@ class Workflow(Construct):
             self,
             "AggregateSlices",
             items_path="$.plan.slices",
-            max_concurrency=40,
+            max_concurrency=INLINE_MAX,
             item_selector={
                 "run_id.$": "$.plan.run_id",
                 "round.$": "$.plan.round",

@@ -1,8 +1,8 @@
 """The bill of one round: the requests it makes of each service and the GB-seconds it runs, as a
 function of the round's shape, and their price under a `Prices` table.
 
-One source for the four places that price a round: the ledger (`smlt.runtime.steps.aggregate.round_cost`,
-from the measured records), the planner's forecast (`smlt.runtime.planner.timing`, from predicted seconds)
+One source for the places that price a round: the ledger (`ledger_round`, with the measured
+ATTEMPT items), the planner's forecast (`smlt.runtime.planner.timing`, from predicted seconds)
 and both simulators (`smlt.sim.cloud`, `smlt.sim.analytic`). Every count works on numbers and on
 numpy arrays alike (the planner prices all its candidates at once).
 
@@ -33,7 +33,6 @@ rules (`s3_tier`, `dynamodb_units`, `logs_gb`); the formulas above are the forec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +43,6 @@ from smlt.runtime.prices import Prices, gb_seconds
 
 if TYPE_CHECKING:
     from smlt.runtime.config import Settings
-    from smlt.runtime.items import WorkerItem
-    from smlt.runtime.roundspec import RoundSpec
 
 Num = Any  # a float or a numpy array of them (one per planner candidate)
 
@@ -252,35 +249,15 @@ def finalize_usd(prices: Prices, architecture: str, planner_memory_mb: Num, seco
     return prices.lambda_cost(planner_memory_mb, seconds, architecture) + margin * requests
 
 
-def ledger_shape(
-    settings: Settings,
-    spec: RoundSpec,
-    records: Sequence[WorkerItem],
-    failed: int,
-    plan_s: float,
-    aggregate_s: float,
-    aggregators: int = 1,
-) -> RoundShape:
-    """The shape of a round from the workers' records: each worker's measured handler time; a
-    failed worker was billed too, charged the longest time seen this round."""
-    worst = max((r.total_s for r in records), default=spec.time_limit_s or 60.0)
-    worker_gb_s = sum(float(gb_seconds(r.memory_mb, r.total_s)) for r in records)
-    worker_gb_s += failed * float(gb_seconds(spec.memory_mb, worst))
+def ledger_round(settings: Settings, workers: int, aggregators: int, eval_only: bool) -> RoundShape:
+    """A recorded round's shape as the ledger counts it (smlt.runtime.ledger.RoundOf): its map and
+    aggregation transitions; the seconds and the requests come from the ATTEMPT items."""
     return RoundShape(
-        workers=spec.workers,
-        worker_gb_s=worker_gb_s,
+        workers=workers,
+        worker_gb_s=0.0,
         planner_memory_mb=settings.planner_memory_mb,
         aggregate_memory_mb=settings.aggregate_memory_mb,
-        plan_s=plan_s,
-        aggregate_s=aggregate_s,
-        reported=len(records),
         aggregators=max(1, aggregators),
-        eval_only=spec.eval_only,
-        shard_reads=sum(1 for r in records if r.cache_miss),
+        eval_only=eval_only,
         fanout=settings.fanout,
     )
-
-
-def ledger_cost(settings: Settings, spec: RoundSpec, records: Sequence[WorkerItem], *args: Any) -> float:
-    """The ledger's price of a round (arguments of `ledger_shape`)."""
-    return float(price(ledger_shape(settings, spec, records, *args), settings.prices, settings.architecture).usd)

@@ -39,7 +39,7 @@ from smlt.runtime.aggregate.reduce import (
     reduce_updates,
 )
 from smlt.runtime.aggregate.sync import delete_prefix
-from smlt.runtime.bill import RoundShape
+from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
 from smlt.runtime.evaluation import ValMetrics, val_metrics
 from smlt.runtime.items import (
@@ -401,19 +401,6 @@ class _Round:
         return _answer(stored)
 
 
-def _round_shape(r: _Round, workers: int, aggregators: int, eval_only: bool) -> RoundShape:
-    s = r.settings
-    return RoundShape(
-        workers=workers,
-        worker_gb_s=0.0,
-        planner_memory_mb=s.planner_memory_mb,
-        aggregate_memory_mb=s.aggregate_memory_mb,
-        aggregators=max(1, aggregators),
-        eval_only=eval_only,
-        fanout=s.fanout,
-    )
-
-
 def _round_ledger(r: _Round, aggregators: int) -> tuple[float, float]:
     """The round's bill from its ATTEMPT items (smlt.runtime.ledger; a worker that left none estimated,
     and its estimate stored), this invocation priced as it will end (the ROUND item still to
@@ -425,12 +412,12 @@ def _round_ledger(r: _Round, aggregators: int) -> tuple[float, float]:
         r.table.put_once(f"{ledger.round_prefix(rnd)}{m.request_id}", m)
     own = ledger.in_progress(s.aggregate_memory_mb, {"dynamodb.PutItem": 1}, "aggregate")
     priced = attempts + missing + ([own] if own else [])
-    shape = _round_shape(r, spec.workers, aggregators, spec.eval_only)
+    shape = ledger_round(r.settings, spec.workers, aggregators, spec.eval_only)
     cost = ledger.breakdown(priced, ledger.round_transitions(priced, shape), s.prices, s.architecture).total_usd
     late = 0.0
     if r.previous is not None:
         prev = ledger.from_items(r.table.query(ledger.round_prefix(rnd - 1)))
-        shape = _round_shape(r, r.previous.workers, r.previous.aggregators, r.previous.eval_only)
+        shape = ledger_round(r.settings, r.previous.workers, r.previous.aggregators, r.previous.eval_only)
         bd = ledger.breakdown(prev, ledger.round_transitions(prev, shape), s.prices, s.architecture)
         late = bd.total_usd - r.previous.cost_usd
     return cost, late

@@ -15,7 +15,7 @@ from typing import Any
 from smlt.runtime import keys, ledger
 from smlt.runtime import pipeline as pipelines
 from smlt.runtime.aggregate.model_store import verified_model
-from smlt.runtime.bill import RoundShape
+from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest
 from smlt.runtime.errors import PartialData
@@ -168,15 +168,7 @@ def _run_ledger(
     shaped = [
         ledger.RoundOf(
             r.round,
-            RoundShape(
-                workers=r.workers,
-                worker_gb_s=0.0,
-                planner_memory_mb=settings.planner_memory_mb,
-                aggregate_memory_mb=settings.aggregate_memory_mb,
-                aggregators=r.aggregators,
-                eval_only=r.eval_only,
-                fanout=settings.fanout,
-            ),
+            ledger_round(settings, r.workers, r.aggregators, r.eval_only),
         )
         for r in rounds
     ]

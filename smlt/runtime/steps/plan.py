@@ -31,7 +31,7 @@ from smlt.runtime.errors import (
     InvalidJob,
     RunInProgress,
 )
-from smlt.runtime.fanout import Fanout
+from smlt.runtime.fanout import INLINE_MAX, Fanout
 from smlt.runtime.items import MetaItem, PlanItem, RoundItem, StopItem
 from smlt.runtime.job import Job, check_dataset, parse_job
 from smlt.runtime.planner import decide
@@ -220,8 +220,8 @@ def _history(state: _RunState, meta: MetaItem, first: ModelCost | None = None) -
     )
 
 
-# Sharded aggregation runs its k aggregators in an inline Map (at most 40 iterations at once).
-MAX_AGGREGATORS = 40
+# Sharded aggregation runs its k aggregators in an inline Map.
+MAX_AGGREGATORS = INLINE_MAX
 # Step Functions history events of one round (Plan, Train, Aggregate, choices; a few retries)
 # and per aggregator (an inline Map iteration of one task); a Standard execution holds 25,000.
 ROUND_EVENTS = 40
