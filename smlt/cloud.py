@@ -21,6 +21,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from smlt import stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
@@ -32,12 +33,7 @@ from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
 from smlt.runtime.usercode import check_shipped, package_code, stage_code, with_code
 
-OUTPUTS = {
-    "StateMachineArn": "state_machine_arn",
-    "ArtifactsBucketName": "artifacts_bucket",
-    "DataBucketName": "data_bucket",
-    "TableName": "table",
-}
+OUTPUTS = stack_outputs.REQUIRED
 
 
 @dataclass

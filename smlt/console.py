@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from smlt.cloud import OUTPUTS
+from smlt import stack_outputs
 from smlt.datasets import cache_home
 from smlt.folderlock import folder_lock, write_atomic
 from smlt.local.eventbridge import UploadTrigger
@@ -248,7 +248,7 @@ class Console:
         return self.info
 
     def _publish_outputs(self) -> None:
-        publish_outputs(self.engine, self.names, self.stack)
+        publish_outputs(self.engine, self.stack)
 
     def tick(self) -> None:
         """Fire the trigger for new uploads; save the state every SAVE_EVERY_S seconds."""
@@ -338,20 +338,13 @@ def down(state: Path, timeout: float = 120.0) -> ConsoleInfo:
     return info
 
 
-def publish_outputs(engine: Any, names: Any, stack: str) -> None:
+def publish_outputs(engine: Any, stack: str) -> None:
     """A CloudFormation stack named `stack` on the engine's endpoint whose outputs are the
-    engine's (what `Stack.lookup` and `smlt tune` read): the console's, and tests' of the
-    deployed path."""
-    values = {
-        "StateMachineArn": engine.state_machine_arn,
-        "ArtifactsBucketName": names.artifacts_bucket,
-        "DataBucketName": names.data_bucket,
-        "TableName": names.table,
-    }
-    assert set(values) == set(OUTPUTS)  # the outputs smlt/cloud.py looks up
-    # The study machine (`smlt tune` finds it by this output, smlt.tune.STUDY_OUTPUT).
-    for arn in engine.state_machine_arns.values():
-        values["StudyStateMachineArn"] = arn
+    synthesized stack's, resolved to the engine's names (what `Stack.lookup` and `smlt tune`
+    read): the console's, and tests' of the deployed path."""
+    values = engine.outputs()
+    missing = sorted(set(stack_outputs.REQUIRED) - set(values))
+    assert not missing, f"the synthesized stack lacks outputs {missing}"
     template = {
         # CloudFormation needs one resource; the outputs are what matters.
         "Resources": {"Outputs": {"Type": "AWS::SQS::Queue"}},

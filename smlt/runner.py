@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smlt.stack_outputs as stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
@@ -44,13 +45,15 @@ from smlt.snapshot import (
 
 
 class StackNames:
-    """Physical names of the stack's buckets, table and functions, read from the planner's env."""
+    """Physical names of the stack's buckets and table (its outputs, as a deployed stack's are
+    read) and of its training functions (the planner's environment)."""
 
     def __init__(self, engine: Any) -> None:
+        outputs = engine.outputs()
+        self.artifacts_bucket = outputs[stack_outputs.ARTIFACTS_BUCKET]
+        self.data_bucket = outputs[stack_outputs.DATA_BUCKET]
+        self.table = outputs[stack_outputs.TABLE]
         env = next(f.env for f in engine.functions.values() if "SMLT_TRAIN_FUNCTIONS" in f.env)
-        self.artifacts_bucket = env["SMLT_ARTIFACTS_BUCKET"]
-        self.data_bucket = env["SMLT_DATA_BUCKET"]
-        self.table = env["SMLT_TABLE"]
         self.train_functions = set(json.loads(env["SMLT_TRAIN_FUNCTIONS"]).values())
 
 

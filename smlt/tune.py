@@ -18,6 +18,7 @@ from typing import Any
 
 import boto3
 
+from smlt import stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound, StudyFailed
 from smlt.runtime.progress import progress
@@ -25,7 +26,7 @@ from smlt.runtime.store import S3Store
 from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem, best_prefix
 from smlt.runtime.study.spec import Study, parse_study
 
-STUDY_OUTPUT = "StudyStateMachineArn"
+STUDY_OUTPUT = stack_outputs.STUDY_STATE_MACHINE
 
 
 @dataclass

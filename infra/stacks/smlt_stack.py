@@ -24,6 +24,7 @@ from infra.stacks.study import StudyWorkflow
 from infra.stacks.table import RunTable
 from infra.stacks.trigger import RetrainTrigger
 from infra.stacks.workflow import Workflow
+from smlt import stack_outputs as outputs
 
 
 class SmltStack(Stack):
@@ -119,21 +120,21 @@ class SmltStack(Stack):
             alarm_topic_arn=settings.alarm_topic_arn,
         )
 
-        CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
-        CfnOutput(self, "StudyStateMachineArn", value=self.study.state_machine.state_machine_arn)
-        CfnOutput(self, "DataBucketName", value=self.storage.data.bucket_name)
-        CfnOutput(self, "ArtifactsBucketName", value=self.storage.artifacts.bucket_name)
-        CfnOutput(self, "TableName", value=self.runs.table.table_name)
+        CfnOutput(self, outputs.STATE_MACHINE, value=self.workflow.state_machine.state_machine_arn)
+        CfnOutput(self, outputs.STUDY_STATE_MACHINE, value=self.study.state_machine.state_machine_arn)
+        CfnOutput(self, outputs.DATA_BUCKET, value=self.storage.data.bucket_name)
+        CfnOutput(self, outputs.ARTIFACTS_BUCKET, value=self.storage.artifacts.bucket_name)
+        CfnOutput(self, outputs.TABLE, value=self.runs.table.table_name)
         CfnOutput(
             self,
-            "DashboardUrl",
+            outputs.DASHBOARD_URL,
             value=f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
             f"#dashboards:name={self.monitoring.dashboard.dashboard_name}",
         )
         if self.exchange is not None:
             CfnOutput(
                 self,
-                "RedisEndpoint",
+                outputs.REDIS_ENDPOINT,
                 description="The smlt exchange (ElastiCache, TLS): host:port of its primary endpoint, "
                 "reachable from the stack's VPC only",
                 value=Fn.join(":", [self.exchange.endpoint_address, self.exchange.endpoint_port]),

@@ -24,7 +24,7 @@ from . import server as server_mod
 from .functions import FunctionSpec, function_specs
 from .invoke import AfterInvoke, InvokeFilter, InvokeRouter
 from .pool import DEFAULT_PRELOAD, WorkerPool
-from .resolve import BUCKET, GLOBAL_TABLE, REGION, STATE_MACHINE, TABLE, Resolver
+from .resolve import BUCKET, GLOBAL_TABLE, REGION, STATE_MACHINE, TABLE, Resolver, UnresolvableError
 from .server import MotoServer
 from .synth import Synthesized, synthesize
 
@@ -423,6 +423,18 @@ class LocalEngine:
         if self._router is not None:
             self._router.trace = None
         return records
+
+    def outputs(self) -> dict[str, Any]:
+        """The synthesized stack's outputs, resolved to this engine's names and ARNs; one the
+        engine cannot resolve (a URL of the AWS console) is left out."""
+        assert self.resolver is not None, "start the engine first"
+        found = {}
+        for key, out in (self.resolver.template.get("Outputs") or {}).items():
+            try:
+                found[key] = self.resolver.resolve(out.get("Value"), f"Outputs.{key}")
+            except UnresolvableError:
+                continue
+        return found
 
     def client(self, service: str) -> Any:
         """A boto3 client for ``service`` on the local endpoint (dummy credentials)."""

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from smlt.stack_outputs import STATE_MACHINE as STATE_MACHINE_OUTPUT
+
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 PARTITION = "aws"
@@ -376,7 +378,7 @@ class Resolver:
         if len(sms) == 1:
             return sms[0]
         # Several (the training and the study machine): the one the stack's StateMachineArn output names.
-        ref = ((self.template.get("Outputs") or {}).get("StateMachineArn", {}).get("Value") or {}).get("Ref")
+        ref = ((self.template.get("Outputs") or {}).get(STATE_MACHINE_OUTPUT, {}).get("Value") or {}).get("Ref")
         if ref in sms:
             return ref
         raise UnresolvableError(f"the stack has {len(sms)} state machines ({sms}); name the one to run")

@@ -18,7 +18,7 @@ def deployed(engine_as_aws):
     from smlt.console import publish_outputs
 
     engine, names = engine_as_aws
-    publish_outputs(engine, names, "SmltCliTest")
+    publish_outputs(engine, "SmltCliTest")
     cfn = engine.client("cloudformation")
     yield engine, cloud.Stack.lookup("SmltCliTest", cfn=cfn)
     cfn.delete_stack(StackName="SmltCliTest")

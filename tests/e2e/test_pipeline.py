@@ -97,7 +97,7 @@ def test_versions_warm_start_through_the_gate_and_roll_back(engine_as_aws, tmp_p
     # smlt models against the stack (the local engine's endpoint, as against AWS).
     from smlt.console import publish_outputs
 
-    publish_outputs(engine, names, "SmltPipelines")
+    publish_outputs(engine, "SmltPipelines")
     stack = ["--stack", "SmltPipelines"]
     assert main(["models", "list", "houses", *stack]) == 0
     listing = capsys.readouterr().out

@@ -72,7 +72,7 @@ def small_study(tmp_path, **changes):
 
 def test_the_same_study_through_the_deployed_path(engine_as_aws, tmp_path):
     engine, names = engine_as_aws
-    publish_outputs(engine, names, "SmltStudyTest")
+    publish_outputs(engine, "SmltStudyTest")
     cfn = engine.client("cloudformation")
     try:
         meta, trials = tune.run(tune.deployed_target("SmltStudyTest", cfn=cfn), small_study(tmp_path), tmp_path, "dep")

@@ -32,6 +32,16 @@ def test_stack_id_and_name(synth):
     assert [s.stack_name for s in synth.assembly.stacks] == ["Smlt"]
 
 
+def test_the_stack_declares_the_outputs_the_cli_reads(synth, redis_synth):
+    from smlt import stack_outputs
+
+    named = {v for k, v in vars(stack_outputs).items() if k.isupper() and isinstance(v, str)}
+    plain, redis = set(synth.template["Outputs"]), set(redis_synth.template["Outputs"])
+    assert set(stack_outputs.REQUIRED) | {stack_outputs.STUDY_STATE_MACHINE} <= plain
+    assert plain | redis == named  # one name list: a new output is added there, or nowhere
+    assert redis - plain == {stack_outputs.REDIS_ENDPOINT}
+
+
 def test_warm_synth_is_fast(synth):
     # The first synth of the session pays for importing aws_cdk and starting jsii; the local
     # engine's target is ~3-4 s warm. Generous bound to stay robust on slow CI machines.
