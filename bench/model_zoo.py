@@ -350,12 +350,11 @@ class MotoStack:
         os.environ.update(self.env)  # this process prepares the dataset and reads the items
         import boto3
 
+        from smlt.runtime import clients
         from smlt.runtime.data.shards import load_manifest
-        from smlt.runtime.records import create_run_table, dynamodb_client
-        from smlt.runtime.store.s3 import s3_client
+        from smlt.runtime.records import create_run_table
 
-        for cached in (s3_client, dynamodb_client, load_manifest):  # made for an earlier endpoint
-            cached.cache_clear()
+        clients.reset(), load_manifest.cache_clear()  # made for an earlier endpoint
 
         for bucket in ("smlt-artifacts", "smlt-data"):
             boto3.client("s3").create_bucket(Bucket=bucket)

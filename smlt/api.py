@@ -117,14 +117,13 @@ def train(
 def _train_deployed(path: Path, stack_name: str, out: Path, code: Path | None, poll_s: float = 5.0) -> dict:
     import time
 
-    import boto3
-
     from smlt import cloud
+    from smlt.runtime import clients
     from smlt.runtime.errors import RunFailed
 
     stack = cloud.Stack.lookup(stack_name)
     run_id = cloud.start(path, stack, code=code)
-    sfn = boto3.client("stepfunctions")
+    sfn = clients.make("stepfunctions")
     while True:
         time.sleep(poll_s)
         runs = [

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 from botocore.exceptions import (
     ClientError,
     EndpointConnectionError,
@@ -25,6 +24,7 @@ from smlt import stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
+from smlt.runtime import clients
 from smlt.runtime.errors import AlreadyFinished, AwsNotConfigured, InvalidJob, RunInProgress, RunNotFound, StackNotFound
 from smlt.runtime.evaluation import summary_text
 from smlt.runtime.items import ErrorItem, MetaItem
@@ -48,7 +48,7 @@ class Stack:
         """The stack's outputs: every command's first AWS call, so it also names a missing region
         or missing credentials (AwsNotConfigured)."""
         try:
-            cfn = cfn or boto3.client("cloudformation")
+            cfn = cfn or clients.make("cloudformation")
             outputs = cfn.describe_stacks(StackName=name)["Stacks"][0].get("Outputs", [])
         except NoRegionError:
             raise AwsNotConfigured(
@@ -91,7 +91,7 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
     if package is not None:
         raw = with_code(raw, stage_code(package, stack.artifacts_bucket))
     run_id = job.run_id or f"{re.sub(r'[^A-Za-z0-9-]', '-', job.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sfn = sfn or boto3.client("stepfunctions")
+    sfn = sfn or clients.make("stepfunctions")
     if job.run_id:
         meta = RunTable(stack.table, run_id).meta()
         if meta is not None and meta.status == "SUCCEEDED":
@@ -111,7 +111,7 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
 def _execution_end(stack: Stack, meta: MetaItem, sfn=None) -> tuple[str, str, str] | None:
     """(status, error, cause) of the execution that drives the run when it ended without success
     (the error a worker, the planner or the aggregator raised); None while it runs."""
-    sfn = sfn or boto3.client("stepfunctions")
+    sfn = sfn or clients.make("stepfunctions")
     arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
     try:
         desc = sfn.describe_execution(executionArn=arn)
@@ -156,7 +156,7 @@ def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
 
 def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
     """Download a finished run's outputs into ``out``; returns its final metrics."""
-    sfn = sfn or boto3.client("stepfunctions")
+    sfn = sfn or clients.make("stepfunctions")
     history = []
     pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)
     for page in pages:
@@ -190,7 +190,7 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
         raise RunNotFound(f"no run {run_id!r} in table {stack.table}: check the run id (`smlt start` prints it)")
     if meta.status == "SUCCEEDED":
         raise InvalidJob(f"run_id: run {run_id!r} already finished")
-    sfn = sfn or boto3.client("stepfunctions")
+    sfn = sfn or clients.make("stepfunctions")
     refuse_live(run_id, meta, stack, sfn)
     name = f"{run_id[:60]}-resume-{int(time.time())}"
     arn = sfn.start_execution(

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from smlt import stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
+from smlt.runtime import clients
 from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound, StudyFailed
 from smlt.runtime.progress import progress
 from smlt.runtime.store import S3Store
@@ -185,7 +184,7 @@ def deployed_target(stack_name: str, cfn: Any = None) -> Target:
     """A deployed stack (its outputs name the study machine, table and buckets), through boto3."""
     from smlt.cloud import Stack
 
-    cfn = cfn or boto3.client("cloudformation")
+    cfn = cfn or clients.make("cloudformation")
     stack = Stack.lookup(stack_name, cfn=cfn)
     outputs = cfn.describe_stacks(StackName=stack_name)["Stacks"][0].get("Outputs", [])
     arn = next((o["OutputValue"] for o in outputs if o["OutputKey"] == STUDY_OUTPUT), None)
@@ -196,9 +195,9 @@ def deployed_target(stack_name: str, cfn: Any = None) -> Target:
         stack.table,
         stack.artifacts_bucket,
         stack.data_bucket,
-        boto3.client("stepfunctions"),
-        boto3.client("dynamodb"),
-        boto3.client("s3"),
+        clients.make("stepfunctions"),
+        clients.make("dynamodb"),
+        clients.make("s3"),
     )
 
 

@@ -11,10 +11,9 @@ import argparse
 import json
 from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-from smlt.runtime import account, deployed
+from smlt.runtime import account, clients, deployed
 from smlt.runtime.errors import AwsNotConfigured
 from smlt.runtime.progress import notice
 
@@ -50,8 +49,8 @@ def _planner_env(stack: str, cfn: Any, lam: Any) -> dict[str, str] | None:
 def check(stack: str, lam: Any = None, cfn: Any = None) -> tuple[list[str], bool]:
     """(report lines, ok)."""
     try:
-        lam = lam or boto3.client("lambda")
-        cfn = cfn or boto3.client("cloudformation")
+        lam = lam or clients.make("lambda")
+        cfn = cfn or clients.make("cloudformation")
         limits = account.read_limits(lam)
         env = _planner_env(stack, cfn, lam)
     except NoRegionError:

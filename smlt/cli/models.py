@@ -39,8 +39,7 @@ def _artifacts(args: argparse.Namespace) -> Any:
 def _run_status(stack: Any, run_id: str) -> str:
     """A version still "training" as its run is now: starting, running, or how the execution
     that created it ended (failed, timed_out, aborted)."""
-    import boto3
-
+    from smlt.runtime import clients
     from smlt.runtime.records import RunTable
 
     meta = RunTable(stack.table, run_id).meta()
@@ -48,7 +47,7 @@ def _run_status(stack: Any, run_id: str) -> str:
         return "starting"
     arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
     try:
-        status = boto3.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+        status = clients.make("stepfunctions").describe_execution(executionArn=arn)["status"]
     except Exception:  # noqa: BLE001 - an execution AWS no longer keeps (90 days): the run's own word
         return "running"
     return status.lower() if status in ("FAILED", "TIMED_OUT", "ABORTED") else "running"

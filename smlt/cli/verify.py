@@ -47,14 +47,13 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def _deployed(args: argparse.Namespace) -> Any:
-    import boto3
-
     from smlt import cloud as remote
     from smlt.reconcile import reconcile
+    from smlt.runtime import clients
     from smlt.runtime.errors import RunNotFound
     from smlt.runtime.records import RunTable
 
     stack = remote.Stack.lookup(args.stack)
     if RunTable(stack.table, args.run).meta() is None:
         raise RunNotFound(f"no run {args.run!r} in table {stack.table}: check the run id (`smlt start` prints it)")
-    return reconcile(boto3.client("s3"), boto3.client("dynamodb"), stack.artifacts_bucket, stack.table, args.run)
+    return reconcile(clients.make("s3"), clients.make("dynamodb"), stack.artifacts_bucket, stack.table, args.run)

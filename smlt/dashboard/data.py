@@ -17,7 +17,7 @@ from botocore.exceptions import EndpointConnectionError
 from pydantic import BaseModel
 
 from smlt.cloud import Stack
-from smlt.runtime import keys
+from smlt.runtime import clients, keys
 from smlt.runtime.errors import AwsNotConfigured, InvalidJob, RunNotFound
 from smlt.runtime.evaluation import TASK_METRICS
 from smlt.runtime.items import MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
@@ -40,13 +40,13 @@ class Source:
             kw["region_name"] = region
         session = boto3.session.Session()
         try:
-            stack = Stack.lookup(stack_name, cfn=session.client("cloudformation", **kw))
+            stack = Stack.lookup(stack_name, cfn=clients.make("cloudformation", session, **kw))
         except EndpointConnectionError:
             raise AwsNotConfigured(
                 f"cannot reach {endpoint_url or 'AWS'}: is the local console up (`smlt local up`)?"
             ) from None
         where = endpoint_url or f"AWS {session.region_name}"
-        return cls(stack=stack, ddb=session.client("dynamodb", **kw), label=f"stack {stack_name} on {where}")
+        return cls(stack=stack, ddb=clients.make("dynamodb", session, **kw), label=f"stack {stack_name} on {where}")
 
     def run(self, run_id: str) -> RunTable:
         return RunTable(self.stack.table, run_id, client=self.ddb)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -22,12 +21,10 @@ log = logging.getLogger(__name__)
 QUOTA_CODE = "L-B99A9384"
 
 
-@lru_cache(maxsize=1)
 def lambda_client() -> Any:
-    import boto3
-    from botocore.config import Config
+    from smlt.runtime import clients
 
-    return boto3.client("lambda", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+    return clients.client("lambda")
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import botocore.handlers
 from pydantic import BaseModel, Field
 
-from smlt.runtime import bill, keys
+from smlt.runtime import bill, clients, keys
 from smlt.runtime.items import Item
 from smlt.runtime.prices import Prices
 
@@ -157,16 +156,10 @@ _HANDLERS = (("before-send", _on_send), ("after-call.dynamodb", _on_dynamodb_rea
 
 
 def install() -> None:
-    """Count this process's AWS requests: in botocore's built-in handlers (sessions created from
-    now on, which is every client smlt makes: they are created on first use) and on boto3's
-    default session if one exists already."""
-    for entry in _HANDLERS:
-        if entry not in botocore.handlers.BUILTIN_HANDLERS:
-            botocore.handlers.BUILTIN_HANDLERS.append(entry)
-            import boto3
-
-            if boto3.DEFAULT_SESSION is not None:
-                boto3.DEFAULT_SESSION.events.register(entry[0], entry[1], unique_id=f"smlt-ledger-{entry[0]}")
+    """Count this process's AWS requests: on every client smlt.runtime.clients makes (all of a
+    handler's), those made already included."""
+    for event, handler in _HANDLERS:
+        clients.on_every_client(event, handler, f"smlt-ledger-{event}")
 
 
 # ------------------------------------------------------------------------------- the meter

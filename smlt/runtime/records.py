@@ -8,7 +8,6 @@ refused because another transaction held the item (TransactionConflict) is retri
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import time
@@ -16,20 +15,17 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, TypeVar, overload
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer
-from botocore.config import Config
 from botocore.exceptions import ClientError
 from dynamodb_json import json_util
 
-from smlt.runtime import keys
+from smlt.runtime import clients, keys
 from smlt.runtime.items import ErrorItem, Item, MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
 from smlt.runtime.retry import DYNAMODB_CONFLICTS, TRANSACTION_CONFLICT_REASONS, Conflict, on_conflict
 
 
-@functools.cache
-def dynamodb_client():
-    return boto3.client("dynamodb", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}))
+def dynamodb_client() -> Any:
+    return clients.client("dynamodb")
 
 
 def to_item(obj: dict[str, Any]) -> dict:

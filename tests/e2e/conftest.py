@@ -55,8 +55,7 @@ def iam_checked(request, iam_log):
 def engine_as_aws(local, monkeypatch):
     """boto3 in this process pointed at the local engine as if it were AWS (endpoint, test
     credentials, region), with the cached clients made again on both sides of the test."""
-    from smlt.runtime.records import dynamodb_client
-    from smlt.runtime.store.s3 import s3_client
+    from smlt.runtime import clients
 
     engine, names = local
     for k, v in {
@@ -66,6 +65,6 @@ def engine_as_aws(local, monkeypatch):
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(k, v)
-    s3_client.cache_clear(), dynamodb_client.cache_clear()
+    clients.reset()
     yield engine, names
-    s3_client.cache_clear(), dynamodb_client.cache_clear()
+    clients.reset()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
 
-from smlt.runtime import account, keys, warmstart
+from smlt.runtime import account, clients, keys, warmstart
 from smlt.runtime.aggregate.reduce import plan_slices
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest
@@ -364,9 +364,7 @@ def _driver_status(state_machine: str | None, name: str) -> str | None:
     known (a direct invocation, not the state machine's)."""
     if not state_machine:
         return None
-    import boto3
-
-    sfn = boto3.client("stepfunctions")
+    sfn = clients.client("stepfunctions")
     arn = state_machine.replace(":stateMachine:", ":execution:") + ":" + name
     try:
         return str(sfn.describe_execution(executionArn=arn)["status"])
@@ -611,9 +609,7 @@ def chain(settings: Settings, event: ChainEvent) -> ChainAnswer:
     """Start the execution that continues this run from its checkpoint. The name derives from
     the round, so a repeated call starts nothing new (StartExecution is idempotent by name); an
     existing execution of that name that failed, timed out or was aborted is ChainedExecutionFailed."""
-    import boto3
-
-    sfn = boto3.client("stepfunctions")
+    sfn = clients.client("stepfunctions")
     name = chained_name(event.run_id, event.round)
     # The validated job of the run, not this execution's input: an upload-triggered run's input
     # is the S3 event, which the next execution would take for a duplicate event.

@@ -7,22 +7,18 @@ retried (smlt/runtime/retry.py) until it either lands or meets the other writer'
 
 from __future__ import annotations
 
-import functools
+from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from smlt.runtime import clients
 from smlt.runtime.errors import AccessDenied
 from smlt.runtime.retry import S3_CONFLICTS, error_code, on_conflict
 from smlt.runtime.store.base import NotFound
 
 
-@functools.cache
-def s3_client():
-    # One client per process: handler processes are warm between invocations, as on Lambda.
-    # The endpoint comes from AWS_ENDPOINT_URL (the local engine sets it).
-    return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}, max_pool_connections=32))
+def s3_client() -> Any:
+    return clients.client("s3")
 
 
 def _missing(e: ClientError) -> bool:

@@ -20,11 +20,11 @@ def aws(monkeypatch, tmp_path):
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "cache"))
     with mock_aws():
         # Cached clients must be made inside the mock.
+        from smlt.runtime import clients
         from smlt.runtime.data.shards import load_manifest
-        from smlt.runtime.records import create_run_table, dynamodb_client
-        from smlt.runtime.store.s3 import s3_client
+        from smlt.runtime.records import create_run_table
 
-        s3_client.cache_clear(), dynamodb_client.cache_clear(), load_manifest.cache_clear()
+        clients.reset(), load_manifest.cache_clear()
         s3 = boto3.client("s3")
         for b in ("smlt-artifacts", "smlt-data"):
             s3.create_bucket(Bucket=b)
@@ -35,7 +35,7 @@ def aws(monkeypatch, tmp_path):
         monkeypatch.setenv("SMLT_TRAIN_FUNCTIONS", json.dumps({str(k): v for k, v in TIERS.items()}))
         monkeypatch.setenv("SMLT_MEMORY_MB", "1769")
         yield s3
-        s3_client.cache_clear(), dynamodb_client.cache_clear(), load_manifest.cache_clear()
+        clients.reset(), load_manifest.cache_clear()
 
 
 @pytest.fixture

@@ -1,0 +1,59 @@
+"""The process's AWS clients: one per service, made on first use and kept (a warm Lambda sandbox
+reuses them between invocations), each with the retry policy its service needs; the CLI makes its
+own per command with the same policies (`make`). The endpoint
+comes from AWS_ENDPOINT_URL (the local engine sets it); `reset()` forgets them when it changes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+# Adaptive retries for the stores every round hits (throttling under a wide fan-out); standard for
+# the rest. S3 keeps up to 32 connections: the aggregator and the workers fetch in parallel.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "s3": {"retries": {"max_attempts": 8, "mode": "adaptive"}, "max_pool_connections": 32},
+    "dynamodb": {"retries": {"max_attempts": 8, "mode": "adaptive"}},
+}
+STANDARD: dict[str, Any] = {"retries": {"mode": "standard", "max_attempts": 5}}
+
+
+# botocore event handlers every client gets (the ledger's request meter, smlt.runtime.ledger).
+_HOOKS: list[tuple[str, Callable[..., Any], str]] = []
+
+
+def on_every_client(event: str, handler: Callable[..., Any], unique_id: str) -> None:
+    """Register `handler` for `event` on every client made here, before and after this call."""
+    if any(h[2] == unique_id for h in _HOOKS):
+        return
+    _HOOKS.append((event, handler, unique_id))
+    for service in list(_made):
+        client(service).meta.events.register(event, handler, unique_id=unique_id)
+
+
+_made: set[str] = set()
+
+
+def make(service: str, session: Any = None, **kw: Any) -> Any:
+    """A new client of `service` with its retry policy (from `session`, default boto3's; `kw`:
+    endpoint_url, region_name, ...): what the CLI makes per command."""
+    import boto3
+    from botocore.config import Config
+
+    c = (session or boto3).client(service, config=Config(**CONFIGS.get(service, STANDARD)), **kw)
+    for event, handler, unique_id in _HOOKS:
+        c.meta.events.register(event, handler, unique_id=unique_id)
+    return c
+
+
+@functools.cache
+def client(service: str) -> Any:
+    """The process's client of `service` (a handler's, kept while the sandbox is warm)."""
+    _made.add(service)
+    return make(service)
+
+
+def reset() -> None:
+    """Forget every client (a test or a benchmark that moved AWS_ENDPOINT_URL)."""
+    client.cache_clear()
+    _made.clear()
