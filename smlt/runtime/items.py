@@ -55,8 +55,6 @@ class FinalMetrics(BaseModel):
     estimated_cost_usd: float
     stop_reason: str
     # Reports that arrived before their round closed but were not applied.
-    lost_updates: int
-    double_counted_updates: int
     model_key: str | None = None
     model_sha256: str | None = None  # of final/model.safetensors, as published
     # Of the training split's rows, the fraction in train shards that an applied update covered

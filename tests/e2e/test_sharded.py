@@ -4,7 +4,7 @@ AggregatePrepare → AggregateSlices (inline Map) → AggregateFinish, and the r
 import json
 import statistics
 
-from tests.e2e.test_local_run import digits_job, run
+from tests.e2e.test_local_run import digits_job, reconciled, run
 
 
 def test_sharded_aggregation_converges_on_digits(local, tmp_path, monkeypatch):
@@ -20,7 +20,7 @@ def test_sharded_aggregation_converges_on_digits(local, tmp_path, monkeypatch):
     metrics = json.loads((tmp_path / "sharded" / "metrics.json").read_text())
     final = metrics["final"]
     assert final["val_accuracy"] >= 0.95
-    assert final["lost_updates"] == 0 and final["double_counted_updates"] == 0
+    assert reconciled(local, "sharded") == []
     history = json.loads((tmp_path / "sharded" / "history.json").read_text())
     entered = [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]
     assert {"HowToAggregate", "AggregatePrepare", "AggregateSlices", "AggregateSlice", "AggregateFinish"} <= set(

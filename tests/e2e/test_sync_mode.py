@@ -15,7 +15,7 @@ from smlt.runtime import keys
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import RedisStore, S3Store
 from smlt.runtime.tensors.format import decode
-from tests.e2e.test_local_run import digits_job, run
+from tests.e2e.test_local_run import digits_job, reconciled, run
 from tests.functional.store._fixtures import redis_server  # noqa: F401  (a real redis-server, session-wide)
 
 WORKERS, STEPS, ROUNDS = 2, 10, 3
@@ -72,7 +72,7 @@ def check_rounds(local, run_id, metrics):
     rounds = metrics["rounds"]
     assert [r["eval_only"] for r in rounds] == [False] * ROUNDS + [True]
     assert metrics["final"]["rounds"] == ROUNDS
-    assert metrics["final"]["lost_updates"] == 0 and metrics["final"]["double_counted_updates"] == 0
+    assert reconciled(local, run_id) == []
     table = RunTable(names.table, run_id, client=engine.client("dynamodb"))
     for r in rounds[:ROUNDS]:
         assert r["workers"] == WORKERS and r["workers_ok"] == WORKERS, r

@@ -206,7 +206,6 @@ def _final(
     final_round: RoundItem | None,
 ) -> FinalMetrics:
     trained = [r for r in rounds if not r.eval_only and final_round and r.round < final_round.round]
-    double = sum(len(r.accepted) - len({a.worker for a in r.accepted}) for r in rounds)
     last_plan = plans[max(plans)] if plans else None
     last = rounds[-1] if rounds else None
     return FinalMetrics(
@@ -219,10 +218,6 @@ def _final(
         wall_seconds=time.time() - (meta.created_at if meta else time.time()),
         estimated_cost_usd=last.cost_total_usd if last else 0.0,
         stop_reason=last.reason if last and last.stop else (last_plan.reason if last_plan else ""),
-        # Reports that arrived before the round closed but were not applied (a diverged round
-        # rejects its updates on purpose: not a loss).
-        lost_updates=sum(r.workers_ok - len(r.accepted) - len(r.rejected) for r in trained if not r.diverged),
-        double_counted_updates=double,
         model_key=keys.final_model_key(run_id) if final_round else None,
     )
 

@@ -56,3 +56,11 @@ def job(uri, **training):
 def run_keys(s3, run_id):
     resp = s3.list_objects_v2(Bucket="smlt-artifacts", Prefix=f"runs/{run_id}/")
     return sorted(o["Key"] for o in resp.get("Contents", []))
+
+
+def reconciled(run_id: str) -> list:
+    """What the reconciliation finds wrong with a run (smlt.reconcile: every update stored, applied
+    once, in the model): [] for a clean run."""
+    from smlt.reconcile import reconcile
+
+    return reconcile(boto3.client("s3"), boto3.client("dynamodb"), "smlt-artifacts", "smlt-runs", run_id).findings
