@@ -49,9 +49,9 @@ from smlt.runtime.aggregate.reduce import (  # noqa: E402
     apply_update,
     commit_accepted,
     is_finite,
-    plan_slices,
     weighted_average,
 )
+from smlt.runtime.fanout import plan_slices  # noqa: E402
 from smlt.runtime.tensors.format import decode, encode, views  # noqa: E402
 from smlt.runtime.tensors.layout import flatten  # noqa: E402
 

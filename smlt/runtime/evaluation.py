@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from smlt.runtime.data.manifest import TargetScaling
+
+if TYPE_CHECKING:
+    from smlt.runtime.job import TrainingSpec
 
 Task = Literal["classification", "regression"]
 TargetMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_r2"]
@@ -71,6 +74,21 @@ def val_metrics(
 
 def lower_is_better(metric: str) -> bool:
     return metric in LOWER_IS_BETTER
+
+
+def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
+    """The job's stop rule, the one the aggregator, the planner and the simulators apply:
+    val_loss and val_rmse at or below the target, val_accuracy and val_r2 at or above it."""
+    if target is None or value is None:
+        return False
+    return value <= target if lower_is_better(metric) else value >= target
+
+
+def target_reached(training: TrainingSpec, metrics: object) -> bool:
+    """`metric_reaches` for the job's target metric, given a round's metrics (a ROUND item, a
+    RoundRecord or a `ValMetrics`: anything with the metric's attribute)."""
+    value = getattr(metrics, training.target_metric, None)
+    return metric_reaches(training.target_metric, training.target_value, value)
 
 
 def target_metric_problem(metric: str, task: str) -> str | None:

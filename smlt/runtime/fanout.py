@@ -1,4 +1,5 @@
-"""The Map that fans a round's workers out, and what it costs in time, transitions and history.
+"""The Maps that fan a round out (its workers; its aggregators, `plan_slices`), and what the
+workers' Map costs in time, transitions and history.
 
 The rule (docs/architecture.md, "The round's Map"): an inline Map for n <= `inline_max_workers`
 (AWS recommends it below 40 items and runs at most 40 iterations at once), a Distributed Map of
@@ -14,6 +15,7 @@ account puts the measured values in cdk.json's `fanout`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
@@ -71,3 +73,30 @@ class Fanout(BaseModel):
         """The workers' events in the parent execution's history (25,000 at most)."""
         n = np.asarray(workers, dtype=float)
         return np.where(self.is_inline(n), INLINE_EVENTS_PER_WORKER * n, 0.0)
+
+
+# --------------------------------------------------------------------------- the aggregation's fan-out
+
+
+def plan_slices(
+    param_bytes: int,
+    n_workers: int,
+    *,
+    read_bytes_per_aggregator: int = 256 << 20,
+    min_slice_bytes: int = 4 << 20,
+    max_aggregators: int = INLINE_MAX,
+) -> int:
+    """How many aggregators to use for n_workers updates of param_bytes each.
+
+    Each aggregator reads n_workers * param_bytes / k bytes. k is the smallest count that keeps
+    that under `read_bytes_per_aggregator` (about 3-4 s at the ~70-100 MB/s one Lambda gets from
+    S3, and far below a 3 GB aggregator's memory), so the aggregation time stays flat as workers
+    grow; slices stay at least `min_slice_bytes` (below that, request latency dominates) and
+    k at most `max_aggregators` (the slices' inline Map runs at most INLINE_MAX at once). 1
+    means the single aggregator.
+    """
+    if param_bytes <= 0 or n_workers <= 0:
+        return 1
+    k = math.ceil(n_workers * param_bytes / read_bytes_per_aggregator)
+    k = min(k, max(1, param_bytes // min_slice_bytes), max_aggregators)
+    return max(1, int(k))

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from smlt.runtime.evaluation import target_reached
 from smlt.runtime.job import Job, ModelSpec
 from smlt.runtime.planner.footprint import model_cost
-from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory, target_reached
+from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory
 from smlt.runtime.prices import Prices
 from smlt.sim.cloud import Cloud
 from smlt.sim.workloads import Workload

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from smlt.runtime.fanout import INLINE_MAX
-from smlt.runtime.steps.plan import MAX_AGGREGATORS
+from smlt.runtime.fanout import INLINE_MAX, plan_slices
 from tests.infra import asl
 
 SERVICE_ERRORS = {
@@ -170,7 +171,9 @@ def test_contract_shape(states, synth):
     }
     assert slices["ResultPath"] is None and slices["Next"] == "AggregateFinish"
     # the planner never plans more aggregators than the Map runs at once (one constant, read by both)
-    assert slices["MaxConcurrency"] == MAX_AGGREGATORS == INLINE_MAX
+    assert (
+        slices["MaxConcurrency"] == INLINE_MAX == inspect.signature(plan_slices).parameters["max_aggregators"].default
+    )
     one = states["AggregateSlice"]
     assert one["Resource"] == aggregate and one["ResultPath"] is None and one["End"] is True
     assert one["Parameters"] == {

@@ -10,11 +10,10 @@ import smlt.runner
 from smlt.outputs import progress_line
 from smlt.runtime.data.manifest import TargetScaling
 from smlt.runtime.errors import InvalidJob
-from smlt.runtime.evaluation import ValMetrics, metrics_text, summary_text, val_metrics
+from smlt.runtime.evaluation import ValMetrics, metric_reaches, metrics_text, summary_text, target_reached, val_metrics
 from smlt.runtime.items import RoundItem
 from smlt.runtime.job import Job, check_dataset, parse_job
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.types import metric_reaches, target_reached
 from smlt.runtime.prices import Prices
 from tests.unit.planner.conftest import TIERS, make_history, make_job, make_round
 

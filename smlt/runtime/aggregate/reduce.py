@@ -14,7 +14,7 @@ gives, and floating buffers (running mean and variance) are averaged like weight
 Through a store, updates are read with ranged GETs of their data sections (`reduce_slice`,
 `reduce_updates`), never decoded whole.
 
-Sharded aggregation (local SGD): `plan_slices(param_bytes, n_workers)` chooses k aggregators.
+Sharded aggregation (local SGD): `smlt.runtime.fanout.plan_slices` chooses k aggregators.
 Aggregator j of k (`aggregate_slice`) reads each accepted worker's header (one small ranged GET),
 then the bytes of slice j of each update (one ranged GET), averages them weighted by samples (same
 arithmetic and order as the single aggregator, so the result is bit-for-bit the same), adds them
@@ -26,7 +26,6 @@ constant as workers grow. `commit_accepted` fixes which updates all k average.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -295,29 +294,6 @@ def reduce_updates(
 
 
 # --------------------------------------------------------------------------- sharded aggregation
-
-
-def plan_slices(
-    param_bytes: int,
-    n_workers: int,
-    *,
-    read_bytes_per_aggregator: int = 256 << 20,
-    min_slice_bytes: int = 4 << 20,
-    max_aggregators: int = 64,
-) -> int:
-    """How many aggregators to use for n_workers updates of param_bytes each.
-
-    Each aggregator reads n_workers * param_bytes / k bytes. k is the smallest count that keeps
-    that under `read_bytes_per_aggregator` (about 3-4 s at the ~70-100 MB/s one Lambda gets from
-    S3, and far below a 3 GB aggregator's memory), so the aggregation time stays flat as workers
-    grow; slices stay at least `min_slice_bytes` (below that, request latency dominates) and
-    k at most `max_aggregators`. 1 means the single aggregator.
-    """
-    if param_bytes <= 0 or n_workers <= 0:
-        return 1
-    k = math.ceil(n_workers * param_bytes / read_bytes_per_aggregator)
-    k = min(k, max(1, param_bytes // min_slice_bytes), max_aggregators)
-    return max(1, int(k))
 
 
 def commit_accepted(store: ObjectStore, run_id: str, rnd: int, accepted: list[dict]) -> list[dict]:

@@ -14,7 +14,7 @@ import numpy as np
 from smlt.runtime.bill import finalize_usd
 from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held
 from smlt.runtime.config import FunctionSizes
-from smlt.runtime.evaluation import lower_is_better
+from smlt.runtime.evaluation import lower_is_better, target_reached
 from smlt.runtime.job import Job
 from smlt.runtime.planner import priors as P
 from smlt.runtime.planner.config import PlannerConfig, using
@@ -22,7 +22,7 @@ from smlt.runtime.planner.config import active as cfg
 from smlt.runtime.planner.explain import since_last
 from smlt.runtime.planner.progress import ProgressModel
 from smlt.runtime.planner.timing import Forecast, JobShape, TimingModel
-from smlt.runtime.planner.types import Decision, RunHistory, target_reached
+from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
 
 

@@ -33,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from smlt.runtime.evaluation import lower_is_better
+from smlt.runtime.evaluation import lower_is_better, metric_reaches
 from smlt.runtime.planner.stats import norm_ppf
-from smlt.runtime.planner.types import metric_reaches
 
 
 def k_effective(k, momentum: float):

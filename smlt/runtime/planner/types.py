@@ -7,9 +7,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from smlt.runtime.evaluation import lower_is_better
-from smlt.runtime.job import TrainingSpec
-
 
 class WorkerTiming(BaseModel):
     """One worker's measured round, as recorded in DynamoDB (WORKER# item)."""
@@ -118,18 +115,3 @@ class Decision(BaseModel):
     earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
     min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
     explore: bool = False  # chosen partly to learn (uncertain model)
-
-
-def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
-    """The job's stop rule, the one the aggregator, the planner and the simulators apply:
-    val_loss and val_rmse at or below the target, val_accuracy and val_r2 at or above it."""
-    if target is None or value is None:
-        return False
-    return value <= target if lower_is_better(metric) else value >= target
-
-
-def target_reached(training: TrainingSpec, metrics: object) -> bool:
-    """`metric_reaches` for the job's target metric, given a round's metrics (a ROUND item, a
-    RoundRecord or a `ValMetrics`: anything with the metric's attribute)."""
-    value = getattr(metrics, training.target_metric, None)
-    return metric_reaches(training.target_metric, training.target_value, value)

@@ -41,7 +41,7 @@ from smlt.runtime.aggregate.reduce import (
 from smlt.runtime.aggregate.sync import delete_prefix
 from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
-from smlt.runtime.evaluation import ValMetrics, val_metrics
+from smlt.runtime.evaluation import ValMetrics, target_reached, val_metrics
 from smlt.runtime.items import (
     Accepted,
     ErrorItem,
@@ -53,7 +53,6 @@ from smlt.runtime.items import (
     SealItem,
     WorkerItem,
 )
-from smlt.runtime.planner.types import target_reached
 from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec
 from smlt.runtime.steps.events import (

@@ -19,7 +19,6 @@ from itertools import takewhile
 from typing import Any
 
 from smlt.runtime import account, clients, keys, warmstart
-from smlt.runtime.aggregate.reduce import plan_slices
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest
 from smlt.runtime.errors import (
@@ -31,7 +30,7 @@ from smlt.runtime.errors import (
     InvalidJob,
     RunInProgress,
 )
-from smlt.runtime.fanout import INLINE_MAX, Fanout
+from smlt.runtime.fanout import Fanout, plan_slices
 from smlt.runtime.items import MetaItem, PlanItem, RoundItem, StopItem
 from smlt.runtime.job import Job, check_dataset, parse_job
 from smlt.runtime.planner import decide
@@ -220,8 +219,6 @@ def _history(state: _RunState, meta: MetaItem, first: ModelCost | None = None) -
     )
 
 
-# Sharded aggregation runs its k aggregators in an inline Map.
-MAX_AGGREGATORS = INLINE_MAX
 # Step Functions history events of one round (Plan, Train, Aggregate, choices; a few retries)
 # and per aggregator (an inline Map iteration of one task); a Standard execution holds 25,000.
 ROUND_EVENTS = 40
@@ -245,7 +242,6 @@ def choose_aggregators(settings: Settings, param_count: int, workers: int, eval_
         workers,
         read_bytes_per_aggregator=settings.aggregator_read_bytes,
         min_slice_bytes=settings.min_slice_bytes,
-        max_aggregators=MAX_AGGREGATORS,
     )
 
 

@@ -22,11 +22,11 @@ from smlt.runtime.aggregate.reduce import (
     aggregate_slice,
     apply_update,
     commit_accepted,
-    plan_slices,
     reduce_slice,
     reduce_updates,
     weighted_average,
 )
+from smlt.runtime.fanout import INLINE_MAX, plan_slices
 from smlt.runtime.store import NotFound
 from smlt.runtime.tensors.format import decode, encode
 from smlt.runtime.tensors.layout import HEADER_PROBE, flatten, layout_of_state, read_flat, read_layout, slice_bounds
@@ -238,7 +238,7 @@ def test_write_and_read_sliced_model(store):
         (44 << 20, 8, 2),
         (44 << 20, 32, 6),  # 32 x 11M: 1.4 GB to read
         (44 << 20, 64, 11),
-        (400 << 20, 200, 64),  # capped
+        (400 << 20, 200, INLINE_MAX),  # capped: the slices' Map runs at most 40 at once
         (1000, 1000, 1),
     ],
 )
