@@ -43,7 +43,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench import smoke  # noqa: E402
 from smlt.runtime import keys  # noqa: E402
-from smlt.runtime.aggregate.model_store import read_model  # noqa: E402
 from smlt.runtime.aggregate.reduce import (  # noqa: E402
     aggregate_slice,
     apply_update,
@@ -52,6 +51,7 @@ from smlt.runtime.aggregate.reduce import (  # noqa: E402
     weighted_average,
 )
 from smlt.runtime.fanout import plan_slices  # noqa: E402
+from smlt.runtime.model_store import read_model  # noqa: E402
 from smlt.runtime.tensors.format import decode, encode, views  # noqa: E402
 from smlt.runtime.tensors.layout import flatten  # noqa: E402
 
@@ -339,7 +339,7 @@ def bench_sync(backend: str, spec: tuple[str, str], workers: int = 4, numel: int
     `numel` float32 gradient through the store, `steps` times; median step time."""
     import threading
 
-    from smlt.runtime.aggregate.sync import Poll, ReduceScatter, delete_prefix
+    from smlt.runtime.exchange import Poll, ReduceScatter, delete_prefix
 
     store = open_store(spec)
     prefix = keys.sync_prefix(RUN + f"-sync-{backend}", 0)

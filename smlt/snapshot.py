@@ -21,10 +21,10 @@ from pydantic import ValidationError
 
 from smlt.folderlock import folder_lock
 from smlt.runtime import keys, ledger
-from smlt.runtime.aggregate.model_store import model_sha256
 from smlt.runtime.data.manifest import parse_manifest
 from smlt.runtime.errors import DamagedState, RunInProgress, RunNotFound, SmltError
 from smlt.runtime.items import PlanItem, RoundItem
+from smlt.runtime.model_store import model_sha256
 from smlt.runtime.records import RunTable, to_item
 from smlt.runtime.store import NotFound, S3Store
 

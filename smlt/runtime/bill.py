@@ -121,7 +121,7 @@ def retry_allowance(workers: Num) -> Num:
     return np.where(n > 0, np.maximum(1.0, np.ceil(RETRY_ALLOWANCE * n)), 0.0)
 
 
-# Sync mode's exchange per worker per step (smlt.runtime.aggregate.sync.ReduceScatter): its gradient and
+# Sync mode's exchange per worker per step (smlt.runtime.exchange.ReduceScatter): its gradient and
 # its averaged slice written, n gradient slices and n averaged slices read, and the polls of the
 # barriers: GETs of an object not written yet, about one per wait when the workers keep pace.
 EXCHANGE_PUTS_PER_STEP = 2

@@ -1,6 +1,6 @@
 """Per-step synchronous mode (training.mode = "sync") end to end: the synthesized state machine
 on the local engine, two workers that exchange their gradients at every step (reduce-scatter,
-smlt.runtime.aggregate.sync.ReduceScatter) through S3 (the artifacts bucket) or through a real
+smlt.runtime.exchange.ReduceScatter) through S3 (the artifacts bucket) or through a real
 redis-server (SMLT_EXCHANGE_URL)."""
 
 from __future__ import annotations

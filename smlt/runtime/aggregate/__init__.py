@@ -1,4 +1,4 @@
 """Aggregation (numpy + safetensors; no torch): `reduce` averages the updates (in memory, through a
-store, or as k sharded slices), `model_store` says where model r lives and reads or writes it,
-`sync` is the per-step gradient exchange of synchronous mode, `parallel` the bounded fan-out of
-their GETs. The tensor bytes they share with the worker are in `smlt.runtime.tensors`."""
+store, or as k sharded slices), `guard` screens them. Where model r lives is
+`smlt.runtime.model_store`, the per-step exchange of synchronous mode `smlt.runtime.exchange` (both
+used by the worker too); the tensor bytes they share with the worker are in `smlt.runtime.tensors`."""

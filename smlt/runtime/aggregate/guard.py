@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from smlt.runtime.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.errors import DigestMismatch
 from smlt.runtime.items import Rejected, WorkerItem
 from smlt.runtime.store.base import NotFound, ObjectStore
+from smlt.runtime.store.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.tensors.digest import check, sha256_hex, update_norm
 
 NORM_FACTOR = 10.0

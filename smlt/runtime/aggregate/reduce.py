@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from smlt.runtime import keys
-from smlt.runtime.aggregate.model_store import (
+from smlt.runtime.model_store import (
     ModelSource,
     SlicedModel,
     model_source,
@@ -44,8 +44,8 @@ from smlt.runtime.aggregate.model_store import (
     write_rest,
     write_slice,
 )
-from smlt.runtime.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.store.base import ObjectStore
+from smlt.runtime.store.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.tensors.dtypes import BF16, to_float32
 from smlt.runtime.tensors.layout import (
     HEADER_PROBE,

@@ -23,13 +23,6 @@ import time
 from smlt.runtime import errors as smlt_errors
 from smlt.runtime import keys, ledger, metrics
 from smlt.runtime.aggregate.guard import check_share, combine_checks, screen_updates
-from smlt.runtime.aggregate.model_store import (
-    fetch_model,
-    model_sha256,
-    model_source,
-    sliced_model_complete,
-    verified_model,
-)
 from smlt.runtime.aggregate.reduce import (
     aggregate_slice,
     apply_update,
@@ -38,10 +31,10 @@ from smlt.runtime.aggregate.reduce import (
     param_count,
     reduce_updates,
 )
-from smlt.runtime.aggregate.sync import delete_prefix
 from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
 from smlt.runtime.evaluation import ValMetrics, target_reached, val_metrics
+from smlt.runtime.exchange import delete_prefix
 from smlt.runtime.items import (
     Accepted,
     ErrorItem,
@@ -52,6 +45,13 @@ from smlt.runtime.items import (
     RoundTiming,
     SealItem,
     WorkerItem,
+)
+from smlt.runtime.model_store import (
+    fetch_model,
+    model_sha256,
+    model_source,
+    sliced_model_complete,
+    verified_model,
 )
 from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec

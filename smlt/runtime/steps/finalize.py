@@ -14,13 +14,13 @@ from typing import Any
 
 from smlt.runtime import keys, ledger
 from smlt.runtime import pipeline as pipelines
-from smlt.runtime.aggregate.model_store import verified_model
 from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest
 from smlt.runtime.errors import PartialData
 from smlt.runtime.evaluation import ValMetrics
 from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
+from smlt.runtime.model_store import verified_model
 from smlt.runtime.modelcard import ModelCard, card_json, card_key, card_of_run, with_card
 from smlt.runtime.records import RunTable
 from smlt.runtime.steps.events import FinalizeAnswer, FinalizeEvent

@@ -22,8 +22,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from torch import Tensor, nn
 
 from smlt.runtime import keys, ledger
-from smlt.runtime.aggregate.model_store import StoredModel, fetch_model, verified_model
-from smlt.runtime.aggregate.sync import Poll, ReduceScatter
 from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held, torch_threads
 from smlt.runtime.config import Settings
 from smlt.runtime.data.inputs import model_input
@@ -43,8 +41,10 @@ from smlt.runtime.errors import (
     UserCodeError,
     data_error_message,
 )
+from smlt.runtime.exchange import Poll, ReduceScatter
 from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem
 from smlt.runtime.job import Job
+from smlt.runtime.model_store import StoredModel, fetch_model, verified_model
 from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec
 from smlt.runtime.steps.events import TrainAnswer, TrainEvent

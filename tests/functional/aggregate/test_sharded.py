@@ -9,15 +9,6 @@ from safetensors.numpy import save as np_save
 from safetensors.torch import save as torch_save
 
 from smlt.runtime import keys
-from smlt.runtime.aggregate.model_store import (
-    read_model,
-    read_model_blob,
-    read_model_range,
-    sliced_manifest,
-    sliced_model_complete,
-    write_manifest,
-    write_slice,
-)
 from smlt.runtime.aggregate.reduce import (
     aggregate_slice,
     apply_update,
@@ -27,6 +18,15 @@ from smlt.runtime.aggregate.reduce import (
     weighted_average,
 )
 from smlt.runtime.fanout import INLINE_MAX, plan_slices
+from smlt.runtime.model_store import (
+    read_model,
+    read_model_blob,
+    read_model_range,
+    sliced_manifest,
+    sliced_model_complete,
+    write_manifest,
+    write_slice,
+)
 from smlt.runtime.store import NotFound
 from smlt.runtime.tensors.format import decode, encode
 from smlt.runtime.tensors.layout import HEADER_PROBE, flatten, layout_of_state, read_flat, read_layout, slice_bounds

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from smlt.runtime.aggregate.sync import BarrierTimeout, Poll, ReduceScatter, delete_prefix, wait_get
+from smlt.runtime.exchange import BarrierTimeout, Poll, ReduceScatter, delete_prefix, wait_get
 from smlt.runtime.keys import sync_prefix
 
 

@@ -11,8 +11,8 @@ from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt.runtime import keys
-from smlt.runtime.aggregate.model_store import read_model
 from smlt.runtime.errors import StaleInvocation
+from smlt.runtime.model_store import read_model
 from smlt.runtime.store import S3Store
 from smlt.runtime.tensors.format import decode, encode, views
 from smlt.runtime.tensors.layout import read_layout

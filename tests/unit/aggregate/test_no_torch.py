@@ -9,9 +9,9 @@ from pathlib import Path
 LAYER_MODULES = (
     "lambdas.aggregate.handler",
     "lambdas.planner.handler",
-    "smlt.runtime.aggregate.model_store",
+    "smlt.runtime.model_store",
     "smlt.runtime.aggregate.reduce",
-    "smlt.runtime.aggregate.sync",
+    "smlt.runtime.exchange",
     "smlt.runtime.tensors.codec",
     "smlt.runtime.tensors.dtypes",
     "smlt.runtime.tensors.format",

@@ -19,8 +19,8 @@ from typing import Protocol
 import numpy as np
 
 from smlt.runtime import keys
-from smlt.runtime.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.store.base import NotFound, ObjectStore
+from smlt.runtime.store.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.tensors.digest import check, parts_sha256, sha256_hex
 from smlt.runtime.tensors.dtypes import ST_TO_NP
 from smlt.runtime.tensors.format import decode, parse_header, save_raw, views

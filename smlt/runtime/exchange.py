@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from smlt.runtime.aggregate.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.aggregate.reduce import weighted_sum_into
 from smlt.runtime.store.base import NotFound, ObjectStore
+from smlt.runtime.store.parallel import FETCH_THREADS, ordered_map
 from smlt.runtime.tensors.codec import ST_DTYPE, encode_array
 from smlt.runtime.tensors.dtypes import ST_TO_NP, to_float32
 from smlt.runtime.tensors.format import header_length, save_raw, views
