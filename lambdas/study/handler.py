@@ -1,6 +1,7 @@
 """Study controller Lambda: parse the event, call the controller step, return its small answer."""
 
 from aws_lambda_powertools import Logger
+from pydantic import BaseModel
 
 from smlt.runtime import metrics
 from smlt.runtime.steps.events import parse_event
@@ -20,6 +21,7 @@ logger = Logger(service=metrics.SERVICE)
 
 
 def handler(event, context):
+    answer: BaseModel
     s = StudySettings()
     place = controller.Place(table=s.table, artifacts_bucket=s.artifacts_bucket)
     ev = parse_event(STUDY_EVENTS, event)
@@ -34,5 +36,6 @@ def handler(event, context):
             answer = controller.watch(place, ev.study_id)
         case FinishEvent():
             answer = controller.finish(place, ev.study_id)
-    logger.info("study", extra={"op": ev.op, "result": answer})
-    return answer
+    result = answer.model_dump(mode="json", exclude_unset=True)
+    logger.info("study", extra={"op": ev.op, "result": result})
+    return result

@@ -69,16 +69,16 @@ def test_concurrent_admits_never_reserve_more_than_the_budget(place):
 
     threads = [threading.Thread(target=admit, args=(n,)) for n in range(8)]
     [t.start() for t in threads], [t.join() for t in threads]
-    shares = [a["job"]["constraints"]["budget_usd"] for a in answers]
+    shares = [a.job["constraints"]["budget_usd"] for a in answers]
     meta = StudyTable("runs", "s", client=place.dynamodb).study()
     # the trials share what the reserve for the study's own bill leaves
     free = 0.08 - meta.overhead_reserve_usd
     assert 0 < meta.overhead_reserve_usd < 0.01
-    assert all(a["start"] for a in answers) and sum(shares) == pytest.approx(free)
+    assert all(a.start for a in answers) and sum(shares) == pytest.approx(free)
     assert meta.started == 8 and meta.reserved_usd == pytest.approx(free)
     # each admit's own bill is on its trial's item
     assert all(t.controller_usd > 0 for t in StudyTable("runs", "s", client=place.dynamodb).trials())
-    assert {a["run_id"] for a in answers} == {f"s-t{n:03d}" for n in range(8)}
+    assert {a.run_id for a in answers} == {f"s-t{n:03d}" for n in range(8)}
 
 
 def test_asha_stops_a_trial_below_the_cutoff_at_its_rung_and_its_share_returns(place):
@@ -86,19 +86,19 @@ def test_asha_stops_a_trial_below_the_cutoff_at_its_rung_and_its_share_returns(p
     for n in range(2):
         controller.admit(place, "s", n)
     record(place, "s-t000", [0.1, 0.9])  # rung 1: first there, goes on
-    assert controller.watch(place, "s")["done"] is False
+    assert controller.watch(place, "s").done is False
     record(place, "s-t001", [0.1, 0.5])  # rung 1: below the cutoff (0.9)
     controller.watch(place, "s")
     stop = RunTable("runs", "s-t001", client=place.dynamodb).get(keys.STOP, StopItem)
     assert stop is not None and stop.by == "study:s" and "rung 1" in stop.reason
     assert RunTable("runs", "s-t000", client=place.dynamodb).get(keys.STOP, StopItem) is None
     # the stopped trial ends having spent 0.002 of its share: its share settles to its ledger
-    assert controller.ended(place, "s", 1)["status"] == "FAILED"  # no final metrics: the run did not finish
+    assert controller.ended(place, "s", 1).status == "FAILED"  # no final metrics: the run did not finish
     meta = StudyTable("runs", "s", client=place.dynamodb).study()
     share = (0.03 - meta.overhead_reserve_usd) / 3
     assert meta.reserved_usd == pytest.approx(share + 0.002)
     third = controller.admit(place, "s", 2)
-    assert third["job"]["constraints"]["budget_usd"] == pytest.approx(0.03 - meta.overhead_reserve_usd - share - 0.002)
+    assert third.job["constraints"]["budget_usd"] == pytest.approx(0.03 - meta.overhead_reserve_usd - share - 0.002)
     # the two looks are the watcher's bill, and it says when to look next
     assert meta.watches == 2 and meta.watch_usd > 0 and meta.overhead_usd > meta.watch_usd
 
@@ -106,10 +106,10 @@ def test_asha_stops_a_trial_below_the_cutoff_at_its_rung_and_its_share_returns(p
 def test_the_deadline_skips_trials_that_could_not_finish_and_stops_running_ones(place):
     controller.init(place, study(trials=2, deadline_seconds=100, min_trial_seconds=30))
     first = controller.admit(place, "s", 0)
-    assert first["start"] and first["job"]["constraints"]["deadline_seconds"] <= 100 - 10
+    assert first.start and first.job["constraints"]["deadline_seconds"] <= 100 - 10
     place.clock.now += 70  # 30 s left, less the margin: too little for a trial
     skipped = controller.admit(place, "s", 1)
-    assert skipped == {"start": False, "reason": skipped["reason"]} and "deadline" in skipped["reason"]
+    assert not skipped.start and skipped.run_id is None and "deadline" in (skipped.reason or "")
     place.clock.now += 25  # at the deadline (less the margin): the running trial is asked to stop
     record(place, "s-t000", [0.1])
     controller.watch(place, "s")
@@ -130,7 +130,7 @@ def test_the_watcher_looks_once_per_round_of_the_trials_and_within_its_reserve(p
     controller.init(place, study(trials=2))
     controller.admit(place, "s", 0)
     # no round timed yet: the first interval, or longer when the reserve for the looks needs it
-    assert controller.watch(place, "s")["poll_seconds"] >= budget.FIRST_POLL_S
+    assert controller.watch(place, "s").poll_seconds >= budget.FIRST_POLL_S
     # the polls follow the trials' round time, within [MIN_POLL_S, MAX_POLL_S]
     assert budget.next_poll(None, 7.4, 600, 1.0, 1e-4) == 7
     assert budget.next_poll(None, 0.3, 600, 1.0, 1e-4) == budget.MIN_POLL_S

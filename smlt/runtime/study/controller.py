@@ -31,6 +31,7 @@ from smlt.runtime.prices import Prices
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
 from smlt.runtime.study import asha, budget
+from smlt.runtime.study.events import AdmitAnswer, EndedAnswer, FinishAnswer, InitAnswer, WatchAnswer
 from smlt.runtime.study.items import (
     ENDED,
     StudyItem,
@@ -86,8 +87,8 @@ def _default_id(study: Study, now: float) -> str:
     return f"{study.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}"[:48]
 
 
-def init(place: Place, raw: Any, execution: str | None = None) -> dict[str, Any]:
-    """Validate and record the study; answers {study_id, trials, concurrency, poll_seconds}."""
+def init(place: Place, raw: Any, execution: str | None = None) -> InitAnswer:
+    """Validate and record the study; answers its trials for the Map and the first poll."""
     started = time.perf_counter()
     study = parse_study(raw)
     now = place.clock()
@@ -129,12 +130,12 @@ def init(place: Place, raw: Any, execution: str | None = None) -> dict[str, Any]
     if written:
         cost = place.step_cost("init", started)
         t.update("META", StudyItem, overhead_usd=cost, total_usd=cost)
-    return {
-        "study_id": study_id,
-        "trials": list(range(study.trials)),
-        "concurrency": study.concurrency,
-        "poll_seconds": study.poll_seconds or budget.FIRST_POLL_S,
-    }
+    return InitAnswer(
+        study_id=study_id,
+        trials=list(range(study.trials)),
+        concurrency=study.concurrency,
+        poll_seconds=study.poll_seconds or budget.FIRST_POLL_S,
+    )
 
 
 def _warm_started(place: Place, study: Study) -> Study:
@@ -157,7 +158,7 @@ def _charge_trial(place: Place, study_id: str, trial: int, op: str, started: flo
         t.update(trial_sk(trial), TrialItem, controller_usd=item.controller_usd + place.step_cost(op, started))
 
 
-def admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
+def admit(place: Place, study_id: str, trial: int) -> AdmitAnswer:
     """Reserve trial `trial`'s budget share and deadline: {start: true, run_id, job}; or skip it
     ({start: false, reason}) when the deadline leaves it too little time or the budget is gone."""
     started = time.perf_counter()
@@ -166,12 +167,12 @@ def admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
     return answer
 
 
-def _admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
+def _admit(place: Place, study_id: str, trial: int) -> AdmitAnswer:
     study, meta, t = place.study(study_id)
     item = t.get(trial_sk(trial), TrialItem)
     assert item is not None, f"trial {trial} of {study_id} has no TRIAL item"
     if item.status != "PENDING":  # a retried step: answer what was decided
-        return _admitted(study, item) if item.status == "RUNNING" else {"start": False, "reason": item.stop_reason}
+        return _admitted(study, item) if item.status == "RUNNING" else AdmitAnswer(start=False, reason=item.stop_reason)
     while True:
         now = place.clock()
         deadline = budget.trial_deadline(meta.created_at + study.deadline_seconds, now, study.min_trial_seconds)
@@ -188,7 +189,7 @@ def _admit(place: Place, study_id: str, trial: int) -> dict[str, Any]:
         meta = t.study() or meta  # another trial was admitted meanwhile: decide again
     if reason is not None:
         t.update(trial_sk(trial), TrialItem, status="SKIPPED", stop_reason=reason, ended_at=now)
-        return {"start": False, "reason": reason}
+        return AdmitAnswer(start=False, reason=reason)
     assert deadline is not None
     t.update(
         trial_sk(trial),
@@ -214,7 +215,7 @@ def _why_not(study: Study, meta: StudyItem, deadline: float | None, share: float
     return None
 
 
-def _admitted(study: Study, item: TrialItem, deadline: float | None = None) -> dict[str, Any]:
+def _admitted(study: Study, item: TrialItem, deadline: float | None = None) -> AdmitAnswer:
     job = trial_job(study, item.params)
     job["run_id"] = item.run_id
     job["name"] = f"{study.name}-t{item.trial}"[:64]
@@ -224,7 +225,7 @@ def _admitted(study: Study, item: TrialItem, deadline: float | None = None) -> d
     c["budget_usd"] = min(own, item.budget_usd) if own else item.budget_usd
     if deadline is not None:
         c["deadline_seconds"] = min(c.get("deadline_seconds") or deadline, deadline)
-    return {"start": True, "run_id": item.run_id, "job": job}
+    return AdmitAnswer(start=True, run_id=item.run_id, job=job)
 
 
 def _curve(rounds: list[RoundItem], metric: str) -> dict[int, float | None]:
@@ -237,7 +238,7 @@ def _final_value(meta: MetaItem | None, metric: str) -> float | None:
     return getattr(meta.final, metric, None)
 
 
-def ended(place: Place, study_id: str, trial: int, error: str | None = None) -> dict[str, Any]:
+def ended(place: Place, study_id: str, trial: int, error: str | None = None) -> EndedAnswer:
     """A trial's execution ended: its ledger replaces its reservation; its result and status."""
     started = time.perf_counter()
     answer = _ended(place, study_id, trial, error)
@@ -245,12 +246,12 @@ def ended(place: Place, study_id: str, trial: int, error: str | None = None) -> 
     return answer
 
 
-def _ended(place: Place, study_id: str, trial: int, error: str | None = None) -> dict[str, Any]:
+def _ended(place: Place, study_id: str, trial: int, error: str | None = None) -> EndedAnswer:
     study, meta, t = place.study(study_id)
     item = t.get(trial_sk(trial), TrialItem)
     assert item is not None
     if item.status in ENDED:  # a retried step
-        return {"trial": trial, "status": item.status}
+        return EndedAnswer(trial=trial, status=item.status)
     run = place.run_table(item.run_id)
     run_meta = run.meta()
     rounds = run.rounds()
@@ -278,7 +279,7 @@ def _ended(place: Place, study_id: str, trial: int, error: str | None = None) ->
         ended_at=place.clock(),
     )
     _settle(t, meta, item.budget_usd or 0.0, cost)
-    return {"trial": trial, "status": status, "cost_usd": cost, "metric": value}
+    return EndedAnswer(trial=trial, status=status, cost_usd=cost, metric=value)
 
 
 def _settle(t: StudyTable, meta: StudyItem, share: float, cost: float) -> None:
@@ -289,11 +290,10 @@ def _settle(t: StudyTable, meta: StudyItem, share: float, cost: float) -> None:
         meta = t.study() or meta
 
 
-def watch(place: Place, study_id: str) -> dict[str, Any]:
+def watch(place: Place, study_id: str) -> WatchAnswer:
     """One look at the running trials: their curves and ledgers onto their TRIAL items, ASHA at
     each rung they reached, a stop request to every running trial once the deadline has come.
-    Answers {"done": every trial ended, "running", "stopped", "poll_seconds": the wait before the
-    next look}."""
+    Answers whether every trial ended and the wait before the next look."""
     started = time.perf_counter()
     study, meta, t = place.study(study_id)
     trials = t.trials()
@@ -337,12 +337,12 @@ def watch(place: Place, study_id: str) -> dict[str, Any]:
         watches=meta.watches + 1,
         total_usd=spent + overhead + sum(tr.controller_usd for tr in trials),
     )
-    return {
-        "done": all(tr.status in ENDED for tr in trials),
-        "running": sum(tr.status == "RUNNING" for tr in trials),
-        "stopped": sum(tr.status == "STOPPED" for tr in trials),
-        "poll_seconds": poll,
-    }
+    return WatchAnswer(
+        done=all(tr.status in ENDED for tr in trials),
+        running=sum(tr.status == "RUNNING" for tr in trials),
+        stopped=sum(tr.status == "STOPPED" for tr in trials),
+        poll_seconds=poll,
+    )
 
 
 def _fixed_overhead(place: Place, study: Study) -> float:
@@ -402,7 +402,7 @@ def _best(study: Study, trials: list[TrialItem]) -> TrialItem | None:
     return max(done, key=lambda tr: (sign * (tr.metric or 0.0), -tr.trial))
 
 
-def finish(place: Place, study_id: str) -> dict[str, Any]:
+def finish(place: Place, study_id: str) -> FinishAnswer:
     """Publish the best trial's final model as the study's result; META SUCCEEDED (or FAILED
     when no trial produced a model). Its bill: the trials' ledgers (`spent_usd`) and the study's
     own steps (`overhead_usd`, the trials' admit/ended included): `total_usd`."""
@@ -419,20 +419,22 @@ def finish(place: Place, study_id: str) -> dict[str, Any]:
 
     if best is None:
         t.update("META", StudyItem, status="FAILED", ended_at=now, **bill())
-        return {"study_id": study_id, "status": "FAILED", "spent_usd": spent}
+        return FinishAnswer(study_id=study_id, status="FAILED", spent_usd=spent)
     store = place.store
     prefix = best_prefix(study_id)
     store.copy(keys.final_model_key(best.run_id), prefix + "model.safetensors")
-    summary = {
-        "study_id": study_id,
-        "best_trial": best.trial,
-        "best_run_id": best.run_id,
-        "metric": study.metric_name,
-        "value": best.metric,
-        "params": best.params,
-        "spent_usd": spent,
-        "budget_usd": study.budget_usd,
-    }
+    answer = FinishAnswer(
+        study_id=study_id,
+        status="SUCCEEDED",
+        best_trial=best.trial,
+        best_run_id=best.run_id,
+        metric=study.metric_name,
+        value=best.metric,
+        params=best.params,
+        spent_usd=spent,
+        budget_usd=study.budget_usd,
+    )
+    summary = answer.model_dump(mode="json", exclude={"status"})
     store.put(prefix + "metrics.json", json.dumps(summary, indent=2).encode())
     t.update(
         "META",
@@ -445,4 +447,4 @@ def finish(place: Place, study_id: str) -> dict[str, Any]:
         best_model_key=prefix + "model.safetensors",
         ended_at=now,
     )
-    return {**summary, "status": "SUCCEEDED"}
+    return answer
