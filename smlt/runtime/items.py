@@ -223,6 +223,9 @@ class RoundTiming(BaseModel):
     init_s: float = 0.0
     steps: int = 0
     cut: bool = False
+    # A worker that left no record and that the Map reports failed: "TimeLimit" (cut off at the
+    # task's timeout), "OutOfMemory", or the Step Functions error name. None: it reported.
+    error: str | None = None
 
     @classmethod
     def of(cls, record: WorkerItem) -> RoundTiming:

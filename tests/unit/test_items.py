@@ -102,7 +102,8 @@ def test_meta_stores_the_whole_job():
 def test_a_round_keeps_the_timing_fields_of_each_record():
     w = worker(cold=True, cache_miss=True, finished_at=5.0, update_bytes=100)
     t = RoundTiming.of(w)
-    assert t.model_dump() == {k: getattr(w, k) for k in RoundTiming.model_fields}
+    assert t.model_dump() == {k: getattr(w, k, None) for k in RoundTiming.model_fields}
+    assert t.error is None  # a worker that reported (only a failed one without a record has an error)
     assert (t.cold, t.cache_miss, t.eval_s) == (True, True, 7.31e-7)
 
 

@@ -389,7 +389,7 @@ class _Round:
             plan_reason=spec.reason,
             time_limit_s=spec.compute_limit_s,
             finished_at=time.time(),
-            timings=[RoundTiming.of(r) for r in records],
+            timings=[RoundTiming.of(r) for r in records] + _failed_timings(self.outcomes, records, spec.memory_mb),
             flops_per_sample=next((r.flops_per_sample for r in records if r.flops_per_sample), None),
             activation_mb=max((r.activation_mb for r in records if r.activation_mb), default=None),
             model_sha256=model_sha256,
@@ -398,6 +398,26 @@ class _Round:
         # The dashboard's metrics of the round (smlt.runtime.metrics), published by the handler.
         metrics.add_round(self.run_id, stored, spec.job.constraints.budget_usd)
         return _answer(stored)
+
+
+def _failed_timings(outcomes: list[dict], records: list[WorkerItem], memory_mb: int) -> list[RoundTiming]:
+    """The workers the Map reports failed that left no record, as the planner reads them (its
+    straggler tail counts those cut off at the limit; a tier that ran out of memory is dropped)."""
+    reported = {r.worker for r in records}
+    failed = {o.get("worker"): str(o.get("error") or "") for o in outcomes if not o.get("ok", True)}
+    return [
+        RoundTiming(worker=w, memory_mb=memory_mb, samples=0, error=_planner_error(e))
+        for w, e in sorted(failed.items())
+        if isinstance(w, int) and w not in reported
+    ]
+
+
+def _planner_error(error: str) -> str:
+    if error in ledger.TIMEOUTS:
+        return "TimeLimit"
+    if "OutOfMemory" in error:
+        return "OutOfMemory"
+    return error or "Unknown"
 
 
 def _round_ledger(r: _Round, aggregators: int) -> tuple[float, float]:
