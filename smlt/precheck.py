@@ -63,6 +63,8 @@ def check_s3_model(job: Job, uri: str, code: Path | None = None, client: Any = N
     validation shard. AccessDenied or AwsNotConfigured naming the object when it cannot be read."""
     from smlt.runtime.job import check_dataset
 
+    with _user_code(code):
+        check_importable(job)  # what needs no AWS request is named first
     store = _s3_dataset(uri, client)
     manifest = parse_manifest(_s3_get(store, "manifest.json"), f"dataset.uri: {uri.rstrip('/')}/manifest.json")
     check_dataset(job, manifest)
@@ -432,13 +434,15 @@ def check_job_file(path: Path, code: Path | None = None, *, s3: bool = False) ->
     `s3` (`smlt start`): an s3:// dataset is read too, with the user's credentials."""
     from smlt.datasets import checked_dataset_folder
     from smlt.jobfile import read_job_file
-    from smlt.runtime.usercode import package_code
+    from smlt.runtime.usercode import check_shipped, package_code
 
     job, _ = read_job_file(path)
     folder = checked_dataset_folder(job, base=path.parent)
     if code is not None:
         package_code(code)  # what the image cannot run is named before anything is imported
     if folder is None and s3 and job.dataset.uri.startswith("s3://"):
+        if code is None:
+            check_shipped(job)  # as `smlt start` does, before any AWS request
         check_s3_model(job, job.dataset.uri, code)
         return
     check_model(job, folder, code)
@@ -458,7 +462,16 @@ def _s3_dataset(uri: str, client: Any) -> Any:
         bucket, prefix = parse_s3_uri(uri)
     except ValueError as e:
         raise InvalidDataset(f"dataset.uri: {e}") from None
-    return S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "", client=client or clients.make("s3"))
+    if client is None:
+        import boto3
+        from botocore.exceptions import NoRegionError
+
+        from smlt.cloud import aws_not_configured
+
+        if boto3.session.Session().region_name is None:  # S3 would answer without one; the stack would not
+            raise aws_not_configured(NoRegionError()) or NoRegionError()
+        client = clients.make("s3")
+    return S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "", client=client)
 
 
 def _s3_get(store: Any, key: str) -> bytes:
