@@ -36,6 +36,27 @@ from smlt.runtime.usercode import check_shipped, package_code, stage_code, with_
 OUTPUTS = stack_outputs.REQUIRED
 
 
+def aws_not_configured(e: Exception) -> AwsNotConfigured | None:
+    """botocore's error for a missing region, missing credentials or an endpoint it cannot reach,
+    as what to do; None for any other error."""
+    if isinstance(e, NoRegionError):
+        return AwsNotConfigured(
+            "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or `region` in ~/.aws/config, "
+            "to the region the stack is deployed in"
+        )
+    if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
+        return AwsNotConfigured(
+            "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE "
+            "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        )
+    if isinstance(e, EndpointConnectionError):
+        return AwsNotConfigured(
+            f"cannot reach {str(e.kwargs.get('endpoint_url', 'the endpoint')).rstrip('/')}: is the local "
+            "console up (`smlt local up`)? Else check AWS_ENDPOINT_URL / --endpoint-url"
+        )
+    return None
+
+
 @dataclass
 class Stack:
     state_machine_arn: str
@@ -50,21 +71,8 @@ class Stack:
         try:
             cfn = cfn or clients.make("cloudformation")
             outputs = cfn.describe_stacks(StackName=name)["Stacks"][0].get("Outputs", [])
-        except NoRegionError:
-            raise AwsNotConfigured(
-                "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or `region` in ~/.aws/config, "
-                "to the region the stack is deployed in"
-            ) from None
-        except (NoCredentialsError, PartialCredentialsError):
-            raise AwsNotConfigured(
-                "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE "
-                "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-            ) from None
-        except EndpointConnectionError as e:
-            raise AwsNotConfigured(
-                f"cannot reach {str(e.kwargs.get('endpoint_url', 'the endpoint')).rstrip('/')}: is the local "
-                "console up (`smlt local up`)? Else check AWS_ENDPOINT_URL / --endpoint-url"
-            ) from None
+        except (NoRegionError, NoCredentialsError, PartialCredentialsError, EndpointConnectionError) as e:
+            raise aws_not_configured(e) or e from None
         except ClientError as e:
             raise StackNotFound(
                 f"stack {name!r} not found ({e.response['Error']['Message']}); "

@@ -1,8 +1,10 @@
 """Load a finished run's model and predict with it: `smlt.load_model`, `smlt.predict`, `smlt predict`.
 
 A model is found by a path (model.safetensors, or the folder `smlt run --out` / `smlt fetch`
-wrote), an `s3://.../model.safetensors` URI, or a run id (a local run's saved state under
-`--out`, else the deployed stack's artifacts bucket). Its model card (smlt.runtime.modelcard)
+wrote), an `s3://.../model.safetensors` URI, a run id (a local run's saved state under
+`--out`, else the deployed stack's artifacts bucket), or a retraining pipeline's
+`PIPELINE@latest` (its champion) / `PIPELINE@VERSION` (smlt.runtime.pipeline.model_of): in the
+deployed stack's artifacts bucket, else in the local console's saved state (`smlt local up`). Its model card (smlt.runtime.modelcard)
 says how to build it and how new data becomes its input: the dataset manifest's recorded
 transforms are applied as they are (smlt.runtime.data.tabular.apply_columns for CSV/Parquet rows,
 the recorded standardisation for arrays, the recorded size and channels for images), never
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import torch
 from safetensors.torch import load as load_state
 from torch import nn
 
+from smlt.runtime import keys
 from smlt.runtime.data import images
 from smlt.runtime.data.arrays import sample_layout, standardise
 from smlt.runtime.data.inputs import model_input
@@ -97,6 +101,91 @@ def _local_run(run_id: str, out: Path) -> _Found | None:
     return None
 
 
+# PIPELINE@latest, PIPELINE@VERSION (pipeline and version names: smlt.runtime.pipeline.version_name)
+_PIPELINE_REF = re.compile(r"(?P<pipeline>[A-Za-z0-9_.-]+)@(?P<version>[A-Za-z0-9_.-]+)")
+
+
+class _SavedBucket:
+    """A bucket as the local console saves it (STATE/s3/<bucket>/<key>), read as a store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get(self, key: str) -> bytes:
+        path = self.root / key
+        if not path.is_file():
+            raise NotFound(str(path))
+        return path.read_bytes()
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.root / prefix.rstrip("/") if prefix.endswith("/") else self.root
+        if not base.is_dir():
+            return []
+        found = (f.relative_to(self.root).as_posix() for f in base.rglob("*") if f.is_file())
+        return sorted(k for k in found if k.startswith(prefix))
+
+
+def _saved_artifacts(out: Path, pipeline: str) -> tuple[Path, _SavedBucket] | None:
+    """The saved bucket holding the pipeline's records: in `out` when it is a console state
+    folder, else in the console's default state folder (~/.cache/smlt/console)."""
+    from smlt.console import default_state_dir
+
+    for state in dict.fromkeys([out, default_state_dir()]):
+        buckets = sorted(b for b in (state / "s3").glob("*") if (b / keys.PIPELINES).is_dir())
+        for bucket in buckets:
+            if (bucket / keys.PIPELINES / pipeline).is_dir():
+                return state, _SavedBucket(bucket)
+        if buckets:
+            return state, _SavedBucket(buckets[0])  # names what it holds when the pipeline is not there
+    return None
+
+
+def _pipeline_model(pipeline: str, version: str, out: Path, stack: str | None) -> _Found:
+    """The model `PIPELINE@latest` / `PIPELINE@VERSION` names, with its card and the user's code
+    from the same bucket."""
+    from smlt.runtime.pipeline import model_of
+
+    if stack is not None:
+        from smlt.cloud import Stack
+
+        artifacts = Stack.lookup(stack).artifacts_bucket
+        store: Any = S3Store(artifacts)
+        _, uri = model_of(store, pipeline, version)
+        bucket, key = parse_s3_uri(uri)
+        return _stored(S3Store(bucket), key, f"s3://{bucket}/{key}")
+    saved = _saved_artifacts(out, pipeline)
+    if saved is None:
+        raise RunNotFound(
+            f"{pipeline}@{version}: no pipeline records in {out}/s3 or the local console's state "
+            "(pass the console's --state folder as out= / --runs, or stack= / --stack for a deployed stack)"
+        )
+    state, store = saved
+    _, uri = model_of(store, pipeline, version)
+    bucket, key = parse_s3_uri(uri)
+    return _stored(_SavedBucket(state / "s3" / bucket), key, str(state / "s3" / bucket / key))
+
+
+def _stored(store: Any, key: str, where: str) -> _Found:
+    """A final model in a bucket (S3 or a saved copy), its model.json and the user's code it names."""
+    try:
+        blob = store.get(key)
+    except NotFound:
+        raise InvalidModel(f"{where}: no such object (the pipeline's record names it)") from None
+    try:
+        card_raw: bytes | None = store.get(key.rsplit("/", 1)[0] + "/model.json")
+    except NotFound:
+        card_raw = None
+    code = None
+    if card_raw is not None:
+        ref = parse_card(card_raw, where.rsplit("/", 1)[0] + "/model.json").code
+        if ref is not None and ref.sha256:
+            try:
+                code = store.get(keys.code_key(ref.sha256))
+            except NotFound:
+                code = None
+    return _Found(blob, card_raw, code, where)
+
+
 def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
     text = str(ref)
     if text.startswith("s3://"):
@@ -104,6 +193,9 @@ def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
     path = Path(text)
     if path.exists():
         return _read_local(path)
+    pipeline_ref = _PIPELINE_REF.fullmatch(text)
+    if pipeline_ref is not None:
+        return _pipeline_model(pipeline_ref["pipeline"], pipeline_ref["version"], out, stack)
     if "/" in text or text.endswith(".safetensors"):
         raise InvalidModel(f"{text}: no such file or folder")
     found = _local_run(text, out)
@@ -284,8 +376,9 @@ def load_model(
     ref: str | Path, *, out: str | Path = "out", stack: str | None = None, code: str | Path | None = None
 ) -> LoadedModel:
     """The model of a finished run, in eval mode: `ref` is a model.safetensors file or a run's
-    output folder, an s3:// URI, or a run id (a local run saved under `out`, else the deployed
-    `stack`'s). A model built by the user's code imports it from the code stored with the run
+    output folder, an s3:// URI, a run id (a local run saved under `out`, else the deployed
+    `stack`'s), or a retraining pipeline's `PIPELINE@latest` (its champion) or `PIPELINE@VERSION`
+    (the deployed `stack`'s, else the local console's saved state: `out` or its default folder). A model built by the user's code imports it from the code stored with the run
     (code.zip beside the model, checked against the card's sha256), from `code` (a folder), or
     from the Python path."""
     found = _find(ref, Path(out), stack)

@@ -8,7 +8,10 @@ workers' own rule (`smlt.runtime.steps.train`) against the deployed memory tiers
 untrained model already meets refused. An exception raised in the user's own files is shown as
 `UserCodeError`: its type, its message and the frames in those files.
 
-A dataset on S3 is not read here (the workers check it in round 0).
+A dataset on S3 (`smlt start` with an s3:// dataset.uri) is read with the user's own AWS
+credentials: its manifest.json, and at most one small validation shard (SHARD_MAX_BYTES; with
+none that small the samples are zeros of the manifest's recorded shape and dtype, and the target
+check is left to the run), never the whole dataset.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 from smlt.runtime import deployed
 from smlt.runtime.capacity import MAX_MB
-from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.data.manifest import Manifest, parse_manifest
 from smlt.runtime.data.prepare import read_local_manifest
 from smlt.runtime.errors import InvalidDataset, InvalidJob, ModelTooLarge, SmltError, UserCodeError
 from smlt.runtime.evaluation import lower_is_better, val_metrics
@@ -44,14 +47,38 @@ T = TypeVar("T")
 
 
 def check_model(job: Job, folder: Path | None, code: Path | None = None) -> None:
-    """Build and try the job's model on its local dataset folder (None: an s3:// dataset, not
-    checked here); `code`: the `--code DIR` folder. Raises UserCodeError, InvalidJob,
+    """Build and try the job's model on its local dataset folder (None: an s3:// dataset, see
+    `check_s3_model`); `code`: the `--code DIR` folder. Raises UserCodeError, InvalidJob,
     InvalidDataset or ModelTooLarge naming what to change."""
     if folder is None:
         return
     manifest = read_local_manifest(folder)
+    x, y = _sample_rows(folder, manifest, _eval_rows(manifest))
+    _check(job, manifest, x, y, code)
+
+
+def check_s3_model(job: Job, uri: str, code: Path | None = None, client: Any = None) -> None:
+    """The same checks for a dataset on S3, read with the caller's credentials (`client`: an S3
+    client, default the CLI's): its manifest (checked against the job) and at most one small
+    validation shard. AccessDenied or AwsNotConfigured naming the object when it cannot be read."""
+    from smlt.runtime.job import check_dataset
+
+    with _user_code(code):
+        check_importable(job)  # what needs no AWS request is named first
+    store = _s3_dataset(uri, client)
+    manifest = parse_manifest(_s3_get(store, "manifest.json"), f"dataset.uri: {uri.rstrip('/')}/manifest.json")
+    check_dataset(job, manifest)
+    x, y = _s3_sample_rows(store, manifest, _eval_rows(manifest))
+    _check(job, manifest, x, y, code)
+
+
+def _eval_rows(manifest: Manifest) -> int:
     per_row = 4 * math.prod(manifest.x.shape)  # float32 once it is the model's input
-    x, y = _sample_rows(folder, manifest, max(SAMPLE_ROWS, min(EVAL_ROWS, EVAL_BYTES // per_row)))
+    return max(SAMPLE_ROWS, min(EVAL_ROWS, EVAL_BYTES // per_row))
+
+
+def _check(job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, code: Path | None) -> None:
+    """The checks on `x` (stored rows, or zeros of the recorded shape when `y` is None)."""
     with _user_code(code) as roots:
         check_importable(job)
         roots = roots or _entry_point_roots(job)
@@ -59,7 +86,8 @@ def check_model(job: Job, folder: Path | None, code: Path | None = None) -> None
         _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
         _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
         flops = _check_memory(job, manifest, model)
-        _check_target(job, manifest, model, x, y, flops)
+        if y is not None:  # zeros say nothing of a target
+            _check_target(job, manifest, model, x, y, flops)
 
 
 # --- the user's code -------------------------------------------------------------------------
@@ -400,18 +428,115 @@ def _sample_rows(folder: Path, manifest: Manifest, rows: int) -> tuple[np.ndarra
     return np.concatenate(xs)[:rows], np.concatenate(ys)[:rows]
 
 
-def check_job_file(path: Path, code: Path | None = None) -> None:
+def check_job_file(path: Path, code: Path | None = None, *, s3: bool = False) -> None:
     """`smlt run --local JOB` / `smlt start JOB`: the job file, its dataset and its model checked
-    before any engine, stack or upload (the run itself reads them again: prepared data is cached)."""
+    before any engine, stack or upload (the run itself reads them again: prepared data is cached).
+    `s3` (`smlt start`): an s3:// dataset is read too, with the user's credentials."""
     from smlt.datasets import checked_dataset_folder
     from smlt.jobfile import read_job_file
-    from smlt.runtime.usercode import package_code
+    from smlt.runtime.usercode import check_shipped, package_code
 
     job, _ = read_job_file(path)
     folder = checked_dataset_folder(job, base=path.parent)
     if code is not None:
         package_code(code)  # what the image cannot run is named before anything is imported
+    if folder is None and s3 and job.dataset.uri.startswith("s3://"):
+        if code is None:
+            check_shipped(job)  # as `smlt start` does, before any AWS request
+        check_s3_model(job, job.dataset.uri, code)
+        return
     check_model(job, folder, code)
+
+
+# --- a dataset on S3, read with the user's credentials ----------------------------------------
+
+SHARD_MAX_BYTES = 16 << 20  # the one validation shard read from S3 for the check, at most
+
+
+def _s3_dataset(uri: str, client: Any) -> Any:
+    from smlt.runtime import clients
+    from smlt.runtime.keys import parse_s3_uri
+    from smlt.runtime.store import S3Store
+
+    try:
+        bucket, prefix = parse_s3_uri(uri)
+    except ValueError as e:
+        raise InvalidDataset(f"dataset.uri: {e}") from None
+    if client is None:
+        import boto3
+        from botocore.exceptions import NoRegionError
+
+        from smlt.cloud import aws_not_configured
+
+        if boto3.session.Session().region_name is None:  # S3 would answer without one; the stack would not
+            raise aws_not_configured(NoRegionError()) or NoRegionError()
+        client = clients.make("s3")
+    return S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "", client=client)
+
+
+def _s3_get(store: Any, key: str) -> bytes:
+    """An object of the dataset, or a named error: what cannot be read, and why, for the user
+    (S3Store's own 403 message speaks of a function's role)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from smlt.cloud import aws_not_configured
+    from smlt.runtime.errors import AccessDenied
+    from smlt.runtime.store import NotFound
+
+    uri = f"s3://{store.bucket}/{store.prefix}{key}"
+    try:
+        return bytes(store.get(key))
+    except NotFound:
+        raise InvalidDataset(
+            f"dataset.uri: no {uri}: upload the prepared dataset there (`smlt data prepare SOURCE --out "
+            f"s3://{store.bucket}/{store.prefix}`), or point dataset.uri at its folder"
+        ) from None
+    except AccessDenied:
+        raise AccessDenied(
+            f"dataset.uri: your AWS credentials may not read {uri} (S3 answered 403 AccessDenied): allow "
+            "s3:GetObject on it for your user or role, or use a profile that may (AWS_PROFILE)"
+        ) from None
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        if code == "NoSuchBucket":
+            raise InvalidDataset(f"dataset.uri: no bucket {store.bucket!r} (reading {uri})") from None
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):
+            raise AccessDenied(
+                f"dataset.uri: S3 refused your AWS credentials reading {uri} ({code}): renew them (`aws sso login`, "
+                "`aws configure`) or choose the profile that reads this bucket (AWS_PROFILE)"
+            ) from None
+        raise InvalidDataset(f"dataset.uri: cannot read {uri}: {code}: {e}") from None
+    except BotoCoreError as e:
+        named = aws_not_configured(e)
+        if named is not None:
+            raise named from None
+        raise InvalidDataset(f"dataset.uri: cannot read {uri}: {e}") from None
+
+
+def _s3_sample_rows(store: Any, manifest: Manifest, rows: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Up to `rows` rows of the smallest validation shard when it is at most SHARD_MAX_BYTES
+    (checked against the manifest's sha256), else SAMPLE_ROWS zeros of the recorded shape and
+    dtype (y None)."""
+    import hashlib
+
+    from safetensors.numpy import load
+
+    small = [sh for sh in manifest.validation.shards if sh.bytes <= SHARD_MAX_BYTES]
+    if not small:
+        return np.zeros((SAMPLE_ROWS, *manifest.x.shape), dtype=manifest.x.dtype), None
+    shard = min(small, key=lambda sh: sh.bytes)
+    blob = _s3_get(store, shard.key)
+    where = f"s3://{store.bucket}/{store.prefix}{shard.key}"
+    if hashlib.sha256(blob).hexdigest() != shard.sha256:
+        raise InvalidDataset(f"{where}: its sha256 does not match the manifest's; prepare and upload the dataset again")
+    try:
+        arrays = load(blob)
+        x, y = arrays["x"], arrays["y"]
+    except Exception as e:  # noqa: BLE001 - any unreadable shard
+        raise InvalidDataset(f"{where}: cannot read this shard ({e}); prepare the dataset again") from None
+    if len(x) < SAMPLE_ROWS:  # batch norm needs two rows: repeat the one there is
+        x, y = np.concatenate([x] * SAMPLE_ROWS), np.concatenate([y] * SAMPLE_ROWS)
+    return x[:rows], y[:rows]
 
 
 # --- studies ---------------------------------------------------------------------------------

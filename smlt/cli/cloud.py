@@ -42,7 +42,8 @@ def start(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
     from smlt.precheck import check_job_file
 
-    check_job_file(Path(args.job), code=args.code)  # the model built here once before anything is uploaded
+    # the model built here once before anything is uploaded (an s3:// dataset read with your credentials)
+    check_job_file(Path(args.job), code=args.code, s3=True)
     remote.start(Path(args.job), args.stack, code=args.code)  # the job is checked before the stack is looked up
     return 0
 

@@ -8,9 +8,18 @@ from typing import Any
 
 
 def _model_args(c: Any) -> None:
-    c.add_argument("model", help="a run id, a run's output folder, a model.safetensors file or an s3:// URI")
-    c.add_argument("--runs", default="out", help="with a run id: the local run's --out folder (default: out)")
-    c.add_argument("--stack", help="with a run id: look it up in this deployed stack (e.g. Smlt)")
+    c.add_argument(
+        "model",
+        help="a run id, PIPELINE@latest or PIPELINE@VERSION (a retraining pipeline's champion or version), "
+        "a run's output folder, a model.safetensors file or an s3:// URI",
+    )
+    c.add_argument(
+        "--runs",
+        default="out",
+        help="with a run id: the local run's --out folder (default: out); with PIPELINE@...: the local "
+        "console's --state folder (default: its own)",
+    )
+    c.add_argument("--stack", help="with a run id or PIPELINE@...: look it up in this deployed stack (e.g. Smlt)")
     c.add_argument("--code", type=Path, help="the folder of your model's code (default: the code stored with the run)")
 
 

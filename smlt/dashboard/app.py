@@ -3,7 +3,8 @@
 Dash ships its JavaScript (React, plotly.js) in the wheel and serves it itself, so the page
 needs no network and no build step; the charts are Plotly figures. Three views, by URL:
 `/` (runs and studies), `/run/<id>` (curves against time and cost, the ledger against the
-budget, the plans and their reasons, the current round's workers, the stop button) and
+budget, the plans and their reasons, the current round's workers, the stop button, and the
+user's error that failed the run: its type, message and frames in the user's files) and
 `/study/<id>` (its trials, the stopped ones marked). Every view polls (`dcc.Interval`), so a
 running run's curves grow while it trains.
 """
@@ -212,6 +213,32 @@ def trials_rows(trials: list[Any]) -> list[Any]:
     return _rows(TRIALS_HEADER, rows)
 
 
+def failure_panel(failure: data.RunFailure | None) -> list[Any]:
+    """The user's error that failed the run, as the CLI prints it: the exception's type, its
+    message and the frames in the user's files (innermost last)."""
+    if failure is None:
+        return []
+    where = ", ".join(
+        part
+        for part in (
+            f"round {failure.round}" if failure.round is not None else "",
+            f"worker {failure.worker}" if failure.worker is not None else "",
+        )
+        if part
+    )
+    return [
+        html.H3(
+            f"Failed: {failure.error}"
+            + (f" ({failure.exception})" if failure.exception else "")
+            + (f" in {where}" if where else ""),
+            className="status-failed",
+        ),
+        html.Pre(failure.message, id="failure-message", className="failure"),
+        html.Ol([html.Li(html.Code(f)) for f in failure.frames], id="failure-frames", className="frames"),
+        html.P("Fix your code and start the run again: a resume would run the same code.", className="reason"),
+    ]
+
+
 def home_page() -> list[Any]:
     return [
         html.H2("Runs"),
@@ -227,6 +254,7 @@ def run_page(run_id: str) -> list[Any]:
         dcc.Link("← all runs", href="/"),
         html.H2(f"Run {run_id}"),
         html.Div(id="run-status", className="run-status"),
+        html.Div(id="run-failure"),
         html.Div(
             className="stop",
             children=[
@@ -261,6 +289,7 @@ table.grid th, table.grid td { border: 1px solid #ccc; padding: 0.25em 0.6em; te
 .status-running { color: #0a5; } .status-stopping { color: #c70; } .status-succeeded { color: #236; }
 .status-stopped, .trial-stopped td { color: #a33; } .status-failed { color: #c00; font-weight: bold; }
 .curves { display: flex; flex-wrap: wrap; } .curves > div { flex: 1 1 480px; }
+pre.failure { background: #fee; padding: 0.6em; white-space: pre-wrap; max-width: 70em; }
 .stop { margin: 0.8em 0; } .stop button { margin: 0 0.6em; } .reason { max-width: 50em; }
 """
 
@@ -324,6 +353,7 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
 
     @app.callback(
         Output("run-status", "children"),
+        Output("run-failure", "children"),
         Output("curve-time", "figure"),
         Output("curve-cost", "figure"),
         Output("budget-graph", "figure"),
@@ -340,6 +370,7 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
         if view is None:
             return (
                 f"no run {run_id!r} in {source.stack.table}",
+                [],
                 go.Figure(),
                 go.Figure(),
                 go.Figure(),
@@ -350,12 +381,13 @@ def _callbacks(app: dash.Dash, source: Source) -> None:
             )
         return (
             _status_line(view),
+            failure_panel(view.failure),
             *curve_figures(view),
             budget_figure(view),
             _workers_title(view),
             workers_rows(view),
             plans_rows(view),
-            view.meta.status != "RUNNING",  # a finished run has nothing to stop
+            view.status in ("SUCCEEDED", "FAILED"),  # a finished run has nothing to stop
         )
 
     @app.callback(

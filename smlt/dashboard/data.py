@@ -20,9 +20,10 @@ from smlt.cloud import Stack
 from smlt.runtime import clients, keys
 from smlt.runtime.errors import AwsNotConfigured, InvalidJob, RunNotFound
 from smlt.runtime.evaluation import TASK_METRICS
-from smlt.runtime.items import MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
+from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
 from smlt.runtime.records import RunTable, from_item, to_item
 from smlt.runtime.study.items import StudyItem, StudyTable, TrialItem, list_studies
+from smlt.runtime.usercode import read_user_message
 
 
 @dataclass
@@ -77,6 +78,32 @@ class CurvePoint(BaseModel):
     metric: float | None  # the task's main metric (accuracy; R² for regression)
 
 
+class RunFailure(BaseModel):
+    """The user's code ended the run: a worker's UserCodeError (the run's FATAL record), as the CLI
+    and `smlt status` print it."""
+
+    error: str  # "UserCodeError"
+    exception: str | None  # the exception's own type (TypeError, ...)
+    message: str  # "your code raised TypeError: ..."
+    frames: list[str]  # in the user's files, "file:line in function: source", innermost last
+    round: int | None
+    worker: int | None
+    text: str  # the whole message
+
+    @classmethod
+    def of(cls, item: ErrorItem) -> RunFailure:
+        message, frames = read_user_message(item.message)
+        return cls(
+            error=item.error,
+            exception=item.exception,
+            message=message,
+            frames=frames,
+            round=item.round,
+            worker=item.worker,
+            text=item.message,
+        )
+
+
 class RunView(BaseModel):
     meta: MetaItem
     rounds: list[RoundItem]
@@ -84,6 +111,7 @@ class RunView(BaseModel):
     workers: list[WorkerItem]  # of the newest round with worker records
     workers_round: int | None
     stop: StopItem | None
+    failure: RunFailure | None = None
 
     @property
     def metric(self) -> str:
@@ -99,7 +127,7 @@ class RunView(BaseModel):
 
     @property
     def status(self) -> str:
-        return _status(self.meta, self.stop)
+        return _status(self.meta, self.stop, self.failure is not None)
 
     def curve(self) -> list[CurvePoint]:
         metric = self.metric
@@ -121,7 +149,10 @@ def main_metric(task: str) -> str:
     return "val_accuracy" if task == "classification" else TASK_METRICS.get(task, ("val_loss",))[-1]
 
 
-def _status(meta: MetaItem, stop: StopItem | None) -> str:
+def _status(meta: MetaItem, stop: StopItem | None, failed: bool = False) -> str:
+    """RUNNING, SUCCEEDED, FAILED (the user's code failed it: its FATAL record), or STOPPING."""
+    if meta.status == "RUNNING" and failed:
+        return "FAILED"
     return "STOPPING" if meta.status == "RUNNING" and stop is not None else meta.status
 
 
@@ -164,11 +195,15 @@ def list_runs(source: Source) -> list[RunRow]:
         newest = RoundItem.model_validate(last) if last else None
         metric = main_metric(meta.task)
         value = getattr(meta.final, metric) if meta.final else (getattr(newest, metric) if newest else None)
+        stop, failed = None, False
+        if meta.status == "RUNNING":  # a stop request, or the user's error that failed it (one request)
+            got = table.get_many(keys.STOP, keys.FATAL)
+            stop, failed = got.item(keys.STOP, StopItem), got.item(keys.FATAL, ErrorItem) is not None
         rows.append(
             RunRow(
                 run_id=meta.run_id,
                 name=meta.job.name,
-                status=_status(meta, table.get(keys.STOP, StopItem)),
+                status=_status(meta, stop, failed),
                 created_at=meta.created_at,
                 rounds=meta.final.rounds if meta.final else (newest.round + 1 if newest else 0),
                 cost_usd=newest.cost_total_usd if newest else 0.0,
@@ -181,7 +216,8 @@ def list_runs(source: Source) -> list[RunRow]:
 
 
 def run_view(source: Source, run_id: str) -> RunView | None:
-    """A run's META, rounds, plans, stop request and the workers of its current round (one Query of the partition: a run has a few hundred items at most)."""
+    """A run's META, rounds, plans, stop request, the user's error that failed it and the workers of
+    its current round (one Query of the partition: a run has a few hundred items at most)."""
     table = source.run(run_id)
     items = table.query("")
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -198,6 +234,7 @@ def run_view(source: Source, run_id: str) -> RunView | None:
     prefix = keys.worker_prefix(newest) if newest is not None else None
     workers = [WorkerItem.model_validate(i) for i in records if prefix and i["sk"].startswith(prefix)]
     stop = by_kind.get(keys.STOP)
+    fatal = by_kind.get(keys.FATAL)
     return RunView(
         meta=MetaItem.model_validate(meta[0]),
         rounds=[RoundItem.model_validate(i) for i in by_kind.get("ROUND", [])],
@@ -205,6 +242,7 @@ def run_view(source: Source, run_id: str) -> RunView | None:
         workers=workers,
         workers_round=newest,
         stop=StopItem.model_validate(stop[0]) if stop else None,
+        failure=RunFailure.of(ErrorItem.model_validate(fatal[0])) if fatal else None,
     )
 
 

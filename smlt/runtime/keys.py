@@ -161,6 +161,11 @@ def seal_sk(rnd: int) -> str:
 STOP = "STOP"
 
 
+# The run's marker that a worker hit a UserCodeError (its ErrorItem): the round's other workers
+# stop before doing any work, and the dashboard shows the run as failed with the user's error.
+FATAL = "FATAL"
+
+
 def error_sk(rnd: int, worker: int) -> str:
     """A worker's non-transient error (bad data, model too large), for the aggregator to report."""
     return f"ERROR#{rnd:06d}#{worker:05d}"

@@ -22,7 +22,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -36,6 +36,15 @@ from smlt.runtime.store import NotFound, S3Store
 # uploads manifest.json before the shards), polling every UPLOAD_POLL_S.
 UPLOAD_WAIT_S = float(os.environ.get("SMLT_UPLOAD_WAIT_S", "120"))
 UPLOAD_POLL_S = 2.0
+
+
+class Records(Protocol):
+    """What reading a pipeline's records needs of the artifacts bucket: an S3Store, or a saved copy
+    of the bucket (the local console's state folder, smlt.inference)."""
+
+    def get(self, key: str) -> bytes: ...
+
+    def list(self, prefix: str) -> list[str]: ...
 
 
 class IncompleteUpload(InvalidDataset):
@@ -188,7 +197,7 @@ def wait_for_shards(store: S3Store, folder: str, manifest: Manifest, wait_s: flo
         time.sleep(UPLOAD_POLL_S)
 
 
-def champion(artifacts: S3Store, pipeline: str) -> Champion | None:
+def champion(artifacts: Records, pipeline: str) -> Champion | None:
     try:
         raw = json.loads(artifacts.get(keys.pipeline_latest_key(pipeline)))
     except NotFound:
@@ -356,7 +365,7 @@ def _make_champion(artifacts: S3Store, record: VersionRecord, by: str, action: s
 # --- smlt models ------------------------------------------------------------------------------
 
 
-def versions(artifacts: S3Store, pipeline: str) -> list[VersionRecord]:
+def versions(artifacts: Records, pipeline: str) -> list[VersionRecord]:
     """Every version of the pipeline, oldest first."""
     found = [
         VersionRecord.model_validate_json(artifacts.get(k))
@@ -388,7 +397,7 @@ def rollback(artifacts: S3Store, pipeline: str, by: str) -> Champion:
     return _make_champion(artifacts, record, by, "rollback", time.time())
 
 
-def champions_stack(artifacts: S3Store, pipeline: str) -> list[str]:
+def champions_stack(artifacts: Records, pipeline: str) -> list[str]:
     stack: list[str] = []
     for key in artifacts.list(keys.pipeline_promotions_prefix(pipeline)):
         entry = json.loads(artifacts.get(key))
@@ -400,16 +409,51 @@ def champions_stack(artifacts: S3Store, pipeline: str) -> list[str]:
     return stack
 
 
-def _version(artifacts: S3Store, pipeline: str, version: str) -> VersionRecord:
+def _version(artifacts: Records, pipeline: str, version: str) -> VersionRecord:
     try:
         return VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key(pipeline, version)))
     except NotFound:
         known = [r.version for r in versions(artifacts, pipeline)]
+        if not known:
+            raise _no_pipeline(artifacts, pipeline) from None
         raise NoSuchVersion(
-            f"pipeline {pipeline} has no version {version!r}"
-            + (
-                f"; its versions: {', '.join(known)}"
-                if known
-                else " (no version recorded: is the pipeline's name right?)"
-            )
+            f"pipeline {pipeline} has no version {version!r}; its versions: {', '.join(known)}"
         ) from None
+
+
+def pipeline_names(artifacts: Records) -> list[str]:
+    """Every pipeline with a record in the artifacts bucket."""
+    return sorted({k[len(keys.PIPELINES) :].split("/", 1)[0] for k in artifacts.list(keys.PIPELINES)} - {""})
+
+
+def _no_pipeline(artifacts: Records, pipeline: str) -> NoSuchVersion:
+    names = pipeline_names(artifacts)
+    return NoSuchVersion(
+        f"no pipeline {pipeline!r} has a version recorded"
+        + (f"; the pipelines: {', '.join(names)}" if names else " (no pipeline has run yet)")
+    )
+
+
+def model_of(artifacts: Records, pipeline: str, version: str) -> tuple[Champion | VersionRecord, str]:
+    """What `PIPELINE@latest` (the champion: the model the pipeline serves) or `PIPELINE@VERSION`
+    (that data version's model, promoted or not, as `smlt models list` names it) points at: the
+    record and its model's s3:// URI; NoSuchVersion listing what exists."""
+    if version == "latest":
+        champ = champion(artifacts, pipeline)
+        if champ is not None:
+            return champ, champ.model
+        known = versions(artifacts, pipeline)
+        if not known:
+            raise _no_pipeline(artifacts, pipeline)
+        listed = ", ".join(f"{r.version} ({r.status})" for r in known)
+        raise NoSuchVersion(
+            f"pipeline {pipeline} has no champion yet (its versions: {listed}): name one, {pipeline}@VERSION"
+        )
+    record = _version(artifacts, pipeline, version)
+    if record.model is None:
+        with_model = [r.version for r in versions(artifacts, pipeline) if r.model]
+        raise NoSuchVersion(
+            f"pipeline {pipeline}: version {version} has no model yet (its run {record.run_id} is {record.status})"
+            + (f"; versions with a model: {', '.join(with_model)}" if with_model else "")
+        )
+    return record, record.model

@@ -409,7 +409,7 @@ def user_code_failure(e: BaseException, job: Job | None) -> UserCodeError | None
         if isinstance(exc, SyntaxError) and exc.filename and (where := _inside(exc.filename, roots)):
             line = (exc.text or "").strip()
             trace = f'  File "{where}", line {exc.lineno}\n    {line}'
-            return UserCodeError(_user_message(exc, trace))
+            return _user_error(exc, trace)
         if frames:
             shown = frames[-MAX_USER_FRAMES:]
             lines = [
@@ -417,8 +417,18 @@ def user_code_failure(e: BaseException, job: Job | None) -> UserCodeError | None
             ]
             more = len(frames) - len(shown)
             trace = (f"  ... {more} earlier frames in your code\n" if more else "") + "\n".join(lines)
-            return UserCodeError(_user_message(exc, trace))
+            return _user_error(exc, trace)
     return None
+
+
+def _user_error(exc: BaseException, trace: str) -> UserCodeError:
+    """The worker's form (one text), with the exception's type kept for the run's records."""
+    error = UserCodeError(_user_message(exc, trace))
+    error.type = type(exc).__name__
+    return error
+
+
+_FIX = "(fix your code and start the run again: a resume would run the same code)"
 
 
 def _user_message(exc: BaseException, trace: str) -> str:
@@ -426,4 +436,29 @@ def _user_message(exc: BaseException, trace: str) -> str:
     message = f"your code raised {type(exc).__name__}: {text}"
     if len(trace) > MAX_TRACE_CHARS:
         trace = "  ...\n" + trace[-MAX_TRACE_CHARS:]
-    return f"{message}\n{trace}\n(fix your code and start the run again: a resume would run the same code)"
+    return f"{message}\n{trace}\n{_FIX}"
+
+
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
+
+
+def read_user_message(text: str) -> tuple[str, list[str]]:
+    """A worker's UserCodeError text (`_user_message`) read back: the message ("your code raised
+    T: ...", every line of it) and the frames as the client's check shows them ("file:line in
+    function: source", innermost last; "... N earlier frames" kept as it is)."""
+    lines = [line for line in text.splitlines() if line.strip() != _FIX]
+    first = next((i for i, line in enumerate(lines) if _FRAME.fullmatch(line) or line.startswith("  ...")), len(lines))
+    frames: list[str] = []
+    source_due = False  # the line after a frame is its source line
+    for line in lines[first:]:
+        m = _FRAME.fullmatch(line)
+        if m:
+            frames.append(f"{m['file']}:{m['line']}" + (f" in {m['fn']}" if m["fn"] else ""))
+            source_due = True
+        elif source_due and line.startswith("    "):
+            frames[-1] += f": {line.strip()}"
+            source_due = False
+        elif line.strip():
+            frames.append(line.strip())
+            source_due = False
+    return "\n".join(lines[:first]).strip(), frames

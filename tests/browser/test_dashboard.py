@@ -1,6 +1,6 @@
 """The dashboard in headless Chromium against the local console: the run list, a run's curves
-growing while it trains, the stop button ending the run with its best model finalized, and a
-study's trials with the stopped ones marked."""
+growing while it trains, the stop button ending the run with its best model finalized, a run the
+user's code failed with that error shown, and a study's trials with the stopped ones marked."""
 
 from __future__ import annotations
 
@@ -92,6 +92,68 @@ def test_run_list_live_curves_and_the_stop_button(page, dashboard_url, source, c
 
     page.goto(dashboard_url + "/")
     page.locator('#runs-table tr[data-run="live-digits"]', has_text="SUCCEEDED").wait_for()
+
+
+USER_NET = """\
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+
+    def forward(self, x):
+        return self.project(x)
+
+    def project(self, x):
+        raise ValueError(f"project: width {self.width} is not ready")
+
+
+def build(input_shape, output_dim):
+    return Net(output_dim)
+"""
+
+
+def test_a_run_the_users_code_failed_shows_their_error(page, dashboard_url, source, console_info, tmp_path, screenshot):
+    """Started on the console as `aws stepfunctions start-execution` would (no client check): a
+    worker meets the user's error, records it, the run fails, and the page says so."""
+    import boto3
+
+    from smlt.runtime.usercode import package_code, stage_code, with_code
+
+    pkg = tmp_path / "browsernet"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "net.py").write_text(USER_NET)
+    kw = dict(endpoint_url=console_info.endpoint_url, region_name=console_info.region)
+    s3 = boto3.client("s3", **kw)
+    uri = upload_dataset(local_dataset_folder("sklearn:digits"), console_info.data_bucket, client=s3)
+    job = json.loads((ROOT / "examples/digits.json").read_text())
+    job.update(run_id="user-fails", model={"name": "browsernet.net:build"})
+    job["dataset"]["uri"] = uri
+    job["workers"].update(initial=2, max=2)
+    job = with_code(job, stage_code(package_code(pkg), console_info.artifacts_bucket, client=s3))
+    sfn = boto3.client("stepfunctions", **kw)
+    arn = sfn.start_execution(stateMachineArn=console_info.state_machine_arn, name="user-fails", input=json.dumps(job))
+    wait_for(lambda: sfn.describe_execution(executionArn=arn["executionArn"])["status"] != "RUNNING", 120, "the end")
+    assert sfn.describe_execution(executionArn=arn["executionArn"])["error"] == "UserCodeError"
+
+    page.goto(dashboard_url + "/")
+    page.locator('#runs-table tr[data-run="user-fails"]', has_text="FAILED").wait_for()
+    page.goto(dashboard_url + "/run/user-fails")
+    page.locator("#run-status", has_text="FAILED").wait_for()
+    heading = page.locator("#run-failure h3")
+    heading.wait_for()
+    assert heading.inner_text().startswith("Failed: UserCodeError (ValueError) in round 0, worker ")
+    assert page.inner_text("#failure-message") == "your code raised ValueError: project: width 10 is not ready"
+    frames = page.locator("#failure-frames li").all_inner_texts()
+    assert frames == [
+        "browsernet/net.py:10 in forward: return self.project(x)",
+        'browsernet/net.py:13 in project: raise ValueError(f"project: width {self.width} is not ready")',
+    ]
+    assert page.is_disabled("#stop-button")
+    screenshot(page, "run-user-error")
 
 
 def test_a_study_shows_its_trials_with_the_stopped_ones_marked(page, dashboard_url, source, screenshot):

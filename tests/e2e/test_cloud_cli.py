@@ -58,3 +58,35 @@ def test_lookup_names_a_missing_stack(deployed):
     engine, _ = deployed
     with pytest.raises(StackNotFound, match="stack 'Nope' not found"):
         cloud.Stack.lookup("Nope", cfn=engine.client("cloudformation"))
+
+
+WIDE = """\
+from torch import nn
+
+
+def build(input_shape, output_dim):
+    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], output_dim + 2))
+"""
+
+
+def test_start_with_an_s3_dataset_refuses_a_model_that_cannot_train_before_any_execution(deployed, tmp_path, capsys):
+    from smlt.cli import main
+    from smlt.datasets import local_dataset_folder, upload_dataset
+
+    engine, stack = deployed
+    uri = upload_dataset(local_dataset_folder("sklearn:digits"), stack.data_bucket)
+    pkg = tmp_path / "e2ewide"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(WIDE)
+    path = tmp_path / "job.json"
+    path.write_text(
+        json.dumps({"name": "wide", "run_id": "s3-wide", "dataset": {"uri": uri}, "model": {"name": "e2ewide:build"}})
+    )
+    assert main(["start", str(path), "--stack", "SmltCliTest", "--code", str(pkg)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: InvalidJob: model.name: 'e2ewide:build' gives 12 outputs per sample, but digits has 10 classes: too many"
+    )
+    sfn = engine.client("stepfunctions")
+    started = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    assert not [e for e in started if e["name"].startswith("s3-wide")]

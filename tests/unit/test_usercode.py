@@ -202,3 +202,13 @@ def test_smlt_run_local_without_code_needs_the_module_on_its_path(tmp_path, caps
         main(["run", "--local", str(job), "--out", str(tmp_path / "out")])
     for m in [m for m in sys.modules if m.split(".")[0] == "mymodels"]:  # found (imported) from tmp_path
         del sys.modules[m]
+
+
+def test_the_workers_user_error_text_reads_back_as_message_and_frames():
+    from smlt.runtime.usercode import _user_message, read_user_message
+
+    trace = '  ... 3 earlier frames in your code\n  File "pk/net.py", line 7, in forward\n    return self.l(x)\n  File "pk/net.py", line 2'
+    text = _user_message(ValueError("two\nlines"), trace)
+    message, frames = read_user_message(text)
+    assert message == "your code raised ValueError: two\nlines"
+    assert frames == ["... 3 earlier frames in your code", "pk/net.py:7 in forward: return self.l(x)", "pk/net.py:2"]

@@ -283,9 +283,8 @@ def _transient(e: BaseException) -> bool:
     return False
 
 
-# The run's marker that a worker hit a UserCodeError: the round's other workers read it with their
-# spec (no extra request) and stop before doing any work.
-FATAL_SK = "FATAL"
+# The round's other workers read it with their spec (no extra request) and stop before doing any work.
+FATAL_SK = keys.FATAL
 
 
 def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | None = None) -> TrainAnswer:
@@ -322,7 +321,9 @@ def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | 
 def _record_user_error(table: RunTable, event: TrainEvent, e: UserCodeError) -> None:
     """The user's error, for the aggregator (which fails the run with it, without a quorum retry)
     and for the round's workers still to start (FATAL: they stop at once)."""
-    item = ErrorItem(error="UserCodeError", message=str(e), worker=event.worker, round=event.round)
+    item = ErrorItem(
+        error="UserCodeError", message=str(e), exception=e.type or None, worker=event.worker, round=event.round
+    )
     table.put_once(keys.error_sk(event.round, event.worker), item)
     table.put_once(FATAL_SK, item)
 

@@ -187,3 +187,83 @@ def test_studies_and_their_trials(source):
     assert study.search == "asha" and [t.status for t in trials] == ["SUCCEEDED", "STOPPED", "RUNNING"]
     assert data.study_view(source, "none") is None
     assert [r.run_id for r in data.list_runs(source)] == []  # a study's items are not runs
+
+
+USER_NET = """\
+def helper(width):
+    raise ValueError(f"width {width} is not a power of two")
+
+def build(input_shape, output_dim):
+    return helper(input_shape[0] + 1)
+"""
+
+
+def test_a_run_the_users_code_failed_shows_its_error_in_the_view_and_on_the_page(source, tmp_path, monkeypatch):
+    from smlt.dashboard.app import make_app
+    from smlt.runtime.steps.events import TrainEvent
+    from smlt.runtime.steps.train import _record_user_error
+    from smlt.runtime.usercode import user_code_failure
+
+    pkg = tmp_path / "dashnets"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "net.py").write_text(USER_NET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from dashnets.net import build
+
+    add_run(source, "bad", created_at=3000.0, rounds=0)
+    user_job = job().model_copy(update={"model": job().model.model_copy(update={"name": "dashnets.net:build"})})
+    try:
+        build((64,), 10)
+    except ValueError as e:  # what the worker records (smlt.runtime.steps.train.run_worker)
+        error = user_code_failure(e, user_job)
+    assert error is not None
+    _record_user_error(source.run("bad"), TrainEvent(run_id="bad", round=0, worker=1), error)
+
+    view = data.run_view(source, "bad")
+    assert view.status == "FAILED" and {r.run_id: r.status for r in data.list_runs(source)}["bad"] == "FAILED"
+    f = view.failure
+    assert (f.error, f.exception, f.round, f.worker) == ("UserCodeError", "ValueError", 0, 1)
+    assert f.message == "your code raised ValueError: width 65 is not a power of two"
+    assert f.frames == [
+        "dashnets/net.py:5 in build: return helper(input_shape[0] + 1)",
+        'dashnets/net.py:2 in helper: raise ValueError(f"width {width} is not a power of two")',
+    ]
+    assert f.text == str(error)  # what the CLI and `smlt status` print
+    add_run(source, "fine", created_at=1000.0, rounds=1)
+    assert data.run_view(source, "fine").failure is None
+
+    # the page's data endpoint (Dash's callback request, as the browser sends it every poll)
+    app = make_app(source)
+    client = app.server.test_client()
+    client.get("/")
+    (output,) = [k for k in app.callback_map if "run-failure.children" in k]
+    outputs = output.strip(".").split("...")
+    body = {
+        "output": output,
+        "outputs": [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in outputs],
+        "inputs": [
+            {"id": "tick", "property": "n_intervals", "value": 1},
+            {"id": "run-id", "property": "data", "value": "bad"},
+        ],
+        "changedPropIds": ["tick.n_intervals"],
+        "state": [],
+    }
+    resp = client.post("/_dash-update-component", json=body)
+    assert resp.status_code == 200
+    got = resp.get_json()["response"]
+    assert got["run-status"]["children"].startswith("FAILED | job digits")
+    assert got["stop-button"]["disabled"] is True
+
+    def texts(node):  # every string in the components' tree, in order
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, list):
+            return [t for n in node for t in texts(n)]
+        if isinstance(node, dict):
+            return texts(node.get("props", {}).get("children", []))
+        return []
+
+    shown = texts(got["run-failure"]["children"])
+    assert shown[:2] == ["Failed: UserCodeError (ValueError) in round 0, worker 1", f.message]
+    assert shown[2:4] == f.frames
