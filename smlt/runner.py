@@ -42,6 +42,7 @@ from smlt.snapshot import (
     saved_status,
     state_dir,
 )
+from smlt.tracking import LiveTracking
 
 
 class StackNames:
@@ -132,8 +133,11 @@ class Follower:
     non-worker invocation, and when a round is new, its items, an S3 listing of the round
     prefixes from round r on, the new objects (model r+1) and items.json rewritten."""
 
-    def __init__(self, engine: Any, names: StackNames, run_id: str, state_dir: Path) -> None:
+    def __init__(
+        self, engine: Any, names: StackNames, run_id: str, state_dir: Path, tracking: LiveTracking | None = None
+    ) -> None:
         self.engine, self.names, self.run_id = engine, names, run_id
+        self.tracking = tracking  # each reported round to TensorBoard (and MLflow) as it is reported
         self.state_dir = state_dir
         self.snapshot = Snapshot(engine, names, run_id, state_dir)
         self.last_plan: tuple = ()
@@ -159,6 +163,8 @@ class Follower:
                 progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
             progress.info(progress_line(r, plan) + (f" | {r.reason}" if r.reason else ""))
+            if self.tracking is not None:
+                self.tracking.round(r.model_dump())
 
     def follow(self, arn: str) -> dict[str, Any]:
         self.engine.after_invoke = self.after_invoke
@@ -206,7 +212,8 @@ class Follower:
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
     """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
     returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed."""
-    follower = Follower(engine, names, run_id, state_dir(out, run_id))
+    tracking = LiveTracking(run_id, job, out)
+    follower = Follower(engine, names, run_id, state_dir(out, run_id), tracking)
     t0 = time.time()
     # A run that already has state (resume) needs a fresh execution name.
     arn = engine.start_execution(job, name=f"{run_id[:68]}-{int(t0)}" if job.get("run_id") else run_id)
@@ -219,6 +226,8 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
         if saved >= 0:
             progress.info(f"  continue it with: {resume_command(run_id, out)}")
         raise
+    finally:
+        tracking.close()  # before the fetch rewrites the folder
     if desc["status"] != "SUCCEEDED":
         cause = desc.get("cause", "")
         try:
