@@ -156,6 +156,10 @@ class Follower:
         if self.error is not None:
             raise self.error
         self.snapshot.save(rounds_only=True)  # the hook saved already; this catches up without one
+        self.report()
+
+    def report(self) -> None:
+        """A line (and the live curves) for each round saved since the last report."""
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
         for r, plan in self.snapshot.take_new():
             shape = (plan.workers, plan.memory_mb, plan.local_steps) if plan else (None, None, None)
@@ -201,6 +205,7 @@ class Follower:
                     break
                 time.sleep(0.25)
             self.snapshot.save(rounds_only=True)
+            self.report()
         except KeyboardInterrupt:
             pass
 
