@@ -300,7 +300,10 @@ def log_fetched(metrics: dict[str, Any], out: Path) -> None:
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return text[0][:300] if text else ""
+    line = text[0][:300] if text else ""
+    if "MLFLOW_ALLOW_FILE_STORE" in str(e):  # MLflow's opt-in to its file store, past the cut
+        line += " ... set MLFLOW_ALLOW_FILE_STORE=true to log to a file store"
+    return line
 
 
 class LiveTracking:
