@@ -1,5 +1,6 @@
 """Fetch a run's results into a folder: model.safetensors, model.json (its model card), metrics.json,
-report.png, history.json, and tensorboard/<run id>/ (with the tracking extra: smlt.tracking)."""
+report.png, history.json, and tensorboard/<run id>/; with the tracking extra (smlt.tracking) the
+run is also logged to MLflow when its job (or MLFLOW_TRACKING_URI) names a tracking URI."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from smlt.runtime.modelcard import card_key, parse_card
 from smlt.runtime.progress import notice
 from smlt.runtime.store import NotFound, S3Store
 from smlt.runtime.usercode import code_key
-from smlt.tracking import write_tensorboard
+from smlt.tracking import log_fetched, write_tensorboard
 
 
 def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict] | None = None) -> dict[str, Any]:
@@ -35,6 +36,7 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
         (out / "history.json").write_text(json.dumps(history, indent=1, default=str))
     write_report(metrics, out / "report.png")
     _tensorboard(artifacts, run_id, metrics, out / "tensorboard" / run_id)
+    log_fetched(metrics, out)  # a warning, never an error: the run and its model are stored
     return metrics
 
 

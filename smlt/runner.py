@@ -42,6 +42,7 @@ from smlt.snapshot import (
     saved_status,
     state_dir,
 )
+from smlt.tracking import LiveTracking
 
 
 class StackNames:
@@ -132,8 +133,11 @@ class Follower:
     non-worker invocation, and when a round is new, its items, an S3 listing of the round
     prefixes from round r on, the new objects (model r+1) and items.json rewritten."""
 
-    def __init__(self, engine: Any, names: StackNames, run_id: str, state_dir: Path) -> None:
+    def __init__(
+        self, engine: Any, names: StackNames, run_id: str, state_dir: Path, tracking: LiveTracking | None = None
+    ) -> None:
         self.engine, self.names, self.run_id = engine, names, run_id
+        self.tracking = tracking  # each reported round to TensorBoard (and MLflow) as it is reported
         self.state_dir = state_dir
         self.snapshot = Snapshot(engine, names, run_id, state_dir)
         self.last_plan: tuple = ()
@@ -152,6 +156,10 @@ class Follower:
         if self.error is not None:
             raise self.error
         self.snapshot.save(rounds_only=True)  # the hook saved already; this catches up without one
+        self.report()
+
+    def report(self) -> None:
+        """A line (and the live curves) for each round saved since the last report."""
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
         for r, plan in self.snapshot.take_new():
             shape = (plan.workers, plan.memory_mb, plan.local_steps) if plan else (None, None, None)
@@ -159,6 +167,8 @@ class Follower:
                 progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
             progress.info(progress_line(r, plan) + (f" | {r.reason}" if r.reason else ""))
+            if self.tracking is not None:
+                self.tracking.round(r.model_dump())
 
     def follow(self, arn: str) -> dict[str, Any]:
         self.engine.after_invoke = self.after_invoke
@@ -195,6 +205,7 @@ class Follower:
                     break
                 time.sleep(0.25)
             self.snapshot.save(rounds_only=True)
+            self.report()
         except KeyboardInterrupt:
             pass
 
@@ -206,7 +217,8 @@ class Follower:
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
     """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
     returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed."""
-    follower = Follower(engine, names, run_id, state_dir(out, run_id))
+    tracking = LiveTracking(run_id, job, out)
+    follower = Follower(engine, names, run_id, state_dir(out, run_id), tracking)
     t0 = time.time()
     # A run that already has state (resume) needs a fresh execution name.
     arn = engine.start_execution(job, name=f"{run_id[:68]}-{int(t0)}" if job.get("run_id") else run_id)
@@ -219,6 +231,8 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
         if saved >= 0:
             progress.info(f"  continue it with: {resume_command(run_id, out)}")
         raise
+    finally:
+        tracking.close()  # before the fetch rewrites the folder
     if desc["status"] != "SUCCEEDED":
         cause = desc.get("cause", "")
         try:

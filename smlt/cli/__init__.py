@@ -6,7 +6,7 @@ the second into messages and exit codes (:func:`main`). One module per command g
 :mod:`.local` (run / resume --local, --watch), :mod:`.cloud` (start, status, fetch, resume on a
 deployed stack), :mod:`.data` (data prepare), :mod:`.models` (a retraining pipeline's versions),
 :mod:`.verify` (verify: a run's reconciliation), :mod:`.model` (predict, export, model: a run's model),
-:mod:`.quote` (quote: a job's forecast before any spend).
+:mod:`.quote` (quote: a job's forecast before any spend); :mod:`.model` also has track (a run to MLflow).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from smlt.runtime.errors import (
     StackNotFound,
     StudyFailed,
 )
+from smlt.tracking import TrackingFailed
 
 from . import cloud, dashboard, data, doctor, local, model, models, quote, tune, verify
 from .console import console
@@ -59,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # The command could not do its work (exit 1); any other named error is the user's input (exit 2).
-_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, StudyFailed)
+_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, StudyFailed, TrackingFailed)
 # The local engine's own errors: it could not start or run the synthesized stack (exit 1), but
 # LimitError, a Step Functions quota applied to the user's input (exit 2).
 _ENGINE = (MotoVersionError, SynthError, UnresolvableError)

@@ -1,4 +1,5 @@
-"""`smlt predict`, `smlt export`, `smlt model`: using a finished run's model (smlt.api)."""
+"""`smlt predict`, `smlt export`, `smlt model`: using a finished run's model (smlt.api); `smlt track`:
+a fetched run logged to MLflow (smlt.tracking)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,16 @@ def add_commands(sub: Any) -> None:
     m = sub.add_parser("model", help="show a run's model card: what the model is and how it takes its input")
     _model_args(m)
     m.set_defaults(fn=show)
+
+    t = sub.add_parser("track", help="log a fetched run to MLflow (once: again continues the same MLflow run)")
+    t.add_argument("out", type=Path, help="the run's output folder (its metrics.json, model.safetensors, model.json)")
+    t.add_argument(
+        "--mlflow-uri", help="the tracking URI (default: the job's tracking.mlflow_uri, MLFLOW_TRACKING_URI)"
+    )
+    t.add_argument(
+        "--experiment", help="the MLflow experiment (default: the job's, MLFLOW_EXPERIMENT_NAME, the job's name)"
+    )
+    t.set_defaults(fn=track)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -90,4 +101,27 @@ def show(args: argparse.Namespace) -> int:
 
     model = _load(args)
     notice.info(model.card.model_dump_json(indent=1, exclude={"features"}))
+    return 0
+
+
+def track(args: argparse.Namespace) -> int:
+    import json
+
+    from smlt.runtime.errors import RunNotFinished
+    from smlt.runtime.progress import notice
+    from smlt.tracking import TrackingFailed, log_mlflow
+
+    try:
+        metrics = json.loads((args.out / "metrics.json").read_text())
+    except (OSError, ValueError) as e:
+        raise RunNotFinished(
+            f"{args.out / 'metrics.json'}: no fetched run there ({type(e).__name__}): "
+            "give the --out folder of `smlt run`, `smlt fetch` or `smlt resume`"
+        ) from None
+    run = log_mlflow(metrics, args.out, uri=args.mlflow_uri, experiment=args.experiment)
+    if run is None:
+        raise TrackingFailed(
+            "no MLflow tracking URI: pass --mlflow-uri URI, set MLFLOW_TRACKING_URI or the job's tracking.mlflow_uri"
+        )
+    notice.info(f"mlflow: run {run.run_id} logged to {run.uri} (MLflow run {run.id})")
     return 0

@@ -182,6 +182,17 @@ class CodeSpec(_Strict):
         return self
 
 
+class TrackingSpec(_Strict):
+    """Where the client logs the run for a team's own tracking (smlt.mlflow_tracking; client-side
+    only: the runtime carries the field and never reads it). `mlflow_uri`: an MLflow tracking
+    URI (`http(s)://...`, `file:///...`, `databricks`, a SageMaker MLflow ARN); without it, the
+    MLFLOW_TRACKING_URI environment variable. `mlflow_experiment`: the experiment (default: the
+    MLFLOW_EXPERIMENT_NAME environment variable, else the job's `name`)."""
+
+    mlflow_uri: str | None = Field(default=None, min_length=1)
+    mlflow_experiment: str | None = Field(default=None, min_length=1, max_length=256)
+
+
 class Job(_Strict):
     """The execution input of a training run."""
 
@@ -194,6 +205,7 @@ class Job(_Strict):
     constraints: Constraints = Field(default_factory=Constraints)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     code: CodeSpec | None = None
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     seed: NonNegativeInt = 0
     # Retraining pipeline this run belongs to (set by the upload trigger); its final model
     # becomes the pipeline's latest, which the next upload warm-starts from.

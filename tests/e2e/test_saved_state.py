@@ -186,6 +186,13 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tm
     rounds = sorted(int(i["sk"][6:]) for i in saved if i["sk"].startswith("ROUND#"))
     assert rounds[-1] >= int(flight.group(1)) >= 2, said  # the round in flight was finished and saved
     assert f"stopped run ctrlc after round {rounds[-1]}" in said
+    assert f"round {rounds[-1]:3d} | workers" in said  # the round in flight is reported as it is saved
+    # Its curves were written round by round: tensorboard's own reader finds every saved round once.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard" / "ctrlc"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss/validation")] == rounds, said
     assert f"continue it with: smlt resume ctrlc --local --out {out}" in said
     assert _group_gone(proc.pid), "a process of the run outlived it"
 

@@ -29,6 +29,8 @@ def test_accepts_json_text_and_bytes():
         ({**GOOD, "training": {"learning_rate": 0}}, "training.learning_rate"),
         ({**GOOD, "workers": {"initial": 10, "max": 4}}, "workers"),
         ({**GOOD, "bogus": 1}, "bogus: unknown field"),
+        ({**GOOD, "tracking": {"mlflow_url": "http://x"}}, "tracking.mlflow_url: unknown field"),
+        ({**GOOD, "tracking": {"mlflow_uri": ""}}, "tracking.mlflow_uri"),
         ({**GOOD, "run_id": "has spaces"}, "run_id"),
         ("{not json", "job: not valid JSON"),
         ([1, 2], "job: expected a JSON object"),
