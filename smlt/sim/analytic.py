@@ -81,13 +81,28 @@ def expected(
     prices = prices or Prices()
     sizes = sizes or FunctionSizes()
     N, M, K = (np.asarray(a, dtype=float) for a in (N, M, K))
+    link = w.link
     speed = capacity.speed(M, w.efficiency)
-    net = np.minimum(1.0, np.sqrt(M / FULL_VCPU_MB))
     step = wl.batch * wl.step_s_per_sample * w.cpu_factor / speed
-    bw = w.s3_mbps * net
     ev = 0.01 + (wl.val_rows / N) * wl.step_s_per_sample / 3 * w.cpu_factor / speed
-    h = w.get_s + wl.model_mb / bw + ev + K * step + w.put_s + wl.model_mb / bw + 0.04
-    h_first = h + w.get_s + (wl.dataset_bytes / 1e6 / N) / bw
+    shards = max(1, math.ceil(wl.model_mb / AGG_SLICE_MB))
+    sl = wl.model_mb / shards
+    # the aggregator's function: a bucket that refilled over the round (full), the sum refills it
+    agg_read, left = link.transfer(N * sl, link.bucket_mb)
+    agg_sum = N * (wl.params / shards) / 5e8
+    agg = 0.2 + N * w.get_s + agg_read + agg_sum + w.put_s + link.transfer(sl, link.refill(left, agg_sum))[0]
+    sfn = 5 * w.state_s
+    plan = 0.3
+    # a worker's network (smlt.sim.network): round 0 reads model and shards from a full bucket,
+    # refills while it trains, uploads; a steady round starts from what that left plus the gap
+    # between rounds (aggregation, plan, states)
+    busy = ev + K * step
+    load0, left = link.transfer(wl.model_mb + wl.dataset_bytes / 1e6 / N, link.bucket_mb)
+    up0, left = link.transfer(wl.model_mb, link.refill(left, busy))
+    load, left = link.transfer(wl.model_mb, link.refill(left, agg + plan + sfn))
+    up, _ = link.transfer(wl.model_mb, link.refill(left, busy))
+    h = w.get_s + load + busy + w.put_s + up + 0.04
+    h_first = 2 * w.get_s + load0 + busy + w.put_s + up0 + 0.04
     z = np.sqrt(2 * np.log(np.maximum(N, 1.0)))  # ~ the largest of n standard normals
     p_strag = 1 - (1 - w.straggler_p) ** N
     slow = 1 + p_strag * (sum(w.straggler_slow) / 2 - 1)
@@ -99,11 +114,6 @@ def expected(
     init_max = np.minimum(INIT_MAX, init * np.exp(w.init_sigma * z))
     work = fan + h * np.exp(w.worker_sigma * z) * slow
     work_first = fan + init_max + h_first * np.exp(w.worker_sigma * z) * slow
-    shards = max(1, math.ceil(wl.model_mb / AGG_SLICE_MB))
-    sl = wl.model_mb / shards
-    agg = 0.2 + N * (w.get_s + sl / (2 * w.s3_mbps)) + N * (wl.params / shards) / 5e8 + w.put_s + sl / w.s3_mbps
-    sfn = 5 * w.state_s
-    plan = 0.3
     round_s = plan + sfn + work + agg
     round_first = plan + 0.9 + sfn + work_first + agg + 1.0
     fault_s = 1 + w.duplicate_p + 3.5 * w.overrun_p  # billed seconds per worker-second, on average

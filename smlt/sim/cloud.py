@@ -9,8 +9,13 @@ It writes the `RoundRecord`s (with `WorkerTiming`s) the deployed system records,
   the worker's torch threads and Lambda's vCPU share are smlt.runtime.capacity's (one thread per
   vCPU paid for, a fractional one included), every vCPU beyond the first adding the world's
   `efficiency`; below 1,769 MB the one thread runs at the CPU share (memory / 1,769);
-- platform constants (cold starts, S3, the Map's start-up, stragglers, noise): the scenario's
+- platform constants (cold starts, S3 latency, the Map's start-up, stragglers, noise): the scenario's
   `World` (smlt.sim.world), drawn around ../shared/facts.md, not the planner's priors;
+- the network: each function's token bucket (smlt.sim.network, the world's constants, the same at
+  every memory size). A worker loads (model, and its shards on a cache miss) from the bucket it
+  starts with - full when cold, refilled at the sustained rate since a warm instance's last
+  round - refills while it evaluates and computes, and uploads from what is left; the
+  aggregator's function keeps its own bucket between rounds;
 - the worker stops itself at 0.8 x the plan's compute limit (smlt/runtime/steps/train.py) after at least
   one step, and its partial update counts: it records the steps and samples it did and `cut`;
   Step Functions gives up on a worker at the plan's task timeout (its update is lost, its Lambda
@@ -52,6 +57,7 @@ UNIFORM = ("u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
 class Instance:
     last_used: float
     keepalive: float
+    tokens: float  # its network bucket when it finished (MB)
 
 
 @dataclass
@@ -62,6 +68,7 @@ class _Worker:
     billed_s: float  # Lambda seconds billed (init + handler, duplicates and overruns included)
     end_s: float  # when Step Functions sees it finish (or gives up), from the Map's start
     attempts: int  # invocations beyond the first (retries, duplicates)
+    tokens: float  # its network bucket at the end (MB)
 
 
 @dataclass
@@ -82,6 +89,7 @@ class Cloud:
         self.pools: dict[int, list[Instance]] = {}
         self.prev_n: int | None = None
         self.agg_last = -1e9
+        self.agg_tokens = self.w.net_bucket_mb
         self.plan_last = -1e9
         self.round = 0
         self.cost = 0.0
@@ -96,9 +104,6 @@ class Cloud:
     def speed(self, m: float) -> float:
         """Compute speed relative to one full vCPU running one thread."""
         return float(capacity.speed(m, self.w.efficiency))
-
-    def net(self, m: float) -> float:
-        return min(1.0, math.sqrt(m / FULL_VCPU_MB))
 
     def step_s(self, m: float) -> float:
         """Seconds of one local step of a batch, before noise."""
@@ -133,16 +138,23 @@ class Cloud:
 
     # ----------------------------------------------------------------- one worker
     def _worker(
-        self, i: int, z: dict[str, np.ndarray], m: int, k: int, n: int, cold: bool, miss: bool, limits: tuple
+        self,
+        i: int,
+        z: dict[str, np.ndarray],
+        mkn: tuple[int, int, int],
+        cold: bool,
+        miss: bool,
+        tokens: float,
+        limits: tuple,
     ) -> _Worker:
         wl, w = self.workload, self.w
+        m, k, n = mkn
         compute_limit, task_timeout, common = limits
         timeout = float(self.sizes.worker_timeout_s)
         init = min(INIT_MAX, w.init_median_s * math.exp(w.init_sigma * z["init"][i]) * max(1.0, FULL_VCPU_MB / m))
         init = init if cold else 0.0
-        bw = w.s3_mbps * self.net(m) * math.exp(w.bw_sigma * z["bw_in"][i])
+        link = w.link
         shard_mb = wl.dataset_bytes / 1e6 / n
-        load = w.get_s + wl.model_mb / bw + ((w.get_s + shard_mb / bw) if miss else 0.0)
         slow = (
             (w.straggler_slow[0] + (w.straggler_slow[1] - w.straggler_slow[0]) * z["slow"][i])
             if z["u_strag"][i] < w.straggler_p
@@ -158,6 +170,12 @@ class Cloud:
         attempts, retry_s = 0, 0.0
         if fault == "throttle":  # 429, not billed by Lambda; Step Functions retries after 1 s (x2)
             attempts, retry_s = 1, 1.0 + z["fault_x"][i]
+        # the model, then (a cache miss) the shards, from the bucket it has when its handler starts
+        tokens = link.refill(tokens, start + retry_s + init)
+        read_s, tokens = link.transfer(
+            wl.model_mb + (shard_mb if miss else 0.0), tokens, math.exp(w.bw_sigma * z["bw_in"][i])
+        )
+        load = w.get_s + (w.get_s if miss else 0.0) + read_s
         if not wl.fits(m):
             t = WorkerTiming.model_construct(
                 worker=i,
@@ -173,7 +191,7 @@ class Cloud:
                 steps=0,
                 cut=False,
             )
-            return _Worker(t, init + load + 0.5, start + retry_s + init + load + 0.5, attempts)
+            return _Worker(t, init + load + 0.5, start + retry_s + init + load + 0.5, attempts, tokens)
         speed = self.speed(m)
         step = self.step_s(m) * noise
         ev = 0.01 + (wl.val_rows / n) * wl.step_s_per_sample / 3 * w.cpu_factor / speed * noise
@@ -184,7 +202,11 @@ class Cloud:
             steps = min(k, max(1, math.ceil((stop_at - before) / step)))
         cut = steps < k
         comp = steps * step
-        up = (w.put_s + wl.model_mb / (w.s3_mbps * self.net(m) * math.exp(w.bw_sigma * z["bw_out"][i]))) if k else 0.0
+        tokens = link.refill(tokens, ev + comp)  # no transfer while it evaluates and trains
+        up = 0.0
+        if k:
+            write_s, tokens = link.transfer(wl.model_mb, tokens, math.exp(w.bw_sigma * z["bw_out"][i]))
+            up = w.put_s + write_s
         total = before + comp + up + 0.04 * math.exp(0.3 * z["rest"][i])
         if fault == "overrun":
             # A slow host or a slow read: the handler takes 2-5x as long, past the point where it
@@ -221,7 +243,7 @@ class Cloud:
             steps=steps,
             cut=cut,
         )
-        return _Worker(t, billed, start + retry_s + seen, attempts)
+        return _Worker(t, billed, start + retry_s + seen, attempts, tokens)
 
     def _fault(self, u: float) -> str | None:
         if not self.faults:
@@ -257,14 +279,25 @@ class Cloud:
         pool = self._warm_pool(m, t_start, z)
         warm = min(n, len(pool))
         reshard = self.prev_n != n
+        # a warm instance's bucket refilled while it idled; a new one starts full
+        tokens = [
+            w.link.refill(pool[i].tokens, t_start - pool[i].last_used) if i < warm else w.net_bucket_mb
+            for i in range(n)
+        ]
         workers = [
-            self._worker(i, z, m, k, n, i >= warm, i >= warm or reshard, (compute_limit, task_timeout, common))
+            self._worker(
+                i, z, (m, k, n), i >= warm, i >= warm or reshard, tokens[i], (compute_limit, task_timeout, common)
+            )
             for i in range(n)
         ]
         timings = [x.timing for x in workers]
         ends = [x.end_s for x in workers]
         used = [
-            Instance(t_start + ends[i], pool[i].keepalive if i < warm else 300.0 + 600.0 * float(z["keep"][i]))
+            Instance(
+                t_start + ends[i],
+                pool[i].keepalive if i < warm else 300.0 + 600.0 * float(z["keep"][i]),
+                workers[i].tokens,
+            )
             for i in range(n)
         ]
         self.pools[m] = used + pool[warm:]
@@ -332,20 +365,25 @@ class Cloud:
         ]
 
     def _aggregate_s(self, oks: int, k: int, t: float) -> float:
-        """Sharded aggregation after the Map: each slice reads its part of every update at 2x a
-        function's bandwidth, sums at 0.5 G elements/s, writes its slice; ~1 s cold start."""
+        """Sharded aggregation after the Map: each slice's function reads its part of every update
+        through its network bucket (refilled since the last round's aggregation; full when cold),
+        sums at 0.5 G elements/s, writes its slice; ~1 s cold start."""
         wl, w = self.workload, self.w
         shards = max(1, math.ceil(wl.model_mb / AGG_SLICE_MB))
         cold = t - self.agg_last > 600.0
         sl = wl.model_mb / shards
-        s = (
-            (1.0 if cold else 0.0)
-            + 0.2
-            + oks * (w.get_s + sl / (2 * w.s3_mbps))
-            + oks * (wl.params / shards) / 5e8
-            + (w.put_s + sl / w.s3_mbps if k > 0 else 0.0)
-        ) * math.exp(0.1 * float(self._rng(4).standard_normal()))
+        tokens = w.net_bucket_mb if cold else w.link.refill(self.agg_tokens, t - self.agg_last)
+        read_s, tokens = w.link.transfer(oks * sl, tokens)
+        sum_s = oks * (wl.params / shards) / 5e8
+        write_s = 0.0
+        if k > 0:
+            write_s, tokens = w.link.transfer(sl, w.link.refill(tokens, sum_s))
+            write_s += w.put_s
+        s = ((1.0 if cold else 0.0) + 0.2 + oks * w.get_s + read_s + sum_s + write_s) * math.exp(
+            0.1 * float(self._rng(4).standard_normal())
+        )
         self.agg_last = t + s
+        self.agg_tokens = tokens
         return s
 
     def _metrics(self, acc: float) -> tuple[float, float]:

@@ -17,10 +17,12 @@ Step Functions gives up on it (its update is lost) and its Lambda runs on, bille
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
+
+from smlt.sim.network import GIB, MIB, Link
 
 Kind = Literal["calm", "noisy"]
 KINDS: tuple[Kind, ...] = ("calm", "noisy")
@@ -36,7 +38,11 @@ class World:
     seed: int
     cpu_factor: float  # a Lambda vCPU's step time / this machine's thread's (measured one thread)
     efficiency: float  # speed-up per extra torch thread beyond the first
-    s3_mbps: float  # per-function S3 bandwidth, MB/s (facts: ~540 Mbit/s = 67.5 MB/s)
+    # A function's network, the same at every memory size (smlt.sim.network; facts: bursts to
+    # ~1.2 GiB/s for ~250 ms, a ~300 MiB bucket, then ~75 MiB/s)
+    net_burst_mbps: float
+    net_sustained_mbps: float
+    net_bucket_mb: float
     get_s: float  # S3 GET latency
     put_s: float  # S3 PUT latency
     init_median_s: float  # torch container cold start (facts: torch import 3.8-4.6 s, handler ~5 s)
@@ -57,6 +63,11 @@ class World:
     keepalive_s: tuple[float, float] = (300.0, 900.0)  # idle Lambda instances live this long
     recycle_p: float = 0.02  # a warm instance is recycled anyway
 
+    @property
+    def link(self) -> Link:
+        """Every function's network in this world (workers and aggregators alike)."""
+        return Link(self.net_burst_mbps, self.net_sustained_mbps, self.net_bucket_mb)
+
     @staticmethod
     def draw(seed: int, kind: Kind = "calm", family: str = "mlp") -> World:
         if kind not in KINDS:
@@ -66,12 +77,14 @@ class World:
         u = rng.uniform
         init = u(2.5, 5.0) * (u(1.5, 2.0) if noisy else 1.0)
         lo = u(1.5, 3.0)
-        return World(
+        world = World(
             kind=kind,
             seed=seed,
             cpu_factor=u(1.1, 1.6),
             efficiency=u(*EFFICIENCY.get(family, (0.2, 0.6))),
-            s3_mbps=u(40.0, 90.0),
+            net_sustained_mbps=u(55.0, 95.0) * MIB,
+            net_burst_mbps=0.0,
+            net_bucket_mb=0.0,
             get_s=u(0.02, 0.05),
             put_s=u(0.03, 0.08),
             init_median_s=init,
@@ -86,3 +99,5 @@ class World:
             bw_sigma=(2.0 if noisy else 1.0) * 0.15,
             curve_scale=float(np.exp(0.08 * rng.standard_normal())),
         )
+        # drawn last, so the constants drawn before them stay what they were for each seed
+        return replace(world, net_burst_mbps=u(0.9, 1.5) * GIB, net_bucket_mb=u(200.0, 400.0) * MIB)

@@ -34,6 +34,7 @@ SMOKE = {
     "map_choice.py": "the Map table (under 1 s)",
     "model_zoo.py": "digits MLP time to accuracy, throughput, a sharded round (33 s)",
     "moto_calls.py": "every call once, patched and unpatched servers, 8 x 1M aggregation (11 s)",
+    "network_binds.py": "the network-bound table on a coarse grid, two step counts (under 1 s)",
     "planner_bench.py": "the first scenario of each kind, one seed, both worlds (3 s)",
     "planner_calibrate.py": "a 2 x 2 grid on digits, one seed, the fit and step times (6 s)",
     "planner_replay.py": "scenario 0 replayed against the recorded result, one run traced (1 s)",

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from smlt.runtime.bill import finalize_usd
-from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held
+from smlt.runtime.capacity import FULL_VCPU_MB, memory_needed_mb, shard_bytes_held
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.evaluation import lower_is_better, target_reached
 from smlt.runtime.job import Job
@@ -48,7 +48,7 @@ def fmt_usd(c: float) -> str:
 
 
 def default_tier(tiers: list[int]) -> int:
-    above = [t for t in sorted(tiers) if t >= P.FULL_VCPU_MB]
+    above = [t for t in sorted(tiers) if t >= FULL_VCPU_MB]
     return above[0] if above else max(tiers)
 
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from smlt.runtime import capacity
-from smlt.runtime.capacity import FULL_VCPU_MB, vcpus
+from smlt.runtime.capacity import vcpus
 
 # --- CPU ------------------------------------------------------------------------------------
 # Lambda's vCPU share by memory and the worker's torch threads: smlt.runtime.capacity (one rule
@@ -41,19 +41,35 @@ def efficiency_prior(step_flops: float) -> float:
 FLOPS_PER_PARAM_GUESS = 6.0
 
 # --- Storage and network --------------------------------------------------------------------
-# facts.md: a Lambda fetched 100 MB in 2.49 s, about 540 Mbit/s per function.
-S3_MB_PER_S = 67.5
+# facts.md (Skyrise, arXiv 2501.07771, measured on AWS): a function's network bursts to ~1.2 GiB/s
+# for ~250 ms (a ~300 MiB bucket), then holds ~75 MiB/s, the same at every memory size. The
+# planner's shape: a transfer's first NET_BURST_MB go at the burst rate, the rest at the sustained
+# rate; an idle function (computing, or between rounds) gets its burst back at the sustained rate.
+# The load and upload regressions (timing.py) start from these rates and learn the run's own.
+NET_BURST_MB_PER_S = 1.2 * 1024**3 / 1e6  # 1,288 MB/s
+NET_SUSTAINED_MB_PER_S = 75 * 1024**2 / 1e6  # 78.6 MB/s
+NET_BURST_MB = 300 * 1024**2 / 1e6  # 315 MB at the burst rate from a full bucket
 S3_GET_LATENCY_S = 0.03
 S3_PUT_LATENCY_S = 0.05
-AGG_MB_PER_S = 2 * S3_MB_PER_S  # the aggregator reads updates over parallel streams
+# An aggregator is a function too: past its burst it reads the updates at the sustained rate.
+AGG_MB_PER_S = NET_SUSTAINED_MB_PER_S
 AGG_SHARD_MB = 64.0  # an aggregator shard handles this many MB of the model
 # The planner's and the aggregator's memory and the worker timeout are deployment settings
 # (smlt.runtime.config.FunctionSizes), not priors.
 
 
-def net_share(memory_mb):
-    """Network share by memory (assumed: full above one vCPU, ~sqrt of the CPU share below)."""
-    return np.minimum(1.0, np.sqrt(np.asarray(memory_mb, dtype=float) / FULL_VCPU_MB))
+def net_split(mb, burst_mb=NET_BURST_MB):
+    """A transfer of `mb` with `burst_mb` of burst left: (the MB at the burst rate, the MB at the
+    sustained rate). Memory does not enter: a function's network is the same at every size."""
+    mb = np.asarray(mb, dtype=float)
+    fast = np.minimum(mb, np.maximum(np.asarray(burst_mb, dtype=float), 0.0))
+    return fast, mb - fast
+
+
+def burst_left(burst_mb, used_mb, idle_s):
+    """The burst a function has after using `used_mb` of `burst_mb` and idling `idle_s` seconds."""
+    left = np.asarray(burst_mb, dtype=float) - np.asarray(used_mb, dtype=float)
+    return np.minimum(NET_BURST_MB, left + NET_SUSTAINED_MB_PER_S * np.maximum(np.asarray(idle_s, dtype=float), 0.0))
 
 
 # --- Cold starts and orchestration ----------------------------------------------------------

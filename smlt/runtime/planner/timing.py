@@ -5,8 +5,11 @@ Each measured component gets a small Bayesian linear regression whose prior come
 
     compute_s / k = c0 + c1 * W / (FLOPS * speed(m, e))        W = batch * FLOPs per sample
     eval_s        = v0 + v1 * (val_rows / n) * F/3 / (FLOPS * speed(m, e))
-    load_s        = a0 + a1 * model_MB / net(m) + a2 * (data_MB / n) * cache_miss / net(m)
-    upload_s      = u0 + u1 * update_MB / net(m)
+    load_s        = a0 + a1 * cache_miss + a2 * fast(X) + a3 * slow(X)   X = model_MB + cache_miss * data_MB / n
+    upload_s      = u0 + u1 * fast(update_MB) + u2 * slow(update_MB)
+                    fast/slow: the MB a function's network moves at its burst and its sustained
+                    rate (priors.net_split), the same at every memory size; the upload's burst is
+                    what the load left, refilled while the worker evaluates and computes
     handler rest  = total_s - (load + eval + compute + upload)
     init_s        = log-normal, shrunk from the prior to the measured cold starts
     overhead      = round_s - slowest worker - aggregate_s = o0 + o1 * map_s(n)
@@ -214,9 +217,11 @@ class TimingModel:
         self.e_logprior = lw - np.log(np.sum(np.exp(lw)))
         self.e_weights = np.exp(self.e_logprior)
         self.eval = BLR([0.02, 1.0], [0.05, 2.0 if s.flops_known else 10.0])
-        inv_bw = 1.0 / P.S3_MB_PER_S
-        self.load = BLR([P.S3_GET_LATENCY_S * 2, inv_bw, inv_bw], [0.2, inv_bw, inv_bw])
-        self.upload = BLR([P.S3_PUT_LATENCY_S, inv_bw], [0.2, inv_bw])
+        # seconds per MB at the burst and the sustained rate; a burst MB may cost up to a
+        # sustained one (a bucket not yet refilled), so its prior is as wide as that
+        fast, slow = 1.0 / P.NET_BURST_MB_PER_S, 1.0 / P.NET_SUSTAINED_MB_PER_S
+        self.load = BLR([P.S3_GET_LATENCY_S, P.S3_GET_LATENCY_S, fast, slow], [0.2, 0.2, slow, slow])
+        self.upload = BLR([P.S3_PUT_LATENCY_S, fast, slow], [0.2, slow, slow])
         self.rest = BLR([0.05], [0.2])
         self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, 1.0], [1.0, 0.5])
         self.agg = BLR([0.3, 1.0 / P.AGG_MB_PER_S], [0.5, 1.0 / P.AGG_MB_PER_S])
@@ -248,22 +253,25 @@ class TimingModel:
         work = (s.val_rows / np.maximum(n, 1.0)) * s.flops_per_sample / 3.0
         return np.stack([np.ones_like(n), work / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e))], axis=-1)
 
-    def _load_x(self, n, memory_mb, miss):
-        s = self.shape
+    def _load_mb(self, n, miss):
+        """MB a worker reads: the model, and on a cache miss its shards."""
         n = np.asarray(n, dtype=float)
-        net = P.net_share(memory_mb)
-        return np.stack(
-            [
-                np.ones_like(n),
-                s.model_mb / net + 0 * n,
-                (s.data_mb / np.maximum(n, 1.0)) * np.asarray(miss, dtype=float) / net,
-            ],
-            axis=-1,
-        )
+        return self.shape.model_mb + (self.shape.data_mb / np.maximum(n, 1.0)) * np.asarray(miss, dtype=float)
 
-    def _upload_x(self, memory_mb):
-        net = P.net_share(memory_mb)
-        return np.stack([np.ones_like(net), self.shape.update_mb / net], axis=-1)
+    def _load_x(self, n, miss):
+        mb = self._load_mb(n, miss)
+        fast, slow = P.net_split(mb)
+        return np.stack([np.ones_like(mb), np.asarray(miss, dtype=float) + 0 * mb, fast, slow], axis=-1)
+
+    def _upload_burst(self, n, miss, busy_s):
+        """The burst left for the upload: a full bucket less what the load used, refilled over
+        the worker's evaluation and compute seconds."""
+        used, _ = P.net_split(self._load_mb(n, miss))
+        return P.burst_left(P.NET_BURST_MB, used, busy_s)
+
+    def _upload_x(self, burst_mb):
+        fast, slow = P.net_split(self.shape.update_mb, burst_mb)
+        return np.stack([np.ones_like(fast), fast, slow], axis=-1)
 
     def _overhead_x(self, n):
         n = np.asarray(n, dtype=float)
@@ -338,8 +346,7 @@ class TimingModel:
         c = np.array([t.compute_s / t.steps_done(r.local_steps, r.batch_size) for t in timed])
         obs.comp.add(0.1 * c.mean() / math.sqrt(len(c)) + 1e-5, c.mean(), r.memory_mb)
 
-    @staticmethod
-    def _observe_workers(obs: _Observations, r: RoundRecord, ok: list[WorkerTiming]) -> None:
+    def _observe_workers(self, obs: _Observations, r: RoundRecord, ok: list[WorkerTiming]) -> None:
         """Per component, the mean of the round's workers (and its uncertainty)."""
         cnt = len(ok)
         tot = np.array([t.total_s for t in ok])
@@ -347,14 +354,18 @@ class TimingModel:
             obs.cvs.append(float(tot.std() / tot.mean()))
         if r.local_steps > 0:
             u = np.array([t.upload_s for t in ok])
-            obs.up.add(0.15 * u.mean() / math.sqrt(cnt) + 0.01, u.mean(), r.memory_mb)
+            # each worker's burst at its upload, from what it read and how long it then computed
+            burst = self._upload_burst(
+                r.workers, np.array([t.cache_miss for t in ok]), np.array([t.eval_s + t.compute_s for t in ok])
+            )
+            obs.up.add(0.15 * u.mean() / math.sqrt(cnt) + 0.01, u.mean(), float(np.mean(burst)))
         e = np.array([t.eval_s for t in ok])
         obs.ev.add(0.15 * e.mean() / math.sqrt(cnt) + 0.005, e.mean(), r.workers, r.memory_mb)
         for miss in (False, True):
             grp = [t.load_s for t in ok if t.cache_miss == miss]
             if grp:
                 y = float(np.mean(grp))
-                obs.ld.add(0.2 * y / math.sqrt(len(grp)) + 0.01, y, r.workers, r.memory_mb, miss)
+                obs.ld.add(0.2 * y / math.sqrt(len(grp)) + 0.01, y, r.workers, miss)
         rest = float((tot - np.array([t.load_s + t.eval_s + t.compute_s + t.upload_s for t in ok])).mean())
         obs.rest.add(0.05 + 0.2 * abs(rest), rest)
         obs.inits += [t.init_s / float(P.cold_start_scale(t.memory_mb)) for t in ok if t.cold and t.init_s > 0]
@@ -402,10 +413,8 @@ class TimingModel:
             ev_n, ev_m = obs.ev.x
             self.eval.fit(self._eval_x(np.array(ev_n), np.array(ev_m, dtype=float), e_hat), obs.ev.y, obs.ev.sd)
         if obs.ld.y:
-            ld_n, ld_m, ld_miss = obs.ld.x
-            self.load.fit(
-                self._load_x(np.array(ld_n), np.array(ld_m, dtype=float), np.array(ld_miss)), obs.ld.y, obs.ld.sd
-            )
+            ld_n, ld_miss = obs.ld.x
+            self.load.fit(self._load_x(np.array(ld_n), np.array(ld_miss)), obs.ld.y, obs.ld.sd)
         if obs.up.y:
             self.upload.fit(self._upload_x(np.array(obs.up.x[0], dtype=float)), obs.up.y, obs.up.sd)
         if obs.rest.y:
@@ -446,6 +455,14 @@ class TimingModel:
         floor = P.STEP_OVERHEAD_S * 0.1
         return np.maximum(mean, floor).reshape(memory_mb.shape), np.sqrt(np.maximum(var, 0)).reshape(memory_mb.shape)
 
+    def network_seconds(self, n, miss, busy_s):
+        """A worker's load and upload seconds in a round of n workers (`miss`: it reads its shards
+        too; `busy_s`: its evaluation and compute seconds, while its burst refills). The memory
+        tier does not enter: a function's network is the same at every size."""
+        load = np.maximum(self.load.predict(self._load_x(n, miss))[0], 0.01)
+        upload = np.maximum(self.upload.predict(self._upload_x(self._upload_burst(n, miss, busy_s)))[0], 0.01)
+        return load, upload
+
     def init_seconds(self, memory_mb):
         scale = P.cold_start_scale(memory_mb)
         mean = math.exp(self.init_log_mu + 0.5 * self.init_log_sd**2) * scale
@@ -462,13 +479,13 @@ class TimingModel:
         step, step_sd = st_mu[idx], st_sd[idx]
         e_hat = float(self.e_weights @ E_GRID)
         ev = np.maximum(self.eval.predict(self._eval_x(N, M, e_hat))[0], 0.0)
-        ld_hit = np.maximum(self.load.predict(self._load_x(N, M, np.zeros_like(N)))[0], 0.01)
-        ld_miss = np.maximum(self.load.predict(self._load_x(N, M, np.ones_like(N)))[0], ld_hit)
-        up = np.maximum(self.upload.predict(self._upload_x(M))[0], 0.01)
         rest = max(float(self.rest.mean[0]), 0.0)
         comp = K * step
+        ld_hit, up = self.network_seconds(N, np.zeros_like(N), ev + comp)
+        ld_miss, up_miss = self.network_seconds(N, np.ones_like(N), ev + comp)
+        ld_miss, up_miss = np.maximum(ld_miss, ld_hit), np.maximum(up_miss, up)
         h_warm = ld_hit + ev + comp + up + rest
-        h_miss = h_warm + (ld_miss - ld_hit)
+        h_miss = ld_miss + ev + comp + up_miss + rest
         rel_sd_param = K * step_sd / np.maximum(h_warm, 1e-6)
         init = self.init_seconds(M)
 

@@ -158,3 +158,32 @@ def test_the_step_time_is_as_uncertain_as_the_run_s_rounds_at_one_tier_disagree(
     tiers = np.array([1769.0, 1769.0, 3008.0, 3008.0])
     assert step_round_spread(tiers, np.array([0.05, 0.05, 0.03, 0.03])) < P_SPREAD
     assert step_round_spread(tiers, np.array([0.035, 0.07, 0.02, 0.04])) > 2 * P_SPREAD
+
+
+def test_the_network_prior_bursts_then_holds_the_sustained_rate(prices):
+    """priors: ~1.2 GiB/s for the first ~300 MiB, then ~75 MiB/s (facts.md, Skyrise), and no
+    memory tier in it; the upload gets back the burst the load used while the worker computes."""
+    small = TimingModel(JobShape.of(make_history([], params=1_000_000), 32), prices)  # 4 MB
+    big = TimingModel(JobShape.of(make_history([], params=250_000_000), 32), prices)  # 1,000 MB
+    hit = np.zeros(1)
+    load, up = small.network_seconds(np.array([4.0]), hit, np.array([1.0]))
+    assert load[0] == pytest.approx(P.S3_GET_LATENCY_S + 4.0 / P.NET_BURST_MB_PER_S)
+    assert up[0] == pytest.approx(P.S3_PUT_LATENCY_S + 4.0 / P.NET_BURST_MB_PER_S)
+    burst, rest = P.NET_BURST_MB / P.NET_BURST_MB_PER_S, (1000.0 - P.NET_BURST_MB) / P.NET_SUSTAINED_MB_PER_S
+    load, rested = big.network_seconds(np.array([4.0]), hit, np.array([10.0]))
+    assert load[0] == pytest.approx(P.S3_GET_LATENCY_S + burst + rest)
+    assert rested[0] == pytest.approx(P.S3_PUT_LATENCY_S + burst + rest)  # 10 s refill the bucket
+    _, drained = big.network_seconds(np.array([4.0]), hit, np.array([0.0]))
+    assert drained[0] == pytest.approx(P.S3_PUT_LATENCY_S + 1000.0 / P.NET_SUSTAINED_MB_PER_S)
+
+
+def test_the_network_model_learns_the_recorded_load_and_upload_times(prices):
+    """A run whose 200 MB model loads in 2 s and uploads in 1.5 s (a network 10x slower than the
+    prior's burst): the fitted model predicts what was recorded, at any memory tier."""
+    rounds = [make_round(i, n=4, m=m, k=20, load_s=2.0, upload_s=1.5) for i, m in enumerate((1769, 3008, 1769))]
+    hist = make_history(rounds, params=50_000_000)
+    tm = TimingModel(JobShape.of(hist, 32), prices)
+    before = tm.network_seconds(np.array([4.0]), np.zeros(1), np.array([0.45]))
+    tm.fit(hist)
+    load, up = tm.network_seconds(np.array([4.0]), np.zeros(1), np.array([0.45]))
+    assert before[0][0] < 0.5 and load[0] == pytest.approx(2.0, rel=0.1) and up[0] == pytest.approx(1.5, rel=0.1)
