@@ -120,7 +120,7 @@ def non_finite(
     if x.ndim != 2:
         return head
     by_column: dict[str, np.ndarray] = {}
-    for j in np.flatnonzero(bad.any(axis=0)):
+    for j in map(int, np.flatnonzero(bad.any(axis=0))):
         name = f"column {names[j]!r}" if names is not None and j < len(names) else f"feature {j}"
         by_column[name] = by_column[name] | bad[:, j] if name in by_column else bad[:, j]
     shown = [
