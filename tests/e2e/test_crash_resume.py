@@ -211,3 +211,23 @@ def test_the_attempts_of_the_round_in_flight_at_a_crash_are_billed(local, tmp_pa
     assert final["estimated_cost_usd"] >= max(r["cost_total_usd"] for r in rounds)
     result = reconcile_saved(out, RUN)
     assert result.ok, [f.model_dump() for f in result.findings]
+
+
+def test_a_crash_before_round_0_is_aggregated_then_resume_says_to_start_again(local, tmp_path):
+    """Killed while round 0 trains: no round saved, so `smlt resume` says the run stopped before
+    its first round and how to start it again, not that the wrong --out was passed."""
+    job, out = job_file(tmp_path), tmp_path / "out"
+    rc, err = drive("run", "train:0", str(job), out)
+    assert rc == -9, f"the crash point was not reached\n{err}"
+    assert not (out / ".state/runs" / RUN / "items.json").exists()  # a refused or early run leaves no items
+    res = subprocess.run(
+        [sys.executable, "-m", "smlt.cli", "resume", RUN, "--local", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"error: run '{RUN}' stopped before its first round was aggregated" in res.stderr, res.stderr
+    assert f"start it again (`smlt run --local JOB --out {out}`)" in res.stderr and "--out" in res.stderr
+    assert "pass that run's --out" not in res.stderr and "Traceback" not in res.stderr
