@@ -17,7 +17,10 @@ from smlt.runtime.errors import InvalidDataset
 CHUNK_ROWS = 4096
 # The largest magnitude a stored float32 feature holds; a bigger number becomes Inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-FIX_ROWS = "fix or drop those rows in the source (or rescale the column: a feature must stay within ±3.4e38) and prepare it again"
+FIX_ROWS = (
+    "fix or drop those rows in the source (or rescale the column: a feature must stay within ±3.4e38) "
+    "and prepare it again"
+)
 
 
 @dataclass
@@ -108,8 +111,8 @@ def non_finite(
 ) -> str | None:
     """What of `x` is not a finite number, or None: how many rows, and in which columns (`names`:
     one per feature of a (rows, features) x, the column it came from; else `feature j`), with the
-    first such row's number in `rows` (a `unit`: "row", a CSV's "line") when given. The one rule for what `smlt data prepare`
-    refuses and what a worker refuses to train on."""
+    first such row's number in `rows` (a `unit`: "row", a CSV's "line") when given. The one rule
+    for what `smlt data prepare` refuses and what a worker refuses to train on."""
     if not np.issubdtype(x.dtype, np.floating) or x.size == 0:
         return None
     flat = x.reshape(len(x), -1)
