@@ -129,9 +129,11 @@ class Follower:
 
     The snapshot is taken in the engine's `after_invoke` hook: when an aggregation (or any
     other non-worker invocation) returns, before the state machine goes on, so the saved state
-    is never behind the newest aggregated round. It costs a round one DynamoDB query per
-    non-worker invocation, and when a round is new, its items, an S3 listing of the round
-    prefixes from round r on, the new objects (model r+1) and items.json rewritten."""
+    is never behind the newest aggregated round; and after every invocation, the ATTEMPT items
+    of the round in progress (`Snapshot.save_in_flight`). It costs a round one DynamoDB query per
+    invocation (two per non-worker one), items.json rewritten per invocation that ended, and
+    when a round is new, its items, an S3 listing of the round prefixes from round r on, the new
+    objects (model r+1)."""
 
     def __init__(
         self, engine: Any, names: StackNames, run_id: str, state_dir: Path, tracking: LiveTracking | None = None
@@ -145,10 +147,10 @@ class Follower:
         self.error: BaseException | None = None  # a failed save in the hook, raised by poll
 
     def after_invoke(self, function: str, _payload: bytes, _ok: bool) -> None:
-        if function in self.names.train_functions:
-            return  # a worker's invocation never completes a round
         try:
-            self.snapshot.save(rounds_only=True)
+            if function not in self.names.train_functions:  # a worker's invocation never completes a round
+                self.snapshot.save(rounds_only=True)
+            self.snapshot.save_in_flight()  # its ATTEMPT item: billed even if the round is never aggregated
         except Exception as e:  # noqa: BLE001 - raised in the main thread by the next poll
             self.error = self.error or e
 

@@ -36,9 +36,11 @@ class Snapshot:
     aggregated round, and what its bill and its reconciliation (`smlt verify --local`) need of
     rounds 0..r: the META item; of each round its PLAN, ROUND, SEAL, WORKER, ERROR and ATTEMPT
     items; the run's objects (updates included) but the sync mode's gradient exchange; and
-    model r+1. The round in progress is left out, so a resume never meets half a round (its
-    attempts before a crash are not in the bill: they died with the engine). A finished run's
-    last save adds every ATTEMPT item not saved yet (Finalize's, a stop plan's, a straggler's).
+    model r+1. The round in progress is left out, so a resume never meets half a round, but for
+    its ATTEMPT items, saved as each invocation ends (`save_in_flight`): AWS bills them whether
+    or not the round is ever aggregated, so a resume bills them with the round it runs again.
+    A finished run's last save adds every ATTEMPT item not saved yet (Finalize's, a stop plan's,
+    a straggler's).
     Every save reads only what is new: the new rounds' items, and the keys after round r (S3
     lists in key order; objects are written once under per-round keys); the dataset's keys
     once. A save that finds no new round writes nothing. Thread-safe: the engine's hook and the
@@ -53,6 +55,7 @@ class Snapshot:
         self.dataset_copied = False
         self._lock = threading.Lock()
         self._unreported: list[tuple[RoundItem, PlanItem | None]] = []
+        self._meta: dict[str, Any] | None = None  # META as saved last (an in-flight save keeps it)
 
     def save(self, final: bool = False, rounds_only: bool = False) -> None:
         """Add the ROUND items aggregated since the last save and their plans; copy the new
@@ -64,6 +67,21 @@ class Snapshot:
         snapshot is a copy of the partition, read back by `restore_snapshot`."""
         with self._lock:
             self._save(final, rounds_only)
+
+    def save_in_flight(self) -> None:
+        """Add the ATTEMPT items of the round in progress that are not saved yet (each
+        invocation's, as it ends), once a round is saved: a crash then loses from the bill only
+        the invocations running at that moment. Before the first round nothing is saved (a run
+        refused at its first plan leaves no state; one that crashed there starts again). META
+        stays as saved last: the round in progress may have changed it."""
+        with self._lock:
+            if self.newest < 0 or self._meta is None:
+                return
+            table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
+            new = [i for i in table.query(ledger.round_prefix(self.newest + 1)) if i["sk"] not in self.saved]
+            if new:
+                self._file.write(self._meta, new)
+                self.saved.update(i["sk"] for i in new)
 
     def take_new(self) -> list[tuple[RoundItem, PlanItem | None]]:
         """The rounds saved since the last call, in round order, with their plans (to report)."""
@@ -89,7 +107,7 @@ class Snapshot:
             if plan is not None:
                 added.append(plan)
             self._unreported.append((r, PlanItem.model_validate(plan) if plan is not None else None))
-            added.extend(_round_records(table, r.round))
+            added.extend(i for i in _round_records(table, r.round) if i["sk"] not in self.saved)
         if final:  # attempts of no aggregated round, and any that landed after their round's save
             new = {i["sk"] for i in added}
             added.extend(i for i in table.query(ledger.PREFIX) if i["sk"] not in self.saved and i["sk"] not in new)
@@ -105,6 +123,7 @@ class Snapshot:
             self._copy(data, data.list(prefix))
             self.dataset_copied = True
         self._file.write(meta, added)
+        self._meta = meta
         self.saved.update([keys.META, *(i["sk"] for i in added)])
 
     def _copy(self, store: S3Store, listed: list[str], modified: dict[str, float] | None = None) -> None:

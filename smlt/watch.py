@@ -16,6 +16,7 @@ from smlt.runner import Follower, StackNames
 from smlt.runtime.evaluation import summary_text
 from smlt.runtime.progress import notice
 from smlt.runtime.store import S3Store
+from smlt.runtime.study.cause import execution_cause
 
 
 def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> None:
@@ -24,7 +25,7 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
     plan = output.get("plan", {})
     run_id = plan.get("run_id")
     if desc["status"] != "SUCCEEDED" or not run_id:
-        notice.info(f"  {desc['status']}: {desc.get('error', '')} {desc.get('cause', '')[:300]}")
+        notice.info(f"  {desc['status']}: {execution_cause(desc.get('error'), desc.get('cause'))}")
         return
     if plan.get("action") == "duplicate":
         notice.info(f"  {plan['reason']}")

@@ -100,8 +100,9 @@ class AlreadyFinished(SmltError):
 
 
 class DataError(SmltError):
-    """The same error on the same train shard twice (two invocations, on different workers when
-    there is more than one): the shard, not the platform, is the cause."""
+    """The same error on the same shard twice (two invocations, on different workers when there is
+    more than one), or a shard whose inputs are NaN or Inf (on any worker at once): the shard, not
+    the platform or the learning rate, is the cause."""
 
 
 def data_error_message(now: ErrorItem, before: ErrorItem) -> str:

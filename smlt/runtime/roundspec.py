@@ -24,6 +24,9 @@ class RoundSpec(BaseModel):
     # Train shards per worker; None = round-robin (shard_slice). The planner adds the shards of
     # workers lost last round to the survivors' lists.
     assignments: list[list[int]] | None = None
+    # Validation shards per worker (a partition: each row evaluated once); None = round-robin.
+    # The planner moves a validation shard a worker failed on to another worker.
+    val_assignments: list[list[int]] | None = None
     # How many aggregators reduce this round's updates (sharded aggregation when > 1).
     aggregators: int = 1
     # Rows of the whole validation split (META's val_rows): the round's metric is final only when
@@ -40,9 +43,12 @@ class RoundSpec(BaseModel):
         return self.assignments[worker] if self.assignments else shard_slice(n_shards, self.workers, worker)
 
     def val_shards(self, worker: int, n_shards: int) -> list[int]:
-        """The validation shards `worker` evaluates: round-robin; with more workers than shards,
-        only the first owner of a shard evaluates it (each row is counted once)."""
-        return [] if worker >= n_shards else shard_slice(n_shards, self.workers, worker)
+        """The validation shards `worker` evaluates: the planner's assignment, else round-robin;
+        with more workers than shards, only the first owner of a shard evaluates it (each row is
+        counted once)."""
+        if self.val_assignments:
+            return self.val_assignments[worker]
+        return val_slice(n_shards, self.workers, worker)
 
     def whole_split(self, val_rows: int) -> bool:
         """`val_rows` evaluated rows cover the whole validation split."""
@@ -54,6 +60,11 @@ def shard_slice(n_shards: int, workers: int, worker: int) -> list[int]:
     if workers <= n_shards:
         return list(range(worker, n_shards, workers))
     return [worker % n_shards]
+
+
+def val_slice(n_shards: int, workers: int, worker: int) -> list[int]:
+    """Validation shards a worker evaluates by default: round-robin, no shard twice."""
+    return [] if worker >= n_shards else shard_slice(n_shards, workers, worker)
 
 
 # Lambda caps a function's init phase (its cold start) at 10 s, and a round's limits count from

@@ -177,3 +177,57 @@ def test_crash_anywhere_then_resume_gives_the_uncrashed_model_bit_for_bit(local,
     result = reconcile_saved(out, RUN)
     assert result.ok, [f.model_dump() for f in result.findings]
     assert len(result.rounds) == 5 and all(r.applied for r in result.rounds[:4])
+
+
+def _attempts(out: Path) -> list[str]:
+    items = json.loads((out / ".state/runs" / RUN / "items.json").read_text())
+    return [i["sk"] for i in items if i["sk"].startswith("ATTEMPT#")]
+
+
+def test_the_attempts_of_the_round_in_flight_at_a_crash_are_billed(local, tmp_path):
+    """Killed while round 1 trains: the invocations of round 1 that had ended (its plan, a worker)
+    are in the saved state, and the resumed run's bill has them beside the round run again."""
+    job = job_file(tmp_path)
+    raw = json.loads(job.read_text())
+    raw["training"]["max_rounds"] = 2
+    job.write_text(json.dumps(raw))
+    out = tmp_path / "out"
+    rc, err = drive("run", "train:1", str(job), out)
+    assert rc == -9, f"the crash point was not reached\n{err}"
+    assert saved_rounds(out) == [0]
+    in_flight = [sk for sk in _attempts(out) if sk.startswith("ATTEMPT#000001#")]
+    assert in_flight, "no attempt of round 1 saved before the crash"  # at least round 1's plan
+
+    rc, err = drive("resume", "none", RUN, out)
+    assert rc == 0, err
+    final = json.loads((out / "metrics.json").read_text())["final"]
+    saved = _attempts(out)
+    assert set(in_flight) <= set(saved)  # restored, kept through the resume's saves
+    # The bill is every saved attempt: those of the crashed round 1 and of its second run alike.
+    assert final["billed_invocations"] == len(saved)
+    ran_twice = [sk for sk in saved if sk.startswith("ATTEMPT#000001#")]
+    assert len(ran_twice) > len(in_flight)
+    rounds = json.loads((out / "metrics.json").read_text())["rounds"]
+    assert final["estimated_cost_usd"] >= max(r["cost_total_usd"] for r in rounds)
+    result = reconcile_saved(out, RUN)
+    assert result.ok, [f.model_dump() for f in result.findings]
+
+
+def test_a_crash_before_round_0_is_aggregated_then_resume_says_to_start_again(local, tmp_path):
+    """Killed while round 0 trains: no round saved, so `smlt resume` says the run stopped before
+    its first round and how to start it again, not that the wrong --out was passed."""
+    job, out = job_file(tmp_path), tmp_path / "out"
+    rc, err = drive("run", "train:0", str(job), out)
+    assert rc == -9, f"the crash point was not reached\n{err}"
+    assert not (out / ".state/runs" / RUN / "items.json").exists()  # a refused or early run leaves no items
+    res = subprocess.run(
+        [sys.executable, "-m", "smlt.cli", "resume", RUN, "--local", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"error: run '{RUN}' stopped before its first round was aggregated" in res.stderr, res.stderr
+    assert f"start it again (`smlt run --local JOB --out {out}`)" in res.stderr and "--out" in res.stderr
+    assert "pass that run's --out" not in res.stderr and "Traceback" not in res.stderr

@@ -56,3 +56,17 @@ def test_a_damaged_saved_state_is_refused_on_resume(local, tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"{model} is damaged: model 2 has sha256" in res.stderr and "Traceback" not in res.stderr
     assert _files(flipped) == before
+
+    shard_flipped = tmp_path / "shard"  # one byte of a dataset shard flipped in the saved state
+    shutil.copytree(good, shard_flipped)
+    (shard, *_) = sorted((shard_flipped / ".state/runs/dmg/s3").glob("*/**/train-*.safetensors"))
+    blob = bytearray(shard.read_bytes())
+    blob[-1] ^= 1
+    shard.write_bytes(bytes(blob))
+    before = _files(shard_flipped)
+    res = _resume(shard_flipped)
+    # Found at the resume's start (before any engine or round), named by its file under OUT/.state.
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"the saved state {shard} is damaged: dataset shard {shard.name} does not match the sha256" in res.stderr
+    assert "s3://" not in res.stderr and "resuming run" not in res.stdout + res.stderr and "Traceback" not in res.stderr
+    assert _files(shard_flipped) == before

@@ -171,6 +171,13 @@ def test_control_steps_whose_process_dies_are_retried_to_the_same_model(local, t
     final = faulty["final"]
     assert final["rounds"] == 3 and final["trained_fraction"] == 1.0 and final["val_accuracy"] > 0.9, final
     assert reconciled(local, "kill-faulty") == []
+    # A killed step's handler ran and wrote its ATTEMPT item before the process died: the bill has
+    # it beside its retry (issue #38: no attempt of a round is lost from the bill).
+    assert final["billed_invocations"] >= clean["final"]["billed_invocations"] + injector.counts["kill"], (
+        final["billed_invocations"],
+        clean["final"]["billed_invocations"],
+        injector.counts,
+    )
     # The same model as without the deaths when the workers' rounds were the same (a slow
     # replacement process can make a worker miss its round on a busy machine: another model).
     same_rounds = [(r["samples"], r["accepted"]) for r in clean["rounds"]] == [

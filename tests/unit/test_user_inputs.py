@@ -118,3 +118,21 @@ def test_a_failed_trials_cause_is_the_runs_named_error_not_step_functions_json()
         trial_cause({"Error": "States.Timeout", "Cause": "the trial timed out"})
         == "States.Timeout: the trial timed out"
     )
+
+
+def test_a_failed_executions_cause_is_its_named_error_and_whole_message():
+    """The watch's line for a run that failed (smlt/watch.py): the Lambda's errorType and its whole
+    errorMessage, not its JSON with the stack trace cut at 300 characters."""
+    from smlt.runtime.study.cause import MAX_CAUSE, execution_cause
+
+    reason = "train shard train-00002.safetensors holds inputs that are not finite numbers: " + "x" * 400
+    lambda_error = json.dumps({"errorType": "DataError", "errorMessage": reason, "stackTrace": ["  File ..."] * 40})
+    assert execution_cause("DataError", lambda_error) == f"DataError: {reason}"
+    assert execution_cause("States.Timeout", "the run timed out") == "States.Timeout: the run timed out"
+    assert execution_cause(None, None) == "no error recorded"
+    # Bounded, but never inside the first line (the reason): frames after it are cut first.
+    long_reason = "r" * (MAX_CAUSE + 50)
+    cut = execution_cause("UserCodeError", json.dumps({"errorType": "UserCodeError", "errorMessage": long_reason}))
+    assert cut == f"UserCodeError: {long_reason}"
+    framed = execution_cause("UserCodeError", json.dumps({"errorMessage": "short\n" + "f" * 3000}))
+    assert framed.startswith("UserCodeError: short\n") and len(framed) == MAX_CAUSE and framed.endswith("…")

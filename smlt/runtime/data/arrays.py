@@ -4,6 +4,7 @@ standardised per channel); token ids `[T]` int64 as they are. Statistics come fr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,12 @@ from smlt.runtime.errors import InvalidDataset
 # Rows per step when computing statistics or standardising: bounded float temporaries for
 # image sets of many GB.
 CHUNK_ROWS = 4096
+# The largest magnitude a stored float32 feature holds; a bigger number becomes Inf.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FIX_ROWS = (
+    "fix or drop those rows in the source (or rescale the column: a feature must stay within ±3.4e38) "
+    "and prepare it again"
+)
 
 
 @dataclass
@@ -95,9 +102,51 @@ def _tokens(train: np.ndarray, validation: np.ndarray, where: str, vocab_size: i
 
 def _finite_float(x: np.ndarray, where: str) -> np.ndarray:
     x = x.astype(np.float32, copy=False)
-    if not np.isfinite(x).all():
-        raise InvalidDataset(f"{where}: features contain NaN or Inf")
+    refuse_non_finite(x, where)
     return x
+
+
+def non_finite(
+    x: np.ndarray, names: Sequence[str] | None = None, rows: np.ndarray | None = None, unit: str = "row"
+) -> str | None:
+    """What of `x` is not a finite number, or None: how many rows, and in which columns (`names`:
+    one per feature of a (rows, features) x, the column it came from; else `feature j`), with the
+    first such row's number in `rows` (a `unit`: "row", a CSV's "line") when given. The one rule
+    for what `smlt data prepare` refuses and what a worker refuses to train on."""
+    if not np.issubdtype(x.dtype, np.floating) or x.size == 0:
+        return None
+    flat = x.reshape(len(x), -1)
+    if np.isfinite(flat).all():  # the common case: one pass, no temporaries kept
+        return None
+    bad = ~np.isfinite(flat)
+    head = f"{_rows(int(bad.any(axis=1).sum()))} of {len(x)} hold NaN or Inf features"
+    if x.ndim != 2:
+        return head
+    by_column: dict[str, np.ndarray] = {}
+    for j in map(int, np.flatnonzero(bad.any(axis=0))):
+        name = f"column {names[j]!r}" if names is not None and j < len(names) else f"feature {j}"
+        by_column[name] = by_column[name] | bad[:, j] if name in by_column else bad[:, j]
+    shown = [
+        f"{name} ({_rows(int(hit.sum()))}"
+        + (f", first {unit} {int(rows[np.argmax(hit)])}" if rows is not None else "")
+        + ")"
+        for name, hit in by_column.items()
+    ]
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    return f"{head}: {', '.join(shown[:5])}{more}"
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def refuse_non_finite(
+    x: np.ndarray, where: str, names: Sequence[str] | None = None, rows: np.ndarray | None = None, unit: str = "row"
+) -> None:
+    """InvalidDataset naming the columns and rows of `x` that are not finite, and what to do."""
+    problem = non_finite(x, names, rows, unit)
+    if problem is not None:
+        raise InvalidDataset(f"{where}: {problem}; {FIX_ROWS}")
 
 
 def _normalization(applied, axis, mean: np.ndarray, std: np.ndarray) -> Normalization:
@@ -127,5 +176,6 @@ def standardise(x: np.ndarray, norm: Normalization) -> np.ndarray:
         mean, std = mean.reshape(shape), std.reshape(shape)
     out = np.empty(x.shape, np.float32)
     for start in range(0, len(x), CHUNK_ROWS):
-        out[start : start + CHUNK_ROWS] = (x[start : start + CHUNK_ROWS] - mean) / std
+        with np.errstate(over="ignore"):  # an overflow is Inf, which prepare then refuses by name
+            out[start : start + CHUNK_ROWS] = (x[start : start + CHUNK_ROWS] - mean) / std
     return out

@@ -20,9 +20,11 @@ from typing import Literal
 import numpy as np
 from botocore.exceptions import BotoCoreError, ClientError
 
+from smlt.runtime.data.arrays import non_finite
 from smlt.runtime.data.manifest import Manifest, ShardInfo
 from smlt.runtime.data.shards import ShardCache, load_shard, warm
-from smlt.runtime.errors import CorruptShard, InvalidDataset, SmltError
+from smlt.runtime.data.tabular import feature_names
+from smlt.runtime.errors import CorruptShard, DataError, InvalidDataset, SmltError
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,15 @@ class ShardReader:
             )
         if len(y) != len(x):
             raise InvalidDataset(f"shard {shard.key} has {len(x)} rows of x but {len(y)} of y")
+        # Inputs that are not finite make the loss NaN, which would read as a diverged round: the
+        # shard matches its manifest, so the data itself is the cause, on any worker.
+        problem = non_finite(x, feature_names(self.manifest.columns) if self.manifest.columns else None)
+        if problem is not None:
+            raise DataError(
+                f"{split} shard {shard.key} holds inputs that are not finite numbers: {problem}; the data, "
+                "not training.learning_rate, is the cause: prepare the dataset again (`smlt data prepare "
+                "SOURCE --out FOLDER` refuses such values, naming their column and lines), then start the run again"
+            )
         return x, y
 
     def warm(self, keys: Sequence[Key]) -> None:

@@ -65,6 +65,11 @@ def prepare_dataset(
     src = load_source(source, opts)
     if src.table is not None and opts.missing == "refuse":  # the first empty cell in file order
         tabular.refuse_missing(src.table, src.features)
+    if src.table is not None:  # NaN, Inf or beyond float32, named by its line before any split
+        used = [t.name for t in features.columns] if features is not None and features.columns else src.features
+        tabular.refuse_non_finite(src.table, [c for c in used if c in src.table.columns])
+    elif src.x is not None:
+        arrays.refuse_non_finite(src.x, source, rows=np.arange(len(src.x)))
     order = np.random.default_rng(seed).permutation(len(src))
     n_val = max(1, int(round(len(src) * validation_fraction)))
     if n_val >= len(src):
@@ -94,6 +99,12 @@ def prepare_dataset(
     )
     if src.table is not None:  # validation rows go through the recorded transforms, as later data will
         stored.validation = tabular.apply_columns(manifest, src.table.take(val))
+    # What the shards will hold, after standardisation (a pipeline's statistics too): never NaN or
+    # Inf, which a worker could only turn into a diverged round.
+    names = tabular.feature_names(columns) if columns else None
+    for split, x, index in (("train", stored.train, train), ("validation", stored.validation, val)):
+        rows, unit = (src.table.rows[index], src.table.unit) if src.table is not None else (index, "row")
+        arrays.refuse_non_finite(x, f"{source} ({split} split, standardised)", names, rows, unit)
     out = _writer(dest)
     if earlier:
         _remove(dest, earlier)
@@ -176,8 +187,7 @@ def _apply_x(
     if norm.applied == "on_load":  # raw uint8 images, normalised by the workers with these statistics
         return arrays.StoredX(x[train].astype(np.uint8), x[val].astype(np.uint8), features.x, norm), None
     xf = x.astype(np.float32, copy=False)
-    if not np.isfinite(xf).all():
-        raise InvalidDataset(f"{source}: features contain NaN or Inf")
+    arrays.refuse_non_finite(xf, source)
     return arrays.StoredX(
         arrays.standardise(xf[train], norm), arrays.standardise(xf[val], norm), features.x, norm
     ), None

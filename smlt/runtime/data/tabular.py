@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smlt.runtime.data.arrays import standardise
+from smlt.runtime.data.arrays import FIX_ROWS, FLOAT32_MAX, standardise
 from smlt.runtime.data.manifest import ColumnTransform, Manifest
 from smlt.runtime.data.options import Task
 from smlt.runtime.errors import InvalidDataset
@@ -207,6 +207,45 @@ def refuse_missing(table: Table, names: Sequence[str]) -> None:
         )
 
 
+def refuse_non_finite(table: Table, names: Sequence[str]) -> None:
+    """InvalidDataset naming the first cell (in the file's order, before any split) among the
+    numeric columns `names` that is NaN, Inf or too large for a float32 feature, with how many
+    rows of its column (and of the others) are so: a NaN feature makes a worker's loss NaN."""
+    found: list[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]] = []
+    for name in names:
+        cells = table.columns[name]
+        gaps = missing(cells)
+        values = _numbers(np.where(gaps, "nan", cells) if cells.dtype.kind != "f" else cells)
+        if values is None:
+            continue  # a text column: encoded as levels or buckets, always finite
+        bad = _not_finite(values, gaps)
+        if len(bad):
+            first = int(bad[np.argmin(table.rows[bad])])
+            found.append((int(table.rows[first]), name, cells, values, bad))
+    if found:
+        _, name, cells, values, bad = min(found, key=lambda f: f[0])
+        others = [f"{f[1]!r} ({len(f[4])})" for f in found if f[1] != name]
+        also = f"; also column {', '.join(others)}" if others else ""
+        raise _not_finite_error(table, name, cells, values, bad, also)
+
+
+def _not_finite(values: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Rows whose number is NaN, Inf or beyond a float32 (which would store it as Inf)."""
+    with np.errstate(invalid="ignore"):  # NaN compares False
+        return np.flatnonzero(~(np.abs(values) <= FLOAT32_MAX) & ~gaps)
+
+
+def _not_finite_error(
+    table: Table, name: str, cells: np.ndarray, values: np.ndarray, bad: np.ndarray, also: str = ""
+) -> InvalidDataset:
+    first = int(bad[np.argmin(table.rows[bad])])
+    big = " within ±3.4e38 (a float32 feature)" if np.isfinite(values[first]) else ""
+    return InvalidDataset(
+        f"{table.where(first, name)}: {str(cells[first])!r} is not a finite number{big}; "
+        f"{len(bad)} of {len(table)} rows of column {name!r} are not{also}: {FIX_ROWS}"
+    )
+
+
 def fit_columns(train: Table, features: Sequence[str], impute: bool) -> list[ColumnTransform]:
     """One transform per feature column, from the train split alone."""
     return [_fit(name, train.columns[name], impute) for name in features]
@@ -231,6 +270,11 @@ def width(t: ColumnTransform) -> int:
     """Features one column becomes."""
     own = {"numeric": 1, "onehot": len(t.levels), "hash": t.buckets}[t.kind]
     return own + int(t.indicator)
+
+
+def feature_names(columns: Sequence[ColumnTransform]) -> list[str]:
+    """The column each stored feature comes from, one name per feature."""
+    return [t.name for t in columns for _ in range(width(t))]
 
 
 def encode_columns(columns: Sequence[ColumnTransform], rows: Table) -> np.ndarray:
@@ -260,11 +304,9 @@ def _encode(t: ColumnTransform, cells: np.ndarray, gaps: np.ndarray, rows: Table
         values = _numbers(filled)
         if values is None:
             raise _not_a_number(rows, t.name, filled)
-        bad_values = np.flatnonzero(~np.isfinite(values) & ~gaps)
+        bad_values = _not_finite(values, gaps)
         if len(bad_values):
-            raise InvalidDataset(
-                f"{rows.where(bad_values[0], t.name)}: {str(cells[bad_values[0]])!r} is not a finite number"
-            )
+            raise _not_finite_error(rows, t.name, cells, values, bad_values)
         return np.where(gaps, t.fill if t.fill is not None else 0.0, values)[:, None]
     text = cells.astype(str) if cells.dtype.kind == "f" else cells
     text = np.where(gaps, str(t.fill), text)

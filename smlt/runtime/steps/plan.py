@@ -37,7 +37,7 @@ from smlt.runtime.planner import decide
 from smlt.runtime.planner.footprint import ModelCost, model_cost
 from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory
 from smlt.runtime.records import RunTable
-from smlt.runtime.roundspec import RoundSpec, round_limits, shard_slice
+from smlt.runtime.roundspec import RoundSpec, round_limits, shard_slice, val_slice
 from smlt.runtime.steps.events import ChainAnswer, ChainEvent, PlanAnswer, PlanEvent, PlanOther, PlanTrain
 from smlt.runtime.store import S3Store
 from smlt.runtime.trigger import job_from_trigger
@@ -174,13 +174,32 @@ def _lost_shards(prev_plan: PlanItem | None, prev_round: RoundItem | None, n_sha
     return [s for w in range(spec.workers) if w not in accepted for s in spec.train_shards(w, n_shards)]
 
 
-def _failed_shards(table: RunTable, prev_round: RoundItem | None) -> dict[int, int]:
-    """Train shards that a worker of last round could not read (its ERROR item names them): shard
-    -> that worker. Read only when a worker of that round did not report."""
+def _failed_shards(table: RunTable, prev_round: RoundItem | None) -> dict[str, dict[int, int]]:
+    """Shards that a worker of last round failed on (its ERROR item names them), by split:
+    shard -> that worker. Read only when a worker of that round did not report."""
+    out: dict[str, dict[int, int]] = {"train": {}, "validation": {}}
     if prev_round is None or prev_round.workers_ok >= prev_round.workers:
-        return {}
-    errors = table.errors(prev_round.round)
-    return {e.shard.index: w for w, e in sorted(errors.items()) if e.shard is not None and e.shard.split == "train"}
+        return out
+    for w, e in sorted(table.errors(prev_round.round).items()):
+        if e.shard is not None and e.shard.split in out:
+            out[e.shard.split][e.shard.index] = w
+    return out
+
+
+def assign_val_shards(n_shards: int, workers: int, failed_on: dict[int, int]) -> list[list[int]] | None:
+    """Validation shards per worker, each evaluated once: round-robin, with a shard a worker
+    failed on last round moved to the least loaded other worker, so its retry is by different
+    hands (as a train shard's is). None when nothing moves (the round-robin default)."""
+    out = [val_slice(n_shards, workers, w) for w in range(workers)]
+    moved = False
+    for shard, bad in sorted(failed_on.items()):
+        if workers < 2 or bad >= workers or shard not in out[bad]:
+            continue  # a single worker is its own retry; a shard this round gives it anyway not
+        target = min((w for w in range(workers) if w != bad), key=lambda w: (len(out[w]), w))
+        out[bad].remove(shard)
+        out[target].append(shard)
+        moved = True
+    return out if moved else None
 
 
 def _record(r: RoundItem) -> RoundRecord:
@@ -504,9 +523,18 @@ def _spec(
         learning_rate=job.training.learning_rate * meta.lr_scale,
         reason=decision.reason,
         job=job,
-        assignments=assign_shards(meta.train_shards, decision.workers, lost, failed),
+        assignments=assign_shards(meta.train_shards, decision.workers, lost, failed["train"]),
+        val_assignments=_val_assignments(job, decision.workers, failed["validation"]),
         val_rows=meta.val_rows or None,  # 0: a META written before it was recorded
     )
+
+
+def _val_assignments(job: Job, workers: int, failed_on: dict[int, int]) -> list[list[int]] | None:
+    """Validation shards moved away from the workers that failed on them (the manifest, cached per
+    process, is read only then: it gives the split's shard count)."""
+    if not failed_on or workers < 2:
+        return None
+    return assign_val_shards(len(load_manifest(job.dataset.uri).validation.shards), workers, failed_on)
 
 
 def _so_far(prev: PlanItem | None, execution: str) -> tuple[int, int]:

@@ -294,14 +294,16 @@ def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | 
         return _run_worker(settings, table, event.run_id, event.round, event.worker, transform, where)
     except StaleInvocation:
         raise
-    except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied, DigestMismatch) as e:
+    except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied, DigestMismatch, DataError) as e:
         user = user_code_failure(e, where.job)  # the builder's own TypeError, an import inside the user's code
         if user is not None:
             _record_user_error(table, event, user)
             raise user from None
         # Not worth retrying: leave the reason (and the shard it names) where the aggregator and
         # the next plan can read it.
-        shard = _shard_ref(e) if isinstance(e, CorruptShard) else None
+        shard = (
+            _shard_ref(e) if isinstance(e, CorruptShard) else where.shard_ref() if isinstance(e, DataError) else None
+        )
         item = ErrorItem(error=type(e).__name__, message=str(e), shard=shard, worker=event.worker, round=event.round)
         table.put_once(keys.error_sk(event.round, event.worker), item)
         raise
