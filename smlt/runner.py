@@ -12,10 +12,14 @@ second live run with the same id and --out is refused (RunInProgress).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +112,9 @@ def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
     # Handler processes inherit this environment: keep their INFO logs off the progress lines.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # and their EMF lines (smlt.runtime.metrics)
+    # moto's interpreter logs an execution's failure (one the engine stopped, too); the run's own
+    # error says it, named, from the execution's history.
+    logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)
     try:
         injector = FaultInjector.from_spec(faults) if faults else None
     except ValueError as e:
@@ -161,7 +168,12 @@ class Follower:
         self.report()
 
     def report(self) -> None:
-        """A line (and the live curves) for each round saved since the last report."""
+        """A line (and the live curves) for each round saved since the last report. A Ctrl-C
+        meanwhile waits for the end of the report: a round taken is a round reported."""
+        with _ctrl_c_after():
+            self._report()
+
+    def _report(self) -> None:
         # Checkpoint first, then report: a round that was printed is a round that survives a crash.
         for r, plan in self.snapshot.take_new():
             shape = (plan.workers, plan.memory_mb, plan.local_steps) if plan else (None, None, None)
@@ -214,6 +226,25 @@ class Follower:
     def history(self) -> list[dict[str, Any]]:
         """Every history event of the run's executions, in order, each with its execution's ARN."""
         return [{"execution": arn, **e} for arn in self.executions for e in self.engine.history(arn)]
+
+
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) until the block ends, then raise it; outside the main thread (no
+    signal handler can be set there) run the block as it is."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        caught: list[int] = []
+        signal.signal(signal.SIGINT, lambda sig, _frame: caught.append(sig))
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
