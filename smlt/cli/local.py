@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from smlt.paths import out_folder
 from smlt.runtime.errors import InvalidJob
 
 from .cloud import add_code_flag
-from .paths import out_folder
 
 
 def add_run(sub: Any) -> None:

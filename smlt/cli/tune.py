@@ -19,8 +19,7 @@ def add_command(sub: Any) -> None:
 
 def tune(args: argparse.Namespace) -> int:
     from smlt import tune as study
-
-    from .paths import out_folder
+    from smlt.paths import out_folder
 
     out_folder(Path(args.out))
     if args.local:
