@@ -64,8 +64,9 @@ def test_the_wheel_holds_smlt_the_cdk_app_and_the_lambda_sources(wheel):
 
 
 @pytest.mark.timeout(1200)
-def test_a_fresh_venv_runs_the_readme_example_from_the_wheel(wheel, tmp_path, record_property):
-    venv = tmp_path / "venv"
+def test_a_fresh_venv_runs_the_readme_example_from_the_wheel(wheel, tmp_path, record_property, request):
+    venv = tmp_path / "venv"  # ~2 GB (torch): removed at the end, not kept with pytest's last tmp folders
+    request.addfinalizer(lambda: shutil.rmtree(venv, ignore_errors=True))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SMLT_SYNTH_CACHE")}
     env |= {"SMLT_HOME": str(tmp_path / "home"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
