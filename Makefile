@@ -2,15 +2,16 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml package.json 2>/dev/null | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt setup.py package.json 2>/dev/null | sha1sum | cut -c1-12)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install run test test-fast test-unit test-functional test-engine test-e2e test-infra test-browser test-stock-moto lint fmt typecheck pr bench bench-smoke bench-zoo bench-report bench-planner synth deploy clean
+.PHONY: install run test test-wheel test-fast test-unit test-functional test-engine test-e2e test-infra test-browser test-stock-moto lint fmt typecheck pr bench bench-smoke bench-zoo bench-report bench-planner synth deploy clean
 
-$(STAMP): pyproject.toml
+# pyproject.toml says which versions smlt accepts; constraints.txt, the exact ones installed here.
+$(STAMP): pyproject.toml constraints.txt setup.py
 	test -x $(BIN)/python || python3 -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' -c constraints.txt
 	npm ci --no-audit --no-fund --loglevel=error
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
@@ -32,6 +33,12 @@ PYTEST = scripts/pytest-split.sh $(BIN)/pytest -q -n $(JOBS) --dist loadfile
 
 test: install
 	$(PYTEST)
+
+# The wheel as a user installs it: built, installed in a fresh venv with the local extra (the pins of
+# constraints.txt, from pip's cache: ~70 s) and run on examples/digits.json outside the repo (~40 s).
+# `make test` runs it too (tests/e2e/test_wheel.py).
+test-wheel: install
+	$(BIN)/pytest -q tests/e2e/test_wheel.py
 
 # One kind of test (see tests/conftest.py): `make test-unit` (seconds), test-functional, ...
 test-unit test-functional test-engine test-e2e test-infra test-browser: test-%: install

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -25,7 +24,6 @@ from cdk_nag import AwsSolutionsChecks
 from infra.stacks.smlt_stack import SmltStack
 from smlt.runtime import deployed
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 STACK_ID = "Smlt"
 BUNDLING_STACKS = "aws:cdk:bundling-stacks"
 ASSET_METADATA = "aws:cdk:enable-asset-metadata"

@@ -90,28 +90,43 @@ def train(
     job: str | Path | dict[str, Any] | Any,
     *,
     local: bool = True,
-    out: str | Path = "out",
+    out: str | Path | None = "out",
     code: str | Path | None = None,
     faults: str | None = None,
+    replace: bool = False,
     stack: str = "Smlt",
     verbose: bool = False,
 ) -> TrainResult:
     """Run a training job to its end and fetch its outputs into `out`: `smlt run --local JOB`
     (local=True), or `smlt start` + `smlt fetch` on the deployed `stack` (local=False). `job` is a
-    job file, a dict or a `smlt.runtime.job.Job`; `code` the folder of your model's code."""
-    out = Path(out)
+    job file, a dict or a `smlt.runtime.job.Job`; `code` the folder of your model's code. `out`
+    None: out/, or out/RUN/ when out/ holds another run's outputs (the CLI's default); `replace`
+    discards a saved state of the same run id in `out` (else such a run is refused)."""
+    from smlt.extras import require
+    from smlt.paths import out_folder
+    from smlt.precheck import check_job_file
+
+    folder = out_folder(Path(out)) if out is not None else None
+    code_dir = Path(code) if code is not None else None
+    if faults and not local:
+        raise InvalidJob("faults: only on the local engine (local=True)")
+    if local:
+        require("local", "the local engine")  # before the model is checked
     with tempfile.TemporaryDirectory(prefix="smlt-job-") as tmp, _lines(verbose):
         path = _job_file(job, Path(tmp))
+        check_job_file(path, code=code_dir)  # the model built here once before any engine, stack or upload
         if local:
             from smlt.runner import run_local
 
-            metrics = run_local(path, out, faults=faults, code=Path(code) if code is not None else None)
+            metrics = run_local(path, folder, faults=faults, code=code_dir, replace=replace)
         else:
-            if faults:
-                raise InvalidJob("faults: only on the local engine (local=True)")
-            metrics = _train_deployed(path, stack, out, Path(code) if code is not None else None)
+            metrics = _train_deployed(path, stack, folder or Path("out"), code_dir)
     final = FinalMetrics.model_validate(metrics["final"])
-    return TrainResult(final.run_id, final, out, _outputs(out))
+    if folder is None:
+        from smlt.runner import default_out
+
+        folder = default_out(final.run_id)  # where run_local wrote, by the same rule, now its outputs are there
+    return TrainResult(final.run_id, final, folder, _outputs(folder))
 
 
 def _train_deployed(path: Path, stack_name: str, out: Path, code: Path | None, poll_s: float = 5.0) -> dict:
@@ -169,14 +184,18 @@ def tune(
 ) -> StudyResult:
     """Run a hyper-parameter study (docs/studies.md) to its end: `smlt tune STUDY [--local]`."""
     from smlt import tune as studies
+    from smlt.extras import require
+    from smlt.paths import out_folder
 
-    out = Path(out)
+    out = out_folder(Path(out))
+    if local:
+        require("local", "the local engine")  # before the study is checked
     with tempfile.TemporaryDirectory(prefix="smlt-study-") as tmp, _lines(verbose):
         path = _job_file(study, Path(tmp)) if not isinstance(study, (str, Path)) else Path(study)
         if local:
             meta, trials = studies.tune_local(path, out)
         else:
-            studies.read_study_file(path)
+            studies.check_study_file(path)  # a bad file needs no AWS access
             meta, trials = studies.run(studies.deployed_target(stack), path, out)
     return StudyResult(
         meta.study_id,

@@ -25,6 +25,7 @@ from typing import Any
 
 import smlt.stack_outputs as stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
+from smlt.extras import require
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.runtime import keys
@@ -105,6 +106,7 @@ def _quiet_jsii_exit() -> None:
 
 
 def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
+    require("local", "the local engine")  # before anything imports moto or the CDK
     from smlt.faults import FaultInjector
     from smlt.local import LocalEngine
 
@@ -321,6 +323,7 @@ def run_local(
     """`smlt run --local JOB [--code DIR]`: returns the run's final metrics (see :func:`execute`).
     `out` None: :func:`default_out`. A saved state of the same run id in `out` is kept (the run is
     refused, SavedRunExists) unless `replace`."""
+    require("local", "the local engine")  # before anything is written
     job, raw = read_job_file(job_path)  # named errors before anything starts
     folder = checked_dataset_folder(job, base=job_path.parent)
     package = package_code(code) if code is not None else None
@@ -363,6 +366,7 @@ def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
     had their own folder, OUT/.state): the last complete round is kept. A run that is not in OUT
     but in OUT/<run id>/ (a run without --out whose out/ was taken: `default_out`) is found there.
     A finished run is left as it is: its saved final metrics are returned and nothing is written."""
+    require("local", "the local engine")
     own = out / run_id
     if not (find_state(out, run_id) / "items.json").exists() and (find_state(own, run_id) / "items.json").exists():
         out = own

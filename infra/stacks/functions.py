@@ -14,7 +14,6 @@ outside the VPC (it calls Step Functions, which would need an interface endpoint
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, IgnoreMode, Size, Stack
@@ -31,11 +30,13 @@ from infra.stacks.exchange import RedisExchange
 from infra.stacks.nag import acknowledge
 from infra.stacks.settings import Settings
 from infra.stacks.storage import STATEFUL
+from smlt import project
 from smlt.runtime import keys, metrics
 from smlt.runtime.config import AGGREGATE, PLANNER, TRAIN
 from smlt.runtime.config import Settings as RuntimeSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The repository, or the copy of its files smlt makes when installed from a wheel (smlt.project).
+REPO_ROOT = project.root()
 ZIP_HANDLER = "handler.handler"
 IMAGE_CMD = ["lambdas.train_step.handler.handler"]
 TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"

@@ -15,6 +15,7 @@ import argparse
 import shlex
 import sys
 
+from smlt.extras import MissingExtra
 from smlt.local.errors import MotoVersionError
 from smlt.local.limits import LimitError
 from smlt.local.resolve import UnresolvableError
@@ -60,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # The command could not do its work (exit 1); any other named error is the user's input (exit 2).
-_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, StudyFailed, TrackingFailed)
+_COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, StudyFailed, TrackingFailed, MissingExtra)
 # The local engine's own errors: it could not start or run the synthesized stack (exit 1), but
 # LimitError, a Step Functions quota applied to the user's input (exit 2).
 _ENGINE = (MotoVersionError, SynthError, UnresolvableError)

@@ -57,8 +57,7 @@ def status(args: argparse.Namespace) -> int:
 
 def fetch(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
-
-    from .paths import out_folder
+    from smlt.paths import out_folder
 
     out_folder(Path(args.out or f"out/{args.run}"))
     remote.fetch(args.run, remote.Stack.lookup(args.stack), Path(args.out or f"out/{args.run}"))

@@ -22,6 +22,9 @@ def add_command(sub: Any) -> None:
 
 
 def dashboard(args: argparse.Namespace) -> int:
+    from smlt.extras import require
+
+    require("dashboard", "smlt dashboard")
     from smlt.dashboard.app import make_app, serve
     from smlt.dashboard.data import Source
     from smlt.runtime.progress import notice

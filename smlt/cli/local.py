@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from smlt.paths import out_folder
 from smlt.runtime.errors import InvalidJob
 
 from .cloud import add_code_flag
-from .paths import out_folder
 
 
 def add_run(sub: Any) -> None:
@@ -65,10 +65,10 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.local:
         print("error: `smlt run` needs --local (use `smlt start` for a deployed stack)", file=sys.stderr)
         return 2
-    if args.out is not None:
-        out_folder(Path(args.out))
     set_concurrency(args)
     if args.watch:
+        if args.out is not None:
+            out_folder(Path(args.out))
         if args.code:
             raise InvalidJob("--code: not with --watch (runs started by uploads carry no code)")
         from smlt.runner import start_engine
@@ -82,11 +82,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     if not args.job:
         raise InvalidJob("job: give a job file (or --watch DIR)")
-    from smlt.precheck import check_job_file
-    from smlt.runner import run_local
+    from smlt import api
 
-    check_job_file(Path(args.job), code=args.code)  # the model built here once before the engine starts
-    run_local(Path(args.job), args.out, faults=args.faults, code=args.code, replace=args.replace)
+    api.train(Path(args.job), local=True, out=args.out, code=args.code, faults=args.faults, replace=args.replace)
     return 0
 
 

@@ -18,14 +18,7 @@ def add_command(sub: Any) -> None:
 
 
 def tune(args: argparse.Namespace) -> int:
-    from smlt import tune as study
+    from smlt import api
 
-    from .paths import out_folder
-
-    out_folder(Path(args.out))
-    if args.local:
-        study.tune_local(Path(args.study), Path(args.out))
-    else:
-        study.check_study_file(Path(args.study))  # a bad file needs no AWS access
-        study.run(study.deployed_target(args.stack), Path(args.study), Path(args.out))
+    api.tune(Path(args.study), local=args.local, out=Path(args.out), stack=args.stack)
     return 0

@@ -59,9 +59,12 @@ def definition_for_moto(definition: dict[str, Any]) -> str:
 
 
 def project_root() -> Path:
-    """The repository root (where ``smlt/`` and ``lambdas/`` live): image functions' command
-    module paths resolve from here."""
-    return Path(__file__).resolve().parents[2]
+    """The project's root (where ``smlt/`` and ``lambdas/`` live: the repository, or its copy
+    made from an installed wheel, :mod:`smlt.project`): image functions' command module paths
+    resolve from here."""
+    from smlt.project import root
+
+    return root()
 
 
 class LocalEngine:

@@ -51,7 +51,8 @@ SOURCES = (
     "lambdas",  # the zip functions' assets and the image's handler (their asset hashes)
     "layers",  # layers/requirements.txt is in the layer's fingerprint and the image's build context
     ".dockerignore",  # which files the image's build context (and its asset hash) holds
-    "pyproject.toml",  # the pinned dependencies the app and its assets are built with
+    "pyproject.toml",  # the dependencies the app and its assets are built with
+    "constraints.txt",  # ... and their exact versions
 )
 # Another version of these can synthesize another template from the same sources.
 PACKAGES = ("aws-cdk-lib", "constructs", "jsii", "cdk-nag")

@@ -12,7 +12,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-CDK_JSON = Path(__file__).resolve().parents[2] / "cdk.json"
+_TOP = Path(__file__).resolve().parents[2]
+# The repository's cdk.json, or, installed from a wheel, its copy in infra/project/ (setup.py).
+CDK_JSON = next(
+    (p for p in (_TOP / "cdk.json", _TOP / "infra" / "project" / "cdk.json") if p.exists()), _TOP / "cdk.json"
+)
 
 
 @cache

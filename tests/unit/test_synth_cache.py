@@ -33,6 +33,7 @@ def project(tmp_path: Path) -> Path:
         "layers/requirements.txt": "numpy==2.4.0\n",
         ".dockerignore": "*\n!smlt/\n",
         "pyproject.toml": "[project]\nname = 'x'\n",
+        "constraints.txt": "numpy==2.4.0\n",
     }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -136,6 +137,7 @@ SOURCES_FILES = (
     "layers/requirements.txt",
     ".dockerignore",
     "pyproject.toml",
+    "constraints.txt",
 )
 
 
