@@ -183,7 +183,7 @@ class CodeSpec(_Strict):
 
 
 class TrackingSpec(_Strict):
-    """Where the client logs the run for a team's own tracking (smlt.mlflow_tracking; client-side
+    """Where the client logs the run for a team's own tracking (smlt.tracking; client-side
     only: the runtime carries the field and never reads it). `mlflow_uri`: an MLflow tracking
     URI (`http(s)://...`, `file:///...`, `databricks`, a SageMaker MLflow ARN); without it, the
     MLFLOW_TRACKING_URI environment variable. `mlflow_experiment`: the experiment (default: the
