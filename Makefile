@@ -28,8 +28,9 @@ run: install
 # worker (--dist loadfile): their module fixtures (engines, synths) start once. Tests marked
 # inproc_moto (moto's in-process mock resets the backends a local engine's server in the same
 # process serves) run in a second session; `pytest -m EXPR` runs both halves of what EXPR selects.
+# Each half ends with its slowest tests (over 5 s): where the suite's time goes.
 JOBS ?= auto
-PYTEST = scripts/pytest-split.sh $(BIN)/pytest -q -n $(JOBS) --dist loadfile
+PYTEST = scripts/pytest-split.sh $(BIN)/pytest -q -n $(JOBS) --dist loadfile --durations=15 --durations-min=5
 
 test: install
 	$(PYTEST)
@@ -70,6 +71,8 @@ typecheck: install
 # What a change should pass before review (CI runs the same, see .ci/run).
 pr: lint typecheck test
 
+# Both sets of curves (tuning, held-out), ten seeds each: 13:40 on 2 idle cores (402 + 417 s, 1,630 CPU-s;
+# 537 + 655 s before the speed-up of bench/experiments/2026-12-06-bench-planner-speed.md).
 bench-planner: install
 	nice -n 10 $(BIN)/python bench/planner_bench.py
 

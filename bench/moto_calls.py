@@ -63,6 +63,9 @@ def setup(s3, ddb, big: int = BIG, part_items: int = PART_ITEMS) -> None:
     s3.put_object(Bucket=BUCKET, Key="big", Body=os.urandom(1024 * 1024) * (big // (1024 * 1024)))
     s3.put_object(Bucket=BUCKET, Key="small", Body=os.urandom(4096))
     create_run_table(ddb, TABLE)
+    # ACTIVE before the first write: moto's table is at once, another server's (dynalite,
+    # bench/alt_servers.py) may be CREATING for a moment on a busy machine
+    ddb.get_waiter("table_exists").wait(TableName=TABLE, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     for pk in ("RUN#a", "RUN#b"):  # two runs: moto's Query sorted the whole table
         for i in range(part_items):
             ddb.put_item(TableName=TABLE, Item=item(pk, f"{KINDS[i % 4]}{i // 4:04d}#{i % 8}", i))

@@ -11,6 +11,7 @@ replaying an unchanged planner reproduces the recorded summary exactly.
     .venv/bin/python bench/planner_replay.py --base F.json --out G.json       # a --first-seed 5 record, keep the runs
     .venv/bin/python bench/planner_replay.py --only 27,28                     # some scenarios only
     .venv/bin/python bench/planner_replay.py --trace 27 1271 calm             # one run, round by round, with reasons
+    .venv/bin/python bench/planner_replay.py --set held_out                   # the held-out curves' runs
     .venv/bin/python bench/planner_replay.py --smoke                          # scenario 0 replayed and traced, nothing written
 
 Tune on seeds 5-7 (`planner_bench.py --first-seed 5 --out F.json`, then `--base F.json`), report on
@@ -47,7 +48,6 @@ HEADLINE = (
     "deadline_met_when_guarded_feasible",
     "deadline_met_when_guarded_feasible_noisy",
     "median_cost_vs_oracle",
-    "cheaper_than_smlt_fraction",
     "speed_vs_oracle_median",
     "infeasible_jobs_declared_first_plan",
 )
@@ -138,6 +138,7 @@ def trace(base: dict[str, Any], sid: int, seed: int, world: str, width: int) -> 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", type=Path, default=pb.RESULTS, help="a recorded planner_bench.py result")
+    ap.add_argument("--set", default="tuning", help="the recorded set of curves to replay (tuning, held_out)")
     ap.add_argument("--only", default="", help="scenario ids, comma-separated")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, help="write the replayed runs here (planner_bench.py's format)")
@@ -145,7 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--width", type=int, default=600, help="characters of each reason to print (--trace)")
     smoke.add_flag(ap)
     args = ap.parse_args(argv)
-    base = json.loads(args.base.read_text())
+    recorded = pb.sections(json.loads(args.base.read_text()))
+    if len(recorded) > 1 and args.set not in recorded:
+        raise SystemExit(f"--set {args.set}: {args.base} holds {', '.join(recorded)}")
+    base = recorded[args.set] if len(recorded) > 1 else next(iter(recorded.values()))
+    pb.use_curves(pb.curves_of(base))  # before the pool forks
     if args.smoke:  # the first scenario's runs replayed, and one of them traced
         records, wall = replay(base, {0}, 1)
         first = records[0]
@@ -160,7 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     records, wall = replay(base, only, args.jobs)
     summary = report(records, wall, base["summary"]["seeds"])
     if args.out:
-        args.out.write_text(json.dumps({"summary": summary, "tiers_mb": base["tiers_mb"], "scenarios": records}) + "\n")
+        curves = {"curves": base["curves"]} if "curves" in base else {}
+        args.out.write_text(
+            json.dumps({**curves, "summary": summary, "tiers_mb": pb.TIERS, "scenarios": records}) + "\n"
+        )
 
 
 if __name__ == "__main__":

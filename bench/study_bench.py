@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import smoke  # noqa: E402
-from smlt import tune as tuning  # noqa: E402
+from smlt import studies as tuning  # noqa: E402
 from smlt.runtime.records import RunTable  # noqa: E402
 from smlt.runtime.study import asha  # noqa: E402
 from smlt.runtime.study.spec import parse_study  # noqa: E402

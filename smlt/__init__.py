@@ -6,15 +6,22 @@ with smlt/runtime/ only (infra/stacks/bundling.py) and never needs the client.
 """
 
 _API = frozenset(
-    {"train", "load_model", "predict", "export", "TrainResult", "StudyResult", "LoadedModel", "Predictions", "Exported"}
+    {
+        "train",
+        "tune",
+        "load_model",
+        "predict",
+        "export",
+        "TrainResult",
+        "StudyResult",
+        "LoadedModel",
+        "Predictions",
+        "Exported",
+    }
 )
 
 
 def __getattr__(name: str) -> object:
-    if name == "tune":  # the studies client module, callable as the API's `smlt.tune(study)`
-        import importlib
-
-        return importlib.import_module("smlt.tune")
     if name in _API:
         from smlt import api
 

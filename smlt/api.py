@@ -4,7 +4,7 @@
 nothing else.
 
 Each function does what the command of the same name does (the CLI and the API call the same
-functions: smlt.runner, smlt.tune, smlt.inference, smlt.exporter) and returns a typed result instead
+functions: smlt.runner, smlt.studies, smlt.inference, smlt.exporter) and returns a typed result instead
 of printing; pass `verbose=True` to see the CLI's progress lines as well.
 """
 
@@ -183,7 +183,7 @@ def tune(
     verbose: bool = False,
 ) -> StudyResult:
     """Run a hyper-parameter study (docs/studies.md) to its end: `smlt tune STUDY [--local]`."""
-    from smlt import tune as studies
+    from smlt import studies
     from smlt.extras import require
     from smlt.paths import out_folder
 

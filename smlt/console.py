@@ -6,7 +6,8 @@
   carries the stack's outputs, so `Stack.lookup` (smlt/cloud.py) finds them as on AWS.
 - Uploads to the data bucket fire the stack's own trigger rule: every new object is turned into
   the event S3 sends EventBridge and delivered by :mod:`smlt.local.eventbridge` (moto's S3 emits
-  no events), so `incoming/<pipeline>/<version>/manifest.json` starts a retraining run.
+  no events), so `incoming/<pipeline>/<version>/manifest.json`, or the `_SUCCESS` marker written
+  after a version's raw data, starts a retraining run.
 - The buckets' objects and the table's items are copied to the state folder every few seconds and
   when the console stops, and put back when it starts: the runs survive `down` and `up`.
   Executions do not (Step Functions state lives in memory): `down` stops the running ones, and

@@ -105,7 +105,8 @@ def _quiet_jsii_exit() -> None:
     node.stop = quiet_stop  # type: ignore[method-assign]
 
 
-def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
+def start_engine(faults: str | None, context: dict[str, Any] | None = None) -> tuple[Any, StackNames, Any]:
+    """The local engine of the project's app, started (`context`: CDK context over cdk.json's)."""
     require("local", "the local engine")  # before anything imports moto or the CDK
     from smlt.faults import FaultInjector
     from smlt.local import LocalEngine
@@ -122,7 +123,7 @@ def start_engine(faults: str | None) -> tuple[Any, StackNames, Any]:
     except ValueError as e:
         raise InvalidJob(str(e)) from None
     progress.info("starting the local engine (the CDK app's synth, moto and the handler processes)")
-    engine = LocalEngine(build_app, synth_cache=True, invoke_filter=injector)
+    engine = LocalEngine(build_app, synth_cache=True, invoke_filter=injector, synth_context=context)
     engine.start()
     names = StackNames(engine)
     if injector is not None:

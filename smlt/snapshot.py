@@ -27,6 +27,7 @@ from smlt.runtime.items import PlanItem, RoundItem
 from smlt.runtime.model_store import model_sha256
 from smlt.runtime.records import RunTable, to_item
 from smlt.runtime.store import NotFound, S3Store
+from smlt.runtime.validation import describe
 
 
 class Snapshot:
@@ -419,7 +420,7 @@ def _saved_rounds(items_file: Path, items: list[dict[str, Any]], run_id: str) ->
             (RoundItem.model_validate(i) for sk, i in own.items() if str(sk).startswith("ROUND#")), key=_rnd
         )
     except ValidationError as e:
-        _damaged(items_file, f"an item does not validate ({e.errors()[0]['loc']}: {e.errors()[0]['msg']})")
+        _damaged(items_file, f"an item does not validate ({describe(e, 'item', first=True)})")
     numbers = [r.round for r in rounds]
     if numbers != list(range(len(numbers))):
         gap = next(i for i, n in enumerate([*numbers, -1]) if n != i)

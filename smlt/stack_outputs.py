@@ -1,5 +1,5 @@
 """The names of the stack's CloudFormation outputs: the stack declares them
-(infra/stacks/smlt_stack.py), the CLI looks them up (smlt.cloud, smlt.tune), the console publishes
+(infra/stacks/smlt_stack.py), the CLI looks them up (smlt.cloud, smlt.studies), the console publishes
 the local engine's (smlt.console), the engine picks the training machine by one (smlt.local.resolve)."""
 
 STATE_MACHINE = "StateMachineArn"

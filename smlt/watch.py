@@ -1,7 +1,9 @@
-"""`smlt run --local --watch DIR`: every new DIR/incoming/<pipeline>/<version>/manifest.json is
-uploaded to the local engine's data bucket and fires the stack's own trigger rule
-(:mod:`smlt.local.eventbridge`); each execution it starts is followed like a run and its outputs
-are fetched into OUT/<run id>. Progress goes to :mod:`smlt.runtime.progress`'s loggers."""
+"""`smlt run --local --watch DIR`: every new DIR/incoming/<pipeline>/<version>/manifest.json (a
+version `smlt data prepare` wrote) or .../_SUCCESS (the marker of raw data beside it, which the
+stack prepares) is uploaded with its folder to the local engine's data bucket and fires the
+stack's own trigger rule (:mod:`smlt.local.eventbridge`); each execution it starts is followed
+like a run and its outputs are fetched into OUT/<run id>. Progress goes to
+:mod:`smlt.runtime.progress`'s loggers."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 from smlt.local.eventbridge import UploadTrigger, upload_version
 from smlt.outputs import fetch_outputs
 from smlt.runner import Follower, StackNames
+from smlt.runtime import keys
 from smlt.runtime.evaluation import summary_text
 from smlt.runtime.progress import notice
 from smlt.runtime.store import S3Store
@@ -22,7 +25,10 @@ from smlt.runtime.study.cause import execution_cause
 def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> None:
     desc = engine.wait(arn, interval=0.25)
     output = json.loads(desc.get("output") or "{}")
-    plan = output.get("plan", {})
+    plan, prepared = output.get("plan", {}), output.get("prepared", {})
+    if prepared.get("action") == "duplicate":  # a raw upload's event delivered twice
+        notice.info(f"  {prepared['reason']}")
+        return
     run_id = plan.get("run_id")
     if desc["status"] != "SUCCEEDED" or not run_id:
         notice.info(f"  {desc['status']}: {execution_cause(desc.get('error'), desc.get('cause'))}")
@@ -30,6 +36,10 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
     if plan.get("action") == "duplicate":
         notice.info(f"  {plan['reason']}")
         return
+    if prepared:
+        notice.info(f"  {prepared['reason']}")
+        for note in prepared.get("notes", []):
+            notice.info(f"  {note}")
     follower = Follower(engine, names, run_id, out / run_id / ".state")
     follower.poll()
     if output.get("chain"):  # a long run continues in chained executions
@@ -67,20 +77,23 @@ def _verdict(artifacts: S3Store, job: dict[str, Any], run_id: str) -> str | None
 def watch_folder(
     engine: Any, names: StackNames, root: Path, out: Path, once: bool = False, interval: float = 1.0
 ) -> list[str]:
-    """Watch ROOT/incoming/<pipeline>/<version>/manifest.json on a started engine; each new one
-    starts a retraining run through the stack's rule. Runs until interrupted (or, with once,
-    until a pass finds nothing new); returns the execution ARNs it started."""
+    """Watch ROOT/incoming/<pipeline>/<version>/manifest.json and .../_SUCCESS on a started engine;
+    each new one starts a retraining run through the stack's rule. Runs until interrupted (or, with
+    once, until a pass finds nothing new); returns the execution ARNs it started."""
     seen: set[Path] = set()
     started: list[str] = []
     trigger = UploadTrigger(engine, names.data_bucket)
     trigger.prime()
-    notice.info(f"watching {root}/incoming/<pipeline>/<version>/manifest.json (Ctrl-C to stop)")
+    notice.info(
+        f"watching {root}/incoming/<pipeline>/<version>/{keys.MANIFEST} and {keys.SUCCESS_MARKER} (Ctrl-C to stop)"
+    )
     try:
         while True:
-            fresh = sorted(p for p in root.glob("incoming/*/*/manifest.json") if p not in seen)
-            for manifest in fresh:
-                seen.add(manifest)
-                for arn in upload_version(trigger, manifest.parent, root):
+            found = [p for name in (keys.MANIFEST, keys.SUCCESS_MARKER) for p in root.glob(f"incoming/*/*/{name}")]
+            fresh = sorted(p for p in found if p not in seen)
+            for upload in fresh:
+                seen.add(upload)
+                for arn in upload_version(trigger, upload.parent, root, last=upload.name):
                     started.append(arn)
                     _follow_triggered(engine, names, arn, out)
             if once and not fresh:

@@ -1,4 +1,5 @@
-"""Lambda functions: planner and aggregate (zip + shared layer), train_step (image, one per tier).
+"""Lambda functions: planner and aggregate (zip + shared layer), train_step (image, one per tier),
+prepare (the same image, its own command: a raw upload prepared in the cloud).
 
 Each function has its own role with resource-scoped statements (no managed policies, no `*`
 actions) and its own log group. Its environment is written from the runtime's settings model
@@ -32,13 +33,15 @@ from infra.stacks.settings import Settings
 from infra.stacks.storage import STATEFUL
 from smlt import project
 from smlt.runtime import keys, metrics
-from smlt.runtime.config import AGGREGATE, PLANNER, TRAIN
+from smlt.runtime.config import AGGREGATE, PLANNER, PREPARE, TRAIN
 from smlt.runtime.config import Settings as RuntimeSettings
+from smlt.runtime.steps.prepare_limits import PREPARE_EPHEMERAL_MB, PREPARE_MEMORY_MB, PREPARE_TIMEOUT_S
 
 # The repository, or the copy of its files smlt makes when installed from a wheel (smlt.project).
 REPO_ROOT = project.root()
 ZIP_HANDLER = "handler.handler"
 IMAGE_CMD = ["lambdas.train_step.handler.handler"]
+PREPARE_CMD = ["lambdas.prepare.handler.handler"]
 TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
 
 # The artifacts bucket's object patterns, from the key functions the handlers write with.
@@ -52,6 +55,11 @@ PIPELINE_RECORDS = (
 )
 STUDY_BEST = keys.object_pattern(keys.study_best_prefix(keys.ANY))  # studies/*/best/*
 CODE_OBJECTS = keys.object_pattern(keys.code_key(keys.ANY))  # code/*.zip
+# The data bucket's object patterns the Prepare function reads and writes.
+INCOMING_OBJECTS = keys.object_pattern(keys.INCOMING)  # incoming/*: raw uploads, pipelines' jobs and features
+PREPARED_OBJECTS = keys.object_pattern(keys.PREPARED)  # prepared/*: what it prepares them into
+PIPELINE_FEATURES = keys.object_pattern(keys.pipeline_features_key(keys.ANY))  # incoming/*/features.json
+PREPARE_TIMEOUT = Duration.seconds(PREPARE_TIMEOUT_S)
 
 PLANNER_TIMEOUT = Duration.minutes(5)
 AGGREGATE_TIMEOUT = Duration.minutes(15)
@@ -235,6 +243,11 @@ class Functions(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(STUDY_BEST)])
         )
+        # Finalize publishes the gate's decisions to the team's topic (cdk.json notify_topic_arn).
+        if settings.notify_topic_arn:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["sns:Publish"], resources=[settings.notify_topic_arn])
+            )
         # The account's Lambda concurrency limit is an input of every run's first plan (AWS
         # accepts only "*" for GetAccountSettings).
         role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:GetAccountSettings"], resources=["*"]))
@@ -260,10 +273,45 @@ class Functions(Construct):
                 train_functions=stack.to_json_string(
                     {str(mb): fn.function_name for mb, fn in self.train_functions.items()}
                 ),
+                notify_topic_arn=settings.notify_topic_arn,
             ),
         )
 
-        self.all_functions: list[lambda_.Function] = [self.planner, self.aggregate, *self.train_functions.values()]
+        # --- prepare: a raw upload (incoming/<p>/<v>/ + _SUCCESS) prepared in the cloud ---
+        # The train image, its own command: it has every library `smlt data prepare` reads formats
+        # with (pyarrow, Pillow), which the zip functions' layer has not. Limits:
+        # smlt/runtime/steps/prepare.py (each kind of input's limit and how it follows from them).
+        role = self._role("Prepare")
+        self._prepare_data(role)
+        self._use_table(role)  # the run's PREPARE claim and the ledger's ATTEMPT item
+        self.prepare = lambda_.DockerImageFunction(
+            self,
+            "Prepare",
+            description="smlt prepare: a raw upload's data prepared into its run's dataset",
+            code=lambda_.DockerImageCode.from_image_asset(
+                str(REPO_ROOT), cmd=PREPARE_CMD, **train_image_options(settings)
+            ),
+            architecture=self.architecture,
+            memory_size=PREPARE_MEMORY_MB,
+            ephemeral_storage_size=Size.mebibytes(PREPARE_EPHEMERAL_MB),
+            timeout=PREPARE_TIMEOUT,
+            role=role,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=self._log_group("Prepare", role, log_retention),
+            environment=RuntimeSettings.environment(
+                PREPARE,
+                data_bucket=data_bucket.bucket_name,
+                table=table.table_name,
+                service_name=metrics.SERVICE,
+            ),
+        )
+
+        self.all_functions: list[lambda_.Function] = [
+            self.planner,
+            self.aggregate,
+            self.prepare,
+            *self.train_functions.values(),
+        ]
         self._suppress()
 
     # ------------------------------------------------------------------ helpers
@@ -311,6 +359,33 @@ class Functions(Construct):
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._data.arn_for_objects("*")])
         )
         role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn]))
+
+    def _prepare_data(self, role: iam.Role) -> None:
+        """Read raw uploads (and the pipelines' jobs) under incoming/; write only what it prepares,
+        under prepared/ (DeleteObject: the shards an attempt that died left there), and the
+        pipeline's feature spec, which a pipeline's first version fixes."""
+        data = self._data
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[data.arn_for_objects(INCOMING_OBJECTS), data.arn_for_objects(PREPARED_OBJECTS)],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:DeleteObject"], resources=[data.arn_for_objects(PREPARED_OBJECTS)]
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.arn_for_objects(PIPELINE_FEATURES)])
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[data.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [INCOMING_OBJECTS, PREPARED_OBJECTS]}},
+            )
+        )
 
     def _read_code(self, role: iam.Role) -> None:
         # The users' code the CLI stores for `--code` (smlt/runtime/usercode.py): read only.

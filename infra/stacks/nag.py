@@ -81,6 +81,12 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "by users at run time.",
     ),
     (
+        r"^Resource::<\w*Data\w*\.Arn>/(incoming/\*|prepared/\*|incoming/\*/features\.json)$",
+        "The Prepare function: it reads raw uploads under incoming/ of the data bucket and writes what it "
+        "prepares under prepared/ and the pipeline's feature spec (incoming/<pipeline>/features.json); "
+        "pipeline and version names are chosen by users at run time.",
+    ),
+    (
         r"^Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
         r'\{"Fn::Select":\[6,\{"Fn::Split":\[":",\{"Ref":"\w*StateMachine\w*"\}\]\}\]\}(/\*)?:\*$',
         "Distributed Map: the state machine describes, stops and redrives the child executions it starts "
@@ -92,8 +98,9 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "already (is it running, or did it fail?); execution names are per run and round.",
     ),
     (
-        r"^Resource::<\w*(Planner|Aggregate|StudyController)\w*\.Arn>:\*$",
-        "lambda:InvokeFunction on versions/aliases of the stack's own planner/aggregate/study controller functions "
+        r"^Resource::<\w*(Planner|Aggregate|Prepare|StudyController)\w*\.Arn>:\*$",
+        "lambda:InvokeFunction on versions/aliases of the stack's own planner/aggregate/prepare/study controller "
+        "functions "
         "(added by the CDK LambdaInvoke task next to the unqualified ARN).",
     ),
 ]

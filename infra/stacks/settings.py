@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from smlt.runtime import deployed
 from smlt.runtime.fanout import Fanout
+from smlt.runtime.validation import field_errors
 
 ARCHITECTURES = ("x86_64", "arm64")
 # Lambda's Python runtimes on Amazon Linux 2023 (glibc 2.34). python3.11 runs on Amazon Linux 2
@@ -25,6 +26,9 @@ ARCHITECTURES = ("x86_64", "arm64")
 LAMBDA_PYTHONS = ("3.12", "3.13")
 # ElastiCache node types: cache.<family>.<size> (cache.r7g.large, cache.m7g.xlarge, ...).
 NODE_TYPE = re.compile(r"^cache\.[a-z][a-z0-9-]*\.[a-z0-9]+$")
+# A standard SNS topic's ARN: arn:<partition>:sns:<region>:<account>:<name> (a FIFO topic's name
+# ends in .fifo, and its publishers must give a message group: not one smlt publishes to).
+TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
 
 
 def _decode(key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
@@ -59,6 +63,8 @@ class Settings:
     worker_timeout_s: int
     fanout: dict[str, Any]
     alarm_topic_arn: str | None = None
+    # The team's SNS topic for the gate's decisions (smlt.runtime.notify); the planner may publish there.
+    notify_topic_arn: str | None = None
 
     @staticmethod
     def from_context(scope: Construct) -> Settings:
@@ -98,12 +104,18 @@ class Settings:
                 f"context 'redis_node_type': an ElastiCache node type like cache.r7g.large, got {node_type!r}"
             )
         topic = get("alarm_topic_arn", str)
+        notify = get("notify_topic_arn", str) or None
+        if notify is not None and not TOPIC_ARN.match(notify):
+            raise ValueError(
+                f"context 'notify_topic_arn': a standard SNS topic's ARN (arn:aws:sns:REGION:ACCOUNT:NAME, "
+                f"not a .fifo topic), got {notify!r}"
+            )
         fanout = get("fanout", dict)
         try:
             Fanout.model_validate(fanout)
         except ValidationError as e:
-            err = e.errors()[0]
-            raise ValueError(f"context 'fanout.{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
+            err = field_errors(e)[0]
+            raise ValueError(f"context {'.'.join(filter(None, ('fanout', err.path)))!r}: {err.message}") from None
         return Settings(
             memory_tiers=tuple(sorted(tiers)),
             max_concurrency=max_conc,
@@ -121,4 +133,5 @@ class Settings:
             worker_timeout_s=get("worker_timeout_s", int),
             fanout=fanout,
             alarm_topic_arn=topic or None,
+            notify_topic_arn=notify,
         )

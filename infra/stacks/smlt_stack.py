@@ -13,6 +13,7 @@ from infra.stacks.exchange import RedisExchange
 from infra.stacks.functions import (
     AGGREGATE_TIMEOUT,
     PLANNER_TIMEOUT,
+    PREPARE_TIMEOUT,
     Functions,
     retention,
 )
@@ -58,8 +59,10 @@ class SmltStack(Stack):
             planner=self.functions.planner,
             aggregate=self.functions.aggregate,
             train_functions=self.functions.train_functions,
+            prepare_function=self.functions.prepare,
             planner_timeout=PLANNER_TIMEOUT,
             aggregate_timeout=AGGREGATE_TIMEOUT,
+            prepare_timeout=PREPARE_TIMEOUT,
             log_retention=retention(settings.log_retention_days),
             execution_timeout=Duration.hours(settings.execution_timeout_hours),
         )
@@ -108,7 +111,11 @@ class SmltStack(Stack):
             data_bucket=self.storage.data,
             state_machine=self.workflow.state_machine,
         )
-        fns = {"Planner": self.functions.planner, "Aggregate": self.functions.aggregate}
+        fns = {
+            "Planner": self.functions.planner,
+            "Aggregate": self.functions.aggregate,
+            "Prepare": self.functions.prepare,
+        }
         fns.update({f"TrainStep{mb}": fn for mb, fn in self.functions.train_functions.items()})
         fns["StudyController"] = self.study.controller
         self.monitoring = Monitoring(

@@ -32,7 +32,7 @@ from constructs import Construct
 from infra.stacks.functions import TABLE_ITEM_ACTIONS, ZIP_HANDLER, Functions
 from infra.stacks.nag import acknowledge
 from infra.stacks.storage import STATEFUL
-from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, _add_retries, logged_state_machine
+from infra.stacks.workflow import SERVICE_RETRY, THROTTLE_RETRY, lambda_task, logged_state_machine
 from smlt.runtime import keys, metrics
 from smlt.runtime.config import STUDY
 from smlt.runtime.config import Settings as RuntimeSettings
@@ -104,18 +104,9 @@ class StudyWorkflow(Construct):
         acknowledge(self.controller, "AwsSolutions-L1")
 
         def step(sid: str, op: str, payload: dict, result_path: str | None) -> tasks.LambdaInvoke:
-            task = tasks.LambdaInvoke(
-                self,
-                sid,
-                lambda_function=self.controller,
-                payload_response_only=True,
-                retry_on_service_exceptions=False,
-                payload=sfn.TaskInput.from_object({"op": op, **payload}),
-                result_path=result_path,
-                task_timeout=sfn.Timeout.duration(Duration.seconds(CONTROLLER_TIMEOUT.to_seconds() + 60)),
+            return lambda_task(
+                self, sid, self.controller, CONTROLLER_TIMEOUT, {"op": op, **payload}, result_path, idempotent=False
             )
-            _add_retries(task)
-            return task
 
         study_id = sfn.JsonPath.string_at("$.study_id")
         init = step(

@@ -1,17 +1,20 @@
-"""Retraining trigger: a manifest uploaded under `incoming/` starts a training run.
+"""Retraining trigger: an upload of a pipeline version under `incoming/` starts a training run.
 
 EventBridge rule on the data bucket's "Object Created" events with key
-`incoming/<pipeline>/<version>/manifest.json` → StartExecution of the state machine with the input
+`incoming/<pipeline>/<version>/manifest.json` (a version `smlt data prepare` prepared) or
+`incoming/<pipeline>/<version>/_SUCCESS` (the completion marker of a raw version, written after
+its data) → StartExecution of the state machine with the input
 
     {"trigger": {"bucket": "<bucket>", "key": "<key>", "etag": "<etag>", "sequencer": "<sequencer>"}}
 
-The planner turns it into the pipeline's job (`incoming/<pipeline>/job.json`, dataset = the
-manifest's folder, warm start from the pipeline's latest model; `smlt/runtime/trigger.py`). EventBridge
-cannot name the execution, so a duplicated event starts a second execution; its run id is the
-same (derived from key, etag and the upload's sequencer: a new upload of the same manifest is a
-new run), the planner's conditional write finds the run owned by another
-execution and answers `"action": "duplicate"`, and the execution ends in `Duplicate` (Succeed)
-without touching the run. See docs/architecture.md, "Trigger". No extra Lambda is involved.
+A marker's execution first prepares the raw data (PrepareData, smlt/runtime/steps/prepare.py).
+The planner turns the trigger into the pipeline's job (`incoming/<pipeline>/job.json`, dataset =
+the manifest's folder or the raw version's prepared one, warm start from the pipeline's champion;
+`smlt/runtime/trigger.py`). EventBridge cannot name the execution, so a duplicated event starts a
+second execution; its run id is the same (derived from key, etag and the upload's sequencer: a new
+upload of the same object is a new run), the first conditional write of the run (the planner's
+META, a raw upload's PREPARE claim) finds the run owned by another execution, and the execution
+ends in `Duplicate` (Succeed) without touching the run. See docs/architecture.md, "Trigger".
 """
 
 from __future__ import annotations
@@ -27,10 +30,8 @@ from constructs import Construct
 from infra.stacks.nag import acknowledge
 from smlt.runtime import keys
 
-INCOMING_PREFIX = keys.INCOMING
-MANIFEST_NAME = "manifest.json"
-# incoming/<pipeline>/<version...>/manifest.json (EventBridge wildcards also match "/").
-KEY_WILDCARD = f"{INCOMING_PREFIX}*/*/{MANIFEST_NAME}"
+# incoming/<pipeline>/<version...>/manifest.json and .../_SUCCESS (EventBridge wildcards also match "/").
+KEY_WILDCARDS = (keys.upload_key_pattern(keys.MANIFEST), keys.upload_key_pattern(keys.SUCCESS_MARKER))
 
 
 def trigger_input() -> events.RuleTargetInput:
@@ -69,14 +70,14 @@ class RetrainTrigger(Construct):
 
         self.rule = events.Rule(
             self,
-            "ManifestUploaded",
-            description=f"Start a training run when s3://<data bucket>/{KEY_WILDCARD} is written",
+            "VersionUploaded",
+            description="Start a training run when s3://<data bucket>/" + " or ".join(KEY_WILDCARDS) + " is written",
             event_pattern=events.EventPattern(
                 source=["aws.s3"],
                 detail_type=["Object Created"],
                 detail={
                     "bucket": {"name": [data_bucket.bucket_name]},
-                    "object": {"key": [{"wildcard": KEY_WILDCARD}]},
+                    "object": {"key": [{"wildcard": w} for w in KEY_WILDCARDS]},
                 },
             ),
         )

@@ -1,11 +1,14 @@
 """The training state machine (Standard, JSONPath only), exactly as in docs/architecture.md.
 
-Start → Plan → ShouldTrain → HowToTrain → Train (inline Map of TrainWorker, n ≤ 40) or
+Start → HowToStart → Plan → ShouldTrain → HowToTrain → Train (inline Map of TrainWorker, n ≤ 40) or
 TrainDistributed (Distributed Map of TrainWorkerDistributed, Standard children) → HowToAggregate → Aggregate
 → Continue → … → Finalize → Done; ShouldTrain also routes "chain" → Chain → Chained and
 "duplicate" → Duplicate. When the plan has k > 1 aggregators, HowToAggregate routes to the sharded
 path instead: AggregatePrepare → Prepared → AggregateSlices (inline Map of AggregateSlice over
 $.plan.slices) → AggregateFinish → Continue.
+HowToStart routes a raw upload's trigger (its key ends in `/_SUCCESS`) through PrepareData (the
+Prepare function: the raw data prepared into the run's dataset) → DataPrepared → Plan, or, for
+a duplicated event, → Duplicate; everything else (a job, a manifest's trigger) goes to Plan.
 A failed worker is caught inside the map child (WorkerFailed), so the map never fails because of
 one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the plan) and retries
 Lambda service errors and throttling with exponential backoff; Plan, Aggregate (each op) and
@@ -23,7 +26,11 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.stacks.storage import STATEFUL
-from smlt.runtime.fanout import INLINE_MAX
+from smlt.runtime import keys
+from smlt.runtime.fanout import INLINE_MAX, PARTS_MAX_CONCURRENCY
+
+# A raw upload's trigger: its key is a version's completion marker (smlt.runtime.trigger).
+RAW_UPLOAD_KEY = f"{keys.INCOMING}*/{keys.SUCCESS_MARKER}"
 
 # Lambda service errors Step Functions recommends retrying (what CDK adds by default).
 LAMBDA_SERVICE_ERRORS = [
@@ -78,6 +85,35 @@ def _task_timeout(function_timeout: Duration) -> sfn.Timeout:
     return sfn.Timeout.duration(Duration.seconds(function_timeout.to_seconds() + TASK_HEADROOM.to_seconds()))
 
 
+def lambda_task(
+    scope: Construct,
+    sid: str,
+    function: lambda_.IFunction,
+    timeout: Duration,
+    payload: dict | None,
+    result_path: str | None,
+    *,
+    idempotent: bool,
+) -> tasks.LambdaInvoke:
+    """A control step invoking `function` with `payload` (None: the state's input), its answer at
+    `result_path`; retried on Lambda's service errors and throttling, and when its process died only
+    if the step is `idempotent` (doing it again does the same)."""
+    task = tasks.LambdaInvoke(
+        scope,
+        sid,
+        lambda_function=function,
+        payload_response_only=True,
+        retry_on_service_exceptions=False,
+        payload=None if payload is None else sfn.TaskInput.from_object(payload),
+        result_path=result_path,
+        task_timeout=_task_timeout(timeout),
+    )
+    _add_retries(task)
+    if idempotent:
+        _add_death_retry(task)
+    return task
+
+
 def logged_state_machine(
     scope: Construct,
     kind: str,
@@ -124,8 +160,10 @@ class Workflow(Construct):
         planner: lambda_.Function,
         aggregate: lambda_.Function,
         train_functions: dict[int, lambda_.Function],
+        prepare_function: lambda_.Function,
         planner_timeout: Duration,
         aggregate_timeout: Duration,
+        prepare_timeout: Duration,
         log_retention: logs.RetentionDays,
         execution_timeout: Duration,
     ) -> None:
@@ -137,26 +175,21 @@ class Workflow(Construct):
             parameters={"job.$": "$", "execution.$": "$$.Execution.Name"},
         )
 
-        plan = tasks.LambdaInvoke(
+        plan = lambda_task(
             self,
             "Plan",
-            lambda_function=planner,
-            payload_response_only=True,
-            retry_on_service_exceptions=False,
-            payload=sfn.TaskInput.from_object(
-                {
-                    "op": "plan",
-                    "job": sfn.JsonPath.object_at("$.job"),
-                    "execution": sfn.JsonPath.string_at("$.execution"),
-                    # One driver per run: the planner looks up the execution that drives it.
-                    "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
-                }
-            ),
-            result_path="$.plan",
-            task_timeout=_task_timeout(planner_timeout),
+            planner,
+            planner_timeout,
+            {
+                "op": "plan",
+                "job": sfn.JsonPath.object_at("$.job"),
+                "execution": sfn.JsonPath.string_at("$.execution"),
+                # One driver per run: the planner looks up the execution that drives it.
+                "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
+            },
+            "$.plan",
+            idempotent=True,
         )
-        _add_retries(plan)
-        _add_death_retry(plan)
 
         # --- the round's Map: inline for a few workers, Distributed above (smlt/runtime/fanout.py) ---
         def worker_map(suffix: str, distributed: bool) -> sfn.Map | sfn.DistributedMap:
@@ -214,24 +247,19 @@ class Workflow(Construct):
             .otherwise(train)
         )
 
-        aggregate_task = tasks.LambdaInvoke(
+        aggregate_task = lambda_task(
             self,
             "Aggregate",
-            lambda_function=aggregate,
-            payload_response_only=True,
-            retry_on_service_exceptions=False,
-            payload=sfn.TaskInput.from_object(
-                {
-                    "run_id": sfn.JsonPath.string_at("$.plan.run_id"),
-                    "round": sfn.JsonPath.number_at("$.plan.round"),
-                    "outcomes": sfn.JsonPath.list_at("$.outcomes"),
-                }
-            ),
-            result_path="$.agg",
-            task_timeout=_task_timeout(aggregate_timeout),
+            aggregate,
+            aggregate_timeout,
+            {
+                "run_id": sfn.JsonPath.string_at("$.plan.run_id"),
+                "round": sfn.JsonPath.number_at("$.plan.round"),
+                "outcomes": sfn.JsonPath.list_at("$.outcomes"),
+            },
+            "$.agg",
+            idempotent=True,
         )
-        _add_retries(aggregate_task)
-        _add_death_retry(aggregate_task)
 
         # --- sharded aggregation: prepare, k slices in parallel, finish (same function, op) ---
         def aggregate_op(sid: str, op: str, result_path: str | None, base: str = "$.plan") -> tasks.LambdaInvoke:
@@ -242,19 +270,7 @@ class Workflow(Construct):
             }
             if op == "slice":
                 payload.update(slice=sfn.JsonPath.number_at("$.slice"), of=sfn.JsonPath.number_at("$.of"))
-            task = tasks.LambdaInvoke(
-                self,
-                sid,
-                lambda_function=aggregate,
-                payload_response_only=True,
-                retry_on_service_exceptions=False,
-                payload=sfn.TaskInput.from_object(payload),
-                result_path=result_path,
-                task_timeout=_task_timeout(aggregate_timeout),
-            )
-            _add_retries(task)
-            _add_death_retry(task)
-            return task
+            return lambda_task(self, sid, aggregate, aggregate_timeout, payload, result_path, idempotent=True)
 
         prepare = aggregate_op("AggregatePrepare", "prepare", "$.agg")
         slice_task = aggregate_op("AggregateSlice", "slice", sfn.JsonPath.DISCARD, base="$")
@@ -274,41 +290,34 @@ class Workflow(Construct):
         slices.item_processor(slice_task)
         finish = aggregate_op("AggregateFinish", "finish", "$.agg")
 
-        finalize = tasks.LambdaInvoke(
+        finalize = lambda_task(
             self,
             "Finalize",
-            lambda_function=planner,
-            payload_response_only=True,
-            retry_on_service_exceptions=False,
-            payload=sfn.TaskInput.from_object({"op": "finalize", "run_id": sfn.JsonPath.string_at("$.plan.run_id")}),
-            result_path="$.final",
-            task_timeout=_task_timeout(planner_timeout),
+            planner,
+            planner_timeout,
+            {"op": "finalize", "run_id": sfn.JsonPath.string_at("$.plan.run_id")},
+            "$.final",
+            idempotent=True,
         )
-        _add_retries(finalize)
-        _add_death_retry(finalize)
         done = sfn.Succeed(self, "Done")
         finalize.next(done)
 
         # Long runs continue in a fresh execution (history limit): the planner starts it.
-        chain = tasks.LambdaInvoke(
+        chain = lambda_task(
             self,
             "Chain",
-            lambda_function=planner,
-            payload_response_only=True,
-            retry_on_service_exceptions=False,
-            payload=sfn.TaskInput.from_object(
-                {
-                    "op": "chain",
-                    "job": sfn.JsonPath.object_at("$.job"),
-                    "run_id": sfn.JsonPath.string_at("$.plan.run_id"),
-                    "round": sfn.JsonPath.number_at("$.plan.round"),
-                    "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
-                }
-            ),
-            result_path="$.chain",
-            task_timeout=_task_timeout(planner_timeout),
+            planner,
+            planner_timeout,
+            {
+                "op": "chain",
+                "job": sfn.JsonPath.object_at("$.job"),
+                "run_id": sfn.JsonPath.string_at("$.plan.run_id"),
+                "round": sfn.JsonPath.number_at("$.plan.round"),
+                "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
+            },
+            "$.chain",
+            idempotent=False,  # it starts the next execution
         )
-        _add_retries(chain)
         chain.next(sfn.Succeed(self, "Chained", comment="The run continues in $.chain.execution_arn"))
 
         # A duplicated upload event (see "Trigger" in docs/architecture.md): the run belongs to
@@ -349,7 +358,44 @@ class Workflow(Construct):
         train.next(how)
         train_distributed.next(how)
         aggregate_task.next(continue_choice)
-        definition = start.next(plan).next(should_train)
+
+        # --- a raw upload: its data prepared (smlt.runtime.steps.prepare), then the run as any other ---
+        # Not retried when its process died: out of memory on an input would die again (the
+        # input's size is checked against what one function prepares before it is read).
+        prepare_data = lambda_task(
+            self,
+            "PrepareData",
+            prepare_function,
+            prepare_timeout,
+            {
+                "op": "prepare_data",
+                "trigger": sfn.JsonPath.object_at("$.job.trigger"),
+                "execution": sfn.JsonPath.string_at("$.execution"),
+            },
+            "$.prepared",
+            idempotent=False,
+        )
+        parts = self._parts(prepare_function, prepare_timeout, plan)
+        data_prepared = (
+            sfn.Choice(self, "DataPrepared")
+            .when(sfn.Condition.string_equals("$.prepared.action", "duplicate"), duplicate)
+            .when(sfn.Condition.string_equals("$.prepared.action", "parts"), parts)
+            .otherwise(plan)
+        )
+        prepare_data.next(data_prepared)
+        how_to_start = (
+            sfn.Choice(self, "HowToStart")
+            .when(
+                sfn.Condition.and_(
+                    sfn.Condition.is_present("$.job.trigger.key"),
+                    sfn.Condition.string_matches("$.job.trigger.key", RAW_UPLOAD_KEY),
+                ),
+                prepare_data,
+            )
+            .otherwise(plan)
+        )
+        plan.next(should_train)
+        definition = start.next(how_to_start)
 
         self.log_group, self.state_machine = logged_state_machine(
             self,
@@ -360,9 +406,88 @@ class Workflow(Construct):
             execution_timeout,
         )
         # The worker task picks its function from the state (FunctionName.$): allow exactly the tiers.
+        # (the parts' Maps start child executions of this machine: CDK grants that with each DistributedMap)
         self.state_machine.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["lambda:InvokeFunction"],
                 resources=[fn.function_arn for fn in train_functions.values()],
             )
         )
+
+    def _parts(
+        self, prepare_function: lambda_.IFunction, prepare_timeout: Duration, then: sfn.IChainable
+    ) -> sfn.IChainable:
+        """A raw upload of one table in many files (smlt.runtime.steps.prepare_parts): three
+        Distributed Maps of the Prepare function over $.prepared.parts, one step after each.
+
+        PartStats → MergeStats → StatsMerged (a column text in some part: ReadAsText, PartStats
+        again) → PartMoments → MergeMoments → PartShards → FinishParts → `then` (Plan). A child's
+        error is caught in the child (PartStatsFailed, ...) and raised again by its name by the
+        step after the Map, which names the part's object and line."""
+        prepared = "$.prepared"
+        common = {
+            "run_id.$": f"{prepared}.run_id",
+            "bucket.$": f"{prepared}.bucket",
+            "folder.$": f"{prepared}.folder",
+            "execution.$": "$.execution",
+        }
+
+        def task(sid: str, payload: dict | None, result_path: str | None, idempotent: bool) -> tasks.LambdaInvoke:
+            return lambda_task(
+                self, sid, prepare_function, prepare_timeout, payload, result_path, idempotent=idempotent
+            )
+
+        def fan(sid: str, op: str, extra: dict[str, str]) -> sfn.DistributedMap:
+            child = task(f"{sid}Part", None, None, idempotent=False)  # the item (ItemSelector's) is the event
+            failed = sfn.Pass(
+                self,
+                f"{sid}Failed",
+                # the error's name only: its message is in the scratch (a thousand causes with their
+                # stack traces would pass the state's 256 KiB)
+                parameters={"part.$": "$.part", "key.$": "$.key", "error.$": "$.error.Error"},
+            )
+            child.add_catch(failed, errors=[sfn.Errors.ALL], result_path="$.error")
+            m = sfn.DistributedMap(
+                self,
+                sid,
+                items_path=f"{prepared}.parts",
+                max_concurrency=PARTS_MAX_CONCURRENCY,
+                item_selector={
+                    "op": op,
+                    "part.$": "$$.Map.Item.Value.part",
+                    "key.$": "$$.Map.Item.Value.key",
+                    **common,
+                    **extra,
+                },
+                result_path="$.part_results",
+            )
+            m.item_processor(child)
+            return m
+
+        def after(sid: str, op: str, result_path: str) -> tasks.LambdaInvoke:
+            payload = {
+                "op": op,
+                "run_id": sfn.JsonPath.string_at(f"{prepared}.run_id"),
+                "bucket": sfn.JsonPath.string_at(f"{prepared}.bucket"),
+                "folder": sfn.JsonPath.string_at(f"{prepared}.folder"),
+                "execution": sfn.JsonPath.string_at("$.execution"),
+                "results": sfn.JsonPath.list_at("$.part_results"),
+            }
+            # idempotent: it reads the children's scratch objects again
+            return task(sid, payload, result_path, idempotent=True)
+
+        stats = fan("PartStats", "part_stats", {"text.$": f"{prepared}.text"})
+        merge_stats = after("MergeStats", "merge_stats", "$.merged")
+        read_as_text = sfn.Pass(self, "ReadAsText", input_path="$.merged.text", result_path=f"{prepared}.text")
+        moments = fan("PartMoments", "part_moments", {})
+        merge_moments = after("MergeMoments", "merge_moments", sfn.JsonPath.DISCARD)
+        shards = fan("PartShards", "part_shards", {})
+        finish = after("FinishParts", "finish_parts", prepared)
+        stats_merged = (
+            sfn.Choice(self, "StatsMerged")
+            .when(sfn.Condition.boolean_equals("$.merged.again", True), read_as_text)
+            .otherwise(moments)
+        )
+        read_as_text.next(stats)
+        moments.next(merge_moments).next(shards).next(finish).next(then)
+        return stats.next(merge_stats).next(stats_merged)

@@ -11,20 +11,25 @@ from smlt.runtime.data.manifest import Manifest
 def add_commands(sub: Any) -> None:
     data = sub.add_parser("data", help="dataset tools").add_subparsers(dest="data_cmd", required=True)
     prep = data.add_parser(
-        "prepare", help="shard a CSV, Parquet, NPZ, image folder, sklearn:NAME or synthetic:... dataset"
+        "prepare", help="shard a CSV, Parquet, JSONL, NPZ, image folder, sklearn:NAME or synthetic:... dataset"
     )
     prep.add_argument("source")
     prep.add_argument("--out", required=True, help="local folder or s3://bucket/prefix/")
-    prep.add_argument("--shards", type=int, default=16)
+    prep.add_argument(
+        "--shards",
+        type=int,
+        default=16,
+        help="train shards, at least (default 16): a shard holds at most 64 MB, so a large source gets more",
+    )
     prep.add_argument("--validation-fraction", type=float, default=0.2)
     prep.add_argument("--seed", type=int, default=0)
-    prep.add_argument("--label", help="CSV/Parquet label column (default: label, target or y, else the last)")
+    prep.add_argument("--label", help="CSV/Parquet/JSONL label column (default: label, target or y, else the last)")
     prep.add_argument("--task", choices=["classification", "regression"])
     prep.add_argument(
         "--missing",
         choices=["impute", "refuse"],
         default="impute",
-        help="CSV/Parquet empty cells: impute from the train split (with an indicator), or refuse",
+        help="CSV/Parquet/JSONL empty cells: impute from the train split (with an indicator), or refuse",
     )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")

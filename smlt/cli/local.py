@@ -34,7 +34,11 @@ def add_run(sub: Any) -> None:
         help='inject faults, e.g. "fail=0.2,duplicate=0.05,s3_conflict=0.1,ddb_conflict=0.1,seed=1" '
         "(seed: by default derived from the job's seed)",
     )
-    run.add_argument("--watch", help="folder to watch: a manifest landing under incoming/ starts a retraining run")
+    run.add_argument(
+        "--watch",
+        help="folder to watch: a manifest, or the _SUCCESS marker of raw data, landing under incoming/<pipeline>/<version>/ "
+        "starts a retraining run",
+    )
     run.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     add_concurrency_flag(run)
     add_code_flag(run)

@@ -27,7 +27,9 @@ def _model_args(c: Any) -> None:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("predict", help="predict with a run's model on new data (its training transforms applied)")
     _model_args(p)
-    p.add_argument("data", help="a .csv, .parquet or .npz file, an image or image folder, or a prepared dataset folder")
+    p.add_argument(
+        "data", help="a .csv, .parquet, .jsonl or .npz file, an image or image folder, or a prepared dataset folder"
+    )
     p.add_argument("--out", required=True, help="predictions file (.csv or .parquet)")
     p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
     p.set_defaults(fn=predict)

@@ -69,11 +69,13 @@ class Quote(BaseModel):
     job: str
     feasible: bool
     reason: str
-    plan: str | None
+    plan: str | None  # the plan the forecast holds to the target
+    first_round: str | None = None  # round 0's plan where it differs (a probe of an unmeasured model)
     rounds: tuple[float, float, float] | None = None  # p10, p50, p90
     seconds: tuple[float, float, float] | None = None
     cost_usd: tuple[float, float, float] | None = None
     p_out_of_reach: float
+    warning: str | None = None  # a fixed plan admitted but expected to miss its deadline or budget
     earliest_deadline_s: float | None
     min_budget_usd: float | None
     vm: list[VmOption]
@@ -154,6 +156,34 @@ def _verdict(lambda_cost: float | None, lambda_s: float | None, vms: list[VmOpti
     )
 
 
+def _plan(n: int, m: int, k: int) -> str:
+    return f"{n} workers x {m} MB x {k} steps"
+
+
+def _fixed_plan_warning(job: Job, f: FirstForecast) -> str | None:
+    """A fixed plan is admitted when its first round fits (`core.decide_fixed`), not its whole run:
+    say so when the run is expected (median) to miss the deadline or the budget."""
+    c = job.constraints
+    if job.workers.planner != "fixed" or f.decision.infeasible:
+        return None
+    late = c.deadline_seconds is not None and (f.earliest_deadline_s or 0) > c.deadline_seconds
+    dear = c.budget_usd is not None and (f.min_budget_usd or 0) > c.budget_usd
+    missed = [
+        *(
+            [f"the deadline ({fmt_s(c.deadline_seconds or 0)}): it needs ~{fmt_s(f.earliest_deadline_s or 0)}"]
+            if late
+            else []
+        ),
+        *([f"the budget ({fmt_usd(c.budget_usd or 0)}): it needs ~{fmt_usd(f.min_budget_usd or 0)}"] if dear else []),
+    ]
+    if not missed:
+        return None
+    return (
+        f"the fixed plan is expected (median) to miss {' and '.join(missed)}; set the limits that work "
+        'below, or workers.planner "adaptive" to let the planner choose a plan within them'
+    )
+
+
 def quote(job: Job, history: RunHistory, vm: VmPrices | None = None, tiers: list[int] | None = None) -> Quote:
     """The quote of `job` from its pre-round-0 `history` (cdk.json tiers, prices and VM prices unless given)."""
     vm = vm or VmPrices.deployed()
@@ -161,7 +191,8 @@ def quote(job: Job, history: RunHistory, vm: VmPrices | None = None, tiers: list
     f: FirstForecast = first_forecast(job, history, tiers, Prices(), deployed.value("architecture"), FunctionSizes())
     d, o = f.decision, f.outlook
     feasible = not d.infeasible
-    plan = f"{d.workers} workers x {d.memory_mb} MB x {d.local_steps} steps" if d.action == "train" else None
+    plan = _plan(o.workers, o.memory_mb, o.local_steps) if o else None
+    first = _plan(d.workers, d.memory_mb, d.local_steps) if d.action == "train" else None
     vms = vm_options(job, history, f.sequential_steps, vm) if f.sequential_steps else []
     lambda_cost = o.cost_usd[1] if o else None
     lambda_s = o.seconds[1] if o else None
@@ -170,10 +201,12 @@ def quote(job: Job, history: RunHistory, vm: VmPrices | None = None, tiers: list
         feasible=feasible,
         reason=d.reason,
         plan=plan,
+        first_round=first if first != plan else None,
         rounds=o.rounds if o else None,
         seconds=o.seconds if o else None,
         cost_usd=o.cost_usd if o else None,
         p_out_of_reach=f.p_never,
+        warning=_fixed_plan_warning(job, f),
         earliest_deadline_s=f.earliest_deadline_s,
         min_budget_usd=f.min_budget_usd,
         vm=vms,
@@ -198,12 +231,16 @@ def render(q: Quote, job: Job) -> list[str]:
     )
     lines = [f"job {q.job}" + (f" ({limits})" if limits else " (no deadline or budget)")]
     lines.append(("feasible" if q.feasible else "INFEASIBLE") + f": {q.reason}")
+    if q.warning:
+        lines.append(f"but {q.warning}")
     if q.earliest_deadline_s is not None:
         lines.append(f"earliest deadline that works: ~{fmt_s(q.earliest_deadline_s)}")
     if q.min_budget_usd is not None:
         lines.append(f"smallest budget that works:   ~{fmt_usd(q.min_budget_usd)}")
     if q.plan and q.seconds and q.cost_usd and q.rounds:
-        lines.append(f"first plan: {q.plan}, held to the target:")
+        lines.append(f"plan: {q.plan}, held to the target:")
+        if q.first_round:
+            lines.append(f"  (round 0 probes the model with {q.first_round}; the planner plans on what it measures)")
         lines.append(f"  rounds {_range(q.rounds, lambda x: f'{x:.0f}')}")
         lines.append(f"  time   {_range(q.seconds, fmt_s)}")
         lines.append(f"  cost   {_range(q.cost_usd, fmt_usd)}")

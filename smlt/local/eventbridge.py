@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from smlt.runtime import keys
 from smlt.runtime.progress import notice
 
 
@@ -110,8 +111,9 @@ def deliver(engine: Any, event: dict[str, Any]) -> list[str]:
 
 class UploadTrigger:
     """S3 → EventBridge for the data bucket: each object new since the last poll (or uploaded
-    again: a new ETag or LastModified) is sent as an "Object Created" event to the stack's rules (:func:`deliver`), which
-    start a retraining run for `incoming/*/*/manifest.json` and ignore the rest."""
+    again: a new ETag or LastModified) is sent as an "Object Created" event to the stack's rules
+    (:func:`deliver`), which start a retraining run for `incoming/*/*/manifest.json` and
+    `incoming/*/*/_SUCCESS` and ignore the rest."""
 
     def __init__(self, engine: Any, bucket: str) -> None:
         self.engine, self.bucket = engine, bucket
@@ -147,19 +149,20 @@ class UploadTrigger:
         return started
 
 
-def upload_version(trigger: UploadTrigger, folder: Path, root: Path) -> list[str]:
-    """Upload a prepared dataset folder under DIR/incoming/ (shards first, manifest last, as
-    `smlt data prepare` writes them) plus the pipeline's job.json and features.json into the trigger's bucket, then
-    let the trigger see the new objects as S3 would (one detector of uploads: `smlt local up`'s)."""
+def upload_version(trigger: UploadTrigger, folder: Path, root: Path, last: str = keys.MANIFEST) -> list[str]:
+    """Upload a version's folder under DIR/incoming/ plus the pipeline's job.json and
+    features.json into the trigger's bucket, the object that starts the run (`last`: a prepared
+    version's manifest.json, as `smlt data prepare` writes it after its shards, or a raw version's
+    _SUCCESS marker, after its data) last; then let the trigger see the new objects as S3 would
+    (one detector of uploads: `smlt local up`'s)."""
     s3 = trigger.engine.client("s3")
     rel = folder.relative_to(root).as_posix()
     for name in ("job.json", "features.json"):  # the pipeline's job, and its features (smlt.runtime.pipeline)
         path = root / "/".join(rel.split("/")[:2]) / name
         if path.exists():
             s3.put_object(Bucket=trigger.bucket, Key=path.relative_to(root).as_posix(), Body=path.read_bytes())
-    manifest = folder / "manifest.json"
-    for f in sorted(folder.iterdir()):
-        if f.is_file() and f != manifest:
-            s3.put_object(Bucket=trigger.bucket, Key=f"{rel}/{f.name}", Body=f.read_bytes())
-    s3.put_object(Bucket=trigger.bucket, Key=f"{rel}/manifest.json", Body=manifest.read_bytes())
+    for f in sorted(folder.rglob("*")):
+        if f.is_file() and f != folder / last:
+            s3.put_object(Bucket=trigger.bucket, Key=f"{rel}/{f.relative_to(folder).as_posix()}", Body=f.read_bytes())
+    s3.put_object(Bucket=trigger.bucket, Key=f"{rel}/{last}", Body=(folder / last).read_bytes())
     return trigger.poll()

@@ -165,6 +165,8 @@ def requests(service: str, op: str, p: dict[str, Any], region: str) -> list[Requ
         fn = p.get("FunctionName", "")
         arn = fn if fn.startswith("arn:") else f"arn:aws:lambda:{region}:{ACCOUNT}:function:{fn}"
         return [Request(f"lambda:{op}", arn)]
+    if service == "sns" and op == "Publish":
+        return [Request("sns:Publish", p.get("TopicArn") or p.get("TargetArn", ""))]
     if service == "sts" and op == "GetCallerIdentity":
         return []
     return [Request(f"unmapped:{service}:{op}", "*")]

@@ -127,7 +127,12 @@ def patch_spilled_history() -> None:
     def to_history_output(self: Any) -> Any:
         where = getattr(self, _ATTR, None)
         if where is None:
-            return orig_history(self)
+            out = orig_history(self)
+            # The execution may have ended while moto copied its list: the spill empties the
+            # list under the same mutex, so a copy taken after it is empty. Look again.
+            where = getattr(self, _ATTR, None)
+            if where is None:
+                return out
         return GetExecutionHistoryOutput(events=pickle.loads(HISTORIES.get(where)))  # noqa: S301 - our own file
 
     BaseExecutionWorkerCommunication.terminated = terminated  # type: ignore[method-assign]

@@ -378,14 +378,17 @@ class WorkerPool:
         return w
 
     def _discard(self, w: _Worker) -> None:
+        # Once per worker: close() and the thread of an invocation it interrupted both discard
+        # it, and a second close of its pipe would close another file's descriptor or fail (EBADF).
+        with self._lock:
+            if self._workers.pop(w.index, None) is None:
+                return
         try:
             if w.proc.is_alive():
                 w.proc.kill()
             w.proc.join(timeout=5)
         finally:
             w.conn.close()
-            with self._lock:
-                self._workers.pop(w.index, None)
 
     def _replace(self, w: _Worker) -> _Worker:
         self._discard(w)

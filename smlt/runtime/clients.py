@@ -14,6 +14,8 @@ from typing import Any
 CONFIGS: dict[str, dict[str, Any]] = {
     "s3": {"retries": {"max_attempts": 8, "mode": "adaptive"}, "max_pool_connections": 32},
     "dynamodb": {"retries": {"max_attempts": 8, "mode": "adaptive"}},
+    # Finalize's notification (smlt.runtime.notify): a few quick tries, never a stalled Finalize.
+    "sns": {"retries": {"max_attempts": 3, "mode": "standard"}, "connect_timeout": 5, "read_timeout": 10},
 }
 STANDARD: dict[str, Any] = {"retries": {"mode": "standard", "max_attempts": 5}}
 

@@ -28,6 +28,7 @@ from smlt.runtime.prices import Prices
 PLANNER, AGGREGATE, TRAIN = "planner", "aggregate", "train_step"
 ALL = (PLANNER, AGGREGATE, TRAIN)
 STUDY = "study"  # the study controller (smlt.runtime.study): the table and the artifacts bucket only
+PREPARE = "prepare"  # a raw upload's Prepare step (smlt.runtime.steps.prepare): the data bucket and the table only
 
 
 def _read_by(*functions: str, optional: bool = False) -> dict[str, Any]:
@@ -62,8 +63,8 @@ class Settings(FunctionSizes):
     """A function's settings, from its environment (`from_env`)."""
 
     artifacts_bucket: str = Field(json_schema_extra=_read_by(*ALL, STUDY))
-    data_bucket: str = Field("", json_schema_extra=_read_by(*ALL))
-    table: str = Field(json_schema_extra=_read_by(*ALL, STUDY))
+    data_bucket: str = Field("", json_schema_extra=_read_by(*ALL, PREPARE))
+    table: str = Field(json_schema_extra=_read_by(*ALL, STUDY, PREPARE))
     architecture: str = Field(default_factory=lambda: deployed.value("architecture"), json_schema_extra=_read_by(*ALL))
     prices: Prices = Field(default_factory=Prices, json_schema_extra=_read_by(*ALL))
     # A train_step function's own memory tier.
@@ -90,9 +91,14 @@ class Settings(FunctionSizes):
     # Per-step synchronous mode: where workers exchange gradients. "" = the artifacts bucket (S3);
     # a redis:// URL = Redis (ElastiCache), opened with smlt.runtime.store.open_store.
     exchange_url: str = Field("", json_schema_extra=_read_by(TRAIN, AGGREGATE, optional=True))
+    # An SNS topic the team owns (cdk.json `notify_topic_arn`): Finalize publishes the gate's
+    # decision on a pipeline version there (smlt.runtime.notify). Written only when configured.
+    notify_topic_arn: str = Field("", json_schema_extra=_read_by(PLANNER, optional=True))
     # Read by Powertools (logger, metrics), not by smlt.
     service_name: str = Field(
-        "smlt", validation_alias=AliasChoices("POWERTOOLS_SERVICE_NAME"), json_schema_extra=_read_by(*ALL, STUDY)
+        "smlt",
+        validation_alias=AliasChoices("POWERTOOLS_SERVICE_NAME"),
+        json_schema_extra=_read_by(*ALL, STUDY, PREPARE),
     )
 
     @classmethod

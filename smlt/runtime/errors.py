@@ -3,11 +3,6 @@ is the `Error` Step Functions sees, so the state machine and the user see the sa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from smlt.runtime.items import ErrorItem
-
 
 class SmltError(Exception):
     """Base of smlt's named errors."""
@@ -103,21 +98,6 @@ class DataError(SmltError):
     """The same error on the same shard twice (two invocations, on different workers when there is
     more than one), or a shard whose inputs are NaN or Inf (on any worker at once): the shard, not
     the platform or the learning rate, is the cause."""
-
-
-def data_error_message(now: ErrorItem, before: ErrorItem) -> str:
-    """The DataError of one error seen twice on one shard: which shard, the exception, where."""
-    shard = now.shard
-    what = f"{shard.split} shard {shard.key or shard.index}" if shard else "the same shard"
-    cause = ""
-    if "out of bounds" in now.message and now.exception == "IndexError":
-        cause = " (its labels are outside the dataset's classes)"
-    return (
-        f"{what} failed twice with {now.message}{cause}: on worker {before.worker} in round {before.round} "
-        f"(attempt {before.attempt + 1}) and on worker {now.worker} in round {now.round} (attempt {now.attempt + 1}); "
-        "the data, not the platform, is the cause: check that shard's rows and prepare the dataset again "
-        "(`smlt data prepare SOURCE --out FOLDER`), then start the run again"
-    )
 
 
 class StoreUnavailable(SmltError):

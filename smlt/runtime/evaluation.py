@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
 from smlt.runtime.data.manifest import TargetScaling
-
-if TYPE_CHECKING:
-    from smlt.runtime.job import TrainingSpec
 
 Task = Literal["classification", "regression"]
 TargetMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_r2"]
@@ -84,7 +81,16 @@ def metric_reaches(metric: str, target: float | None, value: float | None) -> bo
     return value <= target if lower_is_better(metric) else value >= target
 
 
-def target_reached(training: TrainingSpec, metrics: object) -> bool:
+class Target(Protocol):
+    """What the stop rule reads of a job's training spec (smlt.runtime.job.TrainingSpec)."""
+
+    @property
+    def target_metric(self) -> str: ...
+    @property
+    def target_value(self) -> float | None: ...
+
+
+def target_reached(training: Target, metrics: object) -> bool:
     """`metric_reaches` for the job's target metric, given a round's metrics (a ROUND item, a
     RoundRecord or a `ValMetrics`: anything with the metric's attribute)."""
     value = getattr(metrics, training.target_metric, None)

@@ -23,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Kind = Literal["inline", "distributed"]
 INLINE_MAX = 40  # Step Functions runs at most 40 inline Map iterations at once
+# A table uploaded in parts (smlt.runtime.steps.prepare_parts): children of its Maps run at once,
+# each a Prepare function (2 GB): 100 of them is 200 GB of Lambda memory, within a new account's
+# 1,000 concurrent executions beside a round's workers.
+PARTS_MAX_CONCURRENCY = 100
 
 # Transitions per worker. Inline: its one Task state in the parent. Distributed: the child
 # execution's start (billed per child) plus its Task and its end (Standard children).

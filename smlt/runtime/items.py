@@ -9,6 +9,7 @@ writes: `smlt/runtime/records.py`).
 | `ERROR#r#w` | `ErrorItem` | a worker that failed for good (bad data, a shard it could not read, model too large) |
 | `SEAL#r` | `SealItem` | the aggregator, when it closes round r |
 | `ROUND#r` | `RoundItem` | the aggregator, once per round |
+| `PREPARE` | `PrepareItem` | a raw upload's Prepare step (`put_once`), before the run's first plan |
 
 Stored attribute names are the field names. None is not stored (`Item.attrs`): a missing
 attribute reads back as None or the field's default, so a stop plan has no `workers` and items
@@ -18,6 +19,7 @@ written before a field existed still read. DynamoDB numbers come back as int or 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, field_validator
@@ -35,8 +37,20 @@ class Item(BaseModel):
     model_config = ConfigDict(extra="ignore")  # pk and sk come back with every item
 
     def attrs(self) -> dict[str, Any]:
-        """The attributes to store: every field but those that are None."""
-        return self.model_dump(exclude_none=True, context=STORED)
+        """The attributes to store: every field but those that are None or not finite. DynamoDB
+        stores no Infinity or NaN (a forecast of "never", say, would fail the write): such a
+        number is stored as unknown."""
+        return {k: v for k, v in _finite(self.model_dump(exclude_none=True, context=STORED)).items() if v is not None}
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
 
 
 class FinalMetrics(BaseModel):
@@ -102,6 +116,10 @@ class PlanItem(Item):
     action: Literal["train", "stop"]
     reason: str
     bound: str = "none"
+    # The planner's rule and notes (`planner.types.Rule`, `Note`; plain strings here: the items
+    # do not import the planner); None / [] in items stored before they were recorded.
+    rule: str | None = None
+    notes: list[str] = Field(default_factory=list)
     predicted_round_s: float | None = None
     predicted_round_cost_usd: float | None = None
     planned_at: float
@@ -117,6 +135,7 @@ class PlanItem(Item):
     aggregators: int = 1
     spec: RoundSpec | None = None
     stop_reason: str | None = None  # an evaluation-only round: why the run stops after it
+    stop_rule: str | None = None  # and by which rule
     attempts: int = 0  # the aggregator's quorum retries of this round
     # The planner's forecast of the rest of the run at this plan (adaptive planner; the ETA):
     # rounds, seconds and dollars to the end (the target, or max_rounds), median and 70th
@@ -201,6 +220,15 @@ class StopItem(Item):
     requested_at: float  # epoch seconds
     reason: str
     by: str = "user"  # "user" (the dashboard, `smlt stop`) or "study:<id>" (an early-stopped trial)
+
+
+class PrepareItem(Item):
+    """The execution that prepares a raw upload's run (smlt.runtime.steps.prepare): first writer
+    wins, so a duplicated event's execution prepares nothing and ends as a duplicate."""
+
+    execution: str
+    key: str  # the upload's marker
+    claimed_at: float  # epoch seconds
 
 
 class SealItem(Item):
@@ -298,3 +326,18 @@ class RoundItem(Item):
         # n. Everywhere else (metrics.json, history) every field is there.
         stored = bool(info.context and info.context.get("stored"))
         return [t.model_dump(exclude_defaults=stored) for t in timings]
+
+
+def data_error_message(now: ErrorItem, before: ErrorItem) -> str:
+    """The DataError of one error seen twice on one shard: which shard, the exception, where."""
+    shard = now.shard
+    what = f"{shard.split} shard {shard.key or shard.index}" if shard else "the same shard"
+    cause = ""
+    if "out of bounds" in now.message and now.exception == "IndexError":
+        cause = " (its labels are outside the dataset's classes)"
+    return (
+        f"{what} failed twice with {now.message}{cause}: on worker {before.worker} in round {before.round} "
+        f"(attempt {before.attempt + 1}) and on worker {now.worker} in round {now.round} (attempt {now.attempt + 1}); "
+        "the data, not the platform, is the cause: check that shard's rows and prepare the dataset again "
+        "(`smlt data prepare SOURCE --out FOLDER`), then start the run again"
+    )

@@ -28,6 +28,7 @@ from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
 from smlt.runtime.strict import UserModel
 from smlt.runtime.tensors.codec import Codec
+from smlt.runtime.validation import FieldError, field_errors
 
 # Built-in model names (their builders: smlt.runtime.train.models.BUILTINS); anything else must look like
 # "package.module:function".
@@ -227,25 +228,21 @@ class Job(_Strict):
         return v
 
 
-def _describe(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "job"
-        msg = e["msg"]
-        if e["type"] == "missing":
-            msg = "field required"
-        elif e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif e["type"] == "finite_number":  # JSON's Infinity / NaN, which json.loads accepts
-            msg = "must be a finite number"
-        elif e["type"] == "value_error":  # our validators' own words, without pydantic's prefix
-            msg = str(e["ctx"]["error"])
-        got = e.get("input")
-        shown = (
-            "" if e["type"] in ("missing",) or isinstance(got, dict) else f" (got {json.dumps(got, default=str)[:60]})"
-        )
-        parts.append(f"{loc}: {msg}{shown}")
-    return "; ".join(parts)
+# The job's words for pydantic's common errors (finite_number: JSON's Infinity / NaN, which
+# json.loads accepts).
+_WORDS = {"missing": "field required", "extra_forbidden": "unknown field", "finite_number": "must be a finite number"}
+
+
+def problems(e: ValidationError) -> list[str]:
+    """Each bad field of a job (or a study) as `path: words (got value)`."""
+    return [f"{err.path}: {_WORDS.get(err.type, err.message)}{_got(err)}" for err in field_errors(e, "job")]
+
+
+def _got(err: FieldError) -> str:
+    """The value that did not validate, shortened: none for a missing field or a whole section."""
+    if err.type == "missing" or isinstance(err.input, dict):
+        return ""
+    return f" (got {json.dumps(err.input, default=str)[:60]})"
 
 
 def json_object(raw: Any, what: str) -> dict[str, Any]:
@@ -269,7 +266,7 @@ def parse_job(raw: Any) -> Job:
     try:
         return Job.model_validate(raw)
     except ValidationError as e:
-        raise InvalidJob(_describe(e)) from None
+        raise InvalidJob("; ".join(problems(e))) from None
 
 
 def check_dataset(job: Job, manifest: Manifest) -> None:

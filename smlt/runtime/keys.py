@@ -13,8 +13,15 @@ RUNS = "runs/"
 PIPELINES = "pipelines/"
 STUDIES = "studies/"
 CODE = "code/"
-# The data bucket: where an uploaded manifest starts a retraining run (infra/stacks/trigger.py).
+# The data bucket: where an upload starts a retraining run (infra/stacks/trigger.py): a prepared
+# version's manifest, or the completion marker of a raw one.
 INCOMING = "incoming/"
+MANIFEST = "manifest.json"
+SUCCESS_MARKER = "_SUCCESS"
+# The data bucket: raw versions prepared in the cloud (smlt.runtime.steps.prepare). A prefix of
+# its own: the trigger rule never matches it, a raw upload is never overwritten, and a user's
+# own folders (datasets/ in the examples) are never written.
+PREPARED = "prepared/"
 
 # What a key function is given to make an IAM pattern instead of a key.
 ANY = "*"
@@ -122,6 +129,18 @@ def pipeline_job_key(pipeline: str) -> str:
     return f"{INCOMING}{pipeline}/job.json"
 
 
+def upload_key_pattern(name: str) -> str:
+    """The trigger rule's key pattern (EventBridge wildcard, `*` matches `/` too) of a version's
+    object `name`: incoming/<pipeline>/<version...>/<name>."""
+    return f"{INCOMING}{ANY}/{ANY}/{name}"
+
+
+def prepared_prefix(pipeline: str, version: str, tag: str) -> str:
+    """Where a raw version is prepared: one folder per upload of its marker (`tag`, from the
+    upload's key, ETag and sequencer), so a new upload never overwrites an earlier one's data."""
+    return f"{PREPARED}{pipeline}/{version}/{tag}/"
+
+
 # DynamoDB: one partition per run.
 def pk(run_id: str) -> str:
     return f"RUN#{run_id}"
@@ -137,6 +156,10 @@ ATTEMPT = "ATTEMPT#"
 
 
 META = "META"
+
+# The execution preparing a raw upload's run (smlt.runtime.steps.prepare): first writer wins, so a
+# duplicated event never prepares or trains twice.
+PREPARE = "PREPARE"
 
 
 def plan_sk(rnd: int) -> str:

@@ -47,7 +47,7 @@ from smlt.runtime.prices import Prices
 log = logging.getLogger(__name__)
 
 PREFIX = keys.ATTEMPT
-RUN_LEVEL = "run"  # the sk part of attempts of no round (finalize)
+RUN_LEVEL = "run"  # the sk part of attempts of no round (finalize, a raw upload's prepare)
 WRITE_PRIOR_S = 0.005  # the ATTEMPT PutItem's time before this process has measured one
 WRITE_WINDOW = 5  # the estimate is the median of this many of the process's last measured writes
 UNBILLABLE = frozenset({"InvalidEvent"})  # an event the handler refused: its run_id is not to be trusted
@@ -451,12 +451,15 @@ def round_transitions(attempts: list[AttemptItem], shape: bill.RoundShape) -> fl
     return passes * float(bill.requests(shape).transitions) + retries
 
 
-# Per execution: Start (Pass); at the end of a run: Plan's stop, ShouldTrain, Finalize, Done.
-EXECUTION_TRANSITIONS = 1
+# Per execution: Start (Pass), HowToStart (Choice); at the end of a run: Plan's stop, ShouldTrain,
+# Finalize, Done. A raw upload's run also passes PrepareData and DataPrepared once per attempt.
+EXECUTION_TRANSITIONS = 2
+PREPARE_TRANSITIONS = 2
+PREPARE_OP = "prepare_data"  # the Prepare function's event op (smlt.runtime.steps.events)
 
 
-def run_transitions(executions: int) -> float:
-    return EXECUTION_TRANSITIONS * max(1, executions) + bill.FINALIZE_TRANSITIONS
+def run_transitions(executions: int, prepared: int = 0) -> float:
+    return EXECUTION_TRANSITIONS * max(1, executions) + PREPARE_TRANSITIONS * prepared + bill.FINALIZE_TRANSITIONS
 
 
 def by_round(attempts: Iterable[AttemptItem]) -> dict[int | None, list[AttemptItem]]:
@@ -505,8 +508,9 @@ def run_ledger(
     for r in rounds:
         mine = grouped.pop(r.round, [])
         per_round[r.round] = breakdown(mine, round_transitions(mine, r.shape), prices, architecture)
-    rest = [a for group in grouped.values() for a in group]  # finalize, a stop plan's round
-    total = breakdown(rest, run_transitions(executions), prices, architecture)
+    rest = [a for group in grouped.values() for a in group]  # finalize, a stop plan's round, prepare
+    prepared = sum(1 for a in rest if a.op == PREPARE_OP)
+    total = breakdown(rest, run_transitions(executions, prepared), prices, architecture)
     for bd in per_round.values():
         total = total + bd
     return per_round, total

@@ -37,6 +37,7 @@ from smlt.runtime.job import BUILTIN_MODELS, CodeSpec, Job, ModelSpec
 from smlt.runtime.store import NotFound
 from smlt.runtime.tensors.digest import sha256_hex
 from smlt.runtime.tensors.format import header_length, parse_header
+from smlt.runtime.validation import describe
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +160,7 @@ def parse_card(raw: bytes | str, where: str) -> ModelCard:
     try:
         return ModelCard.model_validate_json(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "card"
-        raise InvalidModel(f"{where}: not an smlt model card ({field}: {err['msg']})") from None
+        raise InvalidModel(f"{where}: not an smlt model card ({describe(e, 'card', first=True)})") from None
 
 
 def read_card(blob: bytes, where: str) -> ModelCard | None:

@@ -92,6 +92,7 @@ class VersionRecord(BaseModel):
     by: str | None = None
     created_at: float = 0.0
     decided_at: float | None = None
+    notify_error: str | None = None  # why the decision's notification was not sent (smlt.runtime.notify)
 
 
 # --- preparing a version (client and cloud share it) ------------------------------------------
@@ -103,10 +104,14 @@ def version_name(folders: list[str]) -> str:
 
 
 def version_of(dataset_uri: str) -> tuple[str, str] | None:
-    """(pipeline, version) of a prepared version's s3://DATA/incoming/<pipeline>/<version>/ folder."""
+    """(pipeline, version) of a prepared version's folder: s3://DATA/incoming/<pipeline>/<version>/
+    (prepared by `smlt data prepare`) or s3://DATA/prepared/<pipeline>/<version>/<tag>/ (a raw
+    upload prepared in the cloud, smlt.runtime.steps.prepare)."""
     parts = dataset_uri.removeprefix("s3://").strip("/").split("/")[1:]
-    if len(parts) >= 3 and parts[0] == "incoming":
+    if len(parts) >= 3 and f"{parts[0]}/" == keys.INCOMING:
         return parts[1], version_name(parts[2:])
+    if len(parts) == 4 and f"{parts[0]}/" == keys.PREPARED:
+        return parts[1], parts[2]
     return None
 
 
@@ -138,6 +143,11 @@ def _write(uri: str, blob: bytes) -> None:
         Path(uri).write_bytes(blob)
 
 
+def write_features(uri: str, manifest: Manifest, generation: int) -> None:
+    """The pipeline's feature spec, fixed by `manifest`'s version (its first, or a new generation)."""
+    _write(uri, feature_spec(manifest, generation).model_dump_json(indent=1).encode())
+
+
 def read_features(uri: str) -> FeatureSpec | None:
     blob = _read(uri)
     if blob is None:
@@ -163,14 +173,25 @@ def prepare_version(source: str, dest: str, *, new_features: bool = False, **kwa
             )
         return prepare_dataset(source, dest, **kwargs), ""
     folder, pipeline, _ = where
-    spec_uri = f"{folder}/features.json"
+    return prepare_with_features(source, dest, f"{folder}/features.json", pipeline, new_features=new_features, **kwargs)
+
+
+def prepare_with_features(
+    source: str, dest: str, spec_uri: str, pipeline: str, *, new_features: bool = False, **kwargs: Any
+) -> tuple[Manifest, str]:
+    """A version of `pipeline` prepared into `dest` with the pipeline's feature spec at `spec_uri`
+    (the one rule of `prepare_version`, which the cloud's Prepare step shares): transformed with
+    the spec, or, when there is none yet or with new_features, fitting new features that become
+    the pipeline's next generation (written to `spec_uri` once the version is prepared)."""
+    from smlt.runtime.data.prepare import prepare_dataset
+
     current = read_features(spec_uri)
     if current is not None and not new_features:
         m = prepare_dataset(source, dest, features=current, **kwargs)
         return m, f"with pipeline {pipeline}'s features (generation {current.generation}, {spec_uri})"
     generation = current.generation + 1 if current is not None else 1
     m = prepare_dataset(source, dest, generation=generation, **kwargs)
-    _write(spec_uri, feature_spec(m, generation).model_dump_json(indent=1).encode())
+    write_features(spec_uri, m, generation)
     why = "a new generation (--new-features)" if current is not None else "its first version"
     return m, f"fixed pipeline {pipeline}'s features, generation {generation} ({why}) -> {spec_uri}"
 

@@ -1,13 +1,18 @@
-"""Retraining on upload: turn an S3 "Object Created" event for a manifest into a job.
+"""Retraining on upload: turn an S3 "Object Created" event of a pipeline version into its run.
 
 Layout in the data bucket:
 
     incoming/<pipeline>/job.json                 the pipeline's job (its dataset.uri is replaced)
-    incoming/<pipeline>/<version>/manifest.json  a new version of the data (+ its shards)
+    incoming/<pipeline>/<version>/manifest.json  a version prepared by `smlt data prepare` (+ its shards)
+    incoming/<pipeline>/<version>/_SUCCESS       a raw version's completion marker, written after its
+                                                 data (a CSV, Parquet or NPZ file, an image folder, a
+                                                 zip/tar of one); the state machine's Prepare step
+                                                 prepares it into prepared/<pipeline>/<version>/<tag>/
 
-The run id derives from the object (pipeline, version, etag), so a duplicated event maps to the
-same run and the planner starts nothing new. The run warm-starts from the pipeline's latest
-model (`pipelines/<pipeline>/latest.json` in the artifacts bucket, written when a run finishes).
+The run id derives from the object (pipeline, version, key, ETag, sequencer), so a duplicated
+event maps to the same run and starts nothing new, and a new upload of the same object (a new
+sequencer) is a new run. The run warm-starts from the pipeline's champion
+(`pipelines/<pipeline>/latest.json` in the artifacts bucket; smlt.runtime.pipeline).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from smlt.runtime import keys
@@ -22,33 +28,111 @@ from smlt.runtime.errors import InvalidJob
 from smlt.runtime.store import NotFound, S3Store
 
 
-def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
-    bucket, key = trigger.get("bucket"), trigger.get("key", "")
-    parts = key.split("/")
-    if not bucket or len(parts) < 4 or parts[0] != "incoming" or parts[-1] != "manifest.json":
-        raise InvalidJob(
-            f"trigger: expected s3://DATA/incoming/<pipeline>/<version>/manifest.json, got s3://{bucket}/{key}"
-        )
-    pipeline, folder = parts[1], "/".join(parts[:-1])
-    try:
-        job = json.loads(S3Store(bucket).get(keys.pipeline_job_key(pipeline)))
-    except NotFound:
-        raise InvalidJob(
-            f"trigger: pipeline {pipeline!r} has no job: upload s3://{bucket}/incoming/{pipeline}/job.json"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise InvalidJob(f"trigger: incoming/{pipeline}/job.json is not valid JSON ({e.msg})") from None
-    from smlt.runtime.pipeline import start_version, version_name
+@dataclass(frozen=True)
+class Upload:
+    """The upload an event names: a prepared version's manifest or a raw version's marker."""
 
-    version = version_name(parts[2:-1])
+    bucket: str
+    key: str
+    pipeline: str
+    version: str
+    folder: str  # incoming/<pipeline>/<version...>, no trailing slash
+    raw: bool  # a _SUCCESS marker: the data beside it is prepared in the cloud
+    tag: str  # tells uploads of the same key apart
+    run_id: str
+
+    @property
+    def dataset_folder(self) -> str:
+        """Where the run's prepared dataset is: the version's folder, or a raw upload's own
+        prepared/ prefix."""
+        return keys.prepared_prefix(self.pipeline, self.version, self.tag).rstrip("/") if self.raw else self.folder
+
+    @property
+    def dataset_uri(self) -> str:
+        return f"s3://{self.bucket}/{self.dataset_folder}/"
+
+
+def upload_of(trigger: dict[str, Any]) -> Upload:
+    """The upload of a trigger ({bucket, key, etag, sequencer}); InvalidJob for a key outside
+    incoming/<pipeline>/<version>/{manifest.json,_SUCCESS}."""
+    bucket, key = trigger.get("bucket"), str(trigger.get("key", ""))
+    parts = key.split("/")
+    names = (keys.MANIFEST, keys.SUCCESS_MARKER)
+    if (
+        not bucket
+        or len(parts) < 4
+        or f"{parts[0]}/" != keys.INCOMING
+        or parts[-1] not in names
+        or not all(parts[1:-1])
+    ):
+        raise InvalidJob(
+            f"trigger: expected s3://DATA/{keys.INCOMING}<pipeline>/<version>/{keys.MANIFEST} or "
+            f"{keys.SUCCESS_MARKER}, got s3://{bucket}/{key}"
+        )
+    from smlt.runtime.pipeline import version_name
+
+    pipeline, version = parts[1], version_name(parts[2:-1])
     # The sequencer tells uploads of the same object apart (a re-upload after a failed run
     # retrains); a duplicated delivery of one event carries the same one.
     upload = f"{key}:{trigger.get('etag', '')}:{trigger.get('sequencer', '')}"
     tag = hashlib.sha1(upload.encode()).hexdigest()[:8]
     run_id = f"{re.sub(r'[^A-Za-z0-9_-]', '-', pipeline)[:28]}-{version}-{tag}"
-    job.update(dataset={"uri": f"s3://{bucket}/{folder}/"}, pipeline=pipeline, run_id=run_id)
-    warm, _ = start_version(S3Store(bucket), S3Store(artifacts_bucket), pipeline, version, folder, run_id)
-    job["warm_start"] = warm
-    if warm is None:
-        job.pop("warm_start")
+    return Upload(
+        bucket=str(bucket),
+        key=key,
+        pipeline=pipeline,
+        version=version,
+        folder="/".join(parts[:-1]),
+        raw=parts[-1] == keys.SUCCESS_MARKER,
+        tag=tag,
+        run_id=run_id,
+    )
+
+
+def pipeline_job(bucket: str, pipeline: str) -> dict[str, Any]:
+    """The pipeline's job (incoming/<pipeline>/job.json), as uploaded; InvalidJob naming what to
+    upload when it is missing or not a JSON object."""
+    try:
+        job = json.loads(S3Store(bucket).get(keys.pipeline_job_key(pipeline)))
+    except NotFound:
+        raise InvalidJob(
+            f"trigger: pipeline {pipeline!r} has no job: upload s3://{bucket}/{keys.pipeline_job_key(pipeline)}"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise InvalidJob(f"trigger: {keys.pipeline_job_key(pipeline)} is not valid JSON ({e.msg})") from None
+    if not isinstance(job, dict):
+        raise InvalidJob(f"trigger: {keys.pipeline_job_key(pipeline)} is not a JSON object (a job)")
+    return job
+
+
+def run_job(upload: Upload, job: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline's job as the upload's run: its dataset (the job's source options kept), the
+    pipeline and the run id."""
+    dataset = job.get("dataset")
+    options = {k: v for k, v in dataset.items() if k != "uri"} if isinstance(dataset, dict) else {}
+    return {
+        **job,
+        "dataset": {**options, "uri": upload.dataset_uri},
+        "pipeline": upload.pipeline,
+        "run_id": upload.run_id,
+    }
+
+
+def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
+    upload = upload_of(trigger)
+    job = run_job(upload, pipeline_job(upload.bucket, upload.pipeline))
+    from smlt.runtime.pipeline import start_version
+
+    warm, _ = start_version(
+        S3Store(upload.bucket),
+        S3Store(artifacts_bucket),
+        upload.pipeline,
+        upload.version,
+        upload.dataset_folder,
+        upload.run_id,
+    )
+    if warm is not None:
+        job["warm_start"] = warm
+    else:
+        job.pop("warm_start", None)
     return job

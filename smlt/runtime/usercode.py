@@ -47,7 +47,7 @@ MAX_CODE_BYTES = 50 * 2**20
 # Compiled extensions: built for another platform or Python than the image's, they cannot load.
 _COMPILED = re.compile(r"\.(so|pyd|dylib|dll)(\.\d+)*$", re.IGNORECASE)
 # Top-level names the image provides: a user's copy would shadow the pinned one.
-IMAGE_PACKAGES = frozenset({"smlt", "lambdas", "torch", "torchvision", "numpy", "PIL", "safetensors"})
+IMAGE_PACKAGES = frozenset({"smlt", "lambdas", "torch", "torchvision", "numpy", "PIL", "safetensors", "pyarrow"})
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can record
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -51,6 +52,18 @@ AGG_SLICE_MB = 64.0
 # A round's per-worker draws: standard normal, then uniform on [0, 1) (the order keys each stream)
 NORMAL = ("init", "bw_in", "bw_out", "noise", "rest")
 UNIFORM = ("u_strag", "slow", "fan", "recycle", "keep", "fault", "fault_x")
+
+
+@lru_cache(maxsize=1 << 15)
+def _drawn(seed: int, rnd: int, key: tuple[int, ...], normal: bool, size: int | None):
+    """The draws of stream (seed, round, key): standard normal or uniform, one (size None) or
+    `size`. Every planner a scenario compares meets the same draws, so they are drawn once per
+    process and shared (read-only): a generator's seeding costs more than a round's arithmetic."""
+    rng = np.random.default_rng([seed, rnd, *key])
+    out = rng.standard_normal(size) if normal else rng.random(size)
+    if size is not None:
+        out.flags.writeable = False
+    return out
 
 
 @dataclass
@@ -117,22 +130,26 @@ class Cloud:
         return float(self.prices.lambda_cost(mb, seconds, self.architecture))
 
     # ----------------------------------------------------------------- random numbers
-    def _rng(self, *key: int) -> np.random.Generator:
-        return np.random.default_rng([self.w.seed, self.round, *key])
+    def _normal(self, *key: int, size: int | None = None):
+        """Standard normal draws of this round's stream `key` (`_drawn`)."""
+        return _drawn(self.w.seed, self.round, key, True, size)
+
+    def _uniform(self, *key: int, size: int | None = None):
+        """Uniform draws on [0, 1) of this round's stream `key` (`_drawn`)."""
+        return _drawn(self.w.seed, self.round, key, False, size)
 
     def _draws(self, n: int) -> dict[str, np.ndarray]:
         """Round r's per-worker draws: worker i's depend on (seed, r, i's position, what) only."""
         size = max(n, 1)
-        out = {}
-        for j, what in enumerate(NORMAL + UNIFORM):
-            rng = self._rng(10, j)
-            out[what] = rng.standard_normal(size) if what in NORMAL else rng.random(size)
-        return out
+        return {
+            what: self._normal(10, j, size=size) if what in NORMAL else self._uniform(10, j, size=size)
+            for j, what in enumerate(NORMAL + UNIFORM)
+        }
 
     # ----------------------------------------------------------------- one planner call
     def plan_call(self, seconds: float = 0.3) -> tuple[float, float]:
         cold = self.now - self.plan_last > 600.0
-        s = seconds * float(np.exp(0.2 * self._rng(1).standard_normal())) + (0.9 if cold else 0.0)
+        s = seconds * float(np.exp(0.2 * self._normal(1))) + (0.9 if cold else 0.0)
         self.plan_last = self.now + s
         return s, self._lambda(self.sizes.planner_memory_mb, s)
 
@@ -274,7 +291,7 @@ class Cloud:
         plan_s, _ = plan if plan is not None else self.plan_call()  # its cost is in the round's bill
         t_start = self.now + plan_s + 3 * w.state_s
         z = self._draws(n)
-        common = math.exp(w.round_sigma * float(self._rng(2).standard_normal()))
+        common = math.exp(w.round_sigma * float(self._normal(2)))
 
         pool = self._warm_pool(m, t_start, z)
         warm = min(n, len(pool))
@@ -304,7 +321,7 @@ class Cloud:
         self.prev_n = n
         distributed = self.sizes.fanout.kind(n) == "distributed"
         lo, hi = w.distributed_overhead_s
-        map_run = lo + (hi - lo) * float(self._rng(3).random()) if distributed else 0.0
+        map_run = lo + (hi - lo) * float(self._uniform(3)) if distributed else 0.0
         workers_end = max(ends) + map_run
         oks = [t for t in timings if t.error is None]
         agg_s = self._aggregate_s(len(oks), k, t_start + workers_end)
@@ -380,7 +397,7 @@ class Cloud:
             write_s, tokens = w.link.transfer(sl, w.link.refill(tokens, sum_s))
             write_s += w.put_s
         s = ((1.0 if cold else 0.0) + 0.2 + oks * w.get_s + read_s + sum_s + write_s) * math.exp(
-            0.1 * float(self._rng(4).standard_normal())
+            0.1 * float(self._normal(4))
         )
         self.agg_last = t + s
         self.agg_tokens = tokens
@@ -390,7 +407,7 @@ class Cloud:
         """The round's metrics: of the model it started from, measured on the validation rows."""
         loss = self.loss(acc)
         if self.metric_noise:
-            z = self._rng(5).standard_normal(2)
+            z = self._normal(5, size=2)
             v = self.workload.val_rows
             acc = float(np.clip(acc + z[0] * math.sqrt(max(acc * (1 - acc), 1e-4) / v), 0, 1))
             loss = float(loss * math.exp(0.01 * z[1]))
@@ -399,7 +416,7 @@ class Cloud:
     def finalize(self) -> tuple[float, float]:
         """The last Plan's Choice and the Finalize state: the planner Lambda writes final/
         (copy + metrics); transitions Plan, ShouldTrain/Continue, Finalize, Done."""
-        s = 1.0 * float(np.exp(0.2 * self._rng(6).standard_normal()))
+        s = 1.0 * float(np.exp(0.2 * self._normal(6)))
         cost = float(bill.finalize_usd(self.prices, self.architecture, self.sizes.planner_memory_mb, s))
         self.now += s + 2 * self.w.state_s
         self.cost += cost

@@ -1,5 +1,7 @@
 """The simulator's learning curves: replayed from runs recorded here (bench/record_curves.py,
-data in smlt/sim/curves/), never from the planner's progress model.
+data in smlt/sim/curves/ for the four the planner was tuned on, bench/curves/held-out/ for the
+held-out ones), never from the planner's progress model. A curve file carries what its workload
+needs beside the curves (`Recording`: family, target, rows, bytes, FLOPs, step time).
 
 A recording holds, per (workers n, local steps k) of a small grid, the validation loss and
 accuracy of the global model after every round of local SGD, against the samples trained.
@@ -25,26 +27,121 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-CURVES = Path(__file__).with_name("curves")
+from smlt.runtime.validation import field_errors
+from smlt.sim.world import EFFICIENCY
+
+CURVES = Path(__file__).with_name("curves")  # the four the planner's constants were tuned on
 LEVELS = 80  # accuracy levels the interpolation works on
+RECORD = "bench/record_curves.py"
 
 
 class CurveDataError(ValueError):
     """A curve file is missing or malformed."""
 
 
-def load(name: str, folder: Path = CURVES) -> dict[str, Any]:
-    path = folder / f"{name}.json"
-    if not path.exists():
-        raise CurveDataError(f"{path}: no recorded curves for {name!r} (run bench/record_curves.py --only {name})")
-    data: dict[str, Any] = json.loads(path.read_text())
-    if not data.get("runs"):
-        raise CurveDataError(f"{path}: 'runs' is empty; re-record it with bench/record_curves.py --only {name}")
+class Run(BaseModel):
+    """One recorded setting: its curve's points are [round, samples, val_loss, val_accuracy]."""
+
+    workers: PositiveInt
+    local_steps: PositiveInt
+    curve: list[Annotated[list[float], Field(min_length=4, max_length=4)]] = Field(min_length=1)
+    step_s_per_sample: PositiveFloat | None = None
+
+
+class Recording(BaseModel):
+    """What a curve file must carry for the simulator to replay it as a workload (the fields
+    bench/record_curves.py writes; others are kept as recorded)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    family: str  # one of smlt/sim/world.py's EFFICIENCY: the world's multi-thread speed-up
+    target: float = Field(gt=0.0, le=1.0)  # the scenarios' val_accuracy target
+    model: dict[str, Any]  # the recorded job's model (a ModelSpec)
+    source: str  # the dataset source (its sample shape, when the file does not say it)
+    batch: PositiveInt
+    train_rows: PositiveInt
+    val_rows: PositiveInt
+    sample_bytes: PositiveInt
+    params: PositiveInt
+    flops_per_sample: PositiveFloat
+    activation_bytes_per_sample: NonNegativeFloat = 0.0
+    step_s_per_sample: PositiveFloat | None = None
+    sample_shape: list[PositiveInt] | None = None
+    outputs: PositiveInt | None = None
+    vocab_size: PositiveInt | None = None
+    runs: list[Run] = Field(min_length=1)
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, v: str) -> str:
+        if v not in EFFICIENCY:
+            raise ValueError(f"unknown family {v!r}: use one of {', '.join(EFFICIENCY)}")
+        return v
+
+    @model_validator(mode="after")
+    def _complete(self) -> Recording:
+        if self.step_s_per_sample is None and any(r.step_s_per_sample is None for r in self.runs):
+            raise ValueError("field 'step_s_per_sample': give it for the recording or for every run")
+        have = {(r.workers, r.local_steps) for r in self.runs}
+        grid = {(n, k) for n in {r.workers for r in self.runs} for k in {r.local_steps for r in self.runs}}
+        if have != grid:
+            missing = ", ".join(f"{n} x {k}" for n, k in sorted(grid - have))
+            raise ValueError(f"field 'runs': the grid of (workers, local steps) is not full: none at {missing}")
+        return self
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A curve file's recording, checked: a CurveDataError naming the file and the field otherwise."""
+    if not path.is_file():
+        raise CurveDataError(f"{path}: no such curve file (record one with {RECORD} --out {path.parent})")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CurveDataError(f"{path}: not JSON ({e}); re-record it with {RECORD}") from None
+    if not isinstance(data, dict):
+        raise CurveDataError(f"{path}: a curve file holds one JSON object (bench/record_curves.py's format)")
+    try:
+        rec = Recording.model_validate(data)
+    except ValidationError as e:
+        err = field_errors(e)[0]
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise CurveDataError(
+            f"{path}: {f'field {err.path!r}: ' if err.path else ''}{err.message}{more}; "
+            f"fix it or re-record the file with {RECORD}"
+        ) from None
+    if rec.name != path.stem:
+        raise CurveDataError(f"{path}: field 'name' is {rec.name!r}: it must be the file's name, {path.stem!r}")
     return data
+
+
+def load(name: str, folder: Path = CURVES) -> dict[str, Any]:
+    return read(folder / f"{name}.json")
+
+
+def load_folder(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every recording in a folder of curve files (NAME.json), by name."""
+    if not folder.is_dir():
+        raise CurveDataError(f"{folder}: no such folder of curve files")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise CurveDataError(f"{folder}: no curve files (NAME.json, written by {RECORD} --out {folder})")
+    return {f.stem: read(f) for f in files}
 
 
 def _samples_to_reach(curve: np.ndarray, levels: np.ndarray) -> np.ndarray:

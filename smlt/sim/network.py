@@ -32,6 +32,8 @@ class Link:
     def transfer(self, mb, tokens, scale=1.0):
         """Seconds to move `mb` starting with `tokens` in the bucket, and the tokens left after.
         `scale` multiplies both rates (this transfer's network weather)."""
+        if isinstance(mb, float | int) and isinstance(tokens, float | int) and isinstance(scale, float | int):
+            return self._transfer_one(float(mb), float(tokens), float(scale))
         mb = np.asarray(mb, dtype=float)
         tokens = np.clip(np.asarray(tokens, dtype=float), 0.0, self.bucket_mb)
         burst = self.burst_mbps * np.asarray(scale, dtype=float)
@@ -44,8 +46,23 @@ class Link:
         left = np.where(within, tokens - drain * mb / burst, 0.0)
         return _out(seconds), _out(left)
 
+    def _transfer_one(self, mb: float, tokens: float, scale: float) -> tuple[float, float]:
+        """`transfer` of one worker's numbers in plain floats: the same operations in the same
+        order (so the same results), without numpy's cost on scalars (the simulator's hot path)."""
+        tokens = min(max(tokens, 0.0), self.bucket_mb)
+        burst = self.burst_mbps * scale
+        sustained = self.sustained_mbps * scale
+        drain = max(burst - sustained, 1e-9)
+        burst_s = tokens / drain
+        burst_mb = burst * burst_s
+        if mb <= burst_mb:
+            return mb / burst, tokens - drain * mb / burst
+        return burst_s + (mb - burst_mb) / sustained, 0.0
+
     def refill(self, tokens, idle_s):
         """The tokens after `idle_s` seconds without a transfer."""
+        if isinstance(tokens, float | int) and isinstance(idle_s, float | int):
+            return min(self.bucket_mb, float(tokens) + self.sustained_mbps * max(float(idle_s), 0.0))
         idle = np.maximum(np.asarray(idle_s, dtype=float), 0.0)
         return _out(np.minimum(self.bucket_mb, np.asarray(tokens, dtype=float) + self.sustained_mbps * idle))
 

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from smlt.runtime.config import FunctionSizes
 from smlt.runtime.evaluation import target_reached
 from smlt.runtime.job import Job, ModelSpec
+from smlt.runtime.planner import round_memo
 from smlt.runtime.planner.footprint import model_cost
 from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory
 from smlt.runtime.prices import Prices
@@ -85,16 +87,21 @@ def simulate(
     max_rounds_hard: int = 5000,
     give_flops: bool = False,
     world: World | None = None,
+    sizes: FunctionSizes | None = None,
 ) -> SimResult:
+    """Run `planner` until it stops, or the target is met. `sizes`: the deployed functions' sizes
+    the cloud runs with (None: `FunctionSizes()`, what the planner reads when given none)."""
     prices = prices or Prices()
-    cloud = Cloud(workload, prices, architecture, seed, world=world)
+    cloud = Cloud(workload, prices, architecture, seed, world=world, sizes=sizes or FunctionSizes())
     hist = history_of(workload, give_flops, job.model)
+    memo: dict = {}  # the records never change once made: the planner's timing fits observe each once
     decisions = []
     plan_wall = 0.0
     reason, bound, reached, infeasible = "", "", False, False
     while True:
         t0 = time.perf_counter()
-        d = planner(job, hist, tiers, prices, architecture)
+        with round_memo(memo):
+            d = planner(job, hist, tiers, prices, architecture)
         plan_wall += time.perf_counter() - t0
         plan = cloud.plan_call()
         decisions.append(
@@ -105,6 +112,7 @@ def simulate(
                 "m": d.memory_mb,
                 "k": d.local_steps,
                 "bound": d.bound,
+                "rule": d.rule,
                 "explore": d.explore,
                 "reason": d.reason,
                 "pred_round_s": d.predicted_round_s,
@@ -114,11 +122,7 @@ def simulate(
         if d.action == "stop" or len(hist.rounds) >= max_rounds_hard:
             reason, bound, infeasible = d.reason, d.bound, d.infeasible
             fails = d.infeasible and not job.constraints.best_effort
-            evaluate = (
-                bound in ("max_rounds", "deadline", "target", "stopped")
-                and hist.rounds
-                and hist.rounds[-1].local_steps > 0
-            )
+            evaluate = d.evaluates_first and hist.rounds and hist.rounds[-1].local_steps > 0
             if fails or not evaluate:  # else the plan is part of the evaluation round's bill
                 cloud.now += plan[0]
                 cloud.cost += plan[1]

@@ -1,8 +1,10 @@
-"""Simulated workloads: the model zoo as recorded here (smlt/sim/curves/, bench/record_curves.py).
+"""Simulated workloads: the model zoo as recorded here (bench/record_curves.py): the four the
+planner was tuned on (smlt/sim/curves/, `WORKLOADS`) or any folder of curve files (`load_workloads`).
 
-Each workload is one recording: its curves (smlt.sim.curves), the parameters and training FLOPs
-per sample that smlt's workers measure (smlt.runtime.train.measure), the step time per sample measured on
-one thread of this machine, the dataset's rows and bytes. `scaled(f)` is the same model on a
+Each workload is one recording, and everything it needs is in its file (smlt.sim.curves.Recording):
+its curves, its model family and accuracy target, the parameters and training FLOPs per sample
+that smlt's workers measure (smlt.runtime.train.measure), the step time per sample measured on one
+thread of this machine, the dataset's rows and bytes. `scaled(f)` is the same model on a
 dataset f times larger, needing f times the samples (the same epochs) and f times the bytes.
 The planner never sees any of this but what the deployed system records.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,21 +23,21 @@ from smlt.runtime.capacity import memory_needed_mb, shard_bytes_held
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.sources import load_source
 from smlt.runtime.job import ModelSpec
-from smlt.sim.curves import CURVES, Curves, load
+from smlt.sim.curves import CURVES, Curves, load_folder
 
 SHARDS = 16  # the CLI's default shards per dataset; a worker holds ~3 shards' bytes at once
-FAMILIES = {"digits-mlp": "mlp", "digits-cnn": "cnn", "resnet18": "resnet", "transformer": "transformer"}
-# Accuracy targets: the example jobs' for digits (examples/digits-cnn.json); for the short
-# ResNet-18 and transformer recordings, a level the best two recorded settings pass.
-TARGETS = {"digits-mlp": 0.97, "digits-cnn": 0.97, "resnet18": 0.55, "transformer": 0.70}
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
-    family: str
     data: dict[str, Any] = field(repr=False)
     scale: float = 1.0
+
+    @property
+    def family(self) -> str:
+        """The model family (smlt/sim/world.py's EFFICIENCY: its multi-thread speed-up)."""
+        return str(self.data["family"])
 
     @cached_property
     def curves(self) -> Curves:
@@ -47,7 +50,11 @@ class Workload:
 
     @cached_property
     def sample_shape(self) -> tuple[tuple[int, ...], int, int | None]:
-        """(sample shape, outputs, vocab size) of the recorded dataset, as its manifest says."""
+        """(sample shape, outputs, vocab size) of the recorded dataset, as its manifest says (the
+        recording's own fields; else read off its source)."""
+        d = self.data
+        if d.get("sample_shape") and d.get("outputs"):
+            return tuple(int(x) for x in d["sample_shape"]), int(d["outputs"]), d.get("vocab_size")
         src = load_source(self.data["source"], SourceOptions())
         assert src.x is not None, "the recordings' sources are arrays"
         return tuple(int(d) for d in src.x.shape[1:]), int(len(np.unique(src.y))), src.vocab_size
@@ -103,8 +110,8 @@ class Workload:
 
     @property
     def target(self) -> float:
-        """The scenarios' accuracy target (TARGETS)."""
-        return TARGETS[self.name.split("-x")[0]]
+        """The scenarios' accuracy target (val_accuracy), as the recording says."""
+        return float(self.data["target"])
 
     def scaled(self, factor: float) -> Workload:
         return replace(self, name=f"{self.name}-x{factor:g}", scale=self.scale * factor)
@@ -116,15 +123,13 @@ class Workload:
         return next((t for t in sorted(tiers) if self.fits(t)), max(tiers))
 
 
-def _load_all() -> dict[str, Workload]:
-    return {
-        name: Workload(name, family, load(name))
-        for name, family in FAMILIES.items()
-        if (CURVES / f"{name}.json").exists()
-    }
+def load_workloads(folder: Path = CURVES) -> dict[str, Workload]:
+    """Every recording in a folder of curve files as a workload, by name (a CurveDataError naming
+    the file and the field when one lacks something)."""
+    return {name: Workload(name, data) for name, data in load_folder(folder).items()}
 
 
-WORKLOADS: dict[str, Workload] = _load_all()
+WORKLOADS: dict[str, Workload] = load_workloads()  # the four the planner's constants were tuned on
 
 
 def describe(w: Workload) -> str:

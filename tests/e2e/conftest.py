@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+NOTIFY_TOPIC = "arn:aws:sns:us-east-1:123456789012:smlt-e2e-decisions"  # the local engine's account and region
+
 
 @pytest.fixture(scope="session")
 def iam_log(tmp_path_factory):
@@ -21,7 +23,11 @@ def local(tmp_path_factory, iam_log):
     from smlt.runner import start_engine
 
     os.environ.update(iam_record.enable(iam_log))  # before the engine: its handlers inherit it
-    engine, names, injector = start_engine(None)
+    # The team's SNS topic for the gate's decisions (tests/e2e/test_notify.py): the stack is
+    # synthesized with it, as cdk.json `notify_topic_arn`, and the topic made on moto, as a team
+    # makes its own before deploying.
+    engine, names, injector = start_engine(None, context={"notify_topic_arn": NOTIFY_TOPIC})
+    engine.client("sns").create_topic(Name=NOTIFY_TOPIC.rsplit(":", 1)[1])
     yield engine, names
     engine.stop()
 

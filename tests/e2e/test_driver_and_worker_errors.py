@@ -135,9 +135,9 @@ def test_a_second_execution_of_a_run_id_ends_run_in_progress_and_trains_nothing(
     assert statuses == [("FAILED", "RunInProgress"), ("SUCCEEDED", "")], statuses
     loser = next(arn for arn, d in ends.items() if d["status"] == "FAILED")
     assert "one driver per run" in ends[loser]["cause"]
-    # The refused execution entered Plan only: no Map, no aggregation, no Finalize.
+    # The refused execution entered Plan only (after the start's routing): no Map, no aggregation, no Finalize.
     entered = {e["stateEnteredEventDetails"]["name"] for e in engine.history(loser) if "stateEnteredEventDetails" in e}
-    assert entered == {"Start", "Plan"}, entered
+    assert entered == {"Start", "HowToStart", "Plan"}, entered
     # The run's cost is one run's: each round trained once, by one set of workers.
     art = S3Store(names.artifacts_bucket, client=engine.client("s3"))
     metrics = json.loads(art.get(keys.final_metrics_key("one-driver")))

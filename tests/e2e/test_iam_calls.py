@@ -50,3 +50,36 @@ def test_a_run_calls_only_what_its_roles_allow_and_a_removed_grant_is_denied(loc
     (planner,) = _names(role_policies, "Planner")
     cut = role_policies.without(planner, "dynamodb:PutItem", "")
     assert any(d.operation == "dynamodb:PutItem" for d in iam_record.check(calls, cut).denied)
+
+
+def test_a_raw_upload_prepares_with_only_what_the_prepare_role_allows(local, iam_log, role_policies, tmp_path):
+    """The Prepare function reads the raw upload under incoming/ and writes only prepared/ and the
+    pipeline's features; without its PutObject on prepared/ the shards it writes are denied."""
+    from smlt.local.eventbridge import UploadTrigger
+    from tests.e2e.test_pipeline import _houses
+
+    engine, names = local
+    s3 = engine.client("s3")
+    _, start = iam_record.read(iam_log, iam_log.stat().st_size if iam_log.exists() else 0)
+    job = {"name": "iamraw", "dataset": {"uri": "x"}, "training": {"max_rounds": 1, "local_steps": 2}}
+    s3.put_object(Bucket=names.data_bucket, Key="incoming/iamraw/job.json", Body=json.dumps(job).encode())
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
+    s3.put_object(
+        Bucket=names.data_bucket, Key="incoming/iamraw/v1/h.csv", Body=Path(_houses(tmp_path / "h.csv", 1)).read_bytes()
+    )
+    s3.put_object(Bucket=names.data_bucket, Key="incoming/iamraw/v1/_SUCCESS", Body=b"")
+    (arn,) = trigger.poll()
+    assert engine.wait(arn, interval=0.1)["status"] == "SUCCEEDED"
+    calls, _ = iam_record.read(iam_log, start)
+
+    report = iam_record.check(calls, role_policies)
+    assert report.denied == [], report.summary()
+    (prepare,) = _names(role_policies, "Prepare")
+    ops = {c["operation"] for c in calls if c["function"] == prepare}
+    assert {"s3:HeadObject", "s3:GetObject", "s3:PutObject", "s3:ListObjectsV2", "dynamodb:PutItem"} <= ops, ops
+
+    cut = role_policies.without(prepare, "s3:PutObject", "/prepared/")
+    denied = iam_record.check(calls, cut).denied
+    assert denied and {d.function for d in denied} == {prepare}
+    assert all(d.request.action == "s3:PutObject" and "/prepared/iamraw/v1/" in d.request.resource for d in denied)

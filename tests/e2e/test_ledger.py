@@ -32,6 +32,10 @@ COLD_S = 0.02
 # The last ATTEMPT item of a process in a run holds an estimate of its own write's time (no later
 # item corrects it, smlt.runtime.ledger): a DynamoDB PutItem on the local moto server.
 LAST_WRITE_S = 0.1
+# The meter's clock reads and the handler process's are different instants: a preemption between
+# them (a scheduler slice of a loaded 2-core machine, seen 3.8 ms) moves one invocation's time out
+# of the ledger's window. Allowed for a few invocations of a run, never for most.
+PREEMPT_S = 0.01
 
 
 @contextmanager
@@ -155,12 +159,15 @@ def test_the_ledger_is_the_engines_record_and_the_servers_count_with_faults(loca
     def allowed(rid):
         return runs[rid] * PER_INVOCATION_S + (LAST_WRITE_S if rid in last else 0) + (COLD_S if rid in cold else 0)
 
-    off = {
-        rid: [round(ledger_s[rid] - engine_s[rid], 4), [b for b in billed if b.request_id == rid]]
-        for rid in engine_s
-        if abs(ledger_s[rid] - engine_s[rid]) > allowed(rid)
-    }
-    assert not off, off
+    def off(slack):
+        return {
+            rid: [round(ledger_s[rid] - engine_s[rid], 4), [b for b in billed if b.request_id == rid]]
+            for rid in engine_s
+            if abs(ledger_s[rid] - engine_s[rid]) > allowed(rid) + slack
+        }
+
+    assert not off(PREEMPT_S), off(PREEMPT_S)
+    assert len(off(0.0)) <= max(2, len(engine_s) // 20), off(0.0)  # preempted: a few, not most
     assert len(last) <= 2 * engine.pool.size + 2  # at most a few: one per process (and replacement)
     ledger_gb_s = sum(a.gb_s for a in attempts)
     engine_init = sum(b.memory_mb / 1024 * b.init_s for b in billed)

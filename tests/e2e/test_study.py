@@ -5,7 +5,7 @@ and the same through the deployed path (boto3 against the stack's outputs)."""
 import json
 from pathlib import Path
 
-from smlt import tune
+from smlt import studies as tune
 from smlt.console import publish_outputs
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from smlt import tune
+from smlt import studies as tune
 from smlt.cli import main
 from smlt.runtime.errors import StudyFailed
 

@@ -506,6 +506,28 @@ def test_a_finished_executions_history_leaves_memory_and_reads_back_as_moto_kept
     assert json.loads(spilled[-1]["executionSucceededEventDetails"]["output"]) == json.loads(d["output"])
 
 
+def test_a_history_read_while_the_execution_ends_is_whole(engine, monkeypatch):
+    """The end of an execution spills its history under the event mutex; a reader that found it
+    unspilled and then waited on that mutex copies the emptied list. It must read the file."""
+    from smlt.local import memory
+
+    spill = memory.spill_history
+    monkeypatch.setattr(memory, "spill_history", lambda execution: None)
+    arn, d = _run(engine, workers=["ok"], rounds=1)
+    _output(d)
+    execution = _moto_execution(arn)
+    manager = execution.exec_worker.env.event_manager
+    whole = manager.get_event_history()
+    copy = manager.get_event_history
+
+    def spilled_first():  # the terminating thread took the mutex first
+        spill(execution)
+        return copy()
+
+    monkeypatch.setattr(manager, "get_event_history", spilled_first)
+    assert _shape(engine.history(arn)) == _shape(whole) and whole
+
+
 def test_s3_bodies_live_in_the_spill_file_and_read_back_whole_ranged_copied_and_overwritten(engine):
     import hashlib
 

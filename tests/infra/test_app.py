@@ -92,7 +92,7 @@ def test_context_overrides_from_cli_strings(tmp_path):
     assert tiers == [1769, 2048]
     for lid, fn in fns.items():
         assert fn["Properties"]["Architectures"] == ["arm64"]
-        if not lid.startswith("StudyController"):  # it reads only the table and bucket names
+        if not lid.startswith(("StudyController", "FunctionsPrepare")):  # they read only table and bucket names
             assert fn["Properties"]["Environment"]["Variables"]["SMLT_ARCHITECTURE"] == "arm64"
     planner = next(v for k, v in fns.items() if k.startswith("FunctionsPlanner"))
     assert planner["Properties"]["Environment"]["Variables"]["SMLT_MAX_CONCURRENCY"] == "16"

@@ -54,6 +54,13 @@ def test_every_task_has_a_timeout_and_retries(states):
         "AggregateFinish",
         "Finalize",
         "Chain",
+        "PrepareData",
+        "PartStatsPart",
+        "MergeStats",
+        "PartMomentsPart",
+        "MergeMoments",
+        "PartShardsPart",
+        "FinishParts",
     }
     for name, st in tasks.items():
         assert "TimeoutSeconds" in st or "TimeoutSecondsPath" in st, name
@@ -68,10 +75,14 @@ def test_every_task_has_a_timeout_and_retries(states):
         assert throttle["BackoffRate"] > 1 and throttle["MaxAttempts"] >= 3, name
         assert retried["Lambda.ServiceException"]["BackoffRate"] > 1, name
         # The idempotent control steps run again when their process died (not the workers: a
-        # worker's failure is the Map's business, nor Chain).
-        if name not in ("TrainWorker", "TrainWorkerDistributed", "Chain"):
+        # worker's failure is the Map's business, nor Chain, nor PrepareData: out of memory on an
+        # input would die again).
+        # A part's child neither: it prepares its part as PrepareData prepares an input.
+        if name not in ("TrainWorker", "TrainWorkerDistributed", "Chain", "PrepareData") and not name.endswith("Part"):
             died = retried["Runtime.ExitError"]
             assert retried["Lambda.Unknown"] is died and died["BackoffRate"] > 1 and died["MaxAttempts"] >= 2, name
+        else:
+            assert "Runtime.ExitError" not in retried, name
 
 
 def test_contract_shape(states, synth):
@@ -79,8 +90,53 @@ def test_contract_shape(states, synth):
     assert states["Start"] == {
         "Type": "Pass",
         "Parameters": {"job.$": "$", "execution.$": "$$.Execution.Name"},
-        "Next": "Plan",
+        "Next": "HowToStart",
     }
+    # A raw upload's marker (smlt.runtime.trigger) is prepared first; anything else is planned.
+    how_to_start = states["HowToStart"]
+    assert how_to_start["Choices"] == [
+        {
+            "And": [
+                {"Variable": "$.job.trigger.key", "IsPresent": True},
+                {"Variable": "$.job.trigger.key", "StringMatches": "incoming/*/_SUCCESS"},
+            ],
+            "Next": "PrepareData",
+        }
+    ]
+    assert how_to_start["Default"] == "Plan"
+    prepare = states["PrepareData"]
+    assert prepare["Resource"] == _fn_arn(synth, "FunctionsPrepare")
+    assert prepare["Parameters"] == {"op": "prepare_data", "trigger.$": "$.job.trigger", "execution.$": "$.execution"}
+    assert prepare["ResultPath"] == "$.prepared" and prepare["Next"] == "DataPrepared"
+    assert prepare["TimeoutSeconds"] == 960  # the function's 15 minutes and the task's headroom
+    prepared = states["DataPrepared"]
+    assert prepared["Choices"] == [
+        {"Variable": "$.prepared.action", "StringEquals": "duplicate", "Next": "Duplicate"},
+        {"Variable": "$.prepared.action", "StringEquals": "parts", "Next": "PartStats"},
+    ]
+    assert prepared["Default"] == "Plan"
+    # A table in many files (smlt.runtime.steps.prepare_parts): a Distributed Map per pass over
+    # $.prepared.parts, each child's error caught in the child, the step after the Map raising it.
+    chain = [
+        ("PartStats", "part_stats", "MergeStats"),
+        ("PartMoments", "part_moments", "MergeMoments"),
+        ("PartShards", "part_shards", "FinishParts"),
+    ]
+    for fan, op, after in chain:
+        m = states[fan]
+        assert m["Type"] == "Map" and m["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+        assert m["ItemsPath"] == "$.prepared.parts" and m["ResultPath"] == "$.part_results" and m["Next"] == after
+        assert m["ItemSelector"]["op"] == op
+        assert m["ItemSelector"]["part.$"] == "$$.Map.Item.Value.part"
+        child = m["ItemProcessor"]["States"][f"{fan}Part"]
+        assert child["Resource"] == _fn_arn(synth, "FunctionsPrepare") and "Parameters" not in child  # the item
+        (catch,) = child["Catch"]
+        assert catch["ErrorEquals"] == ["States.ALL"] and catch["Next"] == f"{fan}Failed"
+        assert states[after]["Parameters"]["results.$"] == "$.part_results"
+    assert states["MergeStats"]["Next"] == "StatsMerged"
+    assert states["StatsMerged"]["Default"] == "PartMoments"
+    assert states["ReadAsText"]["Next"] == "PartStats"
+    assert states["FinishParts"]["ResultPath"] == "$.prepared" and states["FinishParts"]["Next"] == "Plan"
     plan = states["Plan"]
     assert plan["Resource"] == planner
     assert plan["Parameters"] == {

@@ -70,7 +70,8 @@ def test_roles_have_no_managed_or_inline_policies(synth):
 
 def test_one_role_per_function_trusting_lambda_only(synth):
     fn_roles = [fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in synth.resources("AWS::Lambda::Function").values()]
-    assert len(set(fn_roles)) == len(fn_roles) == 3 + len(DEFAULT_TIERS)  # planner, aggregate, study controller
+    # planner, aggregate, prepare, study controller, the tiers
+    assert len(set(fn_roles)) == len(fn_roles) == 4 + len(DEFAULT_TIERS)
     for rid in fn_roles:
         doc = synth.template["Resources"][rid]["Properties"]["AssumeRolePolicyDocument"]
         (st,) = doc["Statement"]
@@ -116,8 +117,29 @@ def test_function_roles_are_scoped(synth):
     assert aggregate["s3:PutObject"] == {runs}
     assert not any(a.startswith(("states:", "lambda:")) for a in aggregate)
 
+    # Prepare reads raw uploads under incoming/ and writes only prepared/ and a pipeline's
+    # feature spec: no object of the artifacts bucket, nothing else of the data bucket.
+    prepare = _grants(synth, "FunctionsPrepareRole")
+    incoming, prepared = f"<{data}.Arn>/incoming/*", f"<{data}.Arn>/prepared/*"
+    assert prepare["s3:GetObject"] == {incoming, prepared}
+    assert prepare["s3:PutObject"] == {prepared, f"<{data}.Arn>/incoming/*/features.json"}
+    assert prepare["s3:DeleteObject"] == {prepared}
+    assert prepare["s3:ListBucket"] == {f"<{data}.Arn>"}
+    assert not any(a.startswith(("states:", "lambda:")) for a in prepare)
+    listing = [
+        st
+        for _, roles, st in _statements(synth)
+        if any(r.startswith("FunctionsPrepareRole") for r in roles) and st["Action"] == "s3:ListBucket"
+    ]
+    assert [st["Condition"] for st in listing] == [{"StringLike": {"s3:prefix": ["incoming/*", "prepared/*"]}}]
+
     # DynamoDB: item actions on the one table, nothing table-level
-    for prefix in ("FunctionsPlannerRole", "FunctionsAggregateRole", "FunctionsTrainStep1769Role"):
+    for prefix in (
+        "FunctionsPlannerRole",
+        "FunctionsAggregateRole",
+        "FunctionsTrainStep1769Role",
+        "FunctionsPrepareRole",
+    ):
         g = _grants(synth, prefix)
         ddb = {a for a in g if a.startswith("dynamodb:")}
         assert ddb and not ddb & {
@@ -136,7 +158,9 @@ def test_state_machine_invokes_exactly_its_functions(synth):
     invoke = g.pop("lambda:InvokeFunction")
     # plus the versions/aliases of planner/aggregate (added by CDK's LambdaInvoke)
     assert invoke - unqualified == {
-        f"<{lid}.Arn>:*" for lid in fns if lid.startswith(("FunctionsPlanner", "FunctionsAggregate"))
+        f"<{lid}.Arn>:*"
+        for lid in fns
+        if lid.startswith(("FunctionsPlanner", "FunctionsAggregate", "FunctionsPrepare"))
     }
     assert unqualified <= invoke
     sm_id = next(k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow"))

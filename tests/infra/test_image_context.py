@@ -15,7 +15,13 @@ from infra.stacks.functions import REPO_ROOT, TRAIN_DOCKERFILE, train_image_opti
 from infra.stacks.settings import Settings
 
 # What lambdas/train_step/Dockerfile copies (and CDK's own .dockerignore).
-NEEDED = {".dockerignore", "layers/requirements.txt", "lambdas/__init__.py", "lambdas/train_step/handler.py"}
+NEEDED = {
+    ".dockerignore",
+    "layers/requirements.txt",
+    "lambdas/__init__.py",
+    "lambdas/train_step/handler.py",
+    "lambdas/prepare/handler.py",  # the Prepare function: the same image, its own command
+}
 
 
 def _staged_context(synth) -> Path:
@@ -31,7 +37,7 @@ def test_staged_context_is_only_what_the_image_copies(synth):
     files = _files(_staged_context(synth))
     assert NEEDED <= files
     assert any(f.startswith("smlt/") for f in files)
-    outside = {f for f in files if not f.startswith(("smlt/", "lambdas/train_step/"))} - NEEDED
+    outside = {f for f in files if not f.startswith(("smlt/", "lambdas/train_step/", "lambdas/prepare/"))} - NEEDED
     assert outside == set(), outside
     assert not any("/tests/" in f or f.endswith(".pyc") for f in files)
 

@@ -236,7 +236,7 @@ def test_iam_stays_least_privilege(redis_synth):
         if "*" in _as_list(st["Resource"]):
             assert not set(_as_list(st["Action"])) - allowed_star, lid
     fn_roles = [fn["Properties"]["Role"]["Fn::GetAtt"][0] for fn in _functions(redis_synth).values()]
-    assert len(set(fn_roles)) == len(fn_roles) == 3 + len(TIERS)  # planner, aggregate, study controller
+    assert len(set(fn_roles)) == len(fn_roles) == 4 + len(TIERS)  # planner, aggregate, prepare, study controller
 
 
 def test_flow_log_role_writes_only_its_log_group(redis_synth):
@@ -446,7 +446,7 @@ def test_local_engine_resolves_the_default_template(synth):
 
     assert unsupported_resources(synth.template) == []
     specs = function_specs(Resolver(synth.template, "Smlt"), {}, REPO)
-    assert len(specs) == 3 + len(TIERS)  # planner, aggregate, study controller
+    assert len(specs) == 4 + len(TIERS)  # planner, aggregate, prepare, study controller
     for spec in specs.values():
         assert "SMLT_EXCHANGE_URL" not in spec.env
         assert spec.env["SMLT_TABLE"].startswith("Smlt-")

@@ -9,8 +9,9 @@ import os
 import pytest
 
 from smlt.runtime import deployed, keys
-from smlt.runtime.config import AGGREGATE, PLANNER, STUDY, TRAIN, Settings
+from smlt.runtime.config import AGGREGATE, PLANNER, PREPARE, STUDY, TRAIN, Settings
 from smlt.runtime.prices import Prices
+from smlt.runtime.steps.prepare import PrepareSettings
 from smlt.runtime.study.events import StudySettings
 
 KINDS = {
@@ -18,6 +19,7 @@ KINDS = {
     "FunctionsAggregate": AGGREGATE,
     "FunctionsTrainStep": TRAIN,
     "StudyController": STUDY,
+    "FunctionsPrepare": PREPARE,
 }
 
 
@@ -71,6 +73,9 @@ def test_a_function_reads_back_what_the_stack_set(synth, monkeypatch):
         if kind == STUDY:  # reads its own two fields only (smlt.runtime.study.events.StudySettings)
             assert StudySettings().table, lid
             continue
+        if kind == PREPARE:  # the data bucket and the table (smlt.runtime.steps.prepare.PrepareSettings)
+            assert PrepareSettings().table and PrepareSettings().data_bucket, lid
+            continue
         s = Settings.from_env()
         assert s.prices == Prices.model_validate(ctx["prices"]), lid
         if kind == TRAIN:
@@ -86,7 +91,9 @@ def test_price_table_and_tiers_come_from_cdk_json_only(synth):
     ctx = json.loads((deployed.CDK_JSON).read_text())["context"]
     assert Prices().model_dump() == Prices.model_validate(ctx["prices"]).model_dump()
     for kind, props in _functions(synth).values():
-        if kind != STUDY:  # the study controller prices nothing (the trials' ledgers are the runs')
+        # the study controller and Prepare price nothing (the trials' ledgers are the runs'; a
+        # Prepare attempt is priced with its run's, at Finalize)
+        if kind not in (STUDY, PREPARE):
             assert json.loads(_env(props)["SMLT_PRICES"]) == ctx["prices"]
     tiers = sorted(props["MemorySize"] for kind, props in _functions(synth).values() if kind == TRAIN)
     assert tiers == sorted(ctx["memory_tiers"])

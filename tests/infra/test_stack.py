@@ -44,8 +44,8 @@ def test_stateful_resources_retained_except_a_failed_create(synth):
         **synth.resources("AWS::DynamoDB::Table"),
         **synth.resources("AWS::Logs::LogGroup"),
     }
-    # functions (the study controller too) + the training and study state machines
-    assert len(synth.resources("AWS::Logs::LogGroup")) == 5 + len(DEFAULT_TIERS)
+    # functions (the study controller and prepare too) + the training and study state machines
+    assert len(synth.resources("AWS::Logs::LogGroup")) == 6 + len(DEFAULT_TIERS)
     for lid, r in stateful.items():
         assert (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")) == RETAINED_EXCEPT_ON_CREATE, lid
 
@@ -115,7 +115,7 @@ def _functions(synth):
 def test_function_set_and_construct_ids(synth):
     ids = sorted(k[:-8] for k in _functions(synth))  # logical id = path + 8-char hash
     assert ids == sorted(
-        ["FunctionsPlanner", "FunctionsAggregate", "StudyController"]
+        ["FunctionsPlanner", "FunctionsAggregate", "FunctionsPrepare", "StudyController"]
         + [f"FunctionsTrainStep{m}" for m in DEFAULT_TIERS]
     )
 
@@ -153,6 +153,13 @@ def test_train_step_image_per_tier(synth):
         assert fn["Metadata"]["aws:asset:dockerfile-path"] == "lambdas/train_step/Dockerfile"
         asset_paths.add(fn["Metadata"]["aws:asset:path"])
     assert len(asset_paths) == 1, "all tiers share one image"
+    # Prepare: the same image, its own command, Lambda's longest timeout and its largest /tmp
+    prepare = _by_prefix(_functions(synth), "FunctionsPrepare")
+    props = prepare["Properties"]
+    assert props["PackageType"] == "Image" and prepare["Metadata"]["aws:asset:path"] in asset_paths
+    assert props["ImageConfig"] == {"Command": ["lambdas.prepare.handler.handler"]}
+    assert props["Timeout"] == 900 and props["EphemeralStorage"] == {"Size": 10240}
+    assert props["MemorySize"] <= 3008  # what a new account may deploy
 
 
 def test_image_build_context_is_the_allowlist_only(synth):
@@ -196,6 +203,9 @@ def test_environment_matches_contract(synth):
         env = fn["Properties"]["Environment"]["Variables"]
         if lid.startswith("StudyController"):  # the table and the artifacts bucket only
             assert set(env) == {"SMLT_ARTIFACTS_BUCKET", "SMLT_TABLE", "POWERTOOLS_SERVICE_NAME"}, lid
+            continue
+        if lid.startswith("FunctionsPrepare"):  # the table and the data bucket only
+            assert set(env) == {"SMLT_DATA_BUCKET", "SMLT_TABLE", "POWERTOOLS_SERVICE_NAME"}, lid
             continue
         extra = set(env) - common
         if lid.startswith("FunctionsPlanner"):
@@ -257,7 +267,10 @@ def test_trigger_rule_pattern_and_input(synth):
     pattern = props["EventPattern"]
     assert pattern["source"] == ["aws.s3"]
     assert pattern["detail-type"] == ["Object Created"]
-    assert pattern["detail"]["object"]["key"] == [{"wildcard": "incoming/*/*/manifest.json"}]
+    assert pattern["detail"]["object"]["key"] == [
+        {"wildcard": "incoming/*/*/manifest.json"},
+        {"wildcard": "incoming/*/*/_SUCCESS"},
+    ]
     data_id = next(k for k in synth.resources("AWS::S3::Bucket") if k.startswith("StorageData"))
     assert pattern["detail"]["bucket"]["name"] == [{"Ref": data_id}]
     (target,) = props["Targets"]
@@ -284,12 +297,13 @@ def test_trigger_rule_pattern_and_input(synth):
 
 
 def test_trigger_rule_matches_like_the_local_engine():
-    """The local engine (smlt.local.eventbridge) evaluates the same pattern: manifests of a pipeline version
-    match, the pipeline's job.json and stray manifests do not."""
-    from infra.stacks.trigger import KEY_WILDCARD
+    """The local engine (smlt.local.eventbridge) evaluates the same pattern: manifests and completion
+    markers of a pipeline version match; the pipeline's job.json, its raw data and stray manifests,
+    and what the Prepare step writes (prepared/), do not."""
+    from infra.stacks.trigger import KEY_WILDCARDS
     from smlt.local.eventbridge import matches
 
-    pattern = {"detail": {"object": {"key": [{"wildcard": KEY_WILDCARD}]}}}
+    pattern = {"detail": {"object": {"key": [{"wildcard": w} for w in KEY_WILDCARDS]}}}
 
     def ev(key):
         return {"detail": {"object": {"key": key}}}
@@ -299,6 +313,13 @@ def test_trigger_rule_matches_like_the_local_engine():
     assert not matches(pattern, ev("incoming/digits/job.json"))
     assert not matches(pattern, ev("incoming/manifest.json"))
     assert not matches(pattern, ev("datasets/digits/manifest.json"))
+    assert matches(pattern, ev("incoming/houses/v1/_SUCCESS"))
+    assert matches(pattern, ev("incoming/houses/2026/11/_SUCCESS"))
+    assert not matches(pattern, ev("incoming/houses/v1/houses.csv"))
+    assert not matches(pattern, ev("incoming/houses/_SUCCESS"))
+    assert not matches(pattern, ev("incoming/houses/features.json"))
+    assert not matches(pattern, ev("prepared/houses/v1/3f2a9c1e/manifest.json"))
+    assert not matches(pattern, ev("incoming/houses/v1/_SUCCESS.tmp"))
 
 
 def test_trigger_dead_letter_queue_encrypted_and_tls_only(synth):

@@ -5,7 +5,7 @@ from smlt.runtime.items import RoundItem
 from smlt.runtime.planner.types import Decision
 from smlt.runtime.steps.plan import MAX_EVALUATIONS, _final_evaluation
 
-STOP = Decision(action="stop", reason="max_rounds reached", bound="max_rounds")
+STOP = Decision(action="stop", reason="max_rounds reached", bound="max_rounds", rule="max_rounds")
 
 
 def _round(n, eval_only):
@@ -19,5 +19,6 @@ def test_a_partial_evaluation_is_planned_again_up_to_the_cap():
     for n in range(MAX_EVALUATIONS):
         evaluation = _final_evaluation(STOP, rounds)
         assert evaluation is not None and evaluation.local_steps == 0 and evaluation.workers == 4
+        assert (evaluation.rule, evaluation.bound) == ("final_evaluation", "max_rounds")
         rounds.append(_round(2 + n, True))  # partial: stop = False
     assert _final_evaluation(STOP, rounds) is None  # finalize falls back to the newest whole-split metric

@@ -113,3 +113,30 @@ def test_update_takes_fields_of_the_model_only():
         table.update(keys.META, MetaItem, lr_scal=0.5)
     with pytest.raises(ValueError, match="lr_scale"):
         table.update(keys.META, MetaItem, lr_scale="half")
+
+
+def test_a_forecast_of_never_is_stored_as_unknown():
+    # The adaptive planner's ETA is infinite when the curve saturates below the target; the PLAN
+    # write failed on it ("Out of range float values are not JSON compliant: inf") and ended the run.
+    p = PlanItem(
+        run_id="r", round=5, action="train", reason="r", planned_at=1.0, execution="e",
+        eta_rounds=float("inf"), eta_s=float("nan"), eta_cost_usd=0.25,
+    )  # fmt: skip
+    raw = stored(p, keys.plan_sk(5))
+    assert "eta_rounds" not in raw and "eta_s" not in raw and raw["eta_cost_usd"] == 0.25
+    assert PlanItem.model_validate(raw).eta_rounds is None
+
+
+def test_a_plan_keeps_the_planner_s_rule_and_an_older_plan_reads_without_it():
+    p = PlanItem(
+        run_id="r", round=3, action="train", reason="r", planned_at=1.0, execution="e",
+        rule="feasible", notes=["averaging_stalled"], stop_rule="max_rounds",
+    )  # fmt: skip
+    raw = stored(p, keys.plan_sk(3))
+    assert (raw["rule"], raw["notes"], raw["stop_rule"]) == ("feasible", ["averaging_stalled"], "max_rounds")
+    assert PlanItem.model_validate(raw) == p
+    old = stored(PlanItem(run_id="r", round=3, action="stop", reason="done", planned_at=1.0, execution="e"))
+    for field in ("rule", "notes", "stop_rule"):
+        old.pop(field, None)  # written before the planner recorded its rule
+    back = PlanItem.model_validate(old)
+    assert (back.rule, back.notes, back.stop_rule) == (None, [], None)

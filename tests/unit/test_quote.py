@@ -130,3 +130,87 @@ def test_an_s3_dataset_is_a_named_error_not_a_call_to_aws(tmp_path, capsys):
     assert main(["quote", str(path)]) == 2
     err = capsys.readouterr().err
     assert "dataset.uri" in err and "smlt quote reads no AWS" in err
+
+
+def _forecast(job, tiers=(1769, 3008)):
+    from smlt.runtime.planner.quote import first_forecast
+    from smlt.runtime.planner.types import RunHistory
+    from smlt.runtime.prices import Prices
+
+    h = RunHistory(param_count=60_000, flops_per_sample=2e6, train_rows=1437, val_rows=360, dataset_bytes=500_000)
+    return first_forecast(job, h, list(tiers), Prices())
+
+
+def test_a_job_without_limits_still_gets_the_earliest_deadline_and_smallest_budget():
+    raw = json.loads(json.dumps(JOB))
+    raw["constraints"] = {}
+    f = _forecast(parse_job(json.dumps(raw)))
+    assert f.outlook is not None
+    assert f.earliest_deadline_s is not None and 0 < f.earliest_deadline_s < 1e6
+    assert f.min_budget_usd is not None and 0 < f.min_budget_usd < 1e3
+    # the same numbers as with limits that never bind: the fastest plan's time, the cheapest's cost
+    roomy = _forecast(_job(deadline_seconds=1e7, budget_usd=1e5))
+    assert f.earliest_deadline_s == pytest.approx(roomy.earliest_deadline_s)
+    assert f.min_budget_usd == pytest.approx(roomy.min_budget_usd)
+
+
+def test_a_fixed_plans_limits_are_its_own_plans_and_a_late_one_is_warned():
+    from smlt.cli.quote import _fixed_plan_warning
+
+    raw = json.loads(json.dumps(JOB))
+    raw["workers"]["planner"] = "fixed"
+    fixed = parse_job(json.dumps(raw))
+    f = _forecast(fixed)
+    adaptive = _forecast(_job())
+    assert f.decision.workers == 4 and f.outlook is not None
+    # the plan held to the target at the median (the refusal's percentile) is its earliest deadline
+    assert f.earliest_deadline_s == pytest.approx(f.outlook.seconds[1])
+    assert f.earliest_deadline_s >= adaptive.earliest_deadline_s
+    assert _fixed_plan_warning(fixed, f) is None  # 900 s and $0.05 are roomy
+    raw["constraints"]["deadline_seconds"] = 0.8 * f.earliest_deadline_s  # still fits its first round
+    late = parse_job(json.dumps(raw))
+    f_late = _forecast(late)
+    assert not f_late.decision.infeasible
+    warning = _fixed_plan_warning(late, f_late)
+    assert warning and "miss the deadline" in warning and "adaptive" in warning
+
+
+def test_the_range_holds_the_plan_made_on_the_models_footprint_not_round_0s_probe():
+    """Round 0 of an unmeasured model is planned without its footprint (a probe, cut by its limit);
+    the run goes on with the plan made on what round 0 measures, which the footprint predicts: the
+    forecast holds that plan (`core.decide_adaptive` on the full history), with the footprint's timing."""
+    from smlt.runtime.config import FunctionSizes
+    from smlt.runtime.planner import core
+    from smlt.runtime.planner.quote import first_forecast
+    from smlt.runtime.planner.types import RunHistory
+    from smlt.runtime.prices import Prices
+
+    raw = json.loads(json.dumps(JOB))
+    raw["model"] = {"name": "resnet18"}
+    raw["training"]["target_value"] = 0.55
+    raw["constraints"] = {"deadline_seconds": 600, "budget_usd": 0.05}
+    job = parse_job(json.dumps(raw))
+    h = RunHistory(
+        param_count=11_000_000, flops_per_sample=2.08e8, train_rows=6000, val_rows=1000, dataset_bytes=60_000_000
+    )
+    tiers = [1024, 1769, 3008, 5120, 7168, 10240]
+    f = first_forecast(job, h, tiers, Prices())
+    probe = core.decide(job, h, tiers, Prices())
+    held = core.decide_adaptive(job, h, tiers, Prices(), "x86_64", FunctionSizes())
+    assert (f.decision.workers, f.decision.memory_mb, f.decision.local_steps) == (
+        probe.workers,
+        probe.memory_mb,
+        probe.local_steps,
+    )
+    assert f.outlook is not None
+    assert (f.outlook.workers, f.outlook.memory_mb, f.outlook.local_steps) == (
+        held.workers,
+        held.memory_mb,
+        held.local_steps,
+    )
+    assert (held.local_steps, held.memory_mb) != (probe.local_steps, probe.memory_mb)  # the case under test
+    # the held plan's median is the planner's own forecast of it, in its reason
+    assert held.predicted_total_s is not None
+    assert f.outlook.seconds[1] == pytest.approx(held.predicted_total_s, rel=0.05)
+    lo, mid, hi = f.outlook.seconds
+    assert lo <= mid <= hi

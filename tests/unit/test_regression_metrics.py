@@ -169,7 +169,7 @@ def test_the_planner_stops_on_a_regression_target():
         assert decide(job, make_history([r]), TIERS, prices).action == "train"
         setattr(r, metric, good)
         d = decide(job, make_history([r]), TIERS, prices)
-        assert d.bound == "target" and f"target reached: {metric}" in d.reason
+        assert (d.rule, d.bound) == ("target_reached", "target"), d.reason
 
 
 def test_the_adaptive_planner_forecasts_an_r2_target():

@@ -130,3 +130,11 @@ def test_smlt_tune_refuses_a_bad_study_file_before_anything_starts(tmp_path, cap
     assert "InvalidJob" in err and "study.concurrency" in err
     assert main(["tune", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_study_wide_error_keeps_its_own_words():
+    # its words hold "; ": only the error's start gets the study's prefix
+    job = {**study()["job"], "run_id": "mine"}
+    with pytest.raises(InvalidJob) as e:
+        parse_study(study(job=job))
+    assert str(e.value) == "study.job.run_id: leave it out; every trial gets its own run id (<study id>-t<n>)"

@@ -1,4 +1,4 @@
-"""What a user's code runs on: the train_step image installs torch, torchvision and Pillow pinned
+"""What a user's code runs on: the train_step image installs torch, torchvision, Pillow and pyarrow pinned
 exactly as constraints.txt pins them, docs/deploy.md names those versions, and packaging refuses a
 user's copy of any package the image provides."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from smlt.runtime.usercode import IMAGE_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
-PINNED = ("torch", "torchvision", "pillow", "numpy", "safetensors")
+PINNED = ("torch", "torchvision", "pillow", "numpy", "safetensors", "pyarrow")
 IMPORT_NAMES = {"pillow": "PIL"}
 
 

@@ -4,17 +4,20 @@ standardised per channel); token ids `[T]` int64 as they are. Statistics come fr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from smlt.runtime.data.manifest import ArraySpec, Normalization
+from smlt.runtime.data.stats import Moments
 from smlt.runtime.errors import InvalidDataset
 
-# Rows per step when computing statistics or standardising: bounded float temporaries for
-# image sets of many GB.
-CHUNK_ROWS = 4096
+# Bytes of float temporaries per step when computing statistics or standardising, whatever a
+# row's size: 4,096 rows of 128x128 RGB images as float64 were 1.6 GB each (bench/README.md,
+# "Preparation memory").
+CHUNK_BYTES = 32 << 20
 # The largest magnitude a stored float32 feature holds; a bigger number becomes Inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FIX_ROWS = (
@@ -57,8 +60,9 @@ def store(train: np.ndarray, validation: np.ndarray, where: str, vocab_size: int
 
 def _features(train: np.ndarray, validation: np.ndarray, where: str) -> StoredX:
     train, validation = _finite_float(train, where), _finite_float(validation, where)
-    mean, std = train.mean(axis=0, dtype=np.float64), train.std(axis=0, dtype=np.float64)
-    norm = _normalization("stored", "feature", mean, std)
+    moments = Moments(train.shape[1])
+    moments.add(train)
+    norm = normalization(moments.mean, moments.std)
     return StoredX(
         standardise(train, norm),
         standardise(validation, norm),
@@ -106,6 +110,52 @@ def _finite_float(x: np.ndarray, where: str) -> np.ndarray:
     return x
 
 
+@dataclass
+class NonFinite:
+    """What of a split's rows is not a finite number, added block by block: how many rows of how
+    many, and for each column (of (rows, features) x) its rows and the first one's number."""
+
+    rows: int = 0
+    bad: int = 0
+    flat: bool = True  # (rows, features): by column
+    columns: dict[str, tuple[int, int, int | None]] = field(default_factory=dict)  # name -> (feature, rows, first)
+
+    def add(self, x: np.ndarray, names: Sequence[str] | None = None, rows: np.ndarray | None = None) -> NonFinite:
+        self.rows += len(x)
+        self.flat = x.ndim == 2
+        if not np.issubdtype(x.dtype, np.floating) or x.size == 0:
+            return self
+        flat = x.reshape(len(x), -1)
+        if np.isfinite(flat).all():  # the common case: one pass, no temporaries kept
+            return self
+        bad = ~np.isfinite(flat)
+        self.bad += int(bad.any(axis=1).sum())
+        by_column: dict[str, tuple[int, np.ndarray]] = {}
+        for j in map(int, np.flatnonzero(bad.any(axis=0))):
+            name = f"column {names[j]!r}" if names is not None and j < len(names) else f"feature {j}"
+            k, hit = by_column.get(name, (j, np.zeros(len(x), bool)))
+            by_column[name] = (k, hit | bad[:, j])
+        for name, (j, hit) in by_column.items():
+            k, count, first = self.columns.get(name, (j, 0, None))
+            here = int(rows[hit].min()) if rows is not None else None
+            first = here if first is None else first if here is None else min(first, here)
+            self.columns[name] = (k, count + int(hit.sum()), first)
+        return self
+
+    def describe(self, unit: str = "row") -> str | None:
+        if not self.bad:
+            return None
+        head = f"{_rows(self.bad)} of {self.rows} hold NaN or Inf features"
+        if not self.flat:
+            return head
+        shown = [
+            f"{name} ({_rows(count)}" + (f", first {unit} {first}" if first is not None else "") + ")"
+            for name, (_, count, first) in sorted(self.columns.items(), key=lambda c: c[1][0])
+        ]
+        more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+        return f"{head}: {', '.join(shown[:5])}{more}"
+
+
 def non_finite(
     x: np.ndarray, names: Sequence[str] | None = None, rows: np.ndarray | None = None, unit: str = "row"
 ) -> str | None:
@@ -113,27 +163,7 @@ def non_finite(
     one per feature of a (rows, features) x, the column it came from; else `feature j`), with the
     first such row's number in `rows` (a `unit`: "row", a CSV's "line") when given. The one rule
     for what `smlt data prepare` refuses and what a worker refuses to train on."""
-    if not np.issubdtype(x.dtype, np.floating) or x.size == 0:
-        return None
-    flat = x.reshape(len(x), -1)
-    if np.isfinite(flat).all():  # the common case: one pass, no temporaries kept
-        return None
-    bad = ~np.isfinite(flat)
-    head = f"{_rows(int(bad.any(axis=1).sum()))} of {len(x)} hold NaN or Inf features"
-    if x.ndim != 2:
-        return head
-    by_column: dict[str, np.ndarray] = {}
-    for j in map(int, np.flatnonzero(bad.any(axis=0))):
-        name = f"column {names[j]!r}" if names is not None and j < len(names) else f"feature {j}"
-        by_column[name] = by_column[name] | bad[:, j] if name in by_column else bad[:, j]
-    shown = [
-        f"{name} ({_rows(int(hit.sum()))}"
-        + (f", first {unit} {int(rows[np.argmax(hit)])}" if rows is not None else "")
-        + ")"
-        for name, hit in by_column.items()
-    ]
-    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
-    return f"{head}: {', '.join(shown[:5])}{more}"
+    return NonFinite().add(x, names, rows).describe(unit)
 
 
 def _rows(n: int) -> str:
@@ -149,6 +179,11 @@ def refuse_non_finite(
         raise InvalidDataset(f"{where}: {problem}; {FIX_ROWS}")
 
 
+def normalization(mean: np.ndarray, std: np.ndarray) -> Normalization:
+    """Per-feature standardisation of tabular features, stored in the shards."""
+    return _normalization("stored", "feature", mean, std)
+
+
 def _normalization(applied, axis, mean: np.ndarray, std: np.ndarray) -> Normalization:
     std = np.where(std < 1e-8, 1.0, std)  # a constant feature or channel stays as it is, centred
     return Normalization(applied=applied, axis=axis, mean=mean.tolist(), std=std.tolist())
@@ -158,8 +193,9 @@ def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std of (N, C, H, W) images in their own units, in chunks of rows."""
     total = np.zeros(x.shape[1])
     squares = np.zeros(x.shape[1])
-    for start in range(0, len(x), CHUNK_ROWS):
-        part = x[start : start + CHUNK_ROWS].astype(np.float64)
+    step = _chunk_rows(x, 8)
+    for start in range(0, len(x), step):
+        part = x[start : start + step].astype(np.float64)
         total += part.sum(axis=(0, 2, 3))
         squares += (part**2).sum(axis=(0, 2, 3))
     count = len(x) * x.shape[2] * x.shape[3]
@@ -167,15 +203,22 @@ def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.sqrt(np.maximum(squares / count - mean**2, 0.0))
 
 
-def standardise(x: np.ndarray, norm: Normalization) -> np.ndarray:
-    """(x - mean) / std as float32, along the normalisation's axis, in chunks of rows."""
+def standardise(x: np.ndarray, norm: Normalization, out: np.ndarray | None = None) -> np.ndarray:
+    """(x - mean) / std as float32, along the normalisation's axis, in chunks of rows (into `out`,
+    which may be x itself, when given)."""
     mean = np.asarray(norm.mean, np.float32)
     std = np.asarray(norm.std, np.float32)
     if norm.axis == "channel":
         shape = (1, len(mean)) + (1,) * (x.ndim - 2)
         mean, std = mean.reshape(shape), std.reshape(shape)
-    out = np.empty(x.shape, np.float32)
-    for start in range(0, len(x), CHUNK_ROWS):
+    out = np.empty(x.shape, np.float32) if out is None else out
+    step = _chunk_rows(x, 4)
+    for start in range(0, len(x), step):
         with np.errstate(over="ignore"):  # an overflow is Inf, which prepare then refuses by name
-            out[start : start + CHUNK_ROWS] = (x[start : start + CHUNK_ROWS] - mean) / std
+            out[start : start + step] = (x[start : start + step] - mean) / std
     return out
+
+
+def _chunk_rows(x: np.ndarray, itemsize: int) -> int:
+    """Rows of `x` whose values take CHUNK_BYTES as `itemsize`-byte floats (at least one)."""
+    return max(1, CHUNK_BYTES // max(1, itemsize * math.prod(x.shape[1:])))

@@ -9,6 +9,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from smlt.runtime.errors import InvalidDataset
+from smlt.runtime.validation import field_errors
 
 # Final: mypy reads it as the Literal the `format` field requires.
 FORMAT: Final = "smlt-dataset/2"
@@ -192,12 +193,11 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
     try:
         return Manifest.model_validate_json(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        if err["type"] == "json_invalid":
-            problem = f"not valid JSON ({err['msg']})"
+        err = field_errors(e, "manifest")[0]
+        if err.type == "json_invalid":
+            problem = f"not valid JSON ({err.message})"
         else:
-            field = ".".join(str(p) for p in err["loc"]) or "manifest"
-            problem = f"not an smlt dataset manifest: {field}: {err['msg']}"
+            problem = f"not an smlt dataset manifest: {err}"
         raise InvalidDataset(
             f"{where} is {problem}; prepare the dataset again with `smlt data prepare SOURCE --out FOLDER`"
         ) from None

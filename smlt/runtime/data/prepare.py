@@ -2,16 +2,33 @@
 train split, and written as safetensors shards plus `manifest.json`, to a local folder or an
 `s3://bucket/prefix/`. The shards come first and the manifest last, so a manifest always
 describes shards that exist.
+
+A CSV or Parquet file streams, in the same two passes whatever its size, so memory stays
+bounded (about a block of the file and a shard, bench/README.md "Preparation memory"):
+
+1. statistics: every block read once, split (smlt.runtime.data.split), its cells counted
+   (smlt.runtime.data.table_fit) and refused by name; nothing is written.
+2. shards: every block read again, encoded with the fitted transforms, its rows dealt to the
+   shards and spooled to disk (smlt.runtime.data.spool) while the standardisation's moments and
+   the imputed medians are settled. Values that would overflow float32 once standardised are
+   refused here, before any shard is written; then each shard is shuffled, standardised and
+   written, the manifest last.
+
+Sources held in memory (NPZ arrays, which numpy loads whole; image folders; sklearn and
+synthetic sets) are split and written by the same split, spool and shards.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
+import contextlib
+import math
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save
 
 from smlt.runtime.data import arrays, tabular
 from smlt.runtime.data.manifest import (
@@ -19,16 +36,23 @@ from smlt.runtime.data.manifest import (
     ColumnTransform,
     FeatureSpec,
     Manifest,
-    ShardInfo,
+    Normalization,
     SplitInfo,
     TargetScaling,
     parse_manifest,
 )
-from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.sources import Source, load_source
+from smlt.runtime.data.options import SourceOptions, Task
+from smlt.runtime.data.sources import Source, TableSource, open_source
+from smlt.runtime.data.split import Split, aligned
+from smlt.runtime.data.spool import ShardSpool, Transform, Writer, shard_count
+from smlt.runtime.data.stats import Moments
+from smlt.runtime.data.table_fit import ColumnFit, Labels, TableFit
+from smlt.runtime.data.table_reader import Block
 from smlt.runtime.errors import InvalidDataset
+from smlt.runtime.progress import progress
 
-Writer = Callable[[str, bytes], object]
+# A progress line at most this often while a file is read.
+PROGRESS_S = 10.0
 
 
 def prepare_dataset(
@@ -48,7 +72,8 @@ def prepare_dataset(
     holding an earlier dataset is refused, or with `replace` that dataset's files are removed first
     (never a stale shard beside the new manifest). With `features` (a pipeline's FeatureSpec) the
     source is transformed with them instead of with statistics of its own: its columns, encodings,
-    statistics, shape, vocabulary and classes."""
+    statistics, shape, vocabulary and classes. `shards` is the fewest shards of the train split
+    (half as many for validation): more when one would hold more than 64 MB."""
     earlier = _earlier_dataset(dest)  # before the source is read: a refusal costs nothing
     if earlier and not replace:
         raise InvalidDataset(
@@ -62,76 +87,472 @@ def prepare_dataset(
     opts = options or SourceOptions()
     if features is not None:
         opts = _options_of(features, source, opts)
-    src = load_source(source, opts)
-    if src.table is not None and opts.missing == "refuse":  # the first empty cell in file order
-        tabular.refuse_missing(src.table, src.features)
-    if src.table is not None:  # NaN, Inf or beyond float32, named by its line before any split
-        used = [t.name for t in features.columns] if features is not None and features.columns else src.features
-        tabular.refuse_non_finite(src.table, [c for c in used if c in src.table.columns])
-    elif src.x is not None:
-        arrays.refuse_non_finite(src.x, source, rows=np.arange(len(src.x)))
-    order = np.random.default_rng(seed).permutation(len(src))
-    n_val = max(1, int(round(len(src) * validation_fraction)))
-    if n_val >= len(src):
-        raise InvalidDataset(f"{source}: {len(src)} rows leave none for training after the validation split")
-    val, train = order[:n_val], order[n_val:]
-    y, y_spec, outputs, target, classes = _labels(src, source, train, val, features)
-    if features is None:
-        stored, columns = _fit_x(src, source, train, val, opts)
-    else:
-        stored, columns = _apply_x(src, source, train, val, features)
-    manifest = Manifest(
-        name=name or src.name,
-        source=source,
-        task=src.task,
-        x=stored.spec,
-        y=y_spec,
-        outputs=outputs,
-        classes=classes,
-        train=SplitInfo(rows=len(train), shards=[]),
-        validation=SplitInfo(rows=len(val), shards=[]),
-        normalization=stored.normalization,
-        target=target,
-        columns=columns,
-        label=src.label,
-        vocab_size=stored.vocab_size,
-        generation=features.generation if features else generation,
-    )
-    if src.table is not None:  # validation rows go through the recorded transforms, as later data will
-        stored.validation = tabular.apply_columns(manifest, src.table.take(val))
-    # What the shards will hold, after standardisation (a pipeline's statistics too): never NaN or
-    # Inf, which a worker could only turn into a diverged round.
-    names = tabular.feature_names(columns) if columns else None
-    for split, x, index in (("train", stored.train, train), ("validation", stored.validation, val)):
-        rows, unit = (src.table.rows[index], src.table.unit) if src.table is not None else (index, "row")
-        arrays.refuse_non_finite(x, f"{source} ({split} split, standardised)", names, rows, unit)
-    out = _writer(dest)
-    if earlier:
-        _remove(dest, earlier)
-    manifest = manifest.model_copy(
-        update={
-            "train": _write_split(out, "train", stored.train, y[train], min(shards, len(train))),
-            "validation": _write_split(
-                out, "validation", stored.validation, y[val], min(max(1, shards // 2), len(val))
-            ),
-        }
-    )
+    src = open_source(source, opts)
+    plan = _Plan(source, shards, validation_fraction, seed, features)
+    with _spool_folder(dest) as folder:
+        if isinstance(src, TableSource):
+            prepared = _stream_table(src, opts, plan, folder)
+        else:
+            prepared = _in_memory(src, plan, folder)
+        manifest = Manifest(
+            name=name or src.name,
+            source=source,
+            task=prepared.task,
+            x=prepared.x,
+            y=prepared.y,
+            outputs=prepared.outputs,
+            classes=prepared.classes,
+            train=SplitInfo(rows=prepared.train.rows, shards=[]),
+            validation=SplitInfo(rows=prepared.validation.rows, shards=[]),
+            normalization=prepared.normalization,
+            target=prepared.target,
+            columns=prepared.columns,
+            label=src.label if isinstance(src, TableSource) else None,
+            vocab_size=prepared.vocab_size,
+            generation=features.generation if features else generation,
+        )
+        out = _writer(dest)
+        if earlier:
+            _remove(dest, earlier)
+        manifest = manifest.model_copy(
+            update={
+                "train": prepared.train.finish(out, prepared.transform, seed),
+                "validation": prepared.validation.finish(out, prepared.transform, seed),
+            }
+        )
     out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
 
 
-def _fit_x(
-    src: Source, source: str, train: np.ndarray, val: np.ndarray, opts: SourceOptions
-) -> tuple[arrays.StoredX, list[ColumnTransform] | None]:
-    """Stored x with statistics from the train split; for a table also its column transforms (its
-    validation x is left to `apply_columns`)."""
-    if src.table is None:
-        assert src.x is not None
-        return arrays.store(src.x[train], src.x[val], source, src.vocab_size), None
-    rows = src.table.take(train)
-    columns = tabular.fit_columns(rows, src.features, impute=opts.missing == "impute")
-    features = tabular.encode_columns(columns, rows)
-    return arrays.store(features, features[:0], source), columns
+@dataclass
+class _Plan:
+    source: str
+    shards: int
+    fraction: float
+    seed: int
+    features: FeatureSpec | None
+    part: int | None = None  # one part of a table in many files: its split seeded by (seed, part)
+
+    def spools(self, folder: Path, train: int, validation: int, row_bytes: int) -> tuple[ShardSpool, ShardSpool]:
+        """The splits' spools: `shards` train shards and half as many validation shards (at least
+        one), more when a shard would pass MAX_SHARD_BYTES, never more than rows."""
+        return (
+            ShardSpool(folder, "train", shard_count(self.shards, train, row_bytes), self.part),
+            ShardSpool(folder, "validation", shard_count(max(1, self.shards // 2), validation, row_bytes), self.part),
+        )
+
+    def too_few(self, rows: int, train: int) -> None:
+        if not train:
+            raise InvalidDataset(f"{self.source}: {rows} rows leave none for training after the validation split")
+
+
+@dataclass
+class _Prepared:
+    """A source split, its rows spooled, with what the manifest says of them."""
+
+    task: Task
+    x: ArraySpec
+    y: ArraySpec
+    outputs: int
+    classes: list[str] | None
+    target: TargetScaling | None
+    normalization: Normalization
+    columns: list[ColumnTransform] | None
+    vocab_size: int | None
+    train: ShardSpool
+    validation: ShardSpool
+    transform: Transform  # spooled x -> stored x, shard by shard
+
+
+@contextlib.contextmanager
+def _spool_folder(dest: str) -> Iterator[Path]:
+    """A temporary folder for the spool: inside a local `dest` (on its disk, which the shards need
+    anyway; a dest folder made for it and left empty is removed), else the system's temp folder
+    (a Lambda's /tmp)."""
+    if dest.startswith("s3://"):
+        with tempfile.TemporaryDirectory(prefix="smlt-prepare-") as tmp:
+            yield Path(tmp)
+        return
+    folder = Path(dest)
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".smlt-prepare-", dir=folder) as tmp:
+            yield Path(tmp)
+    except BaseException:
+        if made and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
+
+
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _in_memory(src: Source, plan: _Plan, folder: Path) -> _Prepared:
+    """A source held in memory (its arrays checked whole), split and spooled."""
+    source, features = plan.source, plan.features
+    arrays.refuse_non_finite(src.x, source, rows=np.arange(len(src.x)))
+    val, train = Split(plan.fraction, plan.seed).take(len(src))
+    plan.too_few(len(src), len(train))
+    y, y_spec, outputs, target, classes = _labels(src, source, train, val, features)
+    if features is None:
+        stored = arrays.store(src.x[train], src.x[val], source, src.vocab_size)
+    else:
+        stored = _apply_x(src, source, train, val, features)
+    # What the shards will hold, after standardisation (a pipeline's statistics too): never NaN or
+    # Inf, which a worker could only turn into a diverged round.
+    for split, x, index in (("train", stored.train, train), ("validation", stored.validation, val)):
+        arrays.refuse_non_finite(x, f"{source} ({split} split, standardised)", None, index, "row")
+    row_bytes = stored.train[:1].nbytes + y[:1].nbytes
+    spools = plan.spools(folder, len(train), len(val), row_bytes)
+    for spool, x, index in zip(spools, (stored.train, stored.validation), (train, val)):
+        spool.add(x, y[index], index)
+    return _Prepared(
+        src.task,
+        stored.spec,
+        y_spec,
+        outputs,
+        classes,
+        target,
+        stored.normalization,
+        None,
+        stored.vocab_size,
+        *spools,
+        _same,
+    )
+
+
+class _Reading:
+    """Progress lines while a file is read: how far, how fast."""
+
+    def __init__(self, source: str, what: str, size: int, unit: str):
+        self.line = f"{source}: {what}"
+        self.size, self.unit = size, unit
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_S:
+            return
+        self.last = now
+        progress.info(f"{self.line}: {self._amount(done)} of {self._amount(self.size)} ({self._rate(done)})")
+
+    def done(self) -> None:
+        """The pass's last line, when it took long enough to have said anything."""
+        took = time.monotonic() - self.start
+        if took >= PROGRESS_S:
+            progress.info(f"{self.line}: done, {self._amount(self.size)} in {took:,.0f} s ({self._rate(self.size)})")
+
+    def _amount(self, n: int) -> str:
+        return f"{n / 1e6:,.0f} MB" if self.unit == "line" else f"{n:,} rows"  # a CSV's bytes, a Parquet's rows
+
+    def _rate(self, n: int) -> str:
+        per_s = n / max(time.monotonic() - self.start, 1e-9)
+        return f"{per_s / 1e6:.1f} MB/s" if self.unit == "line" else f"{per_s:,.0f} rows/s"
+
+
+def _split_blocks(src: TableSource, plan: _Plan, what: str) -> Iterator[tuple[Block, np.ndarray, np.ndarray]]:
+    """The file's rows in blocks, each with its (validation, train) positions."""
+    split = Split(plan.fraction, plan.seed if plan.part is None else (plan.seed, plan.part))
+    reading = _Reading(plan.source, what, src.file.size, src.file.unit)
+    for block in aligned(src.file.blocks(reading)):
+        yield (block, *split.take(len(block)))
+    reading.done()
+
+
+def _stream_table(src: TableSource, opts: SourceOptions, plan: _Plan, folder: Path) -> _Prepared:
+    """A CSV or Parquet file in two passes (the module's docstring)."""
+    fit = _fit_table(src, opts, plan)
+    t = TableTransforms.of(fit)
+    spools = plan.spools(folder, fit.train_rows, fit.rows - fit.train_rows, t.row_bytes)
+    moments = _spool_table(src, plan, fit, t.columns, t.medians, spools)
+    _check_rows(spools, fit.train_rows, fit.rows - fit.train_rows, plan.source)
+    norm, transform = t.settle(moments, (fit.train_rows, fit.rows - fit.train_rows), plan.features)
+    for spool, m in zip(spools, moments):
+        _refuse_overflow(spool, m, norm, transform, t.names, plan.source, src.file.unit)
+    return t.prepared(norm, plan.features, spools, transform)
+
+
+@dataclass
+class TableTransforms:
+    """What pass 1's statistics make of a table: its labels, its columns' transforms and the
+    numeric columns whose imputed median pass 2 settles (`pending`: (feature, column, fit))."""
+
+    labels: Labels
+    columns: list[ColumnTransform]
+    names: list[str]
+    pending: list[tuple[int, int, ColumnFit]]
+
+    @classmethod
+    def of(cls, fit: TableFit) -> TableTransforms:
+        labels = fit.labels.finish()
+        columns = fit.transforms()
+        at = np.cumsum([0] + [tabular.width(t) for t in columns])
+        pending = [
+            (int(at[i]), i, c)
+            for i, (c, t) in enumerate(zip(fit.columns, columns))
+            if isinstance(t.fill, float) and math.isnan(t.fill)
+        ]
+        for _, _, c in pending:
+            if c.median.needs_second_pass:
+                c.median.start_second_pass()
+        return cls(labels, columns, tabular.feature_names(columns), pending)
+
+    @property
+    def medians(self) -> list[ColumnFit]:
+        return [c for _, _, c in self.pending]
+
+    @property
+    def row_bytes(self) -> int:
+        return 4 * len(self.names) + (8 if self.labels.task == "classification" else 4)
+
+    def settle(
+        self, moments: tuple[Moments, Moments], rows: tuple[int, int], features: FeatureSpec | None
+    ) -> tuple[Normalization, Transform]:
+        """After pass 2: the imputed medians in the columns, the (train, validation) moments with the
+        imputed cells (`rows` in each split), the normalization and the spooled x -> stored x."""
+        fills = []
+        for j, i, c in self.pending:
+            fill = c.median.value()
+            self.columns[i] = self.columns[i].model_copy(update={"fill": fill})
+            fills.append((j, np.float32(fill)))
+            for m, n in zip(moments, rows):  # the imputed cells, as the shards will hold them
+                m.add_constant(j, float(np.float32(fill)), n - int(m.n[j]))
+        self.pending = []
+        norm = features.normalization if features is not None else arrays.normalization(moments[0].mean, moments[0].std)
+
+        def transform(x: np.ndarray) -> np.ndarray:
+            for j, fill in fills:
+                x[np.isnan(x[:, j]), j] = fill
+            return arrays.standardise(x, norm, out=x)
+
+        return norm, transform
+
+    def prepared(
+        self,
+        norm: Normalization,
+        features: FeatureSpec | None,
+        spools: tuple[ShardSpool, ShardSpool],
+        transform: Transform,
+    ) -> _Prepared:
+        labels = self.labels
+        x_spec = features.x if features is not None else ArraySpec(shape=[len(self.names)], dtype="float32")
+        return _Prepared(
+            labels.task,
+            x_spec,
+            labels.y,
+            labels.outputs,
+            labels.classes,
+            labels.target,
+            norm,
+            self.columns,
+            None,
+            *spools,
+            transform,
+        )
+
+
+def _check_rows(spools: tuple[ShardSpool, ShardSpool], train: int, validation: int, source: str) -> None:
+    if spools[0].rows != train or spools[1].rows != validation:
+        raise InvalidDataset(f"{source} changed while it was being prepared: prepare it again")
+
+
+def _fit_table(src: TableSource, opts: SourceOptions, plan: _Plan) -> TableFit:
+    """Pass 1: the file's statistics and refusals."""
+    if plan.features is not None:
+        _check_columns(src, plan.features)
+    text: set[str] = set()
+    while True:  # a column read as numbers until a later block held text: its levels are read again
+        fit = _fit_blocks(src, opts, plan, text)
+        if not fit.flipped:
+            break
+        text |= fit.flipped
+    fit.refuse_non_finite()
+    plan.too_few(fit.rows, fit.train_rows)
+    return fit
+
+
+def _fit_blocks(src: TableSource, opts: SourceOptions, plan: _Plan, text: set[str]) -> TableFit:
+    """Pass 1's blocks, until a column read as numbers holds text (`fit.flipped`)."""
+    fit = TableFit(src.file.path, src.label, src.features, opts, plan.features, text)
+    for block, val, train in _split_blocks(src, plan, "statistics (pass 1 of 2)"):
+        fit.add(block, val, train)
+        if fit.flipped:
+            break
+    return fit
+
+
+def fit_part(
+    path: str,
+    part: int,
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    text: set[str] | frozenset[str] = frozenset(),
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> TableFit:
+    """Pass 1 over one part of a table in many files (the `part`-th, its split seeded by (seed,
+    part)), `text` the columns read as text: its statistics, to be merged with the other parts'
+    (`TableFit.merge`, smlt.runtime.data.parts). Named refusals of its cells come from here; the
+    ones about the whole table (too few rows, a bad number's count) come after the merge."""
+    src, opts = _part(path, options, features)
+    plan = _Plan(path, 1, validation_fraction, seed, features, part)
+    if features is not None:
+        _check_columns(src, features)
+    return _fit_blocks(src, opts, plan, set(text))
+
+
+def _spool_table(
+    src: TableSource,
+    plan: _Plan,
+    fit: TableFit,
+    columns: list[ColumnTransform],
+    medians: list[ColumnFit],
+    spools: tuple[ShardSpool, ShardSpool] | None,
+) -> tuple[Moments, Moments]:
+    """Pass 2: every row encoded (a numeric column's empty cells NaN until its median is known)
+    and spooled (unless `spools` is None); returns the (train, validation) features' moments, the
+    medians settled."""
+    numeric = {t.name for t in columns if t.kind == "numeric"}
+    width = sum(tabular.width(t) for t in columns)
+    moments = (Moments(width), Moments(width))
+    for block, val, train in _split_blocks(src, plan, "shards (pass 2 of 2)"):
+        table = tabular.Table(
+            block.path, {t.name: block.column(t.name, t.name in numeric) for t in columns}, block.rows, block.unit
+        )
+        x = tabular.encode_columns(columns, table)
+        y = fit.labels.encode(block)
+        in_train = np.zeros(len(block), bool)
+        in_train[train] = True
+        for c in medians:
+            if c.median.needs_second_pass:
+                parsed = block.numbers(c.name)
+                assert parsed is not None
+                c.median.again(parsed[0][in_train & ~parsed[1]])
+        for m, index in zip(moments, (train, val)):
+            m.add(x[index])
+        for spool, index in zip(spools or (), (train, val)):
+            spool.add(x[index], y[index], block.rows[index])
+    return moments
+
+
+def _part(path: str, options: SourceOptions | None, features: FeatureSpec | None) -> tuple[TableSource, SourceOptions]:
+    opts = options or SourceOptions()
+    if features is not None:
+        opts = _options_of(features, path, opts)
+    src = open_source(path, opts)
+    if not isinstance(src, TableSource):
+        raise InvalidDataset(f"{path}: a part of a table is a .csv or .parquet file")
+    return src, opts
+
+
+def part_moments(
+    path: str,
+    part: int,
+    fit: TableFit,
+    t: TableTransforms,
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> tuple[Moments, Moments]:
+    """Pass 2's statistics of one part of a table in many files, without spooling: its (train,
+    validation) features' moments; the second pass of `t`'s pending medians is added to them."""
+    src, _ = _part(path, options, features)
+    plan = _Plan(path, 1, validation_fraction, seed, features, part)
+    return _spool_table(src, plan, fit, t.columns, t.medians, None)
+
+
+def part_shards(
+    path: str,
+    part: int,
+    fit: TableFit,
+    t: TableTransforms,
+    norm: Normalization,
+    dest: str,
+    rows: tuple[int, int],
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> tuple[SplitInfo, SplitInfo]:
+    """One part of a table in many files read a third time, with the whole table's transforms
+    (`t`, its medians settled) and normalization: its rows spooled, its shards (at most 64 MB
+    each, named by the part, shuffled within) written to `dest`; `rows` is the part's (train,
+    validation) rows from pass 1. Its (train, validation) splits."""
+    if t.pending:
+        raise ValueError("part_shards: settle the medians first (TableTransforms.settle)")
+    src, _ = _part(path, options, features)
+    plan = _Plan(path, 1, validation_fraction, seed, features, part)
+    with _spool_folder(dest) as folder:
+        spools = plan.spools(folder, *rows, t.row_bytes)
+        moments = _spool_table(src, plan, fit, t.columns, [], spools)
+        _check_rows(spools, *rows, path)
+
+        def transform(x: np.ndarray) -> np.ndarray:
+            return arrays.standardise(x, norm, out=x)
+
+        for spool, m in zip(spools, moments):
+            _refuse_overflow(spool, m, norm, transform, t.names, path, src.file.unit)
+        out = _writer(dest)
+        return spools[0].finish(out, transform, seed), spools[1].finish(out, transform, seed)
+
+
+def _check_columns(src: TableSource, features: FeatureSpec) -> None:
+    """A pipeline's columns against the file's: a new one ignored (said), a missing one refused."""
+    source = src.file.path
+    gen = f"the pipeline's features (generation {features.generation})"
+    if features.columns is None:
+        raise InvalidDataset(f"{source}: a table, but {gen} are not from named columns")
+    known = {t.name for t in features.columns}
+    new = [c for c in src.features if c not in known]
+    if new:
+        from smlt.runtime.progress import notice
+
+        notice.warning(
+            f"{source}: column {', '.join(map(repr, new))} is not among {gen}: ignored "
+            "(prepare with --new-features to start a generation that uses it)"
+        )
+    absent = [t.name for t in features.columns if t.name not in src.file.columns]
+    if absent:
+        raise InvalidDataset(
+            f"{source}: no column {', '.join(map(repr, absent))}, which {gen} use; add it, or prepare "
+            "with --new-features to start a generation without it"
+        )
+
+
+def _refuse_overflow(
+    spool: ShardSpool,
+    moments: Moments,
+    norm: Normalization,
+    transform: Transform,
+    names: list[str],
+    source: str,
+    unit: str,
+) -> None:
+    """Refuse a split whose standardised values would not be finite (a pipeline version beyond its
+    first version's scale), before any shard is written. Standardising is monotone, so each
+    feature's smallest and largest values tell; only then are the spooled rows read again, for
+    the message's columns, rows and first lines."""
+    seen = moments.n > 0
+    ends = np.stack([moments.low, moments.high])[:, seen].astype(np.float32)
+    probe = np.zeros((2, len(names)), np.float32)
+    probe[:, seen] = ends
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = np.isfinite(arrays.standardise(probe, norm)).all()
+    if ok:
+        return
+    found = arrays.NonFinite()
+    for j in range(spool.shards):
+        x, _, rows = spool.read(j)
+        found.add(transform(x), names, rows)
+    problem = found.describe(unit)
+    if problem is not None:
+        raise InvalidDataset(f"{source} ({spool.split} split, standardised): {problem}; {arrays.FIX_ROWS}")
 
 
 def _options_of(features: FeatureSpec, source: str, opts: SourceOptions) -> SourceOptions:
@@ -145,33 +566,9 @@ def _options_of(features: FeatureSpec, source: str, opts: SourceOptions) -> Sour
     return opts.model_copy(update={k: v for k, v in fixed.items() if v is not None})
 
 
-def _apply_x(
-    src: Source, source: str, train: np.ndarray, val: np.ndarray, features: FeatureSpec
-) -> tuple[arrays.StoredX, list[ColumnTransform] | None]:
-    """Stored x transformed with a pipeline's features (no statistics of this source's own)."""
+def _apply_x(src: Source, source: str, train: np.ndarray, val: np.ndarray, features: FeatureSpec) -> arrays.StoredX:
+    """Stored x of a source in memory transformed with a pipeline's features (no statistics of its own)."""
     gen = f"the pipeline's features (generation {features.generation})"
-    if src.table is not None:
-        if features.columns is None:
-            raise InvalidDataset(f"{source}: a table, but {gen} are not from named columns")
-        known = {t.name for t in features.columns}
-        new = [c for c in src.features if c not in known]
-        if new:
-            from smlt.runtime.progress import notice
-
-            notice.warning(
-                f"{source}: column {', '.join(map(repr, new))} is not among {gen}: ignored "
-                "(prepare with --new-features to start a generation that uses it)"
-            )
-        absent = [t.name for t in features.columns if t.name not in src.table.columns]
-        if absent:
-            raise InvalidDataset(
-                f"{source}: no column {', '.join(map(repr, absent))}, which {gen} use; add it, or prepare "
-                "with --new-features to start a generation without it"
-            )
-        norm = features.normalization
-        x_train = arrays.standardise(tabular.encode_columns(features.columns, src.table.take(train)), norm)
-        return arrays.StoredX(x_train, x_train[:0], features.x, norm), features.columns
-    assert src.x is not None
     x = src.x
     if list(x.shape[1:]) != features.x.shape:
         raise InvalidDataset(
@@ -183,14 +580,12 @@ def _apply_x(
         high = int(x.max()) if x.size else 0
         if features.vocab_size is not None and high >= features.vocab_size:
             raise InvalidDataset(f"{source}: token id {high} is not below {gen}' vocabulary size {features.vocab_size}")
-        return arrays.StoredX(x[train].astype(np.int64), x[val].astype(np.int64), features.x, norm), None
+        return arrays.StoredX(x[train].astype(np.int64), x[val].astype(np.int64), features.x, norm)
     if norm.applied == "on_load":  # raw uint8 images, normalised by the workers with these statistics
-        return arrays.StoredX(x[train].astype(np.uint8), x[val].astype(np.uint8), features.x, norm), None
+        return arrays.StoredX(x[train].astype(np.uint8), x[val].astype(np.uint8), features.x, norm)
     xf = x.astype(np.float32, copy=False)
     arrays.refuse_non_finite(xf, source)
-    return arrays.StoredX(
-        arrays.standardise(xf[train], norm), arrays.standardise(xf[val], norm), features.x, norm
-    ), None
+    return arrays.StoredX(arrays.standardise(xf[train], norm), arrays.standardise(xf[val], norm), features.x, norm)
 
 
 def _labels(
@@ -253,20 +648,6 @@ def _known_classes(
         )
     index = np.array([index_of[n] for n in names], np.int64)
     return index, ArraySpec(shape=[], dtype="int64"), len(features.classes), None, list(features.classes)
-
-
-def _write_split(out: Writer, split: str, x: np.ndarray, y: np.ndarray, shards: int) -> SplitInfo:
-    infos = []
-    small, extra = divmod(len(x), shards)  # np.array_split's sizes: the first `extra` one row larger
-    bounds = np.cumsum([0] + [small + 1] * extra + [small] * (shards - extra))
-    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        if hi == lo:
-            continue
-        blob = save({"x": np.ascontiguousarray(x[lo:hi]), "y": np.ascontiguousarray(y[lo:hi])})
-        key = f"{split}-{i:05d}.safetensors"
-        out(key, blob)
-        infos.append(ShardInfo(key=key, rows=int(hi - lo), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest()))
-    return SplitInfo(rows=int(len(x)), shards=infos)
 
 
 def _is_dataset_file(name: str) -> bool:

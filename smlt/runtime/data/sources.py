@@ -1,10 +1,11 @@
-"""Where a dataset comes from: a source spec read into samples and labels, before any split.
+"""Where a dataset comes from: a source spec read into samples and labels, before any split, or
+for a table file its header, the rows left on disk to be streamed (smlt.runtime.data.prepare).
 
 - `sklearn:NAME[?shape=CxHxW]`: a dataset scikit-learn ships (no download), its features optionally
   as images (`sklearn:digits?shape=1x8x8`)
 - `synthetic:KIND?...` (smlt.runtime.data.synthetic)
 - a `.npz` file with arrays `x` (any sample shape) and `y`
-- a `.csv` or `.parquet` file with named columns (smlt.runtime.data.tabular)
+- a `.csv`, `.parquet` or `.jsonl`/`.ndjson` file with named columns (smlt.runtime.data.tabular)
 - a folder of class subfolders holding images (smlt.runtime.data.images)
 """
 
@@ -19,6 +20,8 @@ import numpy as np
 from smlt.runtime.data import images, synthetic, tabular
 from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
+from smlt.runtime.data.table_reader import TableFile
+from smlt.runtime.data.tables import open_table
 from smlt.runtime.errors import InvalidDataset
 
 SKLEARN_BUNDLED = {
@@ -28,24 +31,32 @@ SKLEARN_BUNDLED = {
     "breast_cancer": ("load_breast_cancer", "classification"),
     "diabetes": ("load_diabetes", "regression"),
 }
-TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson")
 
 
 @dataclass
 class Source:
-    """A source's rows: `x` as sample arrays, or `table` with named feature columns."""
+    """A source's rows in memory: `x` as sample arrays and their labels."""
 
     name: str
     y: np.ndarray
     task: Task
-    x: np.ndarray | None = None
-    table: tabular.Table | None = None
-    features: list[str] = field(default_factory=list)  # table: the feature columns, in order
-    label: str | None = None  # table: the label column
+    x: np.ndarray
     vocab_size: int | None = None
 
     def __len__(self) -> int:
         return len(self.y)
+
+
+@dataclass
+class TableSource:
+    """A CSV, Parquet or JSON Lines file with named columns: its label column and feature columns (in the
+    file's order). Its rows stay in the file, read in blocks."""
+
+    name: str
+    file: TableFile
+    label: str
+    features: list[str] = field(default_factory=list)
 
 
 def is_source_path(path: Path) -> bool:
@@ -54,6 +65,15 @@ def is_source_path(path: Path) -> bool:
 
 
 def load_source(source: str, opts: SourceOptions) -> Source:
+    """A source held in memory (not a table file: `open_source`)."""
+    src = open_source(source, opts)
+    if isinstance(src, TableSource):
+        raise InvalidDataset(f"{source}: a table file is read in blocks as it is prepared (open_source)")
+    return src
+
+
+def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
+    """The source's rows in memory, or for a table file (CSV, Parquet, JSON Lines) its header (rows read later)."""
     if source.startswith("sklearn:"):
         return _sklearn(source, opts)
     if source.startswith("synthetic:"):
@@ -70,7 +90,7 @@ def load_source(source: str, opts: SourceOptions) -> Source:
     if suffix in TABLE_SUFFIXES:
         return _table(path, opts)
     raise InvalidDataset(
-        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .parquet, .npz "
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .parquet, .jsonl, .npz "
         "or a folder of class subfolders of images"
     )
 
@@ -115,14 +135,13 @@ def _npz(path: Path, opts: SourceOptions) -> Source:
     return Source(path.stem, y, kind, x=sample_layout(x, str(path)), vocab_size=vocab)
 
 
-def _table(path: Path, opts: SourceOptions) -> Source:
-    table = tabular.read_table(path)
-    label = tabular.pick_label(table, opts.label)
-    y, task = tabular.labels(table, label, opts.task)
-    features = [c for c in table.columns if c != label]
+def _table(path: Path, opts: SourceOptions) -> TableSource:
+    file = open_table(path)
+    label = tabular.pick_label(file.path, file.columns, opts.label)
+    features = [c for c in file.columns if c != label]
     if not features:
         raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")
-    return Source(path.stem, y, task, table=table, features=features, label=label)
+    return TableSource(path.stem, file, label, features)
 
 
 def _image_folder(path: Path, opts: SourceOptions) -> Source:

@@ -1,16 +1,17 @@
-"""Tabular sources with named columns (CSV, Parquet): the label column, the task, and one
-ColumnTransform per feature column fitted on the train split.
+"""Tabular sources with named columns (CSV, Parquet): the label column, and one ColumnTransform per
+feature column (fitted on the train split by smlt.runtime.data.table_fit, as prepare streams the
+file).
 
-Numeric columns stay numbers; text columns are one-hot encoded when the train split has few
-levels and hashed into a fixed number of buckets otherwise (Cirrus's preprocessing). An empty cell
-or null is imputed from the train split (median / most frequent) with a 0/1 indicator feature, or
-refused with the column and the row named. `apply_columns` is the one place the recorded
-transforms turn rows into the stored features: prepare uses it, and so can later data.
+A column is numeric when every cell is a number; text columns are one-hot encoded when the train
+split has few levels and hashed into a fixed number of buckets otherwise (Cirrus's
+preprocessing). An empty cell or null is imputed from the train split (median / most frequent)
+with a 0/1 indicator feature, or refused with the column and the row named. `encode_columns` is
+the one place the recorded transforms turn rows into features: prepare uses it block by block,
+and `apply_columns` (later data) adds the recorded standardisation.
 """
 
 from __future__ import annotations
 
-import csv
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ import numpy as np
 
 from smlt.runtime.data.arrays import FIX_ROWS, FLOAT32_MAX, standardise
 from smlt.runtime.data.manifest import ColumnTransform, Manifest
-from smlt.runtime.data.options import Task
 from smlt.runtime.errors import InvalidDataset
 
 # A text column with at most this many distinct values in the train split is one-hot encoded;
@@ -49,70 +49,19 @@ class Table:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def take(self, index: np.ndarray) -> Table:
-        return Table(self.path, {k: v[index] for k, v in self.columns.items()}, self.rows[index], self.unit)
-
     def where(self, i: int, column: str) -> str:
         return f"{self.path}: column {column!r}, {self.unit} {int(self.rows[i])}"
 
 
 def read_table(path: str | Path) -> Table:
-    """A .csv (with a header) or .parquet file as a Table."""
-    path = Path(path)
-    if path.suffix.lower() in (".parquet", ".pq"):
-        return _read_parquet(path)
-    return _read_csv(path)
+    """A whole .csv (with a header) or .parquet file as a Table (data to predict on: prepare
+    streams a file in blocks instead)."""
+    from smlt.runtime.data.tables import open_table
 
-
-def _read_csv(path: Path) -> Table:
-    try:
-        # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, which is not the first column's name
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = next(reader, [])
-            body, lines = [], []
-            for r in reader:
-                if r:  # blank lines are not rows
-                    body.append(r)
-                    lines.append(reader.line_num)
-    except UnicodeDecodeError as e:
-        raise InvalidDataset(f"{path}: not UTF-8 text (byte {e.start}); save the CSV as UTF-8") from None
-    if not body:
-        raise InvalidDataset(f"{path}: a CSV dataset needs a header and at least one row")
-    _check_header(path, header)
-    for line, r in zip(lines, body):
-        if len(r) != len(header):
-            raise InvalidDataset(f"{path}: line {line} has {len(r)} values, the header {len(header)}")
-    cols = {name: np.char.strip(np.array(cells, dtype=str)) for name, cells in zip(header, zip(*body))}
-    return Table(str(path), cols, np.array(lines, np.int64), "line")
-
-
-def _read_parquet(path: Path) -> Table:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        raise InvalidDataset(f"{path}: not a readable Parquet file ({e})") from None
-    _check_header(path, table.column_names)
-    cols = {}
-    for name, col in zip(table.column_names, table.columns):
-        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-            cols[name] = col.cast(pa.float64()).to_numpy()  # nulls -> NaN
-        else:
-            cols[name] = np.array(["" if v is None else str(v) for v in col.to_pylist()], dtype=str)
-    if table.num_rows == 0:
-        raise InvalidDataset(f"{path}: a Parquet dataset needs at least one row")
-    return Table(str(path), cols, np.arange(1, table.num_rows + 1), "row")
-
-
-def _check_header(path: Path, header: Sequence[str]) -> None:
-    seen = set()
-    for name in header:
-        if name in seen:
-            raise InvalidDataset(f"{path}: column {name!r} appears twice in the header")
-        seen.add(name)
+    file = open_table(path)
+    blocks = list(file.blocks())
+    columns = {name: np.concatenate([b.column(name, numeric=False) for b in blocks]) for name in file.columns}
+    return Table(file.path, columns, np.concatenate([b.rows for b in blocks]), file.unit)
 
 
 def missing(cells: np.ndarray) -> np.ndarray:
@@ -138,61 +87,27 @@ def _not_a_number(table: Table, column: str, cells: np.ndarray, why: str = "") -
 # --- the label -------------------------------------------------------------------------------
 
 
-def pick_label(table: Table, label: str | None) -> str:
+def pick_label(path: str, names: Sequence[str], label: str | None) -> str:
     """The label column: the one named, else one called label/target/y, else the last (said)."""
-    names = list(table.columns)
     if label is not None:
-        if label not in table.columns:
-            raise InvalidDataset(f"{table.path}: no label column {label!r}; the columns are {', '.join(names)}")
+        if label not in names:
+            raise InvalidDataset(f"{path}: no label column {label!r}; the columns are {', '.join(names)}")
         return label
     for name in LABEL_NAMES:
-        if name in table.columns:
+        if name in names:
             return name
-    from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
+    from smlt.runtime.progress import notice
 
-    notice.info(
-        f"{table.path}: no label column named (--label or the job's dataset.label): using the last, {names[-1]!r}"
-    )
+    notice.info(f"{path}: no label column named (--label or the job's dataset.label): using the last, {names[-1]!r}")
     return names[-1]
-
-
-def labels(table: Table, column: str, task: Task | None) -> tuple[np.ndarray, Task]:
-    """(the label column's values, the task): numbers when every label is one, else text classes.
-    An empty label is an error naming its row, whatever `missing` says."""
-    cells = table.columns[column]
-    gaps = np.flatnonzero(missing(cells))
-    if len(gaps):
-        raise InvalidDataset(f"{table.where(gaps[0], column)} is empty: every row needs a label")
-    y = _numbers(cells)
-    if y is None:
-        if task == "regression":
-            raise _not_a_number(table, column, cells, " (task is regression)")
-        return cells, "classification"
-    written_as_floats = cells.dtype.kind == "f" or any(not t.lstrip("+-").isdigit() for t in cells)
-    return y, task or _infer_task(table.path, column, written_as_floats, y)
-
-
-def _infer_task(path: str, column: str, written_as_floats: bool, y: np.ndarray) -> Task:
-    """Regression for fractional labels, classification for whole numbers with few distinct values
-    (fewer still when written as decimals); anything in between is refused rather than guessed."""
-    if not np.all(y == np.round(y)):
-        return "regression"
-    n = len(np.unique(y))
-    if n > (MAX_INFERRED_DECIMAL_CLASSES if written_as_floats else MAX_INFERRED_CLASSES):
-        raise InvalidDataset(
-            f"{path}: label column {column!r} has {n} distinct whole-number values"
-            + (" written as decimals" if written_as_floats else "")
-            + ": pass --task regression for a quantity, or --task classification if each value is a class"
-        )
-    return "classification"
 
 
 # --- the feature columns ---------------------------------------------------------------------
 
 
 def refuse_missing(table: Table, names: Sequence[str]) -> None:
-    """InvalidDataset naming the first row (in the table's order: the file's, before any split)
-    with an empty cell among `names`, and its column."""
+    """InvalidDataset naming the first row (in the table's order) with an empty cell among
+    `names`, and its column."""
     first: tuple[int, str] | None = None
     for name in names:
         gaps = np.flatnonzero(missing(table.columns[name]))
@@ -201,32 +116,14 @@ def refuse_missing(table: Table, names: Sequence[str]) -> None:
             if first is None or table.rows[i] < table.rows[first[0]]:
                 first = (i, name)
     if first is not None:
-        raise InvalidDataset(
-            f"{table.where(*first)} is empty: missing values are refused "
-            "(impute them from the train split with --missing impute, the job's dataset.missing)"
-        )
+        raise missing_refused(table.where(*first))
 
 
-def refuse_non_finite(table: Table, names: Sequence[str]) -> None:
-    """InvalidDataset naming the first cell (in the file's order, before any split) among the
-    numeric columns `names` that is NaN, Inf or too large for a float32 feature, with how many
-    rows of its column (and of the others) are so: a NaN feature makes a worker's loss NaN."""
-    found: list[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]] = []
-    for name in names:
-        cells = table.columns[name]
-        gaps = missing(cells)
-        values = _numbers(np.where(gaps, "nan", cells) if cells.dtype.kind != "f" else cells)
-        if values is None:
-            continue  # a text column: encoded as levels or buckets, always finite
-        bad = _not_finite(values, gaps)
-        if len(bad):
-            first = int(bad[np.argmin(table.rows[bad])])
-            found.append((int(table.rows[first]), name, cells, values, bad))
-    if found:
-        _, name, cells, values, bad = min(found, key=lambda f: f[0])
-        others = [f"{f[1]!r} ({len(f[4])})" for f in found if f[1] != name]
-        also = f"; also column {', '.join(others)}" if others else ""
-        raise _not_finite_error(table, name, cells, values, bad, also)
+def missing_refused(where: str) -> InvalidDataset:
+    return InvalidDataset(
+        f"{where} is empty: missing values are refused "
+        "(impute them from the train split with --missing impute, the job's dataset.missing)"
+    )
 
 
 def _not_finite(values: np.ndarray, gaps: np.ndarray) -> np.ndarray:
@@ -236,34 +133,22 @@ def _not_finite(values: np.ndarray, gaps: np.ndarray) -> np.ndarray:
 
 
 def _not_finite_error(
-    table: Table, name: str, cells: np.ndarray, values: np.ndarray, bad: np.ndarray, also: str = ""
+    table: Table, name: str, cells: np.ndarray, values: np.ndarray, bad: np.ndarray
 ) -> InvalidDataset:
     first = int(bad[np.argmin(table.rows[bad])])
-    big = " within ±3.4e38 (a float32 feature)" if np.isfinite(values[first]) else ""
+    finite = bool(np.isfinite(values[first]))
+    return not_finite(table.where(first, name), str(cells[first]), finite, len(bad), len(table), name)
+
+
+def not_finite(
+    where: str, cell: str, finite: bool, count: int, total: int, name: str, also: str = ""
+) -> InvalidDataset:
+    """A column's first cell that is NaN, Inf or beyond a float32 (`finite`), and how many are."""
+    big = " within ±3.4e38 (a float32 feature)" if finite else ""
     return InvalidDataset(
-        f"{table.where(first, name)}: {str(cells[first])!r} is not a finite number{big}; "
-        f"{len(bad)} of {len(table)} rows of column {name!r} are not{also}: {FIX_ROWS}"
+        f"{where}: {cell!r} is not a finite number{big}; "
+        f"{count} of {total} rows of column {name!r} are not{also}: {FIX_ROWS}"
     )
-
-
-def fit_columns(train: Table, features: Sequence[str], impute: bool) -> list[ColumnTransform]:
-    """One transform per feature column, from the train split alone."""
-    return [_fit(name, train.columns[name], impute) for name in features]
-
-
-def _fit(name: str, cells: np.ndarray, impute: bool) -> ColumnTransform:
-    gaps = missing(cells)
-    present = cells[~gaps]
-    indicator = impute and bool(gaps.any())
-    values = _numbers(present)
-    if values is not None:
-        fill = (float(np.median(values)) if len(values) else 0.0) if impute else None
-        return ColumnTransform(name=name, kind="numeric", fill=fill, indicator=indicator)
-    levels, counts = np.unique(present, return_counts=True)
-    common = str(levels[np.argmax(counts)]) if impute else None  # ties: the first in sorted order
-    if len(levels) <= MAX_ONEHOT_LEVELS:
-        return ColumnTransform(name=name, kind="onehot", levels=levels.tolist(), fill=common, indicator=indicator)
-    return ColumnTransform(name=name, kind="hash", buckets=HASH_BUCKETS, fill=common, indicator=indicator)
 
 
 def width(t: ColumnTransform) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from smlt.runtime.errors import SmltError
+from smlt.runtime.validation import describe
 
 
 def _d(record: str, text: str) -> dict:
@@ -120,9 +121,7 @@ class PlannerConfig(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            raise PlannerConfigError(f"planner config: {path}: {where}: {err['msg']}") from None
+            raise PlannerConfigError(f"planner config: {path}: {describe(e, '(top level)', first=True)}") from None
 
 
 DEFAULT = PlannerConfig()

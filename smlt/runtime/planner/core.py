@@ -22,7 +22,7 @@ from smlt.runtime.planner.config import active as cfg
 from smlt.runtime.planner.explain import since_last
 from smlt.runtime.planner.progress import ProgressModel
 from smlt.runtime.planner.timing import Forecast, JobShape, TimingModel
-from smlt.runtime.planner.types import Decision, RunHistory
+from smlt.runtime.planner.types import Decision, Note, Rule, RunHistory
 from smlt.runtime.prices import Prices
 
 
@@ -75,16 +75,24 @@ def target_met(job: Job, history: RunHistory) -> bool:
     return target_reached(job.training, last)
 
 
-def _stop(reason: str, bound: str, **kw) -> Decision:
-    return Decision(action="stop", reason=reason, bound=bound, **kw)
+def _stop(reason: str, bound: str, rule: Rule, **kw) -> Decision:
+    return Decision(action="stop", reason=reason, bound=bound, rule=rule, **kw)
 
 
 def _final_stop(
-    job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arch: str, reason: str, bound: str, **kw
+    job: Job,
+    history: RunHistory,
+    tm: TimingModel,
+    prices: Prices,
+    arch: str,
+    reason: str,
+    bound: str,
+    rule: Rule,
+    **kw,
 ) -> Decision:
     """A stop after which the controller evaluates the newest model (deadline, max_rounds,
     target): only if the budget can pay that evaluation round in the worst case; otherwise the
-    stop is reported as a budget stop, which skips it."""
+    stop is reported as a budget stop (its rule kept), which skips it."""
     if history.rounds and history.rounds[-1].local_steps > 0:
         last = history.rounds[-1]
         f = tm.forecast([last.workers], [last.memory_mb], [0], history)
@@ -95,10 +103,11 @@ def _final_stop(
             return _stop(
                 f"{reason}; the final evaluation is skipped: {fmt_usd(left)} left < its worst case {fmt_usd(need)}",
                 "budget",
+                rule,
                 **kw,
             )
         kw.setdefault("worker_time_limit_s", round(float(f.eval_limit_s[0]), 1))
-    return _stop(reason, bound, **kw)
+    return _stop(reason, bound, rule, **kw)
 
 
 def _terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arch: str) -> Decision | None:
@@ -115,6 +124,7 @@ def _terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, ar
             f"target reached: {job.training.target_metric} {v:.4f} {op} {job.training.target_value} "
             f"(model of round {r - 1})",
             "target",
+            "target_reached",
         )
     if r >= job.training.max_rounds:
         return _final_stop(
@@ -124,6 +134,7 @@ def _terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, ar
             prices,
             arch,
             f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained",
+            "max_rounds",
             "max_rounds",
         )
     return None
@@ -170,12 +181,25 @@ def budget_guard(
 
 
 def fixed_plan_guard(
-    job: Job, history: RunHistory, n: int, m: int, k: int, prices: Prices, arch: str
+    job: Job,
+    history: RunHistory,
+    n: int,
+    m: int,
+    k: int,
+    prices: Prices,
+    arch: str,
+    sizes: FunctionSizes | None = None,
 ) -> tuple[bool, float]:
     """`budget_guard` for a plan fixed from outside the planner (the benchmark's guarded oracle):
     whether the round fits, and the workers' limit (s)."""
-    f, _, fits = budget_guard(job, history, fitted_timing(job, history, prices, arch), n, m, k, prices, arch)
+    tm = fitted_timing(job, history, prices, arch, sizes)
+    f, _, fits = budget_guard(job, history, tm, n, m, k, prices, arch)
     return fits, float(f.time_limit_s[0])
+
+
+def fixed_plan(job: Job, tiers: list[int]) -> tuple[int, int, int]:
+    """(workers, memory MB, local steps) of the fixed planner's one plan."""
+    return job.workers.initial, job.workers.memory_mb or default_tier(tiers), job.training.local_steps
 
 
 def decide_fixed(
@@ -185,9 +209,7 @@ def decide_fixed(
     done = _terminal(job, history, tm, prices, arch)
     if done:
         return done
-    n = job.workers.initial
-    m = job.workers.memory_mb or default_tier(tiers)
-    k = job.training.local_steps
+    n, m, k = fixed_plan(job, tiers)
     c = job.constraints
     f, fin_ub, fits = budget_guard(job, history, tm, n, m, k, prices, arch)
     left = (c.budget_usd - history.cost_total_usd) if c.budget_usd is not None else math.inf
@@ -197,6 +219,7 @@ def decide_fixed(
             f"budget: {fmt_usd(left)} left cannot pay the worst case of one more round "
             f"({fmt_usd(float(f.cost_ub[0]))}) plus finalisation ({fmt_usd(fin_ub)})",
             "budget",
+            "budget_guard",
             infeasible=not history.rounds,  # not even round 0 fits: the job is refused, not "done"
             **common,
         )
@@ -211,6 +234,7 @@ def decide_fixed(
                 arch,
                 f"deadline: {fmt_s(max(t_left, 0))} left, a round takes ~{fmt_s(float(f.round_s[0]))}",
                 "deadline",
+                "deadline",
                 infeasible=not history.rounds,
                 **common,
             )
@@ -221,6 +245,7 @@ def decide_fixed(
         memory_mb=m,
         local_steps=k,
         bound="none",
+        rule="fixed",
         reason=(
             f"fixed plan: {n} workers x {m} MB x {k} steps; predicted round {fmt_s(float(f.round_s[0]))}, "
             f"{fmt_usd(float(f.cost[0]))} (worst case {fmt_usd(float(f.cost_ub[0]))}){budget_txt}"
@@ -470,6 +495,7 @@ def _infeasible(job: Job, history: RunHistory, cand: Candidates, ev: Evaluation,
     return _stop(
         reason,
         "deadline" if late else "budget",
+        "infeasible",
         infeasible=True,
         earliest_deadline_s=earliest,
         min_budget_usd=min_budget,
@@ -519,8 +545,8 @@ class _Choice:
     def first(self) -> bool:
         return not self.history.rounds
 
-    def final_stop(self, reason: str, bound: str, **kw) -> Decision:
-        return _final_stop(self.job, self.history, self.tm, self.prices, self.arch, reason, bound, **kw)
+    def final_stop(self, reason: str, bound: str, rule: Rule, **kw) -> Decision:
+        return _final_stop(self.job, self.history, self.tm, self.prices, self.arch, reason, bound, rule, **kw)
 
     def describe(self, i: int) -> str:
         return _describe(i, self.cand, self.ev)
@@ -566,7 +592,7 @@ def _budget_guard_stop(x: _Choice, base: np.ndarray) -> Decision:
     return (
         _last_look(x, reason)
         or _out_of_time(x, reason)
-        or _stop(reason, "budget", predicted_round_cost_usd=float(f.cost[i]))
+        or _stop(reason, "budget", "budget_guard", predicted_round_cost_usd=float(f.cost[i]))
     )
 
 
@@ -589,6 +615,7 @@ def _out_of_time(x: _Choice, reason: str) -> Decision | None:
     return x.final_stop(
         f"{reason}; deadline: {fmt_s(max(t_left, 0.0))} left, an evaluation round takes ~{fmt_s(eval_s)}",
         "deadline",
+        "budget_guard",
     )
 
 
@@ -617,6 +644,7 @@ def _last_look(x: _Choice, reason: str) -> Decision | None:
         local_steps=0,
         reason=f"{reason}; first an evaluation of the newest model (worst case {fmt_usd(float(need[i]))} with finalisation)",
         bound="budget",
+        rule="last_look",
         predicted_round_s=float(f.eval_round_s[i]),
         worker_time_limit_s=round(float(f.eval_limit_s[i]), 1),
     )
@@ -639,6 +667,7 @@ def _hard_guards(x: _Choice, base: np.ndarray) -> np.ndarray | Decision:
             return x.final_stop(
                 f"deadline: {fmt_s(max(t_left, 0.0))} left, the shortest round ({x.describe(i)}) "
                 f"takes ~{fmt_s(float(f.round_s[i]))}",
+                "deadline",
                 "deadline",
                 predicted_round_s=float(f.round_s[i]),
             )
@@ -787,6 +816,7 @@ def _nothing_fits(
         return x.final_stop(
             "stopping to save the budget: " + d.reason.replace("infeasible: ", "", 1),
             d.bound,
+            "give_up",
             earliest_deadline_s=d.earliest_deadline_s,
             min_budget_usd=d.min_budget_usd,
         )
@@ -1012,6 +1042,18 @@ def _why(x: _Choice, p: _Pick, bound: str, qb: float, i_free: int) -> list[str]:
     return pieces
 
 
+def _notes(x: _Choice, p: _Pick) -> list[Note]:
+    """What shaped the plan besides its rule (the pieces of `_why` that say so)."""
+    notes: list[Note] = []
+    if x.cand.averaging_stalled:
+        notes.append("averaging_stalled")
+    elif x.cand.speed_one_worker:
+        notes.append("speed_one_worker")
+    if p.probe:
+        notes.append("short_round")
+    return notes
+
+
 def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
     """The decision to train the picked candidate, with its predictions and the reason."""
     tr, ev, f, i = x.job.training, x.ev, x.f, p.i
@@ -1046,6 +1088,8 @@ def _train(x: _Choice, guard: np.ndarray, p: _Pick) -> Decision:
         local_steps=int(x.cand.k[i]),
         reason="; ".join(pieces),
         bound=bound,
+        rule="best_effort" if p.note else "feasible",
+        notes=_notes(x, p),
         predicted_round_s=float(f.round_s[i]),
         predicted_round_cost_usd=float(f.cost[i]),
         predicted_rounds_left=r50,
@@ -1086,6 +1130,7 @@ def decide_adaptive(
             f"planned work done: the progress of {tr.max_rounds} rounds of {job.workers.initial} "
             f"workers x {tr.local_steps} steps has been made (no target set)",
             "max_rounds",
+            "work_done",
         )
     cand = candidates(job, history, tiers, hold, shape.val_rows)
     x = _Choice(job, history, tm, pm, prices, arch, cand, _evaluate(job, history, cand, tm, pm, prices, arch))

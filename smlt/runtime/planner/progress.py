@@ -165,10 +165,13 @@ def _grid_posterior(epochs_obs, d, prec_obs, prior_a, P):
     posterior mean and precision of A at every grid point. Priors: tau0 lognormal around the
     epochs prior / 3.5 (x8), p uniform; the configs' prior is added by the caller."""
     mu_a, sd_a = prior_a
-    x = epochs_obs[:, None, None, :] / TAU0_GRID_EPOCHS[None, :, None, None]  # (C, T, 1, O)
-    phi = 1.0 - np.exp(-np.power(x, P.P_GRID[None, None, :, None]))  # (C, T, Q, O)
-    s_pp = (phi**2 * prec_obs).sum(-1)
-    s_py = (phi * (d * prec_obs)).sum(-1)
+    # configs that made the same progress (one worker's rounds do not depend on beta) share the
+    # curve's features: computed once per distinct row of epochs_obs, the same numbers
+    rows, inv = np.unique(epochs_obs, axis=0, return_inverse=True)
+    x = rows[:, None, None, :] / TAU0_GRID_EPOCHS[None, :, None, None]  # (U, T, 1, O)
+    phi = 1.0 - np.exp(-np.power(x, P.P_GRID[None, None, :, None]))  # (U, T, Q, O)
+    s_pp = (phi**2 * prec_obs).sum(-1)[inv.ravel()]  # (C, T, Q)
+    s_py = (phi * (d * prec_obs)).sum(-1)[inv.ravel()]
     s_yy = float((d**2 * prec_obs).sum())
     prec = s_pp + 1.0 / sd_a**2
     mean_a = (s_py + mu_a / sd_a**2) / prec

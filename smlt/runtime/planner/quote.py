@@ -19,12 +19,12 @@ from smlt.runtime.planner.config import active as cfg
 from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
 
-LOW_Q, HIGH_Q = 0.1, 0.9  # the range: p10-p90 of the rounds still needed
+LOW_Q, HIGH_Q = 0.1, 0.9  # the range: the held plan's time and cost at p10 and p90 of the rounds needed
 
 
 class Outlook(BaseModel):
-    """Time and cost to the target of one plan held for the whole run, at p10 / p50 / p90 of the
-    rounds needed (conditional on the target being reachable; `p_never` is the rest)."""
+    """Time and cost to the target of one plan held for the whole run (`_held_plan`), at p10 / p50
+    / p90 of the rounds needed (conditional on the target being reachable; `p_never` is the rest)."""
 
     workers: int
     memory_mb: int
@@ -52,6 +52,49 @@ def _finite(x: float) -> float:
     return float(x) if math.isfinite(float(x)) else math.inf
 
 
+UNBOUNDED = 1e12  # a limit the job leaves unset, for the limits that would work (never binds)
+
+
+def _bounded(job: Job) -> Job:
+    """`job` with any unset deadline or budget taken as unbounded, so the refusal's arithmetic gives
+    the earliest deadline and the smallest budget of every job (with no budget, the fastest plan's
+    time; with no deadline, the cheapest plan's cost)."""
+    c = job.constraints
+    bounded = c.model_copy(
+        update={"deadline_seconds": c.deadline_seconds or UNBOUNDED, "budget_usd": c.budget_usd or UNBOUNDED}
+    )
+    return job.model_copy(update={"constraints": bounded})
+
+
+def _runs(job: Job, cand: core.Candidates, tiers: list[int]) -> np.ndarray:
+    """The candidates the job's planner may run: all of them (adaptive), or its one plan (fixed)."""
+    if job.workers.planner != "fixed":
+        return np.ones(len(cand.n), bool)
+    n, m, k = core.fixed_plan(job, tiers)
+    return (cand.n == n) & (cand.m == m) & (cand.k == k)
+
+
+def _held_plan(
+    job: Job,
+    history: RunHistory,
+    first: Decision,
+    tiers: list[int],
+    prices: Prices,
+    architecture: str,
+    sizes: FunctionSizes,
+) -> Decision:
+    """The plan the run is expected to hold to the target. A fixed planner's one plan; the adaptive
+    planner's plan on the model's footprint (admission's, `core.decide`'s first look): round 0,
+    planned without the footprint (`core.planning_history`), probes the model, and from round 1
+    the planner plans on what round 0 measured, which the footprint predicts. Held to the target,
+    the probe's plan was a poor forecast: its rounds timed on the footprint are not the ones the
+    run goes on with (benchmark, bench/experiments/2026-12-06-quote-calibration.md)."""
+    if first.action != "train" or job.workers.planner == "fixed" or core.planning_history(history) is history:
+        return first
+    held = core.decide_adaptive(job, history, tiers, prices, architecture, sizes)
+    return held if held.action == "train" else first
+
+
 def first_forecast(
     job: Job,
     history: RunHistory,
@@ -61,8 +104,9 @@ def first_forecast(
     sizes: FunctionSizes | None = None,
 ) -> FirstForecast:
     """The first plan of `job` (`core.decide`) with its p10-p90 outlook, the earliest deadline and
-    smallest budget that work (the refusal's numbers, computed for every job), from `history`
-    (before round 0: the dataset's rows and bytes, the built-in model's footprint)."""
+    smallest budget that work (the refusal's numbers, computed for every job; of its one plan for a
+    fixed planner), from `history` (before round 0: the dataset's rows and bytes, the built-in
+    model's footprint)."""
     sizes = sizes or FunctionSizes()
     tiers = sorted(tiers) or [job.workers.memory_mb or 2048]
     decision = core.decide(job, history, tiers, prices, architecture, sizes)
@@ -70,20 +114,19 @@ def first_forecast(
     pm = core._progress_model(job, history, tm.shape)
     cand = core.candidates(job, history, tiers, None, tm.shape.val_rows)
     ev = core._evaluate(job, history, cand, tm, pm, prices, architecture)
-    limits = core._infeasible(job, history, cand, ev, ev.valid.copy())
+    limits = core._infeasible(_bounded(job), history, cand, ev, ev.valid & _runs(job, cand, tiers))
 
+    held = _held_plan(job, history, decision, tiers, prices, architecture, sizes)
     outlook = None
-    if decision.action == "train":
-        hit = np.flatnonzero(
-            (cand.n == decision.workers) & (cand.m == decision.memory_mb) & (cand.k == decision.local_steps)
-        )
+    if held.action == "train":
+        hit = np.flatnonzero((cand.n == held.workers) & (cand.m == held.memory_mb) & (cand.k == held.local_steps))
         if hit.size:
             i = int(hit[0])
             qs = (LOW_Q, 0.5, HIGH_Q)
             outlook = Outlook(
-                workers=decision.workers,
-                memory_mb=decision.memory_mb,
-                local_steps=decision.local_steps,
+                workers=held.workers,
+                memory_mb=held.memory_mb,
+                local_steps=held.local_steps,
                 rounds=tuple(_finite(ev.R[q][i]) for q in qs),  # type: ignore[arg-type]
                 seconds=tuple(_finite(ev.T[q][i]) for q in qs),  # type: ignore[arg-type]
                 cost_usd=tuple(_finite(ev.C[q][i]) for q in qs),  # type: ignore[arg-type]

@@ -27,7 +27,13 @@ planner's exploration looks at. numpy only.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
+import dataclasses
 import math
+import operator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +66,34 @@ TAIL_PRIOR = (0.5, 20.0)
 # The per-step time's round-to-round spread before the run shows its own (10 %, ~3 rounds' weight).
 STEP_SPREAD_PRIOR = 0.1
 STEP_SPREAD_WEIGHT = 3.0
+
+# Each round's observations (`TimingModel._observe`) by record, kept for a caller whose records
+# never change once made and who refits on a growing history every round (the simulator,
+# smlt.sim.run: each planner call refits on the whole history, O(rounds^2) observations a run).
+# None, the default: every fit reads every round afresh (the deployed planner reads a history once).
+_ROUND_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("timing_round_memo", default=None)
+
+
+@contextlib.contextmanager
+def round_memo(memo: dict | None = None) -> Iterator[None]:
+    """Inside the block, a round's observations are made once per fitting context (the job's
+    shape, prices, architecture and sizes) and kept in `memo` (a new one if None) for later fits,
+    this block's and those of later blocks given the same `memo`; the records must not change
+    meanwhile. The fits are the same as without it."""
+    token = _ROUND_MEMO.set({} if memo is None else memo)
+    try:
+        yield
+    finally:
+        _ROUND_MEMO.reset(token)
+
+
+def _fitted_copy(state: dict) -> dict:
+    """A fitted model's state to keep or to restore: its regressions copied (a fit replaces their
+    arrays, never changes them), the rest as it is."""
+    return {
+        k: [copy.copy(b) for b in v] if isinstance(v, list) else copy.copy(v) if isinstance(v, BLR) else v
+        for k, v in state.items()
+    }
 
 
 def step_round_spread(tiers: np.ndarray, step_s: np.ndarray) -> float:
@@ -181,6 +215,17 @@ class _Series:
         self.y.append(y)
         self.sd.append(sd)
 
+    def extend(self, other: _Series) -> None:
+        """Append `other`'s observations, as if each had been `add`ed here."""
+        if not other.y:
+            return
+        if not self.x:
+            self.x = [[] for _ in other.x]
+        for col, vals in zip(self.x, other.x, strict=True):
+            col.extend(vals)
+        self.y.extend(other.y)
+        self.sd.extend(other.sd)
+
 
 @dataclass
 class _Observations:
@@ -196,6 +241,11 @@ class _Observations:
     oc: _Series = field(default_factory=_Series)
     cvs: list[float] = field(default_factory=list)
     inits: list[float] = field(default_factory=list)
+
+    def extend(self, other: _Observations) -> None:
+        """Append another round's observations after these (every field: a new one joins too)."""
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).extend(getattr(other, f.name))
 
 
 class TimingModel:
@@ -313,18 +363,52 @@ class TimingModel:
         self.fitted_rounds = len(rounds)
         if not rounds:
             return self
+        memo = _ROUND_MEMO.get()
+        if memo is None:
+            return self._fit(history, rounds, None, None)
+        # a fit on the very rounds of one of the last two fits in this context is that fit again
+        # (the reason's refit on the rounds before the last, `explain`, is the last plan's fit)
+        context = (dataclasses.astuple(self.shape), self.prices, self.arch, self.sizes)
+        reads = (len(history.rounds), *history.rounds[-HISTORY_ROUNDS - 1 :])  # all the fit reads
+        fits = memo.setdefault("fits", [])
+        for done, at, state in fits:
+            same = done[0] == reads[0] and len(done) == len(reads) and all(map(operator.is_, done[1:], reads[1:]))
+            if same and at == context:
+                self.__dict__.update(_fitted_copy(state))
+                return self
+        self._fit(history, rounds, memo, context)
+        state = {k: v for k, v in vars(self).items() if k not in ("shape", "prices", "arch", "sizes")}
+        fits[:] = [*fits[-1:], (reads, context, _fitted_copy(state))]
+        return self
+
+    def _fit(self, history: RunHistory, rounds: list[RoundRecord], memo: dict | None, context) -> TimingModel:
+        """`fit` on `rounds` (the newest with timings), each round's observations from `memo`
+        when it has them in this `context`."""
         obs = _Observations()
         for r in rounds:
-            ok = [t for t in r.timings if t.error is None and t.total_s > 0]
-            self._observe_steps(obs, r)
-            if ok:
-                self._observe_workers(obs, r, ok)
-                self._observe_round(obs, r, ok, first=r is history.rounds[0])
+            first = r is history.rounds[0]
+            if memo is None:
+                obs.extend(self._observe(r, first))
+                continue
+            seen = memo.get((id(r), first))
+            if seen is None or seen[0] is not r or seen[1] != context:
+                seen = memo[id(r), first] = (r, context, self._observe(r, first))
+            obs.extend(seen[2])
         self._fit_compute(obs)
         self._fit_components(obs)
         self._fit_spread(obs)
         self._fit_tail(history.rounds[1:][-HISTORY_ROUNDS:])
         return self
+
+    def _observe(self, r: RoundRecord, first: bool) -> _Observations:
+        """One round's observations, per component (`first`: the run's first round)."""
+        obs = _Observations()
+        ok = [t for t in r.timings if t.error is None and t.total_s > 0]
+        self._observe_steps(obs, r)
+        if ok:
+            self._observe_workers(obs, r, ok)
+            self._observe_round(obs, r, ok, first=first)
+        return obs
 
     def _fit_tail(self, rounds: list[RoundRecord]) -> None:
         """How often a worker is held to its limit (`WorkerTiming.held`)."""
@@ -491,7 +575,7 @@ class TimingModel:
 
         # state: warm instances per tier, the last round's n (shard assignment)
         pool, prev_n = self._warm_pool(history)
-        warm_avail = np.array([pool.get(int(m), 0) for m in M], dtype=float)
+        warm_avail = np.array([pool.get(int(m), 0) for m in tiers], dtype=float)[idx]
         cold = np.maximum(N - warm_avail, 0.0)
         reshard = N != prev_n
         h_next_warm = np.where(reshard, h_miss, h_warm)

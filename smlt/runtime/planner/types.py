@@ -90,6 +90,31 @@ class RunHistory(BaseModel):
     activation_mb: float | None = None  # a batch's activations, as the workers measured them
 
 
+# The decision rule that made a Decision, one name per rule (the reason says the same in words;
+# tests and readers of the PLAN items match on this, never on the prose):
+Rule = Literal[
+    "feasible",  # adaptive: a plan that meets the constraints (at the safest level that fits)
+    "best_effort",  # adaptive: nothing fits, the plan that buys the most progress within the guards
+    "fixed",  # the fixed planner's plan (the job's n, m, k)
+    "last_look",  # before a budget stop: an evaluation-only round of the newest model
+    "final_evaluation",  # the controller's evaluation-only round after a stop (smlt.runtime.steps.plan)
+    "target_reached",  # the last round's model reached the target
+    "max_rounds",  # max_rounds rounds trained
+    "work_done",  # no target: the progress of max_rounds planned rounds has been made
+    "budget_guard",  # the money left cannot pay one more round's worst case plus finalisation
+    "deadline",  # no round (and its evaluation) fits before the deadline
+    "infeasible",  # round 0: the job is refused, even the optimistic forecast misses
+    "give_up",  # mid-run: the run stalled and the target is out of reach ("stopping to save the budget")
+    "stopped",  # a stop request: the dashboard's button, a study's early stop
+]
+# What shaped a train plan besides its rule (several may hold):
+Note = Literal[
+    "averaging_stalled",  # n capped at workers.min: models averaged from more workers stalled
+    "speed_one_worker",  # n capped at workers.min: the speed objective does not count on averaging
+    "short_round",  # the shorter-round probe: k / short_round_x steps instead of the plan's k
+]
+
+
 class Decision(BaseModel):
     action: Literal["train", "stop"]
     workers: int = 0
@@ -99,6 +124,8 @@ class Decision(BaseModel):
     # The constraint that bound the choice: "deadline", "budget", "target", "max_rounds", "none",
     # or "stopped" (a stop request: the dashboard's button, a study's early stop).
     bound: str = "none"
+    rule: Rule | None = None  # None: a decision made outside the planner's rules (the simulator's baselines)
+    notes: list[Note] = Field(default_factory=list)
     predicted_round_s: float | None = None
     predicted_round_cost_usd: float | None = None
     predicted_rounds_left: float | None = None
@@ -115,3 +142,10 @@ class Decision(BaseModel):
     earliest_deadline_s: float | None = None  # set when infeasible: the earliest deadline that works
     min_budget_usd: float | None = None  # set when infeasible: the smallest budget that works
     explore: bool = False  # chosen partly to learn (uncertain model)
+
+    @property
+    def evaluates_first(self) -> bool:
+        """A stop whose newest model is measured on the whole validation split before Finalize (an
+        evaluation-only round): a stop bound by rounds, time, the target or a request, not by the
+        budget (no money left for a round). The deployed Plan step and the simulator both ask here."""
+        return self.bound in ("max_rounds", "deadline", "target", "stopped")

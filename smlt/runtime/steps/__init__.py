@@ -2,6 +2,7 @@
 
 Read `infra/stacks/workflow.py` (the states and their wiring), then:
 
+- `prepare`   PrepareData, before the first Plan of a raw upload: its data prepared into a dataset
 - `plan`      Plan (and Chain): validate the job, decide the round, write the PLAN item
 - `train`     Train, one Map iteration per worker: k local steps, the update, the WORKER record
 - `aggregate` Aggregate: seal the round, average the updates into model r+1, the ROUND item

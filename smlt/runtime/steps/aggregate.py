@@ -45,6 +45,7 @@ from smlt.runtime.items import (
     RoundTiming,
     SealItem,
     WorkerItem,
+    data_error_message,
 )
 from smlt.runtime.model_store import (
     fetch_model,
@@ -112,7 +113,7 @@ def _repeated_shard_failure(table: RunTable, rnd: int, errors: dict[int, ErrorIt
             continue
         w, e = failed[(e0.shard.split, e0.shard.index)]
         if e.error == "WorkerError" and e0.error == "WorkerError" and e.exception == e0.exception:
-            raise smlt_errors.DataError(smlt_errors.data_error_message(e, e0))
+            raise smlt_errors.DataError(data_error_message(e, e0))
         if e.error == "CorruptShard" and e0.error == "CorruptShard":
             raise smlt_errors.CorruptShard(
                 f"{e0.shard.split} shard {e0.shard.key} failed twice: on worker {w0} in round {rnd - 1} and on "

@@ -1,4 +1,4 @@
-"""The events the state machine sends the three Lambda functions and the answers it reads back
+"""The events the state machine sends its Lambda functions and the answers it reads back
 (`infra/stacks/workflow.py`; docs/architecture.md, "Payload shapes").
 
 Events are discriminated on `op`. The state machine sends `op` to some tasks and not others
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapt
 
 from smlt.runtime.errors import SmltError
 from smlt.runtime.fanout import Kind
+from smlt.runtime.validation import describe
 
 
 class InvalidEvent(SmltError):
@@ -209,6 +210,96 @@ class TrainAnswer(BaseModel):
     duplicate: bool = Field(default=False, exclude_if=operator.not_)  # answered from the stored record
 
 
+# --- prepare: a raw upload's Prepare step (smlt.runtime.steps.prepare) ---
+
+
+class PrepareDataEvent(_Event):
+    op: Literal["prepare_data"] = "prepare_data"
+    trigger: dict[str, Any]  # the upload trigger's {bucket, key, etag, sequencer}
+    execution: str
+
+
+class PartItem(BaseModel):
+    """One part of a table in many files: an item of the parts' Distributed Maps."""
+
+    part: int
+    key: str  # the part's object in the data bucket
+
+
+class DataPrepared(BaseModel):
+    """PrepareData's answer; the DataPrepared Choice reads `action` ("duplicate": another
+    execution owns the run, which ends here; "plan": on to Plan, which trains on `dataset`;
+    "parts": a table in many files, prepared by the parts' Maps over `parts`)."""
+
+    action: Literal["plan", "duplicate", "parts"]
+    run_id: str
+    dataset: str  # s3:// URI of the prepared dataset
+    reason: str
+    rows: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What preparing said (a new column ignored, files skipped), for the execution's history.
+    notes: list[str] = Field(default_factory=list, exclude_if=operator.not_)
+    # action "parts": the items of the Maps, and what their steps read (smlt.runtime.steps.prepare_parts)
+    parts: list[PartItem] = Field(default_factory=list, exclude_if=operator.not_)
+    bucket: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    folder: str | None = Field(default=None, exclude_if=lambda v: v is None)  # the prepared dataset's key prefix
+    text: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)  # columns read as text
+
+
+class _PartsStep(_Event):
+    """A step of a table in parts (smlt.runtime.steps.prepare_parts): the run, its bucket and the
+    prepared dataset's folder (its scratch is `<folder>/_parts/`)."""
+
+    run_id: str
+    bucket: str
+    folder: str
+    execution: str
+
+
+class PartStatsEvent(_PartsStep):
+    op: Literal["part_stats"]
+    part: int
+    key: str
+    text: list[str] = []  # columns read as text in every part (a part held text in them)
+
+
+class PartMomentsEvent(_PartsStep):
+    op: Literal["part_moments"]
+    part: int
+    key: str
+
+
+class PartShardsEvent(_PartsStep):
+    op: Literal["part_shards"]
+    part: int
+    key: str
+
+
+class MergeEvent(_PartsStep):
+    """After a Map: its children's answers (a failed child's error and cause, caught in the child)."""
+
+    op: Literal["merge_stats", "merge_moments", "finish_parts"]
+    results: list[dict[str, Any]]
+
+
+class StatsMerged(BaseModel):
+    """MergeStats' answer: `again` (with `text`) when a column held text in some part and numbers
+    in another, so every part is read again with it as text."""
+
+    again: bool
+    text: list[str] = []
+
+
+PrepareFunctionEvent = Annotated[
+    Annotated[PrepareDataEvent, Tag("prepare_data")]
+    | Annotated[PartStatsEvent, Tag("part_stats")]
+    | Annotated[PartMomentsEvent, Tag("part_moments")]
+    | Annotated[PartShardsEvent, Tag("part_shards")]
+    | Annotated[MergeEvent, Tag("merge_stats")]
+    | Annotated[MergeEvent, Tag("merge_moments")]
+    | Annotated[MergeEvent, Tag("finish_parts")],
+    _op_or("prepare_data"),
+]
+
 E = TypeVar("E")
 
 PLANNER_EVENTS: TypeAdapter[PlanEvent | ChainEvent | FinalizeEvent] = TypeAdapter(PlannerEvent)
@@ -216,6 +307,10 @@ AGGREGATE_EVENTS: TypeAdapter[AggregateEvent | PrepareEvent | SliceEvent | Finis
     AggregateFunctionEvent
 )
 TRAIN_EVENTS: TypeAdapter[TrainEvent] = TypeAdapter(TrainEvent)
+PREPARE_DATA_EVENTS: TypeAdapter[PrepareDataEvent] = TypeAdapter(PrepareDataEvent)
+PREPARE_EVENTS: TypeAdapter[PrepareDataEvent | PartStatsEvent | PartMomentsEvent | PartShardsEvent | MergeEvent] = (
+    TypeAdapter(PrepareFunctionEvent)
+)
 
 
 def parse_event(adapter: TypeAdapter[E], event: Any) -> E:
@@ -223,9 +318,9 @@ def parse_event(adapter: TypeAdapter[E], event: Any) -> E:
     try:
         return adapter.validate_python(event)
     except ValidationError as e:
-        raise InvalidEvent("; ".join(f"{_where(err)}: {err['msg']}" for err in e.errors())) from None
+        raise InvalidEvent(describe(e, _whole)) from None
 
 
-def _where(err: Any) -> str:
-    """The field an error is about: op.field (an unknown op has no location: it is the op)."""
-    return ".".join(map(str, err["loc"])) or ("op" if err["type"].startswith("union_tag") else "event")
+def _whole(error_type: str) -> str:
+    """What an error without a location is about: an unknown op is the op; any other, the event."""
+    return "op" if error_type.startswith("union_tag") else "event"

@@ -3,12 +3,14 @@
 Publishes the newest measured model as final/model.safetensors with its model card (the card
 with the final metrics also as final/model.json: smlt.runtime.modelcard), the run's metrics as
 final/metrics.json, marks the run SUCCEEDED and, for a pipeline run, passes its model through the
-pipeline's gate (smlt.runtime.pipeline.conclude: promoted to latest.json, or kept rejected).
+pipeline's gate (smlt.runtime.pipeline.conclude: promoted to latest.json, or kept rejected),
+whose decision goes to the team's SNS topic when the stack has one (smlt.runtime.notify).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -22,10 +24,13 @@ from smlt.runtime.evaluation import ValMetrics
 from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.runtime.model_store import verified_model
 from smlt.runtime.modelcard import ModelCard, card_json, card_key, card_of_run, with_card
+from smlt.runtime.notify import publish_decision
 from smlt.runtime.records import RunTable
 from smlt.runtime.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.runtime.store import S3Store
 from smlt.runtime.tensors.digest import sha256_hex
+
+log = logging.getLogger(__name__)
 
 
 def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
@@ -80,7 +85,7 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
     if pipeline and meta and final_round is not None:  # the gate: promoted, or kept as rejected
         metric = meta.job.training.target_metric
-        pipelines.conclude(
+        decided = pipelines.conclude(
             artifacts,
             meta.job.dataset.uri,
             run_id,
@@ -92,12 +97,27 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
             final.estimated_cost_usd,
             published,
         )
+        if decided is not None and settings.notify_topic_arn:
+            _notify(artifacts, settings.notify_topic_arn, decided)
     return FinalizeAnswer(
         run_id=run_id,
         val_accuracy=final.val_accuracy,
         rounds=final.rounds,
         estimated_cost_usd=round(final.estimated_cost_usd, 6),
     )
+
+
+def _notify(artifacts: S3Store, topic_arn: str, record: pipelines.VersionRecord) -> None:
+    """The decision published to the team's topic; a failure kept on the version's record, the
+    run and the decision unchanged."""
+    error = publish_decision(topic_arn, record)
+    if error is None:
+        return
+    try:
+        key = keys.pipeline_version_key(record.pipeline, record.version)
+        artifacts.put(key, record.model_copy(update={"notify_error": error}).model_dump_json(indent=1).encode())
+    except Exception as e:  # noqa: BLE001 - the record says the decision; the log says this
+        log.warning("the notification's failure was not recorded on %s %s: %s", record.pipeline, record.version, e)
 
 
 def _trained_split(
@@ -225,7 +245,7 @@ def _final(
 # What metrics.json shows of a round: the ROUND item but the planner's and aggregator's own
 # fields, and the plan's reasoning.
 _NOT_IN_METRICS = {"diverged", "aggregators", "param_count", "plan_reason", "time_limit_s", "timings"}
-_PLAN_IN_METRICS = {"reason", "bound", "predicted_round_s", "predicted_round_cost_usd"}
+_PLAN_IN_METRICS = {"reason", "bound", "rule", "predicted_round_s", "predicted_round_cost_usd"}
 
 
 def _round_view(r: RoundItem, plan: PlanItem | None, cost: ledger.CostBreakdown | None) -> dict[str, Any]:

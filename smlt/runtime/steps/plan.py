@@ -456,7 +456,7 @@ def _decide(settings: Settings, job: Job, meta: MetaItem, state: _RunState) -> D
     """The planner's decision, held to what sync mode can run at once."""
     stop = state.stop
     if stop is not None:
-        return Decision(action="stop", reason=f"stopped by {stop.by}: {stop.reason}", bound="stopped")
+        return Decision(action="stop", reason=f"stopped by {stop.by}: {stop.reason}", bound="stopped", rule="stopped")
     tiers = sorted(settings.train_functions)
     history = _history(state, meta, first_footprint(job, state))
     job = _within_slots(job, settings, meta)
@@ -483,7 +483,7 @@ def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision |
     """A stop whose newest model has not been evaluated yet: one evaluation-only round measures it,
     again while a failed worker leaves its metric partial (at most MAX_EVALUATIONS in a row; then
     finalize publishes the newest model measured on the whole split)."""
-    if not rounds or rounds[-1].stop or decision.bound not in ("max_rounds", "deadline", "target", "stopped"):
+    if not rounds or rounds[-1].stop or not decision.evaluates_first:
         return None
     if sum(1 for _ in takewhile(lambda r: r.eval_only, reversed(rounds))) >= MAX_EVALUATIONS:
         return None
@@ -495,6 +495,7 @@ def _final_evaluation(decision: Decision, rounds: list[RoundItem]) -> Decision |
         local_steps=0,
         reason=f"final evaluation ({decision.reason})",
         bound=decision.bound,
+        rule="final_evaluation",
         worker_time_limit_s=decision.worker_time_limit_s,
     )
 
@@ -595,6 +596,8 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
         action="stop",
         reason=decision.reason,
         bound=decision.bound,
+        rule=decision.rule,
+        notes=list(decision.notes),
         predicted_round_s=decision.predicted_round_s,
         predicted_round_cost_usd=decision.predicted_round_cost_usd,
         planned_at=time.time(),
@@ -615,6 +618,7 @@ def _plan_item(settings: Settings, job: Job, meta: MetaItem, state: _RunState, e
             return item
         # The aggregator stops the run after the evaluation round, for the stop's reason.
         item.stop_reason, item.reason = item.reason, evaluation.reason
+        item.stop_rule, item.rule = item.rule, evaluation.rule
         decision = evaluation
     spec = _spec(settings, job, meta, state, decision, item.planned_at, _starts_cold(state, meta.run_id, execution))
     item.action, item.spec = "train", spec

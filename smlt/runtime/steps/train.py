@@ -39,10 +39,9 @@ from smlt.runtime.errors import (
     StaleInvocation,
     StoreUnavailable,
     UserCodeError,
-    data_error_message,
 )
 from smlt.runtime.exchange import Poll, ReduceScatter
-from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem
+from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem, data_error_message
 from smlt.runtime.job import Job
 from smlt.runtime.model_store import StoredModel, fetch_model, verified_model
 from smlt.runtime.records import RunTable

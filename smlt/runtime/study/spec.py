@@ -32,9 +32,10 @@ from pydantic import (
 
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import TargetMetric, lower_is_better
-from smlt.runtime.job import Job, _describe, json_object, parse_job
+from smlt.runtime.job import Job, json_object, parse_job, problems
 from smlt.runtime.strict import PlainUserModel, UserModel, no_bool_for_number
 from smlt.runtime.study.budget import DEADLINE_MARGIN_S
+from smlt.runtime.validation import field_errors
 
 _STUDY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 # What a study may search: the job's training section and its model's parameters.
@@ -249,9 +250,8 @@ def parse_study(raw: Any) -> Study:
         study = Study.model_validate(raw)
     except ValidationError as e:
         # The study-wide checks (no location) name their field themselves; the others get theirs.
-        whole = [str(x["ctx"]["error"]) for x in e.errors() if not x["loc"] and x["type"] == "value_error"]
-        text = "; ".join(whole) if whole else _describe(e)
-        raise InvalidJob("; ".join(f"study.{part}" for part in text.split("; "))) from None
+        whole = [err.message for err in field_errors(e) if not err.path and err.type == "value_error"]
+        raise InvalidJob("; ".join(f"study.{part}" for part in whole or problems(e))) from None
     check_space(study)
     return study
 

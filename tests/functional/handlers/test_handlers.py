@@ -147,3 +147,9 @@ def test_a_stop_request_ends_the_run_with_its_newest_model_evaluated(digits, aws
     metrics = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="runs/halt/final/metrics.json")["Body"].read())
     assert metrics["final"]["stop_reason"] == "stopped by study:s1: not promising"
     assert metrics["final"]["val_rows"] == 359 and metrics["final"]["val_accuracy"] > 0.5
+    # the PLAN items and metrics.json's rounds carry the planner's rule: the evaluation round's
+    # plan keeps the stop's rule next to its own
+    evaluation = RunTable("smlt-runs", "halt").plan(2)
+    assert evaluation is not None and evaluation.local_steps == 0
+    assert (evaluation.rule, evaluation.stop_rule, evaluation.bound) == ("final_evaluation", "stopped", "stopped")
+    assert [r["plan"]["rule"] for r in metrics["rounds"]] == ["fixed", "fixed", "final_evaluation"]

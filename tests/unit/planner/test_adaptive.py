@@ -15,7 +15,7 @@ def _job(**c):
 
 def test_round0_uses_priors_and_explains(prices):
     d = decide(_job(deadline_seconds=3600, budget_usd=5.0), make_history([]), TIERS, prices)
-    assert d.action == "train"
+    assert (d.action, d.rule) == ("train", "feasible")
     assert d.workers >= 1 and d.memory_mb in TIERS and d.local_steps >= 1
     assert d.predicted_round_s > 0 and d.predicted_round_cost_usd > 0 and d.predicted_rounds_left >= 1
     assert d.worker_time_limit_s and d.worker_time_limit_s <= 900
@@ -30,16 +30,14 @@ def test_infeasible_deadline_names_the_earliest_deadline(prices):
         TIERS,
         prices,
     )
-    assert d.action == "stop" and d.infeasible
+    assert (d.action, d.rule) == ("stop", "infeasible") and d.infeasible
     assert d.earliest_deadline_s and d.earliest_deadline_s > 2.0
-    assert "infeasible" in d.reason and "earliest feasible deadline" in d.reason
 
 
 def test_infeasible_budget_names_the_smallest_budget(prices):
     d = decide(_job(deadline_seconds=1e6, budget_usd=1e-5), make_history([]), TIERS, prices)
-    assert d.action == "stop" and d.infeasible and d.bound == "budget"
+    assert (d.action, d.rule, d.bound) == ("stop", "infeasible", "budget") and d.infeasible
     assert d.min_budget_usd and d.min_budget_usd > 1e-5
-    assert "budget" in d.reason
 
 
 def test_infeasible_both_mentions_both(prices):
@@ -49,8 +47,8 @@ def test_infeasible_both_mentions_both(prices):
         TIERS,
         prices,
     )
-    assert d.infeasible
-    assert "earliest feasible deadline" in d.reason and "smallest budget" in d.reason
+    assert d.rule == "infeasible" and d.infeasible
+    assert d.earliest_deadline_s and d.earliest_deadline_s > 5.0 and d.min_budget_usd and d.min_budget_usd > 0.002
 
 
 def test_best_effort_trains_anyway(prices):
@@ -85,23 +83,22 @@ def test_budget_guard_stops_with_reason(prices):
     job = _job(budget_usd=1.0)
     hist = make_history([make_round(i, acc=0.3 + 0.01 * i) for i in range(5)], cost=0.99995)
     d = decide(job, hist, TIERS, prices)
-    assert d.action == "stop" and d.bound == "budget"
-    assert "cannot pay the worst case" in d.reason
+    assert (d.action, d.rule, d.bound) == ("stop", "budget_guard", "budget")
 
 
 def test_deadline_stop_with_reason(prices):
     job = _job(deadline_seconds=100.0)
     hist = make_history([make_round(i, acc=0.3 + 0.01 * i) for i in range(5)], elapsed_s=99.5)
     d = decide(job, hist, TIERS, prices)
-    assert d.action == "stop" and d.bound in ("deadline", "budget") and "deadline" in d.reason
+    assert (d.action, d.rule, d.bound) == ("stop", "deadline", "deadline"), d.reason
 
 
 def test_target_and_max_rounds_stop(prices):
     job = make_job(training={"target_value": 0.9, "max_rounds": 4})
     d = decide(job, make_history([make_round(i, acc=a) for i, a in enumerate([0.2, 0.5, 0.8, 0.95])]), TIERS, prices)
-    assert d.action == "stop" and d.bound == "target"
+    assert (d.action, d.rule, d.bound) == ("stop", "target_reached", "target")
     d = decide(job, make_history([make_round(i, acc=0.3) for i in range(4)]), TIERS, prices)
-    assert d.action == "stop" and d.bound == "max_rounds"
+    assert (d.action, d.rule, d.bound) == ("stop", "max_rounds", "max_rounds")
 
 
 def test_respects_worker_bounds_and_pinned_memory(prices):
@@ -150,7 +147,7 @@ def test_budget_never_exceeded_over_random_histories(prices):
         hist = make_history(rounds, params=params, rows=rows, cost=spent)
         d = decide(job, hist, TIERS, prices)
         if d.action != "train":
-            assert d.reason
+            assert d.rule in ("budget_guard", "deadline", "infeasible", "give_up", "target_reached"), d.reason
             continue
         planned = planning_history(hist)  # round 0: the probe of an unmeasured model
         tm = TimingModel(JobShape.of(planned, 32), prices).fit(planned)

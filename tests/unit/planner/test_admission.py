@@ -31,7 +31,7 @@ def _advised(reason: str, field: str) -> float:
 
 def test_a_too_short_deadline_is_refused_with_the_deadline_that_works(prices):
     d = decide(_job(10.0, 50.0), _round0(), TIERS, prices)
-    assert d.action == "stop" and d.infeasible and d.bound == "deadline"
+    assert (d.action, d.rule, d.bound) == ("stop", "infeasible", "deadline") and d.infeasible
     assert "p10 of the rounds needed" in d.reason
     advised = _advised(d.reason, "deadline_seconds")
     assert d.earliest_deadline_s is not None and advised >= d.earliest_deadline_s > 10.0
@@ -42,7 +42,7 @@ def test_a_too_short_deadline_is_refused_with_the_deadline_that_works(prices):
 
 def test_a_too_small_budget_is_refused_with_the_budget_that_works(prices):
     d = decide(_job(1e6, 0.001), _round0(), TIERS, prices)
-    assert d.action == "stop" and d.infeasible and d.bound == "budget"
+    assert (d.action, d.rule, d.bound) == ("stop", "infeasible", "budget") and d.infeasible
     advised = _advised(d.reason, "budget_usd")
     assert d.min_budget_usd is not None and advised >= d.min_budget_usd > 0.001
     assert "constraints.deadline_seconds" not in d.reason
@@ -90,7 +90,7 @@ def test_a_deadline_a_resnet_cannot_meet_is_refused_once_its_size_is_known(price
     ~1.2 GiB/s burst: the 45 MB model's load and upload take ~0.1 s a round, not ~1.3 s.)"""
     job = _resnet18_job(12.5, 0.0137)
     d = decide(job, _first("resnet18", (3, 8, 8), 10, known=True), TIERS, prices)
-    assert d.action == "stop" and d.infeasible and d.bound == "deadline", d.reason
+    assert (d.action, d.rule, d.bound) == ("stop", "infeasible", "deadline") and d.infeasible, d.reason
     assert d.earliest_deadline_s is not None and d.earliest_deadline_s > 12.5
     assert "(now 12.5)" in d.reason  # the deadline as set, not rounded to 12 or 13
     assert not decide(job, _first("resnet18", (3, 8, 8), 10, known=False), TIERS, prices).infeasible

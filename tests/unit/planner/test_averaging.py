@@ -32,7 +32,7 @@ def test_one_evaluation_without_a_rise_on_averaged_workers_caps_the_next_plan_at
     assert cand.n.max() > 1  # admission and giving up still judge every plan
     d = decide(job, hist, TIERS, prices)
     assert d.action == "train" and d.workers == 1, d.reason
-    assert "at most 1 worker(s): the models averaged from more stalled" in d.reason
+    assert "averaging_stalled" in d.notes, d.reason
 
 
 def test_a_climbing_run_on_averaged_workers_keeps_its_reach():

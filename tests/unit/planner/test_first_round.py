@@ -27,7 +27,7 @@ def test_a_short_job_s_round_0_plans_past_the_later_bound_and_within_the_probe(p
     hist = RunHistory(train_rows=11_504, val_rows=359, dataset_bytes=2_945_024)
     d = decide(_digits_x8_job(), hist, TIERS, prices)
     assert d.action == "train" and d.local_steps > C.step_up_x * 20, d.reason
-    assert d.local_steps <= C.first_steps_up_x * 20 and "best effort" not in d.reason, d.reason
+    assert d.local_steps <= C.first_steps_up_x * 20 and d.rule == "feasible", d.reason
     assert d.worker_time_limit_s is not None and d.predicted_round_s is not None
     assert d.worker_time_limit_s <= 3 * d.predicted_round_s + 10.0, d.reason
 

@@ -9,7 +9,7 @@ def test_fixed_keeps_the_jobs_plan(prices):
     d = decide(job, make_history([]), TIERS, prices)
     assert (d.action, d.workers, d.memory_mb, d.local_steps) == ("train", 3, 1769, 7)
     assert d.worker_time_limit_s and d.worker_time_limit_s > 0
-    assert "fixed plan" in d.reason and "round" in d.reason
+    assert d.rule == "fixed"
 
 
 def test_fixed_memory_default_and_pin(prices):
@@ -23,10 +23,10 @@ def test_fixed_stops_on_target_and_max_rounds(prices):
     job = make_job(workers={"planner": "fixed"}, training={"target_value": 0.9, "max_rounds": 5})
     hist = make_history([make_round(i, acc=0.5 + 0.1 * i) for i in range(5)])
     d = decide(job, hist, TIERS, prices)  # last val 0.9 >= 0.9
-    assert d.action == "stop" and d.bound == "target" and "target reached" in d.reason
+    assert (d.action, d.rule, d.bound) == ("stop", "target_reached", "target")
     hist = make_history([make_round(i, acc=0.5) for i in range(5)])
     d = decide(job, hist, TIERS, prices)
-    assert d.action == "stop" and d.bound == "max_rounds"
+    assert (d.action, d.rule, d.bound) == ("stop", "max_rounds", "max_rounds")
 
 
 def test_fixed_loss_target_is_lower_is_better(prices):
@@ -42,4 +42,4 @@ def test_fixed_never_exceeds_budget(prices):
     job = make_job(workers={"planner": "fixed"}, constraints={"budget_usd": 0.01})
     hist = make_history([make_round(i) for i in range(3)], cost=0.0099)
     d = decide(job, hist, TIERS, prices)
-    assert d.action == "stop" and d.bound == "budget" and "worst case" in d.reason
+    assert (d.action, d.rule, d.bound) == ("stop", "budget_guard", "budget")

@@ -6,8 +6,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from smlt.runtime.planner import decide
 from smlt.runtime.planner.config import DEFAULT as C
 from smlt.runtime.planner.core import _Pick, _short_round_probe
+
+from .conftest import TIERS, make_history, make_job, make_round
 
 # candidates: (n, m, k); plan 0 is the pick
 N = np.array([4.0, 4.0, 4.0, 4.0, 8.0, 4.0])
@@ -53,3 +56,22 @@ def test_the_shorter_round_must_pass_the_hard_guards():
     assert p.i == 1  # the next nearest allowed: 50 steps (log distance 0.41 vs 120's 0.47)
     p = _probe(guard=(True, False, False, False, True, True))  # none at this n and m
     assert p.i == 0 and not p.probe
+
+
+def test_the_decision_records_the_probe_in_its_notes(prices):
+    """Through `decide`: round 4 of a run of 100-step rounds with many rounds left is the probe
+    (k / 4 of the plan, `notes` says so); round 5 is not."""
+
+    def plan_after(n_rounds):
+        rounds = [make_round(i, n=1, m=1769, k=100, acc=0.1 + 0.02 * i) for i in range(n_rounds)]
+        hist = make_history(rounds, params=100_000, rows=20_000, val_rows=2000)
+        job = make_job(
+            constraints={"deadline_seconds": hist.elapsed_s + 3600, "budget_usd": 5.0},
+            training={"target_value": 0.9, "max_rounds": 500, "local_steps": 20},
+        )
+        return decide(job, hist, TIERS, prices)
+
+    probe, plain = plan_after(4), plan_after(5)
+    assert (probe.action, probe.rule, probe.notes) == ("train", "feasible", ["short_round"]), probe.reason
+    assert probe.explore and probe.local_steps < plain.local_steps
+    assert (plain.action, plain.rule, plain.notes) == ("train", "feasible", []), plain.reason

@@ -15,10 +15,19 @@ from smlt.runtime.planner.types import RunHistory
 from smlt.runtime.prices import Prices
 from smlt.runtime.roundspec import COLD_START_ALLOWANCE_S, MIN_TASK_TIMEOUT_S, round_limits
 from smlt.sim import curves as curves_mod
-from smlt.sim.baselines import GuardedStatic, SmltBO, Static, ablation, oracle, run_smlt
+from smlt.sim.baselines import GuardedStatic, Static, ablation, oracle
 from smlt.sim.cloud import Cloud
 from smlt.sim.network import GIB, MIB, Link
 from smlt.sim.run import simulate
+from smlt.sim.schedulers import (
+    FIRST_ROUND_S,
+    FIRST_ROUND_SHARE,
+    ProfiledFixed,
+    SmltBO,
+    profile_settings,
+    run_profiled,
+    run_smlt,
+)
 from smlt.sim.workloads import WORKLOADS
 from smlt.sim.world import KINDS, World
 
@@ -230,8 +239,9 @@ def test_oracle_smlt_and_ablations_run_in_the_same_world():
     job = _job(target=w.target, deadline_seconds=120.0, budget_usd=0.05)
     cfg, res = oracle(job, w, TIERS, Prices(), 2, world)
     assert cfg is not None and res is not None and res.reached and res.cost_usd <= 0.05
-    r = run_smlt(job, w, TIERS, Prices(), 2, world)
-    assert r.rounds >= 1 and math.isfinite(r.cost_usd)
+    for run in (run_smlt, run_profiled):
+        r = run(job, w, TIERS, Prices(), 2, world)
+        assert r.rounds >= 1 and math.isfinite(r.cost_usd)
     # round 0's plan held: a history whose round 0 no planner would choose (k = 7)
     h = simulate(job, w, Static(3, 1024, 7, time_cap=0.0), TIERS, seed=2, world=world, keep_history=True).history
     assert h is not None and h.rounds[0].local_steps == 7
@@ -255,18 +265,70 @@ def test_smlt_stops_at_the_budget_at_the_smallest_fitting_tier():
     job = _job(target=0.99, budget_usd=0.02)
     r = run_smlt(job, w, TIERS, Prices(), 4, world)
     assert r.cost_usd <= 0.02 and r.stop_bound == "budget" and r.rounds >= 2
-    r = simulate(job, w, SmltBO(1e5, w.smallest_tier(TIERS)), TIERS, seed=4, world=world, keep_history=True)
+    r = simulate(job, w, SmltBO(w.smallest_tier(TIERS)), TIERS, seed=4, world=world, keep_history=True)
     assert r.history is not None and {x.memory_mb for x in r.history.rounds} == {w.smallest_tier(TIERS)}
 
 
-def test_smlt_gp_ucb_explores_with_kappa_5():
-    bo = SmltBO(total_samples=1e6, memory_mb=1769)
-    cand = np.arange(1, 65, dtype=float)
-    ucb = bo.ucb(np.array([4.0]), np.array([-1.0]), cand)
-    assert int(cand[int(np.argmax(ucb))]) not in (3, 4, 5)  # one observation: kappa 5 sends it far away
-    tight = SmltBO(total_samples=1e6, memory_mb=1769, kappa=0.0)
-    ucb = tight.ucb(np.array([2.0, 8.0, 32.0]), np.array([-2.0, -0.5, -3.0]), cand)
-    assert 4 <= int(cand[int(np.argmax(ucb))]) <= 16  # no exploration: the best observed region
+def test_the_users_baselines_never_pass_the_budget():
+    """Their stop rule (`schedulers.Observed.stop`): over random budgets, deadlines, seeds and both
+    worlds, faults on, neither user's baseline spends more than its budget."""
+    rng = np.random.default_rng(5)
+    trained = []
+    for trial in range(6):
+        w = WORKLOADS[str(rng.choice(["digits-mlp", "digits-cnn"]))].scaled(8)
+        budget = float(10 ** rng.uniform(-2.5, -1.5))
+        job = _job(target=0.99, deadline_seconds=float(10 ** rng.uniform(1.5, 3)), budget_usd=budget)
+        world = World.draw(int(rng.integers(1e6)), "noisy" if trial % 2 else "calm", w.family)
+        for run in (run_smlt, run_profiled):
+            r = run(job, w, TIERS, Prices(), world.seed, world)
+            assert r.cost_usd <= budget + 1e-12, (trial, run.__name__, r.cost_usd, budget)
+            trained.append(r.rounds)
+    assert sum(1 for x in trained if x >= 3) >= 6, trained  # most spent their budget on rounds, not refused it
+
+
+def test_smlt_profiles_then_searches_workers_and_local_steps():
+    """The profile first (one worker's long round, capped in round 0, then the job's steps on 4, 1
+    and 16 workers), then GP-UCB's choice of (workers, local steps) among the settings its own
+    estimate says meet the deadline, and it never spends past the budget."""
+    w = WORKLOADS["transformer"].scaled(8)
+    world = World.draw(3, "calm", w.family)
+    job = _job(target=w.target, deadline_seconds=3000.0, budget_usd=0.5)  # room for the whole profile
+    bo = SmltBO(w.smallest_tier(TIERS))
+    assert bo.settings(job) == [(1, 500), (4, 20), (1, 20), (16, 20)]
+    r = simulate(job, w, bo, TIERS, seed=3, world=world, keep_history=True)
+    assert r.history is not None
+    profiled = [d for d in r.decisions if d["reason"] == "SMLT: profile"]
+    assert len(profiled) >= 3  # the 16 workers' round only while the pace leaves room for it
+    assert [(x.workers, x.local_steps) for x in r.history.rounds[: len(profiled)]] == bo.settings(job)[: len(profiled)]
+    assert [x.time_limit_s for x in r.history.rounds[:2]] == [FIRST_ROUND_S, None]  # round 0 capped
+    chosen = [d for d in r.decisions[len(profiled) :] if d["reason"].startswith("SMLT: GP-UCB")]
+    assert chosen and r.cost_usd <= 0.5 and r.rounds > len(profiled)
+
+
+def test_a_short_deadline_gets_a_short_profile():
+    """A user with a 24-s deadline (rounds of ~5 s) profiles one setting, not four: round 0 capped
+    at `FIRST_ROUND_SHARE` of the deadline, then GP-UCB from what it showed; the deadline is met."""
+    w = WORKLOADS["digits-cnn"]
+    world = World.draw(3, "calm", w.family)
+    job = _job(target=w.target, deadline_seconds=24.0, budget_usd=0.0036)
+    r = simulate(job, w, SmltBO(w.smallest_tier(TIERS)), TIERS, seed=3, world=world, keep_history=True)
+    assert r.history is not None and r.history.rounds[0].time_limit_s == FIRST_ROUND_SHARE * 24.0
+    assert [d["reason"] for d in r.decisions].count("SMLT: profile") == 1
+    assert r.reached and r.deadline_met(24.0) and r.budget_ok(0.0036)
+
+
+def test_the_fixed_plan_from_a_profile_holds_the_cheapest_that_meets_the_deadline():
+    w = WORKLOADS["transformer"].scaled(8)
+    world = World.draw(3, "calm", w.family)
+    job = _job(target=w.target, deadline_seconds=600.0, budget_usd=0.5)
+    settings = profile_settings(job, w.smallest_tier(TIERS), TIERS)
+    assert len(settings) == 5 and len({m for _, m, _ in settings}) == 2
+    assert [(n, k) for n, _, k in settings[:3]] == [(1, 500), (1, 100), (1, 20)]  # one worker's long rounds first
+    plan = ProfiledFixed(settings)
+    r = simulate(job, w, plan, TIERS, seed=3, world=world, keep_history=True)
+    assert r.history is not None and plan.held in settings
+    trained = r.history.rounds[len(settings) :]
+    assert trained and {(x.workers, x.memory_mb, x.local_steps) for x in trained if x.local_steps} == {plan.held}
 
 
 def _run(n, k, accs, per_round):

@@ -79,7 +79,7 @@ def test_the_speed_objective_trains_on_one_worker_from_round_0(prices):
     assert cand.n.max() > 1  # admission and giving up still judge every plan
     d = decide(speed, RunHistory(), TIERS, prices)
     assert d.action == "train" and d.workers == 1, d.reason
-    assert "at most 1 worker(s): the speed objective does not count on averaging" in d.reason
+    assert d.notes == ["speed_one_worker"], d.reason
     # the cost objective keeps 4x the job's initial workers; workers.min and a held n are honoured
     cost = make_job(constraints={"budget_usd": 5.0, "deadline_seconds": 3600})
     assert candidates(cost, RunHistory(), TIERS).n[candidates(cost, RunHistory(), TIERS).reach].max() == 16

@@ -9,9 +9,7 @@ study's items while it runs: the trials are started, watched and stopped by the 
 from __future__ import annotations
 
 import json
-import sys
 import time
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,16 +209,3 @@ def tune_local(path: Path, out: Path) -> tuple[StudyItem, list[TrialItem]]:
         return run(local_target(engine), path, out)
     finally:
         engine.stop()
-
-
-class _CallableModule(types.ModuleType):
-    """`smlt.tune` is this module (the CLI's studies client) and, called, the Python API's
-    `smlt.tune(study, ...)` (smlt.api.tune): one name for both, as the package exposes it."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from smlt.api import tune
-
-        return tune(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

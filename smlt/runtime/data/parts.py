@@ -1,0 +1,159 @@
+"""A table uploaded as many files of the same columns (`part-00000.csv`, `part-00001.csv`, ...),
+prepared part by part in three passes, each part's split seeded by the seed and the part's index:
+
+1. statistics: each part's pass 1 (`prepare.fit_part`), merged in the parts' order
+   (`TableFit.merge`) into the statistics of the whole table, which fix its transforms
+   (`prepare.TableTransforms`);
+2. moments: each part encoded with them (`prepare.part_moments`): the standardisation's moments
+   and the imputed medians' second pass, merged (`Moments.merge`, `Median.merge_again`) and
+   settled (`TableTransforms.settle`);
+3. shards: each part encoded, standardised and written as its own shards (`prepare.part_shards`:
+   named by the part, at most 64 MB, shuffled within); the manifest, written last, lists them all.
+
+Each pass over one part is what one child of a Distributed Map computes; `prepare_parts` runs
+them one after another (a machine's `smlt data prepare`, and the tests' reference)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from smlt.runtime.data.manifest import ArraySpec, FeatureSpec, Manifest, Normalization, ShardInfo, SplitInfo
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
+from smlt.runtime.data.stats import Moments
+from smlt.runtime.data.table_fit import TableFit
+from smlt.runtime.errors import InvalidDataset
+
+
+@dataclass(frozen=True)
+class PartRows:
+    """A part's rows in each split (from its pass 1): what its pass 3 must find again."""
+
+    train: int
+    validation: int
+
+
+def merge_fits(fits: Sequence[TableFit]) -> TableFit:
+    """The parts' pass 1 merged in their order (the first part's fit, with the others added)."""
+    if not fits:
+        raise InvalidDataset("a table in parts needs at least one part")
+    whole, *rest = fits
+    for fit in rest:
+        whole.merge(fit)
+    return whole
+
+
+def merge_moments(moments: Sequence[tuple[Moments, Moments]]) -> tuple[Moments, Moments]:
+    train, validation = moments[0]
+    for t, v in moments[1:]:
+        train.merge(t)
+        validation.merge(v)
+    return train, validation
+
+
+def settle(fit: TableFit, source: str) -> TableFit:
+    """The refusals about the whole table, after the merge: its first bad number (in the parts'
+    order, with the count) and a table with no train rows."""
+    fit.refuse_non_finite()
+    if not fit.train_rows:
+        raise InvalidDataset(f"{source}: {fit.rows} rows leave none for training after the validation split")
+    return fit
+
+
+def described(paths: Sequence[str]) -> str:
+    return paths[0] if len(paths) == 1 else f"{paths[0]} and {len(paths) - 1} more parts"
+
+
+def fit_parts(
+    paths: Sequence[str],
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> tuple[TableFit, list[PartRows]]:
+    """Pass 1 of a table in parts, part by part then merged, with each part's rows; a column that
+    is text in one part and numbers in another is read again as text in every part (as one
+    file's pass 1 starts again)."""
+    text: set[str] = set()
+    while True:
+        fits = [
+            fit_part(
+                p, i, options=options, features=features, text=text, validation_fraction=validation_fraction, seed=seed
+            )
+            for i, p in enumerate(paths)
+        ]
+        rows = [PartRows(f.train_rows, f.rows - f.train_rows) for f in fits]
+        whole = merge_fits(fits)
+        if not whole.flipped:
+            return settle(whole, described(paths)), rows
+        text |= whole.flipped
+
+
+def part_manifest(
+    fit: TableFit,
+    t: TableTransforms,
+    norm: Normalization,
+    splits: Sequence[tuple[SplitInfo, SplitInfo]],
+    *,
+    name: str,
+    source: str,
+    features: FeatureSpec | None,
+    generation: int | None = None,
+) -> Manifest:
+    """The manifest of a table prepared in parts: every part's shards, in the parts' order."""
+    labels = t.labels
+
+    def joined(i: int) -> SplitInfo:
+        shards: list[ShardInfo] = [s for split in splits for s in split[i].shards]
+        return SplitInfo(rows=sum(split[i].rows for split in splits), shards=shards)
+
+    return Manifest(
+        name=name,
+        source=source,
+        task=labels.task,
+        x=features.x if features is not None else ArraySpec(shape=[len(t.names)], dtype="float32"),
+        y=labels.y,
+        outputs=labels.outputs,
+        classes=labels.classes,
+        train=joined(0),
+        validation=joined(1),
+        normalization=norm,
+        target=labels.target,
+        columns=t.columns,
+        label=fit.labels.name,
+        vocab_size=None,
+        generation=features.generation if features is not None else generation,
+    )
+
+
+def prepare_parts(
+    paths: Sequence[str],
+    dest: str,
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    name: str = "parts",
+    generation: int | None = None,
+) -> Manifest:
+    """A table in parts prepared into `dest` (a folder or s3:// prefix, empty), one pass over one
+    part at a time (the module's docstring); the manifest last."""
+    from smlt.runtime.data.prepare import _writer
+
+    fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
+    t = TableTransforms.of(fit)
+    kw = dict(options=options, features=features, validation_fraction=validation_fraction, seed=seed)
+    moments = merge_moments([part_moments(p, i, fit, t, **kw) for i, p in enumerate(paths)])  # type: ignore[arg-type]
+    norm, _ = t.settle(moments, (fit.train_rows, fit.rows - fit.train_rows), features)
+    splits = [
+        part_shards(p, i, fit, t, norm, dest, (r.train, r.validation), **kw)  # type: ignore[arg-type]
+        for i, (p, r) in enumerate(zip(paths, rows))
+    ]
+    manifest = part_manifest(
+        fit, t, norm, splits, name=name, source=described(paths), features=features, generation=generation
+    )
+    _writer(dest)("manifest.json", manifest.model_dump_json(indent=1).encode())
+    return manifest

@@ -1,0 +1,352 @@
+"""The first of `smlt data prepare`'s two passes over a CSV or Parquet file (blocks from
+smlt.runtime.data.table_reader, split by smlt.runtime.data.split): every cell read once, in
+bounded memory, for
+
+- the label: present in every row, numbers or text, the task, the classes (or the regression
+  targets' train mean and std and validation variance);
+- each feature column: numeric (every cell a number) or text, and the train split's statistics
+  of its transform (its levels and most frequent value; its median, settled in the second pass);
+- the refusals, named by file, column and line: an empty cell (`--missing refuse`, or a column
+  the pipeline's first version had no gaps in), a cell that is not a number where a number is
+  needed, a NaN/Inf/beyond-float32 number (`not_finite`: the first in file order, with the count).
+
+With a pipeline's FeatureSpec nothing is fitted: its transforms are checked against the file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from smlt.runtime.data import tabular
+from smlt.runtime.data.arrays import FLOAT32_MAX
+from smlt.runtime.data.manifest import ArraySpec, ColumnTransform, FeatureSpec, TargetScaling, class_name
+from smlt.runtime.data.options import SourceOptions, Task
+from smlt.runtime.data.stats import MAX_LEVELS, Levels, Median, Moments
+from smlt.runtime.data.table_reader import Block
+from smlt.runtime.errors import InvalidDataset
+
+# Numbers kept in memory for all the numeric columns' medians together (8 bytes each).
+MEDIAN_NUMBERS = 4 << 20
+
+
+def _more(seen: set | None, values: list) -> set | None:
+    """`seen` with `values` added; None (too many to keep) past MAX_LEVELS."""
+    if seen is None:
+        return None
+    seen.update(values)
+    return seen if len(seen) <= MAX_LEVELS else None
+
+
+@dataclass
+class Labels:
+    """What the label column became: the task, y's spec, the outputs, the classes or the scaling."""
+
+    task: Task
+    y: ArraySpec
+    outputs: int
+    classes: list[str] | None
+    target: TargetScaling | None
+
+
+class LabelFit:
+    def __init__(self, path: str, name: str, task: Task | None, spec: FeatureSpec | None):
+        self.path, self.name, self.task, self.spec = path, name, task, spec
+        self.numeric = True  # every label so far a number
+        self.decimals = False  # one written with a decimal point or an exponent (or a Parquet number)
+        self.fraction = False  # one not a whole number
+        self.finite = True
+        self.numbers: set | None = set()  # the distinct labels (while at most MAX_LEVELS)
+        self.texts: set | None = set()
+        self.train, self.val = Moments(1), Moments(1)
+        self._keys: Any = None
+        self._index = np.zeros(0, np.int64)
+        self._scale = (0.0, 1.0)
+
+    def add(self, block: Block, val: np.ndarray, train: np.ndarray) -> None:
+        import pyarrow.compute as pc
+
+        parsed = block.numbers(self.name)
+        gaps = parsed[1] if parsed is not None else block.gaps(self.name)
+        if gaps.any():
+            raise InvalidDataset(f"{block.where(int(np.argmax(gaps)), self.name)} is empty: every row needs a label")
+        if parsed is None:
+            if self.task == "regression":
+                i = block.first_not_a_number(self.name)
+                raise InvalidDataset(
+                    f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a number (task is regression)"
+                )
+            self.numeric = False
+        else:
+            values = parsed[0]
+            self.fraction = self.fraction or not bool(np.all(values == np.round(values)))
+            self.finite = self.finite and bool(np.isfinite(values).all())
+            if not self.decimals:
+                whole = pc.match_substring_regex(block.text(self.name), r"^[+-]*[0-9]+$")
+                self.decimals = not block.csv or not pc.all(whole).as_py()
+            self.train.add(values[train, None])
+            self.val.add(values[val, None])
+            self.numbers = _more(self.numbers, np.unique(values).tolist())
+        if block.csv or parsed is None:
+            self.texts = _more(self.texts, pc.unique(block.text(self.name)).to_pylist())
+
+    def merge(self, other: LabelFit) -> None:
+        """Add another file's pass 1 (the same label column, read after this one's rows)."""
+        self.numeric = self.numeric and other.numeric
+        self.decimals = self.decimals or other.decimals
+        self.fraction = self.fraction or other.fraction
+        self.finite = self.finite and other.finite
+        self.numbers = _more(self.numbers, list(other.numbers)) if other.numbers is not None else None
+        self.texts = _more(self.texts, list(other.texts)) if other.texts is not None else None
+        self.train.merge(other.train)
+        self.val.merge(other.val)
+
+    def finish(self) -> Labels:
+        """The labels as the manifest records them, or the named refusal."""
+        task = self.task or ("classification" if not self.numeric else self._infer())
+        if task == "regression":
+            return self._regression()
+        distinct = self.numbers if self.numeric else self.texts
+        if distinct is None:
+            raise InvalidDataset(
+                f"{self.path}: label column {self.name!r} has more than {MAX_LEVELS:,} distinct values: "
+                "too many classes (pass --task regression for a quantity)"
+            )
+        keys = sorted(distinct)
+        names = [class_name(k) for k in keys]
+        if self.spec is not None and self.spec.classes is not None:
+            index_of = {c: i for i, c in enumerate(self.spec.classes)}
+            unseen = sorted(n for n in names if n not in index_of)
+            if unseen:
+                raise InvalidDataset(
+                    f"{self.path}: label {unseen[0]!r} is not one of the pipeline's classes "
+                    f"({', '.join(self.spec.classes)}); a new class changes the model's outputs: prepare with "
+                    "--new-features to start a new generation"
+                )
+            index, classes = [index_of[n] for n in names], list(self.spec.classes)
+        else:
+            if len(keys) < 2:
+                raise InvalidDataset(
+                    f"{self.path}: every label is {keys[0]!r}: a classifier needs at least 2 classes "
+                    "(or pass --task regression)"
+                )
+            index, classes = list(range(len(keys))), names
+        self._keys = np.array(keys, np.float64) if self.numeric else keys
+        self._index = np.array(index, np.int64)
+        return Labels("classification", ArraySpec(shape=[], dtype="int64"), len(classes), classes, None)
+
+    def _infer(self) -> Task:
+        """Regression for fractional labels, classification for whole numbers with few distinct
+        values (fewer still when written as decimals); anything in between is refused rather
+        than guessed."""
+        if self.fraction:
+            return "regression"
+        limit = tabular.MAX_INFERRED_DECIMAL_CLASSES if self.decimals else tabular.MAX_INFERRED_CLASSES
+        n = len(self.numbers) if self.numbers is not None else None
+        if n is None or n > limit:
+            raise InvalidDataset(
+                f"{self.path}: label column {self.name!r} has {n if n is not None else f'more than {MAX_LEVELS:,}'} "
+                "distinct whole-number values"
+                + (" written as decimals" if self.decimals else "")
+                + ": pass --task regression for a quantity, or --task classification if each value is a class"
+            )
+        return "classification"
+
+    def _regression(self) -> Labels:
+        if not self.finite:
+            raise InvalidDataset(f"{self.path}: regression targets contain NaN or Inf")
+        spec = self.spec
+        if spec is not None and spec.target_mean is not None and spec.target_std is not None:
+            if len(spec.target_mean) != 1:
+                raise InvalidDataset(
+                    f"{self.path}: 1 regression target, the pipeline's features {len(spec.target_mean)}"
+                )
+            mean, std = float(spec.target_mean[0]), float(spec.target_std[0])
+        else:
+            mean, std = float(self.train.mean[0]), float(self.train.std[0])
+            std = 1.0 if std < 1e-12 else std
+        self._scale = (mean, std)
+        val_var = float(self.val.m2[0] / max(self.val.n[0], 1.0))
+        target = TargetScaling(mean=[mean], std=[std], val_var=[val_var])
+        return Labels("regression", ArraySpec(shape=[1], dtype="float32"), 1, None, target)
+
+    def encode(self, block: Block) -> np.ndarray:
+        """The block's stored y (after `finish`): class indices, or targets standardised."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self._keys is None:  # regression
+            parsed = block.numbers(self.name)
+            assert parsed is not None
+            mean, std = self._scale
+            return ((parsed[0] - mean) / std).astype(np.float32)[:, None]
+        if self.numeric:
+            parsed = block.numbers(self.name)
+            assert parsed is not None
+            return self._index[np.searchsorted(self._keys, parsed[0])]
+        found = pc.index_in(block.text(self.name), value_set=pa.array(self._keys, pa.string()))
+        return self._index[found.to_numpy(zero_copy_only=False)]
+
+
+class ColumnFit:
+    """One feature column over pass 1: numeric or text, its train statistics, its bad numbers."""
+
+    def __init__(self, name: str, fixed: ColumnTransform | None, numeric: bool, keep: int):
+        self.name = name
+        self.fixed = fixed  # the pipeline's transform: checked, not fitted
+        self.numeric = fixed.kind == "numeric" if fixed is not None else numeric
+        self.flipped = False  # text after blocks read as numbers: pass 1 starts again
+        self.blocks = 0
+        self.train_gaps = 0
+        self.median = Median(keep)
+        self.levels = Levels()
+        self.bad = 0  # cells NaN, Inf or beyond float32
+        self.first_bad: tuple[int, str, str, bool] | None = None  # (row number, where, cell, finite)
+
+    def add(self, block: Block, train: np.ndarray) -> np.ndarray:
+        """Count the block's cells; returns where they are empty."""
+        import pyarrow as pa
+
+        parsed = block.numbers(self.name) if self.numeric else None
+        if self.numeric and parsed is None:
+            if self.fixed is not None:
+                i = block.first_not_a_number(self.name)
+                raise InvalidDataset(f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a number")
+            self.numeric, self.flipped = False, self.blocks > 0
+        if parsed is not None:
+            values, gaps = parsed
+            with np.errstate(invalid="ignore"):  # NaN compares False
+                bad = ~(np.abs(values) <= FLOAT32_MAX) & ~gaps
+            if bad.any():
+                if self.first_bad is None:
+                    i = int(np.argmax(bad))
+                    where, cell = block.where(i, self.name), block.cell(i, self.name)
+                    self.first_bad = (int(block.rows[i]), where, cell, bool(np.isfinite(values[i])))
+                self.bad += int(bad.sum())
+            if self.fixed is None:
+                self.median.add(values[train & ~gaps & ~bad])
+        else:
+            gaps = block.gaps(self.name)
+            if self.fixed is None:
+                self.levels.add(block.text(self.name).filter(pa.array(train)))
+        self.train_gaps += int((gaps & train).sum())
+        self.blocks += 1
+        return gaps
+
+    def merge(self, other: ColumnFit, offset: int) -> None:
+        """Add another file's pass 1 of the same column, its rows after this one's (`offset` is
+        added to its row numbers: the first bad cell stays the first in the files' order). A
+        column numeric in one file and text in another is `flipped`: pass 1 starts again with it
+        read as text, as for one file."""
+        if self.numeric != other.numeric and self.fixed is None:
+            self.numeric, self.flipped = False, True
+        self.flipped = self.flipped or other.flipped
+        self.blocks += other.blocks
+        self.train_gaps += other.train_gaps
+        self.median.merge(other.median)
+        self.levels.merge(other.levels)
+        self.bad += other.bad
+        if self.first_bad is None and other.first_bad is not None:
+            row, where, cell, finite = other.first_bad
+            self.first_bad = (row + offset, where, cell, finite)
+
+    def transform(self, impute: bool) -> ColumnTransform:
+        """The column's transform from the train split; a numeric column's imputed median is NaN
+        until the second pass settles it (`median.value()`)."""
+        if self.fixed is not None:
+            return self.fixed
+        indicator = impute and self.train_gaps > 0
+        if self.numeric:
+            return ColumnTransform(
+                name=self.name, kind="numeric", fill=math.nan if impute else None, indicator=indicator
+            )
+        levels, counts = self.levels.sorted()
+        common = levels[int(np.argmax(counts))] if impute and levels else None  # ties: the first in sorted order
+        if len(levels) <= tabular.MAX_ONEHOT_LEVELS:
+            return ColumnTransform(name=self.name, kind="onehot", levels=levels, fill=common, indicator=indicator)
+        return ColumnTransform(
+            name=self.name, kind="hash", buckets=tabular.HASH_BUCKETS, fill=common, indicator=indicator
+        )
+
+
+class TableFit:
+    """Pass 1 over a table: `add` each split block, then `finish`."""
+
+    def __init__(
+        self,
+        path: str,
+        label: str,
+        features: Sequence[str],
+        opts: SourceOptions,
+        spec: FeatureSpec | None = None,
+        text: set[str] | frozenset[str] = frozenset(),
+    ):
+        self.path = path
+        self.impute = opts.missing == "impute"
+        self.labels = LabelFit(path, label, opts.task, spec)
+        keep = max(4096, MEDIAN_NUMBERS // max(1, len(features)))
+        if spec is not None and spec.columns is not None:
+            self.columns = [ColumnFit(t.name, t, False, keep) for t in spec.columns]
+            self.refused = {t.name for t in spec.columns if t.fill is None}
+        else:
+            self.columns = [ColumnFit(name, None, name not in text, keep) for name in features]
+            self.refused = set() if self.impute else set(features)
+        self.rows = 0
+        self.train_rows = 0
+        self.span = 0  # the largest row number read: where another file's rows start in `merge`
+
+    @property
+    def flipped(self) -> set[str]:
+        """Columns read as numbers in earlier blocks that hold text: pass 1 must start again."""
+        return {c.name for c in self.columns if c.flipped}
+
+    def add(self, block: Block, val: np.ndarray, train: np.ndarray) -> None:
+        in_train = np.zeros(len(block), bool)
+        in_train[train] = True
+        self.labels.add(block, val, train)
+        first: tuple[int, str] | None = None  # the first empty cell refused, in file order
+        for c in self.columns:
+            gaps = c.add(block, in_train)
+            if c.name in self.refused and gaps.any():
+                i = int(np.argmax(gaps))
+                first = (i, c.name) if first is None or i < first[0] else first
+        if first is not None:
+            raise tabular.missing_refused(block.where(*first))
+        self.rows += len(block)
+        self.train_rows += len(train)
+        self.span = max(self.span, int(block.rows[-1])) if len(block) else self.span
+
+    def merge(self, other: TableFit) -> None:
+        """Add another file's pass 1 (the same columns; its rows after this one's): the statistics
+        one pass over both files' rows would have, up to float rounding (a Distributed Map's
+        children fit one part each, smlt.runtime.data.parts)."""
+        names, theirs = [c.name for c in self.columns], [c.name for c in other.columns]
+        if names != theirs:
+            raise InvalidDataset(f"{other.path}: columns {theirs} differ from {self.path}'s {names}")
+        self.labels.merge(other.labels)
+        for mine, their in zip(self.columns, other.columns):
+            mine.merge(their, self.span)
+        self.rows += other.rows
+        self.train_rows += other.train_rows
+        self.span += other.span
+
+    def refuse_non_finite(self) -> None:
+        """The first NaN, Inf or beyond-float32 number of a numeric column, in file order, with
+        how many rows of its column (and of the others) are so: a NaN feature makes a worker's
+        loss NaN."""
+        found = [c for c in self.columns if c.numeric and c.first_bad is not None]
+        if not found:
+            return
+        first = min(found, key=lambda c: c.first_bad[0] if c.first_bad else 0)
+        assert first.first_bad is not None
+        _, where, cell, finite = first.first_bad
+        others = [f"{c.name!r} ({c.bad})" for c in found if c is not first]
+        also = f"; also column {', '.join(others)}" if others else ""
+        raise tabular.not_finite(where, cell, finite, first.bad, self.rows, first.name, also)
+
+    def transforms(self) -> list[ColumnTransform]:
+        return [c.transform(self.impute) for c in self.columns]

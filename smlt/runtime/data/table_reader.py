@@ -1,0 +1,380 @@
+"""CSV and Parquet files read in blocks of bounded size, whatever the file's: what `smlt data
+prepare` streams through twice (statistics, then shards) and `read_table` concatenates (JSON
+Lines files too: smlt.runtime.data.jsonl_reader makes the same blocks of text cells).
+
+A CSV is cut into blocks of about BLOCK_BYTES at record boundaries (newlines outside quotes) and
+each block is parsed by pyarrow's CSV reader, single-threaded, every cell as text; the line where
+each row ends is kept for messages (blank lines are not rows). A Parquet file is read by record
+batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
+until asked for as numbers (float64, NaN where a cell is empty) or as text (stripped, null where
+empty): numbers cost a cast, not a Python string per cell.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smlt.runtime.errors import InvalidDataset
+
+# About this many bytes of CSV text per block (a row longer than that makes its block longer): a
+# block costs about 60 MB with the arrays pyarrow and numpy make of it; 16 MiB blocks peaked
+# 150 MB higher and were no faster.
+BLOCK_BYTES = 4 << 20
+# Rows per Parquet batch.
+PARQUET_ROWS = 65_536
+# pyarrow parses a block in pieces of this many bytes (4 MiB measured faster than 1 or 16 MiB).
+_ARROW_BLOCK = 4 << 20
+_BOM = b"\xef\xbb\xbf"
+_NEWLINE, _QUOTE, _CR = 10, 34, 13
+
+
+def is_parquet(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in (".parquet", ".pq")
+
+
+@dataclass
+class Block:
+    """Consecutive rows of a table file. `rows` says where each came from: the CSV line where it
+    ends (a JSON Lines file's line), or the Parquet row number (both 1-based). `csv`: every cell
+    is text (a CSV's or a JSON Lines file's)."""
+
+    path: str
+    unit: str  # "line" (CSV, JSON Lines) or "row" (Parquet)
+    rows: np.ndarray
+    cells: dict[str, Any]  # column -> pyarrow Array: CSV text (null where empty), Parquet as stored
+    csv: bool
+    _text: dict[str, Any] = field(default_factory=dict)
+    _numbers: dict[str, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def where(self, i: int, column: str) -> str:
+        return f"{self.path}: column {column!r}, {self.unit} {int(self.rows[i])}"
+
+    def slice(self, start: int, stop: int) -> Block:
+        cells = {k: v.slice(start, stop - start) for k, v in self.cells.items()}
+        return Block(self.path, self.unit, self.rows[start:stop], cells, self.csv)
+
+    def concat(self, other: Block) -> Block:
+        import pyarrow as pa
+
+        cells = {k: pa.concat_arrays([v, other.cells[k]]) for k, v in self.cells.items()}
+        return Block(self.path, self.unit, np.concatenate([self.rows, other.rows]), cells, self.csv)
+
+    def text(self, name: str) -> Any:
+        """The column as a pyarrow string array, null where a cell is empty (a CSV's stripped of
+        surrounding whitespace first; a Parquet's non-text values as Python writes them)."""
+        if name not in self._text:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            col = self.cells[name]
+            if self.csv:
+                col = pc.utf8_trim_whitespace(col)
+            elif not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+                # numbers, booleans, dates, ...: as the manifest's levels have always named them
+                col = pa.array([None if v is None else str(v) for v in col.to_pylist()], pa.string())
+            self._text[name] = pc.if_else(pc.equal(col, ""), pa.scalar(None, col.type), col)
+        return self._text[name]
+
+    def numbers(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(float64 values with NaN where empty, where empty) when every present cell is a number,
+        else None. A number written `nan` or `inf` is a value, not an empty cell (a Parquet float
+        NaN is empty, as a null is)."""
+        if name not in self._numbers:
+            self._numbers[name] = self._parse(name)
+        return self._numbers[name]
+
+    def _parse(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        import pyarrow as pa
+
+        col = self.cells[name]
+        if not self.csv and _is_number_type(col.type):
+            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            return values, np.isnan(values)
+        if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            return None  # booleans, dates, ...: text, as Python writes them
+        for cells in (col, self.text(name)):  # as written, then stripped (" 1.5", a cell of spaces)
+            try:
+                numbers = cells.cast(pa.float64())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            values = numbers.to_numpy(zero_copy_only=False)
+            return values, numbers.is_null().to_numpy(zero_copy_only=False)
+        return None
+
+    def gaps(self, name: str) -> np.ndarray:
+        """Where the column's cells are empty."""
+        if not self.csv and _is_number_type(self.cells[name].type):
+            parsed = self.numbers(name)
+            assert parsed is not None
+            return parsed[1]
+        return self.text(name).is_null().to_numpy(zero_copy_only=False)
+
+    def first_not_a_number(self, name: str) -> int:
+        """The index of the first present cell that is not a number (the column has one)."""
+        import pyarrow as pa
+
+        cells = self.text(name)
+        lo, hi = 0, len(cells)  # bisect: the prefix [0, hi) holds one, [0, lo) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                cells.slice(0, mid).cast(pa.float64())
+                lo = mid
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                hi = mid
+        return lo
+
+    def cell(self, i: int, name: str) -> str:
+        """A cell's text as the file has it (stripped), for messages."""
+        value = self.cells[name][i].as_py()
+        return "" if value is None else str(value).strip() if self.csv else str(value)
+
+    def column(self, name: str, numeric: bool) -> np.ndarray:
+        """The column as a Table holds it: float64 (NaN where empty) when `numeric` (every cell a
+        number) or a Parquet number column, else str cells ("" where empty)."""
+        if numeric or (not self.csv and _is_number_type(self.cells[name].type)):
+            parsed = self.numbers(name)
+            assert parsed is not None, f"{name}: not a number column"
+            return parsed[0]
+        text = self.text(name).fill_null("")
+        return np.asarray(text.to_numpy(zero_copy_only=False), dtype=str)
+
+
+def _is_number_type(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+@dataclass
+class TableFile:
+    """A table file's header, read again block by block as often as asked."""
+
+    path: str
+    columns: list[str]
+    unit: str
+    size: int  # bytes (CSV, JSON Lines) or rows (Parquet): what `blocks` reports progress in
+    read: Callable[[TableFile, Callable[[int], None] | None], Iterator[Block]]  # its format's block reader
+
+    def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[Block]:
+        """The file's rows in order; `progress` is told how far (in `size` units) after each block."""
+        yield from self.read(self, progress)
+
+
+def open_csv_or_parquet(path: str | Path) -> TableFile:
+    """A .csv (with a header) or .parquet file, its header checked; its rows are read by `blocks`.
+    (`smlt.runtime.data.tables.open_table` takes JSON Lines too.)"""
+    path = Path(path)
+    if is_parquet(path):
+        pf = _parquet(path)
+        _check_header(path, pf.schema_arrow.names)
+        if pf.metadata.num_rows == 0:
+            raise InvalidDataset(f"{path}: a Parquet dataset needs at least one row")
+        return TableFile(str(path), list(pf.schema_arrow.names), "row", pf.metadata.num_rows, _parquet_blocks)
+    with path.open("rb") as f:
+        header, _, _ = _csv_header(path, f)
+    _check_header(path, header)
+    return TableFile(str(path), header, "line", path.stat().st_size, _csv_blocks)
+
+
+def _check_header(path: Path | str, header: list[str]) -> None:
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise InvalidDataset(f"{path}: column {name!r} appears twice in the header")
+        seen.add(name)
+
+
+# --- CSV -------------------------------------------------------------------------------------
+
+
+def _record_ends(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of every newline, of those that end a record: outside quotes). A block starts
+    at a record's start, so a newline is outside quotes when an even number of quotes precede it."""
+    a = np.frombuffer(buf, np.uint8)
+    newlines = np.flatnonzero(a == _NEWLINE)
+    if _QUOTE not in a:
+        return newlines, newlines
+    quotes = np.flatnonzero(a == _QUOTE)
+    return newlines, newlines[np.searchsorted(quotes, newlines) % 2 == 0]
+
+
+def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int]:
+    """(the header's names, the bytes read past it, the lines it took)."""
+    buf = f.read(BLOCK_BYTES)
+    if buf.startswith(_BOM):  # Excel's "CSV UTF-8": not part of the first column's name
+        buf = buf[len(_BOM) :]
+    while True:
+        _, ends = _record_ends(buf)
+        more = f.read(BLOCK_BYTES) if not len(ends) else b""
+        if not more:
+            break
+        buf += more
+    end = int(ends[0]) + 1 if len(ends) else len(buf)
+    try:
+        text = buf[:end].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, e.start) from None
+    header = next(csv.reader(io.StringIO(text, newline="")), [])
+    return header, buf[end:], buf[:end].count(b"\n")
+
+
+def _not_utf8(path: Path | str, byte: int) -> InvalidDataset:
+    return InvalidDataset(f"{path}: not UTF-8 text (byte {byte}); save the CSV as UTF-8")
+
+
+def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
+    path = Path(table.path)
+    rows = 0
+    with path.open("rb") as f:
+        _, buf, line = _csv_header(path, f)
+        offset = f.tell() - len(buf)  # the file byte where `buf` starts
+        eof = False
+        while not eof:
+            chunk = f.read(BLOCK_BYTES) if len(buf) < BLOCK_BYTES else b""
+            eof = not chunk and len(buf) < BLOCK_BYTES
+            buf += chunk
+            newlines, ends = _record_ends(buf)
+            if eof:
+                cut = len(buf)
+            elif len(ends):
+                cut = int(ends[-1]) + 1
+                newlines, ends = newlines[newlines < cut], ends
+            else:  # one record longer than a block (a long quoted text): read on
+                buf += f.read(BLOCK_BYTES)
+                continue
+            body, buf = buf[:cut], buf[cut:]
+            block = _csv_block(table, body, newlines, ends, line, offset)
+            line += len(newlines)
+            offset += cut
+            if progress is not None:
+                progress(offset)
+            if len(block):
+                rows += len(block)
+                yield block
+    if not rows:
+        raise InvalidDataset(f"{path}: a CSV dataset needs a header and at least one row")
+
+
+def _csv_block(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int, offset: int) -> Block:
+    """One block's rows; `line` lines of the file come before it, `offset` bytes."""
+    import pyarrow as pa
+
+    lines = _row_lines(body, newlines, ends, line)
+    if not len(lines):
+        return Block(table.path, "line", lines, {}, csv=True)
+    parsed = None
+    try:
+        parsed = _parse_csv(table.columns, body, quoted=b'"' in body)
+    except pa.ArrowInvalid as e:
+        _diagnose(table, body, line, offset, e)
+    assert parsed is not None
+    if parsed.num_rows != len(lines):  # a line ending Python's csv and pyarrow count apart (a lone \r)
+        lines = _python_lines(table, body, line, offset)
+    cells = {name: parsed.column(i).combine_chunks() for i, name in enumerate(table.columns)}
+    return Block(table.path, "line", lines, cells, csv=True)
+
+
+def _parse_csv(columns: list[str], body: bytes, quoted: bool) -> Any:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    block_size = _ARROW_BLOCK
+    while True:
+        try:
+            return pcsv.read_csv(
+                pa.BufferReader(body),
+                read_options=pcsv.ReadOptions(column_names=columns, use_threads=False, block_size=block_size),
+                parse_options=pcsv.ParseOptions(newlines_in_values=quoted),
+                convert_options=pcsv.ConvertOptions(
+                    column_types={name: pa.string() for name in columns},
+                    strings_can_be_null=True,
+                    null_values=[""],
+                    quoted_strings_can_be_null=True,
+                ),
+            )
+        except pa.ArrowInvalid as e:
+            if "straddling" not in str(e) or block_size > len(body):
+                raise
+            block_size *= 4  # a row longer than pyarrow's block
+
+
+def _row_lines(body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int) -> np.ndarray:
+    """The line each row of `body` ends on (blank lines are not rows)."""
+    if not body:
+        return np.zeros(0, np.int64)
+    a = np.frombuffer(body, np.uint8)
+    if len(body) and a[-1] != _NEWLINE:  # the file's last line, without a newline
+        ends = np.append(ends, len(body))
+        newlines = np.append(newlines, len(body))
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    length = ends - starts
+    blank = (length == 0) | ((length == 1) & (a[np.minimum(starts, len(a) - 1)] == _CR))
+    return (line + 1 + np.searchsorted(newlines, ends[~blank])).astype(np.int64)
+
+
+def _python_lines(table: TableFile, body: bytes, line: int, offset: int) -> np.ndarray:
+    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""))
+    return np.array([line + reader.line_num for r in reader if r], np.int64)
+
+
+def _decode(table: TableFile, body: bytes, offset: int) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(table.path, offset + e.start) from None
+
+
+def _diagnose(table: TableFile, body: bytes, line: int, offset: int, error: Exception) -> None:
+    """The named error for a block pyarrow could not read: not UTF-8, or a row with another
+    number of values than the header (found with Python's csv, as only a failing block is)."""
+    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""))
+    for r in reader:
+        if r and len(r) != len(table.columns):
+            raise InvalidDataset(
+                f"{table.path}: line {line + reader.line_num} has {len(r)} values, the header {len(table.columns)}"
+            )
+    raise InvalidDataset(f"{table.path}: not a readable CSV after line {line} ({error})")
+
+
+# --- Parquet ---------------------------------------------------------------------------------
+
+
+def _parquet(path: Path) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InvalidDataset(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def _parquet_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
+    import pyarrow as pa
+
+    pf = _parquet(Path(table.path))
+    start = 1
+    try:
+        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, use_threads=False):
+            cells = {
+                name: col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+                for name, col in zip(batch.schema.names, batch.columns)
+            }
+            rows = np.arange(start, start + batch.num_rows, dtype=np.int64)
+            start += batch.num_rows
+            if progress is not None:
+                progress(start - 1)
+            yield Block(table.path, "row", rows, cells, csv=False)
+    except (pa.ArrowException, OSError) as e:
+        raise InvalidDataset(f"{table.path}: not a readable Parquet file ({e})") from None

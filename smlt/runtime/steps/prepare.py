@@ -1,0 +1,406 @@
+"""PrepareData: a raw upload prepared in the cloud, before its run's first Plan.
+
+A team uploads a version's raw data under `incoming/<pipeline>/<version>/` (one CSV, Parquet or
+NPZ file, an image folder of class subfolders, or a zip/tar of one of those) and then the
+completion marker `incoming/<pipeline>/<version>/_SUCCESS` (the Hadoop/Spark convention: written
+last, so nothing starts on a partial upload, whatever order `aws s3 sync` takes). The marker's
+event starts the execution; this step
+
+1. claims the run for the execution (`PREPARE` item, first writer wins): a duplicated event's
+   execution answers "duplicate" and ends without preparing or training;
+2. reads the pipeline's job (a bad job fails here, before the data is read) and its source
+   options (`dataset.label`, `task`, `missing`, `image_size`, ...);
+3. finds the one data source beside the marker (named errors otherwise: `NoDataFile`,
+   `MixedUpload`, `UnsupportedFormat`, `AlreadyPrepared`, `TooLargeForLambda`), downloads it to
+   /tmp (an archive is extracted there), and
+4. prepares it with the pipeline's features (`smlt.runtime.pipeline.prepare_with_features`, the
+   rule `smlt data prepare --out .../incoming/<p>/<v>/` follows: the first version fixes them)
+   into `prepared/<pipeline>/<version>/<tag>/` of the data bucket (`keys.prepared_prefix`), which
+   the trigger rule never matches and which never overwrites the raw upload.
+
+The planner then takes the same trigger to the run's job with `dataset.uri` there
+(`smlt.runtime.trigger`). A failure ends the execution with the error's name; nothing of the
+pipeline changes (its champion, features and versions), and a new upload of the marker (a new
+sequencer, a new run id and prefix) prepares again.
+
+The step runs in the train_step image (its own command, `lambdas/prepare/handler.py`): that image
+has every library `smlt data prepare` reads formats with (pyarrow for Parquet, Pillow for
+images), which the zip functions' layer has not; see docs/architecture.md, "Trigger".
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import tarfile
+import tempfile
+import time
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings
+
+from smlt.runtime import clients, keys
+from smlt.runtime.config import ENV
+from smlt.runtime.data.images import IMAGE_SUFFIXES
+from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.sources import TABLE_SUFFIXES
+from smlt.runtime.errors import InvalidDataset, InvalidJob
+from smlt.runtime.items import PrepareItem
+from smlt.runtime.job import parse_job
+from smlt.runtime.pipeline import prepare_with_features
+from smlt.runtime.records import RunTable
+from smlt.runtime.steps import prepare_parts, upload_parts
+from smlt.runtime.steps.events import DataPrepared, PrepareDataEvent
+from smlt.runtime.steps.prepare_limits import (
+    ARCHIVE_LIMIT,
+    ARCHIVE_SUFFIXES,
+    ARRAY_SUFFIXES,
+    ARRAYS_LIMIT,
+    FORMATS,
+    IMAGES_LIMIT,
+    MAX_NOTES,
+    TABLE_LIMIT,
+    AlreadyPrepared,
+    Limit,
+    MixedUpload,
+    NoDataFile,
+    TooLargeForLambda,
+    UnsupportedFormat,
+    _size,
+    ignored,
+)
+from smlt.runtime.store import S3Store
+from smlt.runtime.trigger import Upload, pipeline_job, run_job, upload_of
+
+
+class PrepareSettings(BaseSettings):
+    """The Prepare function's environment: `smlt.runtime.config.Settings`' fields read by PREPARE,
+    and only those (a deployed function has no cdk.json for the other fields' defaults)."""
+
+    model_config = ENV
+
+    data_bucket: str
+    table: str
+
+
+# --- which data: a pure decision over the objects beside the marker ----------------------------
+
+
+@dataclass(frozen=True)
+class RawSource:
+    """The one data source of an upload: a file, an archive or an image folder (`names`: its
+    objects, relative to the version's folder; `root`: the source's path relative to there)."""
+
+    kind: Literal["file", "archive", "images"]
+    root: str
+    names: tuple[str, ...]
+    bytes: int
+
+
+def _kind(name: str) -> str | None:
+    low = name.lower()
+    if low.endswith(TABLE_SUFFIXES + ARRAY_SUFFIXES):
+        return "file"
+    if low.endswith(ARCHIVE_SUFFIXES):
+        return "archive"
+    return None
+
+
+def _listed(names: list[str], more: int = 3) -> str:
+    return ", ".join(names[:more]) + (f" and {len(names) - more} more" if len(names) > more else "")
+
+
+def find_source(
+    objects: dict[str, int], where: str, *, in_archive: bool = False, options: SourceOptions | None = None
+) -> RawSource:
+    """The one data source among `objects` (name relative to the version's folder -> bytes), or
+    the named error that says what is wrong with the upload. `where` names the folder in messages
+    (an archive's, `s3://.../v1/data.zip`, for its members). A source over its kind's limit is
+    refused here, by the sizes listed (before the download, or before an archive is extracted)."""
+    files = {n: s for n, s in objects.items() if not ignored(n)}
+    if keys.MANIFEST in files and not in_archive:
+        raise AlreadyPrepared(
+            f"{where} holds a prepared dataset ({keys.MANIFEST}), whose own upload starts its run: "
+            f"{keys.SUCCESS_MARKER} is the marker of raw data; delete {where}{keys.SUCCESS_MARKER}"
+        )
+    top = sorted(n for n in files if "/" not in n)
+    nested = sorted(n for n in files if "/" in n)
+    sources: list[RawSource] = []
+    unsupported: list[str] = []
+    for name in top:
+        kind = _kind(name)
+        if kind is None or (in_archive and kind == "archive"):
+            unsupported.append(name)
+        else:
+            sources.append(RawSource(kind, name, (name,), files[name]))  # type: ignore[arg-type]
+    if nested:
+        images = [n for n in nested if n.lower().endswith(IMAGE_SUFFIXES)]
+        folders = sorted({n.split("/", 1)[0] for n in nested})
+        # class folders at the top (cat/1.png), or one folder of them (photos/cat/1.png)
+        root = folders[0] if len(folders) == 1 and all(n.count("/") >= 2 for n in nested) and not top else ""
+        if images:
+            sources.append(RawSource("images", root, tuple(nested), sum(files[n] for n in nested)))
+        else:
+            unsupported.append(f"{folders[0]}/ ({_listed(nested, 2)}: no .png/.jpg/.jpeg image)")
+    if len(sources) > 1:
+        described = [f"{s.root or 'the class folders'}/" if s.kind == "images" else s.root for s in sources]
+        raise MixedUpload(
+            f"{where} holds {len(sources)} data sources ({_listed(described, 6)}); one version is one "
+            f"source ({FORMATS}): upload the others as versions of their own"
+        )
+    if unsupported:
+        raise UnsupportedFormat(
+            f"{where}: {_listed(unsupported)} is not a format smlt prepares; upload {FORMATS} "
+            "(names starting with _ or . are ignored)"
+        )
+    if not sources and in_archive:
+        raise NoDataFile(
+            f"{where} holds no data: an archive holds {FORMATS.removesuffix(' or a .zip/.tar(.gz) of one')}"
+        )
+    if not sources:
+        raise NoDataFile(
+            f"{where} has a {keys.SUCCESS_MARKER} marker but no data beside it: upload {FORMATS} into "
+            f"{where}, then {keys.SUCCESS_MARKER} again (written last: the marker starts the run)"
+        )
+    (source,) = sources
+    limit = limit_of(source)
+    size, said = source.bytes, _size(source.bytes)
+    if source.kind == "images" and options is not None and options.image_size:
+        # resized on reading: the decoded pixels are known from the listing
+        count, side = sum(n.lower().endswith(IMAGE_SUFFIXES) for n in source.names), options.image_size
+        size = count * _channels(options) * side**2
+        said = _pixels(size, count, _channels(options), side, side)
+    # An NPZ or image file's bytes are at most its arrays' or pixels' (they are compressed, or not),
+    # so a source over the limit by its files is over it once loaded too.
+    if size > limit.bytes:
+        raise TooLargeForLambda(too_large(_named_as(source, where, in_archive), said, limit, where))
+    return source
+
+
+def limit_of(source: RawSource) -> Limit:
+    """The limit of a source's kind: a table, an NPZ, an image folder or an archive of one."""
+    if source.kind == "images":
+        return IMAGES_LIMIT
+    if source.kind == "archive":
+        return ARCHIVE_LIMIT
+    return ARRAYS_LIMIT if source.root.lower().endswith(ARRAY_SUFFIXES) else TABLE_LIMIT
+
+
+def _channels(options: SourceOptions) -> int:
+    return 1 if options.channels == 1 else 3  # images are read as RGB unless asked for grayscale
+
+
+def _named_as(source: RawSource, where: str, in_archive: bool) -> str:
+    """The source as a message names it: s3://.../v1/houses.csv, .../v1/photos/, .../v1/data.zip/houses.csv."""
+    root = f"{source.root}/" if source.kind == "images" and source.root else source.root
+    return f"{where}/{root}" if in_archive else f"{where}{root}"
+
+
+def _pixels(size: int, count: int, channels: int, height: int, width: int) -> str:
+    return f"{_size(size)} of decoded pixels ({count:,} images of {channels}x{height}x{width})"
+
+
+def too_large(what: str, size: str, limit: Limit, where: str) -> str:
+    """TooLargeForLambda's message: the object and its size, the kind's limit and why, what to do.
+    `where` is the version's folder, or an archive's (s3://.../v1/data.zip) for its members."""
+    folder = where if where.endswith("/") else where.rsplit("/", 1)[0] + "/"
+    return (
+        f"{what} is {size}, more than one Prepare function takes of {limit.kind}: "
+        f"{_size(limit.bytes)}{limit.measure} ({limit.why}): prepare it from a machine, `smlt data prepare SOURCE "
+        f"--out {folder}` (its manifest starts the run), and delete {folder}{keys.SUCCESS_MARKER}"
+    )
+
+
+# --- the step ----------------------------------------------------------------------------------
+
+
+def prepare_upload(settings: PrepareSettings, event: PrepareDataEvent) -> DataPrepared:
+    upload = upload_of(event.trigger)
+    if not upload.raw:
+        raise InvalidJob(f"PrepareData: s3://{upload.bucket}/{upload.key} is not a {keys.SUCCESS_MARKER} marker")
+    if upload.bucket != settings.data_bucket:
+        raise InvalidJob(
+            f"trigger: s3://{upload.bucket}/ is not the stack's data bucket ({settings.data_bucket}): "
+            "this function prepares uploads to that bucket only"
+        )
+    table = RunTable(settings.table, upload.run_id)
+    mine = PrepareItem(execution=event.execution, key=upload.key, claimed_at=time.time())
+    _, claim = table.put_once(keys.PREPARE, mine)
+    if claim.execution != event.execution:
+        return DataPrepared(
+            action="duplicate",
+            run_id=upload.run_id,
+            dataset=upload.dataset_uri,
+            reason=f"duplicate event: run {upload.run_id} belongs to execution {claim.execution}",
+        )
+    data = S3Store(upload.bucket)
+    if data.exists(f"{upload.dataset_folder}/{keys.MANIFEST}"):  # this execution's earlier attempt prepared it
+        return DataPrepared(
+            action="plan", run_id=upload.run_id, dataset=upload.dataset_uri, reason="prepared by an earlier attempt"
+        )
+    job = parse_job(run_job(upload, pipeline_job(upload.bucket, upload.pipeline)))  # a bad job fails first
+    where = f"s3://{upload.bucket}/{upload.folder}/"
+    options = job.dataset.options()
+    listing = _listing(upload)
+    spec = f"s3://{upload.bucket}/{keys.pipeline_features_key(upload.pipeline)}"
+
+    parts = upload_parts.table_parts(listing, where)
+    if parts is not None:  # one table in many files: the parts' Maps prepare it
+        return prepare_parts.start_parts(upload, parts, options, spec, where)
+    source = find_source(listing, where, options=options)
+    with tempfile.TemporaryDirectory(prefix="smlt-prepare-") as tmp, _notes() as notes, _named(tmp, where, source):
+        path = _fetch(upload, source, Path(tmp), where, options)
+        manifest, said = _prepare(path, upload, spec, options)
+    return DataPrepared(
+        action="plan",
+        run_id=upload.run_id,
+        dataset=upload.dataset_uri,
+        reason=f"prepared {where} {said}",
+        rows=manifest.train.rows + manifest.validation.rows,
+        notes=[_local_names(n, tmp, where, source) for n in notes[:MAX_NOTES]],
+    )
+
+
+def _prepare(path: Path, upload: Upload, spec: str, options: SourceOptions) -> tuple[Manifest, str]:
+    # replace: an attempt of this execution that died may have left shards (never a manifest).
+    return prepare_with_features(str(path), upload.dataset_uri, spec, upload.pipeline, options=options, replace=True)
+
+
+def _listing(upload: Upload) -> dict[str, int]:
+    """The objects of the version's folder: name relative to it -> bytes."""
+    prefix = upload.folder + "/"
+    found: dict[str, int] = {}
+    pages = clients.client("s3").get_paginator("list_objects_v2").paginate(Bucket=upload.bucket, Prefix=prefix)
+    for page in pages:
+        found.update({o["Key"][len(prefix) :]: int(o["Size"]) for o in page.get("Contents", [])})
+    return found
+
+
+def _fetch(upload: Upload, source: RawSource, tmp: Path, where: str, options: SourceOptions) -> Path:
+    """The source downloaded into `tmp` (an archive extracted there), checked against its kind's
+    limit by what it holds once loaded (an NPZ's arrays, an image folder's pixels); its local path."""
+    s3 = clients.client("s3")
+    raw = tmp / "raw"
+    for name in source.names:
+        dest = raw / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(upload.bucket, f"{upload.folder}/{name}", str(dest))
+    if source.kind != "archive":
+        path = raw / source.root if source.root else raw
+        _check_loaded(path, source, where, options, in_archive=False)
+        return path
+    archive = raw / source.root
+    out = tmp / "unpacked"
+    unpacked = _extract(archive, out, source, where, options)
+    archive.unlink()  # /tmp holds the extraction alone from here
+    inner = find_source(unpacked, f"{where}{source.root}", in_archive=True, options=options)
+    path = out / inner.root if inner.root else out
+    _check_loaded(path, inner, f"{where}{source.root}", options, in_archive=True)
+    return path
+
+
+def _extract(
+    archive: Path, out: Path, source: RawSource, where: str, options: SourceOptions | None = None
+) -> dict[str, int]:
+    """Extract a zip or tar (only regular files, inside `out`); its files' sizes. Its members
+    are checked first, as a source of their own (`find_source`: one source, within its kind's
+    limit), before anything is written."""
+    inside = f"{where}{source.root}"
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                members = {_zip_name(i.filename): i.file_size for i in z.infolist() if not i.is_dir()}
+                find_source(members, inside, in_archive=True, options=options)
+                z.extractall(out)  # names with "..", or absolute, are made safe by zipfile
+        else:
+            with tarfile.open(archive) as t:
+                regular = [m for m in t.getmembers() if m.isfile()]
+                members = {posixpath.normpath(m.name): m.size for m in regular}
+                outside = [n for n in members if n.startswith(("../", "/"))]
+                if outside:  # what extracting with filter="data" refuses, refused before anything is written
+                    raise UnsupportedFormat(f"{inside}: not a readable zip or tar archive ({outside[0]} is outside it)")
+                find_source(members, inside, in_archive=True, options=options)
+                t.extractall(out, members=regular, filter="data")  # refuses paths outside `out`
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as e:
+        raise UnsupportedFormat(f"{inside}: not a readable zip or tar archive ({e})") from None
+    return {p.relative_to(out).as_posix(): p.stat().st_size for p in out.rglob("*") if p.is_file()}
+
+
+def _zip_name(name: str) -> str:
+    """A zip member's name as zipfile extracts it (no drive, no "", "." or ".." parts)."""
+    return "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
+
+
+def _check_loaded(path: Path, source: RawSource, where: str, options: SourceOptions, *, in_archive: bool) -> None:
+    """After the download, before loading: an NPZ by its arrays' bytes (the zip's members,
+    uncompressed), an image folder by its pixels once decoded (its images' count x the first
+    one's size, which without image_size every image has)."""
+    kind = limit_of(source)
+    if kind is ARRAYS_LIMIT and zipfile.is_zipfile(path):  # not a zip: prepare names the problem
+        with zipfile.ZipFile(path) as z:
+            size = sum(i.file_size for i in z.infolist())
+        if size > kind.bytes:
+            said = f"{_size(size)} of arrays"
+            raise TooLargeForLambda(too_large(_named_as(source, where, in_archive), said, kind, where))
+    if kind is IMAGES_LIMIT and not options.image_size:  # with image_size, known from the listing
+        images = sorted(n for n in source.names if n.lower().endswith(IMAGE_SUFFIXES))
+        first = path / images[0].removeprefix(f"{source.root}/") if source.root else path / images[0]
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(first) as img:
+                width, height = img.size
+        except (UnidentifiedImageError, OSError):
+            return  # prepare names the unreadable image
+        size = len(images) * _channels(options) * width * height
+        if size > kind.bytes:
+            said = _pixels(size, len(images), _channels(options), height, width)
+            raise TooLargeForLambda(too_large(_named_as(source, where, in_archive), said, kind, where))
+
+
+@contextmanager
+def _notes() -> Iterator[list[str]]:
+    """What preparing tells the user (smlt.runtime.progress's notice logger), collected."""
+    notes: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            notes.append(record.getMessage())
+
+    from smlt.runtime.progress import notice
+
+    handler = Collect(logging.INFO)
+    level = notice.level
+    notice.addHandler(handler)
+    notice.setLevel(min(level, logging.INFO) if level else logging.INFO)
+    try:
+        yield notes
+    finally:
+        notice.removeHandler(handler)
+        notice.setLevel(level)
+
+
+def _local_names(text: str, tmp: str, where: str, source: RawSource) -> str:
+    """`text` naming the uploaded objects instead of the function's copies of them in `tmp`
+    (a file inside an archive as s3://.../v1/data.zip/houses.csv)."""
+    text = text.replace(f"{tmp}/unpacked", f"{where}{source.root}")
+    return text.replace(f"{tmp}/raw/", where).replace(f"{tmp}/raw", where.rstrip("/"))
+
+
+@contextmanager
+def _named(tmp: str, where: str, source: RawSource) -> Iterator[None]:
+    """A dataset error names the uploaded object, not the function's download of it."""
+    try:
+        yield
+    except InvalidDataset as e:
+        message = _local_names(str(e), tmp, where, source)
+        if message == str(e):
+            raise
+        raise type(e)(message) from None

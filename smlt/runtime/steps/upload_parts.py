@@ -1,0 +1,90 @@
+"""A version uploaded as many parts of one table (`part-00000.csv` ... `part-00199.csv`, or
+Parquet parts; Spark's and `aws s3 sync`'s usual layout): which uploads are one, decided from the
+version's listing, and the parts' headers checked against each other.
+
+One data object stays PrepareData's single-function path (`smlt.runtime.steps.prepare.find_source`);
+several table files of one format, beside nothing else, are the parts of one table, prepared part
+by part (`smlt.runtime.data.parts`); anything else (a CSV beside a Parquet file, a table beside an
+archive) is not decided here: `find_source` refuses it as `MixedUpload`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from smlt.runtime.data.sources import TABLE_SUFFIXES
+from smlt.runtime.data.table_reader import is_parquet
+from smlt.runtime.steps.prepare_limits import MAX_TABLE_BYTES, MixedUpload, TooLargeForLambda, _size, ignored
+
+# The most parts one version has: the part list travels in the execution's state (256 KiB, at
+# about 80 bytes a part) to the Distributed Maps' ItemsPath. With each part within what one
+# function prepares (MAX_TABLE_BYTES, 4.2 GB), a version holds up to 1,000 x 4.2 GB = 4.2 TB.
+MAX_PARTS = 1_000
+
+
+@dataclass(frozen=True)
+class TableParts:
+    """The parts of one table (names relative to the version's folder, in name order: part i is
+    the i-th), their format and their bytes in all."""
+
+    format: str  # "csv" or "parquet"
+    names: tuple[str, ...]
+    bytes: int
+
+
+def _format(name: str) -> str | None:
+    low = name.lower()
+    if not low.endswith(TABLE_SUFFIXES):
+        return None
+    return "parquet" if is_parquet(name) else "csv"
+
+
+def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
+    """The parts of one table among `objects` (name relative to the version's folder -> bytes),
+    or None when the upload is not several table files of one format at the folder's top (then
+    `find_source` decides: one source, or its named refusal). A part over what one function
+    prepares, or more parts than MAX_PARTS, is refused by name."""
+    files = {n: s for n, s in objects.items() if not ignored(n)}
+    if len(files) < 2 or any("/" in n for n in files):
+        return None
+    formats = {_format(n) for n in files}
+    if len(formats) != 1 or None in formats:
+        return None
+    names = tuple(sorted(files))
+    if len(names) > MAX_PARTS:
+        raise MixedUpload(
+            f"{where} holds {len(names):,} parts of a table, more than {MAX_PARTS:,}: upload it in larger "
+            f"parts (each up to {_size(MAX_TABLE_BYTES)})"
+        )
+    big = [n for n in names if files[n] > MAX_TABLE_BYTES]
+    if big:
+        raise TooLargeForLambda(
+            f"{where}{big[0]} is {_size(files[big[0]])}: a part of a table is prepared by one function, "
+            f"up to {_size(MAX_TABLE_BYTES)}; cut the table into smaller parts (same header in each)"
+        )
+    (fmt,) = formats
+    assert fmt is not None
+    return TableParts(fmt, names, sum(files.values()))
+
+
+def check_headers(headers: Mapping[str, Sequence[str]], where: str) -> None:
+    """Every part's columns the first part's (same names, same order), else MixedUpload naming
+    the first part that differs: parts are one table."""
+    names = sorted(headers)
+    first = list(headers[names[0]])
+    for name in names[1:]:
+        theirs = list(headers[name])
+        if theirs != first:
+            missing = [c for c in first if c not in theirs]
+            extra = [c for c in theirs if c not in first]
+            what = (
+                f"no column {', '.join(map(repr, missing))}"
+                if missing
+                else f"column {', '.join(map(repr, extra))} that {names[0]} has not"
+                if extra
+                else "the same columns in another order"
+            )
+            raise MixedUpload(
+                f"{where}{name} has {what}: the parts of one table have one header ({names[0]}'s: "
+                f"{', '.join(first)}); upload tables with other columns as versions of their own"
+            )

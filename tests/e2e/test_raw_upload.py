@@ -1,0 +1,329 @@
+"""Raw data in, prepared in the cloud: raw data uploaded under incoming/<pipeline>/<version>/ and
+then its completion marker `_SUCCESS` start the pipeline's run, whose PrepareData step prepares
+the data with the pipeline's features before it trains and passes the gate.
+
+Through `smlt local up` and the AWS CLI, as a team uses it (issue #31's "Done when"): no smlt
+command before the rollback. On the session's engine: duplicates, failures that leave the
+pipeline able to train again, and an archive of an image folder. Every call the Prepare
+function makes is checked against its role (tests/e2e/conftest.py; the console's handlers record
+into the session's log too)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smlt import console
+from smlt.local.eventbridge import UploadTrigger, deliver
+from smlt.runtime import keys
+from smlt.runtime import pipeline as pl
+from smlt.runtime.store import S3Store
+from tests.e2e.test_console import free_port
+from tests.e2e.test_pipeline import ROWS, _houses
+
+AWS = shutil.which("aws", path=str(Path(sys.executable).parent)) or shutil.which("aws")
+JOB = {
+    "name": "houses",
+    "dataset": {"uri": "replaced-by-the-trigger"},
+    "model": {"name": "logreg"},
+    "training": {"max_rounds": 3, "local_steps": 15, "learning_rate": 0.3},
+    "workers": {"initial": 2, "memory_mb": 1769},
+}
+SHORT = {**JOB, "training": {"max_rounds": 1, "local_steps": 5, "learning_rate": 0.3}}
+
+
+def _executions(sfn, arn: str) -> list[str]:
+    return [e["executionArn"] for e in sfn.list_executions(stateMachineArn=arn)["executions"]]
+
+
+def _new_execution(sfn, arn: str, before: set[str], timeout: float = 30) -> str:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        new = set(_executions(sfn, arn)) - before
+        if new:
+            (one,) = new
+            return one
+        time.sleep(0.25)
+    raise TimeoutError("the upload started no execution")
+
+
+def _finished(sfn, arn: str, timeout: float = 300) -> dict:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        desc = sfn.describe_execution(executionArn=arn)
+        if desc["status"] != "RUNNING":
+            return desc
+        time.sleep(0.25)
+    raise TimeoutError(arn)
+
+
+@pytest.mark.skipif(AWS is None, reason="the AWS CLI (awscli, a dev dependency) is not installed")
+def test_raw_versions_prepare_train_pass_the_gate_and_roll_back_on_the_console(local, iam_log, tmp_path):
+    import boto3
+
+    from smlt.local import iam_record
+
+    _, start = iam_record.read(iam_log, iam_log.stat().st_size if iam_log.exists() else 0)
+    state = tmp_path / "console"
+    info = console.up(state, port=free_port())
+    env = {**os.environ, **info.environment()}
+    kw = dict(
+        endpoint_url=info.endpoint_url,
+        region_name=info.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    sfn, s3 = boto3.client("stepfunctions", **kw), boto3.client("s3", **kw)
+    artifacts = S3Store(info.artifacts_bucket, client=s3)
+    data = f"s3://{info.data_bucket}/incoming/houses"
+
+    def aws(*args: str) -> None:
+        subprocess.run([AWS, *args, "--quiet"], env=env, check=True, capture_output=True, timeout=60)
+
+    def smlt(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "smlt.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    marker = tmp_path / "_SUCCESS"
+    marker.write_bytes(b"")
+
+    def version(name: str, path: str) -> tuple[dict, pl.VersionRecord]:
+        """Upload a version's CSV, then its marker; the run it starts, finished, and its record."""
+        before = set(_executions(sfn, info.state_machine_arn))
+        aws("s3", "cp", path, f"{data}/{name}/houses.csv")
+        aws("s3", "cp", str(marker), f"{data}/{name}/_SUCCESS")
+        desc = _finished(sfn, _new_execution(sfn, info.state_machine_arn, before))
+        assert desc["status"] == "SUCCEEDED", desc
+        record = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("houses", name)))
+        return json.loads(desc["output"]), record
+
+    try:
+        job = tmp_path / "job.json"
+        job.write_text(json.dumps(JOB))
+        aws("s3", "cp", str(job), f"{data}/job.json")
+
+        # v1 by `aws s3 sync` of its folder, in whatever order sync takes: nothing starts until
+        # the marker is there.
+        folder = tmp_path / "v1"
+        folder.mkdir()
+        _houses(folder / "houses.csv", 1)
+        before = set(_executions(sfn, info.state_machine_arn))
+        aws("s3", "sync", str(folder), f"{data}/v1/")
+        time.sleep(3)  # the console fires the trigger for new objects every second
+        assert set(_executions(sfn, info.state_machine_arn)) == before, "data without its marker started a run"
+        aws("s3", "cp", str(marker), f"{data}/v1/_SUCCESS")
+        desc = _finished(sfn, _new_execution(sfn, info.state_machine_arn, before))
+        assert desc["status"] == "SUCCEEDED", desc
+        out1 = json.loads(desc["output"])
+        v1 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("houses", "v1")))
+        # prepared into prepared/houses/v1/<tag>/, beside the raw upload (untouched), and the
+        # first version fixed the pipeline's features
+        run1 = out1["plan"]["run_id"]
+        assert out1["prepared"]["action"] == "plan" and out1["prepared"]["run_id"] == run1
+        assert v1.data == out1["prepared"]["dataset"] and v1.data.startswith(
+            f"s3://{info.data_bucket}/prepared/houses/v1/"
+        )
+        assert "fixed pipeline houses's features, generation 1" in out1["prepared"]["reason"]
+        assert out1["prepared"]["rows"] == ROWS
+        spec = json.loads(s3.get_object(Bucket=info.data_bucket, Key="incoming/houses/features.json")["Body"].read())
+        assert spec["generation"] == 1
+        raw = s3.get_object(Bucket=info.data_bucket, Key="incoming/houses/v1/houses.csv")["Body"].read()
+        assert raw == (folder / "houses.csv").read_bytes()
+        assert v1.status == "promoted" and v1.start.startswith("cold")
+        assert pl.champion(artifacts, "houses").version == "v1"
+        job1 = json.loads(artifacts.get(keys.job_key(run1)))
+        assert job1["dataset"]["uri"] == v1.data and job1["pipeline"] == "houses"
+
+        # v2: a colour v1 never saw and two new columns: prepared with v1's features (the new
+        # columns ignored, said in the execution's output), a warm start, both metrics recorded.
+        out2, v2 = version("v2", _houses(tmp_path / "v2.csv", 2, colors=("red", "green", "blue"), extra=True))
+        assert "with pipeline houses's features (generation 1" in out2["prepared"]["reason"]
+        assert any("'garden', 'floor'" in n and "ignored" in n for n in out2["prepared"]["notes"]), out2
+        assert v2.start.startswith("warm: from the champion v1") and v2.champion_run == run1
+        assert v2.metric == "val_accuracy" and v2.challenger_value is not None and v2.champion_value is not None
+        assert v2.status in ("promoted", "rejected") and v2.reason and v2.cost_usd and v2.cost_usd > 0
+        champ = "v2" if v2.promoted else "v1"
+        assert pl.champion(artifacts, "houses").version == champ
+
+        # v3: the train split's labels shuffled (prepare's split, seed 0): worse, rejected.
+        order = np.random.default_rng(0).permutation(ROWS)
+        _, v3 = version("v3", _houses(tmp_path / "v3.csv", 3, shuffle_train=order[int(round(ROWS * 0.2)) :]))
+        assert v3.status == "rejected" and not v3.promoted and "worse by" in v3.reason, v3
+        assert v3.challenger_value is not None and v3.champion_value is not None
+        assert v3.challenger_value < v3.champion_value
+        assert pl.champion(artifacts, "houses").version == champ  # latest unchanged
+
+        # the versions, a rollback: the first smlt commands, against the console's stack
+        listing = smlt("models", "list", "houses")
+        assert listing.returncode == 0, listing.stderr
+        assert "rejected" in listing.stdout and f"champion (*): {champ}" in listing.stdout
+        if champ == "v1":  # the gate kept v1: make v2 the champion by hand, so a rollback has somewhere to go
+            assert smlt("models", "promote", "houses", "v2").returncode == 0
+        rolled = smlt("models", "rollback", "houses")
+        assert rolled.returncode == 0, rolled.stderr
+        assert "champion is v1" in rolled.stdout
+        assert pl.champion(artifacts, "houses").run_id == run1
+    finally:
+        console.down(state)
+    # the console's handlers recorded their calls too: iam_checked checks them against the roles
+    calls, _ = iam_record.read(iam_log, start)
+    assert any("Prepare" in c["function"] for c in calls)
+
+
+@pytest.fixture
+def pipeline(engine_as_aws):
+    """A pipeline on the session's engine: its job uploaded, the stack's trigger primed."""
+    engine, names = engine_as_aws
+    s3 = engine.client("s3")
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
+
+    def setup(name: str, job: dict) -> None:
+        s3.put_object(Bucket=names.data_bucket, Key=keys.pipeline_job_key(name), Body=json.dumps(job).encode())
+
+    def upload(key: str, body: bytes) -> list[str]:
+        if key in trigger.seen:  # the trigger tells uploads of a key apart by their second (LastModified)
+            time.sleep(1.1)
+        s3.put_object(Bucket=names.data_bucket, Key=key, Body=body)
+        return trigger.poll()
+
+    return engine, names, trigger, setup, upload
+
+
+def _wait(engine, arns: list[str]) -> dict:
+    (arn,) = arns
+    return engine.wait(arn, interval=0.1)
+
+
+def test_a_duplicate_event_trains_once_and_a_new_marker_retrains(pipeline, tmp_path):
+    engine, names, trigger, setup, upload = pipeline
+    setup("dup", SHORT)
+    assert upload("incoming/dup/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 1)).read_bytes()) == []
+    desc = _wait(engine, upload("incoming/dup/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    run = json.loads(desc["output"])["plan"]["run_id"]
+    artifacts = S3Store(names.artifacts_bucket)
+    rounds = artifacts.list(keys.rounds_prefix(run))
+
+    # the same event again (EventBridge delivers at least once): prepared and trained once
+    dup = engine.wait(deliver(engine, trigger.sent["incoming/dup/v1/_SUCCESS"])[0], interval=0.1)
+    assert dup["status"] == "SUCCEEDED", dup
+    out = json.loads(dup["output"])
+    assert out["prepared"]["action"] == "duplicate" and out["prepared"]["run_id"] == run and "plan" not in out
+    assert artifacts.list(keys.rounds_prefix(run)) == rounds
+    prepared = S3Store(names.data_bucket).list(keys.PREPARED + "dup/")
+    assert len([k for k in prepared if k.endswith(keys.MANIFEST)]) == 1
+
+    # the marker uploaded again: a new upload, a new run, prepared into a prefix of its own
+    again = _wait(engine, upload("incoming/dup/v1/_SUCCESS", b""))
+    assert again["status"] == "SUCCEEDED", again
+    out = json.loads(again["output"])
+    assert (
+        out["plan"]["run_id"] != run and out["prepared"]["dataset"] != json.loads(desc["output"])["prepared"]["dataset"]
+    )
+    assert pl.champion(artifacts, "dup").run_id == out["plan"]["run_id"]
+
+
+def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipeline, tmp_path):
+    engine, names, _, setup, upload = pipeline
+    setup("nodata", SHORT)
+    artifacts = S3Store(names.artifacts_bucket)
+
+    desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
+    assert desc["status"] == "FAILED" and desc["error"] == "NoDataFile", desc
+    assert f"s3://{names.data_bucket}/incoming/nodata/v1/ has a _SUCCESS marker but no data" in desc["cause"]
+    assert pl.champion(artifacts, "nodata") is None and pl.versions(artifacts, "nodata") == []
+
+    # two data sources, or a format smlt does not prepare: named, and nothing of the pipeline changes
+    upload("incoming/nodata/v1/a.csv", b"x,label\n1,0\n2,1\n")
+    upload("incoming/nodata/v1/notes.xlsx", b"not a table")
+    desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
+    assert desc["status"] == "FAILED" and desc["error"] == "UnsupportedFormat", desc
+    assert "notes.xlsx is not a format smlt prepares" in desc["cause"]
+    S3Store(names.data_bucket).delete("incoming/nodata/v1/notes.xlsx")
+    S3Store(names.data_bucket).delete("incoming/nodata/v1/a.csv")
+
+    # a good upload then trains, and is the pipeline's first version
+    upload("incoming/nodata/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 4)).read_bytes())
+    desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    assert pl.champion(artifacts, "nodata").version == "v1"
+
+
+def _image_zip(rng: np.random.Generator) -> bytes:
+    """A zip of an image folder: two classes of 8x8 grey squares, dark and light."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for label, base in (("dark", 40), ("light", 210)):
+            for i in range(30):
+                pixels = np.clip(base + rng.normal(0, 20, size=(8, 8)), 0, 255).astype(np.uint8)
+                png = io.BytesIO()
+                Image.fromarray(pixels, mode="L").save(png, format="PNG")
+                z.writestr(f"squares/{label}/{i:03d}.png", png.getvalue())
+        z.writestr("squares/.DS_Store", b"")
+    return buf.getvalue()
+
+
+def test_a_zip_of_an_image_folder_prepares_and_trains(pipeline):
+    engine, names, _, setup, upload = pipeline
+    setup("squares", {**SHORT, "name": "squares", "model": {"name": "mlp"}, "dataset": {"uri": "x", "channels": 1}})
+    upload("incoming/squares/v1/squares.zip", _image_zip(np.random.default_rng(0)))
+    desc = _wait(engine, upload("incoming/squares/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    out = json.loads(desc["output"])
+    manifest = json.loads(S3Store(names.data_bucket).get(out["prepared"]["dataset"].split("/", 3)[3] + "manifest.json"))
+    assert manifest["classes"] == ["dark", "light"] and manifest["x"]["shape"] == [1, 8, 8]
+    assert out["prepared"]["rows"] == 60
+
+
+def test_a_jsonl_upload_prepares_and_trains(pipeline, tmp_path):
+    engine, names, _, setup, upload = pipeline
+    setup("lines", {**SHORT, "name": "lines"})
+    head, *rows = Path(_houses(tmp_path / "h.csv", 6)).read_text().splitlines()
+    records = [dict(zip(head.split(","), r.split(","))) for r in rows]
+    body = "".join(json.dumps({k: v if k == "color" else float(v) for k, v in r.items()}) + "\n" for r in records)
+    upload("incoming/lines/v1/houses.jsonl", body.encode())
+    desc = _wait(engine, upload("incoming/lines/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    out = json.loads(desc["output"])
+    manifest = json.loads(S3Store(names.data_bucket).get(out["prepared"]["dataset"].split("/", 3)[3] + "manifest.json"))
+    kinds = [(c["name"], c["kind"]) for c in manifest["columns"]]
+    assert kinds == [("size", "numeric"), ("rooms", "numeric"), ("color", "onehot")] and manifest["classes"] == [
+        "0",
+        "1",
+    ]
+    assert out["prepared"]["rows"] == ROWS
+    assert pl.champion(S3Store(names.artifacts_bucket), "lines").version == "v1"
+
+
+def test_watch_folder_uploads_a_raw_version_marker_last_and_fetches_its_run(local, tmp_path, caplog):
+    from smlt.watch import watch_folder
+
+    engine, names = local
+    root, out = tmp_path / "watched", tmp_path / "out"
+    (root / "incoming/wr/v1").mkdir(parents=True)
+    (root / "incoming/wr/job.json").write_text(json.dumps(SHORT))
+    _houses(root / "incoming/wr/v1/houses.csv", 5)
+    (root / "incoming/wr/v1/_SUCCESS").write_bytes(b"")
+    caplog.set_level("INFO", logger="smlt.notice")
+    (arn,) = watch_folder(engine, names, root, out, once=True, interval=0.1)
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    assert json.loads((run_dir / "metrics.json").read_text())["final"]["rounds"] == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
+    assert f"s3://{names.data_bucket}/incoming/wr/v1/_SUCCESS: started execution {arn.rsplit(':', 1)[-1]}" in lines
+    assert any(
+        line.startswith(f"  prepared s3://{names.data_bucket}/incoming/wr/v1/ fixed pipeline wr's") for line in lines
+    )

@@ -1,0 +1,136 @@
+"""A raw version uploaded as many parts of one table (`part-00000.csv` ... + `_SUCCESS`) prepared
+by the parts' Distributed Maps (smlt.runtime.steps.prepare_parts) on the session's engine, then
+trained and promoted as any raw upload; a bad cell in one part ends the execution with the named
+error naming that part's object and line."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from smlt.local import iam_record
+from smlt.runtime import keys, ledger
+from smlt.runtime import pipeline as pl
+from smlt.runtime.records import RunTable
+from smlt.runtime.store import S3Store
+from tests.e2e.test_pipeline import _houses
+from tests.e2e.test_raw_upload import SHORT, _wait, pipeline  # noqa: F401 - the fixture
+
+PARTS = 60
+
+
+def _split(csv: str, parts: int) -> list[bytes]:
+    """The CSV's rows in `parts` files, each with the header."""
+    header, *rows = Path(csv).read_text().splitlines()
+    size = -(-len(rows) // parts)
+    return [("\n".join([header, *rows[i : i + size]]) + "\n").encode() for i in range(0, len(rows), size)]
+
+
+def _entered(engine, arn: str) -> list[str]:
+    events = engine.client("stepfunctions").get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    return [e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e]
+
+
+def test_a_table_in_many_parts_prepares_through_the_maps_trains_and_is_promoted(
+    pipeline,  # noqa: F811
+    tmp_path,
+    iam_log,
+    role_policies,
+):
+    engine, names, _, setup, upload = pipeline
+    _, start = iam_record.read(iam_log, iam_log.stat().st_size if iam_log.exists() else 0)
+    setup("parts", SHORT)
+    bodies = _split(_houses(tmp_path / "h.csv", 3), PARTS)
+    assert len(bodies) == PARTS
+    for i, body in enumerate(bodies):
+        upload(f"incoming/parts/v1/part-{i:05d}.csv", body)
+    (arn,) = upload("incoming/parts/v1/_SUCCESS", b"")
+    desc = _wait(engine, [arn])
+    assert desc["status"] == "SUCCEEDED", desc
+    out = json.loads(desc["output"])
+    rows = sum(body.count(b"\n") - 1 for body in bodies)
+    assert out["prepared"]["action"] == "plan" and out["prepared"]["rows"] == rows
+
+    entered = _entered(engine, arn)
+    for state in ("PrepareData", "PartStats", "MergeStats", "PartMoments", "MergeMoments", "PartShards", "FinishParts"):
+        assert entered.count(state) == 1, (state, entered)
+    assert entered.index("FinishParts") < entered.index("Plan")
+
+    data = S3Store(names.data_bucket)
+    folder = out["prepared"]["dataset"].split("/", 3)[3]
+    manifest = json.loads(data.get(folder + keys.MANIFEST))
+    assert manifest["train"]["rows"] + manifest["validation"]["rows"] == rows
+    parts_of_shards = {s["key"].split("-")[1] for s in manifest["train"]["shards"]}
+    assert parts_of_shards == {f"{i:05d}" for i in range(PARTS)}  # each part its own shards
+    assert not data.list(folder + "_parts/")  # the scratch is gone
+    assert data.exists(keys.pipeline_features_key("parts"))  # the first version fixed the features
+
+    # one child per part in each Map, billed to the run like PrepareData
+    run_id = out["plan"]["run_id"]
+    attempts = ledger.from_items(RunTable(names.table, run_id, client=engine.client("dynamodb")).query(ledger.PREFIX))
+    ops = Counter(a.op for a in attempts)
+    assert ops["part_stats"] == ops["part_moments"] == ops["part_shards"] == PARTS, ops
+    assert ops["prepare_data"] == ops["merge_stats"] == ops["merge_moments"] == ops["finish_parts"] == 1, ops
+
+    assert pl.champion(S3Store(names.artifacts_bucket), "parts").version == "v1"
+
+    # the children run as the Prepare function, with its role: without DeleteObject on prepared/,
+    # FinishParts' removal of the scratch (and nothing else of the run) is denied
+    calls, _ = iam_record.read(iam_log, start)
+    assert iam_record.check(calls, role_policies).denied == []
+    (prepare,) = [fn for fn in role_policies.statements if "Prepare" in fn]
+    denied = iam_record.check(calls, role_policies.without(prepare, "s3:DeleteObject", "/prepared/")).denied
+    assert denied and {d.function for d in denied} == {prepare}
+    assert all(f"/{folder}_parts/" in d.request.resource for d in denied)
+
+
+def test_a_bad_cell_in_one_part_names_its_object_and_line(pipeline, tmp_path):  # noqa: F811
+    engine, names, _, setup, upload = pipeline
+    setup("badpart", SHORT)
+    bodies = _split(_houses(tmp_path / "h.csv", 5), 12)
+    for part in (9, 7):  # line 5 of parts 7 and 9 has no label
+        lines = bodies[part].decode().splitlines()
+        cells = lines[4].split(",")
+        cells[-1] = ""
+        lines[4] = ",".join(cells)
+        bodies[part] = ("\n".join(lines) + "\n").encode()
+    for i, body in enumerate(bodies):
+        upload(f"incoming/badpart/v1/part-{i:05d}.csv", body)
+    desc = _wait(engine, upload("incoming/badpart/v1/_SUCCESS", b""))
+    assert desc["status"] == "FAILED" and desc["error"] == "InvalidDataset", desc
+    where = f"s3://{names.data_bucket}/incoming/badpart/v1/part-00007.csv: column 'label', line 5 is empty"
+    message = json.loads(desc["cause"])["errorMessage"]
+    assert message.startswith(where) and message.endswith("(1 more part failed too)"), message
+    assert pl.champion(S3Store(names.artifacts_bucket), "badpart") is None
+
+
+def test_a_column_with_text_in_one_part_is_read_as_text_in_every_part(pipeline, tmp_path):  # noqa: F811
+    engine, names, _, setup, upload = pipeline
+    setup("textpart", SHORT)
+    bodies = _split(_houses(tmp_path / "h.csv", 6), 8)
+    bodies[5] = bodies[5].replace(b"\n", b"\nlarge,0.5,red,1\n", 1)  # 'size' holds text in part 5 only
+    for i, body in enumerate(bodies):
+        upload(f"incoming/textpart/v1/part-{i:05d}.csv", body)
+    (arn,) = upload("incoming/textpart/v1/_SUCCESS", b"")
+    desc = _wait(engine, [arn])
+    assert desc["status"] == "SUCCEEDED", desc
+    entered = _entered(engine, arn)
+    assert entered.count("PartStats") == 2 and entered.count("ReadAsText") == 1, entered
+    folder = json.loads(desc["output"])["prepared"]["dataset"].split("/", 3)[3]
+    manifest = json.loads(S3Store(names.data_bucket).get(folder + keys.MANIFEST))
+    size = next(c for c in manifest["columns"] if c["name"] == "size")
+    assert size["kind"] in ("onehot", "hash")  # text in every part, as one file's pass 1 would read it
+
+
+def test_a_part_with_another_header_is_a_mixed_upload_naming_it(pipeline, tmp_path):  # noqa: F811
+    engine, names, _, setup, upload = pipeline
+    setup("headers", SHORT)
+    bodies = _split(_houses(tmp_path / "h.csv", 7), 4)
+    lines = [",".join(c for j, c in enumerate(line.split(",")) if j != 1) for line in bodies[2].decode().splitlines()]
+    bodies[2] = ("\n".join(lines) + "\n").encode()  # part 2 without 'rooms'
+    for i, body in enumerate(bodies):
+        upload(f"incoming/headers/v1/part-{i:05d}.csv", body)
+    desc = _wait(engine, upload("incoming/headers/v1/_SUCCESS", b""))
+    assert desc["status"] == "FAILED" and desc["error"] == "MixedUpload", desc
+    assert f"s3://{names.data_bucket}/incoming/headers/v1/part-00002.csv has no column 'rooms'" in desc["cause"]

@@ -1,0 +1,210 @@
+"""The Prepare step on moto (real S3 and DynamoDB emulation): a raw upload prepared with the
+pipeline's features into its own prefix, the run claimed once, and the checks that fail before
+any data is read."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from smlt.runtime import keys
+from smlt.runtime.errors import InvalidDataset, InvalidJob
+from smlt.runtime.keys import parse_s3_uri
+from smlt.runtime.records import RunTable
+from smlt.runtime.steps import prepare as p
+from smlt.runtime.steps.events import PrepareDataEvent
+from smlt.runtime.trigger import upload_of
+
+JOB = {"name": "h", "dataset": {"uri": "x", "label": "price", "task": "regression"}, "model": {"name": "mlp"}}
+
+
+def _csv(seed: int, rows: int = 200, extra: bool = False) -> bytes:
+    rng = np.random.default_rng(seed)
+    head = "size,city" + (",garden" if extra else "") + ",price\n"
+    lines = [
+        f"{rng.normal():.3f},{rng.choice(['a', 'b'])}"
+        + (f",{rng.normal():.2f}" if extra else "")
+        + f",{rng.normal():.3f}"
+        for _ in range(rows)
+    ]
+    return (head + "\n".join(lines) + "\n").encode()
+
+
+def _event(key: str, execution: str = "exec-1", sequencer: str = "0A1") -> PrepareDataEvent:
+    return PrepareDataEvent(
+        trigger={"bucket": "smlt-data", "key": key, "etag": "e", "sequencer": sequencer}, execution=execution
+    )
+
+
+@pytest.fixture
+def houses(aws):
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=_csv(1))
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/_SUCCESS", Body=b"")
+    return aws
+
+
+def test_a_raw_csv_is_prepared_into_its_own_prefix_with_the_pipelines_features(houses):
+    s3 = houses
+    answer = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    up = upload_of(_event("incoming/h/v1/_SUCCESS").trigger)
+    assert answer.action == "plan" and answer.run_id == up.run_id and answer.dataset == up.dataset_uri
+    assert answer.rows == 200 and "fixed pipeline h's features, generation 1" in answer.reason
+    manifest = json.loads(s3.get_object(Bucket="smlt-data", Key=f"{up.dataset_folder}/manifest.json")["Body"].read())
+    assert manifest["task"] == "regression" and manifest["label"] == "price"  # the job's source options
+    spec = json.loads(s3.get_object(Bucket="smlt-data", Key=keys.pipeline_features_key("h"))["Body"].read())
+    assert spec["generation"] == 1
+    claim = RunTable("smlt-runs", up.run_id).get(keys.PREPARE, p.PrepareItem)
+    assert claim is not None and claim.execution == "exec-1"
+
+    # v2 with a new column: prepared with v1's features, the column ignored and said
+    s3.put_object(Bucket="smlt-data", Key="incoming/h/v2/houses.csv", Body=_csv(2, extra=True))
+    v2 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
+    assert "with pipeline h's features (generation 1" in v2.reason
+    assert any("'garden'" in n and "ignored" in n and "s3://smlt-data/incoming/h/v2/houses.csv" in n for n in v2.notes)
+    assert not any("/tmp" in n for n in v2.notes)
+
+
+def test_the_run_is_prepared_by_one_execution(houses):
+    first = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    other = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS", execution="exec-2"))
+    assert other.action == "duplicate" and other.run_id == first.run_id
+    assert other.reason == f"duplicate event: run {first.run_id} belongs to execution exec-1"
+    # the same execution again (a retried task): its dataset is there, nothing is prepared twice
+    again = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    assert again.action == "plan" and again.reason == "prepared by an earlier attempt"
+
+
+def test_a_bad_job_fails_before_the_data_is_read(houses):
+    houses.put_object(
+        Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps({**JOB, "model": {"name": "nope"}})
+    )
+    with pytest.raises(InvalidJob, match="model.name"):
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    houses.delete_object(Bucket="smlt-data", Key="incoming/h/job.json")
+    with pytest.raises(InvalidJob, match=r"pipeline 'h' has no job: upload s3://smlt-data/incoming/h/job.json"):
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS", sequencer="0A2"))
+
+
+def test_only_the_stacks_data_bucket_and_markers_are_prepared(houses):
+    wrong = PrepareDataEvent(
+        trigger={"bucket": "other", "key": "incoming/h/v1/_SUCCESS", "etag": "e", "sequencer": "1"}, execution="x"
+    )
+    with pytest.raises(InvalidJob, match=r"s3://other/ is not the stack's data bucket \(smlt-data\)"):
+        p.prepare_upload(p.PrepareSettings(), wrong)
+    with pytest.raises(InvalidJob, match="is not a _SUCCESS marker"):
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/manifest.json"))
+
+
+def _npz(rows: int) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, x=np.zeros((rows, 4), np.float32), y=np.zeros(rows))
+    return buf.getvalue()
+
+
+def _zip(name: str, body: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(name, body)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "objects, limit, named, size",
+    [
+        ({"houses.csv": _csv(1)}, "TABLE_LIMIT", "houses.csv", "of a CSV or Parquet file"),
+        ({"x.npz": _npz(100)}, "ARRAYS_LIMIT", "x.npz", "of an NPZ file"),
+        ({"data.zip": _zip("houses.csv", _csv(1))}, "ARCHIVE_LIMIT", "data.zip", "of an archive"),
+        # resized to the job's image_size: 3 x 8 x 8 bytes of pixels per image, known from the listing
+        (
+            {f"photos/{c}/{i}.png": b"not read" for c in "ab" for i in range(5)},
+            "IMAGES_LIMIT",
+            "photos/",
+            "1,920 bytes of decoded pixels (10 images of 3x8x8)",
+        ),
+    ],
+)
+def test_an_input_over_its_kinds_limit_is_refused_by_its_listed_size_before_it_is_downloaded(
+    houses, monkeypatch, objects, limit, named, size
+):
+    job = {**JOB, "dataset": {**JOB["dataset"], "image_size": 8}}
+    houses.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(job).encode())
+    houses.delete_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv")
+    for name, body in objects.items():
+        houses.put_object(Bucket="smlt-data", Key=f"incoming/h/v1/{name}", Body=body)
+    listed = sum(map(len, objects.values())) if limit != "IMAGES_LIMIT" else 10 * 3 * 8 * 8
+    monkeypatch.setattr(p, limit, replace(getattr(p, limit), bytes=listed - 1))
+
+    def downloaded(*args):
+        raise AssertionError("downloaded an input the listing shows is too large")
+
+    monkeypatch.setattr(p, "_fetch", downloaded)
+    with pytest.raises(p.TooLargeForLambda) as e:
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    message = str(e.value)
+    assert message.startswith(
+        f"s3://smlt-data/incoming/h/v1/{named} is {listed:,} bytes"
+        if limit != "IMAGES_LIMIT"
+        else f"s3://smlt-data/incoming/h/v1/{named} is {size}"
+    )
+    assert size in message and f"{listed - 1:,} bytes" in message
+    assert "smlt data prepare SOURCE --out s3://smlt-data/incoming/h/v1/" in message
+    assert "delete s3://smlt-data/incoming/h/v1/_SUCCESS" in message
+    assert not houses.list_objects_v2(Bucket="smlt-data", Prefix=keys.PREPARED).get("Contents")
+
+
+def test_a_compressed_npz_is_refused_by_its_arrays_once_downloaded(houses, monkeypatch):
+    houses.delete_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv")
+    body = _npz(10_000)  # 160,000 bytes of x and 80,000 of y, compressed to a few hundred
+    houses.put_object(Bucket="smlt-data", Key="incoming/h/v1/x.npz", Body=body)
+    monkeypatch.setattr(p, "ARRAYS_LIMIT", replace(p.ARRAYS_LIMIT, bytes=100_000))
+    with pytest.raises(p.TooLargeForLambda, match=r"^s3://smlt-data/incoming/h/v1/x\.npz is 0\.2 MB of arrays, more"):
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    assert len(body) < 100_000
+    assert not houses.list_objects_v2(Bucket="smlt-data", Prefix=keys.PREPARED).get("Contents")
+
+
+def test_a_data_error_names_the_uploaded_object(houses):
+    houses.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=b"size,city,price\n1.0,a,\n2.0,b,x\n")
+    with pytest.raises(InvalidDataset) as e:
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    assert str(e.value).startswith("s3://smlt-data/incoming/h/v1/houses.csv: column 'price', line 2 is empty")
+
+
+def _jsonl(csv_body: bytes) -> bytes:
+    """The CSV's rows as JSON Lines: numbers as JSON numbers, text as strings."""
+    head, *rows = csv_body.decode().splitlines()
+    names = head.split(",")
+    records = [{n: (v if n == "city" else float(v)) for n, v in zip(names, r.split(","))} for r in rows]
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def test_a_jsonl_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
+    s3 = houses
+    v1 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    s3.put_object(Bucket="smlt-data", Key="incoming/h/v2/houses.jsonl", Body=_jsonl(_csv(1)))
+    v2 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
+    assert v2.action == "plan" and v2.rows == v1.rows == 200
+
+    def stored(answer):
+        bucket, prefix = parse_s3_uri(answer.dataset)
+        return json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+
+    a, b = stored(v1), stored(v2)
+    assert a["columns"] == b["columns"] and a["normalization"] == b["normalization"] and a["train"] == b["train"]
+
+    s3.put_object(
+        Bucket="smlt-data",
+        Key="incoming/h/v3/houses.jsonl",
+        Body=b'{"size": 1, "city": "a", "price": 2}\n{"size": [1]}\n',
+    )
+    with pytest.raises(InvalidDataset) as e:
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v3/_SUCCESS"))
+    assert str(e.value).startswith(
+        "s3://smlt-data/incoming/h/v3/houses.jsonl: column 'size', line 2 holds a JSON array"
+    )

@@ -1,0 +1,242 @@
+"""A table in parts fitted part by part and merged (smlt.runtime.data.parts) has the statistics of
+one pass over the concatenated table with the same split, up to float rounding."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.parts import fit_parts, prepare_parts
+from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.split import Split
+from smlt.runtime.data.stats import Levels, Median, Moments
+from smlt.runtime.data.table_fit import TableFit
+from smlt.runtime.data.tables import open_table
+from smlt.runtime.errors import InvalidDataset
+
+HEADER = "size,rooms,city,price,kind"
+CITIES = ["oslo", "rome", "lima", "kiev", "baku"]
+
+
+def _rows(rng: np.random.Generator, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        size = "" if rng.random() < 0.1 else f"{rng.normal(80, 30):.3f}"
+        rooms = str(int(rng.integers(1, 7)))
+        city = "" if rng.random() < 0.05 else CITIES[int(rng.integers(0, 5))]
+        out.append(f"{size},{rooms},{city},{rng.normal(3e5, 8e4):.2f},{'ab'[int(rng.integers(0, 2))]}")
+    return out
+
+
+def _parts(tmp: Path, sizes: list[int], seed: int = 7) -> tuple[list[str], Path]:
+    rng = np.random.default_rng(seed)
+    paths, lines = [], []
+    for i, n in enumerate(sizes):
+        rows = _rows(rng, n)
+        path = tmp / f"part-{i:05d}.csv"
+        path.write_text("\n".join([HEADER, *rows]) + "\n")
+        paths.append(str(path))
+        lines += rows
+    whole = tmp / "whole.csv"
+    whole.write_text("\n".join([HEADER, *lines]) + "\n")
+    return paths, whole
+
+
+def _one_pass(whole: Path, sizes: list[int], opts: SourceOptions, label: str, seed: int = 0) -> TableFit:
+    """One pass over the concatenated file, each part's rows split as its part is (seed, index)."""
+    table = open_table(whole)
+    (block,) = list(table.blocks())  # a small file is one block
+    fit = TableFit(str(whole), label, [c for c in table.columns if c != label], opts)
+    start = 0
+    for i, n in enumerate(sizes):
+        val, train = Split(0.2, (seed, i)).take(n)
+        fit.add(block.slice(start, start + n), val, train)
+        start += n
+    return fit
+
+
+@pytest.mark.parametrize("label", ["kind", "price"])
+def test_merged_parts_equal_one_pass_over_the_concatenation(tmp_path: Path, label: str) -> None:
+    sizes = [300, 1, 9000, 45, 1200]  # a one-row part and one over a split block (8,192 rows)
+    paths, whole = _parts(tmp_path, sizes)
+    opts = SourceOptions(label=label, missing="impute")
+    merged, _ = fit_parts(paths, options=opts)
+    from smlt.runtime.data import fit_state
+
+    merged = fit_state.loads(fit_state.dumps(merged))  # as the step after the Map reads it
+    one = _one_pass(whole, sizes, opts, label)
+
+    assert (merged.rows, merged.train_rows) == (one.rows, one.train_rows) == (sum(sizes), one.train_rows)
+    assert merged.transforms() == one.transforms()  # kinds, levels, most frequent values, indicators
+    for m, o in zip(merged.columns, one.columns):
+        assert m.train_gaps == o.train_gaps
+        assert m.levels.counts == o.levels.counts
+        if m.numeric:
+            assert m.median.value() == o.median.value()
+    ml, ol = merged.labels.finish(), one.labels.finish()
+    assert (ml.task, ml.classes) == (ol.task, ol.classes)
+    if label == "price":
+        assert ml.target is not None and ol.target is not None
+        for field in ("mean", "std", "val_var"):
+            np.testing.assert_allclose(getattr(ml.target, field), getattr(ol.target, field), rtol=1e-12)
+
+
+def test_merged_parts_agree_with_prepare_dataset_on_the_concatenation(tmp_path: Path) -> None:
+    """What does not depend on the split is what prepare_dataset finds in the concatenated CSV."""
+    sizes = [500, 700, 250]
+    paths, whole = _parts(tmp_path, sizes)
+    opts = SourceOptions(label="kind", missing="impute")
+    merged, _ = fit_parts(paths, options=opts)
+    manifest = prepare_dataset(str(whole), str(tmp_path / "out"), options=opts)
+    assert manifest.train.rows + manifest.validation.rows == merged.rows == sum(sizes)
+    assert manifest.classes == merged.labels.finish().classes
+    assert manifest.columns is not None
+    mine = merged.transforms()
+    assert [(t.name, t.kind, t.levels, t.indicator) for t in manifest.columns] == [
+        (t.name, t.kind, t.levels, t.indicator) for t in mine
+    ]
+
+
+def test_a_column_of_text_in_one_part_is_text_in_every_part(tmp_path: Path) -> None:
+    paths, _ = _parts(tmp_path, [50, 50, 50])
+    third = Path(paths[2])
+    third.write_text(third.read_text().replace("\n", "\nnear,3,oslo,1.0,a\n", 1))  # 'size' text in part 2
+    merged, _ = fit_parts(paths, options=SourceOptions(label="kind", missing="impute"))
+    size = merged.columns[0]
+    assert not size.numeric and "near" in size.levels.counts
+    assert sum(size.levels.counts.values()) + size.train_gaps == merged.train_rows  # every part counted as text
+
+
+def test_the_first_bad_number_is_named_in_the_parts_order(tmp_path: Path) -> None:
+    paths, _ = _parts(tmp_path, [40, 40, 40])
+    for i, line in ((1, 30), (2, 3)):  # part 1 line 30 ('size'), part 2 line 3 ('rooms')
+        path = Path(paths[i])
+        lines = path.read_text().splitlines()
+        cells = lines[line - 1].split(",")
+        cells[0 if i == 1 else 1] = "inf"
+        lines[line - 1] = ",".join(cells)
+        path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidDataset, match=r"part-00001\.csv: column 'size', line 30"):
+        fit_parts(paths, options=SourceOptions(label="kind", missing="impute"))
+
+
+def test_a_bad_cell_names_its_part_and_line(tmp_path: Path) -> None:
+    paths, _ = _parts(tmp_path, [40, 40])
+    path = Path(paths[1])
+    lines = path.read_text().splitlines()
+    lines[6] = lines[6].replace(",a", ",").replace(",b", ",")  # no label on line 7
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidDataset, match=r"part-00001\.csv: column 'kind', line 7 is empty"):
+        fit_parts(paths, options=SourceOptions(label="kind", missing="impute"))
+
+
+def test_moments_median_and_levels_merge_as_one() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(5, 2, (1000, 3)), rng.normal(-1, 9, (77, 3))
+    a[3, 1] = np.nan
+    left, right, both = Moments(3), Moments(3), Moments(3)
+    left.add(a), right.add(b), both.add(np.concatenate([a, b]))
+    left.merge(right)
+    for field in ("n", "mean", "std", "low", "high"):
+        np.testing.assert_allclose(getattr(left, field), getattr(both, field), rtol=1e-12)
+    for keep in (10_000, 100):  # kept exactly, and by the bins' second pass
+        m1, m2 = Median(keep), Median(keep)
+        m1.add(a[:, 0]), m2.add(b[:, 0])
+        m1.merge(m2)
+        if m1.needs_second_pass:
+            m1.start_second_pass()
+            m1.again(a[:, 0]), m1.again(b[:, 0])
+        expected = float(np.median(np.concatenate([a[:, 0], b[:, 0]])))
+        assert math.isclose(m1.value(), expected, rel_tol=0 if keep == 10_000 else 2**-20)
+    import pyarrow as pa
+
+    x, y = Levels(), Levels()
+    x.add(pa.array(["a", "b", None, "a"])), y.add(pa.array(["c", "a"]))
+    x.merge(y)
+    assert x.counts == {"a": 3, "b": 1, "c": 1}
+
+
+def test_a_table_in_parts_prepares_into_standardised_shards_named_by_part(tmp_path: Path) -> None:
+    sizes = [300, 9000, 45, 1200]
+    paths, _ = _parts(tmp_path, sizes)
+    out = tmp_path / "out"
+    manifest = prepare_parts(paths, str(out), options=SourceOptions(label="price", missing="impute"))
+    assert manifest.train.rows + manifest.validation.rows == sum(sizes)
+    assert {s.key.split("-")[1] for s in manifest.train.shards} == {f"{i:05d}" for i in range(len(sizes))}
+    assert (out / "manifest.json").exists() and not list(out.glob(".smlt-*"))
+    xs = [load_file(out / s.key)["x"] for s in manifest.train.shards]
+    assert sum(map(len, xs)) == manifest.train.rows == sum(s.rows for s in manifest.train.shards)
+    x = np.concatenate(xs).astype(np.float64)
+    # standardised with the train split's moments over every part: mean 0, std 1 (imputed cells included)
+    np.testing.assert_allclose(x.mean(axis=0), 0.0, atol=1e-5)
+    varying = x.std(axis=0) > 0
+    np.testing.assert_allclose(x.std(axis=0)[varying], 1.0, rtol=1e-4)
+    again = prepare_parts(paths, str(tmp_path / "again"), options=SourceOptions(label="price", missing="impute"))
+    assert [s.sha256 for s in again.train.shards] == [s.sha256 for s in manifest.train.shards]  # seeded
+
+
+def test_medians_past_memory_settle_in_a_second_pass_over_the_parts(tmp_path: Path, monkeypatch) -> None:
+    """Each child's second pass on its own copy of the merged first pass (stored as a child reads
+    it, smlt.runtime.data.fit_state), merged after (`Median.merge_again`), gives the median of the
+    train split over every part."""
+    import csv
+
+    from smlt.runtime.data import fit_state, table_fit
+    from smlt.runtime.data.parts import merge_moments
+    from smlt.runtime.data.prepare import TableTransforms, part_moments
+
+    monkeypatch.setattr(table_fit, "MEDIAN_NUMBERS", 0)  # keep 4,096 numbers: past that, two passes
+    sizes = [3000, 9000, 2000]
+    paths, _ = _parts(tmp_path, sizes)
+    opts = SourceOptions(label="kind", missing="impute")
+    fit, _ = fit_parts(paths, options=opts)
+    t = TableTransforms.of(fit)
+    assert t.medians[0].median.needs_second_pass
+    stored = fit_state.dumps((fit, t))
+    children = []
+    for i, p in enumerate(paths):  # a child: its own copy of what the reduce wrote, its answer stored
+        mine_fit, mine = fit_state.loads(stored)
+        moments = part_moments(p, i, mine_fit, mine, options=opts)
+        children.append(fit_state.loads(fit_state.dumps((moments, [c.median for c in mine.medians]))))
+    for _, medians in children:
+        for whole, part in zip(t.medians, medians):
+            whole.median.merge_again(part)
+    norm, _ = t.settle(merge_moments([m for m, _ in children]), (fit.train_rows, fit.rows - fit.train_rows), None)
+
+    train_sizes = []
+    for i, p in enumerate(paths):
+        with open(p) as f:
+            rows = list(csv.DictReader(f))
+        _, train = Split(0.2, (0, i)).take(len(rows))
+        train_sizes += [float(rows[j]["size"]) for j in train if rows[j]["size"]]
+    expected = float(np.median(train_sizes))
+    assert math.isclose(t.columns[0].fill, expected, rel_tol=2**-20)
+    serial = prepare_parts(paths, str(tmp_path / "out"), options=opts)
+    assert serial.columns is not None and serial.columns[0].fill == t.columns[0].fill
+    np.testing.assert_allclose(serial.normalization.mean, norm.mean, rtol=1e-12)
+    np.testing.assert_allclose(serial.normalization.std, norm.std, rtol=1e-12)
+
+
+def test_parquet_parts_prepare_as_the_same_table_in_csv_parts(tmp_path: Path) -> None:
+    import pyarrow.csv as pv
+    import pyarrow.parquet as pq
+
+    paths, _ = _parts(tmp_path, [400, 300])
+    parquet = []
+    for p in paths:
+        table = pv.read_csv(
+            p, convert_options=pv.ConvertOptions(column_types=dict.fromkeys(HEADER.split(","), "string"))
+        )
+        pq.write_table(table, out := p.replace(".csv", ".parquet"))
+        parquet.append(out)
+    opts = SourceOptions(label="kind", missing="impute")
+    from_csv = prepare_parts(paths, str(tmp_path / "csv"), options=opts)
+    from_parquet = prepare_parts(parquet, str(tmp_path / "pq"), options=opts)
+    assert from_parquet.columns == from_csv.columns and from_parquet.classes == from_csv.classes
+    assert (from_parquet.train.rows, from_parquet.validation.rows) == (from_csv.train.rows, from_csv.validation.rows)
+    np.testing.assert_allclose(from_parquet.normalization.mean, from_csv.normalization.mean, rtol=1e-9)
