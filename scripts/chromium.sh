@@ -29,8 +29,8 @@ case $cmd in
     sudo=""
     [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null && sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation >/dev/null
+    $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+    $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation >/dev/null
     bin=$(find_bin) || { echo "chromium still missing after apt-get install" >&2; exit 1; }
     echo "chromium installed: $bin"
     ;;

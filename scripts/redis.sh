@@ -31,8 +31,8 @@ case $cmd in
     [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null && sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     # Install without starting the distribution's service (no init system in CI anyway).
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+    $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends redis-server >/dev/null
     # Debian's package may start a system-wide server where an init system exists; we never use it.
     bin=$(find_bin) || { echo "redis-server still missing after apt-get install" >&2; exit 1; }
     echo "redis-server installed: $bin"
