@@ -31,6 +31,8 @@ def decide_adaptive(
     sizes: FunctionSizes | None = None,
     hold: Hold | None = None,
 ) -> Decision:
+    """The adaptive planner, a `Policy`: the plan of the next round (`hold`: dimensions held fixed,
+    the ablations'), or the stop a rule calls for."""
     tr = job.training
     tm = fitted_timing(job, history, prices, arch, sizes)
     shape = tm.shape

@@ -51,6 +51,7 @@ def fixed_plan_guard(
 def decide_fixed(
     job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str, sizes: FunctionSizes | None = None
 ) -> Decision:
+    """The fixed planner, a `Policy`: `fixed_plan` every round, or the stop a rule calls for."""
     tm = fitted_timing(job, history, prices, arch, sizes)
     done = terminal(job, history, tm, prices, arch)
     if done:
