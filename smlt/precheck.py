@@ -545,7 +545,7 @@ def _s3_sample_rows(store: Any, manifest: Manifest, rows: int) -> tuple[np.ndarr
 def first_plan_refusal(job: Job, manifest: Manifest, budget_usd: float, deadline_s: float | None = None) -> str | None:
     """Why the planner would refuse a run of `job` under `budget_usd` before its first round (its
     own first decision, on the dataset and the built-in model's footprint), None when it would train."""
-    from smlt.runtime.planner.core import decide
+    from smlt.runtime.planner import decide
     from smlt.runtime.planner.footprint import model_cost
     from smlt.runtime.planner.types import RunHistory
     from smlt.runtime.prices import Prices

@@ -24,7 +24,7 @@ from smlt.runtime.data.prepare import read_local_manifest
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.job import Job
 from smlt.runtime.planner import priors as P
-from smlt.runtime.planner.core import fmt_s, fmt_usd
+from smlt.runtime.planner.explain import fmt_s, fmt_usd
 from smlt.runtime.planner.footprint import model_cost
 from smlt.runtime.planner.quote import FirstForecast, first_forecast
 from smlt.runtime.planner.types import RunHistory
@@ -161,7 +161,7 @@ def _plan(n: int, m: int, k: int) -> str:
 
 
 def _fixed_plan_warning(job: Job, f: FirstForecast) -> str | None:
-    """A fixed plan is admitted when its first round fits (`core.decide_fixed`), not its whole run:
+    """A fixed plan is admitted when its first round fits (`fixed.decide_fixed`), not its whole run:
     say so when the run is expected (median) to miss the deadline or the budget."""
     c = job.constraints
     if job.workers.planner != "fixed" or f.decision.infeasible:

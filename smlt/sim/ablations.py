@@ -1,8 +1,8 @@
 """The planner with parts of its choice taken away, to measure what each part buys (bench).
 
-Both have `decide`'s signature, so a simulator runs them like the planner itself; they keep
-every stop rule (target, budget and deadline guards, admission control), only the plan's
-dimensions are held:
+Both are policies (`smlt.runtime.planner.Policy`, with `decide`'s signature), so a simulator
+runs them like the planner itself; they keep every stop rule (target, budget and deadline guards,
+admission control), only the plan's dimensions are held:
 
 - `workers_only`: chooses the number of workers; the memory tier is the smallest deployed one
   that fits the model (the next one up after an out-of-memory round) and the local steps are the
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import Job
-from smlt.runtime.planner.core import Hold, _tiers_usable, decide
+from smlt.runtime.planner import decide
+from smlt.runtime.planner.candidates import Hold, tiers_usable
 from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
 
@@ -29,7 +30,7 @@ def workers_only(
     sizes: FunctionSizes | None = None,
 ) -> Decision:
     """`decide` choosing n only: the smallest fitting tier, the job's local steps."""
-    tier = _tiers_usable(job, history, list(tiers) or [job.workers.memory_mb or 2048])[0]
+    tier = tiers_usable(job, history, list(tiers) or [job.workers.memory_mb or 2048])[0]
     hold = Hold(memory_mb=tier, local_steps=job.training.local_steps)
     return decide(job, history, tiers, prices, architecture, sizes, hold=hold)
 

@@ -24,12 +24,12 @@ import numpy as np
 
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import Job
-from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import fixed_plan_guard
+from smlt.runtime.planner import Policy, decide
+from smlt.runtime.planner.fixed import fixed_plan_guard
 from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
 from smlt.sim.analytic import expected, grid
-from smlt.sim.run import Planner, simulate
+from smlt.sim.run import simulate
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
 
@@ -56,7 +56,7 @@ class Static:
 
 
 class GuardedStatic(Static):
-    """A fixed plan under smlt's budget guard (`core.budget_guard`, the fixed planner's rule): it
+    """A fixed plan under smlt's budget guard (`guards.budget_guard`, the fixed planner's rule): it
     stops before a round whose worst case plus finalisation's does not fit in the money left, and
     gives its workers the limit that worst case assumes."""
 
@@ -142,19 +142,19 @@ def _static_plan(job: Job, history: RunHistory, tiers: list[int], prices: Prices
 
 def _workers_only(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str = "x86_64") -> Decision:
     """`decide` over the number of workers at the smallest tier it deems to fit, the job's steps."""
-    from smlt.runtime.planner.core import _tiers_usable  # the planner's own rule for the tiers that fit
+    from smlt.runtime.planner.candidates import tiers_usable  # the planner's own rule for the tiers that fit
 
-    tier = _tiers_usable(job, history, list(tiers))[0]
+    tier = tiers_usable(job, history, list(tiers))[0]
     d = decide(job, history, [tier], prices, arch)
     if d.action != "train":
         return d
     return d.model_copy(update=dict(local_steps=job.training.local_steps))
 
 
-_LOCAL: dict[str, Planner] = {"static_plan": _static_plan, "workers_only": _workers_only}
+_LOCAL: dict[str, Policy] = {"static_plan": _static_plan, "workers_only": _workers_only}
 
 
-def ablation(name: str) -> Planner:
+def ablation(name: str) -> Policy:
     """The planner's hook `name` from smlt.sim.ablations if present, else the wrapper here."""
     try:
         hook: Callable = getattr(importlib.import_module("smlt.sim.ablations"), name)

@@ -1,29 +1,27 @@
 """Run a planner against the simulated cloud, the way the state machine would.
 
 Plan -> (stop: optional evaluation-only round, Finalize) | Train (Map) -> Aggregate (stops when
-the round's model meets the target) -> Plan ...  The planner is any callable with the signature
-of `smlt.runtime.planner.decide`. It reads what the deployed planner reads (smlt/runtime/steps/plan.py `_history`):
-no FLOP count before the first round, then the FLOPs per sample round 0's workers measured.
+the round's model meets the target) -> Plan ...  The planner is any policy
+(`smlt.runtime.planner.Policy`: `decide`, its ablations, the baselines). It reads what the
+deployed planner reads (smlt/runtime/steps/plan.py `_history`): no FLOP count before the first
+round, then the FLOPs per sample round 0's workers measured.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.evaluation import target_reached
 from smlt.runtime.job import Job, ModelSpec
-from smlt.runtime.planner import round_memo
+from smlt.runtime.planner import Policy, round_memo
 from smlt.runtime.planner.footprint import model_cost
-from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory
+from smlt.runtime.planner.types import RoundRecord, RunHistory
 from smlt.runtime.prices import Prices
 from smlt.sim.cloud import Cloud
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
-
-Planner = Callable[[Job, RunHistory, list[int], Prices, str], Decision]
 
 
 @dataclass
@@ -78,7 +76,7 @@ def _met(job: Job, rec) -> bool:
 def simulate(
     job: Job,
     workload: Workload,
-    planner: Planner,
+    planner: Policy,
     tiers: list[int],
     prices: Prices | None = None,
     seed: int = 0,

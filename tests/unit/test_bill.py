@@ -84,7 +84,7 @@ def test_the_map_kind_decides_the_transitions_per_worker():
 def test_the_end_of_a_run_is_billed_alike():
     """Finalize: the simulator's bill, the planner's reserve and the analytic model's use one count."""
     from smlt.runtime.planner import priors
-    from smlt.runtime.planner.core import finalize_cost
+    from smlt.runtime.planner.stops import finalize_cost
 
     sizes, prices = FunctionSizes(), Prices()
     seconds, cost = Cloud(WORKLOAD, prices, seed=1).finalize()

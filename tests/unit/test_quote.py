@@ -178,9 +178,10 @@ def test_a_fixed_plans_limits_are_its_own_plans_and_a_late_one_is_warned():
 def test_the_range_holds_the_plan_made_on_the_models_footprint_not_round_0s_probe():
     """Round 0 of an unmeasured model is planned without its footprint (a probe, cut by its limit);
     the run goes on with the plan made on what round 0 measures, which the footprint predicts: the
-    forecast holds that plan (`core.decide_adaptive` on the full history), with the footprint's timing."""
+    forecast holds that plan (`decide_adaptive` on the full history), with the footprint's timing."""
     from smlt.runtime.config import FunctionSizes
-    from smlt.runtime.planner import core
+    from smlt.runtime.planner import decide
+    from smlt.runtime.planner.adaptive import decide_adaptive
     from smlt.runtime.planner.quote import first_forecast
     from smlt.runtime.planner.types import RunHistory
     from smlt.runtime.prices import Prices
@@ -195,8 +196,8 @@ def test_the_range_holds_the_plan_made_on_the_models_footprint_not_round_0s_prob
     )
     tiers = [1024, 1769, 3008, 5120, 7168, 10240]
     f = first_forecast(job, h, tiers, Prices())
-    probe = core.decide(job, h, tiers, Prices())
-    held = core.decide_adaptive(job, h, tiers, Prices(), "x86_64", FunctionSizes())
+    probe = decide(job, h, tiers, Prices())
+    held = decide_adaptive(job, h, tiers, Prices(), "x86_64", FunctionSizes())
     assert (f.decision.workers, f.decision.memory_mb, f.decision.local_steps) == (
         probe.workers,
         probe.memory_mb,

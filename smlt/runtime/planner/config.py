@@ -74,7 +74,7 @@ class PlannerConfig(BaseModel):
         0.5, **_d("0006", "mid-run, given up only if this share of the p10 rounds needed would not fit either")
     )
     stall_rounds: int = Field(
-        4, **_d("0006", "evaluations without a rise beyond noise that make a stall (`core.stalled`'s default window)")
+        4, **_d("0006", "evaluations without a rise beyond noise that make a stall (`stall.stalled`'s default window)")
     )
     stall_z: float = Field(
         2.0, **_d("0006", "a rise counts when above this many sd of the difference of two validation measurements")

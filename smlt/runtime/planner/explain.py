@@ -1,5 +1,6 @@
-"""What changed since the last plan, in words: the part of a plan's reason that says why this
-round's plan differs from (or keeps) the last one.
+"""The planner's words: amounts of time and money as a reason writes them (`fmt_s`, `fmt_usd`),
+and what changed since the last plan, the part of a plan's reason that says why this round's plan
+differs from (or keeps) the last one.
 
 The last round's measured per-step time against what the model predicted before it, whether its
 workers were cut, how its cost compares with its plan's prediction, how the metric moved, and the
@@ -8,6 +9,8 @@ plan before and now. numpy + pydantic only (planner Lambda).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from smlt.runtime.config import FunctionSizes
@@ -15,6 +18,26 @@ from smlt.runtime.job import Job
 from smlt.runtime.planner.timing import JobShape, TimingModel
 from smlt.runtime.planner.types import RoundRecord, RunHistory
 from smlt.runtime.prices import Prices
+
+
+def fmt_s(s: float) -> str:
+    if s is None or not math.isfinite(s):
+        return "never"
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def fmt_usd(c: float) -> str:
+    if c is None or not math.isfinite(c):
+        return "unbounded"
+    if c < 0.01:
+        return f"${c:.5f}"
+    if c < 10:
+        return f"${c:.4f}"
+    return f"${c:,.2f}"
 
 
 def measured_step_s(r: RoundRecord) -> float | None:

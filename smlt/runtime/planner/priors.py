@@ -98,7 +98,7 @@ PLAN_S = 0.4
 FINALIZE_S = 1.5
 
 # --- Memory need ----------------------------------------------------------------------------
-# The worker's own rule (smlt.runtime.capacity.memory_needed_mb): core._tiers_usable applies it.
+# The worker's own rule (smlt.runtime.capacity.memory_needed_mb): candidates.tiers_usable applies it.
 
 # --- Progress -------------------------------------------------------------------------------
 # Fitted on measured local-SGD curves (calibration.json "fit"): the effective momentum of a

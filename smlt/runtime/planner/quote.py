@@ -1,8 +1,8 @@
 """The first plan's forecast as a range: what `smlt quote` reports before any spend.
 
-Read-only over the adaptive planner's own models (`core`): the same timing and progress models,
-candidates and evaluation the first plan is chosen from, so the quote and the run agree. Nothing
-here changes a decision.
+Read-only over the adaptive planner's own steps (`candidates`, `evaluate`, `feasibility`): the
+same timing and progress models, candidates and evaluation the first plan is chosen from, so the
+quote and the run agree. Nothing here changes a decision.
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ from pydantic import BaseModel
 
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import Job
-from smlt.runtime.planner import core
+from smlt.runtime.planner.adaptive import decide_adaptive, planning_history
+from smlt.runtime.planner.candidates import Candidates, candidates
 from smlt.runtime.planner.config import active as cfg
+from smlt.runtime.planner.evaluate import evaluate, fitted_timing, progress_model
+from smlt.runtime.planner.feasibility import infeasible
+from smlt.runtime.planner.fixed import fixed_plan
+from smlt.runtime.planner.policy import decide
 from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
 
@@ -66,11 +71,11 @@ def _bounded(job: Job) -> Job:
     return job.model_copy(update={"constraints": bounded})
 
 
-def _runs(job: Job, cand: core.Candidates, tiers: list[int]) -> np.ndarray:
+def _runs(job: Job, cand: Candidates, tiers: list[int]) -> np.ndarray:
     """The candidates the job's planner may run: all of them (adaptive), or its one plan (fixed)."""
     if job.workers.planner != "fixed":
         return np.ones(len(cand.n), bool)
-    n, m, k = core.fixed_plan(job, tiers)
+    n, m, k = fixed_plan(job, tiers)
     return (cand.n == n) & (cand.m == m) & (cand.k == k)
 
 
@@ -84,14 +89,14 @@ def _held_plan(
     sizes: FunctionSizes,
 ) -> Decision:
     """The plan the run is expected to hold to the target. A fixed planner's one plan; the adaptive
-    planner's plan on the model's footprint (admission's, `core.decide`'s first look): round 0,
-    planned without the footprint (`core.planning_history`), probes the model, and from round 1
+    planner's plan on the model's footprint (admission's, `decide`'s first look): round 0,
+    planned without the footprint (`planning_history`), probes the model, and from round 1
     the planner plans on what round 0 measured, which the footprint predicts. Held to the target,
     the probe's plan was a poor forecast: its rounds timed on the footprint are not the ones the
     run goes on with (benchmark, bench/experiments/2026-12-06-quote-calibration.md)."""
-    if first.action != "train" or job.workers.planner == "fixed" or core.planning_history(history) is history:
+    if first.action != "train" or job.workers.planner == "fixed" or planning_history(history) is history:
         return first
-    held = core.decide_adaptive(job, history, tiers, prices, architecture, sizes)
+    held = decide_adaptive(job, history, tiers, prices, architecture, sizes)
     return held if held.action == "train" else first
 
 
@@ -103,18 +108,18 @@ def first_forecast(
     architecture: str = "x86_64",
     sizes: FunctionSizes | None = None,
 ) -> FirstForecast:
-    """The first plan of `job` (`core.decide`) with its p10-p90 outlook, the earliest deadline and
+    """The first plan of `job` (`decide`) with its p10-p90 outlook, the earliest deadline and
     smallest budget that work (the refusal's numbers, computed for every job; of its one plan for a
     fixed planner), from `history` (before round 0: the dataset's rows and bytes, the built-in
     model's footprint)."""
     sizes = sizes or FunctionSizes()
     tiers = sorted(tiers) or [job.workers.memory_mb or 2048]
-    decision = core.decide(job, history, tiers, prices, architecture, sizes)
-    tm = core.fitted_timing(job, history, prices, architecture, sizes)
-    pm = core._progress_model(job, history, tm.shape)
-    cand = core.candidates(job, history, tiers, None, tm.shape.val_rows)
-    ev = core._evaluate(job, history, cand, tm, pm, prices, architecture)
-    limits = core._infeasible(_bounded(job), history, cand, ev, ev.valid & _runs(job, cand, tiers))
+    decision = decide(job, history, tiers, prices, architecture, sizes)
+    tm = fitted_timing(job, history, prices, architecture, sizes)
+    pm = progress_model(job, history, tm.shape)
+    cand = candidates(job, history, tiers, None, tm.shape.val_rows)
+    ev = evaluate(job, history, cand, tm, pm, prices, architecture)
+    limits = infeasible(_bounded(job), history, cand, ev, ev.valid & _runs(job, cand, tiers))
 
     held = _held_plan(job, history, decision, tiers, prices, architecture, sizes)
     outlook = None

@@ -1,7 +1,7 @@
 """The ablations: the planner choosing workers only, and its round-0 plan held static."""
 
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import Hold, _tiers_usable
+from smlt.runtime.planner.candidates import Hold, tiers_usable
 from smlt.sim.ablations import static_plan, workers_only
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -29,7 +29,7 @@ def test_workers_only_holds_the_smallest_fitting_tier_and_the_jobs_steps(prices)
     for h in (make_history([], params=1_000_000, rows=50_000), hist):
         d = workers_only(job, h, TIERS, prices)
         assert d.action == "train"
-        assert d.memory_mb == _tiers_usable(job, h, TIERS)[0] == min(TIERS)
+        assert d.memory_mb == tiers_usable(job, h, TIERS)[0] == min(TIERS)
         assert d.local_steps == 20
 
 

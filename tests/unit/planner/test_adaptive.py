@@ -3,7 +3,8 @@ import math
 import numpy as np
 
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import finalize_cost_ub, planning_history
+from smlt.runtime.planner.adaptive import planning_history
+from smlt.runtime.planner.stops import finalize_cost_ub
 from smlt.runtime.planner.timing import JobShape, TimingModel
 
 from .conftest import TIERS, make_history, make_job, make_round

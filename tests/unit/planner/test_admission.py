@@ -111,7 +111,7 @@ def test_an_admitted_job_s_round_0_is_the_probe_of_an_unmeasured_model(prices):
     """The footprint decides admission; round 0 is planned as if the model were unmeasured (long,
     cut by its limit where the model is slow), not as the footprint's slow model would be."""
     from smlt.runtime.config import FunctionSizes
-    from smlt.runtime.planner.core import decide_adaptive
+    from smlt.runtime.planner.adaptive import decide_adaptive
 
     job = _resnet18_job(180.0, 0.0137)  # the benchmark's loose ResNet-18 job: admitted
     known, unknown = _first("resnet18", (3, 8, 8), 10, True), _first("resnet18", (3, 8, 8), 10, False)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import candidates, stalled_averaging
+from smlt.runtime.planner.candidates import candidates
+from smlt.runtime.planner.stall import stalled_averaging
 
 from .conftest import TIERS, make_history, make_job, make_round
 

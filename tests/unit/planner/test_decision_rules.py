@@ -8,20 +8,14 @@ from types import SimpleNamespace
 import numpy as np
 
 from smlt.runtime.planner import decide
+from smlt.runtime.planner.candidates import candidates, step_reach
 from smlt.runtime.planner.config import DEFAULT as C
 from smlt.runtime.planner.config import PlannerConfig
-from smlt.runtime.planner.core import (
-    _cheap_then_fast,
-    _levels,
-    _Pick,
-    budget_safe,
-    candidates,
-    deadline_safe,
-    stalled,
-    step_reach,
-)
+from smlt.runtime.planner.levels import budget_safe, candidate_levels, deadline_safe
+from smlt.runtime.planner.pick import Pick, _cheap_then_fast
 from smlt.runtime.planner.priors import FINALIZE_S
 from smlt.runtime.planner.progress import saturation
+from smlt.runtime.planner.stall import stalled
 from smlt.runtime.planner.timing import JobShape, TimingModel
 from smlt.runtime.planner.types import RunHistory
 
@@ -207,7 +201,7 @@ def test_a_plan_that_finishes_by_the_deadline_itself_needs_no_way_out():
 def _pick_of(objective, chosen, cost, T, deadline=100.0):
     job = make_job(constraints={"deadline_seconds": deadline, "objective": objective})
     x = SimpleNamespace(job=job, ev=SimpleNamespace(T={"mean": np.array(T)}))
-    p = _Pick(np.array(chosen), 0.9, None, objective, "")
+    p = Pick(np.array(chosen), 0.9, None, objective, "")
     return _cheap_then_fast(x, p, np.array(cost))  # type: ignore[arg-type]  # the two fields it reads
 
 
@@ -292,5 +286,5 @@ def test_the_speed_objective_s_cheap_way_out_is_judged_at_the_budget_s_percentil
         ok_budget={0.9: np.array([True, False]), 0.7: np.array([True, False]), 0.5: yes, 0.2: yes},
     )
     x = SimpleNamespace(job=job, ev=ev, spendable=1.0)
-    chosen, level, backup = _levels(x, yes, True)[0]  # type: ignore[arg-type]  # the fields it reads
+    chosen, level, backup = candidate_levels(x, yes, True)[0]  # type: ignore[arg-type]  # the fields it reads
     assert chosen.tolist() == [True, True] and backup == 0

@@ -2,8 +2,8 @@
 does not spend one of its few rounds climbing; later rounds step C.step_up_x at a time."""
 
 from smlt.runtime.planner import decide
+from smlt.runtime.planner.candidates import step_reach
 from smlt.runtime.planner.config import DEFAULT as C
-from smlt.runtime.planner.core import step_reach
 from smlt.runtime.planner.types import RunHistory
 
 from .conftest import make_history, make_job, make_round

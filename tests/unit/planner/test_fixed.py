@@ -1,5 +1,5 @@
 from smlt.runtime.planner import decide
-from smlt.runtime.planner.core import default_tier
+from smlt.runtime.planner.fixed import default_tier
 
 from .conftest import TIERS, make_history, make_job, make_round
 

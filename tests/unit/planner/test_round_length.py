@@ -7,16 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from smlt.runtime.planner import decide
+from smlt.runtime.planner.candidates import candidates
 from smlt.runtime.planner.config import DEFAULT as C
-from smlt.runtime.planner.core import (
-    _Choice,
-    _evaluate,
-    _fewest_workers,
-    _Pick,
-    _progress_model,
-    candidates,
-    round_length_hedge,
-)
+from smlt.runtime.planner.evaluate import Choice, evaluate, progress_model
+from smlt.runtime.planner.levels import round_length_hedge
+from smlt.runtime.planner.pick import Pick, fewest_workers
 from smlt.runtime.planner.timing import JobShape, TimingModel
 
 from .conftest import TIERS, make_history, make_job, make_round
@@ -53,8 +48,8 @@ def test_cheap_steps_keep_long_rounds(prices):
 def _fewest(n, chosen, min_workers=1):
     job = make_job(workers={"planner": "adaptive", "initial": 4, "min": min_workers, "max": 64})
     x = SimpleNamespace(job=job, cand=SimpleNamespace(n=np.array(n, float)))
-    p = _Pick(np.array(chosen), 0.9, None, "cost", "")
-    return _fewest_workers(x, p).chosen.tolist()  # type: ignore[arg-type]  # the fields it reads
+    p = Pick(np.array(chosen), 0.9, None, "cost", "")
+    return fewest_workers(x, p).chosen.tolist()  # type: ignore[arg-type]  # the fields it reads
 
 
 def test_more_workers_only_when_no_plan_on_the_fewest_meets_the_level():
@@ -69,8 +64,8 @@ def _allowed_k(job, hist, prices, n=1, m=1024):
     shape = JobShape.of(hist, tr.batch_size, tr.compression, tr.mode)
     tm = TimingModel(shape, prices, "x86_64").fit(hist)
     cand = candidates(job, hist, TIERS, None, shape.val_rows)
-    pm = _progress_model(job, hist, shape)
-    x = _Choice(job, hist, tm, pm, prices, "x86_64", cand, _evaluate(job, hist, cand, tm, pm, prices, "x86_64"))
+    pm = progress_model(job, hist, shape)
+    x = Choice(job, hist, tm, pm, prices, "x86_64", cand, evaluate(job, hist, cand, tm, pm, prices, "x86_64"))
     ok = round_length_hedge(x) & (cand.n == n) & (cand.m == m)
     return int(cand.k[ok].max())
 

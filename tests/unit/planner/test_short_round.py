@@ -8,7 +8,7 @@ import numpy as np
 
 from smlt.runtime.planner import decide
 from smlt.runtime.planner.config import DEFAULT as C
-from smlt.runtime.planner.core import _Pick, _short_round_probe
+from smlt.runtime.planner.pick import Pick, _short_round_probe
 
 from .conftest import TIERS, make_history, make_job, make_round
 
@@ -26,7 +26,7 @@ def _probe(rounds=4, k=300.0, left=20.0, guard=(True,) * 6, note=""):
         ev=SimpleNamespace(R={0.5: np.full(6, left)}),
         describe=lambda i: f"plan {i}",
     )
-    p = _Pick(np.ones(6, bool), 0.9, None, "cost", note)
+    p = Pick(np.ones(6, bool), 0.9, None, "cost", note)
     return _short_round_probe(x, p, np.array(guard))  # type: ignore[arg-type]  # the fields it reads
 
 

@@ -6,8 +6,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from smlt.runtime.planner import decide
+from smlt.runtime.planner.candidates import Hold, candidates
 from smlt.runtime.planner.config import DEFAULT as C
-from smlt.runtime.planner.core import Hold, _cheap_then_fast, _levels, _Pick, candidates
+from smlt.runtime.planner.levels import candidate_levels
+from smlt.runtime.planner.pick import Pick, _cheap_then_fast
 from smlt.runtime.planner.types import RunHistory
 
 from .conftest import TIERS, make_job
@@ -24,7 +26,7 @@ def _best_effort_pick(objective: str, progress, round_s, chosen=(True, True, Tru
         f=SimpleNamespace(round_s_warm=np.array(round_s, float)),
         pm=SimpleNamespace(mean_round_progress=lambda n, k: np.ones(len(n))),
     )
-    p = _Pick(np.array(chosen), 0.5, None, "cost", "best effort: ...")
+    p = Pick(np.array(chosen), 0.5, None, "cost", "best effort: ...")
     return _cheap_then_fast(x, p, -np.array(progress, float))  # type: ignore[arg-type]  # the fields it reads
 
 
@@ -57,7 +59,7 @@ def _levels_of_three_plans(objective: str):
     )
     job = make_job(constraints={"budget_usd": 0.05, "objective": objective})
     x = SimpleNamespace(job=job, ev=ev, spendable=0.04)
-    return _levels(x, yes, True)  # type: ignore[arg-type]  # the fields it reads
+    return candidate_levels(x, yes, True)  # type: ignore[arg-type]  # the fields it reads
 
 
 def test_speed_goes_fast_while_the_cheapest_plan_could_still_pay_its_way():
