@@ -8,26 +8,24 @@ baselines, SMLT's scheduler and a fixed plan from a profile, are smlt.sim.schedu
 - `oracle(..., guard=True)`: the same search, each plan run under smlt's own budget guard
   (`GuardedStatic`): it stops before a round whose worst case does not fit in the money left, as
   smlt's planner does. The best that keeping the budget promise leaves possible with hindsight.
-- `static_plan` / `workers_only`: smlt's planner with its round-0 plan held for the whole run, and
-  restricted to choosing the number of workers (the smallest fitting tier, the job's local steps).
-  The planner's own hooks (`smlt.sim.ablations`) are used when this checkout has them; until
-  then thin wrappers around `decide` hold the plan's dimensions.
+- `ablation(name)`: smlt's planner with its round-0 plan held for the whole run (`static_plan`), or
+  restricted to choosing the number of workers (`workers_only`: the smallest fitting tier, the
+  job's local steps); both in `smlt.sim.ablations`.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable
 
 import numpy as np
 
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import Job
-from smlt.runtime.planner import Policy, decide
+from smlt.runtime.planner import Policy
 from smlt.runtime.planner.fixed import fixed_plan_guard
 from smlt.runtime.planner.types import Decision, RunHistory
 from smlt.runtime.prices import Prices
+from smlt.sim import ablations
 from smlt.sim.analytic import expected, grid
 from smlt.sim.run import simulate
 from smlt.sim.workloads import Workload
@@ -124,40 +122,6 @@ def oracle(
 
 
 # ----------------------------------------------------------------------------- ablations
-def _static_plan(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str = "x86_64") -> Decision:
-    """`decide` at round 0, then that round's (n, m, k) for every round it trains."""
-    d = decide(job, history, tiers, prices, arch)
-    first = next((r for r in history.rounds if r.local_steps > 0), None)
-    if d.action != "train" or first is None:
-        return d
-    return d.model_copy(
-        update=dict(
-            workers=first.workers,
-            memory_mb=first.memory_mb,
-            local_steps=first.local_steps,
-            reason=f"static: round 0's plan held ({d.reason})",
-        )
-    )
-
-
-def _workers_only(job: Job, history: RunHistory, tiers: list[int], prices: Prices, arch: str = "x86_64") -> Decision:
-    """`decide` over the number of workers at the smallest tier it deems to fit, the job's steps."""
-    from smlt.runtime.planner.candidates import tiers_usable  # the planner's own rule for the tiers that fit
-
-    tier = tiers_usable(job, history, list(tiers))[0]
-    d = decide(job, history, [tier], prices, arch)
-    if d.action != "train":
-        return d
-    return d.model_copy(update=dict(local_steps=job.training.local_steps))
-
-
-_LOCAL: dict[str, Policy] = {"static_plan": _static_plan, "workers_only": _workers_only}
-
-
 def ablation(name: str) -> Policy:
-    """The planner's hook `name` from smlt.sim.ablations if present, else the wrapper here."""
-    try:
-        hook: Callable = getattr(importlib.import_module("smlt.sim.ablations"), name)
-    except (ImportError, AttributeError):
-        return _LOCAL[name]
-    return hook
+    """The planner with parts of its choice held (smlt.sim.ablations): `static_plan` or `workers_only`."""
+    return getattr(ablations, name)
