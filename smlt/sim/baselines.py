@@ -109,7 +109,7 @@ def oracle(
         best = None
         for i in order[start : start + batch]:
             n, m, k = int(N[i]), int(M[i]), int(K[i])
-            caps = (min(1.2 * D, 1e7), min(1.2 * B, 1e6))
+            caps = _caps(D, B, None if best is None else best[0], c.objective == "speed")
             static = GuardedStatic(n, m, k, *caps, sizes=sizes) if guard else Static(n, m, k, *caps)
             r = simulate(job, workload, static, tiers, prices, seed=seed, world=world, sizes=sizes)
             if r.reached and r.elapsed_s <= D and r.cost_usd <= B:
@@ -119,6 +119,17 @@ def oracle(
         if best is not None:
             return best[1], best[2]
     return None, None
+
+
+def _caps(D: float, B: float, best: float | None, speed: bool) -> tuple[float, float]:
+    """A tried plan's hindsight caps (`Static`): it stops once it can no longer win, i.e. past the
+    deadline, the budget or the best score of its batch so far (seconds for `objective: speed`,
+    else dollars). A run's time and cost only grow, and a plan wins only strictly below the best,
+    so a stopped run is one that would have lost; the winner runs exactly as uncapped."""
+    time_cap, cost_cap = min(D, 1e7), min(B, 1e6)
+    if best is not None:
+        time_cap, cost_cap = (min(time_cap, best), cost_cap) if speed else (time_cap, min(cost_cap, best))
+    return time_cap, cost_cap
 
 
 # ----------------------------------------------------------------------------- ablations

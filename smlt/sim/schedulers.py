@@ -35,13 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
 
 from smlt.runtime import bill
 from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import MAX_ROUND_SAMPLES, Job
 from smlt.runtime.planner.types import Decision, RoundRecord, RunHistory, WorkerTiming
 from smlt.runtime.prices import Prices
+from smlt.sim.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel  # sklearn's, quicker to fit
 from smlt.sim.run import SimResult, simulate
 from smlt.sim.workloads import Workload
 from smlt.sim.world import World
