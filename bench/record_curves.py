@@ -4,11 +4,13 @@ its own part of the data with a fresh optimizer, and the round's model is the gl
 the sample-weighted mean of the workers' deltas, as smlt/runtime/steps/aggregate does), at several worker
 counts and local steps, plus the step time per sample measured on one torch thread.
 
-    nice -n 10 python bench/record_curves.py [--only NAME] [--held-out] [--out DIR] [--smoke]
+    nice -n 10 python bench/record_curves.py [--only NAME] [--held-out | --held-out-2] [--out DIR] [--smoke]
 
 Writes smlt/sim/curves/NAME.json (one file per workload: the four tuning curves), with
 `--held-out` bench/curves/held-out/NAME.json (six more, fitted on by nothing: 859 CPU s in all,
-most of it ResNet-18 with augmentation and the larger transformer), or DIR/NAME.json with `--out`.
+most of it ResNet-18 with augmentation and the larger transformer; since looked at run by run),
+with `--held-out-2` bench/curves/held-out-2/NAME.json (the fresh held-out set: six more, looked at
+by nothing but their headline numbers), or DIR/NAME.json with `--out`.
 Each file carries what the simulator needs besides the curves (family, target, rows, bytes,
 FLOPs, step time: smlt.sim.curves.Recording), so `bench/planner_bench.py --curves DIR` runs it. The workers of a round run one after
 another in this process (same arithmetic as n processes, no engine), so a setting costs its
@@ -148,6 +150,76 @@ HELD_OUT_SPECS: dict[str, dict[str, Any]] = {
         "samples": 100_000,
     },
 }
+# The second held-out set (issue #35): the first was looked at run by run (the diagnosis of
+# bench/experiments/2026-12-06-held-out-mechanisms.md), so it no longer judges a planner change
+# fairly. These six, recorded 2026-12-06 and looked at by nothing but their headline numbers
+# (bench/experiments/2026-12-06-fresh-held-out-set.md), differ in kind from the ten above: a deep
+# MLP on a 142-row table, a linear model that plateaus, a LeNet at a learning rate that makes its
+# curve oscillate, large batches with dropout, a small transformer on longer sequences, and 20
+# classes where the pattern alone is not enough.
+HELD_OUT_2 = ROOT / "bench" / "curves" / "held-out-2"
+HELD_OUT_2_SPECS: dict[str, dict[str, Any]] = {
+    "wine-deep-mlp": {  # 142 training rows, 3 classes, three hidden layers, batches of 8
+        "source": "sklearn:wine",
+        "job": {"model": {"name": "mlp", "params": {"hidden": [64, 64, 64]}}, "training": {"learning_rate": 0.01}},
+        "family": "mlp",
+        "batch": 8,
+        "workers": [1, 2, 8],
+        "steps": [2, 8, 32],
+        "samples": 16_000,
+    },
+    "logreg-wide": {  # a linear model on 128 features, 20 classes: it plateaus well below 1
+        "source": "synthetic:classification?rows=12000&features=128&classes=20&seed=5",
+        "job": {"model": {"name": "logreg"}, "training": {"learning_rate": 0.05}},
+        "family": "mlp",
+        "batch": 64,
+        "workers": [1, 4, 16],
+        "steps": [2, 8, 32],
+        "samples": 200_000,
+    },
+    "lenet-hot": {  # LeNet on 12x12 grey shapes at a high learning rate: a noisy, oscillating curve
+        "source": "synthetic:images?rows=3000&size=12&channels=1&classes=10&seed=6",
+        "job": {"model": {"name": "lenet"}, "training": {"learning_rate": 0.1}},
+        "family": "cnn",
+        "batch": 16,
+        "workers": [1, 4, 16],
+        "steps": [2, 8, 32],
+        "samples": 48_000,
+    },
+    "mlp-bigbatch": {  # one wide hidden layer with dropout, batches of 256
+        "source": "synthetic:classification?rows=20000&features=64&classes=4&seed=7",
+        "job": {
+            "model": {"name": "mlp", "params": {"hidden": [512], "dropout": 0.2}},
+            "training": {"learning_rate": 0.1},
+        },
+        "family": "mlp",
+        "batch": 256,
+        "workers": [1, 4, 8],
+        "steps": [2, 8, 32],
+        "samples": 300_000,
+    },
+    "transformer-tiny": {  # one layer of width 32 on 64-token sequences, 8 order-sensitive classes
+        "source": "synthetic:tokens?rows=8000&length=64&vocab=500&classes=8&seed=8",
+        "job": {
+            "model": {"name": "transformer", "params": {"d_model": 32, "heads": 2, "layers": 1, "ff": 64}},
+            "training": {"optimizer": "adam", "learning_rate": 0.003},
+        },
+        "family": "transformer",
+        "batch": 32,
+        "workers": [1, 3, 8],
+        "steps": [3, 12, 48],
+        "samples": 36_864,
+    },
+    "lenet-20class": {  # 8x8 colour images, 20 classes: the pattern and the foreground's tint
+        "source": "synthetic:images?rows=4000&size=8&channels=3&classes=20&seed=9",
+        "job": {"model": {"name": "lenet"}, "training": {"learning_rate": 0.03}},
+        "family": "cnn",
+        "batch": 64,
+        "workers": [1, 4, 16],
+        "steps": [2, 8, 32],
+        "samples": 150_000,
+    },
+}
 TARGET_RANK = 4  # a held-out target: the best accuracy the 4th-best setting reaches, down to 0.01
 
 
@@ -285,7 +357,7 @@ def step_time(spec: dict[str, Any], data: tuple, steps: int = 30) -> float:
     return (time.thread_time() - t0) / (steps * b)
 
 
-ALL_SPECS = {**SPECS, **HELD_OUT_SPECS}
+ALL_SPECS = {**SPECS, **HELD_OUT_SPECS, **HELD_OUT_2_SPECS}
 
 
 def remeasure(name: str, folder: Path) -> None:
@@ -340,18 +412,27 @@ def record(name: str, smoke: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=sorted(ALL_SPECS), action="append")
-    ap.add_argument(
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument(
         "--held-out", action="store_true", help=f"the held-out workloads (default --out {HELD_OUT.relative_to(ROOT)})"
+    )
+    which.add_argument(
+        "--held-out-2",
+        action="store_true",
+        help=f"the second, fresh held-out set (default --out {HELD_OUT_2.relative_to(ROOT)})",
     )
     smoke_run.add_flag(ap)
     ap.add_argument("--out", type=Path, help=f"the folder to write NAME.json to (default {OUT.relative_to(ROOT)})")
     ap.add_argument("--step-time", action="store_true", help="only re-measure the step time of recorded curves")
     a = ap.parse_args(argv)
-    names = a.only or list(HELD_OUT_SPECS if a.held_out else SPECS)
+    specs, default_out = (
+        (HELD_OUT_2_SPECS, HELD_OUT_2) if a.held_out_2 else (HELD_OUT_SPECS, HELD_OUT) if a.held_out else (SPECS, OUT)
+    )
+    names = a.only or list(specs)
     if a.smoke:  # the smallest workload (its curves and step time), printed, not recorded
         smoke_run.report({name: record(name, smoke=True) for name in a.only or ["digits-mlp"]})
         return
-    out = a.out or (HELD_OUT if a.held_out else OUT)
+    out = a.out or default_out
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         if a.step_time:

@@ -1,6 +1,6 @@
 """The simulator's learning curves: replayed from runs recorded here (bench/record_curves.py,
-data in smlt/sim/curves/ for the four the planner was tuned on, bench/curves/held-out/ for the
-held-out ones), never from the planner's progress model. A curve file carries what its workload
+data in smlt/sim/curves/ for the four the planner was tuned on, bench/curves/held-out/ and
+bench/curves/held-out-2/ (the fresh set) for the held-out ones), never from the planner's progress model. A curve file carries what its workload
 needs beside the curves (`Recording`: family, target, rows, bytes, FLOPs, step time).
 
 A recording holds, per (workers n, local steps k) of a small grid, the validation loss and

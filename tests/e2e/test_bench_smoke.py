@@ -72,6 +72,7 @@ RECORDED = (
     "smlt/sim/calibration.json",
     "smlt/sim/curves/*",
     "bench/curves/held-out/*",
+    "bench/curves/held-out-2/*",
 )
 TIMEOUT_S = 540  # under pytest-timeout's 600 s (pyproject.toml): the overrun is ours to report
 

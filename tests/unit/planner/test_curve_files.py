@@ -12,7 +12,7 @@ import pytest
 from smlt.sim.curves import CURVES, CurveDataError
 from smlt.sim.workloads import WORKLOADS, load_workloads
 
-HELD_OUT = Path(__file__).resolve().parents[3] / "bench" / "curves" / "held-out"
+CURVE_SETS = Path(__file__).resolve().parents[3] / "bench" / "curves"
 
 
 def _copy(src: Path, dst: Path, **change) -> Path:
@@ -37,9 +37,11 @@ def test_the_tuning_curves_carry_their_family_and_target():
     }
 
 
-def test_the_held_out_folder_loads_as_workloads_the_tuning_set_does_not_hold():
-    held = load_workloads(HELD_OUT)
-    assert len(held) >= 5 and not set(held) & set(WORKLOADS)
+@pytest.mark.parametrize("folder", ["held-out", "held-out-2"])
+def test_the_held_out_folders_load_as_workloads_no_other_set_holds(folder):
+    held = load_workloads(CURVE_SETS / folder)
+    others = {p.stem for p in CURVE_SETS.glob("*/*.json") if p.parent.name != folder}
+    assert len(held) >= 5 and not set(held) & (set(WORKLOADS) | others)
     for w in held.values():
         assert 0 < w.target <= w.curves.acc_best  # a target the recording reaches
         assert w.sample_shape[1] >= 2 and w.train_rows > 0 and w.dataset_bytes > 0
