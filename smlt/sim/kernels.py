@@ -48,7 +48,7 @@ class _Sized:
     def n_dims(self):
         n = self.__dict__.get("_n_dims")
         if n is None:
-            n = self.__dict__["_n_dims"] = self.theta.shape[0]
+            n = self.__dict__["_n_dims"] = self.theta.shape[0]  # type: ignore[attr-defined]  # a Kernel's
         return n
 
     def __add__(self, b):
