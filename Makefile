@@ -71,8 +71,8 @@ typecheck: install
 # What a change should pass before review (CI runs the same, see .ci/run).
 pr: lint typecheck test
 
-# Both sets of curves (tuning, held-out), ten seeds each: 13:40 on 2 idle cores (402 + 417 s, 1,630 CPU-s;
-# 537 + 655 s before the speed-up of bench/experiments/2026-12-06-bench-planner-speed.md).
+# Both sets of curves (tuning, held-out), ten seeds each: 11:16 on 2 idle cores (335 + 340 s, 1,344 CPU-s;
+# bench/experiments/2026-12-06-bench-planner-speed*.md). The fresh held-out set: --curves bench/curves/held-out-2.
 bench-planner: install
 	nice -n 10 $(BIN)/python bench/planner_bench.py
 
