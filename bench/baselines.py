@@ -212,7 +212,11 @@ def _ddp_rank(rank: int, world: int, dataset: str, job: dict, port: int, out_fil
                 }
             )
         )
-    dist.destroy_process_group()
+    # Both ranks past their last collective, then out without the interpreter's teardown: gloo's
+    # threads, torn down at exit while the other rank closes its sockets, now and then abort the
+    # process ("terminate called without an active exception") after the result is written.
+    dist.barrier()
+    os._exit(0)
 
 
 def _ddp_main(dataset: str, job: dict, t_launch: float, max_train_s: float, world: int = 2) -> dict:
