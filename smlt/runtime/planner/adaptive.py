@@ -60,8 +60,7 @@ def decide_adaptive(
     guard = hard_guards(x, base & cand.reach & round_length_hedge(x))
     if isinstance(guard, Decision):
         return guard
-    p_never = x.ev.R["p_never"][guard] if cfg().setting_plateau and guard.any() else x.ev.R["p_never"]
-    reachable = float(np.min(p_never) if cfg().setting_plateau else np.max(p_never)) < cfg().p_never_give_up
+    reachable = float(np.max(x.ev.R["p_never"])) < cfg().p_never_give_up
     first_fit = next(((ok, q, j) for ok, q, j in candidate_levels(x, guard, reachable) if ok.any()), None)
     if first_fit is not None:
         chosen, level, backup = first_fit
