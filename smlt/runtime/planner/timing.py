@@ -287,15 +287,11 @@ class TimingModel:
         self.tail_p = TAIL_PRIOR[0] / sum(TAIL_PRIOR)  # per worker: held past its limit
 
     # ---------------------------------------------------------------- features
-    def _compute_x(self, memory_mb, e):
-        s = self.shape
-        return np.stack(
-            [
-                np.ones_like(np.asarray(memory_mb, dtype=float)),
-                s.step_flops / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e)),
-            ],
-            axis=-1,
-        )
+    def _compute_x(self, memory_mb):
+        """The compute features at every e of E_GRID: (e, memory_mb, feature)."""
+        m = np.asarray(memory_mb, dtype=float)
+        x = self.shape.step_flops / (P.FLOPS_PER_VCPU * P.speed(m[None, :], E_GRID[:, None]))
+        return np.stack([np.ones_like(x), x], axis=-1)
 
     def _eval_x(self, n, memory_mb, e):
         s = self.shape
@@ -484,8 +480,9 @@ class TimingModel:
         # the spread the run's rounds at one tier showed, or a noisy round moves every tier's fit
         sd = np.maximum(np.array(obs.comp.sd), step_round_spread(comp_m, y) * y)
         logml = np.empty(len(E_GRID))
-        for i, e in enumerate(E_GRID):
-            logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), y, sd).logml
+        xs = self._compute_x(comp_m)
+        for i in range(len(E_GRID)):
+            logml[i] = self.compute[i].fit(xs[i], y, sd).logml
         lw = self.e_logprior + logml
         lw -= lw.max()
         w = np.exp(lw)
@@ -528,8 +525,9 @@ class TimingModel:
         """Per-step compute seconds at memory_mb: mixture mean and parameter sd over e."""
         memory_mb = np.asarray(memory_mb, dtype=float)
         mus, vs = [], []
-        for i, e in enumerate(E_GRID):
-            mu, var = self.compute[i].predict(self._compute_x(memory_mb.ravel(), e))
+        xs = self._compute_x(memory_mb.ravel())
+        for i in range(len(E_GRID)):
+            mu, var = self.compute[i].predict(xs[i])
             mus.append(mu)
             vs.append(var)
         mu_a, v_a = np.array(mus), np.array(vs)
