@@ -87,7 +87,43 @@ class Requests:
 ROUND_TRANSITIONS = 7
 
 
+_NUMBERS = ("workers", "worker_gb_s", "planner_memory_mb", "aggregate_memory_mb", "plan_s", "aggregate_s")
+_NUMBERS += ("aggregators", "eval_only", "shard_reads", "retries", "exchange_steps")
+
+
+def _plain(shape: RoundShape) -> bool:
+    """Every number of the shape a plain one (a round priced alone, not the planner's candidates)."""
+    fields = shape.__dict__
+    plain = all(isinstance(fields[f], (int, float)) for f in _NUMBERS)
+    return plain and (shape.reported is None or isinstance(shape.reported, (int, float)))
+
+
+def _requests_plain(shape: RoundShape) -> Requests:
+    """`requests` of a plain shape: the same operations in the same order on Python floats (numpy's
+    overhead per operation is most of the time of a round priced alone)."""
+    n = float(shape.workers)
+    r = n if shape.reported is None else float(shape.reported)
+    k = float(shape.aggregators)
+    sharded = k > 1
+    u = 0.0 if shape.eval_only else r
+    transitions = ROUND_TRANSITIONS + shape.fanout.transitions(n) + (6 + 3 * k if sharded else 0.0)
+    puts = u + 1 + (k + 2 if sharded else 0.0)
+    gets = n + shape.shard_reads + 1 + u + (k * (u + 1) if sharded else 0.0)
+    writes = 4 * r + 1 + (1 + 0.3 * r) + 4
+    reads = 3 * n + 4 + (1 + 0.2 * r) + 1 + 3
+    invocations = n + shape.retries + 1 + (k + 2 if k > 1 else 1.0)
+    writes = writes + invocations + 4 * shape.retries
+    reads = reads + 2 + 3 * shape.retries
+    transitions = transitions + shape.retries
+    steps = float(shape.exchange_steps)
+    x_puts = n * steps * EXCHANGE_PUTS_PER_STEP + (1.0 if steps > 0 else 0.0)
+    x_gets = n * steps * (2 * n + EXCHANGE_POLLS_PER_STEP)
+    return Requests(invocations, transitions, puts + x_puts, gets + x_gets + shape.retries, writes, reads)
+
+
 def requests(shape: RoundShape) -> Requests:
+    if _plain(shape):
+        return _requests_plain(shape)
     n = np.asarray(shape.workers, dtype=float)
     r = n if shape.reported is None else np.asarray(shape.reported, dtype=float)
     k = np.asarray(shape.aggregators, dtype=float)
@@ -227,14 +263,27 @@ def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
     """The round's bill under `prices` for functions of `architecture`."""
     req = requests(shape)
     gbs = prices.lambda_gb_second[architecture]
-    agg_calls = aggregator_invocations(shape.aggregators)
-    control_gb_s = gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * gb_seconds(
-        shape.aggregate_memory_mb, shape.aggregate_s
-    )
-    attempts = np.asarray(shape.workers, dtype=float) + shape.retries
+    if _plain(shape):  # the same operations on Python floats (`_requests_plain`)
+        k = float(shape.aggregators)
+        agg_calls = k + 2 if k > 1 else 1.0
+        control_gb_s = _gb_s(shape.planner_memory_mb, shape.plan_s) + agg_calls * _gb_s(
+            shape.aggregate_memory_mb, shape.aggregate_s
+        )
+        attempts = float(shape.workers) + shape.retries
+    else:
+        agg_calls = aggregator_invocations(shape.aggregators)
+        control_gb_s = gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * gb_seconds(
+            shape.aggregate_memory_mb, shape.aggregate_s
+        )
+        attempts = np.asarray(shape.workers, dtype=float) + shape.retries
     worker_usd = shape.worker_gb_s * gbs + attempts * prices.lambda_request
     control_usd = control_gb_s * gbs + (1 + agg_calls) * prices.lambda_request
     return Bill(req, worker_usd, control_usd, services_usd(req, prices))
+
+
+def _gb_s(memory_mb: float, seconds: float) -> float:
+    """`gb_seconds` of plain numbers."""
+    return float(memory_mb) / 1024.0 * max(seconds, 0.001)
 
 
 # The end of a run: Plan (its stop), ShouldTrain, Finalize, Done; Finalize writes final/model and

@@ -92,3 +92,37 @@ def test_the_end_of_a_run_is_billed_alike():
     expected = bill.finalize_usd(prices, "x86_64", sizes.planner_memory_mb, priors.FINALIZE_S)
     assert finalize_cost(prices, "x86_64") == pytest.approx(expected, rel=1e-12)
     assert bill.FINALIZE_TRANSITIONS == 4  # Plan, ShouldTrain, Finalize, Done
+
+
+def test_a_round_in_plain_numbers_is_priced_as_in_arrays_bit_for_bit():
+    """A shape of plain numbers takes `requests`' and `price`'s Python-float path: every count and
+    amount is the same float as numpy's on the same shape in one-element arrays."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    prices, fanout = Prices(), FunctionSizes().fanout
+    for _ in range(400):
+        n = int(rng.integers(1, 90))
+        plain = dict(
+            workers=n,
+            worker_gb_s=float(rng.uniform(0, 500)),
+            planner_memory_mb=int(rng.choice([512, 1024, 1769])),
+            aggregate_memory_mb=int(rng.choice([1769, 3008])),
+            plan_s=float(rng.choice([0.0, 0.0005, rng.uniform(0, 3)])),
+            aggregate_s=float(rng.choice([0.0, rng.uniform(0, 30)])),
+            reported=None if rng.random() < 0.5 else int(rng.integers(0, n + 1)),
+            aggregators=int(rng.choice([1, 1, 3, 7])),
+            eval_only=bool(rng.random() < 0.3),
+            shard_reads=int(rng.integers(0, n + 1)),
+            retries=int(rng.choice([0, 0, rng.integers(1, 20)])),
+            exchange_steps=int(rng.choice([0, 0, rng.integers(1, 50)])),
+        )
+        arrays = {k: v if v is None else np.array([v], dtype=float) for k, v in plain.items()}
+        a = bill.price(bill.RoundShape(fanout=fanout, **plain), prices, "x86_64")
+        b = bill.price(bill.RoundShape(fanout=fanout, **arrays), prices, "x86_64")
+        assert bill._plain(bill.RoundShape(fanout=fanout, **plain))
+        for x, y in [
+            *zip(a.requests.__dict__.values(), b.requests.__dict__.values()),
+            *zip((a.worker_usd, a.control_usd, a.services_usd), (b.worker_usd, b.control_usd, b.services_usd)),
+        ]:
+            assert np.shape(x) == () and np.asarray(x, float).tobytes() == np.asarray(y, float)[0].tobytes()
