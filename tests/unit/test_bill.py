@@ -4,6 +4,7 @@ tests/e2e/test_ledger.py's)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from smlt.runtime import bill
@@ -95,13 +96,12 @@ def test_the_end_of_a_run_is_billed_alike():
 
 
 def test_a_round_in_plain_numbers_is_priced_as_in_arrays_bit_for_bit():
-    """A shape of plain numbers takes `requests`' and `price`'s Python-float path: every count and
-    amount is the same float as numpy's on the same shape in one-element arrays."""
-    import numpy as np
-
+    """Plain numbers are counted and priced in Python floats (`bill._num`), arrays in numpy: every
+    count and amount of a round is the same float either way, and with only some of its numbers
+    arrays (the planner's forecast: the candidates' workers, the job's one aggregator)."""
     rng = np.random.default_rng(7)
     prices, fanout = Prices(), FunctionSizes().fanout
-    for _ in range(400):
+    for _ in range(500):
         n = int(rng.integers(1, 90))
         plain = dict(
             workers=n,
@@ -118,11 +118,10 @@ def test_a_round_in_plain_numbers_is_priced_as_in_arrays_bit_for_bit():
             exchange_steps=int(rng.choice([0, 0, rng.integers(1, 50)])),
         )
         arrays = {k: v if v is None else np.array([v], dtype=float) for k, v in plain.items()}
-        a = bill.price(bill.RoundShape(fanout=fanout, **plain), prices, "x86_64")
-        b = bill.price(bill.RoundShape(fanout=fanout, **arrays), prices, "x86_64")
-        assert bill._plain(bill.RoundShape(fanout=fanout, **plain))
-        for x, y in [
-            *zip(a.requests.__dict__.values(), b.requests.__dict__.values()),
-            *zip((a.worker_usd, a.control_usd, a.services_usd), (b.worker_usd, b.control_usd, b.services_usd)),
-        ]:
-            assert np.shape(x) == () and np.asarray(x, float).tobytes() == np.asarray(y, float)[0].tobytes()
+        some = {k: arrays[k] if rng.random() < 0.5 else v for k, v in plain.items()}
+        bills = [bill.price(bill.RoundShape(fanout=fanout, **f), prices, "x86_64") for f in (plain, arrays, some)]
+        assert isinstance(bills[0].usd, float)  # the plain path
+        amounts = [(*b.requests.__dict__.values(), b.worker_usd, b.control_usd, b.services_usd) for b in bills]
+        for x, y, z in zip(*amounts, strict=True):
+            assert np.shape(x) == () and np.float64(x).tobytes() == np.asarray(y, float)[0].tobytes()
+            assert np.asarray(z, float).ravel()[0].tobytes() == np.float64(x).tobytes()

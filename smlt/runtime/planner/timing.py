@@ -251,8 +251,11 @@ class _Observations:
 
     def extend(self, other: _Observations) -> None:
         """Append another round's observations after these (every field: a new one joins too)."""
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).extend(getattr(other, f.name))
+        for name in _OBSERVATIONS:
+            getattr(self, name).extend(getattr(other, name))
+
+
+_OBSERVATIONS = [f.name for f in dataclasses.fields(_Observations)]
 
 
 class TimingModel:
