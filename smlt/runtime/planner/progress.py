@@ -106,8 +106,10 @@ class RoundsForecast:
         """(C, S) rounds needed, counting the round that evaluates the final model."""
         n = np.asarray(n, dtype=float)[:, None]
         k = np.asarray(k, dtype=float)[:, None]
-        # each config's progress, then each sample's (its config's): the same numbers, 63 columns not S
-        dtau = round_progress(n, k, self.momentum, self.betas[None, :], self.drifts[None, :])[:, self.cfg_idx]
+        # each config's progress, then each sample's (its config's): the same numbers, 63 columns not
+        # S; gathered in C order (the rows' sums in `summary` are pairwise only along a C-order row)
+        per_cfg = round_progress(n, k, self.momentum, self.betas[None, :], self.drifts[None, :])
+        dtau = np.ascontiguousarray(per_cfg[:, self.cfg_idx])
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.ceil(np.maximum(self.tau_rem[None, :], 0.0) / np.maximum(dtau, 1e-12))
         return np.where(self.tau_rem[None, :] <= 0, 0.0, r) + 1.0
