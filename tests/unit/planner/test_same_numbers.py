@@ -226,3 +226,32 @@ def test_the_progress_fits_and_forecasts_are_the_reference_bit_for_bit(histories
         assert pm.forecast.p_done == pr.forecast.p_done
         assert s.keys() == sr.keys() and all(_same(s[q], sr[q]) for q in s)
     assert curves >= 5  # the curve fit ran, not only the prior
+
+
+def test_the_round_at_k_0_once_per_n_and_m_is_the_reference_bit_for_bit(monkeypatch):
+    """`levels.round_length_hedge` forecasts the round at k = 0 once per distinct (n, m): every
+    candidate's is the forecast's over all candidates, bit for bit (and the hedge's choice too)."""
+    from smlt.runtime.planner import adaptive, levels
+
+    checked = []
+
+    def hedge(x):
+        cand = x.cand
+        full = x.tm.forecast(cand.n, cand.m, np.zeros_like(cand.k), x.history)
+        nm, pair = np.unique(np.stack([cand.n, cand.m], 1), axis=0, return_inverse=True)
+        once = x.tm.forecast(nm[:, 0], nm[:, 1], np.zeros(len(nm)), x.history)
+        for field in ("round_s_warm", "cost_warm"):
+            assert _same(getattr(once, field)[pair.ravel()], getattr(full, field)), field
+        checked.append(len(nm) < len(cand.n))
+        return levels.round_length_hedge(x)
+
+    monkeypatch.setattr(adaptive, "round_length_hedge", hedge)
+    w = WORKLOADS["transformer"].scaled(8)  # four tiers
+    job = make_job(
+        training__target_value=w.target,
+        training__batch_size=w.batch,
+        training__max_rounds=400,
+        constraints__deadline_seconds=400.0,
+    )
+    simulate(job, w, decide, TIERS, Prices(), seed=3)
+    assert len(checked) >= 10 and all(checked)
