@@ -122,25 +122,30 @@ class BLR:
         self.logml = 0.0
         # the prior's terms of every fit
         self.p0 = 1.0 / self.s0**2
+        self.a0 = np.diag(self.p0)
         self.p0_m0 = self.p0 * self.m0
         self.logdet0 = np.sum(np.log(self.s0**2))
 
     def fit(self, X, y, sd):
-        X = np.atleast_2d(np.asarray(X, dtype=float))
         y = np.asarray(y, dtype=float)
         if y.size == 0:
             return self
-        dinv = 1.0 / np.asarray(sd, dtype=float) ** 2
-        A = np.diag(self.p0) + (X * dinv[:, None]).T @ X
+        return self.fit_data(X, data_terms(y, sd))
+
+    def fit_data(self, X, data):
+        """`fit` given the data's own terms (`data_terms`: one computation for several features)."""
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        y, dinv, y_dinv, logdet_d = data
+        A = self.a0 + (X * dinv[:, None]).T @ X
         cov = np.linalg.inv(A)
-        self.mean = cov @ (self.p0_m0 + X.T @ (y * dinv))
+        self.mean = cov @ (self.p0_m0 + X.T @ y_dinv)
         self.cov = cov
         # log N(y | X m0, D + X S0 X^T) by Woodbury and the matrix determinant lemma
         r = y - X @ self.m0
         xr = X.T @ (r * dinv)
         quad = float(r @ (r * dinv) - xr @ cov @ xr)
         _, logdet_a = np.linalg.slogdet(A)
-        logdet = float(logdet_a + self.logdet0 - np.sum(np.log(dinv)))
+        logdet = float(logdet_a + self.logdet0 - logdet_d)
         self.logml = -0.5 * (quad + logdet + y.size * math.log(2 * math.pi))
         return self
 
@@ -149,6 +154,13 @@ class BLR:
         mu = X @ self.mean
         var = np.einsum("ij,jk,ik->i", X, self.cov, X)
         return mu, np.maximum(var, 0.0)
+
+
+def data_terms(y: np.ndarray, sd) -> tuple:
+    """A regression's terms of its data alone: the values, their precisions, the products, the sum
+    of the precisions' logs."""
+    dinv = 1.0 / np.asarray(sd, dtype=float) ** 2
+    return y, dinv, y * dinv, np.sum(np.log(dinv))
 
 
 @dataclass
@@ -503,9 +515,9 @@ class TimingModel:
         # the spread the run's rounds at one tier showed, or a noisy round moves every tier's fit
         sd = np.maximum(np.array(obs.comp.sd), step_round_spread(comp_m, y) * y)
         logml = np.empty(len(E_GRID))
-        xs = self._compute_x(comp_m)
+        xs, data = self._compute_x(comp_m), data_terms(y, sd)
         for i in range(len(E_GRID)):
-            logml[i] = self.compute[i].fit(xs[i], y, sd).logml
+            logml[i] = self.compute[i].fit_data(xs[i], data).logml
         lw = self.e_logprior + logml
         lw -= lw.max()
         w = np.exp(lw)
