@@ -47,10 +47,24 @@ if TYPE_CHECKING:
 Num = Any  # a float or a numpy array of them (one per planner candidate)
 
 
+def _num(x: Num) -> Num:
+    """A plain number as a Python float, else a float array. The counts below are the same
+    operations on either; on plain numbers numpy's overhead per operation would be most of the time
+    of a round priced alone (the simulator's rounds, the planner's priors)."""
+    return float(x) if isinstance(x, (int, float)) else np.asarray(x, dtype=float)
+
+
+def _where(cond: Any, a: Num, b: Num) -> Num:
+    """`np.where`; on a plain condition the side it picks, as it is (the same numbers)."""
+    if isinstance(cond, (int, float)):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
 def aggregator_invocations(aggregators: Num) -> Num:
     """One aggregator, or prepare + k slices + finish."""
-    k = np.asarray(aggregators, dtype=float)
-    return np.where(k > 1, k + 2, 1.0)
+    k = _num(aggregators)
+    return _where(k > 1, k + 2, 1.0)
 
 
 @dataclass(frozen=True)
@@ -88,14 +102,14 @@ ROUND_TRANSITIONS = 7
 
 
 def requests(shape: RoundShape) -> Requests:
-    n = np.asarray(shape.workers, dtype=float)
-    r = n if shape.reported is None else np.asarray(shape.reported, dtype=float)
-    k = np.asarray(shape.aggregators, dtype=float)
+    n = _num(shape.workers)
+    r = n if shape.reported is None else _num(shape.reported)
+    k = _num(shape.aggregators)
     sharded = k > 1
-    u = np.where(shape.eval_only, 0.0, r)  # updates written (and read by the aggregator)
-    transitions = ROUND_TRANSITIONS + shape.fanout.transitions(n) + np.where(sharded, 6 + 3 * k, 0.0)
-    puts = u + 1 + np.where(sharded, k + 2, 0.0)
-    gets = n + shape.shard_reads + 1 + u + np.where(sharded, k * (u + 1), 0.0)
+    u = _where(shape.eval_only, 0.0, r)  # updates written (and read by the aggregator)
+    transitions = ROUND_TRANSITIONS + shape.fanout.transitions(n) + _where(sharded, 6 + 3 * k, 0.0)
+    puts = u + 1 + _where(sharded, k + 2, 0.0)
+    gets = n + shape.shard_reads + 1 + u + _where(sharded, k * (u + 1), 0.0)
     writes = 4 * r + 1 + (1 + 0.3 * r) + 4
     reads = 3 * n + 4 + (1 + 0.2 * r) + 1 + 3
     invocations = n + shape.retries + 1 + aggregator_invocations(k)
@@ -131,9 +145,9 @@ EXCHANGE_POLLS_PER_STEP = 2
 def exchange_requests(workers: Num, steps: Num) -> tuple[Num, Num]:
     """(PUTs, GETs) of a sync-mode round's exchange through S3, and the aggregator's LIST of
     the round's exchange objects (a PUT-priced request; S3 DELETEs are free)."""
-    n = np.asarray(workers, dtype=float)
-    s = np.asarray(steps, dtype=float)
-    puts = n * s * EXCHANGE_PUTS_PER_STEP + np.where(s > 0, 1.0, 0.0)
+    n = _num(workers)
+    s = _num(steps)
+    puts = n * s * EXCHANGE_PUTS_PER_STEP + _where(s > 0, 1.0, 0.0)
     gets = n * s * (2 * n + EXCHANGE_POLLS_PER_STEP)
     return puts, gets
 
@@ -228,13 +242,20 @@ def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
     req = requests(shape)
     gbs = prices.lambda_gb_second[architecture]
     agg_calls = aggregator_invocations(shape.aggregators)
-    control_gb_s = gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * gb_seconds(
+    control_gb_s = _gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * _gb_seconds(
         shape.aggregate_memory_mb, shape.aggregate_s
     )
-    attempts = np.asarray(shape.workers, dtype=float) + shape.retries
+    attempts = _num(shape.workers) + shape.retries
     worker_usd = shape.worker_gb_s * gbs + attempts * prices.lambda_request
     control_usd = control_gb_s * gbs + (1 + agg_calls) * prices.lambda_request
     return Bill(req, worker_usd, control_usd, services_usd(req, prices))
+
+
+def _gb_seconds(memory_mb: Num, seconds: Num) -> Num:
+    """`prices.gb_seconds`, on plain numbers in Python floats (`_num`)."""
+    if isinstance(memory_mb, (int, float)) and isinstance(seconds, (int, float)):
+        return float(memory_mb) / 1024.0 * max(seconds, 0.001)
+    return gb_seconds(memory_mb, seconds)
 
 
 # The end of a run: Plan (its stop), ShouldTrain, Finalize, Done; Finalize writes final/model and

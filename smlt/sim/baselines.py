@@ -99,8 +99,7 @@ def oracle(
     c = job.constraints
     D = c.deadline_seconds or math.inf
     B = c.budget_usd or math.inf
-    N, M, K = grid(workload, tiers, job.workers.max, job.workers.min)
-    T, C, R, valid = expected(workload, world, N, M, K, prices, target=job.training.target_value, sizes=sizes)
+    N, M, K, T, C, R, valid = _expected(job, workload, tiers, prices, world, sizes)
     ok = valid & (R <= job.training.max_rounds)
     key = T if c.objective == "speed" else C
     plausible = ok & (T <= D * 1.2) & (C <= B * 1.2)
@@ -119,6 +118,22 @@ def oracle(
         if best is not None:
             return best[1], best[2]
     return None, None
+
+
+# The last search's inputs and every plan's expected time and cost (`_expected`).
+_EXPECTED: list = []
+
+
+def _expected(job: Job, workload: Workload, tiers: list[int], prices: Prices, world: World, sizes: FunctionSizes):
+    """Every plan of the grid and its expected time, cost and rounds in `world`: computed once for
+    the oracle and the guarded oracle of a case (the same inputs: the same workload, the others equal)."""
+    key = (workload, job, list(tiers), prices, world, sizes)
+    if _EXPECTED and _EXPECTED[0][0] is workload and _EXPECTED[0][1:] == key[1:]:
+        return _EXPECTED[1]
+    N, M, K = grid(workload, tiers, job.workers.max, job.workers.min)
+    T, C, R, valid = expected(workload, world, N, M, K, prices, target=job.training.target_value, sizes=sizes)
+    _EXPECTED[:] = [key, (N, M, K, T, C, R, valid)]
+    return _EXPECTED[1]
 
 
 def _caps(D: float, B: float, best: float | None, speed: bool) -> tuple[float, float]:

@@ -4,6 +4,7 @@ tests/e2e/test_ledger.py's)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from smlt.runtime import bill
@@ -92,3 +93,35 @@ def test_the_end_of_a_run_is_billed_alike():
     expected = bill.finalize_usd(prices, "x86_64", sizes.planner_memory_mb, priors.FINALIZE_S)
     assert finalize_cost(prices, "x86_64") == pytest.approx(expected, rel=1e-12)
     assert bill.FINALIZE_TRANSITIONS == 4  # Plan, ShouldTrain, Finalize, Done
+
+
+def test_a_round_in_plain_numbers_is_priced_as_in_arrays_bit_for_bit():
+    """Plain numbers are counted and priced in Python floats (`bill._num`), arrays in numpy: every
+    count and amount of a round is the same float either way, and with only some of its numbers
+    arrays (the planner's forecast: the candidates' workers, the job's one aggregator)."""
+    rng = np.random.default_rng(7)
+    prices, fanout = Prices(), FunctionSizes().fanout
+    for _ in range(500):
+        n = int(rng.integers(1, 90))
+        plain = dict(
+            workers=n,
+            worker_gb_s=float(rng.uniform(0, 500)),
+            planner_memory_mb=int(rng.choice([512, 1024, 1769])),
+            aggregate_memory_mb=int(rng.choice([1769, 3008])),
+            plan_s=float(rng.choice([0.0, 0.0005, rng.uniform(0, 3)])),
+            aggregate_s=float(rng.choice([0.0, rng.uniform(0, 30)])),
+            reported=None if rng.random() < 0.5 else int(rng.integers(0, n + 1)),
+            aggregators=int(rng.choice([1, 1, 3, 7])),
+            eval_only=bool(rng.random() < 0.3),
+            shard_reads=int(rng.integers(0, n + 1)),
+            retries=int(rng.choice([0, 0, rng.integers(1, 20)])),
+            exchange_steps=int(rng.choice([0, 0, rng.integers(1, 50)])),
+        )
+        arrays = {k: v if v is None else np.array([v], dtype=float) for k, v in plain.items()}
+        some = {k: arrays[k] if rng.random() < 0.5 else v for k, v in plain.items()}
+        bills = [bill.price(bill.RoundShape(fanout=fanout, **f), prices, "x86_64") for f in (plain, arrays, some)]
+        assert isinstance(bills[0].usd, float)  # the plain path
+        amounts = [(*b.requests.__dict__.values(), b.worker_usd, b.control_usd, b.services_usd) for b in bills]
+        for x, y, z in zip(*amounts, strict=True):
+            assert np.shape(x) == () and np.float64(x).tobytes() == np.asarray(y, float)[0].tobytes()
+            assert np.asarray(z, float).ravel()[0].tobytes() == np.float64(x).tobytes()

@@ -23,12 +23,15 @@ def round_length_hedge(x: Choice) -> np.ndarray:
     cand, f, ev = x.cand, x.f, x.ev
     if x.first:
         return np.ones(len(cand.k), bool)
-    f0 = x.tm.forecast(cand.n, cand.m, np.zeros_like(cand.k), x.history)
+    # the same round at k = 0 depends on (n, m) alone: forecast once per distinct pair
+    nm, pair = np.unique(np.stack([cand.n, cand.m], 1), axis=0, return_inverse=True)
+    f0 = x.tm.forecast(nm[:, 0], nm[:, 1], np.zeros(len(nm)), x.history)
+    round0, cost0 = f0.round_s_warm[pair.ravel()], f0.cost_warm[pair.ravel()]
     # a k is allowed while the step count below it in the set stayed under the multiple
     ks = np.unique(cand.k)
     below = np.concatenate([[0.0], ks])[np.searchsorted(ks, cand.k)] / np.maximum(cand.k, 1.0)
-    in_time = np.maximum(f.round_s_warm - f0.round_s_warm, 0.0) * below < cfg().overhead_x * f0.round_s_warm
-    in_cost = np.maximum(f.cost_warm - f0.cost_warm, 0.0) * below < cfg().cost_overhead_x * f0.cost_warm
+    in_time = np.maximum(f.round_s_warm - round0, 0.0) * below < cfg().overhead_x * round0
+    in_cost = np.maximum(f.cost_warm - cost0, 0.0) * below < cfg().cost_overhead_x * cost0
     c = x.job.constraints
     t_left = (c.deadline_seconds - x.history.elapsed_s) if c.deadline_seconds is not None else math.inf
     sel = ev.valid & cand.reach & (in_time | in_cost)

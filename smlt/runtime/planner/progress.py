@@ -106,8 +106,10 @@ class RoundsForecast:
         """(C, S) rounds needed, counting the round that evaluates the final model."""
         n = np.asarray(n, dtype=float)[:, None]
         k = np.asarray(k, dtype=float)[:, None]
-        i = self.cfg_idx
-        dtau = round_progress(n, k, self.momentum, self.betas[i][None, :], self.drifts[i][None, :])
+        # each config's progress, then each sample's (its config's): the same numbers, 63 columns not
+        # S; gathered in C order (the rows' sums in `summary` are pairwise only along a C-order row)
+        per_cfg = round_progress(n, k, self.momentum, self.betas[None, :], self.drifts[None, :])
+        dtau = np.ascontiguousarray(per_cfg[:, self.cfg_idx])
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.ceil(np.maximum(self.tau_rem[None, :], 0.0) / np.maximum(dtau, 1e-12))
         return np.where(self.tau_rem[None, :] <= 0, 0.0, r) + 1.0
@@ -169,9 +171,17 @@ def _grid_posterior(epochs_obs, d, prec_obs, prior_a, P):
     # curve's features: computed once per distinct row of epochs_obs, the same numbers
     rows, inv = np.unique(epochs_obs, axis=0, return_inverse=True)
     x = rows[:, None, None, :] / TAU0_GRID_EPOCHS[None, :, None, None]  # (U, T, 1, O)
-    phi = 1.0 - np.exp(-np.power(x, P.P_GRID[None, None, :, None]))  # (U, T, Q, O)
-    s_pp = (phi**2 * prec_obs).sum(-1)[inv.ravel()]  # (C, T, Q)
-    s_py = (phi * (d * prec_obs)).sum(-1)[inv.ravel()]
+    # phi = 1 - exp(-x ** p), (U, T, Q, O), and the products summed, in place: the same operations
+    # on the same arrays as out of place, without a new array for each step
+    phi = np.power(x, P.P_GRID[None, None, :, None])
+    np.negative(phi, out=phi)
+    np.exp(phi, out=phi)
+    np.subtract(1.0, phi, out=phi)
+    t = np.multiply(phi, phi)
+    t *= prec_obs
+    s_pp = t.sum(-1)[inv.ravel()]  # (C, T, Q)
+    np.multiply(phi, d * prec_obs, out=t)
+    s_py = t.sum(-1)[inv.ravel()]
     s_yy = float((d**2 * prec_obs).sum())
     prec = s_pp + 1.0 / sd_a**2
     mean_a = (s_py + mu_a / sd_a**2) / prec

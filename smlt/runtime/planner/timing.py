@@ -87,6 +87,10 @@ def round_memo(memo: dict | None = None) -> Iterator[None]:
         _ROUND_MEMO.reset(token)
 
 
+# `TimingModel._control_prior`'s last key and value.
+_CONTROL: list = []
+
+
 def _fitted_copy(state: dict) -> dict:
     """A fitted model's state to keep or to restore: its regressions copied (a fit replaces their
     arrays, never changes them), the rest as it is."""
@@ -116,24 +120,32 @@ class BLR:
         self.mean = self.m0.copy()
         self.cov = np.diag(self.s0**2)
         self.logml = 0.0
+        # the prior's terms of every fit
+        self.p0 = 1.0 / self.s0**2
+        self.a0 = np.diag(self.p0)
+        self.p0_m0 = self.p0 * self.m0
+        self.logdet0 = np.sum(np.log(self.s0**2))
 
     def fit(self, X, y, sd):
-        X = np.atleast_2d(np.asarray(X, dtype=float))
         y = np.asarray(y, dtype=float)
         if y.size == 0:
             return self
-        dinv = 1.0 / np.asarray(sd, dtype=float) ** 2
-        p0 = 1.0 / self.s0**2
-        A = np.diag(p0) + (X * dinv[:, None]).T @ X
+        return self.fit_data(X, data_terms(y, sd))
+
+    def fit_data(self, X, data):
+        """`fit` given the data's own terms (`data_terms`: one computation for several features)."""
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        y, dinv, y_dinv, logdet_d = data
+        A = self.a0 + (X * dinv[:, None]).T @ X
         cov = np.linalg.inv(A)
-        self.mean = cov @ (p0 * self.m0 + X.T @ (y * dinv))
+        self.mean = cov @ (self.p0_m0 + X.T @ y_dinv)
         self.cov = cov
         # log N(y | X m0, D + X S0 X^T) by Woodbury and the matrix determinant lemma
         r = y - X @ self.m0
         xr = X.T @ (r * dinv)
         quad = float(r @ (r * dinv) - xr @ cov @ xr)
         _, logdet_a = np.linalg.slogdet(A)
-        logdet = float(logdet_a + np.sum(np.log(self.s0**2)) - np.sum(np.log(dinv)))
+        logdet = float(logdet_a + self.logdet0 - logdet_d)
         self.logml = -0.5 * (quad + logdet + y.size * math.log(2 * math.pi))
         return self
 
@@ -142,6 +154,13 @@ class BLR:
         mu = X @ self.mean
         var = np.einsum("ij,jk,ik->i", X, self.cov, X)
         return mu, np.maximum(var, 0.0)
+
+
+def data_terms(y: np.ndarray, sd) -> tuple:
+    """A regression's terms of its data alone: the values, their precisions, the products, the sum
+    of the precisions' logs."""
+    dinv = 1.0 / np.asarray(sd, dtype=float) ** 2
+    return y, dinv, y * dinv, np.sum(np.log(dinv))
 
 
 @dataclass
@@ -244,8 +263,11 @@ class _Observations:
 
     def extend(self, other: _Observations) -> None:
         """Append another round's observations after these (every field: a new one joins too)."""
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).extend(getattr(other, f.name))
+        for name in _OBSERVATIONS:
+            getattr(self, name).extend(getattr(other, name))
+
+
+_OBSERVATIONS = [f.name for f in dataclasses.fields(_Observations)]
 
 
 class TimingModel:
@@ -260,9 +282,9 @@ class TimingModel:
         # compute: per-step seconds = c0 + c1 * W / (FLOPS * speed)
         self.e_prior = P.efficiency_prior(s.step_flops)
         # weak priors: a measured round outweighs them (the FLOP rate of small ops can be 10x off)
-        self.compute = [
-            BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 10, 2.0 if s.flops_known else 10.0]) for _ in E_GRID
-        ]
+        # one prior for every e (a fit replaces a regression's arrays, never changes them)
+        compute = BLR([P.STEP_OVERHEAD_S, 1.0], [P.STEP_OVERHEAD_S * 10, 2.0 if s.flops_known else 10.0])
+        self.compute = [copy.copy(compute) for _ in E_GRID]
         lw = -0.5 * ((E_GRID - self.e_prior) / P.EFF_PRIOR_SD) ** 2
         self.e_logprior = lw - np.log(np.sum(np.exp(lw)))
         self.e_weights = np.exp(self.e_logprior)
@@ -276,8 +298,7 @@ class TimingModel:
         self.overhead = BLR([P.ROUND_BASE_OVERHEAD_S, 1.0], [1.0, 0.5])
         self.agg = BLR([0.3, 1.0 / P.AGG_MB_PER_S], [0.5, 1.0 / P.AGG_MB_PER_S])
         # prior of the planner's and the aggregators' bill: an intercept and a price per aggregation second
-        control = float(self._bill(1, plan_s=P.PLAN_S, aggregate_s=0.0).control_usd)
-        agg_rate = float(self._bill(1, aggregate_s=1.0).control_usd - self._bill(1, aggregate_s=0.0).control_usd)
+        control, agg_rate = self._control_prior()
         self.other_cost = BLR([control, agg_rate], [control * 2 + 1e-6, agg_rate])
         self.init_log_mu = math.log(P.COLD_INIT_MEDIAN_S)
         self.init_log_sd = P.COLD_INIT_SIGMA
@@ -286,16 +307,26 @@ class TimingModel:
         self.steps_timed = 0  # rounds whose per-step compute time was measured
         self.tail_p = TAIL_PRIOR[0] / sum(TAIL_PRIOR)  # per worker: held past its limit
 
+    def _control_prior(self) -> tuple[float, float]:
+        """The planner's and the aggregators' bill of a round: its intercept and its price per
+        aggregation second. Priced once per prices, architecture, sizes and shards (`_CONTROL`:
+        the last ones; every model of a run, or of a simulated run's planner calls, prices alike)."""
+        key = (self.prices, self.arch, self.sizes, self.shape.agg_shards)
+        if _CONTROL and _CONTROL[0] == key:
+            return _CONTROL[1]
+        control = float(self._bill(1, plan_s=P.PLAN_S, aggregate_s=0.0).control_usd)
+        agg_rate = float(self._bill(1, aggregate_s=1.0).control_usd - self._bill(1, aggregate_s=0.0).control_usd)
+        # the key's copies: a table changed in place later is not mistaken for this one
+        _CONTROL[:] = [(self.prices.model_copy(deep=True), self.arch, self.sizes.model_copy(deep=True), key[3])]
+        _CONTROL.append((control, agg_rate))
+        return control, agg_rate
+
     # ---------------------------------------------------------------- features
-    def _compute_x(self, memory_mb, e):
-        s = self.shape
-        return np.stack(
-            [
-                np.ones_like(np.asarray(memory_mb, dtype=float)),
-                s.step_flops / (P.FLOPS_PER_VCPU * P.speed(memory_mb, e)),
-            ],
-            axis=-1,
-        )
+    def _compute_x(self, memory_mb):
+        """The compute features at every e of E_GRID: (e, memory_mb, feature)."""
+        m = np.asarray(memory_mb, dtype=float)
+        x = self.shape.step_flops / (P.FLOPS_PER_VCPU * P.speed(m[None, :], E_GRID[:, None]))
+        return np.stack([np.ones_like(x), x], axis=-1)
 
     def _eval_x(self, n, memory_mb, e):
         s = self.shape
@@ -484,8 +515,9 @@ class TimingModel:
         # the spread the run's rounds at one tier showed, or a noisy round moves every tier's fit
         sd = np.maximum(np.array(obs.comp.sd), step_round_spread(comp_m, y) * y)
         logml = np.empty(len(E_GRID))
-        for i, e in enumerate(E_GRID):
-            logml[i] = self.compute[i].fit(self._compute_x(comp_m, e), y, sd).logml
+        xs, data = self._compute_x(comp_m), data_terms(y, sd)
+        for i in range(len(E_GRID)):
+            logml[i] = self.compute[i].fit_data(xs[i], data).logml
         lw = self.e_logprior + logml
         lw -= lw.max()
         w = np.exp(lw)
@@ -528,8 +560,9 @@ class TimingModel:
         """Per-step compute seconds at memory_mb: mixture mean and parameter sd over e."""
         memory_mb = np.asarray(memory_mb, dtype=float)
         mus, vs = [], []
-        for i, e in enumerate(E_GRID):
-            mu, var = self.compute[i].predict(self._compute_x(memory_mb.ravel(), e))
+        xs = self._compute_x(memory_mb.ravel())
+        for i in range(len(E_GRID)):
+            mu, var = self.compute[i].predict(xs[i])
             mus.append(mu)
             vs.append(var)
         mu_a, v_a = np.array(mus), np.array(vs)
