@@ -71,8 +71,12 @@ typecheck: install
 # What a change should pass before review (CI runs the same, see .ci/run).
 pr: lint typecheck test
 
-# Both sets of curves (tuning, held-out), ten seeds each: 11:16 on 2 idle cores (335 + 340 s, 1,344 CPU-s;
-# bench/experiments/2026-12-06-bench-planner-speed*.md). The fresh held-out set: --curves bench/curves/held-out-2.
+# Both sets of curves (tuning, held-out), ten seeds each: 12:22 on this machine's 2 idle cores (365 + 374 s,
+# 1,467 CPU-s). Side by side on this machine it takes 0.84x the CPU of de74481's code, which took 11:16
+# (1,344 CPU-s) on the machine of the day before: this one is ~1.3x slower
+# (bench/experiments/2026-12-0[67]-bench-planner-speed*.md). The second held-out set (bench/curves/held-out-2,
+# ~3,900 CPU-s for ten seeds): --curves bench/curves/held-out-2 --out F; its record is
+# bench/results/planner-held-out-2.json, headline in bench/README.md.
 bench-planner: install
 	nice -n 10 $(BIN)/python bench/planner_bench.py
 
