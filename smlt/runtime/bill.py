@@ -242,20 +242,13 @@ def price(shape: RoundShape, prices: Prices, architecture: str) -> Bill:
     req = requests(shape)
     gbs = prices.lambda_gb_second[architecture]
     agg_calls = aggregator_invocations(shape.aggregators)
-    control_gb_s = _gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * _gb_seconds(
+    control_gb_s = gb_seconds(shape.planner_memory_mb, shape.plan_s) + agg_calls * gb_seconds(
         shape.aggregate_memory_mb, shape.aggregate_s
     )
     attempts = _num(shape.workers) + shape.retries
     worker_usd = shape.worker_gb_s * gbs + attempts * prices.lambda_request
     control_usd = control_gb_s * gbs + (1 + agg_calls) * prices.lambda_request
     return Bill(req, worker_usd, control_usd, services_usd(req, prices))
-
-
-def _gb_seconds(memory_mb: Num, seconds: Num) -> Num:
-    """`prices.gb_seconds`, on plain numbers in Python floats (`_num`)."""
-    if isinstance(memory_mb, (int, float)) and isinstance(seconds, (int, float)):
-        return float(memory_mb) / 1024.0 * max(seconds, 0.001)
-    return gb_seconds(memory_mb, seconds)
 
 
 # The end of a run: Plan (its stop), ShouldTrain, Finalize, Done; Finalize writes final/model and

@@ -12,7 +12,10 @@ from smlt.runtime import deployed
 
 
 def gb_seconds(memory_mb: Any, seconds: Any) -> Any:
-    """GB-seconds of one invocation: Lambda bills per ms, at least 1 ms (numbers or arrays)."""
+    """GB-seconds of one invocation: Lambda bills per ms, at least 1 ms (numbers or arrays; plain
+    numbers in Python floats, the same operations without numpy's overhead per call)."""
+    if isinstance(memory_mb, (int, float)) and isinstance(seconds, (int, float)):
+        return float(memory_mb) / 1024.0 * max(seconds, 0.001)
     return np.asarray(memory_mb, dtype=float) / 1024.0 * np.maximum(seconds, 0.001)
 
 
