@@ -159,3 +159,53 @@ def test_text_labels_are_classes_and_cannot_be_regression_targets(tmp_path):
     csv = write_csv(tmp_path / "d.csv", rows())
     with pytest.raises(InvalidDataset, match=r"column 'label', line 2: 'yes' is not a number \(task is regression\)"):
         prepare_dataset(str(csv), str(tmp_path / "out"), options=SourceOptions(task="regression"))
+
+
+def test_semicolon_and_tab_separated_files_with_decimal_commas_prepare_like_the_comma_csv(tmp_path):
+    body = [[r[0], r[1], r[2], r[3], r[4]] for r in rows()]
+    a = prepare_dataset(str(write_csv(tmp_path / "d.csv", body)), str(tmp_path / "a"), shards=2)
+    # A spreadsheet in a comma-decimal locale: semicolons between cells, "10,5" for 10.5.
+    euro = tmp_path / "euro.csv"
+    euro.write_text("\n".join(";".join(c.replace(".", ",") for c in r) for r in [HEADER, *body]) + "\n")
+    tabbed = tmp_path / "tabbed.csv"
+    tabbed.write_text("\n".join("\t".join(r) for r in [HEADER, *body]) + "\n")
+    for src, out in ((euro, "b"), (tabbed, "c")):
+        m = prepare_dataset(str(src), str(tmp_path / out), shards=2)
+        assert m.columns == a.columns and m.x == a.x and m.label == "label", src
+        np.testing.assert_allclose(stored(tmp_path / out, m.train), stored(tmp_path / "a", a.train), rtol=1e-6)
+    # Later data is read the same way.
+    np.testing.assert_allclose(
+        apply_columns(m, read_table(str(euro))), apply_columns(a, read_table(str(tmp_path / "d.csv"))), rtol=1e-6
+    )
+
+
+def test_a_column_of_numbers_with_a_stray_word_is_text_and_prepare_says_so(tmp_path, caplog):
+    body = [[str(i), f"{i * 0.5:.1f}" if i != 41 else "n/a", str(i % 2)] for i in range(60)]
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(write_csv(tmp_path / "d.csv", body, ["id", "weight", "label"])), str(tmp_path / "a"))
+    assert {c.name: c.kind for c in m.columns or []} == {"id": "numeric", "weight": "hash"}
+    assert (
+        "d.csv: column 'weight', line 43: 'n/a' is not a number, so column 'weight' is read as text though 59 of its "
+        "60 cells are numbers" in caplog.text
+    )
+    # A column of words is text without a word said.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        prepare_dataset(
+            str(write_csv(tmp_path / "e.csv", rows())), str(tmp_path / "b"), options=SourceOptions(label="label")
+        )
+    assert "is read as text" not in caplog.text
+
+
+@pytest.mark.parametrize("source", ["csv", "npz"])
+def test_a_regression_target_that_never_varies_is_refused(tmp_path, source):
+    if source == "csv":
+        path = write_csv(tmp_path / "d.csv", [[str(i), "5.5"] for i in range(40)], ["a", "price"])
+        named = "target 'price'"
+    else:
+        path = tmp_path / "d.npz"
+        np.savez(path, x=np.arange(80, dtype=np.float32).reshape(40, 2), y=np.full(40, 5.5))
+        named = "the regression target"
+    with pytest.raises(InvalidDataset, match=rf"{named} is 5.5 in every row of the train split: there is nothing"):
+        prepare_dataset(str(path), str(tmp_path / "out"), options=SourceOptions(task="regression"))
+    assert not (tmp_path / "out").exists()

@@ -189,6 +189,20 @@ def _normalization(applied, axis, mean: np.ndarray, std: np.ndarray) -> Normaliz
     return Normalization(applied=applied, axis=axis, mean=mean.tolist(), std=std.tolist())
 
 
+def target_std(std: np.ndarray, where: str, mean: np.ndarray, names: list[str] | None = None) -> np.ndarray:
+    """The train split's std of each regression target, refused where a target never varies: a
+    model would learn nothing from it, and a scale of 0 would make every loss and R² undefined."""
+    flat = np.flatnonzero(np.asarray(std) < 1e-12)
+    if flat.size:
+        j = int(flat[0])
+        what = f"target {names[j]!r}" if names else ("the regression target" if len(std) == 1 else f"target {j}")
+        raise InvalidDataset(
+            f"{where}: {what} is {float(mean[j]):g} in every row of the train split: there is nothing to learn "
+            "(is it the label you meant?)"
+        )
+    return std
+
+
 def channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std of (N, C, H, W) images in their own units, in chunks of rows."""
     total = np.zeros(x.shape[1])

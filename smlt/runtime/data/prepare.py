@@ -619,8 +619,8 @@ def _labels(
             )
         mean, std = np.asarray(features.target_mean), np.asarray(features.target_std)
     else:
-        mean, std = y[train].mean(axis=0), y[train].std(axis=0)
-        std = np.where(std < 1e-12, 1.0, std)
+        mean = y[train].mean(axis=0)
+        std = arrays.target_std(y[train].std(axis=0), source, mean)
     target = TargetScaling(mean=mean.tolist(), std=std.tolist(), val_var=y[val].var(axis=0).tolist())
     stored = ((y - mean) / std).astype(np.float32)
     return stored, ArraySpec(shape=[int(y.shape[1])], dtype="float32"), int(y.shape[1]), target, None

@@ -31,7 +31,7 @@ SKLEARN_BUNDLED = {
     "breast_cancer": ("load_breast_cancer", "classification"),
     "diabetes": ("load_diabetes", "regression"),
 }
-TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson")
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".jsonl", ".ndjson")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from smlt.runtime.data import tabular
-from smlt.runtime.data.arrays import FLOAT32_MAX
+from smlt.runtime.data.arrays import FLOAT32_MAX, target_std
 from smlt.runtime.data.manifest import ArraySpec, ColumnTransform, FeatureSpec, TargetScaling, class_name
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.stats import MAX_LEVELS, Levels, Median, Moments
@@ -167,8 +167,8 @@ class LabelFit:
                 )
             mean, std = float(spec.target_mean[0]), float(spec.target_std[0])
         else:
-            mean, std = float(self.train.mean[0]), float(self.train.std[0])
-            std = 1.0 if std < 1e-12 else std
+            mean = float(self.train.mean[0])
+            std = float(target_std(np.asarray(self.train.std[:1]), self.path, np.asarray([mean]), [self.name])[0])
         self._scale = (mean, std)
         val_var = float(self.val.m2[0] / max(self.val.n[0], 1.0))
         target = TargetScaling(mean=[mean], std=[std], val_var=[val_var])
@@ -192,6 +192,10 @@ class LabelFit:
         return self._index[found.to_numpy(zero_copy_only=False)]
 
 
+# A cell that is a number as float64 parsing reads one (after stripping): what `mostly_numbers` counts.
+_NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+
+
 class ColumnFit:
     """One feature column over pass 1: numeric or text, its train statistics, its bad numbers."""
 
@@ -206,6 +210,9 @@ class ColumnFit:
         self.levels = Levels()
         self.bad = 0  # cells NaN, Inf or beyond float32
         self.first_bad: tuple[int, str, str, bool] | None = None  # (row number, where, cell, finite)
+        # a text column's present cells, those that are numbers, and its first that is not
+        self.cells, self.numberlike = 0, 0
+        self.first_text: tuple[int, str, str] | None = None  # (row number, where, cell)
 
     def add(self, block: Block, train: np.ndarray) -> np.ndarray:
         """Count the block's cells; returns where they are empty."""
@@ -233,9 +240,38 @@ class ColumnFit:
             gaps = block.gaps(self.name)
             if self.fixed is None:
                 self.levels.add(block.text(self.name).filter(pa.array(train)))
+                self._count_numbers(block, gaps)
         self.train_gaps += int((gaps & train).sum())
         self.blocks += 1
         return gaps
+
+    def _count_numbers(self, block: Block, gaps: np.ndarray) -> None:
+        """How many of a text column's cells are numbers: a quantity with a few stray cells
+        ("n/a", "12 kg") is read as text, which `mostly_numbers` tells."""
+        import pyarrow.compute as pc
+
+        text = block.text(self.name)
+        if block.decimal_comma:
+            text = pc.replace_substring(text, ",", ".")
+        number = pc.fill_null(pc.match_substring_regex(text, _NUMBER), False).to_numpy(zero_copy_only=False)
+        self.cells += int((~gaps).sum())
+        self.numberlike += int(number.sum())
+        if self.first_text is None:
+            other = ~number & ~gaps
+            if other.any():
+                i = int(np.argmax(other))
+                self.first_text = (int(block.rows[i]), block.where(i, self.name), block.cell(i, self.name))
+
+    def mostly_numbers(self) -> str | None:
+        """A notice when this column is read as text though at least 90 % of its cells are numbers."""
+        if self.numeric or self.fixed is not None or self.first_text is None or self.numberlike < 0.9 * self.cells:
+            return None
+        _, where, cell = self.first_text
+        return (
+            f"{where}: {cell!r} is not a number, so column {self.name!r} is read as text though "
+            f"{self.numberlike:,} of its {self.cells:,} cells are numbers; if it is a quantity, fix or empty "
+            "such cells (an empty cell is imputed or refused, see --missing) and prepare again"
+        )
 
     def merge(self, other: ColumnFit, offset: int) -> None:
         """Add another file's pass 1 of the same column, its rows after this one's (`offset` is
@@ -250,6 +286,11 @@ class ColumnFit:
         self.median.merge(other.median)
         self.levels.merge(other.levels)
         self.bad += other.bad
+        self.cells += other.cells
+        self.numberlike += other.numberlike
+        if self.first_text is None and other.first_text is not None:
+            row, where, cell = other.first_text
+            self.first_text = (row + offset, where, cell)
         if self.first_bad is None and other.first_bad is not None:
             row, where, cell, finite = other.first_bad
             self.first_bad = (row + offset, where, cell, finite)
@@ -349,4 +390,10 @@ class TableFit:
         raise tabular.not_finite(where, cell, finite, first.bad, self.rows, first.name, also)
 
     def transforms(self) -> list[ColumnTransform]:
+        from smlt.runtime.progress import notice
+
+        for c in self.columns:
+            told = c.mostly_numbers()
+            if told:
+                notice.info(told)
         return [c.transform(self.impute) for c in self.columns]

@@ -4,7 +4,9 @@ Lines files too: smlt.runtime.data.jsonl_reader makes the same blocks of text ce
 
 A CSV is cut into blocks of about BLOCK_BYTES at record boundaries (newlines outside quotes) and
 each block is parsed by pyarrow's CSV reader, single-threaded, every cell as text; the line where
-each row ends is kept for messages (blank lines are not rows). A Parquet file is read by record
+each row ends is kept for messages (blank lines are not rows). Cells are separated by commas, or by
+the semicolons, tabs or bars of a header that has none (a spreadsheet saved in a comma-decimal
+locale writes semicolons, and then a column of numbers with decimal commas, `0,346`, is numbers). A Parquet file is read by record
 batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty) or as text (stripped, null where
 empty): numbers cost a cast, not a Python string per cell.
@@ -33,6 +35,7 @@ PARQUET_ROWS = 65_536
 _ARROW_BLOCK = 4 << 20
 _BOM = b"\xef\xbb\xbf"
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
+_OTHER_DELIMITERS = ";\t|"
 
 
 def is_parquet(path: str | Path) -> bool:
@@ -50,6 +53,7 @@ class Block:
     rows: np.ndarray
     cells: dict[str, Any]  # column -> pyarrow Array: CSV text (null where empty), Parquet as stored
     csv: bool
+    decimal_comma: bool = False  # a CSV not separated by commas: `0,346` may be a number
     _text: dict[str, Any] = field(default_factory=dict)
     _numbers: dict[str, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
 
@@ -61,13 +65,14 @@ class Block:
 
     def slice(self, start: int, stop: int) -> Block:
         cells = {k: v.slice(start, stop - start) for k, v in self.cells.items()}
-        return Block(self.path, self.unit, self.rows[start:stop], cells, self.csv)
+        return Block(self.path, self.unit, self.rows[start:stop], cells, self.csv, self.decimal_comma)
 
     def concat(self, other: Block) -> Block:
         import pyarrow as pa
 
         cells = {k: pa.concat_arrays([v, other.cells[k]]) for k, v in self.cells.items()}
-        return Block(self.path, self.unit, np.concatenate([self.rows, other.rows]), cells, self.csv)
+        rows = np.concatenate([self.rows, other.rows])
+        return Block(self.path, self.unit, rows, cells, self.csv, self.decimal_comma)
 
     def text(self, name: str) -> Any:
         """The column as a pyarrow string array, null where a cell is empty (a CSV's stripped of
@@ -102,7 +107,12 @@ class Block:
             return values, np.isnan(values)
         if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             return None  # booleans, dates, ...: text, as Python writes them
-        for cells in (col, self.text(name)):  # as written, then stripped (" 1.5", a cell of spaces)
+        tries = [col, self.text(name)]  # as written, then stripped (" 1.5", a cell of spaces)
+        if self.decimal_comma:
+            import pyarrow.compute as pc
+
+            tries.append(pc.replace_substring(self.text(name), ",", "."))
+        for cells in tries:
             try:
                 numbers = cells.cast(pa.float64())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -128,11 +138,23 @@ class Block:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             try:
-                cells.slice(0, mid).cast(pa.float64())
+                self._cast_prefix(cells, mid)
                 lo = mid
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 hi = mid
         return lo
+
+    def _cast_prefix(self, cells: Any, n: int) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        head = cells.slice(0, n)
+        try:
+            head.cast(pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            if not self.decimal_comma:
+                raise
+            pc.replace_substring(head, ",", ".").cast(pa.float64())
 
     def cell(self, i: int, name: str) -> str:
         """A cell's text as the file has it (stripped), for messages."""
@@ -165,6 +187,7 @@ class TableFile:
     unit: str
     size: int  # bytes (CSV, JSON Lines) or rows (Parquet): what `blocks` reports progress in
     read: Callable[[TableFile, Callable[[int], None] | None], Iterator[Block]]  # its format's block reader
+    delimiter: str = ","  # a CSV's, as its header shows it
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The file's rows in order; `progress` is told how far (in `size` units) after each block."""
@@ -182,9 +205,9 @@ def open_csv_or_parquet(path: str | Path) -> TableFile:
             raise InvalidDataset(f"{path}: a Parquet dataset needs at least one row")
         return TableFile(str(path), list(pf.schema_arrow.names), "row", pf.metadata.num_rows, _parquet_blocks)
     with path.open("rb") as f:
-        header, _, _ = _csv_header(path, f)
+        header, _, _, delimiter = _csv_header(path, f)
     _check_header(path, header)
-    return TableFile(str(path), header, "line", path.stat().st_size, _csv_blocks)
+    return TableFile(str(path), header, "line", path.stat().st_size, _csv_blocks, delimiter)
 
 
 def _check_header(path: Path | str, header: list[str]) -> None:
@@ -209,8 +232,8 @@ def _record_ends(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
     return newlines, newlines[np.searchsorted(quotes, newlines) % 2 == 0]
 
 
-def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int]:
-    """(the header's names, the bytes read past it, the lines it took)."""
+def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
+    """(the header's names, the bytes read past it, the lines it took, the delimiter)."""
     buf = f.read(BLOCK_BYTES)
     if buf.startswith(_BOM):  # Excel's "CSV UTF-8": not part of the first column's name
         buf = buf[len(_BOM) :]
@@ -225,8 +248,18 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int]:
         text = buf[:end].decode("utf-8")
     except UnicodeDecodeError as e:
         raise _not_utf8(path, e.start) from None
-    header = next(csv.reader(io.StringIO(text, newline="")), [])
-    return header, buf[end:], buf[:end].count(b"\n")
+    delimiter = _delimiter(text)
+    header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+    return header, buf[end:], buf[:end].count(b"\n"), delimiter
+
+
+def _delimiter(header: str) -> str:
+    """A comma, unless the header has none and has semicolons, tabs or bars (the most of them)."""
+    if "," in header:
+        return ","
+    counts = {d: header.count(d) for d in _OTHER_DELIMITERS}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
 
 
 def _not_utf8(path: Path | str, byte: int) -> InvalidDataset:
@@ -237,7 +270,7 @@ def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Ite
     path = Path(table.path)
     rows = 0
     with path.open("rb") as f:
-        _, buf, line = _csv_header(path, f)
+        _, buf, line, _ = _csv_header(path, f)
         offset = f.tell() - len(buf)  # the file byte where `buf` starts
         eof = False
         while not eof:
@@ -272,20 +305,20 @@ def _csv_block(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.nda
 
     lines = _row_lines(body, newlines, ends, line)
     if not len(lines):
-        return Block(table.path, "line", lines, {}, csv=True)
+        return Block(table.path, "line", lines, {}, csv=True, decimal_comma=table.delimiter != ",")
     parsed = None
     try:
-        parsed = _parse_csv(table.columns, body, quoted=b'"' in body)
+        parsed = _parse_csv(table.columns, body, quoted=b'"' in body, delimiter=table.delimiter)
     except pa.ArrowInvalid as e:
         _diagnose(table, body, line, offset, e)
     assert parsed is not None
     if parsed.num_rows != len(lines):  # a line ending Python's csv and pyarrow count apart (a lone \r)
         lines = _python_lines(table, body, line, offset)
     cells = {name: parsed.column(i).combine_chunks() for i, name in enumerate(table.columns)}
-    return Block(table.path, "line", lines, cells, csv=True)
+    return Block(table.path, "line", lines, cells, csv=True, decimal_comma=table.delimiter != ",")
 
 
-def _parse_csv(columns: list[str], body: bytes, quoted: bool) -> Any:
+def _parse_csv(columns: list[str], body: bytes, quoted: bool, delimiter: str = ",") -> Any:
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -295,7 +328,7 @@ def _parse_csv(columns: list[str], body: bytes, quoted: bool) -> Any:
             return pcsv.read_csv(
                 pa.BufferReader(body),
                 read_options=pcsv.ReadOptions(column_names=columns, use_threads=False, block_size=block_size),
-                parse_options=pcsv.ParseOptions(newlines_in_values=quoted),
+                parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=quoted),
                 convert_options=pcsv.ConvertOptions(
                     column_types={name: pa.string() for name in columns},
                     strings_can_be_null=True,
@@ -324,7 +357,7 @@ def _row_lines(body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int) -
 
 
 def _python_lines(table: TableFile, body: bytes, line: int, offset: int) -> np.ndarray:
-    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""))
+    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""), delimiter=table.delimiter)
     return np.array([line + reader.line_num for r in reader if r], np.int64)
 
 
@@ -338,7 +371,7 @@ def _decode(table: TableFile, body: bytes, offset: int) -> str:
 def _diagnose(table: TableFile, body: bytes, line: int, offset: int, error: Exception) -> None:
     """The named error for a block pyarrow could not read: not UTF-8, or a row with another
     number of values than the header (found with Python's csv, as only a failing block is)."""
-    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""))
+    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""), delimiter=table.delimiter)
     for r in reader:
         if r and len(r) != len(table.columns):
             raise InvalidDataset(

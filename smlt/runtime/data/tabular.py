@@ -16,12 +16,16 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from smlt.runtime.data.arrays import FIX_ROWS, FLOAT32_MAX, standardise
 from smlt.runtime.data.manifest import ColumnTransform, Manifest
 from smlt.runtime.errors import InvalidDataset
+
+if TYPE_CHECKING:
+    from smlt.runtime.data.table_reader import Block
 
 # A text column with at most this many distinct values in the train split is one-hot encoded;
 # more are hashed into HASH_BUCKETS features.
@@ -60,8 +64,15 @@ def read_table(path: str | Path) -> Table:
 
     file = open_table(path)
     blocks = list(file.blocks())
-    columns = {name: np.concatenate([b.column(name, numeric=False) for b in blocks]) for name in file.columns}
+    columns = {name: _cells(blocks, name) for name in file.columns}
     return Table(file.path, columns, np.concatenate([b.rows for b in blocks]), file.unit)
+
+
+def _cells(blocks: list[Block], name: str) -> np.ndarray:
+    cells = np.concatenate([b.column(name, numeric=False) for b in blocks])
+    if any(b.decimal_comma for b in blocks) and all(b.numbers(name) is not None for b in blocks):
+        cells = np.char.replace(cells, ",", ".")  # "10,5" in a file not separated by commas: 10.5, as prepare read it
+    return cells
 
 
 def missing(cells: np.ndarray) -> np.ndarray:
