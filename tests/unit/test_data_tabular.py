@@ -209,3 +209,28 @@ def test_a_regression_target_that_never_varies_is_refused(tmp_path, source):
     with pytest.raises(InvalidDataset, match=rf"{named} is 5.5 in every row of the train split: there is nothing"):
         prepare_dataset(str(path), str(tmp_path / "out"), options=SourceOptions(task="regression"))
     assert not (tmp_path / "out").exists()
+
+
+def test_parquet_decimals_are_numbers_and_a_column_of_all_different_values_is_named(tmp_path, caplog):
+    import datetime as dt
+    import decimal
+
+    n = 200
+    x = np.random.default_rng(0).normal(size=n)
+    table = {
+        "price": pa.array([decimal.Decimal(f"{v:.2f}") for v in x], pa.decimal128(10, 2)),
+        "when": pa.array([dt.datetime(2024, 1, 1) + dt.timedelta(hours=i) for i in range(n)]),
+        "label": pa.array((x > 0).astype("int8")),
+    }
+    pq.write_table(pa.table(table), tmp_path / "d.parquet")
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(tmp_path / "d.parquet"), str(tmp_path / "a"))
+    assert {c.name: c.kind for c in m.columns or []} == {"price": "numeric", "when": "hash"}
+    assert "d.parquet: column 'when' has 160 distinct values in 160 train rows, hashed into 32 features" in caplog.text
+    # Later rows of the same file give the same features (decimals as numbers there too).
+    np.testing.assert_allclose(
+        apply_columns(m, read_table(str(tmp_path / "d.parquet")))[:, 0],
+        (np.round(x, 2) - m.normalization.mean[0]) / m.normalization.std[0],
+        rtol=1e-5,
+        atol=1e-6,
+    )

@@ -273,6 +273,21 @@ class ColumnFit:
             "such cells (an empty cell is imputed or refused, see --missing) and prepare again"
         )
 
+    def mostly_distinct(self, path: str) -> str | None:
+        """A notice when this column is hashed though nearly every value in it is different: an
+        id, a timestamp or free text, whose buckets a model can only memorise."""
+        if self.numeric or self.fixed is not None:
+            return None
+        counted = sum(self.levels.counts.values())
+        distinct = len(self.levels.counts)
+        if distinct <= max(tabular.MAX_ONEHOT_LEVELS, 50) or distinct < 0.5 * counted:
+            return None
+        return (
+            f"{path}: column {self.name!r} has {distinct:,} distinct values in {counted:,} train rows, hashed into "
+            f"{tabular.HASH_BUCKETS} features: values that are nearly all different (an id, a date, free text?) "
+            "tell a model nothing it can use on new rows; leave the column out of the file unless it means something"
+        )
+
     def merge(self, other: ColumnFit, offset: int) -> None:
         """Add another file's pass 1 of the same column, its rows after this one's (`offset` is
         added to its row numbers: the first bad cell stays the first in the files' order). A
@@ -393,7 +408,7 @@ class TableFit:
         from smlt.runtime.progress import notice
 
         for c in self.columns:
-            told = c.mostly_numbers()
+            told = c.mostly_numbers() or c.mostly_distinct(self.path)
             if told:
                 notice.info(told)
         return [c.transform(self.impute) for c in self.columns]

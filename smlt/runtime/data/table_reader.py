@@ -175,7 +175,7 @@ class Block:
 def _is_number_type(t: Any) -> bool:
     import pyarrow as pa
 
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 @dataclass
