@@ -234,3 +234,10 @@ def test_parquet_decimals_are_numbers_and_a_column_of_all_different_values_is_na
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_a_file_of_one_column_reads_decimal_commas_and_never_splits_on_them(tmp_path):
+    one = tmp_path / "one.csv"
+    one.write_text("weight\n0,5\n12\n")
+    t = read_table(str(one))
+    assert list(t.columns) == ["weight"] and t.columns["weight"].astype(float).tolist() == [0.5, 12.0]

@@ -254,12 +254,13 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
 
 
 def _delimiter(header: str) -> str:
-    """A comma, unless the header has none and has semicolons, tabs or bars (the most of them)."""
+    """A comma, unless the header has none: then its semicolons, tabs or bars (the most of them),
+    or a tab for a header of one column (whose cells hold no delimiter, but may hold `0,5`)."""
     if "," in header:
         return ","
     counts = {d: header.count(d) for d in _OTHER_DELIMITERS}
     best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] else ","
+    return best if counts[best] else "\t"
 
 
 def _not_utf8(path: Path | str, byte: int) -> InvalidDataset:
