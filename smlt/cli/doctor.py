@@ -11,8 +11,9 @@ import argparse
 import json
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from smlt.cloud import aws_not_configured
 from smlt.runtime import account, clients, deployed
 from smlt.runtime.errors import AwsNotConfigured
 from smlt.runtime.progress import notice
@@ -53,14 +54,8 @@ def check(stack: str, lam: Any = None, cfn: Any = None) -> tuple[list[str], bool
         cfn = cfn or clients.make("cloudformation")
         limits = account.read_limits(lam)
         env = _planner_env(stack, cfn, lam)
-    except NoRegionError:
-        raise AwsNotConfigured("no AWS region: set AWS_REGION (or `region` in ~/.aws/config)") from None
-    except NoCredentialsError:
-        raise AwsNotConfigured(
-            "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE"
-        ) from None
     except (ClientError, BotoCoreError) as e:
-        raise AwsNotConfigured(f"cannot read the account's Lambda settings: {e}") from None
+        raise aws_not_configured(e) or AwsNotConfigured(f"cannot read the account's Lambda settings: {e}") from None
     ok = True
     lines = [
         f"Lambda concurrency: {limits.concurrent} per account in this region, "

@@ -6,6 +6,7 @@ comes from AWS_ENDPOINT_URL (the local engine sets it); `reset()` forgets them w
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,9 @@ def make(service: str, session: Any = None, **kw: Any) -> Any:
     import boto3
     from botocore.config import Config
 
+    if session is None and "region_name" not in kw and os.environ.get("AWS_REGION"):
+        # AWS_REGION first, as the AWS CLI v2 and Lambda read it; botocore reads only AWS_DEFAULT_REGION
+        kw["region_name"] = os.environ["AWS_REGION"]
     c = (session or boto3).client(service, config=Config(**CONFIGS.get(service, STANDARD)), **kw)
     for event, handler, unique_id in _HOOKS:
         c.meta.events.register(event, handler, unique_id=unique_id)

@@ -47,3 +47,23 @@ def test_a_hook_reaches_the_clients_made_before_and_after_it():
         "before-parameter-build.dynamodb.ListTables",
         "before-parameter-build.lambda.ListFunctions",
     ]
+
+
+def test_aws_region_names_the_region_as_the_aws_cli_reads_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")  # botocore alone reads only AWS_DEFAULT_REGION
+    assert clients.make("s3").meta.region_name == "eu-west-3"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-2")  # both: AWS_REGION first (AWS CLI v2, Lambda)
+    assert clients.make("s3").meta.region_name == "eu-west-3"
+    assert clients.make("s3", region_name="ap-south-1").meta.region_name == "ap-south-1"
+
+
+def test_doctor_without_a_region_says_what_to_set(monkeypatch, tmp_path, capsys):
+    from smlt.cli import main
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    assert main(["doctor"]) == 1  # as every AwsNotConfigured
+    assert "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION)" in capsys.readouterr().err
