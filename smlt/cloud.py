@@ -50,9 +50,13 @@ def aws_not_configured(e: Exception) -> AwsNotConfigured | None:
             "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         )
     if isinstance(e, EndpointConnectionError):
+        url = str(e.kwargs.get("endpoint_url", "the endpoint")).rstrip("/")
+        if ".amazonaws.com" in url:  # AWS itself: the network, not the console
+            return AwsNotConfigured(
+                f"cannot reach {url}: check this machine's network connection (and HTTPS_PROXY if it needs a proxy)"
+            )
         return AwsNotConfigured(
-            f"cannot reach {str(e.kwargs.get('endpoint_url', 'the endpoint')).rstrip('/')}: is the local "
-            "console up (`smlt local up`)? Else check AWS_ENDPOINT_URL / --endpoint-url"
+            f"cannot reach {url}: is the local console up (`smlt local up`)? Else check AWS_ENDPOINT_URL / --endpoint-url"
         )
     return None
 

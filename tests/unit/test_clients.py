@@ -67,3 +67,16 @@ def test_doctor_without_a_region_says_what_to_set(monkeypatch, tmp_path, capsys)
     monkeypatch.delenv("AWS_REGION", raising=False)
     assert main(["doctor"]) == 1  # as every AwsNotConfigured
     assert "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION)" in capsys.readouterr().err
+
+
+def test_an_unreachable_endpoint_says_network_for_aws_and_console_for_a_local_one():
+    from botocore.exceptions import EndpointConnectionError
+
+    from smlt.cloud import aws_not_configured
+
+    aws = aws_not_configured(EndpointConnectionError(endpoint_url="https://s3.eu-west-3.amazonaws.com/"))
+    assert aws is not None and "cannot reach https://s3.eu-west-3.amazonaws.com: check this machine's network" in str(
+        aws
+    )
+    local = aws_not_configured(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
+    assert local is not None and "is the local console up (`smlt local up`)?" in str(local)
