@@ -12,6 +12,7 @@ import re
 from typing import Any, Literal
 
 from pydantic import (
+    BaseModel,
     Field,
     NonNegativeInt,
     PositiveFloat,
@@ -28,7 +29,7 @@ from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
 from smlt.runtime.strict import UserModel
 from smlt.runtime.tensors.codec import Codec
-from smlt.runtime.validation import FieldError, field_errors
+from smlt.runtime.validation import FieldError, field_errors, unknown_field_hint
 
 # Built-in model names (their builders: smlt.runtime.train.models.BUILTINS); anything else must look like
 # "package.module:function".
@@ -233,9 +234,15 @@ class Job(_Strict):
 _WORDS = {"missing": "field required", "extra_forbidden": "unknown field", "finite_number": "must be a finite number"}
 
 
-def problems(e: ValidationError) -> list[str]:
-    """Each bad field of a job (or a study) as `path: words (got value)`."""
-    return [f"{err.path}: {_WORDS.get(err.type, err.message)}{_got(err)}" for err in field_errors(e, "job")]
+def problems(e: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
+    """Each bad field of a job (or a study, `model`) as `path: words (got value)`, an unknown
+    field with where it belongs or the name it is closest to."""
+    model = model or Job
+    out = []
+    for err in field_errors(e, "job"):
+        hint = unknown_field_hint(model, err.loc) if err.type == "extra_forbidden" else ""
+        out.append(f"{err.path}: {_WORDS.get(err.type, err.message)}{hint}{_got(err)}")
+    return out
 
 
 def _got(err: FieldError) -> str:

@@ -29,7 +29,19 @@ def test_accepts_json_text_and_bytes():
         ({**GOOD, "training": {"learning_rate": 0}}, "training.learning_rate"),
         ({**GOOD, "workers": {"initial": 10, "max": 4}}, "workers"),
         ({**GOOD, "bogus": 1}, "bogus: unknown field"),
-        ({**GOOD, "tracking": {"mlflow_url": "http://x"}}, "tracking.mlflow_url: unknown field"),
+        (
+            {**GOOD, "tracking": {"mlflow_url": "http://x"}},
+            "tracking.mlflow_url: unknown field (did you mean 'mlflow_uri'?)",
+        ),
+        (
+            {**GOOD, "training": {"learning_rte": 0.1}},
+            "training.learning_rte: unknown field (did you mean 'learning_rate'?)",
+        ),
+        (
+            {**GOOD, "training": {"memory_mb": 1769}},
+            "training.memory_mb: unknown field (it belongs in workers) (got 1769)",
+        ),
+        ({**GOOD, "deadline_seconds": 60}, "deadline_seconds: unknown field (it belongs in constraints)"),
         ({**GOOD, "tracking": {"mlflow_uri": ""}}, "tracking.mlflow_uri"),
         ({**GOOD, "run_id": "has spaces"}, "run_id"),
         ("{not json", "job: not valid JSON"),

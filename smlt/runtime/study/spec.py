@@ -251,7 +251,7 @@ def parse_study(raw: Any) -> Study:
     except ValidationError as e:
         # The study-wide checks (no location) name their field themselves; the others get theirs.
         whole = [err.message for err in field_errors(e) if not err.path and err.type == "value_error"]
-        raise InvalidJob("; ".join(f"study.{part}" for part in whole or problems(e))) from None
+        raise InvalidJob("; ".join(f"study.{part}" for part in whole or problems(e, Study))) from None
     check_space(study)
     return study
 
