@@ -148,6 +148,29 @@ def test_image_folder_of_one_size_needs_no_size_and_mixed_sizes_do(tmp_path):
         prepare_dataset(str(tmp_path / "mixed"), str(tmp_path / "m"))
 
 
+def test_sixteen_bit_grayscale_images_keep_their_levels_in_eight_bits(tmp_path):
+    # PIL's own conversion of a 16-bit PNG clips every value above 255 to white.
+    for name, level in (("dark", 8000), ("bright", 50000)):
+        (tmp_path / "scans" / name).mkdir(parents=True)
+        for i in range(5):
+            Image.fromarray(np.full((6, 6), level + 100 * i, np.uint16)).save(tmp_path / "scans" / name / f"{i}.png")
+    assert Image.open(tmp_path / "scans" / "dark" / "0.png").mode.startswith("I")
+    for channels in (1, 3):
+        m = prepare_dataset(
+            str(tmp_path / "scans"), str(tmp_path / f"out{channels}"), options=SourceOptions(channels=channels)
+        )
+        x, y = (
+            np.concatenate(a)
+            for a in zip(
+                stored(tmp_path / f"out{channels}", m.train), stored(tmp_path / f"out{channels}", m.validation)
+            )
+        )
+        means = {m.classes[k]: float(x[y == k].mean()) for k in (0, 1)}
+        assert means["bright"] == pytest.approx((50000 + 200) / 257, abs=1) and means["dark"] == pytest.approx(
+            (8000 + 200) / 257, abs=1
+        )
+
+
 def test_a_bad_image_names_the_file(tmp_path):
     image_folder(tmp_path / "pets")
     (tmp_path / "pets" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")

@@ -1,9 +1,10 @@
 """An image folder as a dataset: one subfolder per class holding PNG/JPEG files, read with Pillow,
-resized to one size and stored as uint8 (N, C, H, W)."""
+resized to one size and stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,12 +72,23 @@ def _open(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
 
     try:
         with Image.open(f) as img:
-            pixels = img.convert(mode)
+            pixels = _eight_bit(img).convert(mode)
             if size is not None and pixels.size != size:
                 pixels = pixels.resize(size, Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.uint8)
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise InvalidDataset(f"{f}: not a readable PNG or JPEG image ({e})") from None
+
+
+def _eight_bit(img: Any) -> Any:
+    """A 16-bit grayscale image (PIL modes I;16* and I) as 8 bits, value / 257 (65535 -> 255), the
+    same scale for every image: PIL's own conversion clips such values at 255 (white)."""
+    if not (img.mode.startswith("I;16") or img.mode == "I"):
+        return img
+    from PIL import Image
+
+    a = np.asarray(img, dtype=np.float64)
+    return Image.fromarray(np.clip(np.rint(a / 257), 0, 255).astype(np.uint8), "L")
 
 
 def _as_chw(pixels: np.ndarray, want: tuple[int, int], f: Path) -> np.ndarray:
