@@ -66,6 +66,21 @@ def test_three_axis_images_gain_a_channel_axis(tmp_path):
     assert xt.shape[1:] == (1, 5, 7)
 
 
+def test_channels_last_images_are_stored_channels_first_and_prepare_says_so(tmp_path, caplog):
+    import logging
+
+    rng = np.random.default_rng(4)
+    nchw = rng.integers(0, 256, (40, 3, 8, 6), dtype=np.uint8)
+    np.savez(tmp_path / "nhwc.npz", x=nchw.transpose(0, 2, 3, 1), y=np.arange(40) % 2)  # (40, 8, 6, 3)
+    np.savez(tmp_path / "nchw.npz", x=nchw, y=np.arange(40) % 2)
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(tmp_path / "nhwc.npz"), str(tmp_path / "a"), shards=2)
+    assert "nhwc.npz: x of shape (40, 8, 6, 3) is read as (rows, H, W, C), channels last: samples 3x8x6" in caplog.text
+    ref = prepare_dataset(str(tmp_path / "nchw.npz"), str(tmp_path / "b"), shards=2)
+    assert m.x.shape == ref.x.shape == [3, 8, 6]
+    np.testing.assert_array_equal(stored(tmp_path / "a", m.train)[0], stored(tmp_path / "b", ref.train)[0])
+
+
 def test_integer_sequences_are_token_ids(tmp_path):
     x = np.random.default_rng(3).integers(0, 37, (60, 12)).astype(np.int32)
     x[0, 0] = 36

@@ -35,13 +35,25 @@ class StoredX:
     vocab_size: int | None = None
 
 
+# Channel counts an image array has (gray, RGB, RGBA): how a channels-last array is told apart.
+IMAGE_CHANNELS = (1, 3, 4)
+
+
 def sample_layout(x: np.ndarray, where: str) -> np.ndarray:
     """x with its sample axes in the stored layout: `(N,)` -> `(N, 1)` features, `(N, H, W)` ->
-    `(N, 1, H, W)` images; `(N, F)`, `(N, T)` and `(N, C, H, W)` kept."""
+    `(N, 1, H, W)` images, `(N, H, W, C)` (channels last, as numpy, TensorFlow and Pillow arrays
+    have them: C of 1, 3 or 4 last and not second) -> `(N, C, H, W)`, said as a notice; `(N, F)`,
+    `(N, T)` and `(N, C, H, W)` kept."""
     if x.ndim == 1:
         return x.reshape(len(x), 1)
     if x.ndim == 3:
         return x.reshape(len(x), 1, *x.shape[1:])
+    if x.ndim == 4 and x.shape[3] in IMAGE_CHANNELS and x.shape[1] not in IMAGE_CHANNELS:
+        from smlt.runtime.progress import notice
+
+        n, h, w, c = x.shape
+        notice.info(f"{where}: x of shape {x.shape} is read as (rows, H, W, C), channels last: samples {c}x{h}x{w}")
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
     if x.ndim in (2, 4):
         return x
     raise InvalidDataset(
