@@ -228,3 +228,21 @@ def test_npz_labels_as_text_are_classes(tmp_path):
     np.savez(tmp_path / "t.npz", x=np.zeros((30, 2), np.float32), y=np.array(["cat", "dog", "owl"] * 10))
     m = prepare_dataset(str(tmp_path / "t.npz"), str(tmp_path / "out"), shards=2)
     assert m.task == "classification" and m.outputs == 3 and m.y.dtype == "int64"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_one_hot_labels_are_classes_unless_the_task_says_regression(tmp_path, dtype, caplog):
+    import logging
+
+    k = np.arange(30) % 3
+    np.savez(tmp_path / "h.npz", x=np.random.default_rng(5).normal(size=(30, 2)), y=np.eye(3, dtype=dtype)[k])
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(tmp_path / "h.npz"), str(tmp_path / "out"), shards=2)
+    assert m.task == "classification" and m.outputs == 3 and m.classes == ["0", "1", "2"]
+    assert "h.npz: y of shape (30, 3) is one-hot: read as 3 classes (its argmax per row)" in caplog.text
+    _, y = stored(tmp_path / "out", m.train)
+    assert set(y.tolist()) == {0, 1, 2}
+    r = prepare_dataset(
+        str(tmp_path / "h.npz"), str(tmp_path / "r"), shards=2, options=SourceOptions(task="regression")
+    )
+    assert r.task == "regression" and r.outputs == 3

@@ -131,8 +131,23 @@ def _npz(path: Path, opts: SourceOptions) -> Source:
         vocab = int(z["vocab_size"]) if "vocab_size" in z else opts.vocab_size
     if len(x) != len(y):
         raise InvalidDataset(f"{path}: x has {len(x)} rows and y {len(y)}: they must match")
-    kind: Task = opts.task or ("regression" if np.issubdtype(y.dtype, np.floating) else "classification")
+    if opts.task != "regression" and _one_hot(y):
+        from smlt.runtime.progress import notice
+
+        notice.info(f"{path}: y of shape {y.shape} is one-hot: read as {y.shape[1]} classes (its argmax per row)")
+        y = y.argmax(axis=1)
+        kind: Task = "classification"
+    else:
+        kind = opts.task or ("regression" if np.issubdtype(y.dtype, np.floating) else "classification")
     return Source(path.stem, y, kind, x=sample_layout(x, str(path)), vocab_size=vocab)
+
+
+def _one_hot(y: np.ndarray) -> bool:
+    """Labels as one-hot rows (Keras' to_categorical): 0s and one 1 in each row, 2 columns or more."""
+    if y.ndim != 2 or y.shape[1] < 2 or not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
+        return False
+    ones = y == 1
+    return bool(((y == 0) | ones).all() and (ones.sum(axis=1) == 1).all())
 
 
 def _table(path: Path, opts: SourceOptions) -> TableSource:
