@@ -11,7 +11,6 @@ from smlt.runtime.config import FunctionSizes
 from smlt.runtime.job import Job
 from smlt.runtime.planner.candidates import Hold, candidates
 from smlt.runtime.planner.config import active as cfg
-from smlt.runtime.planner.config import using
 from smlt.runtime.planner.evaluate import Choice, evaluate, fitted_timing, progress_model
 from smlt.runtime.planner.feasibility import nothing_fits
 from smlt.runtime.planner.guards import hard_guards
@@ -34,43 +33,12 @@ def decide_adaptive(
 ) -> Decision:
     """The adaptive planner, a `Policy`: the plan of the next round (`hold`: dimensions held fixed,
     the ablations'), or the stop a rule calls for."""
-    c = cfg()
-    if not (c.setting_plateau and c.plateau_move_room_rounds > 0):
-        return _decide(job, history, tiers, prices, arch, sizes, hold)[0]
-    # A plateau per setting with the move-room test: its plan where it is the one-plateau model's,
-    # else only where the deadline has room for a cold start and `plateau_move_room_rounds` rounds
-    # of it on top of its median forecast (experimental, bench/experiments/2026-12-07-plateau-slack.md).
-    d, need_s = _decide(job, history, tiers, prices, arch, sizes, hold)
-    with using(c.model_copy(update={"plateau_k_sd": 0.0, "plateau_n_sd": 0.0})):
-        d_one, _ = _decide(job, history, tiers, prices, arch, sizes, hold)
-    same = (d.action, d.workers, d.memory_mb, d.local_steps) == (
-        d_one.action,
-        d_one.workers,
-        d_one.memory_mb,
-        d_one.local_steps,
-    )
-    deadline = job.constraints.deadline_seconds
-    room = deadline is None or (need_s is not None and need_s <= deadline)
-    return d if same or (d.action == "train" and room) else d_one
-
-
-def _decide(
-    job: Job,
-    history: RunHistory,
-    tiers: list[int],
-    prices: Prices,
-    arch: str,
-    sizes: FunctionSizes | None,
-    hold: Hold | None,
-) -> tuple[Decision, float | None]:
-    """`decide_adaptive`'s decision, and for a round to train the run's elapsed seconds at the end
-    of its median forecast plus a cold start and `plateau_move_room_rounds` rounds of the plan."""
     tr = job.training
     tm = fitted_timing(job, history, prices, arch, sizes)
     shape = tm.shape
     done = terminal(job, history, tm, prices, arch)
     if done:
-        return done, None
+        return done
     pm = progress_model(job, history, shape)
     assert pm.forecast is not None, "ProgressModel.fit sets the forecast"
     if tr.target_value is None and pm.forecast.p_done > 0.5 and history.rounds:
@@ -84,16 +52,15 @@ def _decide(
             f"workers x {tr.local_steps} steps has been made (no target set)",
             "max_rounds",
             "work_done",
-        ), None
+        )
     cand = candidates(job, history, tiers, hold, shape.val_rows)
     x = Choice(job, history, tm, pm, prices, arch, cand, evaluate(job, history, cand, tm, pm, prices, arch))
     base = x.ev.valid.copy()
     # hard guards: the next round must be affordable in the worst case, and finish before the deadline
     guard = hard_guards(x, base & cand.reach & round_length_hedge(x))
     if isinstance(guard, Decision):
-        return guard, None
-    p_never = x.ev.R["p_never"][guard] if cfg().setting_plateau and guard.any() else x.ev.R["p_never"]
-    reachable = float(np.min(p_never) if cfg().setting_plateau else np.max(p_never)) < cfg().p_never_give_up
+        return guard
+    reachable = float(np.max(x.ev.R["p_never"])) < cfg().p_never_give_up
     first_fit = next(((ok, q, j) for ok, q, j in candidate_levels(x, guard, reachable) if ok.any()), None)
     if first_fit is not None:
         chosen, level, backup = first_fit
@@ -101,17 +68,10 @@ def _decide(
     else:
         fallback = nothing_fits(x, base, guard, reachable)
         if isinstance(fallback, Decision):
-            return fallback, None
+            return fallback
         chosen, level, objective, note = fallback
         p = Pick(chosen, level, None, objective, note)
-    picked = pick(x, fewest_workers(x, p), guard)
-    rounds, i = cfg().plateau_move_room_rounds, picked.i
-    need_s = (
-        history.elapsed_s + float(x.ev.T[0.5][i] + x.f.round_s[i] + (rounds - 1) * x.f.round_s_warm[i])
-        if rounds > 0
-        else None
-    )
-    return train_decision(x, guard, picked), need_s
+    return train_decision(x, guard, pick(x, fewest_workers(x, p), guard))
 
 
 def planning_history(history: RunHistory) -> RunHistory:
