@@ -4,7 +4,7 @@
 oracle, guarded oracle and baselines are read from bench/results/planner.json.
 
 usage: score.py SET SEEDS [--config variant.json] [--jobs N] [--out F] [--workload SUBSTR]
-  SET: tuning | held_out ; SEEDS: e.g. 5,6,7 (seed index j: seed = 1000 + 10 id + j)
+  SET: tuning | held_out | held_out_2 ; SEEDS: e.g. 5,6,7 (seed index j: seed = 1000 + 10 id + j)
 """
 
 import os
@@ -84,7 +84,10 @@ def main():
     a = ap.parse_args()
     if a.config:
         VARIANT = PlannerConfig.from_file(Path(a.config))
-    doc = json.loads((ROOT / "bench/results/planner.json").read_text())[a.set]
+    results = json.loads((ROOT / "bench/results/planner.json").read_text())
+    if a.set not in results:  # e.g. held_out_2: bench/results/planner-held-out-2.json
+        results = json.loads((ROOT / f"bench/results/planner-{a.set.replace('_', '-')}.json").read_text())
+    doc = results[a.set]
     pb.use_curves(ROOT / doc["curves"])
     seeds = {int(x) for x in a.seeds.split(",")}
     recs = [r for r in doc["scenarios"] if (r["seed"] - 1000 - 10 * r["id"]) in seeds and a.workload in r["workload"]]
