@@ -366,9 +366,13 @@ def _check_memory(job: Job, manifest: Manifest, model: Any) -> float:
 
 
 def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np.ndarray, flops: float) -> None:
-    """A target the untrained model already meets would stop the run at round 0 with that model."""
+    """A target the untrained model already meets would stop the run at round 0 with that model;
+    one that always predicting the most common class meets, as soon as the model learns that."""
     t = job.training
-    if t.target_value is None or job.warm_start is not None:
+    if t.target_value is None:
+        return
+    _check_majority(job, manifest, y)
+    if job.warm_start is not None:
         return
     from smlt.runtime.steps.train import _evaluate
 
@@ -387,6 +391,26 @@ def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np
             f"{'<=' if lower else '>='} {t.target_value:g} ({t.target_metric} {value:.4g} on {count} validation rows "
             f"before any training), so the run would stop at round 0: {_units(t.target_metric, manifest, m)}"
         )
+
+
+def _check_majority(job: Job, manifest: Manifest, y: np.ndarray) -> None:
+    """An accuracy target the most common class alone reaches: on imbalanced classes the run
+    would stop with a model that predicts that class for every row."""
+    t = job.training
+    if t.target_metric != "val_accuracy" or t.target_value is None or manifest.task != "classification" or len(y) < 20:
+        return
+    counts = np.bincount(np.asarray(y, np.int64).ravel(), minlength=manifest.outputs)
+    k = int(counts.argmax())
+    share = float(counts[k]) / len(y)
+    if share < t.target_value:
+        return
+    name = manifest.classes[k] if manifest.classes and k < len(manifest.classes) else str(k)
+    rows = f"{len(y):,} validation rows" + ("" if len(y) >= manifest.validation.rows else " sampled")
+    raise InvalidJob(
+        f"training.target_value: val_accuracy {t.target_value:g} is met by always predicting the most common "
+        f"class {name!r} ({share:.1%} of {rows}), so the run could stop with a model that learned only that: "
+        f"set a target above {share:.3f}, or balance the classes"
+    )
 
 
 def _units(metric: str, manifest: Manifest, m: Any) -> str:

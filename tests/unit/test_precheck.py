@@ -1,9 +1,10 @@
 """The client's pre-check (smlt.precheck): the job's model built once here before anything
 starts; the user's own exception shown as it is, outputs checked against the dataset, memory
-measured with the workers' rule, a target the untrained model meets refused."""
+measured with the workers' rule, a target the untrained model (or the most common class alone) meets refused."""
 
 import textwrap
 
+import numpy as np
 import pytest
 
 from smlt.precheck import check_model
@@ -135,6 +136,27 @@ def test_a_regression_target_in_raw_units_met_by_the_untrained_model_is_refused(
     assert "standardised targets" in text and "use val_rmse" in text
     ok = parse_job({"dataset": {"uri": "unused"}, "training": {"target_metric": "val_rmse", "target_value": 50}})
     check_model(ok, folder)  # a raw-unit RMSE target the untrained model does not meet
+
+
+def test_an_accuracy_target_the_most_common_class_alone_reaches_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = [f"{rng.normal():.3f},{rng.normal():.3f},{int(i % 25 == 0)}" for i in range(1000)]  # 4 % ones
+    (tmp_path / "fraud.csv").write_text("a,b,fraud\n" + "\n".join(rows) + "\n")
+    prepare_dataset(str(tmp_path / "fraud.csv"), str(tmp_path / "f"), shards=2)
+
+    def job_with(target):
+        return parse_job(
+            {"dataset": {"uri": "unused"}, "training": {"target_metric": "val_accuracy", "target_value": target}}
+        )
+
+    with pytest.raises(InvalidJob) as e:
+        check_model(job_with(0.95), tmp_path / "f")
+    text = str(e.value)
+    assert text.startswith(
+        "training.target_value: val_accuracy 0.95 is met by always predicting the most common class '0' (9"
+    )
+    assert "of 200 validation rows)" in text and "set a target above 0.9" in text
+    check_model(job_with(0.99), tmp_path / "f")  # above the majority's share: the model must learn
 
 
 @pytest.mark.parametrize("cmd", [["run", "--local"], ["start"]])
