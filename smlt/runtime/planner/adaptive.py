@@ -5,6 +5,8 @@ the reason. See docs/planner.md, "The decision rule". numpy + pydantic only (pla
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from smlt.runtime.config import FunctionSizes
@@ -39,19 +41,45 @@ def decide_adaptive(
         return _decide(job, history, tiers, prices, arch, sizes, hold)[0]
     # A plateau per setting with the move-room test: its plan where it is the one-plateau model's,
     # else only where the deadline has room for a cold start and `plateau_move_room_rounds` rounds
-    # of it on top of its median forecast (experimental, bench/experiments/2026-12-07-plateau-slack.md).
-    d, need_s = _decide(job, history, tiers, prices, arch, sizes, hold)
+    # of it on top of a forecast to the target: its own median (bench/experiments/
+    # 2026-12-07-plateau-slack.md) or, with `plateau_move_room_main`, the one-plateau model's p90 of
+    # its own plan (experimental, bench/experiments/2026-12-07-plateau-slack-2.md).
+    d, fc = _decide(job, history, tiers, prices, arch, sizes, hold)
     with using(c.model_copy(update={"plateau_k_sd": 0.0, "plateau_n_sd": 0.0})):
-        d_one, _ = _decide(job, history, tiers, prices, arch, sizes, hold)
+        d_one, fc_one = _decide(job, history, tiers, prices, arch, sizes, hold)
     same = (d.action, d.workers, d.memory_mb, d.local_steps) == (
         d_one.action,
         d_one.workers,
         d_one.memory_mb,
         d_one.local_steps,
     )
+    if c.plateau_move_room_main and not same and d.action == d_one.action == "train" and not c.plateau_move_room_k:
+        # a change of k alone (the same workers and tier) is no move
+        same = (d.workers, d.memory_mb) == (d_one.workers, d_one.memory_mb)
     deadline = job.constraints.deadline_seconds
-    room = deadline is None or (need_s is not None and need_s <= deadline)
+    if deadline is None or same:
+        room = True
+    elif fc is None:
+        room = False
+    elif c.plateau_move_room_main:
+        # the detour (its next round, cold start included, and r - 1 warm rounds), then the
+        # one-plateau model's own plan to the target at its p90 (its median where the p90 is infinite)
+        t_main = None if fc_one is None else (fc_one.t90 if np.isfinite(fc_one.t90) else fc_one.t50)
+        room = t_main is not None and bool(np.isfinite(t_main)) and fc.elapsed_s + fc.detour_s + t_main <= deadline
+    else:
+        room = fc.elapsed_s + fc.t50 + fc.detour_s <= deadline
     return d if same or (d.action == "train" and room) else d_one
+
+
+class _Forecast(NamedTuple):
+    """A training decision's forecast, for the move-room test: the run's elapsed seconds, the plan's
+    seconds to the target (median, p90), and its detour: its next round (cold start included) and
+    `plateau_move_room_rounds` - 1 warm rounds."""
+
+    elapsed_s: float
+    t50: float
+    t90: float
+    detour_s: float
 
 
 def _decide(
@@ -62,9 +90,8 @@ def _decide(
     arch: str,
     sizes: FunctionSizes | None,
     hold: Hold | None,
-) -> tuple[Decision, float | None]:
-    """`decide_adaptive`'s decision, and for a round to train the run's elapsed seconds at the end
-    of its median forecast plus a cold start and `plateau_move_room_rounds` rounds of the plan."""
+) -> tuple[Decision, _Forecast | None]:
+    """`decide_adaptive`'s decision, and for a round to train its forecast (`_Forecast`)."""
     tr = job.training
     tm = fitted_timing(job, history, prices, arch, sizes)
     shape = tm.shape
@@ -106,12 +133,17 @@ def _decide(
         p = Pick(chosen, level, None, objective, note)
     picked = pick(x, fewest_workers(x, p), guard)
     rounds, i = cfg().plateau_move_room_rounds, picked.i
-    need_s = (
-        history.elapsed_s + float(x.ev.T[0.5][i] + x.f.round_s[i] + (rounds - 1) * x.f.round_s_warm[i])
+    fc = (
+        _Forecast(
+            history.elapsed_s,
+            float(x.ev.T[0.5][i]),
+            float(x.ev.T[0.9][i]),
+            float(x.f.round_s[i] + (rounds - 1) * x.f.round_s_warm[i]),
+        )
         if rounds > 0
         else None
     )
-    return train_decision(x, guard, picked), need_s
+    return train_decision(x, guard, picked), fc
 
 
 def planning_history(history: RunHistory) -> RunHistory:

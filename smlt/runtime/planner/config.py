@@ -117,6 +117,23 @@ class PlannerConfig(BaseModel):
             "(else the one-plateau model's plan; 0: no such test)",
         ),
     )
+    plateau_move_room_main: bool = Field(
+        False,
+        **_d(
+            "-",
+            "with the move-room test, the room is judged by the one-plateau model's forecast of its own plan "
+            "(p90, else median) after the moving plan's rounds, not by the moving plan's median; a change of k "
+            "alone is then no move (False: the moving plan's own median, every change a move)",
+        ),
+    )
+    plateau_move_room_k: bool = Field(
+        False,
+        **_d(
+            "-",
+            "with plateau_move_room_main, a change of k alone (the same workers and tier) is a move that needs "
+            "room too",
+        ),
+    )
     # Step bounds.
     step_up_x: int = Field(4, **_d("0003", "n and k of the next round at most this many times the largest tried"))
     first_steps_up_x: int = Field(
