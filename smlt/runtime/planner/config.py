@@ -83,57 +83,6 @@ class PlannerConfig(BaseModel):
     averaging_stall_rounds: int = Field(
         1, **_d("-", "a stall over this many evaluations of averaged models caps n at one (docs/planner.md, step 2)")
     )
-    # The plateau's dependence on the setting (docs/planner.md, Model 2; 0: one plateau for every setting).
-    plateau_k_sd: float = Field(
-        0.0,
-        **_d(
-            "-",
-            "prior sd of the plateau's fall per unit of log local steps, as a share of the best possible gain "
-            "(0: the plateau does not depend on k)",
-        ),
-    )
-    plateau_n_sd: float = Field(
-        0.0,
-        **_d(
-            "-",
-            "prior sd of the plateau's change per unit of log workers, either sign, as a share of the best "
-            "possible gain (0: the plateau does not depend on n)",
-        ),
-    )
-    plateau_never_counts: bool = Field(
-        True,
-        **_d(
-            "-",
-            "with a plateau per setting, the percentiles of the rounds needed count a plan's never-reached "
-            "outcomes as infinite (False: over the outcomes where it reaches the target, as with one plateau)",
-        ),
-    )
-    plateau_move_room_rounds: int = Field(
-        0,
-        **_d(
-            "-",
-            "with a plateau per setting, a plan other than the one-plateau model's is kept only where the deadline "
-            "has room, on top of its median forecast to the target, for a cold start and this many rounds of it "
-            "(else the one-plateau model's plan; 0: no such test)",
-        ),
-    )
-    plateau_move_room_main: bool = Field(
-        False,
-        **_d(
-            "-",
-            "with the move-room test, the room is judged by the one-plateau model's forecast of its own plan "
-            "(p90, else median) after the moving plan's rounds, not by the moving plan's median; a change of k "
-            "alone is then no move (False: the moving plan's own median, every change a move)",
-        ),
-    )
-    plateau_move_room_k: bool = Field(
-        False,
-        **_d(
-            "-",
-            "with plateau_move_room_main, a change of k alone (the same workers and tier) is a move that needs "
-            "room too",
-        ),
-    )
     # Step bounds.
     step_up_x: int = Field(4, **_d("0003", "n and k of the next round at most this many times the largest tried"))
     first_steps_up_x: int = Field(
@@ -153,13 +102,6 @@ class PlannerConfig(BaseModel):
         2.0, **_d("-", "from round 1, k stops where a round's compute reaches this multiple of its overhead (seconds)")
     )
     cost_overhead_x: float = Field(1.0, **_d("-", "the same in dollars, when money is the scarcer limit"))
-
-    @property
-    def setting_plateau(self) -> bool:
-        """The plateau depends on the setting (`plateau_k_sd`, `plateau_n_sd`): the rounds needed are
-        counted infinite where a plan never reaches the target, and the job is reachable while any
-        plan may reach it."""
-        return self.plateau_k_sd > 0.0 or self.plateau_n_sd > 0.0
 
     @property
     def speed_backup_qs(self) -> tuple[float, ...]:

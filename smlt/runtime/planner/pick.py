@@ -61,8 +61,6 @@ def _objective(x: Choice, p: Pick) -> np.ndarray:
         )
         n_rounds = np.minimum(n_rounds, x.job.training.max_rounds - len(x.history.rounds))
         base_obj = -np.minimum(n_rounds, 1e9) * dtau
-        if cfg().setting_plateau:  # progress towards a plateau below the target is worth nothing
-            base_obj = base_obj * (1.0 - x.ev.R["p_never"])
     return np.where(np.isfinite(base_obj), base_obj, 1e300)
 
 

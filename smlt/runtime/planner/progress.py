@@ -116,153 +116,24 @@ class RoundsForecast:
 
     def summary(self, n, k, qs=(0.1, 0.2, 0.5, 0.7, 0.9)):
         R = self.rounds(n, k)
-        return _summarize(R, np.broadcast_to(self.w[None, :], R.shape), qs)
-
-
-def _summarize(R: np.ndarray, W: np.ndarray, qs, conditional: bool = True) -> dict:
-    """Quantiles, mean and P(never) of the rounds needed R (C, S) under sample weights W (C, S),
-    each row summing to 1. `conditional`: the quantiles over the outcomes where the target is
-    reached (else never counts as infinitely many rounds)."""
-    fin = np.isfinite(R)
-    order = np.argsort(R, axis=1)
-    Rs = np.take_along_axis(R, order, axis=1)
-    # Quantiles are conditional on the target being reachable: with one plateau for every setting
-    # the outcomes where it is not are equally bad for every plan, so they must not steer the
-    # choice (p_never reports them). With a plateau per setting they differ by plan: counted.
-    Ws = np.take_along_axis(W, order, axis=1)
-    wf_sorted = np.where(np.isfinite(Rs), Ws, 0.0) if conditional else Ws
-    tot = wf_sorted.sum(1, keepdims=True)
-    cw = np.cumsum(wf_sorted, axis=1) / np.maximum(tot, 1e-300)
-    out = {}
-    for q in qs:
-        i = np.argmax(cw >= q - 1e-12, axis=1)
-        out[q] = np.where(tot[:, 0] > 0, Rs[np.arange(len(Rs)), i], np.inf)
-    wf = fin * W
-    mass = wf.sum(1)
-    # mean over the outcomes where the target is reached; p_never carries the rest
-    out["mean"] = np.where(mass > 0, (np.where(fin, R, 0.0) * wf).sum(1) / np.maximum(mass, 1e-300), np.inf)
-    out["p_never"] = 1.0 - mass
-    return out
-
-
-class SettingForecast(RoundsForecast):
-    """The rounds still needed when the plateau depends on the setting (`PlannerConfig.plateau_k_sd`,
-    `plateau_n_sd`): a setting of n workers x k steps saturates at A(n, k) = A - c_k log k - c_n log n,
-    so the curve's one amplitude becomes one per candidate. Every sample carries the Gaussian
-    posterior of (A, c_k, c_n) at its grid point and a quadrature node of the candidate's own A; the
-    tau* prior (epochs to the target) and the plateau's escape are applied per candidate."""
-
-    def __init__(
-        self,
-        *,
-        cfg_idx,
-        theta_mean,
-        theta_cov,
-        x_a,
-        err,
-        tau0,
-        p,
-        tau_now,
-        w0,
-        gain,
-        a_max,
-        tau_epoch,
-        p_escape,
-        done,
-        betas,
-        drifts,
-        momentum,
-        P,
-        last_n,
-        last_k,
-    ):
-        self.cfg_idx, self.theta_mean, self.theta_cov, self.x_a, self.err = cfg_idx, theta_mean, theta_cov, x_a, err
-        self.tau0, self.p, self.tau_now_s, self.w0 = tau0, p, tau_now, w0 / w0.sum()
-        self.gain, self.a_max, self.tau_epoch, self.p_escape, self.done, self.P = (
-            gain,
-            a_max,
-            tau_epoch,
-            p_escape,
-            done,
-            P,
-        )
-        self.betas, self.drifts, self.momentum = betas, drifts, momentum
-        self.p_done = 1.0 if done else 0.0
-        self.w = self.w0
-        # each sample's fitted level now (gain over y0) at the setting of the last round
-        m_last, sd_last = self.plateau(np.array([last_n]), np.array([last_k]))
-        a_last = np.clip(m_last[0] + x_a * sd_last[0], 1e-6, a_max)
-        self.level_now = a_last * (1.0 - np.exp(-np.power(np.maximum(tau_now, 0.0) / tau0, p)))
-        self.tau_rem = np.zeros(len(w0))
-
-    def plateau(self, n, k) -> tuple[np.ndarray, np.ndarray]:
-        """(C, S) mean and sd of the amplitude at each (n, k) under each sample's grid point."""
-        n = np.maximum(np.asarray(n, dtype=float), 1.0)
-        k = np.maximum(np.asarray(k, dtype=float), 1.0)
-        feat = np.stack([np.ones_like(n), -np.log(k), -np.log(n)], 1)  # (C, 3)
-        mean = feat @ self.theta_mean.T
-        var = np.einsum("ca,sab,cb->cs", feat, self.theta_cov, feat)
-        return mean, np.sqrt(np.maximum(var, 0.0))
-
-    def _remaining(self, n, k) -> tuple[np.ndarray, np.ndarray]:
-        """(C, S') tau still needed and weights (rows sum to 1), the plateau's escape included."""
-        P = self.P
-        mean, sd = self.plateau(n, k)
-        A = np.clip(mean + self.x_a[None, :] * sd, 1e-6, self.a_max)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            tau_star = self._tau_at(self.gain / A)
-            z = (np.log(tau_star / self.tau_epoch) - math.log(P.EPOCHS_TO_TARGET_MEDIAN)) / P.EPOCHS_TO_TARGET_SD_LOG
-            w = self.w0[None, :] * np.exp(np.where(np.isfinite(z), -0.5 * z**2, -2.0))
-            # a setting takes over from where the model is now: along its own curve, from the tau at
-            # which that curve is at the current level (the same setting: tau now)
-            tau_from = np.minimum(self._tau_at(self.level_now[None, :] / A), self.tau_now_s[None, :])
-            rem = np.maximum(tau_star - tau_from, 0.0) * self.err[None, :]
-        if self.done:
-            rem = np.zeros_like(rem)
-        never = ~np.isfinite(rem)
-        cols = np.flatnonzero(never.any(0))  # the samples some candidate never reaches the target with
-        self._esc_cols = cols
-        if self.p_escape > 0.0 and len(cols):
-            esc = np.maximum(self.tau_now_s[cols], 1.0)[:, None] * np.exp(_GH_X * P.EPOCHS_TO_TARGET_SD_LOG)[None, :]
-            esc_w = self.p_escape * np.where(never[:, cols], w[:, cols], 0.0)[:, :, None] * _GH_W[None, None, :]
-            w = np.where(never, w * (1.0 - self.p_escape), w)
-            C = rem.shape[0]
-            rem = np.concatenate([rem, np.broadcast_to(esc[None], (C,) + esc.shape).reshape(C, -1)], 1)
-            w = np.concatenate([w, esc_w.reshape(C, -1)], 1)
-        return rem, w / np.maximum(w.sum(1, keepdims=True), 1e-300)
-
-    def _tau_at(self, frac: np.ndarray) -> np.ndarray:
-        """(C, S) tau at which each sample's curve has made `frac` of its amplitude (inf: never)."""
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            inner = -np.log(np.clip(1.0 - frac, 1e-300, None))
-            tau = self.tau0[None, :] * np.power(inner, 1.0 / self.p[None, :])
-        return np.where(frac >= 1.0, np.inf, np.where(frac <= 0.0, 0.0, tau))
-
-    def rounds(self, n, k):
-        n = np.asarray(n, dtype=float)
-        k = np.asarray(k, dtype=float)
-        rem, _ = self._remaining(n, k)
-        return self._rounds_of(n, k, rem)
-
-    def _rounds_of(self, n, k, rem):
-        S = len(self.cfg_idx)
-        i = (
-            np.concatenate([self.cfg_idx, np.repeat(self.cfg_idx[self._esc_cols], len(_GH_X))])
-            if rem.shape[1] > S
-            else self.cfg_idx
-        )
-        dtau = round_progress(n[:, None], k[:, None], self.momentum, self.betas[i][None, :], self.drifts[i][None, :])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.ceil(rem / np.maximum(dtau, 1e-12))
-        return np.where(rem <= 0, 0.0, r) + 1.0
-
-    def summary(self, n, k, qs=(0.1, 0.2, 0.5, 0.7, 0.9)):
-        n = np.asarray(n, dtype=float)
-        k = np.asarray(k, dtype=float)
-        rem, w = self._remaining(n, k)
-        from smlt.runtime.planner.config import active
-
-        return _summarize(self._rounds_of(n, k, rem), w, qs, conditional=not active().plateau_never_counts)
+        fin = np.isfinite(R)
+        order = np.argsort(R, axis=1)
+        Rs = np.take_along_axis(R, order, axis=1)
+        # Quantiles are conditional on the target being reachable: the outcomes where it is not
+        # are equally bad for every plan, so they must not steer the choice (p_never reports them).
+        wf_sorted = np.where(np.isfinite(Rs), self.w[order], 0.0)
+        tot = wf_sorted.sum(1, keepdims=True)
+        cw = np.cumsum(wf_sorted, axis=1) / np.maximum(tot, 1e-300)
+        out = {}
+        for q in qs:
+            i = np.argmax(cw >= q - 1e-12, axis=1)
+            out[q] = np.where(tot[:, 0] > 0, Rs[np.arange(len(Rs)), i], np.inf)
+        wf = fin * self.w[None, :]
+        mass = wf.sum(1)
+        # mean over the outcomes where the target is reached; p_never carries the rest
+        out["mean"] = np.where(mass > 0, (np.where(fin, R, 0.0) * wf).sum(1) / np.maximum(mass, 1e-300), np.inf)
+        out["p_never"] = 1.0 - mass
+        return out
 
 
 def _progress_configs(P) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -470,12 +341,6 @@ class ProgressModel:
         return math.exp(-max(float(ep[int(idx[-1])] - ep[first]), 0.0) / self.P.PLATEAU_ESCAPE_EPOCHS)
 
     def _fit_curve(self, history, obs, tau_before) -> None:
-        from smlt.runtime.planner.config import active
-
-        c = active()
-        if c.plateau_k_sd > 0.0 or c.plateau_n_sd > 0.0:
-            self._fit_curve_setting(history, obs, tau_before, c.plateau_k_sd, c.plateau_n_sd)
-            return
         P = self.P
         assert self.target is not None
         idx = np.array([i for i, _ in obs])
@@ -516,107 +381,6 @@ class ProgressModel:
         cfg = np.broadcast_to(ci[:, None, None], rem.shape).ravel()
         p_escape = self._p_escape(history, idx, y, sd)
         self.forecast = self._forecast(*self._with_escape(cfg, rem.ravel(), w.ravel(), p_escape))
-
-    def _settings_before(self, history, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """log k and log n of the setting whose plateau each evaluation in `idx` shows: evaluation i
-        is of the model rounds 0 .. i - 1 trained, so the last of them that applied updates."""
-        a = np.array([self._setting_after(history, int(i) - 1) for i in idx], dtype=float).reshape(-1, 2)
-        return a[:, 0], a[:, 1]
-
-    def _setting_after(self, history, j: int) -> tuple[float, float]:
-        """(log k, log n) of the last round at or before j that applied updates."""
-        for r in reversed(history.rounds[: j + 1]):
-            ok, steps = self._applied(r)
-            if ok > 0:
-                return math.log(max(steps, 1.0)), math.log(ok)
-        return math.log(max(self.init_k, 1)), math.log(max(self.init_n, 1))
-
-    def _fit_curve_setting(self, history, obs, tau_before, k_sd: float, n_sd: float) -> None:
-        """`_fit_curve` with a plateau per setting: evaluation i is y0 + phi(tau_i) (A - c_k log k
-        - c_n log n) with (n, k) the setting of the round before it; (A, c_k, c_n) Gaussian, in
-        closed form at every grid point. c_k and c_n have prior mean 0 and sd `k_sd` / `n_sd` of
-        the best possible gain per unit of log; A's prior (the target probably reachable) is that
-        of one worker at one step, so a plateau below the target at long rounds is read as k's
-        (and the forecast of a shorter round differs)."""
-        P = self.P
-        assert self.target is not None
-        idx = np.array([i for i, _ in obs])
-        y = self.sign * np.array([v for _, v in obs], dtype=float)
-        sd, a_max = self._noise_sd(y)
-        gain = self.sign * self.target - y[0]
-        fit_idx, d, prec_obs = _thin(idx[1:], (y - y[0])[1:], LIKELIHOOD_TEMPER / sd**2)
-        uk, un = self._settings_before(history, fit_idx)
-        need = min(max(gain, 0.0), a_max)
-        mu_a, sd_a = need + 0.5 * (a_max - need), 0.5 * (a_max - need) + 0.1 * a_max
-        mu0 = np.array([mu_a, 0.0, 0.0])
-        sd0 = np.array([sd_a, max(k_sd, 1e-6) * a_max, max(n_sd, 1e-6) * a_max])
-        L0 = np.diag(1.0 / sd0**2)
-        rows, inv = np.unique(tau_before[:, fit_idx] / self.tau_epoch, axis=0, return_inverse=True)
-        x = rows[:, None, None, :] / TAU0_GRID_EPOCHS[None, :, None, None]
-        phi = 1.0 - np.exp(-np.power(x, P.P_GRID[None, None, :, None]))  # (U, T, Q, O)
-        F = np.stack([np.ones_like(uk), -uk, -un])  # (3, O)
-        S = np.einsum("utqo,ao,bo->utqab", phi**2 * prec_obs, F, F)[inv.ravel()]  # (C, T, Q, 3, 3)
-        sy = np.einsum("utqo,ao->utqa", phi * (d * prec_obs), F)[inv.ravel()]
-        lam = S + L0
-        b = sy + L0 @ mu0
-        m = np.linalg.solve(lam, b[..., None])[..., 0]
-        _, logdet = np.linalg.slogdet(lam)
-        s_yy = float((d**2 * prec_obs).sum())
-        logml = -0.5 * (s_yy + float(mu0 @ L0 @ mu0) - (m * b).sum(-1)) - 0.5 * (logdet + np.log(sd0**2).sum())
-        tau0_med = P.EPOCHS_TO_TARGET_MEDIAN / 3.5
-        lt = -0.5 * ((np.log(TAU0_GRID_EPOCHS) - math.log(tau0_med)) / math.log(8.0)) ** 2
-        post = logml + lt[None, :, None] + self.cfg_logprior[:, None, None]
-        flat = np.exp(post - post.max()).ravel()
-        g = _keep_heaviest(flat, 4 * MAX_SAMPLES)
-        ci, ti, qi = np.unravel_index(g, post.shape)
-        mg = m.reshape(-1, 3)[g]
-        cov = np.linalg.inv(lam.reshape(-1, 3, 3)[g])
-        # samples: grid point x amplitude node (5) x model-error node (3)
-        G = len(g)
-        w0 = (flat[g][:, None, None] * _GH_W[None, :, None] * _GH3_W[None, None, :]).ravel()
-        rep = lambda a: np.repeat(a, 15, axis=0)  # noqa: E731
-        x_a = np.tile(np.repeat(_GH_X, 3), G)
-        err = np.tile(np.exp(P.FORECAST_SD_LOG * _GH3_X), 5 * G)
-        ci_s = rep(ci)
-        # the samples kept: the heaviest under the tau* prior at the last round's setting (as `_fit_curve`)
-        lk, ln = self._setting_after(history, len(history.rounds) - 1)
-        feat = np.array([1.0, -lk, -ln])
-        a_last = np.clip(
-            rep(mg @ feat) + x_a * np.sqrt(np.maximum(rep(np.einsum("a,gab,b->g", feat, cov, feat)), 0.0)), 1e-6, a_max
-        )
-        frac = gain / a_last
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            t_star = rep(self.tau_epoch * TAU0_GRID_EPOCHS[ti]) * np.power(
-                -np.log(np.clip(1.0 - frac, 1e-300, None)), 1.0 / rep(P.P_GRID[qi])
-            )
-            t_star = np.where(frac >= 1.0, np.inf, np.where(frac <= 0.0, 0.0, t_star))
-            z = (np.log(t_star / self.tau_epoch) - math.log(P.EPOCHS_TO_TARGET_MEDIAN)) / P.EPOCHS_TO_TARGET_SD_LOG
-        keep = _keep_heaviest(w0 * np.exp(np.where(np.isfinite(z), -0.5 * z**2, -2.0)))
-        p_escape = self._p_escape(history, idx, y, sd)
-        done = metric_reaches(self.metric, self.target, self.last_metric)
-        self.forecast = SettingForecast(
-            cfg_idx=ci_s[keep],
-            theta_mean=rep(mg)[keep],
-            theta_cov=rep(cov)[keep],
-            x_a=x_a[keep],
-            err=err[keep],
-            tau0=rep(self.tau_epoch * TAU0_GRID_EPOCHS[ti])[keep],
-            p=rep(P.P_GRID[qi])[keep],
-            tau_now=self.tau_now[ci_s[keep]],
-            w0=w0[keep],
-            gain=gain,
-            a_max=a_max,
-            tau_epoch=self.tau_epoch,
-            p_escape=p_escape,
-            done=done,
-            betas=self.betas,
-            drifts=self.drifts,
-            momentum=self.mu_e,
-            P=P,
-            last_n=math.exp(self._setting_after(history, len(history.rounds) - 1)[1]),
-            last_k=math.exp(self._setting_after(history, len(history.rounds) - 1)[0]),
-        )
-        self.cfg_post = np.bincount(ci_s[keep], weights=w0[keep], minlength=len(self.betas)) / w0[keep].sum()
 
     def _with_escape(self, ci, rem, w, p_escape: float):
         """Where the fit says the target is never reached, with p_escape the plateau ends after all
