@@ -484,7 +484,7 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inp
     if suffix in images.IMAGE_SUFFIXES:
         return _images(manifest, path)
     raise InvalidDataset(
-        f"{path}: predict on a .csv, .parquet or .npz file, an image (or a folder of them) or a prepared dataset folder"
+        f"{path}: predict on a .csv, .tsv, .parquet, .jsonl or .npz file, an image (or a folder of them) or a prepared dataset folder"
     )
 
 

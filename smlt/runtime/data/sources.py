@@ -90,7 +90,7 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
     if suffix in TABLE_SUFFIXES:
         return _table(path, opts)
     raise InvalidDataset(
-        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .parquet, .jsonl, .npz "
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl, .npz "
         "or a folder of class subfolders of images"
     )
 
