@@ -236,6 +236,13 @@ def test_parquet_decimals_are_numbers_and_a_column_of_all_different_values_is_na
     )
 
 
+def test_a_quoted_header_name_with_a_comma_does_not_make_a_semicolon_file_comma_separated(tmp_path):
+    q = tmp_path / "q.csv"
+    q.write_text('"price, EUR";rooms;label\n"1,5";2;0\n"2,5";3;1\n')
+    t = read_table(str(q))
+    assert list(t.columns) == ["price, EUR", "rooms", "label"] and t.columns["price, EUR"].tolist() == ["1.5", "2.5"]
+
+
 def test_a_file_of_one_column_reads_decimal_commas_and_never_splits_on_them(tmp_path):
     one = tmp_path / "one.csv"
     one.write_text("weight\n0,5\n12\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,7 +256,9 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
 
 def _delimiter(header: str) -> str:
     """A comma, unless the header has none: then its semicolons, tabs or bars (the most of them),
-    or a tab for a header of one column (whose cells hold no delimiter, but may hold `0,5`)."""
+    or a tab for a header of one column (whose cells hold no delimiter, but may hold `0,5`).
+    Quoted names do not count (`"price, EUR";rooms` is separated by semicolons)."""
+    header = re.sub(r'"[^"]*"', "", header)
     if "," in header:
         return ","
     counts = {d: header.count(d) for d in _OTHER_DELIMITERS}
