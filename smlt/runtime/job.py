@@ -270,6 +270,11 @@ def json_object(raw: Any, what: str) -> dict[str, Any]:
 def parse_job(raw: Any) -> Job:
     """Validate raw input (dict, JSON text or bytes) into a Job, or raise InvalidJob naming the field."""
     raw = json_object(raw, "job")
+    if "job" in raw and "space" in raw and "dataset" not in raw:
+        raise InvalidJob(
+            "job: this is a study (it has `job` and `space`), not a job: run it with `smlt tune FILE` "
+            "(docs/studies.md); its `job` section is a job"
+        )
     try:
         return Job.model_validate(raw)
     except ValidationError as e:

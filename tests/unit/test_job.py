@@ -45,6 +45,10 @@ def test_accepts_json_text_and_bytes():
         ({**GOOD, "tracking": {"mlflow_uri": ""}}, "tracking.mlflow_uri"),
         ({**GOOD, "run_id": "has spaces"}, "run_id"),
         ("{not json", "job: not valid JSON"),
+        (
+            {"job": GOOD, "space": {}},
+            "job: this is a study (it has `job` and `space`), not a job: run it with `smlt tune FILE`",
+        ),
         ([1, 2], "job: expected a JSON object"),
     ],
 )
