@@ -45,6 +45,14 @@ def test_a_bad_study_names_the_field(changes, field):
         parse_study(study(**changes))
 
 
+def test_a_job_given_as_a_study_is_named_as_a_job():
+    job = json.loads((ROOT / "examples/digits.json").read_text())
+    with pytest.raises(
+        InvalidJob, match=r"^study: this is a job \(it has `dataset`\), not a study: run it with `smlt run`"
+    ):
+        parse_study(job)
+
+
 def test_random_samples_are_seeded_within_the_space_and_make_valid_jobs():
     s = parse_study(study())
     a, b = sample(s), sample(s)

@@ -246,6 +246,11 @@ def trial_job(study: Study, params: dict[str, Any]) -> dict[str, Any]:
 def parse_study(raw: Any) -> Study:
     """Validate raw input (dict or JSON text) into a Study, or raise InvalidJob naming the field."""
     raw = json_object(raw, "study")
+    if "dataset" in raw and "job" not in raw:
+        raise InvalidJob(
+            "study: this is a job (it has `dataset`), not a study: run it with `smlt run` or `smlt start`, or put it "
+            "under a study's `job` with a `space` to search (docs/studies.md)"
+        )
     try:
         study = Study.model_validate(raw)
     except ValidationError as e:
