@@ -53,20 +53,72 @@ def _run_status(stack: Any, run_id: str) -> str:
     return status.lower() if status in ("FAILED", "TIMED_OUT", "ABORTED") else "running"
 
 
+# Failed executions looked at for uploads that never became a version (newest first).
+FAILED_LOOKED_AT = 200
+
+
+def _failed_uploads(stack: Any, pipeline: str, recorded: dict[str, float]) -> list[tuple[str, Any, str]]:
+    """The pipeline's uploads whose execution failed before a version was recorded (prepare refused
+    the data, the job was bad) and that no later upload of the same version replaced (`recorded`:
+    version -> when its record was made): (version, when, `Error: message`), oldest first. Such an
+    upload changes nothing of the pipeline, so only its execution tells; Step Functions keeps them
+    90 days."""
+    import json
+
+    from smlt.runtime import clients
+    from smlt.runtime.errors import InvalidJob
+    from smlt.runtime.study.cause import execution_cause
+    from smlt.runtime.trigger import upload_of
+
+    sfn = clients.make("stepfunctions")
+    pages = sfn.get_paginator("list_executions").paginate(
+        stateMachineArn=stack.state_machine_arn,
+        statusFilter="FAILED",
+        PaginationConfig={"MaxItems": FAILED_LOOKED_AT},
+    )
+    found = []
+    for page in pages:
+        for e in page["executions"]:
+            d = sfn.describe_execution(executionArn=e["executionArn"])
+            try:
+                trigger = json.loads(d.get("input") or "{}").get("trigger")
+                up = upload_of(trigger) if isinstance(trigger, dict) else None
+            except (ValueError, AttributeError, InvalidJob):
+                continue  # a run started by hand, not by an upload
+            if up is None or up.pipeline != pipeline:
+                continue
+            if up.version in recorded and recorded[up.version] >= e["startDate"].timestamp():
+                continue  # a later upload of the version prepared and trained
+            found.append((up.version, e["startDate"], execution_cause(d.get("error"), d.get("cause"))))
+    return sorted(found, key=lambda f: f[1])
+
+
 def _value(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
 def list_versions(args: argparse.Namespace) -> int:
+    from smlt.runtime import keys
     from smlt.runtime.pipeline import NoSuchVersion, champion, versions
     from smlt.runtime.store import S3Store
 
     stack = _stack(args)
     store = S3Store(stack.artifacts_bucket)
     found = versions(store, args.pipeline)
-    if not found:
+    failed = _failed_uploads(stack, args.pipeline, {r.version: r.created_at for r in found})
+    if not found and not failed:
         raise NoSuchVersion(f"pipeline {args.pipeline} has no version yet (upload one under incoming/{args.pipeline}/)")
     champ = champion(store, args.pipeline)
+    if found:
+        _print_versions(stack, found, champ)
+    if failed:
+        print(f"uploads refused before training (fix them and upload the version's {keys.SUCCESS_MARKER} again):")
+        for version, when, cause in failed:
+            print(f"  {version:<14}{when:%Y-%m-%d %H:%M}  {cause.splitlines()[0]}")
+    return 0
+
+
+def _print_versions(stack: Any, found: list[Any], champ: Any) -> None:
     print(f"{'':2}{'version':<14}{'status':<10}{'metric':<14}{'new':>8}{'champion':>10}{'cost $':>10}  run / reason")
     for r in found:
         mark = "*" if champ and champ.run_id == r.run_id else ""
@@ -81,7 +133,6 @@ def list_versions(args: argparse.Namespace) -> int:
             print(f"{'':26}promoted by {r.by}, model sha256 {(r.model_sha256 or '?')[:12]}")
     if champ is not None:
         print(f"champion (*): {champ.version} (run {champ.run_id}, by {champ.by}) {champ.model}")
-    return 0
 
 
 def promote(args: argparse.Namespace) -> int:

@@ -235,7 +235,7 @@ def test_a_duplicate_event_trains_once_and_a_new_marker_retrains(pipeline, tmp_p
     assert pl.champion(artifacts, "dup").run_id == out["plan"]["run_id"]
 
 
-def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipeline, tmp_path):
+def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipeline, tmp_path, capsys):
     engine, names, _, setup, upload = pipeline
     setup("nodata", SHORT)
     artifacts = S3Store(names.artifacts_bucket)
@@ -254,11 +254,25 @@ def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipel
     S3Store(names.data_bucket).delete("incoming/nodata/v1/notes.xlsx")
     S3Store(names.data_bucket).delete("incoming/nodata/v1/a.csv")
 
+    # `smlt models list` shows the refused uploads, which record nothing of the pipeline
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    publish_outputs(engine, "SmltUploads")
+    capsys.readouterr()
+    assert main(["models", "list", "nodata", "--stack", "SmltUploads"]) == 0
+    out = capsys.readouterr().out
+    assert "uploads refused before training (fix them and upload the version's _SUCCESS again):" in out, out
+    assert "v1" in out and "NoDataFile: s3://" in out and "UnsupportedFormat: " in out and "notes.xlsx" in out, out
+
     # a good upload then trains, and is the pipeline's first version
     upload("incoming/nodata/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 4)).read_bytes())
     desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
     assert desc["status"] == "SUCCEEDED", desc
     assert pl.champion(artifacts, "nodata").version == "v1"
+    assert main(["models", "list", "nodata", "--stack", "SmltUploads"]) == 0
+    out = capsys.readouterr().out
+    assert "champion (*): v1" in out and "refused" not in out, out  # the later upload replaced them
 
 
 def _image_zip(rng: np.random.Generator) -> bytes:
