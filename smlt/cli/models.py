@@ -63,12 +63,9 @@ def _failed_uploads(stack: Any, pipeline: str, recorded: dict[str, float]) -> li
     version -> when its record was made): (version, when, `Error: message`), oldest first. Such an
     upload changes nothing of the pipeline, so only its execution tells; Step Functions keeps them
     90 days."""
-    import json
+    from botocore.exceptions import ClientError
 
     from smlt.runtime import clients
-    from smlt.runtime.errors import InvalidJob
-    from smlt.runtime.study.cause import execution_cause
-    from smlt.runtime.trigger import upload_of
 
     sfn = clients.make("stepfunctions")
     pages = sfn.get_paginator("list_executions").paginate(
@@ -76,21 +73,39 @@ def _failed_uploads(stack: Any, pipeline: str, recorded: dict[str, float]) -> li
         statusFilter="FAILED",
         PaginationConfig={"MaxItems": FAILED_LOOKED_AT},
     )
-    found = []
-    for page in pages:
-        for e in page["executions"]:
-            d = sfn.describe_execution(executionArn=e["executionArn"])
-            try:
-                trigger = json.loads(d.get("input") or "{}").get("trigger")
-                up = upload_of(trigger) if isinstance(trigger, dict) else None
-            except (ValueError, AttributeError, InvalidJob):
-                continue  # a run started by hand, not by an upload
-            if up is None or up.pipeline != pipeline:
-                continue
-            if up.version in recorded and recorded[up.version] >= e["startDate"].timestamp():
-                continue  # a later upload of the version prepared and trained
-            found.append((up.version, e["startDate"], execution_cause(d.get("error"), d.get("cause"))))
+    found: list[tuple[str, Any, str]] = []
+    try:
+        for page in pages:
+            _refused(sfn, page["executions"], pipeline, recorded, found)
+    except ClientError as e:  # e.g. no states:ListExecutions for these credentials: the versions still show
+        from smlt.runtime.progress import notice
+
+        notice.info(f"uploads refused before training are not shown: listing the stack's executions failed ({e})")
     return sorted(found, key=lambda f: f[1])
+
+
+def _refused(
+    sfn: Any, executions: list[dict[str, Any]], pipeline: str, recorded: dict[str, float], found: list
+) -> None:
+    """Add to `found` the executions (a ListExecutions page) that are the pipeline's refused uploads."""
+    import json
+
+    from smlt.runtime.errors import InvalidJob
+    from smlt.runtime.study.cause import execution_cause
+    from smlt.runtime.trigger import upload_of
+
+    for e in executions:
+        d = sfn.describe_execution(executionArn=e["executionArn"])
+        try:
+            trigger = json.loads(d.get("input") or "{}").get("trigger")
+            up = upload_of(trigger) if isinstance(trigger, dict) else None
+        except (ValueError, AttributeError, InvalidJob):
+            continue  # a run started by hand, not by an upload
+        if up is None or up.pipeline != pipeline:
+            continue
+        if up.version in recorded and recorded[up.version] >= e["startDate"].timestamp():
+            continue  # a later upload of the version prepared and trained
+        found.append((up.version, e["startDate"], execution_cause(d.get("error"), d.get("cause"))))
 
 
 def _value(v: float | None) -> str:
