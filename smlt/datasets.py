@@ -41,7 +41,7 @@ def local_dataset_folder(dataset: DatasetSpec | str, base: Path | None = None) -
     if path.is_dir():
         raise InvalidDataset(
             f"dataset.uri: {path} is neither a prepared dataset (no manifest.json) nor an image folder "
-            "(one subfolder of PNG/JPEG images per class)"
+            "(one subfolder of images per class)"
         )
     raise InvalidDataset(
         f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, an image folder, "

@@ -581,7 +581,7 @@ def _images(manifest: Manifest, path: Path) -> Inputs:
         else sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in images.IMAGE_SUFFIXES)
     )
     if not files:
-        raise InvalidDataset(f"{path}: no PNG or JPEG images here")
+        raise InvalidDataset(f"{path}: no {images.IMAGE_KINDS} images here")
     x = np.empty((len(files), c, h, w), np.uint8)
     for i, f in enumerate(files):
         x[i] = images._as_chw(images._open(f, "L" if c == 1 else "RGB", (w, h)), (w, h), f)

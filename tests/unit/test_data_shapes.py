@@ -163,6 +163,17 @@ def test_image_folder_of_one_size_needs_no_size_and_mixed_sizes_do(tmp_path):
         prepare_dataset(str(tmp_path / "mixed"), str(tmp_path / "m"))
 
 
+def test_webp_bmp_and_tiff_images_are_read_like_png(tmp_path):
+    for name, colour in (("red", (220, 20, 20)), ("blue", (20, 20, 220))):
+        (tmp_path / "pics" / name).mkdir(parents=True)
+        for ext in ("png", "webp", "bmp", "tif", "tiff"):
+            Image.new("RGB", (8, 8), colour).save(tmp_path / "pics" / name / f"a.{ext}")
+    m = prepare_dataset(str(tmp_path / "pics"), str(tmp_path / "out"), shards=2)
+    x, y = (np.concatenate(a) for a in zip(stored(tmp_path / "out", m.train), stored(tmp_path / "out", m.validation)))
+    assert len(x) == 10 and m.classes == ["blue", "red"]
+    assert (x[y == 1][:, 0].mean(axis=(1, 2)) > 200).all() and (x[y == 0][:, 2].mean(axis=(1, 2)) > 200).all()
+
+
 def test_sixteen_bit_grayscale_images_keep_their_levels_in_eight_bits(tmp_path):
     # PIL's own conversion of a 16-bit PNG clips every value above 255 to white.
     for name, level in (("dark", 8000), ("bright", 50000)):
@@ -189,7 +200,7 @@ def test_sixteen_bit_grayscale_images_keep_their_levels_in_eight_bits(tmp_path):
 def test_a_bad_image_names_the_file(tmp_path):
     image_folder(tmp_path / "pets")
     (tmp_path / "pets" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    with pytest.raises(InvalidDataset, match=r"dog/broken.png: not a readable PNG or JPEG image"):
+    with pytest.raises(InvalidDataset, match=r"dog/broken.png: not a readable PNG, JPEG, WebP, BMP or TIFF image"):
         prepare_dataset(str(tmp_path / "pets"), str(tmp_path / "out"), options=SourceOptions(image_size=8))
 
 

@@ -1,4 +1,5 @@
-"""An image folder as a dataset: one subfolder per class holding PNG/JPEG files, read with Pillow,
+"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, WebP, BMP,
+TIFF), read with Pillow,
 resized to one size and stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits)."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import numpy as np
 
 from smlt.runtime.errors import InvalidDataset
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+IMAGE_KINDS = "PNG, JPEG, WebP, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
 SHOW_SKIPPED = 10  # skipped files named in the notice; the rest are counted
 
 
@@ -36,7 +38,7 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
             elif not f.name.startswith("."):
                 skipped.append(f.relative_to(path).as_posix() + ("/" if f.is_dir() else ""))
         if not found:
-            raise InvalidDataset(f"{folder}: class folder holds no PNG or JPEG image")
+            raise InvalidDataset(f"{folder}: class folder holds no {IMAGE_KINDS} image")
     if skipped:
         from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
 
@@ -45,8 +47,8 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
         )
         one = len(skipped) == 1
         notice.info(
-            f"{path}: skipped {len(skipped)} {'file that is not a' if one else 'files that are not'} .png, .jpg or "
-            f".jpeg image{'' if one else 's'}: {shown}"
+            f"{path}: skipped {len(skipped)} {'file that is not an image' if one else 'files that are not images'} "
+            f"({IMAGE_KINDS}): {shown}"
         )
     return files
 
@@ -77,7 +79,7 @@ def _open(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
                 pixels = pixels.resize(size, Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.uint8)
     except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InvalidDataset(f"{f}: not a readable PNG or JPEG image ({e})") from None
+        raise InvalidDataset(f"{f}: not a readable {IMAGE_KINDS} image ({e})") from None
 
 
 def _eight_bit(img: Any) -> Any:

@@ -163,6 +163,6 @@ def _image_folder(path: Path, opts: SourceOptions) -> Source:
     if (path / "manifest.json").exists():
         raise InvalidDataset(f"{path} is a prepared dataset (it has manifest.json): use it as the dataset directly")
     if not images.is_image_folder(path):
-        raise InvalidDataset(f"{path}: not an image folder (one subfolder of PNG/JPEG images per class)")
+        raise InvalidDataset(f"{path}: not an image folder (one subfolder of {images.IMAGE_KINDS} images per class)")
     x, y, classes = images.read_image_folder(path, opts.image_size, opts.channels)
     return Source(path.name, np.asarray(classes)[y], "classification", x=x)

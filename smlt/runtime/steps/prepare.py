@@ -47,7 +47,7 @@ from pydantic_settings import BaseSettings
 
 from smlt.runtime import clients, keys
 from smlt.runtime.config import ENV
-from smlt.runtime.data.images import IMAGE_SUFFIXES
+from smlt.runtime.data.images import IMAGE_KINDS, IMAGE_SUFFIXES
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.sources import TABLE_SUFFIXES
@@ -148,7 +148,7 @@ def find_source(
         if images:
             sources.append(RawSource("images", root, tuple(nested), sum(files[n] for n in nested)))
         else:
-            unsupported.append(f"{folders[0]}/ ({_listed(nested, 2)}: no .png/.jpg/.jpeg image)")
+            unsupported.append(f"{folders[0]}/ ({_listed(nested, 2)}: no {IMAGE_KINDS} image)")
     if len(sources) > 1:
         described = [f"{s.root or 'the class folders'}/" if s.kind == "images" else s.root for s in sources]
         raise MixedUpload(

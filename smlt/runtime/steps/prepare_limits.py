@@ -130,7 +130,7 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n:,} bytes"
 
 
-FORMATS = "a .csv, .tsv, .parquet, .jsonl or .npz file, an image folder (one subfolder of PNG/JPEG images per class) or a .zip/.tar(.gz) of one"
+FORMATS = "a .csv, .tsv, .parquet, .jsonl or .npz file, an image folder (one subfolder of images per class) or a .zip/.tar(.gz) of one"
 
 
 def ignored(name: str) -> bool:
