@@ -5,9 +5,9 @@ Lines files too: smlt.runtime.data.jsonl_reader makes the same blocks of text ce
 A CSV is cut into blocks of about BLOCK_BYTES at record boundaries (newlines outside quotes) and
 each block is parsed by pyarrow's CSV reader, single-threaded, every cell as text; the line where
 each row ends is kept for messages (blank lines are not rows). Cells are separated by commas, or by
-the semicolons, tabs or bars of a header that has none (a spreadsheet saved in a comma-decimal
-locale writes semicolons, and then a column of numbers with decimal commas, `0,346`, is numbers). A Parquet file is read by record
-batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
+the semicolons, tabs or bars of a header that has none outside quotes (a spreadsheet saved in a
+comma-decimal locale writes semicolons; in such a file a column of `0,346` is numbers). A Parquet
+file is read by record batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty) or as text (stripped, null where
 empty): numbers cost a cast, not a Python string per cell.
 """
