@@ -89,13 +89,15 @@ def _refused(
 ) -> None:
     """Add to `found` the executions (a ListExecutions page) that are the pipeline's refused uploads."""
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
     from smlt.runtime.errors import InvalidJob
     from smlt.runtime.study.cause import execution_cause
     from smlt.runtime.trigger import upload_of
 
-    for e in executions:
-        d = sfn.describe_execution(executionArn=e["executionArn"])
+    with ThreadPoolExecutor(max_workers=8) as pool:  # one DescribeExecution each, 200 at most
+        described = list(pool.map(lambda e: sfn.describe_execution(executionArn=e["executionArn"]), executions))
+    for e, d in zip(executions, described, strict=True):
         try:
             trigger = json.loads(d.get("input") or "{}").get("trigger")
             up = upload_of(trigger) if isinstance(trigger, dict) else None
