@@ -494,7 +494,15 @@ def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.nda
         return None
     index = {c: i for i, c in enumerate(manifest.classes)}
     names = [class_name(v.item() if hasattr(v, "item") else v) for v in labels]
-    if any(n not in index for n in names):
+    unknown = sorted({n for n in names if n not in index})
+    if unknown:
+        from smlt.runtime.progress import notice
+
+        notice.info(
+            f"{where}: label {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not "
+            f"one of the model's classes ({', '.join(manifest.classes)}): predictions without the data's labels "
+            "or accuracy"
+        )
         return None
     return np.array([index[n] for n in names], np.int64)
 

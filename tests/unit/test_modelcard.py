@@ -3,6 +3,7 @@ names recorded by prepare, and a model rebuilt from the card alone predicting th
 manifest's recorded transforms."""
 
 import csv
+import logging
 
 import numpy as np
 import pytest
@@ -54,7 +55,7 @@ def test_the_card_rides_in_the_safetensors_metadata_and_the_tensors_stay_byte_id
         read_card(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops", "model.safetensors")
 
 
-def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_transforms(tmp_path):
+def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_transforms(tmp_path, caplog):
     rng = np.random.default_rng(1)
     rows = []
     for _ in range(200):
@@ -88,6 +89,12 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
     # The rows went through the recorded transforms: the same stored features prepare wrote.
     x = read_inputs(manifest, new).x
     assert x.shape == (3, manifest.features)
+    # A label the model never saw: predictions, no accuracy, and a notice saying why.
+    odd = _csv(tmp_path / "odd.csv", [[15.0, "red", "big"], [4.0, "blue", "huge"]])
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        preds = loaded.predict(odd)
+    assert preds.labels == ["big", "small"] and preds.accuracy is None
+    assert "odd.csv: label 'huge' is not one of the model's classes (big, small)" in caplog.text
 
 
 def manifest_mean(manifest):
