@@ -103,7 +103,9 @@ def _failed(e: Exception, args: argparse.Namespace | None = None) -> int:
         print(f"run {e.run_id} {e.status}: {e.error}", file=sys.stderr)
         print(f"  cause: {e.cause}", file=sys.stderr)
         if e.error in _START_AGAIN:
-            if "start the run again" not in str(e.cause):  # a user-code error's cause already says it
+            from smlt.runtime.usercode import FIX_AND_START_AGAIN
+
+            if FIX_AND_START_AGAIN not in str(e.cause):  # a user-code error's cause already says it
                 print("  a resume would fail the same way: fix the cause and start the run again", file=sys.stderr)
         else:
             print(f"  continue it from its last complete round with: {resume_command(e.run_id, args)}", file=sys.stderr)

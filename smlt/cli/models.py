@@ -76,7 +76,7 @@ def _failed_uploads(stack: Any, pipeline: str, recorded: dict[str, float]) -> li
     found: list[tuple[str, Any, str]] = []
     try:
         for page in pages:
-            _refused(sfn, page["executions"], pipeline, recorded, found)
+            found += _refused(sfn, page["executions"], pipeline, recorded)
     except ClientError as e:  # e.g. no states:ListExecutions for these credentials: the versions still show
         from smlt.runtime.progress import notice
 
@@ -85,9 +85,9 @@ def _failed_uploads(stack: Any, pipeline: str, recorded: dict[str, float]) -> li
 
 
 def _refused(
-    sfn: Any, executions: list[dict[str, Any]], pipeline: str, recorded: dict[str, float], found: list
-) -> None:
-    """Add to `found` the executions (a ListExecutions page) that are the pipeline's refused uploads."""
+    sfn: Any, executions: list[dict[str, Any]], pipeline: str, recorded: dict[str, float]
+) -> list[tuple[str, Any, str]]:
+    """The executions of a ListExecutions page that are the pipeline's refused uploads."""
     import json
     from concurrent.futures import ThreadPoolExecutor
 
@@ -97,6 +97,7 @@ def _refused(
 
     with ThreadPoolExecutor(max_workers=8) as pool:  # one DescribeExecution each, 200 at most
         described = list(pool.map(lambda e: sfn.describe_execution(executionArn=e["executionArn"]), executions))
+    found = []
     for e, d in zip(executions, described, strict=True):
         try:
             trigger = json.loads(d.get("input") or "{}").get("trigger")
@@ -108,6 +109,7 @@ def _refused(
         if up.version in recorded and recorded[up.version] >= e["startDate"].timestamp():
             continue  # a later upload of the version prepared and trained
         found.append((up.version, e["startDate"], execution_cause(d.get("error"), d.get("cause"))))
+    return found
 
 
 def _value(v: float | None) -> str:

@@ -428,7 +428,8 @@ def _user_error(exc: BaseException, trace: str) -> UserCodeError:
     return error
 
 
-_FIX = "(fix your code and start the run again: a resume would run the same code)"
+# What a user-code error says to do (the CLI adds no second line when a cause holds it).
+FIX_AND_START_AGAIN = "(fix your code and start the run again: a resume would run the same code)"
 
 
 def _user_message(exc: BaseException, trace: str) -> str:
@@ -436,7 +437,7 @@ def _user_message(exc: BaseException, trace: str) -> str:
     message = f"your code raised {type(exc).__name__}: {text}"
     if len(trace) > MAX_TRACE_CHARS:
         trace = "  ...\n" + trace[-MAX_TRACE_CHARS:]
-    return f"{message}\n{trace}\n{_FIX}"
+    return f"{message}\n{trace}\n{FIX_AND_START_AGAIN}"
 
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
@@ -446,7 +447,7 @@ def read_user_message(text: str) -> tuple[str, list[str]]:
     """A worker's UserCodeError text (`_user_message`) read back: the message ("your code raised
     T: ...", every line of it) and the frames as the client's check shows them ("file:line in
     function: source", innermost last; "... N earlier frames" kept as it is)."""
-    lines = [line for line in text.splitlines() if line.strip() != _FIX]
+    lines = [line for line in text.splitlines() if line.strip() != FIX_AND_START_AGAIN]
     first = next((i for i, line in enumerate(lines) if _FRAME.fullmatch(line) or line.startswith("  ...")), len(lines))
     frames: list[str] = []
     source_due = False  # the line after a frame is its source line

@@ -1,6 +1,6 @@
 """An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, WebP, BMP,
-TIFF), read with Pillow,
-resized to one size and stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits)."""
+TIFF), read with Pillow, resized to one size and stored as uint8 (N, C, H, W) (16-bit grayscale
+scaled to 8 bits)."""
 
 from __future__ import annotations
 

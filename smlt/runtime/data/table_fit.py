@@ -250,9 +250,7 @@ class ColumnFit:
         ("n/a", "12 kg") is read as text, which `mostly_numbers` tells."""
         import pyarrow.compute as pc
 
-        text = block.text(self.name)
-        if block.decimal_comma:
-            text = pc.replace_substring(text, ",", ".")
+        text = block.number_text(self.name)
         number = pc.fill_null(pc.match_substring_regex(text, _NUMBER), False).to_numpy(zero_copy_only=False)
         self.cells += int((~gaps).sum())
         self.numberlike += int(number.sum())

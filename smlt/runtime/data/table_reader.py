@@ -108,12 +108,7 @@ class Block:
             return values, np.isnan(values)
         if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             return None  # booleans, dates, ...: text, as Python writes them
-        tries = [col, self.text(name)]  # as written, then stripped (" 1.5", a cell of spaces)
-        if self.decimal_comma:
-            import pyarrow.compute as pc
-
-            tries.append(pc.replace_substring(self.text(name), ",", "."))
-        for cells in tries:
+        for cells in (col, self.number_text(name)):  # as written, then stripped (" 1.5", a cell of spaces)
             try:
                 numbers = cells.cast(pa.float64())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -121,6 +116,17 @@ class Block:
             values = numbers.to_numpy(zero_copy_only=False)
             return values, numbers.is_null().to_numpy(zero_copy_only=False)
         return None
+
+    def number_text(self, name: str) -> Any:
+        """The column's text (`text`) as float parsing reads it: in a file not separated by
+        commas a decimal comma is a point (`0,5` is 0.5): what prepare parses and counts
+        (`tabular.read_table` does the same to a whole file's column of numbers)."""
+        text = self.text(name)
+        if not self.decimal_comma:
+            return text
+        import pyarrow.compute as pc
+
+        return pc.replace_substring(text, ",", ".")
 
     def gaps(self, name: str) -> np.ndarray:
         """Where the column's cells are empty."""
@@ -134,28 +140,16 @@ class Block:
         """The index of the first present cell that is not a number (the column has one)."""
         import pyarrow as pa
 
-        cells = self.text(name)
+        cells = self.number_text(name)
         lo, hi = 0, len(cells)  # bisect: the prefix [0, hi) holds one, [0, lo) does not
         while hi - lo > 1:
             mid = (lo + hi) // 2
             try:
-                self._cast_prefix(cells, mid)
+                cells.slice(0, mid).cast(pa.float64())
                 lo = mid
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 hi = mid
         return lo
-
-    def _cast_prefix(self, cells: Any, n: int) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        head = cells.slice(0, n)
-        try:
-            head.cast(pa.float64())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            if not self.decimal_comma:
-                raise
-            pc.replace_substring(head, ",", ".").cast(pa.float64())
 
     def cell(self, i: int, name: str) -> str:
         """A cell's text as the file has it (stripped), for messages."""
