@@ -10,6 +10,7 @@ from PIL import Image
 from safetensors.numpy import load
 
 from smlt.cli import main
+from smlt.runtime.data.images import read_image_folder
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
@@ -195,6 +196,22 @@ def test_sixteen_bit_grayscale_images_keep_their_levels_in_eight_bits(tmp_path):
         assert means["bright"] == pytest.approx((50000 + 200) / 257, abs=1) and means["dark"] == pytest.approx(
             (8000 + 200) / 257, abs=1
         )
+
+
+def test_a_phone_photo_is_read_upright_as_its_exif_orientation_says(tmp_path):
+    # Stored as landscape pixels, dark left half, with orientation 6 ("rotate 90 degrees clockwise
+    # to show"): shown, the photo is portrait with the dark half on top.
+    stored_pixels = np.full((8, 16), 240, np.uint8)
+    stored_pixels[:, :8] = 10
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation
+    for name in ("up", "other"):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(stored_pixels).save(tmp_path / "photos" / name / f"{i}.jpg", exif=exif, quality=95)
+    x, _, _ = read_image_folder(tmp_path / "photos", None, 1)
+    assert x.shape[2:] == (16, 8)  # (H, W): portrait
+    assert x[:, 0, :8].mean() < 40 and x[:, 0, 8:].mean() > 200
 
 
 def test_a_bad_image_names_the_file(tmp_path):

@@ -1,6 +1,6 @@
 """An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, WebP, BMP,
-TIFF), read with Pillow, resized to one size and stored as uint8 (N, C, H, W) (16-bit grayscale
-scaled to 8 bits)."""
+TIFF), read with Pillow, turned upright as their EXIF orientation says, resized to one size and
+stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits)."""
 
 from __future__ import annotations
 
@@ -70,11 +70,14 @@ def read_image_folder(path: Path, size: int | None, channels: int | None) -> tup
 
 
 def _open(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with Image.open(f) as img:
-            pixels = _eight_bit(img).convert(mode)
+            # a camera stores a portrait photo as landscape pixels plus an orientation tag: what
+            # a viewer shows (and what a model serving the photo should see) is the tag applied
+            upright = ImageOps.exif_transpose(img)
+            pixels = _eight_bit(upright).convert(mode)
             if size is not None and pixels.size != size:
                 pixels = pixels.resize(size, Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.uint8)
