@@ -30,10 +30,16 @@ def test_parquet_parts_with_either_suffix() -> None:
     assert parts is not None and parts.format == "parquet" and parts.names == ("a.parquet", "b.pq")
 
 
+def test_json_lines_parts_are_their_own_format() -> None:
+    parts = table_parts({"a.jsonl": 5, "b.ndjson": 6}, WHERE)
+    assert parts is not None and parts.format == "jsonl"
+
+
 @pytest.mark.parametrize(
     "listing",
     [
         {"a.csv": 1, "b.parquet": 1},  # two formats
+        {"a.csv": 1, "b.jsonl": 1},
         {"a.csv": 1, "b.zip": 1},  # a table beside an archive
         {"a.csv": 1, "b.npz": 1},
         {"a.csv": 1, "cat/1.png": 1},  # beside an image folder

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from smlt.runtime.data.jsonl_reader import is_jsonl
 from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import is_parquet
 from smlt.runtime.steps.prepare_limits import MAX_TABLE_BYTES, MixedUpload, TooLargeForLambda, _size, ignored
@@ -27,7 +28,7 @@ class TableParts:
     """The parts of one table (names relative to the version's folder, in name order: part i is
     the i-th), their format and their bytes in all."""
 
-    format: str  # "csv" or "parquet"
+    format: str  # "csv" (comma-, tab-, ... separated), "jsonl" or "parquet"
     names: tuple[str, ...]
     bytes: int
 
@@ -36,7 +37,7 @@ def _format(name: str) -> str | None:
     low = name.lower()
     if not low.endswith(TABLE_SUFFIXES):
         return None
-    return "parquet" if is_parquet(name) else "csv"
+    return "parquet" if is_parquet(name) else "jsonl" if is_jsonl(name) else "csv"
 
 
 def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
