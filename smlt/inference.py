@@ -279,6 +279,10 @@ class Predictions:
         names = self.columns if len(self.columns) == self.values.shape[1] else ["prediction"]
         header = ["id", *names]
         body = [[i, *(float(v) for v in vs)] for i, vs in zip(self.ids, self.values)]
+        if self.truth is not None:  # the data's own values beside the predictions, as a label is
+            header += [f"{n}_true" for n in names]
+            for row, t in zip(body, self.truth.reshape(self.values.shape)):
+                row.extend(float(v) for v in t)
         return header, body
 
     def write(self, path: str | Path) -> Path:

@@ -121,4 +121,6 @@ def test_regression_predictions_are_in_the_labels_units(tmp_path):
     preds.write(tmp_path / "p.parquet")
     import pyarrow.parquet as pq
 
-    assert pq.read_table(tmp_path / "p.parquet").column_names == ["id", "label"]
+    written = pq.read_table(tmp_path / "p.parquet")
+    assert written.column_names == ["id", "label", "label_true"]  # the file's own values beside them
+    assert written.column("label_true").to_pylist()[0] == pytest.approx(rows[0][2])
