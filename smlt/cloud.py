@@ -21,17 +21,26 @@ from botocore.exceptions import (
 )
 
 from smlt import stack_outputs
+from smlt.code_imports import describe, foreign_imports
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.runtime import clients
-from smlt.runtime.errors import AlreadyFinished, AwsNotConfigured, InvalidJob, RunInProgress, RunNotFound, StackNotFound
+from smlt.runtime.errors import (
+    AlreadyFinished,
+    AwsNotConfigured,
+    InvalidCode,
+    InvalidJob,
+    RunInProgress,
+    RunNotFound,
+    StackNotFound,
+)
 from smlt.runtime.evaluation import summary_text
 from smlt.runtime.items import ErrorItem, MetaItem
 from smlt.runtime.progress import notice
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
-from smlt.runtime.usercode import check_shipped, package_code, stage_code, with_code
+from smlt.runtime.usercode import check_shipped, entry_points, package_code, stage_code, with_code
 
 OUTPUTS = stack_outputs.REQUIRED
 
@@ -97,6 +106,8 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
     package = package_code(code) if code is not None else None
     if package is None:
         check_shipped(job)  # the image holds no user code: say so now, not from every worker
+    elif foreign := foreign_imports(package.data, [n for _, n in entry_points(job)]):
+        raise InvalidCode(f"code: {describe(foreign)}")
     stack = Stack.lookup(stack) if isinstance(stack, str) else stack
     if folder is not None:
         raw["dataset"]["uri"] = upload_dataset(folder, stack.data_bucket)

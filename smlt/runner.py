@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import smlt.stack_outputs as stack_outputs
+from smlt.code_imports import describe, foreign_imports
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.extras import require
 from smlt.jobfile import read_job_file
@@ -32,10 +33,18 @@ from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
 from smlt.runtime.evaluation import summary_text
 from smlt.runtime.job import Job
-from smlt.runtime.progress import progress
+from smlt.runtime.progress import notice, progress
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
-from smlt.runtime.usercode import CodePackage, check_importable, code_key, package_code, stage_code, with_code
+from smlt.runtime.usercode import (
+    CodePackage,
+    check_importable,
+    code_key,
+    entry_points,
+    package_code,
+    stage_code,
+    with_code,
+)
 from smlt.snapshot import (
     Snapshot,
     clear_state,
@@ -330,6 +339,9 @@ def run_local(
     package = package_code(code) if code is not None else None
     if package is None and (job.code is None or job.code.uri is None):
         check_importable(job)  # from PYTHONPATH, as the handler processes will (they inherit it)
+    elif package is not None and (foreign := foreign_imports(package.data, [n for _, n in entry_points(job)])):
+        # the local handlers share this machine's packages; the deployed image has only its own
+        notice.warning(f"code runs here but not on the deployed stack: {describe(foreign)}")
     run_id = (
         raw.get("run_id") or f"{re.sub(r'[^A-Za-z0-9-]', '-', raw.get('name', 'job'))}-{time.strftime('%Y%m%d-%H%M%S')}"
     )

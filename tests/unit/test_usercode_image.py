@@ -38,3 +38,39 @@ def test_the_deploy_guide_names_the_images_versions():
 
 def test_a_users_copy_of_an_image_package_is_refused():
     assert {IMPORT_NAMES.get(p, p) for p in PINNED} <= IMAGE_PACKAGES
+
+
+def test_the_modules_the_image_provides_are_its_pinned_distributions_and_their_dependencies():
+    """smlt.code_imports.IMAGE_MODULES, recomputed from this environment's metadata (installed with
+    the same pins) for the image's distributions and what they require on Linux."""
+    import importlib.metadata as md
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    from smlt.code_imports import IMAGE_MODULES
+
+    def key(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    image = _pins((ROOT / "lambdas/train_step/Dockerfile").read_text()) | _pins(
+        (ROOT / "layers/requirements.txt").read_text()
+    )
+    env = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+    seen: set[str] = set()
+    todo = list(image)
+    while todo:
+        name = todo.pop()
+        if key(name) in seen:
+            continue
+        seen.add(key(name))
+        for r in md.distribution(name).requires or []:
+            req = Requirement(r)
+            if req.marker is None or req.marker.evaluate(env):
+                todo.append(req.name)
+    tops = {
+        top
+        for top, dists in md.packages_distributions().items()
+        if any(key(d) in seen for d in dists) and not top.startswith("_") and top != "tests"
+    }
+    assert tops == IMAGE_MODULES
