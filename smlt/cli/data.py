@@ -82,7 +82,7 @@ def prepare(args: argparse.Namespace) -> int:
     print(
         f"prepared {m.name}: {m.train.rows} train rows in {len(m.train.shards)} shards, "
         f"{m.validation.rows} validation rows, {describe_samples(m)}, {m.outputs} "
-        f"{'classes' if m.task == 'classification' else 'outputs'} -> {args.out}"
+        f"{'classes' if m.task == 'classification' else 'output' if m.outputs == 1 else 'outputs'} -> {args.out}"
     )
     if features:
         print(f"  {features}")

@@ -72,7 +72,8 @@ def test_merged_parts_equal_one_pass_over_the_concatenation(tmp_path: Path, labe
     one = _one_pass(whole, sizes, opts, label)
 
     assert (merged.rows, merged.train_rows) == (one.rows, one.train_rows) == (sum(sizes), one.train_rows)
-    assert merged.transforms() == one.transforms()  # kinds, levels, most frequent values, indicators
+    task = "classification" if label == "kind" else "regression"
+    assert merged.transforms(task) == one.transforms(task)  # kinds, levels, most frequent values, indicators
     for m, o in zip(merged.columns, one.columns):
         assert m.train_gaps == o.train_gaps
         assert m.levels.counts == o.levels.counts
@@ -96,7 +97,7 @@ def test_merged_parts_agree_with_prepare_dataset_on_the_concatenation(tmp_path: 
     assert manifest.train.rows + manifest.validation.rows == merged.rows == sum(sizes)
     assert manifest.classes == merged.labels.finish().classes
     assert manifest.columns is not None
-    mine = merged.transforms()
+    mine = merged.transforms("classification")
     assert [(t.name, t.kind, t.levels, t.indicator) for t in manifest.columns] == [
         (t.name, t.kind, t.levels, t.indicator) for t in mine
     ]

@@ -17,12 +17,13 @@ import numpy as np
 from pydantic import BaseModel
 
 from smlt.runtime.data import manifest
+from smlt.runtime.data.leaks import LabelLeaks
 from smlt.runtime.data.prepare import TableTransforms
 from smlt.runtime.data.stats import Levels, Median, Moments
 from smlt.runtime.data.table_fit import ColumnFit, LabelFit, Labels, TableFit
 
 _OBJECTS: dict[str, type] = {
-    c.__name__: c for c in (TableFit, LabelFit, ColumnFit, Median, Levels, Moments, TableTransforms, Labels)
+    c.__name__: c for c in (TableFit, LabelFit, ColumnFit, LabelLeaks, Median, Levels, Moments, TableTransforms, Labels)
 }
 _MODELS: dict[str, type[BaseModel]] = {
     c.__name__: c

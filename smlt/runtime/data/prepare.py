@@ -287,7 +287,7 @@ class TableTransforms:
     @classmethod
     def of(cls, fit: TableFit) -> TableTransforms:
         labels = fit.labels.finish()
-        columns = fit.transforms()
+        columns = fit.transforms(labels.task)
         at = np.cumsum([0] + [tabular.width(t) for t in columns])
         pending = [
             (int(at[i]), i, c)

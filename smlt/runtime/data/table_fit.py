@@ -24,6 +24,7 @@ import numpy as np
 
 from smlt.runtime.data import tabular
 from smlt.runtime.data.arrays import FLOAT32_MAX, target_std
+from smlt.runtime.data.leaks import LabelLeaks
 from smlt.runtime.data.manifest import ArraySpec, ColumnTransform, FeatureSpec, TargetScaling, class_name
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.stats import MAX_LEVELS, Levels, Median, Moments
@@ -349,6 +350,8 @@ class TableFit:
         else:
             self.columns = [ColumnFit(name, None, name not in text, keep) for name in features]
             self.refused = set() if self.impute else set(features)
+        # a column that gives the label away (told, not refused); a pipeline's later versions were told at their first
+        self.leaks = LabelLeaks(label, [c.name for c in self.columns]) if spec is None else None
         self.rows = 0
         self.train_rows = 0
         self.span = 0  # the largest row number read: where another file's rows start in `merge`
@@ -370,6 +373,8 @@ class TableFit:
                 first = (i, c.name) if first is None or i < first[0] else first
         if first is not None:
             raise tabular.missing_refused(block.where(*first))
+        if self.leaks is not None:
+            self.leaks.add(block, train, {c.name for c in self.columns if c.numeric})
         self.rows += len(block)
         self.train_rows += len(train)
         self.span = max(self.span, int(block.rows[-1])) if len(block) else self.span
@@ -382,6 +387,8 @@ class TableFit:
         if names != theirs:
             raise InvalidDataset(f"{other.path}: columns {theirs} differ from {self.path}'s {names}")
         self.labels.merge(other.labels)
+        if self.leaks is not None and other.leaks is not None:
+            self.leaks.merge(other.leaks)
         for mine, their in zip(self.columns, other.columns):
             mine.merge(their, self.span)
         self.rows += other.rows
@@ -402,11 +409,13 @@ class TableFit:
         also = f"; also column {', '.join(others)}" if others else ""
         raise tabular.not_finite(where, cell, finite, first.bad, self.rows, first.name, also)
 
-    def transforms(self) -> list[ColumnTransform]:
+    def transforms(self, task: str) -> list[ColumnTransform]:
         from smlt.runtime.progress import notice
 
         for c in self.columns:
             told = c.mostly_numbers() or c.mostly_distinct(self.path)
             if told:
                 notice.info(told)
+        for told in self.leaks.notices(self.path, task) if self.leaks is not None else []:
+            notice.warning(told)
         return [c.transform(self.impute) for c in self.columns]

@@ -108,9 +108,10 @@ class Block:
             return values, np.isnan(values)
         if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             return None  # booleans, dates, ...: text, as Python writes them
-        for cells in (col, self.number_text(name)):  # as written, then stripped (" 1.5", a cell of spaces)
+        # as written, then stripped (" 1.5", a cell of spaces): the stripped text only when needed
+        for cells_of in (lambda: col, lambda: self.number_text(name)):
             try:
-                numbers = cells.cast(pa.float64())
+                numbers = cells_of().cast(pa.float64())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 continue
             values = numbers.to_numpy(zero_copy_only=False)
