@@ -149,7 +149,8 @@ class Block:
 
     def markers(self, name: str) -> np.ndarray:
         """Where the column's cells are missing markers: text `number_text` reads as empty."""
-        if not self.csv:
+        self.numbers(name)
+        if not self.csv or name not in self._number_text:  # cast as written: no marker (a marker fails a cast)
             return np.zeros(len(self), bool)
         empty = self.text(name).is_null().to_numpy(zero_copy_only=False)
         return self.number_text(name).is_null().to_numpy(zero_copy_only=False) & ~empty
