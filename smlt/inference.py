@@ -479,7 +479,8 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inp
         return _images(manifest, path)
     suffix = path.suffix.lower()
     if suffix in TABLE_SUFFIXES:
-        return _table(manifest, read_table(path))
+        numeric = {t.name for t in manifest.columns or [] if t.kind == "numeric"}
+        return _table(manifest, read_table(path, numeric))  # a missing marker (`NA`) in them is empty
     if suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:
             if "x" not in z:

@@ -180,14 +180,16 @@ def test_semicolon_and_tab_separated_files_with_decimal_commas_prepare_like_the_
 
 
 def test_a_column_of_numbers_with_a_stray_word_is_text_and_prepare_says_so(tmp_path, caplog):
-    body = [[str(i), f"{i * 0.5:.1f}" if i != 41 else "n/a", str(i % 2)] for i in range(60)]
+    body = [[str(i), f"{i * 0.5:.1f}" if i != 41 else "unknown", str(i % 2)] for i in range(60)]
+    body[7][1] = "n/a"  # a missing marker: an empty cell, were the column numbers
     with caplog.at_level(logging.INFO, logger="smlt.notice"):
         m = prepare_dataset(str(write_csv(tmp_path / "d.csv", body, ["id", "weight", "label"])), str(tmp_path / "a"))
     assert {c.name: c.kind for c in m.columns or []} == {"id": "numeric", "weight": "hash"}
     assert (
-        "d.csv: column 'weight', line 43: 'n/a' is not a number, so column 'weight' is read as text though 59 of its "
-        "60 cells are numbers" in caplog.text
+        "d.csv: column 'weight', line 43: 'unknown' is not a number, so column 'weight' is read as text though 58 of "
+        "its 59 cells are numbers" in caplog.text
     )
+    assert "read as empty" not in caplog.text  # read as text, `n/a` is a level
     # A column of words is text without a word said.
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="smlt.notice"):

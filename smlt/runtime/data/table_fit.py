@@ -10,6 +10,9 @@ bounded memory, for
   the pipeline's first version had no gaps in), a cell that is not a number where a number is
   needed, a NaN/Inf/beyond-float32 number (`not_finite`: the first in file order, with the count).
 
+A missing marker (`NA`, `NULL`, ... : table_reader.MISSING_MARKERS) in a column of numbers is an
+empty cell, imputed or refused as one; prepare says how many a column had (`markers_read`).
+
 With a pipeline's FeatureSpec nothing is fitted: its transforms are checked against the file.
 """
 
@@ -74,7 +77,7 @@ class LabelFit:
         parsed = block.numbers(self.name)
         gaps = parsed[1] if parsed is not None else block.gaps(self.name)
         if gaps.any():
-            raise InvalidDataset(f"{block.where(int(np.argmax(gaps)), self.name)} is empty: every row needs a label")
+            raise InvalidDataset(f"{_empty(block, int(np.argmax(gaps)), self.name)}: every row needs a label")
         if parsed is None:
             if self.task == "regression":
                 i = block.first_not_a_number(self.name)
@@ -193,6 +196,12 @@ class LabelFit:
         return self._index[found.to_numpy(zero_copy_only=False)]
 
 
+def _empty(block: Block, i: int, name: str) -> str:
+    """Where an empty cell is, and how it is written when it is a missing marker."""
+    cell = block.cell(i, name) if block.csv else ""
+    return block.where(i, name) + " is empty" + (f" (written {cell!r})" if cell else "")
+
+
 # A cell that is a number as float64 parsing reads one (after stripping): what `mostly_numbers` counts.
 _NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
@@ -214,6 +223,8 @@ class ColumnFit:
         # a text column's present cells, those that are numbers, and its first that is not
         self.cells, self.numberlike = 0, 0
         self.first_text: tuple[int, str, str] | None = None  # (row number, where, cell)
+        self.marked = 0  # cells of a number column that are missing markers (empty)
+        self.written: set[str] = set()  # those markers, as written
 
     def add(self, block: Block, train: np.ndarray) -> np.ndarray:
         """Count the block's cells; returns where they are empty."""
@@ -237,21 +248,28 @@ class ColumnFit:
                 self.bad += int(bad.sum())
             if self.fixed is None:
                 self.median.add(values[train & ~gaps & ~bad])
+            if block.csv and gaps.any():
+                marked = block.markers(self.name)
+                if marked.any():
+                    self.marked += int(marked.sum())
+                    self.written.update(block.text(self.name).filter(pa.array(marked)).unique().to_pylist())
         else:
             gaps = block.gaps(self.name)
             if self.fixed is None:
                 self.levels.add(block.text(self.name).filter(pa.array(train)))
-                self._count_numbers(block, gaps)
+                self._count_numbers(block)
         self.train_gaps += int((gaps & train).sum())
         self.blocks += 1
         return gaps
 
-    def _count_numbers(self, block: Block, gaps: np.ndarray) -> None:
+    def _count_numbers(self, block: Block) -> None:
         """How many of a text column's cells are numbers: a quantity with a few stray cells
-        ("n/a", "12 kg") is read as text, which `mostly_numbers` tells."""
+        ("unknown", "12 kg") is read as text, which `mostly_numbers` tells. A missing marker
+        counts as the empty cell it would be were the column numbers."""
         import pyarrow.compute as pc
 
         text = block.number_text(self.name)
+        gaps = text.is_null().to_numpy(zero_copy_only=False)
         number = pc.fill_null(pc.match_substring_regex(text, _NUMBER), False).to_numpy(zero_copy_only=False)
         self.cells += int((~gaps).sum())
         self.numberlike += int(number.sum())
@@ -271,6 +289,16 @@ class ColumnFit:
             f"{self.numberlike:,} of its {self.cells:,} cells are numbers; if it is a quantity, fix or empty "
             "such cells (an empty cell is imputed or refused, see --missing) and prepare again"
         )
+
+    def markers_read(self, path: str) -> str | None:
+        """A notice when this number column had missing markers (`NA`, ...), read as empty cells
+        (imputed: a refused empty cell stops pass 1)."""
+        if not self.numeric or not self.marked:
+            return None
+        written = " or ".join(map(repr, sorted(self.written)))
+        how = "the pipeline's recorded median" if self.fixed is not None else "the train split's median, see --missing"
+        cells = "1 cell written {} is" if self.marked == 1 else f"{self.marked:,} cells written {{}} are"
+        return f"{path}: column {self.name!r}: {cells.format(written)} read as empty (imputed with {how})"
 
     def mostly_distinct(self, path: str) -> str | None:
         """A notice when this column is hashed though nearly every value in it is different: an
@@ -302,6 +330,8 @@ class ColumnFit:
         self.bad += other.bad
         self.cells += other.cells
         self.numberlike += other.numberlike
+        self.marked += other.marked
+        self.written |= other.written
         if self.first_text is None and other.first_text is not None:
             row, where, cell = other.first_text
             self.first_text = (row + offset, where, cell)
@@ -372,7 +402,7 @@ class TableFit:
                 i = int(np.argmax(gaps))
                 first = (i, c.name) if first is None or i < first[0] else first
         if first is not None:
-            raise tabular.missing_refused(block.where(*first))
+            raise tabular.missing_refused(_empty(block, *first))
         if self.leaks is not None:
             self.leaks.add(block, train, {c.name for c in self.columns if c.numeric})
         self.rows += len(block)
@@ -413,9 +443,9 @@ class TableFit:
         from smlt.runtime.progress import notice
 
         for c in self.columns:
-            told = c.mostly_numbers() or c.mostly_distinct(self.path)
-            if told:
-                notice.info(told)
+            for told in (c.markers_read(self.path), c.mostly_numbers() or c.mostly_distinct(self.path)):
+                if told:
+                    notice.info(told)
         for told in self.leaks.notices(self.path, task) if self.leaks is not None else []:
             notice.warning(told)
         return [c.transform(self.impute) for c in self.columns]

@@ -10,6 +10,11 @@ comma-decimal locale writes semicolons; in such a file a column of `0,346` is nu
 file is read by record batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty) or as text (stripped, null where
 empty): numbers cost a cast, not a Python string per cell.
+
+A text cell (a CSV's, a JSON Lines file's) that is a missing-value marker (MISSING_MARKERS: R
+writes `NA`, Excel `#N/A`, a database `NULL`) is an empty cell when the column is read as numbers
+(`number_text`): a column of numbers and markers is a number column with empty cells. Read as text
+the marker is a level like any other (`NA` may be Namibia). `nan` is the number NaN, not a marker.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ _ARROW_BLOCK = 4 << 20
 _BOM = b"\xef\xbb\xbf"
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
 _OTHER_DELIMITERS = ";\t|"
+# Cells (stripped) that mean "no value" in a column of numbers, as R (`NA`), Excel (`#N/A`),
+# databases (`NULL`) and pandas (`<NA>`, `None`) write one: the common ones of pandas' own list,
+# without `nan`/`NaN`, which are the number NaN here (refused as not finite).
+MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None")
 
 
 def is_parquet(path: str | Path) -> bool:
@@ -57,6 +66,7 @@ class Block:
     decimal_comma: bool = False  # a CSV not separated by commas: `0,346` may be a number
     _text: dict[str, Any] = field(default_factory=dict)
     _numbers: dict[str, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+    _number_text: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -93,8 +103,9 @@ class Block:
 
     def numbers(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(float64 values with NaN where empty, where empty) when every present cell is a number,
-        else None. A number written `nan` or `inf` is a value, not an empty cell (a Parquet float
-        NaN is empty, as a null is)."""
+        else None; a text cell that is a missing marker (`NA`, `NULL`, ...) is empty here. A number
+        written `nan` or `inf` is a value, not an empty cell (a Parquet float NaN is empty, as a
+        null is)."""
         if name not in self._numbers:
             self._numbers[name] = self._parse(name)
         return self._numbers[name]
@@ -108,7 +119,7 @@ class Block:
             return values, np.isnan(values)
         if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             return None  # booleans, dates, ...: text, as Python writes them
-        # as written, then stripped (" 1.5", a cell of spaces): the stripped text only when needed
+        # as written, then stripped (" 1.5", a cell of spaces, NA): the stripped text only when needed
         for cells_of in (lambda: col, lambda: self.number_text(name)):
             try:
                 numbers = cells_of().cast(pa.float64())
@@ -119,18 +130,35 @@ class Block:
         return None
 
     def number_text(self, name: str) -> Any:
-        """The column's text (`text`) as float parsing reads it: in a file not separated by
-        commas a decimal comma is a point (`0,5` is 0.5): what prepare parses and counts
-        (`tabular.read_table` does the same to a whole file's column of numbers)."""
-        text = self.text(name)
-        if not self.decimal_comma:
-            return text
-        import pyarrow.compute as pc
+        """The column's text (`text`) as a number column reads it: a missing marker (`NA`,
+        `#N/A`, `NULL`, ...) is null, as an empty cell is, and in a file not separated by commas
+        a decimal comma is a point (`0,5` is 0.5): what prepare parses and counts, and
+        `tabular.read_table` reads of a number column."""
+        if name not in self._number_text:
+            import pyarrow as pa
+            import pyarrow.compute as pc
 
-        return pc.replace_substring(text, ",", ".")
+            text = self.text(name)
+            if self.csv:
+                marked = pc.is_in(text, value_set=pa.array(MISSING_MARKERS, text.type))
+                if pc.any(marked).as_py():
+                    text = pc.if_else(marked, pa.scalar(None, text.type), text)
+            if self.decimal_comma:
+                text = pc.replace_substring(text, ",", ".")
+            self._number_text[name] = text
+        return self._number_text[name]
+
+    def markers(self, name: str) -> np.ndarray:
+        """Where the column's cells are missing markers: text `number_text` reads as empty."""
+        self.numbers(name)
+        if not self.csv or name not in self._number_text:  # cast as written: no marker (a marker fails a cast)
+            return np.zeros(len(self), bool)
+        empty = self.text(name).is_null().to_numpy(zero_copy_only=False)
+        return self.number_text(name).is_null().to_numpy(zero_copy_only=False) & ~empty
 
     def gaps(self, name: str) -> np.ndarray:
-        """Where the column's cells are empty."""
+        """Where the column's cells are empty, read as text (a missing marker is text; a number
+        column's gaps, markers among them, are `numbers(name)[1]`)."""
         if not self.csv and _is_number_type(self.cells[name].type):
             parsed = self.numbers(name)
             assert parsed is not None
@@ -138,7 +166,8 @@ class Block:
         return self.text(name).is_null().to_numpy(zero_copy_only=False)
 
     def first_not_a_number(self, name: str) -> int:
-        """The index of the first present cell that is not a number (the column has one)."""
+        """The index of the first present cell that is not a number (the column has one; a
+        missing marker is not it: read as a number column, it is empty)."""
         import pyarrow as pa
 
         cells = self.number_text(name)
@@ -158,8 +187,9 @@ class Block:
         return "" if value is None else str(value).strip() if self.csv else str(value)
 
     def column(self, name: str, numeric: bool) -> np.ndarray:
-        """The column as a Table holds it: float64 (NaN where empty) when `numeric` (every cell a
-        number) or a Parquet number column, else str cells ("" where empty)."""
+        """The column as a Table holds it: float64 (NaN where empty, a missing marker too) when
+        `numeric` (every cell a number) or a Parquet number column, else str cells ("" where
+        empty; a marker is its text)."""
         if numeric or (not self.csv and _is_number_type(self.cells[name].type)):
             parsed = self.numbers(name)
             assert parsed is not None, f"{name}: not a number column"

@@ -2,7 +2,8 @@
 feature column (fitted on the train split by smlt.runtime.data.table_fit, as prepare streams the
 file).
 
-A column is numeric when every cell is a number; text columns are one-hot encoded when the train
+A column is numeric when every cell is a number or empty (a missing marker such as `NA` is an
+empty cell there: table_reader.Block.number_text); text columns are one-hot encoded when the train
 split has few levels and hashed into a fixed number of buckets otherwise (Cirrus's
 preprocessing). An empty cell or null is imputed from the train split (median / most frequent)
 with a 0/1 indicator feature, or refused with the column and the row named. `encode_columns` is
@@ -13,7 +14,7 @@ and `apply_columns` (later data) adds the recorded standardisation.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,22 +58,28 @@ class Table:
         return f"{self.path}: column {column!r}, {self.unit} {int(self.rows[i])}"
 
 
-def read_table(path: str | Path) -> Table:
-    """A whole .csv (with a header) or .parquet file as a Table (data to predict on: prepare
-    streams a file in blocks instead)."""
+def read_table(path: str | Path, numeric: Collection[str] | None = None) -> Table:
+    """A whole .csv (with a header), .parquet or JSON Lines file as a Table (data to predict on:
+    prepare streams a file in blocks instead). The `numeric` columns (a model's number columns;
+    None: those whose every cell is a number or empty, as prepare would read this file) hold their text
+    as a number column reads it (`Block.number_text`): "" for a missing marker (`NA`, ...), a
+    point for a decimal comma; the others their text as written (`NA` a level)."""
     from smlt.runtime.data.tables import open_table
 
     file = open_table(path)
     blocks = list(file.blocks())
-    columns = {name: _cells(blocks, name) for name in file.columns}
+    if numeric is None:
+        numeric = {name for name in file.columns if all(b.numbers(name) is not None for b in blocks)}
+    columns = {name: _cells(blocks, name, name in numeric) for name in file.columns}
     return Table(file.path, columns, np.concatenate([b.rows for b in blocks]), file.unit)
 
 
-def _cells(blocks: list[Block], name: str) -> np.ndarray:
-    cells = np.concatenate([b.column(name, numeric=False) for b in blocks])
-    if any(b.decimal_comma for b in blocks) and all(b.numbers(name) is not None for b in blocks):
-        cells = np.char.replace(cells, ",", ".")  # "10,5" in a file not separated by commas: 10.5, as prepare read it
-    return cells
+def _cells(blocks: list[Block], name: str, numeric: bool) -> np.ndarray:
+    if not numeric:
+        return np.concatenate([b.column(name, numeric=False) for b in blocks])
+    return np.concatenate(
+        [np.asarray(b.number_text(name).fill_null("").to_numpy(zero_copy_only=False), dtype=str) for b in blocks]
+    )
 
 
 def missing(cells: np.ndarray) -> np.ndarray:
@@ -127,12 +134,13 @@ def refuse_missing(table: Table, names: Sequence[str]) -> None:
             if first is None or table.rows[i] < table.rows[first[0]]:
                 first = (i, name)
     if first is not None:
-        raise missing_refused(table.where(*first))
+        raise missing_refused(table.where(*first) + " is empty")
 
 
-def missing_refused(where: str) -> InvalidDataset:
+def missing_refused(empty: str) -> InvalidDataset:
+    """`empty`: where an empty cell is, "... is empty" (table_fit says how a marker is written)."""
     return InvalidDataset(
-        f"{where} is empty: missing values are refused "
+        f"{empty}: missing values are refused "
         "(impute them from the train split with --missing impute, the job's dataset.missing)"
     )
 
