@@ -244,10 +244,7 @@ class Functions(Construct):
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._artifacts.arn_for_objects(STUDY_BEST)])
         )
         # Finalize publishes the gate's decisions to the team's topic (cdk.json notify_topic_arn).
-        if settings.notify_topic_arn:
-            role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["sns:Publish"], resources=[settings.notify_topic_arn])
-            )
+        self._publish_notices(role, settings)
         # The account's Lambda concurrency limit is an input of every run's first plan (AWS
         # accepts only "*" for GetAccountSettings).
         role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:GetAccountSettings"], resources=["*"]))
@@ -284,6 +281,7 @@ class Functions(Construct):
         role = self._role("Prepare")
         self._prepare_data(role)
         self._use_table(role)  # the run's PREPARE claim and the ledger's ATTEMPT item
+        self._publish_notices(role, settings)  # a refused upload, told to the team's topic
         self.prepare = lambda_.DockerImageFunction(
             self,
             "Prepare",
@@ -303,6 +301,7 @@ class Functions(Construct):
                 data_bucket=data_bucket.bucket_name,
                 table=table.table_name,
                 service_name=metrics.SERVICE,
+                notify_topic_arn=settings.notify_topic_arn,
             ),
         )
 
@@ -353,6 +352,14 @@ class Functions(Construct):
             vpc_subnets=self._exchange.subnets,
             security_groups=[self._exchange.function_sg],
         )
+
+    @staticmethod
+    def _publish_notices(role: iam.Role, settings: Settings) -> None:
+        """sns:Publish on the team's topic (cdk.json notify_topic_arn), when it has one, nowhere else."""
+        if settings.notify_topic_arn:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["sns:Publish"], resources=[settings.notify_topic_arn])
+            )
 
     def _read_data(self, role: iam.Role) -> None:
         role.add_to_principal_policy(

@@ -21,9 +21,10 @@ meter = Meter(LOADED_AT, lambda: PrepareSettings().table)
 @meter
 def handler(event, context):
     parsed = parse_event(PREPARE_EVENTS, event)
+    settings = PrepareSettings()
     if isinstance(parsed, PrepareDataEvent):
-        result = prepare_upload(PrepareSettings(), parsed).model_dump(mode="json")
+        result = prepare_upload(settings, parsed).model_dump(mode="json")
     else:  # a step of a table in parts (a Map's child, or the step after a Map)
-        result = prepare_parts.handle(parsed)
+        result = prepare_parts.handle(parsed, settings.notify_topic_arn)
     logger.info("prepare", extra=result)
     return result

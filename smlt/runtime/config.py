@@ -28,7 +28,7 @@ from smlt.runtime.prices import Prices
 PLANNER, AGGREGATE, TRAIN = "planner", "aggregate", "train_step"
 ALL = (PLANNER, AGGREGATE, TRAIN)
 STUDY = "study"  # the study controller (smlt.runtime.study): the table and the artifacts bucket only
-PREPARE = "prepare"  # a raw upload's Prepare step (smlt.runtime.steps.prepare): the data bucket and the table only
+PREPARE = "prepare"  # a raw upload's Prepare step (smlt.runtime.steps.prepare): data bucket, table, team's topic
 
 
 def _read_by(*functions: str, optional: bool = False) -> dict[str, Any]:
@@ -92,8 +92,9 @@ class Settings(FunctionSizes):
     # a redis:// URL = Redis (ElastiCache), opened with smlt.runtime.store.open_store.
     exchange_url: str = Field("", json_schema_extra=_read_by(TRAIN, AGGREGATE, optional=True))
     # An SNS topic the team owns (cdk.json `notify_topic_arn`): Finalize publishes the gate's
-    # decision on a pipeline version there (smlt.runtime.notify). Written only when configured.
-    notify_topic_arn: str = Field("", json_schema_extra=_read_by(PLANNER, optional=True))
+    # decision on a pipeline version there, PrepareData a raw upload's refusal (smlt.runtime.notify).
+    # Written only when configured.
+    notify_topic_arn: str = Field("", json_schema_extra=_read_by(PLANNER, PREPARE, optional=True))
     # Read by Powertools (logger, metrics), not by smlt.
     service_name: str = Field(
         "smlt",

@@ -1,8 +1,11 @@
 """The gate's decisions published to the team's SNS topic (cdk.json `notify_topic_arn`, set for
 the session's engine in conftest.py) on the local engine: a promoted v1 and a rejected v2 each
-arrive as one message on an SQS queue subscribed to the topic, as a team would subscribe."""
+arrive as one message on an SQS queue subscribed to the topic, as a team would subscribe. (A
+refused upload's message: tests/e2e/test_raw_upload.py and test_upload_parts.py, `subscribed`.)"""
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -23,6 +26,22 @@ def _messages(sqs, queue, want):
         if len(got) >= want:
             break
     return got
+
+
+@contextmanager
+def subscribed(engine, name: str, filter_policy: dict | None = None) -> Iterator[Callable[[int], list[dict]]]:
+    """An SQS queue subscribed to the session's topic for the block (with a subscription filter
+    policy, as a team selects what it is told); yields `received(want)`: the envelopes so far."""
+    sns, sqs = engine.client("sns"), engine.client("sqs")
+    queue = sqs.create_queue(QueueName=name)["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    attributes = {"FilterPolicy": json.dumps(filter_policy)} if filter_policy else {}
+    sub = sns.subscribe(TopicArn=NOTIFY_TOPIC, Protocol="sqs", Endpoint=queue_arn, Attributes=attributes)
+    try:
+        yield lambda want: _messages(sqs, queue, want)
+    finally:
+        sns.unsubscribe(SubscriptionArn=sub["SubscriptionArn"])
+        sqs.delete_queue(QueueUrl=queue)
 
 
 def test_a_promotion_and_a_rejection_each_publish_one_message(engine_as_aws, tmp_path):

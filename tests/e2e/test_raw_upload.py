@@ -29,6 +29,7 @@ from smlt.runtime import keys
 from smlt.runtime import pipeline as pl
 from smlt.runtime.store import S3Store
 from tests.e2e.test_console import free_port
+from tests.e2e.test_notify import subscribed
 from tests.e2e.test_pipeline import ROWS, _houses
 
 AWS = shutil.which("aws", path=str(Path(sys.executable).parent)) or shutil.which("aws")
@@ -235,15 +236,25 @@ def test_a_duplicate_event_trains_once_and_a_new_marker_retrains(pipeline, tmp_p
     assert pl.champion(artifacts, "dup").run_id == out["plan"]["run_id"]
 
 
-def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipeline, tmp_path, capsys):
+@pytest.fixture
+def refusals(pipeline):
+    """`received(want)`: the envelopes the team's topic (the session's stack has one) sent a queue
+    that takes the refusals alone (filter policy decision=refused) during the test."""
+    with subscribed(pipeline[0], "refusals", {"decision": ["refused"]}) as received:
+        yield received
+
+
+def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipeline, refusals, tmp_path, capsys):
     engine, names, _, setup, upload = pipeline
     setup("nodata", SHORT)
     artifacts = S3Store(names.artifacts_bucket)
+    refused = []
 
     desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
     assert desc["status"] == "FAILED" and desc["error"] == "NoDataFile", desc
     assert f"s3://{names.data_bucket}/incoming/nodata/v1/ has a _SUCCESS marker but no data" in desc["cause"]
     assert pl.champion(artifacts, "nodata") is None and pl.versions(artifacts, "nodata") == []
+    refused.append(desc)
 
     # two data sources, or a format smlt does not prepare: named, and nothing of the pipeline changes
     upload("incoming/nodata/v1/a.csv", b"x,label\n1,0\n2,1\n")
@@ -251,6 +262,7 @@ def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipel
     desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
     assert desc["status"] == "FAILED" and desc["error"] == "UnsupportedFormat", desc
     assert "notes.xlsx is not a format smlt prepares" in desc["cause"]
+    refused.append(desc)
     S3Store(names.data_bucket).delete("incoming/nodata/v1/notes.xlsx")
     S3Store(names.data_bucket).delete("incoming/nodata/v1/a.csv")
 
@@ -273,6 +285,18 @@ def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipel
     assert main(["models", "list", "nodata", "--stack", "SmltUploads"]) == 0
     out = capsys.readouterr().out
     assert "champion (*): v1" in out and "refused" not in out, out  # the later upload replaced them
+
+    # each refusal told the team once, by the error the execution failed with; the promotion is
+    # filtered out (decision=promoted), and it was published before its execution ended
+    envelopes = refusals(2)
+    envelopes += refusals(0)
+    assert [e["Subject"] for e in envelopes] == ["smlt: nodata v1 refused"] * 2, envelopes
+    for envelope, failed in zip(envelopes, refused):
+        body = json.loads(envelope["Message"])
+        assert body["error"] == failed["error"] and body["message"] == json.loads(failed["cause"])["errorMessage"]
+        assert body["execution"] == failed["name"] and body["decision"] == "refused", body
+        assert body["upload"] == f"s3://{names.data_bucket}/incoming/nodata/v1/_SUCCESS", body
+        assert {k: a["Value"] for k, a in envelope["MessageAttributes"].items()}["decision"] == "refused"
 
 
 def _image_zip(rng: np.random.Generator) -> bytes:

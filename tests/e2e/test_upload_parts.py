@@ -1,7 +1,7 @@
 """A raw version uploaded as many parts of one table (`part-00000.csv` ... + `_SUCCESS`) prepared
 by the parts' Distributed Maps (smlt.runtime.steps.prepare_parts) on the session's engine, then
 trained and promoted as any raw upload; a bad cell in one part ends the execution with the named
-error naming that part's object and line."""
+error naming that part's object and line, told to the team's topic once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from smlt.runtime import pipeline as pl
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
 from tests.e2e.test_pipeline import _houses
-from tests.e2e.test_raw_upload import SHORT, _wait, pipeline  # noqa: F401 - the fixture
+from tests.e2e.test_raw_upload import SHORT, _wait, pipeline, refusals  # noqa: F401 - the fixtures
 
 PARTS = 60
 
@@ -85,7 +85,7 @@ def test_a_table_in_many_parts_prepares_through_the_maps_trains_and_is_promoted(
     assert all(f"/{folder}_parts/" in d.request.resource for d in denied)
 
 
-def test_a_bad_cell_in_one_part_names_its_object_and_line(pipeline, tmp_path):  # noqa: F811
+def test_a_bad_cell_in_one_part_names_its_object_and_line(pipeline, refusals, tmp_path):  # noqa: F811
     engine, names, _, setup, upload = pipeline
     setup("badpart", SHORT)
     bodies = _split(_houses(tmp_path / "h.csv", 5), 12)
@@ -103,6 +103,13 @@ def test_a_bad_cell_in_one_part_names_its_object_and_line(pipeline, tmp_path):  
     message = json.loads(desc["cause"])["errorMessage"]
     assert message.startswith(where) and message.endswith("(1 more part failed too)"), message
     assert pl.champion(S3Store(names.artifacts_bucket), "badpart") is None
+    # told to the team once, by MergeStats (which raised it), not by the failed children
+    envelopes = refusals(1)
+    envelopes += refusals(0)
+    assert [e["Subject"] for e in envelopes] == ["smlt: badpart v1 refused"], envelopes
+    body = json.loads(envelopes[0]["Message"])
+    assert body["error"] == "InvalidDataset" and body["message"] == message and body["execution"] == desc["name"]
+    assert body["upload"] == f"s3://{names.data_bucket}/incoming/badpart/v1/_SUCCESS", body
 
 
 def test_a_column_with_text_in_one_part_is_read_as_text_in_every_part(pipeline, tmp_path):  # noqa: F811

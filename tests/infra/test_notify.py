@@ -1,5 +1,6 @@
-"""cdk.json `notify_topic_arn`: the planner (which runs Finalize) gets the team's topic in its
-environment and may publish there, nowhere else; without it, no function has either."""
+"""cdk.json `notify_topic_arn`: the planner (which runs Finalize: the gate's decisions) and the
+Prepare function (a refused upload) get the team's topic in their environment and may publish
+there, nowhere else; without it, no function has either."""
 
 from __future__ import annotations
 
@@ -29,13 +30,19 @@ def _sns_grants(synth):
                     yield lid, action, st["Resource"]
 
 
-def test_the_planner_alone_gets_the_topic_and_may_publish_there_only(notify_synth):
+NOTIFYING = ("FunctionsPlanner", "FunctionsPrepare")
+
+
+def test_the_planner_and_prepare_alone_get_the_topic_and_may_publish_there_only(notify_synth):
+    told = set()
     for lid, fn in notify_synth.resources("AWS::Lambda::Function").items():
         env = fn["Properties"]["Environment"]["Variables"]
-        assert env.get(VARIABLE) == (TOPIC if lid.startswith("FunctionsPlanner") else None), lid
+        assert env.get(VARIABLE) == (TOPIC if lid.startswith(NOTIFYING) else None), lid
+        told |= {lid} if VARIABLE in env else set()
+    assert len(told) == 2
     grants = list(_sns_grants(notify_synth))
-    assert [(g[1], g[2]) for g in grants] == [("sns:Publish", TOPIC)]
-    assert grants[0][0].startswith("FunctionsPlannerRole")
+    assert [(g[1], g[2]) for g in grants] == [("sns:Publish", TOPIC)] * 2
+    assert sorted(g[0].split("Role")[0] for g in grants) == ["FunctionsPlanner", "FunctionsPrepare"]
     report = AwsSolutionsChecks().validate_scope(notify_synth.app)  # the synth ran it too
     assert report.success and not report.violations
 

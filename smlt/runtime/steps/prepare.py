@@ -21,7 +21,9 @@ event starts the execution; this step
 The planner then takes the same trigger to the run's job with `dataset.uri` there
 (`smlt.runtime.trigger`). A failure ends the execution with the error's name; nothing of the
 pipeline changes (its champion, features and versions), and a new upload of the marker (a new
-sequencer, a new run id and prefix) prepares again.
+sequencer, a new run id and prefix) prepares again. A named data error (`InvalidDataset` and its
+kinds) is first told to the team's SNS topic when the stack has one (`notify_topic_arn`): the
+version's refusal (smlt.runtime.notify), then the same error raised.
 
 The step runs in the train_step image (its own command, `lambdas/prepare/handler.py`): that image
 has every library `smlt data prepare` reads formats with (pyarrow for Parquet, Pillow for
@@ -54,6 +56,7 @@ from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.errors import InvalidDataset, InvalidJob
 from smlt.runtime.items import PrepareItem
 from smlt.runtime.job import parse_job
+from smlt.runtime.notify import Refusal, refusal_told
 from smlt.runtime.pipeline import prepare_with_features
 from smlt.runtime.records import RunTable
 from smlt.runtime.steps import prepare_parts, upload_parts
@@ -88,6 +91,8 @@ class PrepareSettings(BaseSettings):
 
     data_bucket: str
     table: str
+    # The team's SNS topic: a refused upload is told there (smlt.runtime.notify); "" = none.
+    notify_topic_arn: str = ""
 
 
 # --- which data: a pure decision over the objects beside the marker ----------------------------
@@ -245,6 +250,25 @@ def prepare_upload(settings: PrepareSettings, event: PrepareDataEvent) -> DataPr
         return DataPrepared(
             action="plan", run_id=upload.run_id, dataset=upload.dataset_uri, reason="prepared by an earlier attempt"
         )
+    # A named data error from here on refuses the version: told to the team's topic, then raised.
+    with refusal_told(settings.notify_topic_arn, lambda e: _refusal(upload, event.execution, e)):
+        return _prepare_claimed(upload)
+
+
+def _refusal(upload: Upload, execution: str, error: InvalidDataset) -> Refusal:
+    return Refusal(
+        pipeline=upload.pipeline,
+        version=upload.version,
+        error=type(error).__name__,
+        message=str(error),
+        upload=f"s3://{upload.bucket}/{upload.key}",
+        run_id=upload.run_id,
+        execution=execution,
+    )
+
+
+def _prepare_claimed(upload: Upload) -> DataPrepared:
+    """The claimed upload's data found, checked and prepared (or its parts' Maps started)."""
     job = parse_job(run_job(upload, pipeline_job(upload.bucket, upload.pipeline)))  # a bad job fails first
     where = f"s3://{upload.bucket}/{upload.folder}/"
     options = job.dataset.options()

@@ -15,7 +15,8 @@ after each Map (infra/stacks/workflow.py; docs/architecture.md, "Prepare"):
 
 A child's named error is caught inside the child (the Map never fails for it) and raised again,
 by its name and message, by the step after the Map: the execution ends with the same error
-(`InvalidDataset`, naming the part's object and line) as a single-function preparation would."""
+(`InvalidDataset`, naming the part's object and line) as a single-function preparation would, told
+to the team's topic first as the version's refusal (`handle`; smlt.runtime.notify)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.parts import PartRows, described, merge_fits, merge_moments, part_manifest, settle
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
 from smlt.runtime.errors import InvalidDataset
-from smlt.runtime.pipeline import read_features, write_features
+from smlt.runtime.notify import Refusal, refusal_told
+from smlt.runtime.pipeline import read_features, version_of, write_features
 from smlt.runtime.steps.events import (
     DataPrepared,
     MergeEvent,
@@ -259,8 +261,10 @@ def finish_parts(event: MergeEvent) -> DataPrepared:
     )
 
 
-def handle(event: Any) -> dict[str, Any]:
-    """A parts op of the Prepare function (its event parsed), answered as JSON."""
+def handle(event: Any, notify_topic_arn: str = "") -> dict[str, Any]:
+    """A parts op of the Prepare function (its event parsed), answered as JSON. The named error
+    a step after a Map raises (a part's, or MergeStats' headers) refuses the version: it is told
+    to the team's topic (`notify_topic_arn`, when set) first. A child's is not: the Map catches it."""
     if isinstance(event, PartStatsEvent):
         return part_stats(event)
     if isinstance(event, PartMomentsEvent):
@@ -268,8 +272,27 @@ def handle(event: Any) -> dict[str, Any]:
     if isinstance(event, PartShardsEvent):
         return part_shards_step(event)
     assert isinstance(event, MergeEvent)
-    if event.op == "merge_stats":
-        return merge_stats(event).model_dump(mode="json")
-    if event.op == "merge_moments":
-        return merge_moments_step(event)
-    return finish_parts(event).model_dump(mode="json")
+    with refusal_told(notify_topic_arn, lambda e: _refusal(event, e)):
+        if event.op == "merge_stats":
+            return merge_stats(event).model_dump(mode="json")
+        if event.op == "merge_moments":
+            return merge_moments_step(event)
+        return finish_parts(event).model_dump(mode="json")
+
+
+def _refusal(event: MergeEvent, error: InvalidDataset) -> Refusal:
+    """The refusal of the version whose prepared folder is the event's (prepared/<p>/<v>/<tag>),
+    naming its upload's marker (beside the parts)."""
+    named = version_of(f"s3://{event.bucket}/{event.folder}/")
+    if named is None:
+        raise ValueError(f"{event.folder} is not a version's prepared folder")
+    where = _Setup(S3Store(event.bucket), event.folder).where
+    return Refusal(
+        pipeline=named[0],
+        version=named[1],
+        error=type(error).__name__,
+        message=str(error),
+        upload=f"{where}{keys.SUCCESS_MARKER}",
+        run_id=event.run_id,
+        execution=event.execution,
+    )
