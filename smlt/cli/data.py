@@ -29,7 +29,8 @@ def add_commands(sub: Any) -> None:
         "--missing",
         choices=["impute", "refuse"],
         default="impute",
-        help="CSV/Parquet/JSONL empty cells: impute from the train split (with an indicator), or refuse",
+        help="CSV/Parquet/JSONL empty cells (and NA, #N/A, NULL, ... in a number column): impute from the train "
+        "split (with an indicator), or refuse",
     )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")

@@ -250,3 +250,19 @@ def test_a_file_of_one_column_reads_decimal_commas_and_never_splits_on_them(tmp_
     one.write_text("weight\n0,5\n12\n")
     t = read_table(str(one))
     assert list(t.columns) == ["weight"] and t.columns["weight"].astype(float).tolist() == [0.5, 12.0]
+
+
+def test_a_parquet_float_nan_is_empty_in_new_rows_as_it_was_in_prepare(tmp_path):
+    # pandas writes a missing float as NaN: imputed by prepare, so imputed in the rows predicted on.
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=200), rng.normal(size=200)
+    a[::7] = np.nan
+    pq.write_table(pa.table({"a": a, "b": b, "label": (b > 0).astype(int)}), tmp_path / "t.parquet")
+    m = prepare_dataset(str(tmp_path / "t.parquet"), str(tmp_path / "p"), shards=2)
+    assert m.columns is not None and m.columns[0].indicator
+    pq.write_table(pa.table({"a": a[:20], "b": b[:20]}), tmp_path / "new.parquet")
+    x = apply_columns(m, read_table(tmp_path / "new.parquet", numeric={"a", "b"}))
+    assert np.isfinite(x).all() and x[0, 1] > 0 and x[1, 1] < 0  # row 1's a is missing: its indicator
+    pq.write_table(pa.table({"a": [np.inf], "b": [0.0]}), tmp_path / "inf.parquet")
+    with pytest.raises(InvalidDataset, match=r"inf.parquet: column 'a', row 1: 'inf' is not a finite number"):
+        apply_columns(m, read_table(tmp_path / "inf.parquet", numeric={"a", "b"}))

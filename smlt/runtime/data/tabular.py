@@ -77,6 +77,9 @@ def read_table(path: str | Path, numeric: Collection[str] | None = None) -> Tabl
 def _cells(blocks: list[Block], name: str, numeric: bool) -> np.ndarray:
     if not numeric:
         return np.concatenate([b.column(name, numeric=False) for b in blocks])
+    parsed = [b.numbers(name) for b in blocks if not b.csv]
+    if parsed and all(p is not None for p in parsed):  # Parquet numbers: float64, NaN where null or NaN
+        return np.concatenate([p[0] for p in parsed if p is not None])
     return np.concatenate(
         [np.asarray(b.number_text(name).fill_null("").to_numpy(zero_copy_only=False), dtype=str) for b in blocks]
     )
