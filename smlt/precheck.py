@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from smlt.runtime.data.prepare import read_local_manifest
 from smlt.runtime.errors import InvalidDataset, InvalidJob, ModelTooLarge, SmltError, UserCodeError
 from smlt.runtime.evaluation import lower_is_better, val_metrics
 from smlt.runtime.job import BUILTIN_MODELS, Job
+from smlt.runtime.progress import notice
 from smlt.runtime.usercode import check_importable, entry_points
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
@@ -42,6 +44,7 @@ EVAL_BYTES = 64 << 20  # ... at most this much of them in memory
 EVAL_FLOPS = 2e11  # ... and not when their forward passes would cost more (a few seconds here)
 EVAL_BATCH = 256
 MAX_FRAMES = 6  # frames of the user's code shown, the innermost last
+REBUILD_BYTES = 256 << 20  # a user's model is built a second time (is it the same?) up to this size
 
 T = TypeVar("T")
 
@@ -84,10 +87,14 @@ def _check(job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, co
         roots = roots or _entry_point_roots(job)
         model = _build(job, manifest, roots)
         _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+        _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
         _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
-        flops = _check_memory(job, manifest, model)
+        _try_train_step(job, manifest, model, x, y, roots)
+        if job.model.name not in BUILTIN_MODELS:
+            _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
+        flops = _check_memory(job, manifest, model, roots)
         if y is not None:  # zeros say nothing of a target
-            _check_target(job, manifest, model, x, y, flops)
+            _check_target(job, manifest, model, x, y, flops, roots)
 
 
 # --- the user's code -------------------------------------------------------------------------
@@ -229,7 +236,9 @@ def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots:
             f"{type(e).__name__}: {_message(e)}"
         )
 
-    where = f"the forward pass of model.name {name!r} on {len(x)} samples of shape {_shape(manifest)}"
+    where = (
+        f"the forward pass of model.name {name!r} on {len(x)} sample{'s' * (len(x) != 1)} of shape {_shape(manifest)}"
+    )
     out = _users(forward, roots, where, name not in BUILTIN_MODELS, fallback)
     _check_outputs(job, manifest, out, len(x))
 
@@ -248,10 +257,16 @@ def _check_outputs(job: Job, manifest: Manifest, out: Any, rows: int) -> None:
         else f"{manifest.name} has {want} regression target{'s' * (want != 1)}"
     )
     if out.ndim != 2 or out.shape[0] != rows:
+        one = (
+            " (a validation batch may hold one row: x.squeeze() drops its batch dimension too; name the dimension, "
+            "x.squeeze(1))"
+            if rows == 1 and tuple(out.shape) == (want,)
+            else ""
+        )
         raise InvalidJob(
-            f"model.name: {name!r} gives outputs of shape {tuple(out.shape)} for a batch of {rows} samples; smlt "
-            f"needs ({rows}, {want}): one output per {'class' if manifest.task == 'classification' else 'target'} "
-            f"and sample ({what})"
+            f"model.name: {name!r} gives outputs of shape {tuple(out.shape)} for a batch of {rows} "
+            f"sample{'s' * (rows != 1)}; smlt needs ({rows}, {want}): one output per "
+            f"{'class' if manifest.task == 'classification' else 'target'} and sample ({what}){one}"
         )
     got = int(out.shape[1])
     if got != want:
@@ -260,26 +275,48 @@ def _check_outputs(job: Job, manifest: Manifest, out: Any, rows: int) -> None:
             f"{'too many' if got > want else 'too few'} (build_model gets output_dim={want}: make its last layer "
             f"{want} wide)"
         )
+    classification = manifest.task == "classification"
+    if not out.is_floating_point():
+        raise InvalidJob(
+            f"model.name: {name!r} gives {str(out.dtype).removeprefix('torch.')} outputs; smlt's loss needs "
+            f"floating-point {'logits (one per class)' if classification else 'values'} with a gradient: return the "
+            "last layer's output as it is (no .round(), .long(), .int() or argmax in forward)"
+        )
+    if classification and want > 1 and _probabilities(out):
+        raise InvalidJob(
+            f"model.name: {name!r} ends in a softmax: its outputs are probabilities (each row sums to 1); smlt's "
+            "loss (cross-entropy) applies the softmax itself and needs the logits, so training on probabilities "
+            "learns slowly and badly: return the last layer's output without softmax (log_softmax is fine; "
+            "predictions give the probabilities)"
+        )
+
+
+def _type_name(v: Any) -> str:
+    module = type(v).__module__.split(".")[0]
+    return type(v).__name__ if module == "builtins" else f"{module}.{type(v).__name__}"
+
+
+def _probabilities(out: Any) -> bool:
+    """Every row non-negative, at most 1 and summing to 1: a softmax's output, not logits."""
+    import torch
+
+    v = out.detach().double()
+    ones = torch.ones(len(v), dtype=v.dtype)
+    return bool((v >= 0).all() and (v <= 1).all() and torch.allclose(v.sum(1), ones, atol=1e-4))
 
 
 def _try_transform(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
-    """The `code.transform` on each sample, then the model on what it gives (as training does)."""
+    """The `code.transform` on each sample, then the model on what it gives (as training does).
+    It runs on training samples only (evaluation and predictions see the stored samples), so it
+    must give a tensor of the sample's own shape and dtype."""
     if job.code is None or job.code.transform is None:
         return
     import torch
 
     from smlt.runtime.data.inputs import model_input
-    from smlt.runtime.usercode import load_transform
 
-    fn = load_transform(job)
-    assert fn is not None
     batch = torch.from_numpy(model_input(manifest, x))
-    where = f"code.transform {job.code.transform!r} on one sample of shape {_shape(manifest)}"
-
-    def apply() -> Any:
-        return torch.stack([fn(s) for s in batch])
-
-    out = _users(apply, roots, where, True, lambda e: InvalidJob(str(e)))
+    out = _transformed(job, manifest, batch, roots)
     where = f"the forward pass of model.name {job.model.name!r} on what code.transform gives ({tuple(out.shape)})"
 
     def forward() -> Any:
@@ -288,6 +325,155 @@ def _try_transform(job: Job, manifest: Manifest, model: Any, x: np.ndarray, root
             return model(out)
 
     _check_outputs(job, manifest, _users(forward, roots, where, True, lambda e: InvalidJob(str(e))), len(x))
+
+
+def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]) -> Any:
+    """The batch through the job's `code.transform`, sample by sample (as a worker applies it);
+    InvalidJob when a sample comes back as something else than a tensor of its shape and dtype."""
+    import torch
+
+    from smlt.runtime.usercode import load_transform
+
+    fn = load_transform(job)
+    assert fn is not None and job.code is not None
+    name = job.code.transform
+    where = f"code.transform {name!r} on one sample of shape {_shape(manifest)}"
+    samples = _users(lambda: [fn(s) for s in batch], roots, where, True, lambda e: InvalidJob(str(e)))
+    sample = batch[0]
+    for got in samples:
+        if not isinstance(got, torch.Tensor):
+            raise InvalidJob(
+                f"code.transform: {name!r} returned {_type_name(got)} for a sample, not a torch.Tensor: return a tensor "
+                "(torch.from_numpy(a) for a NumPy array)"
+            )
+        if tuple(got.shape) != tuple(sample.shape) or got.dtype != sample.dtype:
+            raise InvalidJob(
+                f"code.transform: {name!r} turns a sample of shape {tuple(sample.shape)} "
+                f"({str(sample.dtype).removeprefix('torch.')}) into {tuple(got.shape)} "
+                f"({str(got.dtype).removeprefix('torch.')}); it runs on training samples only (evaluation and "
+                "predictions see the samples as stored), so it must keep each sample's shape and dtype: change the "
+                "data with `smlt data prepare` (e.g. --image-size) instead"
+            )
+    return torch.stack(samples)
+
+
+def _try_train_step(
+    job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np.ndarray | None, roots: Sequence[Path]
+) -> None:
+    """One training step as a worker takes it (training mode, the loss, the backward pass) on a
+    batch of the job's batch size or SAMPLE_ROWS, whichever is smaller, without the optimizer's
+    step: what fails only in training mode (dropout, batch norm on one row, a branch on
+    `self.training`) is the user's error here, and a model that nothing trains is refused. The
+    model, its buffers and the random state are left as they were."""
+    import torch
+
+    from smlt.runtime.data.inputs import model_input
+    from smlt.runtime.steps.train import _loss_fn
+    from smlt.runtime.train.models import check_trainable
+
+    name = job.model.name
+    check_trainable(model, name)
+    rows = min(job.training.batch_size, SAMPLE_ROWS)
+    xb = torch.from_numpy(model_input(manifest, x[:rows]))
+    if job.code is not None and job.code.transform is not None:
+        xb = _transformed(job, manifest, xb, roots)
+    yb = torch.from_numpy(
+        np.zeros((rows, *manifest.y.shape), manifest.y.dtype) if y is None else np.ascontiguousarray(y[:rows])
+    )
+    loss_fn = _loss_fn(manifest.task)
+    buffers = {k: b.clone() for k, b in model.named_buffers()}
+    where = f"a training step of model.name {name!r} (training mode, forward and backward) on a batch of {rows}"
+
+    def step() -> Any:
+        model.train()
+        out = model(xb)
+        _check_outputs(job, manifest, out, rows)
+        loss = loss_fn(out, yb)
+        if not loss.requires_grad:
+            return None
+        loss.backward()
+        return loss
+
+    try:
+        with torch.random.fork_rng(devices=[]):
+            t0 = time.perf_counter()
+            loss = _users(step, roots, where, name not in BUILTIN_MODELS, lambda e: InvalidJob(f"{where}: {e}"))
+            took = time.perf_counter() - t0
+        reached = any(p.grad is not None for p in model.parameters())
+    finally:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for k, b in model.named_buffers():
+                b.copy_(buffers[k])
+        model.eval()
+    if loss is None or not reached:
+        raise InvalidJob(
+            f"model.name: {name!r} gives outputs that do not depend on its trainable parameters (no gradient "
+            "reaches them), so training would not change the model: leave out .detach(), torch.no_grad(), "
+            ".item() or a NumPy round trip in forward"
+        )
+    _check_step_time(job, took, rows)
+
+
+def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
+    """Warnings, for a user's model that trains but not as its author may think: outputs that
+    differ for the same samples in evaluation mode, weights that differ between two builds with
+    the job's seed."""
+    import torch
+
+    from smlt.runtime.data.inputs import model_input
+
+    name = job.model.name
+    xb = torch.from_numpy(model_input(manifest, x))
+
+    def twice() -> tuple[Any, Any]:
+        model.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            return model(xb.clone()), model(xb.clone())
+
+    where = f"the forward pass of model.name {name!r} on {len(x)} samples of shape {_shape(manifest)}"
+    first, second = _users(twice, roots, where, True, lambda e: InvalidJob(f"{where}: {e}"))
+    if not torch.equal(first, second):
+        notice.warning(
+            f"model.name: {name!r} gives different outputs for the same samples in evaluation mode (dropout that "
+            "ignores model.eval(), e.g. F.dropout(x, training=True) instead of training=self.training, or state "
+            "its forward keeps between calls): validation metrics, the target check and predictions vary from "
+            "one call to the next"
+        )
+    if sum(p.numel() * p.element_size() for p in model.parameters()) > REBUILD_BYTES:
+        return
+    again = _build(job, manifest, roots).state_dict()
+    if any(k not in again or not torch.equal(v, again[k]) for k, v in model.state_dict().items()):
+        notice.warning(
+            f"model.name: {name!r} builds different weights each time with the same seed (it draws random "
+            "numbers that torch.manual_seed does not fix: Python's random, numpy.random or a generator of its "
+            "own): the run's workers all start from its one stored model 0, but two runs of this job start "
+            "from different weights; draw them with torch (torch.randn, nn.init) to make runs repeatable"
+        )
+
+
+def _worker_timeout_s() -> float:
+    return float(deployed.value("worker_timeout_s"))
+
+
+def _check_step_time(job: Job, took: float, rows: int) -> None:
+    """Refused when one training step of the job's batch, scaled from the step just timed on
+    `rows` rows, takes more than 0.8 of a worker's timeout (the planner's own bound for a worker's
+    call): a worker takes at least one step per round, so no plan could finish it."""
+    batch = job.training.batch_size
+    step_s = took * batch / rows
+    limit = 0.8 * _worker_timeout_s()
+    if step_s <= limit:
+        return
+    fit = int(limit / (took / rows))
+    smaller = f"lower training.batch_size to at most {fit}, or " if fit >= 1 else ""
+    raise InvalidJob(
+        f"model.name: {job.model.name!r} takes {took:.3g} s for one training step on {rows} "
+        f"sample{'s' * (rows != 1)} here, so about {step_s:,.0f} s for a batch of {batch}: more than a worker may "
+        f"run ({limit:,.0f} s, 0.8 of the {_worker_timeout_s():,.0f} s Lambda timeout), and every worker takes at "
+        f"least one step per round: {smaller}make the forward and backward pass faster (a Python loop over the "
+        "rows, a sleep, a file or network read in forward)"
+    )
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -317,7 +503,7 @@ def _least(ok: Callable[[int], bool], lo: int, hi: int) -> int | None:
     return lo
 
 
-def _check_memory(job: Job, manifest: Manifest, model: Any) -> float:
+def _check_memory(job: Job, manifest: Manifest, model: Any, roots: Sequence[Path] = ()) -> float:
     """Refused when no deployed tier (or the pinned workers.memory_mb) holds a worker's training:
     the tier it needs, whether any Lambda tier can hold it, and the batch size that would fit.
     Returns the model's training FLOPs per sample (measured)."""
@@ -325,7 +511,13 @@ def _check_memory(job: Job, manifest: Manifest, model: Any) -> float:
     from smlt.runtime.train.measure import footprint
 
     key = (job.model.model_dump_json(), manifest.x.model_dump_json(), manifest.y.model_dump_json(), manifest.outputs)
-    fp = footprint(("precheck", *key), model, manifest, _loss_fn(manifest.task))
+    fp = _users(
+        lambda: footprint(("precheck", *key), model, manifest, _loss_fn(manifest.task)),
+        roots,
+        f"measuring a training step of model.name {job.model.name!r} on {_shape(manifest)} samples",
+        job.model.name not in BUILTIN_MODELS,
+        lambda e: InvalidJob(f"model: {job.model.name} cannot be trained on {manifest.name}'s samples: {e}"),
+    )
     batch = job.training.batch_size
     shards = [*manifest.train.shards, *manifest.validation.shards]
     data_bytes = 3 * max((sh.bytes for sh in shards), default=0)
@@ -365,7 +557,9 @@ def _check_memory(job: Job, manifest: Manifest, model: Any) -> float:
 # --- a target met before training --------------------------------------------------------------
 
 
-def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np.ndarray, flops: float) -> None:
+def _check_target(
+    job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np.ndarray, flops: float, roots: Sequence[Path] = ()
+) -> None:
     """A target the untrained model already meets would stop the run at round 0 with that model;
     one that always predicting the most common class meets, as soon as the model learns that."""
     t = job.training
@@ -379,7 +573,14 @@ def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np
     if flops / 3 * len(x) > EVAL_FLOPS:  # forward passes (a third of training's) of a large model: too slow here
         return
     batches = ((x[i : i + EVAL_BATCH], y[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH))
-    loss, correct, count = _evaluate(model, batches, manifest)
+    where = f"the forward pass of model.name {job.model.name!r} on {len(x)} validation samples"
+    loss, correct, count = _users(
+        lambda: _evaluate(model, batches, manifest),
+        roots,
+        where,
+        job.model.name not in BUILTIN_MODELS,
+        lambda e: InvalidJob(f"{where}: {type(e).__name__}: {_message(e)}"),
+    )
     m = val_metrics(loss, correct, count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
     value = getattr(m, t.target_metric)
     if value is None:

@@ -421,6 +421,17 @@ def user_code_failure(e: BaseException, job: Job | None) -> UserCodeError | None
     return None
 
 
+def model_failure(e: BaseException, job: Job | None) -> UserCodeError:
+    """What the job's own model raised in its forward or backward pass, as the user's error: its
+    frames in the user's files, or, with none there (a `nn.Sequential` of torch's layers), the
+    model named instead."""
+    found = user_code_failure(e, job)
+    if found is not None:
+        return found
+    name = job.model.name if job is not None else "the model"
+    return _user_error(e, f"  (raised inside torch by model.name {name!r}: no frame of it is in your files)")
+
+
 def _user_error(exc: BaseException, trace: str) -> UserCodeError:
     """The worker's form (one text), with the exception's type kept for the run's records."""
     error = UserCodeError(_user_message(exc, trace))

@@ -2,6 +2,7 @@
 starts; the user's own exception shown as it is, outputs checked against the dataset, memory
 measured with the workers' rule, a target the untrained model (or the most common class alone) meets refused."""
 
+import re
 import textwrap
 
 import numpy as np
@@ -43,6 +44,79 @@ def ok(input_shape, output_dim):
 """
 
 
+MORE = """
+import random
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self, output_dim, out=None, train_only=None):
+        super().__init__()
+        self.l = nn.Linear(64, output_dim)
+        self.out, self.train_only = out, train_only
+
+    def forward(self, x):
+        if self.training and self.train_only == "view":
+            x = x.view(len(x), 8, 8)
+        if self.train_only == "slow" and self.training:
+            time.sleep(0.05 * len(x))
+        y = self.l(x.squeeze() if self.out == "squeeze" else x)
+        if self.out == "int":
+            return y.argmax(1, keepdim=True).repeat(1, y.shape[1])
+        if self.out == "softmax":
+            return torch.softmax(y, dim=1)
+        if self.out == "detach":
+            return y.detach()
+        if self.out == "dropout":
+            return nn.functional.dropout(y, 0.5, training=True)
+        return y
+
+
+def head(input_shape, output_dim, out=None, train_only=None):
+    return Head(output_dim, out, train_only)
+
+
+def bn(input_shape, output_dim):
+    return nn.Sequential(nn.Linear(64, 16), nn.BatchNorm1d(16), nn.Linear(16, output_dim))
+
+
+def frozen(input_shape, output_dim):
+    return nn.Linear(64, output_dim).requires_grad_(False)
+
+
+class Slice(nn.Module):
+    def forward(self, x):
+        return x[:, :10]
+
+
+def noparams(input_shape, output_dim):
+    return Slice()
+
+
+def unseeded(input_shape, output_dim):
+    m = nn.Linear(64, output_dim)
+    with torch.no_grad():
+        m.weight.copy_(torch.from_numpy(np.random.randn(output_dim, 64).astype("float32")))
+    return m
+
+
+def to_numpy(x):
+    return x.numpy()
+
+
+def crop(x):
+    return x[:32]
+
+
+def ok(x):
+    return x * 1.0
+"""
+
+
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digits")
@@ -56,6 +130,7 @@ def code(tmp_path):
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "nets.py").write_text(NETS)
+    (pkg / "more.py").write_text(MORE)
     (pkg / "syntax.py").write_text("def build(input_shape, output_dim):\n    return nn.Linear(3 output_dim)\n")
     return pkg
 
@@ -175,3 +250,95 @@ def test_the_cli_shows_the_users_error_before_any_engine_or_stack(digits, code, 
     )
     assert 'usernets/nets.py:5 in helper: return n + "x"' in err
     assert not out.exists()  # no engine, no state
+
+
+def more(name, params=None, transform=None, **training):
+    raw = {"dataset": {"uri": "unused"}, "model": {"name": f"usernets.more:{name}", "params": params or {}}}
+    if transform:
+        raw["code"] = {"transform": f"usernets.more:{transform}"}
+    return parse_job({**raw, "training": training})
+
+
+@pytest.mark.parametrize(
+    "out, words",
+    [
+        ("int", r"gives int64 outputs; smlt's loss needs floating-point logits \(one per class\) with a gradient"),
+        ("softmax", r"ends in a softmax: its outputs are probabilities .* return the last layer's output without"),
+        ("squeeze", r"gives outputs of shape \(10,\) for a batch of 1 sample; .* x.squeeze\(\) drops its batch"),
+        ("detach", r"gives outputs that do not depend on its trainable parameters .* leave out .detach\(\)"),
+    ],
+)
+def test_outputs_training_cannot_use_are_refused_naming_the_mistake(digits, code, out, words):
+    """An int64 (argmax) output, a softmax's probabilities, a squeeze() that drops a one-row batch's
+    dimension (a last validation batch may hold one row), an output cut off its gradient: each
+    trained, or failed mid-run blamed on the data, before."""
+    with pytest.raises(InvalidJob, match=rf"model.name: 'usernets.more:head' {words}"):
+        check_model(more("head", {"out": out}), digits, code)
+
+
+def test_what_fails_only_in_training_mode_is_the_users_error_with_their_frame(digits, code):
+    with pytest.raises(UserCodeError) as e:
+        check_model(more("head", {"train_only": "view"}), digits, code)
+    assert e.value.where.startswith("a training step of model.name 'usernets.more:head' (training mode")
+    assert e.value.type == "RuntimeError" and e.value.frames[-1].startswith("usernets/more.py:")
+    assert "in forward: y = self.l(" in e.value.frames[-1]
+
+
+def test_batch_norm_with_a_batch_size_of_one_is_refused_before_any_worker(digits, code):
+    check_model(more("bn"), digits, code)  # the job's batch of 32: fine
+    with pytest.raises(UserCodeError) as e:
+        check_model(more("bn", batch_size=1), digits, code)
+    assert e.value.where.endswith("on a batch of 1") and "Expected more than 1 value per channel" in e.value.message
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("frozen", "has 650 parameters and every one is frozen (requires_grad=False)"),
+        ("noparams", "has no parameters"),
+    ],
+)
+def test_a_model_with_nothing_to_train_is_refused(digits, code, name, words):
+    with pytest.raises(InvalidJob) as e:
+        check_model(more(name), digits, code)
+    assert str(e.value).startswith(f"model.name: 'usernets.more:{name}' {words}, so training would not change it")
+
+
+@pytest.mark.parametrize(
+    "transform, words",
+    [
+        ("to_numpy", "returned numpy.ndarray for a sample, not a torch.Tensor"),
+        ("crop", "turns a sample of shape (64,) (float32) into (32,) (float32); it runs on training samples only"),
+    ],
+)
+def test_a_transform_must_give_a_tensor_of_the_samples_shape(digits, code, transform, words):
+    with pytest.raises(InvalidJob) as e:
+        check_model(more("head", transform=transform), digits, code)
+    assert str(e.value).startswith(f"code.transform: 'usernets.more:{transform}' {words}")
+    check_model(more("head", transform="ok"), digits, code)
+
+
+def test_a_training_step_longer_than_a_worker_may_run_is_refused(digits, code, monkeypatch):
+    import smlt.precheck
+
+    # 0.05 s a row: 1.6 s for a batch of 32, more than 0.8 of a 1 s timeout
+    monkeypatch.setattr(smlt.precheck, "_worker_timeout_s", lambda: 1.0)
+    with pytest.raises(InvalidJob) as e:
+        check_model(more("head", {"train_only": "slow"}, batch_size=32), digits, code)
+    text = str(e.value)
+    assert re.search(r"takes 0\.1\d* s for one training step on 2 samples here, so about 2 s for a batch of 32", text)
+    assert "more than a worker may run (1 s, 0.8 of the 1 s Lambda timeout)" in text
+    assert re.search(r"lower training.batch_size to at most 1[0-5], or make the forward", text), text
+    check_model(more("head", {"train_only": "slow"}, batch_size=8), digits, code)  # 0.4 s
+
+
+def test_a_builder_or_forward_that_is_not_repeatable_is_told(digits, code, caplog):
+    """They train (every worker starts from the one stored model 0), so a warning, not a refusal."""
+    with caplog.at_level("WARNING", logger="smlt.notice"):
+        check_model(more("unseeded"), digits, code)
+        check_model(more("head", {"out": "dropout"}), digits, code)
+        check_model(more("head"), digits, code)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0].startswith("model.name: 'usernets.more:unseeded' builds different weights each time")
+    assert said[1].startswith("model.name: 'usernets.more:head' gives different outputs for the same samples")

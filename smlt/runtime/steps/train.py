@@ -15,6 +15,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +43,7 @@ from smlt.runtime.errors import (
 )
 from smlt.runtime.exchange import Poll, ReduceScatter
 from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem, data_error_message
-from smlt.runtime.job import Job
+from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.model_store import StoredModel, fetch_model, verified_model
 from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec
@@ -52,8 +53,8 @@ from smlt.runtime.tensors.digest import check, sha256_hex
 from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.measure import Footprint, footprint
-from smlt.runtime.train.models import build_model
-from smlt.runtime.usercode import activate_code, load_transform, user_code_failure
+from smlt.runtime.train.models import build_model, check_trainable
+from smlt.runtime.usercode import activate_code, load_transform, model_failure, user_code_failure
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
 
@@ -70,15 +71,55 @@ def _loss_fn(task: str) -> nn.Module:
     return nn.CrossEntropyLoss(reduction="sum") if task == "classification" else nn.MSELoss(reduction="sum")
 
 
-def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest) -> tuple[float, int, int]:
+class ModelRaised(Exception):
+    """The job's own model (not a built-in) raised in its forward or backward pass: the exception
+    is this one's `__cause__`, the user's error even when none of its frames are in the user's
+    files (a `nn.Sequential` of torch's layers given a batch of one row in training mode)."""
+
+
+def _own(job: Job) -> bool:
+    return job.model.name not in BUILTIN_MODELS
+
+
+@contextmanager
+def _model_runs(own: bool) -> Iterator[None]:
+    """Around the model's own passes: what they raise is ModelRaised when the model is the user's."""
+    if not own:
+        yield
+        return
+    try:
+        yield
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's model may raise anything
+        raise ModelRaised(f"{type(e).__name__}: {e}") from e
+
+
+def _floating(out: Tensor, name: str) -> Tensor:
+    """The model's output, when the loss can take it (the client's check names this in full)."""
+    if not out.is_floating_point():
+        raise InvalidJob(
+            f"model.name: {name!r} gives {str(out.dtype).removeprefix('torch.')} outputs; the loss needs "
+            "floating-point logits or values: return the last layer's output as it is"
+        )
+    return out
+
+
+def _evaluate(
+    model: nn.Module, batches: Iterator[Arrays], manifest: Manifest, job: Job | None = None
+) -> tuple[float, int, int]:
     """(loss sum, correct, count) over the batches: sums, so the round's metric weighs every row
-    alike however the rows were batched."""
+    alike however the rows were batched. With `job`, what the user's own model raises is ModelRaised."""
     model.eval()
     loss_fn, classification = _loss_fn(manifest.task), manifest.task == "classification"
     loss, correct, count = 0.0, 0, 0
+    own, name = (job is not None and _own(job)), job.model.name if job is not None else ""
     with torch.no_grad():
         for x, y in batches:
-            out = model(torch.from_numpy(model_input(manifest, x)))
+            with _model_runs(own):
+                out = model(torch.from_numpy(model_input(manifest, x)))
+            if own:
+                _floating(out, name)
             target = torch.from_numpy(y)
             loss += float(loss_fn(out, target))
             correct += int((out.argmax(1) == target).sum()) if classification else 0
@@ -123,7 +164,8 @@ def _measure_and_check(
         manifest.outputs,
         spec.job.code.sha256 if spec.job.code else None,  # the same model name in two code packages
     )
-    fp = footprint(key, model, manifest, _loss_fn(manifest.task))
+    with _model_runs(_own(spec.job)):
+        fp = footprint(key, model, manifest, _loss_fn(manifest.task))
     batch = spec.job.training.batch_size
     _check_fits(model, memory_mb, data_bytes, fp.activation_mb(batch), batch)
     return fp
@@ -185,13 +227,17 @@ def _local_steps(
     # where every worker must take every step).
     stop_at = t0 + 0.8 * spec.compute_limit_s if spec.compute_limit_s and sync is None else math.inf
     samples, train_loss, cut = 0, 0.0, False
+    own, name = _own(spec.job), spec.job.model.name
     for step, (x, y) in enumerate(batches):
         xb = torch.from_numpy(model_input(manifest, x))
         if transform is not None:
             xb = transform(xb)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), torch.from_numpy(y))
-        (loss / len(x)).backward()
+        with _model_runs(own):
+            out = model(xb)
+        loss = loss_fn(_floating(out, name) if step == 0 else out, torch.from_numpy(y))
+        with _model_runs(own):
+            (loss / len(x)).backward()
         if sync is not None:  # per-step mode: every worker steps with the averaged gradient
             sync(step, len(x))
         opt.step()
@@ -306,6 +352,10 @@ def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | 
         item = ErrorItem(error=type(e).__name__, message=str(e), shard=shard, worker=event.worker, round=event.round)
         table.put_once(keys.error_sk(event.round, event.worker), item)
         raise
+    except ModelRaised as e:
+        user = model_failure(e.__cause__ or e, where.job)
+        _record_user_error(table, event, user)
+        raise user from None
     except Exception as e:
         if _transient(e):
             raise
@@ -459,6 +509,8 @@ def _run_worker(
     model = build_model(
         spec.job.model, manifest.input_shape, manifest.outputs, spec.job.seed, vocab_size=manifest.vocab_size
     )
+    if not spec.eval_only:
+        check_trainable(model, spec.job.model.name)  # named here too: measuring its step would fail unnamed
     val_idx = spec.val_shards(worker, len(manifest.validation.shards))
     train_idx = [] if spec.eval_only else spec.train_shards(worker, len(manifest.train.shards))
     used = [manifest.validation.shards[i] for i in val_idx] + [manifest.train.shards[i] for i in train_idx]
@@ -475,7 +527,7 @@ def _run_worker(
     with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
         _track_reads(shards, where)
         batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
-        val_loss, val_correct, val_count = _evaluate(model, batches, manifest)
+        val_loss, val_correct, val_count = _evaluate(model, batches, manifest, spec.job)
         t_eval, eval_wait = time.perf_counter(), shards.wait_s
 
         samples, train_loss, cut = 0, 0.0, False

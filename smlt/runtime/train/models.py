@@ -78,3 +78,20 @@ def build_model(
     if not isinstance(model, nn.Module):
         raise InvalidJob(f"model.name: {spec.name!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def check_trainable(model: nn.Module, name: str) -> None:
+    """InvalidJob when the model has no parameter that training would change (none at all, or
+    every one frozen with requires_grad=False)."""
+    params = list(model.parameters())
+    if any(p.requires_grad for p in params):
+        return
+    what = (
+        "has no parameters"
+        if not params
+        else f"has {sum(p.numel() for p in params):,} parameters and every one is frozen (requires_grad=False)"
+    )
+    raise InvalidJob(
+        f"model.name: {name!r} {what}, so training would not change it: give it a trainable layer "
+        "(or unfreeze one: requires_grad_(True))"
+    )

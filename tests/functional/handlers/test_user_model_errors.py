@@ -1,0 +1,50 @@
+"""A user's model that fails inside torch, with no frame in the user's files (a `nn.Sequential` of
+torch's layers), reaching a worker without the client's check (`aws stepfunctions
+start-execution`, the console): the worker names it as the user's code, once, not as a shard's
+data after a retry. On moto."""
+
+import pytest
+from torch import nn
+
+from lambdas.train_step.handler import handler as train_step
+from lambdas.planner.handler import handler as planner
+from smlt.runtime import keys
+from smlt.runtime.errors import InvalidJob, UserCodeError
+from smlt.runtime.items import ErrorItem
+from smlt.runtime.records import RunTable
+from tests.functional.handlers.conftest import job
+
+HERE = "tests.functional.handlers.test_user_model_errors"
+
+
+def bn(input_shape, output_dim):
+    return nn.Sequential(nn.Linear(64, 16), nn.BatchNorm1d(16), nn.Linear(16, output_dim))
+
+
+def frozen(input_shape, output_dim):
+    return nn.Linear(64, output_dim).requires_grad_(False)
+
+
+def _plan(digits, run, model, **training):
+    j = {**job(digits, max_rounds=2, target_value=None, **training), "model": {"name": f"{HERE}:{model}"}}
+    planner({"op": "plan", "job": j, "execution": run}, None)
+
+
+def test_batch_norm_on_a_batch_of_one_fails_as_the_users_code_not_the_data(digits, aws):
+    _plan(digits, "bn1", "bn", batch_size=1)
+    with pytest.raises(UserCodeError) as e:
+        train_step({"run_id": "bn1", "round": 0, "worker": 0}, None)
+    text = str(e.value)
+    assert text.startswith("your code raised ValueError: Expected more than 1 value per channel when training")
+    assert f"raised inside torch by model.name '{HERE}:bn': no frame of it is in your files" in text
+    table = RunTable("smlt-runs", "bn1")
+    assert table.errors(0)[0].error == "UserCodeError"
+    fatal = table.get_many(keys.FATAL).item(keys.FATAL, ErrorItem)
+    assert fatal is not None and fatal.exception == "ValueError"
+
+
+def test_a_model_with_every_parameter_frozen_is_named(digits, aws):
+    _plan(digits, "frozen", "frozen")
+    with pytest.raises(InvalidJob, match=r"has 650 parameters and every one is frozen \(requires_grad=False\)"):
+        train_step({"run_id": "frozen", "round": 0, "worker": 0}, None)
+    assert RunTable("smlt-runs", "frozen").errors(0)[0].error == "InvalidJob"
