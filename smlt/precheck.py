@@ -36,7 +36,7 @@ from smlt.runtime.errors import InvalidDataset, InvalidJob, ModelTooLarge, SmltE
 from smlt.runtime.evaluation import lower_is_better, val_metrics
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
-from smlt.runtime.usercode import check_importable, entry_points
+from smlt.runtime.usercode import check_importable, entry_points, hint
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
 EVAL_ROWS = 4096  # validation rows the untrained model is evaluated on for a target check
@@ -86,6 +86,7 @@ def _check(job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, co
         check_importable(job)
         roots = roots or _entry_point_roots(job)
         model = _build(job, manifest, roots)
+        _check_cpu(job, model)
         _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
         _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
         _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
@@ -187,7 +188,7 @@ def _users(
 
 
 def _user_error(e: BaseException, roots: Sequence[Path], where: str) -> UserCodeError:
-    return UserCodeError(type(e).__name__, _message(e), user_frames(e, roots), where)
+    return UserCodeError(type(e).__name__, hint(_message(e)), user_frames(e, roots), where)
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -216,6 +217,21 @@ def _build(job: Job, manifest: Manifest, roots: Sequence[Path]) -> Any:
         own,
         fallback,
     )
+
+
+def _check_cpu(job: Job, model: Any) -> None:
+    """The workers run on CPU (Lambda has no GPU): a model built on a GPU of this machine (CUDA,
+    Apple's MPS) passes here and fails on every worker."""
+    where = next(
+        (t.device for t in [*model.parameters(), *model.buffers()] if t.device.type != "cpu"),
+        None,
+    )
+    if where is not None:
+        raise InvalidJob(
+            f"model.name: {job.model.name!r} puts its weights on {where}, but the workers run on CPU (Lambda has "
+            f"no GPU): leave out .cuda() and .to({where.type!r}), or choose the device with "
+            f"torch.cuda.is_available() (False on a worker)"
+        )
 
 
 def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
@@ -250,6 +266,11 @@ def _check_outputs(job: Job, manifest: Manifest, out: Any, rows: int) -> None:
     name = job.model.name
     if not isinstance(out, torch.Tensor):
         raise InvalidJob(f"model.name: {name!r} returned {type(out).__name__} from its forward pass, not a tensor")
+    if out.device.type != "cpu":
+        raise InvalidJob(
+            f"model.name: {name!r} gives its outputs on {out.device}, but the workers run on CPU (Lambda has no "
+            f"GPU): leave out .cuda() and .to({out.device.type!r}) in forward"
+        )
     want = manifest.outputs
     what = (
         f"{manifest.name} has {want} classes"

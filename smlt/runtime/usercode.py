@@ -443,8 +443,20 @@ def _user_error(exc: BaseException, trace: str) -> UserCodeError:
 FIX_AND_START_AGAIN = "(fix your code and start the run again: a resume would run the same code)"
 
 
+# What a worker's machine lacks, said where an error's own words do not.
+NO_GPU = "the workers run on CPU: Lambda has no GPU; leave out .cuda() and device='cuda'"
+_GPU_ERRORS = ("not compiled with CUDA", "no NVIDIA driver", "CUDA driver", "MPS backend", "not built with MPS")
+
+
+def hint(message: str) -> str:
+    """`message` with what to do when its own words do not say it (a GPU asked for on a worker)."""
+    if any(w.lower() in message.lower() for w in _GPU_ERRORS):
+        return f"{message} ({NO_GPU})"
+    return message
+
+
 def _user_message(exc: BaseException, trace: str) -> str:
-    text = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc))
+    text = hint(str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc)))
     message = f"your code raised {type(exc).__name__}: {text}"
     if len(trace) > MAX_TRACE_CHARS:
         trace = "  ...\n" + trace[-MAX_TRACE_CHARS:]

@@ -104,6 +104,14 @@ def unseeded(input_shape, output_dim):
     return m
 
 
+def gpu(input_shape, output_dim):
+    return nn.Linear(64, output_dim).cuda()
+
+
+def elsewhere(input_shape, output_dim):
+    return nn.Linear(64, output_dim, device="meta")  # as a model on a GPU of this machine would be
+
+
 def to_numpy(x):
     return x.numpy()
 
@@ -342,3 +350,16 @@ def test_a_builder_or_forward_that_is_not_repeatable_is_told(digits, code, caplo
     assert len(said) == 2, said
     assert said[0].startswith("model.name: 'usernets.more:unseeded' builds different weights each time")
     assert said[1].startswith("model.name: 'usernets.more:head' gives different outputs for the same samples")
+
+
+def test_a_model_asking_for_a_gpu_is_told_the_workers_have_none(digits, code):
+    """Without CUDA here, .cuda() raises: its message gets what to do. With a GPU here, it builds,
+    and the weights' device is refused (`elsewhere` stands for it on any machine)."""
+    with pytest.raises((UserCodeError, InvalidJob)) as e:
+        check_model(more("gpu"), digits, code)
+    assert "the workers run on CPU" in str(e.value) and "Lambda has no GPU" in str(e.value)
+    with pytest.raises(InvalidJob) as e:
+        check_model(more("elsewhere"), digits, code)
+    assert str(e.value).startswith(
+        "model.name: 'usernets.more:elsewhere' puts its weights on meta, but the workers run on CPU (Lambda has no GPU)"
+    )

@@ -212,3 +212,13 @@ def test_the_workers_user_error_text_reads_back_as_message_and_frames():
     message, frames = read_user_message(text)
     assert message == "your code raised ValueError: two\nlines"
     assert frames == ["... 3 earlier frames in your code", "pk/net.py:7 in forward: return self.l(x)", "pk/net.py:2"]
+
+
+def test_a_gpu_asked_for_on_a_worker_is_told_it_has_none():
+    from smlt.runtime.usercode import hint
+
+    assert hint("Torch not compiled with CUDA enabled") == (
+        "Torch not compiled with CUDA enabled (the workers run on CPU: Lambda has no GPU; leave out .cuda() and "
+        "device='cuda')"
+    )
+    assert hint("mat1 and mat2 shapes cannot be multiplied") == "mat1 and mat2 shapes cannot be multiplied"
