@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 import time
 import traceback
@@ -32,7 +33,14 @@ from smlt.runtime import deployed
 from smlt.runtime.capacity import MAX_MB
 from smlt.runtime.data.manifest import Manifest, parse_manifest
 from smlt.runtime.data.prepare import read_local_manifest
-from smlt.runtime.errors import InvalidDataset, InvalidJob, ModelTooLarge, SmltError, UserCodeError
+from smlt.runtime.errors import (
+    InvalidCode,
+    InvalidDataset,
+    InvalidJob,
+    ModelTooLarge,
+    SmltError,
+    UserCodeError,
+)
 from smlt.runtime.evaluation import lower_is_better, val_metrics
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
@@ -49,15 +57,16 @@ REBUILD_BYTES = 256 << 20  # a user's model is built a second time (is it the sa
 T = TypeVar("T")
 
 
-def check_model(job: Job, folder: Path | None, code: Path | None = None) -> None:
+def check_model(job: Job, folder: Path | None, code: Path | None = None, *, deployed: bool = False) -> None:
     """Build and try the job's model on its local dataset folder (None: an s3:// dataset, see
-    `check_s3_model`); `code`: the `--code DIR` folder. Raises UserCodeError, InvalidJob,
-    InvalidDataset or ModelTooLarge naming what to change."""
+    `check_s3_model`); `code`: the `--code DIR` folder; `deployed`: for the deployed stack, where
+    what only this machine holds is refused (a warning otherwise). Raises UserCodeError,
+    InvalidJob, InvalidCode, InvalidDataset or ModelTooLarge naming what to change."""
     if folder is None:
         return
     manifest = read_local_manifest(folder)
     x, y = _sample_rows(folder, manifest, _eval_rows(manifest))
-    _check(job, manifest, x, y, code)
+    _check(job, manifest, x, y, code, deployed)
 
 
 def check_s3_model(job: Job, uri: str, code: Path | None = None, client: Any = None) -> None:
@@ -72,7 +81,7 @@ def check_s3_model(job: Job, uri: str, code: Path | None = None, client: Any = N
     manifest = parse_manifest(_s3_get(store, "manifest.json"), f"dataset.uri: {uri.rstrip('/')}/manifest.json")
     check_dataset(job, manifest)
     x, y = _s3_sample_rows(store, manifest, _eval_rows(manifest))
-    _check(job, manifest, x, y, code)
+    _check(job, manifest, x, y, code, deployed=True)
 
 
 def _eval_rows(manifest: Manifest) -> int:
@@ -80,19 +89,23 @@ def _eval_rows(manifest: Manifest) -> int:
     return max(SAMPLE_ROWS, min(EVAL_ROWS, EVAL_BYTES // per_row))
 
 
-def _check(job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, code: Path | None) -> None:
+def _check(
+    job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, code: Path | None, deployed: bool = False
+) -> None:
     """The checks on `x` (stored rows, or zeros of the recorded shape when `y` is None)."""
     with _user_code(code) as roots:
         check_importable(job)
         roots = roots or _entry_point_roots(job)
-        model = _build(job, manifest, roots)
-        _check_cpu(job, model)
-        _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
-        _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
-        _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
-        _try_train_step(job, manifest, model, x, y, roots)
-        if job.model.name not in BUILTIN_MODELS:
-            _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
+        with _watch_reads() as reads:
+            model = _build(job, manifest, roots)
+            _check_cpu(job, model)
+            _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+            _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
+            _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
+            _try_train_step(job, manifest, model, x, y, roots)
+            if job.model.name not in BUILTIN_MODELS:
+                _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
+        _check_reads(job, reads, roots, deployed)
         flops = _check_memory(job, manifest, model, roots)
         if y is not None:  # zeros say nothing of a target
             _check_target(job, manifest, model, x, y, flops, roots)
@@ -189,6 +202,91 @@ def _users(
 
 def _user_error(e: BaseException, roots: Sequence[Path], where: str) -> UserCodeError:
     return UserCodeError(type(e).__name__, hint(_message(e)), user_frames(e, roots), where)
+
+
+# --- files of this machine ---------------------------------------------------------------------
+
+# The files opened while the user's code runs in the check (None: not watching): (path, whether
+# for writing, the stack then). An audit hook cannot be removed, so one is added once and does
+# nothing but while a check watches.
+_opened: list[tuple[str, bool, traceback.StackSummary]] | None = None
+_hooked = False
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+# What a worker has too: the system's own files, and Python's (imports are smlt.code_imports' concern).
+_SYSTEM = ("/dev", "/proc", "/sys", "/etc", "/usr", "/lib", "/lib64", "/bin", "/opt/conda")
+_CODE_FILES = (".py", ".pyc", ".pyi", ".pth", ".so", ".pyd", ".dylib")
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    global _opened
+    if event != "open" or _opened is None:
+        return
+    opened, _opened = _opened, None  # what this hook runs opens nothing it records
+    try:
+        path, mode, flags = (*args, None, None)[:3]
+        if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):  # not a file descriptor
+            writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITES)
+            stack = traceback.StackSummary.extract(traceback.walk_stack(None), lookup_lines=False)
+            stack.reverse()
+            name = os.fsdecode(path)
+            relative = not os.path.isabs(name)  # read from the current folder, a worker's is not this one
+            opened.append((os.path.abspath(name) + ("\0" if relative else ""), writes, stack))
+    finally:
+        _opened = opened
+
+
+@contextmanager
+def _watch_reads() -> Iterator[list[tuple[str, bool, traceback.StackSummary]]]:
+    global _opened, _hooked
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked = True
+    opened: list[tuple[str, bool, traceback.StackSummary]] = []
+    _opened = opened
+    try:
+        yield opened
+    finally:
+        _opened = None
+
+
+def _check_reads(
+    job: Job, opened: list[tuple[str, bool, traceback.StackSummary]], roots: Sequence[Path], deployed: bool
+) -> None:
+    """A file the user's code read that a worker does not have: one outside the code folder, the
+    system's and Python's own files, and the files the code wrote itself (a path of this machine,
+    `open("/home/me/vocab.txt")`, a relative path read from the current folder, pretrained weights
+    in ~/.cache). Refused for the deployed stack (InvalidCode), a warning for a local run (its
+    handlers share this machine's files)."""
+    import smlt
+
+    written = {path.removesuffix("\0") for path, writes, _ in opened if writes}
+    ok = [*(str(r) for r in roots), sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(smlt.__file__).parent)]
+    ok += list(_SYSTEM)
+    found: dict[str, str] = {}
+    for marked, writes, stack in opened:
+        path, relative = marked.removesuffix("\0"), marked.endswith("\0")
+        if writes or path in written or path in found or path.endswith(_CODE_FILES) or not os.path.isfile(path):
+            continue
+        if not relative and any(path == a or path.startswith(a.rstrip("/") + "/") for a in ok):
+            continue
+        frames = [f for f in stack if _under(f.filename, roots)]
+        if not frames:  # opened by smlt or torch for their own use, not by the user's code
+            continue
+        found[path] = f" ({_short(frames[-1].filename, roots)}:{frames[-1].lineno} in {frames[-1].name})"
+    if not found:
+        return
+    shown = ", ".join(f"{p}{at}" for p, at in list(found.items())[:3]) + (
+        f" and {len(found) - 3} more" if len(found) > 3 else ""
+    )
+    what = (
+        f"code: your code reads {'a file' if len(found) == 1 else 'files'} of this machine: {shown}; the workers "
+        f"do not have {'it' if len(found) == 1 else 'them'}: put small files in the code folder (--code DIR, up to "
+        "50 MB) and open them beside the module (Path(__file__).parent / NAME, not a path relative to the "
+        "current folder), data in the dataset, weights in warm_start"
+    )
+    if deployed:
+        raise InvalidCode(what)
+    notice.warning(f"{what} (a local run reads this machine's files, so it runs; the deployed stack would not)")
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -691,7 +789,7 @@ def check_job_file(path: Path, code: Path | None = None, *, s3: bool = False) ->
             check_shipped(job)  # as `smlt start` does, before any AWS request
         check_s3_model(job, job.dataset.uri, code)
         return
-    check_model(job, folder, code)
+    check_model(job, folder, code, deployed=s3)
 
 
 # --- a dataset on S3, read with the user's credentials ----------------------------------------

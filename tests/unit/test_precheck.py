@@ -10,7 +10,7 @@ import pytest
 
 from smlt.precheck import check_model
 from smlt.runtime.data.prepare import prepare_dataset
-from smlt.runtime.errors import InvalidJob, ModelTooLarge, UserCodeError
+from smlt.runtime.errors import InvalidCode, InvalidJob, ModelTooLarge, UserCodeError
 from smlt.runtime.job import parse_job
 
 NETS = """
@@ -110,6 +110,18 @@ def gpu(input_shape, output_dim):
 
 def elsewhere(input_shape, output_dim):
     return nn.Linear(64, output_dim, device="meta")  # as a model on a GPU of this machine would be
+
+
+def reads(input_shape, output_dim, path=None, own=None):
+    from pathlib import Path
+
+    if path:
+        Path(path).read_text()
+    if own:  # a file it writes and reads back, and one beside its module: a worker has them too
+        Path(own).write_text("x")
+        Path(own).read_text()
+        (Path(__file__).parent / "vocab.txt").read_text()
+    return nn.Linear(64, output_dim)
 
 
 def to_numpy(x):
@@ -362,4 +374,25 @@ def test_a_model_asking_for_a_gpu_is_told_the_workers_have_none(digits, code):
         check_model(more("elsewhere"), digits, code)
     assert str(e.value).startswith(
         "model.name: 'usernets.more:elsewhere' puts its weights on meta, but the workers run on CPU (Lambda has no GPU)"
+    )
+
+
+def test_a_file_of_this_machine_the_code_reads_is_refused_for_the_stack_and_told_locally(
+    digits, code, tmp_path, caplog
+):
+    laptop = tmp_path / "home" / "vocab.txt"
+    laptop.parent.mkdir()
+    laptop.write_text("a b c")
+    (code / "vocab.txt").write_text("a b c")
+    job = more("reads", {"path": str(laptop)})
+    with pytest.raises(InvalidCode) as e:
+        check_model(job, digits, code, deployed=True)
+    assert str(e.value).startswith(f"code: your code reads a file of this machine: {laptop} (usernets/more.py:")
+    assert "in reads); the workers do not have it: put small files in the code folder (--code DIR" in str(e.value)
+    with caplog.at_level("WARNING", logger="smlt.notice"):
+        check_model(job, digits, code)  # a local run's handlers read this machine's files
+        check_model(more("reads", {"own": str(tmp_path / "written.txt")}), digits, code, deployed=True)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].endswith(
+        "(a local run reads this machine's files, so it runs; the deployed stack would not)"
     )
