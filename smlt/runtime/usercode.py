@@ -448,10 +448,16 @@ NO_GPU = "the workers run on CPU: Lambda has no GPU; leave out .cuda() and devic
 _GPU_ERRORS = ("not compiled with CUDA", "no NVIDIA driver", "CUDA driver", "MPS backend", "not built with MPS")
 
 
+ONE_ROW = "batch norm needs 2 or more rows per training batch: set training.batch_size to at least 2"
+
+
 def hint(message: str) -> str:
-    """`message` with what to do when its own words do not say it (a GPU asked for on a worker)."""
+    """`message` with what to do when its own words do not say it (a GPU asked for on a worker,
+    batch norm given a training batch of one row)."""
     if any(w.lower() in message.lower() for w in _GPU_ERRORS):
         return f"{message} ({NO_GPU})"
+    if "Expected more than 1 value per channel when training" in message:
+        return f"{message} ({ONE_ROW})"
     return message
 
 

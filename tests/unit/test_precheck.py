@@ -309,6 +309,9 @@ def test_batch_norm_with_a_batch_size_of_one_is_refused_before_any_worker(digits
     with pytest.raises(UserCodeError) as e:
         check_model(more("bn", batch_size=1), digits, code)
     assert e.value.where.endswith("on a batch of 1") and "Expected more than 1 value per channel" in e.value.message
+    assert e.value.message.endswith(
+        "(batch norm needs 2 or more rows per training batch: set training.batch_size to at least 2)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ def test_batch_norm_on_a_batch_of_one_fails_as_the_users_code_not_the_data(digit
     text = str(e.value)
     assert text.startswith("your code raised ValueError: Expected more than 1 value per channel when training")
     assert f"raised inside torch by model.name '{HERE}:bn': no frame of it is in your files" in text
+    assert "(batch norm needs 2 or more rows per training batch: set training.batch_size to at least 2)" in text
     table = RunTable("smlt-runs", "bn1")
     assert table.errors(0)[0].error == "UserCodeError"
     fatal = table.get_many(keys.FATAL).item(keys.FATAL, ErrorItem)
