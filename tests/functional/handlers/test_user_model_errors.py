@@ -6,8 +6,8 @@ data after a retry. On moto."""
 import pytest
 from torch import nn
 
-from lambdas.train_step.handler import handler as train_step
 from lambdas.planner.handler import handler as planner
+from lambdas.train_step.handler import handler as train_step
 from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob, UserCodeError
 from smlt.runtime.items import ErrorItem
