@@ -99,6 +99,7 @@ def _check(
         with _watch_reads() as reads:
             model = _build(job, manifest, roots)
             _check_cpu(job, model)
+            _check_registered(job, model)
             _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
             _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
             _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
@@ -224,11 +225,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     opened, _opened = _opened, None  # what this hook runs opens nothing it records
     try:
         path, mode, flags = (*args, None, None)[:3]
-        if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):  # not a file descriptor
+        name = os.fsdecode(path) if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__") else ""
+        if name and not name.endswith(_CODE_FILES):  # not a file descriptor, not an import
             writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITES)
             stack = traceback.StackSummary.extract(traceback.walk_stack(None), lookup_lines=False)
             stack.reverse()
-            name = os.fsdecode(path)
             relative = not os.path.isabs(name)  # read from the current folder, a worker's is not this one
             opened.append((os.path.abspath(name) + ("\0" if relative else ""), writes, stack))
     finally:
@@ -330,6 +331,37 @@ def _check_cpu(job: Job, model: Any) -> None:
             f"no GPU): leave out .cuda() and .to({where.type!r}), or choose the device with "
             f"torch.cuda.is_available() (False on a worker)"
         )
+
+
+def _check_registered(job: Job, model: Any) -> None:
+    """Modules in a plain list or dict, or a tensor that requires grad as a plain attribute:
+    PyTorch does not see them (not in `parameters()` nor the state), so the optimizer never trains
+    them and the model file leaves them out. Held by the model only (a list of modules registered
+    elsewhere too is fine)."""
+    import torch
+    from torch import nn
+
+    known = {id(p) for p in model.parameters()}
+    for path, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or not isinstance(value, (list, tuple, dict, torch.Tensor)):
+                continue
+            items = list(value.values()) if isinstance(value, dict) else [value] if torch.is_tensor(value) else value
+            where = f"{path}.{attr}" if path else attr
+            for item in items:
+                if isinstance(item, nn.Module) and any(id(p) not in known for p in item.parameters()):
+                    holder = "ModuleDict" if isinstance(value, dict) else "ModuleList"
+                    raise InvalidJob(
+                        f"model.name: {job.model.name!r} holds modules in a plain {type(value).__name__} "
+                        f"(self.{where}): PyTorch does not see their parameters, so training never changes them "
+                        f"and the model file leaves them out: hold them in nn.{holder}"
+                    )
+                if torch.is_tensor(item) and item.requires_grad and id(item) not in known:
+                    raise InvalidJob(
+                        f"model.name: {job.model.name!r} holds a tensor that requires grad as a plain attribute "
+                        f"(self.{where}, {tuple(item.shape)}): PyTorch does not see it, so training never changes "
+                        "it and the model file leaves it out: make it an nn.Parameter"
+                    )
 
 
 def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
@@ -482,12 +514,14 @@ def _try_train_step(
     """One training step as a worker takes it (training mode, the loss, the backward pass) on a
     batch of the job's batch size or SAMPLE_ROWS, whichever is smaller, without the optimizer's
     step: what fails only in training mode (dropout, batch norm on one row, a branch on
-    `self.training`) is the user's error here, and a model that nothing trains is refused. The
-    model, its buffers and the random state are left as they were."""
+    `self.training`) is the user's error here, and a model that nothing trains is refused. It is
+    the memory check's measurement too (`smlt.runtime.train.measure`: the model, its buffers and
+    the random state are left as they were), and timed."""
     import torch
 
     from smlt.runtime.data.inputs import model_input
     from smlt.runtime.steps.train import _loss_fn
+    from smlt.runtime.train.measure import MEASURE_ROWS, measure, remember
     from smlt.runtime.train.models import check_trainable
 
     name = job.model.name
@@ -499,38 +533,36 @@ def _try_train_step(
     yb = torch.from_numpy(
         np.zeros((rows, *manifest.y.shape), manifest.y.dtype) if y is None else np.ascontiguousarray(y[:rows])
     )
-    loss_fn = _loss_fn(manifest.task)
-    buffers = {k: b.clone() for k, b in model.named_buffers()}
     where = f"a training step of model.name {name!r} (training mode, forward and backward) on a batch of {rows}"
 
-    def step() -> Any:
-        model.train()
-        out = model(xb)
+    def inspect(out: Any) -> None:
         _check_outputs(job, manifest, out, rows)
-        loss = loss_fn(out, yb)
-        if not loss.requires_grad:
-            return None
-        loss.backward()
-        return loss
+        if not out.requires_grad:
+            raise InvalidJob(
+                f"model.name: {name!r} gives outputs that do not depend on its trainable parameters (no gradient "
+                "reaches them), so training would not change the model: leave out .detach(), torch.no_grad(), "
+                ".item() or a NumPy round trip in forward"
+            )
+        if y is not None and not bool(torch.isfinite(out).all()):  # zeros in place of samples say nothing
+            raise InvalidJob(
+                f"model.name: {name!r} gives NaN or Inf outputs for validation samples before any training "
+                "(their inputs are finite; a log or sqrt of a negative value or a division by zero? numeric "
+                "features are standardised, about half of them negative), so the run would fail at once as "
+                "Diverged: make the forward pass finite for any input"
+            )
 
-    try:
-        with torch.random.fork_rng(devices=[]):
-            t0 = time.perf_counter()
-            loss = _users(step, roots, where, name not in BUILTIN_MODELS, lambda e: InvalidJob(f"{where}: {e}"))
-            took = time.perf_counter() - t0
-        reached = any(p.grad is not None for p in model.parameters())
-    finally:
-        model.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for k, b in model.named_buffers():
-                b.copy_(buffers[k])
-        model.eval()
-    if loss is None or not reached:
-        raise InvalidJob(
-            f"model.name: {name!r} gives outputs that do not depend on its trainable parameters (no gradient "
-            "reaches them), so training would not change the model: leave out .detach(), torch.no_grad(), "
-            ".item() or a NumPy round trip in forward"
-        )
+    t0 = time.perf_counter()
+    fp = _users(
+        lambda: measure(model, xb, yb, _loss_fn(manifest.task), inspect),
+        roots,
+        where,
+        name not in BUILTIN_MODELS,
+        lambda e: InvalidJob(f"{where}: {type(e).__name__}: {_message(e)}"),
+    )
+    took = time.perf_counter() - t0
+    model.eval()
+    if rows == MEASURE_ROWS:
+        remember(_footprint_key(job, manifest), fp)  # the memory check's, measured once
     _check_step_time(job, took, rows)
 
 
@@ -552,7 +584,7 @@ def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, r
 
     where = f"the forward pass of model.name {name!r} on {len(x)} samples of shape {_shape(manifest)}"
     first, second = _users(twice, roots, where, True, lambda e: InvalidJob(f"{where}: {e}"))
-    if not torch.equal(first, second):
+    if not bool(((first == second) | (first.isnan() & second.isnan())).all()):
         notice.warning(
             f"model.name: {name!r} gives different outputs for the same samples in evaluation mode (dropout that "
             "ignores model.eval(), e.g. F.dropout(x, training=True) instead of training=self.training, or state "
@@ -622,6 +654,17 @@ def _least(ok: Callable[[int], bool], lo: int, hi: int) -> int | None:
     return lo
 
 
+def _footprint_key(job: Job, manifest: Manifest) -> tuple[Any, ...]:
+    return (
+        "precheck",
+        job.model.model_dump_json(),
+        job.code.model_dump_json() if job.code else None,  # the same model name in another package
+        manifest.x.model_dump_json(),
+        manifest.y.model_dump_json(),
+        manifest.outputs,
+    )
+
+
 def _check_memory(job: Job, manifest: Manifest, model: Any, roots: Sequence[Path] = ()) -> float:
     """Refused when no deployed tier (or the pinned workers.memory_mb) holds a worker's training:
     the tier it needs, whether any Lambda tier can hold it, and the batch size that would fit.
@@ -629,9 +672,8 @@ def _check_memory(job: Job, manifest: Manifest, model: Any, roots: Sequence[Path
     from smlt.runtime.steps.train import _loss_fn
     from smlt.runtime.train.measure import footprint
 
-    key = (job.model.model_dump_json(), manifest.x.model_dump_json(), manifest.y.model_dump_json(), manifest.outputs)
     fp = _users(
-        lambda: footprint(("precheck", *key), model, manifest, _loss_fn(manifest.task)),
+        lambda: footprint(_footprint_key(job, manifest), model, manifest, _loss_fn(manifest.task)),
         roots,
         f"measuring a training step of model.name {job.model.name!r} on {_shape(manifest)} samples",
         job.model.name not in BUILTIN_MODELS,

@@ -124,6 +124,28 @@ def reads(input_shape, output_dim, path=None, own=None):
     return nn.Linear(64, output_dim)
 
 
+class Hidden(nn.Module):
+    def __init__(self, output_dim, how):
+        super().__init__()
+        self.head = nn.Linear(16, output_dim)
+        self.how = how
+        if how == "list":
+            self.layers = [nn.Linear(64, 16)]
+        elif how == "tensor":
+            self.w = torch.randn(64, 16, requires_grad=True)
+        else:  # a list of modules registered as attributes too: fine
+            self.first = nn.Linear(64, 16)
+            self.layers = [self.first]
+
+    def forward(self, x):
+        x = x @ self.w if self.how == "tensor" else self.layers[0](x)
+        return self.head(x).log() if self.how == "nan" else self.head(x)
+
+
+def hidden(input_shape, output_dim, how):
+    return Hidden(output_dim, how)
+
+
 def to_numpy(x):
     return x.numpy()
 
@@ -399,3 +421,31 @@ def test_a_file_of_this_machine_the_code_reads_is_refused_for_the_stack_and_told
     assert len(said) == 1 and said[0].endswith(
         "(a local run reads this machine's files, so it runs; the deployed stack would not)"
     )
+
+
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        (
+            "list",
+            "holds modules in a plain list (self.layers): PyTorch does not see their parameters, so training "
+            "never changes them and the model file leaves them out: hold them in nn.ModuleList",
+        ),
+        (
+            "tensor",
+            "holds a tensor that requires grad as a plain attribute (self.w, (64, 16)): PyTorch does not "
+            "see it, so training never changes it and the model file leaves it out: make it an nn.Parameter",
+        ),
+        ("nan", "gives NaN or Inf outputs for validation samples before any training (their inputs are finite;"),
+    ],
+)
+def test_weights_training_never_sees_and_outputs_not_finite_untrained_are_refused(digits, code, how, words):
+    """A plain list of layers and a plain tensor trained on digits to 0.11 accuracy, exit 0; a log of
+    negative values failed the run as Diverged, telling to lower the learning rate."""
+    with pytest.raises(InvalidJob) as e:
+        check_model(more("hidden", {"how": how}), digits, code)
+    assert str(e.value).startswith(f"model.name: 'usernets.more:hidden' {words}")
+
+
+def test_a_list_of_modules_that_are_registered_too_is_fine(digits, code):
+    check_model(more("hidden", {"how": "alias"}), digits, code)

@@ -47,8 +47,21 @@ def footprint(
     return _MEASURED[key]
 
 
-def measure(model: nn.Module, x: Tensor, y: Tensor, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Footprint:
-    """One training step's forward and backward on (x, y), without the optimizer step."""
+def remember(key: Hashable, fp: Footprint) -> None:
+    """`fp` as the footprint of `key`, measured by the caller on MEASURE_ROWS rows (the client's
+    check measures it on real samples, with its own checks of the output)."""
+    _MEASURED[key] = fp
+
+
+def measure(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    inspect: Callable[[Tensor], None] | None = None,
+) -> Footprint:
+    """One training step's forward and backward on (x, y), without the optimizer step;
+    `inspect(output)` between the forward pass and the loss (it may raise)."""
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     was_training = model.training
     own = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -65,7 +78,10 @@ def measure(model: nn.Module, x: Tensor, y: Tensor, loss_fn: Callable[[Tensor, T
     try:
         with torch.random.fork_rng(devices=[]), counter:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = loss_fn(model(x), y)
+                out = model(x)
+                if inspect is not None:
+                    inspect(out)
+                loss = loss_fn(out, y)
             loss.backward()
     finally:
         model.zero_grad(set_to_none=True)
