@@ -92,6 +92,8 @@ def _model_runs(own: bool) -> Iterator[None]:
     except MemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's model may raise anything
+        if "can't allocate memory" in str(e):  # torch's allocator: the tier, not the code
+            raise
         raise ModelRaised(f"{type(e).__name__}: {e}") from e
 
 
