@@ -11,6 +11,7 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +154,19 @@ def _one_hot(y: np.ndarray) -> bool:
 def _table(path: Path, opts: SourceOptions) -> TableSource:
     file = open_table(path)
     label = tabular.pick_label(file.path, file.columns, opts.label)
-    features = [c for c in file.columns if c != label]
+    unknown = [c for c in opts.drop if c not in file.columns]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], file.columns, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidDataset(
+            f"{path}: drop: no column {', '.join(map(repr, unknown))}{hint}; the columns are {', '.join(file.columns)}"
+        )
+    if label in opts.drop:
+        raise InvalidDataset(
+            f"{path}: drop: {label!r} is the label column, which cannot be left out; name the label with --label "
+            "(the job's dataset.label), or drop another column"
+        )
+    features = [c for c in file.columns if c != label and c not in opts.drop]
     if not features:
         raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")
     return TableSource(path.stem, file, label, features)

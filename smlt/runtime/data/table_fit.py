@@ -333,7 +333,7 @@ class ColumnFit:
         return (
             f"{path}: column {self.name!r} has {distinct:,} distinct values in {counted:,} train rows, hashed into "
             f"{tabular.HASH_BUCKETS} features: values that are nearly all different (an id, a date, free text?) "
-            "tell a model nothing it can use on new rows; leave the column out of the file unless it means something"
+            f"tell a model nothing it can use on new rows: {tabular.drop_hint(self.name)}, unless it means something"
         )
 
     def row_number(self, path: str, rows: int) -> str | None:
@@ -345,7 +345,7 @@ class ColumnFit:
         return (
             f"{path}: column {self.name!r} rises with every row ({first:,.0f} to {last:,.0f}): a row number, an id "
             "or a time tells a model nothing it can use on new rows (and gives the label away in a file sorted by "
-            "it); leave the column out of the file unless it means something"
+            f"it): {tabular.drop_hint(self.name)}, unless it means something"
         )
 
     def merge(self, other: ColumnFit, offset: int) -> None:
