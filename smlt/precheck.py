@@ -379,8 +379,8 @@ def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np
     if flops / 3 * len(x) > EVAL_FLOPS:  # forward passes (a third of training's) of a large model: too slow here
         return
     batches = ((x[i : i + EVAL_BATCH], y[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH))
-    loss, correct, count = _evaluate(model, batches, manifest)
-    m = val_metrics(loss, correct, count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
+    e = _evaluate(model, batches, manifest)
+    m = val_metrics(e.loss, e.correct, e.count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
     value = getattr(m, t.target_metric)
     if value is None:
         return
@@ -388,7 +388,7 @@ def _check_target(job: Job, manifest: Manifest, model: Any, x: np.ndarray, y: np
     if (value <= t.target_value) if lower else (value >= t.target_value):
         raise InvalidJob(
             f"training.target_value: the untrained model already meets {t.target_metric} "
-            f"{'<=' if lower else '>='} {t.target_value:g} ({t.target_metric} {value:.4g} on {count} validation rows "
+            f"{'<=' if lower else '>='} {t.target_value:g} ({t.target_metric} {value:.4g} on {e.count} validation rows "
             f"before any training), so the run would stop at round 0: {_units(t.target_metric, manifest, m)}"
         )
 

@@ -15,7 +15,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from botocore.exceptions import BotoCoreError, ClientError
@@ -40,6 +40,7 @@ from smlt.runtime.errors import (
     StoreUnavailable,
     UserCodeError,
 )
+from smlt.runtime.evaluation import MAX_CLASS_SUMS
 from smlt.runtime.exchange import Poll, ReduceScatter
 from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem, data_error_message
 from smlt.runtime.job import Job
@@ -70,20 +71,39 @@ def _loss_fn(task: str) -> nn.Module:
     return nn.CrossEntropyLoss(reduction="sum") if task == "classification" else nn.MSELoss(reduction="sum")
 
 
-def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest) -> tuple[float, int, int]:
-    """(loss sum, correct, count) over the batches: sums, so the round's metric weighs every row
-    alike however the rows were batched."""
+@dataclass
+class _Evaluated:
+    """Sums over a worker's validation rows, so the round's metrics weigh every row alike however
+    the rows were batched; per class too (classification, up to MAX_CLASS_SUMS classes)."""
+
+    loss: float = 0.0
+    correct: int = 0
+    count: int = 0
+    class_correct: list[int] = field(default_factory=list)
+    class_count: list[int] = field(default_factory=list)
+
+
+def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest) -> _Evaluated:
     model.eval()
     loss_fn, classification = _loss_fn(manifest.task), manifest.task == "classification"
-    loss, correct, count = 0.0, 0, 0
+    k = manifest.outputs if classification and manifest.outputs <= MAX_CLASS_SUMS else 0
+    sums = _Evaluated()
+    per_class_correct, per_class_count = torch.zeros(k, dtype=torch.int64), torch.zeros(k, dtype=torch.int64)
     with torch.no_grad():
         for x, y in batches:
             out = model(torch.from_numpy(model_input(manifest, x)))
             target = torch.from_numpy(y)
-            loss += float(loss_fn(out, target))
-            correct += int((out.argmax(1) == target).sum()) if classification else 0
-            count += len(x)
-    return loss, correct, count
+            sums.loss += float(loss_fn(out, target))
+            if classification:
+                right = out.argmax(1) == target
+                sums.correct += int(right.sum())
+                if k:
+                    per_class_count += torch.bincount(target, minlength=k)[:k]
+                    per_class_correct += torch.bincount(target[right], minlength=k)[:k]
+            sums.count += len(x)
+    if k:
+        sums.class_correct, sums.class_count = per_class_correct.tolist(), per_class_count.tolist()
+    return sums
 
 
 def _metadata(head: bytes) -> dict[str, str]:
@@ -475,7 +495,7 @@ def _run_worker(
     with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
         _track_reads(shards, where)
         batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
-        val_loss, val_correct, val_count = _evaluate(model, batches, manifest)
+        evaluated = _evaluate(model, batches, manifest)
         t_eval, eval_wait = time.perf_counter(), shards.wait_s
 
         samples, train_loss, cut = 0, 0.0, False
@@ -518,9 +538,11 @@ def _run_worker(
         samples=samples,
         train_loss=train_loss if finite else None,
         finite=finite,
-        val_loss_sum=val_loss,
-        val_correct=val_correct,
-        val_count=val_count,
+        val_loss_sum=evaluated.loss,
+        val_correct=evaluated.correct,
+        val_count=evaluated.count,
+        val_class_correct=evaluated.class_correct,
+        val_class_count=evaluated.class_count,
         memory_mb=spec.memory_mb,
         cold=cold,
         init_s=ledger.init_s(),  # process start to this first call (the handler's meter), cold only
