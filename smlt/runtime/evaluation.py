@@ -169,7 +169,8 @@ def class_warning(final: Mapping[str, Any], classes: Sequence[str] | None = None
         what = f"class {name(low[1])} has the lowest recall, {low[0]:.4f}"
     return (
         f"balanced accuracy {balanced:.4f} (the mean of the classes' recalls) against accuracy {accuracy:.4f}: "
-        f"{what}; on imbalanced classes accuracy rewards predicting the common ones"
+        f"{what}; on imbalanced classes accuracy rewards predicting the common ones "
+        '(training.class_weights "balanced" weighs the rare ones up)'
     )
 
 

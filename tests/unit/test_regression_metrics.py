@@ -205,7 +205,8 @@ def test_an_accuracy_that_hides_a_missed_class_is_told_with_the_class_named(tmp_
     final = {"val_accuracy": 0.94, "val_balanced_accuracy": 0.5, "val_class_recall": [0.0, 1.0]}
     assert class_warning(final, ["fraud", "ok"]) == (
         "balanced accuracy 0.5000 (the mean of the classes' recalls) against accuracy 0.9400: no validation row "
-        "of class 'fraud' is predicted as its class; on imbalanced classes accuracy rewards predicting the common ones"
+        "of class 'fraud' is predicted as its class; on imbalanced classes accuracy rewards predicting the common ones "
+        '(training.class_weights "balanced" weighs the rare ones up)'
     )
     skewed = {"val_accuracy": 0.9, "val_balanced_accuracy": 0.7, "val_class_recall": [0.95, 0.45, None]}
     assert "class #1 has the lowest recall, 0.4500" in (class_warning(skewed) or "")

@@ -67,6 +67,23 @@ def _optimizer(params, spec: RoundSpec) -> torch.optim.Optimizer:
     return cls(params, lr=spec.learning_rate, weight_decay=t.weight_decay)
 
 
+def balanced_weights(counts: list[int], outputs: int) -> torch.Tensor:
+    """Each class's weight in the training loss: train rows / (classes x its rows), 0 for a class
+    without train rows (scikit-learn's "balanced": the weights average to 1 over the rows)."""
+    n = torch.zeros(outputs, dtype=torch.float64)
+    n[: len(counts)] = torch.tensor(counts[:outputs], dtype=torch.float64)
+    present = int((n > 0).sum())
+    return torch.where(n > 0, n.sum() / (present * n.clamp(min=1)), 0.0).float()
+
+
+def _train_loss_fn(job: Job, manifest: Manifest) -> nn.Module:
+    """The training loss: the task's, its classes weighed when the job says so."""
+    if job.training.class_weights == "balanced" and manifest.train.class_counts is not None:
+        weight = balanced_weights(manifest.train.class_counts, manifest.outputs)
+        return nn.CrossEntropyLoss(weight=weight, reduction="sum")
+    return _loss_fn(manifest.task)
+
+
 def _loss_fn(task: str) -> nn.Module:
     return nn.CrossEntropyLoss(reduction="sum") if task == "classification" else nn.MSELoss(reduction="sum")
 
@@ -199,7 +216,7 @@ def _local_steps(
     cut the steps short)."""
     model.train()
     opt = _optimizer(model.parameters(), spec)
-    loss_fn = _loss_fn(manifest.task)
+    loss_fn = _train_loss_fn(spec.job, manifest)
     # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
     # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
     # where every worker must take every step).
