@@ -409,7 +409,7 @@ def _check_majority(job: Job, manifest: Manifest, y: np.ndarray) -> None:
     raise InvalidJob(
         f"training.target_value: val_accuracy {t.target_value:g} is met by always predicting the most common "
         f"class {name!r} ({share:.1%} of {rows}), so the run could stop with a model that learned only that: "
-        f"set a target above {share:.3f}, or balance the classes (training.class_weights \"balanced\" makes the "
+        f'set a target above {share:.3f}, or balance the classes (training.class_weights "balanced" makes the '
         "rare ones count in training; every run reports each class's recall)"
     )
 
