@@ -595,11 +595,29 @@ def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str)
             raise InvalidDataset(f"{where}: the model takes uint8 images (0..255), got {x.dtype}")
         stored = x
     else:
-        stored = x.astype(np.int64)
+        stored = _token_ids(x, manifest.vocab_size, where)
     truth = None
     if y is not None and len(y) == len(x):
         truth = _truth_classes(manifest, y, where) if manifest.task == "classification" else y.astype(np.float64)
     return Inputs(stored, [str(i) for i in range(len(x))], truth)
+
+
+def _token_ids(x: np.ndarray, vocab_size: int | None, where: str) -> np.ndarray:
+    """Token ids as int64, or InvalidDataset naming the first that is not a whole number in
+    [0, vocab_size) (the model's embedding has no row for it)."""
+    ids = x.astype(np.int64)
+    bad = (ids != x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
+    if vocab_size:
+        bad |= (ids < 0) | (ids >= vocab_size)
+    if bad.any():
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        allowed = (
+            f"one of the model's ids 0..{vocab_size - 1} (its vocabulary of {vocab_size})"
+            if vocab_size
+            else "a whole number"
+        )
+        raise InvalidDataset(f"{where}: row {row}, position {col}: token id {x[row, col].item()!r} is not {allowed}")
+    return ids
 
 
 def _images(manifest: Manifest, path: Path) -> Inputs:

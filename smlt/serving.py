@@ -151,6 +151,19 @@ class _Columns(nn.Module):
         return self.normalise(filled)
 
 
+class _TokenIds(nn.Module):
+    """Token ids as they are, a negative one made the vocabulary's size: ONNX's Gather reads -1 as
+    the last id (a padding -1 would be a silent wrong answer); out of range, it is the runtime's
+    error (onnxruntime: "indices element out of data bounds"; torch: "index out of range")."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.masked_fill(x < 0, self.vocab_size)
+
+
 class _Unscale(nn.Module):
     """Standardised regression outputs in the label's units: `p * std + mean` (TargetScaling)."""
 
@@ -193,6 +206,8 @@ def served_module(model: LoadedModel) -> Served:
         pre = _Columns(manifest)
     elif kind in ("features", "image"):
         pre = _Normalise(manifest)
+    elif kind == "token_ids" and manifest.vocab_size:
+        pre = _TokenIds(manifest.vocab_size)
     post: nn.Module
     if manifest.task == "classification":
         post = _Softmax()
@@ -253,7 +268,8 @@ _TAKES: dict[str, str] = {
     "features": "feature values in the data's own units (standardised inside)",
     "columns": "one value per column of `columns`, in that order, in the data's own units; NaN for a "
     "missing cell (imputed inside as the training data was)",
-    "token_ids": "token ids below the vocabulary size",
+    "token_ids": "token ids in [0, vocabulary size): one outside (a negative padding id too) is the runtime's "
+    "error, never a silent wrap",
     "encoded_features": "the rows with the card's column transforms and standardisation applied (a text "
     "column has no graph form): in Python smlt.load_model(RUN).serving_input(rows)",
 }

@@ -27,6 +27,7 @@ from smlt.exporter import SERVED_TOLERANCE, ExportFailed, export_model, export_m
 from smlt.inference import LoadedModel, _Found, build
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.job import parse_job
 from smlt.runtime.modelcard import build_card, card_json, with_card
 from smlt.runtime.train.models import build_model
@@ -244,3 +245,23 @@ def test_smlt_export_prints_what_a_server_feeds_and_reads(models, capsys):
     assert (folder / "model.pt2").is_file()
     assert main(["export", str(folder), "--format", "torch-export", "--raw", "--out", str(folder / "raw.pt2")]) == 0
     assert "input  'model_input' float32 [batch, 5]" in capsys.readouterr().out  # 3 columns, 2 indicators
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_token_id_outside_the_vocabulary_is_an_error_never_a_silent_wrap(models, fmt, tmp_path):
+    """ONNX's Gather reads -1 as the last id: a padding -1 would be a wrong answer, not an error."""
+    model, prepared, _ = models["token_ids"]
+    done = export_model(model, fmt, tmp_path / "tokens", data=prepared)
+    x = model.serving_input(prepared)[:2].copy()
+    vocab = model.card.vocab_size
+    x[1, 3] = -1
+    with pytest.raises(Exception, match=r"out of data bounds|index out of range"):
+        _run(done.path, fmt, x)
+    x[1, 3] = vocab - 1  # the last id is fine
+    _run(done.path, fmt, x)
+    with pytest.raises(
+        InvalidDataset, match=rf"array: row 1, position 3: token id -1 is not one of the model's ids 0\.\.{vocab - 1}"
+    ):
+        model.predict(np.concatenate([x[:1], np.where(np.arange(8) == 3, -1, x[1:])]))
+    with pytest.raises(InvalidDataset, match=r"row 0, position 0: token id 2\.5 is not one"):
+        model.predict(np.full((1, 8), 2.5))
