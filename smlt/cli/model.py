@@ -131,6 +131,12 @@ def show(args: argparse.Namespace) -> int:
 
     model = _load(args)
     notice.info(model.card.model_dump_json(indent=1, exclude={"features"}))
+    if model.card.features is not None:
+        from smlt.serving import serving_spec
+
+        notice.info("smlt export writes a model that takes and gives:")
+        for line in spec_lines(serving_spec(model)):
+            notice.info(line)
     return 0
 
 

@@ -265,3 +265,21 @@ def test_a_token_id_outside_the_vocabulary_is_an_error_never_a_silent_wrap(model
         model.predict(np.concatenate([x[:1], np.where(np.arange(8) == 3, -1, x[1:])]))
     with pytest.raises(InvalidDataset, match=r"row 0, position 0: token id 2\.5 is not one"):
         model.predict(np.full((1, 8), 2.5))
+
+
+def test_smlt_model_says_what_the_export_takes_and_a_finished_run_names_its_card(models, capsys, tmp_path):
+    _, _, folder = models["image_uint8"]
+    assert main(["model", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "smlt export writes a model that takes and gives:" in out
+    assert "input  'image' uint8 [batch, 3, 8, 8]: RGB images of 8x8 pixels, uint8 0..255" in out
+
+    from smlt.runner import done_lines
+
+    for name in ("model.safetensors", "model.json", "metrics.json"):
+        (tmp_path / name).write_text("{}")
+    final = {"rounds": 1, "stop_reason": "max_rounds", "estimated_cost_usd": 0.0, "task": "classification"}
+    assert (
+        done_lines("r", final, 1.0, tmp_path)[2]
+        == f"  outputs in {tmp_path}/: model.safetensors model.json metrics.json"
+    )
