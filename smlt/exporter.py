@@ -54,8 +54,8 @@ SUFFIX = {"onnx": ".onnx", "torch-export": ".pt2"}
 # Largest absolute difference from PyTorch's outputs an export may show (float32 kernels reorder sums).
 TOLERANCE = 1e-3
 # Largest difference of a served export from `smlt predict`: probabilities, or regression values
-# times the target's std (the same precision in the label's units); RELATIVE of the value on top
-# (a float32 value's own rounding: a price of 300000 is held to 1e-6 of it).
+# times the target's std (the same precision in the label's units), with RELATIVE of the value on
+# top for a regression value (a float32's own rounding: a price of 300000 is held to 0.3 more).
 SERVED_TOLERANCE = 1e-5
 RELATIVE = 1e-6
 CHECK_ROWS = 8
@@ -73,6 +73,7 @@ class Exported:
     rows: int  # rows the export was checked on
     max_abs_diff: float  # against the reference's outputs on those rows
     against: str = "PyTorch"  # the reference: "PyTorch" (the module) or "smlt predict"
+    tolerance: str = f"{TOLERANCE}"  # the largest difference allowed (per output column, in its units)
     spec: ServingSpec | None = None  # the contract stored in the file
 
 
@@ -110,14 +111,14 @@ def export_model(model: LoadedModel, fmt: Format, path: Path, data: Any = None, 
         rows = np.concatenate([rows, rows])
     predicted = model.predict_rows(stored_rows(model, rows))
     if predicted.probabilities is not None:
-        want, atol = predicted.probabilities, np.asarray(SERVED_TOLERANCE)
+        want, atol, rtol = predicted.probabilities, np.asarray(SERVED_TOLERANCE), 0.0
     else:
         assert predicted.values is not None
         target = model.manifest.target
         std = np.asarray(target.std if target else [1.0] * predicted.values.shape[1], np.float64)
-        want, atol = predicted.values, SERVED_TOLERANCE * std
+        want, atol, rtol = predicted.values, SERVED_TOLERANCE * std, RELATIVE
     return export_module(
-        served_module(model), torch.from_numpy(rows), fmt, path, spec=spec, metadata=meta, expect=(want, atol)
+        served_module(model), torch.from_numpy(rows), fmt, path, spec=spec, metadata=meta, expect=(want, atol, rtol)
     )
 
 
@@ -134,11 +135,11 @@ def export_module(
     *,
     spec: ServingSpec | None = None,
     metadata: dict[str, str] | None = None,
-    expect: tuple[np.ndarray, np.ndarray] | None = None,
+    expect: tuple[np.ndarray, np.ndarray, float] | None = None,
 ) -> Exported:
     """Export `module` (eval mode) for inputs like `x` (at least 2 rows: the batch axis is dynamic),
     load the file back and compare its outputs on `x` with `expect` (outputs, absolute tolerance
-    per output column; RELATIVE of each value on top, its float32 rounding), else with the module's
+    per output column, relative tolerance of each value on top), else with the module's
     own within TOLERANCE. `spec` names the input and output tensors; `metadata` goes into the file."""
     if fmt not in FORMATS:
         raise ExportFailed(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -153,9 +154,10 @@ def export_module(
         bound = np.full(want.shape, TOLERANCE)
         against, tolerance = "PyTorch", f"{TOLERANCE}"
     else:
-        want, atol = expect
-        bound = np.broadcast_to(atol, want.shape) + RELATIVE * np.abs(want)
-        against, tolerance = "smlt predict", _said(atol)
+        want, atol, rtol = expect
+        bound = np.broadcast_to(atol, want.shape) + rtol * np.abs(want)
+        against = "smlt predict"
+        tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
     with _quiet(), _frozen(module):
         if fmt == "onnx":
             got = _onnx(module, x, path, names, metadata or {})
@@ -169,7 +171,7 @@ def export_module(
         raise ExportFailed(
             f"{path}: the exported model's outputs differ from {against}'s by up to {diff:.3g} (tolerance {tolerance})"
         )
-    return Exported(path, fmt, len(x), diff, against, spec)
+    return Exported(path, fmt, len(x), diff, against, tolerance, spec)
 
 
 def _said(atol: np.ndarray) -> str:

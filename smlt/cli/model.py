@@ -101,7 +101,7 @@ def export(args: argparse.Namespace) -> int:
     done = run(model, args.format, out=out, data=args.data, raw=args.raw)
     notice.info(
         f"exported {model.card.model.name} as {done.format} to {done.path}: outputs within {done.max_abs_diff:.2e} "
-        f"of {done.against}'s on {done.rows} rows"
+        f"of {done.against}'s on {done.rows} rows (tolerance {done.tolerance})"
     )
     if done.spec is not None:
         for line in spec_lines(done.spec):
