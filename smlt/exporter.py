@@ -93,6 +93,8 @@ def export_model(model: LoadedModel, fmt: Format, path: Path, data: Any = None, 
     bare network checked against PyTorch."""
     if fmt not in FORMATS:
         raise ExportFailed(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt == "onnx":
+        _require_onnx()  # before the rows are read
     if not raw and model.card.features is None:
         raise ExportFailed(
             f"{model.source}: its model card records no feature spec (the dataset's manifest was unreadable when "
@@ -234,14 +236,9 @@ def _torch_export(module: torch.nn.Module, x: torch.Tensor, path: Path, metadata
 def _onnx(
     module: torch.nn.Module, x: torch.Tensor, path: Path, names: tuple[str, str], metadata: dict[str, str]
 ) -> np.ndarray:
-    try:
-        import onnx  # noqa: F401 - names the graph's batch axis and stores the spec (_label)
-        import onnxruntime
-        import onnxscript  # noqa: F401 - the dynamo exporter's dependency, named here if absent
-    except ImportError as e:
-        raise ExportFailed(
-            f"ONNX export needs the onnx extra ({e.name} is not installed): pip install 'smlt[onnx]'"
-        ) from None
+    _require_onnx()
+    import onnxruntime
+
     program = _program(module, x)
     try:
         onnx_program = torch.onnx.export(
@@ -256,6 +253,18 @@ def _onnx(
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     return np.asarray(session.run(None, {name: x.numpy()})[0], np.float32)
+
+
+def _require_onnx() -> None:
+    """ExportFailed naming the onnx extra when a module of it is missing: onnx (names the graph's
+    batch axis, stores the spec), onnxscript (the dynamo exporter's), onnxruntime (the check)."""
+    from importlib.util import find_spec
+
+    missing = [m for m in ("onnx", "onnxscript", "onnxruntime") if find_spec(m) is None]
+    if missing:
+        raise ExportFailed(
+            f"ONNX export needs the onnx extra ({', '.join(missing)} not installed): pip install 'smlt[onnx]'"
+        )
 
 
 def _label(path: Path, metadata: dict[str, str]) -> None:

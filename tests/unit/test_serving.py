@@ -285,3 +285,15 @@ def test_smlt_model_says_what_the_export_takes_and_a_finished_run_names_its_card
         done_lines("r", final, 1.0, tmp_path)[2]
         == f"  outputs in {tmp_path}/: model.safetensors model.json metrics.json"
     )
+
+
+def test_onnx_without_its_extra_names_the_extra_before_reading_the_rows(models, monkeypatch, tmp_path):
+    import importlib.util as util
+
+    model, _, _ = models["features"]
+    real = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "onnxscript" else real(name, *a))
+    with pytest.raises(
+        ExportFailed, match=r"needs the onnx extra \(onnxscript not installed\): pip install 'smlt\[onnx\]'"
+    ):
+        export_model(model, "onnx", tmp_path / "m.onnx", data=tmp_path / "no-such.csv")
