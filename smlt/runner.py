@@ -302,7 +302,9 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     planner stopped before its first round (budget, deadline) has no metrics, report nor model."""
     loss = "n/a" if f.get("val_loss") is None else f"{f['val_loss']:.4f}"
     files = " ".join(
-        n for n in ("model.safetensors", "metrics.json", "report.png", "history.json") if (out / n).exists()
+        n
+        for n in ("model.safetensors", "model.json", "code.zip", "metrics.json", "report.png", "history.json")
+        if (out / n).exists()
     )
     card = out / "model.json"
     classes = json.loads(card.read_text()).get("classes") if card.exists() else None
