@@ -31,6 +31,7 @@ from smlt.runtime.data.arrays import sample_layout, standardise
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
 from smlt.runtime.data.sources import TABLE_SUFFIXES
+from smlt.runtime.data.table_reader import table_suffix
 from smlt.runtime.data.tabular import Table, apply_columns, missing, read_table
 from smlt.runtime.errors import InvalidDataset, RunNotFound
 from smlt.runtime.keys import final_model_key, parse_s3_uri
@@ -486,7 +487,7 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inp
             return _prepared_local(manifest, path, split)
         return _images(manifest, path)
     suffix = path.suffix.lower()
-    if suffix in TABLE_SUFFIXES:
+    if table_suffix(path) in TABLE_SUFFIXES:
         return _table(manifest, read_table_rows(manifest, path))
     if suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:

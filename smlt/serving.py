@@ -411,8 +411,9 @@ def _is_frame(data: Any) -> bool:
 def _is_table(data: Any) -> bool:
     """A DataFrame or a table file (read as `smlt predict` reads it)."""
     from smlt.runtime.data.sources import TABLE_SUFFIXES
+    from smlt.runtime.data.table_reader import table_suffix
 
-    return _is_frame(data) or (isinstance(data, (str, Path)) and Path(str(data)).suffix.lower() in TABLE_SUFFIXES)
+    return _is_frame(data) or (isinstance(data, (str, Path)) and table_suffix(str(data)) in TABLE_SUFFIXES)
 
 
 def _array(data: Any) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 from smlt.runtime.data import images, synthetic, tabular
 from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
-from smlt.runtime.data.table_reader import TableFile
+from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix
 from smlt.runtime.data.tables import open_table
 from smlt.runtime.errors import InvalidDataset
 
@@ -62,7 +62,8 @@ class TableSource:
 
 def is_source_path(path: Path) -> bool:
     """A file or folder `load_source` reads (a prepared dataset folder is not one)."""
-    return (path.is_file() and path.suffix.lower() in (".npz", *TABLE_SUFFIXES)) or images.is_image_folder(path)
+    kind = table_suffix(path) if path.is_file() else ""
+    return kind in (".npz", *TABLE_SUFFIXES) or images.is_image_folder(path)
 
 
 def load_source(source: str, opts: SourceOptions) -> Source:
@@ -85,13 +86,13 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
         raise InvalidDataset(f"dataset source not found: {source}")
     if path.is_dir():
         return _image_folder(path, opts)
-    suffix = path.suffix.lower()
-    if suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         return _npz(path, opts)
-    if suffix in TABLE_SUFFIXES:
+    if table_suffix(path) in TABLE_SUFFIXES:
         return _table(path, opts)
     raise InvalidDataset(
-        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl, .npz "
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl "
+        "(a CSV, TSV or JSON Lines file also gzip-, bzip2- or xz-compressed: .csv.gz), .npz "
         "or a folder of class subfolders of images"
     )
 
@@ -169,7 +170,8 @@ def _table(path: Path, opts: SourceOptions) -> TableSource:
     features = [c for c in file.columns if c != label and c not in opts.drop]
     if not features:
         raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")
-    return TableSource(path.stem, file, label, features)
+    name = Path(path.stem).stem if is_compressed(path) else path.stem  # houses.csv.gz: houses
+    return TableSource(name, file, label, features)
 
 
 def _image_folder(path: Path, opts: SourceOptions) -> Source:
