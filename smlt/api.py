@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smlt.exporter import Exported, Format, example_input, export_module
+from smlt.exporter import Exported, Format, export_model
 from smlt.inference import LoadedModel, Predictions, load_model
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.items import FinalMetrics
@@ -233,21 +233,19 @@ def export(
     *,
     out: str | Path | None = None,
     data: Any = None,
+    raw: bool = False,
     runs: str | Path = "out",
     stack: str | None = None,
 ) -> Exported:
     """Export a run's model for serving (`smlt export`): `format` "onnx" or "torch-export", to `out`
     (default: model.onnx / model.pt2 beside the model when it is a folder, else in the current
-    folder), checked against PyTorch's outputs on `data`'s rows (default: a seeded batch)."""
+    folder). The file takes what the data holds (the card's preprocessing inside) and gives
+    probabilities or values in the label's units, checked against `smlt.predict` on `data`'s rows
+    (default: a seeded batch); `raw=True` exports the bare network (smlt.serving)."""
     from smlt.exporter import SUFFIX
 
     loaded = model if isinstance(model, LoadedModel) else load_model(model, out=runs, stack=stack)
     if out is None:
         folder = Path(model) if isinstance(model, (str, Path)) and Path(model).is_dir() else Path(".")
         out = folder / f"model{SUFFIX.get(format, '')}"
-    if data is not None:
-        x = loaded.transform(data)[:64]
-    else:
-        card = loaded.card
-        x = example_input(card.input_shape, card.input_dtype, card.vocab_size)
-    return export_module(loaded.module, x, format, Path(out))
+    return export_model(loaded, format, Path(out), data=data, raw=raw)

@@ -35,7 +35,7 @@ from smlt.runtime.errors import (
     RunNotFound,
     StackNotFound,
 )
-from smlt.runtime.evaluation import summary_text
+from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.items import ErrorItem, MetaItem
 from smlt.runtime.progress import notice
 from smlt.runtime.records import RunTable
@@ -174,6 +174,9 @@ def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
     if meta.final:
         f = meta.final
         notice.info(f"  final: {summary_text(f.model_dump())}, {f.rounds} rounds, ${f.estimated_cost_usd:.5f}")
+        warning = class_warning(f.model_dump())
+        if warning:
+            notice.warning(f"  {warning}")
     return meta
 
 

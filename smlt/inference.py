@@ -31,6 +31,7 @@ from smlt.runtime.data.arrays import sample_layout, standardise
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
 from smlt.runtime.data.sources import TABLE_SUFFIXES
+from smlt.runtime.data.table_reader import table_suffix
 from smlt.runtime.data.tabular import Table, apply_columns, missing, read_table
 from smlt.runtime.errors import InvalidDataset, RunNotFound
 from smlt.runtime.keys import final_model_key, parse_s3_uri
@@ -352,6 +353,14 @@ class LoadedModel:
         folder (resized to the recorded size), or a prepared dataset folder (its `split`'s shards)."""
         return read_inputs(self.manifest, data, split)
 
+    def serving_input(self, data: Any, split: str = "validation") -> np.ndarray:
+        """`data` as the input of the model `smlt export` writes (smlt.serving): feature values and
+        number columns in the data's own units (NaN for a missing cell), uint8 images, token ids,
+        or, for a table with a text column, the rows with the card's column transforms applied."""
+        from smlt.serving import serving_input
+
+        return serving_input(self, data, split)
+
     def predict(self, data: Any, split: str = "validation") -> Predictions:
         rows = data if isinstance(data, Inputs) else self.inputs(data, split)
         return self.predict_rows(rows)
@@ -467,7 +476,7 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inp
     if isinstance(data, np.ndarray):
         return _arrays(manifest, data, None, "array")
     if _is_frame(data):
-        return _table(manifest, _frame_table(data))
+        return _table(manifest, read_table_rows(manifest, data))
     path = Path(str(data))
     if str(data).startswith("s3://"):
         return _prepared_s3(manifest, str(data), split)
@@ -478,9 +487,8 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inp
             return _prepared_local(manifest, path, split)
         return _images(manifest, path)
     suffix = path.suffix.lower()
-    if suffix in TABLE_SUFFIXES:
-        numeric = {t.name for t in manifest.columns or [] if t.kind == "numeric"}
-        return _table(manifest, read_table(path, numeric))  # a missing marker (`NA`) in them is empty
+    if table_suffix(path) in TABLE_SUFFIXES:
+        return _table(manifest, read_table_rows(manifest, path))
     if suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:
             if "x" not in z:
@@ -510,6 +518,19 @@ def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.nda
         )
         return None
     return np.array([index[n] for n in names], np.int64)
+
+
+def read_table_rows(manifest: Manifest, data: Any) -> Table:
+    """A DataFrame or a .csv/.parquet/.jsonl file as `smlt predict` reads it (before its transforms)."""
+    if _is_frame(data):
+        return _frame_table(data)
+    numeric = {t.name for t in manifest.columns or [] if t.kind == "numeric"}
+    return read_table(Path(str(data)), numeric)  # a missing marker (`NA`) in them is empty
+
+
+def table_inputs(manifest: Manifest, table: Table) -> Inputs:
+    """A table's rows as predict reads them: the recorded column transforms, the data's labels."""
+    return _table(manifest, table)
 
 
 def _table(manifest: Manifest, table: Table) -> Inputs:
@@ -575,11 +596,29 @@ def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str)
             raise InvalidDataset(f"{where}: the model takes uint8 images (0..255), got {x.dtype}")
         stored = x
     else:
-        stored = x.astype(np.int64)
+        stored = _token_ids(x, manifest.vocab_size, where)
     truth = None
     if y is not None and len(y) == len(x):
         truth = _truth_classes(manifest, y, where) if manifest.task == "classification" else y.astype(np.float64)
     return Inputs(stored, [str(i) for i in range(len(x))], truth)
+
+
+def _token_ids(x: np.ndarray, vocab_size: int | None, where: str) -> np.ndarray:
+    """Token ids as int64, or InvalidDataset naming the first that is not a whole number in
+    [0, vocab_size) (the model's embedding has no row for it)."""
+    ids = x.astype(np.int64)
+    bad = (ids != x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
+    if vocab_size:
+        bad |= (ids < 0) | (ids >= vocab_size)
+    if bad.any():
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        allowed = (
+            f"one of the model's ids 0..{vocab_size - 1} (its vocabulary of {vocab_size})"
+            if vocab_size
+            else "a whole number"
+        )
+        raise InvalidDataset(f"{where}: row {row}, position {col}: token id {x[row, col].item()!r} is not {allowed}")
+    return ids
 
 
 def _images(manifest: Manifest, path: Path) -> Inputs:

@@ -735,14 +735,14 @@ def _check_target(
         return
     batches = ((x[i : i + EVAL_BATCH], y[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH))
     where = f"the forward pass of model.name {job.model.name!r} on {len(x)} validation samples"
-    loss, correct, count = _users(
+    e = _users(
         lambda: _evaluate(model, batches, manifest),
         roots,
         where,
         job.model.name not in BUILTIN_MODELS,
-        lambda e: InvalidJob(f"{where}: {type(e).__name__}: {_message(e)}"),
+        lambda err: InvalidJob(f"{where}: {type(err).__name__}: {_message(err)}"),
     )
-    m = val_metrics(loss, correct, count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
+    m = val_metrics(e.loss, e.correct, e.count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
     value = getattr(m, t.target_metric)
     if value is None:
         return
@@ -750,7 +750,7 @@ def _check_target(
     if (value <= t.target_value) if lower else (value >= t.target_value):
         raise InvalidJob(
             f"training.target_value: the untrained model already meets {t.target_metric} "
-            f"{'<=' if lower else '>='} {t.target_value:g} ({t.target_metric} {value:.4g} on {count} validation rows "
+            f"{'<=' if lower else '>='} {t.target_value:g} ({t.target_metric} {value:.4g} on {e.count} validation rows "
             f"before any training), so the run would stop at round 0: {_units(t.target_metric, manifest, m)}"
         )
 
@@ -771,7 +771,8 @@ def _check_majority(job: Job, manifest: Manifest, y: np.ndarray) -> None:
     raise InvalidJob(
         f"training.target_value: val_accuracy {t.target_value:g} is met by always predicting the most common "
         f"class {name!r} ({share:.1%} of {rows}), so the run could stop with a model that learned only that: "
-        f"set a target above {share:.3f}, or balance the classes"
+        f'set a target above {share:.3f}, or balance the classes (training.class_weights "balanced" makes the '
+        "rare ones count in training; every run reports each class's recall)"
     )
 
 

@@ -31,7 +31,7 @@ from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
-from smlt.runtime.evaluation import summary_text
+from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.job import Job
 from smlt.runtime.progress import notice, progress
 from smlt.runtime.records import RunTable
@@ -302,12 +302,18 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     planner stopped before its first round (budget, deadline) has no metrics, report nor model."""
     loss = "n/a" if f.get("val_loss") is None else f"{f['val_loss']:.4f}"
     files = " ".join(
-        n for n in ("model.safetensors", "metrics.json", "report.png", "history.json") if (out / n).exists()
+        n
+        for n in ("model.safetensors", "model.json", "code.zip", "metrics.json", "report.png", "history.json")
+        if (out / n).exists()
     )
+    card = out / "model.json"
+    classes = json.loads(card.read_text()).get("classes") if card.exists() else None
+    warning = class_warning(f, classes)
     return [
         f"done: run {run_id}: {f['rounds']} rounds, {summary_text(f)}, val loss {loss}, "
         f"{seconds:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
         + (f", faults injected {faults}" if faults is not None else ""),
+        *([f"  warning: {warning}"] if warning else []),
         f"  stop reason: {f['stop_reason']}" + ("" if f["rounds"] else " (no round was trained)"),
         f"  outputs in {out}/: {files}",
     ]

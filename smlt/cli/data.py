@@ -32,6 +32,13 @@ def add_commands(sub: Any) -> None:
         help="CSV/Parquet/JSONL empty cells (and NA, #N/A, NULL, ... in a number column): impute from the train "
         "split (with an indicator), or refuse",
     )
+    prep.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        metavar="COLUMN",
+        help="CSV/Parquet/JSONL: leave this column out of the features (an id, a row number); repeat for more",
+    )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")
     prep.add_argument("--vocab-size", type=_positive, help="token sequences: ids are below this (default: max id + 1)")
@@ -65,6 +72,7 @@ def prepare(args: argparse.Namespace) -> int:
         label=args.label,
         task=args.task,
         missing=args.missing,
+        drop=args.drop,
         image_size=args.image_size,
         channels=args.channels,
         vocab_size=args.vocab_size,

@@ -38,7 +38,15 @@ def add_commands(sub: Any) -> None:
     _model_args(e)
     e.add_argument("--format", choices=("onnx", "torch-export"), default="onnx")
     e.add_argument("--out", help="the file to write (default: model.onnx / model.pt2 beside the model)")
-    e.add_argument("--data", help="check the export on these rows (as `smlt predict` takes them)")
+    e.add_argument(
+        "--data", help="check the export against `smlt predict` on these rows (as `smlt predict` takes them)"
+    )
+    e.add_argument(
+        "--raw",
+        action="store_true",
+        help="export the bare network: its input after the card's normalisation, logits or standardised values "
+        "(default: the card's preprocessing inside, probabilities or values in the label's units)",
+    )
     e.set_defaults(fn=export)
 
     m = sub.add_parser("model", help="show a run's model card: what the model is and how it takes its input")
@@ -90,12 +98,32 @@ def export(args: argparse.Namespace) -> int:
 
         here = Path(model.source).parent if not model.source.startswith("s3://") else Path(".")
         out = here / f"model{SUFFIX[args.format]}"
-    done = run(model, args.format, out=out, data=args.data)
+    done = run(model, args.format, out=out, data=args.data, raw=args.raw)
     notice.info(
         f"exported {model.card.model.name} as {done.format} to {done.path}: outputs within {done.max_abs_diff:.2e} "
-        f"of PyTorch's on {done.rows} rows"
+        f"of {done.against}'s on {done.rows} rows (tolerance {done.tolerance})"
     )
+    if done.spec is not None:
+        for line in spec_lines(done.spec):
+            notice.info(line)
     return 0
+
+
+def spec_lines(spec: Any) -> list[str]:
+    """What a server feeds the exported model and reads back (a ServingSpec), in a few lines."""
+
+    def tensor(t: Any) -> str:
+        return f"{t.name!r} {t.dtype} [{', '.join(map(str, t.shape))}]"
+
+    lines = [f"  input  {tensor(spec.input)}: {spec.input.means}"]
+    if spec.columns:
+        lines.append(f"         columns: {', '.join(spec.columns)}")
+    lines.append(f"  output {tensor(spec.output)}: {spec.output.means}")
+    names = spec.classes or spec.targets
+    if names:
+        shown = ", ".join(names[:10]) + (f" ... ({len(names)})" if len(names) > 10 else "")
+        lines.append(f"         {'classes' if spec.classes else 'targets'}: {shown}")
+    return lines
 
 
 def show(args: argparse.Namespace) -> int:
@@ -103,6 +131,12 @@ def show(args: argparse.Namespace) -> int:
 
     model = _load(args)
     notice.info(model.card.model_dump_json(indent=1, exclude={"features"}))
+    if model.card.features is not None:
+        from smlt.serving import serving_spec
+
+        notice.info("smlt export writes a model that takes and gives:")
+        for line in spec_lines(serving_spec(model)):
+            notice.info(line)
     return 0
 
 

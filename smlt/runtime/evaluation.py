@@ -5,7 +5,10 @@ Workers report sums over their validation slice (`val_loss_sum`, `val_correct`, 
 the aggregator turns the sums of a round into its metrics here, once, and stores them in the
 ROUND item, where finalize, the progress line and the report read them.
 
-Classification: `val_loss` (mean cross-entropy) and `val_accuracy`. Regression: `val_loss` (the
+Classification: `val_loss` (mean cross-entropy), `val_accuracy`, and each class's recall (the share
+of its rows predicted as it: `val_class_recall`, from per-class sums, for up to MAX_CLASS_SUMS
+classes) with their mean, `val_balanced_accuracy`: a model that predicts the most common class for
+every row has a fine accuracy on imbalanced classes and a balanced accuracy of 1/k. Regression: `val_loss` (the
 mean over samples of the squared error summed over targets, on the stored, standardised scale),
 `val_rmse` and `val_r2` in the user's units from the manifest's `TargetScaling`, never an
 accuracy. With no scaling recorded (a dataset prepared before targets were scaled) the RMSE is on
@@ -15,7 +18,7 @@ the stored scale and there is no R².
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
@@ -34,6 +37,10 @@ LOWER_IS_BETTER = frozenset({"val_loss", "val_rmse"})
 AT_MOST_ONE = frozenset({"val_accuracy", "val_r2"})  # a fraction; R² = 1 is a perfect fit
 
 
+# Classes a worker sums its validation rows per class for (more: no per-class metrics).
+MAX_CLASS_SUMS = 1000
+
+
 class ValMetrics(BaseModel):
     """A round's validation metrics (None: not measured, or not a metric of the task)."""
 
@@ -41,10 +48,20 @@ class ValMetrics(BaseModel):
     val_accuracy: float | None = None
     val_rmse: float | None = None
     val_r2: float | None = None
+    val_balanced_accuracy: float | None = None  # the mean of the classes' recalls
+    val_class_recall: list[float | None] | None = None  # by class index; None for a class with no rows
 
 
 def val_metrics(
-    loss_sum: float, correct: int, count: int, *, task: str, outputs: int, target: TargetScaling | None
+    loss_sum: float,
+    correct: int,
+    count: int,
+    *,
+    task: str,
+    outputs: int,
+    target: TargetScaling | None,
+    class_correct: Sequence[int] = (),
+    class_count: Sequence[int] = (),
 ) -> ValMetrics:
     """The metrics of `count` evaluated rows from the workers' sums.
 
@@ -56,7 +73,14 @@ def val_metrics(
         return ValMetrics()
     loss = loss_sum / count
     if task == "classification":
-        return ValMetrics(val_loss=loss, val_accuracy=correct / count)
+        if not class_count or sum(class_count) != count:  # not summed per class (or not by every worker)
+            return ValMetrics(val_loss=loss, val_accuracy=correct / count)
+        recall = [c / n if n else None for c, n in zip(class_correct, class_count, strict=True)]
+        present = [r for r in recall if r is not None]
+        balanced = sum(present) / len(present) if present else None
+        return ValMetrics(
+            val_loss=loss, val_accuracy=correct / count, val_balanced_accuracy=balanced, val_class_recall=recall
+        )
     k = len(target.std) if target is not None else max(outputs, 1)
     mse = loss_sum / (count * k)  # per target, standardised units
     if target is None:
@@ -114,6 +138,40 @@ def metrics_text(m: ValMetrics, prefix: str = "val") -> str:
     if m.val_rmse is not None:
         return f"{prefix} rmse {m.val_rmse:.4g}" + ("" if m.val_r2 is None else f" r2 {m.val_r2:.4f}")
     return f"{prefix} loss {m.val_loss if m.val_loss is not None else math.nan:.4f}"
+
+
+# Balanced accuracy this far below the accuracy is worth a word even when every class is predicted.
+BALANCE_GAP = 0.1
+
+
+def class_warning(final: Mapping[str, Any], classes: Sequence[str] | None = None) -> str | None:
+    """A run's final metrics whose accuracy hides a class the model misses (some class's recall 0,
+    or a balanced accuracy BALANCE_GAP below the accuracy): what to say, else None."""
+    recall, balanced, accuracy = (
+        final.get("val_class_recall"),
+        final.get("val_balanced_accuracy"),
+        final.get("val_accuracy"),
+    )
+    if not recall or balanced is None or accuracy is None:
+        return None
+    missed = [i for i, r in enumerate(recall) if r == 0]
+    if not missed and balanced >= accuracy - BALANCE_GAP:
+        return None
+
+    def name(i: int) -> str:
+        return repr(classes[i]) if classes is not None and i < len(classes) else f"#{i}"
+
+    if missed:
+        shown = ", ".join(name(i) for i in missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")
+        what = f"no validation row of class {shown} is predicted as its class"
+    else:
+        low = min((r, i) for i, r in enumerate(recall) if r is not None)
+        what = f"class {name(low[1])} has the lowest recall, {low[0]:.4f}"
+    return (
+        f"balanced accuracy {balanced:.4f} (the mean of the classes' recalls) against accuracy {accuracy:.4f}: "
+        f"{what}; on imbalanced classes accuracy rewards predicting the common ones "
+        '(training.class_weights "balanced" weighs the rare ones up)'
+    )
 
 
 def summary_text(final: Mapping[str, Any]) -> str:

@@ -62,6 +62,8 @@ class FinalMetrics(BaseModel):
     val_loss: float | None = None
     val_rmse: float | None = None  # regression only, in the user's units (smlt.runtime.evaluation)
     val_r2: float | None = None
+    val_balanced_accuracy: float | None = None  # the mean of the classes' recalls (classification)
+    val_class_recall: list[float | None] | None = None  # by class index: the share of its rows predicted as it
     val_rows: int = 0  # validation rows the final metric was measured on (the whole split)
     rounds: int  # training rounds that led to the final model
     samples: int
@@ -168,6 +170,9 @@ class WorkerItem(Item):
     val_loss_sum: float = 0.0
     val_correct: int = 0
     val_count: int = 0
+    # by class index (classification with up to evaluation.MAX_CLASS_SUMS classes, else empty)
+    val_class_correct: list[int] = Field(default_factory=list)
+    val_class_count: list[int] = Field(default_factory=list)
     memory_mb: int
     cold: bool = False
     update_bytes: int = 0
@@ -298,12 +303,16 @@ class RoundItem(Item):
     val_accuracy: float | None = None
     val_rmse: float | None = None
     val_r2: float | None = None
+    val_balanced_accuracy: float | None = None
+    val_class_recall: list[float | None] | None = None
     val_rows: int = 0  # validation rows evaluated
     val_rows_total: int | None = None  # rows in the split (META's val_rows)
     val_loss_partial: float | None = None  # over the val_rows evaluated, when not the whole split
     val_accuracy_partial: float | None = None
     val_rmse_partial: float | None = None
     val_r2_partial: float | None = None
+    val_balanced_accuracy_partial: float | None = None
+    val_class_recall_partial: list[float | None] | None = None
     aggregate_s: float = 0.0
     aggregators: int = 1
     round_s: float = 0.0  # from plan to aggregated

@@ -53,7 +53,7 @@ class DatasetSpec(SourceOptions):
 
     `s3://bucket/prefix/` on AWS. The CLI also accepts a local folder holding a manifest, a
     .csv/.parquet/.npz file, an image folder, `sklearn:NAME` or `synthetic:...`; it prepares those
-    with the options (`label`, `task`, `missing`, `image_size`, `channels`, `vocab_size`: see
+    with the options (`label`, `task`, `missing`, `drop`, `image_size`, `channels`, `vocab_size`: see
     `smlt.runtime.data.options`), uploads them and rewrites the URI.
     """
 
@@ -101,6 +101,10 @@ class TrainingSpec(_Strict):
     compression: Codec = "none"  # smlt.runtime.tensors.codec: the one list of update codecs
     # Image augmentation of training batches (smlt.runtime.train.augment): random crop with padding, horizontal flip.
     augment: list[Literal["crop", "flip"]] = []
+    # Classification: "balanced" weighs each class's rows in the training loss by
+    # rows / (classes x its train rows) (scikit-learn's rule), so a rare class counts as much as a
+    # common one; the validation loss stays unweighted.
+    class_weights: Literal["none", "balanced"] = "none"
     # A run that ended without training some train shard at all fails (PartialData) unless this
     # is true; its final metrics report the fraction of the training split that was trained.
     allow_partial_data: bool = False
@@ -296,6 +300,16 @@ def check_dataset(job: Job, manifest: Manifest) -> None:
         raise InvalidJob(
             f"training.augment: {', '.join(tr.augment)} augment images (channels x height x width); "
             f"{manifest.name}'s samples are {shape}: leave training.augment empty"
+        )
+    if tr.class_weights == "balanced" and manifest.task != "classification":
+        raise InvalidJob(
+            f"training.class_weights: balanced weighs classes, and {manifest.name} is a {manifest.task} dataset; "
+            'leave it "none"'
+        )
+    if tr.class_weights == "balanced" and manifest.train.class_counts is None:
+        raise InvalidJob(
+            f"training.class_weights: {manifest.name} was prepared before its class counts were recorded; "
+            "prepare it again"
         )
     if tr.batch_size > manifest.train.rows:
         raise InvalidJob(

@@ -1,7 +1,8 @@
 """The model goes out: after a local run, two lines of Python load the model and predict on the
 validation rows with the run's own accuracy; `smlt predict` on an image folder writes class names,
 for a user's CNN sent with --code (imported from the code stored beside the model); `smlt export`
-writes an ONNX file checked against PyTorch on the run's validation rows."""
+writes an ONNX file checked against `smlt predict` on the run's validation rows, which a server feeds
+the raw digits."""
 
 from __future__ import annotations
 
@@ -68,6 +69,14 @@ def test_two_lines_load_the_model_and_predict_with_the_runs_accuracy(cli, tmp_pa
     assert cli(["export", str(out), "--format", "onnx", "--data", str(validation)]) == 0
     assert (out / "model.onnx").stat().st_size > 0
     assert "outputs within" in capsys.readouterr().out
+    # A server feeds the raw digits as they are: the graph standardises them and gives probabilities.
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    spec = json.loads(session.get_modelmeta().custom_metadata_map["smlt.serving"])
+    probabilities = session.run(None, {spec["input"]["name"]: x.astype(np.float32)})[0]
+    served = np.array(spec["classes"])[probabilities.argmax(1)]
+    assert (served == smlt.predict(model, tmp_path / "raw.npz").labels).all()
 
 
 def _word_images(tmp_path):

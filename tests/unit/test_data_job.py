@@ -29,6 +29,7 @@ def test_the_dataset_section_names_label_task_and_missing():
         "label": "price",
         "task": "regression",
         "missing": "refuse",
+        "drop": [],
         "image_size": None,
         "channels": None,
         "vocab_size": None,

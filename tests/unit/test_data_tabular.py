@@ -266,3 +266,22 @@ def test_a_parquet_float_nan_is_empty_in_new_rows_as_it_was_in_prepare(tmp_path)
     pq.write_table(pa.table({"a": [np.inf], "b": [0.0]}), tmp_path / "inf.parquet")
     with pytest.raises(InvalidDataset, match=r"inf.parquet: column 'a', row 1: 'inf' is not a finite number"):
         apply_columns(m, read_table(tmp_path / "inf.parquet", numeric={"a", "b"}))
+
+
+def test_dropped_columns_are_left_out_named_in_the_cli_and_the_job(tmp_path, capsys):
+    from smlt.runtime.job import parse_job
+
+    body = [[str(i), f"{i % 7}", "ab"[i % 2], str(i % 2)] for i in range(60)]
+    src = write_csv(tmp_path / "d.csv", body, ["id", "size", "kind", "label"])
+    m = prepare_dataset(str(src), str(tmp_path / "a"), options=SourceOptions(drop=["id", "kind"]))
+    assert m.columns is not None and [t.name for t in m.columns] == ["size"]
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "b"), "--drop", "id", "--drop", "kind"]) == 0
+    assert "1 float32 feature" in capsys.readouterr().out
+    with pytest.raises(
+        InvalidDataset, match=r"drop: no column 'ids' \(did you mean 'id'\?\); the columns are id, size"
+    ):
+        prepare_dataset(str(src), str(tmp_path / "c"), options=SourceOptions(drop=["ids"]))
+    with pytest.raises(InvalidDataset, match="drop: 'label' is the label column, which cannot be left out"):
+        prepare_dataset(str(src), str(tmp_path / "c"), options=SourceOptions(drop=["label"]))
+    job = parse_job({"dataset": {"uri": "d.csv", "drop": ["id"]}, "model": {"name": "mlp"}})
+    assert job.dataset.options().drop == ["id"]

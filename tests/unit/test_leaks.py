@@ -83,3 +83,29 @@ def test_a_table_in_parts_is_told_as_the_whole_table(tmp_path, caplog, sizes):
     assert fit.leaks.classes["status"] == {"active": "0", "churned": "1"}
     assert fit.leaks.classes["plan"] is None and fit.leaks.classes["id"] is None
     assert f"column 'status' {AWAY}" in _prepare(whole, tmp_path / "p", caplog)
+
+
+def test_a_column_rising_with_every_row_is_named_a_row_number_whole_or_in_parts(tmp_path, caplog):
+    rng = np.random.default_rng(5)
+    n = 900
+    a = rng.normal(size=n).round(4)
+    label = (a > 0).astype(int)
+    order = np.argsort(label, kind="stable")  # a file sorted by its label: the id gives it away
+    ids = np.arange(1, n + 1)
+    year = np.sort(rng.integers(1990, 2020, n))  # rises, but not with every row: a feature
+    header, cols = ["PassengerId", "year", "a", "label"], [ids, year, a[order], label[order]]
+    told = _prepare(_write(tmp_path / "t.csv", header, cols), tmp_path / "p", caplog)
+    assert "t.csv: column 'PassengerId' rises with every row (1 to 900): a row number, an id or a time" in told
+    assert told.count("rises with every row") == 1
+    paths = [
+        str(_write(tmp_path / f"part-{i}.csv", header, [c[i * 300 : (i + 1) * 300] for c in cols])) for i in range(3)
+    ]
+    fit, _ = fit_parts(paths, options=SourceOptions())
+    fit = fit_state.loads(fit_state.dumps(fit))
+    (pid,) = [c for c in fit.columns if c.name == "PassengerId"]
+    assert pid.rising == [1.0, 900.0] and pid.row_number("t", fit.rows) is not None
+    shuffled = [
+        str(_write(tmp_path / f"s-{i}.csv", header, [c[i * 300 : (i + 1) * 300] for c in cols])) for i in (2, 0, 1)
+    ]
+    fit, _ = fit_parts(shuffled, options=SourceOptions())  # parts out of order: not one rising column
+    assert [c.rising for c in fit.columns if c.name == "PassengerId"] == [None]

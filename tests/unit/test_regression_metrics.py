@@ -182,3 +182,37 @@ def test_the_adaptive_planner_forecasts_an_r2_target():
         rounds.append(r)
     d = decide(job, make_history(rounds), TIERS, prices)
     assert d.action == "train" and d.predicted_rounds_left is not None and d.predicted_rounds_left > 0
+
+
+def test_each_class_has_its_recall_and_their_mean_is_the_balanced_accuracy():
+    from smlt.runtime.evaluation import val_metrics
+
+    m = val_metrics(
+        9.0, 90, 100, task="classification", outputs=3, target=None, class_correct=[0, 90, 0], class_count=[10, 90, 0]
+    )
+    assert m.val_accuracy == 0.9 and m.val_class_recall == [0.0, 1.0, None] and m.val_balanced_accuracy == 0.5
+    # a worker that did not sum per class (its rows missing from the sums): no per-class metrics
+    m = val_metrics(
+        9.0, 95, 110, task="classification", outputs=3, target=None, class_correct=[0, 90, 0], class_count=[10, 90, 0]
+    )
+    assert m.val_accuracy == pytest.approx(95 / 110) and m.val_class_recall is None and m.val_balanced_accuracy is None
+
+
+def test_an_accuracy_that_hides_a_missed_class_is_told_with_the_class_named(tmp_path):
+    from smlt.runner import done_lines
+    from smlt.runtime.evaluation import class_warning
+
+    final = {"val_accuracy": 0.94, "val_balanced_accuracy": 0.5, "val_class_recall": [0.0, 1.0]}
+    assert class_warning(final, ["fraud", "ok"]) == (
+        "balanced accuracy 0.5000 (the mean of the classes' recalls) against accuracy 0.9400: no validation row "
+        "of class 'fraud' is predicted as its class; on imbalanced classes accuracy rewards predicting the common ones "
+        '(training.class_weights "balanced" weighs the rare ones up)'
+    )
+    skewed = {"val_accuracy": 0.9, "val_balanced_accuracy": 0.7, "val_class_recall": [0.95, 0.45, None]}
+    assert "class #1 has the lowest recall, 0.4500" in (class_warning(skewed) or "")
+    assert class_warning({"val_accuracy": 0.9, "val_balanced_accuracy": 0.85, "val_class_recall": [0.8, 0.9]}) is None
+    assert class_warning({"val_accuracy": 0.9}) is None  # regression, or per-class not measured
+    (tmp_path / "model.json").write_text('{"classes": ["fraud", "ok"]}')
+    run = {**final, "rounds": 3, "stop_reason": "max_rounds", "estimated_cost_usd": 0.001, "val_loss": 0.2}
+    lines = done_lines("r", run, 1.0, tmp_path)
+    assert lines[1].startswith("  warning: balanced accuracy 0.5000") and "class 'fraud'" in lines[1]

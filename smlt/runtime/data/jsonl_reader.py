@@ -32,12 +32,12 @@ _SPACE = np.array([9, 10, 13, 32], np.uint8)  # JSON's whitespace
 
 
 def is_jsonl(path: str | Path) -> bool:
-    return Path(path).suffix.lower() in JSONL_SUFFIXES
+    return table_reader.table_suffix(path) in JSONL_SUFFIXES
 
 
 def open_jsonl(path: Path) -> TableFile:
     """The file's columns: the keys of the records in its first block."""
-    with path.open("rb") as f:
+    with table_reader.open_bytes(path) as (f, _):
         skip = len(_BOM) if f.read(len(_BOM)) == _BOM else 0
         f.seek(skip)
         body = f.read(table_reader.BLOCK_BYTES) + f.readline()
@@ -53,7 +53,7 @@ def jsonl_blocks(table: TableFile, progress: Callable[[int], None] | None) -> It
     """The file's rows in order, a block of whole lines at a time; `progress` is told the bytes read."""
     rows = line = 0
     dates: set[str] = set()  # columns pyarrow took for timestamps: read as strings from then on
-    with Path(table.path).open("rb") as f:
+    with table_reader.open_bytes(Path(table.path)) as (f, raw):
         offset = len(_BOM) if f.read(len(_BOM)) == _BOM else 0
         f.seek(offset)
         while body := f.read(table_reader.BLOCK_BYTES) + f.readline():
@@ -61,7 +61,7 @@ def jsonl_blocks(table: TableFile, progress: Callable[[int], None] | None) -> It
             line += body.count(b"\n") + (not body.endswith(b"\n"))
             offset += len(body)
             if progress is not None:
-                progress(offset)
+                progress(raw.tell() if raw is not f else offset)
             if len(block):
                 rows += len(block)
                 yield block

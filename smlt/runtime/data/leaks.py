@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from smlt.runtime.data import tabular
 from smlt.runtime.data.table_reader import Block
 
 MAX_VALUES = 1_000
@@ -81,24 +82,20 @@ class LabelLeaks:
         """What to tell the user, one line per column that gives the label away."""
         if self.rows < MIN_ROWS:
             return []
-        out = []
+        out: list[tuple[str, str]] = []  # (column, what it does)
         for name in self.classes:
             seen = self.classes[name]
             if task == "classification" and seen is not None and 2 <= len(seen) <= self.rows / MIN_ROWS_PER_VALUE:
-                out.append(
-                    f"{path}: column {name!r} gives the label away: each of its {len(seen):,} values goes with "
-                    f"one class of {self.label!r} in all {self.rows:,} train rows"
-                )
+                what = f"each of its {len(seen):,} values goes with one class of {self.label!r} in all {self.rows:,} train rows"
+                out.append((name, what))
             r = _correlation(self.moments[name])
             if task == "regression" and r is not None and abs(r) >= CORRELATION:
-                out.append(
-                    f"{path}: column {name!r} gives the label away: its correlation with {self.label!r} is "
-                    f"{r:+.4f} over {int(self.moments[name][0]):,} train rows"
-                )
+                what = f"its correlation with {self.label!r} is {r:+.4f} over {int(self.moments[name][0]):,} train rows"
+                out.append((name, what))
         return [
-            f"{line}. If it is a copy of the label or known only after it, a model leaning on it scores well "
-            "here and fails on new rows: leave the column out of the file and prepare again"
-            for line in out
+            f"{path}: column {name!r} gives the label away: {what}. If it is a copy of the label or known only "
+            f"after it, a model leaning on it scores well here and fails on new rows: {tabular.drop_hint(name)}"
+            for name, what in out
         ]
 
 

@@ -25,6 +25,9 @@ class ShardInfo(BaseModel):
 class SplitInfo(BaseModel):
     rows: int
     shards: list[ShardInfo]
+    # Classification: rows per class index (to the highest index present; None: not recorded, a
+    # dataset prepared before they were, or regression). training.class_weights reads the train split's.
+    class_counts: list[int] | None = None
 
 
 class ArraySpec(BaseModel):

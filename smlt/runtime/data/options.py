@@ -20,6 +20,9 @@ class SourceOptions(UserModel):
     # CSV/Parquet empty cells and nulls: imputed from the train split with a 0/1 indicator
     # feature, or refused with the column and row named.
     missing: Literal["impute", "refuse"] = "impute"
+    # CSV/Parquet/JSONL: columns left out of the features (an id, a row number, a column that gives
+    # the label away), so the file need not be edited.
+    drop: list[str] = []
     # Image folders: every image resized to image_size x image_size, as RGB (3) or grayscale (1).
     image_size: PositiveInt | None = None
     channels: Literal[1, 3] | None = None

@@ -15,12 +15,16 @@ them one after another (a machine's `smlt data prepare`, and the tests' referenc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from smlt.runtime.data.manifest import ArraySpec, FeatureSpec, Manifest, Normalization, ShardInfo, SplitInfo
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
+from smlt.runtime.data.spool import add_counts
 from smlt.runtime.data.stats import Moments
 from smlt.runtime.data.table_fit import TableFit
 from smlt.runtime.errors import InvalidDataset
@@ -107,7 +111,13 @@ def part_manifest(
 
     def joined(i: int) -> SplitInfo:
         shards: list[ShardInfo] = [s for split in splits for s in split[i].shards]
-        return SplitInfo(rows=sum(split[i].rows for split in splits), shards=shards)
+        counts = [np.asarray(split[i].class_counts) for split in splits if split[i].class_counts is not None]
+        total = functools.reduce(add_counts, counts) if counts else None
+        return SplitInfo(
+            rows=sum(split[i].rows for split in splits),
+            shards=shards,
+            class_counts=None if total is None else [int(c) for c in total],
+        )
 
     return Manifest(
         name=name,

@@ -11,6 +11,7 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 from smlt.runtime.data import images, synthetic, tabular
 from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
-from smlt.runtime.data.table_reader import TableFile
+from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix
 from smlt.runtime.data.tables import open_table
 from smlt.runtime.errors import InvalidDataset
 
@@ -61,7 +62,8 @@ class TableSource:
 
 def is_source_path(path: Path) -> bool:
     """A file or folder `load_source` reads (a prepared dataset folder is not one)."""
-    return (path.is_file() and path.suffix.lower() in (".npz", *TABLE_SUFFIXES)) or images.is_image_folder(path)
+    kind = table_suffix(path) if path.is_file() else ""
+    return kind in (".npz", *TABLE_SUFFIXES) or images.is_image_folder(path)
 
 
 def load_source(source: str, opts: SourceOptions) -> Source:
@@ -84,13 +86,13 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
         raise InvalidDataset(f"dataset source not found: {source}")
     if path.is_dir():
         return _image_folder(path, opts)
-    suffix = path.suffix.lower()
-    if suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         return _npz(path, opts)
-    if suffix in TABLE_SUFFIXES:
+    if table_suffix(path) in TABLE_SUFFIXES:
         return _table(path, opts)
     raise InvalidDataset(
-        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl, .npz "
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl "
+        "(a CSV, TSV or JSON Lines file also gzip-, bzip2- or xz-compressed: .csv.gz), .npz "
         "or a folder of class subfolders of images"
     )
 
@@ -153,10 +155,23 @@ def _one_hot(y: np.ndarray) -> bool:
 def _table(path: Path, opts: SourceOptions) -> TableSource:
     file = open_table(path)
     label = tabular.pick_label(file.path, file.columns, opts.label)
-    features = [c for c in file.columns if c != label]
+    unknown = [c for c in opts.drop if c not in file.columns]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], file.columns, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidDataset(
+            f"{path}: drop: no column {', '.join(map(repr, unknown))}{hint}; the columns are {', '.join(file.columns)}"
+        )
+    if label in opts.drop:
+        raise InvalidDataset(
+            f"{path}: drop: {label!r} is the label column, which cannot be left out; name the label with --label "
+            "(the job's dataset.label), or drop another column"
+        )
+    features = [c for c in file.columns if c != label and c not in opts.drop]
     if not features:
         raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")
-    return TableSource(path.stem, file, label, features)
+    name = Path(path.stem).stem if is_compressed(path) else path.stem  # houses.csv.gz: houses
+    return TableSource(name, file, label, features)
 
 
 def _image_folder(path: Path, opts: SourceOptions) -> Source:

@@ -80,6 +80,7 @@ class ShardSpool:
         """Write each shard shuffled (seeded by `seed`, the split and the shard) with its x
         transformed, delete its spool file, and return the split's shards."""
         infos = []
+        counts: np.ndarray | None = None
         for j in range(self.shards):
             if not self._pieces[j]:
                 continue
@@ -88,6 +89,9 @@ class ShardSpool:
             rng = np.random.default_rng([seed, self.split == "validation", j, *own])
             x, y, _ = self.read(j, rng.permutation(size))
             self._path(j).unlink()
+            if y.ndim == 1 and y.dtype.kind in "iu":  # class indices
+                found = np.bincount(y)
+                counts = found if counts is None else add_counts(counts, found)
             blob = save({"x": transform(x), "y": y})
             del x, y
             key = (
@@ -97,4 +101,12 @@ class ShardSpool:
             )
             out(key, blob)
             infos.append(ShardInfo(key=key, rows=size, bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest()))
-        return SplitInfo(rows=self.rows, shards=infos)
+        return SplitInfo(
+            rows=self.rows, shards=infos, class_counts=None if counts is None else [int(c) for c in counts]
+        )
+
+
+def add_counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two per-class counts added, the shorter padded with zeros."""
+    n = max(len(a), len(b))
+    return np.pad(a, (0, n - len(a))) + np.pad(b, (0, n - len(b)))

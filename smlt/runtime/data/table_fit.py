@@ -206,6 +206,22 @@ def _empty(block: Block, i: int, name: str) -> str:
 _NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
 
+# Rows a rising column needs before it is named a row number (fewer: too few to tell).
+ROW_NUMBER_ROWS = 30
+
+
+def _still_rising(span: list[float], values: np.ndarray, gaps: np.ndarray) -> list[float] | None:
+    """`span` ([first, last] so far, [] before any) with a block's numbers, None unless they are
+    whole, present and each above the one before."""
+    if not len(values):
+        return span
+    if gaps.any() or (span and values[0] <= span[1]) or np.any(np.diff(values) <= 0):
+        return None
+    if not np.all(values == np.round(values)):
+        return None
+    return [span[0] if span else float(values[0]), float(values[-1])]
+
+
 class ColumnFit:
     """One feature column over pass 1: numeric or text, its train statistics, its bad numbers."""
 
@@ -225,6 +241,9 @@ class ColumnFit:
         self.first_text: tuple[int, str, str] | None = None  # (row number, where, cell)
         self.marked = 0  # cells of a number column that are missing markers (empty)
         self.written: set[str] = set()  # those markers, as written
+        # [first, last] while the column's numbers are whole and rise with every row (no gaps): a
+        # row number or an id; None once they do not
+        self.rising: list[float] | None = []
 
     def add(self, block: Block, train: np.ndarray) -> np.ndarray:
         """Count the block's cells; returns where they are empty."""
@@ -248,6 +267,8 @@ class ColumnFit:
                 self.bad += int(bad.sum())
             if self.fixed is None:
                 self.median.add(values[train & ~gaps & ~bad])
+                if self.rising is not None:
+                    self.rising = _still_rising(self.rising, values, gaps)
             if block.csv and gaps.any():
                 marked = block.markers(self.name)
                 if marked.any():
@@ -312,7 +333,19 @@ class ColumnFit:
         return (
             f"{path}: column {self.name!r} has {distinct:,} distinct values in {counted:,} train rows, hashed into "
             f"{tabular.HASH_BUCKETS} features: values that are nearly all different (an id, a date, free text?) "
-            "tell a model nothing it can use on new rows; leave the column out of the file unless it means something"
+            f"tell a model nothing it can use on new rows: {tabular.drop_hint(self.name)}, unless it means something"
+        )
+
+    def row_number(self, path: str, rows: int) -> str | None:
+        """A notice when this numeric column rises by whole numbers with every row, as a row
+        number, an id or a time does: a model can only memorise it."""
+        if not self.numeric or self.fixed is not None or not self.rising or rows < ROW_NUMBER_ROWS:
+            return None
+        first, last = self.rising
+        return (
+            f"{path}: column {self.name!r} rises with every row ({first:,.0f} to {last:,.0f}): a row number, an id "
+            "or a time tells a model nothing it can use on new rows (and gives the label away in a file sorted by "
+            f"it): {tabular.drop_hint(self.name)}, unless it means something"
         )
 
     def merge(self, other: ColumnFit, offset: int) -> None:
@@ -332,6 +365,13 @@ class ColumnFit:
         self.numberlike += other.numberlike
         self.marked += other.marked
         self.written |= other.written
+        if self.rising is None or other.rising is None:
+            self.rising = None
+        elif self.rising and other.rising:
+            ahead = other.rising[0] > self.rising[1]
+            self.rising = [self.rising[0], other.rising[1]] if ahead else None
+        else:
+            self.rising = self.rising or other.rising
         if self.first_text is None and other.first_text is not None:
             row, where, cell = other.first_text
             self.first_text = (row + offset, where, cell)
@@ -443,7 +483,10 @@ class TableFit:
         from smlt.runtime.progress import notice
 
         for c in self.columns:
-            for told in (c.markers_read(self.path), c.mostly_numbers() or c.mostly_distinct(self.path)):
+            for told in (
+                c.markers_read(self.path),
+                c.mostly_numbers() or c.mostly_distinct(self.path) or c.row_number(self.path, self.rows),
+            ):
                 if told:
                     notice.info(told)
         for told in self.leaks.notices(self.path, task) if self.leaks is not None else []:

@@ -19,8 +19,12 @@ the marker is a level like any other (`NA` may be Namibia). `nan` is the number 
 
 from __future__ import annotations
 
+import bz2
+import contextlib
 import csv
+import gzip
 import io
+import lzma
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,8 +52,45 @@ _OTHER_DELIMITERS = ";\t|"
 MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None")
 
 
+# A text table (CSV, TSV, JSON Lines) may come compressed whole, as Spark, Firehose and pandas
+# write it: `part-00000.csv.gz`. It is read as it streams, never unpacked to disk.
+COMPRESSED: dict[str, Callable[[Any], Any]] = {
+    ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    ".bz2": bz2.BZ2File,
+    ".xz": lzma.LZMAFile,
+}
+
+
+def table_suffix(path: str | Path) -> str:
+    """The name's format suffix, lower case, a compression suffix left aside (`a.CSV.gz`: `.csv`)."""
+    suffixes = [s.lower() for s in Path(str(path)).suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSED:
+        return suffixes[-2]
+    return suffixes[-1] if suffixes else ""
+
+
+def is_compressed(path: str | Path) -> bool:
+    return Path(str(path)).suffix.lower() in COMPRESSED
+
+
+@contextlib.contextmanager
+def open_bytes(path: Path) -> Iterator[tuple[Any, Any]]:
+    """(the file's bytes as a stream, decompressed when its name says so; the file itself, whose
+    position is how far into the file on disk the reading is: what progress reports)."""
+    with path.open("rb") as raw:
+        opener = COMPRESSED.get(path.suffix.lower())
+        if opener is None:
+            yield raw, raw
+            return
+        with opener(raw) as f:
+            try:
+                yield f, raw
+            except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated archive
+                raise InvalidDataset(f"{path}: not a readable {path.suffix} file ({e})") from None
+
+
 def is_parquet(path: str | Path) -> bool:
-    return Path(path).suffix.lower() in (".parquet", ".pq")
+    return table_suffix(path) in (".parquet", ".pq")
 
 
 @dataclass
@@ -224,13 +265,17 @@ def open_csv_or_parquet(path: str | Path) -> TableFile:
     """A .csv (with a header) or .parquet file, its header checked; its rows are read by `blocks`.
     (`smlt.runtime.data.tables.open_table` takes JSON Lines too.)"""
     path = Path(path)
+    if is_parquet(path) and is_compressed(path):
+        raise InvalidDataset(
+            f"{path}: a Parquet file compresses its own pages; give it as it was written ({path.stem})"
+        )
     if is_parquet(path):
         pf = _parquet(path)
         _check_header(path, pf.schema_arrow.names)
         if pf.metadata.num_rows == 0:
             raise InvalidDataset(f"{path}: a Parquet dataset needs at least one row")
         return TableFile(str(path), list(pf.schema_arrow.names), "row", pf.metadata.num_rows, _parquet_blocks)
-    with path.open("rb") as f:
+    with open_bytes(path) as (f, _):
         header, _, _, delimiter = _csv_header(path, f)
     _check_header(path, header)
     return TableFile(str(path), header, "line", path.stat().st_size, _csv_blocks, delimiter)
@@ -298,7 +343,7 @@ def _not_utf8(path: Path | str, byte: int) -> InvalidDataset:
 def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
     path = Path(table.path)
     rows = 0
-    with path.open("rb") as f:
+    with open_bytes(path) as (f, raw):
         _, buf, line, _ = _csv_header(path, f)
         offset = f.tell() - len(buf)  # the file byte where `buf` starts
         eof = False
@@ -320,7 +365,7 @@ def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Ite
             line += len(newlines)
             offset += cut
             if progress is not None:
-                progress(offset)
+                progress(raw.tell() if raw is not f else offset)
             if len(block):
                 rows += len(block)
                 yield block

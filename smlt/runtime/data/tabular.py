@@ -13,6 +13,8 @@ and `apply_columns` (later data) adds the recorded standardisation.
 
 from __future__ import annotations
 
+import json
+import shlex
 import zlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -83,6 +85,11 @@ def _cells(blocks: list[Block], name: str, numeric: bool) -> np.ndarray:
     return np.concatenate(
         [np.asarray(b.number_text(name).fill_null("").to_numpy(zero_copy_only=False), dtype=str) for b in blocks]
     )
+
+
+def drop_hint(name: str) -> str:
+    """How to leave a column out of the features, for a notice that names one."""
+    return f'leave it out with --drop {shlex.quote(name)} (a job\'s dataset: "drop": [{json.dumps(name)}])'
 
 
 def missing(cells: np.ndarray) -> np.ndarray:

@@ -306,6 +306,7 @@ class _Round:
         """The round's metrics from the workers' sums, in the dataset's units (META's task and
         target scaling; a run without META is taken as classification, as before there was one)."""
         meta = self.meta
+        k = max((len(r.val_class_count) for r in evaluated), default=0)
         return val_metrics(
             sum(r.val_loss_sum for r in evaluated),
             sum(r.val_correct for r in evaluated),
@@ -313,6 +314,8 @@ class _Round:
             task=meta.task if meta else "classification",
             outputs=meta.outputs if meta else 1,
             target=meta.target if meta else None,
+            class_correct=[sum(r.val_class_correct[c] for r in evaluated if r.val_class_correct) for c in range(k)],
+            class_count=[sum(r.val_class_count[c] for r in evaluated if r.val_class_count) for c in range(k)],
         )
 
     def record(

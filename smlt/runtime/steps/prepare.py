@@ -53,6 +53,7 @@ from smlt.runtime.data.images import IMAGE_KINDS, IMAGE_SUFFIXES
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.sources import TABLE_SUFFIXES
+from smlt.runtime.data.table_reader import is_compressed, table_suffix
 from smlt.runtime.errors import InvalidDataset, InvalidJob
 from smlt.runtime.items import PrepareItem
 from smlt.runtime.job import parse_job
@@ -66,6 +67,7 @@ from smlt.runtime.steps.prepare_limits import (
     ARCHIVE_SUFFIXES,
     ARRAY_SUFFIXES,
     ARRAYS_LIMIT,
+    COMPRESSED_TABLE_LIMIT,
     FORMATS,
     IMAGES_LIMIT,
     MAX_NOTES,
@@ -111,7 +113,7 @@ class RawSource:
 
 def _kind(name: str) -> str | None:
     low = name.lower()
-    if low.endswith(TABLE_SUFFIXES + ARRAY_SUFFIXES):
+    if table_suffix(name) in TABLE_SUFFIXES or low.endswith(ARRAY_SUFFIXES):
         return "file"
     if low.endswith(ARCHIVE_SUFFIXES):
         return "archive"
@@ -195,7 +197,9 @@ def limit_of(source: RawSource) -> Limit:
         return IMAGES_LIMIT
     if source.kind == "archive":
         return ARCHIVE_LIMIT
-    return ARRAYS_LIMIT if source.root.lower().endswith(ARRAY_SUFFIXES) else TABLE_LIMIT
+    if source.root.lower().endswith(ARRAY_SUFFIXES):
+        return ARRAYS_LIMIT
+    return COMPRESSED_TABLE_LIMIT if is_compressed(source.root) else TABLE_LIMIT
 
 
 def _channels(options: SourceOptions) -> int:

@@ -39,6 +39,11 @@ TABLE_TIME_BYTES = int((PREPARE_TIMEOUT_S - PREPARE_RESERVE_S) / TABLE_S_PER_MB 
 # /tmp binds: 4.2 GB (rounded down to 100 MB), prepared in about 430 s by the rates above.
 MAX_TABLE_BYTES = min(TABLE_TMP_BYTES, TABLE_TIME_BYTES) // (100 * MB) * (100 * MB)
 
+# A CSV or JSON Lines file compressed whole (.gz, .bz2, .xz) unpacks as it streams to an unknown
+# size: text tables compress 3-10x, so a tenth of the table limit keeps the unpacked rows within it.
+COMPRESSION_ALLOWANCE = 10
+MAX_COMPRESSED_TABLE_BYTES = MAX_TABLE_BYTES // COMPRESSION_ALLOWANCE
+
 # In memory (NPZ, an image folder, an archive of one): loaded whole, so memory binds. Peak RSS
 # grows by RSS_PER_MB bytes per byte of arrays (NPZ: x, its split copies and the standardised
 # float32 features, 3.13 measured at 100-400 MB; images: the uint8 pixels and their split copies,
@@ -78,6 +83,13 @@ TABLE_LIMIT = Limit(
     "",
     f"its {PREPARE_EPHEMERAL_MB:,} MB of /tmp holds the download and the rows spooled for the shards, about as "
     "many bytes again",
+)
+COMPRESSED_TABLE_LIMIT = Limit(
+    "a compressed CSV or JSON Lines file",
+    MAX_COMPRESSED_TABLE_BYTES,
+    "",
+    f"it may unpack to {COMPRESSION_ALLOWANCE} times its bytes, and {TABLE_LIMIT.kind} is prepared up to "
+    f"{MAX_TABLE_BYTES // MB:,} MB: {TABLE_LIMIT.why}",
 )
 ARRAYS_LIMIT = Limit(
     "an NPZ file",
@@ -130,7 +142,10 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n:,} bytes"
 
 
-FORMATS = "a .csv, .tsv, .parquet, .jsonl or .npz file, an image folder (one subfolder of images per class) or a .zip/.tar(.gz) of one"
+FORMATS = (
+    "a .csv, .tsv, .parquet, .jsonl or .npz file (a .csv, .tsv or .jsonl also compressed: .gz, .bz2, .xz), "
+    "an image folder (one subfolder of images per class) or a .zip/.tar(.gz) of one"
+)
 
 
 def ignored(name: str) -> bool:

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from botocore.exceptions import BotoCoreError, ClientError
@@ -41,6 +41,7 @@ from smlt.runtime.errors import (
     StoreUnavailable,
     UserCodeError,
 )
+from smlt.runtime.evaluation import MAX_CLASS_SUMS
 from smlt.runtime.exchange import Poll, ReduceScatter
 from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem, data_error_message
 from smlt.runtime.job import BUILTIN_MODELS, Job
@@ -65,6 +66,23 @@ def _optimizer(params, spec: RoundSpec) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=spec.learning_rate, momentum=t.momentum, weight_decay=t.weight_decay)
     cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
     return cls(params, lr=spec.learning_rate, weight_decay=t.weight_decay)
+
+
+def balanced_weights(counts: list[int], outputs: int) -> torch.Tensor:
+    """Each class's weight in the training loss: train rows / (classes x its rows), 0 for a class
+    without train rows (scikit-learn's "balanced": the weights average to 1 over the rows)."""
+    n = torch.zeros(outputs, dtype=torch.float64)
+    n[: len(counts)] = torch.tensor(counts[:outputs], dtype=torch.float64)
+    present = int((n > 0).sum())
+    return torch.where(n > 0, n.sum() / (present * n.clamp(min=1)), 0.0).float()
+
+
+def _train_loss_fn(job: Job, manifest: Manifest) -> nn.Module:
+    """The training loss: the task's, its classes weighed when the job says so."""
+    if job.training.class_weights == "balanced" and manifest.train.class_counts is not None:
+        weight = balanced_weights(manifest.train.class_counts, manifest.outputs)
+        return nn.CrossEntropyLoss(weight=weight, reduction="sum")
+    return _loss_fn(manifest.task)
 
 
 def _loss_fn(task: str) -> nn.Module:
@@ -107,14 +125,25 @@ def _floating(out: Tensor, name: str) -> Tensor:
     return out
 
 
-def _evaluate(
-    model: nn.Module, batches: Iterator[Arrays], manifest: Manifest, job: Job | None = None
-) -> tuple[float, int, int]:
-    """(loss sum, correct, count) over the batches: sums, so the round's metric weighs every row
-    alike however the rows were batched. With `job`, what the user's own model raises is ModelRaised."""
+@dataclass
+class _Evaluated:
+    """Sums over a worker's validation rows, so the round's metrics weigh every row alike however
+    the rows were batched; per class too (classification, up to MAX_CLASS_SUMS classes)."""
+
+    loss: float = 0.0
+    correct: int = 0
+    count: int = 0
+    class_correct: list[int] = field(default_factory=list)
+    class_count: list[int] = field(default_factory=list)
+
+
+def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest, job: Job | None = None) -> _Evaluated:
+    """With `job`, what the user's own model raises is ModelRaised."""
     model.eval()
     loss_fn, classification = _loss_fn(manifest.task), manifest.task == "classification"
-    loss, correct, count = 0.0, 0, 0
+    k = manifest.outputs if classification and manifest.outputs <= MAX_CLASS_SUMS else 0
+    sums = _Evaluated()
+    per_class_correct, per_class_count = torch.zeros(k, dtype=torch.int64), torch.zeros(k, dtype=torch.int64)
     own, name = (job is not None and _own(job)), job.model.name if job is not None else ""
     with torch.no_grad():
         for x, y in batches:
@@ -123,10 +152,17 @@ def _evaluate(
             if own:
                 _floating(out, name)
             target = torch.from_numpy(y)
-            loss += float(loss_fn(out, target))
-            correct += int((out.argmax(1) == target).sum()) if classification else 0
-            count += len(x)
-    return loss, correct, count
+            sums.loss += float(loss_fn(out, target))
+            if classification:
+                right = out.argmax(1) == target
+                sums.correct += int(right.sum())
+                if k:
+                    per_class_count += torch.bincount(target, minlength=k)[:k]
+                    per_class_correct += torch.bincount(target[right], minlength=k)[:k]
+            sums.count += len(x)
+    if k:
+        sums.class_correct, sums.class_count = per_class_correct.tolist(), per_class_count.tolist()
+    return sums
 
 
 def _metadata(head: bytes) -> dict[str, str]:
@@ -223,7 +259,7 @@ def _local_steps(
     cut the steps short)."""
     model.train()
     opt = _optimizer(model.parameters(), spec)
-    loss_fn = _loss_fn(manifest.task)
+    loss_fn = _train_loss_fn(spec.job, manifest)
     # Stop early rather than be cut off: Step Functions abandoning a straggler does not stop
     # its Lambda's bill, so the worker keeps to the planner's limit itself (not in sync mode,
     # where every worker must take every step).
@@ -529,7 +565,7 @@ def _run_worker(
     with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
         _track_reads(shards, where)
         batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
-        val_loss, val_correct, val_count = _evaluate(model, batches, manifest, spec.job)
+        evaluated = _evaluate(model, batches, manifest, spec.job)
         t_eval, eval_wait = time.perf_counter(), shards.wait_s
 
         samples, train_loss, cut = 0, 0.0, False
@@ -572,9 +608,11 @@ def _run_worker(
         samples=samples,
         train_loss=train_loss if finite else None,
         finite=finite,
-        val_loss_sum=val_loss,
-        val_correct=val_correct,
-        val_count=val_count,
+        val_loss_sum=evaluated.loss,
+        val_correct=evaluated.correct,
+        val_count=evaluated.count,
+        val_class_correct=evaluated.class_correct,
+        val_class_count=evaluated.class_count,
         memory_mb=spec.memory_mb,
         cold=cold,
         init_s=ledger.init_s(),  # process start to this first call (the handler's meter), cold only

@@ -14,8 +14,15 @@ from dataclasses import dataclass
 
 from smlt.runtime.data.jsonl_reader import is_jsonl
 from smlt.runtime.data.sources import TABLE_SUFFIXES
-from smlt.runtime.data.table_reader import is_parquet
-from smlt.runtime.steps.prepare_limits import MAX_TABLE_BYTES, MixedUpload, TooLargeForLambda, _size, ignored
+from smlt.runtime.data.table_reader import is_compressed, is_parquet, table_suffix
+from smlt.runtime.steps.prepare_limits import (
+    MAX_COMPRESSED_TABLE_BYTES,
+    MAX_TABLE_BYTES,
+    MixedUpload,
+    TooLargeForLambda,
+    _size,
+    ignored,
+)
 
 # The most parts one version has: the part list travels in the execution's state (256 KiB, at
 # about 80 bytes a part) to the Distributed Maps' ItemsPath. With each part within what one
@@ -34,10 +41,14 @@ class TableParts:
 
 
 def _format(name: str) -> str | None:
-    low = name.lower()
-    if not low.endswith(TABLE_SUFFIXES):
+    if table_suffix(name) not in TABLE_SUFFIXES:
         return None
     return "parquet" if is_parquet(name) else "jsonl" if is_jsonl(name) else "csv"
+
+
+def part_limit(name: str) -> int:
+    """The most bytes of one part: a compressed one unpacks to up to COMPRESSION_ALLOWANCE times its own."""
+    return MAX_COMPRESSED_TABLE_BYTES if is_compressed(name) else MAX_TABLE_BYTES
 
 
 def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
@@ -57,11 +68,12 @@ def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
             f"{where} holds {len(names):,} parts of a table, more than {MAX_PARTS:,}: upload it in larger "
             f"parts (each up to {_size(MAX_TABLE_BYTES)})"
         )
-    big = [n for n in names if files[n] > MAX_TABLE_BYTES]
+    big = [n for n in names if files[n] > part_limit(n)]
     if big:
+        packed = " compressed" if is_compressed(big[0]) else ""
         raise TooLargeForLambda(
-            f"{where}{big[0]} is {_size(files[big[0]])}: a part of a table is prepared by one function, "
-            f"up to {_size(MAX_TABLE_BYTES)}; cut the table into smaller parts (same header in each)"
+            f"{where}{big[0]} is {_size(files[big[0]])}: a{packed} part of a table is prepared by one function, "
+            f"up to {_size(part_limit(big[0]))}; cut the table into smaller parts (same header in each)"
         )
     (fmt,) = formats
     assert fmt is not None

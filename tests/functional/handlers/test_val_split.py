@@ -56,7 +56,8 @@ def _drive(j, run_id, fail_when, also=None):
 
 
 def _evaluate(s3, uri, run_id):
-    """(accuracy, rows) of final/model.safetensors over every validation row, computed here."""
+    """(accuracy, rows, each class's recall) of final/model.safetensors over every validation row,
+    computed here."""
     prefix = uri.removeprefix("s3://smlt-data/")
     manifest = json.loads(_get(s3, prefix + "manifest.json", "smlt-data"))
     parts = [load_arrays(_get(s3, prefix + sh["key"], "smlt-data")) for sh in manifest["validation"]["shards"]]
@@ -67,7 +68,8 @@ def _evaluate(s3, uri, run_id):
     model.eval()
     with torch.no_grad():
         pred = model(torch.from_numpy(x)).argmax(1).numpy()
-    return float((pred == y).mean()), len(y)
+    recall = [float((pred[y == c] == c).mean()) for c in range(manifest["outputs"])]
+    return float((pred == y).mean()), len(y), recall
 
 
 def _metrics(s3, run_id):
@@ -92,7 +94,7 @@ def test_a_failed_workers_slice_does_not_reach_the_target(digits, aws):
     assert all(r["val_rows"] == total for n, r in rounds.items() if n not in failed)
     final = metrics["final"]
     assert final["val_rows"] == total
-    acc, rows = _evaluate(aws, digits, "vs")
+    acc, rows, _ = _evaluate(aws, digits, "vs")
     assert rows == total and final["val_accuracy"] == pytest.approx(acc, abs=1e-9) and acc >= target
 
 
@@ -108,8 +110,11 @@ def test_a_partial_final_evaluation_is_evaluated_again(digits, aws):
     assert again["eval_only"] and again["stop"] is True and again["val_rows"] == total
     final = metrics["final"]
     assert final["rounds"] == 2 and final["val_rows"] == total and final["val_accuracy"] == again["val_accuracy"]
-    acc, rows = _evaluate(aws, digits, "ve")
+    acc, rows, recall = _evaluate(aws, digits, "ve")
     assert rows == total and final["val_accuracy"] == pytest.approx(acc, abs=1e-9)
+    assert final["val_class_recall"] == pytest.approx(recall, abs=1e-9)  # summed per class over the workers
+    assert final["val_balanced_accuracy"] == pytest.approx(np.mean(recall), abs=1e-9)
+    assert partial["val_class_recall"] is None and partial["val_class_recall_partial"] is not None
 
 
 def test_repeated_evaluations_combine_the_slices_of_one_model(digits, aws):
@@ -124,5 +129,6 @@ def test_repeated_evaluations_combine_the_slices_of_one_model(digits, aws):
     assert first["val_accuracy"] is None and first["stop"] is False
     assert second["workers_ok"] == 3 and second["stop"] is True and second["val_rows"] == total
     assert len(metrics["rounds"]) == 4 and metrics["final"]["val_rows"] == total
-    acc, _ = _evaluate(aws, digits, "vc")
+    acc, _, recall = _evaluate(aws, digits, "vc")
     assert metrics["final"]["val_accuracy"] == pytest.approx(acc, abs=1e-9)
+    assert metrics["final"]["val_class_recall"] == pytest.approx(recall, abs=1e-9)  # the two evaluations' slices
