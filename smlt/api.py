@@ -114,7 +114,9 @@ def train(
         require("local", "the local engine")  # before the model is checked
     with tempfile.TemporaryDirectory(prefix="smlt-job-") as tmp, _lines(verbose):
         path = _job_file(job, Path(tmp))
-        check_job_file(path, code=code_dir)  # the model built here once before any engine, stack or upload
+        check_job_file(
+            path, code=code_dir, s3=not local
+        )  # the model built here once before any engine, stack or upload
         if local:
             from smlt.runner import run_local
 
