@@ -114,9 +114,8 @@ def train(
         require("local", "the local engine")  # before the model is checked
     with tempfile.TemporaryDirectory(prefix="smlt-job-") as tmp, _lines(verbose):
         path = _job_file(job, Path(tmp))
-        check_job_file(
-            path, code=code_dir, s3=not local
-        )  # the model built here once before any engine, stack or upload
+        # the model built here once before any engine, stack or upload (as smlt start checks it, for AWS)
+        check_job_file(path, code=code_dir, s3=not local)
         if local:
             from smlt.runner import run_local
 
