@@ -102,6 +102,7 @@ class Net(nn.Module):
     def __init__(self, width):
         super().__init__()
         self.width = width
+        self.head = nn.Linear(64, width)  # something to train: a model without is refused before its forward
 
     def forward(self, x):
         return self.project(x)
@@ -149,8 +150,8 @@ def test_a_run_the_users_code_failed_shows_their_error(page, dashboard_url, sour
     assert page.inner_text("#failure-message") == "your code raised ValueError: project: width 10 is not ready"
     frames = page.locator("#failure-frames li").all_inner_texts()
     assert frames == [
-        "browsernet/net.py:10 in forward: return self.project(x)",
-        'browsernet/net.py:13 in project: raise ValueError(f"project: width {self.width} is not ready")',
+        "browsernet/net.py:11 in forward: return self.project(x)",
+        'browsernet/net.py:14 in project: raise ValueError(f"project: width {self.width} is not ready")',
     ]
     assert page.is_disabled("#stop-button")
     screenshot(page, "run-user-error")

@@ -105,7 +105,8 @@ def test_predict_and_export_take_the_reference(shop, engine_as_aws, capsys):
     program = torch.export.load(str(pt2)).module()
     v1 = smlt.load_model("shop@v1", out=shop["state"])
     x = v1.transform(csv)
-    assert np.allclose(program(x).detach().numpy(), v1(x).numpy(), atol=1e-6)
+    # the served program: the encoded rows in, each class's probability out
+    assert np.allclose(program(x).detach().numpy(), torch.softmax(v1(x), 1).numpy(), atol=1e-6)
 
     assert main(["predict", "shop@v7", csv, "--out", str(out), "--stack", "SmltModels"]) == 2
     assert "pipeline shop has no version 'v7'; its versions: v1, v2" in capsys.readouterr().err

@@ -240,6 +240,6 @@ def test_the_cli_prints_every_error_class_of_smlts_own(tmp_path, capsys, monkeyp
 
     import smlt.precheck
 
-    monkeypatch.setattr(smlt.precheck, "check_job_file", lambda path, code=None: None)
+    monkeypatch.setattr(smlt.precheck, "check_job_file", lambda path, code=None, s3=False: None)
     monkeypatch.setattr(smlt.runner, "run_local", fails)
     assert run(tmp_path, capsys, "run", "--local", str(job_file(tmp_path, {}))) == (rc, shown + "\n")

@@ -94,7 +94,7 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
 
     import smlt.precheck
 
-    monkeypatch.setattr(smlt.precheck, "check_job_file", lambda path, code=None: None)
+    monkeypatch.setattr(smlt.precheck, "check_job_file", lambda path, code=None, s3=False: None)
     monkeypatch.setattr(smlt.runner, "run_local", failed)
     job = tmp_path / "job.json"
     job.write_text("{}")
