@@ -104,6 +104,18 @@ def eta_text(r: RoundItem, plan: PlanItem | None) -> str:
     return f"ETA {rounds}, {secs}, {usd}"
 
 
+def _steps_text(r: RoundItem) -> str:
+    """The round's local steps, and how many workers the compute limit cut short (a step slower
+    than the plan expected: the planner sees FLOPs, not a sleep or a Python loop in a model)."""
+    if r.eval_only:
+        return "eval only"
+    cut = sorted(t.steps for t in r.timings if t.cut and t.error is None)
+    if not cut:
+        return f"k {r.local_steps}"
+    took = f"{cut[0]}" if cut[0] == cut[-1] else f"{cut[0]}-{cut[-1]}"
+    return f"k {r.local_steps} ({len(cut)} cut to {took} at the time limit)"
+
+
 def progress_line(r: RoundItem, plan: PlanItem | None = None) -> str:
     whole = ValMetrics.model_validate(r.model_dump(include=set(ValMetrics.model_fields)))
     partial = ValMetrics.model_validate({k: getattr(r, f"{k}_partial") for k in ValMetrics.model_fields})
@@ -113,7 +125,7 @@ def progress_line(r: RoundItem, plan: PlanItem | None = None) -> str:
         f"round {r.round:3d}",
         f"workers {r.workers_ok}/{r.workers}",
         f"{r.memory_mb} MB",
-        "eval only" if r.eval_only else f"k {r.local_steps}",
+        _steps_text(r),
         f"train loss {loss:.4f}" if loss is not None else "train loss   -   ",
         metrics_text(whole)
         if measured

@@ -42,3 +42,14 @@ def test_the_dashboards_plans_table_shows_each_plans_forecast():
     plan = _plan(eta_rounds=4, eta_rounds_p70=6, eta_s=20, eta_s_p70=30, eta_cost_usd=0.002, eta_cost_usd_p70=0.003)
     html = str(plans_rows(SimpleNamespace(plans=[plan])))
     assert "4 (p70 6) rounds, 20 s (p70 30 s), $0.0020 (p70 $0.0030)" in html
+
+
+def test_the_line_says_when_the_time_limit_cut_workers_short():
+    from smlt.runtime.items import RoundTiming
+
+    def timing(worker, steps, cut):
+        return RoundTiming(worker=worker, memory_mb=1769, samples=32 * steps, steps=steps, cut=cut)
+
+    assert "| k 20 |" in progress_line(_round(timings=[timing(0, 20, False), timing(1, 20, False)]))
+    line = progress_line(_round(timings=[timing(0, 1, True), timing(1, 3, True), timing(2, 20, False)]))
+    assert "| k 20 (2 cut to 1-3 at the time limit) |" in line
