@@ -524,7 +524,7 @@ def read_table_rows(manifest: Manifest, data: Any) -> Table:
     """A DataFrame or a .csv/.parquet/.jsonl file as `smlt predict` reads it (before its transforms)."""
     if _is_frame(data):
         return _frame_table(data)
-    numeric = {t.name for t in manifest.columns or [] if t.kind == "numeric"}
+    numeric = {t.name for t in manifest.columns or [] if t.kind in ("numeric", "date")}
     return read_table(Path(str(data)), numeric)  # a missing marker (`NA`) in them is empty
 
 

@@ -222,13 +222,15 @@ def test_parquet_decimals_are_numbers_and_a_column_of_all_different_values_is_na
     table = {
         "price": pa.array([decimal.Decimal(f"{v:.2f}") for v in x], pa.decimal128(10, 2)),
         "when": pa.array([dt.datetime(2024, 1, 1) + dt.timedelta(hours=i) for i in range(n)]),
+        "ref": pa.array([f"r{i * 7919 % 10007:05d}" for i in range(n)]),
         "label": pa.array((x > 0).astype("int8")),
     }
     pq.write_table(pa.table(table), tmp_path / "d.parquet")
     with caplog.at_level(logging.INFO, logger="smlt.notice"):
         m = prepare_dataset(str(tmp_path / "d.parquet"), str(tmp_path / "a"))
-    assert {c.name: c.kind for c in m.columns or []} == {"price": "numeric", "when": "hash"}
-    assert "d.parquet: column 'when' has 160 distinct values in 160 train rows, hashed into 32 features" in caplog.text
+    # a timestamp column is a date column (tests/unit/test_data_dates.py), an id is hashed and named
+    assert {c.name: c.kind for c in m.columns or []} == {"price": "numeric", "when": "date", "ref": "hash"}
+    assert "d.parquet: column 'ref' has 160 distinct values in 160 train rows, hashed into 32 features" in caplog.text
     # Later rows of the same file give the same features (decimals as numbers there too).
     np.testing.assert_allclose(
         apply_columns(m, read_table(str(tmp_path / "d.parquet")))[:, 0],

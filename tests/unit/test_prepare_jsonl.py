@@ -90,7 +90,7 @@ def test_mixed_kinds_blank_lines_crlf_and_a_bom_read_as_a_csv_does(tmp_path, sma
     (tmp_path / "d.ndjson").write_bytes(b"\xef\xbb\xbf" + body.encode())
     b = prepare_dataset(str(tmp_path / "d.ndjson"), str(tmp_path / "jsonl"))
     kinds = {c.name: c.kind for c in b.columns or []}
-    assert kinds["when"] == "hash" and kinds["flag"] == "onehot" and kinds["b"] == "numeric"
+    assert kinds["when"] == "date" and kinds["flag"] == "onehot" and kinds["b"] == "numeric"
     _same(tmp_path, a, b)
 
 

@@ -277,7 +277,8 @@ def _stream_table(src: TableSource, opts: SourceOptions, plan: _Plan, folder: Pa
 @dataclass
 class TableTransforms:
     """What pass 1's statistics make of a table: its labels, its columns' transforms and the
-    numeric columns whose imputed median pass 2 settles (`pending`: (feature, column, fit))."""
+    numeric and date columns whose imputed median pass 2 settles (`pending`: (first feature,
+    column, fit))."""
 
     labels: Labels
     columns: list[ColumnTransform]
@@ -315,10 +316,13 @@ class TableTransforms:
         fills = []
         for j, i, c in self.pending:
             fill = c.median.value()
-            self.columns[i] = self.columns[i].model_copy(update={"fill": fill})
-            fills.append((j, np.float32(fill)))
-            for m, n in zip(moments, rows):  # the imputed cells, as the shards will hold them
-                m.add_constant(j, float(np.float32(fill)), n - int(m.n[j]))
+            self.columns[i] = t = self.columns[i].model_copy(update={"fill": fill})
+            # a date's fill is its median date's features, every one imputed where the date is empty
+            values = tabular.date_features(np.array([fill]), t.levels)[0] if t.kind == "date" else [fill]
+            for k, value in enumerate(values):
+                fills.append((j + k, np.float32(value)))
+                for m, n in zip(moments, rows):  # the imputed cells, as the shards will hold them
+                    m.add_constant(j + k, float(np.float32(value)), n - int(m.n[j + k]))
         self.pending = []
         norm = features.normalization if features is not None else arrays.normalization(moments[0].mean, moments[0].std)
 
@@ -419,16 +423,14 @@ def _spool_table(
     width = sum(tabular.width(t) for t in columns)
     moments = (Moments(width), Moments(width))
     for block, val, train in _split_blocks(src, plan, "shards (pass 2 of 2)"):
-        table = tabular.Table(
-            block.path, {t.name: block.column(t.name, t.name in numeric) for t in columns}, block.rows, block.unit
-        )
+        table = tabular.Table(block.path, {t.name: _cells(block, t, numeric) for t in columns}, block.rows, block.unit)
         x = tabular.encode_columns(columns, table)
         y = fit.labels.encode(block)
         in_train = np.zeros(len(block), bool)
         in_train[train] = True
         for c in medians:
             if c.median.needs_second_pass:
-                parsed = block.numbers(c.name)
+                parsed = c.values(block)
                 assert parsed is not None
                 c.median.again(parsed[0][in_train & ~parsed[1]])
         for m, index in zip(moments, (train, val)):
@@ -436,6 +438,16 @@ def _spool_table(
         for spool, index in zip(spools or (), (train, val)):
             spool.add(x[index], y[index], block.rows[index])
     return moments
+
+
+def _cells(block: Block, t: ColumnTransform, numeric: set[str]) -> np.ndarray:
+    """A column's cells as `tabular.encode_columns` takes them; a date column's as days (parsed in pass 1)."""
+    if t.kind == "date":
+        parsed = block.dates(t.name)
+        if parsed is None:  # every cell was a date in pass 1
+            raise InvalidDataset(f"{block.path} changed while it was being prepared: prepare it again")
+        return parsed[0]
+    return block.column(t.name, t.name in numeric)
 
 
 def _part(path: str, options: SourceOptions | None, features: FeatureSpec | None) -> tuple[TableSource, SourceOptions]:

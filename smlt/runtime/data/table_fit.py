@@ -244,11 +244,29 @@ class ColumnFit:
         # [first, last] while the column's numbers are whole and rise with every row (no gaps): a
         # row number or an id; None once they do not
         self.rising: list[float] | None = []
+        # a text column while every present cell is an ISO-8601 date (table_reader.parse_dates): its
+        # present cells, its train gaps (a missing marker is one), whether one has a time of day;
+        # its median date is `median`'s (days since 1970-01-01)
+        self.dates = fixed is None or fixed.kind == "date"
+        self.date_cells, self.date_gaps, self.timed = 0, 0, False
+
+    @property
+    def is_date(self) -> bool:
+        """A date column: the pipeline's, or a text column whose every present cell is a date."""
+        if self.fixed is not None:
+            return self.fixed.kind == "date"
+        return not self.numeric and self.dates and self.date_cells > 0
+
+    def values(self, block: Block) -> tuple[np.ndarray, np.ndarray] | None:
+        """The block's cells as the column's median counts them: numbers, or a date's days."""
+        return block.dates(self.name) if self.is_date else block.numbers(self.name)
 
     def add(self, block: Block, train: np.ndarray) -> np.ndarray:
         """Count the block's cells; returns where they are empty."""
         import pyarrow as pa
 
+        if self.fixed is not None and self.fixed.kind == "date":
+            return self._add_dates(block, train)
         parsed = block.numbers(self.name) if self.numeric else None
         if self.numeric and parsed is None:
             if self.fixed is not None:
@@ -279,8 +297,34 @@ class ColumnFit:
             if self.fixed is None:
                 self.levels.add(block.text(self.name).filter(pa.array(train)))
                 self._count_numbers(block)
+                if self.dates:
+                    self._add_dates(block, train)
         self.train_gaps += int((gaps & train).sum())
         self.blocks += 1
+        return gaps
+
+    def _add_dates(self, block: Block, train: np.ndarray) -> np.ndarray:
+        """Count a block's dates (a date column no more when one cell is not: the pipeline's is
+        refused by name); returns where they are empty."""
+        parsed = block.dates(self.name)
+        if parsed is None:
+            if self.fixed is None:
+                self.dates = False
+                return block.gaps(self.name)
+            i = block.first_not_a_date(self.name)
+            raise InvalidDataset(
+                f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a date {tabular.DATE_WRITTEN}"
+            )
+        days, gaps = parsed
+        present = days[~gaps]
+        self.date_cells += len(present)
+        self.date_gaps += int((gaps & train).sum())
+        self.timed = self.timed or bool(np.any(present != np.floor(present)))
+        if self.fixed is None:
+            self.median.add(days[train & ~gaps])
+        else:
+            self.train_gaps += int((gaps & train).sum())
+            self.blocks += 1
         return gaps
 
     def _count_numbers(self, block: Block) -> None:
@@ -324,7 +368,7 @@ class ColumnFit:
     def mostly_distinct(self, path: str) -> str | None:
         """A notice when this column is hashed though nearly every value in it is different: an
         id, a timestamp or free text, whose buckets a model can only memorise."""
-        if self.numeric or self.fixed is not None:
+        if self.numeric or self.fixed is not None or self.is_date:
             return None
         counted = sum(self.levels.counts.values())
         distinct = len(self.levels.counts)
@@ -365,6 +409,10 @@ class ColumnFit:
         self.numberlike += other.numberlike
         self.marked += other.marked
         self.written |= other.written
+        self.dates = self.dates and other.dates
+        self.date_cells += other.date_cells
+        self.date_gaps += other.date_gaps
+        self.timed = self.timed or other.timed
         if self.rising is None or other.rising is None:
             self.rising = None
         elif self.rising and other.rising:
@@ -384,6 +432,12 @@ class ColumnFit:
         until the second pass settles it (`median.value()`)."""
         if self.fixed is not None:
             return self.fixed
+        if self.is_date:
+            parts = [p for p in tabular.DATE_FEATURES if p != "hour" or self.timed]
+            fill = math.nan if impute else None
+            return ColumnTransform(
+                name=self.name, kind="date", levels=parts, fill=fill, indicator=impute and self.date_gaps > 0
+            )
         indicator = impute and self.train_gaps > 0
         if self.numeric:
             return ColumnTransform(
@@ -489,6 +543,11 @@ class TableFit:
             ):
                 if told:
                     notice.info(told)
+        transforms = [c.transform(self.impute) for c in self.columns]
+        dates = [t for t in transforms if t.kind == "date"]
+        if dates:
+            said = "; ".join(f"{t.name!r}: {', '.join(tabular.DATE_MEANING[p] for p in t.levels)}" for t in dates)
+            notice.info(f"{self.path}: date column{'s' * (len(dates) > 1)} read as features ({said})")
         for told in self.leaks.notices(self.path, task) if self.leaks is not None else []:
             notice.warning(told)
-        return [c.transform(self.impute) for c in self.columns]
+        return transforms

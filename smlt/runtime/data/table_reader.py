@@ -108,6 +108,7 @@ class Block:
     _text: dict[str, Any] = field(default_factory=dict)
     _numbers: dict[str, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
     _number_text: dict[str, Any] = field(default_factory=dict)
+    _dates: dict[str, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -169,6 +170,35 @@ class Block:
             values = numbers.to_numpy(zero_copy_only=False)
             return values, numbers.is_null().to_numpy(zero_copy_only=False)
         return None
+
+    def dates(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(days since 1970-01-01 as float64, the time of day its fraction, NaN where empty; where
+        empty) when every present cell is an ISO-8601 date or date-time (`parse_dates`; a missing
+        marker is empty, as in `number_text`) or the column is a Parquet date or timestamp, else None."""
+        if name not in self._dates:
+            import pyarrow as pa
+
+            col = self.cells[name]
+            if not self.csv and (pa.types.is_date(col.type) or pa.types.is_timestamp(col.type)):
+                tz = col.type.tz if pa.types.is_timestamp(col.type) else None
+                self._dates[name] = _days(col.cast(pa.timestamp("us", tz)))  # a zone's instant in UTC
+            elif self.csv or pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                self._dates[name] = parse_dates(self.number_text(name))
+            else:
+                self._dates[name] = None
+        return self._dates[name]
+
+    def first_not_a_date(self, name: str) -> int:
+        """The index of the first present cell that is not an ISO-8601 date (the column has one)."""
+        cells = self.number_text(name)
+        lo, hi = 0, len(cells)  # bisect: the prefix [0, hi) holds one, [0, lo) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if parse_dates(cells.slice(0, mid)) is not None:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     def number_text(self, name: str) -> Any:
         """The column's text (`text`) as a number column reads it: a missing marker (`NA`,
@@ -237,6 +267,35 @@ class Block:
             return parsed[0]
         text = self.text(name).fill_null("")
         return np.asarray(text.to_numpy(zero_copy_only=False), dtype=str)
+
+
+def parse_dates(text: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """A pyarrow string array's cells (null: empty) as `Block.dates` reads them, or None unless
+    every present cell is an ISO-8601 date or date-time as pyarrow's cast to a timestamp reads
+    one: `2024-03-17`, `2024-03-17T10:05:00`, `2024-03-17 10:05`, fractions of a second. Either
+    every cell is without a zone (the time as written) or every cell has one (`Z`, `+02:00`: the
+    instant in UTC); `03/17/2024`, `2024-3-7` or a mix of the two are not dates."""
+    import pyarrow as pa
+
+    for tz in (None, "UTC"):
+        try:
+            return _days(text.cast(pa.timestamp("us", tz)))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
+_US_PER_DAY = 86_400_000_000
+
+
+def _days(stamps: Any) -> tuple[np.ndarray, np.ndarray]:
+    import pyarrow as pa
+
+    gaps = stamps.is_null().to_numpy(zero_copy_only=False)
+    us = stamps.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    days = us / _US_PER_DAY
+    days[gaps] = np.nan
+    return days, gaps
 
 
 def _is_number_type(t: Any) -> bool:

@@ -25,6 +25,7 @@ import numpy as np
 
 from smlt.runtime.data.arrays import FIX_ROWS, FLOAT32_MAX, standardise
 from smlt.runtime.data.manifest import ColumnTransform, Manifest
+from smlt.runtime.data.table_reader import parse_dates
 from smlt.runtime.errors import InvalidDataset
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def not_finite(
 
 def width(t: ColumnTransform) -> int:
     """Features one column becomes."""
-    own = {"numeric": 1, "onehot": len(t.levels), "hash": t.buckets}[t.kind]
+    own = {"numeric": 1, "onehot": len(t.levels), "hash": t.buckets, "date": len(t.levels)}[t.kind]
     return own + int(t.indicator)
 
 
@@ -213,6 +214,10 @@ def encode_columns(columns: Sequence[ColumnTransform], rows: Table) -> np.ndarra
 
 
 def _encode(t: ColumnTransform, cells: np.ndarray, gaps: np.ndarray, rows: Table) -> np.ndarray:
+    if t.kind == "date":
+        days = cells if cells.dtype.kind == "f" else _days(rows, t.name, cells, gaps)
+        fill = t.fill if isinstance(t.fill, float) else 0.0
+        return date_features(np.where(gaps, fill, days), t.levels)
     if t.kind == "numeric":
         filled = np.where(gaps, "nan", cells) if cells.dtype.kind != "f" else cells
         values = _numbers(filled)
@@ -231,6 +236,51 @@ def _encode(t: ColumnTransform, cells: np.ndarray, gaps: np.ndarray, rows: Table
     onehot = np.zeros((len(text), t.buckets), np.float32)
     onehot[np.arange(len(text)), buckets] = 1.0
     return onehot
+
+
+# A date column's features (ColumnTransform.levels of kind "date"), in this order; "hour" only
+# when some cell of the column has a time of day.
+DATE_FEATURES = ("days", "month", "weekday", "hour")
+DATE_MEANING = {
+    "days": "days since 1970-01-01",
+    "month": "month 1-12",
+    "weekday": "day of the week (Monday 0)",
+    "hour": "hour 0-23",
+}
+
+
+def date_features(days: np.ndarray, parts: Sequence[str]) -> np.ndarray:
+    """Dates (days since 1970-01-01, the time of day its fraction; NaN stays NaN in every
+    feature) as the `parts` features, float64 (rows, len(parts))."""
+    empty = np.isnan(days)
+    whole = np.floor(np.where(empty, 0.0, days))
+    out = np.empty((len(days), len(parts)))
+    for k, part in enumerate(parts):
+        if part == "days":
+            out[:, k] = days
+        elif part == "month":
+            out[:, k] = whole.astype(np.int64).astype("datetime64[D]").astype("datetime64[M]").astype(np.int64) % 12 + 1
+        elif part == "weekday":
+            out[:, k] = (whole + 3) % 7  # 1970-01-01 was a Thursday
+        else:  # hour; a hair added so that 10:00 is not 9.999... in floating point
+            out[:, k] = np.minimum(np.floor((days - whole) * 24 + 1e-7), 23)
+    out[empty] = np.nan
+    return out
+
+
+def _days(table: Table, column: str, cells: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Text cells of a date column as days since 1970-01-01 (NaN where empty), or the named
+    refusal of the first that is not an ISO-8601 date."""
+    import pyarrow as pa
+
+    parsed = parse_dates(pa.array(cells, pa.string(), mask=gaps))
+    if parsed is not None:
+        return parsed[0]
+    bad = next(i for i, c in enumerate(cells) if not gaps[i] and parse_dates(pa.array([c], pa.string())) is None)
+    raise InvalidDataset(f"{table.where(bad, column)}: {str(cells[bad])!r} is not a date {DATE_WRITTEN}")
+
+
+DATE_WRITTEN = "(ISO 8601: 2024-03-17, 2024-03-17T10:05:00 or 2024-03-17 10:05:00)"
 
 
 def apply_columns(manifest: Manifest, rows: Table) -> np.ndarray:
