@@ -13,9 +13,10 @@ What the served model takes, by what the model was trained on (`input_kind`):
 - `image` uint8 [batch, C, H, W]: pixels 0..255 at the recorded size and channels (float32 for an
   image array of floats, in its own units), normalised per channel inside;
 - `token_ids` int64 [batch, T]: ids below the vocabulary size, as they are;
-- `encoded_features` float32 [batch, F]: a table with a text column: the card's column transforms
-  and standardisation applied (`apply_columns`' output: `smlt.load_model(RUN).serving_input(rows)`);
-  a one-hot or hashed text column has no graph form.
+- `encoded_features` float32 [batch, F]: a table with a text or date column: the card's column
+  transforms and standardisation applied (`apply_columns`' output:
+  `smlt.load_model(RUN).serving_input(rows)`); a one-hot or hashed text column and a date column
+  have no graph form.
 
 What it gives: `probabilities` float32 [batch, classes] (a softmax; the class names are the spec's
 `classes`), or `values` float32 [batch, targets] in the label's own units (the target scaling undone).

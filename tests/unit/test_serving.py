@@ -57,15 +57,17 @@ def _houses(path):
 
 
 def _fruit(path):
-    """Two number columns and a text column (one-hot): the encoded rows are the graph's input."""
+    """Two number columns, a text column (one-hot) and a date column (some empty): the encoded
+    rows are the graph's input."""
     rng = np.random.default_rng(1)
     rows = []
     for i in range(300):
         k = int(rng.integers(3))
         colour = ["red", "green", "yellow"][(k + int(rng.random() < 0.2)) % 3]
         weight = "" if i % 11 == 0 else round(100 + 50 * k + rng.normal(0, 10), 2)
-        rows.append([weight, round(5 + 3 * k + rng.normal(0, 1), 2), colour, ["apple", "pear", "banana"][k]])
-    return _csv(path, ["weight", "length", "colour", "kind"], rows)
+        picked = "" if i % 13 == 0 else str(np.datetime64("2024-01-01") + int(rng.integers(0, 90)) + 30 * k)
+        rows.append([weight, round(5 + 3 * k + rng.normal(0, 1), 2), colour, picked, ["apple", "pear", "banana"][k]])
+    return _csv(path, ["weight", "length", "colour", "picked", "kind"], rows)
 
 
 def _images(folder):

@@ -4,8 +4,10 @@ bounded memory, for
 
 - the label: present in every row, numbers or text, the task, the classes (or the regression
   targets' train mean and std and validation variance);
-- each feature column: numeric (every cell a number) or text, and the train split's statistics
-  of its transform (its levels and most frequent value; its median, settled in the second pass);
+- each feature column: numeric (every cell a number), date (every present cell an ISO-8601 date,
+  table_reader.parse_dates, or a Parquet date/timestamp) or text, and the train split's statistics
+  of its transform (its levels and most frequent value; its median, a date's in days since
+  1970-01-01, settled in the second pass; whether a date has times of day);
 - the refusals, named by file, column and line: an empty cell (`--missing refuse`, or a column
   the pipeline's first version had no gaps in), a cell that is not a number where a number is
   needed, a NaN/Inf/beyond-float32 number (`not_finite`: the first in file order, with the count).

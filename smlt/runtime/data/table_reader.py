@@ -8,8 +8,9 @@ each row ends is kept for messages (blank lines are not rows). Cells are separat
 the semicolons, tabs or bars of a header that has none outside quotes (a spreadsheet saved in a
 comma-decimal locale writes semicolons; in such a file a column of `0,346` is numbers). A Parquet
 file is read by record batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
-until asked for as numbers (float64, NaN where a cell is empty) or as text (stripped, null where
-empty): numbers cost a cast, not a Python string per cell.
+until asked for as numbers (float64, NaN where a cell is empty), as dates (days since 1970-01-01,
+`parse_dates`) or as text (stripped, null where empty): numbers and dates cost a cast, not a
+Python string per cell.
 
 A text cell (a CSV's, a JSON Lines file's) that is a missing-value marker (MISSING_MARKERS: R
 writes `NA`, Excel `#N/A`, a database `NULL`) is an empty cell when the column is read as numbers

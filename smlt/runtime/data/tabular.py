@@ -3,12 +3,15 @@ feature column (fitted on the train split by smlt.runtime.data.table_fit, as pre
 file).
 
 A column is numeric when every cell is a number or empty (a missing marker such as `NA` is an
-empty cell there: table_reader.Block.number_text); text columns are one-hot encoded when the train
-split has few levels and hashed into a fixed number of buckets otherwise (Cirrus's
-preprocessing). An empty cell or null is imputed from the train split (median / most frequent)
-with a 0/1 indicator feature, or refused with the column and the row named. `encode_columns` is
-the one place the recorded transforms turn rows into features: prepare uses it block by block,
-and `apply_columns` (later data) adds the recorded standardisation.
+empty cell there: table_reader.Block.number_text); a text column whose every present cell is an
+ISO-8601 date (or a Parquet date/timestamp column) is a date column, its features days since
+1970-01-01, month, day of the week and, when it has times, the hour (`date_features`); other text
+columns are one-hot encoded when the train split has few levels and hashed into a fixed number of
+buckets otherwise (Cirrus's preprocessing). An empty cell or null is imputed from the train split
+(the median, a date column's median date, or the most frequent text) with a 0/1 indicator feature,
+or refused with the column and the row named. `encode_columns` is the one place the recorded
+transforms turn rows into features: prepare uses it block by block, and `apply_columns` (later
+data) adds the recorded standardisation.
 """
 
 from __future__ import annotations
