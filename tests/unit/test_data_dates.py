@@ -189,6 +189,13 @@ def test_parquet_date_and_timestamp_columns_are_date_columns(tmp_path) -> None:
     np.testing.assert_allclose(from_parquet.normalization.mean, from_csv.normalization.mean, rtol=1e-9)
     x = apply_columns(from_parquet, read_table(tmp_path / "d.parquet", {"signup", "amount"}))
     np.testing.assert_allclose(x[np.lexsort(x.T[::-1])], _stored(from_parquet, tmp_path / "q"), atol=1e-5)
+    # a timestamp with a zone: its instant in UTC, whether read typed (prepare) or as text (predict)
+    zoned = table.set_column(0, "signup", table["signup"].cast(pa.timestamp("us", "Europe/Paris")))
+    pq.write_table(zoned, tmp_path / "z.parquet")
+    m = prepare_dataset(str(tmp_path / "z.parquet"), str(tmp_path / "z"))
+    assert (m.columns or [])[0].kind == "date"
+    x = apply_columns(m, read_table(tmp_path / "z.parquet", {"signup", "amount"}))
+    np.testing.assert_allclose(x[np.lexsort(x.T[::-1])], _stored(m, tmp_path / "z"), atol=1e-5)
     days = pa.table({"signup": pa.array([s.date() for s in stamps], pa.date32()), "label": table["label"]})
     pq.write_table(days, tmp_path / "e.parquet")
     m = prepare_dataset(str(tmp_path / "e.parquet"), str(tmp_path / "e"))
