@@ -28,6 +28,7 @@ from smlt.dashboard import data
 from smlt.dashboard.data import Source
 from smlt.outputs import forecast_text
 from smlt.runtime.errors import InvalidJob, RunNotFound
+from smlt.runtime.evaluation import class_warning
 
 
 def _money(v: float | None) -> str:
@@ -441,6 +442,9 @@ def _status_line(view: data.RunView) -> str:
         line += f" | stop requested by {view.stop.by}: {view.stop.reason}"
     if m.final is not None:
         line += f" | stop reason: {m.final.stop_reason}"
+        warning = class_warning(m.final.model_dump())
+        if warning:
+            line += f" | warning: {warning}"
     return line
 
 

@@ -53,3 +53,26 @@ def test_the_line_says_when_the_time_limit_cut_workers_short():
     assert "| k 20 |" in progress_line(_round(timings=[timing(0, 20, False), timing(1, 20, False)]))
     line = progress_line(_round(timings=[timing(0, 1, True), timing(1, 3, True), timing(2, 20, False)]))
     assert "| k 20 (2 cut to 1-3 at the time limit) |" in line
+
+
+def test_the_dashboards_status_line_carries_the_class_warning():
+    from types import SimpleNamespace
+
+    from smlt.dashboard.app import _status_line
+    from smlt.runtime.items import FinalMetrics
+
+    final = FinalMetrics(
+        run_id="r",
+        val_accuracy=0.94,
+        val_balanced_accuracy=0.5,
+        val_class_recall=[0.0, 1.0],
+        rounds=3,
+        samples=100,
+        wall_seconds=1.0,
+        estimated_cost_usd=0.001,
+        stop_reason="max_rounds",
+    )
+    meta = SimpleNamespace(job=SimpleNamespace(name="fraud"), final=final)
+    view = SimpleNamespace(meta=meta, status="SUCCEEDED", rounds=[1, 2, 3], stop=None)
+    line = _status_line(view)  # type: ignore[arg-type]
+    assert "stop reason: max_rounds | warning: balanced accuracy 0.5000" in line and "class #0" in line
