@@ -271,8 +271,8 @@ _TAKES: dict[str, str] = {
     "missing cell (imputed inside as the training data was)",
     "token_ids": "token ids in [0, vocabulary size): one outside (a negative padding id too) is the runtime's "
     "error, never a silent wrap",
-    "encoded_features": "the rows with the card's column transforms and standardisation applied (a text "
-    "column has no graph form): in Python smlt.load_model(RUN).serving_input(rows)",
+    "encoded_features": "the rows with the card's column transforms and standardisation applied (a text or "
+    "date column has no graph form): in Python smlt.load_model(RUN).serving_input(rows)",
 }
 
 
