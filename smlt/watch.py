@@ -16,7 +16,7 @@ from smlt.local.eventbridge import UploadTrigger, upload_version
 from smlt.outputs import fetch_outputs
 from smlt.runner import Follower, StackNames
 from smlt.runtime import keys
-from smlt.runtime.evaluation import summary_text
+from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.progress import notice
 from smlt.runtime.store import S3Store
 from smlt.runtime.study.cause import execution_cause
@@ -51,6 +51,10 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
         f"  run {run_id}: {summary_text(m['final'])}, warm start "
         f"{m['job'].get('warm_start') or 'none'} -> {out / run_id}"
     )
+    card = out / run_id / "model.json"
+    warning = class_warning(m["final"], json.loads(card.read_text()).get("classes") if card.exists() else None)
+    if warning:  # an accuracy that hides a missed class, as `smlt run` ends with it
+        notice.warning(f"  warning: {warning}")
     gate = _verdict(S3Store(names.artifacts_bucket, client=engine.client("s3")), m["job"], run_id)
     if gate:
         notice.info(f"  {gate}")

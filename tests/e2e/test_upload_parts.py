@@ -1,20 +1,24 @@
 """A raw version uploaded as many parts of one table (`part-00000.csv` ... + `_SUCCESS`) prepared
 by the parts' Distributed Maps (smlt.runtime.steps.prepare_parts) on the session's engine, then
 trained and promoted as any raw upload; a bad cell in one part ends the execution with the named
-error naming that part's object and line, told to the team's topic once."""
+error naming that part's object and line, told to the team's topic once. A pipeline's versions as
+compressed tables, alone and in parts, with a date column, `NA` cells and a column its job drops."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from smlt.local import iam_record
 from smlt.runtime import keys, ledger
 from smlt.runtime import pipeline as pl
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
-from tests.e2e.test_pipeline import _houses
+from tests.e2e.test_pipeline import ROWS, _houses
 from tests.e2e.test_raw_upload import SHORT, _wait, pipeline, refusals  # noqa: F401 - the fixtures
 
 PARTS = 60
@@ -141,3 +145,95 @@ def test_a_part_with_another_header_is_a_mixed_upload_naming_it(pipeline, tmp_pa
     desc = _wait(engine, upload("incoming/headers/v1/_SUCCESS", b""))
     assert desc["status"] == "FAILED" and desc["error"] == "MixedUpload", desc
     assert f"s3://{names.data_bucket}/incoming/headers/v1/part-00002.csv has no column 'rooms'" in desc["cause"]
+
+
+def _sales(seed: int, bad_date: int | None = None) -> list[str]:
+    """A CSV's lines: an `id` (a row number), two numbers with cells written `NA` and `#N/A`, an
+    ISO date, and a label that is 1 in about a fifth of the rows; line `bad_date` holds no date."""
+    rng = np.random.default_rng(seed)
+    size, rooms, days = rng.normal(size=ROWS), rng.normal(size=ROWS), rng.integers(0, 900, size=ROWS)
+    label = (size + 0.5 * rooms > 0.9).astype(int)
+    lines = ["id,size,rooms,sold,label"]
+    for i in range(ROWS):
+        sold = "soon" if i + 2 == bad_date else str(np.datetime64("2023-01-01") + int(days[i]))
+        s, r = "NA" if i % 17 == 3 else f"{size[i]:.4f}", "#N/A" if i % 23 == 5 else f"{rooms[i]:.4f}"
+        lines.append(f"{i + 1},{s},{r},{sold},{label[i]}")
+    return lines
+
+
+def _gz(lines: list[str]) -> bytes:
+    return gzip.compress(("\n".join(lines) + "\n").encode())
+
+
+def test_compressed_versions_with_dates_and_na_cells_train_balanced_and_predict(
+    pipeline,  # noqa: F811
+    refusals,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """v1 one .csv.gz, v2 Spark-style gzipped parts: the job's `drop` leaves the id out, the NA
+    markers and the date column are told in `prepared.notes` (the parts' too), the classes weigh
+    alike in training and the metrics carry each class's recall; v3 with a cell that is not a
+    date is refused by name and told to the team; the champion predicts a .csv.gz."""
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    engine, names, _, setup, upload = pipeline
+    job = {**SHORT, "name": "sales", "dataset": {"uri": "x", "drop": ["id"]}}
+    setup(
+        "sales",
+        {**job, "training": {"max_rounds": 1, "local_steps": 5, "learning_rate": 0.3, "class_weights": "balanced"}},
+    )
+    data, artifacts = S3Store(names.data_bucket), S3Store(names.artifacts_bucket)
+
+    upload("incoming/sales/v1/sales.csv.gz", _gz(_sales(1)))
+    desc = _wait(engine, upload("incoming/sales/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    out = json.loads(desc["output"])
+    where = f"s3://{names.data_bucket}/incoming/sales/v1/sales.csv.gz"
+    notes = out["prepared"]["notes"]
+    assert f"{where}: column 'size': 36 cells written 'NA' are read as empty" in notes[0], notes
+    assert "column 'rooms': 26 cells written '#N/A'" in notes[1] and "date column read as features ('sold'" in notes[2]
+    assert not any("'id'" in n for n in notes), notes  # dropped: no row-number notice
+    manifest = json.loads(data.get(out["prepared"]["dataset"].split("/", 3)[3] + keys.MANIFEST))
+    assert [(c["name"], c["kind"]) for c in manifest["columns"]] == [
+        ("size", "numeric"),
+        ("rooms", "numeric"),
+        ("sold", "date"),
+    ]
+    counts = manifest["train"]["class_counts"]
+    assert counts[0] > 3 * counts[1] > 0, counts  # imbalanced, counted for the balanced weights
+    final = json.loads(artifacts.get(keys.final_metrics_key(out["plan"]["run_id"])))["final"]
+    assert len(final["val_class_recall"]) == 2 and final["val_balanced_accuracy"] is not None, final
+    assert json.loads(artifacts.get(keys.job_key(out["plan"]["run_id"])))["training"]["class_weights"] == "balanced"
+
+    header, *rows = _sales(2)
+    for i, chunk in enumerate((rows[: ROWS // 2], rows[ROWS // 2 :])):
+        upload(f"incoming/sales/v2/part-{i:05d}.csv.gz", _gz([header, *chunk]))
+    desc = _wait(engine, upload("incoming/sales/v2/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    prepared = json.loads(desc["output"])["prepared"]
+    assert prepared["rows"] == ROWS and "(2 parts) with the pipeline's features" in prepared["reason"], prepared
+    parts = f"s3://{names.data_bucket}/incoming/sales/v2/part-00000.csv.gz and 1 more parts"
+    assert prepared["notes"][0].startswith(f"{parts}: column 'size': ") and "recorded median" in prepared["notes"][0]
+    assert pl.versions(artifacts, "sales")[-1].start.startswith("warm: from the champion v1")
+
+    upload("incoming/sales/v3/sales.csv.gz", _gz(_sales(3, bad_date=42)))
+    desc = _wait(engine, upload("incoming/sales/v3/_SUCCESS", b""))
+    said = f"s3://{names.data_bucket}/incoming/sales/v3/sales.csv.gz: column 'sold', line 42: 'soon' is not a date"
+    assert desc["status"] == "FAILED" and desc["error"] == "InvalidDataset" and said in desc["cause"], desc
+    (envelope,) = refusals(1)
+    assert envelope["Subject"] == "smlt: sales v3 refused" and json.loads(envelope["Message"])["message"].startswith(
+        said
+    )
+
+    publish_outputs(engine, "SmltUploads")
+    capsys.readouterr()
+    assert main(["models", "list", "sales", "--stack", "SmltUploads"]) == 0
+    listing = capsys.readouterr().out
+    assert "v1" in listing and "v2" in listing and "InvalidDataset: " in listing and "'soon'" in listing, listing
+    (tmp_path / "new.csv.gz").write_bytes(_gz(_sales(4)))
+    args = ["predict", "sales@latest", str(tmp_path / "new.csv.gz"), "--out", str(tmp_path / "p.csv")]
+    assert main([*args, "--stack", "SmltUploads"]) == 0
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0] == "id,prediction,probability,label" and len(lines) == ROWS + 1

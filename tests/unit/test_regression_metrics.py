@@ -216,3 +216,43 @@ def test_an_accuracy_that_hides_a_missed_class_is_told_with_the_class_named(tmp_
     run = {**final, "rounds": 3, "stop_reason": "max_rounds", "estimated_cost_usd": 0.001, "val_loss": 0.2}
     lines = done_lines("r", run, 1.0, tmp_path)
     assert lines[1].startswith("  warning: balanced accuracy 0.5000") and "class 'fraud'" in lines[1]
+
+
+def test_the_watch_tells_a_triggered_runs_missed_class(tmp_path, monkeypatch, caplog):
+    """`smlt run --local --watch` (smlt/watch.py) ends a pipeline run's lines with the warning
+    `smlt run` ends with, the class named from the fetched model card."""
+    import json
+
+    from smlt import watch
+
+    final = {"val_accuracy": 0.94, "val_balanced_accuracy": 0.5, "val_class_recall": [0.0, 1.0], "rounds": 1}
+
+    def fetched(store, run_id, out, history):
+        out.mkdir(parents=True)
+        (out / "model.json").write_text('{"classes": ["fraud", "ok"]}')
+        return {"final": final, "job": {"dataset": {"uri": "s3://d/prepared/x/"}}}
+
+    class Engine:
+        def wait(self, arn, interval):
+            return {"status": "SUCCEEDED", "output": json.dumps({"plan": {"run_id": "r1"}})}
+
+        def client(self, name):
+            return None
+
+        def history(self, arn):
+            return []
+
+    class Follower:
+        def __init__(self, *args):
+            pass
+
+        def poll(self):
+            pass
+
+    monkeypatch.setattr(watch, "fetch_outputs", fetched)
+    monkeypatch.setattr(watch, "Follower", Follower)
+    names = type("Names", (), {"artifacts_bucket": "a"})()
+    caplog.set_level("INFO", logger="smlt.notice")
+    watch._follow_triggered(Engine(), names, "arn", tmp_path)
+    told = [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
+    assert told[-1].startswith("  warning: balanced accuracy 0.5000") and "class 'fraud'" in told[-1], told

@@ -32,7 +32,6 @@ images), which the zip functions' layer has not; see docs/architecture.md, "Trig
 
 from __future__ import annotations
 
-import logging
 import posixpath
 import tarfile
 import tempfile
@@ -59,6 +58,7 @@ from smlt.runtime.items import PrepareItem
 from smlt.runtime.job import parse_job
 from smlt.runtime.notify import Refusal, refusal_told
 from smlt.runtime.pipeline import prepare_with_features
+from smlt.runtime.progress import collected_notices
 from smlt.runtime.records import RunTable
 from smlt.runtime.steps import prepare_parts, upload_parts
 from smlt.runtime.steps.events import DataPrepared, PrepareDataEvent
@@ -283,7 +283,11 @@ def _prepare_claimed(upload: Upload) -> DataPrepared:
     if parts is not None:  # one table in many files: the parts' Maps prepare it
         return prepare_parts.start_parts(upload, parts, options, spec, where)
     source = find_source(listing, where, options=options)
-    with tempfile.TemporaryDirectory(prefix="smlt-prepare-") as tmp, _notes() as notes, _named(tmp, where, source):
+    with (
+        tempfile.TemporaryDirectory(prefix="smlt-prepare-") as tmp,
+        collected_notices() as notes,
+        _named(tmp, where, source),
+    ):
         path = _fetch(upload, source, Path(tmp), where, options)
         manifest, said = _prepare(path, upload, spec, options)
     return DataPrepared(
@@ -391,28 +395,6 @@ def _check_loaded(path: Path, source: RawSource, where: str, options: SourceOpti
         if size > kind.bytes:
             said = _pixels(size, len(images), _channels(options), height, width)
             raise TooLargeForLambda(too_large(_named_as(source, where, in_archive), said, kind, where))
-
-
-@contextmanager
-def _notes() -> Iterator[list[str]]:
-    """What preparing tells the user (smlt.runtime.progress's notice logger), collected."""
-    notes: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            notes.append(record.getMessage())
-
-    from smlt.runtime.progress import notice
-
-    handler = Collect(logging.INFO)
-    level = notice.level
-    notice.addHandler(handler)
-    notice.setLevel(min(level, logging.INFO) if level else logging.INFO)
-    try:
-        yield notes
-    finally:
-        notice.removeHandler(handler)
-        notice.setLevel(level)
 
 
 def _local_names(text: str, tmp: str, where: str, source: RawSource) -> str:

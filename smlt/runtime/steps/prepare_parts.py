@@ -6,12 +6,13 @@ after each Map (infra/stacks/workflow.py; docs/architecture.md, "Prepare"):
   `<dataset folder>/_parts/` (the job's source options and the pipeline's features) and answers
   the parts, the Maps' items;
 - PartStats (`part_stats`, a child) fits its part (pass 1), writes `fit-<part>.json`; MergeStats
-  (`merge_stats`) checks the parts' headers, merges, fixes the transforms (`fit.json`);
+  (`merge_stats`) checks the parts' headers, merges, fixes the transforms (`fit.json`) and keeps
+  what they tell the user (`notes.json`: NA markers, date columns, row numbers, label leaks);
 - PartMoments (`part_moments`) encodes its part: the standardisation's moments and the imputed
   medians' second pass (`moments-<part>.json`); MergeMoments settles them (`settled.json`);
 - PartShards (`part_shards`) writes its part's shards into the dataset folder (named by the part,
   at most 64 MB, shuffled within; `shards-<part>.json`); FinishParts writes the manifest last (and
-  for the pipeline's first version its features), deletes the scratch and answers as PrepareData does.
+  for the pipeline's first version its features), deletes the scratch and answers as PrepareData does (with those `notes`).
 
 A child's named error is caught inside the child (the Map never fails for it) and raised again,
 by its name and message, by the step after the Map: the execution ends with the same error
@@ -34,6 +35,7 @@ from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, p
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.notify import Refusal, refusal_told
 from smlt.runtime.pipeline import read_features, version_of, write_features
+from smlt.runtime.progress import collected_notices
 from smlt.runtime.steps.events import (
     DataPrepared,
     MergeEvent,
@@ -43,11 +45,14 @@ from smlt.runtime.steps.events import (
     PartStatsEvent,
     StatsMerged,
 )
+from smlt.runtime.steps.prepare_limits import MAX_NOTES
 from smlt.runtime.steps.upload_parts import TableParts, check_headers
 from smlt.runtime.store import NotFound, S3Store
 from smlt.runtime.trigger import Upload
 
 SCRATCH = "_parts"
+NOTES = "notes.json"
+FIRST_NOTES = "notes-00000.json"  # what the first part's pass 1 told
 
 
 def _scratch(folder: str, name: str) -> str:
@@ -117,11 +122,14 @@ def part_stats(event: PartStatsEvent) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="smlt-part-") as tmp:
         local, uri = _local(event.bucket, event.key, tmp)
         try:
-            fit = fit_part(local, event.part, options=setup.options, features=setup.features, text=set(event.text))
+            with collected_notices() as notes:
+                fit = fit_part(local, event.part, options=setup.options, features=setup.features, text=set(event.text))
         except InvalidDataset as e:
             raise _named(store, event, e, local, uri) from None
         header = [fit.labels.name, *(c.name for c in fit.columns)]
         store.put(_scratch(event.folder, f"fit-{event.part:05d}.json"), _stored((fit, header), local, uri))
+        if event.part == 0:  # the parts share a header: the first's notices (a new column ignored) are the table's
+            store.put(_scratch(event.folder, FIRST_NOTES), json.dumps([n.replace(local, uri) for n in notes]).encode())
     return {"part": event.part, "rows": fit.rows}
 
 
@@ -158,7 +166,14 @@ def merge_stats(event: MergeEvent) -> StatsMerged:
     if whole.flipped:
         return StatsMerged(again=True, text=sorted(whole.flipped | _text(whole)))
     settle(whole, described(paths))
-    t = TableTransforms.of(whole)
+    with collected_notices() as notes:  # the NA markers, date columns, row numbers, leaks: the whole table's
+        t = TableTransforms.of(whole)
+    try:
+        notes = json.loads(store.get(_scratch(event.folder, FIRST_NOTES))) + notes
+    except NotFound:
+        pass
+    told = [n.replace(f"{paths[0]}:", f"{described(paths)}:", 1) for n in notes[:MAX_NOTES]]
+    store.put(_scratch(event.folder, NOTES), json.dumps(told).encode())  # FinishParts answers them
     store.put(_scratch(event.folder, "fit.json"), fit_state.dumps((whole, t, [(r.train, r.validation) for r in rows])))
     return StatsMerged(again=False)
 
@@ -250,6 +265,7 @@ def finish_parts(event: MergeEvent) -> DataPrepared:
         said = f"fixed the pipeline's features, generation 1 -> {setup.spec_uri}"
     else:
         said = f"with the pipeline's features (generation {current.generation}, {setup.spec_uri})"
+    notes = json.loads(store.get(_scratch(event.folder, NOTES)))
     for key in store.list(f"{event.folder}/{SCRATCH}/"):
         store.delete(key)
     return DataPrepared(
@@ -258,6 +274,7 @@ def finish_parts(event: MergeEvent) -> DataPrepared:
         dataset=f"s3://{event.bucket}/{event.folder}/",
         reason=f"prepared {setup.where} ({len(rows)} parts) {said}",
         rows=manifest.train.rows + manifest.validation.rows,
+        notes=notes,
     )
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import zipfile
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -208,3 +209,53 @@ def test_a_jsonl_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
     assert str(e.value).startswith(
         "s3://smlt-data/incoming/h/v3/houses.jsonl: column 'size', line 2 holds a JSON array"
     )
+
+
+def _parts_prepared(s3, version: str, bodies: list[bytes]) -> dict:
+    """A version uploaded in parts, prepared by the parts' steps run in turn as the Maps run them:
+    FinishParts' answer."""
+    from smlt.runtime.steps import prepare_parts
+    from smlt.runtime.steps.events import MergeEvent, PartMomentsEvent, PartShardsEvent, PartStatsEvent
+
+    for part, body in enumerate(bodies):
+        s3.put_object(Bucket="smlt-data", Key=f"incoming/h/{version}/part-{part:05d}.csv", Body=body)
+    s3.put_object(Bucket="smlt-data", Key=f"incoming/h/{version}/_SUCCESS", Body=b"")
+    started = p.prepare_upload(p.PrepareSettings(), _event(f"incoming/h/{version}/_SUCCESS"))
+    steps = {"run_id": started.run_id, "bucket": started.bucket, "folder": started.folder, "execution": "exec-1"}
+    items = [item.model_dump() for item in started.parts]
+
+    def mapped(op: str, event: Any) -> list[dict]:
+        return [prepare_parts.handle(event.model_validate({"op": op, **item, **steps})) for item in items]
+
+    for op, event, merge in (
+        ("part_stats", PartStatsEvent, "merge_stats"),
+        ("part_moments", PartMomentsEvent, "merge_moments"),
+        ("part_shards", PartShardsEvent, "finish_parts"),
+    ):
+        answer = prepare_parts.handle(MergeEvent.model_validate({"op": merge, "results": mapped(op, event), **steps}))
+    return answer
+
+
+def test_a_table_in_parts_answers_the_notes_a_single_file_does(aws):
+    """FinishParts answers what preparing the whole table told (NA markers, a row-number column;
+    a later version's new column ignored), named by its parts, as PrepareData does for one file."""
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    head, *rows = _csv(3, rows=240).decode().splitlines()
+    rows = [f"{i + 1},{r}" if i % 9 else f"{i + 1},NA,{r.split(',', 1)[1]}" for i, r in enumerate(rows)]
+    halves = [("\n".join([f"id,{head}", *chunk]) + "\n").encode() for chunk in (rows[:120], rows[120:])]
+    answer = _parts_prepared(aws, "v1", halves)
+    parts = "s3://smlt-data/incoming/h/v1/part-00000.csv and 1 more parts"
+    assert answer["rows"] == 240 and len(answer["notes"]) == 2, answer
+    assert answer["notes"][0].startswith(f"{parts}: column 'id' rises with every row (1 to 240)")
+    assert answer["notes"][1] == f"{parts}: column 'size': 27 cells written 'NA' are read as empty " + (
+        "(imputed with the train split's median, see --missing)"
+    )
+
+    head, *rows = _csv(4, rows=120, extra=True).decode().splitlines()
+    rows = [f"{i + 1},{r}" for i, r in enumerate(rows)]
+    halves = [("\n".join([f"id,{head}", *chunk]) + "\n").encode() for chunk in (rows[:60], rows[60:])]
+    answer = _parts_prepared(aws, "v2", halves)
+    assert answer["notes"] == [
+        "s3://smlt-data/incoming/h/v2/part-00000.csv and 1 more parts: column 'garden' is not among the "
+        "pipeline's features (generation 1): ignored (prepare with --new-features to start a generation that uses it)"
+    ], answer
