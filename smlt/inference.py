@@ -32,7 +32,7 @@ from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
 from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import table_suffix
-from smlt.runtime.data.tabular import Table, apply_columns, missing, read_table
+from smlt.runtime.data.tabular import Table, apply_columns, missing, no_column, read_table
 from smlt.runtime.errors import InvalidDataset, RunNotFound
 from smlt.runtime.keys import final_model_key, parse_s3_uri
 from smlt.runtime.modelcard import InvalidModel, ModelCard, card_key, parse_card, read_card
@@ -238,6 +238,7 @@ class Predictions:
     probabilities: np.ndarray | None = None
     values: np.ndarray | None = None
     truth: np.ndarray | None = None
+    id_name: str = "id"  # the ids' column in the written table: the data's own id column when named
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -267,7 +268,7 @@ class Predictions:
     def rows(self) -> tuple[list[str], list[list[Any]]]:
         """(header, rows) of the predictions table written by `write`."""
         if self.index is not None:
-            header = ["id", "prediction", "probability"]
+            header = [self.id_name, "prediction", "probability"]
             body: list[list[Any]] = [
                 [i, label, round(float(p), 6)] for i, label, p in zip(self.ids, self.labels, self.probability)
             ]
@@ -278,7 +279,7 @@ class Predictions:
             return header, body
         assert self.values is not None
         names = self.columns if len(self.columns) == self.values.shape[1] else ["prediction"]
-        header = ["id", *names]
+        header = [self.id_name, *names]
         body = [[i, *(float(v) for v in vs)] for i, vs in zip(self.ids, self.values)]
         if self.truth is not None:  # the data's own values beside the predictions, as a label is
             header += [f"{n}_true" for n in names]
@@ -312,6 +313,7 @@ class Inputs:
     x: np.ndarray
     ids: list[str]
     truth: np.ndarray | None = None
+    id_name: str = "id"
 
 
 @dataclass
@@ -347,11 +349,12 @@ class LoadedModel:
         """New data (as `inputs` reads it) as the model's input tensor."""
         return torch.from_numpy(np.ascontiguousarray(model_input(self.manifest, self.inputs(data).x)))
 
-    def inputs(self, data: Any, split: str = "validation") -> Inputs:
+    def inputs(self, data: Any, split: str = "validation", id_column: str | None = None) -> Inputs:
         """Rows of `data` in the stored form: a .csv/.parquet file or DataFrame (the recorded column
         transforms), an .npz file or an array (the recorded standardisation), an image file or
-        folder (resized to the recorded size), or a prepared dataset folder (its `split`'s shards)."""
-        return read_inputs(self.manifest, data, split)
+        folder (resized to the recorded size), or a prepared dataset folder (its `split`'s shards).
+        `id_column`: a table's column whose values name the rows (else its line or row number)."""
+        return read_inputs(self.manifest, data, split, id_column)
 
     def serving_input(self, data: Any, split: str = "validation") -> np.ndarray:
         """`data` as the input of the model `smlt export` writes (smlt.serving): feature values and
@@ -361,8 +364,8 @@ class LoadedModel:
 
         return serving_input(self, data, split)
 
-    def predict(self, data: Any, split: str = "validation") -> Predictions:
-        rows = data if isinstance(data, Inputs) else self.inputs(data, split)
+    def predict(self, data: Any, split: str = "validation", id_column: str | None = None) -> Predictions:
+        rows = data if isinstance(data, Inputs) else self.inputs(data, split, id_column)
         return self.predict_rows(rows)
 
     def predict_rows(self, rows: Inputs) -> Predictions:
@@ -374,7 +377,9 @@ class LoadedModel:
         out = np.concatenate(outs) if outs else np.zeros((0, self.card.output_dim), np.float32)
         if self.card.task == "classification":
             probs = torch.softmax(torch.from_numpy(out), dim=1).numpy()
-            return Predictions("classification", rows.ids, self.classes, out.argmax(1), probs, truth=rows.truth)
+            return Predictions(
+                "classification", rows.ids, self.classes, out.argmax(1), probs, truth=rows.truth, id_name=rows.id_name
+            )
         target = self.manifest.target
         values = out.astype(np.float64)
         if target is not None:  # stored standardised: back to the user's units
@@ -383,7 +388,7 @@ class LoadedModel:
         names = [label] if label and values.shape[1] == 1 else [f"prediction_{j}" for j in range(values.shape[1])]
         if values.shape[1] == 1 and not label:
             names = ["prediction"]
-        return Predictions("regression", rows.ids, names, values=values, truth=rows.truth)
+        return Predictions("regression", rows.ids, names, values=values, truth=rows.truth, id_name=rows.id_name)
 
 
 def load_model(
@@ -468,15 +473,19 @@ def _activate_code(card: ModelCard, found: _Found, folder: Path | None) -> None:
 # reading new data as the dataset's stored rows
 
 
-def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inputs:
+def read_inputs(manifest: Manifest, data: Any, split: str = "validation", id_column: str | None = None) -> Inputs:
     if isinstance(data, Inputs):
         return data
+    if id_column is not None and not (_is_frame(data) or table_suffix(str(data)) in TABLE_SUFFIXES):
+        raise InvalidDataset(
+            f"id column {id_column!r}: {data if isinstance(data, (str, Path)) else 'the data'} is not a table"
+        )
     if isinstance(data, torch.Tensor):
         data = data.numpy()
     if isinstance(data, np.ndarray):
         return _arrays(manifest, data, None, "array")
     if _is_frame(data):
-        return _table(manifest, read_table_rows(manifest, data))
+        return _table(manifest, read_table_rows(manifest, data), id_column)
     path = Path(str(data))
     if str(data).startswith("s3://"):
         return _prepared_s3(manifest, str(data), split)
@@ -488,7 +497,7 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation") -> Inp
         return _images(manifest, path)
     suffix = path.suffix.lower()
     if table_suffix(path) in TABLE_SUFFIXES:
-        return _table(manifest, read_table_rows(manifest, path))
+        return _table(manifest, read_table_rows(manifest, path), id_column)
     if suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:
             if "x" not in z:
@@ -533,7 +542,7 @@ def table_inputs(manifest: Manifest, table: Table) -> Inputs:
     return _table(manifest, table)
 
 
-def _table(manifest: Manifest, table: Table) -> Inputs:
+def _table(manifest: Manifest, table: Table, id_column: str | None = None) -> Inputs:
     if manifest.columns is None:
         raise InvalidDataset(
             f"{table.path}: the model was trained on {manifest.source}, not on named columns: predict on an .npz, "
@@ -556,8 +565,13 @@ def _table(manifest: Manifest, table: Table) -> Inputs:
                 truth = cells.astype(np.float64)
             except ValueError:
                 truth = None
-    ids = [f"{table.unit} {int(r)}" for r in table.rows]
-    return Inputs(x, ids, truth)
+    if id_column is None:
+        return Inputs(x, [f"{table.unit} {int(r)}" for r in table.rows], truth)
+    if id_column not in table.columns:
+        raise no_column(f"{table.path}: id column (--id)", [id_column], list(table.columns))
+    cells = table.columns[id_column]
+    ids = [("" if np.isnan(v) else f"{v:g}") for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
+    return Inputs(x, ids, truth, id_column)
 
 
 def _is_frame(data: Any) -> bool:

@@ -28,10 +28,15 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("predict", help="predict with a run's model on new data (its training transforms applied)")
     _model_args(p)
     p.add_argument(
-        "data", help="a .csv, .parquet, .jsonl or .npz file, an image or image folder, or a prepared dataset folder"
+        "data",
+        help="a .csv, .tsv, .parquet, .jsonl (a .csv, .tsv or .jsonl also .gz, .bz2, .xz) or .npz file, an image or "
+        "image folder, or a prepared dataset folder",
     )
     p.add_argument("--out", required=True, help="predictions file (.csv or .parquet)")
     p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
+    p.add_argument(
+        "--id", dest="id_column", metavar="COLUMN", help="a table's column naming each row (default: its line or row)"
+    )
     p.set_defaults(fn=predict)
 
     e = sub.add_parser("export", help="export a run's model for serving (ONNX or a torch.export program)")
@@ -77,7 +82,7 @@ def predict(args: argparse.Namespace) -> int:
 
     model = _load(args)
     notice.info(f"model {model.source}: {card_summary(model.card)}")
-    result = run(model, args.data, out=args.out, split=args.split)
+    result = run(model, args.data, out=args.out, split=args.split, id_column=args.id_column)
     score = ""
     if result.accuracy is not None:
         score = f", accuracy {result.accuracy:.4f} on the data's own labels"

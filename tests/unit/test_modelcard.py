@@ -12,6 +12,7 @@ from safetensors.torch import save
 
 from smlt.inference import LoadedModel, _Found, build, read_inputs
 from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.job import parse_job
 from smlt.runtime.modelcard import InvalidModel, build_card, read_card, with_card
 from smlt.runtime.tensors.format import views
@@ -86,6 +87,17 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
     out = preds.write(tmp_path / "p.csv")
     lines = out.read_text().splitlines()
     assert lines[0] == "id,prediction,probability,label" and lines[1].startswith("line 2,big,")
+    # A table's own column names the rows (a submission's PassengerId), in the header too.
+    named = tmp_path / "named.csv"
+    named.write_text("ref,size,colour\nA-1,15.0,red\nB-2,4.0,blue\n")
+    by_ref = loaded.predict(named, id_column="ref")
+    assert by_ref.ids == ["A-1", "B-2"] and by_ref.rows()[0][0] == "ref"
+    with pytest.raises(
+        InvalidDataset, match=r"named.csv: id column \(--id\): no column 'refs' \(did you mean 'ref'\?\)"
+    ):
+        loaded.predict(named, id_column="refs")
+    with pytest.raises(InvalidDataset, match="id column 'ref': the data is not a table"):
+        loaded.predict(np.zeros((1, 3), np.float32), id_column="ref")
     # The rows went through the recorded transforms: the same stored features prepare wrote.
     x = read_inputs(manifest, new).x
     assert x.shape == (3, manifest.features)

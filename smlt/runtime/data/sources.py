@@ -11,7 +11,6 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,11 +156,7 @@ def _table(path: Path, opts: SourceOptions) -> TableSource:
     label = tabular.pick_label(file.path, file.columns, opts.label)
     unknown = [c for c in opts.drop if c not in file.columns]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], file.columns, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidDataset(
-            f"{path}: drop: no column {', '.join(map(repr, unknown))}{hint}; the columns are {', '.join(file.columns)}"
-        )
+        raise tabular.no_column(f"{path}: drop", unknown, file.columns)
     if label in opts.drop:
         raise InvalidDataset(
             f"{path}: drop: {label!r} is the label column, which cannot be left out; name the label with --label "

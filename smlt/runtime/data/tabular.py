@@ -16,6 +16,7 @@ data) adds the recorded standardisation.
 
 from __future__ import annotations
 
+import difflib
 import json
 import shlex
 import zlib
@@ -88,6 +89,15 @@ def _cells(blocks: list[Block], name: str, numeric: bool) -> np.ndarray:
         return np.concatenate([p[0] for p in parsed if p is not None])
     return np.concatenate(
         [np.asarray(b.number_text(name).fill_null("").to_numpy(zero_copy_only=False), dtype=str) for b in blocks]
+    )
+
+
+def no_column(where: str, names: Sequence[str], columns: Sequence[str]) -> InvalidDataset:
+    """`names` (asked for by an option: `where` says which) are not among a file's `columns`."""
+    close = difflib.get_close_matches(names[0], list(columns), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return InvalidDataset(
+        f"{where}: no column {', '.join(map(repr, names))}{hint}; the columns are {', '.join(columns)}"
     )
 
 
