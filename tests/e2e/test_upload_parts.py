@@ -227,13 +227,13 @@ def test_compressed_versions_with_dates_and_na_cells_train_balanced_and_predict(
         said
     )
 
-    publish_outputs(engine, "SmltUploads")
+    publish_outputs(engine, "SmltSales")
     capsys.readouterr()
-    assert main(["models", "list", "sales", "--stack", "SmltUploads"]) == 0
+    assert main(["models", "list", "sales", "--stack", "SmltSales"]) == 0
     listing = capsys.readouterr().out
     assert "v1" in listing and "v2" in listing and "InvalidDataset: " in listing and "'soon'" in listing, listing
     (tmp_path / "new.csv.gz").write_bytes(_gz(_sales(4)))
     args = ["predict", "sales@latest", str(tmp_path / "new.csv.gz"), "--out", str(tmp_path / "p.csv")]
-    assert main([*args, "--stack", "SmltUploads"]) == 0
+    assert main([*args, "--stack", "SmltSales"]) == 0
     lines = (tmp_path / "p.csv").read_text().splitlines()
     assert lines[0] == "id,prediction,probability,label" and len(lines) == ROWS + 1
