@@ -141,26 +141,39 @@ class LabelFit:
                     "(or pass --task regression)"
                 )
             index, classes = list(range(len(keys))), names
+            _tell_case_variants(self.path, f"label column {self.name!r}", names, "classes")
         self._keys = np.array(keys, np.float64) if self.numeric else keys
         self._index = np.array(index, np.int64)
         return Labels("classification", ArraySpec(shape=[], dtype="int64"), len(classes), classes, None)
 
     def _infer(self) -> Task:
         """Regression for fractional labels, classification for whole numbers with few distinct
-        values (fewer still when written as decimals); anything in between is refused rather
-        than guessed."""
+        values (fewer still when written as decimals); more are refused rather than guessed, and
+        classes past MAX_INFERRED_DECIMAL_CLASSES are told how to be a quantity."""
+        from smlt.runtime.progress import notice
+
         if self.fraction:
             return "regression"
         limit = tabular.MAX_INFERRED_DECIMAL_CLASSES if self.decimals else tabular.MAX_INFERRED_CLASSES
         n = len(self.numbers) if self.numbers is not None else None
+        task = '(a job\'s dataset: "task": "regression")'
         if n is None or n > limit:
             raise InvalidDataset(
                 f"{self.path}: label column {self.name!r} has {n if n is not None else f'more than {MAX_LEVELS:,}'} "
                 "distinct whole-number values"
                 + (" written as decimals" if self.decimals else "")
-                + ": pass --task regression for a quantity, or --task classification if each value is a class"
+                + f"{self._span()}: pass --task regression for a quantity such as an age, a count or a price {task}, "
+                "or --task classification if each value is a class"
+            )
+        if n > tabular.MAX_INFERRED_DECIMAL_CLASSES:
+            notice.info(
+                f"{self.path}: label column {self.name!r} has {n} distinct whole-number values{self._span()}, "
+                f"read as {n} classes: if it is a quantity such as a count or a rating, pass --task regression {task}"
             )
         return "classification"
+
+    def _span(self) -> str:
+        return f" ({min(self.numbers):g} to {max(self.numbers):g})" if self.numbers else ""
 
     def _regression(self) -> Labels:
         if not self.finite:
@@ -196,6 +209,21 @@ class LabelFit:
             return self._index[np.searchsorted(self._keys, parsed[0])]
         found = pc.index_in(block.text(self.name), value_set=pa.array(self._keys, pa.string()))
         return self._index[found.to_numpy(zero_copy_only=False)]
+
+
+def _tell_case_variants(path: str, what: str, values: Sequence[str], kind: str) -> None:
+    """A warning when some of a label's classes (or a one-hot column's levels) differ only in case
+    or spacing: likely one value written several ways, which a model learns apart."""
+    from smlt.runtime.progress import notice
+
+    groups = tabular.case_variants(values)
+    if not groups:
+        return
+    said = "; ".join(" and ".join(map(repr, g)) for g in groups[:3]) + ("; ..." if len(groups) > 3 else "")
+    notice.warning(
+        f"{path}: {what}: {said} differ only in letter case or spacing, and are learnt as different {kind}: "
+        "if they mean the same, write them one way in the file and prepare again"
+    )
 
 
 def _empty(block: Block, i: int, name: str) -> str:
@@ -546,6 +574,9 @@ class TableFit:
                 if told:
                     notice.info(told)
         transforms = [c.transform(self.impute) for c in self.columns]
+        for t in transforms:
+            if t.kind == "onehot" and t.levels:
+                _tell_case_variants(self.path, f"column {t.name!r}", t.levels, "levels")
         dates = [t for t in transforms if t.kind == "date"]
         if dates:
             said = "; ".join(f"{t.name!r}: {', '.join(tabular.DATE_MEANING[p] for p in t.levels)}" for t in dates)

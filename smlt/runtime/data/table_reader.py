@@ -51,6 +51,17 @@ _OTHER_DELIMITERS = ";\t|"
 # databases (`NULL`) and pandas (`<NA>`, `None`) write one: the common ones of pandas' own list,
 # without `nan`/`NaN`, which are the number NaN here (refused as not finite).
 MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None")
+# A number as a spreadsheet formats it: grouped thousands, a currency sign before or after, a
+# percent sign (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`; in a file not separated by commas,
+# `1.234,50` or `1.234.567`). Read as the number without its marks (`7.5%` is 7.5): whole columns of
+# them were text, hashed into buckets. In a comma file `1,234` is a thousand and more, as Excel
+# writes it in English; in a comma-decimal file `1.234` stays 1.234.
+_SIGNS = "$€£¥"
+_MARKED = {
+    False: rf"^[+-]?[{_SIGNS}]?[+-]?(?:[0-9]{{1,3}}(?:,[0-9]{{3}})+|[0-9]+)(?:\.[0-9]+)?(?:%|\s?[{_SIGNS}])?$",
+    True: rf"^[+-]?[{_SIGNS}]?[+-]?(?:[0-9]{{1,3}}(?:\.[0-9]{{3}})+,[0-9]+|[0-9]{{1,3}}(?:\.[0-9]{{3}}){{2,}}|[0-9]+(?:,[0-9]+)?)(?:%|\s?[{_SIGNS}])?$",
+}
+_MARKS = {False: rf"[,%\s{_SIGNS}]", True: rf"[.%\s{_SIGNS}]"}
 
 
 # A text table (CSV, TSV, JSON Lines) may come compressed whole, as Spark, Firehose and pandas
@@ -203,7 +214,8 @@ class Block:
 
     def number_text(self, name: str) -> Any:
         """The column's text (`text`) as a number column reads it: a missing marker (`NA`,
-        `#N/A`, `NULL`, ...) is null, as an empty cell is, and in a file not separated by commas
+        `#N/A`, `NULL`, ...) is null, as an empty cell is, a spreadsheet's formatted number
+        (`$1,234.50`, `7.5%`: _MARKED) is bare, and in a file not separated by commas
         a decimal comma is a point (`0,5` is 0.5): what prepare parses and counts, and
         `tabular.read_table` reads of a number column."""
         if name not in self._number_text:
@@ -215,6 +227,10 @@ class Block:
                 marked = pc.is_in(text, value_set=pa.array(MISSING_MARKERS, text.type))
                 if pc.any(marked).as_py():
                     text = pc.if_else(marked, pa.scalar(None, text.type), text)
+                formatted = pc.fill_null(pc.match_substring_regex(text, _MARKED[self.decimal_comma]), False)
+                if pc.any(formatted).as_py():
+                    bare = pc.replace_substring_regex(text, _MARKS[self.decimal_comma], "")
+                    text = pc.if_else(formatted, bare, text)
             if self.decimal_comma:
                 text = pc.replace_substring(text, ",", ".")
             self._number_text[name] = text

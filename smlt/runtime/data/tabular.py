@@ -41,10 +41,11 @@ MAX_ONEHOT_LEVELS = 16
 HASH_BUCKETS = 32
 # Columns taken as the label when none is named, in this order (else the last column).
 LABEL_NAMES = ("label", "target", "y")
-# More distinct labels than this and a CSV's task must be named: integer-valued prices or counts
-# would otherwise become hundreds of one-row classes. Labels written as decimals ("151.0") look
-# like a quantity sooner, but "0.0"/"1.0" flags are still classes.
-MAX_INFERRED_CLASSES = 100
+# More distinct whole-number labels than this and a table's task must be named: ages, prices or
+# counts would otherwise become dozens of thin classes. Labels written as decimals ("151.0") look
+# like a quantity sooner, but "0.0"/"1.0" flags are still classes. Between the two limits the
+# labels are classes, and prepare says how to make them a quantity.
+MAX_INFERRED_CLASSES = 20
 MAX_INFERRED_DECIMAL_CLASSES = 10
 
 
@@ -104,6 +105,16 @@ def no_column(where: str, names: Sequence[str], columns: Sequence[str]) -> Inval
 def drop_hint(name: str) -> str:
     """How to leave a column out of the features, for a notice that names one."""
     return f'leave it out with --drop {shlex.quote(name)} (a job\'s dataset: "drop": [{json.dumps(name)}])'
+
+
+def case_variants(values: Collection[str]) -> list[list[str]]:
+    """Groups of values that differ only in letter case or inner spaces (`Yes`, `yes`, `YES`;
+    `New York`, `New  York`): one thing written several ways, or truly different values ('a' and 'A'
+    are two letters). Told, never merged."""
+    groups: dict[str, list[str]] = {}
+    for v in values:
+        groups.setdefault(" ".join(v.split()).casefold(), []).append(v)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
 def missing(cells: np.ndarray) -> np.ndarray:
