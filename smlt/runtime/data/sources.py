@@ -163,6 +163,16 @@ def _table(path: Path, opts: SourceOptions) -> TableSource:
             "(the job's dataset.label), or drop another column"
         )
     features = [c for c in file.columns if c != label and c not in opts.drop]
+    index = file.columns[0]
+    if index in tabular.INDEX_NAMES and index in features:
+        from smlt.runtime.progress import notice
+
+        features.remove(index)
+        notice.info(
+            f"{path}: the first column {'has no name' if not index else f'is named {index!r}'}: an index or row "
+            "names, as pandas' to_csv and R's "
+            "write.csv write them, which a model can only memorise: left out (name it in the header to use it)"
+        )
     if not features:
         raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")
     name = Path(path.stem).stem if is_compressed(path) else path.stem  # houses.csv.gz: houses

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 # more are hashed into HASH_BUCKETS features.
 MAX_ONEHOT_LEVELS = 16
 HASH_BUCKETS = 32
+# A first column so named is a data frame's index or row names (pandas' to_csv writes "", and
+# "Unnamed: 0" once read and written again; R's write.csv ""; pyarrow from pandas
+# "__index_level_0__"): left out of the features.
+INDEX_NAMES = frozenset({"", "Unnamed: 0", "__index_level_0__"})
 # Columns taken as the label when none is named, in this order (else the last column).
 LABEL_NAMES = ("label", "target", "y")
 # More distinct whole-number labels than this and a table's task must be named: ages, prices or
