@@ -7,7 +7,8 @@ each block is parsed by pyarrow's CSV reader, single-threaded, every cell as tex
 each row ends is kept for messages (blank lines are not rows). Cells are separated by commas, or by
 the semicolons, tabs or bars of a header that has none outside quotes (a spreadsheet saved in a
 comma-decimal locale writes semicolons; in such a file a column of `0,346` is numbers). A Parquet
-file is read by record batches (pyarrow's `iter_batches`, one row group at a time). A block's cells stay Arrow arrays
+file is read by record batches (pyarrow's `iter_batches`, one row group at a time); a column of
+number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty), as dates (days since 1970-01-01,
 `parse_dates`) or as text (stripped, null where empty): numbers and dates cost a cast, not a
 Python string per cell.
@@ -331,6 +332,7 @@ class TableFile:
     size: int  # bytes (CSV, JSON Lines) or rows (Parquet): what `blocks` reports progress in
     read: Callable[[TableFile, Callable[[int], None] | None], Iterator[Block]]  # its format's block reader
     delimiter: str = ","  # a CSV's, as its header shows it
+    vectors: dict[str, int] = field(default_factory=dict)  # a Parquet list-of-numbers column: its length
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The file's rows in order; `progress` is told how far (in `size` units) after each block."""
@@ -347,10 +349,16 @@ def open_csv_or_parquet(path: str | Path) -> TableFile:
         )
     if is_parquet(path):
         pf = _parquet(path)
-        _check_header(path, pf.schema_arrow.names)
         if pf.metadata.num_rows == 0:
             raise InvalidDataset(f"{path}: a Parquet dataset needs at least one row")
-        return TableFile(str(path), list(pf.schema_arrow.names), "row", pf.metadata.num_rows, _parquet_blocks)
+        vectors = _vector_lengths(path, pf)
+        columns = [
+            c
+            for name in pf.schema_arrow.names
+            for c in (vector_columns(name, vectors[name]) if name in vectors else [name])
+        ]
+        _check_header(path, columns)
+        return TableFile(str(path), columns, "row", pf.metadata.num_rows, _parquet_blocks, vectors=vectors)
     with open_bytes(path) as (f, _):
         header, _, _, delimiter = _csv_header(path, f)
     _check_header(path, header)
@@ -543,6 +551,65 @@ def _parquet(path: Path) -> Any:
         raise InvalidDataset(f"{path}: not a readable Parquet file ({e})") from None
 
 
+def vector_columns(name: str, length: int) -> list[str]:
+    """The columns a Parquet column of number lists (an embedding) becomes: `emb[0]`, `emb[1]`, ..."""
+    return [f"{name}[{i}]" for i in range(length)]
+
+
+def _vector_lengths(path: Path, pf: Any) -> dict[str, int]:
+    """Each list-of-numbers column's length (its type's, or its first list's); any other nested
+    column (a struct, a map, a list of text) is refused by name: a cell is one value."""
+    import pyarrow as pa
+
+    lengths: dict[str, int] = {}
+    for f in pf.schema_arrow:
+        t = f.type
+        if not pa.types.is_nested(t):
+            continue
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) or not (
+            _is_number_type(t.value_type)
+        ):
+            raise InvalidDataset(
+                f"{path}: column {f.name!r} holds {t}: a cell is one number, text or date (a list of numbers, such "
+                "as an embedding, is a feature per element); flatten it into columns of their own"
+            )
+        if pa.types.is_fixed_size_list(t):
+            lengths[f.name] = t.list_size
+            continue
+        for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=[f.name], use_threads=False):
+            present = batch.column(0).drop_null()
+            if len(present):
+                lengths[f.name] = len(present[0])
+                break
+        else:
+            raise InvalidDataset(f"{path}: column {f.name!r} holds lists, and every one is null")
+        if lengths[f.name] == 0:
+            raise InvalidDataset(f"{path}: column {f.name!r}: its first list is empty")
+    return lengths
+
+
+def _spread(table: TableFile, name: str, col: Any, rows: np.ndarray) -> dict[str, Any]:
+    """A list-of-numbers column as one float64 column per element (NaN where the list is null:
+    empty cells, imputed or refused as any), each list checked to have the column's length."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    length = table.vectors[name]
+    sizes = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    present = ~col.is_null().to_numpy(zero_copy_only=False)
+    wrong = present & (np.nan_to_num(sizes, nan=length) != length)
+    if wrong.any():
+        i = int(np.argmax(wrong))
+        raise InvalidDataset(
+            f"{table.path}: column {name!r}, row {int(rows[i])} holds {int(sizes[i])} numbers, the column's first "
+            f"list {length}: every list of a column needs the same length (or null)"
+        )
+    values = np.full((len(col), length), np.nan)
+    flat = pc.list_flatten(col.filter(pa.array(present))).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    values[present] = flat.reshape(-1, length)
+    return {c: pa.array(values[:, i]) for i, c in enumerate(vector_columns(name, length))}
+
+
 def _parquet_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
     import pyarrow as pa
 
@@ -550,11 +617,13 @@ def _parquet_blocks(table: TableFile, progress: Callable[[int], None] | None) ->
     start = 1
     try:
         for batch in pf.iter_batches(batch_size=PARQUET_ROWS, use_threads=False):
-            cells = {
-                name: col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
-                for name, col in zip(batch.schema.names, batch.columns)
-            }
             rows = np.arange(start, start + batch.num_rows, dtype=np.int64)
+            cells: dict[str, Any] = {}
+            for name, col in zip(batch.schema.names, batch.columns):
+                if name in table.vectors:
+                    cells.update(_spread(table, name, col, rows))
+                else:
+                    cells[name] = col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
             start += batch.num_rows
             if progress is not None:
                 progress(start - 1)
