@@ -395,7 +395,16 @@ def _check_outputs(job: Job, manifest: Manifest, out: Any, rows: int) -> None:
 
     name = job.model.name
     if not isinstance(out, torch.Tensor):
-        raise InvalidJob(f"model.name: {name!r} returned {type(out).__name__} from its forward pass, not a tensor")
+        what, hint = type(out).__name__, ""
+        if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+            what += f" of {len(out)} tensor{'s' * (len(out) > 1)}"
+            hint = ": return the logits tensor alone (`return out[0]`)"
+        elif isinstance(out, dict) or hasattr(out, "logits"):
+            keys = list(out.keys()) if isinstance(out, dict) else []
+            what += f" with keys {keys}" if keys else ""
+            pick = "logits" if "logits" in keys or not keys else keys[0]
+            hint = f": return the logits tensor alone (`return out[{pick!r}]`; a Hugging Face model's `.logits`)"
+        raise InvalidJob(f"model.name: {name!r} returned {what} from its forward pass, not a tensor{hint}")
     if out.device.type != "cpu":
         raise InvalidJob(
             f"model.name: {name!r} gives its outputs on {out.device}, but the workers run on CPU (Lambda has no "

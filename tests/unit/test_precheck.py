@@ -41,6 +41,18 @@ def badfwd(input_shape, output_dim):
 
 def ok(input_shape, output_dim):
     return nn.Sequential(nn.Flatten(), nn.Linear(64, output_dim))
+
+class Wrapped(nn.Module):
+    def __init__(self, output_dim, how):
+        super().__init__()
+        self.l, self.how = nn.Linear(64, output_dim), how
+
+    def forward(self, x):
+        out = self.l(x.flatten(1))
+        return (out,) if self.how == "tuple" else {"logits": out, "hidden": x}
+
+def wrapped(input_shape, output_dim, how):
+    return Wrapped(output_dim, how)
 """
 
 
@@ -202,6 +214,24 @@ def test_a_syntax_error_names_the_file_and_line(digits, code):
 def test_too_many_or_too_few_outputs_are_refused_naming_both_numbers(digits, code, name, got, word):
     with pytest.raises(InvalidJob, match=rf"gives {got} outputs per sample, but digits has 10 classes: {word}"):
         check_model(job(f"usernets.nets:{name}"), digits, code)
+
+
+@pytest.mark.parametrize(
+    "how, said",
+    [
+        ("tuple", "returned tuple of 1 tensor from its forward pass, not a tensor: return the logits tensor alone"),
+        (
+            "dict",
+            "returned dict with keys ['logits', 'hidden'] from its forward pass, not a tensor: return the logits "
+            "tensor alone (`return out['logits']`; a Hugging Face model's `.logits`)",
+        ),
+    ],
+)
+def test_outputs_wrapped_in_a_tuple_or_dict_say_to_return_the_logits(digits, code, how, said):
+    j = parse_job({"dataset": {"uri": "unused"}, "model": {"name": "usernets.nets:wrapped", "params": {"how": how}}})
+    with pytest.raises(InvalidJob) as e:
+        check_model(j, digits, code)
+    assert said in str(e.value)
 
 
 def test_a_forward_pass_error_is_the_users_with_the_frame_of_their_forward(digits, code):
