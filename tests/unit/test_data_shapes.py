@@ -209,7 +209,7 @@ def test_a_phone_photo_is_read_upright_as_its_exif_orientation_says(tmp_path):
         (tmp_path / "photos" / name).mkdir(parents=True)
         for i in range(3):
             Image.fromarray(stored_pixels).save(tmp_path / "photos" / name / f"{i}.jpg", exif=exif, quality=95)
-    x, _, _ = read_image_folder(tmp_path / "photos", None, 1)
+    x, _, _, _ = read_image_folder(tmp_path / "photos", None, 1)
     assert x.shape[2:] == (16, 8)  # (H, W): portrait
     assert x[:, 0, :8].mean() < 40 and x[:, 0, 8:].mean() > 200
 

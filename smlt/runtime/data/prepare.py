@@ -193,7 +193,11 @@ def _in_memory(src: Source, plan: _Plan, folder: Path) -> _Prepared:
     """A source held in memory (its arrays checked whole), split and spooled."""
     source, features = plan.source, plan.features
     arrays.refuse_non_finite(src.x, source, rows=np.arange(len(src.x)))
-    val, train = Split(plan.fraction, plan.seed).take(len(src))
+    if src.validation is None:
+        val, train = Split(plan.fraction, plan.seed).take(len(src))
+    else:  # the source's own split, each part shuffled as `Split` shuffles
+        rng = np.random.default_rng(plan.seed)
+        val, train = rng.permutation(np.flatnonzero(src.validation)), rng.permutation(np.flatnonzero(~src.validation))
     plan.too_few(len(src), len(train))
     y, y_spec, outputs, target, classes = _labels(src, source, train, val, features)
     if features is None:

@@ -43,6 +43,7 @@ class Source:
     task: Task
     x: np.ndarray
     vocab_size: int | None = None
+    validation: np.ndarray | None = None  # the source's own split: True for its validation rows
 
     def __len__(self) -> int:
         return len(self.y)
@@ -184,5 +185,5 @@ def _image_folder(path: Path, opts: SourceOptions) -> Source:
         raise InvalidDataset(f"{path} is a prepared dataset (it has manifest.json): use it as the dataset directly")
     if not images.is_image_folder(path):
         raise InvalidDataset(f"{path}: not an image folder (one subfolder of {images.IMAGE_KINDS} images per class)")
-    x, y, classes = images.read_image_folder(path, opts.image_size, opts.channels)
-    return Source(path.name, np.asarray(classes)[y], "classification", x=x)
+    x, y, classes, validation = images.read_image_folder(path, opts.image_size, opts.channels)
+    return Source(path.name, np.asarray(classes)[y], "classification", x=x, validation=validation)
