@@ -32,7 +32,15 @@ from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
 from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import table_suffix
-from smlt.runtime.data.tabular import Table, apply_columns, missing, no_column, read_table
+from smlt.runtime.data.tabular import (
+    Table,
+    apply_columns,
+    missing,
+    no_column,
+    read_table,
+    unseen_notices,
+    unused_columns,
+)
 from smlt.runtime.errors import InvalidDataset, RunNotFound
 from smlt.runtime.keys import final_model_key, parse_s3_uri
 from smlt.runtime.modelcard import InvalidModel, ModelCard, card_key, parse_card, read_card
@@ -229,7 +237,8 @@ class Predictions:
     `labels` (class names), `index` (class indices), `probability` (of the predicted class),
     `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
     `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
-    `rmse` say how the model did on it."""
+    `rmse` say how the model did on it. `notes`: what reading the data told (a table's values the
+    model never saw in training, its columns the model does not use), as `smlt predict` prints them."""
 
     task: str
     ids: list[str]
@@ -239,6 +248,7 @@ class Predictions:
     values: np.ndarray | None = None
     truth: np.ndarray | None = None
     id_name: str = "id"  # the ids' column in the written table: the data's own id column when named
+    notes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -308,12 +318,14 @@ class Predictions:
 
 @dataclass
 class Inputs:
-    """Rows ready for the model: `x` as the shards store it, with their ids and any labels."""
+    """Rows ready for the model: `x` as the shards store it, with their ids and any labels, and
+    what reading them told (`notes`, also logged as notices)."""
 
     x: np.ndarray
     ids: list[str]
     truth: np.ndarray | None = None
     id_name: str = "id"
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -378,7 +390,14 @@ class LoadedModel:
         if self.card.task == "classification":
             probs = torch.softmax(torch.from_numpy(out), dim=1).numpy()
             return Predictions(
-                "classification", rows.ids, self.classes, out.argmax(1), probs, truth=rows.truth, id_name=rows.id_name
+                "classification",
+                rows.ids,
+                self.classes,
+                out.argmax(1),
+                probs,
+                truth=rows.truth,
+                id_name=rows.id_name,
+                notes=list(rows.notes),
             )
         target = self.manifest.target
         values = out.astype(np.float64)
@@ -388,7 +407,9 @@ class LoadedModel:
         names = [label] if label and values.shape[1] == 1 else [f"prediction_{j}" for j in range(values.shape[1])]
         if values.shape[1] == 1 and not label:
             names = ["prediction"]
-        return Predictions("regression", rows.ids, names, values=values, truth=rows.truth, id_name=rows.id_name)
+        return Predictions(
+            "regression", rows.ids, names, values=values, truth=rows.truth, id_name=rows.id_name, notes=list(rows.notes)
+        )
 
 
 def load_model(
@@ -549,6 +570,9 @@ def _table(manifest: Manifest, table: Table, id_column: str | None = None) -> In
             "images or arrays shaped like its samples " + "x".join(map(str, manifest.x.shape))
         )
     x = apply_columns(manifest, table)
+    if id_column is not None and id_column not in table.columns:
+        raise no_column(f"{table.path}: id column (--id)", [id_column], list(table.columns))
+    notes = _told(manifest, table, id_column)
     truth = None
     label = manifest.label
     if label and label in table.columns and not missing(table.columns[label]).any():
@@ -566,12 +590,34 @@ def _table(manifest: Manifest, table: Table, id_column: str | None = None) -> In
             except ValueError:
                 truth = None
     if id_column is None:
-        return Inputs(x, [f"{table.unit} {int(r)}" for r in table.rows], truth)
-    if id_column not in table.columns:
-        raise no_column(f"{table.path}: id column (--id)", [id_column], list(table.columns))
+        return Inputs(x, [f"{table.unit} {int(r)}" for r in table.rows], truth, notes=notes)
     cells = table.columns[id_column]
     ids = [("" if np.isnan(v) else f"{v:g}") for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
-    return Inputs(x, ids, truth, id_column)
+    return Inputs(x, ids, truth, id_column, notes)
+
+
+# Unused columns named in a notice.
+UNUSED_NAMED = 10
+
+
+def _told(manifest: Manifest, table: Table, id_column: str | None) -> list[str]:
+    """What a table tells before it is predicted on, logged as notices (stderr in the CLI): a
+    notice per one-hot column holding values the model never saw in training (the one rule of
+    a pipeline's later versions, tabular.unseen_values), and one naming the columns the model
+    does not use (its label and the id column aside)."""
+    from smlt.runtime.progress import notice
+
+    assert manifest.columns is not None
+    notes = unseen_notices(manifest.columns, table)
+    also = [n for n in (manifest.label, id_column) if n]
+    unused = unused_columns(manifest.columns, table, also)
+    if unused:
+        more = len(unused) - UNUSED_NAMED
+        names = ", ".join(unused[:UNUSED_NAMED]) + (f" and {more} more" if more > 0 else "")
+        notes.append(f"{table.path}: columns not used by the model: {names}")
+    for note in notes:
+        notice.warning(note)
+    return notes
 
 
 def _is_frame(data: Any) -> bool:

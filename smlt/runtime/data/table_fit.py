@@ -15,7 +15,8 @@ bounded memory, for
 A missing marker (`NA`, `NULL`, ... : table_reader.MISSING_MARKERS) in a column of numbers is an
 empty cell, imputed or refused as one; prepare says how many a column had (`markers_read`).
 
-With a pipeline's FeatureSpec nothing is fitted: its transforms are checked against the file.
+With a pipeline's FeatureSpec nothing is fitted: its transforms are checked against the file, and
+a one-hot column's values that are none of its levels are counted (`ColumnFit.unseen_levels`).
 """
 
 from __future__ import annotations
@@ -238,6 +239,9 @@ _NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
 # Rows a rising column needs before it is named a row number (fewer: too few to tell).
 ROW_NUMBER_ROWS = 30
+# A pipeline's one-hot column: its unseen values counted one by one up to this many, the most
+# frequent so far (the rows holding any of them always).
+UNSEEN_KEPT = 256
 
 
 def _still_rising(span: list[float], values: np.ndarray, gaps: np.ndarray) -> list[float] | None:
@@ -279,6 +283,10 @@ class ColumnFit:
         # its median date is `median`'s (days since 1970-01-01)
         self.dates = fixed is None or fixed.kind == "date"
         self.date_cells, self.date_gaps, self.timed = 0, 0, False
+        # a pipeline's one-hot column: the rows it has read, those holding values that are none of
+        # its levels (tabular.unseen_values), and some of those values with their counts
+        self.read, self.unseen_rows = 0, 0
+        self.unseen: dict[str, int] = {}
 
     @property
     def is_date(self) -> bool:
@@ -329,6 +337,9 @@ class ColumnFit:
                 self._count_numbers(block)
                 if self.dates:
                     self._add_dates(block, train)
+            elif self.fixed.kind == "onehot":
+                found = tabular.unseen_values(self.fixed, block.text(self.name))
+                self._add_unseen(found, sum(found.values()), len(block))
         self.train_gaps += int((gaps & train).sum())
         self.blocks += 1
         return gaps
@@ -356,6 +367,30 @@ class ColumnFit:
             self.train_gaps += int((gaps & train).sum())
             self.blocks += 1
         return gaps
+
+    def _add_unseen(self, counts: dict[str, int], cells: int, rows: int) -> None:
+        """Count `rows` more rows of a pipeline's one-hot column, `cells` of them unseen values
+        (`counts`: those values, or some of them, by value)."""
+        self.read += rows
+        self.unseen_rows += cells
+        for value, n in counts.items():
+            self.unseen[value] = self.unseen.get(value, 0) + n
+        if len(self.unseen) > UNSEEN_KEPT:  # the most frequent kept
+            kept = sorted(self.unseen.items(), key=lambda kv: (-kv[1], kv[0]))[:UNSEEN_KEPT]
+            self.unseen = dict(kept)
+
+    def unseen_levels(self, path: str) -> str | None:
+        """A notice when a pipeline's one-hot column holds values none of its levels: encoded as
+        none of them, which the model cannot learn."""
+        if not self.unseen_rows:
+            return None
+        return (
+            tabular.unseen_notice(
+                path, self.name, self.unseen, self.unseen_rows, self.read, "new to the pipeline's features"
+            )
+            + ", which the model cannot learn: prepare with --new-features to learn them "
+            "(a new generation; its run starts cold)"
+        )
 
     def _count_numbers(self, block: Block) -> None:
         """How many of a text column's cells are numbers: a quantity with a few stray cells
@@ -443,6 +478,7 @@ class ColumnFit:
         self.date_cells += other.date_cells
         self.date_gaps += other.date_gaps
         self.timed = self.timed or other.timed
+        self._add_unseen(other.unseen, other.unseen_rows, other.read)
         if self.rising is None or other.rising is None:
             self.rising = None
         elif self.rising and other.rising:
@@ -573,6 +609,9 @@ class TableFit:
             ):
                 if told:
                     notice.info(told)
+            unseen = c.unseen_levels(self.path)
+            if unseen:
+                notice.warning(unseen)
         transforms = [c.transform(self.impute) for c in self.columns]
         for t in transforms:
             if t.kind == "onehot" and t.levels:

@@ -11,7 +11,8 @@ buckets otherwise (Cirrus's preprocessing). An empty cell or null is imputed fro
 (the median, a date column's median date, or the most frequent text) with a 0/1 indicator feature,
 or refused with the column and the row named. `encode_columns` is the one place the recorded
 transforms turn rows into features: prepare uses it block by block, and `apply_columns` (later
-data) adds the recorded standardisation.
+data) adds the recorded standardisation. A one-hot column's value that is none of its levels
+(`unseen_values`) is encoded as none of them: `smlt predict` and a pipeline's later versions say so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import zlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -258,12 +259,78 @@ def _encode(t: ColumnTransform, cells: np.ndarray, gaps: np.ndarray, rows: Table
     text = cells.astype(str) if cells.dtype.kind == "f" else cells
     text = np.where(gaps, str(t.fill), text)
     if t.kind == "onehot":
-        return text[:, None] == np.asarray(t.levels, dtype=str)[None, :]  # an unseen level: all zeros
+        return text[:, None] == np.asarray(t.levels, dtype=str)[None, :]  # an unseen level: all zeros (unseen_values)
     uniques, inverse = np.unique(text, return_inverse=True)
     buckets = np.array([zlib.crc32(u.encode()) % t.buckets for u in uniques], np.int64)[inverse]
     onehot = np.zeros((len(text), t.buckets), np.float32)
     onehot[np.arange(len(text)), buckets] = 1.0
     return onehot
+
+
+# --- values a one-hot column never saw ---------------------------------------------------------
+
+# Unseen values named in a notice, the most frequent first.
+UNSEEN_NAMED = 3
+
+
+def unseen_values(t: ColumnTransform, text: Any) -> dict[str, int]:
+    """The values of a one-hot column's cells that are none of its levels, with how many cells
+    hold each: `_encode` makes such a cell all zeros, which a model cannot tell from another
+    unseen value nor learn. `text`: the cells as a pyarrow string array, null where empty (an
+    empty cell is imputed or refused, never unseen). A hashed column (more than
+    MAX_ONEHOT_LEVELS levels) gives any value a bucket: it has no unseen value. The one rule of
+    `smlt predict` (`unseen_notices`) and a pipeline's later versions (table_fit.ColumnFit)."""
+    if t.kind != "onehot":
+        return {}
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    known = pc.is_in(text, value_set=pa.array(t.levels, text.type))
+    new = pc.and_(pc.invert(known), pc.is_valid(text))
+    if not pc.any(new).as_py():
+        return {}
+    counts = pc.value_counts(text.filter(new))
+    return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+
+
+def unseen_notice(where: str, name: str, counts: dict[str, int], cells: int, rows: int, whose: str) -> str:
+    """A notice that `cells` of `rows` rows of one-hot column `name` hold values `whose` levels do
+    not have (`counts`: some of them, by value), the most frequent named."""
+    named = sorted(counts, key=lambda v: (-counts[v], v))[:UNSEEN_NAMED]
+    more = len(counts) - len(named)
+    said = ", ".join(map(repr, named)) + (
+        f" and {more:,} more" if more else " and more" if sum(counts.values()) < cells else ""
+    )
+    return (
+        f"{where}: column {name!r}: {cells:,} of {rows:,} rows hold values {whose} ({said}): "
+        "encoded as none of its levels"
+    )
+
+
+def unseen_notices(columns: Sequence[ColumnTransform], rows: Table) -> list[str]:
+    """A notice per one-hot column of `rows` holding values the model never saw in training."""
+    import pyarrow as pa
+
+    told = []
+    for t in columns:
+        if t.kind != "onehot" or t.name not in rows.columns:
+            continue
+        cells = rows.columns[t.name]
+        gaps = missing(cells)
+        text = cells.astype(str) if cells.dtype.kind == "f" else cells  # as `_encode` reads them
+        counts = unseen_values(t, pa.array(text, pa.string(), mask=gaps))
+        if counts:
+            n = sum(counts.values())
+            told.append(unseen_notice(rows.path, t.name, counts, n, len(rows), "the model never saw in training"))
+    return told
+
+
+def unused_columns(columns: Sequence[ColumnTransform], rows: Table, also: Collection[str] = ()) -> list[str]:
+    """The columns of `rows` that none of the model's `columns` reads, but for `also` (the label,
+    an id column) and a data frame's index or row names (INDEX_NAMES, a first column)."""
+    used = {t.name for t in columns} | set(also)
+    names = list(rows.columns)
+    return [n for i, n in enumerate(names) if n not in used and not (i == 0 and n in INDEX_NAMES)]
 
 
 # A date column's features (ColumnTransform.levels of kind "date"), in this order; "hour" only
