@@ -93,17 +93,16 @@ def test_a_bad_cell_in_one_part_names_its_object_and_line(pipeline, refusals, tm
     engine, names, _, setup, upload = pipeline
     setup("badpart", SHORT)
     bodies = _split(_houses(tmp_path / "h.csv", 5), 12)
-    for part in (9, 7):  # line 5 of parts 7 and 9 has no label
+    for part in (9, 7):  # line 5 of parts 7 and 9 has a value too few (a row without a label is left out)
         lines = bodies[part].decode().splitlines()
         cells = lines[4].split(",")
-        cells[-1] = ""
-        lines[4] = ",".join(cells)
+        lines[4] = ",".join(cells[:-1])
         bodies[part] = ("\n".join(lines) + "\n").encode()
     for i, body in enumerate(bodies):
         upload(f"incoming/badpart/v1/part-{i:05d}.csv", body)
     desc = _wait(engine, upload("incoming/badpart/v1/_SUCCESS", b""))
     assert desc["status"] == "FAILED" and desc["error"] == "InvalidDataset", desc
-    where = f"s3://{names.data_bucket}/incoming/badpart/v1/part-00007.csv: column 'label', line 5 is empty"
+    where = f"s3://{names.data_bucket}/incoming/badpart/v1/part-00007.csv: line 5 has 3 values, the header 4"
     message = json.loads(desc["cause"])["errorMessage"]
     assert message.startswith(where) and message.endswith("(1 more part failed too)"), message
     assert pl.champion(S3Store(names.artifacts_bucket), "badpart") is None

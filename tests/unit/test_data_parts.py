@@ -130,10 +130,15 @@ def test_a_bad_cell_names_its_part_and_line(tmp_path: Path) -> None:
     paths, _ = _parts(tmp_path, [40, 40])
     path = Path(paths[1])
     lines = path.read_text().splitlines()
-    lines[6] = lines[6].replace(",a", ",").replace(",b", ",")  # no label on line 7
+    lines[6] = lines[6].rsplit(",", 2)[0] + ",many," + lines[6].rsplit(",", 1)[1]  # a price that is text
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(InvalidDataset, match=r"part-00001\.csv: column 'kind', line 7 is empty"):
-        fit_parts(paths, options=SourceOptions(label="kind", missing="impute"))
+    with pytest.raises(InvalidDataset, match=r"part-00001\.csv: column 'price', line 7: 'many' is not a number"):
+        fit_parts(paths, options=SourceOptions(label="price", task="regression"))
+    # a row without a label is left out, named by its part and line (tests/unit/test_unlabelled_rows.py)
+    lines[6] = lines[6].rsplit(",", 1)[0] + ","
+    path.write_text("\n".join(lines) + "\n")
+    merged, rows = fit_parts(paths, options=SourceOptions(label="kind"))
+    assert merged.rows == 79 and merged.labels.first_unlabelled == [(paths[1], "line", 7)]
 
 
 def test_moments_median_and_levels_merge_as_one() -> None:

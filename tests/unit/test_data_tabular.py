@@ -105,11 +105,14 @@ def test_refused_missing_values_name_the_column_and_line(tmp_path, capsys):
         apply_columns(m, read_table(write_csv(tmp_path / "later.csv", [full[0], [*full[1][:3], "", full[1][4]]])))
 
 
-def test_an_empty_label_is_refused_even_when_imputing(tmp_path):
+def test_a_row_with_an_empty_label_is_left_out_not_imputed(tmp_path, caplog):
     body = rows()
     body[3][2] = ""
-    with pytest.raises(InvalidDataset, match=r"column 'label', line 5 is empty: every row needs a label"):
-        prepare_dataset(str(write_csv(tmp_path / "d.csv", body)), str(tmp_path / "out"))
+    csv = write_csv(tmp_path / "d.csv", body)
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(csv), str(tmp_path / "out"))
+    assert m.train.rows + m.validation.rows == len(body) - 1
+    assert f"{csv}: 1 of {len(body)} rows have no label in column 'label' (line 5): left out" in caplog.text
 
 
 def test_the_label_defaults_to_a_column_called_label_target_or_y_else_the_last(tmp_path, caplog):

@@ -178,11 +178,13 @@ def test_markers_refused_name_the_first_and_a_text_column_keeps_them_as_a_level(
     assert read_inputs(m, later).x.tolist() == x.tolist()
 
 
-def test_a_numeric_label_written_na_is_an_empty_label(tmp_path):
+def test_a_numeric_label_written_na_is_an_empty_label(tmp_path, caplog):
     csv = tmp_path / "d.csv"
     csv.write_text("a,y\n" + "\n".join(f"{i},{'NA' if i == 7 else i * 0.5}" for i in range(40)) + "\n")
-    with pytest.raises(InvalidDataset, match=r"column 'y', line 9 is empty \(written 'NA'\): every row needs a label"):
-        prepare_dataset(str(csv), str(tmp_path / "p"))
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(csv), str(tmp_path / "p"))
+    assert m.train.rows + m.validation.rows == 39  # its row left out (tests/unit/test_unlabelled_rows.py)
+    assert "column 'y' (line 9; 1 written 'NA'): left out" in caplog.text
     # read as a file alone, the column of numbers and `NA` is a number column
     table = read_table(csv)
     assert table.columns["y"][7] == ""

@@ -4,6 +4,7 @@ prepares to what the same rows as a CSV prepare to, and its refusals name the li
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -121,11 +122,6 @@ def test_mixed_kinds_blank_lines_crlf_and_a_bom_read_as_a_csv_does(tmp_path, sma
             r"column 'b', line 2345 is empty: missing values are refused",
         ),
         (
-            '{"id": 1, "a": 1, "b": 2, "colour": "red"}',
-            {},
-            r"column 'label', line 2345 is empty: every row needs a label",
-        ),
-        (
             '{"id": 1, "a": 1, "b": "x", "colour": "red", "label": 0}',
             {"task": "regression", "label": "b"},
             r"column 'b', line 2345: 'x' is not a number",
@@ -143,6 +139,17 @@ def test_a_bad_line_far_past_the_first_block_is_named(tmp_path, small_blocks, li
             _jsonl(tmp_path / "d.jsonl", rows, lines), str(tmp_path / "out"), options=SourceOptions(**options)
         )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_line_without_a_label_far_past_the_first_block_is_named_and_left_out(tmp_path, small_blocks, caplog):
+    rows = _rows()
+    lines = [json.dumps(r) for r in rows]
+    lines[2344] = '{"id": 1, "a": 1, "b": 2, "colour": "red"}'
+    path = _jsonl(tmp_path / "d.jsonl", rows, lines)
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(path, str(tmp_path / "out"))
+    assert m.train.rows + m.validation.rows == ROWS - 1
+    assert f"{path}: 1 of {ROWS:,} rows have no label in column 'label' (line 2345): left out" in caplog.text
 
 
 def test_an_empty_file_or_one_of_blank_lines_is_named(tmp_path):

@@ -198,11 +198,6 @@ def test_quoted_newlines_blank_lines_and_crlf_keep_their_line_numbers(tmp_path, 
             r"column 'b', line 4323: '1e39' is not a finite number within ±3.4e38",
         ),
         (
-            lambda c: c["label"].__setitem__(4100, ""),
-            {},
-            r"column 'label', line 4102 is empty: every row needs a label",
-        ),
-        (
             lambda c: c["label"].__setitem__(4200, "many"),
             {"task": "regression"},
             r"column 'label', line 4202: 'many' is not a number \(task is regression\)",
@@ -216,6 +211,17 @@ def test_a_bad_cell_far_past_the_first_block_is_named_by_its_line(tmp_path, smal
     with pytest.raises(InvalidDataset, match=message):
         prepare_dataset(_write(tmp_path / "d.csv", cols), str(tmp_path / "out"), options=SourceOptions(**options))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_row_without_a_label_far_past_the_first_block_is_named_and_left_out(tmp_path, small_blocks, caplog):
+    cols = _table()
+    n = len(cols["label"])
+    cols["label"][4100] = ""
+    csv = _write(tmp_path / "d.csv", cols)
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(csv, str(tmp_path / "out"))
+    assert m.train.rows + m.validation.rows == n - 1
+    assert f"{csv}: 1 of {n:,} rows have no label in column 'label' (line 4102): left out" in caplog.text
 
 
 def test_missing_cells_refused_far_past_the_first_block(tmp_path, small_blocks):

@@ -57,8 +57,9 @@ def merge_moments(moments: Sequence[tuple[Moments, Moments]]) -> tuple[Moments, 
 
 
 def settle(fit: TableFit, source: str) -> TableFit:
-    """The refusals about the whole table, after the merge: its first bad number (in the parts'
-    order, with the count) and a table with no train rows."""
+    """The refusals about the whole table, after the merge: too few rows with a label, its first
+    bad number (in the parts' order, with the count) and a table with no train rows."""
+    fit.refuse_unlabelled()
     fit.refuse_non_finite()
     if not fit.train_rows:
         raise InvalidDataset(f"{source}: {fit.rows} rows leave none for training after the validation split")

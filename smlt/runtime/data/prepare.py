@@ -6,6 +6,9 @@ describes shards that exist.
 A CSV or Parquet file streams, in the same two passes whatever its size, so memory stays
 bounded (about a block of the file and a shard, bench/README.md "Preparation memory"):
 
+Rows without a label are left out as they are read, before the split, in both passes
+(`LabelFit.labelled`): the rows left are split and prepared as a file without the others would be.
+
 1. statistics: every block read once, split (smlt.runtime.data.split), its cells counted
    (smlt.runtime.data.table_fit) and refused by name; nothing is written.
 2. shards: every block read again, encoded with the fitted transforms, its rows dealt to the
@@ -46,7 +49,7 @@ from smlt.runtime.data.sources import Source, TableSource, open_source
 from smlt.runtime.data.split import Split, aligned
 from smlt.runtime.data.spool import ShardSpool, Transform, Writer, shard_count
 from smlt.runtime.data.stats import Moments
-from smlt.runtime.data.table_fit import ColumnFit, Labels, TableFit
+from smlt.runtime.data.table_fit import ColumnFit, LabelFit, Labels, TableFit
 from smlt.runtime.data.table_reader import Block
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.progress import progress
@@ -256,13 +259,23 @@ class _Reading:
         return f"{per_s / 1e6:.1f} MB/s" if self.unit == "line" else f"{per_s:,.0f} rows/s"
 
 
-def _split_blocks(src: TableSource, plan: _Plan, what: str) -> Iterator[tuple[Block, np.ndarray, np.ndarray]]:
-    """The file's rows in blocks, each with its (validation, train) positions."""
+def _split_blocks(
+    src: TableSource, plan: _Plan, what: str, labels: LabelFit, count: bool
+) -> Iterator[tuple[Block, np.ndarray, np.ndarray]]:
+    """The file's rows that have a label in blocks, each with its (validation, train) positions;
+    the rows without one are left out before the split (counted by `labels` when `count`)."""
     split = Split(plan.fraction, plan.seed if plan.part is None else (plan.seed, plan.part))
     reading = _Reading(plan.source, what, src.file.size, src.file.unit)
-    for block in aligned(src.file.blocks(reading)):
+    for block in aligned(_labelled(src.file.blocks(reading), labels, count)):
         yield (block, *split.take(len(block)))
     reading.done()
+
+
+def _labelled(blocks: Iterator[Block], labels: LabelFit, count: bool) -> Iterator[Block]:
+    for block in blocks:
+        kept = labels.labelled(block, count)
+        if len(kept):
+            yield kept
 
 
 def _stream_table(src: TableSource, opts: SourceOptions, plan: _Plan, folder: Path) -> _Prepared:
@@ -376,6 +389,7 @@ def _fit_table(src: TableSource, opts: SourceOptions, plan: _Plan) -> TableFit:
         if not fit.flipped:
             break
         text |= fit.flipped
+    fit.refuse_unlabelled()
     fit.refuse_non_finite()
     plan.too_few(fit.rows, fit.train_rows)
     return fit
@@ -384,7 +398,7 @@ def _fit_table(src: TableSource, opts: SourceOptions, plan: _Plan) -> TableFit:
 def _fit_blocks(src: TableSource, opts: SourceOptions, plan: _Plan, text: set[str]) -> TableFit:
     """Pass 1's blocks, until a column read as numbers holds text (`fit.flipped`)."""
     fit = TableFit(src.file.path, src.label, src.features, opts, plan.features, text)
-    for block, val, train in _split_blocks(src, plan, "statistics (pass 1 of 2)"):
+    for block, val, train in _split_blocks(src, plan, "statistics (pass 1 of 2)", fit.labels, True):
         fit.add(block, val, train)
         if fit.flipped:
             break
@@ -426,7 +440,7 @@ def _spool_table(
     numeric = {t.name for t in columns if t.kind == "numeric"}
     width = sum(tabular.width(t) for t in columns)
     moments = (Moments(width), Moments(width))
-    for block, val, train in _split_blocks(src, plan, "shards (pass 2 of 2)"):
+    for block, val, train in _split_blocks(src, plan, "shards (pass 2 of 2)", fit.labels, False):
         table = tabular.Table(block.path, {t.name: _cells(block, t, numeric) for t in columns}, block.rows, block.unit)
         x = tabular.encode_columns(columns, table)
         y = fit.labels.encode(block)

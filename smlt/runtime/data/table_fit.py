@@ -2,8 +2,10 @@
 smlt.runtime.data.table_reader, split by smlt.runtime.data.split): every cell read once, in
 bounded memory, for
 
-- the label: present in every row, numbers or text, the task, the classes (or the regression
-  targets' train mean and std and validation variance);
+- the label: numbers or text, the task, the classes (or the regression targets' train mean and
+  std and validation variance); a row without one (an empty cell, or a missing marker in a label
+  column of numbers) is left out of both passes and both splits, and said once
+  (`LabelFit.labelled`);
 - each feature column: numeric (every cell a number), date (every present cell an ISO-8601 date,
   table_reader.parse_dates, or a Parquet date/timestamp) or text, and the train split's statistics
   of its transform (its levels and most frequent value; its median, a date's in days since
@@ -60,9 +62,21 @@ class Labels:
     target: TargetScaling | None
 
 
+# Rows without a label named by their line (or row) in the notice that they are left out.
+UNLABELLED_SHOWN = 3
+
+
 class LabelFit:
-    def __init__(self, path: str, name: str, task: Task | None, spec: FeatureSpec | None):
+    def __init__(self, path: str, name: str, task: Task | None, spec: FeatureSpec | None, text: bool = False):
         self.path, self.name, self.task, self.spec = path, name, task, spec
+        # the column read as text (a missing marker a class, not a missing label): from the first
+        # row when pass 1 starts again (`flipped`), else from the first block not all numbers
+        self.as_text = text
+        self.unlabelled = 0  # rows left out: their label is missing
+        self.marked = 0  # those whose label is a missing marker (`NA`, ...) in a column read as numbers
+        self.written: set[str] = set()  # those markers, as written
+        self.first_unlabelled: list[tuple[str, str, int]] = []  # (file, unit, row number) of the first few
+        self.files = 1  # the table's files (parts merged)
         self.numeric = True  # every label so far a number
         self.decimals = False  # one written with a decimal point or an exponent (or a Parquet number)
         self.fraction = False  # one not a whole number
@@ -74,13 +88,76 @@ class LabelFit:
         self._index = np.zeros(0, np.int64)
         self._scale = (0.0, 1.0)
 
+    def labelled(self, block: Block, count: bool = True) -> Block:
+        """The block's rows that have a label, as read from the file (before the split: the rows
+        left are split as a file without the others would be). A label is missing when its cell
+        is empty, or is a missing marker (`NA`, `NULL`, ...: `Block.number_text`) while the column
+        is numbers; in a text column a marker is a class. Pass 1 `count`s the rows left out (for
+        `unlabelled_notice`); pass 2 leaves out the same rows, the column read as pass 1 ended."""
+        import pyarrow as pa
+
+        parsed = None if self.as_text else block.numbers(self.name)
+        if parsed is None:
+            # a regression's text label is refused by `add`; else text from here on (rows with a
+            # marker left out before: `flipped`, pass 1 starts again with the column as text)
+            self.as_text = self.as_text or self.task != "regression"
+            missing = block.gaps(self.name)
+        else:
+            missing = parsed[1]
+        if not missing.any():
+            return block
+        if count:
+            self.unlabelled += int(missing.sum())
+            if parsed is not None and block.csv:
+                marked = block.markers(self.name)
+                if marked.any():
+                    self.marked += int(marked.sum())
+                    self.written.update(block.text(self.name).filter(pa.array(marked)).unique().to_pylist())
+            more = UNLABELLED_SHOWN - len(self.first_unlabelled)
+            if more > 0:
+                self.first_unlabelled += [(block.path, block.unit, int(r)) for r in block.rows[missing][:more]]
+        return block.keep(~missing)
+
+    @property
+    def flipped(self) -> bool:
+        """Rows left out for a missing marker in a column that turned out to be text, where the
+        marker is a class: pass 1 must start again with the column read as text."""
+        return self.as_text and self.marked > 0
+
+    def unlabelled_notice(self, rows: int) -> str | None:
+        """A notice when rows were left out for their missing label (`rows`: those kept)."""
+        if not self.unlabelled:
+            return None
+        said = _row_list(self.first_unlabelled, self.files > 1, self.unlabelled)
+        if self.marked:
+            said += f"; {self.marked:,} written {' or '.join(map(repr, sorted(self.written)))}"
+        return (
+            f"{self.path}: {self.unlabelled:,} of {rows + self.unlabelled:,} rows have no label in column "
+            f"{self.name!r} ({said}): left out of training and validation"
+        )
+
+    def refuse_too_few(self, rows: int) -> None:
+        """Refused when rows were left out for their missing label and fewer than 2 are left
+        (`rows`: those kept): one to train on and one to validate."""
+        if not self.unlabelled or rows >= 2:
+            return
+        total = rows + self.unlabelled
+        if not rows:
+            empty = "empty or a missing marker" if self.marked else "empty"
+            raise InvalidDataset(
+                f"{self.path}: no row has a label in column {self.name!r} (all {total:,} are {empty}): nothing to "
+                "learn from; name the label column with --label if it is another"
+            )
+        raise InvalidDataset(
+            f"{self.path}: only 1 of {total:,} rows has a label in column {self.name!r}: at least 2 are needed "
+            "(one to train on, one to validate)"
+        )
+
     def add(self, block: Block, val: np.ndarray, train: np.ndarray) -> None:
+        """Count a block's labels (rows without one left out: `labelled`)."""
         import pyarrow.compute as pc
 
-        parsed = block.numbers(self.name)
-        gaps = parsed[1] if parsed is not None else block.gaps(self.name)
-        if gaps.any():
-            raise InvalidDataset(f"{_empty(block, int(np.argmax(gaps)), self.name)}: every row needs a label")
+        parsed = None if self.as_text else block.numbers(self.name)
         if parsed is None:
             if self.task == "regression":
                 i = block.first_not_a_number(self.name)
@@ -111,6 +188,12 @@ class LabelFit:
         self.texts = _more(self.texts, list(other.texts)) if other.texts is not None else None
         self.train.merge(other.train)
         self.val.merge(other.val)
+        self.as_text = self.as_text or other.as_text
+        self.unlabelled += other.unlabelled
+        self.marked += other.marked
+        self.written |= other.written
+        self.first_unlabelled = (self.first_unlabelled + other.first_unlabelled)[:UNLABELLED_SHOWN]
+        self.files += other.files
 
     def finish(self) -> Labels:
         """The labels as the manifest records them, or the named refusal."""
@@ -225,6 +308,20 @@ def _tell_case_variants(path: str, what: str, values: Sequence[str], kind: str) 
         f"{path}: {what}: {said} differ only in letter case or spacing, and are learnt as different {kind}: "
         "if they mean the same, write them one way in the file and prepare again"
     )
+
+
+def _row_list(rows: list[tuple[str, str, int]], named: bool, n: int) -> str:
+    """`lines 61, 80, 95, ...`: the first rows of `n`; `named`, each file's named (a table in parts:
+    `part-00000.csv line 6; part-00001.csv lines 3, 9`)."""
+    said: list[str] = []
+    for i, (file, unit, row) in enumerate(rows):
+        if i and rows[i - 1][0] == file:
+            said[-1] += f", {row}"
+            continue
+        name = f"{file.rsplit('/', 1)[-1]} " if named else ""
+        plural = unit + "s" if sum(f == file for f, _, _ in rows) > 1 else unit
+        said.append(f"{name}{plural} {row}")
+    return "; ".join(said) + (", ..." if n > len(rows) else "")
 
 
 def _empty(block: Block, i: int, name: str) -> str:
@@ -532,7 +629,7 @@ class TableFit:
     ):
         self.path = path
         self.impute = opts.missing == "impute"
-        self.labels = LabelFit(path, label, opts.task, spec)
+        self.labels = LabelFit(path, label, opts.task, spec, label in text)
         keep = max(4096, MEDIAN_NUMBERS // max(1, len(features)))
         if spec is not None and spec.columns is not None:
             self.columns = [ColumnFit(t.name, t, False, keep) for t in spec.columns]
@@ -548,8 +645,10 @@ class TableFit:
 
     @property
     def flipped(self) -> set[str]:
-        """Columns read as numbers in earlier blocks that hold text: pass 1 must start again."""
-        return {c.name for c in self.columns if c.flipped}
+        """Columns read as numbers in earlier blocks that hold text (the label too, when rows were
+        left out for a missing marker in it: `LabelFit.flipped`): pass 1 must start again."""
+        label = {self.labels.name} if self.labels.flipped else set()
+        return {c.name for c in self.columns if c.flipped} | label
 
     def add(self, block: Block, val: np.ndarray, train: np.ndarray) -> None:
         in_train = np.zeros(len(block), bool)
@@ -585,6 +684,10 @@ class TableFit:
         self.train_rows += other.train_rows
         self.span += other.span
 
+    def refuse_unlabelled(self) -> None:
+        """Too few rows with a label left, the others left out (`LabelFit.refuse_too_few`)."""
+        self.labels.refuse_too_few(self.rows)
+
     def refuse_non_finite(self) -> None:
         """The first NaN, Inf or beyond-float32 number of a numeric column, in file order, with
         how many rows of its column (and of the others) are so: a NaN feature makes a worker's
@@ -602,6 +705,9 @@ class TableFit:
     def transforms(self, task: str) -> list[ColumnTransform]:
         from smlt.runtime.progress import notice
 
+        unlabelled = self.labels.unlabelled_notice(self.rows)
+        if unlabelled:
+            notice.warning(unlabelled)
         for c in self.columns:
             for told in (
                 c.markers_read(self.path),

@@ -133,6 +133,14 @@ class Block:
         cells = {k: v.slice(start, stop - start) for k, v in self.cells.items()}
         return Block(self.path, self.unit, self.rows[start:stop], cells, self.csv, self.decimal_comma)
 
+    def keep(self, rows: np.ndarray) -> Block:
+        """The block's rows where `rows` (a mask) is True, in order, with their row numbers."""
+        import pyarrow as pa
+
+        mask = pa.array(rows)
+        cells = {k: v.filter(mask) for k, v in self.cells.items()}
+        return Block(self.path, self.unit, self.rows[rows], cells, self.csv, self.decimal_comma)
+
     def concat(self, other: Block) -> Block:
         import pyarrow as pa
 

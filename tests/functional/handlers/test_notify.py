@@ -127,7 +127,7 @@ def test_a_refused_upload_is_told_to_the_topic_and_fails_with_the_same_error(upl
     with pytest.raises(InvalidDataset) as e:
         p.prepare_upload(p.PrepareSettings(notify_topic_arn=topic), _event(MARKER))
     assert type(e.value) is InvalidDataset
-    message = "s3://smlt-data/incoming/h/v1/houses.csv: column 'price', line 2 is empty"
+    message = "s3://smlt-data/incoming/h/v1/houses.csv: column 'price', line 3: 'x' is not a number"
     assert str(e.value).startswith(message)  # named as without a topic (test_prepare_data.py)
     (envelope,) = _envelopes(queue)
     assert envelope["Subject"] == "smlt: h v1 refused"
@@ -177,7 +177,7 @@ def test_a_refusal_that_cannot_be_described_is_logged_and_the_error_raised_uncha
 def test_a_parts_error_is_told_by_the_step_after_the_map_which_raises_it(upload):
     topic, queue = _subscribed()
     bad = _csv(2).decode().splitlines()
-    bad[3] = bad[3].rsplit(",", 1)[0] + ","  # line 4 of part 1 (the header is line 1) has no label
+    bad[3] = bad[3].rsplit(",", 1)[0] + ",x"  # line 4 of part 1 (the header is line 1): a price that is text
     upload.put_object(Bucket="smlt-data", Key="incoming/h/v1/part-00000.csv", Body=_csv(1))
     upload.put_object(Bucket="smlt-data", Key="incoming/h/v1/part-00001.csv", Body=("\n".join(bad) + "\n").encode())
     started = p.prepare_upload(p.PrepareSettings(notify_topic_arn=topic), _event(MARKER, execution="exec-9"))
@@ -194,7 +194,9 @@ def test_a_parts_error_is_told_by_the_step_after_the_map_which_raises_it(upload)
     with pytest.raises(InvalidDataset) as e:
         prepare_parts.handle(MergeEvent.model_validate({"op": "merge_stats", "results": results, **steps}), topic)
     assert type(e.value).__name__ == "InvalidDataset"
-    assert str(e.value).startswith("s3://smlt-data/incoming/h/v1/part-00001.csv: column 'price', line 4 is empty")
+    assert str(e.value).startswith(
+        "s3://smlt-data/incoming/h/v1/part-00001.csv: column 'price', line 4: 'x' is not a number"
+    )
     (envelope,) = _envelopes(queue)
     body = json.loads(envelope["Message"])
     assert envelope["Subject"] == "smlt: h v1 refused" and body["message"] == str(e.value)

@@ -174,7 +174,10 @@ def test_a_data_error_names_the_uploaded_object(houses):
     houses.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=b"size,city,price\n1.0,a,\n2.0,b,x\n")
     with pytest.raises(InvalidDataset) as e:
         p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
-    assert str(e.value).startswith("s3://smlt-data/incoming/h/v1/houses.csv: column 'price', line 2 is empty")
+    # (line 2, without a price, is left out)
+    assert str(e.value).startswith(
+        "s3://smlt-data/incoming/h/v1/houses.csv: column 'price', line 3: 'x' is not a number"
+    )
 
 
 def _jsonl(csv_body: bytes) -> bytes:
