@@ -43,14 +43,14 @@ MAX_ONEHOT_LEVELS = 16
 HASH_BUCKETS = 32
 # Such a column whose present train cells hold at least TEXT_MIN_WORDS words with a letter on
 # average (LETTERED: a date, a time, a number or a code of digits is no such word) is free text (a
-# review, a description): each cell's words (WORD: lower-cased runs of Unicode letters, marks,
-# digits and underscores, as Python's `\w+` but with combining marks kept in their word, as
-# Devanagari's are), hashed into TEXT_BUCKETS features holding log1p of each bucket's count.
-# 512 buckets: the shards hold dense float32 rows, so a text column costs 2 KB a row and 512 x
-# hidden weights in the model's first layer (1024 would double both; 100k reviews: 197 MB of
-# shards at 512), while a review's few dozen distinct words seldom share one of 512 buckets, and
-# the words that carry a label are few enough that collisions with the rest of a vocabulary
-# blur rather than erase them.
+# review, a description): each cell's words (WORD: runs of Unicode letters, marks, digits and
+# underscores, as Python's `\w+` but with combining marks kept in their word, as Devanagari's are;
+# lower-cased a character at a time, pyarrow's utf8_lower: `İ` is `i`, a final `Σ` is `σ`),
+# hashed into TEXT_BUCKETS features holding log1p of each bucket's count. 512 buckets: the
+# shards hold dense float32 rows, so a text column costs 2 KB a row and 512 x hidden weights in
+# the model's first layer (1024 would double both; 100k reviews: 197 MB of shards at 512), while
+# a review's few dozen distinct words seldom share one of 512 buckets, and the words that carry a
+# label are few enough that collisions with the rest of a vocabulary blur rather than erase them.
 TEXT_MIN_WORDS = 3
 TEXT_BUCKETS = 512
 WORD = r"[\p{L}\p{M}\p{N}_]+"  # RE2 (pyarrow.compute)
