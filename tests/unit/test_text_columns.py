@@ -106,6 +106,11 @@ def test_the_rule_text_hash_or_onehot(tmp_path, caplog) -> None:
 
     cells = ["2024-03-17 10:05:00", "2024-03-17T10:05", "+1 555-0100", "10/10 great", "naïve café 東京", None]
     assert [tabular.word_count(pa.array([c], pa.string())) for c in cells] == [0, 1, 0, 1, 3, 0]
+    # an array of ASCII text takes the ASCII patterns (pyarrow compiles the Unicode ones at each
+    # call): the same count as the Unicode patterns give, which one non-ASCII cell makes it take
+    ascii = ["x_1 2y 12 ab_ A1b2", "2024-03-17T10:05 _ __9", "  ", "Don't stop_me now!!"]
+    assert tabular.word_count(pa.array(ascii)) == 9
+    assert tabular.word_count(pa.array([*ascii, "é"])) == 10
 
 
 def test_the_features_of_a_known_sentence() -> None:
@@ -131,6 +136,9 @@ def test_the_features_of_a_known_sentence() -> None:
         text_features(cells, 7), np.stack([_reference(c, 7) for c in cells]).astype(np.float32)
     )
     assert text_features(np.array([], str), 8).shape == (0, 8)
+    # the ASCII rows' features are the same in an array of ASCII text (its own patterns) as in one
+    # with a non-ASCII cell (the Unicode patterns)
+    np.testing.assert_array_equal(text_features(cells[[0, 1, 4]], 512), x[[0, 1, 4]])
 
 
 def test_stored_rows_and_predict_apply_the_same_transform(tmp_path) -> None:
