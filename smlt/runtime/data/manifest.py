@@ -76,10 +76,11 @@ class ColumnTransform(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    kind: Literal["numeric", "onehot", "hash", "date"]
+    kind: Literal["numeric", "onehot", "hash", "date", "text"]
     # onehot: one feature per level, in this order; date: its features (tabular.DATE_FEATURES)
     levels: list[str] = []
-    buckets: int = 0  # hash: features from a stable hash of the value
+    # hash: features from a stable hash of the value; text: of each word (tabular.text_features)
+    buckets: int = 0
     # the imputed value (from the train split) for a missing cell: a date's is its days since 1970-01-01
     fill: float | str | None = None
     indicator: bool = False  # one more feature: 1 where the cell was missing

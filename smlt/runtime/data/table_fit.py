@@ -384,6 +384,9 @@ class ColumnFit:
         # its levels (tabular.unseen_values), and some of those values with their counts
         self.read, self.unseen_rows = 0, 0
         self.unseen: dict[str, int] = {}
+        # a text column's words with a letter (tabular.word_count) in its present train cells, and
+        # those cells: free text when many distinct values hold at least TEXT_MIN_WORDS a cell on average
+        self.words, self.word_cells = 0, 0
 
     @property
     def is_date(self) -> bool:
@@ -391,6 +394,17 @@ class ColumnFit:
         if self.fixed is not None:
             return self.fixed.kind == "date"
         return not self.numeric and self.dates and self.date_cells > 0
+
+    @property
+    def is_text(self) -> bool:
+        """Free text (kind "text"): the pipeline's, or a text column, not dates, with more than
+        tabular.MAX_ONEHOT_LEVELS distinct train values of tabular.TEXT_MIN_WORDS words with a letter or
+        more on average."""
+        if self.fixed is not None:
+            return self.fixed.kind == "text"
+        if self.numeric or self.is_date:
+            return False
+        return tabular.is_free_text(len(self.levels.counts), self.words, self.word_cells)
 
     def values(self, block: Block) -> tuple[np.ndarray, np.ndarray] | None:
         """The block's cells as the column's median counts them: numbers, or a date's days."""
@@ -430,7 +444,10 @@ class ColumnFit:
         else:
             gaps = block.gaps(self.name)
             if self.fixed is None:
-                self.levels.add(block.text(self.name).filter(pa.array(train)))
+                train_text = block.text(self.name).filter(pa.array(train))
+                self.levels.add(train_text)
+                self.words += tabular.word_count(train_text)
+                self.word_cells += len(train_text) - train_text.null_count
                 self._count_numbers(block)
                 if self.dates:
                     self._add_dates(block, train)
@@ -530,7 +547,7 @@ class ColumnFit:
     def mostly_distinct(self, path: str) -> str | None:
         """A notice when this column is hashed though nearly every value in it is different: an
         id, a timestamp or free text, whose buckets a model can only memorise."""
-        if self.numeric or self.fixed is not None or self.is_date:
+        if self.numeric or self.fixed is not None or self.is_date or self.is_text:
             return None
         counted = sum(self.levels.counts.values())
         distinct = len(self.levels.counts)
@@ -576,6 +593,8 @@ class ColumnFit:
         self.date_gaps += other.date_gaps
         self.timed = self.timed or other.timed
         self._add_unseen(other.unseen, other.unseen_rows, other.read)
+        self.words += other.words
+        self.word_cells += other.word_cells
         if self.rising is None or other.rising is None:
             self.rising = None
         elif self.rising and other.rising:
@@ -605,6 +624,14 @@ class ColumnFit:
         if self.numeric:
             return ColumnTransform(
                 name=self.name, kind="numeric", fill=math.nan if impute else None, indicator=indicator
+            )
+        if self.is_text:  # an empty cell has no words (fill ""; None: refused)
+            return ColumnTransform(
+                name=self.name,
+                kind="text",
+                buckets=tabular.TEXT_BUCKETS,
+                fill="" if impute else None,
+                indicator=indicator,
             )
         levels, counts = self.levels.sorted()
         common = levels[int(np.argmax(counts))] if impute and levels else None  # ties: the first in sorted order
@@ -722,6 +749,11 @@ class TableFit:
         for t in transforms:
             if t.kind == "onehot" and t.levels:
                 _tell_case_variants(self.path, f"column {t.name!r}", t.levels, "levels")
+        for t in transforms:
+            if t.kind == "text":
+                notice.info(
+                    f"{self.path}: column {t.name!r} read as free text: its words hashed into {t.buckets} features"
+                )
         dates = [t for t in transforms if t.kind == "date"]
         if dates:
             said = "; ".join(f"{t.name!r}: {', '.join(tabular.DATE_MEANING[p] for p in t.levels)}" for t in dates)
