@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
+import logging
 import os
 import re
 import shutil
 from pathlib import Path
 
+import smlt.runtime.data
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
 from smlt.runtime.data.sources import is_source_path
@@ -49,22 +53,61 @@ def local_dataset_folder(dataset: DatasetSpec | str, base: Path | None = None) -
     )
 
 
+# What preparing a cached source said (its warnings: a leak, an id, rows without a label), told
+# again each time the cached preparation is used.
+NOTICES = "notices.json"
+_told: set[Path] = set()  # cached preparations whose notices this process has told
+
+
+@functools.cache
+def preparation_rules() -> str:
+    """A digest of the code that turns a source into a dataset (smlt/runtime/data): a cached
+    preparation made by other rules (an older smlt) is made again, never reused."""
+    digest = hashlib.sha1()
+    for f in sorted(Path(smlt.runtime.data.__file__).parent.glob("*.py")):
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()
+
+
 def _prepared(source: str, stem: str, identity: str, options: SourceOptions) -> Path:
-    """The cache folder of `source` prepared with `options`: the slug hashes both, so a different
-    label (or any other option) never reuses another preparation."""
-    key = identity + "\n" + options.model_dump_json()
+    """The cache folder of `source` prepared with `options` by this smlt's rules: the slug hashes
+    the three, so a different label (or any other option, or an upgrade) never reuses another
+    preparation. What preparing said is told again on every use."""
+    key = identity + "\n" + options.model_dump_json() + "\n" + preparation_rules()
     folder = cache_home() / "datasets" / f"{stem}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
-    if not (folder / "manifest.json").exists():
-        notice.info(f"preparing {source} into {folder}")
-        tmp = folder.with_name(folder.name + f".{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            prepare_dataset(source, str(tmp), options=options)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # a failed preparation leaves nothing behind
-            raise
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)
+    if (folder / "manifest.json").exists():
+        said = json.loads((folder / NOTICES).read_text()) if (folder / NOTICES).exists() else []
+        if folder in _told:
+            said = []
+        _told.add(folder)
+        if said:
+            notice.info(f"{source}: prepared before, in {folder}; preparing it said:")
+        for level, message in said:
+            notice.log(level, message)
+        return folder
+    notice.info(f"preparing {source} into {folder}")
+    tmp = folder.with_name(folder.name + f".{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    said = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append((record.levelno, record.getMessage()))
+
+    keep = Keep(logging.INFO)
+    notice.addHandler(keep)
+    try:
+        prepare_dataset(source, str(tmp), options=options)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed preparation leaves nothing behind
+        raise
+    finally:
+        notice.removeHandler(keep)
+    kept = [(level, m) for level, m in said if not m.startswith(("prepared ", "reading "))]
+    (tmp / NOTICES).write_text(json.dumps(kept))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    _told.add(folder)
     return folder
 
 

@@ -82,3 +82,27 @@ def test_an_image_folder_in_a_job_is_prepared_with_its_size(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(InvalidDataset, match="neither a prepared dataset .* nor an image folder"):
         local_dataset_folder(str(tmp_path / "plain"))
+
+
+def test_a_cached_preparation_tells_its_warnings_again_and_other_rules_prepare_again(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import smlt.datasets
+
+    path = tmp_path / "t.csv"
+    rows = [f"{i % 7},{'x' if i % 5 else ''},{'yes' if i % 3 else 'Yes'}" for i in range(60)]
+    path.write_text("\n".join(["a,b,label", *rows]) + "\n")
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        first = local_dataset_folder(str(path))
+        told = caplog.text
+        assert "differ only in letter case" in told and "preparing" in told
+        caplog.clear()
+        assert local_dataset_folder(str(path)) == first and caplog.text == ""  # told once a process
+        monkeypatch.setattr(smlt.datasets, "_told", set())  # another process
+        assert local_dataset_folder(str(path)) == first
+        assert "prepared before, in" in caplog.text and "differ only in letter case" in caplog.text
+        assert "preparing t.csv" not in caplog.text and "preparing " + str(path) not in caplog.text
+        caplog.clear()
+        monkeypatch.setattr(smlt.datasets, "preparation_rules", lambda: "an older smlt")
+        again = local_dataset_folder(str(path))
+    assert again != first and "preparing" in caplog.text
