@@ -330,3 +330,19 @@ def test_moments_merged_block_by_block_skip_nan_and_match_numpy():
     np.testing.assert_allclose(m.mean[1:], np.nanmean(x[:, 1:], axis=0, dtype=np.float64), rtol=1e-12)
     np.testing.assert_allclose(m.std[1:], np.nanstd(x[:, 1:].astype(np.float64), axis=0), rtol=1e-9)
     assert m.low[1] == np.nanmin(x[:, 1]) and m.high[2] == np.nanmax(x[:, 2])
+
+
+def test_a_dataset_the_disk_cannot_hold_is_refused_before_any_row_is_spooled(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    src = tmp_path / "wide.csv"
+    src.write_text("a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(1000)))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**6, 10**6))
+    with pytest.raises(
+        InvalidDataset,
+        match=r"wide.csv: its 1,000 rows of .* need about 0.1 GB of disk to shard, and .* has 0.0 GB free",
+    ):
+        prepare_dataset(str(src), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ from smlt.runtime.data.manifest import (
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.sources import Source, TableSource, open_source
 from smlt.runtime.data.split import Split, aligned
-from smlt.runtime.data.spool import ShardSpool, Transform, Writer, shard_count
+from smlt.runtime.data.spool import MAX_SHARD_BYTES, ShardSpool, Transform, Writer, shard_count
 from smlt.runtime.data.stats import Moments
 from smlt.runtime.data.table_fit import ColumnFit, LabelFit, Labels, TableFit
 from smlt.runtime.data.table_reader import Block
@@ -138,7 +139,17 @@ class _Plan:
 
     def spools(self, folder: Path, train: int, validation: int, row_bytes: int) -> tuple[ShardSpool, ShardSpool]:
         """The splits' spools: `shards` train shards and half as many validation shards (at least
-        one), more when a shard would pass MAX_SHARD_BYTES, never more than rows."""
+        one), more when a shard would pass MAX_SHARD_BYTES, never more than rows. Refused before
+        a row is spooled when the disk cannot hold them (the spools, then a shard at a time)."""
+        need = (train + validation) * row_bytes + 2 * MAX_SHARD_BYTES
+        free = shutil.disk_usage(folder).free
+        if need > free:
+            raise InvalidDataset(
+                f"{self.source}: its {train + validation:,} rows of {row_bytes:,} bytes each (every feature 4 bytes) "
+                f"need about {need / 1e9:.1f} GB of disk to shard, and {folder} has {free / 1e9:.1f} GB free: free some "
+                "space, leave wide columns out (--drop; a free-text column is 512 features), or on AWS upload the "
+                "table in parts (docs/deploy.md), which are prepared one by one"
+            )
         return (
             ShardSpool(folder, "train", shard_count(self.shards, train, row_bytes), self.part),
             ShardSpool(folder, "validation", shard_count(max(1, self.shards // 2), validation, row_bytes), self.part),
