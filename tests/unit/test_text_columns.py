@@ -285,3 +285,26 @@ def test_a_text_column_is_learnt_where_its_hash_was_not(tmp_path, monkeypatch) -
     hashed = accuracy(tmp_path / "hash")
     print(f"validation accuracy: words {words:.3f}, the whole cell hashed {hashed:.3f}")
     assert words > 0.85 and hashed < 0.65, (words, hashed)
+
+
+def test_a_long_document_costs_its_own_bytes_not_the_block_times_its_length(tmp_path) -> None:
+    # a fixed-width numpy str array gives every cell the longest cell's width: one 100 KB cell in a
+    # block of 20,000 rows was 8 GB; cells past WIDE_CELL characters stay Python strings
+    from smlt.runtime.data.table_reader import WIDE_CELL
+
+    words = ["good", "bad", "fine", "great", "awful", "ok"]
+    rng = np.random.default_rng(0)
+    docs = [" ".join(rng.choice(words, 30 if i != 7 else 20_000)) for i in range(400)]
+    path = tmp_path / "docs.csv"
+    path.write_text("doc,label\n" + "".join(f'"{d}",{i % 2}\n' for i, d in enumerate(docs)))
+    (block,) = list(open_table(path).blocks())
+    cells = block.column("doc", numeric=False)
+    assert cells.dtype == object and max(len(c) for c in cells) > WIDE_CELL
+    assert cells.tolist() == docs
+    short = tmp_path / "short.csv"
+    short.write_text("doc,label\n" + "".join(f'"{d}",{i % 2}\n' for i, d in enumerate(docs[:7])))
+    assert next(iter(open_table(short).blocks())).column("doc", numeric=False).dtype.kind == "U"
+    m = prepare_dataset(str(path), str(tmp_path / "p"))
+    assert [c.kind for c in m.columns or []] == ["text"]
+    features = apply_columns(m, read_table(path))
+    assert features.shape == (400, m.features) and np.isfinite(features).all()

@@ -52,6 +52,8 @@ _OTHER_DELIMITERS = ";\t|"
 # databases (`NULL`) and pandas (`<NA>`, `None`) write one: the common ones of pandas' own list,
 # without `nan`/`NaN`, which are the number NaN here (refused as not finite).
 MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None")
+# Characters a text cell may have for its column to be a fixed-width numpy str array (`Block.column`).
+WIDE_CELL = 256
 # A number as a spreadsheet formats it: grouped thousands, a currency sign before or after, a
 # percent sign (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`; in a file not separated by commas,
 # `1.234,50` or `1.234.567`). Read as the number without its marks (`7.5%` is 7.5): whole columns of
@@ -286,13 +288,18 @@ class Block:
     def column(self, name: str, numeric: bool) -> np.ndarray:
         """The column as a Table holds it: float64 (NaN where empty, a missing marker too) when
         `numeric` (every cell a number) or a Parquet number column, else str cells ("" where
-        empty; a marker is its text)."""
+        empty; a marker is its text): fixed-width str, or Python strings (object) when a cell is
+        longer than WIDE_CELL (a fixed width is the longest cell's for every cell: one 100 KB
+        document in a block of 20,000 rows would take 8 GB)."""
         if numeric or (not self.csv and _is_number_type(self.cells[name].type)):
             parsed = self.numbers(name)
             assert parsed is not None, f"{name}: not a number column"
             return parsed[0]
+        import pyarrow.compute as pc
+
         text = self.text(name).fill_null("")
-        return np.asarray(text.to_numpy(zero_copy_only=False), dtype=str)
+        longest = pc.max(pc.utf8_length(text)).as_py() or 0
+        return np.asarray(text.to_numpy(zero_copy_only=False), dtype=str if longest <= WIDE_CELL else object)
 
 
 def parse_dates(text: Any) -> tuple[np.ndarray, np.ndarray] | None:
