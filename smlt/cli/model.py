@@ -131,11 +131,45 @@ def spec_lines(spec: Any) -> list[str]:
     return lines
 
 
+def column_lines(columns: Any) -> list[str]:
+    """The table columns a model reads, in order, each with what prepare made of it."""
+
+    def what(t: Any) -> str:
+        if t.kind == "numeric":
+            said = "number"
+        elif t.kind == "onehot":
+            shown = ", ".join(t.levels[:8]) + (f" ... ({len(t.levels)})" if len(t.levels) > 8 else "")
+            said = f"text, one of {shown}"
+        elif t.kind == "hash":
+            said = f"text, hashed into {t.buckets} features"
+        elif t.kind == "text":
+            said = f"free text, its words hashed into {t.buckets} features"
+        else:
+            said = f"date: {', '.join(t.levels)}"
+        if t.fill is None:
+            return said + "; a missing cell refused"
+        if t.kind == "text":
+            fill = "has no words"
+        elif t.kind == "date":
+            import datetime
+
+            fill = f"is {datetime.date(1970, 1, 1) + datetime.timedelta(days=int(float(t.fill)))}"
+        else:
+            fill = f"is {t.fill:.6g}" if isinstance(t.fill, float) else f"is {t.fill!r}"
+        return f"{said}; a missing cell {fill}" + (" (and an indicator)" if t.indicator else "")
+
+    return [f"  {t.name!r}: {what(t)}" for t in columns]
+
+
 def show(args: argparse.Namespace) -> int:
     from smlt.runtime.progress import notice
 
     model = _load(args)
     notice.info(model.card.model_dump_json(indent=1, exclude={"features"}))
+    if model.card.features is not None and model.card.features.columns:
+        notice.info(f"it reads these columns of a table (the label {model.card.features.label!r} aside), in order:")
+        for line in column_lines(model.card.features.columns):
+            notice.info(line)
     if model.card.features is not None:
         from smlt.serving import serving_spec
 

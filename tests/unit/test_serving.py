@@ -13,6 +13,7 @@ house prices in the 1e5s 1.9e-02 / 1.8e-02 (a float32's rounding, under 1e-7 of 
 
 import importlib.util
 import json
+import re
 import warnings
 
 import numpy as np
@@ -277,6 +278,16 @@ def test_smlt_model_says_what_the_export_takes_and_a_finished_run_names_its_card
     out = capsys.readouterr().out
     assert "smlt export writes a model that takes and gives:" in out
     assert "input  'image' uint8 [batch, 3, 8, 8]: RGB images of 8x8 pixels, uint8 0..255" in out
+    assert "it reads these columns" not in out  # images: no columns
+    _, _, folder = models["encoded_features"]
+    assert main(["model", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "it reads these columns of a table (the label 'kind' aside), in order:" in out
+    assert "  'weight': number; a missing cell is" in out
+    assert re.search(r"  'colour': text, one of [^;]+; a missing cell is '\w+'", out)
+    assert re.search(
+        r"  'picked': date: days, month, weekday; a missing cell is \d{4}-\d\d-\d\d \(and an indicator\)", out
+    )
 
     from smlt.runner import done_lines
 
