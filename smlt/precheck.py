@@ -41,7 +41,7 @@ from smlt.runtime.errors import (
     SmltError,
     UserCodeError,
 )
-from smlt.runtime.evaluation import lower_is_better, val_metrics
+from smlt.runtime.evaluation import balanced_problem, lower_is_better, target_metric_problem, val_metrics
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
 from smlt.runtime.usercode import check_importable, entry_points, hint
@@ -751,7 +751,16 @@ def _check_target(
         job.model.name not in BUILTIN_MODELS,
         lambda err: InvalidJob(f"{where}: {type(err).__name__}: {_message(err)}"),
     )
-    m = val_metrics(e.loss, e.correct, e.count, task=manifest.task, outputs=manifest.outputs, target=manifest.target)
+    m = val_metrics(
+        e.loss,
+        e.correct,
+        e.count,
+        task=manifest.task,
+        outputs=manifest.outputs,
+        target=manifest.target,
+        class_correct=e.class_correct,  # balanced accuracy (up to MAX_CLASS_SUMS classes)
+        class_count=e.class_count,
+    )
     value = getattr(m, t.target_metric)
     if value is None:
         return
@@ -963,6 +972,18 @@ def first_plan_refusal(job: Job, manifest: Manifest, budget_usd: float, deadline
     return decision.reason if decision.action == "stop" and decision.infeasible else None
 
 
+def _check_study_metric(study: Any, manifest: Manifest) -> None:
+    """The study's own `metric` (its trials' target metric is checked with each trial's job): one
+    the dataset never measures would leave every trial without a value to compare."""
+    if study.metric is None:
+        return
+    problem = target_metric_problem(study.metric, manifest.task, "study.metric")
+    if problem is None and manifest.task == "classification":
+        problem = balanced_problem(study.metric, manifest.outputs, "study.metric")
+    if problem:
+        raise InvalidJob(problem)
+
+
 def check_study(study: Any, base: Path) -> None:
     """`smlt tune`: before any trial starts, every value of the search space (each choice, both
     ends of each range) builds a valid job and a model that trains on the dataset, and the first
@@ -985,6 +1006,7 @@ def check_study(study: Any, base: Path) -> None:
     from smlt.runtime.study.budget import DEADLINE_MARGIN_S
 
     manifest = read_local_manifest(folder)
+    _check_study_metric(study, manifest)
     share = study.budget_usd / study.trials  # the first trial's (smlt.runtime.study.budget.share)
     deadline = study.deadline_seconds - DEADLINE_MARGIN_S  # the first trial's (budget.trial_deadline)
     if first_plan_refusal(study.job, manifest, share, deadline) is None:

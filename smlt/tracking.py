@@ -38,6 +38,7 @@ ROUND_SCALARS = {
     "train_loss": "loss/train",
     "val_loss": "loss/validation",
     "val_accuracy": "metrics/val_accuracy",
+    "val_balanced_accuracy": "metrics/val_balanced_accuracy",  # classification, up to 1,000 classes
     "val_rmse": "metrics/val_rmse",
     "val_r2": "metrics/val_r2",
     "workers": "plan/workers",
@@ -47,7 +48,16 @@ ROUND_SCALARS = {
     "cost_total_usd": "cost/spent_usd",
 }
 _TRAIN_ONLY = {"local_steps"}
-_FINAL = ("val_accuracy", "val_loss", "val_rmse", "val_r2", "rounds", "estimated_cost_usd", "wall_seconds")
+_FINAL = (
+    "val_accuracy",
+    "val_balanced_accuracy",
+    "val_loss",
+    "val_rmse",
+    "val_r2",
+    "rounds",
+    "estimated_cost_usd",
+    "wall_seconds",
+)
 
 TAG = "smlt.run_id"  # the MLflow run's tag that names its smlt run: how a resume finds it
 ENV_URI = "MLFLOW_TRACKING_URI"

@@ -47,8 +47,9 @@ def _follow_triggered(engine: Any, names: StackNames, arn: str, out: Path) -> No
     m = fetch_outputs(
         S3Store(names.artifacts_bucket, client=engine.client("s3")), run_id, out / run_id, engine.history(arn)
     )
+    target = (m["job"].get("training") or {}).get("target_metric")
     notice.info(
-        f"  run {run_id}: {summary_text(m['final'])}, warm start "
+        f"  run {run_id}: {summary_text(m['final'], target)}, warm start "
         f"{m['job'].get('warm_start') or 'none'} -> {out / run_id}"
     )
     card = out / run_id / "model.json"

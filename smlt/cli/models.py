@@ -12,7 +12,11 @@ def add_commands(sub: Any) -> None:
     models = sub.add_parser("models", help="a retraining pipeline's versions, promotion and rollback")
     cmds = models.add_subparsers(dest="models_cmd", required=True)
     for name, fn, helptext in (
-        ("list", list_versions, "every version: its run, metrics, cost, and whether the gate promoted it"),
+        (
+            "list",
+            list_versions,
+            "every version: its run, metrics, cost, whether the gate promoted it, and its run's class warning",
+        ),
         ("promote", promote, "make VERSION's model the champion (the model served and warm-started from)"),
         ("rollback", rollback, "make the champion before the current one the champion again"),
     ):
@@ -129,7 +133,7 @@ def list_versions(args: argparse.Namespace) -> int:
         raise NoSuchVersion(f"pipeline {args.pipeline} has no version yet (upload one under incoming/{args.pipeline}/)")
     champ = champion(store, args.pipeline)
     if found:
-        _print_versions(stack, found, champ)
+        _print_versions(stack, found, champ, _warnings(store, found))
     if failed:
         print(f"uploads refused before training (fix them and upload the version's {keys.SUCCESS_MARKER} again):")
         for version, when, cause in failed:
@@ -137,19 +141,37 @@ def list_versions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_versions(stack: Any, found: list[Any], champ: Any) -> None:
-    print(f"{'':2}{'version':<14}{'status':<10}{'metric':<14}{'new':>8}{'champion':>10}{'cost $':>10}  run / reason")
+def _warnings(store: Any, found: list[Any]) -> dict[str, str]:
+    """Each decided version's class warning (its run's, smlt.runtime.pipeline.run_class_warning),
+    by version: two small reads per decided version, in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from smlt.runtime.pipeline import run_class_warning
+
+    decided = [r for r in found if r.status != "training"]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        said = list(pool.map(lambda r: run_class_warning(store, r.run_id), decided))
+    return {r.version: w for r, w in zip(decided, said, strict=True) if w}
+
+
+def _print_versions(stack: Any, found: list[Any], champ: Any, warnings: dict[str, str] | None = None) -> None:
+    """The versions' table; `warnings`: a version's run's class warning, on a line of its own."""
+    warnings = warnings or {}
+    m = max([14] + [len(r.metric or "-") + 1 for r in found])  # val_balanced_accuracy is 21 long
+    print(f"{'':2}{'version':<14}{'status':<10}{'metric':<{m}}{'new':>8}{'champion':>10}{'cost $':>10}  run / reason")
     for r in found:
         mark = "*" if champ and champ.run_id == r.run_id else ""
         cost = "-" if r.cost_usd is None else f"{r.cost_usd:.5f}"
         status = r.status if r.status != "training" else _run_status(stack, r.run_id)
         print(
-            f"{mark:<2}{r.version:<14}{status:<10}{r.metric or '-':<14}{_value(r.challenger_value):>8}"
+            f"{mark:<2}{r.version:<14}{status:<10}{r.metric or '-':<{m}}{_value(r.challenger_value):>8}"
             f"{_value(r.champion_value):>10}{cost:>10}  {r.run_id}"
         )
         print(f"{'':26}gen {r.generation}, {r.start}" + (f"; {r.reason}" if r.reason else ""))
         if r.by and r.promoted:
             print(f"{'':26}promoted by {r.by}, model sha256 {(r.model_sha256 or '?')[:12]}")
+        if r.version in warnings:
+            print(f"{'':26}warning: {warnings[r.version]}")
     if champ is not None:
         print(f"champion (*): {champ.version} (run {champ.run_id}, by {champ.by}) {champ.model}")
 

@@ -26,15 +26,18 @@ from pydantic import BaseModel
 from smlt.runtime.data.manifest import TargetScaling
 
 Task = Literal["classification", "regression"]
-TargetMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_r2"]
+TargetMetric = Literal["val_accuracy", "val_balanced_accuracy", "val_loss", "val_rmse", "val_r2"]
 
 # The target metrics a task can reach (val_loss: any task).
 TASK_METRICS: dict[str, tuple[str, ...]] = {
-    "classification": ("val_loss", "val_accuracy"),
+    "classification": ("val_loss", "val_accuracy", "val_balanced_accuracy"),
     "regression": ("val_loss", "val_rmse", "val_r2"),
 }
 LOWER_IS_BETTER = frozenset({"val_loss", "val_rmse"})
-AT_MOST_ONE = frozenset({"val_accuracy", "val_r2"})  # a fraction; R² = 1 is a perfect fit
+# Fractions (accuracy, the mean of the classes' recalls); R² = 1 is a perfect fit.
+AT_MOST_ONE = frozenset({"val_accuracy", "val_balanced_accuracy", "val_r2"})
+# Fractions of validation rows (or the mean of per-class fractions): a proportion's noise.
+PROPORTIONS = frozenset({"val_accuracy", "val_balanced_accuracy"})
 
 
 # Classes a worker sums its validation rows per class for (more: no per-class metrics).
@@ -99,7 +102,9 @@ def lower_is_better(metric: str) -> bool:
 
 def metric_reaches(metric: str, target: float | None, value: float | None) -> bool:
     """The job's stop rule, the one the aggregator, the planner and the simulators apply:
-    val_loss and val_rmse at or below the target, val_accuracy and val_r2 at or above it."""
+    val_loss and val_rmse at or below the target, val_accuracy, val_balanced_accuracy and val_r2
+    at or above it. A metric not measured (None: a round missing a worker's slice, or one
+    without every worker's per-class sums for balanced accuracy) never reaches it."""
     if target is None or value is None:
         return False
     return value <= target if lower_is_better(metric) else value >= target
@@ -121,13 +126,24 @@ def target_reached(training: Target, metrics: object) -> bool:
     return metric_reaches(training.target_metric, training.target_value, value)
 
 
-def target_metric_problem(metric: str, task: str) -> str | None:
+def target_metric_problem(metric: str, task: str, field: str = "training.target_metric") -> str | None:
     """Why a target on `metric` can never be reached on a `task` dataset (None: it can)."""
     if metric in TASK_METRICS[task]:
         return None
-    if task == "regression":  # val_accuracy
-        return f"training.target_metric: {metric} needs a classification dataset; use val_loss"
-    return f"training.target_metric: {metric} needs a regression dataset; use val_accuracy or val_loss"
+    if task == "regression":  # val_accuracy, val_balanced_accuracy
+        return f"{field}: {metric} needs a classification dataset; use val_loss, val_rmse or val_r2"
+    return f"{field}: {metric} needs a regression dataset; use val_accuracy, val_balanced_accuracy or val_loss"
+
+
+def balanced_problem(metric: str, classes: int, field: str = "training.target_metric") -> str | None:
+    """Why `val_balanced_accuracy` is not measured on a dataset of `classes` classes (None: it is):
+    the workers sum per class for at most MAX_CLASS_SUMS classes, so no round would have it."""
+    if metric != "val_balanced_accuracy" or classes <= MAX_CLASS_SUMS:
+        return None
+    return (
+        f"{field}: val_balanced_accuracy is measured for at most {MAX_CLASS_SUMS:,} classes (per-class "
+        f"sums) and the dataset has {classes:,}, so no round would have it: use val_accuracy or val_loss"
+    )
 
 
 def metrics_text(m: ValMetrics, prefix: str = "val") -> str:
@@ -174,10 +190,10 @@ def class_warning(final: Mapping[str, Any], classes: Sequence[str] | None = None
     )
 
 
-def summary_text(final: Mapping[str, Any]) -> str:
+def summary_text(final: Mapping[str, Any], metric: str | None = None) -> str:
     """A run's final metrics (FinalMetrics' dump, metrics.json's `final`) as its summary prints
     them: `val accuracy 0.9610`, or for regression `val rmse 53.2100, val r2 0.4800` (`n/a`
-    where not measured)."""
+    where not measured); with the job's target `metric` val_balanced_accuracy, that too."""
 
     def num(name: str) -> str:
         v = final.get(name)
@@ -185,4 +201,7 @@ def summary_text(final: Mapping[str, Any]) -> str:
 
     if final.get("task") == "regression":
         return f"val rmse {num('val_rmse')}, val r2 {num('val_r2')}"
-    return f"val accuracy {num('val_accuracy')}"
+    text = f"val accuracy {num('val_accuracy')}"
+    if metric == "val_balanced_accuracy":
+        text += f", val balanced accuracy {num('val_balanced_accuracy')}"
+    return text

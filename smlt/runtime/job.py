@@ -26,7 +26,7 @@ from pydantic import (
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.errors import InvalidJob
-from smlt.runtime.evaluation import AT_MOST_ONE, TargetMetric, target_metric_problem
+from smlt.runtime.evaluation import AT_MOST_ONE, TargetMetric, balanced_problem, target_metric_problem
 from smlt.runtime.strict import UserModel
 from smlt.runtime.tensors.codec import Codec
 from smlt.runtime.validation import FieldError, field_errors, unknown_field_hint
@@ -90,7 +90,8 @@ class TrainingSpec(_Strict):
     # Local SGD steps per worker per round (k). The planner may change it round by round.
     local_steps: PositiveInt = 20
     max_rounds: PositiveInt = 50
-    # val_loss: any task; val_accuracy: classification; val_rmse, val_r2: regression (smlt.runtime.evaluation).
+    # val_loss: any task; val_accuracy, val_balanced_accuracy (the mean of the classes' recalls, up to
+    # 1,000 classes): classification; val_rmse, val_r2: regression (smlt.runtime.evaluation).
     target_metric: TargetMetric = "val_accuracy"
     target_value: float | None = Field(default=None, ge=0.0)
     # Server-side step applied to the averaged delta (1.0 = plain FedAvg).
@@ -126,9 +127,9 @@ class TrainingSpec(_Strict):
         metric = info.data.get("target_metric")
         if v is not None and v > 1 and metric in AT_MOST_ONE:
             raise ValueError(
-                "val_accuracy is a fraction of at most 1 (0.96 means 96 %)"
-                if metric == "val_accuracy"
-                else "val_r2 is at most 1 (1 is a perfect fit, 0 no better than the mean)"
+                "val_r2 is at most 1 (1 is a perfect fit, 0 no better than the mean)"
+                if metric == "val_r2"
+                else f"{metric} is a fraction of at most 1 (0.96 means 96 %)"
             )
         return v
 
@@ -285,6 +286,21 @@ def parse_job(raw: Any) -> Job:
         raise InvalidJob("; ".join(problems(e))) from None
 
 
+def _check_balanced(tr: TrainingSpec, manifest: Manifest) -> None:
+    """A val_balanced_accuracy target on a classification dataset: measured (at most 1,000
+    classes), and not met by a model that predicts one class for every row (1/k)."""
+    problem = balanced_problem(tr.target_metric, manifest.outputs)
+    if problem:
+        raise InvalidJob(problem)
+    chance = 1.0 / max(manifest.outputs, 1)
+    if tr.target_value is not None and tr.target_value <= chance:
+        raise InvalidJob(
+            f"training.target_value: val_balanced_accuracy {tr.target_value:g} is met by always predicting one "
+            f"class ({chance:.4g} with {manifest.outputs} classes), so the run could stop with a model that "
+            f"learned nothing: set a target above {chance:.4g}"
+        )
+
+
 def check_dataset(job: Job, manifest: Manifest) -> None:
     """What a job asks of its dataset that the dataset cannot give: InvalidJob naming the field."""
     ds, tr = job.dataset, job.training
@@ -293,8 +309,12 @@ def check_dataset(job: Job, manifest: Manifest) -> None:
     if ds.label is not None and manifest.label is not None and ds.label != manifest.label:
         raise InvalidJob(f"dataset.label: {ds.label!r}, but {manifest.name} was prepared with label {manifest.label!r}")
     problem = target_metric_problem(tr.target_metric, manifest.task)
-    if problem and tr.target_value is not None:
+    # (val_accuracy is the default, so a regression job without a target may keep it; balanced
+    # accuracy is always asked for: a pipeline's gate or a study compares it even without a target)
+    if problem and (tr.target_value is not None or tr.target_metric == "val_balanced_accuracy"):
         raise InvalidJob(problem)
+    if tr.target_metric == "val_balanced_accuracy":
+        _check_balanced(tr, manifest)
     if tr.augment and len(manifest.x.shape) != 3:
         shape = "x".join(map(str, manifest.x.shape))
         raise InvalidJob(

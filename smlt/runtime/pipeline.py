@@ -10,7 +10,9 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
 - The gate: a run of a version warm-starts from the champion, so its round 0 scores the champion
   on the new version's validation rows; the run's final model (the challenger) is promoted only if
   it is not worse than that by more than the job's `promotion_margin` on the job's target metric.
-  Else the version is kept, rejected, with both metrics and the reason.
+  Else the version is kept, rejected, with both metrics and the reason. On imbalanced classes the
+  target metric to gate on is `val_balanced_accuracy` (the mean of the classes' recalls): a
+  challenger that stops predicting a rare class can gain accuracy and is still rejected.
 - Every version has a record (versions/<version>.json); every change of champion an append-only
   entry (promotions/), which `rollback` replays.
 """
@@ -29,7 +31,7 @@ from pydantic import BaseModel
 from smlt.runtime import keys
 from smlt.runtime.data.manifest import FeatureSpec, Manifest, feature_spec, parse_manifest
 from smlt.runtime.errors import InvalidDataset, SmltError
-from smlt.runtime.evaluation import LOWER_IS_BETTER
+from smlt.runtime.evaluation import LOWER_IS_BETTER, class_warning
 from smlt.runtime.store import NotFound, S3Store
 
 # A triggered run waits this long (seconds) for every shard its manifest names (`aws s3 sync`
@@ -347,7 +349,7 @@ def _verdict(
     scored: float | None,
 ) -> tuple[bool, str]:
     if challenger is None:
-        return False, f"the challenger has no {metric}"
+        return False, f"the challenger has no {metric}" + _unmeasured(metric)
     if record.champion_run is None:
         return True, f"no champion to compare with ({record.start})"
     if current is None or current.run_id != record.champion_run:
@@ -357,13 +359,22 @@ def _verdict(
             f"compare by hand and `smlt models promote {record.pipeline} {record.version}`"
         )
     if scored is None:
-        return False, f"the champion could not be re-scored on this version's validation rows (round 0's {metric})"
+        return False, (
+            f"the champion could not be re-scored on this version's validation rows (round 0's {metric})"
+            + _unmeasured(metric)
+        )
     lower = metric in LOWER_IS_BETTER
     worse_by = challenger - scored if lower else scored - challenger
     verdict = f"{metric} {challenger:.4g} vs the champion {record.champion_version}'s {scored:.4g} on the same rows"
     if worse_by > margin:
         return False, f"{verdict}: worse by {worse_by:.4g}, more than the margin {margin:g}"
     return True, f"{verdict}: not worse by more than the margin {margin:g}"
+
+
+def _unmeasured(metric: str) -> str:
+    if metric == "val_balanced_accuracy":
+        return " (balanced accuracy needs every worker's per-class sums of the whole validation split)"
+    return ""
 
 
 def _make_champion(artifacts: S3Store, record: VersionRecord, by: str, action: str, now: float) -> Champion:
@@ -393,6 +404,24 @@ def versions(artifacts: Records, pipeline: str) -> list[VersionRecord]:
         for k in artifacts.list(keys.pipeline_versions_prefix(pipeline))
     ]
     return sorted(found, key=lambda r: r.created_at)
+
+
+def run_class_warning(artifacts: Records, run_id: str) -> str | None:
+    """A version's run's class warning (smlt.runtime.evaluation.class_warning: a class its final
+    model never predicts, or a balanced accuracy well below its accuracy), from its metrics.json's
+    final metrics and its model card's class names, as the run ended with it; None without one (or
+    before the run has its metrics)."""
+    from smlt.runtime.modelcard import card_key
+
+    try:
+        final = json.loads(artifacts.get(keys.final_metrics_key(run_id))).get("final") or {}
+    except NotFound:
+        return None
+    try:
+        classes = json.loads(artifacts.get(card_key(run_id))).get("classes")
+    except NotFound:
+        classes = None
+    return class_warning(final, classes)
 
 
 def promote(artifacts: S3Store, pipeline: str, version: str, by: str) -> Champion:

@@ -159,3 +159,73 @@ def test_a_shard_that_never_arrives_is_named(engine_as_aws, tmp_path):
     with pytest.raises(pl.IncompleteUpload, match="validation-00000.safetensors"):
         pl.wait_for_shards(data, "incoming/gone/v1", m, wait_s=1.0)
     assert 1.0 <= time.monotonic() - t0 < 10
+
+
+def _fraud(path, seed, fraud_share, *, ok_train=None, rows=ROWS):
+    """A CSV of 'fraud'/'ok' rows: fraud rows are shifted on two of four features. `ok_train` (the
+    indices of the train split) labels those rows 'ok' whatever they are."""
+    rng = np.random.default_rng(seed)
+    y = rng.random(rows) < fraud_share
+    x = rng.normal(size=(rows, 4))
+    x[y, :2] += 1.2  # separable enough to learn, not to be right on every row
+    label = np.where(y, "fraud", "ok")
+    if ok_train is not None:
+        label[ok_train] = "ok"
+    lines = ["a,b,c,d,label"] + [",".join([*(f"{v:.4f}" for v in x[i]), label[i]]) for i in range(rows)]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_gate_on_balanced_accuracy_rejects_a_challenger_that_stops_predicting_fraud(engine_as_aws, tmp_path, capsys):
+    """The champion learned fraud on balanced data; the challenger (warm-started, its train split's
+    fraud labelled 'ok') gains accuracy on the imbalanced validation rows and loses balanced
+    accuracy: rejected, and `smlt models list` says its class warning."""
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    engine, names = engine_as_aws
+    root = tmp_path / "watched"
+    job = {
+        "name": "fraud",
+        "dataset": {"uri": "replaced-by-the-trigger", "label": "label"},
+        "model": {"name": "logreg"},
+        "training": {
+            "max_rounds": 4,
+            "local_steps": 15,
+            "learning_rate": 0.3,
+            "target_metric": "val_balanced_accuracy",
+        },
+        "workers": {"initial": 2, "memory_mb": 1769},
+    }
+    (root / "incoming/fraud").mkdir(parents=True)
+    (root / "incoming/fraud/job.json").write_text(json.dumps(job))
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
+    artifacts = S3Store(names.artifacts_bucket)
+
+    pl.prepare_version(_fraud(tmp_path / "v1.csv", 1, 0.5), str(root / "incoming/fraud/v1"), shards=4)
+    run1 = _run(engine, upload_version(trigger, root / "incoming/fraud/v1", root))
+    assert pl.champion(artifacts, "fraud").run_id == run1
+
+    order = np.random.default_rng(0).permutation(ROWS)  # prepare's split (seed 0): validation first
+    train_rows = order[int(round(ROWS * 0.2)) :]
+    pl.prepare_version(_fraud(tmp_path / "v2.csv", 2, 0.08, ok_train=train_rows), str(root / "incoming/fraud/v2"))
+    run2 = _run(engine, upload_version(trigger, root / "incoming/fraud/v2", root))
+    v2 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("fraud", "v2")))
+    final = json.loads(artifacts.get(keys.final_metrics_key(run2)))
+    round0 = final["rounds"][0]  # the champion scored on v2's validation rows
+    print(f"\nchampion on v2: accuracy {round0['val_accuracy']:.4f}, balanced {round0['val_balanced_accuracy']:.4f}")
+    print(
+        f"challenger:     accuracy {final['final']['val_accuracy']:.4f}, balanced {final['final']['val_balanced_accuracy']:.4f}"
+    )
+    print(f"gate: {v2.status}: {v2.reason}")
+    assert v2.metric == "val_balanced_accuracy" and v2.status == "rejected", v2
+    assert final["final"]["val_accuracy"] > round0["val_accuracy"]  # plain accuracy would have promoted it
+    assert v2.challenger_value < v2.champion_value and "worse by" in v2.reason
+    assert pl.champion(artifacts, "fraud").run_id == run1
+
+    publish_outputs(engine, "SmltFraud")
+    assert main(["models", "list", "fraud", "--stack", "SmltFraud"]) == 0
+    listing = capsys.readouterr().out
+    print(listing)
+    assert "val_balanced_accuracy" in listing and "warning: balanced accuracy" in listing

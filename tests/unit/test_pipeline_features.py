@@ -104,6 +104,8 @@ def test_the_gate_promotes_only_a_challenger_not_worse_than_the_champion_by_the_
     assert _verdict(warm, champ, "val_accuracy", 0.02, 0.89, 0.90)[0]
     assert not _verdict(warm, champ, "val_rmse", 0.0, 1.2, 1.1)[0]  # lower is better
     assert _verdict(warm, champ, "val_loss", 0.0, 0.3, 0.4)[0]
+    assert not _verdict(warm, champ, "val_balanced_accuracy", 0.0, 0.52, 0.88)[0]  # higher is better
+    assert _verdict(warm, champ, "val_balanced_accuracy", 0.0, 0.90, 0.88)[0]
     assert _verdict(_record(start="cold: the pipeline's first version"), None, "val_accuracy", 0, 0.5, None)[0]
     assert not _verdict(warm, champ, "val_accuracy", 0, 0.9, None)[0]  # champion not re-scored
     moved = Champion(run_id="r9", model="s3://a/m9", version="v9")

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from smlt.runtime.evaluation import lower_is_better, metric_reaches
+from smlt.runtime.evaluation import PROPORTIONS, lower_is_better, metric_reaches
 from smlt.runtime.planner.stats import norm_ppf
+from smlt.runtime.planner.types import noise_rows
 
 
 def k_effective(k, momentum: float):
@@ -229,6 +230,7 @@ class ProgressModel:
         self.batch = batch
         self.rows = max(train_rows, 1)
         self.val_rows = max(val_rows, 1)
+        self.noise_rows = float(self.val_rows)  # a proportion's binomial noise (fit: types.noise_rows)
         self.quorum = quorum
         self.max_rounds = max_rounds
         self.init_n = initial_workers
@@ -281,6 +283,7 @@ class ProgressModel:
         return RoundsForecast(ci[keep], rem[keep], w[keep], self.betas, self.drifts, self.mu_e, p_done)
 
     def fit(self, history) -> ProgressModel:
+        self.noise_rows = noise_rows(self.metric, self.val_rows, getattr(history, "val_class_rows", None))
         dt = self._dtau_history(history)
         tau_before = np.concatenate([np.zeros((len(self.betas), 1)), np.cumsum(dt, axis=1)], axis=1)
         self.tau_now = tau_before[:, -1]
@@ -325,9 +328,9 @@ class ProgressModel:
     def _noise_sd(self, y: np.ndarray) -> tuple[np.ndarray, float]:
         """Each observation's noise sd (validation split + misfit) and the best possible gain."""
         y0 = y[0]
-        if self.metric == "val_accuracy":
+        if self.metric in PROPORTIONS:  # accuracy, balanced accuracy: binomial on the (effective) rows
             yy = np.clip(np.abs(y[1:]), 0.0, 1.0)
-            return np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.val_rows + MISFIT_SD**2), max(1.0 - y0, 1e-3)
+            return np.sqrt(np.maximum(yy * (1 - yy), 0.01) / self.noise_rows + MISFIT_SD**2), max(1.0 - y0, 1e-3)
         if self.metric == "val_r2":  # at most 1, noise like a loss's
             return 0.02 * np.abs(y[1:]) + MISFIT_SD, max(1.0 - y0, 1e-3)
         return 0.02 * np.abs(y[1:]) + MISFIT_SD, max(-y0, 1e-3)  # loss >= 0

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from smlt.runtime.evaluation import lower_is_better
+from smlt.runtime.evaluation import PROPORTIONS, lower_is_better
 from smlt.runtime.job import Job
 from smlt.runtime.planner.config import active as cfg
-from smlt.runtime.planner.types import RunHistory
+from smlt.runtime.planner.types import RunHistory, noise_rows
 
 
 def stalled(job: Job, history: RunHistory, val_rows: int, window: int | None = None) -> bool:
@@ -24,7 +24,8 @@ def stalled(job: Job, history: RunHistory, val_rows: int, window: int | None = N
         return False
     sign = -1.0 if lower_is_better(metric) else 1.0
     before, recent = ys[:-window], ys[-window:]
-    return _no_rise(metric, sign, max(sign * y for y in before), max(sign * y for y in recent), val_rows)
+    rows = noise_rows(metric, val_rows, history.val_class_rows)
+    return _no_rise(metric, sign, max(sign * y for y in before), max(sign * y for y in recent), rows)
 
 
 def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int | None = None) -> bool:
@@ -36,6 +37,7 @@ def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int 
     metric = job.training.target_metric
     sign = -1.0 if lower_is_better(metric) else 1.0
     evals = [(i, sign * float(v)) for i, r in enumerate(history.rounds) if (v := getattr(r, metric)) is not None]
+    rows = noise_rows(metric, val_rows, history.val_class_rows)
     best_before = -math.inf  # the best of the evaluations before the stretch judged
     for end in range(window + 1, len(evals) + 1):
         best_before = max(best_before, evals[end - window - 1][1])
@@ -43,20 +45,19 @@ def stalled_averaging(job: Job, history: RunHistory, val_rows: int, window: int 
         trained = [history.rounds[i - 1] for i, _ in shown if i > 0]
         if not trained or min(r.workers_ok or r.workers for r in trained) <= 1:
             continue
-        if _no_rise(metric, sign, best_before, max(y for _, y in shown), val_rows):
+        if _no_rise(metric, sign, best_before, max(y for _, y in shown), rows):
             return True
     return False
 
 
-def _no_rise(metric: str, sign: float, best_before: float, best_recent: float, val_rows: int) -> bool:
+def _no_rise(metric: str, sign: float, best_before: float, best_recent: float, rows: float) -> bool:
     """The recent best (signed: higher is better) is within the split's noise of the best before."""
-    return best_recent - best_before <= cfg().stall_z * math.sqrt(2.0) * _metric_sd(
-        metric, sign * best_before, val_rows
-    )
+    return best_recent - best_before <= cfg().stall_z * math.sqrt(2.0) * _metric_sd(metric, sign * best_before, rows)
 
 
-def _metric_sd(metric: str, value: float, val_rows: int) -> float:
-    """The sd of one validation measurement of `metric` at `value` on `val_rows` rows."""
-    if metric == "val_accuracy":
-        return math.sqrt(max(value * (1.0 - value), 1e-4) / max(val_rows, 1))
+def _metric_sd(metric: str, value: float, rows: float) -> float:
+    """The sd of one validation measurement of `metric` at `value`: a proportion's (accuracy,
+    balanced accuracy) binomial on `rows` (`types.noise_rows`), else 1 % of the value."""
+    if metric in PROPORTIONS:
+        return math.sqrt(max(value * (1.0 - value), 1e-4) / max(rows, 1.0))
     return 0.01 * max(abs(value), 1e-3)

@@ -58,6 +58,8 @@ class RoundRecord(BaseModel):
     train_loss: float | None = None
     val_loss: float | None = None  # of the model the round started from
     val_accuracy: float | None = None
+    # the mean of the classes' recalls; None also when a worker sent no per-class sums
+    val_balanced_accuracy: float | None = None
     val_rmse: float | None = None  # regression, in the user's units
     val_r2: float | None = None
     cost_usd: float = 0.0  # everything billed for this round
@@ -84,6 +86,9 @@ class RunHistory(BaseModel):
     train_rows: int = 0  # dataset size
     # Extensions (optional; 0/None = unknown, the planner falls back to priors):
     val_rows: int = 0  # validation split size (evaluation time, metric noise)
+    # Validation rows per class (the manifest's validation.class_counts; None: unknown): the noise
+    # of balanced accuracy, whose rare classes' recalls are measured on few rows (`noise_rows`).
+    val_class_rows: list[int] | None = None
     dataset_bytes: int = 0  # prepared training shards in bytes (first-load time)
     flops_per_sample: float | None = None  # training FLOPs per sample if measured (else ~6 x params)
     shard_bytes: int = 0  # the largest dataset shard (a worker holds ~3 at once)
@@ -149,3 +154,15 @@ class Decision(BaseModel):
         evaluation-only round): a stop bound by rounds, time, the target or a request, not by the
         budget (no money left for a round). The deployed Plan step and the simulator both ask here."""
         return self.bound in ("max_rounds", "deadline", "target", "stopped")
+
+
+def noise_rows(metric: str, val_rows: int, class_rows: list[int] | None = None) -> float:
+    """The rows whose binomial noise a proportion metric has: `val_rows` for val_accuracy. For
+    val_balanced_accuracy, the mean of k recalls r_c measured on n_c rows each, the variance is
+    (1/k^2) sum_c r_c (1 - r_c) / n_c, so with equal recalls the rows are k^2 / sum_c 1/n_c (k
+    times the harmonic mean of n_c): val_rows for equal classes, far fewer when a class is rare.
+    Unknown class rows: val_rows, the equal-classes case (a lower bound of the noise)."""
+    present = [n for n in class_rows or [] if n > 0]
+    if metric != "val_balanced_accuracy" or not present:
+        return float(max(val_rows, 1))
+    return len(present) ** 2 / sum(1.0 / n for n in present)

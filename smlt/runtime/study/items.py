@@ -34,7 +34,7 @@ class StudyItem(Item):
     """The study: what it optimises, its limits, its spend and its best trial so far."""
 
     study_id: str
-    metric: str  # a TrainingSpec target metric: val_accuracy, val_loss, val_rmse, val_r2
+    metric: str  # a TrainingSpec target metric: val_accuracy, val_balanced_accuracy, val_loss, val_rmse, val_r2
     direction: Literal["max", "min"]
     search: str  # "random", "grid" or "asha"
     trials: int  # trials the study will run in all
