@@ -92,6 +92,8 @@ class MetaItem(Item):
     train_rows: int
     train_shards: int
     val_rows: int = 0
+    # classification: the validation rows of each class (the manifest's), the noise of balanced accuracy
+    val_class_rows: list[int] | None = None
     dataset_bytes: int = 0
     shard_bytes: int = 0  # the largest shard (train or validation): what a worker holds at once
     features: int

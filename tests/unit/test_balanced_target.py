@@ -336,3 +336,32 @@ def test_tracking_logs_balanced_accuracy_per_round_and_at_the_end():
     r = {"round": 2, "val_accuracy": 0.95, "val_balanced_accuracy": 0.5}
     assert round_scalars(r, None) == {"metrics/val_accuracy": 0.95, "metrics/val_balanced_accuracy": 0.5}
     assert METRIC in _FINAL
+
+
+def test_the_deployed_plan_gives_the_planner_the_validation_rows_of_each_class():
+    """The contract: META carries the manifest's validation class counts, and the history the
+    deployed Plan step builds for the planner reads them (not only the simulator)."""
+    import time
+
+    from smlt.runtime.items import MetaItem
+    from smlt.runtime.steps.plan import _history
+
+    job = parse_job({"dataset": {"uri": "s3://b/d/"}, "training": {"target_metric": "val_balanced_accuracy"}})
+    meta = MetaItem(
+        run_id="r",
+        execution="e",
+        job=job,
+        status="RUNNING",
+        created_at=time.time(),
+        train_rows=2000,
+        train_shards=4,
+        val_rows=2000,
+        val_class_rows=[1880, 120],
+        features=8,
+        outputs=2,
+        task="classification",
+    )
+    state = SimpleNamespace(rounds=[], records=[])
+    history = _history(state, meta)
+    assert history.val_class_rows == [1880, 120]
+    assert round(noise_rows("val_balanced_accuracy", history.val_rows, history.val_class_rows)) == 451
