@@ -309,8 +309,14 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     card = out / "model.json"
     classes = json.loads(card.read_text()).get("classes") if card.exists() else None
     warning = class_warning(f, classes)
+    metrics = out / "metrics.json"
+    target = (
+        json.loads(metrics.read_text()).get("job", {}).get("training", {}).get("target_metric")
+        if metrics.exists()
+        else None
+    )
     return [
-        f"done: run {run_id}: {f['rounds']} rounds, {summary_text(f)}, val loss {loss}, "
+        f"done: run {run_id}: {f['rounds']} rounds, {summary_text(f, target)}, val loss {loss}, "
         f"{seconds:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
         + (f", faults injected {faults}" if faults is not None else ""),
         *([f"  warning: {warning}"] if warning else []),

@@ -365,3 +365,18 @@ def test_the_deployed_plan_gives_the_planner_the_validation_rows_of_each_class()
     history = _history(state, meta)
     assert history.val_class_rows == [1880, 120]
     assert round(noise_rows("val_balanced_accuracy", history.val_rows, history.val_class_rows)) == 451
+
+
+def test_a_run_held_to_balanced_accuracy_ends_with_it_on_its_done_line(tmp_path):
+    from smlt.runner import done_lines
+
+    final = {"rounds": 3, "stop_reason": "target", "estimated_cost_usd": 0.001, "task": "classification"}
+    final |= {"val_accuracy": 0.96, "val_balanced_accuracy": 0.91, "val_loss": 0.1}
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"job": {"training": {"target_metric": "val_balanced_accuracy"}}})
+    )
+    assert (
+        "val accuracy 0.9600, val balanced accuracy 0.9100, val loss 0.1000" in done_lines("r", final, 1.0, tmp_path)[0]
+    )
+    (tmp_path / "metrics.json").write_text(json.dumps({"job": {"training": {"target_metric": "val_accuracy"}}}))
+    assert "balanced" not in done_lines("r", final, 1.0, tmp_path)[0]
