@@ -274,3 +274,12 @@ def test_one_hot_labels_are_classes_unless_the_task_says_regression(tmp_path, dt
         str(tmp_path / "h.npz"), str(tmp_path / "r"), shards=2, options=SourceOptions(task="regression")
     )
     assert r.task == "regression" and r.outputs == 3
+
+
+def test_a_scikit_learn_dataset_names_its_classes_as_scikit_learn_does(tmp_path):
+    iris = prepare_dataset("sklearn:iris", str(tmp_path / "iris"), shards=2)
+    assert iris.classes == ["setosa", "versicolor", "virginica"]
+    # the class index stays scikit-learn's target: 0 is malignant
+    cancer = prepare_dataset("sklearn:breast_cancer", str(tmp_path / "bc"), shards=2)
+    assert cancer.classes == ["malignant", "benign"]
+    assert prepare_dataset("sklearn:digits", str(tmp_path / "d"), shards=2).classes == [str(i) for i in range(10)]

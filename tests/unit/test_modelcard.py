@@ -50,7 +50,7 @@ def test_the_card_rides_in_the_safetensors_metadata_and_the_tensors_stay_byte_id
     assert meta["kept"] == "yes" and (tensors["w"] == np.arange(6.0).reshape(2, 3)).all()
     assert read_card(blob, "m") is None  # a model from before cards
     assert card.features is not None and card.features.train.shards == []  # the feature spec, not the shards
-    assert card.classes == ["0", "1", "2"] and card.input_shape == [4] and card.output_dim == 3
+    assert card.classes == ["setosa", "versicolor", "virginica"] and card.input_shape == [4] and card.output_dim == 3
     assert len(card.data.manifest_sha256 or "") == 64
     with pytest.raises(InvalidModel, match="not a safetensors file"):
         read_card(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops", "model.safetensors")

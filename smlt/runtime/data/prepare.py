@@ -645,7 +645,7 @@ def _labels(
                 f"{source}: every label is {classes[0].item()!r}: a classifier needs at least 2 classes "
                 "(or pass --task regression)"
             )
-        names = [_class_name(c) for c in classes]
+        names = [src.class_names[int(c)] if src.class_names else _class_name(c) for c in classes]
         return index.astype(np.int64), ArraySpec(shape=[], dtype="int64"), len(classes), None, names
     try:
         y = src.y.astype(np.float64).reshape(len(src.y), -1)

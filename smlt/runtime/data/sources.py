@@ -44,6 +44,7 @@ class Source:
     x: np.ndarray
     vocab_size: int | None = None
     validation: np.ndarray | None = None  # the source's own split: True for its validation rows
+    class_names: list[str] | None = None  # classification with labels 0..k-1: each one's name
 
     def __len__(self) -> int:
         return len(self.y)
@@ -109,7 +110,8 @@ def _sklearn(source: str, opts: SourceOptions) -> Source:
     x = ds.data.astype(np.float32)
     if query:
         x = x.reshape(len(x), *_shape(source, query, x.shape[1]))
-    return Source(name, ds.target, opts.task or task, x=sample_layout(x, source))
+    names = [str(n) for n in ds.target_names] if task == "classification" else None  # iris: setosa, ...
+    return Source(name, ds.target, opts.task or task, x=sample_layout(x, source), class_names=names)
 
 
 def _shape(source: str, query: str, features: int) -> list[int]:
