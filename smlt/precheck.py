@@ -258,10 +258,14 @@ def _check_reads(
     `open("/home/me/vocab.txt")`, a relative path read from the current folder, pretrained weights
     in ~/.cache). Refused for the deployed stack (InvalidCode), a warning for a local run (its
     handlers share this machine's files)."""
-    import smlt
-
     written = {path.removesuffix("\0") for path, writes, _ in opened if writes}
-    ok = [*(str(r) for r in roots), sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(smlt.__file__).parent)]
+    ok = [
+        *(str(r) for r in roots),
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        str(Path(__file__).parent),
+    ]  # smlt's own package
     ok += list(_SYSTEM)
     found: dict[str, str] = {}
     for marked, writes, stack in opened:
