@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
+from smlt.inference import serving_input
 from smlt.runtime.errors import SmltError
 from smlt.serving import (
     BATCH,
@@ -40,7 +41,6 @@ from smlt.serving import (
     ServingSpec,
     example_rows,
     served_module,
-    serving_input,
     serving_spec,
     stored_rows,
 )

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -372,8 +373,6 @@ class LoadedModel:
         """`data` as the input of the model `smlt export` writes (smlt.serving): feature values and
         number columns in the data's own units (NaN for a missing cell), uint8 images, token ids,
         or, for a table with a text column, the rows with the card's column transforms applied."""
-        from smlt.serving import serving_input
-
         return serving_input(self, data, split)
 
     def predict(self, data: Any, split: str = "validation", id_column: str | None = None) -> Predictions:
@@ -763,3 +762,104 @@ def card_summary(card: ModelCard) -> str:
         f", classes {', '.join(card.classes[:8])}{' ...' if len(card.classes) > 8 else ''}" if card.classes else ""
     )
     return f"{what}: {card.task}, input {'x'.join(map(str, card.input_shape))} {card.input_dtype}{classes}"
+
+
+# --- rows in the served form (the input of the model `smlt export` writes: smlt.serving) ----------
+
+Kind = Literal["features", "columns", "image", "token_ids", "encoded_features"]
+
+
+def input_kind(manifest: Manifest) -> Kind:
+    """What a served model of this dataset takes (smlt.serving's module docstring)."""
+    norm = manifest.normalization
+    if norm.applied == "none":
+        return "token_ids"
+    if manifest.columns is not None:
+        return "columns" if all(t.kind == "numeric" for t in manifest.columns) else "encoded_features"
+    return "image" if len(manifest.x.shape) == 3 else "features"
+
+
+def serving_input(model: LoadedModel, data: Any, split: str = "validation") -> np.ndarray:
+    """`data` (anything `smlt predict` takes) as the served model's input (raw=False export:
+    smlt.serving)."""
+    manifest = model.manifest
+    kind = input_kind(manifest)
+    if kind in ("features", "image") and _is_array(data):
+        read_inputs(manifest, _array(data), split)  # its shape and values checked as predict checks them
+        return _layout(_array(data), manifest)
+    if kind == "columns" and _is_table(data):
+        from smlt.runtime.data.tabular import encode_columns
+
+        table = read_table_rows(manifest, data)
+        nan_filled = [
+            t.model_copy(update={"fill": math.nan if t.fill is not None else None, "indicator": False})
+            for t in manifest.columns or []
+        ]
+        return encode_columns(nan_filled, table)
+    stored = read_inputs(manifest, data, split).x
+    if kind in ("features", "image") and manifest.normalization.applied == "stored":
+        return _unstandardise(manifest, stored)  # a prepared dataset's rows back in the data's units
+    if kind == "columns":
+        return _columns_of(manifest, _unstandardise(manifest, stored))
+    return stored
+
+
+def value_features(manifest: Manifest) -> list[int]:
+    """The stored feature index of each number column's value (its indicator follows it)."""
+    at, i = [], 0
+    for t in manifest.columns or []:
+        at.append(i)
+        i += 1 + int(t.indicator)
+    return at
+
+
+def _unstandardise(manifest: Manifest, stored: np.ndarray) -> np.ndarray:
+    norm = manifest.normalization
+    mean, std = np.asarray(norm.mean, np.float32), np.asarray(norm.std, np.float32)
+    if norm.axis == "channel":
+        shape = (1, len(mean)) + (1,) * (stored.ndim - 2)
+        mean, std = mean.reshape(shape), std.reshape(shape)
+    return (stored.astype(np.float32) * std + mean).astype(np.float32)
+
+
+def _columns_of(manifest: Manifest, features: np.ndarray) -> np.ndarray:
+    """Encoded number features back as one value per column, NaN where the indicator says missing."""
+    at = value_features(manifest)
+    x = features[:, at].copy()
+    for j, t in enumerate(manifest.columns or []):
+        if t.indicator:
+            x[features[:, at[j] + 1] > 0.5, j] = np.nan
+    return x
+
+
+def _is_array(data: Any) -> bool:
+    if isinstance(data, (np.ndarray, torch.Tensor)):
+        return True
+    return str(data).lower().endswith(".npz") and not _is_frame(data)
+
+
+def _is_table(data: Any) -> bool:
+    """A DataFrame or a table file (read as `smlt predict` reads it)."""
+    from smlt.runtime.data.sources import TABLE_SUFFIXES
+    from smlt.runtime.data.table_reader import table_suffix
+
+    return _is_frame(data) or (isinstance(data, (str, Path)) and table_suffix(str(data)) in TABLE_SUFFIXES)
+
+
+def _array(data: Any) -> np.ndarray:
+    if isinstance(data, torch.Tensor):
+        return data.numpy()
+    if isinstance(data, np.ndarray):
+        return data
+    with np.load(str(data), allow_pickle=False) as z:
+        if "x" not in z:
+            raise InvalidDataset(f"{data}: an .npz to predict on needs an array 'x', found {list(z.keys())}")
+        return np.asarray(z["x"])
+
+
+def _layout(x: np.ndarray, manifest: Manifest) -> np.ndarray:
+    from smlt.runtime.data.arrays import sample_layout
+
+    if list(x.shape[1:]) != manifest.x.shape:
+        x = sample_layout(x, "array")
+    return np.ascontiguousarray(x, np.uint8 if manifest.normalization.applied == "on_load" else np.float32)

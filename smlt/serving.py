@@ -27,16 +27,15 @@ its logits or standardised regression values.
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from smlt.inference import Kind, input_kind, value_features
 from smlt.runtime.data.manifest import Manifest
-from smlt.runtime.errors import InvalidDataset
 
 if TYPE_CHECKING:
     from smlt.inference import Inputs, LoadedModel
@@ -45,8 +44,6 @@ SPEC_FORMAT: Final = "smlt-serving/1"
 SPEC_KEY = "smlt.serving"  # ONNX metadata_props key / .pt2 extra file holding the spec's JSON
 CARD_KEY = "smlt.model_card"  # the model card's JSON beside it (model.json without the metrics)
 BATCH = "batch"  # the dynamic first axis of every input and output
-
-Kind = Literal["features", "columns", "image", "token_ids", "encoded_features"]
 
 
 class TensorSpec(BaseModel):
@@ -75,16 +72,6 @@ class ServingSpec(BaseModel):
     classes: list[str] | None = None  # classification: output column j is classes[j]
     targets: list[str] | None = None  # regression: output column j is targets[j]
     torch: str  # the torch that exported it (a .pt2 loads in a compatible torch only)
-
-
-def input_kind(manifest: Manifest) -> Kind:
-    """What a served model of this dataset takes (the module docstring)."""
-    norm = manifest.normalization
-    if norm.applied == "none":
-        return "token_ids"
-    if manifest.columns is not None:
-        return "columns" if all(t.kind == "numeric" for t in manifest.columns) else "encoded_features"
-    return "image" if len(manifest.x.shape) == 3 else "features"
 
 
 def _dtype(manifest: Manifest, kind: Kind) -> Literal["float32", "uint8", "int64"]:
@@ -300,33 +287,6 @@ def _targets(model: LoadedModel) -> list[str]:
 # rows in the served form
 
 
-def serving_input(model: LoadedModel, data: Any, split: str = "validation") -> np.ndarray:
-    """`data` (anything `smlt predict` takes) as the served model's input (raw=False export)."""
-    from smlt.inference import read_inputs
-
-    manifest = model.manifest
-    kind = input_kind(manifest)
-    if kind in ("features", "image") and _is_array(data):
-        read_inputs(manifest, _array(data), split)  # its shape and values checked as predict checks them
-        return _layout(_array(data), manifest)
-    if kind == "columns" and _is_table(data):
-        from smlt.inference import read_table_rows
-        from smlt.runtime.data.tabular import encode_columns
-
-        table = read_table_rows(manifest, data)
-        nan_filled = [
-            t.model_copy(update={"fill": math.nan if t.fill is not None else None, "indicator": False})
-            for t in manifest.columns or []
-        ]
-        return encode_columns(nan_filled, table)
-    stored = read_inputs(manifest, data, split).x
-    if kind in ("features", "image") and manifest.normalization.applied == "stored":
-        return _unstandardise(manifest, stored)  # a prepared dataset's rows back in the data's units
-    if kind == "columns":
-        return _columns_of(manifest, _unstandardise(manifest, stored))
-    return stored
-
-
 def stored_rows(model: LoadedModel, x: np.ndarray) -> Inputs:
     """The served input `x` as `smlt predict` reads the same rows (its own functions: the
     recorded standardisation, `apply_columns`), for `predict_rows`."""
@@ -359,7 +319,7 @@ def example_rows(model: LoadedModel, rows: int = 8) -> np.ndarray:
     norm = manifest.normalization
     mean, std = np.asarray(norm.mean, np.float32), np.asarray(norm.std, np.float32)
     if kind == "columns":
-        at = _value_features(manifest)
+        at = value_features(manifest)
         x = z * std[at] + mean[at]
         for j, t in enumerate(manifest.columns or []):
             if t.fill is not None:
@@ -369,68 +329,3 @@ def example_rows(model: LoadedModel, rows: int = 8) -> np.ndarray:
         shape_c = (1, len(mean)) + (1,) * (len(shape) - 2)
         mean, std = mean.reshape(shape_c), std.reshape(shape_c)
     return (z * std + mean).astype(np.float32)
-
-
-def _value_features(manifest: Manifest) -> list[int]:
-    """The stored feature index of each number column's value (its indicator follows it)."""
-    at, i = [], 0
-    for t in manifest.columns or []:
-        at.append(i)
-        i += 1 + int(t.indicator)
-    return at
-
-
-def _unstandardise(manifest: Manifest, stored: np.ndarray) -> np.ndarray:
-    norm = manifest.normalization
-    mean, std = np.asarray(norm.mean, np.float32), np.asarray(norm.std, np.float32)
-    if norm.axis == "channel":
-        shape = (1, len(mean)) + (1,) * (stored.ndim - 2)
-        mean, std = mean.reshape(shape), std.reshape(shape)
-    return (stored.astype(np.float32) * std + mean).astype(np.float32)
-
-
-def _columns_of(manifest: Manifest, features: np.ndarray) -> np.ndarray:
-    """Encoded number features back as one value per column, NaN where the indicator says missing."""
-    at = _value_features(manifest)
-    x = features[:, at].copy()
-    for j, t in enumerate(manifest.columns or []):
-        if t.indicator:
-            x[features[:, at[j] + 1] > 0.5, j] = np.nan
-    return x
-
-
-def _is_array(data: Any) -> bool:
-    if isinstance(data, (np.ndarray, torch.Tensor)):
-        return True
-    return str(data).lower().endswith(".npz") and not _is_frame(data)
-
-
-def _is_frame(data: Any) -> bool:
-    return type(data).__name__ == "DataFrame"
-
-
-def _is_table(data: Any) -> bool:
-    """A DataFrame or a table file (read as `smlt predict` reads it)."""
-    from smlt.runtime.data.sources import TABLE_SUFFIXES
-    from smlt.runtime.data.table_reader import table_suffix
-
-    return _is_frame(data) or (isinstance(data, (str, Path)) and table_suffix(str(data)) in TABLE_SUFFIXES)
-
-
-def _array(data: Any) -> np.ndarray:
-    if isinstance(data, torch.Tensor):
-        return data.numpy()
-    if isinstance(data, np.ndarray):
-        return data
-    with np.load(str(data), allow_pickle=False) as z:
-        if "x" not in z:
-            raise InvalidDataset(f"{data}: an .npz to predict on needs an array 'x', found {list(z.keys())}")
-        return np.asarray(z["x"])
-
-
-def _layout(x: np.ndarray, manifest: Manifest) -> np.ndarray:
-    from smlt.runtime.data.arrays import sample_layout
-
-    if list(x.shape[1:]) != manifest.x.shape:
-        x = sample_layout(x, "array")
-    return np.ascontiguousarray(x, np.uint8 if manifest.normalization.applied == "on_load" else np.float32)
