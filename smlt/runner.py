@@ -133,7 +133,8 @@ def start_engine(faults: str | None, context: dict[str, Any] | None = None) -> t
         raise InvalidJob(str(e)) from None
     progress.info("starting the local engine (the CDK app's synth, moto and the handler processes)")
     engine = LocalEngine(build_app, synth_cache=True, invoke_filter=injector, synth_context=context)
-    engine.start()
+    with _ctrl_c_wins():
+        engine.start()
     names = StackNames(engine)
     if injector is not None:
         injector.functions = names.train_functions
@@ -238,6 +239,34 @@ class Follower:
     def history(self) -> list[dict[str, Any]]:
         """Every history event of the run's executions, in order, each with its execution's ARN."""
         return [{"execution": arn, **e} for arn in self.executions for e in self.engine.history(arn)]
+
+
+@contextlib.contextmanager
+def _ctrl_c_wins() -> Iterator[None]:
+    """A Ctrl-C that ends the block with another error is a KeyboardInterrupt. During a cold synth
+    the SIGINT reaches jsii's node process too (one process group); when node dies before Python
+    runs its handler, the synth fails reading node's pipe (a JSONDecodeError) and the interrupt
+    would be lost behind that traceback."""
+    caught: list[int] = []
+
+    def interrupted(sig: int, _frame: Any) -> None:
+        caught.append(sig)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, interrupted)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    except Exception:
+        time.sleep(0.05)  # a SIGINT already delivered runs its handler here (raising KeyboardInterrupt)
+        if caught:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
