@@ -251,12 +251,17 @@ class Meter:
 
     def _record(self, event: Any, result: Any, context: Any, cur: Current, outcome: str) -> None:
         where = None if outcome in UNBILLABLE else _where(event, result)
-        if where is None:  # a few ms of Lambda: not written into a run the event may not be part of
-            log.warning("no run to bill this invocation to (an event without a valid run_id)")
-            return
-        run_id, rnd, worker, op = where
         from smlt.runtime.records import RunTable  # boto3 clients: after the counter is installed
 
+        first = None if where is not None or outcome in UNBILLABLE else _first_plan(event)
+        if first is not None and RunTable(self.table(), first).meta() is not None:
+            # a first plan that failed after it created the run (Infeasible): the run pays for it
+            where = (first, None, None, "plan")
+        if where is None:  # a few ms of Lambda: not written into a run the event may not be part of
+            if first is None:
+                log.warning("no run to bill this invocation to (an event without a valid run_id)")
+            return  # else a first plan refused before its run existed (a bad job): no run to bill
+        run_id, rnd, worker, op = where
         table = RunTable(self.table(), run_id)
         _ = table.client  # made now if this process has none yet (a failed first call): it is billed time
         tally = cur.tally
@@ -311,6 +316,17 @@ def _where(event: Any, result: Any) -> tuple[str, int | None, int | None, str] |
         int(worker) if isinstance(worker, int) else None,
         op,
     )
+
+
+def _first_plan(event: Any) -> str | None:
+    """The run id a first plan's event names (its job's `run_id`, else the execution's name, as
+    the planner takes it), when the event is a plan's without its own `run_id`."""
+    ev = event if isinstance(event, dict) else {}
+    if ev.get("op") != "plan" or ev.get("run_id"):
+        return None
+    job = ev.get("job")
+    run_id = (job.get("run_id") if isinstance(job, dict) else None) or ev.get("execution")
+    return run_id if isinstance(run_id, str) and run_id else None
 
 
 # ------------------------------------------------------------------------------ assembly

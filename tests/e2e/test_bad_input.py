@@ -7,7 +7,9 @@ import pytest
 from smlt.datasets import stage_dataset
 from smlt.faults import FaultInjector
 from smlt.runner import execute
+from smlt.runtime import ledger
 from smlt.runtime.errors import RunFailed
+from smlt.runtime.records import RunTable
 from tests.e2e.test_local_run import digits_job, run
 
 
@@ -20,6 +22,11 @@ def test_a_budget_too_small_for_one_round_is_refused_at_the_first_plan(local, tm
         execute(engine, names, "tiny-budget", job, tmp_path)
     assert e.value.error == "Infeasible" and "budget: " in e.value.cause, (e.value.error, e.value.cause)
     assert not (tmp_path / ".state").exists()  # refused at the first plan: no round ran
+    # The plan that refused it had created the run (META): the run is billed for it, as AWS bills it.
+    table = RunTable(names.table, "tiny-budget", client=engine.client("dynamodb"))
+    attempts = ledger.from_items(table.query(ledger.PREFIX))
+    assert [(a.op, a.outcome, a.round) for a in attempts] == [("plan", "Infeasible", None)], attempts
+    assert "Planner" in attempts[0].function and attempts[0].duration_s > 0
 
 
 def test_best_effort_runs_what_the_budget_allows_and_says_why_it_stopped(local, tmp_path, caplog):
