@@ -9,6 +9,7 @@ import pytest
 
 from smlt.cli import main
 from smlt.runtime.data.arrays import non_finite
+from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.pipeline import prepare_version
@@ -74,3 +75,19 @@ def test_the_rule_names_columns_of_one_hot_features_once():
     )
     assert non_finite(np.zeros((3, 2), np.float32)) is None
     assert non_finite(np.full((2, 2), 7, np.int64)) is None  # token ids, uint8 images: always finite
+
+
+def test_a_regression_label_that_is_inf_or_nan_is_refused_naming_its_line(tmp_path, capsys):
+    rows = [f"{i * 0.5 if i not in (6, 30) else ('inf' if i == 6 else 'nan')},{i}" for i in range(40)]
+    csv = tmp_path / "y.csv"
+    csv.write_text("price,rooms\n" + "\n".join(rows) + "\n")
+    assert main(["data", "prepare", str(csv), "--label", "price", "--out", str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err
+    assert f"{csv}: column 'price', line 8: 'inf' is not a finite number; 2 of 40 rows of column 'price'" in err, err
+    assert "RuntimeWarning" not in err and "Traceback" not in err, err
+
+    y = np.arange(30, dtype=np.float64)
+    y[4], y[9] = np.nan, np.inf
+    np.savez(tmp_path / "d.npz", x=np.ones((30, 2), np.float32), y=y)
+    with pytest.raises(InvalidDataset, match=r"d.npz: 2 of 30 regression targets are NaN or Inf \(the first: row 4"):
+        prepare_dataset(str(tmp_path / "d.npz"), str(tmp_path / "ds2"), options=SourceOptions(task="regression"))

@@ -651,8 +651,13 @@ def _labels(
         y = src.y.astype(np.float64).reshape(len(src.y), -1)
     except ValueError:
         raise InvalidDataset(f"{source}: regression targets must be numbers") from None
-    if not np.isfinite(y).all():
-        raise InvalidDataset(f"{source}: regression targets contain NaN or Inf")
+    bad = ~np.isfinite(y).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise InvalidDataset(
+            f"{source}: {int(bad.sum()):,} of {len(y):,} regression targets are NaN or Inf (the first: row {first}, "
+            f"{y[first].tolist()}): {arrays.FIX_ROWS}"
+        )
     if features is not None and features.target_mean is not None and features.target_std is not None:
         if y.shape[1] != len(features.target_mean):
             raise InvalidDataset(

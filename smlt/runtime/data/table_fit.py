@@ -80,7 +80,8 @@ class LabelFit:
         self.numeric = True  # every label so far a number
         self.decimals = False  # one written with a decimal point or an exponent (or a Parquet number)
         self.fraction = False  # one not a whole number
-        self.finite = True
+        self.not_finite = 0  # labels that are NaN or Inf (`inf`, `1e400`): refused for a regression
+        self.first_not_finite: tuple[str, str] | None = None  # (where, cell) of the first
         self.numbers: set | None = set()  # the distinct labels (while at most MAX_LEVELS)
         self.texts: set | None = set()
         self.train, self.val = Moments(1), Moments(1)
@@ -168,12 +169,17 @@ class LabelFit:
         else:
             values = parsed[0]
             self.fraction = self.fraction or not bool(np.all(values == np.round(values)))
-            self.finite = self.finite and bool(np.isfinite(values).all())
+            ok = np.isfinite(values)
+            if not ok.all():
+                if self.first_not_finite is None:
+                    i = int(np.argmin(ok))
+                    self.first_not_finite = (block.where(i, self.name), block.cell(i, self.name))
+                self.not_finite += int((~ok).sum())
             if not self.decimals:
                 whole = pc.match_substring_regex(block.text(self.name), r"^[+-]*[0-9]+$")
                 self.decimals = not block.csv or not pc.all(whole).as_py()
-            self.train.add(values[train, None])
-            self.val.add(values[val, None])
+            for moments, rows in ((self.train, values[train]), (self.val, values[val])):
+                moments.add(rows[np.isfinite(rows), None])  # NaN and Inf are refused (`_regression`)
             self.numbers = _more(self.numbers, np.unique(values).tolist())
         if block.csv or parsed is None:
             self.texts = _more(self.texts, pc.unique(block.text(self.name)).to_pylist())
@@ -183,7 +189,8 @@ class LabelFit:
         self.numeric = self.numeric and other.numeric
         self.decimals = self.decimals or other.decimals
         self.fraction = self.fraction or other.fraction
-        self.finite = self.finite and other.finite
+        self.not_finite += other.not_finite
+        self.first_not_finite = self.first_not_finite or other.first_not_finite
         self.numbers = _more(self.numbers, list(other.numbers)) if other.numbers is not None else None
         self.texts = _more(self.texts, list(other.texts)) if other.texts is not None else None
         self.train.merge(other.train)
@@ -260,8 +267,10 @@ class LabelFit:
         return f" ({min(self.numbers):g} to {max(self.numbers):g})" if self.numbers else ""
 
     def _regression(self) -> Labels:
-        if not self.finite:
-            raise InvalidDataset(f"{self.path}: regression targets contain NaN or Inf")
+        if self.first_not_finite is not None:
+            where, cell = self.first_not_finite
+            total = int(self.train.n[0] + self.val.n[0]) + self.not_finite
+            raise tabular.not_finite(where, cell, False, self.not_finite, total, self.name)
         spec = self.spec
         if spec is not None and spec.target_mean is not None and spec.target_std is not None:
             if len(spec.target_mean) != 1:
