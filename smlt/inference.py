@@ -551,9 +551,9 @@ def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.nda
 
 def read_table_rows(manifest: Manifest, data: Any) -> Table:
     """A DataFrame or a .csv/.parquet/.jsonl file as `smlt predict` reads it (before its transforms)."""
-    if _is_frame(data):
-        return _frame_table(data)
     numeric = {t.name for t in manifest.columns or [] if t.kind in ("numeric", "date")}
+    if _is_frame(data):
+        return _frame_table(data, numeric)
     return read_table(Path(str(data)), numeric)  # a missing marker (`NA`) in them is empty
 
 
@@ -623,16 +623,21 @@ def _is_frame(data: Any) -> bool:
     return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
 
 
-def _frame_table(df: Any) -> Table:
-    """A pandas DataFrame as a Table: number columns as float64 (NaN = missing), others as text."""
-    cols = {}
-    for name in df.columns:
-        s = df[name]
-        if s.dtype.kind in "iufb":
-            cols[str(name)] = s.to_numpy(dtype=np.float64)
-        else:
-            cols[str(name)] = np.array(["" if v is None or v != v else str(v) for v in s.tolist()], dtype=str)
-    return Table("DataFrame", cols, np.arange(len(df)), "row")
+def _frame_table(df: Any, numeric: set[str]) -> Table:
+    """A pandas DataFrame as the CSV `df.to_csv(index=False)` writes is read, one rule for both:
+    booleans as `True`/`False` text, nullable and datetime columns as that file writes them, its
+    column names as text; its rows named by position (`row 0` first), its index not read. The CSV
+    goes through a temporary file, written and read in blocks."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="smlt-frame-") as tmp:
+        path = Path(tmp) / "DataFrame.csv"
+        df.to_csv(path, index=False)
+        try:
+            table = read_table(path, numeric)
+        except InvalidDataset as e:  # a column named twice, no rows
+            raise InvalidDataset(str(e).replace(str(path), "DataFrame")) from None
+    return Table("DataFrame", table.columns, np.arange(len(table)), "row")
 
 
 def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str) -> Inputs:
