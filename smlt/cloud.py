@@ -158,7 +158,7 @@ def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
         raise RunNotFound(f"no run {run_id!r} in table {stack.table}: check the run id (`smlt start` prints it)")
     reasons = {p.round: p.reason for p in table.plans()}
     for r in table.rounds():
-        notice.info(progress_line(r) + f" | {reasons.get(r.round, '')}")
+        notice.info(progress_line(r, target=meta.job.training.target_metric) + f" | {reasons.get(r.round, '')}")
     for item in table.query("ERROR#"):  # every worker error recorded (type, message, worker, shard, round)
         e = ErrorItem.model_validate(item)
         where = f" on {e.shard.split} shard {e.shard.key or e.shard.index}" if e.shard else ""

@@ -116,7 +116,10 @@ def _steps_text(r: RoundItem) -> str:
     return f"k {r.local_steps} ({len(cut)} cut to {took} at the time limit)"
 
 
-def progress_line(r: RoundItem, plan: PlanItem | None = None) -> str:
+def progress_line(r: RoundItem, plan: PlanItem | None = None, target: str | None = None) -> str:
+    """A round's line; `target`: the run's target metric (its balanced accuracy is shown when it
+    is the target)."""
+    balanced = target == "val_balanced_accuracy"
     whole = ValMetrics.model_validate(r.model_dump(include=set(ValMetrics.model_fields)))
     partial = ValMetrics.model_validate({k: getattr(r, f"{k}_partial") for k in ValMetrics.model_fields})
     measured = whole.val_loss is not None or partial.val_loss is None
@@ -127,9 +130,9 @@ def progress_line(r: RoundItem, plan: PlanItem | None = None) -> str:
         f"{r.memory_mb} MB",
         _steps_text(r),
         f"train loss {loss:.4f}" if loss is not None else "train loss   -   ",
-        metrics_text(whole)
+        metrics_text(whole, balanced=balanced)
         if measured
-        else f"{metrics_text(partial, 'val partial')} ({r.val_rows}/{r.val_rows_total} rows)",
+        else f"{metrics_text(partial, 'val partial', balanced)} ({r.val_rows}/{r.val_rows_total} rows)",
         f"{r.round_s:5.2f} s",
         f"cost ${r.cost_total_usd:.5f}",
     ]

@@ -165,6 +165,7 @@ class Follower:
         self.last_plan: tuple = ()
         self.executions: list[str] = []  # their histories stay in the engine (on disk once finished) until the end
         self.error: BaseException | None = None  # a failed save in the hook, raised by poll
+        self._target: str | None = None
 
     def after_invoke(self, function: str, _payload: bytes, _ok: bool) -> None:
         try:
@@ -193,9 +194,16 @@ class Follower:
             if plan and plan.reason and shape != self.last_plan:  # say why whenever the plan changes
                 progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
-            progress.info(progress_line(r, plan) + (f" | {r.reason}" if r.reason else ""))
+            progress.info(progress_line(r, plan, self.target()) + (f" | {r.reason}" if r.reason else ""))
             if self.tracking is not None:
                 self.tracking.round(r.model_dump())
+
+    def target(self) -> str | None:
+        """The run's target metric, from its META item (read once, when the first round is reported)."""
+        if self._target is None:
+            meta = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb")).meta()
+            self._target = (meta.job.training.target_metric or "") if meta is not None else ""
+        return self._target or None
 
     def follow(self, arn: str) -> dict[str, Any]:
         self.engine.after_invoke = self.after_invoke

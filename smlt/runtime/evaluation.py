@@ -146,11 +146,15 @@ def balanced_problem(metric: str, classes: int, field: str = "training.target_me
     )
 
 
-def metrics_text(m: ValMetrics, prefix: str = "val") -> str:
-    """A round's metrics as its progress line prints them: `val acc 0.9721`, or for regression
-    `val rmse 52.10 r2 0.5120` (in the user's units); `val loss` when neither was measured."""
+def metrics_text(m: ValMetrics, prefix: str = "val", balanced: bool = False) -> str:
+    """A round's metrics as its progress line prints them: `val acc 0.9721` (`val acc 0.9721 bal
+    0.8120` with the balanced accuracy, when it is the run's target or BALANCE_GAP below the
+    accuracy), or for regression `val rmse 52.10 r2 0.5120` (in the user's units); `val loss`
+    when neither was measured."""
     if m.val_accuracy is not None:
-        return f"{prefix} acc {m.val_accuracy:.4f}"
+        bal = m.val_balanced_accuracy
+        shown = bal is not None and (balanced or bal < m.val_accuracy - BALANCE_GAP)
+        return f"{prefix} acc {m.val_accuracy:.4f}" + (f" bal {bal:.4f}" if shown else "")
     if m.val_rmse is not None:
         return f"{prefix} rmse {m.val_rmse:.4g}" + ("" if m.val_r2 is None else f" r2 {m.val_r2:.4f}")
     return f"{prefix} loss {m.val_loss if m.val_loss is not None else math.nan:.4f}"

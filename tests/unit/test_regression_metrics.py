@@ -113,6 +113,16 @@ def test_the_progress_line_shows_rmse_and_r2_never_an_accuracy():
     assert metrics_text(ValMetrics(val_loss=0.25, val_rmse=0.5)) == "val rmse 0.5"  # no scaling: no R²
 
 
+def test_the_progress_line_shows_the_balanced_accuracy_when_it_is_the_target_or_far_below():
+    close = _round(val_loss=0.1, val_accuracy=0.97, val_balanced_accuracy=0.95)
+    assert "val acc 0.9700 |" in progress_line(close)  # a plain accuracy target, classes alike
+    assert "val acc 0.9700 bal 0.9500 |" in progress_line(close, target="val_balanced_accuracy")
+    hidden = _round(val_loss=0.1, val_accuracy=0.95, val_balanced_accuracy=0.55)  # a class the model misses
+    assert "val acc 0.9500 bal 0.5500 |" in progress_line(hidden)
+    partial = _round(val_loss_partial=0.2, val_accuracy_partial=0.9, val_balanced_accuracy_partial=0.8, val_rows=60)
+    assert "val partial acc 0.9000 bal 0.8000 (60/89 rows)" in progress_line(partial, target="val_balanced_accuracy")
+
+
 def test_the_summary_of_a_regression_run():
     final = {"task": "regression", "rounds": 6, "val_loss": 0.51, "val_rmse": 55.1, "val_r2": 0.48}
     final |= {"val_accuracy": None, "estimated_cost_usd": 0.001, "stop_reason": "max_rounds reached"}
