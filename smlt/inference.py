@@ -239,7 +239,8 @@ class Predictions:
     `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
     `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
     `rmse` say how the model did on it. `notes`: what reading the data told (a table's values the
-    model never saw in training, its columns the model does not use), as `smlt predict` prints them."""
+    model never saw in training, its columns the model does not use, an image folder's unreadable
+    images left out), as `smlt predict` prints them."""
 
     task: str
     ids: list[str]
@@ -687,7 +688,9 @@ def _token_ids(x: np.ndarray, vocab_size: int | None, where: str) -> np.ndarray:
 
 def _images(manifest: Manifest, path: Path) -> Inputs:
     """Image files (a folder, searched recursively, or one file) at the recorded size and channels;
-    a folder of class subfolders named like the model's classes gives the true labels."""
+    a folder of class subfolders named like the model's classes gives the true labels. A folder's
+    unreadable images are left out of the predictions and told (`notes`, and a notice); one
+    unreadable file given alone, or a folder with no readable image, is an InvalidDataset."""
     if len(manifest.x.shape) != 3 or manifest.x.dtype != "uint8":
         raise InvalidDataset(f"{path}: the model was not trained on images (its samples are {manifest.x.shape})")
     c, h, w = manifest.x.shape
@@ -698,15 +701,27 @@ def _images(manifest: Manifest, path: Path) -> Inputs:
     )
     if not files:
         raise InvalidDataset(f"{path}: no {images.IMAGE_KINDS} images here")
-    x = np.empty((len(files), c, h, w), np.uint8)
-    for i, f in enumerate(files):
-        x[i] = images._as_chw(images._open(f, "L" if c == 1 else "RGB", (w, h)), (w, h), f)
+    x, kept, unreadable = images.read_images(files, "L" if c == 1 else "RGB", (w, h))
+    notes = []
+    if unreadable:
+        if path.is_file():
+            raise InvalidDataset(f"{path}: not a readable {images.IMAGE_KINDS} image ({unreadable[0][1]})")
+        if not len(kept):
+            raise InvalidDataset(
+                images.unreadable_notice(path, len(files), unreadable, "no image left to predict on")
+                + f"; predict on {images.IMAGE_KINDS} images Pillow reads"
+            )
+        from smlt.runtime.progress import notice
+
+        notes.append(images.unreadable_notice(path, len(files), unreadable, "left out of the predictions"))
+        notice.warning(notes[-1])
+        files = [files[i] for i in kept]
     ids = [str(f.relative_to(path)) if path.is_dir() else f.name for f in files]
     truth = None
     if path.is_dir():
         parents = np.array([f.parent.name if f.parent != path else "" for f in files])
         truth = _truth_classes(manifest, parents, str(path))
-    return Inputs(x, ids, truth)
+    return Inputs(x, ids, truth, notes=notes)
 
 
 def _split_rows(manifest: Manifest, read: Any, split: str, where: str) -> Inputs:

@@ -75,8 +75,9 @@ def test_an_image_folder_in_a_job_is_prepared_with_its_size(tmp_path):
             Image.new("RGB", (10 + i, 12), colour).save(tmp_path / "pets" / f"c{c}" / f"{i}.png")
     folder = local_dataset_folder(DatasetSpec(uri="pets", image_size=8, channels=1), base=tmp_path)
     assert folder is not None and read_local_manifest(folder).x.shape == [1, 8, 8]
-    (tmp_path / "pets" / "c1" / "5.png").write_bytes(b"not a png")
-    with pytest.raises(InvalidDataset, match="5.png: not a readable PNG"):
+    (tmp_path / "pets" / "c2").mkdir()
+    (tmp_path / "pets" / "c2" / "5.png").write_bytes(b"not a png")  # one unreadable image alone would be left out
+    with pytest.raises(InvalidDataset, match="c2: class folder holds no readable image: all 1 is unreadable"):
         local_dataset_folder(DatasetSpec(uri="pets", image_size=8), base=tmp_path)
     assert [p.name for p in (tmp_path / "home" / "datasets").iterdir()] == [folder.name]  # nothing half-made
     (tmp_path / "plain").mkdir()

@@ -4,6 +4,8 @@ safetensors and `model_input`."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -214,11 +216,14 @@ def test_a_phone_photo_is_read_upright_as_its_exif_orientation_says(tmp_path):
     assert x[:, 0, :8].mean() < 40 and x[:, 0, 8:].mean() > 200
 
 
-def test_a_bad_image_names_the_file(tmp_path):
+def test_a_bad_image_is_left_out_and_named(tmp_path, caplog):
+    # More cases (and the refusals) in test_unreadable_images.py.
     image_folder(tmp_path / "pets")
     (tmp_path / "pets" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    with pytest.raises(InvalidDataset, match=r"dog/broken.png: not a readable PNG, JPEG, WebP, BMP or TIFF image"):
-        prepare_dataset(str(tmp_path / "pets"), str(tmp_path / "out"), options=SourceOptions(image_size=8))
+    with caplog.at_level(logging.WARNING, logger="smlt.notice"):
+        m = prepare_dataset(str(tmp_path / "pets"), str(tmp_path / "out"), options=SourceOptions(image_size=8))
+    assert m.train.rows + m.validation.rows == 18
+    assert "pets: 1 of 19 images is unreadable (dog/broken.png: cannot identify image file): left out" in caplog.text
 
 
 def test_a_prepared_folder_is_not_an_image_folder(tmp_path):

@@ -176,6 +176,18 @@ def test_an_npz_and_images_are_checked_by_what_they_hold_once_loaded(tmp_path, m
     p._check_loaded(tmp_path / "img", folder, WHERE, SourceOptions(channels=1), in_archive=False)  # 4,000 bytes
 
 
+def test_an_unreadable_first_image_does_not_skip_the_pixels_check(tmp_path, monkeypatch):
+    # prepare leaves an unreadable image out, so the size is the first readable one's
+    monkeypatch.setattr(p, "IMAGES_LIMIT", replace(p.IMAGES_LIMIT, bytes=10_000))
+    for name in ("a/0.png", "a/1.png", "b/2.png"):
+        (tmp_path / "img" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 50)).save(tmp_path / "img" / name)
+    (tmp_path / "img" / "a" / "0.png").write_bytes(b"")
+    folder = p.find_source({"a/0.png": 0, "a/1.png": 100, "b/2.png": 100}, WHERE)
+    with pytest.raises(p.TooLargeForLambda, match=r"v1/ is 18,000 bytes of decoded pixels \(3 images of 3x50x40\)"):
+        p._check_loaded(tmp_path / "img", folder, WHERE, SourceOptions(), in_archive=False)
+
+
 def _zip(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:

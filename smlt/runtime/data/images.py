@@ -2,7 +2,14 @@
 TIFF), read with Pillow, turned upright as their EXIF orientation says, resized to one size and
 stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits). A folder split already, as
 torchvision's ImageFolder layouts and Kaggle's come (`train/` and `val/` or `test/`, each of class
-subfolders), keeps its split (`split_folders`)."""
+subfolders), keeps its split (`split_folders`).
+
+An image Pillow cannot read (a truncated JPEG, a 0-byte file, an HTML page saved as .jpg: common in
+scraped datasets) is left out, as fastai's `verify_images` leaves it, with one warning that counts
+them and names the first few with Pillow's reason (`read_images`, `unreadable_notice`); the rows
+left are prepared exactly as the folder without those files would be. Refused instead: a class
+folder left with no readable image, or more than half of a folder's images unreadable (the wrong
+folder, or files of another format under an image's name)."""
 
 from __future__ import annotations
 
@@ -16,6 +23,10 @@ from smlt.runtime.errors import InvalidDataset
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 IMAGE_KINDS = "PNG, JPEG, WebP, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
 SHOW_SKIPPED = 10  # skipped files named in the notice; the rest are counted
+UNREADABLE_SHOWN = 3  # unreadable images named (with Pillow's reason) where they are told; the rest counted
+# More than this share of a folder's images unreadable is refused, not left out: likely the wrong
+# folder, or files of another format under an image's name.
+UNREADABLE_REFUSED = 0.5
 
 
 # Subfolder names of a folder split already: its train split, and its validation split (the first
@@ -80,7 +91,8 @@ def read_image_folder(
 ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray | None]:
     """(x uint8 (N, C, size, size), y class indices, class names, and for a folder split already
     (`split_folders`) which rows are its validation split, else None). Without `size` every image
-    must already have the first one's size."""
+    must already have the first readable one's size. Unreadable images are left out with a warning
+    (`refuse_unreadable` first)."""
     split = split_folders(path)
     if split is None:
         classes = [p.name for p in _class_dirs(path)]
@@ -90,20 +102,98 @@ def read_image_folder(
     else:
         files, classes, validation = _split_files(path, *split)
     mode = "L" if channels == 1 else "RGB"
-    first = _open(files[0][0], mode, None)
-    want = (size, size) if size else first.shape[:2][::-1]
-    x = np.empty((len(files), 1 if mode == "L" else 3, want[1], want[0]), np.uint8)
-    for i, (f, _) in enumerate(files):
-        x[i] = _as_chw(_open(f, mode, want if size else None), want, f)
-    return x, np.array([label for _, label in files], np.int64), classes, validation
+    x, kept, unreadable = read_images([f for f, _ in files], mode, (size, size) if size else None)
+    y = np.array([label for _, label in files], np.int64)
+    if unreadable:
+        refuse_unreadable(path, [f for f, _ in files], unreadable)
+        y = y[kept]
+        validation = None if validation is None else validation[kept]
+    if split is not None and validation is not None:
+        from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
+
+        train, val, left = split
+        notice.info(
+            f"{path}: split already: {train.name}/ ({int((~validation).sum()):,} images) is the train split and "
+            f"{val.name}/ ({int(validation.sum()):,}) the validation split (--validation-fraction not used)"
+            + (f"; {', '.join(p.name + '/' for p in left)} left out" if left else "")
+        )
+    if unreadable:
+        from smlt.runtime.progress import notice
+
+        notice.warning(unreadable_notice(path, len(files), unreadable, "left out of training and validation"))
+    return x, y, classes, validation
+
+
+def read_images(
+    files: list[Path], mode: str, size: tuple[int, int] | None
+) -> tuple[np.ndarray, np.ndarray, list[tuple[Path, str]]]:
+    """The readable `files` as uint8 (n, C, H, W) in their order, resized to `size` (width,
+    height) when given, else each the first readable one's size; which of `files` they are
+    (indices); and the unreadable ones with Pillow's reason."""
+    want = size
+    x: np.ndarray | None = None
+    kept: list[int] = []
+    unreadable: list[tuple[Path, str]] = []
+    for i, f in enumerate(files):
+        pixels = _decode(f, mode, size)
+        if isinstance(pixels, str):
+            unreadable.append((f, pixels))
+            continue
+        if x is None:
+            want = want or (pixels.shape[1], pixels.shape[0])
+            x = np.empty((len(files) - len(unreadable), 1 if mode == "L" else 3, want[1], want[0]), np.uint8)
+        assert want is not None
+        x[len(kept)] = _as_chw(pixels, want, f)
+        kept.append(i)
+    if x is None:
+        x = np.empty((0, 1 if mode == "L" else 3, *(want[::-1] if want else (0, 0))), np.uint8)
+    return x[: len(kept)], np.array(kept, np.int64), unreadable
+
+
+def unreadable_notice(root: Path, total: int, unreadable: list[tuple[Path, str]], then: str) -> str:
+    """`pets: 3 of 20,000 images are unreadable (cat/05.jpg: image file is truncated; ...): THEN`."""
+    n = len(unreadable)
+    are = "is" if n == 1 else "are"
+    return f"{root}: {n:,} of {total:,} images {are} unreadable ({_named(root, unreadable)}): {then}"
+
+
+def refuse_unreadable(root: Path, files: list[Path], unreadable: list[tuple[Path, str]]) -> None:
+    """InvalidDataset when more than half of an image folder's `files` are unreadable, or a class
+    folder is left with no readable image: leaving them out would train on the wrong data."""
+    if len(unreadable) > UNREADABLE_REFUSED * len(files):
+        raise InvalidDataset(
+            unreadable_notice(root, len(files), unreadable, "more than half")
+            + f", so this is likely the wrong folder or files that are not {IMAGE_KINDS} images under an image's "
+            "name; check the folder (when at most half are unreadable, they are left out with a warning)"
+        )
+    bad = {f for f, _ in unreadable}
+    folders: dict[Path, list[bool]] = {}
+    for f in files:
+        folders.setdefault(f.parent, []).append(f in bad)
+    empty = [folder for folder, broken in folders.items() if all(broken)]
+    if empty:
+        first = [(f, why) for f, why in unreadable if f.parent == empty[0]]
+        others = f" (and {len(empty) - 1} more class folder{'s' if len(empty) > 2 else ''})" if len(empty) > 1 else ""
+        raise InvalidDataset(
+            f"{empty[0]}: class folder holds no readable image{others}: all {len(first):,} "
+            f"{'is' if len(first) == 1 else 'are'} unreadable ({_named(empty[0], first)}); replace them with "
+            f"readable {IMAGE_KINDS} images, or remove the class folder"
+        )
+
+
+def _named(root: Path, unreadable: list[tuple[Path, str]]) -> str:
+    """The first few unreadable images, relative to `root`, each with its reason."""
+    shown = [
+        f"{f.relative_to(root).as_posix() if f.is_relative_to(root) else f}: {why}"
+        for f, why in unreadable[:UNREADABLE_SHOWN]
+    ]
+    return "; ".join(shown) + ("; ..." if len(unreadable) > UNREADABLE_SHOWN else "")
 
 
 def _split_files(
     path: Path, train: Path, val: Path, left: list[Path]
 ) -> tuple[list[tuple[Path, int]], list[str], np.ndarray]:
     """The files of a folder split already, the train split's classes, where the validation rows are."""
-    from smlt.runtime.progress import notice
-
     classes = [p.name for p in _class_dirs(train)]
     if len(classes) < 2:
         raise InvalidDataset(f"{train}: an image folder needs at least 2 class subfolders, found {classes}")
@@ -117,18 +207,23 @@ def _split_files(
     files = image_files(train)
     val_classes = [p.name for p in _class_dirs(val)]
     held = [(f, index[val_classes[i]]) for f, i in image_files(val)]
-    notice.info(
-        f"{path}: split already: {train.name}/ ({len(files):,} images) is the train split and {val.name}/ "
-        f"({len(held):,}) the validation split (--validation-fraction not used)"
-        + (f"; {', '.join(p.name + '/' for p in left)} left out" if left else "")
-    )
     validation = np.zeros(len(files) + len(held), bool)
     validation[len(files) :] = True
     return files + held, classes, validation
 
 
 def _open(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    """One image's pixels, or InvalidDataset naming it and Pillow's reason."""
+    pixels = _decode(f, mode, size)
+    if isinstance(pixels, str):
+        raise InvalidDataset(f"{f}: not a readable {IMAGE_KINDS} image ({pixels})")
+    return pixels
+
+
+def _decode(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray | str:
+    """One image's pixels (H, W) or (H, W, 3), upright and resized to `size` when given; or why
+    Pillow cannot read it (a truncated file, 0 bytes, another format under an image's name)."""
+    from PIL import Image, ImageOps
 
     try:
         with Image.open(f) as img:
@@ -139,8 +234,30 @@ def _open(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
             if size is not None and pixels.size != size:
                 pixels = pixels.resize(size, Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InvalidDataset(f"{f}: not a readable {IMAGE_KINDS} image ({e})") from None
+    except MemoryError:
+        raise
+    except Exception as e:  # a corrupt file fails in many ways (OSError, SyntaxError, struct.error, ...)
+        return _reason(f, e)
+
+
+def _reason(f: Path, e: Exception) -> str:
+    """Pillow's reason an image is unreadable, without the file's name (it is said beside it)."""
+    try:
+        with open(f, "rb") as file:
+            head: bytes | None = file.read(64)
+    except OSError:
+        head = None
+    if head == b"":
+        return "0 bytes"
+    said = str(e)
+    for name in (repr(str(f)), repr(f), str(f)):
+        said = said.replace(f" {name}", "")
+    said = said.strip().rstrip(":") or type(e).__name__
+    if not isinstance(e, (OSError, ValueError)):
+        said = f"{type(e).__name__}: {said}"
+    if head is not None and head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
+        said += ", an HTML page"
+    return said
 
 
 def _eight_bit(img: Any) -> Any:

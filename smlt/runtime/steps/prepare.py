@@ -373,7 +373,7 @@ def _zip_name(name: str) -> str:
 def _check_loaded(path: Path, source: RawSource, where: str, options: SourceOptions, *, in_archive: bool) -> None:
     """After the download, before loading: an NPZ by its arrays' bytes (the zip's members,
     uncompressed), an image folder by its pixels once decoded (its images' count x the first
-    one's size, which without image_size every image has)."""
+    readable one's size, which without image_size every readable image has)."""
     kind = limit_of(source)
     if kind is ARRAYS_LIMIT and zipfile.is_zipfile(path):  # not a zip: prepare names the problem
         with zipfile.ZipFile(path) as z:
@@ -383,14 +383,17 @@ def _check_loaded(path: Path, source: RawSource, where: str, options: SourceOpti
             raise TooLargeForLambda(too_large(_named_as(source, where, in_archive), said, kind, where))
     if kind is IMAGES_LIMIT and not options.image_size:  # with image_size, known from the listing
         images = sorted(n for n in source.names if n.lower().endswith(IMAGE_SUFFIXES))
-        first = path / images[0].removeprefix(f"{source.root}/") if source.root else path / images[0]
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image
 
-        try:
-            with Image.open(first) as img:
-                width, height = img.size
-        except (UnidentifiedImageError, OSError):
-            return  # prepare names the unreadable image
+        for name in images:  # the first Pillow opens: prepare leaves out (or refuses) the unreadable ones
+            try:
+                with Image.open(path / name.removeprefix(f"{source.root}/") if source.root else path / name) as img:
+                    width, height = img.size
+                break
+            except Exception:
+                continue
+        else:
+            return  # none opens: prepare refuses the folder, naming them
         size = len(images) * _channels(options) * width * height
         if size > kind.bytes:
             said = _pixels(size, len(images), _channels(options), height, width)
