@@ -7,7 +7,15 @@ The columns are the keys of the file's first records (those in its first block),
 they first appear; a key first seen later is refused by name. A missing key or `null` is an
 empty cell. Every cell becomes text, as a CSV's are, so one rule decides a column's kind for both:
 numeric when every present cell is a number (a JSON number, or a string holding one), else text;
-`true`/`false` are text. A nested object or array is refused by column and line.
+`true`/`false` are text.
+
+A key whose first value (not null) in the first records is a list of numbers (an embedding,
+`{"emb": [0.1, 0.2, 0.3]}`) is a column per element, `emb[0]`, `emb[1]`, ..., as a Parquet
+column of number lists is (table_reader's `vector_columns` and `_spread`: the same names, the same
+refusal of a list of another length than the first, naming the line): each element's text as
+written, so the file prepares to what a CSV with the columns `emb[0]`, ... written out does. A null
+list, or a null element, is an empty cell. A nested object, a list of text (or of lists, objects,
+true/false) or a list in a column of single values is refused by column and line.
 
 A block pyarrow cannot read as a table (a column with numbers and strings, a number beyond a
 double, a line that is not an object, ...) is read again line by line by Python's json, which
@@ -35,18 +43,58 @@ def is_jsonl(path: str | Path) -> bool:
     return table_reader.table_suffix(path) in JSONL_SUFFIXES
 
 
+class _Number(str):
+    """A JSON number's text as written (`_records`): told apart from a string, which a list's
+    elements must not be."""
+
+
 def open_jsonl(path: Path) -> TableFile:
-    """The file's columns: the keys of the records in its first block."""
+    """The file's columns: the keys of the records in its first block, a key whose first value
+    there is a list spread into a column per element (`vector_columns`)."""
     with table_reader.open_bytes(path) as (f, _):
         skip = len(_BOM) if f.read(len(_BOM)) == _BOM else 0
         f.seek(skip)
         body = f.read(table_reader.BLOCK_BYTES) + f.readline()
-    columns: dict[str, None] = {}
-    for _, record in _records(str(path), body, 0, skip):
-        columns.update(dict.fromkeys(record))
-    if not columns:
+    keys: dict[str, None] = {}
+    first: dict[str, tuple[int, Any]] = {}  # key -> (line, its first value not null)
+    for line, record in _records(str(path), body, 0, skip):
+        keys.update(dict.fromkeys(record))
+        for k, v in record.items():
+            if v is not None and k not in first:
+                first[k] = (line, v)
+    if not keys:
         raise InvalidDataset(f'{path}: a JSON Lines dataset needs at least one record {{"column": value, ...}}')
-    return TableFile(str(path), list(columns), "line", path.stat().st_size, jsonl_blocks)
+    vectors: dict[str, int] = {}
+    for k, (line, v) in first.items():
+        if isinstance(v, list):
+            if not v:
+                raise InvalidDataset(f"{path}: column {k!r}, line {line}: its first list is empty")
+            vectors[k] = len(v)
+    columns = [c for k in keys for c in (table_reader.vector_columns(k, vectors[k]) if k in vectors else [k])]
+    if len(set(columns)) < len(columns):
+        twice = next(c for i, c in enumerate(columns) if c in columns[:i])
+        of = next(k for k in vectors if twice in table_reader.vector_columns(k, vectors[k]))
+        raise InvalidDataset(
+            f"{path}: key {twice!r} is also the column of an element of the list {of!r} (its elements are "
+            f"{of}[0], {of}[1], ...); rename the key"
+        )
+    return TableFile(str(path), columns, "line", path.stat().st_size, jsonl_blocks, vectors=vectors)
+
+
+def _keys(table: TableFile) -> list[str]:
+    """The file's keys, in order: its columns with each list's element columns one key."""
+    firsts = {table_reader.vector_columns(k, 1)[0]: k for k in table.vectors}
+    keys, skip = [], 0
+    for c in table.columns:
+        if skip:
+            skip -= 1
+            continue
+        if c in firsts:
+            keys.append(firsts[c])
+            skip = table.vectors[firsts[c]] - 1
+        else:
+            keys.append(c)
+    return keys
 
 
 def jsonl_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
@@ -86,14 +134,15 @@ def _block(table: TableFile, body: bytes, line: int, offset: int, dates: set[str
     lines = _row_lines(body, line)
     if not len(lines):
         return Block(table.path, "line", lines, {}, csv=True)
-    cells = _arrow_cells(table, body, len(lines), dates)
+    cells = _arrow_cells(table, body, lines, dates)
     if cells is None:
         return _python_block(table, body, line, offset)
     return Block(table.path, "line", lines, cells, csv=True)
 
 
-def _arrow_cells(table: TableFile, body: bytes, rows: int, dates: set[str]) -> dict[str, Any] | None:
-    """The block's columns as text, read by pyarrow; None when it cannot (`_python_block` can)."""
+def _arrow_cells(table: TableFile, body: bytes, lines: np.ndarray, dates: set[str]) -> dict[str, Any] | None:
+    """The block's columns as text, read by pyarrow (a list column's elements spread by
+    `_spread`); None when it cannot (`_python_block` can). `lines`: each row's line."""
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -113,18 +162,30 @@ def _arrow_cells(table: TableFile, body: bytes, rows: int, dates: set[str]) -> d
         if not found:
             break
         dates |= found
-    if parsed.num_rows != rows or not set(parsed.column_names) <= set(table.columns):
+    rows = len(lines)
+    keys = _keys(table)
+    if parsed.num_rows != rows or not set(parsed.column_names) <= set(keys):
         return None
     cells = {}
-    for name in table.columns:
-        if name not in parsed.column_names:
-            cells[name] = pa.nulls(rows, pa.string())
+    for name in keys:
+        col = parsed.column(name).combine_chunks() if name in parsed.column_names else pa.nulls(rows)
+        if name in table.vectors and not pa.types.is_null(col.type):
+            if not (pa.types.is_list(col.type) and (_is_number(col.type.value_type))):
+                return None  # not lists of numbers: named by the line-by-line read
+            cells.update(table_reader._spread(table, name, col.cast(pa.list_(pa.string())), lines))
             continue
-        col = parsed.column(name).combine_chunks()
         if not (_as_text(col.type) or pa.types.is_null(col.type)):
             return None  # a nested value: named by the line-by-line read
-        cells[name] = col.cast(pa.string())
+        for c in table_reader.vector_columns(name, table.vectors[name]) if name in table.vectors else [name]:
+            cells[c] = col.cast(pa.string())
     return cells
+
+
+def _is_number(t: Any) -> bool:
+    """A list's element type pyarrow reads numbers (or only nulls) as."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
 
 
 def _as_text(t: Any) -> bool:
@@ -138,7 +199,7 @@ def _python_block(table: TableFile, body: bytes, line: int, offset: int) -> Bloc
     """The block read line by line: each number's text as written, and every refusal named."""
     import pyarrow as pa
 
-    columns: dict[str, list[str | None]] = {name: [] for name in table.columns}
+    columns: dict[str, list[Any]] = {name: [] for name in _keys(table)}
     known = set(columns)
     rows = []
     for at, record in _records(table.path, body, line, offset):
@@ -150,15 +211,22 @@ def _python_block(table: TableFile, body: bytes, line: int, offset: int) -> Bloc
                 "an empty cell, but not add one)"
             )
         for name, values in columns.items():
-            values.append(_text(table.path, at, name, record.get(name)))
+            read = _list if name in table.vectors else _text
+            values.append(read(table.path, at, name, record.get(name)))
         rows.append(at)
-    cells = {name: pa.array(values, pa.string()) for name, values in columns.items()}
-    return Block(table.path, "line", np.array(rows, np.int64), cells, csv=True)
+    lines = np.array(rows, np.int64)
+    cells = {}
+    for name, values in columns.items():
+        if name in table.vectors:
+            cells.update(table_reader._spread(table, name, pa.array(values, pa.list_(pa.string())), lines))
+        else:
+            cells[name] = pa.array(values, pa.string())
+    return Block(table.path, "line", lines, cells, csv=True)
 
 
 def _records(path: str, body: bytes, line: int, offset: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line, record) for each non-blank line of `body`, which starts after `line` lines and
-    `offset` bytes; numbers keep their text as written."""
+    `offset` bytes; numbers keep their text as written (`_Number`)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -167,7 +235,7 @@ def _records(path: str, body: bytes, line: int, offset: int) -> Iterator[tuple[i
         if not row.strip(" \t\r"):
             continue
         try:
-            record = json.loads(row, parse_float=str, parse_int=str, parse_constant=str)
+            record = json.loads(row, parse_float=_Number, parse_int=_Number, parse_constant=_Number)
         except json.JSONDecodeError as e:
             raise InvalidDataset(f"{path}: line {i} is not JSON ({e.msg} at character {e.colno})") from None
         if not isinstance(record, dict):
@@ -184,11 +252,48 @@ def _text(path: str, line: int, column: str, value: Any) -> str | None:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        raise InvalidDataset(
+            f"{path}: column {column!r}, line {line} holds a JSON array, where the file's first records hold single "
+            f"values: a key is a column of lists of numbers (an embedding: {column}[0], {column}[1], ...) when its "
+            "first value not null is one; otherwise write a list's values in keys of their own"
+        )
     raise InvalidDataset(
         f"{path}: column {column!r}, line {line} holds a JSON {_kind(value)}: a cell is a number, a string, "
-        "true/false or null (flatten nested values into columns of their own)"
+        f"true/false or null, or a list of numbers (an embedding: a column per element, {column}[0], {column}[1], "
+        "...); flatten nested values into keys of their own"
+    )
+
+
+def _list(path: str, line: int, column: str, value: Any) -> list[str | None] | None:
+    """A list column's cell: its numbers' text as written (null where null), null for a JSON null;
+    anything else is refused (a list's length is `_spread`'s to check)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidDataset(
+            f"{path}: column {column!r}, line {line} holds a JSON {_kind(value)}, where the file's first records "
+            f"hold lists of numbers (its columns {column}[0], {column}[1], ...): every cell of the column is a list "
+            "of numbers or null"
+        )
+    bad = next((v for v in value if not (v is None or isinstance(v, _Number))), None)
+    if bad is None:
+        return value
+    what = "text" if isinstance(bad, str) else "true/false" if isinstance(bad, bool) else f"JSON {_kind(bad)}s"
+    raise InvalidDataset(
+        f"{path}: column {column!r}, line {line} holds a list of {what} ({json.dumps(bad)}): a list of numbers (an "
+        f"embedding) is a column per element, {column}[0], {column}[1], ...; a list of anything else is not "
+        "(join it into one string, or write each value in a key of its own)"
     )
 
 
 def _kind(value: Any) -> str:
+    if isinstance(value, _Number):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "true/false"
+    if value is None:
+        return "null"
     return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else type(value).__name__

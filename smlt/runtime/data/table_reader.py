@@ -8,7 +8,8 @@ each row ends is kept for messages (blank lines are not rows). Cells are separat
 the semicolons, tabs or bars of a header that has none outside quotes (a spreadsheet saved in a
 comma-decimal locale writes semicolons; in such a file a column of `0,346` is numbers). A Parquet
 file is read by record batches (pyarrow's `iter_batches`, one row group at a time); a column of
-number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`). A block's cells stay Arrow arrays
+number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`,
+`_spread`; a JSON Lines file's lists of numbers too). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty), as dates (days since 1970-01-01,
 `parse_dates`) or as text (stripped, null where empty): numbers and dates cost a cast, not a
 Python string per cell.
@@ -347,7 +348,7 @@ class TableFile:
     size: int  # bytes (CSV, JSON Lines) or rows (Parquet): what `blocks` reports progress in
     read: Callable[[TableFile, Callable[[int], None] | None], Iterator[Block]]  # its format's block reader
     delimiter: str = ","  # a CSV's, as its header shows it
-    vectors: dict[str, int] = field(default_factory=dict)  # a Parquet list-of-numbers column: its length
+    vectors: dict[str, int] = field(default_factory=dict)  # a list-of-numbers column (Parquet, JSON Lines): its length
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The file's rows in order; `progress` is told how far (in `size` units) after each block."""
@@ -567,7 +568,8 @@ def _parquet(path: Path) -> Any:
 
 
 def vector_columns(name: str, length: int) -> list[str]:
-    """The columns a Parquet column of number lists (an embedding) becomes: `emb[0]`, `emb[1]`, ..."""
+    """The columns a column of number lists (an embedding; a Parquet file's or a JSON Lines
+    file's) becomes: `emb[0]`, `emb[1]`, ..."""
     return [f"{name}[{i}]" for i in range(length)]
 
 
@@ -604,8 +606,11 @@ def _vector_lengths(path: Path, pf: Any) -> dict[str, int]:
 
 
 def _spread(table: TableFile, name: str, col: Any, rows: np.ndarray) -> dict[str, Any]:
-    """A list-of-numbers column as one float64 column per element (NaN where the list is null:
-    empty cells, imputed or refused as any), each list checked to have the column's length."""
+    """A list-of-numbers column as one column per element, each list checked to have the
+    column's length (`rows`: where each came from, for the refusal). A Parquet column's numbers
+    become float64 columns (NaN where the list is null: empty cells, imputed or refused as any); a
+    JSON Lines column, lists of the numbers' text as written (`jsonl_reader`), becomes text
+    columns (null where the list or the element is), read as a CSV's cells are."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -616,12 +621,18 @@ def _spread(table: TableFile, name: str, col: Any, rows: np.ndarray) -> dict[str
     if wrong.any():
         i = int(np.argmax(wrong))
         raise InvalidDataset(
-            f"{table.path}: column {name!r}, row {int(rows[i])} holds {int(sizes[i])} numbers, the column's first "
-            f"list {length}: every list of a column needs the same length (or null)"
+            f"{table.path}: column {name!r}, {table.unit} {int(rows[i])} holds {int(sizes[i])} numbers, the "
+            f"column's first list {length}: every list of a column needs the same length (or null)"
         )
+    flat = pc.list_flatten(col.filter(pa.array(present)))
+    if pa.types.is_string(flat.type):  # text: the flat values taken once, column after column (null where absent)
+        at = np.full((len(col), length), -1, np.int64)
+        at[present] = np.arange(len(flat)).reshape(-1, length)
+        order = at.T.ravel()
+        by_column = flat.take(pa.array(order, mask=order < 0))
+        return {c: by_column.slice(i * len(col), len(col)) for i, c in enumerate(vector_columns(name, length))}
     values = np.full((len(col), length), np.nan)
-    flat = pc.list_flatten(col.filter(pa.array(present))).cast(pa.float64()).to_numpy(zero_copy_only=False)
-    values[present] = flat.reshape(-1, length)
+    values[present] = flat.cast(pa.float64()).to_numpy(zero_copy_only=False).reshape(-1, length)
     return {c: pa.array(values[:, i]) for i, c in enumerate(vector_columns(name, length))}
 
 
