@@ -21,6 +21,7 @@ from botocore.exceptions import (
 )
 
 from smlt import stack_outputs
+from smlt.aws_errors import aws_not_configured
 from smlt.code_imports import describe, foreign_imports
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
@@ -28,7 +29,6 @@ from smlt.outputs import fetch_outputs, progress_line
 from smlt.runtime import clients
 from smlt.runtime.errors import (
     AlreadyFinished,
-    AwsNotConfigured,
     InvalidCode,
     InvalidJob,
     RunInProgress,
@@ -43,31 +43,6 @@ from smlt.runtime.store import S3Store
 from smlt.runtime.usercode import check_shipped, entry_points, package_code, stage_code, with_code
 
 OUTPUTS = stack_outputs.REQUIRED
-
-
-def aws_not_configured(e: Exception) -> AwsNotConfigured | None:
-    """botocore's error for a missing region, missing credentials or an endpoint it cannot reach,
-    as what to do; None for any other error."""
-    if isinstance(e, NoRegionError):
-        return AwsNotConfigured(
-            "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or `region` in ~/.aws/config, "
-            "to the region the stack is deployed in"
-        )
-    if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
-        return AwsNotConfigured(
-            "no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE "
-            "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-        )
-    if isinstance(e, EndpointConnectionError):
-        url = str(e.kwargs.get("endpoint_url", "the endpoint")).rstrip("/")
-        if ".amazonaws.com" in url:  # AWS itself: the network, not the console
-            return AwsNotConfigured(
-                f"cannot reach {url}: check this machine's network connection (and HTTPS_PROXY if it needs a proxy)"
-            )
-        return AwsNotConfigured(
-            f"cannot reach {url}: is the local console up (`smlt local up`)? Else check AWS_ENDPOINT_URL / --endpoint-url"
-        )
-    return None
 
 
 @dataclass

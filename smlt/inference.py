@@ -85,12 +85,15 @@ def _read_s3(uri: str, store: S3Store | None = None) -> _Found:
     store = store or S3Store(bucket)
     if not key.endswith(".safetensors"):
         key = key.rstrip("/") + "/model.safetensors"
+    from smlt.aws_errors import user_get  # botocore: only for a model in S3
+
     try:
-        blob = store.get(key)
+        blob = user_get(store, key, "model", InvalidModel)
     except NotFound:
         raise InvalidModel(f"s3://{bucket}/{key}: no such object") from None
     try:
-        card_raw: bytes | None = store.get(key.rsplit("/", 1)[0] + "/model.json") if "/" in key else None
+        beside = key.rsplit("/", 1)[0] + "/model.json"
+        card_raw: bytes | None = user_get(store, beside, "model", InvalidModel) if "/" in key else None
     except NotFound:
         card_raw = None
     return _Found(blob, card_raw, None, f"s3://{bucket}/{key}")

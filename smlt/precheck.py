@@ -875,7 +875,7 @@ def _s3_dataset(uri: str, client: Any) -> Any:
         import boto3
         from botocore.exceptions import NoRegionError
 
-        from smlt.cloud import aws_not_configured
+        from smlt.aws_errors import aws_not_configured
 
         if boto3.session.Session().region_name is None:  # S3 would answer without one; the stack would not
             raise aws_not_configured(NoRegionError()) or NoRegionError()
@@ -884,42 +884,17 @@ def _s3_dataset(uri: str, client: Any) -> Any:
 
 
 def _s3_get(store: Any, key: str) -> bytes:
-    """An object of the dataset, or a named error: what cannot be read, and why, for the user
-    (S3Store's own 403 message speaks of a function's role)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from smlt.cloud import aws_not_configured
-    from smlt.runtime.errors import AccessDenied
+    """An object of the dataset, or a named error: what cannot be read, and why, for the user."""
+    from smlt.aws_errors import user_get
     from smlt.runtime.store import NotFound
 
-    uri = f"s3://{store.bucket}/{store.prefix}{key}"
     try:
-        return bytes(store.get(key))
+        return user_get(store, key, "dataset.uri", InvalidDataset)
     except NotFound:
         raise InvalidDataset(
-            f"dataset.uri: no {uri}: upload the prepared dataset there (`smlt data prepare SOURCE --out "
-            f"s3://{store.bucket}/{store.prefix}`), or point dataset.uri at its folder"
+            f"dataset.uri: no s3://{store.bucket}/{store.prefix}{key}: upload the prepared dataset there (`smlt data "
+            f"prepare SOURCE --out s3://{store.bucket}/{store.prefix}`), or point dataset.uri at its folder"
         ) from None
-    except AccessDenied:
-        raise AccessDenied(
-            f"dataset.uri: your AWS credentials may not read {uri} (S3 answered 403 AccessDenied): allow "
-            "s3:GetObject on it for your user or role, or use a profile that may (AWS_PROFILE)"
-        ) from None
-    except ClientError as e:
-        code = e.response.get("Error", {}).get("Code", "")
-        if code == "NoSuchBucket":
-            raise InvalidDataset(f"dataset.uri: no bucket {store.bucket!r} (reading {uri})") from None
-        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):
-            raise AccessDenied(
-                f"dataset.uri: S3 refused your AWS credentials reading {uri} ({code}): renew them (`aws sso login`, "
-                "`aws configure`) or choose the profile that reads this bucket (AWS_PROFILE)"
-            ) from None
-        raise InvalidDataset(f"dataset.uri: cannot read {uri}: {code}: {e}") from None
-    except BotoCoreError as e:
-        named = aws_not_configured(e)
-        if named is not None:
-            raise named from None
-        raise InvalidDataset(f"dataset.uri: cannot read {uri}: {e}") from None
 
 
 def _s3_sample_rows(store: Any, manifest: Manifest, rows: int) -> tuple[np.ndarray, np.ndarray | None]:

@@ -130,3 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        from smlt.aws_errors import cli_message
+
+        told = cli_message(e)
+        if told is None:
+            raise
+        print(f"error: {told}", file=sys.stderr)
+        return 1

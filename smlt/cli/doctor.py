@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from smlt.cloud import aws_not_configured
+from smlt.aws_errors import aws_not_configured
 from smlt.runtime import account, clients, deployed
 from smlt.runtime.errors import AwsNotConfigured
 from smlt.runtime.progress import notice

@@ -72,7 +72,7 @@ def test_doctor_without_a_region_says_what_to_set(monkeypatch, tmp_path, capsys)
 def test_an_unreachable_endpoint_says_network_for_aws_and_console_for_a_local_one():
     from botocore.exceptions import EndpointConnectionError
 
-    from smlt.cloud import aws_not_configured
+    from smlt.aws_errors import aws_not_configured
 
     aws = aws_not_configured(EndpointConnectionError(endpoint_url="https://s3.eu-west-3.amazonaws.com/"))
     assert aws is not None and "cannot reach https://s3.eu-west-3.amazonaws.com: check this machine's network" in str(
@@ -80,3 +80,66 @@ def test_an_unreachable_endpoint_says_network_for_aws_and_console_for_a_local_on
     )
     local = aws_not_configured(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
     assert local is not None and "is the local console up (`smlt local up`)?" in str(local)
+
+
+def _stubbed_s3(*errors):
+    """An S3 client whose get_object calls answer these errors, in order (botocore's Stubber)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(s3)
+    for code, status in errors:
+        stub.add_client_error("get_object", service_error_code=code, http_status_code=status)
+    stub.activate()
+    return s3
+
+
+def test_a_model_in_s3_that_the_users_credentials_may_not_read_is_named_for_the_user():
+    from smlt.inference import _read_s3
+    from smlt.runtime.errors import AccessDenied
+    from smlt.runtime.modelcard import InvalidModel
+    from smlt.runtime.store import S3Store
+
+    store = S3Store("bkt", client=_stubbed_s3(("AccessDenied", 403)))
+    with pytest.raises(AccessDenied) as e:
+        _read_s3("s3://bkt/runs/r/model.safetensors", store)
+    assert str(e.value) == (
+        "model: your AWS credentials may not read s3://bkt/runs/r/model.safetensors (S3 answered 403 AccessDenied): "
+        "allow s3:GetObject on it for your user or role, or use a profile that may (AWS_PROFILE)"
+    )  # not the Lambda function's wording ("this function's role")
+    store = S3Store("bkt", client=_stubbed_s3(("ExpiredToken", 400)))
+    with pytest.raises(AccessDenied, match=r"S3 refused your AWS credentials reading s3://bkt/m/model.safetensors"):
+        _read_s3("s3://bkt/m/", store)
+    with pytest.raises(InvalidModel, match=r"model: no bucket 'bkt'"):
+        _read_s3("s3://bkt/m/", S3Store("bkt", client=_stubbed_s3(("NoSuchBucket", 404))))
+
+
+def test_a_botocore_error_that_reaches_the_command_line_is_one_line_not_a_traceback(monkeypatch, capsys):
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    import smlt.cli.model
+    from smlt.cli import main
+
+    def fails(error):
+        def predict(args):
+            raise error
+
+        return predict
+
+    monkeypatch.setattr(smlt.cli.model, "predict", fails(NoCredentialsError()))
+    assert main(["predict", "m", "d.csv", "--out", "p.csv"]) == 1
+    assert capsys.readouterr().err == (
+        "error: no AWS credentials: run `aws configure` (or `aws sso login`), or set AWS_PROFILE or "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY\n"
+    )
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "not yours"}}, "DescribeStacks")
+    monkeypatch.setattr(smlt.cli.model, "predict", fails(denied))
+    assert main(["predict", "m", "d.csv", "--out", "p.csv"]) == 1
+    assert capsys.readouterr().err == (
+        "error: AWS refused DescribeStacks: AccessDenied (not yours): the credentials in use "
+        "(`aws sts get-caller-identity` names them) may not do this\n"
+    )
+    monkeypatch.setattr(smlt.cli.model, "predict", fails(ValueError("ours")))
+    with pytest.raises(ValueError):  # any other error stays a traceback (a bug of smlt's to report)
+        main(["predict", "m", "d.csv", "--out", "p.csv"])
