@@ -143,3 +143,15 @@ def test_a_botocore_error_that_reaches_the_command_line_is_one_line_not_a_traceb
     monkeypatch.setattr(smlt.cli.model, "predict", fails(ValueError("ours")))
     with pytest.raises(ValueError):  # any other error stays a traceback (a bug of smlt's to report)
         main(["predict", "m", "d.csv", "--out", "p.csv"])
+
+
+def test_a_403_names_the_functions_role_in_a_function_and_the_users_credentials_elsewhere(monkeypatch):
+    from smlt.runtime.errors import AccessDenied
+    from smlt.runtime.store import S3Store
+
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    with pytest.raises(AccessDenied, match=r"s3://b/k: your AWS credentials may not read it \(S3 answered 403"):
+        S3Store("b", client=_stubbed_s3(("AccessDenied", 403))).get("k")
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Smlt-TrainStep1769")
+    with pytest.raises(AccessDenied, match=r"s3://b/k: this function's role may not read it .* infra/stacks/functions"):
+        S3Store("b", client=_stubbed_s3(("AccessDenied", 403))).get("k")

@@ -7,6 +7,7 @@ retried (smlt/runtime/retry.py) until it either lands or meets the other writer'
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -29,9 +30,14 @@ def _denied(e: ClientError, uri: str, what: str) -> AccessDenied | None:
     """A 403 as a named error (a HEAD's 403 has no body: its code is "403")."""
     if e.response.get("Error", {}).get("Code") not in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
         return None
+    if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # in a function: its role, which the stack grants
+        return AccessDenied(
+            f"{uri}: this function's role may not {what} it (S3 answered 403 AccessDenied); the stack grants "
+            "each function its prefixes in infra/stacks/functions.py"
+        )
     return AccessDenied(
-        f"{uri}: this function's role may not {what} it (S3 answered 403 AccessDenied); the stack grants "
-        "each function its prefixes in infra/stacks/functions.py"
+        f"{uri}: your AWS credentials may not {what} it (S3 answered 403 AccessDenied): allow it for your user "
+        "or role (`aws sts get-caller-identity` names them), or use a profile that may (AWS_PROFILE)"
     )
 
 
