@@ -68,3 +68,32 @@ def test_in_parts_and_when_named_or_dropped(tmp_path, caplog):
     # dropping it by name says nothing more
     m, told = _prepare(_write(tmp_path / "d.csv", ",a,b,label", lines), tmp_path / "d", caplog, drop=[""])
     assert [c.name for c in m.columns or []] == ["a", "b"] and "first column" not in told
+
+
+def test_columns_without_a_name_after_the_first_are_left_out_with_a_word(tmp_path, caplog):
+    """A delimiter at the end of each line (spreadsheets write one) made a feature named '' of
+    empty cells (two of them: refused as "column '' appears twice"), which predict then required."""
+    x, y = _frame()
+    plain = _write(tmp_path / "plain.csv", "a,b,label", [f"{a},{b},{c}" for (a, b), c in zip(x, y)])
+    one = _write(tmp_path / "one.csv", "a,b,label,", [f"{a},{b},{c}," for (a, b), c in zip(x, y)])
+    two = _write(tmp_path / "two.csv", "a,b,label,,", [f"{a},{b},{c},," for (a, b), c in zip(x, y)])
+    inner = _write(
+        tmp_path / "inner.csv", "a,,b,label", [f"{a},{i % 3},{b},{c}" for i, ((a, b), c) in enumerate(zip(x, y))]
+    )
+    base, _ = _prepare(plain, tmp_path / "p0", caplog)
+    shards = [s.sha256 for s in base.train.shards + base.validation.shards]
+    for src, said in (
+        (
+            one,
+            "column 4 (counting from 1) has no name in the header (a delimiter at the end of each line, as "
+            "spreadsheets write one): left out (name it in the header to use it)",
+        ),
+        (two, "columns 4, 5 (counting from 1) have no name in the header (a delimiter at the end of each line"),
+        (inner, "column 2 (counting from 1) has no name in the header: left out (name it in the header to use it)"),
+    ):
+        m, told = _prepare(src, tmp_path / src.stem, caplog)
+        assert [c.name for c in m.columns or []] == ["a", "b"], src
+        assert [s.sha256 for s in m.train.shards + m.validation.shards] == shards, src
+        assert f"{src.name}: {said}" in told, told
+    fit, _ = fit_parts([str(two)], options=SourceOptions())
+    assert [c.name for c in fit.columns] == ["a", "b"]

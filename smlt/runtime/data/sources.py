@@ -20,7 +20,7 @@ import numpy as np
 from smlt.runtime.data import images, synthetic, tabular
 from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
-from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix
+from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix, unnamed
 from smlt.runtime.data.tables import open_table
 from smlt.runtime.errors import InvalidDataset
 
@@ -175,6 +175,20 @@ def _table(path: Path, opts: SourceOptions) -> TableSource:
             f"{path}: the first column {'has no name' if not index else f'is named {index!r}'}: an index or row "
             "names, as pandas' to_csv and R's "
             "write.csv write them, which a model can only memorise: left out (name it in the header to use it)"
+        )
+    blank = [c for c in features if unnamed(c)]
+    if blank:
+        from smlt.runtime.progress import notice
+
+        features = [c for c in features if c not in blank]
+        at = [file.columns.index(c) for c in blank]
+        trailing = at == list(range(len(file.columns) - len(at), len(file.columns)))
+        many = len(blank) > 1
+        notice.info(
+            f"{path}: column{'s' * many} {', '.join(str(i + 1) for i in at)} (counting from 1) "
+            f"{'have' if many else 'has'} no name in the header"
+            + (" (a delimiter at the end of each line, as spreadsheets write one)" if trailing else "")
+            + f": left out (name {'them' if many else 'it'} in the header to use {'them' if many else 'it'})"
         )
     if not features:
         raise InvalidDataset(f"{path}: no feature columns besides the label {label!r}")

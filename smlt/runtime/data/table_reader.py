@@ -403,6 +403,15 @@ def _record_ends(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
     return newlines, newlines[np.searchsorted(quotes, newlines) % 2 == 0]
 
 
+# How a CSV header cell with no name is named, with its position (pandas' names).
+UNNAMED = "Unnamed: "
+
+
+def unnamed(name: str) -> bool:
+    """A column whose header cell had no name (`Unnamed: 3`), or a frame written with one."""
+    return name.startswith(UNNAMED) and name[len(UNNAMED) :].isdigit()
+
+
 def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
     """(the header's names, the bytes read past it, the lines it took, the delimiter)."""
     buf = f.read(BLOCK_BYTES)
@@ -421,6 +430,10 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
         raise _not_utf8(path, e.start) from None
     delimiter = _delimiter(text)
     header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+    # A header cell with no name after the first (a trailing delimiter, as spreadsheets write one)
+    # is named as pandas names it, `Unnamed: 3` (sources._table leaves it out); the first stays ''
+    # (row names: tabular.INDEX_NAMES).
+    header = [name if name.strip() or not i else f"{UNNAMED}{i}" for i, name in enumerate(header)]
     return header, buf[end:], buf[:end].count(b"\n"), delimiter
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from smlt.runtime.data.arrays import FIX_ROWS, FLOAT32_MAX, standardise
 from smlt.runtime.data.manifest import ColumnTransform, Manifest
-from smlt.runtime.data.table_reader import parse_dates
+from smlt.runtime.data.table_reader import parse_dates, unnamed
 from smlt.runtime.errors import InvalidDataset
 
 if TYPE_CHECKING:
@@ -352,10 +352,11 @@ def unseen_notices(columns: Sequence[ColumnTransform], rows: Table) -> list[str]
 
 def unused_columns(columns: Sequence[ColumnTransform], rows: Table, also: Collection[str] = ()) -> list[str]:
     """The columns of `rows` that none of the model's `columns` reads, but for `also` (the label,
-    an id column) and a data frame's index or row names (INDEX_NAMES, a first column)."""
+    an id column), a data frame's index or row names (INDEX_NAMES, a first column) and columns
+    without a name (`table_reader.unnamed`)."""
     used = {t.name for t in columns} | set(also)
     names = list(rows.columns)
-    return [n for i, n in enumerate(names) if n not in used and not (i == 0 and n in INDEX_NAMES)]
+    return [n for i, n in enumerate(names) if n not in used and not (i == 0 and n in INDEX_NAMES) and not unnamed(n)]
 
 
 def is_free_text(levels: int, words: int, cells: int) -> bool:
