@@ -207,3 +207,31 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
         raise InvalidDataset(
             f"{where} is {problem}; prepare the dataset again with `smlt data prepare SOURCE --out FOLDER`"
         ) from None
+
+
+# A class with fewer rows than this, in a dataset whose largest class has RARE_CLASS_RATIO times
+# as many, is likely a typo in the label column (`2` among 0s and 1s): said, not changed.
+RARE_CLASS_ROWS = 5
+RARE_CLASS_RATIO = 20
+
+
+def rare_classes(m: Manifest) -> str | None:
+    """What to say about a classification's classes with almost no rows (train and validation
+    together), else None. A pipeline's later version (its classes fixed) says nothing: a class
+    may be rare in one upload."""
+    train, val = m.train.class_counts, m.validation.class_counts
+    if m.task != "classification" or m.classes is None or train is None or val is None or m.generation:
+        return None
+    k = len(m.classes)  # a split's counts end at its last class present (a bincount)
+    rows = [a + b for a, b in zip(train + [0] * (k - len(train)), val + [0] * (k - len(val)))]
+    rare = [(c, n) for c, n in zip(m.classes, rows) if 0 < n < RARE_CLASS_ROWS and n * RARE_CLASS_RATIO <= max(rows)]
+    if not rare:
+        return None
+    said = ", ".join(f"{c!r} {n:,} row{'s' * (n > 1)}" for c, n in rare[:5]) + (
+        f" and {len(rare) - 5} more" if len(rare) > 5 else ""
+    )
+    return (
+        f"{m.source}: {'a class has' if len(rare) == 1 else f'{len(rare)} classes have'} almost no rows ({said}, "
+        f"of {sum(rows):,}): too few to learn or to measure; a typo in the label column? They stay classes of the "
+        "model: fix or drop those rows to leave them out"
+    )

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from smlt.runtime.data.manifest import ArraySpec, FeatureSpec, Manifest, Normalization, ShardInfo, SplitInfo
+from smlt.runtime.data.manifest import (
+    ArraySpec,
+    FeatureSpec,
+    Manifest,
+    Normalization,
+    ShardInfo,
+    SplitInfo,
+    rare_classes,
+)
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
 from smlt.runtime.data.spool import add_counts
@@ -120,7 +128,7 @@ def part_manifest(
             class_counts=None if total is None else [int(c) for c in total],
         )
 
-    return Manifest(
+    manifest = Manifest(
         name=name,
         source=source,
         task=labels.task,
@@ -137,6 +145,12 @@ def part_manifest(
         vocab_size=None,
         generation=features.generation if features is not None else generation,
     )
+    rare = rare_classes(manifest)
+    if rare:
+        from smlt.runtime.progress import notice
+
+        notice.warning(rare)
+    return manifest
 
 
 def prepare_parts(

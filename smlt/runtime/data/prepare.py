@@ -44,6 +44,7 @@ from smlt.runtime.data.manifest import (
     SplitInfo,
     TargetScaling,
     parse_manifest,
+    rare_classes,
 )
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.sources import Source, TableSource, open_source
@@ -124,6 +125,11 @@ def prepare_dataset(
                 "validation": prepared.validation.finish(out, prepared.transform, seed),
             }
         )
+    rare = rare_classes(manifest)
+    if rare:
+        from smlt.runtime.progress import notice
+
+        notice.warning(rare)
     out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
 
