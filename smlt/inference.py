@@ -27,7 +27,7 @@ from safetensors.torch import load as load_state
 from torch import nn
 
 from smlt.runtime import keys
-from smlt.runtime.data import images
+from smlt.runtime.data import drift, images
 from smlt.runtime.data.arrays import sample_layout, standardise
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
@@ -242,8 +242,8 @@ class Predictions:
     `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
     `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
     `rmse` say how the model did on it. `notes`: what reading the data told (a table's values the
-    model never saw in training, its columns the model does not use, an image folder's unreadable
-    images left out), as `smlt predict` prints them."""
+    model never saw in training, a number column far from what it was trained on, its columns the
+    model does not use, an image folder's unreadable images left out), as `smlt predict` prints them."""
 
     task: str
     ids: list[str]
@@ -606,12 +606,14 @@ UNUSED_NAMED = 10
 def _told(manifest: Manifest, table: Table, id_column: str | None) -> list[str]:
     """What a table tells before it is predicted on, logged as notices (stderr in the CLI): a
     notice per one-hot column holding values the model never saw in training (the one rule of
-    a pipeline's later versions, tabular.unseen_values), and one naming the columns the model
-    does not use (its label and the id column aside)."""
+    a pipeline's later versions, tabular.unseen_values), a notice per number column (and a
+    regression's target) far from what the model was trained on (another unit, a broken column:
+    the one rule of a pipeline's later versions, drift.far_notice), and one naming the columns the
+    model does not use (its label and the id column aside)."""
     from smlt.runtime.progress import notice
 
     assert manifest.columns is not None
-    notes = unseen_notices(manifest.columns, table)
+    notes = unseen_notices(manifest.columns, table) + drift.table_notices(manifest, table)
     also = [n for n in (manifest.label, id_column) if n]
     unused = unused_columns(manifest.columns, table, also)
     if unused:

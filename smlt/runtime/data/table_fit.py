@@ -17,8 +17,10 @@ bounded memory, for
 A missing marker (`NA`, `NULL`, ... : table_reader.MISSING_MARKERS) in a column of numbers is an
 empty cell, imputed or refused as one; prepare says how many a column had (`markers_read`).
 
-With a pipeline's FeatureSpec nothing is fitted: its transforms are checked against the file, and
-a one-hot column's values that are none of its levels are counted (`ColumnFit.unseen_levels`).
+With a pipeline's FeatureSpec nothing is fitted: its transforms are checked against the file, a
+one-hot column's values that are none of its levels are counted (`ColumnFit.unseen_levels`), and
+a number column's present values (a regression's target's too) gather their moments, told when
+far from the recorded standardisation (smlt.runtime.data.drift: another unit, a broken column).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from smlt.runtime.data import tabular
+from smlt.runtime.data import drift, tabular
 from smlt.runtime.data.arrays import FLOAT32_MAX, target_std
 from smlt.runtime.data.leaks import LabelLeaks
 from smlt.runtime.data.manifest import ArraySpec, ColumnTransform, FeatureSpec, TargetScaling, class_name
@@ -88,6 +90,12 @@ class LabelFit:
         self._keys: Any = None
         self._index = np.zeros(0, np.int64)
         self._scale = (0.0, 1.0)
+        # a pipeline's regression: the recorded target (mean, sd), and how many labels lie beyond
+        # drift.SHIFT_SD and SHIFT_SD_FEW sd of it (drift.far_notice, with `train` and `val`)
+        self.trained: tuple[float, float] | None = None
+        if spec is not None and spec.task == "regression" and spec.target_mean and spec.target_std:
+            self.trained = (spec.target_mean[0], spec.target_std[0])
+        self.far = [0, 0]
 
     def labelled(self, block: Block, count: bool = True) -> Block:
         """The block's rows that have a label, as read from the file (before the split: the rows
@@ -180,6 +188,9 @@ class LabelFit:
                 self.decimals = not block.csv or not pc.all(whole).as_py()
             for moments, rows in ((self.train, values[train]), (self.val, values[val])):
                 moments.add(rows[np.isfinite(rows), None])  # NaN and Inf are refused (`_regression`)
+            if self.trained is not None:
+                present = values[np.isfinite(values)]
+                self.far = [a + b for a, b in zip(self.far, drift.beyond(present, *self.trained))]
             self.numbers = _more(self.numbers, np.unique(values).tolist())
         if block.csv or parsed is None:
             self.texts = _more(self.texts, pc.unique(block.text(self.name)).to_pylist())
@@ -195,6 +206,7 @@ class LabelFit:
         self.texts = _more(self.texts, list(other.texts)) if other.texts is not None else None
         self.train.merge(other.train)
         self.val.merge(other.val)
+        self.far = [a + b for a, b in zip(self.far, other.far)]
         self.as_text = self.as_text or other.as_text
         self.unlabelled += other.unlabelled
         self.marked += other.marked
@@ -286,6 +298,17 @@ class LabelFit:
         target = TargetScaling(mean=[mean], std=[std], val_var=[val_var])
         return Labels("regression", ArraySpec(shape=[1], dtype="float32"), 1, None, target)
 
+    def target_notice(self, whose: str) -> str | None:
+        """A pipeline's regression version: a warning when its targets (both splits) are far from
+        the recorded target scaling (drift.far_notice)."""
+        if self.trained is None or not self.numeric:
+            return None
+        both = Moments(1)
+        both.merge(self.train)
+        both.merge(self.val)
+        where = f"target column {self.name!r}"
+        return drift.far_notice(self.path, where, *_moments(both), self.far, *self.trained, whose, PIPELINE_TODO)
+
     def encode(self, block: Block) -> np.ndarray:
         """The block's stored y (after `finish`): class indices, or targets standardised."""
         import pyarrow as pa
@@ -343,6 +366,18 @@ def _empty(block: Block, i: int, name: str) -> str:
 _NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
 
+# What a pipeline version far from its features' standardisation is told to do (drift.far_notice).
+PIPELINE_TODO = (
+    "prepared as it is, with the recorded mean and sd: fix the file and upload the version again (or, "
+    "to change the column for good, prepare with --new-features: a new generation, its run starts cold)"
+)
+
+
+def _moments(m: Moments) -> tuple[int, float, float]:
+    """(rows, mean, population sd) of a one-feature Moments."""
+    return int(m.n[0]), float(m.mean[0]), float(m.std[0])
+
+
 # Rows a rising column needs before it is named a row number (fewer: too few to tell).
 ROW_NUMBER_ROWS = 30
 # A pipeline's one-hot column: its unseen values counted one by one up to this many, the most
@@ -396,6 +431,11 @@ class ColumnFit:
         # a text column's words with a letter (tabular.word_count) in its present train cells, and
         # those cells: free text when many distinct values hold at least TEXT_MIN_WORDS a cell on average
         self.words, self.word_cells = 0, 0
+        # a pipeline's number column: its recorded (mean, sd), its present values' moments (all
+        # rows) and how many lie beyond drift.SHIFT_SD and SHIFT_SD_FEW sd of it (drift.far_notice)
+        self.trained: tuple[float, float] | None = None
+        self.moments = Moments(1)
+        self.far = [0, 0]
 
     @property
     def is_date(self) -> bool:
@@ -445,6 +485,10 @@ class ColumnFit:
                 self.median.add(values[train & ~gaps & ~bad])
                 if self.rising is not None:
                     self.rising = _still_rising(self.rising, values, gaps)
+            elif self.trained is not None:
+                present = values[~gaps & ~bad]
+                self.moments.add(present[:, None])
+                self.far = [a + b for a, b in zip(self.far, drift.beyond(present, *self.trained))]
             if block.csv and gaps.any():
                 marked = block.markers(self.name)
                 if marked.any():
@@ -604,6 +648,8 @@ class ColumnFit:
         self._add_unseen(other.unseen, other.unseen_rows, other.read)
         self.words += other.words
         self.word_cells += other.word_cells
+        self.moments.merge(other.moments)
+        self.far = [a + b for a, b in zip(self.far, other.far)]
         if self.rising is None or other.rising is None:
             self.rising = None
         elif self.rising and other.rising:
@@ -669,6 +715,9 @@ class TableFit:
         keep = max(4096, MEDIAN_NUMBERS // max(1, len(features)))
         if spec is not None and spec.columns is not None:
             self.columns = [ColumnFit(t.name, t, False, keep) for t in spec.columns]
+            trained = drift.trained(spec.columns, spec.normalization)
+            for c in self.columns:
+                c.trained = trained.get(c.name)
             self.refused = {t.name for t in spec.columns if t.fill is None}
         else:
             self.columns = [ColumnFit(name, None, name not in text, keep) for name in features]
@@ -738,6 +787,23 @@ class TableFit:
         also = f"; also column {', '.join(others)}" if others else ""
         raise tabular.not_finite(where, cell, finite, first.bad, self.rows, first.name, also)
 
+    def far_from_features(self) -> list[str]:
+        """With a pipeline's features: a warning per number column (and a regression's target)
+        whose values are far from the recorded standardisation (drift.far_notice)."""
+        spec = self.labels.spec
+        if spec is None:
+            return []
+        whose = f"the pipeline's features (generation {spec.generation})"
+        found = [
+            drift.far_notice(
+                self.path, f"column {c.name!r}", *_moments(c.moments), c.far, *c.trained, whose, PIPELINE_TODO
+            )
+            for c in self.columns
+            if c.trained is not None
+        ]
+        found.append(self.labels.target_notice(whose))
+        return [note for note in found if note]
+
     def transforms(self, task: str) -> list[ColumnTransform]:
         from smlt.runtime.progress import notice
 
@@ -755,6 +821,8 @@ class TableFit:
             if unseen:
                 notice.warning(unseen)
         transforms = [c.transform(self.impute) for c in self.columns]
+        for told in self.far_from_features():
+            notice.warning(told)
         for t in transforms:
             if t.kind == "onehot" and t.levels:
                 _tell_case_variants(self.path, f"column {t.name!r}", t.levels, "levels")
