@@ -11,19 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.torch import save
 
 from smlt import api
 from smlt.cli import main
-from smlt.inference import LoadedModel, _Found, build
+from smlt.inference import LoadedModel
 from smlt.runtime.data import drift, fit_state
 from smlt.runtime.data.parts import merge_fits, prepare_parts
 from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, read_card, with_card
 from smlt.runtime.pipeline import feature_spec, prepare_version
 from smlt.runtime.progress import collected_notices
-from smlt.runtime.train.models import build_model
+from tests.unit.untrained import load_folder, run_folder, untrained
 
 HEADER = ["weight", "price", "city", "label"]
 UNITS = "are its units the same (grams for kilograms, cents for dollars, a percentage as 0-100 for 0-1)?"
@@ -163,16 +160,8 @@ def test_a_later_version_in_parts_tells_the_whole_tables_far_column(tmp_path: Pa
 def model(tmp_path: Path) -> LoadedModel:
     """A model of 300 shop rows (weight, price, city one-hot, label buy/skip)."""
     m = prepare_dataset(_write(tmp_path / "shop.csv", _rows(300, 1)), str(tmp_path / "prepared"), shards=2)
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
-    card = build_card("r1", job, m, (tmp_path / "prepared" / "manifest.json").read_bytes(), None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    out = tmp_path / "out_shop"
-    out.mkdir()
-    blob = with_card(save(net.state_dict()), card)
-    (out / "model.safetensors").write_bytes(blob)
-    read = read_card(blob, "m")
-    assert read is not None
-    return LoadedModel(build(read, _Found(blob, None, None, "m"), None), read, "m")
+    card, blob = untrained(m, "logreg", tmp_path / "prepared")
+    return load_folder(run_folder(tmp_path / "out_shop", card, blob, with_json=False))
 
 
 def test_predict_on_rows_in_grams_warns_and_predicts_as_before(model: LoadedModel, tmp_path: Path, caplog) -> None:

@@ -12,10 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from safetensors.torch import save
 
 from smlt.cli import main
-from smlt.inference import LoadedModel, _Found, build, read_inputs
+from smlt.inference import read_inputs
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset
@@ -24,9 +23,7 @@ from smlt.runtime.data.table_reader import MISSING_MARKERS, Block
 from smlt.runtime.data.tables import open_table
 from smlt.runtime.data.tabular import apply_columns, read_table
 from smlt.runtime.errors import InvalidDataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, with_card
-from smlt.runtime.train.models import build_model
+from tests.unit.untrained import loaded, untrained
 
 
 def block_of(path) -> Block:
@@ -145,11 +142,8 @@ def test_an_r_csv_with_na_prepares_a_number_column_imputed_and_predict_reads_na_
     np.testing.assert_allclose(raw[:, 1], [1, 0, 1], atol=1e-5)
     np.testing.assert_allclose(raw[1, 2:], [0, 0], atol=1e-5)
     # A model predicts on it.
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
-    card = build_card("r1", job, m, (tmp_path / "p" / "manifest.json").read_bytes(), None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    loaded = LoadedModel(build(card, _Found(with_card(save(net.state_dict()), card), None, None, "m"), None), card, "m")
-    preds = loaded.predict(new)
+    model = loaded(*untrained(m, "logreg", tmp_path / "p"))
+    preds = model.predict(new)
     assert len(preds.labels) == 3 and set(preds.labels) <= {"big", "small"}
     # Another word in the number column is named, not the marker before it.
     new.write_text("size,colour\nNA,red\nlots,blue\n")

@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from smlt.inference import LoadedModel, _Found, build, read_inputs
+from smlt.inference import read_inputs
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.job import parse_job
 from smlt.runtime.modelcard import InvalidModel, build_card, read_card, with_card
 from smlt.runtime.tensors.format import views
-from smlt.runtime.train.models import build_model
+from tests.unit.untrained import loaded, untrained
 
 
 def _csv(path, rows):
@@ -65,24 +65,23 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
         rows.append([size, colour, "big" if size > 10 else "small"])
     src = _csv(tmp_path / "t.csv", rows)
     manifest = prepare_dataset(str(src), str(tmp_path / "p"), shards=2)
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
-    card = build_card("r1", job, manifest, (tmp_path / "p" / "manifest.json").read_bytes(), None)
-    # A logistic regression that reads the standardised size: big when it is above the mean.
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    with torch.no_grad():
+
+    def reads_the_size(net: torch.nn.Module) -> None:
+        """A logistic regression that reads the standardised size: big when it is above the mean."""
         for p in net.parameters():
             p.zero_()
         lin = [m for m in net.modules() if isinstance(m, torch.nn.Linear)][0]
         size_col = 0  # the first feature is the numeric size
         lin.weight[0, size_col], lin.weight[1, size_col] = 5.0, -5.0
         lin.bias[0] = lin.bias[1] = 0.0
-    blob = with_card(save(net.state_dict()), card)
-    loaded = LoadedModel(build(card, _Found(blob, None, None, "m"), None), card, "m")
+
+    card, blob = untrained(manifest, "logreg", tmp_path / "p", edit=reads_the_size)
+    model = loaded(card, blob)
     new = _csv(
         tmp_path / "new.csv",
         [[15.0, "red", "big"], [4.0, "blue", "small"], [manifest_mean(manifest) + 1, "red", "big"]],
     )
-    preds = loaded.predict(new)
+    preds = model.predict(new)
     assert preds.labels == ["big", "small", "big"] and preds.accuracy == 1.0
     out = preds.write(tmp_path / "p.csv")
     lines = out.read_text().splitlines()
@@ -90,21 +89,21 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
     # A table's own column names the rows (a submission's PassengerId), in the header too.
     named = tmp_path / "named.csv"
     named.write_text("ref,size,colour\nA-1,15.0,red\nB-2,4.0,blue\n")
-    by_ref = loaded.predict(named, id_column="ref")
+    by_ref = model.predict(named, id_column="ref")
     assert by_ref.ids == ["A-1", "B-2"] and by_ref.rows()[0][0] == "ref"
     with pytest.raises(
         InvalidDataset, match=r"named.csv: id column \(--id\): no column 'refs' \(did you mean 'ref'\?\)"
     ):
-        loaded.predict(named, id_column="refs")
+        model.predict(named, id_column="refs")
     with pytest.raises(InvalidDataset, match="id column 'ref': the data is not a table"):
-        loaded.predict(np.zeros((1, 3), np.float32), id_column="ref")
+        model.predict(np.zeros((1, 3), np.float32), id_column="ref")
     # The rows went through the recorded transforms: the same stored features prepare wrote.
     x = read_inputs(manifest, new).x
     assert x.shape == (3, manifest.features)
     # A label the model never saw: predictions, no accuracy, and a notice saying why.
     odd = _csv(tmp_path / "odd.csv", [[15.0, "red", "big"], [4.0, "blue", "huge"]])
     with caplog.at_level(logging.INFO, logger="smlt.notice"):
-        preds = loaded.predict(odd)
+        preds = model.predict(odd)
     assert preds.labels == ["big", "small"] and preds.accuracy is None
     assert "odd.csv: label 'huge' is not one of the model's classes (big, small)" in caplog.text
 
@@ -119,14 +118,13 @@ def test_regression_predictions_are_in_the_labels_units(tmp_path):
     src = _csv(tmp_path / "r.csv", rows)
     manifest = prepare_dataset(str(src), str(tmp_path / "p"), shards=2, options=None)
     assert manifest.task == "regression" and manifest.target is not None
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
-    card = build_card("r2", job, manifest, None, None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    with torch.no_grad():  # predicts the standardised target 0: the train split's mean, in the user's units
+
+    def zero(net: torch.nn.Module) -> None:  # predicts the standardised target 0: the train mean, in the user's units
         for p in net.parameters():
             p.zero_()
-    loaded = LoadedModel(build(card, _Found(with_card(save(net.state_dict()), card), None, None, "m"), None), card, "m")
-    preds = loaded.predict(src)
+
+    model = loaded(*untrained(manifest, "logreg", run_id="r2", edit=zero))
+    preds = model.predict(src)
     assert preds.columns == ["label"] and preds.values is not None
     assert np.allclose(preds.values, manifest.target.mean[0]) and 900 < preds.values[0, 0] < 1100
     assert preds.rmse is not None and preds.rmse > 10  # against the file's own labels, in its units

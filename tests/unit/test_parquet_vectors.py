@@ -14,17 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from safetensors.torch import save
 
-from smlt.inference import LoadedModel, _Found, build
 from smlt.runtime.data import split, table_reader
 from smlt.runtime.data.parts import prepare_parts
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.data.tabular import read_table
 from smlt.runtime.errors import InvalidDataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, with_card
-from smlt.runtime.train.models import build_model
+from tests.unit.untrained import loaded, untrained
 
 
 def _data(n: int = 500) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,14 +150,11 @@ def test_a_jsonl_list_column_prepares_to_the_shards_of_a_parquet_list_column_and
 
 def test_a_model_of_a_jsonl_with_lists_predicts_the_same_on_a_jsonl_and_a_parquet_of_the_lists(tmp_path):
     m = prepare_dataset(_jsonl(tmp_path / "d.jsonl", _records()), str(tmp_path / "p"))
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
-    card = build_card("r1", job, m, (tmp_path / "p" / "manifest.json").read_bytes(), None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    loaded = LoadedModel(build(card, _Found(with_card(save(net.state_dict()), card), None, None, "m"), None), card, "m")
+    model = loaded(*untrained(m, "logreg", tmp_path / "p"))
     new = _records(40, seed=1)
-    a = loaded.predict(_jsonl(tmp_path / "new.jsonl", new))
-    b = loaded.predict(_parquet(tmp_path / "new.parquet", new))
-    c = loaded.predict(_csv(tmp_path / "new.csv", new))
+    a = model.predict(_jsonl(tmp_path / "new.jsonl", new))
+    b = model.predict(_parquet(tmp_path / "new.parquet", new))
+    c = model.predict(_csv(tmp_path / "new.csv", new))
     assert len(a) == 40 and a.probabilities is not None
     for other in (b, c):
         assert other.labels == a.labels

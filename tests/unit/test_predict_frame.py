@@ -10,14 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from safetensors.torch import save
 
-from smlt.inference import LoadedModel, _Found, build
+from smlt.inference import LoadedModel
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidDataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, read_card, with_card
-from smlt.runtime.train.models import build_model
+from smlt.runtime.modelcard import read_card
+from tests.unit.untrained import loaded, untrained
 
 pd = pytest.importorskip("pandas")
 
@@ -29,12 +27,10 @@ def _model(tmp_path: Path, header: list[str], rows: list[list[str]], name: str) 
     src = tmp_path / f"{name}.csv"
     src.write_text("\n".join(",".join(r) for r in [header, *rows]) + "\n")
     m = prepare_dataset(str(src), str(tmp_path / f"{name}-prepared"), shards=2)
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "mlp"}})
-    card = build_card("r1", job, m, (tmp_path / f"{name}-prepared" / "manifest.json").read_bytes(), None)
-    blob = with_card(save(build_model(card.model, card.input_shape, card.output_dim, 0).state_dict()), card)
+    card, blob = untrained(m, "mlp", tmp_path / f"{name}-prepared")
     read = read_card(blob, "m")
     assert read is not None
-    return LoadedModel(build(read, _Found(blob, None, None, "m"), None), read, "m")
+    return loaded(read, blob)
 
 
 @pytest.fixture

@@ -20,19 +20,16 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from safetensors.torch import save
 from sklearn.datasets import load_digits
 
 from smlt.cli import main
 from smlt.exporter import SERVED_TOLERANCE, ExportFailed, export_model, export_module
-from smlt.inference import LoadedModel, _Found, build
+from smlt.inference import LoadedModel
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidDataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, card_json, with_card
-from smlt.runtime.train.models import build_model
 from smlt.serving import served_module, stored_rows
+from tests.unit.untrained import loaded, run_folder, untrained
 
 ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime", "onnxscript"))
 needs_onnx = pytest.mark.skipif(not ONNX, reason="the onnx extra (onnx, onnxscript, onnxruntime) is not installed")
@@ -108,16 +105,9 @@ def models(tmp_path_factory):
         tmp = tmp_path_factory.mktemp(kind)
         source, name, options, data = _case(kind, tmp)
         manifest = prepare_dataset(source, str(tmp / "prepared"), shards=2, options=options)
-        job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": name}})
-        card = build_card(f"run-{kind}", job, manifest, None, None)
-        net = build_model(card.model, card.input_shape, card.output_dim, 0, vocab_size=card.vocab_size)
-        blob = with_card(save(net.state_dict()), card)
-        folder = tmp / "run"
-        folder.mkdir()
-        (folder / "model.safetensors").write_bytes(blob)
-        (folder / "model.json").write_bytes(card_json(card))
-        loaded = LoadedModel(build(card, _Found(blob, None, None, str(folder)), None), card, str(folder))
-        made[kind] = (loaded, tmp / "prepared" if data is None else data, folder)
+        card, blob = untrained(manifest, name, run_id=f"run-{kind}")
+        folder = run_folder(tmp / "run", card, blob)
+        made[kind] = (loaded(card, blob, str(folder)), tmp / "prepared" if data is None else data, folder)
     return made
 
 

@@ -224,28 +224,17 @@ def test_a_pipeline_version_uses_its_first_versions_text_transform(tmp_path) -> 
 
 
 def test_the_export_of_a_table_with_a_text_column_takes_encoded_features(tmp_path) -> None:
-    from safetensors.torch import save
-
     from smlt.exporter import SERVED_TOLERANCE, export_model
-    from smlt.inference import LoadedModel, _Found, build
-    from smlt.runtime.job import parse_job
-    from smlt.runtime.modelcard import build_card, card_json, with_card
-    from smlt.runtime.train.models import build_model
     from smlt.serving import input_kind, serving_spec
+    from tests.unit.untrained import loaded, run_folder, untrained
 
     src = tmp_path / "reviews.csv"
     _reviews(src, 200)
     manifest = prepare_dataset(str(src), str(tmp_path / "prepared"), shards=2)
     assert input_kind(manifest) == "encoded_features"
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "mlp"}})
-    card = build_card("run-text", job, manifest, None, None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    blob = with_card(save(net.state_dict()), card)
-    folder = tmp_path / "run"
-    folder.mkdir()
-    (folder / "model.safetensors").write_bytes(blob)
-    (folder / "model.json").write_bytes(card_json(card))
-    model = LoadedModel(build(card, _Found(blob, None, None, str(folder)), None), card, str(folder))
+    card, blob = untrained(manifest, "mlp", run_id="run-text")
+    folder = run_folder(tmp_path / "run", card, blob)
+    model = loaded(card, blob, str(folder))
     rows = model.serving_input(src)
     np.testing.assert_array_equal(rows, apply_columns(manifest, read_table(src, {"stars"})))
     done = export_model(model, "torch-export", tmp_path / "m.pt2", data=src)

@@ -16,18 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from safetensors.torch import save
 
 from smlt import api
 from smlt.cli import main
-from smlt.inference import LoadedModel, _Found, build, read_inputs
+from smlt.inference import read_inputs
 from smlt.runtime.data.images import read_image_folder
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidDataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, card_json, with_card
-from smlt.runtime.train.models import build_model
+from tests.unit.untrained import load_folder, run_folder, untrained
 
 COLOURS = {"cat": (200, 50, 50), "dog": (50, 50, 200), "owl": (50, 200, 50)}
 BROKEN = ("cat/03b.jpg", "dog/00a.jpg", "dog/05b.jpg")
@@ -184,30 +181,15 @@ def model(tmp_path: Path) -> Path:
     """A small CNN on 3-class 16x16 photos (seeded weights), in a run's output folder."""
     _folder(tmp_path / "train", {"cat": 6, "dog": 6, "owl": 6})
     m = prepare_dataset(str(tmp_path / "train"), str(tmp_path / "prepared"), shards=1)
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "lenet"}})
-    card = build_card("r1", job, m, (tmp_path / "prepared" / "manifest.json").read_bytes(), None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    out = tmp_path / "run"
-    out.mkdir()
-    (out / "model.safetensors").write_bytes(with_card(save(net.state_dict()), card))
-    (out / "model.json").write_bytes(card_json(card))
-    return out
-
-
-def _loaded(folder: Path) -> LoadedModel:
-    from smlt.runtime.modelcard import read_card
-
-    blob = (folder / "model.safetensors").read_bytes()
-    card = read_card(blob, "m")
-    assert card is not None
-    return LoadedModel(build(card, _Found(blob, None, None, "m"), None), card, "m")
+    card, blob = untrained(m, "lenet", tmp_path / "prepared")
+    return run_folder(tmp_path / "run", card, blob)
 
 
 def test_predict_on_a_folder_leaves_unreadable_images_out_and_tells_it(model, tmp_path, caplog):
     new = tmp_path / "new"
     _folder(new, {"cat": 3, "dog": 3}, seed=5)
     _break(new)
-    loaded = _loaded(model)
+    loaded = load_folder(model)
     with caplog.at_level(logging.WARNING, logger="smlt.notice"):
         preds = api.predict(loaded, str(new))
     told = (
@@ -240,7 +222,7 @@ def test_predict_on_the_cli_prints_it_on_stderr_and_writes_the_rest(model, tmp_p
 
 
 def test_predict_on_one_unreadable_file_or_a_folder_of_them_is_an_error(model, tmp_path):
-    manifest = _loaded(model).manifest
+    manifest = load_folder(model).manifest
     (tmp_path / "page.jpg").write_bytes(HTML)
     with pytest.raises(InvalidDataset) as e:
         read_inputs(manifest, str(tmp_path / "page.jpg"))

@@ -11,19 +11,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from safetensors.torch import save
 
 from smlt import api
 from smlt.cli import main
-from smlt.inference import LoadedModel, _Found, build
 from smlt.runtime.data import fit_state
 from smlt.runtime.data.manifest import ColumnTransform
 from smlt.runtime.data.parts import merge_fits, prepare_parts
 from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset
-from smlt.runtime.job import parse_job
-from smlt.runtime.modelcard import build_card, with_card
 from smlt.runtime.pipeline import prepare_version, read_features
-from smlt.runtime.train.models import build_model
+from tests.unit.untrained import load_folder, run_folder, untrained
 
 CITIES = ["Paris", "Rome", "Oslo"]
 HINT = "prepare with --new-features to learn them (a new generation; its run starts cold)"
@@ -52,22 +48,8 @@ def model(tmp_path: Path) -> Path:
         ("income", "numeric"),
         ("city", "onehot"),
     ]
-    job = parse_job({"dataset": {"uri": "s3://b/p/"}, "model": {"name": "logreg"}})
-    card = build_card("r1", job, m, (tmp_path / "prepared" / "manifest.json").read_bytes(), None)
-    net = build_model(card.model, card.input_shape, card.output_dim, 0)
-    out = tmp_path / "out_shop"
-    out.mkdir()
-    (out / "model.safetensors").write_bytes(with_card(save(net.state_dict()), card))
-    return out
-
-
-def _loaded(folder: Path) -> LoadedModel:
-    from smlt.runtime.modelcard import read_card
-
-    blob = (folder / "model.safetensors").read_bytes()
-    card = read_card(blob, "m")
-    assert card is not None
-    return LoadedModel(build(card, _Found(blob, None, None, "m"), None), card, "m")
+    card, blob = untrained(m, "logreg", tmp_path / "prepared")
+    return run_folder(tmp_path / "out_shop", card, blob, with_json=False)
 
 
 def _new(tmp_path: Path, label: bool = False, ids: bool = False) -> str:
@@ -83,7 +65,7 @@ def _new(tmp_path: Path, label: bool = False, ids: bool = False) -> str:
 def test_predict_tells_unseen_values_and_unused_columns_to_the_api(model: Path, tmp_path: Path, caplog) -> None:
     new = _new(tmp_path, label=True)
     with caplog.at_level(logging.WARNING, logger="smlt.notice"):
-        preds = api.predict(_loaded(model), new)
+        preds = api.predict(load_folder(model), new)
     assert len(preds) == 20
     assert preds.notes == [
         f"{new}: column 'city': 7 of 20 rows hold values the model never saw in training ('Berlin'): "
@@ -96,7 +78,7 @@ def test_predict_tells_unseen_values_and_unused_columns_to_the_api(model: Path, 
 def test_predict_names_at_most_three_unseen_values_most_frequent_first(model: Path, tmp_path: Path) -> None:
     cities = ["Berlin"] * 3 + ["Lima", "Kyiv", "Lima", "Bern", "Oslo", "Rome"]
     new = _write(tmp_path / "more.csv", ["age", "income", "city"], [[30, "50.0", c] for c in cities])
-    preds = _loaded(model).predict(new)
+    preds = load_folder(model).predict(new)
     assert preds.notes == [
         f"{new}: column 'city': 7 of 9 rows hold values the model never saw in training "
         "('Berlin', 'Lima', 'Bern' and 1 more): encoded as none of its levels"
@@ -118,14 +100,14 @@ def test_predict_tells_nothing_when_every_value_and_column_is_the_models(model: 
     known = _write(
         tmp_path / "known.csv", ["label", "city", "age", "income"], [[r[3], r[2], r[0], r[1]] for r in _shop(30, 2)]
     )
-    assert _loaded(model).predict(known).notes == []
+    assert load_folder(model).predict(known).notes == []
     # Nor of a data frame's index written as its first column (pandas' to_csv): no feature, no word.
     indexed = _write(
         tmp_path / "indexed.csv",
         ["", "city", "age", "income"],
         [[i, r[2], r[0], r[1]] for i, r in enumerate(_shop(5, 3))],
     )
-    assert _loaded(model).predict(indexed).notes == []
+    assert load_folder(model).predict(indexed).notes == []
     # An empty cell of a one-hot column is missing (imputed or refused), never an unseen value.
     t = ColumnTransform(name="city", kind="onehot", levels=CITIES, fill="Oslo", indicator=True)
     from smlt.runtime.data.tabular import unseen_values
