@@ -39,6 +39,12 @@ def add_commands(sub: Any) -> None:
         metavar="COLUMN",
         help="CSV/Parquet/JSONL: leave this column out of the features (an id, a row number); repeat for more",
     )
+    prep.add_argument(
+        "--date-order",
+        choices=["month_first", "day_first"],
+        help="CSV/Parquet/JSONL dates written 3/4/2024, 3.4.2024 or 3-4-2024 with no day above 12: read them so "
+        "(default: month first with /, day first with . or -)",
+    )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")
     prep.add_argument("--vocab-size", type=_positive, help="token sequences: ids are below this (default: max id + 1)")
@@ -73,6 +79,7 @@ def prepare(args: argparse.Namespace) -> int:
         task=args.task,
         missing=args.missing,
         drop=args.drop,
+        date_order=args.date_order,
         image_size=args.image_size,
         channels=args.channels,
         vocab_size=args.vocab_size,

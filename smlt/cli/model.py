@@ -145,7 +145,7 @@ def column_lines(columns: Any) -> list[str]:
         elif t.kind == "text":
             said = f"free text, its words hashed into {t.buckets} features"
         else:
-            said = f"date: {', '.join(t.levels)}"
+            said = f"date{f' written {t.date_format}' if t.date_format else ''}: {', '.join(t.levels)}"
         if t.fill is None:
             return said + "; a missing cell refused"
         if t.kind == "text":

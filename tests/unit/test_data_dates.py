@@ -1,5 +1,6 @@
-"""Date columns: a text column every present cell of which is an ISO-8601 date or date-time (or a
-Parquet date or timestamp column) becomes features (days since 1970-01-01, month, day of the
+"""Date columns: a text column every present cell of which is an ISO-8601 date or date-time, or a
+date as spreadsheets write one (`3/17/2024`, `17.03.2024 10:05`: the day-month order decided over
+the whole column), or a Parquet date or timestamp column, becomes features (days since 1970-01-01, month, day of the
 week, the hour when it has times), imputed with the train split's median date or refused, by the
 one rule prepare, the parts path, a pipeline's later versions and predict share."""
 
@@ -131,8 +132,8 @@ def test_date_times_add_the_hour_and_other_formats_stay_text(tmp_path) -> None:
     assert signup.kind == "date" and signup.levels == ["days", "month", "weekday", "hour"] and not signup.indicator
     x = apply_columns(m, read_table(src, {"signup", "amount"}))
     np.testing.assert_allclose(x[np.lexsort(x.T[::-1])], _stored(m, tmp_path / "p"), atol=1e-5)
-    us = tmp_path / "us.csv"
-    us.write_text("signup,label\n" + "".join(f"03/{i % 28 + 1:02d}/2024,{i % 2}\n" for i in range(100)))
+    us = tmp_path / "us.csv"  # a two-digit year is no date
+    us.write_text("signup,label\n" + "".join(f"03/{i % 28 + 1:02d}/24,{i % 2}\n" for i in range(100)))
     m = prepare_dataset(str(us), str(tmp_path / "q"))
     assert (m.columns or [])[0].kind == "hash"
     mixed = tmp_path / "mixed.csv"
@@ -283,3 +284,231 @@ def test_a_dataframe_with_datetimes_predicts_as_its_csv(tmp_path) -> None:
     csv = tmp_path / "n.csv"
     csv.write_text("signup,amount,city\n2025-01-06,0.5,a\n,0.1,b\n")
     np.testing.assert_allclose(x, apply_columns(m, read_table_rows(m, csv)), rtol=1e-6)
+
+
+# --- dates as spreadsheets write them -----------------------------------------------------------
+
+
+def _when(n: int, seed: int, days: int = 1500, times: bool = True, low: bool = False) -> list[datetime.datetime | None]:
+    """Dates (with times of day when `times`; days of the month at most 12 when `low`), every 13th missing."""
+    rng = np.random.default_rng(seed)
+    out: list[datetime.datetime | None] = []
+    for i in range(n):
+        d = datetime.datetime(2020, 1, 1) + datetime.timedelta(days=int(rng.integers(0, days)))
+        if low:
+            d = d.replace(day=d.day % 12 + 1)
+        if times and i % 3 == 0:
+            d += datetime.timedelta(hours=int(rng.integers(0, 24)), minutes=int(rng.integers(0, 60)))
+        out.append(None if i % 13 == 5 else d)
+    return out
+
+
+def _written(d: datetime.datetime | None, form: str) -> str:
+    """A date as `form` writes it (`iso`, or a DATE_FORMS entry: one-digit days and months as Excel writes them)."""
+    if d is None:
+        return ""
+    clock = f" {d.hour}:{d.minute:02d}" if (d.hour, d.minute) != (0, 0) else ""
+    if form == "iso":
+        return d.strftime("%Y-%m-%d") + (d.strftime(" %H:%M") if clock else "")
+    sep = form[1]
+    first, second = (d.month, d.day) if form[0] == "m" else (d.day, d.month)
+    return f"{first}{sep}{second}{sep}{d.year}{clock}"
+
+
+def _csv(path: Path, when: list[datetime.datetime | None], form: str) -> Path:
+    """`when,a,label` rows: a label that depends on the month (summer or not)."""
+    lines = ["when,a,label"]
+    for i, d in enumerate(when):
+        lines.append(f"{_written(d, form)},{(i * 7919) % 101 / 100:.2f},{int(d is not None and d.month in (6, 7, 8))}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _shards(out: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(out.iterdir()) if f.name != "manifest.json"}
+
+
+FORMS = ("m/d/yyyy", "d/m/yyyy", "d.m.yyyy", "d-m-yyyy", "m.d.yyyy")
+
+
+@pytest.mark.parametrize("block_bytes", [None, 1500])
+def test_spreadsheet_dates_prepare_to_the_iso_columns_shards(tmp_path, monkeypatch, caplog, block_bytes) -> None:
+    from smlt.runtime.data import table_reader
+
+    if block_bytes:  # many blocks: the first ones leave the order open (days and months up to 12)
+        monkeypatch.setattr(table_reader, "BLOCK_BYTES", block_bytes)
+    when = sorted(_when(600, 1), key=lambda d: (d is None, d and (d.day > 12, d)))
+    assert when[0] is not None and when[150] is not None and when[150].day <= 12  # the deciding days come late
+    iso = prepare_dataset(str(_csv(tmp_path / "iso.csv", when, "iso")), str(tmp_path / "iso"))
+    assert iso.columns is not None and iso.columns[0].kind == "date" and iso.columns[0].date_format is None
+    for form in FORMS:
+        with caplog.at_level(logging.INFO, logger="smlt.notice"):
+            m = prepare_dataset(str(_csv(tmp_path / "f.csv", when, form)), str(tmp_path / form.replace("/", "_")))
+        assert m.columns is not None
+        assert m.columns[0].date_format == form
+        assert [t.model_copy(update={"date_format": None}) for t in m.columns] == iso.columns
+        assert m.normalization == iso.normalization
+        assert _shards(tmp_path / form.replace("/", "_")) == _shards(tmp_path / "iso"), form
+        assert f"day of the week (Monday 0), hour 0-23, written {form}: a " in caplog.text
+    # a manifest of ISO dates says nothing of a date format (as before smlt read others)
+    assert "date_format" not in (tmp_path / "iso/manifest.json").read_text()
+    assert '"date_format": "m/d/yyyy"' in (tmp_path / "m_d_yyyy/manifest.json").read_text()
+
+
+def test_the_day_month_order_of_spreadsheet_dates(tmp_path, caplog) -> None:
+    from smlt.runtime.data.table_reader import date_shape
+
+    assert date_shape(pa.array(["3/17/2024", None, "12/1/2024 9:05"])) == date_shape(pa.array(["12/17/2024"]))
+    for cells in (["3/17/24"], ["3/17/2024", "2024-03-17"], ["3/17/2024", "3.17.2024"], ["3/17/2024 2:05 PM"]):
+        assert date_shape(pa.array(cells)) is None, cells
+    assert parse_dates(pa.array(["2/30/2024"]), "m/d/yyyy") is None
+    assert parse_dates(pa.array(["3/17/2024 24:05"]), "m/d/yyyy") is None
+    parsed = parse_dates(pa.array(["3/7/2024", None, "03/07/2024 10:05:30.5"]), "m/d/yyyy")
+    iso = parse_dates(pa.array(["2024-03-07", None, "2024-03-07 10:05:30.5"]))
+    assert parsed is not None and iso is not None
+    np.testing.assert_array_equal(parsed[0], iso[0])
+    np.testing.assert_array_equal(parsed[1], iso[1])
+    # no day above 12: `/` month first (Excel's US default), `.` and `-` day first, and the notice says so
+    when = _when(300, 2, times=False, low=True)  # every field at most 12
+    for form, written in (("m/d/yyyy", "m/d/yyyy"), ("d.m.yyyy", "d.m.yyyy"), ("d-m-yyyy", "d-m-yyyy")):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="smlt.notice"):
+            m = prepare_dataset(str(_csv(tmp_path / "a.csv", when, form)), str(tmp_path / "a"), replace=True)
+        assert (m.columns or [])[0].date_format == written
+        other = "day_first" if form[0] == "m" else "month_first"
+        assert (
+            f"written {written} as " in caplog.text
+            and "no day or month above 12 tells which comes first" in caplog.text
+        )
+        assert f'--date-order {other} (a job\'s dataset: "date_order": "{other}")' in caplog.text
+    # --date-order reads them the other way: the same shards as the ISO dates so read
+    when_swapped = [None if d is None else d.replace(month=d.day, day=d.month) for d in when]
+    told = prepare_dataset(
+        str(_csv(tmp_path / "a.csv", when, "m/d/yyyy")),
+        str(tmp_path / "told"),
+        options=SourceOptions(date_order="day_first"),
+    )
+    assert (told.columns or [])[0].date_format == "d/m/yyyy"
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    swapped = [lines[0]] + [_written(d, "iso") + r[r.index(",") :] for d, r in zip(when_swapped, lines[1:])]
+    (tmp_path / "s.csv").write_text("\n".join(swapped) + "\n")
+    prepare_dataset(str(tmp_path / "s.csv"), str(tmp_path / "swapped"))
+    assert _shards(tmp_path / "told") == _shards(tmp_path / "swapped")
+
+
+def test_spreadsheet_dates_that_disagree_are_text(tmp_path) -> None:
+    when = _when(300, 3, times=False)
+    cases = {
+        # a first field above 12 in one row, a second above 12 in another: no order reads both
+        "both": [_written(d, "d/m/yyyy" if i == 10 else "m/d/yyyy") for i, d in enumerate(when)],
+        "mixed": [_written(d, "iso" if i == 10 else "m/d/yyyy") for i, d in enumerate(when)],
+        "separators": [_written(d, "m.d.yyyy" if i == 10 else "m/d/yyyy") for i, d in enumerate(when)],
+        "no day": [_written(d, "m/d/yyyy") if i != 10 else "2/30/2024" for i, d in enumerate(when)],
+    }
+    for name, cells in cases.items():
+        src = tmp_path / "x.csv"
+        src.write_text("when,label\n" + "".join(f"{c},{i % 2}\n" for i, c in enumerate(cells)))
+        assert cells[10] != "" and any(c.split("/")[1:2] and int(c.split("/")[1]) > 12 for c in cells if "/" in c)
+        m = prepare_dataset(str(src), str(tmp_path / "p"), replace=True)
+        assert (m.columns or [])[0].kind == "hash", name
+    # an order told that the days refute: text
+    src = _csv(tmp_path / "y.csv", when, "m/d/yyyy")
+    m = prepare_dataset(str(src), str(tmp_path / "p"), replace=True, options=SourceOptions(date_order="day_first"))
+    assert (m.columns or [])[0].kind == "hash"
+
+
+def test_predict_reads_spreadsheet_dates_as_the_model_recorded_them(tmp_path) -> None:
+    from smlt.inference import read_table_rows
+
+    when = _when(400, 4)
+    iso = prepare_dataset(str(_csv(tmp_path / "iso.csv", when, "iso")), str(tmp_path / "iso"))
+    us = prepare_dataset(str(_csv(tmp_path / "us.csv", when, "m/d/yyyy")), str(tmp_path / "us"))
+    new = _when(50, 5)
+    got = read_inputs(us, _csv(tmp_path / "new_us.csv", new, "m/d/yyyy")).x
+    np.testing.assert_array_equal(got, read_inputs(iso, _csv(tmp_path / "new_iso.csv", new, "iso")).x)
+    frame_rows = read_table_rows(us, tmp_path / "new_us.csv")
+    np.testing.assert_array_equal(apply_columns(us, frame_rows), got)
+    # a cell written otherwise than the model's dates is named, with the format
+    lines = (tmp_path / "new_us.csv").read_text().splitlines()
+    lines[3] = "2025-01-06" + lines[3][lines[3].index(",") :]
+    (tmp_path / "new_us.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(
+        InvalidDataset,
+        match=r"new_us.csv: column 'when', line 4: '2025-01-06' is not a date \(written m/d/yyyy as the column's",
+    ):
+        read_inputs(us, tmp_path / "new_us.csv")
+    with pytest.raises(InvalidDataset, match=r"new_iso.csv: column 'when', line 2: '.*' is not a date \(ISO 8601"):
+        read_inputs(iso, _csv(tmp_path / "new_iso.csv", [datetime.datetime(2025, 1, 6)], "d.m.yyyy"))
+    from smlt.cli.model import column_lines
+
+    assert column_lines(us.columns)[0].startswith("  'when': date written m/d/yyyy: days, month, weekday, hour;")
+    assert column_lines(iso.columns)[0].startswith("  'when': date: days, month, weekday, hour;")
+    # a manifest written before date formats (no date_format) reads as ISO dates
+    raw = (tmp_path / "iso/manifest.json").read_text()
+    assert Manifest.model_validate_json(raw).columns == iso.columns
+
+
+def test_a_pipeline_version_reads_dates_in_its_first_versions_order(tmp_path) -> None:
+    from smlt.runtime.pipeline import prepare_version
+
+    first, _ = prepare_version(
+        str(_csv(tmp_path / "v1.csv", _when(200, 6), "d.m.yyyy")), str(tmp_path / "incoming/p/v1"), shards=2
+    )
+    assert (first.columns or [])[0].date_format == "d.m.yyyy"
+    # every day at most 12 now: still day first, as the first version's
+    early = _when(150, 7, low=True)
+    second, _ = prepare_version(
+        str(_csv(tmp_path / "v2.csv", early, "d.m.yyyy")), str(tmp_path / "incoming/p/v2"), shards=2
+    )
+    assert second.columns == first.columns
+    x = apply_columns(second, read_table(tmp_path / "v2.csv", {"when", "a"}))
+    np.testing.assert_allclose(x[np.lexsort(x.T[::-1])], _stored(second, tmp_path / "incoming/p/v2"), atol=1e-5)
+    stored = _stored(second, tmp_path / "incoming/p/v2")
+    mean, std = np.asarray(second.normalization.mean), np.asarray(second.normalization.std)
+    months = np.round(stored[:, 1] * std[1] + mean[1])
+    days = [d for d in early if d is not None]
+    assert sorted(set(months[~np.isnan(months)])) == sorted({d.month for d in days})  # read day first
+    lines = (tmp_path / "v2.csv").read_text().splitlines()
+    lines[7] = "1/3/2024" + lines[7][lines[7].index(",") :]
+    (tmp_path / "v2.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(
+        InvalidDataset, match=r"v2.csv: column 'when', line 8: '1/3/2024' is not a date \(written d.m.yyyy"
+    ):
+        prepare_version(str(tmp_path / "v2.csv"), str(tmp_path / "incoming/p/v3"), shards=2)
+
+
+def test_parts_decide_the_day_month_order_over_all_parts(tmp_path) -> None:
+    when = sorted(_when(900, 8, times=False), key=lambda d: (d is None, d and (d.day > 12, d)))
+    sizes = [250, 1, 649]  # the first parts' days at most 12: the last part decides
+    assert all(d is None or d.day <= 12 for d in when[:251]) and any(d and d.day > 12 for d in when[251:])
+    for form in ("d/m/yyyy", "m/d/yyyy"):
+        paths = []
+        start = 0
+        for i, n in enumerate(sizes):
+            paths.append(str(_csv(tmp_path / f"part-{i}.csv", when[start : start + n], form)))
+            start += n
+        whole = _csv(tmp_path / "whole.csv", when, form)
+        opts = SourceOptions()
+        merged, _ = fit_parts(paths, options=opts)
+        merged = fit_state.loads(fit_state.dumps(merged))
+        one = _one_pass(whole, sizes, opts)
+        assert merged.transforms("classification") == one.transforms("classification")
+        assert merged.transforms("classification")[0].date_format == form
+        assert merged.columns[0].median.value() == one.columns[0].median.value()
+        m = prepare_parts(paths, str(tmp_path / "out"), options=opts)
+        iso = prepare_parts(
+            [str(_csv(tmp_path / f"iso-{i}.csv", when[sum(sizes[:i]) : sum(sizes[: i + 1])], "iso")) for i in range(3)],
+            str(tmp_path / "iso"),
+            options=opts,
+        )
+        assert m.columns is not None and m.columns[0].date_format == form
+        assert [t.model_copy(update={"date_format": None}) for t in m.columns] == iso.columns
+        assert _shards(tmp_path / "out") == _shards(tmp_path / "iso")
+        for d in (tmp_path / "out", tmp_path / "iso"):
+            for f in d.iterdir():
+                f.unlink()
+    # one part day first, another month first: text in every part
+    Path(paths[1]).write_text("when,a,label\n13/1/2024,1.0,0\n")
+    Path(paths[2]).write_text("when,a,label\n1/13/2024,1.0,0\n")
+    merged, _ = fit_parts(paths, options=SourceOptions())
+    assert merged.transforms("classification")[0].kind != "date"

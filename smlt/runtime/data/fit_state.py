@@ -21,9 +21,11 @@ from smlt.runtime.data.leaks import LabelLeaks
 from smlt.runtime.data.prepare import TableTransforms
 from smlt.runtime.data.stats import Levels, Median, Moments
 from smlt.runtime.data.table_fit import ColumnFit, LabelFit, Labels, TableFit
+from smlt.runtime.data.table_reader import DateShape
 
 _OBJECTS: dict[str, type] = {
-    c.__name__: c for c in (TableFit, LabelFit, ColumnFit, LabelLeaks, Median, Levels, Moments, TableTransforms, Labels)
+    c.__name__: c
+    for c in (TableFit, LabelFit, ColumnFit, LabelLeaks, Median, Levels, Moments, TableTransforms, Labels, DateShape)
 }
 _MODELS: dict[str, type[BaseModel]] = {
     c.__name__: c

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.validation import field_errors
@@ -70,6 +70,10 @@ class TargetScaling(BaseModel):
     val_var: list[float]
 
 
+# How a date column's cells write dates when not ISO 8601 (table_reader.DATE_FORMS).
+DateFormat = Literal["m/d/yyyy", "d/m/yyyy", "m.d.yyyy", "d.m.yyyy", "m-d-yyyy", "d-m-yyyy"]
+
+
 class ColumnTransform(BaseModel):
     """What prepare did to one tabular source column (CSV, Parquet), in output-feature order."""
 
@@ -84,6 +88,18 @@ class ColumnTransform(BaseModel):
     # the imputed value (from the train split) for a missing cell: a date's is its days since 1970-01-01
     fill: float | str | None = None
     indicator: bool = False  # one more feature: 1 where the cell was missing
+    # date: how its cells write dates, a table_reader.DATE_FORMS entry (`m/d/yyyy`, `d.m.yyyy`, ...);
+    # None: ISO 8601 (or a Parquet date or timestamp column), as every date column before smlt read others
+    date_format: DateFormat | None = None
+
+    @model_serializer(mode="wrap")
+    def _iso_unsaid(self, handler: Any) -> Any:
+        """ISO dates (and every other kind) without a `date_format` key: manifests and model cards
+        as before smlt read other dates."""
+        out = handler(self)
+        if self.date_format is None and isinstance(out, dict):
+            out.pop("date_format", None)
+        return out
 
 
 class Manifest(BaseModel):

@@ -23,6 +23,10 @@ class SourceOptions(UserModel):
     # CSV/Parquet/JSONL: columns left out of the features (an id, a row number, a column that gives
     # the label away), so the file need not be edited.
     drop: list[str] = []
+    # CSV/Parquet/JSONL: how a date column written with its day and month in numbers (`3/4/2024`) is
+    # read when no day above 12 tells (table_reader.DATE_ORDER_UNTOLD: `/` month first, `.` and `-`
+    # day first); a column whose days say otherwise is text.
+    date_order: Literal["month_first", "day_first"] | None = None
     # Image folders: every image resized to image_size x image_size, as RGB (3) or grayscale (1).
     image_size: PositiveInt | None = None
     channels: Literal[1, 3] | None = None

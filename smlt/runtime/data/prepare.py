@@ -478,7 +478,7 @@ def _spool_table(
 def _cells(block: Block, t: ColumnTransform, numeric: set[str]) -> np.ndarray:
     """A column's cells as `tabular.encode_columns` takes them; a date column's as days (parsed in pass 1)."""
     if t.kind == "date":
-        parsed = block.dates(t.name)
+        parsed = block.dates(t.name, t.date_format)
         if parsed is None:  # every cell was a date in pass 1
             raise InvalidDataset(f"{block.path} changed while it was being prepared: prepare it again")
         return parsed[0]

@@ -7,7 +7,9 @@ bounded memory, for
   column of numbers) is left out of both passes and both splits, and said once
   (`LabelFit.labelled`);
 - each feature column: numeric (every cell a number), date (every present cell an ISO-8601 date,
-  table_reader.parse_dates, or a Parquet date/timestamp) or text, and the train split's statistics
+  or every one a spreadsheet's `3/15/2024`, `15.03.2024`, ... with the day-month order its largest
+  fields decide over the whole column, table_reader.parse_dates; or a Parquet date/timestamp) or
+  text, and the train split's statistics
   of its transform (its levels and most frequent value; its median, a date's in days since
   1970-01-01, settled in the second pass; whether a date has times of day);
 - the refusals, named by file, column and line: an empty cell (`--missing refuse`, or a column
@@ -28,17 +30,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from smlt.runtime.data import drift, tabular
 from smlt.runtime.data.arrays import FLOAT32_MAX, target_std
 from smlt.runtime.data.leaks import LabelLeaks
-from smlt.runtime.data.manifest import ArraySpec, ColumnTransform, FeatureSpec, TargetScaling, class_name
+from smlt.runtime.data.manifest import (
+    ArraySpec,
+    ColumnTransform,
+    DateFormat,
+    FeatureSpec,
+    TargetScaling,
+    class_name,
+)
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.stats import MAX_LEVELS, Levels, Median, Moments
-from smlt.runtime.data.table_reader import Block
+from smlt.runtime.data.table_reader import DATE_ORDER_UNTOLD, Block, DateShape, date_form
 from smlt.runtime.errors import InvalidDataset
 
 # Numbers kept in memory for all the numeric columns' medians together (8 bytes each).
@@ -400,7 +409,9 @@ def _still_rising(span: list[float], values: np.ndarray, gaps: np.ndarray) -> li
 class ColumnFit:
     """One feature column over pass 1: numeric or text, its train statistics, its bad numbers."""
 
-    def __init__(self, name: str, fixed: ColumnTransform | None, numeric: bool, keep: int):
+    def __init__(
+        self, name: str, fixed: ColumnTransform | None, numeric: bool, keep: int, date_order: str | None = None
+    ):
         self.name = name
         self.fixed = fixed  # the pipeline's transform: checked, not fitted
         self.numeric = fixed.kind == "numeric" if fixed is not None else numeric
@@ -419,11 +430,20 @@ class ColumnFit:
         # [first, last] while the column's numbers are whole and rise with every row (no gaps): a
         # row number or an id; None once they do not
         self.rising: list[float] | None = []
-        # a text column while every present cell is an ISO-8601 date (table_reader.parse_dates): its
-        # present cells, its train gaps (a missing marker is one), whether one has a time of day;
+        # a text column while every present cell is a date written one way (table_reader.parse_dates):
+        # its present cells, its train gaps (a missing marker is one), whether one has a time of day;
         # its median date is `median`'s (days since 1970-01-01)
         self.dates = fixed is None or fixed.kind == "date"
         self.date_cells, self.date_gaps, self.timed = 0, 0, False
+        # how its cells write dates (table_reader.DateShape: "" none yet, "iso", or a day-month
+        # separator with the largest first and second field); the order told (--date-order), else
+        # decided by those fields over the whole column; while they leave it open (none above 12),
+        # `median` holds the dates read in `median_order` (the separator's default) and
+        # `median_other` those read in the other order, until a field settles it
+        self.date_shape = DateShape("")
+        self.date_order = date_order
+        self.median_order: str | None = None
+        self.median_other: Median | None = None
         # a pipeline's one-hot column: the rows it has read, those holding values that are none of
         # its levels (tabular.unseen_values), and some of those values with their counts
         self.read, self.unseen_rows = 0, 0
@@ -457,7 +477,49 @@ class ColumnFit:
 
     def values(self, block: Block) -> tuple[np.ndarray, np.ndarray] | None:
         """The block's cells as the column's median counts them: numbers, or a date's days."""
-        return block.dates(self.name) if self.is_date else block.numbers(self.name)
+        return block.dates(self.name, self.date_format) if self.is_date else block.numbers(self.name)
+
+    @property
+    def date_format(self) -> DateFormat | None:
+        """How a date column's cells write dates (table_reader.DATE_FORMS), None for ISO 8601."""
+        if self.fixed is not None:
+            return self.fixed.date_format
+        sep = self.date_shape.sep
+        if sep in ("", "iso") or self.median_order is None:
+            return None
+        return cast(DateFormat, date_form(sep, self.median_order))
+
+    def _settled_order(self) -> str | None:
+        """The day-month order the largest fields seen decide (a first above 12: day first; a
+        second above 12: month first); None while they leave it open. Both, or one against the
+        order told: not dates (`dates` False)."""
+        shape = self.date_shape
+        day_first, month_first = shape.first > 12, shape.second > 12
+        found = "day_first" if day_first else "month_first" if month_first else None
+        if (day_first and month_first) or (found and self.date_order and found != self.date_order):
+            self.dates = False
+            return None
+        return found or self.date_order
+
+    def _median_in(self, order: str) -> Median:
+        """The dates' median read in `order` (empty when none was read with a separator)."""
+        if self.median_order is None:
+            return Median(self.median.keep)
+        if order == self.median_order:
+            return self.median
+        assert self.median_other is not None, "the order was settled the other way"
+        return self.median_other
+
+    def _settle(self, order: str | None) -> None:
+        """Keep the median read in `order` (None: both, the separator's default in `median`)."""
+        sep = self.date_shape.sep
+        if order is None:
+            order = DATE_ORDER_UNTOLD[sep]
+            other = "day_first" if order == "month_first" else "month_first"
+            self.median, self.median_other = self._median_in(order), self._median_in(other)
+        else:
+            self.median, self.median_other = self._median_in(order), None
+        self.median_order = order
 
     def add(self, block: Block, train: np.ndarray) -> np.ndarray:
         """Count the block's cells; returns where they are empty."""
@@ -512,16 +574,18 @@ class ColumnFit:
         return gaps
 
     def _add_dates(self, block: Block, train: np.ndarray) -> np.ndarray:
-        """Count a block's dates (a date column no more when one cell is not: the pipeline's is
-        refused by name); returns where they are empty."""
-        parsed = block.dates(self.name)
+        """Count a block's dates (a date column no more when one cell is not, or is written
+        otherwise than earlier cells: the pipeline's is refused by name); returns where they are
+        empty."""
+        parsed = self._read_dates(block)
         if parsed is None:
             if self.fixed is None:
                 self.dates = False
                 return block.gaps(self.name)
-            i = block.first_not_a_date(self.name)
+            form = self.fixed.date_format
+            i = block.first_not_a_date(self.name, form)
             raise InvalidDataset(
-                f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a date {tabular.DATE_WRITTEN}"
+                f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a date {tabular.date_written(form)}"
             )
         days, gaps = parsed
         present = days[~gaps]
@@ -530,10 +594,39 @@ class ColumnFit:
         self.timed = self.timed or bool(np.any(present != np.floor(present)))
         if self.fixed is None:
             self.median.add(days[train & ~gaps])
+            if self.median_other is not None:  # the order still open: the dates read the other way too
+                other = block.dates(
+                    self.name,
+                    date_form(
+                        self.date_shape.sep, "day_first" if self.median_order == "month_first" else "month_first"
+                    ),
+                )
+                assert other is not None, "a day and a month of at most 12 read either way"
+                self.median_other.add(other[0][train & ~gaps])
         else:
             self.train_gaps += int((gaps & train).sum())
             self.blocks += 1
         return gaps
+
+    def _read_dates(self, block: Block) -> tuple[np.ndarray, np.ndarray] | None:
+        """A block's dates as the column writes them, its shape added to the column's (None: not
+        dates, or written otherwise than the column's earlier cells)."""
+        if self.fixed is not None:
+            return block.dates(self.name, self.fixed.date_format)
+        shape = block.date_shape(self.name)
+        mine = self.date_shape
+        if shape is None or (shape.sep and mine.sep and shape.sep != mine.sep):
+            return None
+        if not shape.sep:  # no present cell
+            return block.dates(self.name)
+        self.date_shape = DateShape(shape.sep, max(mine.first, shape.first), max(mine.second, shape.second))
+        if shape.sep == "iso":
+            return block.dates(self.name)
+        order = self._settled_order()
+        if not self.dates:
+            return None
+        self._settle(order)
+        return block.dates(self.name, self.date_format)
 
     def _add_unseen(self, counts: dict[str, int], cells: int, rows: int) -> None:
         """Count `rows` more rows of a pipeline's one-hot column, `cells` of them unseen values
@@ -634,14 +727,14 @@ class ColumnFit:
         self.flipped = self.flipped or other.flipped
         self.blocks += other.blocks
         self.train_gaps += other.train_gaps
-        self.median.merge(other.median)
+        if not self._merge_dates(other):
+            self.median.merge(other.median)
         self.levels.merge(other.levels)
         self.bad += other.bad
         self.cells += other.cells
         self.numberlike += other.numberlike
         self.marked += other.marked
         self.written |= other.written
-        self.dates = self.dates and other.dates
         self.date_cells += other.date_cells
         self.date_gaps += other.date_gaps
         self.timed = self.timed or other.timed
@@ -664,6 +757,54 @@ class ColumnFit:
             row, where, cell, finite = other.first_bad
             self.first_bad = (row + offset, where, cell, finite)
 
+    def _merge_dates(self, other: ColumnFit) -> bool:
+        """Add another file's date shape (a date column still when both write dates one way and
+        their fields leave one order); True when the dates' medians were merged here, in the order
+        both files' fields decide (while they leave it open, in either)."""
+        mine, theirs = self.date_shape, other.date_shape
+        self.dates = self.dates and other.dates and not (mine.sep and theirs.sep and mine.sep != theirs.sep)
+        if not self.dates:
+            return False
+        sep = mine.sep or theirs.sep
+        self.date_shape = DateShape(sep, max(mine.first, theirs.first), max(mine.second, theirs.second))
+        if sep in ("", "iso") or self.fixed is not None:
+            return False
+        order = self._settled_order()
+        if not self.dates:
+            return False
+        orders = [order] if order else ["month_first", "day_first"]
+        merged = {o: self._median_in(o) for o in orders}
+        for o in orders:
+            merged[o].merge(other._median_in(o))
+        self.median_order = order or DATE_ORDER_UNTOLD[sep]
+        self.median = merged[self.median_order]
+        self.median_other = (
+            None if order else merged["day_first" if self.median_order == "month_first" else "month_first"]
+        )
+        return True
+
+    def date_notice(self) -> str:
+        """How a date column's cells were read, for prepare's notice: ISO, or the day-month order
+        taken and why (the fields seen, the order told, or the separator's default)."""
+        form = self.date_format
+        if form is None:
+            return ""
+        shape = self.date_shape
+        if self.fixed is not None:
+            return f"written {form} as the pipeline's"
+        if shape.first > 12:
+            return f"written {form}: a first field above 12 is a day"
+        if shape.second > 12:
+            return f"written {form}: a second field above 12 is a day"
+        if self.date_order is not None:
+            return f"written {form}, as --date-order told"
+        other = "day_first" if self.median_order == "month_first" else "month_first"
+        by = "Excel's US" if shape.sep == "/" else "the European"
+        return (
+            f"written {form} as {by} default: no day or month above 12 tells which comes first; "
+            f'--date-order {other} (a job\'s dataset: "date_order": "{other}") reads {date_form(shape.sep, other)}'
+        )
+
     def transform(self, impute: bool) -> ColumnTransform:
         """The column's transform from the train split; a numeric column's imputed median is NaN
         until the second pass settles it (`median.value()`)."""
@@ -673,7 +814,12 @@ class ColumnFit:
             parts = [p for p in tabular.DATE_FEATURES if p != "hour" or self.timed]
             fill = math.nan if impute else None
             return ColumnTransform(
-                name=self.name, kind="date", levels=parts, fill=fill, indicator=impute and self.date_gaps > 0
+                name=self.name,
+                kind="date",
+                levels=parts,
+                fill=fill,
+                indicator=impute and self.date_gaps > 0,
+                date_format=self.date_format,
             )
         indicator = impute and self.train_gaps > 0
         if self.numeric:
@@ -720,7 +866,7 @@ class TableFit:
                 c.trained = trained.get(c.name)
             self.refused = {t.name for t in spec.columns if t.fill is None}
         else:
-            self.columns = [ColumnFit(name, None, name not in text, keep) for name in features]
+            self.columns = [ColumnFit(name, None, name not in text, keep, opts.date_order) for name in features]
             self.refused = set() if self.impute else set(features)
         # a column that gives the label away (told, not refused); a pipeline's later versions were told at their first
         self.leaks = LabelLeaks(label, [c.name for c in self.columns]) if spec is None else None
@@ -831,9 +977,13 @@ class TableFit:
                 notice.info(
                     f"{self.path}: column {t.name!r} read as free text: its words hashed into {t.buckets} features"
                 )
-        dates = [t for t in transforms if t.kind == "date"]
+        dates = [(c, t) for c, t in zip(self.columns, transforms) if t.kind == "date"]
         if dates:
-            said = "; ".join(f"{t.name!r}: {', '.join(tabular.DATE_MEANING[p] for p in t.levels)}" for t in dates)
+            said = "; ".join(
+                f"{t.name!r}: {', '.join(tabular.DATE_MEANING[p] for p in t.levels)}"
+                + (f", {c.date_notice()}" if c.date_notice() else "")
+                for c, t in dates
+            )
             notice.info(f"{self.path}: date column{'s' * (len(dates) > 1)} read as features ({said})")
         for told in self.leaks.notices(self.path, task) if self.leaks is not None else []:
             notice.warning(told)

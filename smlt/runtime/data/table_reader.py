@@ -11,7 +11,7 @@ file is read by record batches (pyarrow's `iter_batches`, one row group at a tim
 number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`,
 `_spread`; a JSON Lines file's lists of numbers too). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty), as dates (days since 1970-01-01,
-`parse_dates`) or as text (stripped, null where empty): numbers and dates cost a cast, not a
+`parse_dates`: ISO 8601, or `3/15/2024`, `15.03.2024`, ... in an order `date_shape`'s fields decide) or as text (stripped, null where empty): numbers and dates cost a cast, not a
 Python string per cell.
 
 A text cell (a CSV's, a JSON Lines file's) that is a missing-value marker (MISSING_MARKERS: R
@@ -195,30 +195,47 @@ class Block:
             return values, numbers.is_null().to_numpy(zero_copy_only=False)
         return None
 
-    def dates(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def dates(self, name: str, form: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """(days since 1970-01-01 as float64, the time of day its fraction, NaN where empty; where
-        empty) when every present cell is an ISO-8601 date or date-time (`parse_dates`; a missing
-        marker is empty, as in `number_text`) or the column is a Parquet date or timestamp, else None."""
-        if name not in self._dates:
+        empty) when every present cell is a date as `form` writes one (`parse_dates`: None, an
+        ISO-8601 date or date-time; `m/d/yyyy`, `d.m.yyyy`, ...: DATE_FORMS; a missing marker is
+        empty, as in `number_text`) or the column is a Parquet date or timestamp, else None."""
+        key = name if form is None else f"{name}\0{form}"
+        if key not in self._dates:
             import pyarrow as pa
 
             col = self.cells[name]
             if not self.csv and (pa.types.is_date(col.type) or pa.types.is_timestamp(col.type)):
                 tz = col.type.tz if pa.types.is_timestamp(col.type) else None
-                self._dates[name] = _days(col.cast(pa.timestamp("us", tz)))  # a zone's instant in UTC
+                self._dates[key] = _days(col.cast(pa.timestamp("us", tz)))  # a zone's instant in UTC
             elif self.csv or pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                self._dates[name] = parse_dates(self.number_text(name))
+                self._dates[key] = parse_dates(self.number_text(name), form)
             else:
-                self._dates[name] = None
-        return self._dates[name]
+                self._dates[key] = None
+        return self._dates[key]
 
-    def first_not_a_date(self, name: str) -> int:
-        """The index of the first present cell that is not an ISO-8601 date (the column has one)."""
+    def date_shape(self, name: str) -> DateShape | None:
+        """How the column's present cells write dates (`date_shape`; a Parquet date or timestamp
+        column's are ISO), or None when they are not all dates written one way."""
+        import pyarrow as pa
+
+        col = self.cells[name]
+        if not self.csv and (pa.types.is_date(col.type) or pa.types.is_timestamp(col.type)):
+            return DateShape("iso")
+        if self.csv or pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            text = self.number_text(name)
+            if text.null_count == len(text):
+                return DateShape("")
+            return DateShape("iso") if self.dates(name) is not None else written_shape(text)
+        return None
+
+    def first_not_a_date(self, name: str, form: str | None = None) -> int:
+        """The index of the first present cell that is not a date as `form` writes one (the column has one)."""
         cells = self.number_text(name)
         lo, hi = 0, len(cells)  # bisect: the prefix [0, hi) holds one, [0, lo) does not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if parse_dates(cells.slice(0, mid)) is not None:
+            if parse_dates(cells.slice(0, mid), form) is not None:
                 lo = mid
             else:
                 hi = mid
@@ -303,20 +320,119 @@ class Block:
         return np.asarray(text.to_numpy(zero_copy_only=False), dtype=str if longest <= WIDE_CELL else object)
 
 
-def parse_dates(text: Any) -> tuple[np.ndarray, np.ndarray] | None:
+def parse_dates(text: Any, form: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """A pyarrow string array's cells (null: empty) as `Block.dates` reads them, or None unless
-    every present cell is an ISO-8601 date or date-time as pyarrow's cast to a timestamp reads
-    one: `2024-03-17`, `2024-03-17T10:05:00`, `2024-03-17 10:05`, fractions of a second. Either
-    every cell is without a zone (the time as written) or every cell has one (`Z`, `+02:00`: the
-    instant in UTC); `03/17/2024`, `2024-3-7` or a mix of the two are not dates."""
+    every present cell is a date written as `form` says.
+
+    None: an ISO-8601 date or date-time as pyarrow's cast to a timestamp reads one: `2024-03-17`,
+    `2024-03-17T10:05:00`, `2024-03-17 10:05`, fractions of a second. Either every cell is without
+    a zone (the time as written) or every cell has one (`Z`, `+02:00`: the instant in UTC);
+    `03/17/2024`, `2024-3-7` or a mix of the two are not ISO dates.
+
+    A DATE_FORMS entry (`m/d/yyyy`, `d.m.yyyy`, ...): the day and month in that order, one or two
+    digits each, and a four-digit year, separated by that form's `/`, `.` or `-`, optionally a
+    24-hour time after a space (`3/17/2024 14:05`, `3/17/2024 9:05:30.5`): each cell is rewritten
+    as the ISO date it means and read by the same cast (no zone), so `3/17/2024` is `2024-03-17`
+    to the last bit; a day the month does not have (`2/30/2024`) or an hour past 23 is not a date."""
     import pyarrow as pa
 
-    for tz in (None, "UTC"):
+    if form is not None:
+        text = _as_iso(text, form)
+        if text is None:
+            return None
+    for tz in (None, "UTC") if form is None else (None,):
         try:
             return _days(text.cast(pa.timestamp("us", tz)))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
     return None
+
+
+# Dates as spreadsheets (Excel, Google Sheets, their CSV exports) write them: a day and a month of
+# one or two digits in either order, then a four-digit year, separated by `/`, `.` or `-`; read
+# by `parse_dates` and recorded in a date column's ColumnTransform.date_format (None: ISO 8601).
+DATE_FORMS = ("m/d/yyyy", "d/m/yyyy", "m.d.yyyy", "d.m.yyyy", "m-d-yyyy", "d-m-yyyy")
+DATE_SEPARATORS = "/.-"
+# Which order a column whose every day and month are at most 12 is read in, by separator: `/` as
+# Excel's US default writes it, `.` and `-` as European (and most other) spreadsheets do.
+DATE_ORDER_UNTOLD = {"/": "month_first", ".": "day_first", "-": "day_first"}
+
+
+def _written(sep: str) -> str:
+    s = re.escape(sep)
+    return (
+        rf"^(?P<a>\d{{1,2}}){s}(?P<b>\d{{1,2}}){s}(?P<y>\d{{4}})"
+        rf"(?: (?P<h>\d{{1,2}}):(?P<m>\d{{2}})(?::(?P<s>\d{{2}}(?:\.\d+)?))?)?$"
+    )
+
+
+_WRITTEN = {sep: _written(sep) for sep in DATE_SEPARATORS}
+_WRITTEN_PY = {sep: re.compile(pattern) for sep, pattern in _WRITTEN.items()}
+
+
+def date_form(sep: str, order: str) -> str:
+    """The DATE_FORMS entry of a separator and an order (`month_first`, `day_first`)."""
+    return f"m{sep}d{sep}yyyy" if order == "month_first" else f"d{sep}m{sep}yyyy"
+
+
+@dataclass(frozen=True)
+class DateShape:
+    """How a column's present cells write dates: `sep` "" when none is present, "iso" (ISO 8601,
+    or a Parquet date or timestamp), else the separator of a DATE_FORMS date, with the largest
+    first and second field (a first above 12 is a day, so the day comes first; a second above
+    12, the month first)."""
+
+    sep: str
+    first: int = 0
+    second: int = 0
+
+
+def date_shape(text: Any) -> DateShape | None:
+    """How a pyarrow string array's present cells write dates, or None when they are not all ISO
+    dates (`parse_dates`) nor all one separator's DATE_FORMS dates (a mix is no date column)."""
+
+    if text.null_count == len(text):
+        return DateShape("")
+    return DateShape("iso") if parse_dates(text) is not None else written_shape(text)
+
+
+def written_shape(text: Any) -> DateShape | None:
+    """`date_shape` of cells that are not all ISO dates (and not all empty): one separator's
+    DATE_FORMS dates, or None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    present = text.drop_null()
+    first = str(present[0].as_py())
+    sep = next((s for s in DATE_SEPARATORS if _WRITTEN_PY[s].match(first)), None)
+    if sep is None:
+        return None
+    fields = pc.extract_regex(present, _WRITTEN[sep])
+    if fields.null_count:
+        return None
+    first_field = pc.max(fields.field(0).cast(pa.int32())).as_py()
+    second_field = pc.max(fields.field(1).cast(pa.int32())).as_py()
+    return DateShape(sep, int(first_field), int(second_field))
+
+
+def _as_iso(text: Any, form: str) -> Any:
+    """`form` dates (DATE_FORMS) rewritten as the ISO-8601 dates they mean (null where empty), or
+    None when a present cell is not written so."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fields = pc.extract_regex(text, _WRITTEN[form[1]])
+    if fields.null_count != text.null_count:
+        return None
+    field = [pc.struct_field(fields, [k]) for k in range(6)]
+    month, day = (field[0], field[1]) if form[0] == "m" else (field[1], field[0])
+    pad = lambda f: pc.utf8_lpad(f, width=2, padding="0")  # noqa: E731
+    date = pc.binary_join_element_wise(field[2], pad(month), pad(day), "-")
+    hour, minute, second = field[3], field[4], field[5]
+    clock = pc.binary_join_element_wise(pad(hour), minute, ":")
+    clock = pc.if_else(pc.equal(second, ""), clock, pc.binary_join_element_wise(clock, second, ":"))
+    stamp = pc.if_else(pc.equal(hour, ""), date, pc.binary_join_element_wise(date, clock, " "))
+    return pc.if_else(text.is_null(), pa.scalar(None, pa.string()), stamp)
 
 
 _US_PER_DAY = 86_400_000_000

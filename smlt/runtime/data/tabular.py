@@ -4,7 +4,8 @@ file).
 
 A column is numeric when every cell is a number or empty (a missing marker such as `NA` is an
 empty cell there: table_reader.Block.number_text); a text column whose every present cell is an
-ISO-8601 date (or a Parquet date/timestamp column) is a date column, its features days since
+ISO-8601 date, or a date as spreadsheets write one in the column's recorded day-month order
+(ColumnTransform.date_format), or a Parquet date/timestamp column, is a date column, its features days since
 1970-01-01, month, day of the week and, when it has times, the hour (`date_features`); other text
 columns are one-hot encoded when the train split has few levels and hashed into a fixed number of
 buckets otherwise (Cirrus's preprocessing), unless they are free text (`is_free_text`: many distinct
@@ -267,7 +268,7 @@ def encode_columns(columns: Sequence[ColumnTransform], rows: Table) -> np.ndarra
 
 def _encode(t: ColumnTransform, cells: np.ndarray, gaps: np.ndarray, rows: Table) -> np.ndarray:
     if t.kind == "date":
-        days = cells if cells.dtype.kind == "f" else _days(rows, t.name, cells, gaps)
+        days = cells if cells.dtype.kind == "f" else _days(rows, t.name, cells, gaps, t.date_format)
         fill = t.fill if isinstance(t.fill, float) else 0.0
         return date_features(np.where(gaps, fill, days), t.levels)
     if t.kind == "numeric":
@@ -434,19 +435,28 @@ def date_features(days: np.ndarray, parts: Sequence[str]) -> np.ndarray:
     return out
 
 
-def _days(table: Table, column: str, cells: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+def _days(table: Table, column: str, cells: np.ndarray, gaps: np.ndarray, form: str | None) -> np.ndarray:
     """Text cells of a date column as days since 1970-01-01 (NaN where empty), or the named
-    refusal of the first that is not an ISO-8601 date."""
+    refusal of the first that is not a date as the column's are written (`form`: None, ISO 8601)."""
     import pyarrow as pa
 
-    parsed = parse_dates(pa.array(cells, pa.string(), mask=gaps))
+    parsed = parse_dates(pa.array(cells, pa.string(), mask=gaps), form)
     if parsed is not None:
         return parsed[0]
-    bad = next(i for i, c in enumerate(cells) if not gaps[i] and parse_dates(pa.array([c], pa.string())) is None)
-    raise InvalidDataset(f"{table.where(bad, column)}: {str(cells[bad])!r} is not a date {DATE_WRITTEN}")
+    bad = next(i for i, c in enumerate(cells) if not gaps[i] and parse_dates(pa.array([c], pa.string()), form) is None)
+    raise InvalidDataset(f"{table.where(bad, column)}: {str(cells[bad])!r} is not a date {date_written(form)}")
 
 
 DATE_WRITTEN = "(ISO 8601: 2024-03-17, 2024-03-17T10:05:00 or 2024-03-17 10:05:00)"
+
+
+def date_written(form: str | None) -> str:
+    """How a date column's cells are to be written (`form`: a ColumnTransform.date_format), for a refusal."""
+    if form is None:
+        return DATE_WRITTEN
+    sep = form[1]
+    date = sep.join(["3", "17", "2024"] if form[0] == "m" else ["17", "3", "2024"])
+    return f"(written {form} as the column's other dates: {date}, {date} 10:05 or {date} 10:05:30)"
 
 
 def apply_columns(manifest: Manifest, rows: Table) -> np.ndarray:
