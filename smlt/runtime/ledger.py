@@ -254,9 +254,12 @@ class Meter:
         from smlt.runtime.records import RunTable  # boto3 clients: after the counter is installed
 
         first = None if where is not None or outcome in UNBILLABLE else _first_plan(event)
-        if first is not None and RunTable(self.table(), first).meta() is not None:
-            # a first plan that failed after it created the run (Infeasible): the run pays for it
-            where = (first, None, None, "plan")
+        if first is not None:
+            meta = RunTable(self.table(), first[0]).meta()
+            if meta is not None and meta.execution == first[1]:
+                # a first plan that failed after its execution created the run (Infeasible): the
+                # run pays for it; not a bad job naming another execution's run
+                where = (first[0], None, None, "plan")
         if where is None:  # a few ms of Lambda: not written into a run the event may not be part of
             if first is None:
                 log.warning("no run to bill this invocation to (an event without a valid run_id)")
@@ -318,15 +321,16 @@ def _where(event: Any, result: Any) -> tuple[str, int | None, int | None, str] |
     )
 
 
-def _first_plan(event: Any) -> str | None:
-    """The run id a first plan's event names (its job's `run_id`, else the execution's name, as
-    the planner takes it), when the event is a plan's without its own `run_id`."""
+def _first_plan(event: Any) -> tuple[str, str] | None:
+    """(run id, execution) of a plan's event without its own `run_id`: its job's `run_id`, else
+    the execution's name, as the planner takes them."""
     ev = event if isinstance(event, dict) else {}
     if ev.get("op") != "plan" or ev.get("run_id"):
         return None
     job = ev.get("job")
-    run_id = (job.get("run_id") if isinstance(job, dict) else None) or ev.get("execution")
-    return run_id if isinstance(run_id, str) and run_id else None
+    execution = ev.get("execution") or "run"  # PlanEvent's default
+    run_id = (job.get("run_id") if isinstance(job, dict) else None) or execution
+    return (run_id, execution) if isinstance(run_id, str) and isinstance(execution, str) and run_id else None
 
 
 # ------------------------------------------------------------------------------ assembly
