@@ -242,3 +242,19 @@ def test_workbooks_are_sources_and_parts_of_their_own_format() -> None:
     assert table_parts({"a.csv": 1, "b.xlsx": 1}, where) is None  # two formats: MixedUpload by find_source
     with pytest.raises(TooLargeForLambda, match=r"up to 90.0 MB"):
         table_parts({"a.xlsx": 1, "b.xlsx": MAX_WORKBOOK_BYTES + 1}, where)
+
+
+def test_a_sheet_whose_stated_range_is_too_small_loses_no_row(tmp_path: Path) -> None:
+    """Some writers state a sheet's range (`<dimension ref=...>`) smaller than its cells; read-only
+    openpyxl would stop there."""
+    book = _workbook(tmp_path / "d.xlsx", ["a", "b", "label"], [[i, i * 2, i % 2] for i in range(50)])
+    with zipfile.ZipFile(book) as z:
+        members = {i.filename: z.read(i.filename) for i in z.infolist()}
+    xml = members["xl/worksheets/sheet1.xml"].decode()
+    members["xl/worksheets/sheet1.xml"] = re.sub(r'<dimension ref="[^"]*"', '<dimension ref="A1:B3"', xml).encode()
+    with zipfile.ZipFile(book, "w") as z:
+        for name, body in members.items():
+            z.writestr(name, body)
+    assert openpyxl.load_workbook(book, read_only=True).active.max_row == 3
+    table = read_table(book)
+    assert len(table) == 50 and list(table.columns) == ["a", "b", "label"]

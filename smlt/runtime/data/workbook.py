@@ -156,6 +156,10 @@ def _write_csv(path: Path, out: Path) -> np.ndarray:
 
 
 def _rows_to_csv(path: Path, sheet: Any, out: Path) -> np.ndarray:
+    # Read every row the sheet holds, not the rows and columns of the range its XML states (which
+    # some writers state too small: read-only openpyxl would drop the rows past it); rows come
+    # as wide as their last cell, blank rows empty.
+    sheet.reset_dimensions()
     header: list[str] | None = None
     numbers: list[int] = []
     first, width = 0, 0  # the columns [first, width) that hold a cell in some row
@@ -163,18 +167,23 @@ def _rows_to_csv(path: Path, sheet: Any, out: Path) -> np.ndarray:
     with out.open("w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         for number, values in enumerate(sheet.iter_rows(values_only=True), start=1):
-            cells = [cell_text(v) for v in values]
-            filled = [i for i, c in enumerate(cells) if c != ""]
-            if not filled:
+            cells = [v if type(v) is str else cell_text(v) for v in values]
+            end = len(cells)  # past the row's last cell that is not empty
+            while end and not cells[end - 1]:
+                end -= 1
+            if not end:
                 continue  # a blank row is no row
+            lead = 0  # the row's first cell that is not empty
+            while not cells[lead]:
+                lead += 1
             if header is None:
-                header, first, width = cells[: filled[-1] + 1], filled[0], filled[-1] + 1
+                header, first, width = cells[:end], lead, end
                 writer.writerow(header)
                 continue
-            first = min(first, filled[0])
-            if filled[-1] >= len(header):
-                width, ragged = max(width, filled[-1] + 1), True
-            row = cells[: max(filled[-1] + 1, len(header))]
+            first = min(first, lead)
+            if end > len(header):
+                width, ragged = max(width, end), True
+            row = cells[: max(end, len(header))]
             writer.writerow(row + [""] * (len(header) - len(row)))
             numbers.append(number)
     title = f"sheet {sheet.title!r}"

@@ -45,8 +45,9 @@ COMPRESSION_ALLOWANCE = 10
 MAX_COMPRESSED_TABLE_BYTES = MAX_TABLE_BYTES // COMPRESSION_ALLOWANCE
 
 # An Excel workbook (.xlsx, .xlsm) is turned into CSV first (smlt.runtime.data.workbook): openpyxl
-# parses its sheet's XML in Python, 0.7 MB of workbook per second per core measured (6.7 MB, 100,000
-# rows x 10 columns, in 9.4 s), so time binds long before /tmp does. Taken at half on a Lambda vCPU,
+# parses its sheet's XML in Python: 6.7 MB, 100,000 rows x 10 columns, turned into CSV in 6.3 s of
+# CPU (1.1 MB/s), in 8.1 s when its sheet states no range (streaming writers), which openpyxl then
+# parses twice; taken as 0.7 MB/s per core. Time binds long before /tmp does. Taken at half on a Lambda vCPU,
 # and at a third again for a workbook that packs more cells into a byte (repeated values), with the
 # CSV's own pass inside that margin.
 WORKBOOK_MB_PER_S = 0.7
