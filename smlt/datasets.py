@@ -49,7 +49,7 @@ def local_dataset_folder(dataset: DatasetSpec | str, base: Path | None = None) -
         )
     raise InvalidDataset(
         f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, an image folder, "
-        "a .csv/.parquet/.jsonl/.npz file, sklearn:NAME or synthetic:..."
+        "a .csv/.parquet/.jsonl/.xlsx/.npz file, sklearn:NAME or synthetic:..."
     )
 
 

@@ -530,7 +530,8 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation", id_col
     if suffix in images.IMAGE_SUFFIXES:
         return _images(manifest, path)
     raise InvalidDataset(
-        f"{path}: predict on a .csv, .tsv, .parquet, .jsonl or .npz file, an image (or a folder of them) or a prepared dataset folder"
+        f"{path}: predict on a .csv, .tsv, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them) or a "
+        "prepared dataset folder"
     )
 
 
@@ -554,7 +555,7 @@ def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.nda
 
 
 def read_table_rows(manifest: Manifest, data: Any) -> Table:
-    """A DataFrame or a .csv/.parquet/.jsonl file as `smlt predict` reads it (before its transforms)."""
+    """A DataFrame or a .csv/.parquet/.jsonl/.xlsx file as `smlt predict` reads it (before its transforms)."""
     numeric = {t.name for t in manifest.columns or [] if t.kind in ("numeric", "date")}
     if _is_frame(data):
         return _frame_table(data, numeric)
@@ -633,16 +634,17 @@ def _frame_table(df: Any, numeric: set[str]) -> Table:
     """A pandas DataFrame as the CSV `df.to_csv(index=False)` writes is read, one rule for both:
     booleans as `True`/`False` text, nullable and datetime columns as that file writes them, its
     column names as text; its rows named by position (`row 0` first), its index not read. The CSV
-    goes through a temporary file, written and read in blocks."""
+    goes through a temporary file, written and read in blocks, and named `DataFrame` in errors (as
+    a workbook's is named by the workbook: smlt.runtime.data.workbook)."""
     import tempfile
+
+    from smlt.runtime.data.workbook import named_as
 
     with tempfile.TemporaryDirectory(prefix="smlt-frame-") as tmp:
         path = Path(tmp) / "DataFrame.csv"
         df.to_csv(path, index=False)
-        try:
+        with named_as(path, "DataFrame"):  # a column named twice, no rows
             table = read_table(path, numeric)
-        except InvalidDataset as e:  # a column named twice, no rows
-            raise InvalidDataset(str(e).replace(str(path), "DataFrame")) from None
     return Table("DataFrame", table.columns, np.arange(len(table)), "row")
 
 

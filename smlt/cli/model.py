@@ -29,7 +29,7 @@ def add_commands(sub: Any) -> None:
     _model_args(p)
     p.add_argument(
         "data",
-        help="a .csv, .tsv, .parquet, .jsonl (a .csv, .tsv or .jsonl also .gz, .bz2, .xz) or .npz file, an image or "
+        help="a .csv, .tsv, .parquet, .jsonl (a .csv, .tsv or .jsonl also .gz, .bz2, .xz), .xlsx or .npz file, an image or "
         "image folder, or a prepared dataset folder",
     )
     p.add_argument("--out", required=True, help="predictions file (.csv or .parquet)")

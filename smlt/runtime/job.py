@@ -52,7 +52,7 @@ class DatasetSpec(SourceOptions):
     """Where the prepared (sharded) dataset lives, and how the CLI prepares a local source.
 
     `s3://bucket/prefix/` on AWS. The CLI also accepts a local folder holding a manifest, a
-    .csv/.parquet/.npz file, an image folder, `sklearn:NAME` or `synthetic:...`; it prepares those
+    .csv/.parquet/.xlsx/.npz file, an image folder, `sklearn:NAME` or `synthetic:...`; it prepares those
     with the options (`label`, `task`, `missing`, `drop`, `date_order`, `image_size`, `channels`, `vocab_size`: see
     `smlt.runtime.data.options`), uploads them and rewrites the URI.
     """

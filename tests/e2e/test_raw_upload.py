@@ -258,12 +258,12 @@ def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipel
 
     # two data sources, or a format smlt does not prepare: named, and nothing of the pipeline changes
     upload("incoming/nodata/v1/a.csv", b"x,label\n1,0\n2,1\n")
-    upload("incoming/nodata/v1/notes.xlsx", b"not a table")
+    upload("incoming/nodata/v1/notes.docx", b"not a table")
     desc = _wait(engine, upload("incoming/nodata/v1/_SUCCESS", b""))
     assert desc["status"] == "FAILED" and desc["error"] == "UnsupportedFormat", desc
-    assert "notes.xlsx is not a format smlt prepares" in desc["cause"]
+    assert "notes.docx is not a format smlt prepares" in desc["cause"]
     refused.append(desc)
-    S3Store(names.data_bucket).delete("incoming/nodata/v1/notes.xlsx")
+    S3Store(names.data_bucket).delete("incoming/nodata/v1/notes.docx")
     S3Store(names.data_bucket).delete("incoming/nodata/v1/a.csv")
 
     # `smlt models list` shows the refused uploads, which record nothing of the pipeline
@@ -275,7 +275,7 @@ def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipel
     assert main(["models", "list", "nodata", "--stack", "SmltUploads"]) == 0
     out = capsys.readouterr().out
     assert "uploads refused before training (fix them and upload the version's _SUCCESS again):" in out, out
-    assert "v1" in out and "NoDataFile: s3://" in out and "UnsupportedFormat: " in out and "notes.xlsx" in out, out
+    assert "v1" in out and "NoDataFile: s3://" in out and "UnsupportedFormat: " in out and "notes.docx" in out, out
 
     # a good upload then trains, and is the pipeline's first version
     upload("incoming/nodata/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 4)).read_bytes())

@@ -5,7 +5,8 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
   as images (`sklearn:digits?shape=1x8x8`)
 - `synthetic:KIND?...` (smlt.runtime.data.synthetic)
 - a `.npz` file with arrays `x` (any sample shape) and `y`
-- a `.csv`, `.parquet` or `.jsonl`/`.ndjson` file with named columns (smlt.runtime.data.tabular)
+- a `.csv`, `.parquet` or `.jsonl`/`.ndjson` file with named columns (smlt.runtime.data.tabular),
+  or an Excel workbook (`.xlsx`, `.xlsm`: its first sheet, read as its CSV)
 - a folder of class subfolders holding images (smlt.runtime.data.images)
 """
 
@@ -22,6 +23,7 @@ from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix, unnamed
 from smlt.runtime.data.tables import open_table
+from smlt.runtime.data.workbook import WORKBOOK_SUFFIXES
 from smlt.runtime.errors import InvalidDataset
 
 SKLEARN_BUNDLED = {
@@ -31,7 +33,7 @@ SKLEARN_BUNDLED = {
     "breast_cancer": ("load_breast_cancer", "classification"),
     "diabetes": ("load_diabetes", "regression"),
 }
-TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".jsonl", ".ndjson")
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".jsonl", ".ndjson", *WORKBOOK_SUFFIXES)
 
 
 @dataclass
@@ -92,7 +94,8 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
     if table_suffix(path) in TABLE_SUFFIXES:
         return _table(path, opts)
     raise InvalidDataset(
-        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl "
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl, "
+        ".xlsx "
         "(a CSV, TSV or JSON Lines file also gzip-, bzip2- or xz-compressed: .csv.gz), .npz "
         "or a folder of class subfolders of images"
     )

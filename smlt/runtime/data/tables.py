@@ -1,5 +1,6 @@
-"""Open a table file of any format smlt reads in blocks: CSV, Parquet (smlt.runtime.data.table_reader)
-or JSON Lines (smlt.runtime.data.jsonl_reader)."""
+"""Open a table file of any format smlt reads in blocks: CSV, Parquet (smlt.runtime.data.table_reader),
+JSON Lines (smlt.runtime.data.jsonl_reader) or an Excel workbook (smlt.runtime.data.workbook: read
+as its CSV)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 from smlt.runtime.data.jsonl_reader import is_jsonl, open_jsonl
 from smlt.runtime.data.table_reader import TableFile, open_csv_or_parquet
+from smlt.runtime.data.workbook import is_workbook, open_workbook
 
 
 def open_table(path: str | Path) -> TableFile:
-    """A .csv (with a header), .parquet or .jsonl file, its header checked; its rows are read by
+    """A .csv (with a header), .parquet, .jsonl or .xlsx file, its header checked; its rows are read by
     `TableFile.blocks`."""
+    if is_workbook(path):
+        return open_workbook(path)
     return open_jsonl(Path(path)) if is_jsonl(path) else open_csv_or_parquet(path)

@@ -1,7 +1,7 @@
 """PrepareData: a raw upload prepared in the cloud, before its run's first Plan.
 
-A team uploads a version's raw data under `incoming/<pipeline>/<version>/` (one CSV, Parquet or
-NPZ file, an image folder of class subfolders, or a zip/tar of one of those) and then the
+A team uploads a version's raw data under `incoming/<pipeline>/<version>/` (one CSV, Parquet,
+JSON Lines, Excel workbook or NPZ file, an image folder of class subfolders, or a zip/tar of one of those) and then the
 completion marker `incoming/<pipeline>/<version>/_SUCCESS` (the Hadoop/Spark convention: written
 last, so nothing starts on a partial upload, whatever order `aws s3 sync` takes). The marker's
 event starts the execution; this step
@@ -27,7 +27,8 @@ version's refusal (smlt.runtime.notify), then the same error raised.
 
 The step runs in the train_step image (its own command, `lambdas/prepare/handler.py`): that image
 has every library `smlt data prepare` reads formats with (pyarrow for Parquet, Pillow for
-images), which the zip functions' layer has not; see docs/architecture.md, "Trigger".
+images, openpyxl for Excel workbooks), which the zip functions' layer has not; see
+docs/architecture.md, "Trigger".
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import is_compressed, table_suffix
+from smlt.runtime.data.workbook import is_workbook
 from smlt.runtime.errors import InvalidDataset, InvalidJob
 from smlt.runtime.items import PrepareItem
 from smlt.runtime.job import parse_job
@@ -72,6 +74,7 @@ from smlt.runtime.steps.prepare_limits import (
     IMAGES_LIMIT,
     MAX_NOTES,
     TABLE_LIMIT,
+    WORKBOOK_LIMIT,
     AlreadyPrepared,
     Limit,
     MixedUpload,
@@ -199,7 +202,9 @@ def limit_of(source: RawSource) -> Limit:
         return ARCHIVE_LIMIT
     if source.root.lower().endswith(ARRAY_SUFFIXES):
         return ARRAYS_LIMIT
-    return COMPRESSED_TABLE_LIMIT if is_compressed(source.root) else TABLE_LIMIT
+    if is_compressed(source.root):
+        return COMPRESSED_TABLE_LIMIT
+    return WORKBOOK_LIMIT if is_workbook(source.root) else TABLE_LIMIT
 
 
 def _channels(options: SourceOptions) -> int:

@@ -44,6 +44,20 @@ MAX_TABLE_BYTES = min(TABLE_TMP_BYTES, TABLE_TIME_BYTES) // (100 * MB) * (100 * 
 COMPRESSION_ALLOWANCE = 10
 MAX_COMPRESSED_TABLE_BYTES = MAX_TABLE_BYTES // COMPRESSION_ALLOWANCE
 
+# An Excel workbook (.xlsx, .xlsm) is turned into CSV first (smlt.runtime.data.workbook): openpyxl
+# parses its sheet's XML in Python: 6.7 MB, 100,000 rows x 10 columns, turned into CSV in 6.3 s of
+# CPU (1.1 MB/s), in 8.1 s when its sheet states no range (streaming writers), which openpyxl then
+# parses twice; taken as 0.7 MB/s per core. Time binds long before /tmp does. Taken at half on a Lambda vCPU,
+# and at a third again for a workbook that packs more cells into a byte (repeated values), with the
+# CSV's own pass inside that margin.
+WORKBOOK_MB_PER_S = 0.7
+WORKBOOK_ALLOWANCE = 3
+MAX_WORKBOOK_BYTES = (
+    int((PREPARE_TIMEOUT_S - PREPARE_RESERVE_S) * WORKBOOK_MB_PER_S / VCPU_SLOWDOWN / WORKBOOK_ALLOWANCE * MB)
+    // (10 * MB)
+    * (10 * MB)
+)  # 90 MB
+
 # In memory (NPZ, an image folder, an archive of one): loaded whole, so memory binds. Peak RSS
 # grows by RSS_PER_MB bytes per byte of arrays (NPZ: x, its split copies and the standardised
 # float32 features, 3.13 measured at 100-400 MB; images: the uint8 pixels and their split copies,
@@ -90,6 +104,13 @@ COMPRESSED_TABLE_LIMIT = Limit(
     "",
     f"it may unpack to {COMPRESSION_ALLOWANCE} times its bytes, and {TABLE_LIMIT.kind} is prepared up to "
     f"{MAX_TABLE_BYTES // MB:,} MB: {TABLE_LIMIT.why}",
+)
+WORKBOOK_LIMIT = Limit(
+    "an Excel workbook",
+    MAX_WORKBOOK_BYTES,
+    "",
+    f"its cells are read at about {WORKBOOK_MB_PER_S:g} MB of workbook per second, within its "
+    f"{PREPARE_TIMEOUT_S} s (save it as CSV UTF-8 to upload up to {MAX_TABLE_BYTES // MB:,} MB)",
 )
 ARRAYS_LIMIT = Limit(
     "an NPZ file",
@@ -143,7 +164,7 @@ def _size(n: int) -> str:
 
 
 FORMATS = (
-    "a .csv, .tsv, .parquet, .jsonl or .npz file (a .csv, .tsv or .jsonl also compressed: .gz, .bz2, .xz), "
+    "a .csv, .tsv, .parquet, .jsonl, .xlsx or .npz file (a .csv, .tsv or .jsonl also compressed: .gz, .bz2, .xz), "
     "an image folder (one subfolder of images per class) or a .zip/.tar(.gz) of one"
 )
 

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from smlt.runtime.data.jsonl_reader import is_jsonl
 from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import is_compressed, is_parquet, table_suffix
+from smlt.runtime.data.workbook import is_workbook
 from smlt.runtime.steps.prepare_limits import (
     MAX_COMPRESSED_TABLE_BYTES,
     MAX_TABLE_BYTES,
+    MAX_WORKBOOK_BYTES,
     MixedUpload,
     TooLargeForLambda,
     _size,
@@ -35,7 +37,7 @@ class TableParts:
     """The parts of one table (names relative to the version's folder, in name order: part i is
     the i-th), their format and their bytes in all."""
 
-    format: str  # "csv" (comma-, tab-, ... separated), "jsonl" or "parquet"
+    format: str  # "csv" (comma-, tab-, ... separated), "jsonl", "parquet" or "xlsx" (Excel workbooks)
     names: tuple[str, ...]
     bytes: int
 
@@ -43,11 +45,14 @@ class TableParts:
 def _format(name: str) -> str | None:
     if table_suffix(name) not in TABLE_SUFFIXES:
         return None
-    return "parquet" if is_parquet(name) else "jsonl" if is_jsonl(name) else "csv"
+    return "parquet" if is_parquet(name) else "jsonl" if is_jsonl(name) else "xlsx" if is_workbook(name) else "csv"
 
 
 def part_limit(name: str) -> int:
-    """The most bytes of one part: a compressed one unpacks to up to COMPRESSION_ALLOWANCE times its own."""
+    """The most bytes of one part: a compressed one unpacks to up to COMPRESSION_ALLOWANCE times its
+    own; a workbook's cells are read slowly (prepare_limits.MAX_WORKBOOK_BYTES)."""
+    if is_workbook(name):
+        return MAX_WORKBOOK_BYTES
     return MAX_COMPRESSED_TABLE_BYTES if is_compressed(name) else MAX_TABLE_BYTES
 
 

@@ -214,14 +214,52 @@ def test_a_jsonl_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
     )
 
 
-def _parts_prepared(s3, version: str, bodies: list[bytes]) -> dict:
+def _xlsx(csv_body: bytes, bad_row: int | None = None) -> bytes:
+    """The CSV's rows as an Excel workbook (numbers as numbers, text as text), its first sheet;
+    `bad_row` (a sheet row) holds text in the number column 'size'."""
+    openpyxl = pytest.importorskip("openpyxl")
+    book = openpyxl.Workbook()
+    head, *rows = csv_body.decode().splitlines()
+    book.active.append(head.split(","))
+    for i, r in enumerate(rows):
+        cells = [v if n == "city" else float(v) for n, v in zip(head.split(","), r.split(","))]
+        book.active.append(["ten", *cells[1:]] if i + 2 == bad_row else cells)
+    book.create_sheet("Notes").append(["prices in EUR"])
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def test_an_xlsx_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
+    s3 = houses
+    v1 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    s3.put_object(Bucket="smlt-data", Key="incoming/h/v2/houses.xlsx", Body=_xlsx(_csv(1)))
+    v2 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
+    assert v2.action == "plan" and v2.rows == v1.rows == 200
+    assert v2.notes[0].startswith("s3://smlt-data/incoming/h/v2/houses.xlsx: 2 sheets; read the first, 'Sheet'")
+
+    def stored(answer):
+        bucket, prefix = parse_s3_uri(answer.dataset)
+        return json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+
+    a, b = stored(v1), stored(v2)
+    assert a["columns"] == b["columns"] and a["normalization"] == b["normalization"] and a["train"] == b["train"]
+
+    s3.put_object(Bucket="smlt-data", Key="incoming/h/v3/houses.xlsx", Body=_xlsx(_csv(1), bad_row=9))
+    with pytest.raises(InvalidDataset) as e:
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v3/_SUCCESS"))
+    assert "s3://smlt-data/incoming/h/v3/houses.xlsx: column 'size', row 9" in str(e.value), e.value
+    assert "smlt-workbook" not in str(e.value) and "/tmp" not in str(e.value)
+
+
+def _parts_prepared(s3, version: str, bodies: list[bytes], suffix: str = ".csv") -> dict:
     """A version uploaded in parts, prepared by the parts' steps run in turn as the Maps run them:
     FinishParts' answer."""
     from smlt.runtime.steps import prepare_parts
     from smlt.runtime.steps.events import MergeEvent, PartMomentsEvent, PartShardsEvent, PartStatsEvent
 
     for part, body in enumerate(bodies):
-        s3.put_object(Bucket="smlt-data", Key=f"incoming/h/{version}/part-{part:05d}.csv", Body=body)
+        s3.put_object(Bucket="smlt-data", Key=f"incoming/h/{version}/part-{part:05d}{suffix}", Body=body)
     s3.put_object(Bucket="smlt-data", Key=f"incoming/h/{version}/_SUCCESS", Body=b"")
     started = p.prepare_upload(p.PrepareSettings(), _event(f"incoming/h/{version}/_SUCCESS"))
     steps = {"run_id": started.run_id, "bucket": started.bucket, "folder": started.folder, "execution": "exec-1"}
@@ -262,3 +300,20 @@ def test_a_table_in_parts_answers_the_notes_a_single_file_does(aws):
         "s3://smlt-data/incoming/h/v2/part-00000.csv and 1 more parts: column 'garden' is not among the "
         "pipeline's features (generation 1): ignored (prepare with --new-features to start a generation that uses it)"
     ], answer
+
+
+def test_workbooks_in_parts_are_prepared_as_their_csvs(aws):
+    """Monthly workbooks uploaded together are the parts of one table, each read as its CSV."""
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    csvs = [_csv(5, rows=80), _csv(6, rows=70)]
+    a = _parts_prepared(aws, "v1", csvs)
+    b = _parts_prepared(aws, "v2", [_xlsx(c) for c in csvs], suffix=".xlsx")
+    assert a["rows"] == b["rows"] == 150
+
+    def stored(answer):
+        bucket, prefix = parse_s3_uri(answer["dataset"])
+        return json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+
+    x, y = stored(a), stored(b)
+    assert x["columns"] == y["columns"] and x["normalization"] == y["normalization"]
+    assert [s["sha256"] for s in x["train"]["shards"]] == [s["sha256"] for s in y["train"]["shards"]]
