@@ -71,7 +71,26 @@ class TargetScaling(BaseModel):
 
 
 # How a date column's cells write dates when not ISO 8601 (table_reader.DATE_FORMS).
-DateFormat = Literal["m/d/yyyy", "d/m/yyyy", "m.d.yyyy", "d.m.yyyy", "m-d-yyyy", "d-m-yyyy"]
+DateFormat = Literal[
+    "m/d/yyyy",
+    "m/d/yyyy h:mm AM/PM",
+    "d/m/yyyy",
+    "d/m/yyyy h:mm AM/PM",
+    "m.d.yyyy",
+    "m.d.yyyy h:mm AM/PM",
+    "d.m.yyyy",
+    "d.m.yyyy h:mm AM/PM",
+    "m-d-yyyy",
+    "m-d-yyyy h:mm AM/PM",
+    "d-m-yyyy",
+    "d-m-yyyy h:mm AM/PM",
+    "d-mon-yyyy",
+    "d-mon-yyyy h:mm AM/PM",
+    "d mon yyyy",
+    "d mon yyyy h:mm AM/PM",
+    "mon d, yyyy",
+    "mon d, yyyy h:mm AM/PM",
+]
 
 
 class ColumnTransform(BaseModel):
@@ -88,7 +107,8 @@ class ColumnTransform(BaseModel):
     # the imputed value (from the train split) for a missing cell: a date's is its days since 1970-01-01
     fill: float | str | None = None
     indicator: bool = False  # one more feature: 1 where the cell was missing
-    # date: how its cells write dates, a table_reader.DATE_FORMS entry (`m/d/yyyy`, `d.m.yyyy`, ...);
+    # date: how its cells write dates, a table_reader.DATE_FORMS entry (`m/d/yyyy`, `d.m.yyyy`,
+    # `m/d/yyyy h:mm AM/PM`, `d mon yyyy`, `mon d, yyyy`, ...);
     # None: ISO 8601 (or a Parquet date or timestamp column), as every date column before smlt read others
     date_format: DateFormat | None = None
 

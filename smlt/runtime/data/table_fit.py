@@ -8,7 +8,8 @@ bounded memory, for
   (`LabelFit.labelled`);
 - each feature column: numeric (every cell a number), date (every present cell an ISO-8601 date,
   or every one a spreadsheet's `3/15/2024`, `15.03.2024`, ... with the day-month order its largest
-  fields decide over the whole column, table_reader.parse_dates; or a Parquet date/timestamp) or
+  fields decide over the whole column, or `15-Mar-2024`, `Mar 15, 2024`, ..., times 24-hour or
+  all AM/PM, table_reader.parse_dates; or a Parquet date/timestamp) or
   text, and the train split's statistics
   of its transform (its levels and most frequent value; its median, a date's in days since
   1970-01-01, settled in the second pass; whether a date has times of day);
@@ -47,7 +48,15 @@ from smlt.runtime.data.manifest import (
 )
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.stats import MAX_LEVELS, Levels, Median, Moments
-from smlt.runtime.data.table_reader import DATE_ORDER_UNTOLD, Block, DateShape, date_form
+from smlt.runtime.data.table_reader import (
+    DATE_ORDER_UNTOLD,
+    NAMED_ORDER,
+    NAMED_STYLES,
+    Block,
+    DateShape,
+    date_form,
+    same_clock,
+)
 from smlt.runtime.errors import InvalidDataset
 
 # Numbers kept in memory for all the numeric columns' medians together (8 bytes each).
@@ -487,13 +496,15 @@ class ColumnFit:
         sep = self.date_shape.sep
         if sep in ("", "iso") or self.median_order is None:
             return None
-        return cast(DateFormat, date_form(sep, self.median_order))
+        return cast(DateFormat, date_form(sep, self.median_order, self.date_shape.clock))
 
     def _settled_order(self) -> str | None:
         """The day-month order the largest fields seen decide (a first above 12: day first; a
         second above 12: month first); None while they leave it open. Both, or one against the
-        order told: not dates (`dates` False)."""
+        order told: not dates (`dates` False). A month by name settles it (NAMED_ORDER)."""
         shape = self.date_shape
+        if shape.sep in NAMED_STYLES:
+            return NAMED_ORDER
         day_first, month_first = shape.first > 12, shape.second > 12
         found = "day_first" if day_first else "month_first" if month_first else None
         if (day_first and month_first) or (found and self.date_order and found != self.date_order):
@@ -598,7 +609,9 @@ class ColumnFit:
                 other = block.dates(
                     self.name,
                     date_form(
-                        self.date_shape.sep, "day_first" if self.median_order == "month_first" else "month_first"
+                        self.date_shape.sep,
+                        "day_first" if self.median_order == "month_first" else "month_first",
+                        self.date_shape.clock,
                     ),
                 )
                 assert other is not None, "a day and a month of at most 12 read either way"
@@ -619,7 +632,10 @@ class ColumnFit:
             return None
         if not shape.sep:  # no present cell
             return block.dates(self.name)
-        self.date_shape = DateShape(shape.sep, max(mine.first, shape.first), max(mine.second, shape.second))
+        clock = same_clock(mine.clock, shape.clock)
+        if clock is None:  # 24-hour times in some blocks, AM/PM in others
+            return None
+        self.date_shape = DateShape(shape.sep, max(mine.first, shape.first), max(mine.second, shape.second), clock)
         if shape.sep == "iso":
             return block.dates(self.name)
         order = self._settled_order()
@@ -762,11 +778,13 @@ class ColumnFit:
         their fields leave one order); True when the dates' medians were merged here, in the order
         both files' fields decide (while they leave it open, in either)."""
         mine, theirs = self.date_shape, other.date_shape
+        clock = same_clock(mine.clock, theirs.clock)
         self.dates = self.dates and other.dates and not (mine.sep and theirs.sep and mine.sep != theirs.sep)
-        if not self.dates:
+        self.dates = self.dates and clock is not None
+        if not self.dates or clock is None:
             return False
         sep = mine.sep or theirs.sep
-        self.date_shape = DateShape(sep, max(mine.first, theirs.first), max(mine.second, theirs.second))
+        self.date_shape = DateShape(sep, max(mine.first, theirs.first), max(mine.second, theirs.second), clock)
         if sep in ("", "iso") or self.fixed is not None:
             return False
         order = self._settled_order()
@@ -792,6 +810,8 @@ class ColumnFit:
         shape = self.date_shape
         if self.fixed is not None:
             return f"written {form} as the pipeline's"
+        if shape.sep in NAMED_STYLES:
+            return f"written {form}"
         if shape.first > 12:
             return f"written {form}: a first field above 12 is a day"
         if shape.second > 12:
@@ -802,7 +822,7 @@ class ColumnFit:
         by = "Excel's US" if shape.sep == "/" else "the European"
         return (
             f"written {form} as {by} default: no day or month above 12 tells which comes first; "
-            f'--date-order {other} (a job\'s dataset: "date_order": "{other}") reads {date_form(shape.sep, other)}'
+            f'--date-order {other} (a job\'s dataset: "date_order": "{other}") reads {date_form(shape.sep, other, shape.clock)}'
         )
 
     def transform(self, impute: bool) -> ColumnTransform:

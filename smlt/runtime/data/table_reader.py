@@ -11,7 +11,8 @@ file is read by record batches (pyarrow's `iter_batches`, one row group at a tim
 number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`,
 `_spread`; a JSON Lines file's lists of numbers too). A block's cells stay Arrow arrays
 until asked for as numbers (float64, NaN where a cell is empty), as dates (days since 1970-01-01,
-`parse_dates`: ISO 8601, or `3/15/2024`, `15.03.2024`, ... in an order `date_shape`'s fields decide) or as text (stripped, null where empty): numbers and dates cost a cast, not a
+`parse_dates`: ISO 8601, or `3/15/2024`, `15.03.2024`, ... in an order `date_shape`'s fields decide,
+`15-Mar-2024`, `Mar 15, 2024`, ..., with 24-hour or AM/PM times) or as text (stripped, null where empty): numbers and dates cost a cast, not a
 Python string per cell.
 
 A text cell (a CSV's, a JSON Lines file's) that is a missing-value marker (MISSING_MARKERS: R
@@ -228,7 +229,9 @@ class Block:
             text = self.number_text(name)
             if text.null_count == len(text):
                 return DateShape("")
-            return DateShape("iso") if self.dates(name) is not None else written_shape(text)
+            if written_style(text) is not None:  # no ISO date: spare the cast's failure (~1.8 us a cell)
+                return written_shape(text)
+            return DateShape("iso") if self.dates(name) is not None else None
         return None
 
     def first_not_a_date(self, name: str, form: str | None = None) -> int:
@@ -333,9 +336,12 @@ def parse_dates(text: Any, form: str | None = None) -> tuple[np.ndarray, np.ndar
 
     A DATE_FORMS entry (`m/d/yyyy`, `d.m.yyyy`, ...): the day and month in that order, one or two
     digits each, and a four-digit year, separated by that form's `/`, `.` or `-`, optionally a
-    24-hour time after a space (`3/17/2024 14:05`, `3/17/2024 9:05:30.5`): each cell is rewritten
-    as the ISO date it means and read by the same cast (no zone), so `3/17/2024` is `2024-03-17`
-    to the last bit; a day the month does not have (`2/30/2024`) or an hour past 23 is not a date."""
+    24-hour time after a space (`3/17/2024 14:05`, `3/17/2024 9:05:30.5`); a NAMED_STYLES entry:
+    the month by name (`17-Mar-2024`, `17 March 2024`, `Mar 17, 2024`); a ` h:mm AM/PM` entry: the
+    time, if any, 12-hour (`3/17/2024 2:05 PM`, `12:05 am` is 00:05). Each cell is rewritten as the
+    ISO date it means and read by the same cast (no zone), so `3/17/2024` is `2024-03-17` to the
+    last bit; a day the month does not have (`2/30/2024`), an hour past 23, or an AM/PM hour
+    outside 1-12 is not a date."""
     import pyarrow as pa
 
     if form is not None:
@@ -351,90 +357,183 @@ def parse_dates(text: Any, form: str | None = None) -> tuple[np.ndarray, np.ndar
 
 
 # Dates as spreadsheets (Excel, Google Sheets, their CSV exports) write them: a day and a month of
-# one or two digits in either order, then a four-digit year, separated by `/`, `.` or `-`; read
-# by `parse_dates` and recorded in a date column's ColumnTransform.date_format (None: ISO 8601).
-DATE_FORMS = ("m/d/yyyy", "d/m/yyyy", "m.d.yyyy", "d.m.yyyy", "m-d-yyyy", "d-m-yyyy")
+# one or two digits in either order, then a four-digit year, separated by `/`, `.` or `-`; or the
+# month's English name or its three-letter abbreviation (any case, `Sept` too) with a four-digit
+# year (`15-Mar-2024`, `15 March 2024`, `Mar 15, 2024`); optionally a time after a space, 24-hour
+# (`14:05`) or 12-hour (`2:05 PM`, the form's ` h:mm AM/PM` entries). Read by `parse_dates` and
+# recorded in a date column's ColumnTransform.date_format (None: ISO 8601).
 DATE_SEPARATORS = "/.-"
+NAMED_STYLES = ("d-mon-yyyy", "d mon yyyy", "mon d, yyyy")  # the month by name: no order to decide
+CLOCK_12 = " h:mm AM/PM"
+DATE_FORMS = tuple(
+    f"{style}{clock}"
+    for style in ("m/d/yyyy", "d/m/yyyy", "m.d.yyyy", "d.m.yyyy", "m-d-yyyy", "d-m-yyyy", *NAMED_STYLES)
+    for clock in ("", CLOCK_12)
+)
 # Which order a column whose every day and month are at most 12 is read in, by separator: `/` as
 # Excel's US default writes it, `.` and `-` as European (and most other) spreadsheets do.
 DATE_ORDER_UNTOLD = {"/": "month_first", ".": "day_first", "-": "day_first"}
+# the order of a named month's style: its name says which field is the month
+NAMED_ORDER = "named"
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH = (
+    r"(?P<mon>(?i:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?))"
+)
+_DAY, _YEAR = r"(?P<d>\d{1,2})", r"(?P<y>\d{4})"
+_DATE_PART = {
+    **{sep: rf"(?P<a>\d{{1,2}}){re.escape(sep)}(?P<b>\d{{1,2}}){re.escape(sep)}{_YEAR}" for sep in DATE_SEPARATORS},
+    "d-mon-yyyy": rf"{_DAY}-{_MONTH}-{_YEAR}",
+    "d mon yyyy": rf"{_DAY} {_MONTH} {_YEAR}",
+    "mon d, yyyy": rf"{_MONTH} {_DAY}, {_YEAR}",
+}
+# the time after the date: `clock` "24" (14:05, 14:05:30.5), "12" (2:05 PM, 2:05:30 pm) or "any"
+_CLOCK = {
+    "24": r"(?: (?P<h>\d{1,2}):(?P<m>\d{2})(?::(?P<s>\d{2}(?:\.\d+)?))?)?",
+    "12": r"(?: (?P<h>\d{1,2}):(?P<m>\d{2})(?::(?P<s>\d{2}(?:\.\d+)?))? ?(?P<p>[AaPp][Mm]))?",
+    "any": r"(?: (?P<h>\d{1,2}):(?P<m>\d{2})(?::(?P<s>\d{2}(?:\.\d+)?))?(?: ?(?P<p>[AaPp][Mm]))?)?",
+}
+_WRITTEN = {(style, clock): f"^{date}{time}$" for style, date in _DATE_PART.items() for clock, time in _CLOCK.items()}
+_WRITTEN_PY = {key: re.compile(pattern) for key, pattern in _WRITTEN.items()}
 
 
-def _written(sep: str) -> str:
-    s = re.escape(sep)
-    return (
-        rf"^(?P<a>\d{{1,2}}){s}(?P<b>\d{{1,2}}){s}(?P<y>\d{{4}})"
-        rf"(?: (?P<h>\d{{1,2}}):(?P<m>\d{{2}})(?::(?P<s>\d{{2}}(?:\.\d+)?))?)?$"
-    )
+def date_form(sep: str, order: str, clock: str = "") -> str:
+    """The DATE_FORMS entry of a style (a separator, or a NAMED_STYLES entry), an order
+    (`month_first`, `day_first`; NAMED_ORDER for a named month) and a clock ("12": AM/PM)."""
+    if sep in NAMED_STYLES:
+        style = sep
+    else:
+        style = f"m{sep}d{sep}yyyy" if order == "month_first" else f"d{sep}m{sep}yyyy"
+    return style + (CLOCK_12 if clock == "12" else "")
 
 
-_WRITTEN = {sep: _written(sep) for sep in DATE_SEPARATORS}
-_WRITTEN_PY = {sep: re.compile(pattern) for sep, pattern in _WRITTEN.items()}
-
-
-def date_form(sep: str, order: str) -> str:
-    """The DATE_FORMS entry of a separator and an order (`month_first`, `day_first`)."""
-    return f"m{sep}d{sep}yyyy" if order == "month_first" else f"d{sep}m{sep}yyyy"
+def _form_parts(form: str) -> tuple[str, str, str]:
+    """A DATE_FORMS entry's style (separator or NAMED_STYLES entry), order and clock ("24", "12")."""
+    clock = "12" if form.endswith(CLOCK_12) else "24"
+    style = form.removesuffix(CLOCK_12)
+    if style in NAMED_STYLES:
+        return style, NAMED_ORDER, clock
+    return style[1], "month_first" if style[0] == "m" else "day_first", clock
 
 
 @dataclass(frozen=True)
 class DateShape:
     """How a column's present cells write dates: `sep` "" when none is present, "iso" (ISO 8601,
-    or a Parquet date or timestamp), else the separator of a DATE_FORMS date, with the largest
-    first and second field (a first above 12 is a day, so the day comes first; a second above
-    12, the month first)."""
+    or a Parquet date or timestamp), else the separator of a day-and-month-in-numbers date, with
+    the largest first and second field (a first above 12 is a day, so the day comes first; a
+    second above 12, the month first), or a NAMED_STYLES entry; `clock` "" when no cell has a
+    time of day, "24" or "12" (AM/PM) for how those that do write it."""
 
     sep: str
     first: int = 0
     second: int = 0
+    clock: str = ""
+
+
+def same_clock(a: str, b: str) -> str | None:
+    """Two shapes' clocks together ("" with either), or None when one is 24-hour, the other AM/PM."""
+    return None if a and b and a != b else a or b
 
 
 def date_shape(text: Any) -> DateShape | None:
     """How a pyarrow string array's present cells write dates, or None when they are not all ISO
-    dates (`parse_dates`) nor all one separator's DATE_FORMS dates (a mix is no date column)."""
+    dates (`parse_dates`) nor all one style's DATE_FORMS dates (a mix is no date column)."""
 
     if text.null_count == len(text):
         return DateShape("")
-    return DateShape("iso") if parse_dates(text) is not None else written_shape(text)
+    if written_style(text) is not None:
+        return written_shape(text)
+    return DateShape("iso") if parse_dates(text) is not None else None
+
+
+def written_style(text: Any) -> str | None:
+    """The DATE_FORMS style (a separator or a NAMED_STYLES entry) the first present cell of a
+    pyarrow string array (not all empty) is written in, or None."""
+    first = str(text.filter(text.is_valid())[0].as_py()) if text.null_count else str(text[0].as_py())
+    return next((s for s in _DATE_PART if _WRITTEN_PY[s, "any"].match(first)), None)
 
 
 def written_shape(text: Any) -> DateShape | None:
-    """`date_shape` of cells that are not all ISO dates (and not all empty): one separator's
-    DATE_FORMS dates, or None."""
+    """`date_shape` of cells that are not all ISO dates (and not all empty): one style's
+    DATE_FORMS dates, their times all 24-hour or all AM/PM (hours 1-12), or None."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     present = text.drop_null()
-    first = str(present[0].as_py())
-    sep = next((s for s in DATE_SEPARATORS if _WRITTEN_PY[s].match(first)), None)
+    sep = written_style(present)
     if sep is None:
         return None
-    fields = pc.extract_regex(present, _WRITTEN[sep])
+    pattern = _WRITTEN_PY[sep, "any"]
+    fields = pc.extract_regex(present, _WRITTEN[sep, "any"])
     if fields.null_count:
         return None
-    first_field = pc.max(fields.field(0).cast(pa.int32())).as_py()
-    second_field = pc.max(fields.field(1).cast(pa.int32())).as_py()
-    return DateShape(sep, int(first_field), int(second_field))
+    hour, half = (pc.struct_field(fields, [pattern.groupindex[g] - 1]) for g in ("h", "p"))
+    twelve, timed = pc.not_equal(half, ""), pc.not_equal(hour, "")
+    clock = ""
+    if pc.any(twelve).as_py():
+        if pc.any(pc.and_(timed, pc.invert(twelve))).as_py():
+            return None  # some times 24-hour, some AM/PM
+        hours = pc.filter(hour, twelve).cast(pa.int32())
+        if pc.min(hours).as_py() < 1 or pc.max(hours).as_py() > 12:
+            return None
+        clock = "12"
+    elif pc.any(timed).as_py():
+        clock = "24"
+    if sep in NAMED_STYLES:
+        return DateShape(sep, clock=clock)
+    first_field = pc.max(pc.struct_field(fields, [0]).cast(pa.int32())).as_py()
+    second_field = pc.max(pc.struct_field(fields, [1]).cast(pa.int32())).as_py()
+    return DateShape(sep, int(first_field), int(second_field), clock)
 
 
 def _as_iso(text: Any, form: str) -> Any:
     """`form` dates (DATE_FORMS) rewritten as the ISO-8601 dates they mean (null where empty), or
-    None when a present cell is not written so."""
+    None when a present cell is not written so (an AM/PM hour outside 1-12 included)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    fields = pc.extract_regex(text, _WRITTEN[form[1]])
+    sep, order, clock = _form_parts(form)
+    pattern = _WRITTEN_PY[sep, clock]
+    fields = pc.extract_regex(text, _WRITTEN[sep, clock])
     if fields.null_count != text.null_count:
         return None
-    field = [pc.struct_field(fields, [k]) for k in range(6)]
-    month, day = (field[0], field[1]) if form[0] == "m" else (field[1], field[0])
+
+    def group(name: str) -> Any:
+        return pc.struct_field(fields, [pattern.groupindex[name] - 1])
+
     pad = lambda f: pc.utf8_lpad(f, width=2, padding="0")  # noqa: E731
-    date = pc.binary_join_element_wise(field[2], pad(month), pad(day), "-")
-    hour, minute, second = field[3], field[4], field[5]
-    clock = pc.binary_join_element_wise(pad(hour), minute, ":")
-    clock = pc.if_else(pc.equal(second, ""), clock, pc.binary_join_element_wise(clock, second, ":"))
-    stamp = pc.if_else(pc.equal(hour, ""), date, pc.binary_join_element_wise(date, clock, " "))
+    if order == NAMED_ORDER:
+        name = pc.utf8_lower(pc.utf8_slice_codeunits(group("mon"), 0, 3))
+        month = pc.add(pc.index_in(name, value_set=pa.array(MONTHS)), 1).cast(pa.string())
+        day = group("d")
+    else:
+        month, day = (group("a"), group("b")) if order == "month_first" else (group("b"), group("a"))
+    date = pc.binary_join_element_wise(group("y"), pad(month), pad(day), "-")
+    hour, minute, second = group("h"), group("m"), group("s")
+    if clock == "12":  # 12 AM is hour 0, 12 PM hour 12, 1 PM hour 13; no hour 0 nor above 12
+        timed = pc.not_equal(hour, "")
+        h12 = pc.if_else(timed, hour, "12").cast(pa.int32())
+        if pc.any(pc.or_(pc.less(h12, 1), pc.greater(h12, 12))).as_py():
+            return None
+        pm = pc.equal(pc.utf8_upper(group("p")), "PM")
+        h24 = pc.add(pc.if_else(pc.equal(h12, 12), 0, h12), pc.if_else(pm, 12, 0))
+        hour = pc.if_else(timed, h24.cast(pa.string()), "")
+    clock_text = pc.binary_join_element_wise(pad(hour), minute, ":")
+    clock_text = pc.if_else(pc.equal(second, ""), clock_text, pc.binary_join_element_wise(clock_text, second, ":"))
+    stamp = pc.if_else(pc.equal(hour, ""), date, pc.binary_join_element_wise(date, clock_text, " "))
     return pc.if_else(text.is_null(), pa.scalar(None, pa.string()), stamp)
+
+
+def date_example(form: str) -> tuple[str, str, str]:
+    """17 March 2024 as `form` (a DATE_FORMS entry) writes it: the date, with a time, with seconds."""
+    sep, order, clock = _form_parts(form)
+    if order == NAMED_ORDER:
+        date = {"d-mon-yyyy": "17-Mar-2024", "d mon yyyy": "17 Mar 2024", "mon d, yyyy": "Mar 17, 2024"}[sep]
+    else:
+        date = sep.join(["3", "17", "2024"] if order == "month_first" else ["17", "3", "2024"])
+    if clock == "12":
+        return date, f"{date} 2:05 PM", f"{date} 2:05:30 PM"
+    return date, f"{date} 10:05", f"{date} 10:05:30"
 
 
 _US_PER_DAY = 86_400_000_000

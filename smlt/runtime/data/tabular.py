@@ -4,8 +4,8 @@ file).
 
 A column is numeric when every cell is a number or empty (a missing marker such as `NA` is an
 empty cell there: table_reader.Block.number_text); a text column whose every present cell is an
-ISO-8601 date, or a date as spreadsheets write one in the column's recorded day-month order
-(ColumnTransform.date_format), or a Parquet date/timestamp column, is a date column, its features days since
+ISO-8601 date, or a date as spreadsheets write one in the column's recorded format (day-month
+order, month names, 12-hour times: ColumnTransform.date_format), or a Parquet date/timestamp column, is a date column, its features days since
 1970-01-01, month, day of the week and, when it has times, the hour (`date_features`); other text
 columns are one-hot encoded when the train split has few levels and hashed into a fixed number of
 buckets otherwise (Cirrus's preprocessing), unless they are free text (`is_free_text`: many distinct
@@ -34,7 +34,7 @@ import numpy as np
 
 from smlt.runtime.data.arrays import FIX_ROWS, FLOAT32_MAX, standardise
 from smlt.runtime.data.manifest import ColumnTransform, Manifest
-from smlt.runtime.data.table_reader import parse_dates, unnamed
+from smlt.runtime.data.table_reader import date_example, parse_dates, unnamed
 from smlt.runtime.errors import InvalidDataset
 
 if TYPE_CHECKING:
@@ -454,9 +454,8 @@ def date_written(form: str | None) -> str:
     """How a date column's cells are to be written (`form`: a ColumnTransform.date_format), for a refusal."""
     if form is None:
         return DATE_WRITTEN
-    sep = form[1]
-    date = sep.join(["3", "17", "2024"] if form[0] == "m" else ["17", "3", "2024"])
-    return f"(written {form} as the column's other dates: {date}, {date} 10:05 or {date} 10:05:30)"
+    date, timed, seconds = date_example(form)
+    return f"(written {form} as the column's other dates: {date}, {timed} or {seconds})"
 
 
 def apply_columns(manifest: Manifest, rows: Table) -> np.ndarray:
