@@ -221,7 +221,7 @@ def predict(
 ) -> Predictions:
     """Predict with a run's model (a LoadedModel, or what `load_model` takes) on `data`: a .csv /
     .parquet / .xlsx / .npz file, an image or image folder, a prepared dataset (its `split`), a DataFrame or
-    an array. With `out` (.csv or .parquet) the predictions are also written there. `id_column`: a
+    an array. With `out` (.csv, .parquet or .xlsx) the predictions are also written there. `id_column`: a
     table's column that names each prediction (`PassengerId`), instead of its line or row number."""
     loaded = model if isinstance(model, LoadedModel) else load_model(model, out=runs, stack=stack)
     result = loaded.predict(data, split=split, id_column=id_column)

@@ -14,12 +14,18 @@ refitted. Predictions come back as class names, or regression values in the user
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
+import itertools
 import math
+import os
 import re
+import secrets
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import torch
@@ -303,10 +309,13 @@ class Predictions:
         return header, body
 
     def write(self, path: str | Path) -> Path:
-        """The predictions as a .csv or .parquet table: one row per input row."""
+        """The predictions as a .csv, .parquet or .xlsx table: one row per input row, the same
+        columns and values in each (`_write_xlsx` has the workbook's)."""
         path = Path(path)
         header, body = self.rows()
-        if path.suffix.lower() in (".parquet", ".pq"):
+        if path.suffix.lower() == ".xlsx":
+            _write_xlsx(path, header, body)
+        elif path.suffix.lower() in (".parquet", ".pq"):
             import pyarrow as pa
             import pyarrow.parquet as pq
 
@@ -317,8 +326,105 @@ class Predictions:
                 w.writerow(header)
                 w.writerows(body)
         else:
-            raise InvalidDataset(f"--out {path}: write predictions to a .csv or .parquet file")
+            raise InvalidDataset(f"--out {path}: write predictions to a .csv, .parquet or .xlsx file")
         return path
+
+
+# An Excel sheet's size: its rows (the header's one too) and columns, and the characters of a cell.
+XLSX_MAX_ROWS = 1_048_576
+XLSX_MAX_COLUMNS = 16_384
+XLSX_MAX_TEXT = 32_767
+
+
+def _write_xlsx(path: Path, header: list[str], body: list[list[Any]]) -> None:
+    """The predictions table as a workbook of one sheet, `predictions`: the header row, then a row
+    per prediction with the values the CSV holds, numbers as numbers (a probability, a regression
+    value: a float as the CSV writes it) and text as text (ids, as in the Parquet file; `=...` and
+    `#N/A` too, never a formula or an error). A NaN is an empty cell, an infinity the text `inf` /
+    `-inf` (as pandas' to_excel writes them). More rows or columns than a sheet holds, or a text a
+    cell cannot hold, are refused before anything is written. Written by openpyxl's write-only
+    mode, whole or not at all (`_replace_whole`)."""
+    _refuse_what_a_sheet_cannot_hold(path, header, body)
+    from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.cell.cell import ERROR_CODES
+
+    wb = Workbook(write_only=True)
+    ws = wb.create_sheet("predictions")
+
+    def typed(text: str, data_type: str) -> Any:
+        written = WriteOnlyCell(ws, text)
+        written.data_type = data_type
+        return written
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, float):
+            if math.isnan(value):
+                return None
+            if math.isinf(value):
+                return "inf" if value > 0 else "-inf"
+            # Its shortest exact text, as the CSV holds it (openpyxl's own "%.16g" can round a
+            # double's last digit, and writes 2.0 as 2, read back as an int).
+            return typed(repr(value), "n")
+        if isinstance(value, str) and (value.startswith("=") or value in ERROR_CODES):
+            return typed(value, "s")  # text, not a formula nor an error (#N/A)
+        return value
+
+    def write(f: BinaryIO) -> None:
+        ws.append([cell(h) for h in header])
+        for values in body:
+            ws.append([cell(v) for v in values])
+        wb.save(f)
+
+    _replace_whole(path, write)
+
+
+def _refuse_what_a_sheet_cannot_hold(path: Path, header: list[str], body: list[list[Any]]) -> None:
+    """InvalidDataset for more rows or columns than an Excel sheet holds, or the first text no
+    cell can hold (a control character, more than 32,767 characters), naming .csv and .parquet."""
+    if len(body) + 1 > XLSX_MAX_ROWS:
+        raise InvalidDataset(
+            f"--out {path}: {len(body):,} predictions and the header are more rows than an Excel sheet holds "
+            f"({XLSX_MAX_ROWS:,}): write them to a .csv or .parquet file"
+        )
+    if len(header) > XLSX_MAX_COLUMNS:
+        raise InvalidDataset(
+            f"--out {path}: {len(header):,} columns are more than an Excel sheet holds ({XLSX_MAX_COLUMNS:,}): "
+            "write them to a .csv or .parquet file"
+        )
+    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+
+    for row, values in enumerate(itertools.chain([header], body), start=1):
+        for value, column in zip(values, header):
+            if isinstance(value, str) and (len(value) > XLSX_MAX_TEXT or ILLEGAL_CHARACTERS_RE.search(value)):
+                what = f"{len(value):,} characters" if len(value) > XLSX_MAX_TEXT else "a control character"
+                raise InvalidDataset(
+                    f"--out {path}: row {row}, column {column!r}: {value[:40]!r} holds {what}, which an Excel "
+                    "cell cannot hold: write the predictions to a .csv or .parquet file"
+                )
+
+
+def _replace_whole(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """`write` a new file beside `path` and rename it over `path` when whole: never a half-written
+    file there. An existing file is replaced as an overwrite (the CSV's `open("w")`) treats it:
+    through a symlink, its permissions kept, refused when it is not writable; a new one gets the
+    umask's."""
+    target = Path(os.path.realpath(path))
+    mode = None
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        mode = stat.S_IMODE(target.stat().st_mode)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            write(f)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass

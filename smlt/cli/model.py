@@ -32,7 +32,12 @@ def add_commands(sub: Any) -> None:
         help="a .csv, .tsv, .parquet, .jsonl (a .csv, .tsv or .jsonl also .gz, .bz2, .xz), .xlsx or .npz file, an image or "
         "image folder, or a prepared dataset folder",
     )
-    p.add_argument("--out", required=True, help="predictions file (.csv or .parquet)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="predictions file: .csv, .parquet or .xlsx (an Excel workbook, its one sheet `predictions`; "
+        "at most 1,048,575 predictions)",
+    )
     p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
     p.add_argument(
         "--id", dest="id_column", metavar="COLUMN", help="a table's column naming each row (default: its line or row)"
