@@ -702,8 +702,16 @@ def _table(manifest: Manifest, table: Table, id_column: str | None = None) -> In
     if id_column is None:
         return Inputs(x, [f"{table.unit} {int(r)}" for r in table.rows], truth, notes=notes)
     cells = table.columns[id_column]
-    ids = [("" if np.isnan(v) else f"{v:g}") for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
+    ids = [_number_id(float(v)) for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
     return Inputs(x, ids, truth, id_column, notes)
+
+
+def _number_id(v: float) -> str:
+    """An id read as a number (the column is one of the model's numbers too) as it was written:
+    1234567, not `1.23457e+06`; 0.5 as 0.5; a missing cell empty."""
+    if np.isnan(v):
+        return ""
+    return str(int(v)) if v.is_integer() and abs(v) < 2**53 else repr(v)
 
 
 # Unused columns named in a notice.

@@ -91,6 +91,10 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
     named.write_text("ref,size,colour\nA-1,15.0,red\nB-2,4.0,blue\n")
     by_ref = model.predict(named, id_column="ref")
     assert by_ref.ids == ["A-1", "B-2"] and by_ref.rows()[0][0] == "ref"
+    # A number column of the model as the id: its cells as written (1234567, not 1.23457e+06).
+    sized = tmp_path / "sized.csv"
+    sized.write_text("size,colour\n1234567,red\n4.25,blue\n,red\n")
+    assert model.predict(sized, id_column="size").ids == ["1234567", "4.25", ""]
     with pytest.raises(
         InvalidDataset, match=r"named.csv: id column \(--id\): no column 'refs' \(did you mean 'ref'\?\)"
     ):
