@@ -22,7 +22,8 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -41,6 +42,7 @@ from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import table_suffix
 from smlt.runtime.data.tabular import (
     Table,
+    TableUnseen,
     apply_columns,
     missing,
     no_column,
@@ -288,46 +290,79 @@ class Predictions:
 
     def rows(self) -> tuple[list[str], list[list[Any]]]:
         """(header, rows) of the predictions table written by `write`."""
+        return self._header(), list(self._body())
+
+    def _header(self) -> list[str]:
         if self.index is not None:
-            header = [self.id_name, "prediction", "probability"]
-            body: list[list[Any]] = [
-                [i, label, round(float(p), 6)] for i, label, p in zip(self.ids, self.labels, self.probability)
-            ]
-            if self.truth is not None:
-                header.append("label")
-                for row, t in zip(body, self.truth):
-                    row.append(self.columns[int(t)])
-            return header, body
+            return [self.id_name, "prediction", "probability"] + (["label"] if self.truth is not None else [])
         assert self.values is not None
-        names = self.columns if len(self.columns) == self.values.shape[1] else ["prediction"]
-        header = [self.id_name, *names]
-        body = [[i, *(float(v) for v in vs)] for i, vs in zip(self.ids, self.values)]
-        if self.truth is not None:  # the data's own values beside the predictions, as a label is
-            header += [f"{n}_true" for n in names]
-            for row, t in zip(body, self.truth.reshape(self.values.shape)):
-                row.extend(float(v) for v in t)
-        return header, body
+        names = self._names()
+        return [self.id_name, *names] + ([f"{n}_true" for n in names] if self.truth is not None else [])
+
+    def _names(self) -> list[str]:
+        assert self.values is not None
+        return self.columns if len(self.columns) == self.values.shape[1] else ["prediction"]
+
+    def _body(self) -> Iterator[list[Any]]:
+        """The rows of `rows`, one at a time (a file of millions is written without them all in memory)."""
+        if self.index is not None:
+            labels = (self.columns[i] for i in self.index)
+            body = ([i, label, round(float(p), 6)] for i, label, p in zip(self.ids, labels, self.probability))
+            if self.truth is None:
+                yield from body
+                return
+            for row, t in zip(body, self.truth):  # the data's own label beside the prediction
+                row.append(self.columns[int(t)])
+                yield row
+            return
+        assert self.values is not None
+        values = ([i, *(float(v) for v in vs)] for i, vs in zip(self.ids, self.values))
+        if self.truth is None:
+            yield from values
+            return
+        for row, t in zip(values, self.truth.reshape(self.values.shape)):  # the data's own values, as a label is
+            row.extend(float(v) for v in t)
+            yield row
 
     def write(self, path: str | Path) -> Path:
         """The predictions as a .csv, .parquet or .xlsx table: one row per input row, the same
-        columns and values in each (`_write_xlsx` has the workbook's)."""
+        columns and values in each (`_write_xlsx` has the workbook's). A CSV is written a row at a
+        time and a Parquet file's columns built PARQUET_CHUNK rows at a time: the predictions' own
+        memory, and little more."""
         path = Path(path)
-        header, body = self.rows()
         if path.suffix.lower() == ".xlsx":
-            _write_xlsx(path, header, body)
+            _write_xlsx(path, *self.rows())
         elif path.suffix.lower() in (".parquet", ".pq"):
-            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pq.write_table(pa.table({h: [r[j] for r in body] for j, h in enumerate(header)}), path)
+            pq.write_table(self._arrow(), path)
         elif path.suffix.lower() == ".csv":
             with path.open("w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(header)
-                w.writerows(body)
+                w.writerow(self._header())
+                w.writerows(self._body())
         else:
             raise InvalidDataset(f"--out {path}: write predictions to a .csv, .parquet or .xlsx file")
         return path
+
+    def _arrow(self) -> Any:
+        """The table `write` puts in a Parquet file: each column as pyarrow reads the rows' values
+        (text, float64), built from PARQUET_CHUNK rows at a time."""
+        import pyarrow as pa
+
+        header = self._header()
+        parts: list[list[Any]] = [[] for _ in header]
+        body = self._body()
+        while chunk := list(itertools.islice(body, PARQUET_CHUNK)):
+            for j, column in enumerate(parts):
+                column.append(pa.array([r[j] for r in chunk]))
+        if not parts[0]:  # no rows: the columns of empty lists
+            return pa.table({h: [] for h in header})
+        return pa.table({h: pa.concat_arrays(column) for h, column in zip(header, parts)})
+
+
+# Predictions turned into a Parquet file's columns at a time.
+PARQUET_CHUNK = 65_536
 
 
 # An Excel sheet's size: its rows (the header's one too) and columns, and the characters of a cell.
@@ -486,16 +521,58 @@ class LoadedModel:
         return serving_input(self, data, split)
 
     def predict(self, data: Any, split: str = "validation", id_column: str | None = None) -> Predictions:
+        """Predictions on `data` (as `inputs` reads it). A table file or a DataFrame is read, transformed
+        and predicted on block by block (`_predict_table`): its memory is a block's and the
+        predictions', whatever the file's size; the predictions and notes are those of the rows read whole."""
+        if not isinstance(data, Inputs) and self.card.features is not None and _streams(self.manifest, data):
+            return self._predict_table(data, id_column)
         rows = data if isinstance(data, Inputs) else self.inputs(data, split, id_column)
         return self.predict_rows(rows)
 
-    def predict_rows(self, rows: Inputs) -> Predictions:
+    def _forward(self, x: np.ndarray) -> np.ndarray:
+        """The model's outputs on stored rows, BATCH rows a forward pass."""
         outs = []
         with torch.no_grad():
-            for s in range(0, len(rows.x), BATCH):
-                batch = torch.from_numpy(np.ascontiguousarray(model_input(self.manifest, rows.x[s : s + BATCH])))
+            for s in range(0, len(x), BATCH):
+                batch = torch.from_numpy(np.ascontiguousarray(model_input(self.manifest, x[s : s + BATCH])))
                 outs.append(self.module(batch).float().numpy())
-        out = np.concatenate(outs) if outs else np.zeros((0, self.card.output_dim), np.float32)
+        return np.concatenate(outs) if outs else np.zeros((0, self.card.output_dim), np.float32)
+
+    def predict_rows(self, rows: Inputs) -> Predictions:
+        return self._predictions(self._forward(rows.x), rows)
+
+    def _predict_table(self, data: Any, id_column: str | None) -> Predictions:
+        """`predict` on a table file or DataFrame read block by block: each block's rows transformed
+        (the recorded column transforms) and run through the model in the same BATCH-row forward
+        passes as the rows read whole (the rows a pass holds carried from one block to the next),
+        only the outputs, ids and labels kept; the notes gathered over all the blocks (`_Gathered`).
+        A refusal is the one the rows read whole give (`_refusal`)."""
+        manifest = self.manifest
+        assert manifest.columns is not None
+        outs: list[np.ndarray] = []
+        carry = np.zeros((0, *manifest.x.shape), np.float32)
+        with _table_blocks(manifest, data, id_column) as (where, header, tables):
+            gathered = _Gathered(manifest, where, header, id_column)
+            for table in tables:
+                try:
+                    if gathered.id_absent is not None:
+                        raise gathered.id_absent
+                    x = apply_columns(manifest, table)
+                except InvalidDataset as e:
+                    raise _refusal(manifest, header, table, tables, e, gathered.id_absent) from None
+                gathered.add(table)
+                x = np.concatenate([carry, x]) if len(carry) else x
+                whole = len(x) // BATCH * BATCH
+                outs.append(self._forward(x[:whole]))
+                carry = x[whole:]
+            if gathered.read:
+                outs.append(self._forward(carry))
+                rows = gathered.inputs()
+        if not gathered.read:  # a file without rows: refused as the rows read whole are
+            return self.predict_rows(read_inputs(manifest, data, id_column=id_column))
+        return self._predictions(np.concatenate(outs), rows)
+
+    def _predictions(self, out: np.ndarray, rows: Inputs) -> Predictions:
         if self.card.task == "classification":
             probs = torch.softmax(torch.from_numpy(out), dim=1).numpy()
             return Predictions(
@@ -649,15 +726,21 @@ def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.nda
     names = [class_name(v.item() if hasattr(v, "item") else v) for v in labels]
     unknown = sorted({n for n in names if n not in index})
     if unknown:
-        from smlt.runtime.progress import notice
-
-        notice.info(
-            f"{where}: label {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not "
-            f"one of the model's classes ({', '.join(manifest.classes)}): predictions without the data's labels "
-            "or accuracy"
-        )
+        _tell_unknown_labels(manifest, unknown, where)
         return None
     return np.array([index[n] for n in names], np.int64)
+
+
+def _tell_unknown_labels(manifest: Manifest, unknown: list[str], where: str) -> None:
+    """The notice that the data's labels (`unknown`: those not the model's classes, sorted) are not
+    all the model's classes: no accuracy."""
+    from smlt.runtime.progress import notice
+
+    notice.info(
+        f"{where}: label {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not "
+        f"one of the model's classes ({', '.join(manifest.classes or [])}): predictions without the data's labels "
+        "or accuracy"
+    )
 
 
 def read_table_rows(manifest: Manifest, data: Any) -> Table:
@@ -729,15 +812,22 @@ def _told(manifest: Manifest, table: Table, id_column: str | None) -> list[str]:
 
     assert manifest.columns is not None
     notes = unseen_notices(manifest.columns, table) + drift.table_notices(manifest, table)
-    also = [n for n in (manifest.label, id_column) if n]
-    unused = unused_columns(manifest.columns, table, also)
-    if unused:
-        more = len(unused) - UNUSED_NAMED
-        names = ", ".join(unused[:UNUSED_NAMED]) + (f" and {more} more" if more > 0 else "")
-        notes.append(f"{table.path}: columns not used by the model: {names}")
+    notes += _unused_note(manifest, table, id_column)
     for note in notes:
         notice.warning(note)
     return notes
+
+
+def _unused_note(manifest: Manifest, table: Table, id_column: str | None) -> list[str]:
+    """The notice naming the table's columns the model does not use (its label and the id column aside)."""
+    assert manifest.columns is not None
+    also = [n for n in (manifest.label, id_column) if n]
+    unused = unused_columns(manifest.columns, table, also)
+    if not unused:
+        return []
+    more = len(unused) - UNUSED_NAMED
+    names = ", ".join(unused[:UNUSED_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return [f"{table.path}: columns not used by the model: {names}"]
 
 
 def _is_frame(data: Any) -> bool:
@@ -750,6 +840,15 @@ def _frame_table(df: Any, numeric: set[str]) -> Table:
     column names as text; its rows named by position (`row 0` first), its index not read. The CSV
     goes through a temporary file, written and read in blocks, and named `DataFrame` in errors (as
     a workbook's is named by the workbook: smlt.runtime.data.workbook)."""
+    with _frame_csv(df) as path:
+        table = read_table(path, numeric)
+    return Table("DataFrame", table.columns, np.arange(len(table)), "row")
+
+
+@contextmanager
+def _frame_csv(df: Any) -> Iterator[Path]:
+    """`df.to_csv(index=False)` in a temporary file, deleted after; a dataset error naming the file
+    inside names `DataFrame` (a column named twice, no rows)."""
     import tempfile
 
     from smlt.runtime.data.workbook import named_as
@@ -757,9 +856,292 @@ def _frame_table(df: Any, numeric: set[str]) -> Table:
     with tempfile.TemporaryDirectory(prefix="smlt-frame-") as tmp:
         path = Path(tmp) / "DataFrame.csv"
         df.to_csv(path, index=False)
-        with named_as(path, "DataFrame"):  # a column named twice, no rows
-            table = read_table(path, numeric)
-    return Table("DataFrame", table.columns, np.arange(len(table)), "row")
+        with named_as(path, "DataFrame"):
+            yield path
+
+
+# --- a table read block by block (LoadedModel._predict_table) --------------------------------
+
+
+def _streams(manifest: Manifest, data: Any) -> bool:
+    """Whether `predict` reads `data` block by block: a table file or a DataFrame, for a model of
+    named columns (another model refuses them as `read_inputs` does)."""
+    if manifest.columns is None:
+        return False
+    if _is_frame(data):
+        return True
+    if not isinstance(data, (str, Path)) or str(data).startswith("s3://"):
+        return False
+    return table_suffix(str(data)) in TABLE_SUFFIXES and Path(str(data)).is_file()
+
+
+@contextmanager
+def _table_blocks(
+    manifest: Manifest, data: Any, id_column: str | None
+) -> Iterator[tuple[str, list[str], Iterator[Table]]]:
+    """A table file's or DataFrame's name in messages, its header, and its blocks' rows as Tables,
+    each read as `read_table_rows` reads the whole file (`_block_cells`), with the columns predict
+    reads: the model's, its label and any id column (the others are named, with no cells). A
+    DataFrame goes through its CSV (`_frame_csv`), its rows named by position. Progress lines as
+    prepare prints them while a big file is read."""
+    assert manifest.columns is not None
+    from smlt.runtime.data.tables import open_table
+
+    numeric = {t.name for t in manifest.columns if t.kind in ("numeric", "date")}
+    wanted = {t.name for t in manifest.columns} | {manifest.label or "", id_column or ""}
+    frame = _is_frame(data)
+    with _frame_csv(data) if frame else _nothing(Path(str(data))) as path:
+        file = open_table(path)
+        as_float = _parquet_numbers(file, numeric)
+        where, unit = ("DataFrame", "row") if frame else (file.path, file.unit)
+
+        def tables(reading: Any) -> Iterator[Table]:
+            done = 0
+            for b in file.blocks(reading):
+                cells = {
+                    c: _block_cells(b, c, c in numeric, as_float.get(c, False)) if c in wanted else np.zeros(0)
+                    for c in file.columns
+                }
+                rows = np.arange(done, done + len(b)) if frame else b.rows
+                done += len(b)
+                yield Table(where, cells, rows, unit)
+            if reading is not None:
+                reading.done()
+
+        reading = None
+        if not frame:
+            from smlt.runtime.data.prepare import _Reading
+
+            reading = _Reading(where, "predicting", file.size, file.unit)
+        yield where, list(file.columns), tables(reading)
+
+
+@contextmanager
+def _nothing(path: Path) -> Iterator[Path]:
+    yield path
+
+
+def _parquet_numbers(file: Any, numeric: set[str]) -> dict[str, bool]:
+    """The model's number columns a Parquet file's Table holds as float64 (`tabular._cells`: those
+    whose every block is numbers: a number type, or text that is numbers in every block, found by
+    reading the file once more); a CSV's hold their text."""
+    from smlt.runtime.data.table_reader import _is_number_type, is_parquet
+
+    names = [c for c in file.columns if c in numeric]
+    if not names or not is_parquet(file.path):
+        return {}
+    import pyarrow as pa
+
+    blocks = file.blocks()
+    first = next(blocks, None)
+    blocks.close()
+    if first is None:
+        return {}
+    kinds = {c: first.cells[c].type for c in names}
+    found = {c: _is_number_type(t) for c, t in kinds.items()}
+    text = [c for c, t in kinds.items() if pa.types.is_string(t) or pa.types.is_large_string(t)]
+    if text:
+        found.update(dict.fromkeys(text, True))
+        for b in file.blocks():
+            for c in text:
+                found[c] = found[c] and b.numbers(c) is not None
+    return found
+
+
+def _block_cells(block: Any, name: str, numeric: bool, as_float: bool) -> np.ndarray:
+    """A block's column as `tabular._cells` reads it in the whole file."""
+    if not numeric:
+        return block.column(name, numeric=False)
+    if as_float:
+        parsed = block.numbers(name)
+        assert parsed is not None
+        return parsed[0]
+    return np.asarray(block.number_text(name).fill_null("").to_numpy(zero_copy_only=False), dtype=str)
+
+
+class _Gathered:
+    """What `_table` tells of a table read whole, gathered block by block: the rows' ids, the
+    data's labels (`_Labels`), and the notes (values a one-hot column never saw: tabular.TableUnseen;
+    number columns far from training: drift.TableFar; the columns not used)."""
+
+    def __init__(self, manifest: Manifest, where: str, header: list[str], id_column: str | None):
+        assert manifest.columns is not None
+        self.manifest, self.where, self.header, self.id_column = manifest, where, header, id_column
+        self.id_absent = (
+            no_column(f"{where}: id column (--id)", [id_column], header)
+            if id_column is not None and id_column not in header
+            else None
+        )
+        self.unseen = TableUnseen(manifest.columns, header)
+        self.far = drift.TableFar(manifest, header)
+        self.labels = _Labels(manifest, header)
+        self.ids: list[str] = []
+        self.read = 0
+
+    def add(self, table: Table) -> None:
+        self.read += len(table)
+        self.unseen.add(table)
+        self.far.add(table)
+        self.labels.add(table)
+        if self.id_column is None:
+            self.ids += [f"{table.unit} {r}" for r in table.rows.tolist()]
+            return
+        cells = table.columns[self.id_column]
+        self.ids += [_number_id(float(v)) for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
+
+    def inputs(self) -> Inputs:
+        """The rows' ids, labels and notes as `_table` gives them (the notes logged as it logs them);
+        no features (they went through the model block by block)."""
+        from smlt.runtime.progress import notice
+
+        header = Table(self.where, dict.fromkeys(self.header, np.zeros(0)), np.zeros(0, np.int64))
+        notes = self.unseen.notices(self.where) + self.far.notices(self.where)
+        notes += _unused_note(self.manifest, header, self.id_column)
+        for note in notes:
+            notice.warning(note)
+        truth = self.labels.truth(self.where)
+        empty = np.zeros((0, *self.manifest.x.shape), np.float32)
+        if self.id_column is None:
+            return Inputs(empty, self.ids, truth, notes=notes)
+        return Inputs(empty, self.ids, truth, self.id_column, notes)
+
+
+class _Labels:
+    """A table's label column gathered block by block, as `_table` reads it whole: none when a cell
+    is empty; a classification's class indices (read as numbers when every cell in the file is
+    one, `_truth_classes`'s rule), none with its notice when some are not the model's classes; a
+    regression's values, none when a cell is not a number."""
+
+    def __init__(self, manifest: Manifest, header: list[str]):
+        self.manifest = manifest
+        self.label = manifest.label if manifest.label in header else None
+        self.parts: list[Any] = []  # classification: each block's (distinct labels, inverse); regression: values
+        self.numbers = True  # every label so far read as a number
+
+    def add(self, table: Table) -> None:
+        if self.label is None:
+            return
+        cells = table.columns[self.label]
+        if missing(cells).any():
+            self.label, self.parts = None, []
+            return
+        if self.manifest.task == "classification":
+            uniques, inverse = np.unique(cells, return_inverse=True)
+            if self.numbers and cells.dtype.kind != "f":
+                try:
+                    uniques.astype(np.float64)
+                except ValueError:
+                    self.numbers = False
+            self.parts.append((uniques, inverse.reshape(-1)))
+        elif self.numbers:
+            try:
+                self.parts.append(cells.astype(np.float64))
+            except ValueError:
+                self.numbers, self.parts = False, []
+
+    def truth(self, where: str) -> np.ndarray | None:
+        manifest = self.manifest
+        if self.label is None or not self.parts:
+            return None
+        if manifest.task != "classification":
+            return np.concatenate(self.parts) if self.numbers else None
+        if not manifest.classes:
+            return None
+        index = {c: i for i, c in enumerate(manifest.classes)}
+        unknown: set[str] = set()
+        found = []
+        for uniques, inverse in self.parts:
+            values = uniques.astype(np.float64) if self.numbers and uniques.dtype.kind != "f" else uniques
+            names = [class_name(v.item() if hasattr(v, "item") else v) for v in values]
+            unknown.update(n for n in names if n not in index)
+            found.append(np.array([index.get(n, -1) for n in names], np.int64)[inverse])
+        if unknown:
+            _tell_unknown_labels(manifest, sorted(unknown), where)
+            return None
+        return np.concatenate(found)
+
+
+def _refusal(
+    manifest: Manifest,
+    header: list[str],
+    first: Table,
+    rest: Iterable[Table],
+    error: InvalidDataset,
+    id_absent: InvalidDataset | None,
+) -> InvalidDataset:
+    """The refusal the rows read whole give, once a block's rows (`first`) are refused (`error`):
+    the rest of the file read (a later block's read error is the one then), and the first in the
+    order `_table` checks whole rows: a model's column absent, the first empty cell (in file order)
+    of a column that refuses them, each column in turn its first cell that is not a number (or
+    not a finite one: counted over all the rows) or not a date, then the id column absent."""
+    from smlt.runtime.data.tabular import encode_columns, not_finite
+
+    columns = manifest.columns or []
+    absent = any(t.name not in header for t in columns)
+    cells = _BadCells(columns)
+    for table in itertools.chain([first], rest):
+        cells.total += len(table)
+        if not absent and cells.empty is None:
+            cells.add(table)
+    if absent:
+        try:
+            encode_columns(columns, first)
+        except InvalidDataset as e:
+            return e
+    if cells.empty is not None:
+        return cells.empty
+    for t in columns:
+        if t.name in cells.bad:
+            return cells.bad[t.name]
+        if t.name in cells.infinite:
+            where, cell, finite = cells.infinite[t.name]
+            return not_finite(where, cell, finite, cells.count[t.name], cells.total, t.name)
+    return id_absent or error
+
+
+class _BadCells:
+    """The cells `encode_columns` refuses, block by block: the first empty cell of a column that
+    refuses them, each column's first cell that is not a number or not a date, and its cells that
+    are not finite numbers (the first, and how many)."""
+
+    def __init__(self, columns: list[Any]):
+        self.columns = columns
+        self.refusing = [t.name for t in columns if t.fill is None]
+        self.empty: InvalidDataset | None = None
+        self.bad: dict[str, InvalidDataset] = {}
+        self.infinite: dict[str, tuple[str, str, bool]] = {}
+        self.count: dict[str, int] = {}
+        self.total = 0
+
+    def add(self, table: Table) -> None:
+        from smlt.runtime.data.tabular import _encode, _not_a_number, _not_finite, _numbers, refuse_missing
+
+        try:
+            refuse_missing(table, self.refusing)
+        except InvalidDataset as e:
+            self.empty = e
+            return
+        for t in self.columns:
+            if t.name in self.bad or t.kind not in ("numeric", "date"):
+                continue
+            cells = table.columns[t.name]
+            gaps = missing(cells)
+            if t.kind == "date":
+                try:
+                    _encode(t, cells, gaps, table)
+                except InvalidDataset as e:
+                    self.bad[t.name] = e
+                continue
+            filled = np.where(gaps, "nan", cells) if cells.dtype.kind != "f" else cells
+            values = _numbers(filled)
+            if values is None:
+                self.bad[t.name] = _not_a_number(table, t.name, filled)
+                continue
+            far = _not_finite(values, gaps)
+            if len(far):
+                i = int(far[np.argmin(table.rows[far])])
+                self.infinite.setdefault(t.name, (table.where(i, t.name), str(cells[i]), bool(np.isfinite(values[i]))))
+                self.count[t.name] = self.count.get(t.name, 0) + len(far)
 
 
 def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str) -> Inputs:

@@ -1,7 +1,8 @@
 """A number column far from what a model was trained on: the one rule (`far_notice`) of a
 pipeline's later versions (prepared with the first version's recorded standardisation:
 table_fit.TableFit, from the moments and counts pass 1 gathers as it streams) and `smlt predict`
-(`table_notices`, on the rows it reads whole). A warning only: the features are computed as before.
+(`table_notices` on a table read whole; `TableFar`, the same notices gathered block by block as
+predict streams a file). A warning only: the features are computed as before.
 
 Another unit (grams for kilograms, cents for dollars, a percentage written 0-100 for 0-1) or a
 broken export (all zeros, a default filled in) makes a column's standardised features land
@@ -158,3 +159,63 @@ def table_notices(manifest: Manifest, rows: Table) -> list[str]:
         train = (target.mean[0], target.std[0])
         found.append(_notice(rows.path, f"target column {label!r}", rows.columns[label], train, PREDICT_TARGET_TODO))
     return [note for note in found if note]
+
+
+class Far:
+    """One column's present values (`_present`) gathered block by block, as `_notice` reads them
+    whole: their count and moments (stats.Moments, as pass 1 gathers a pipeline's) and how many lie
+    far (`beyond`); none when a block's cell is not a number."""
+
+    def __init__(self, train: tuple[float, float]):
+        from smlt.runtime.data.stats import Moments
+
+        self.train = train
+        self.moments = Moments(1)
+        self.far = [0, 0]
+        self.numbers = True
+
+    def add(self, cells: np.ndarray) -> None:
+        if not self.numbers:
+            return
+        values = _present(cells)
+        if values is None:
+            self.numbers = False
+            return
+        self.moments.add(values[:, None])
+        self.far = [a + b for a, b in zip(self.far, beyond(values, *self.train))]
+
+    def notice(self, where: str, what: str, todo: str) -> str | None:
+        n = int(self.moments.n[0])
+        if not self.numbers or not n:
+            return None
+        mean, std = float(self.moments.mean[0]), float(self.moments.std[0])
+        return far_notice(where, what, n, mean, std, self.far, *self.train, "in training", todo)
+
+
+class TableFar:
+    """`table_notices` for a table read block by block (`add` each block's rows, then `notices`):
+    the same columns, the same rule, over all its rows."""
+
+    def __init__(self, manifest: Manifest, header: Sequence[str]):
+        names = set(header)
+        self.columns = {
+            name: Far(train)
+            for name, train in trained(manifest.columns or [], manifest.normalization).items()
+            if name in names
+        }
+        label, target = manifest.label, manifest.target
+        self.target: tuple[str, Far] | None = None
+        if manifest.task == "regression" and label and target and label in names and len(target.mean) == 1:
+            self.target = (label, Far((target.mean[0], target.std[0])))
+
+    def add(self, rows: Table) -> None:
+        for name, far in self.columns.items():
+            far.add(rows.columns[name])
+        if self.target is not None:
+            self.target[1].add(rows.columns[self.target[0]])
+
+    def notices(self, where: str) -> list[str]:
+        found = [far.notice(where, f"column {name!r}", PREDICT_TODO) for name, far in self.columns.items()]
+        if self.target is not None:
+            found.append(self.target[1].notice(where, f"target column {self.target[0]!r}", PREDICT_TARGET_TODO))
+        return [note for note in found if note]

@@ -335,20 +335,42 @@ def unseen_notice(where: str, name: str, counts: dict[str, int], cells: int, row
 
 def unseen_notices(columns: Sequence[ColumnTransform], rows: Table) -> list[str]:
     """A notice per one-hot column of `rows` holding values the model never saw in training."""
-    import pyarrow as pa
+    unseen = TableUnseen(columns, list(rows.columns))
+    unseen.add(rows)
+    return unseen.notices(rows.path)
 
-    told = []
-    for t in columns:
-        if t.kind != "onehot" or t.name not in rows.columns:
-            continue
-        cells = rows.columns[t.name]
-        gaps = missing(cells)
-        text = cells.astype(str) if cells.dtype.kind == "f" else cells  # as `_encode` reads them
-        counts = unseen_values(t, pa.array(text, pa.string(), mask=gaps))
-        if counts:
-            n = sum(counts.values())
-            told.append(unseen_notice(rows.path, t.name, counts, n, len(rows), "the model never saw in training"))
-    return told
+
+class TableUnseen:
+    """`unseen_notices` for a table read block by block (`add` each block's rows, then
+    `notices`): every unseen value's count over all the rows, so the notice is the one the
+    rows read whole give."""
+
+    def __init__(self, columns: Sequence[ColumnTransform], header: Sequence[str]):
+        names = set(header)
+        self.columns = [t for t in columns if t.kind == "onehot" and t.name in names]
+        self.counts: dict[str, dict[str, int]] = {t.name: {} for t in self.columns}
+        self.rows = 0
+
+    def add(self, rows: Table) -> None:
+        import pyarrow as pa
+
+        self.rows += len(rows)
+        for t in self.columns:
+            cells = rows.columns[t.name]
+            gaps = missing(cells)
+            text = cells.astype(str) if cells.dtype.kind == "f" else cells  # as `_encode` reads them
+            counts = self.counts[t.name]
+            for value, n in unseen_values(t, pa.array(text, pa.string(), mask=gaps)).items():
+                counts[value] = counts.get(value, 0) + n
+
+    def notices(self, where: str) -> list[str]:
+        told = []
+        for t in self.columns:
+            counts = self.counts[t.name]
+            if counts:
+                n = sum(counts.values())
+                told.append(unseen_notice(where, t.name, counts, n, self.rows, "the model never saw in training"))
+        return told
 
 
 def unused_columns(columns: Sequence[ColumnTransform], rows: Table, also: Collection[str] = ()) -> list[str]:

@@ -1,0 +1,230 @@
+"""`smlt predict` on a table reads it block by block (LoadedModel._predict_table): the predictions,
+ids, accuracy, written files, notes and refusals are those of the rows read whole (`read_inputs`,
+then `predict_rows`), whatever the blocks."""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smlt.inference import LoadedModel, Predictions
+from smlt.runtime.data import table_reader
+from smlt.runtime.data.options import SourceOptions
+from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.tables import open_table
+from smlt.runtime.errors import InvalidDataset
+from tests.unit.untrained import load_folder, run_folder, untrained
+
+CITIES = ["Paris", "Rome", "Oslo"]
+SMALL = 2048  # bytes of CSV a block: a few dozen rows
+
+
+def _write(path: Path, header: list[str], rows: list[list[object]]) -> str:
+    path.write_text("\n".join([",".join(header)] + [",".join(map(str, r)) for r in rows]) + "\n")
+    return str(path)
+
+
+def _train(n: int, seed: int, regression: bool = False) -> list[list[object]]:
+    rng = np.random.default_rng(seed)
+    rows: list[list[object]] = []
+    for i in range(n):
+        w, p = rng.normal(70, 12), rng.normal(20, 5)
+        label = f"{w / 7 + p:.3f}" if regression else ("buy" if w / 70 + p / 20 + rng.normal(0, 0.3) > 2 else "skip")
+        rows.append([f"{w:.3f}", f"{p:.3f}", CITIES[i % 3], label])
+    return rows
+
+
+def _model(tmp_path: Path, regression: bool = False, missing: str = "impute") -> LoadedModel:
+    name = ("reg" if regression else "cls") + missing
+    src = _write(tmp_path / f"{name}.csv", ["weight", "price", "city", "label"], _train(300, 1, regression))
+    m = prepare_dataset(
+        src, str(tmp_path / f"prepared_{name}"), shards=2, options=SourceOptions.model_validate({"missing": missing})
+    )
+    assert [(t.name, t.kind) for t in m.columns or []] == [
+        ("weight", "numeric"),
+        ("price", "numeric"),
+        ("city", "onehot"),
+    ]
+    card, blob = untrained(m, "mlp", tmp_path / f"prepared_{name}")
+    return load_folder(run_folder(tmp_path / f"out_{name}", card, blob))
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> LoadedModel:
+    return _model(tmp_path)
+
+
+def _new(n: int = 3000, regression: bool = False, label: str | None = None) -> tuple[list[str], list[list[object]]]:
+    """Rows in another order, with an unused column and an order id: unseen cities spread over the
+    file (Lima every 97th row, Nice every 301st, Bern twice, Kyiv once in the last rows), the
+    weight in grams (far from training), the data's labels."""
+    rng = np.random.default_rng(7)
+    rows: list[list[object]] = []
+    for i in range(n):
+        w, p = rng.normal(70, 12), rng.normal(20, 5)
+        city = CITIES[i % 3]
+        if i % 97 == 5:
+            city = "Lima"
+        elif i % 301 == 7:
+            city = "Nice"
+        elif i in (1500, 2500):
+            city = "Bern"
+        elif i == n - 3:
+            city = "Kyiv"
+        y = f"{w / 7 + p:.3f}" if regression else ("buy" if i % 3 else "skip")
+        rows.append([f"ord-{i}", city, f"{p:.3f}", "x", f"{w * 1000:.1f}", y])
+    if label is not None:
+        rows[-5][-1] = label
+    return ["order", "city", "price", "note", "weight", "label"], rows
+
+
+def _whole(model: LoadedModel, data: object, id_column: str | None = None) -> Predictions:
+    """The predictions of the rows read whole, as before they were streamed."""
+    return model.predict_rows(model.inputs(data, id_column=id_column))
+
+
+def _same(a: Predictions, b: Predictions, tmp_path: Path) -> None:
+    assert (a.task, a.ids, a.columns, a.id_name, a.notes) == (b.task, b.ids, b.columns, b.id_name, b.notes)
+    for x, y in ((a.index, b.index), (a.probabilities, b.probabilities), (a.values, b.values), (a.truth, b.truth)):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert (a.accuracy, a.rmse) == (b.accuracy, b.rmse)
+    for suffix in (".csv", ".parquet"):
+        assert a.write(tmp_path / f"a{suffix}").read_bytes() == b.write(tmp_path / f"b{suffix}").read_bytes()
+    assert _members(a.write(tmp_path / "a.xlsx")) == _members(b.write(tmp_path / "b.xlsx"))
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    """A workbook's files but docProps/core.xml (it and the zip's own bytes hold when it was written)."""
+    with zipfile.ZipFile(path) as z:
+        return {name: z.read(name) for name in z.namelist() if name != "docProps/core.xml"}
+
+
+def _told(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
+
+
+def _predict_both(model: LoadedModel, path: str, monkeypatch, caplog, id_column: str | None = None):
+    """(streamed in one block, streamed in blocks of SMALL bytes, read whole), each with its notices."""
+    out = []
+    for block_bytes in (table_reader.BLOCK_BYTES, SMALL, None):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="smlt.notice"):
+            if block_bytes is None:
+                out.append((_whole(model, path, id_column), _told(caplog)))
+                continue
+            monkeypatch.setattr(table_reader, "BLOCK_BYTES", block_bytes)
+            out.append((model.predict(path, id_column=id_column), _told(caplog)))
+    monkeypatch.undo()
+    return out
+
+
+def test_a_table_in_many_blocks_predicts_as_read_whole(model: LoadedModel, tmp_path: Path, monkeypatch, caplog) -> None:
+    path = _write(tmp_path / "new.csv", *_new())
+    monkeypatch.setattr(table_reader, "BLOCK_BYTES", SMALL)
+    assert len(list(open_table(path).blocks())) > 50
+    monkeypatch.undo()
+    for id_column in (None, "order"):
+        (one, told_one), (many, told_many), (whole, told_whole) = _predict_both(
+            model, path, monkeypatch, caplog, id_column
+        )
+        _same(one, whole, tmp_path)
+        _same(many, whole, tmp_path)
+        assert told_one == told_many == told_whole
+        assert len(whole) == 3000 and whole.accuracy is not None
+        assert whole.ids[:2] == (["line 2", "line 3"] if id_column is None else ["ord-0", "ord-1"])
+        unseen, far, unused = whole.notes
+        assert "column 'city': 44 of 3,000 rows hold values the model never saw in training" in unseen
+        assert "('Lima', 'Nice', 'Bern' and 1 more)" in unseen
+        assert "column 'weight': mean " in far and "more than 10 sd from that mean" in far
+        assert unused.endswith("columns not used by the model: " + ("note" if id_column else "order, note"))
+
+
+def test_an_id_on_a_number_column_and_a_label_not_a_class(
+    model: LoadedModel, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    path = _write(tmp_path / "new.csv", *_new(label="maybe"))
+    (one, told_one), (many, told_many), (whole, told_whole) = _predict_both(model, path, monkeypatch, caplog, "weight")
+    _same(one, whole, tmp_path)
+    _same(many, whole, tmp_path)
+    assert told_one == told_many == told_whole
+    assert whole.truth is None and whole.accuracy is None
+    assert any("label 'maybe' is not one of the model's classes (buy, skip)" in t for t in told_whole)
+    assert whole.id_name == "weight" and "." in whole.ids[0]
+
+
+def test_a_regression_in_many_blocks(tmp_path: Path, monkeypatch, caplog) -> None:
+    model = _model(tmp_path, regression=True)
+    header, rows = _new(regression=True)
+    path = _write(tmp_path / "new.csv", header, rows)
+    (one, _), (many, _), (whole, _) = _predict_both(model, path, monkeypatch, caplog)
+    _same(one, whole, tmp_path)
+    _same(many, whole, tmp_path)
+    assert whole.rmse is not None and whole.values is not None and whole.values.shape == (3000, 1)
+    # a target far from training's is told too
+    for row in rows:
+        row[-1] = f"{float(str(row[-1])) * 1000:.1f}"
+    path = _write(tmp_path / "far.csv", header, rows)
+    (one, _), (many, _), (whole, _) = _predict_both(model, path, monkeypatch, caplog)
+    _same(many, whole, tmp_path)
+    assert any("target column 'label'" in n for n in whole.notes)
+
+
+def test_a_dataframe_and_a_parquet_file_in_many_blocks(model: LoadedModel, tmp_path: Path, monkeypatch) -> None:
+    pd = pytest.importorskip("pandas")
+    header, rows = _new()
+    df = pd.DataFrame(rows, columns=header)
+    df["weight"] = df["weight"].astype(float)
+    whole = _whole(model, df)
+    monkeypatch.setattr(table_reader, "BLOCK_BYTES", SMALL)
+    _same(model.predict(df), whole, tmp_path)
+    path = tmp_path / "new.parquet"
+    df.to_parquet(path)
+    whole = _whole(model, str(path))
+    monkeypatch.setattr(table_reader, "PARQUET_ROWS", 100)
+    _same(model.predict(str(path)), whole, tmp_path)
+    assert whole.ids[:2] == ["row 1", "row 2"]
+
+
+def _refused(model: LoadedModel, path: str, monkeypatch, id_column: str | None = None) -> str:
+    with pytest.raises(InvalidDataset) as whole:
+        _whole(model, path, id_column)
+    monkeypatch.setattr(table_reader, "BLOCK_BYTES", SMALL)
+    with pytest.raises(InvalidDataset) as streamed:
+        model.predict(path, id_column=id_column)
+    monkeypatch.undo()
+    assert str(streamed.value) == str(whole.value)
+    return str(whole.value)
+
+
+def test_a_bad_cell_in_a_late_block_is_refused_as_read_whole(model: LoadedModel, tmp_path: Path, monkeypatch) -> None:
+    header, rows = _new()
+    rows[2900][4] = "heavy"
+    path = _write(tmp_path / "bad.csv", header, rows)
+    assert _refused(model, path, monkeypatch) == f"{path}: column 'weight', line 2902: 'heavy' is not a number"
+    # a number beyond float32 earlier, counted over all the rows; the first column's refusal first
+    rows[2900][4] = "70.5"
+    rows[100][4], rows[2000][4] = "1e39", "inf"
+    rows[2950][2] = "cheap"
+    path = _write(tmp_path / "bad2.csv", header, rows)
+    told = _refused(model, path, monkeypatch)
+    assert told.startswith(f"{path}: column 'weight', line 102: '1e39' is not a finite number")
+    assert "2 of 3000 rows of column 'weight' are not" in told
+    # an empty cell anywhere (a model that refuses them) is told first; an id column that is not there last
+    rows[2990][2] = ""
+    path = _write(tmp_path / "bad3.csv", header, rows)
+    assert "line 102: '1e39' is not a finite number" in _refused(model, path, monkeypatch, "nope")
+    refusing = _model(tmp_path, missing="refuse")
+    assert "column 'price', line 2992 is empty: missing values are refused" in _refused(refusing, path, monkeypatch)
+    rows[100][4], rows[2000][4], rows[2950][2], rows[2990][2] = "1", "2", "3", "4"
+    path = _write(tmp_path / "ok.csv", header, rows)
+    assert "id column (--id): no column 'nope'" in _refused(model, path, monkeypatch, "nope")
+    # a row of too many values late in the file, after a bad cell: the reader's refusal, as read whole
+    rows[100][4], rows[2800] = "heavy", [*rows[2800], "more"]
+    path = _write(tmp_path / "broken.csv", header, rows)
+    assert _refused(model, path, monkeypatch) == f"{path}: line 2802 has 7 values, the header 6"
