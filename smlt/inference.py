@@ -327,15 +327,12 @@ class Predictions:
     def write(self, path: str | Path) -> Path:
         """The predictions as a .csv, .parquet or .xlsx table: one row per input row, the same
         columns and values in each (`_write_xlsx` has the workbook's). A CSV is written a row at a
-        time and a Parquet file's columns built PARQUET_CHUNK rows at a time: the predictions' own
-        memory, and little more."""
+        time and a Parquet file a row group at a time: the predictions' own memory, and little more."""
         path = Path(path)
         if path.suffix.lower() == ".xlsx":
             _write_xlsx(path, *self.rows())
         elif path.suffix.lower() in (".parquet", ".pq"):
-            import pyarrow.parquet as pq
-
-            pq.write_table(self._arrow(), path)
+            self._write_parquet(path)
         elif path.suffix.lower() == ".csv":
             with path.open("w", newline="") as f:
                 w = csv.writer(f)
@@ -345,24 +342,61 @@ class Predictions:
             raise InvalidDataset(f"--out {path}: write predictions to a .csv, .parquet or .xlsx file")
         return path
 
-    def _arrow(self) -> Any:
-        """The table `write` puts in a Parquet file: each column as pyarrow reads the rows' values
-        (text, float64), built from PARQUET_CHUNK rows at a time."""
+    def _write_parquet(self, path: Path) -> None:
+        """The file `pq.write_table` makes of the whole table (its columns as pyarrow reads the rows'
+        values: text, float64), written a row group (PARQUET_ROW_GROUP rows, pyarrow's) at a time."""
         import pyarrow as pa
+        import pyarrow.parquet as pq
 
         header = self._header()
-        parts: list[list[Any]] = [[] for _ in header]
-        body = self._body()
-        while chunk := list(itertools.islice(body, PARQUET_CHUNK)):
-            for j, column in enumerate(parts):
-                column.append(pa.array([r[j] for r in chunk]))
-        if not parts[0]:  # no rows: the columns of empty lists
-            return pa.table({h: [] for h in header})
-        return pa.table({h: pa.concat_arrays(column) for h, column in zip(header, parts)})
+        if not len(self):
+            pq.write_table(pa.table({h: [] for h in header}), path)
+            return
+        columns = self._columns()
+        writer = None
+        try:
+            for start in range(0, len(self), PARQUET_ROW_GROUP):
+                stop = start + PARQUET_ROW_GROUP
+                # a dict, as the whole table's was: a name twice (an id column named `label`) is one column
+                table = pa.table({h: pa.array(column(start, stop)) for h, column in zip(header, columns)})
+                writer = writer or pq.ParquetWriter(path, table.schema)
+                writer.write_table(table)
+            assert writer is not None
+            writer.close()
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            path.unlink(missing_ok=True)
+            raise
+
+    def _columns(self) -> list[Callable[[int, int], list[Any]]]:
+        """Each column of `rows` (in `_header`'s order) as its rows `start:stop`' values."""
+        ids = self.ids
+        if self.index is not None:
+            index, probability, classes = self.index, self.probability, self.columns
+            found: list[Callable[[int, int], list[Any]]] = [
+                lambda a, b: ids[a:b],
+                lambda a, b: [classes[i] for i in index[a:b]],
+                lambda a, b: [round(float(p), 6) for p in probability[a:b]],
+            ]
+            truth = self.truth
+            if truth is not None:
+                found.append(lambda a, b: [classes[int(t)] for t in truth[a:b]])
+            return found
+        assert self.values is not None
+        values = self.values
+
+        def of(array: np.ndarray, j: int) -> Callable[[int, int], list[Any]]:
+            return lambda a, b: [float(v) for v in array[a:b, j]]
+
+        found = [lambda a, b: ids[a:b]] + [of(values, j) for j in range(len(self._names()))]
+        if self.truth is not None:
+            found += [of(self.truth.reshape(values.shape), j) for j in range(len(self._names()))]
+        return found
 
 
-# Predictions turned into a Parquet file's columns at a time.
-PARQUET_CHUNK = 65_536
+# Rows of a Parquet file's row group: pyarrow's default, as `pq.write_table` cuts a whole table.
+PARQUET_ROW_GROUP = 1024 * 1024
 
 
 # An Excel sheet's size: its rows (the header's one too) and columns, and the characters of a cell.
@@ -875,6 +909,12 @@ def _streams(manifest: Manifest, data: Any) -> bool:
     return table_suffix(str(data)) in TABLE_SUFFIXES and Path(str(data)).is_file()
 
 
+# Cells of a block's columns predict reads turned into a Table at a time: a block (4 MB of CSV, a
+# Parquet batch) is read as it is, then taken in slices of about this many cells, the most a Table's
+# arrays then hold (a 4 MB block of 4 columns whole: 130 MB more at the peak).
+SLICE_CELLS = 1 << 17
+
+
 @contextmanager
 def _table_blocks(
     manifest: Manifest, data: Any, id_column: str | None
@@ -897,14 +937,17 @@ def _table_blocks(
 
         def tables(reading: Any) -> Iterator[Table]:
             done = 0
-            for b in file.blocks(reading):
-                cells = {
-                    c: _block_cells(b, c, c in numeric, as_float.get(c, False)) if c in wanted else np.zeros(0)
-                    for c in file.columns
-                }
-                rows = np.arange(done, done + len(b)) if frame else b.rows
-                done += len(b)
-                yield Table(where, cells, rows, unit)
+            step = max(1, SLICE_CELLS // max(1, len(wanted & set(file.columns))))
+            for block in file.blocks(reading):
+                for start in range(0, len(block), step):
+                    b = block.slice(start, start + step) if len(block) > step else block
+                    cells = {
+                        c: _block_cells(b, c, c in numeric, as_float.get(c, False)) if c in wanted else np.zeros(0)
+                        for c in file.columns
+                    }
+                    rows = np.arange(done, done + len(b)) if frame else b.rows
+                    done += len(b)
+                    yield Table(where, cells, rows, unit)
             if reading is not None:
                 reading.done()
 
@@ -1032,7 +1075,7 @@ class _Labels:
                     uniques.astype(np.float64)
                 except ValueError:
                     self.numbers = False
-            self.parts.append((uniques, inverse.reshape(-1)))
+            self.parts.append((uniques, inverse.reshape(-1).astype(np.min_scalar_type(len(uniques)))))
         elif self.numbers:
             try:
                 self.parts.append(cells.astype(np.float64))
@@ -1049,16 +1092,18 @@ class _Labels:
             return None
         index = {c: i for i, c in enumerate(manifest.classes)}
         unknown: set[str] = set()
-        found = []
+        found = np.empty(sum(len(inverse) for _, inverse in self.parts), np.int64)
+        at = 0
         for uniques, inverse in self.parts:
             values = uniques.astype(np.float64) if self.numbers and uniques.dtype.kind != "f" else uniques
             names = [class_name(v.item() if hasattr(v, "item") else v) for v in values]
             unknown.update(n for n in names if n not in index)
-            found.append(np.array([index.get(n, -1) for n in names], np.int64)[inverse])
+            found[at : at + len(inverse)] = np.array([index.get(n, -1) for n in names], np.int64)[inverse]
+            at += len(inverse)
         if unknown:
             _tell_unknown_labels(manifest, sorted(unknown), where)
             return None
-        return np.concatenate(found)
+        return found
 
 
 def _refusal(

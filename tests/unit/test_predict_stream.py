@@ -189,6 +189,16 @@ def test_a_dataframe_and_a_parquet_file_in_many_blocks(model: LoadedModel, tmp_p
     monkeypatch.setattr(table_reader, "PARQUET_ROWS", 100)
     _same(model.predict(str(path)), whole, tmp_path)
     assert whole.ids[:2] == ["row 1", "row 2"]
+    for path in (tmp_path / "new.jsonl", tmp_path / "new.xlsx"):
+        if path.suffix == ".jsonl":
+            df.to_json(path, orient="records", lines=True)
+        else:
+            df.to_excel(path, index=False)
+        monkeypatch.undo()
+        whole = _whole(model, str(path), "order")
+        monkeypatch.setattr(table_reader, "BLOCK_BYTES", SMALL)
+        _same(model.predict(str(path), id_column="order"), whole, tmp_path)
+        assert len(whole) == 3000 and whole.ids[0] == "ord-0" and len(whole.notes) == 3
 
 
 def _refused(model: LoadedModel, path: str, monkeypatch, id_column: str | None = None) -> str:
@@ -224,7 +234,31 @@ def test_a_bad_cell_in_a_late_block_is_refused_as_read_whole(model: LoadedModel,
     rows[100][4], rows[2000][4], rows[2950][2], rows[2990][2] = "1", "2", "3", "4"
     path = _write(tmp_path / "ok.csv", header, rows)
     assert "id column (--id): no column 'nope'" in _refused(model, path, monkeypatch, "nope")
+    # a column of the model's that is not there
+    path = _write(tmp_path / "no_price.csv", [h for h in header if h != "price"], [r[:2] + r[3:] for r in rows])
+    assert "no column 'price'" in _refused(model, path, monkeypatch)
     # a row of too many values late in the file, after a bad cell: the reader's refusal, as read whole
     rows[100][4], rows[2800] = "heavy", [*rows[2800], "more"]
     path = _write(tmp_path / "broken.csv", header, rows)
     assert _refused(model, path, monkeypatch) == f"{path}: line 2802 has 7 values, the header 6"
+
+
+def _as_before(preds: Predictions, path: Path) -> bytes:
+    """The Parquet file of the whole rows' table, as `write` made it before it wrote row groups."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    header, body = preds.rows()
+    pq.write_table(pa.table({h: [r[j] for r in body] for j, h in enumerate(header)}), path)
+    return path.read_bytes()
+
+
+def test_parquet_predictions_are_the_file_the_whole_table_makes(model: LoadedModel, tmp_path: Path) -> None:
+    path = _write(tmp_path / "new.csv", *_new(300))
+    for preds in (
+        model.predict(path),
+        model.predict(path, id_column="label"),  # a name twice: one column, as the whole table's dict had
+        _model(tmp_path, regression=True).predict(_write(tmp_path / "reg.csv", *_new(300, regression=True))),
+        Predictions("regression", [], ["y"], values=np.zeros((0, 1))),
+    ):
+        assert preds.write(tmp_path / "p.parquet").read_bytes() == _as_before(preds, tmp_path / "before.parquet")
