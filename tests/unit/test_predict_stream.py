@@ -91,7 +91,7 @@ def _same(a: Predictions, b: Predictions, tmp_path: Path) -> None:
     assert (a.task, a.ids, a.columns, a.id_name, a.notes) == (b.task, b.ids, b.columns, b.id_name, b.notes)
     for x, y in ((a.index, b.index), (a.probabilities, b.probabilities), (a.values, b.values), (a.truth, b.truth)):
         assert (x is None) == (y is None)
-        if x is not None:
+        if x is not None and y is not None:
             assert x.dtype == y.dtype and np.array_equal(x, y)
     assert (a.accuracy, a.rmse) == (b.accuracy, b.rmse)
     for suffix in (".csv", ".parquet"):
