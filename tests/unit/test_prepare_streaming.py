@@ -252,6 +252,20 @@ def test_a_ragged_line_or_bytes_not_utf8_far_past_the_first_block(tmp_path, smal
     assert not (tmp_path / "out").exists()
 
 
+def test_a_quote_never_closed_is_refused_by_its_line_in_any_block(tmp_path, small_blocks):
+    """Its row was lost when the open quote's bytes made a block of their own (no record ends)."""
+    cols = _table()
+    lines = [",".join(r) for r in zip(*cols.values())]
+    for at in (len(lines) - 1, 3500, 2):
+        broken = list(lines)
+        broken[at] = broken[at].replace(",", ',"', 1)
+        with pytest.raises(
+            InvalidDataset, match=rf"d.csv: line {at + 2}: a quote \(\"\) opened in this row is never closed"
+        ):
+            prepare_dataset(_write(tmp_path / "d.csv", cols, broken), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_pipeline_version_is_checked_against_its_features_far_into_the_file(tmp_path, small_blocks):
     cols = _table(3000, seed=4)
     cols["b"] = np.char.mod("%.6e", np.random.default_rng(6).normal(size=3000) * 1e-6)

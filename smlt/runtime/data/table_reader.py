@@ -688,9 +688,14 @@ def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Ite
                 cut = int(ends[-1]) + 1
                 newlines, ends = newlines[newlines < cut], ends
             else:  # one record longer than a block (a long quoted text): read on
-                buf += f.read(BLOCK_BYTES)
-                continue
+                more = f.read(BLOCK_BYTES)
+                if more:
+                    buf += more
+                    continue
+                eof, cut = True, len(buf)  # to the end of the file: a quote never closed
             body, buf = buf[:cut], buf[cut:]
+            if eof:
+                _refuse_open_quote(table, body, newlines, ends, line)
             block = _csv_block(table, body, newlines, ends, line, offset)
             line += len(newlines)
             offset += cut
@@ -701,6 +706,19 @@ def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Ite
                 yield block
     if not rows:
         raise InvalidDataset(f"{path}: a CSV dataset needs a header and at least one row")
+
+
+def _refuse_open_quote(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int) -> None:
+    """The file's last bytes inside a quote that is never closed: its last newline ends no record
+    (a block of only that record would otherwise hold no row, and the row be lost)."""
+    if not body.endswith(b"\n") or (len(ends) and int(ends[-1]) == len(body) - 1):
+        return
+    start = int(ends[-1]) + 1 if len(ends) else 0
+    first = line + int(np.searchsorted(newlines, start)) + 1
+    raise InvalidDataset(
+        f'{table.path}: line {first}: a quote (") opened in this row is never closed, so the rest of the file '
+        "would be one cell: close the quote, or remove it"
+    )
 
 
 def _csv_block(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int, offset: int) -> Block:
