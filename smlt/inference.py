@@ -22,7 +22,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -580,11 +580,13 @@ class LoadedModel:
         (the recorded column transforms) and run through the model in the same BATCH-row forward
         passes as the rows read whole (the rows a pass holds carried from one block to the next),
         only the outputs, ids and labels kept; the notes gathered over all the blocks (`_Gathered`).
-        A refusal is the one the rows read whole give (`_refusal`)."""
+        A refused block is refused as the rows read whole are: the file is read whole then (only
+        on that path), so the refusal is `read_inputs`' own, in its order."""
         manifest = self.manifest
         assert manifest.columns is not None
         outs: list[np.ndarray] = []
         carry = np.zeros((0, *manifest.x.shape), np.float32)
+        refused = False
         with _table_blocks(manifest, data, id_column) as (where, header, tables):
             gathered = _Gathered(manifest, where, header, id_column)
             for table in tables:
@@ -592,17 +594,18 @@ class LoadedModel:
                     if gathered.id_absent is not None:
                         raise gathered.id_absent
                     x = apply_columns(manifest, table)
-                except InvalidDataset as e:
-                    raise _refusal(manifest, header, table, tables, e, gathered.id_absent) from None
+                except InvalidDataset:
+                    refused = True
+                    break
                 gathered.add(table)
                 x = np.concatenate([carry, x]) if len(carry) else x
                 whole = len(x) // BATCH * BATCH
                 outs.append(self._forward(x[:whole]))
                 carry = x[whole:]
-            if gathered.read:
+            if gathered.read and not refused:
                 outs.append(self._forward(carry))
                 rows = gathered.inputs()
-        if not gathered.read:  # a file without rows: refused as the rows read whole are
+        if refused or not gathered.read:  # refused (or no rows) as the rows read whole are
             return self.predict_rows(read_inputs(manifest, data, id_column=id_column))
         return self._predictions(np.concatenate(outs), rows)
 
@@ -1104,89 +1107,6 @@ class _Labels:
             _tell_unknown_labels(manifest, sorted(unknown), where)
             return None
         return found
-
-
-def _refusal(
-    manifest: Manifest,
-    header: list[str],
-    first: Table,
-    rest: Iterable[Table],
-    error: InvalidDataset,
-    id_absent: InvalidDataset | None,
-) -> InvalidDataset:
-    """The refusal the rows read whole give, once a block's rows (`first`) are refused (`error`):
-    the rest of the file read (a later block's read error is the one then), and the first in the
-    order `_table` checks whole rows: a model's column absent, the first empty cell (in file order)
-    of a column that refuses them, each column in turn its first cell that is not a number (or
-    not a finite one: counted over all the rows) or not a date, then the id column absent."""
-    from smlt.runtime.data.tabular import encode_columns, not_finite
-
-    columns = manifest.columns or []
-    absent = any(t.name not in header for t in columns)
-    cells = _BadCells(columns)
-    for table in itertools.chain([first], rest):
-        cells.total += len(table)
-        if not absent and cells.empty is None:
-            cells.add(table)
-    if absent:
-        try:
-            encode_columns(columns, first)
-        except InvalidDataset as e:
-            return e
-    if cells.empty is not None:
-        return cells.empty
-    for t in columns:
-        if t.name in cells.bad:
-            return cells.bad[t.name]
-        if t.name in cells.infinite:
-            where, cell, finite = cells.infinite[t.name]
-            return not_finite(where, cell, finite, cells.count[t.name], cells.total, t.name)
-    return id_absent or error
-
-
-class _BadCells:
-    """The cells `encode_columns` refuses, block by block: the first empty cell of a column that
-    refuses them, each column's first cell that is not a number or not a date, and its cells that
-    are not finite numbers (the first, and how many)."""
-
-    def __init__(self, columns: list[Any]):
-        self.columns = columns
-        self.refusing = [t.name for t in columns if t.fill is None]
-        self.empty: InvalidDataset | None = None
-        self.bad: dict[str, InvalidDataset] = {}
-        self.infinite: dict[str, tuple[str, str, bool]] = {}
-        self.count: dict[str, int] = {}
-        self.total = 0
-
-    def add(self, table: Table) -> None:
-        from smlt.runtime.data.tabular import _encode, _not_a_number, _not_finite, _numbers, refuse_missing
-
-        try:
-            refuse_missing(table, self.refusing)
-        except InvalidDataset as e:
-            self.empty = e
-            return
-        for t in self.columns:
-            if t.name in self.bad or t.kind not in ("numeric", "date"):
-                continue
-            cells = table.columns[t.name]
-            gaps = missing(cells)
-            if t.kind == "date":
-                try:
-                    _encode(t, cells, gaps, table)
-                except InvalidDataset as e:
-                    self.bad[t.name] = e
-                continue
-            filled = np.where(gaps, "nan", cells) if cells.dtype.kind != "f" else cells
-            values = _numbers(filled)
-            if values is None:
-                self.bad[t.name] = _not_a_number(table, t.name, filled)
-                continue
-            far = _not_finite(values, gaps)
-            if len(far):
-                i = int(far[np.argmin(table.rows[far])])
-                self.infinite.setdefault(t.name, (table.where(i, t.name), str(cells[i]), bool(np.isfinite(values[i]))))
-                self.count[t.name] = self.count.get(t.name, 0) + len(far)
 
 
 def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str) -> Inputs:
