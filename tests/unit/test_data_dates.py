@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -315,11 +316,13 @@ def _written(d: datetime.datetime | None, form: str) -> str:
     return f"{first}{sep}{second}{sep}{d.year}{clock}"
 
 
-def _csv(path: Path, when: list[datetime.datetime | None], form: str) -> Path:
-    """`when,a,label` rows: a label that depends on the month (summer or not)."""
+def _csv(path: Path, when: list[datetime.datetime | None], form: str, written: Any = None) -> Path:
+    """`when,a,label` rows: a label that depends on the month (summer or not); `written(d, form, i)`
+    writes the i-th date (default `_written`)."""
     lines = ["when,a,label"]
     for i, d in enumerate(when):
-        lines.append(f"{_written(d, form)},{(i * 7919) % 101 / 100:.2f},{int(d is not None and d.month in (6, 7, 8))}")
+        cell = written(d, form, i) if written is not None else _written(d, form)
+        lines.append(f"{cell},{(i * 7919) % 101 / 100:.2f},{int(d is not None and d.month in (6, 7, 8))}")
     path.write_text("\n".join(lines) + "\n")
     return path
 

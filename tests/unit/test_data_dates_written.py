@@ -21,6 +21,7 @@ from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.data.table_reader import DATE_FORMS, date_shape, parse_dates
 from smlt.runtime.data.tabular import apply_columns, read_table
 from smlt.runtime.errors import InvalidDataset
+from tests.unit.test_data_dates import _csv as dates_csv
 from tests.unit.test_data_dates import _one_pass, _shards, _stored, _when
 
 MONTHS = ("January February March April May June July August September October November December").split()
@@ -59,13 +60,8 @@ def _written(d: datetime.datetime | None, form: str, i: int = 0) -> str:
 
 
 def _csv(path: Path, when: list[datetime.datetime | None], form: str) -> Path:
-    """`when,a,label` rows: a label that depends on the month (summer or not)."""
-    lines = ["when,a,label"]
-    for i, d in enumerate(when):
-        summer = int(d is not None and d.month in (6, 7, 8))
-        lines.append(f"{_written(d, form, i)},{(i * 7919) % 101 / 100:.2f},{summer}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    """test_data_dates' rows, each date written by `_written` (the forms of this file too)."""
+    return dates_csv(path, when, form, _written)
 
 
 def test_twelve_hour_times_and_month_names_are_the_iso_dates_they_mean() -> None:
