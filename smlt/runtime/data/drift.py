@@ -135,35 +135,18 @@ def _present(cells: np.ndarray) -> np.ndarray | None:
     return values[np.isfinite(values)]
 
 
-def _notice(where: str, what: str, cells: np.ndarray, train: tuple[float, float], todo: str) -> str | None:
-    values = _present(cells)
-    if values is None or not len(values):
-        return None
-    far = beyond(values, *train)
-    return far_notice(
-        where, what, len(values), float(values.mean()), float(values.std()), far, *train, "in training", todo
-    )
-
-
 def table_notices(manifest: Manifest, rows: Table) -> list[str]:
-    """`smlt predict`'s warnings for the rows of a table: its number columns against the
-    manifest's standardisation, and a regression's target column (when the data holds it)
-    against the recorded target scaling."""
-    found = [
-        _notice(rows.path, f"column {name!r}", rows.columns[name], train, PREDICT_TODO)
-        for name, train in trained(manifest.columns or [], manifest.normalization).items()
-        if name in rows.columns
-    ]
-    label, target = manifest.label, manifest.target
-    if manifest.task == "regression" and label and target and label in rows.columns and len(target.mean) == 1:
-        train = (target.mean[0], target.std[0])
-        found.append(_notice(rows.path, f"target column {label!r}", rows.columns[label], train, PREDICT_TARGET_TODO))
-    return [note for note in found if note]
+    """`smlt predict`'s warnings for the rows of a table read whole: its number columns against
+    the manifest's standardisation, and a regression's target column (when the data holds it)
+    against the recorded target scaling (`TableFar` over its one block)."""
+    far = TableFar(manifest, list(rows.columns))
+    far.add(rows)
+    return far.notices(rows.path)
 
 
 class Far:
-    """One column's present values (`_present`) gathered block by block, as `_notice` reads them
-    whole: their count and moments (stats.Moments, as pass 1 gathers a pipeline's) and how many lie
+    """One column's present values (`_present`) gathered block by block: what `far_notice` reads of
+    them, their count and moments (stats.Moments, as pass 1 gathers a pipeline's) and how many lie
     far (`beyond`); none when a block's cell is not a number."""
 
     def __init__(self, train: tuple[float, float]):
@@ -193,8 +176,8 @@ class Far:
 
 
 class TableFar:
-    """`table_notices` for a table read block by block (`add` each block's rows, then `notices`):
-    the same columns, the same rule, over all its rows."""
+    """The far-column warnings of a table, read block by block (`add` each block's rows, then
+    `notices`): its number columns and a regression's target, over all its rows."""
 
     def __init__(self, manifest: Manifest, header: Sequence[str]):
         names = set(header)
