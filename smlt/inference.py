@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, TextIO
 
 import numpy as np
 import torch
@@ -335,12 +335,19 @@ class Predictions:
             self._write_parquet(path)
         elif path.suffix.lower() == ".csv":
             with path.open("w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(self._header())
-                w.writerows(self._body())
+                self.write_csv(f)
         else:
-            raise InvalidDataset(f"--out {path}: write predictions to a .csv, .parquet or .xlsx file")
+            raise InvalidDataset(
+                f"--out {path}: write predictions to a .csv, .parquet or .xlsx file (smlt predict: --out - for CSV on stdout)"
+            )
         return path
+
+    def write_csv(self, stream: TextIO) -> None:
+        """The predictions as CSV text on an open stream (the file `write` makes of a .csv; `smlt
+        predict --out -` writes it to stdout)."""
+        w = csv.writer(stream)
+        w.writerow(self._header())
+        w.writerows(self._body())
 
     def _write_parquet(self, path: Path) -> None:
         """The file `pq.write_table` makes of the whole table (its columns as pyarrow reads the rows'
@@ -864,7 +871,13 @@ def _unused_note(manifest: Manifest, table: Table, id_column: str | None) -> lis
         return []
     more = len(unused) - UNUSED_NAMED
     names = ", ".join(unused[:UNUSED_NAMED]) + (f" and {more} more" if more > 0 else "")
-    return [f"{table.path}: columns not used by the model: {names}"]
+    ids = [n for n in unused if _ID_NAME.search(n)] if id_column is None else []
+    hint = f" (--id {ids[0]} names each prediction by its {ids[0]!r} instead of its line)" if ids else ""
+    return [f"{table.path}: columns not used by the model: {names}{hint}"]
+
+
+# A column named as ids are (`id`, `ID`, `customer_id`, `PassengerId`): the --id hint's guess.
+_ID_NAME = re.compile(r"^(?i:id)$|[_\s-](?i:id)$|[a-z]Id$|[a-z]ID$")
 
 
 def _is_frame(data: Any) -> bool:

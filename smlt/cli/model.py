@@ -4,6 +4,8 @@ a fetched run logged to MLflow (smlt.tracking)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ def add_commands(sub: Any) -> None:
         "--out",
         required=True,
         help="predictions file: .csv, .parquet or .xlsx (an Excel workbook, its one sheet `predictions`; "
-        "at most 1,048,575 predictions)",
+        "at most 1,048,575 predictions), or - for CSV on stdout (the other lines go to stderr)",
     )
     p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
     p.add_argument(
@@ -85,15 +87,25 @@ def predict(args: argparse.Namespace) -> int:
     from smlt.inference import card_summary
     from smlt.runtime.progress import notice
 
-    model = _load(args)
-    notice.info(f"model {model.source}: {card_summary(model.card)}")
-    result = run(model, args.data, out=args.out, split=args.split, id_column=args.id_column)
+    to_stdout = args.out == "-"
+    # with --out -, stdout holds the CSV alone: the lines the CLI prints go to stderr meanwhile
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        model = _load(args)
+        notice.info(f"model {model.source}: {card_summary(model.card)}")
+        out = None if to_stdout else args.out
+        result = run(model, args.data, out=out, split=args.split, id_column=args.id_column)
+    if to_stdout:
+        result.write_csv(sys.stdout)
+        sys.stdout.flush()
     score = ""
     if result.accuracy is not None:
         score = f", accuracy {result.accuracy:.4f} on the data's own labels"
     elif result.rmse is not None:
         score = f", rmse {result.rmse:.4g} on the data's own targets"
-    notice.info(f"wrote {len(result)} predictions to {args.out}{score}")
+    n = len(result)
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        where = "stdout" if to_stdout else args.out
+        notice.info(f"wrote {n:,} prediction{'' if n == 1 else 's'} to {where}{score}")
     return 0
 
 

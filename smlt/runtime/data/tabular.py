@@ -131,6 +131,23 @@ def no_column(where: str, names: Sequence[str], columns: Sequence[str]) -> Inval
     )
 
 
+def _listed(columns: Sequence[str]) -> str:
+    """Column names for a message: quoted when one has spaces at an end (a spreadsheet's ` price `)."""
+    padded = any(c != c.strip() for c in columns)
+    return ", ".join(repr(c) if padded else c for c in columns)
+
+
+def _case_hint(absent: Sequence[str], columns: Sequence[str]) -> str:
+    """Which of the file's columns are the `absent` ones but for letter case or end spaces: a header
+    retyped (`City` for `city`); names must match the training data's exactly, so say which to rename."""
+    near = {c.strip().casefold(): c for c in columns}
+    pairs = [(near[a.strip().casefold()], a) for a in absent if a.strip().casefold() in near]
+    if not pairs:
+        return ""
+    said = ", ".join(f"{have!r} for {want!r}" for have, want in pairs)
+    return f" (the file has {said}: column names must match the training data's exactly, letter case and spaces too)"
+
+
 def drop_hint(name: str) -> str:
     """How to leave a column out of the features, for a notice that names one."""
     return f'leave it out with --drop {shlex.quote(name)} (a job\'s dataset: "drop": [{json.dumps(name)}])'
@@ -250,7 +267,8 @@ def encode_columns(columns: Sequence[ColumnTransform], rows: Table) -> np.ndarra
     absent = [t.name for t in columns if t.name not in rows.columns]
     if absent:
         raise InvalidDataset(
-            f"{rows.path}: no column {', '.join(map(repr, absent))}; the columns are {', '.join(rows.columns)}"
+            f"{rows.path}: no column {', '.join(map(repr, absent))}; the columns are "
+            f"{_listed(list(rows.columns))}{_case_hint(absent, list(rows.columns))}"
         )
     refuse_missing(rows, [t.name for t in columns if t.fill is None])  # prepared with missing: refuse
     out = np.zeros((len(rows), sum(width(t) for t in columns)), np.float32)
