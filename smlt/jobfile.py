@@ -30,5 +30,29 @@ def read_job_file(path: Path) -> tuple[Job, dict[str, Any]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidJob(f"job: {path} is not UTF-8 text (byte {e.start}); save it as UTF-8 JSON") from None
-    job = parse_job(text)
-    return job, json.loads(text)
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidJob(
+            f"job: {path} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}){_hint(path, text, e)}"
+        ) from None
+    return parse_job(raw), raw
+
+
+def _hint(path: Path, text: str, e: json.JSONDecodeError) -> str:
+    """What the JSON error most likely is, said for the user: a YAML or TOML job, a comment, a
+    trailing comma (JSON has neither)."""
+    if path.suffix.lower() in (".yaml", ".yml", ".toml"):
+        return (
+            f": smlt reads a job as JSON, not {path.suffix[1:].upper()}: write it as a .json file (README, 'The job')"
+        )
+    if text[e.pos : e.pos + 2] in ("//", "/*") or text[e.pos : e.pos + 1] == "#":
+        return ": JSON has no comments: remove them"
+    if e.msg.startswith("Expecting property name") or e.msg == "Expecting value":
+        rest = text[e.pos :].lstrip()
+        before = text[: e.pos].rstrip()
+        if before.endswith(",") and rest[:1] in ("}", "]"):
+            return ": a comma before a closing bracket (JSON allows none after the last item)"
+    if e.msg.startswith("Expecting property name") and text[e.pos : e.pos + 1] == "'":
+        return ": JSON names and text take double quotes"
+    return ""

@@ -10,7 +10,7 @@ from smlt.cli import main
 @pytest.mark.parametrize(
     "text, needle",
     [
-        ("{not json", "job: not valid JSON"),
+        ("{not json", "job.json is not valid JSON"),
         (json.dumps({"dataset": {"uri": "sklearn:digits"}, "training": {"batch_size": "x"}}), "training.batch_size"),
         (json.dumps({"model": {"name": "mlp"}}), "dataset: field required"),
     ],
@@ -22,6 +22,33 @@ def test_run_rejects_bad_jobs(tmp_path, capsys, text, needle):
     err = capsys.readouterr().err
     assert "InvalidJob" in err and needle in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        (
+            "job.json",
+            '{"name": "x",\n "seed": 1,\n}',
+            "job.json is not valid JSON (Expecting property name enclosed in "
+            "double quotes at line 3 column 1): a comma before a closing bracket",
+        ),
+        ("job.json", '{"name": "x", // mine\n "seed": 1}', "at line 1 column 15): JSON has no comments: remove them"),
+        ("job.json", "{'name': 'x'}", "JSON names and text take double quotes"),
+        (
+            "job.yaml",
+            "name: x\ndataset:\n  uri: sklearn:digits\n",
+            "job.yaml is not valid JSON (Expecting value at "
+            "line 1 column 1): smlt reads a job as JSON, not YAML: write it as a .json file",
+        ),
+    ],
+)
+def test_a_job_file_that_is_not_json_is_named_with_the_likely_mistake(tmp_path, capsys, name, text, needle):
+    job = tmp_path / name
+    job.write_text(text)
+    assert main(["quote", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "InvalidJob" in err and needle in err and "Traceback" not in err
 
 
 def test_missing_job_file(tmp_path, capsys):
