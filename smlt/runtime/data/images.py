@@ -1,4 +1,4 @@
-"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, WebP, BMP,
+"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, GIF, WebP, BMP,
 TIFF), read with Pillow, turned upright as their EXIF orientation says, resized to one size and
 stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits). A folder split already, as
 torchvision's ImageFolder layouts and Kaggle's come (`train/` and `val/` or `test/`, each of class
@@ -20,8 +20,8 @@ import numpy as np
 
 from smlt.runtime.errors import InvalidDataset
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
-IMAGE_KINDS = "PNG, JPEG, WebP, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")
+IMAGE_KINDS = "PNG, JPEG, GIF, WebP, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
 SHOW_SKIPPED = 10  # skipped files named in the notice; the rest are counted
 UNREADABLE_SHOWN = 3  # unreadable images named (with Pillow's reason) where they are told; the rest counted
 # More than this share of a folder's images unreadable is refused, not left out: likely the wrong
