@@ -89,3 +89,20 @@ def test_classes_and_levels_differing_only_in_case_are_told_not_merged(tmp_path,
 def test_one_spelling_per_class_is_not_told(tmp_path, caplog):
     rows = [[i % 7, ["Paris", "Rome"][i % 2], ["a", "b"][(i // 3) % 2]] for i in range(300)]
     assert CASE not in _prepare(_write(tmp_path / "t.csv", ["a", "city", "label"], rows), tmp_path / "p", caplog)
+
+
+def test_a_last_column_of_names_is_refused_as_a_label_of_one_row_per_class(tmp_path, caplog):
+    rng = np.random.default_rng(1)
+    rows = [[f"{rng.normal():.3f}", f"{rng.normal():.3f}", "yes" if i % 3 else "no", f"person {i}"] for i in range(400)]
+    rows[7][3] = rows[8][3]  # a few names twice: still a class per row, nearly
+    src = _write(tmp_path / "people.csv", ["a", "b", "bought", "name"], rows)
+    with pytest.raises(InvalidDataset) as refused:
+        _prepare(src, tmp_path / "p", caplog)
+    said = str(refused.value)
+    assert "label column 'name' has 399 distinct values in 400 rows: most classes have a single row" in said
+    assert "--label COLUMN" in said and "using the last, 'name'" in caplog.text
+    assert not (tmp_path / "p" / "manifest.json").exists()
+    # named, the real label prepares; and a label of many classes with rows enough for each stays a label
+    _prepare(src, tmp_path / "p", caplog, label="bought", drop=["name"])
+    many = [[f"{rng.normal():.3f}", f"c{i % 150}"] for i in range(400)]  # 150 classes, 2-3 rows each
+    _prepare(_write(tmp_path / "many.csv", ["a", "label"], many), tmp_path / "q", caplog)

@@ -52,3 +52,20 @@ def test_in_parts_too(tmp_path, caplog):
     m, told = _told(caplog, lambda: prepare_parts(parts, str(tmp_path / "p")))
     assert m.classes == ["0", "1", "7"]
     assert "a class has almost no rows ('7' 1 row, of 600)" in told, told
+
+
+def test_a_validation_split_too_small_to_measure_on_is_said(tmp_path, caplog):
+    src = _csv(tmp_path / "small.csv", [i % 2 for i in range(60)])  # 12 validation rows
+    m, told = _told(caplog, lambda: prepare_dataset(src, str(tmp_path / "p"), shards=2))
+    assert m.validation.rows == 12 and m.train.rows == 48
+    assert (
+        f"{src}: the validation split holds 12 rows: the metric a run stops on and a pipeline's gate compares is "
+        "measured on them (its accuracy moves in steps of 8%); more rows, or `smlt data prepare` with a larger "
+        "--validation-fraction, measure better"
+    ) in told, told
+    parts = [_csv(tmp_path / f"part-{i}.csv", [j % 2 for j in range(30)]) for i in range(2)]
+    _, told = _told(caplog, lambda: prepare_parts(parts, str(tmp_path / "q")))
+    assert "the validation split holds" in told  # in parts too
+    big = _csv(tmp_path / "big.csv", [i % 2 for i in range(200)])
+    _, told = _told(caplog, lambda: prepare_dataset(big, str(tmp_path / "r")))
+    assert "validation split holds" not in told

@@ -251,6 +251,30 @@ RARE_CLASS_ROWS = 5
 RARE_CLASS_RATIO = 20
 
 
+# A validation split of fewer rows than this measures too coarsely to stop a run or judge a gate on
+# (its accuracy moves in steps of 1/rows): said, not changed.
+SMALL_VALIDATION_ROWS = 30
+
+
+def dataset_warnings(m: Manifest) -> list[str]:
+    """What prepare warns of in a dataset it wrote: classes with almost no rows, a validation split
+    too small to measure on."""
+    return [w for w in (rare_classes(m), small_validation(m)) if w]
+
+
+def small_validation(m: Manifest) -> str | None:
+    """What to say when the validation split holds fewer than SMALL_VALIDATION_ROWS rows, else None."""
+    n = m.validation.rows
+    if n >= SMALL_VALIDATION_ROWS:
+        return None
+    step = f"its accuracy moves in steps of {1 / n:.0%}" if m.task == "classification" and n else "a noisy measure"
+    return (
+        f"{m.source}: the validation split holds {n:,} row{'s' * (n != 1)}: the metric a run stops on and a "
+        f"pipeline's gate compares is measured on {'it' if n == 1 else 'them'} ({step}); more rows, or `smlt data prepare` "
+        "with a larger --validation-fraction, measure better"
+    )
+
+
 def rare_classes(m: Manifest) -> str | None:
     """What to say about a classification's classes with almost no rows (train and validation
     together), else None. A pipeline's later version (its classes fixed) says nothing: a class

@@ -28,7 +28,7 @@ from smlt.runtime.data.manifest import (
     Normalization,
     ShardInfo,
     SplitInfo,
-    rare_classes,
+    dataset_warnings,
 )
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
@@ -145,11 +145,10 @@ def part_manifest(
         vocab_size=None,
         generation=features.generation if features is not None else generation,
     )
-    rare = rare_classes(manifest)
-    if rare:
+    for said in dataset_warnings(manifest):
         from smlt.runtime.progress import notice
 
-        notice.warning(rare)
+        notice.warning(said)
     return manifest
 
 

@@ -44,7 +44,7 @@ from smlt.runtime.data.manifest import (
     SplitInfo,
     TargetScaling,
     parse_manifest,
-    rare_classes,
+    dataset_warnings,
 )
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.sources import Source, TableSource, open_source
@@ -125,11 +125,10 @@ def prepare_dataset(
                 "validation": prepared.validation.finish(out, prepared.transform, seed),
             }
         )
-    rare = rare_classes(manifest)
-    if rare:
+    for said in dataset_warnings(manifest):
         from smlt.runtime.progress import notice
 
-        notice.warning(rare)
+        notice.warning(said)
     out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
 
@@ -322,6 +321,7 @@ class TableTransforms:
     @classmethod
     def of(cls, fit: TableFit) -> TableTransforms:
         labels = fit.labels.finish()
+        fit.labels.refuse_a_row_per_class(labels, fit.rows)
         columns = fit.transforms(labels.task)
         at = np.cumsum([0] + [tabular.width(t) for t in columns])
         pending = [

@@ -180,6 +180,23 @@ class LabelFit:
             "(one to train on, one to validate)"
         )
 
+    def refuse_a_row_per_class(self, labels: Labels, rows: int) -> None:
+        """Refused: a new classification whose classes average under 2 rows (`rows`: those with a
+        label), past MAX_INFERRED_CLASSES classes: most validation rows' classes would have no
+        train row. The column is a name, an id or free text, most likely taken as the label for
+        being the last one, not a label."""
+        k = labels.outputs
+        if labels.task != "classification" or self.spec is not None or k <= tabular.MAX_INFERRED_CLASSES:
+            return
+        if 2 * k <= rows:
+            return
+        raise InvalidDataset(
+            f"{self.path}: label column {self.name!r} has {k:,} distinct values in {rows:,} rows: most classes have "
+            "a single row, which no model can learn or be validated on (a name, an id or free text, not a label?): "
+            "name the label column with --label COLUMN (a job's dataset: \"label\"), or pass --task regression "
+            "for a quantity"
+        )
+
     def add(self, block: Block, val: np.ndarray, train: np.ndarray) -> None:
         """Count a block's labels (rows without one left out: `labelled`)."""
         import pyarrow.compute as pc
