@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from smlt.cli.data import encoding
+
 
 def _model_args(c: Any) -> None:
     c.add_argument(
@@ -29,7 +31,8 @@ def add_commands(sub: Any) -> None:
     _model_args(p)
     p.add_argument(
         "data",
-        help="a .csv, .tsv, .parquet, .jsonl (a .csv, .tsv or .jsonl also .gz, .bz2, .xz), .xlsx or .npz file, an image or "
+        help="a .csv, .tsv, .txt, .parquet, .jsonl (a .csv, .tsv, .txt or .jsonl also .gz, .bz2, .xz), .xlsx or .npz "
+        "file, an image or "
         "image folder, or a prepared dataset folder",
     )
     p.add_argument(
@@ -41,6 +44,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
     p.add_argument(
         "--id", dest="id_column", metavar="COLUMN", help="a table's column naming each row (default: its line or row)"
+    )
+    p.add_argument(
+        "--encoding",
+        type=encoding,
+        metavar="NAME",
+        help="a CSV/TSV/TXT not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV "
+        '(Comma delimited)" on Windows); without it such a file is refused',
     )
     p.set_defaults(fn=predict)
 
@@ -87,7 +97,7 @@ def predict(args: argparse.Namespace) -> int:
 
     model = _load(args)
     notice.info(f"model {model.source}: {card_summary(model.card)}")
-    result = run(model, args.data, out=args.out, split=args.split, id_column=args.id_column)
+    result = run(model, args.data, out=args.out, split=args.split, id_column=args.id_column, encoding=args.encoding)
     score = ""
     if result.accuracy is not None:
         score = f", accuracy {result.accuracy:.4f} on the data's own labels"
