@@ -172,3 +172,16 @@ def test_predict_and_prepare_take_encoding_on_the_command_line(tmp_path, capsys)
     with pytest.raises(SystemExit):
         main(["data", "prepare", "--help"])
     assert "--encoding NAME" in capsys.readouterr().out
+
+
+def test_an_upload_of_txt_parts_is_one_table_and_notes_beside_a_csv_are_another_source():
+    from smlt.runtime.steps.prepare import find_source
+    from smlt.runtime.steps.prepare_limits import MixedUpload
+    from smlt.runtime.steps.upload_parts import table_parts
+
+    parts = table_parts({"part-0.txt": 10, "part-1.txt": 12, "_SUCCESS": 0}, "s3://b/v1/")
+    assert parts is not None and parts.names == ("part-0.txt", "part-1.txt")
+    assert find_source({"sales.txt": 10}, "s3://b/v1/").root == "sales.txt"
+    assert table_parts({"data.csv": 10, "notes.txt": 5}, "s3://b/v1/") is None  # not parts of one table
+    with pytest.raises(MixedUpload, match=r"s3://b/v1/ holds 2 data sources \(data.csv, notes.txt\)"):
+        find_source({"data.csv": 10, "notes.txt": 5}, "s3://b/v1/")
