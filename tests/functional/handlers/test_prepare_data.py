@@ -323,7 +323,7 @@ def test_a_job_with_dataset_encoding_reads_its_uploads_whole_and_in_parts_in_it(
     """Excel's "CSV (Comma delimited)" (Windows-1252) uploads, read by the pipeline job's
     `"dataset": {"encoding": "cp1252"}`: the rows of their UTF-8 twin (a BOM says UTF-8 whatever
     the job names); without it, refused by the uploaded object's line and cell."""
-    job = {**JOB, "dataset": {**JOB["dataset"], "encoding": "cp1252"}}
+    job = {**JOB, "dataset": {"uri": "x", "label": "price", "task": "regression", "encoding": "cp1252"}}
     aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(job).encode())
     text = _csv(7).decode().replace(",a,", ",Zürich,")
     aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=b"\xef\xbb\xbf" + text.encode())
