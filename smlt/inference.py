@@ -548,12 +548,15 @@ class LoadedModel:
         """New data (as `inputs` reads it) as the model's input tensor."""
         return torch.from_numpy(np.ascontiguousarray(model_input(self.manifest, self.inputs(data).x)))
 
-    def inputs(self, data: Any, split: str = "validation", id_column: str | None = None) -> Inputs:
+    def inputs(
+        self, data: Any, split: str = "validation", id_column: str | None = None, encoding: str | None = None
+    ) -> Inputs:
         """Rows of `data` in the stored form: a .csv/.parquet file or DataFrame (the recorded column
         transforms), an .npz file or an array (the recorded standardisation), an image file or
         folder (resized to the recorded size), or a prepared dataset folder (its `split`'s shards).
-        `id_column`: a table's column whose values name the rows (else its line or row number)."""
-        return read_inputs(self.manifest, data, split, id_column)
+        `id_column`: a table's column whose values name the rows (else its line or row number).
+        `encoding`: a CSV's (.tsv, .txt) when it is not UTF-8 and has no byte-order mark (`cp1252`)."""
+        return read_inputs(self.manifest, data, split, id_column, encoding)
 
     def serving_input(self, data: Any, split: str = "validation") -> np.ndarray:
         """`data` as the input of the model `smlt export` writes (smlt.serving): feature values and
@@ -561,13 +564,15 @@ class LoadedModel:
         or, for a table with a text column, the rows with the card's column transforms applied."""
         return serving_input(self, data, split)
 
-    def predict(self, data: Any, split: str = "validation", id_column: str | None = None) -> Predictions:
+    def predict(
+        self, data: Any, split: str = "validation", id_column: str | None = None, encoding: str | None = None
+    ) -> Predictions:
         """Predictions on `data` (as `inputs` reads it). A table file or a DataFrame is read, transformed
         and predicted on block by block (`_predict_table`): its memory is a block's and the
         predictions', whatever the file's size; the predictions and notes are those of the rows read whole."""
         if not isinstance(data, Inputs) and self.card.features is not None and _streams(self.manifest, data):
-            return self._predict_table(data, id_column)
-        rows = data if isinstance(data, Inputs) else self.inputs(data, split, id_column)
+            return self._predict_table(data, id_column, encoding)
+        rows = data if isinstance(data, Inputs) else self.inputs(data, split, id_column, encoding)
         return self.predict_rows(rows)
 
     def _forward(self, x: np.ndarray) -> np.ndarray:
@@ -582,7 +587,7 @@ class LoadedModel:
     def predict_rows(self, rows: Inputs) -> Predictions:
         return self._predictions(self._forward(rows.x), rows)
 
-    def _predict_table(self, data: Any, id_column: str | None) -> Predictions:
+    def _predict_table(self, data: Any, id_column: str | None, encoding: str | None = None) -> Predictions:
         """`predict` on a table file or DataFrame read block by block: each block's rows transformed
         (the recorded column transforms) and run through the model in the same BATCH-row forward
         passes as the rows read whole (the rows a pass holds carried from one block to the next),
@@ -594,7 +599,7 @@ class LoadedModel:
         outs: list[np.ndarray] = []
         carry = np.zeros((0, *manifest.x.shape), np.float32)
         refused = False
-        with _table_blocks(manifest, data, id_column) as (where, header, tables):
+        with _table_blocks(manifest, data, id_column, encoding) as (where, header, tables):
             gathered = _Gathered(manifest, where, header, id_column)
             for table in tables:
                 try:
@@ -613,7 +618,7 @@ class LoadedModel:
                 outs.append(self._forward(carry))
                 rows = gathered.inputs()
         if refused or not gathered.read:  # refused (or no rows) as the rows read whole are
-            return self.predict_rows(read_inputs(manifest, data, id_column=id_column))
+            return self.predict_rows(read_inputs(manifest, data, id_column=id_column, encoding=encoding))
         return self._predictions(np.concatenate(outs), rows)
 
     def _predictions(self, out: np.ndarray, rows: Inputs) -> Predictions:
@@ -724,7 +729,9 @@ def _activate_code(card: ModelCard, found: _Found, folder: Path | None) -> None:
 # reading new data as the dataset's stored rows
 
 
-def read_inputs(manifest: Manifest, data: Any, split: str = "validation", id_column: str | None = None) -> Inputs:
+def read_inputs(
+    manifest: Manifest, data: Any, split: str = "validation", id_column: str | None = None, encoding: str | None = None
+) -> Inputs:
     if isinstance(data, Inputs):
         return data
     if id_column is not None and not (_is_frame(data) or table_suffix(str(data)) in TABLE_SUFFIXES):
@@ -748,7 +755,7 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation", id_col
         return _images(manifest, path)
     suffix = path.suffix.lower()
     if table_suffix(path) in TABLE_SUFFIXES:
-        return _table(manifest, read_table_rows(manifest, path), id_column)
+        return _table(manifest, read_table_rows(manifest, path, encoding), id_column)
     if suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:
             if "x" not in z:
@@ -757,7 +764,7 @@ def read_inputs(manifest: Manifest, data: Any, split: str = "validation", id_col
     if suffix in images.IMAGE_SUFFIXES:
         return _images(manifest, path)
     raise InvalidDataset(
-        f"{path}: predict on a .csv, .tsv, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them) or a "
+        f"{path}: predict on a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them) or a "
         "prepared dataset folder"
     )
 
@@ -787,12 +794,13 @@ def _tell_unknown_labels(manifest: Manifest, unknown: list[str], where: str) -> 
     )
 
 
-def read_table_rows(manifest: Manifest, data: Any) -> Table:
-    """A DataFrame or a .csv/.parquet/.jsonl/.xlsx file as `smlt predict` reads it (before its transforms)."""
+def read_table_rows(manifest: Manifest, data: Any, encoding: str | None = None) -> Table:
+    """A DataFrame or a .csv/.parquet/.jsonl/.xlsx file as `smlt predict` reads it (before its transforms);
+    `encoding`: a delimited text file's (`LoadedModel.inputs`)."""
     numeric = {t.name for t in manifest.columns or [] if t.kind in ("numeric", "date")}
     if _is_frame(data):
         return _frame_table(data, numeric)
-    return read_table(Path(str(data)), numeric)  # a missing marker (`NA`) in them is empty
+    return read_table(Path(str(data)), numeric, encoding)  # a missing marker (`NA`) in them is empty
 
 
 def table_inputs(manifest: Manifest, table: Table) -> Inputs:
@@ -933,7 +941,7 @@ SLICE_CELLS = 1 << 17
 
 @contextmanager
 def _table_blocks(
-    manifest: Manifest, data: Any, id_column: str | None
+    manifest: Manifest, data: Any, id_column: str | None, encoding: str | None = None
 ) -> Iterator[tuple[str, list[str], Iterator[Table]]]:
     """A table file's or DataFrame's name in messages, its header, and its blocks' rows as Tables,
     each read as `read_table_rows` reads the whole file (`_block_cells`), with the columns predict
@@ -947,7 +955,7 @@ def _table_blocks(
     wanted = {t.name for t in manifest.columns} | {manifest.label or "", id_column or ""}
     frame = _is_frame(data)
     with _frame_csv(data) if frame else _nothing(Path(str(data))) as path:
-        file = open_table(path)
+        file = open_table(path, encoding)
         as_float = _parquet_numbers(file, numeric)
         where, unit = ("DataFrame", "row") if frame else (file.path, file.unit)
 

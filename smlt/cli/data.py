@@ -11,7 +11,10 @@ from smlt.runtime.data.manifest import Manifest
 def add_commands(sub: Any) -> None:
     data = sub.add_parser("data", help="dataset tools").add_subparsers(dest="data_cmd", required=True)
     prep = data.add_parser(
-        "prepare", help="shard a CSV, Parquet, JSONL, NPZ, image folder, sklearn:NAME or synthetic:... dataset"
+        "prepare",
+        help="shard a CSV, Parquet, JSONL, NPZ, image folder, sklearn:NAME or synthetic:... dataset",
+        description="A CSV (.tsv, .txt: delimited text) is read as UTF-8, or as its byte-order mark says (UTF-16: "
+        'Excel\'s "Unicode Text"); a file in another encoding, with no mark, is read with --encoding only.',
     )
     prep.add_argument("source")
     prep.add_argument("--out", required=True, help="local folder or s3://bucket/prefix/")
@@ -45,6 +48,13 @@ def add_commands(sub: Any) -> None:
         help="CSV/Parquet/JSONL dates written 3/4/2024, 3.4.2024 or 3-4-2024 with no day above 12: read them so "
         "(default: month first with /, day first with . or -)",
     )
+    prep.add_argument(
+        "--encoding",
+        type=encoding,
+        metavar="NAME",
+        help="CSV/TSV/TXT not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV (Comma "
+        'delimited)" on Windows), latin-1, shift_jis; without it such a file is refused (a BOM says UTF-8/16 itself)',
+    )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")
     prep.add_argument("--vocab-size", type=_positive, help="token sequences: ids are below this (default: max id + 1)")
@@ -61,6 +71,16 @@ def add_commands(sub: Any) -> None:
         "instead of applying the pipeline's",
     )
     prep.set_defaults(fn=prepare)
+
+
+def encoding(text: str) -> str:
+    """--encoding NAME: a text encoding Python's codecs know, as they name it."""
+    from smlt.runtime.data.options import text_encoding
+
+    try:
+        return text_encoding(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive(text: str) -> int:
@@ -80,6 +100,7 @@ def prepare(args: argparse.Namespace) -> int:
         missing=args.missing,
         drop=args.drop,
         date_order=args.date_order,
+        encoding=args.encoding,
         image_size=args.image_size,
         channels=args.channels,
         vocab_size=args.vocab_size,

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from smlt.cli.data import encoding
+
 
 def _model_args(c: Any) -> None:
     c.add_argument(
@@ -31,7 +33,8 @@ def add_commands(sub: Any) -> None:
     _model_args(p)
     p.add_argument(
         "data",
-        help="a .csv, .tsv, .parquet, .jsonl (a .csv, .tsv or .jsonl also .gz, .bz2, .xz), .xlsx or .npz file, an image or "
+        help="a .csv, .tsv, .txt, .parquet, .jsonl (a .csv, .tsv, .txt or .jsonl also .gz, .bz2, .xz), .xlsx or .npz "
+        "file, an image or "
         "image folder, or a prepared dataset folder",
     )
     p.add_argument(
@@ -43,6 +46,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--split", default="validation", help="a prepared dataset's split (default: validation)")
     p.add_argument(
         "--id", dest="id_column", metavar="COLUMN", help="a table's column naming each row (default: its line or row)"
+    )
+    p.add_argument(
+        "--encoding",
+        type=encoding,
+        metavar="NAME",
+        help="a CSV/TSV/TXT not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV "
+        '(Comma delimited)" on Windows); without it such a file is refused',
     )
     p.set_defaults(fn=predict)
 
@@ -93,7 +103,7 @@ def predict(args: argparse.Namespace) -> int:
         model = _load(args)
         notice.info(f"model {model.source}: {card_summary(model.card)}")
         out = None if to_stdout else args.out
-        result = run(model, args.data, out=out, split=args.split, id_column=args.id_column)
+        result = run(model, args.data, out=out, split=args.split, id_column=args.id_column, encoding=args.encoding)
     if to_stdout:
         result.write_csv(sys.stdout)
         sys.stdout.flush()

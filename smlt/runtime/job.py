@@ -53,8 +53,8 @@ class DatasetSpec(SourceOptions):
 
     `s3://bucket/prefix/` on AWS. The CLI also accepts a local folder holding a manifest, a
     .csv/.parquet/.xlsx/.npz file, an image folder, `sklearn:NAME` or `synthetic:...`; it prepares those
-    with the options (`label`, `task`, `missing`, `drop`, `date_order`, `image_size`, `channels`, `vocab_size`: see
-    `smlt.runtime.data.options`), uploads them and rewrites the URI.
+    with the options (`label`, `task`, `missing`, `drop`, `date_order`, `encoding`, `image_size`, `channels`,
+    `vocab_size`: see `smlt.runtime.data.options`), uploads them and rewrites the URI.
     """
 
     uri: str = Field(min_length=1)

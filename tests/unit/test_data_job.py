@@ -34,6 +34,7 @@ def test_the_dataset_section_names_label_task_and_missing():
         "channels": None,
         "vocab_size": None,
         "date_order": None,
+        "encoding": None,
     }
     with pytest.raises(InvalidJob, match=r"dataset.missing: Input should be 'impute' or 'refuse'"):
         parse_job({"dataset": {"uri": "x.csv", "missing": "drop"}})

@@ -3,9 +3,10 @@ carries (one model, so the CLI, the job and the cache slug agree on them)."""
 
 from __future__ import annotations
 
+import codecs
 from typing import Literal
 
-from pydantic import PositiveInt
+from pydantic import PositiveInt, field_validator
 
 from smlt.runtime.strict import UserModel
 
@@ -27,12 +28,36 @@ class SourceOptions(UserModel):
     # read when no day above 12 tells (table_reader.DATE_ORDER_UNTOLD: `/` month first, `.` and `-`
     # day first); a column whose days say otherwise is text.
     date_order: Literal["month_first", "day_first"] | None = None
+    # CSV/TSV/TXT: the text's encoding when it is not UTF-8 and the file has no byte-order mark (a
+    # BOM says UTF-8, UTF-16 or UTF-32 itself): `cp1252` for Excel's "CSV (Comma delimited)" on
+    # Windows; any name Python's codecs know, kept as their name for it (`windows-1252`: `cp1252`).
+    # Without it such a file is refused, never guessed (table_reader.open_text).
+    encoding: str | None = None
     # Image folders: every image resized to image_size x image_size, as RGB (3) or grayscale (1).
     image_size: PositiveInt | None = None
     channels: Literal[1, 3] | None = None
     # Token sequences: ids are in [0, vocab_size); default max id + 1.
     vocab_size: PositiveInt | None = None
 
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, v: str | None) -> str | None:
+        return None if v is None else text_encoding(v)
+
     def options(self) -> SourceOptions:
         """Just the options (a DatasetSpec without its uri)."""
         return SourceOptions.model_validate(self.model_dump(include=set(SourceOptions.model_fields)))
+
+
+def text_encoding(name: str) -> str:
+    """A text encoding's name as Python's codecs name it (`Windows-1252`, `cp1252`: `cp1252`), or
+    a ValueError naming the unknown one."""
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        raise ValueError(
+            f"unknown encoding {name!r}: name one Python's codecs know (cp1252, latin-1, utf-16, shift_jis, ...)"
+        ) from None
+    if not getattr(info, "_is_text_encoding", True):  # base64, zlib, rot13: codecs, not text encodings
+        raise ValueError(f"{name!r} is not a text encoding (cp1252, latin-1, utf-16, shift_jis, ...)")
+    return info.name

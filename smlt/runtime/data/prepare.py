@@ -43,8 +43,8 @@ from smlt.runtime.data.manifest import (
     Normalization,
     SplitInfo,
     TargetScaling,
-    parse_manifest,
     dataset_warnings,
+    parse_manifest,
 )
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.sources import Source, TableSource, open_source

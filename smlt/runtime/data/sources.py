@@ -5,7 +5,8 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
   as images (`sklearn:digits?shape=1x8x8`)
 - `synthetic:KIND?...` (smlt.runtime.data.synthetic)
 - a `.npz` file with arrays `x` (any sample shape) and `y`
-- a `.csv`, `.parquet` or `.jsonl`/`.ndjson` file with named columns (smlt.runtime.data.tabular),
+- a `.csv` (`.tsv`, `.txt`: delimited text), `.parquet` or `.jsonl`/`.ndjson` file with named columns
+  (smlt.runtime.data.tabular),
   or an Excel workbook (`.xlsx`, `.xlsm`: its first sheet, read as its CSV)
 - a folder of class subfolders holding images (smlt.runtime.data.images)
 """
@@ -33,7 +34,8 @@ SKLEARN_BUNDLED = {
     "breast_cancer": ("load_breast_cancer", "classification"),
     "diabetes": ("load_diabetes", "regression"),
 }
-TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".jsonl", ".ndjson", *WORKBOOK_SUFFIXES)
+# `.txt`: delimited text, as Excel's "Unicode Text" (UTF-16, tab-separated) and "Text (Tab delimited)" name it.
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".jsonl", ".ndjson", *WORKBOOK_SUFFIXES)
 
 
 @dataclass
@@ -94,7 +96,7 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
     if table_suffix(path) in TABLE_SUFFIXES:
         return _table(path, opts)
     raise InvalidDataset(
-        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .parquet, .jsonl, "
+        f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .txt, .parquet, .jsonl, "
         ".xlsx "
         "(a CSV, TSV or JSON Lines file also gzip-, bzip2- or xz-compressed: .csv.gz), .npz "
         "or a folder of class subfolders of images"
@@ -158,7 +160,7 @@ def _one_hot(y: np.ndarray) -> bool:
 
 
 def _table(path: Path, opts: SourceOptions) -> TableSource:
-    file = open_table(path)
+    file = open_table(path, opts.encoding)
     label = tabular.pick_label(file.path, file.columns, opts.label)
     unknown = [c for c in opts.drop if c not in file.columns]
     if unknown:

@@ -193,7 +193,7 @@ class LabelFit:
         raise InvalidDataset(
             f"{self.path}: label column {self.name!r} has {k:,} distinct values in {rows:,} rows: most classes have "
             "a single row, which no model can learn or be validated on (a name, an id or free text, not a label?): "
-            "name the label column with --label COLUMN (a job's dataset: \"label\"), or pass --task regression "
+            'name the label column with --label COLUMN (a job\'s dataset: "label"), or pass --task regression '
             "for a quantity"
         )
 

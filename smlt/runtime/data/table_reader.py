@@ -6,7 +6,11 @@ A CSV is cut into blocks of about BLOCK_BYTES at record boundaries (newlines out
 each block is parsed by pyarrow's CSV reader, single-threaded, every cell as text; the line where
 each row ends is kept for messages (blank lines are not rows). Cells are separated by commas, or by
 the semicolons, tabs or bars of a header that has none outside quotes (a spreadsheet saved in a
-comma-decimal locale writes semicolons; in such a file a column of `0,346` is numbers). A Parquet
+comma-decimal locale writes semicolons; in such a file a column of `0,346` is numbers). Its text
+is UTF-8, or what a byte-order mark says (UTF-16 or UTF-32: Excel's "Unicode Text"), or the
+encoding the user names (`encoding`: Windows-1252 for Excel's "CSV (Comma delimited)"), read as
+UTF-8 as it streams (`open_text`); a file that is none of those is refused by the line and
+character of its first byte that is not UTF-8 (`_not_utf8`), never guessed. A Parquet
 file is read by record batches (pyarrow's `iter_batches`, one row group at a time); a column of
 number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`,
 `_spread`; a JSON Lines file's lists of numbers too). A block's cells stay Arrow arrays
@@ -24,6 +28,7 @@ the marker is a level like any other (`NA` may be Namibia). `nan` is the number 
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import csv
 import gzip
@@ -48,6 +53,15 @@ PARQUET_ROWS = 65_536
 # pyarrow parses a block in pieces of this many bytes (4 MiB measured faster than 1 or 16 MiB).
 _ARROW_BLOCK = 4 << 20
 _BOM = b"\xef\xbb\xbf"
+# Byte-order marks of other encodings than UTF-8 (UTF-32's first: its LE mark starts as UTF-16's).
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# Bytes of a transcoded file decoded at a time.
+_TEXT_CHUNK = 1 << 20
 _NEWLINE, _QUOTE, _CR = 10, 34, 13
 _OTHER_DELIMITERS = ";\t|"
 # Cells (stripped) that mean "no value" in a column of numbers, as R (`NA`), Excel (`#N/A`),
@@ -106,6 +120,80 @@ def open_bytes(path: Path) -> Iterator[tuple[Any, Any]]:
                 yield f, raw
             except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated archive
                 raise InvalidDataset(f"{path}: not a readable {path.suffix} file ({e})") from None
+
+
+@contextlib.contextmanager
+def open_text(path: Path, encoding: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """`open_bytes` of a text table, its text as UTF-8 bytes: as it is when it is UTF-8 (with or
+    without its byte-order mark, which the header leaves out), else decoded as it streams, in
+    chunks (`_Transcoded`): by what its byte-order mark says (UTF-16, UTF-32), else by `encoding`
+    (a codec's name, as `SourceOptions.encoding` reads it), else left as it is (UTF-8)."""
+    with open_bytes(path) as (f, _):
+        head = f.read(4)
+    marked = next((name for bom, name in _BOMS if head.startswith(bom)), None)
+    told = marked or (None if head.startswith(_BOM) else encoding)
+    with open_bytes(path) as (f, raw):
+        if told is None or codecs.lookup(told).name == "utf-8":
+            yield f, raw
+        else:
+            yield io.BufferedReader(_Transcoded(f, told, str(path), marked is not None), _TEXT_CHUNK), raw
+
+
+class _Transcoded(io.RawIOBase):
+    """A stream of text in `encoding` (`marked`: as its byte-order mark says) as a stream of its
+    UTF-8 bytes, decoded a chunk at a time; a byte that is not of that encoding is refused by its
+    line and character."""
+
+    def __init__(self, f: Any, encoding: str, path: str, marked: bool = False) -> None:
+        self._f, self._encoding, self._path, self._marked = f, encoding, path, marked
+        self._decoder = codecs.getincrementaldecoder(encoding)()
+        self._out, self._at, self._done = b"", 0, False
+        self._given = 0  # UTF-8 bytes read
+        self._lines = 0  # newlines decoded
+        self._column = 0  # characters decoded after the last newline
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._given
+
+    def readinto(self, b: Any) -> int:
+        while self._at == len(self._out) and not self._done:
+            chunk = self._f.read(_TEXT_CHUNK)
+            self._done = not chunk
+            try:
+                text = self._decoder.decode(chunk, final=self._done)
+            except UnicodeDecodeError as e:
+                raise self._refusal(e) from None
+            newlines = text.count("\n")
+            self._lines += newlines
+            self._column = len(text) - text.rfind("\n") - 1 if newlines else self._column + len(text)
+            self._out, self._at = text.encode("utf-8"), 0
+        n = min(len(b), len(self._out) - self._at)
+        b[:n] = self._out[self._at : self._at + n]
+        self._at += n
+        self._given += n
+        return n
+
+    def _refusal(self, e: UnicodeDecodeError) -> InvalidDataset:
+        before = e.object[: e.start].decode(e.encoding, "replace")
+        line = self._lines + before.count("\n") + 1
+        column = len(before) - before.rfind("\n") if "\n" in before else self._column + len(before) + 1
+        bad = e.object[e.start : e.end]
+        shown = " ".join(f"0x{c:02X}" for c in bad)
+        said = f"{self._path}: line {line}, character {column}: {'byte' if len(bad) == 1 else 'bytes'} {shown}"
+        if self._marked:
+            name = self._encoding.upper()
+            return InvalidDataset(
+                f"{said} {'is' if len(bad) == 1 else 'are'} not {name} text ({e.reason}), which the file's "
+                f"byte-order mark says it is: the file is damaged (cut short?); save it again, as CSV UTF-8"
+            )
+        return InvalidDataset(
+            f"{said} {'is' if len(bad) == 1 else 'are'} not {self._encoding} text ({e.reason}), the encoding named: "
+            'name the file\'s own with --encoding NAME (a job\'s "dataset": {"encoding": "NAME"}), or save it as '
+            "CSV UTF-8"
+        )
 
 
 def is_parquet(path: str | Path) -> bool:
@@ -566,14 +654,16 @@ class TableFile:
     read: Callable[[TableFile, Callable[[int], None] | None], Iterator[Block]]  # its format's block reader
     delimiter: str = ","  # a CSV's, as its header shows it
     vectors: dict[str, int] = field(default_factory=dict)  # a list-of-numbers column (Parquet, JSON Lines): its length
+    encoding: str | None = None  # a CSV's without a byte-order mark, as the user named it (`open_text`); None: UTF-8
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The file's rows in order; `progress` is told how far (in `size` units) after each block."""
         yield from self.read(self, progress)
 
 
-def open_csv_or_parquet(path: str | Path) -> TableFile:
+def open_csv_or_parquet(path: str | Path, encoding: str | None = None) -> TableFile:
     """A .csv (with a header) or .parquet file, its header checked; its rows are read by `blocks`.
+    `encoding`: a CSV's without a byte-order mark (`open_text`; a Parquet file's text is UTF-8).
     (`smlt.runtime.data.tables.open_table` takes JSON Lines too.)"""
     path = Path(path)
     if is_parquet(path) and is_compressed(path):
@@ -592,10 +682,10 @@ def open_csv_or_parquet(path: str | Path) -> TableFile:
         ]
         _check_header(path, columns)
         return TableFile(str(path), columns, "row", pf.metadata.num_rows, _parquet_blocks, vectors=vectors)
-    with open_bytes(path) as (f, _):
+    with open_text(path, encoding) as (f, _):
         header, _, _, delimiter = _csv_header(path, f)
     _check_header(path, header)
-    return TableFile(str(path), header, "line", path.stat().st_size, _csv_blocks, delimiter)
+    return TableFile(str(path), header, "line", path.stat().st_size, _csv_blocks, delimiter, encoding=encoding)
 
 
 def _check_header(path: Path | str, header: list[str]) -> None:
@@ -644,7 +734,7 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
     try:
         text = buf[:end].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _not_utf8(path, e.start) from None
+        raise _not_utf8(path, buf, e.start, 0) from None
     delimiter = _delimiter(text)
     header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
     # A header cell with no name after the first (a trailing delimiter, as spreadsheets write one)
@@ -666,14 +756,54 @@ def _delimiter(header: str) -> str:
     return best if counts[best] else "\t"
 
 
-def _not_utf8(path: Path | str, byte: int) -> InvalidDataset:
-    return InvalidDataset(f"{path}: not UTF-8 text (byte {byte}); save the CSV as UTF-8")
+def _not_utf8(path: Path | str, data: bytes, start: int, line: int, table: TableFile | None = None) -> InvalidDataset:
+    """The refusal of a text table that is not UTF-8, named no encoding and has no byte-order mark:
+    `data` (bytes from a line's start, after `line` lines of the file; the header's when `table` is
+    None) is UTF-8 up to `start`, its first byte that is not. Names that byte's line, character and
+    cell; when `data` reads as Windows-1252 (what Excel's "CSV (Comma delimited)" writes on Windows),
+    shows the cell as it reads so and how to read the file so. Nothing is guessed."""
+    begin = data.rfind(b"\n", 0, start) + 1
+    end = data.find(b"\n", start)
+    raw_line = data[begin : end if end >= 0 else len(data)].rstrip(b"\r")
+    before = data[begin:start].decode("utf-8")
+    try:
+        data.decode("cp1252")
+        text: str | None = raw_line.decode("cp1252")
+    except UnicodeDecodeError:
+        text = None
+    delimiter = table.delimiter if table is not None else _delimiter(text or raw_line.decode("utf-8", "replace"))
+    index, quoted = 0, False  # the cell the byte is in: delimiters before it outside quotes
+    for c in before:
+        if c == '"':
+            quoted = not quoted
+        elif c == delimiter and not quoted:
+            index += 1
+    if table is None:
+        cell = "the header"
+    elif index < len(table.columns):
+        cell = f"column {table.columns[index]!r}"
+    else:
+        cell = f"value {index + 1}"
+    number = line + data.count(b"\n", 0, start) + 1
+    where = f"{path}: line {number}, character {len(before) + 1} ({cell})"
+    said = f"{where}: byte 0x{data[start]:02X} is not UTF-8 text"
+    cells = next(csv.reader([text], delimiter=delimiter), []) if text is not None else []
+    if text is None or index >= len(cells):
+        return InvalidDataset(
+            f'{said}: name the file\'s encoding with --encoding NAME (a job\'s "dataset": {{"encoding": "NAME"}}), '
+            "or save it as CSV UTF-8"
+        )
+    return InvalidDataset(
+        f'{said}; read as Windows-1252 (what Excel\'s "CSV (Comma delimited)" writes on Windows) the '
+        f'{"name" if table is None else "cell"} is {cells[index]!r}: if that is right, read the file with --encoding cp1252 (a job\'s "dataset": '
+        '{"encoding": "cp1252"}), or save it as CSV UTF-8'
+    )
 
 
 def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
     path = Path(table.path)
     rows = 0
-    with open_bytes(path) as (f, raw):
+    with open_text(path, table.encoding) as (f, raw):
         _, buf, line, _ = _csv_header(path, f)
         offset = f.tell() - len(buf)  # the file byte where `buf` starts
         eof = False
@@ -696,7 +826,7 @@ def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Ite
             body, buf = buf[:cut], buf[cut:]
             if eof:
                 _refuse_open_quote(table, body, newlines, ends, line)
-            block = _csv_block(table, body, newlines, ends, line, offset)
+            block = _csv_block(table, body, newlines, ends, line)
             line += len(newlines)
             offset += cut
             if progress is not None:
@@ -721,8 +851,8 @@ def _refuse_open_quote(table: TableFile, body: bytes, newlines: np.ndarray, ends
     )
 
 
-def _csv_block(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int, offset: int) -> Block:
-    """One block's rows; `line` lines of the file come before it, `offset` bytes."""
+def _csv_block(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int) -> Block:
+    """One block's rows; `line` lines of the file come before it."""
     import pyarrow as pa
 
     lines = _row_lines(body, newlines, ends, line)
@@ -732,10 +862,10 @@ def _csv_block(table: TableFile, body: bytes, newlines: np.ndarray, ends: np.nda
     try:
         parsed = _parse_csv(table.columns, body, quoted=b'"' in body, delimiter=table.delimiter)
     except pa.ArrowInvalid as e:
-        _diagnose(table, body, line, offset, e)
+        _diagnose(table, body, line, e)
     assert parsed is not None
     if parsed.num_rows != len(lines):  # a line ending Python's csv and pyarrow count apart (a lone \r)
-        lines = _python_lines(table, body, line, offset)
+        lines = _python_lines(table, body, line)
     cells = {name: parsed.column(i).combine_chunks() for i, name in enumerate(table.columns)}
     return Block(table.path, "line", lines, cells, csv=True, decimal_comma=table.delimiter != ",")
 
@@ -778,22 +908,22 @@ def _row_lines(body: bytes, newlines: np.ndarray, ends: np.ndarray, line: int) -
     return (line + 1 + np.searchsorted(newlines, ends[~blank])).astype(np.int64)
 
 
-def _python_lines(table: TableFile, body: bytes, line: int, offset: int) -> np.ndarray:
-    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""), delimiter=table.delimiter)
+def _python_lines(table: TableFile, body: bytes, line: int) -> np.ndarray:
+    reader = csv.reader(io.StringIO(_decode(table, body, line), newline=""), delimiter=table.delimiter)
     return np.array([line + reader.line_num for r in reader if r], np.int64)
 
 
-def _decode(table: TableFile, body: bytes, offset: int) -> str:
+def _decode(table: TableFile, body: bytes, line: int) -> str:
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _not_utf8(table.path, offset + e.start) from None
+        raise _not_utf8(table.path, body, e.start, line, table) from None
 
 
-def _diagnose(table: TableFile, body: bytes, line: int, offset: int, error: Exception) -> None:
+def _diagnose(table: TableFile, body: bytes, line: int, error: Exception) -> None:
     """The named error for a block pyarrow could not read: not UTF-8, or a row with another
     number of values than the header (found with Python's csv, as only a failing block is)."""
-    reader = csv.reader(io.StringIO(_decode(table, body, offset), newline=""), delimiter=table.delimiter)
+    reader = csv.reader(io.StringIO(_decode(table, body, line), newline=""), delimiter=table.delimiter)
     for r in reader:
         if r and len(r) != len(table.columns):
             raise InvalidDataset(

@@ -7,13 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from smlt.runtime.data.jsonl_reader import is_jsonl, open_jsonl
+from smlt.runtime.data.options import text_encoding
 from smlt.runtime.data.table_reader import TableFile, open_csv_or_parquet
 from smlt.runtime.data.workbook import is_workbook, open_workbook
+from smlt.runtime.errors import InvalidDataset
 
 
-def open_table(path: str | Path) -> TableFile:
-    """A .csv (with a header), .parquet, .jsonl or .xlsx file, its header checked; its rows are read by
-    `TableFile.blocks`."""
+def open_table(path: str | Path, encoding: str | None = None) -> TableFile:
+    """A .csv (.tsv, .txt: with a header), .parquet, .jsonl or .xlsx file, its header checked; its rows are
+    read by `TableFile.blocks`. `encoding`: a delimited text file's, when it is not UTF-8 and has no
+    byte-order mark (`table_reader.open_text`); the other formats say their own (UTF-8)."""
     if is_workbook(path):
         return open_workbook(path)
-    return open_jsonl(Path(path)) if is_jsonl(path) else open_csv_or_parquet(path)
+    if encoding is not None:
+        try:
+            encoding = text_encoding(encoding)
+        except ValueError as e:
+            raise InvalidDataset(f"encoding: {e}") from None
+    return open_jsonl(Path(path)) if is_jsonl(path) else open_csv_or_parquet(path, encoding)

@@ -95,15 +95,16 @@ class Table:
         return f"{self.path}: column {column!r}, {self.unit} {int(self.rows[i])}"
 
 
-def read_table(path: str | Path, numeric: Collection[str] | None = None) -> Table:
+def read_table(path: str | Path, numeric: Collection[str] | None = None, encoding: str | None = None) -> Table:
     """A whole .csv (with a header), .parquet or JSON Lines file as a Table (data to predict on:
     prepare streams a file in blocks instead). The `numeric` columns (a model's number columns;
     None: those whose every cell is a number or empty, as prepare would read this file) hold their text
     as a number column reads it (`Block.number_text`): "" for a missing marker (`NA`, ...), a
-    point for a decimal comma; the others their text as written (`NA` a level)."""
+    point for a decimal comma; the others their text as written (`NA` a level). `encoding`: a
+    delimited text file's when it is not UTF-8 and has no byte-order mark (`tables.open_table`)."""
     from smlt.runtime.data.tables import open_table
 
-    file = open_table(path)
+    file = open_table(path, encoding)
     blocks = list(file.blocks())
     if numeric is None:
         numeric = {name for name in file.columns if all(b.numbers(name) is not None for b in blocks)}

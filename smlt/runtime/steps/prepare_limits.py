@@ -164,7 +164,8 @@ def _size(n: int) -> str:
 
 
 FORMATS = (
-    "a .csv, .tsv, .parquet, .jsonl, .xlsx or .npz file (a .csv, .tsv or .jsonl also compressed: .gz, .bz2, .xz), "
+    "a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file (a .csv, .tsv, .txt or .jsonl also compressed: .gz, "
+    ".bz2, .xz), "
     "an image folder (one subfolder of images per class) or a .zip/.tar(.gz) of one"
 )
 

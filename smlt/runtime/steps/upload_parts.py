@@ -37,7 +37,9 @@ class TableParts:
     """The parts of one table (names relative to the version's folder, in name order: part i is
     the i-th), their format and their bytes in all."""
 
-    format: str  # "csv" (comma-, tab-, ... separated), "jsonl", "parquet" or "xlsx" (Excel workbooks)
+    # "csv" (comma-, tab-, ... separated), "txt" (the same, named .txt: not the parts of a .csv's table,
+    # as notes.txt beside data.csv is not), "jsonl", "parquet" or "xlsx" (Excel workbooks)
+    format: str
     names: tuple[str, ...]
     bytes: int
 
@@ -45,7 +47,9 @@ class TableParts:
 def _format(name: str) -> str | None:
     if table_suffix(name) not in TABLE_SUFFIXES:
         return None
-    return "parquet" if is_parquet(name) else "jsonl" if is_jsonl(name) else "xlsx" if is_workbook(name) else "csv"
+    if is_parquet(name) or is_jsonl(name) or is_workbook(name):
+        return "parquet" if is_parquet(name) else "jsonl" if is_jsonl(name) else "xlsx"
+    return "txt" if table_suffix(name) == ".txt" else "csv"
 
 
 def part_limit(name: str) -> int:

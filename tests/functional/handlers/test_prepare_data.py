@@ -317,3 +317,36 @@ def test_workbooks_in_parts_are_prepared_as_their_csvs(aws):
     x, y = stored(a), stored(b)
     assert x["columns"] == y["columns"] and x["normalization"] == y["normalization"]
     assert [s["sha256"] for s in x["train"]["shards"]] == [s["sha256"] for s in y["train"]["shards"]]
+
+
+def test_a_job_with_dataset_encoding_reads_its_uploads_whole_and_in_parts_in_it(aws):
+    """Excel's "CSV (Comma delimited)" (Windows-1252) uploads, read by the pipeline job's
+    `"dataset": {"encoding": "cp1252"}`: the rows of their UTF-8 twin (a BOM says UTF-8 whatever
+    the job names); without it, refused by the uploaded object's line and cell."""
+    job = {**JOB, "dataset": {"uri": "x", "label": "price", "task": "regression", "encoding": "cp1252"}}
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(job).encode())
+    text = _csv(7).decode().replace(",a,", ",Zürich,")
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=b"\xef\xbb\xbf" + text.encode())
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v2/houses.csv", Body=text.encode("cp1252"))
+    v1 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    v2 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
+
+    def stored(uri):
+        bucket, prefix = parse_s3_uri(uri)
+        return json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+
+    a, b = stored(v1.dataset), stored(v2.dataset)
+    assert a["columns"][1]["levels"] == ["Zürich", "b"] and a["columns"] == b["columns"] and a["train"] == b["train"]
+    head, *rows = text.splitlines()
+    halves = [("\n".join([head, *chunk]) + "\n").encode("cp1252") for chunk in (rows[:90], rows[90:])]
+    parts = _parts_prepared(aws, "v3", halves)
+    assert parts["rows"] == 200 and stored(parts["dataset"])["columns"] == a["columns"]
+
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v4/houses.csv", Body=text.encode("cp1252"))
+    with pytest.raises(InvalidDataset) as e:
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v4/_SUCCESS"))
+    line = next(i for i, r in enumerate(rows) if "Zürich" in r) + 2
+    where = f"s3://smlt-data/incoming/h/v4/houses.csv: line {line}, character "
+    assert str(e.value).startswith(where) and "(column 'city'): byte 0xFC is not UTF-8 text" in str(e.value)
+    assert "the cell is 'Zürich'" in str(e.value) and '"dataset": {"encoding": "cp1252"}' in str(e.value)
