@@ -7,7 +7,8 @@
 
 By default the file holds the served model (smlt.serving): the card's numeric preprocessing, the
 network and its post-processing, so it takes what the data holds (feature values and number
-columns in their own units, uint8 images, token ids) and gives class probabilities or regression
+columns in their own units, uint8 images, token ids; in ONNX a table's number and one-hot text
+cells, its one-hot encoding an ONNX graph joined before the network's: `_table_graph`) and gives class probabilities or regression
 values in the label's units; it is checked against `smlt predict` on the same rows (default: a
 seeded batch in the data's units) within 1e-5 (regression: 1e-5 of the target's std). `raw=True`
 (`--raw`) exports the bare network instead (the input after the card's normalisation, logits or
@@ -37,16 +38,23 @@ from smlt.runtime.errors import SmltError
 from smlt.serving import (
     BATCH,
     CARD_KEY,
+    NUMBERS,
     SPEC_KEY,
+    TEXT,
     ServingSpec,
     example_rows,
+    feeds_inputs,
     served_module,
     serving_spec,
     stored_rows,
+    table_feeds,
 )
 
 if TYPE_CHECKING:
+    import onnx
+
     from smlt.inference import LoadedModel
+    from smlt.runtime.data.manifest import Manifest
 
 Format = Literal["onnx", "torch-export"]
 FORMATS: tuple[Format, ...] = ("onnx", "torch-export")
@@ -60,6 +68,8 @@ SERVED_TOLERANCE = 1e-5
 RELATIVE = 1e-6
 CHECK_ROWS = 8
 DATA_ROWS = 64  # rows of --data an export is checked on
+STRING_EQUAL_OPSET = 19  # ONNX's Equal takes strings from opset 19 (kind columns_text)
+ENCODED = "smlt_encoded_features"  # kind columns_text: the table graph's output, the network's input
 
 
 class ExportFailed(SmltError):
@@ -101,17 +111,25 @@ def export_model(model: LoadedModel, fmt: Format, path: Path, data: Any = None, 
             "the run finished), so its preprocessing cannot go into the graph: export the bare network with --raw "
             "(raw=True), which takes the model's input after normalisation"
         )
-    spec = serving_spec(model, raw)
+    spec = serving_spec(model, raw, fmt)
     meta = {SPEC_KEY: spec.model_dump_json(), CARD_KEY: model.card.model_dump_json(exclude={"metrics"})}
     if raw:
         x = model.transform(data)[:DATA_ROWS] if data is not None else _example(model)
         return export_module(model.module, x, fmt, path, spec=spec, metadata=meta)
-    rows = serving_input(model, data)[:DATA_ROWS] if data is not None else example_rows(model)
+    feeds = table_feeds(model, data, DATA_ROWS) if spec.kind == "columns_text" else None
+    if feeds is not None:
+        feeds = {name: np.concatenate([f, f]) if len(f) == 1 else f for name, f in feeds.items()}
+        stored = feeds_inputs(model, feeds)  # predict's own reading of the same cells
+        rows = stored.x
+    else:
+        rows = serving_input(model, data)[:DATA_ROWS] if data is not None else example_rows(model)
     if len(rows) == 0:
         raise ExportFailed(f"--data {data}: no rows to check the export on")
     if len(rows) < 2:  # the batch axis is traced on 2 rows (1 would fix it to 1)
         rows = np.concatenate([rows, rows])
-    predicted = model.predict_rows(stored_rows(model, rows))
+    if feeds is None:
+        stored = stored_rows(model, rows)
+    predicted = model.predict_rows(stored)
     if predicted.probabilities is not None:
         want, atol, rtol = predicted.probabilities, np.asarray(SERVED_TOLERANCE), 0.0
     else:
@@ -119,8 +137,16 @@ def export_model(model: LoadedModel, fmt: Format, path: Path, data: Any = None, 
         target = model.manifest.target
         std = np.asarray(target.std if target else [1.0] * predicted.values.shape[1], np.float64)
         want, atol, rtol = predicted.values, SERVED_TOLERANCE * std, RELATIVE
+    front = (model.manifest, feeds) if feeds is not None else None
     return export_module(
-        served_module(model), torch.from_numpy(rows), fmt, path, spec=spec, metadata=meta, expect=(want, atol, rtol)
+        served_module(model),
+        torch.from_numpy(rows),
+        fmt,
+        path,
+        spec=spec,
+        metadata=meta,
+        expect=(want, atol, rtol),
+        front=front,
     )
 
 
@@ -138,18 +164,25 @@ def export_module(
     spec: ServingSpec | None = None,
     metadata: dict[str, str] | None = None,
     expect: tuple[np.ndarray, np.ndarray, float] | None = None,
+    front: tuple[Manifest, dict[str, np.ndarray]] | None = None,
 ) -> Exported:
     """Export `module` (eval mode) for inputs like `x` (at least 2 rows: the batch axis is dynamic),
     load the file back and compare its outputs on `x` with `expect` (outputs, absolute tolerance
     per output column, relative tolerance of each value on top), else with the module's
-    own within TOLERANCE. `spec` names the input and output tensors; `metadata` goes into the file."""
+    own within TOLERANCE. `spec` names the input and output tensors; `metadata` goes into the file.
+    `front` (ONNX, kind columns_text): the manifest whose table graph goes before the module (`x`:
+    its output), and the rows it takes, by input name (`x`'s), which the file is run on."""
     if fmt not in FORMATS:
         raise ExportFailed(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    if front is not None and fmt != "onnx":
+        raise ExportFailed(f"{fmt}: a table's text cells go into an ONNX graph only (no string tensors)")
     module = module.eval()
     if len(x) < 2:
         x = torch.cat([x, x])
     path.parent.mkdir(parents=True, exist_ok=True)
     names = (spec.input.name, spec.output.name) if spec else ("input", "output")
+    if front is not None:
+        names = (ENCODED, names[1])
     if expect is None:
         with torch.no_grad():
             want = module(x).float().numpy().astype(np.float64)
@@ -162,7 +195,7 @@ def export_module(
         tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
     with _quiet(), _frozen(module):
         if fmt == "onnx":
-            got = _onnx(module, x, path, names, metadata or {})
+            got = _onnx(module, x, path, names, metadata or {}, front)
         else:
             got = _torch_export(module, x, path, metadata or {})
     if got.shape != want.shape:
@@ -234,7 +267,12 @@ def _torch_export(module: torch.nn.Module, x: torch.Tensor, path: Path, metadata
 
 
 def _onnx(
-    module: torch.nn.Module, x: torch.Tensor, path: Path, names: tuple[str, str], metadata: dict[str, str]
+    module: torch.nn.Module,
+    x: torch.Tensor,
+    path: Path,
+    names: tuple[str, str],
+    metadata: dict[str, str],
+    front: tuple[Manifest, dict[str, np.ndarray]] | None = None,
 ) -> np.ndarray:
     _require_onnx()
     import onnxruntime
@@ -249,10 +287,10 @@ def _onnx(
     if onnx_program is None:
         raise ExportFailed("ONNX export produced no program")
     onnx_program.save(str(path))
-    _label(path, metadata)
+    _label(path, metadata, front[0] if front else None)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return np.asarray(session.run(None, {name: x.numpy()})[0], np.float32)
+    feeds = front[1] if front else {session.get_inputs()[0].name: x.numpy()}
+    return np.asarray(session.run(None, feeds)[0], np.float32)
 
 
 def _require_onnx() -> None:
@@ -267,9 +305,10 @@ def _require_onnx() -> None:
         )
 
 
-def _label(path: Path, metadata: dict[str, str]) -> None:
+def _label(path: Path, metadata: dict[str, str], table: Manifest | None = None) -> None:
     """The saved graph with its batch axis named `batch` (torch names it after a symbol, `s31`) on
-    every input and output, and `metadata` in its metadata_props."""
+    every input and output, `table`'s graph before it (kind columns_text: `_table_graph`), and
+    `metadata` in its metadata_props."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False)
@@ -279,9 +318,93 @@ def _label(path: Path, metadata: dict[str, str]) -> None:
         dims = value.type.tensor_type.shape.dim
         if symbol and len(dims) and dims[0].dim_param == symbol:
             dims[0].dim_param = BATCH
+    if table is not None:
+        from onnx.compose import merge_models
+
+        opset = next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx"))
+        if opset < STRING_EQUAL_OPSET:
+            raise ExportFailed(
+                f"the network's ONNX opset is {opset}: text cells need {STRING_EQUAL_OPSET} (Equal on strings)"
+            )
+        front = _table_graph(table, opset, graph.ir_version)
+        graph = merge_models(front, graph, io_map=[(ENCODED, ENCODED)])
     for key, text in metadata.items():
         graph.metadata_props.add(key=key, value=text)
     onnx.save(graph, str(path))
+
+
+def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelProto:
+    """Kind columns_text's preprocessing, `encode_columns` then the standardisation, as an ONNX
+    graph from the inputs `numbers` (float32 [batch, N], NaN where missing; absent when N is 0) and
+    `text` (string [batch, M], "" where missing) to ENCODED (float32 [batch, F]): a number column's
+    missing cell its fill (NaN without one) and 1 in its indicator; a text column one 0/1 feature
+    per level (string Equal; a value none of them: all 0), a missing cell the fill level's features
+    (NaN without a fill) and 1 in its indicator; the features gathered into `encode_columns`' order,
+    minus the mean, over the std."""
+    from onnx import TensorProto, helper
+
+    from smlt.runtime.data.tabular import width
+
+    columns = manifest.columns or []
+    numbers = [t for t in columns if t.kind == "numeric"]
+    text = [t for t in columns if t.kind == "onehot"]
+    nodes: list[onnx.NodeProto] = []
+    consts: list[onnx.TensorProto] = []
+    inputs: list[onnx.ValueInfoProto] = []
+
+    def const(name: str, values: Any, kind: int = TensorProto.FLOAT, row: bool = True) -> str:
+        """A constant [1, n] (a row broadcast over the batch), or [n] when not `row`."""
+        values = list(values)
+        consts.append(helper.make_tensor(f"smlt_{name}", kind, [1, len(values)] if row else [len(values)], values))
+        return f"smlt_{name}"
+
+    def node(op: str, args: list[str], out: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, args, [f"smlt_{out}"], name=f"smlt_{out}", **attrs))
+        return f"smlt_{out}"
+
+    # the pieces, concatenated: the numbers filled, their gaps, each text column's levels, their gaps
+    pieces: list[str] = []
+    own: dict[str, int] = {}  # a column's first feature in the pieces, by name
+    gap: dict[str, int] = {}  # its gap's
+    at = 0
+    if numbers:
+        inputs.append(helper.make_tensor_value_info(NUMBERS, TensorProto.FLOAT, [BATCH, len(numbers)]))
+        fill = [float(t.fill) if isinstance(t.fill, (int, float)) else np.nan for t in numbers]
+        gaps = node("IsNaN", [NUMBERS], "number_gaps")
+        pieces.append(node("Where", [gaps, const("number_fill", fill), NUMBERS], "numbers_filled"))
+        pieces.append(node("Cast", [gaps], "number_indicators", to=TensorProto.FLOAT))
+        for j, t in enumerate(numbers):
+            own[t.name], gap[t.name] = j, len(numbers) + j
+        at = 2 * len(numbers)
+    inputs.append(helper.make_tensor_value_info(TEXT, TensorProto.STRING, [BATCH, len(text)]))
+    text_gaps = node("Equal", [TEXT, const("empty", [b""], TensorProto.STRING)], "text_gaps")
+    for k, t in enumerate(text):
+        where = const(f"text_{k}_at", [k], TensorProto.INT64, row=False)
+        cell = node("Gather", [TEXT, where], f"text_{k}", axis=1)
+        levels = const(f"text_{k}_levels", [level.encode() for level in t.levels], TensorProto.STRING)
+        hot = node("Cast", [node("Equal", [cell, levels], f"text_{k}_hot")], f"text_{k}_features", to=TensorProto.FLOAT)
+        empty = node("Gather", [text_gaps, where], f"text_{k}_gap", axis=1)
+        fill = [float(level == str(t.fill)) if t.fill is not None else np.nan for level in t.levels]
+        pieces.append(node("Where", [empty, const(f"text_{k}_fill", fill), hot], f"text_{k}_filled"))
+        own[t.name] = at
+        at += len(t.levels)
+    pieces.append(node("Cast", [text_gaps], "text_indicators", to=TensorProto.FLOAT))
+    for k, t in enumerate(text):
+        gap[t.name] = at + k
+    order: list[int] = []  # encode_columns' features, from the concatenated pieces
+    for t in columns:
+        order += range(own[t.name], own[t.name] + width(t) - int(t.indicator))
+        order += [gap[t.name]] if t.indicator else []
+    norm = manifest.normalization
+    joined = node("Concat", pieces, "joined", axis=1)
+    encoded = node("Gather", [joined, const("order", order, TensorProto.INT64, row=False)], "encoded", axis=1)
+    centred = node("Sub", [encoded, const("mean", norm.mean, row=False)], "centred")
+    nodes.append(
+        helper.make_node("Div", [centred, const("std", norm.std, row=False)], [ENCODED], name="smlt_standardised")
+    )
+    output = helper.make_tensor_value_info(ENCODED, TensorProto.FLOAT, [BATCH, len(order)])
+    graph = helper.make_graph(nodes, "smlt_table", inputs, [output], initializer=consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
 
 
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")

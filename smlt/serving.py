@@ -13,10 +13,24 @@ What the served model takes, by what the model was trained on (`input_kind`):
 - `image` uint8 [batch, C, H, W]: pixels 0..255 at the recorded size and channels (float32 for an
   image array of floats, in its own units), normalised per channel inside;
 - `token_ids` int64 [batch, T]: ids below the vocabulary size, as they are;
-- `encoded_features` float32 [batch, F]: a table with a text or date column: the card's column
-  transforms and standardisation applied (`apply_columns`' output:
-  `smlt.load_model(RUN).serving_input(rows)`); a one-hot or hashed text column and a date column
-  have no graph form.
+- `columns_text` (ONNX only; spec format smlt-serving/2): a table of number columns and one-hot
+  text columns (at most MAX_ONEHOT_LEVELS levels), two inputs: `numbers` float32 [batch, N] as
+  `columns` takes them (left out when the table has none) and `text` string [batch, M], one cell
+  per column of the spec's `text_columns`, its text as smlt reads it (a CSV cell stripped of its
+  surrounding whitespace: the graph compares whole strings; "" for a missing cell):
+  equal to one of the column's levels, a 1 in that level's feature; any other value all zeros
+  (`unseen_values`); "" the column's imputed level with its indicator (a column trained without
+  missing cells: NaN features, so NaN outputs, as NaN in a number column); encoded, imputed and
+  standardised inside, in `encode_columns`' feature order (`exporter._table_graph`: ONNX's string
+  `Equal`, opset 19). In Python: `table_feeds(smlt.load_model(RUN), rows)`;
+- `encoded_features` float32 [batch, F]: a table with a hashed or free-text column or a date
+  column (those have no graph form), and a table with text columns exported with torch.export (no
+  string tensors): the card's column transforms and standardisation applied (`apply_columns`'
+  output: `smlt.load_model(RUN).serving_input(rows)`).
+
+The spec's `format` is smlt-serving/1 for a model of one input, as before; smlt-serving/2 adds
+`inputs` (every input, in order) and `text_columns`, for kind `columns_text` only, so a reader of /1
+never meets a second input it would not feed.
 
 What it gives: `probabilities` float32 [batch, classes] (a softmax; the class names are the spec's
 `classes`), or `values` float32 [batch, targets] in the label's own units (the target scaling undone).
@@ -27,30 +41,32 @@ its logits or standardised regression values.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 from torch import nn
 
 from smlt.inference import Kind, input_kind, value_features
-from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.data.manifest import ColumnTransform, Manifest
 
 if TYPE_CHECKING:
     from smlt.inference import Inputs, LoadedModel
 
 SPEC_FORMAT: Final = "smlt-serving/1"
+SPEC_FORMAT_INPUTS: Final = "smlt-serving/2"  # a model of more than one input (kind columns_text)
 SPEC_KEY = "smlt.serving"  # ONNX metadata_props key / .pt2 extra file holding the spec's JSON
 CARD_KEY = "smlt.model_card"  # the model card's JSON beside it (model.json without the metrics)
 BATCH = "batch"  # the dynamic first axis of every input and output
+NUMBERS, TEXT = "numbers", "text"  # kind columns_text's inputs
 
 
 class TensorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    dtype: Literal["float32", "uint8", "int64"]
+    dtype: Literal["float32", "uint8", "int64", "string"]
     shape: list[int | str]  # "batch" first
     means: str  # what a server puts in (input) or reads out (output), in words
 
@@ -60,18 +76,45 @@ class ServingSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["smlt-serving/1"] = SPEC_FORMAT
+    format: Literal["smlt-serving/1", "smlt-serving/2"] = SPEC_FORMAT
     run_id: str
     model: str
     task: Literal["classification", "regression"]
     raw: bool  # True: the bare network (input after the card's normalisation, raw outputs)
     kind: str  # the input's kind (module docstring), "model_input" when raw
-    input: TensorSpec
+    input: TensorSpec  # the (first) input
     output: TensorSpec
-    columns: list[str] | None = None  # kind "columns": the input's columns, in order
+    # kind "columns": the input's columns, in order; "columns_text": the `numbers` input's
+    columns: list[str] | None = None
+    # format /2 only (None: the key is left out, a /1 spec as before): every input, in the graph's
+    # order (kind columns_text: `numbers` when the table has number columns, then `text`), and the
+    # `text` input's columns, in order
+    inputs: list[TensorSpec] | None = None
+    text_columns: list[str] | None = None
     classes: list[str] | None = None  # classification: output column j is classes[j]
     targets: list[str] | None = None  # regression: output column j is targets[j]
     torch: str  # the torch that exported it (a .pt2 loads in a compatible torch only)
+
+    @model_serializer(mode="wrap")
+    def _one_input_unsaid(self, handler: Any) -> Any:
+        """A /1 spec without the /2 keys: as smlt wrote it before there were two inputs."""
+        out = handler(self)
+        if self.inputs is None and isinstance(out, dict):
+            out.pop("inputs", None)
+            out.pop("text_columns", None)
+        return out
+
+
+def onnx_table(manifest: Manifest) -> bool:
+    """Whether an ONNX export of a model of this dataset takes the table's raw cells (kind
+    columns_text): named columns, every one a number or one-hot text, one at least text."""
+    kinds = {t.kind for t in manifest.columns or []}
+    return manifest.normalization.applied == "stored" and "onehot" in kinds and kinds <= {"numeric", "onehot"}
+
+
+def served_kind(manifest: Manifest, fmt: str = "onnx") -> str:
+    """What the model `smlt export --format fmt` writes takes (the module docstring)."""
+    return "columns_text" if fmt == "onnx" and onnx_table(manifest) else input_kind(manifest)
 
 
 def _dtype(manifest: Manifest, kind: Kind) -> Literal["float32", "uint8", "int64"]:
@@ -206,50 +249,66 @@ def served_module(model: LoadedModel) -> Served:
     return Served(model.module, pre, post).eval()
 
 
-def serving_spec(model: LoadedModel, raw: bool = False) -> ServingSpec:
-    """The exported model's contract (raw: the bare network's)."""
+def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> ServingSpec:
+    """The contract of the model `smlt export --format fmt` writes (raw: the bare network's)."""
     card = model.card
     classification = card.task == "classification"
     out_name = ("logits" if raw else "probabilities") if classification else ("scaled_values" if raw else "values")
     targets = None if classification else _targets(model)
+    columns = text = None
     if raw:
         kind = "model_input"
         takes = (
             "the model's input after the card's normalisation (smlt.runtime.data.inputs.model_input): "
             f"{card.input_dtype} {'x'.join(map(str, card.input_shape))}"
         )
+        inputs = [TensorSpec(name=kind, dtype=card.input_dtype, shape=[BATCH, *card.input_shape], means=takes)]
         gives = "logits (softmax them for probabilities)" if classification else "standardised values"
         if not classification:
             gives += " (times the card's target std, plus its mean, for the label's units)"
-        dtype: Literal["float32", "uint8", "int64"] = card.input_dtype
-        shape = list(card.input_shape)
-        columns = None
     else:
         manifest = model.manifest
-        kind = input_kind(manifest)
-        dtype = _dtype(manifest, kind)
-        shape = _input_shape(manifest, kind)
-        takes = _image_takes(manifest) if kind == "image" else _TAKES[kind]
-        columns = [t.name for t in manifest.columns or []] if kind == "columns" else None
+        kind = served_kind(manifest, fmt)
+        if kind == "columns_text":
+            inputs, columns, text = _table_inputs(manifest)
+        else:
+            base = input_kind(manifest)
+            takes = _image_takes(manifest) if base == "image" else _TAKES[base]
+            shape: list[int | str] = [BATCH, *_input_shape(manifest, base)]
+            inputs = [TensorSpec(name=base, dtype=_dtype(manifest, base), shape=shape, means=takes)]
+            columns = [t.name for t in manifest.columns or []] if base == "columns" else None
         if classification:
             gives = "each class's probability (a softmax): the prediction is classes[argmax]"
         else:
             what = ", ".join(targets or []) if card.label else "values"
             gives = f"the predicted {what} in the label's own units (the training's target scaling undone)"
-    in_name = "model_input" if raw else kind
     return ServingSpec(
+        format=SPEC_FORMAT if text is None else SPEC_FORMAT_INPUTS,
         run_id=card.run_id,
         model=card.model.name,
         task=card.task,
         raw=raw,
         kind=kind,
-        input=TensorSpec(name=in_name, dtype=dtype, shape=[BATCH, *shape], means=takes),
+        input=inputs[0],
         output=TensorSpec(name=out_name, dtype="float32", shape=[BATCH, card.output_dim], means=gives),
         columns=columns,
+        inputs=None if text is None else inputs,
+        text_columns=text,
         classes=model.classes if classification else None,
         targets=targets,
         torch=torch.__version__,
     )
+
+
+def _table_inputs(manifest: Manifest) -> tuple[list[TensorSpec], list[str] | None, list[str]]:
+    """Kind columns_text's inputs (`numbers` when the table has number columns, then `text`), its
+    number columns (None: none) and its text columns."""
+    numbers = [t.name for t in manifest.columns or [] if t.kind == "numeric"]
+    text = [t.name for t in manifest.columns or [] if t.kind == "onehot"]
+    inputs = [TensorSpec(name=TEXT, dtype="string", shape=[BATCH, len(text)], means=_TAKES[TEXT])]
+    if numbers:
+        inputs.insert(0, TensorSpec(name=NUMBERS, dtype="float32", shape=[BATCH, len(numbers)], means=_TAKES[NUMBERS]))
+    return inputs, numbers or None, text
 
 
 _TAKES: dict[str, str] = {
@@ -258,8 +317,15 @@ _TAKES: dict[str, str] = {
     "missing cell (imputed inside as the training data was)",
     "token_ids": "token ids in [0, vocabulary size): one outside (a negative padding id too) is the runtime's "
     "error, never a silent wrap",
-    "encoded_features": "the rows with the card's column transforms and standardisation applied (a text or "
-    "date column has no graph form): in Python smlt.load_model(RUN).serving_input(rows)",
+    NUMBERS: "one value per number column of `columns`, in that order, in the data's own units; NaN for a "
+    "missing cell (imputed inside as the training data was)",
+    TEXT: "one cell per text column of `text_columns`, in that order, its text as smlt reads it (a CSV cell "
+    'without its surrounding whitespace, case kept; a Parquet string as stored); "" for a missing cell '
+    "(imputed inside as the training data was); a value that is none of the column's levels (the model card's) "
+    "is encoded as none of them, as smlt predict does",
+    "encoded_features": "the rows with the card's column transforms and standardisation applied (a hashed or "
+    "free-text column and a date column have no graph form; number and one-hot text columns have one in "
+    "ONNX only): in Python smlt.load_model(RUN).serving_input(rows)",
 }
 
 
@@ -329,3 +395,115 @@ def example_rows(model: LoadedModel, rows: int = 8) -> np.ndarray:
         shape_c = (1, len(mean)) + (1,) * (len(shape) - 2)
         mean, std = mean.reshape(shape_c), std.reshape(shape_c)
     return (z * std + mean).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# kind columns_text: a table's raw cells, two inputs
+
+
+def table_feeds(model: LoadedModel, data: Any = None, rows: int | None = None) -> dict[str, np.ndarray]:
+    """The inputs of kind columns_text (`numbers` float32, NaN where a cell is missing, and `text`,
+    an object array of str, "" where missing) for `data`'s first `rows` rows: a table file or
+    DataFrame read as `smlt predict` reads it (its refusals and notices), other data (a prepared
+    dataset folder) its stored rows read back (an unseen level: a value none of the column's);
+    None: a seeded batch with missing cells and unseen values where the columns allow them."""
+    from smlt.inference import _is_table, read_table_rows, serving_input, table_inputs
+    from smlt.runtime.data.tabular import Table, missing
+
+    manifest = model.manifest
+    columns = manifest.columns or []
+    if data is None:
+        return _example_feeds(manifest)
+    if not _is_table(data):
+        return _stored_feeds(manifest, serving_input(model, data)[:rows])
+    table = read_table_rows(manifest, data)
+    if rows is not None:
+        table = Table(table.path, {n: c[:rows] for n, c in table.columns.items()}, table.rows[:rows], table.unit)
+    table_inputs(manifest, table)  # predict's refusal of a bad cell, by name, and its notices
+    numbers, text = [], []
+    for t in columns:
+        cells = table.columns[t.name]
+        if t.kind == "numeric":
+            numbers.append(cells if cells.dtype.kind == "f" else np.where(cells == "", "nan", cells).astype(np.float64))
+        else:
+            text.append(np.where(missing(cells), "", cells.astype(str)))
+    return _feeds(len(table), numbers, text)
+
+
+def feeds_inputs(model: LoadedModel, feeds: dict[str, np.ndarray]) -> Inputs:
+    """Kind columns_text's inputs as `smlt predict` reads the same rows (`apply_columns`)."""
+    from smlt.inference import Inputs
+    from smlt.runtime.data.tabular import Table, apply_columns
+
+    manifest = model.manifest
+    n = len(feeds[TEXT])
+    numbers, text = iter(feeds.get(NUMBERS, np.zeros((n, 0), np.float32)).T), iter(feeds[TEXT].T)
+    cols = {
+        t.name: np.asarray(next(numbers), np.float64) if t.kind == "numeric" else np.asarray(next(text), str)
+        for t in manifest.columns or []
+    }
+    x = apply_columns(manifest, Table("serving input", cols, np.arange(n), "row"))
+    return Inputs(x, [str(i) for i in range(n)])
+
+
+def _feeds(n: int, numbers: list[np.ndarray], text: list[np.ndarray]) -> dict[str, np.ndarray]:
+    feeds = {TEXT: np.stack(text, axis=1).astype(object) if text else np.zeros((n, 0), object)}
+    if numbers:
+        feeds = {NUMBERS: np.stack(numbers, axis=1).astype(np.float32), **feeds}
+    return feeds
+
+
+def unseen_level(t: ColumnTransform) -> str:
+    """A value that is none of a one-hot column's levels (nor empty)."""
+    value = "<unseen>"
+    while value in t.levels:
+        value += "_"
+    return value
+
+
+def _example_feeds(manifest: Manifest, rows: int = 8) -> dict[str, np.ndarray]:
+    """A seeded batch: numbers about the data's, each level, an unseen value and a missing cell
+    where the column was imputed."""
+    from smlt.runtime.data.tabular import width
+
+    g = np.random.default_rng(0)
+    norm = manifest.normalization
+    numbers: list[np.ndarray] = []
+    text: list[np.ndarray] = []
+    at = 0
+    for j, t in enumerate(manifest.columns or []):
+        if t.kind == "numeric":
+            x = g.standard_normal(rows) * norm.std[at] + norm.mean[at]
+        else:
+            x = np.array([*t.levels, unseen_level(t)], object)[g.integers(0, len(t.levels) + 1, rows)]
+            x[(j + 1) % rows] = unseen_level(t)
+        if t.fill is not None:
+            x[j % rows] = np.nan if t.kind == "numeric" else ""
+        (numbers if t.kind == "numeric" else text).append(x)
+        at += width(t)
+    return _feeds(rows, numbers, text)
+
+
+def _stored_feeds(manifest: Manifest, stored: np.ndarray) -> dict[str, np.ndarray]:
+    """Stored (standardised) rows back as kind columns_text's inputs: a number column's value (NaN
+    where its indicator is 1), a text column's level whose feature is 1 ("" where its indicator is
+    1, an unseen value where none is)."""
+    from smlt.runtime.data.tabular import width
+
+    norm = manifest.normalization
+    x = stored.astype(np.float32) * np.asarray(norm.std, np.float32) + np.asarray(norm.mean, np.float32)
+    numbers: list[np.ndarray] = []
+    text: list[np.ndarray] = []
+    at = 0
+    for t in manifest.columns or []:
+        n = width(t) - int(t.indicator)
+        gaps = x[:, at + n] > 0.5 if t.indicator else np.zeros(len(x), bool)
+        if t.kind == "numeric":
+            numbers.append(np.where(gaps, np.nan, x[:, at]))
+        else:
+            levels = np.array([*t.levels, unseen_level(t)], object)
+            hot = x[:, at : at + n] > 0.5
+            cells = levels[np.where(hot.any(axis=1), hot.argmax(axis=1), n)]
+            text.append(np.where(gaps, "", cells))
+        at += width(t)
+    return _feeds(len(x), numbers, text)

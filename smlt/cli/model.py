@@ -141,16 +141,19 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tensor(t: Any) -> str:
+    return f"{t.name!r} {t.dtype} [{', '.join(map(str, t.shape))}]"
+
+
 def spec_lines(spec: Any) -> list[str]:
     """What a server feeds the exported model and reads back (a ServingSpec), in a few lines."""
-
-    def tensor(t: Any) -> str:
-        return f"{t.name!r} {t.dtype} [{', '.join(map(str, t.shape))}]"
-
-    lines = [f"  input  {tensor(spec.input)}: {spec.input.means}"]
-    if spec.columns:
-        lines.append(f"         columns: {', '.join(spec.columns)}")
-    lines.append(f"  output {tensor(spec.output)}: {spec.output.means}")
+    lines = []
+    for t in spec.inputs or [spec.input]:
+        lines.append(f"  input  {_tensor(t)}: {t.means}")
+        columns = spec.text_columns if t.dtype == "string" else spec.columns
+        if columns:
+            lines.append(f"         columns: {', '.join(columns)}")
+    lines.append(f"  output {_tensor(spec.output)}: {spec.output.means}")
     names = spec.classes or spec.targets
     if names:
         shown = ", ".join(names[:10]) + (f" ... ({len(names)})" if len(names) > 10 else "")
@@ -200,9 +203,15 @@ def show(args: argparse.Namespace) -> int:
     if model.card.features is not None:
         from smlt.serving import serving_spec
 
+        spec = serving_spec(model)
         notice.info("smlt export writes a model that takes and gives:")
-        for line in spec_lines(serving_spec(model)):
+        for line in spec_lines(spec):
             notice.info(line)
+        pt2 = serving_spec(model, fmt="torch-export")
+        if pt2.kind != spec.kind:
+            notice.info(
+                f"  (--format torch-export, without string tensors: input {_tensor(pt2.input)}: {pt2.input.means})"
+            )
     return 0
 
 
