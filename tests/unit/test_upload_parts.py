@@ -6,7 +6,7 @@ import pytest
 
 from smlt.runtime.steps.prepare import find_source
 from smlt.runtime.steps.prepare_limits import MAX_TABLE_BYTES, MixedUpload, TooLargeForLambda
-from smlt.runtime.steps.upload_parts import MAX_PARTS, check_headers, table_parts
+from smlt.runtime.steps.upload_parts import MAX_PARTS, check_headers, same_table, table_parts
 
 WHERE = "s3://data/incoming/houses/v2/"
 
@@ -60,6 +60,15 @@ def test_a_part_over_one_function_is_named() -> None:
 def test_more_parts_than_the_map_takes_are_refused() -> None:
     with pytest.raises(MixedUpload, match="1,001 parts"):
         table_parts({f"p{i}.csv": 1 for i in range(MAX_PARTS + 1)}, WHERE)
+
+
+def test_the_rule_has_no_limits_of_its_own() -> None:
+    """`same_table` is the rule (a machine's folder uses it); the functions' limits are table_parts'."""
+    many = {f"p{i:04d}.csv": 1 for i in range(MAX_PARTS + 1)} | {"_SUCCESS": 0, ".p0000.csv.crc": 1}
+    parts = same_table(many)
+    assert parts is not None and len(parts.names) == MAX_PARTS + 1 and parts.bytes == MAX_PARTS + 1
+    big = same_table({"part-0.csv": 10, "part-1.csv": MAX_TABLE_BYTES + 1})
+    assert big is not None and big.names == ("part-0.csv", "part-1.csv")
 
 
 def test_headers_must_be_one_table() -> None:

@@ -60,33 +60,45 @@ def part_limit(name: str) -> int:
     return MAX_COMPRESSED_TABLE_BYTES if is_compressed(name) else MAX_TABLE_BYTES
 
 
-def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
-    """The parts of one table among `objects` (name relative to the version's folder -> bytes),
-    or None when the upload is not several table files of one format at the folder's top (then
-    `find_source` decides: one source, or its named refusal). A part over what one function
-    prepares, or more parts than MAX_PARTS, is refused by name."""
+def same_table(objects: Mapping[str, int]) -> TableParts | None:
+    """The rule of a table in parts, wherever its files are (a version's objects; a machine's
+    folder, smlt.runtime.data.sources.folder_parts): two or more table files of one format at the
+    folder's top (`objects`: name relative to the folder -> bytes), beside nothing but names a
+    source never includes (`ignored`: `_SUCCESS`, `.crc` checksums, dot-files); else None. No
+    limit on their number or size: those are what the pipeline's functions prepare (`table_parts`)."""
     files = {n: s for n, s in objects.items() if not ignored(n)}
     if len(files) < 2 or any("/" in n for n in files):
         return None
     formats = {_format(n) for n in files}
     if len(formats) != 1 or None in formats:
         return None
-    names = tuple(sorted(files))
+    (fmt,) = formats
+    assert fmt is not None
+    return TableParts(fmt, tuple(sorted(files)), sum(files.values()))
+
+
+def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
+    """The parts of one table among `objects` (name relative to the version's folder -> bytes),
+    or None when the upload is not several table files of one format at the folder's top
+    (`same_table`; then `find_source` decides: one source, or its named refusal). A part over
+    what one function prepares, or more parts than MAX_PARTS, is refused by name."""
+    parts = same_table(objects)
+    if parts is None:
+        return None
+    names = parts.names
     if len(names) > MAX_PARTS:
         raise MixedUpload(
             f"{where} holds {len(names):,} parts of a table, more than {MAX_PARTS:,}: upload it in larger "
             f"parts (each up to {_size(MAX_TABLE_BYTES)})"
         )
-    big = [n for n in names if files[n] > part_limit(n)]
+    big = [n for n in names if objects[n] > part_limit(n)]
     if big:
         packed = " compressed" if is_compressed(big[0]) else ""
         raise TooLargeForLambda(
-            f"{where}{big[0]} is {_size(files[big[0]])}: a{packed} part of a table is prepared by one function, "
+            f"{where}{big[0]} is {_size(objects[big[0]])}: a{packed} part of a table is prepared by one function, "
             f"up to {_size(part_limit(big[0]))}; cut the table into smaller parts (same header in each)"
         )
-    (fmt,) = formats
-    assert fmt is not None
-    return TableParts(fmt, names, sum(files.values()))
+    return parts
 
 
 def check_headers(headers: Mapping[str, Sequence[str]], where: str) -> None:
