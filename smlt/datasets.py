@@ -14,7 +14,7 @@ from pathlib import Path
 import smlt.runtime.data
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
-from smlt.runtime.data.sources import is_source_path
+from smlt.runtime.data.sources import folder_found, folder_parts, is_source_path
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.job import DatasetSpec, Job, check_dataset
 from smlt.runtime.progress import notice
@@ -43,13 +43,10 @@ def local_dataset_folder(dataset: DatasetSpec | str, base: Path | None = None) -
     if is_source_path(path):
         return _prepared(str(path), path.stem, _fingerprint(path), spec.options())
     if path.is_dir():
-        raise InvalidDataset(
-            f"dataset.uri: {path} is neither a prepared dataset (no manifest.json) nor an image folder "
-            "(one subfolder of images per class)"
-        )
+        raise InvalidDataset(f"dataset.uri: {path} is not a prepared dataset (no manifest.json); {folder_found(path)}")
     raise InvalidDataset(
-        f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, an image folder, "
-        "a .csv/.parquet/.jsonl/.xlsx/.npz file, sklearn:NAME or synthetic:..."
+        f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, an image folder, a folder of a "
+        "table's parts, a .csv/.parquet/.jsonl/.xlsx/.npz file, sklearn:NAME or synthetic:..."
     )
 
 
@@ -112,12 +109,26 @@ def _prepared(source: str, stem: str, identity: str, options: SourceOptions) -> 
 
 
 def _fingerprint(path: Path) -> str:
-    """A file's content hash; an image folder's listing (relative path, size, modification time)."""
+    """A file's content hash; a folder of a table's parts, each part's name and content hash in
+    the parts' order (a part changed, added, removed or renamed prepares again; `_SUCCESS` and
+    `.crc` files are not parts); an image folder's listing (relative path, size, modification time)."""
     if path.is_file():
-        return hashlib.sha1(path.read_bytes()).hexdigest()
+        return _content(path)
+    parts = folder_parts(path)
+    if parts is not None:
+        return hashlib.sha1("\n".join(f"{p.name}:{_content(p)}" for p in parts).encode()).hexdigest()
     files = sorted(f for f in path.rglob("*") if f.is_file())
     listing = [f"{f.relative_to(path)}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
     return hashlib.sha1("\n".join(listing).encode()).hexdigest()
+
+
+def _content(path: Path) -> str:
+    """A file's sha1, read 1 MiB at a time (a large table's part is never held whole)."""
+    digest = hashlib.sha1()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def upload_folder(folder: Path, store: S3Store, prefix: str) -> None:

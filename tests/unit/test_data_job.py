@@ -83,7 +83,7 @@ def test_an_image_folder_in_a_job_is_prepared_with_its_size(tmp_path):
         local_dataset_folder(DatasetSpec(uri="pets", image_size=8), base=tmp_path)
     assert [p.name for p in (tmp_path / "home" / "datasets").iterdir()] == [folder.name]  # nothing half-made
     (tmp_path / "plain").mkdir()
-    with pytest.raises(InvalidDataset, match="neither a prepared dataset .* nor an image folder"):
+    with pytest.raises(InvalidDataset, match="not a prepared dataset .* images per class, or the parts of one table"):
         local_dataset_folder(str(tmp_path / "plain"))
 
 

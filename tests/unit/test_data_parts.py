@@ -246,3 +246,112 @@ def test_parquet_parts_prepare_as_the_same_table_in_csv_parts(tmp_path: Path) ->
     assert from_parquet.columns == from_csv.columns and from_parquet.classes == from_csv.classes
     assert (from_parquet.train.rows, from_parquet.validation.rows) == (from_csv.train.rows, from_csv.validation.rows)
     np.testing.assert_allclose(from_parquet.normalization.mean, from_csv.normalization.mean, rtol=1e-9)
+
+
+def _spark_folder(tmp: Path, sizes: list[int]) -> tuple[Path, list[str]]:
+    """Parts as Spark writes them: `_SUCCESS`, a `.crc` beside each part, a `_temporary/` folder."""
+    folder = tmp / "spark_out"
+    folder.mkdir()
+    paths, _ = _parts(folder, sizes)
+    (folder / "whole.csv").unlink()
+    (folder / "_SUCCESS").write_bytes(b"")
+    for p in paths:
+        (folder / f".{Path(p).name}.crc").write_bytes(b"crc\x00")
+    (folder / "_temporary" / "0").mkdir(parents=True)
+    return folder, paths
+
+
+def test_a_folder_of_parts_prepares_as_the_pipeline_prepares_its_parts(tmp_path: Path) -> None:
+    """`smlt data prepare DIR` on a folder of parts is prepare_parts on them: the same manifest (its
+    name and source the folder's) and the same shards, byte for byte; the options apply."""
+    folder, paths = _spark_folder(tmp_path, [700, 300, 1200])
+    opts = SourceOptions(label="price", task="regression", drop=["rooms"], missing="impute")
+    reference = prepare_parts(paths, str(tmp_path / "ref"), options=opts, seed=3)
+    manifest = prepare_dataset(str(folder), str(tmp_path / "out"), options=opts, seed=3)
+    assert manifest.name == "spark_out" and manifest.source == str(folder)
+    assert manifest.columns is not None and "rooms" not in {c.name for c in manifest.columns}
+    skip = {"name", "source"}
+    assert manifest.model_dump(exclude=skip) == reference.model_dump(exclude=skip)
+    for shard in manifest.train.shards + manifest.validation.shards:
+        assert (tmp_path / "out" / shard.key).read_bytes() == (tmp_path / "ref" / shard.key).read_bytes()
+    with pytest.raises(InvalidDataset, match="holds an earlier dataset"):
+        prepare_dataset(str(folder), str(tmp_path / "out"), options=opts, seed=3)
+    again = prepare_dataset(str(folder), str(tmp_path / "out"), options=opts, seed=3, replace=True)
+    assert again == manifest and {p.name for p in (tmp_path / "out").iterdir()} == {
+        "manifest.json",
+        *(s.key for s in manifest.train.shards + manifest.validation.shards),
+    }
+
+
+def test_a_folder_of_parts_with_another_header_is_refused_by_the_part(tmp_path: Path) -> None:
+    folder, paths = _spark_folder(tmp_path, [50, 60, 70])
+    last = Path(paths[2])
+    last.write_text(last.read_text().replace(HEADER, HEADER.replace("rooms", "bedrooms"), 1))
+    with pytest.raises(
+        InvalidDataset, match=r"spark_out/part-00002\.csv has no column 'rooms': the parts of one table"
+    ):
+        prepare_dataset(str(folder), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # refused before anything is read or written
+
+
+@pytest.mark.parametrize(
+    "files, found",
+    [
+        ({"_SUCCESS": ""}, "it holds nothing"),
+        ({"part-00000.csv": "a,b\n1,2\n"}, r"one table file, a source on its own \(give .*part-00000\.csv\)"),
+        ({"a.csv": "a,b\n1,2\n", "b.parquet": "x"}, r"table files of 2 formats \(\.csv, \.parquet\)"),
+        ({"a.csv": "a,b\n1,2\n", "b.csv": "a,b\n1,2\n", "notes.txt": "x"}, r"beside its table files, notes\.txt"),
+    ],
+)
+def test_a_folder_of_nothing_usable_says_what_a_folder_may_be(tmp_path: Path, files: dict, found: str) -> None:
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    may = "one subfolder of .* images per class, or the parts of one table"
+    with pytest.raises(InvalidDataset, match=f"raw: a folder is a source when it holds {may}.*{found}"):
+        prepare_dataset(str(folder), str(tmp_path / "out"))
+
+
+def test_a_folder_with_class_subfolders_stays_an_image_folder(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for c in ("cat", "dog"):
+        (tmp_path / "pets" / c).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (6, 6), (40 * i, 0, 0)).save(tmp_path / "pets" / c / f"{i}.png")
+    (tmp_path / "pets" / "a.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "pets" / "b.csv").write_text("a,b\n1,2\n")
+    m = prepare_dataset(str(tmp_path / "pets"), str(tmp_path / "out"), shards=1)
+    assert m.classes == ["cat", "dog"] and m.x.shape == [3, 6, 6]
+
+
+def test_a_jobs_folder_of_parts_is_cached_by_its_parts(tmp_path: Path, monkeypatch) -> None:
+    """A job's `dataset.uri` naming a folder of parts is prepared into the cache, keyed by each
+    part's name and content (as one file is by its content): a part changed or added prepares
+    again; a new `_SUCCESS` or `.crc` does not."""
+    from smlt.datasets import local_dataset_folder
+    from smlt.runtime.data.prepare import read_local_manifest
+    from smlt.runtime.job import DatasetSpec
+
+    monkeypatch.setenv("SMLT_HOME", str(tmp_path / "home"))
+    folder, paths = _spark_folder(tmp_path, [200, 300])
+    spec = DatasetSpec(uri="spark_out", label="kind")
+    first = local_dataset_folder(spec, base=tmp_path)
+    assert first is not None and first.name.startswith("spark_out-")
+    assert read_local_manifest(first).train.rows + read_local_manifest(first).validation.rows == 500
+    (folder / "_SUCCESS").write_text("again")
+    (folder / f".{Path(paths[0]).name}.crc").write_bytes(b"other")
+    assert local_dataset_folder(spec, base=tmp_path) == first
+    part = Path(paths[1])
+    part.write_text(part.read_text().replace(",a\n", ",b\n", 1))  # one label changed, same size
+    changed = local_dataset_folder(spec, base=tmp_path)
+    assert changed is not None and changed != first
+    extra = folder / "part-00002.csv"
+    extra.write_text(Path(paths[0]).read_text())
+    added = local_dataset_folder(spec, base=tmp_path)
+    assert added is not None and added not in (first, changed)
+    assert read_local_manifest(added).train.rows + read_local_manifest(added).validation.rows == 700
+    with pytest.raises(InvalidDataset, match="spark_out/part-00002.csv has no column 'size'"):
+        extra.write_text("area,rooms,city,price,kind\n1,2,oslo,3,a\n")
+        local_dataset_folder(spec, base=tmp_path)

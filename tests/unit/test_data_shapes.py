@@ -232,7 +232,7 @@ def test_a_prepared_folder_is_not_an_image_folder(tmp_path):
     with pytest.raises(InvalidDataset, match="is a prepared dataset"):
         prepare_dataset(str(prepared), str(tmp_path / "again"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InvalidDataset, match="not an image folder"):
+    with pytest.raises(InvalidDataset, match="images per class, or the parts of one table .*; it holds nothing"):
         prepare_dataset(str(tmp_path / "empty"), str(tmp_path / "out"))
 
 

@@ -11,7 +11,8 @@ prepared part by part in three passes, each part's split seeded by the seed and 
    named by the part, at most 64 MB, shuffled within); the manifest, written last, lists them all.
 
 Each pass over one part is what one child of a Distributed Map computes; `prepare_parts` runs
-them one after another (a machine's `smlt data prepare`, and the tests' reference)."""
+them one after another: a machine's `smlt data prepare` of a folder of parts (and a job's
+`dataset.uri` naming one: `smlt.runtime.data.prepare.prepare_dataset`), and the tests' reference."""
 
 from __future__ import annotations
 
@@ -162,9 +163,11 @@ def prepare_parts(
     seed: int = 0,
     name: str = "parts",
     generation: int | None = None,
+    source: str | None = None,
 ) -> Manifest:
     """A table in parts prepared into `dest` (a folder or s3:// prefix, empty), one pass over one
-    part at a time (the module's docstring); the manifest last."""
+    part at a time (the module's docstring); the manifest last, its `source` the parts' folder
+    when given (else the first part's path and their count)."""
     from smlt.runtime.data.prepare import _writer
 
     fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
@@ -177,7 +180,7 @@ def prepare_parts(
         for i, (p, r) in enumerate(zip(paths, rows))
     ]
     manifest = part_manifest(
-        fit, t, norm, splits, name=name, source=described(paths), features=features, generation=generation
+        fit, t, norm, splits, name=name, source=source or described(paths), features=features, generation=generation
     )
     _writer(dest)("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest

@@ -47,7 +47,7 @@ from smlt.runtime.data.manifest import (
     parse_manifest,
 )
 from smlt.runtime.data.options import SourceOptions, Task
-from smlt.runtime.data.sources import Source, TableSource, open_source
+from smlt.runtime.data.sources import Source, TableSource, folder_parts, open_source, part_header
 from smlt.runtime.data.split import Split, aligned
 from smlt.runtime.data.spool import MAX_SHARD_BYTES, ShardSpool, Transform, Writer, shard_count
 from smlt.runtime.data.stats import Moments
@@ -90,6 +90,11 @@ def prepare_dataset(
     if not 0 < validation_fraction < 1:
         raise InvalidDataset(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     opts = options or SourceOptions()
+    parts = folder_parts(Path(source))
+    if parts is not None:
+        return _prepare_folder(
+            source, parts, dest, earlier, opts, features, validation_fraction, seed, name, generation
+        )
     if features is not None:
         opts = _options_of(features, source, opts)
     src = open_source(source, opts)
@@ -131,6 +136,46 @@ def prepare_dataset(
         notice.warning(said)
     out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
+
+
+def _prepare_folder(
+    source: str,
+    parts: list[Path],
+    dest: str,
+    earlier: list[str],
+    opts: SourceOptions,
+    features: FeatureSpec | None,
+    validation_fraction: float,
+    seed: int,
+    name: str | None,
+    generation: int | None,
+) -> Manifest:
+    """A folder of a table's parts (sources.folder_parts) prepared as the pipeline prepares an
+    upload in parts: its headers checked first (a part with other columns refused by name), then
+    `smlt.runtime.data.parts.prepare_parts` itself, its three passes one part at a time, each
+    part's split seeded by (seed, part), its shards named by the part (one train and one
+    validation shard a part, more past 64 MB: `--shards` is not used). An earlier dataset in
+    `dest` is removed before the first shard is written."""
+    from smlt.runtime.data.parts import prepare_parts
+    from smlt.runtime.progress import notice
+
+    part_header(parts, Path(source))
+    notice.info(
+        f"{source}: {len(parts)} parts of one table ({parts[0].name} ... {parts[-1].name}): prepared part by part"
+    )
+    if earlier:
+        _remove(dest, earlier)
+    return prepare_parts(
+        [str(p) for p in parts],
+        dest,
+        options=opts,
+        features=features,
+        validation_fraction=validation_fraction,
+        seed=seed,
+        name=name or Path(source).name,
+        generation=generation,
+        source=source,
+    )
 
 
 @dataclass

@@ -9,11 +9,15 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
   (smlt.runtime.data.tabular),
   or an Excel workbook (`.xlsx`, `.xlsm`: its first sheet, read as its CSV)
 - a folder of class subfolders holding images (smlt.runtime.data.images)
+- a folder of the parts of one table (`part-00000.csv`, `part-00001.csv`, ... as Spark, Dask and
+  `aws s3 sync` write one; `folder_parts`), prepared part by part as the pipeline prepares an
+  upload in parts (smlt.runtime.data.parts)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +72,40 @@ class TableSource:
 def is_source_path(path: Path) -> bool:
     """A file or folder `load_source` reads (a prepared dataset folder is not one)."""
     kind = table_suffix(path) if path.is_file() else ""
-    return kind in (".npz", *TABLE_SUFFIXES) or images.is_image_folder(path)
+    return kind in (".npz", *TABLE_SUFFIXES) or folder_parts(path) is not None or images.is_image_folder(path)
+
+
+def folder_parts(path: Path) -> list[Path] | None:
+    """A local folder holding the parts of one table, in name order (part i is the i-th): the
+    pipeline's rule (smlt.runtime.steps.upload_parts.same_table: two or more table files of one
+    format at its top, beside only names a source never includes: `_SUCCESS`, `.crc` checksums,
+    dot-files, `_temporary/`), without the limits of what one function prepares. None for any
+    other folder (one with a class subfolder is an image folder's)."""
+    from smlt.runtime.steps.prepare_limits import ignored
+    from smlt.runtime.steps.upload_parts import same_table
+
+    if not path.is_dir() or (path / "manifest.json").exists():
+        return None
+    objects: dict[str, int] = {}
+    for entry in path.iterdir():
+        if entry.is_dir():
+            if not ignored(entry.name):
+                return None
+        else:
+            objects[entry.name] = entry.stat().st_size
+    parts = same_table(objects)
+    return None if parts is None else [path / name for name in parts.names]
+
+
+def part_header(parts: Sequence[Path], folder: Path) -> list[str]:
+    """The parts' one header, read from each part (its header only): a part whose columns are not
+    the first part's (names, order) is refused by name, as the pipeline refuses it
+    (upload_parts.check_headers)."""
+    from smlt.runtime.steps.upload_parts import check_headers
+
+    headers = {p.name: list(open_table(p).columns) for p in parts}
+    check_headers(headers, f"{folder}/", advice="prepare a table with other columns on its own")
+    return headers[parts[0].name]
 
 
 def load_source(source: str, opts: SourceOptions) -> Source:
@@ -90,6 +127,8 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
     if not path.exists():
         raise InvalidDataset(f"dataset source not found: {source}")
     if path.is_dir():
+        if folder_parts(path) is not None:
+            raise InvalidDataset(f"{source}: a table in parts is prepared part by part (prepare_dataset)")
         return _image_folder(path, opts)
     if path.suffix.lower() == ".npz":
         return _npz(path, opts)
@@ -205,6 +244,42 @@ def _image_folder(path: Path, opts: SourceOptions) -> Source:
     if (path / "manifest.json").exists():
         raise InvalidDataset(f"{path} is a prepared dataset (it has manifest.json): use it as the dataset directly")
     if not images.is_image_folder(path):
-        raise InvalidDataset(f"{path}: not an image folder (one subfolder of {images.IMAGE_KINDS} images per class)")
+        raise InvalidDataset(f"{path}: {folder_found(path)}")
     x, y, classes, validation = images.read_image_folder(path, opts.image_size, opts.channels)
     return Source(path.name, np.asarray(classes)[y], "classification", x=x, validation=validation)
+
+
+# Names of a folder's entries a message shows at most.
+FOUND_NAMED = 5
+
+
+def folder_found(path: Path) -> str:
+    """Why a folder is no source: what a folder may be (class subfolders of images, or the parts
+    of one table), then what this one holds (its top, names a source never includes left out)."""
+    from smlt.runtime.steps.prepare_limits import ignored
+
+    may = (
+        f"a folder is a source when it holds one subfolder of {images.IMAGE_KINDS} images per class, or the "
+        "parts of one table (two or more table files of one format: .csv, .csv.gz, .tsv, .parquet, .jsonl, .xlsx, "
+        "... such as part-00000.csv, part-00001.csv, ..., beside nothing but _SUCCESS, .crc and dot-files)"
+    )
+    entries = sorted(e for e in path.iterdir() if not ignored(e.name))
+    if not entries:
+        return f"{may}; it holds nothing (or only those)"
+    names = [e.name + "/" * e.is_dir() for e in entries]
+    more = len(names) - FOUND_NAMED
+    shown = ", ".join(names[:FOUND_NAMED]) + (f" and {more} more" if more > 0 else "")
+    tables = [e for e in entries if e.is_file() and table_suffix(e) in TABLE_SUFFIXES]
+    kinds = sorted({table_suffix(t) for t in tables})
+    why = ""
+    if len(tables) == 1 and len(entries) == 1:
+        why = f": one table file, a source on its own (give {tables[0]})"
+    elif len(kinds) > 1:
+        why = f": table files of {len(kinds)} formats ({', '.join(kinds)}); the parts of one table share one"
+    elif tables and len(tables) < len(entries):
+        others = [n for n, e in zip(names, entries) if e not in tables]
+        why = (
+            f": beside its table file{'s' * (len(tables) > 1)}, {', '.join(others[:FOUND_NAMED])}, which a folder of "
+            "parts does not hold (move it out)"
+        )
+    return f"{may}; it holds {shown}{why}"

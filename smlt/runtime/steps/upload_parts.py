@@ -101,7 +101,11 @@ def table_parts(objects: Mapping[str, int], where: str) -> TableParts | None:
     return parts
 
 
-def check_headers(headers: Mapping[str, Sequence[str]], where: str) -> None:
+def check_headers(
+    headers: Mapping[str, Sequence[str]],
+    where: str,
+    advice: str = "upload tables with other columns as versions of their own",
+) -> None:
     """Every part's columns the first part's (same names, same order), else MixedUpload naming
     the first part that differs: parts are one table."""
     names = sorted(headers)
@@ -120,5 +124,5 @@ def check_headers(headers: Mapping[str, Sequence[str]], where: str) -> None:
             )
             raise MixedUpload(
                 f"{where}{name} has {what}: the parts of one table have one header ({names[0]}'s: "
-                f"{', '.join(first)}); upload tables with other columns as versions of their own"
+                f"{', '.join(first)}); {advice}"
             )
