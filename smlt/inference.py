@@ -38,7 +38,7 @@ from smlt.runtime.data import drift, images
 from smlt.runtime.data.arrays import sample_layout, standardise
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
-from smlt.runtime.data.sources import TABLE_SUFFIXES
+from smlt.runtime.data.sources import TABLE_SUFFIXES, folder_parts, part_header
 from smlt.runtime.data.table_reader import table_suffix
 from smlt.runtime.data.tabular import (
     Table,
@@ -734,7 +734,7 @@ def read_inputs(
 ) -> Inputs:
     if isinstance(data, Inputs):
         return data
-    if id_column is not None and not (_is_frame(data) or table_suffix(str(data)) in TABLE_SUFFIXES):
+    if id_column is not None and not (_is_frame(data) or table_suffix(str(data)) in TABLE_SUFFIXES or _parts(data)):
         raise InvalidDataset(
             f"id column {id_column!r}: {data if isinstance(data, (str, Path)) else 'the data'} is not a table"
         )
@@ -752,6 +752,9 @@ def read_inputs(
     if path.is_dir():
         if (path / "manifest.json").is_file():
             return _prepared_local(manifest, path, split)
+        parts = folder_parts(path)
+        if parts is not None:
+            return _parts_inputs(manifest, path, parts, id_column, encoding)
         return _images(manifest, path)
     suffix = path.suffix.lower()
     if table_suffix(path) in TABLE_SUFFIXES:
@@ -764,8 +767,8 @@ def read_inputs(
     if suffix in images.IMAGE_SUFFIXES:
         return _images(manifest, path)
     raise InvalidDataset(
-        f"{path}: predict on a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them) or a "
-        "prepared dataset folder"
+        f"{path}: predict on a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them), "
+        "a folder of a table's parts or a prepared dataset folder"
     )
 
 
@@ -839,6 +842,28 @@ def _table(manifest: Manifest, table: Table, id_column: str | None = None) -> In
     cells = table.columns[id_column]
     ids = [_number_id(float(v)) for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
     return Inputs(x, ids, truth, id_column, notes)
+
+
+def _parts(data: Any) -> list[Path] | None:
+    """A folder of a table's parts (`part-00000.csv`, ...: smlt.runtime.data.sources.folder_parts) named by `data`."""
+    if not isinstance(data, (str, Path)) or str(data).startswith("s3://"):
+        return None
+    return folder_parts(Path(str(data)))
+
+
+def _parts_inputs(
+    manifest: Manifest, folder: Path, parts: list[Path], id_column: str | None, encoding: str | None
+) -> Inputs:
+    """A folder of a table's parts read whole, part after part, each as its file is (`_table`),
+    its headers checked first: the rows in the parts' order, each named by its part and line
+    (`part-00001.csv line 2`) unless `id_column` names them; `predict` streams them instead."""
+    part_header(parts, folder, encoding)
+    read = [_table(manifest, read_table_rows(manifest, p, encoding), id_column) for p in parts]
+    ids = [i if id_column is not None else f"{p.name} {i}" for p, rows in zip(parts, read) for i in rows.ids]
+    truths = [r.truth for r in read if r.truth is not None]
+    truth = np.concatenate(truths) if len(truths) == len(read) else None
+    x = np.concatenate([r.x for r in read])
+    return Inputs(x, ids, truth, read[0].id_name, [n for r in read for n in r.notes])
 
 
 def _number_id(v: float) -> str:
@@ -930,7 +955,7 @@ def _streams(manifest: Manifest, data: Any) -> bool:
         return True
     if not isinstance(data, (str, Path)) or str(data).startswith("s3://"):
         return False
-    return table_suffix(str(data)) in TABLE_SUFFIXES and Path(str(data)).is_file()
+    return (table_suffix(str(data)) in TABLE_SUFFIXES and Path(str(data)).is_file()) or _parts(data) is not None
 
 
 # Cells of a block's columns predict reads turned into a Table at a time: a block (4 MB of CSV, a
@@ -946,41 +971,51 @@ def _table_blocks(
     """A table file's or DataFrame's name in messages, its header, and its blocks' rows as Tables,
     each read as `read_table_rows` reads the whole file (`_block_cells`), with the columns predict
     reads: the model's, its label and any id column (the others are named, with no cells). A
-    DataFrame goes through its CSV (`_frame_csv`), its rows named by position. Progress lines as
-    prepare prints them while a big file is read."""
+    DataFrame goes through its CSV (`_frame_csv`), its rows named by position. A folder of a
+    table's parts: the folder, the parts' one header (checked first), and every part's blocks in
+    the parts' order, each Table named by its part. Progress lines as prepare prints them while a
+    big file is read."""
     assert manifest.columns is not None
     from smlt.runtime.data.tables import open_table
 
     numeric = {t.name for t in manifest.columns if t.kind in ("numeric", "date")}
     wanted = {t.name for t in manifest.columns} | {manifest.label or "", id_column or ""}
     frame = _is_frame(data)
+    parts = None if frame else _parts(data)
+    if parts is not None:
+        header = part_header(parts, Path(str(data)), encoding)
+        tables = (t for p in parts for t in _file_tables(open_table(p, encoding), numeric, wanted, False))
+        yield str(data), header, tables
+        return
     with _frame_csv(data) if frame else _nothing(Path(str(data))) as path:
         file = open_table(path, encoding)
-        as_float = _parquet_numbers(file, numeric)
-        where, unit = ("DataFrame", "row") if frame else (file.path, file.unit)
+        yield "DataFrame" if frame else file.path, list(file.columns), _file_tables(file, numeric, wanted, frame)
 
-        def tables(reading: Any) -> Iterator[Table]:
-            done = 0
-            step = max(1, SLICE_CELLS // max(1, len(wanted & set(file.columns))))
-            for block in file.blocks(reading):
-                for start in range(0, len(block), step):
-                    b = block.slice(start, start + step) if len(block) > step else block
-                    cells = {
-                        c: _block_cells(b, c, c in numeric, as_float.get(c, False)) if c in wanted else np.zeros(0)
-                        for c in file.columns
-                    }
-                    rows = np.arange(done, done + len(b)) if frame else b.rows
-                    done += len(b)
-                    yield Table(where, cells, rows, unit)
-            if reading is not None:
-                reading.done()
 
-        reading = None
-        if not frame:
-            from smlt.runtime.data.prepare import _Reading
+def _file_tables(file: Any, numeric: set[str], wanted: set[str], frame: bool) -> Iterator[Table]:
+    """A table file's blocks as Tables (`_table_blocks`), in slices of about SLICE_CELLS cells;
+    a file's progress lines (not a DataFrame's)."""
+    as_float = _parquet_numbers(file, numeric)
+    where, unit = ("DataFrame", "row") if frame else (file.path, file.unit)
+    reading = None
+    if not frame:
+        from smlt.runtime.data.prepare import _Reading
 
-            reading = _Reading(where, "predicting", file.size, file.unit)
-        yield where, list(file.columns), tables(reading)
+        reading = _Reading(where, "predicting", file.size, file.unit)
+    done = 0
+    step = max(1, SLICE_CELLS // max(1, len(wanted & set(file.columns))))
+    for block in file.blocks(reading):
+        for start in range(0, len(block), step):
+            b = block.slice(start, start + step) if len(block) > step else block
+            cells = {
+                c: _block_cells(b, c, c in numeric, as_float.get(c, False)) if c in wanted else np.zeros(0)
+                for c in file.columns
+            }
+            rows = np.arange(done, done + len(b)) if frame else b.rows
+            done += len(b)
+            yield Table(where, cells, rows, unit)
+    if reading is not None:
+        reading.done()
 
 
 @contextmanager
@@ -1044,6 +1079,7 @@ class _Gathered:
         self.labels = _Labels(manifest, header)
         self.ids: list[str] = []
         self.read = 0
+        self.parts = where != "DataFrame" and Path(where).is_dir()  # a folder of parts: each row named by its part too
 
     def add(self, table: Table) -> None:
         self.read += len(table)
@@ -1051,7 +1087,8 @@ class _Gathered:
         self.far.add(table)
         self.labels.add(table)
         if self.id_column is None:
-            self.ids += [f"{table.unit} {r}" for r in table.rows.tolist()]
+            part = f"{Path(table.path).name} " if self.parts else ""
+            self.ids += [f"{part}{table.unit} {r}" for r in table.rows.tolist()]
             return
         cells = table.columns[self.id_column]
         self.ids += [_number_id(float(v)) for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]

@@ -299,8 +299,9 @@ def test_a_folder_of_parts_with_another_header_is_refused_by_the_part(tmp_path: 
     [
         ({"_SUCCESS": ""}, "it holds nothing"),
         ({"part-00000.csv": "a,b\n1,2\n"}, r"one table file, a source on its own \(give .*part-00000\.csv\)"),
-        ({"a.csv": "a,b\n1,2\n", "b.parquet": "x"}, r"table files of 2 formats \(\.csv, \.parquet\)"),
-        ({"a.csv": "a,b\n1,2\n", "b.csv": "a,b\n1,2\n", "notes.txt": "x"}, r"beside its table files, notes\.txt"),
+        ({"a.csv": "a,b\n1,2\n", "b.parquet": "x"}, r"table files of 2 formats \(csv, parquet\)"),
+        ({"a.csv": "a,b\n1,2\n", "b.csv.gz": "x", "notes.txt": "x"}, r"table files of 2 formats \(csv, txt\)"),
+        ({"a.csv": "a,b\n1,2\n", "b.csv": "a,b\n1,2\n", "notes.md": "x"}, r"beside its table files, notes\.md"),
     ],
 )
 def test_a_folder_of_nothing_usable_says_what_a_folder_may_be(tmp_path: Path, files: dict, found: str) -> None:

@@ -262,3 +262,71 @@ def test_parquet_predictions_are_the_file_the_whole_table_makes(model: LoadedMod
         Predictions("regression", [], ["y"], values=np.zeros((0, 1))),
     ):
         assert preds.write(tmp_path / "p.parquet").read_bytes() == _as_before(preds, tmp_path / "before.parquet")
+
+
+def _parts_folder(tmp_path: Path, header: list[str], rows: list[list[object]], sizes: list[int]) -> Path:
+    """`rows` as Spark writes a table: part-0000i.csv, a `.crc` beside each, `_SUCCESS`."""
+    folder = tmp_path / "spark_out"
+    folder.mkdir()
+    start = 0
+    for i, n in enumerate(sizes):
+        _write(folder / f"part-{i:05d}.csv", header, rows[start : start + n])
+        (folder / f".part-{i:05d}.csv.crc").write_bytes(b"crc")
+        start += n
+    (folder / "_SUCCESS").write_bytes(b"")
+    return folder
+
+
+def test_a_folder_of_parts_predicts_every_parts_rows_in_order(
+    model: LoadedModel, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """`smlt predict MODEL DIR` on a folder of a table's parts: the predictions of the table in one
+    file, in the parts' order, each named by its part and line (or by --id); streamed block by
+    block (in blocks of any size) as the parts read whole give them."""
+    from smlt.cli import main
+
+    header, rows = _new(1200)
+    sizes = [500, 1, 699]
+    folder = _parts_folder(tmp_path, header, rows, sizes)
+    one = model.predict(_write(tmp_path / "whole.csv", header, rows))
+    for id_column in (None, "order"):
+        (streamed, _), (small, _), (whole, _) = _predict_both(model, str(folder), monkeypatch, caplog, id_column)
+        for got in (streamed, small):
+            assert got.ids == whole.ids and got.truth is not None and whole.truth is not None
+            assert np.array_equal(got.truth, whole.truth)
+            for a, b in ((got.index, whole.index), (got.probabilities, whole.probabilities)):
+                assert a is not None and b is not None and np.array_equal(a, b)
+        assert streamed.probabilities is not None and one.probabilities is not None
+        assert np.array_equal(streamed.probabilities, one.probabilities) and streamed.accuracy == one.accuracy
+        if id_column is None:
+            expected = [f"part-{i:05d}.csv line {j + 2}" for i, n in enumerate(sizes) for j in range(n)]
+            assert streamed.ids == expected and streamed.ids[500] == "part-00001.csv line 2"
+        else:
+            assert streamed.ids == [str(r[0]) for r in rows] and streamed.id_name == "order"
+    # the notes are the whole table's, told of the folder (as of one file)
+    assert [n.replace(str(folder), "T") for n in streamed.notes] == [
+        n.replace(str(tmp_path / "whole.csv"), "T")
+        for n in model.predict(str(tmp_path / "whole.csv"), id_column="order").notes
+    ]
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(tmp_path / "out_clsimpute"), str(folder), "--out", str(out)]) == 0  # model's run
+    lines = out.read_text().splitlines()
+    assert (
+        len(lines) == 1201
+        and lines[1].startswith("part-00000.csv line 2,")
+        and lines[501].startswith("part-00001.csv line 2,")
+    )
+
+
+def test_a_folder_of_parts_refuses_by_the_part(model: LoadedModel, tmp_path: Path) -> None:
+    header, rows = _new(300)
+    folder = _parts_folder(tmp_path, header, rows, [100, 100, 100])
+    with pytest.raises(
+        InvalidDataset, match=r"spark_out/part-00001\.csv: column 'weight', line 4: 'heavy' is not a number"
+    ):
+        rows[102][4] = "heavy"
+        _write(folder / "part-00001.csv", header, rows[100:200])
+        model.predict(str(folder))
+    _write(folder / "part-00002.csv", [h.replace("note", "remark") for h in header], rows[200:])
+    with pytest.raises(InvalidDataset, match=r"spark_out/part-00002\.csv has no column 'note'"):
+        model.predict(str(folder))

@@ -159,7 +159,7 @@ def _prepare_folder(
     from smlt.runtime.data.parts import prepare_parts
     from smlt.runtime.progress import notice
 
-    part_header(parts, Path(source))
+    part_header(parts, Path(source), opts.encoding)
     notice.info(
         f"{source}: {len(parts)} parts of one table ({parts[0].name} ... {parts[-1].name}): prepared part by part"
     )

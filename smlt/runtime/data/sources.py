@@ -97,13 +97,13 @@ def folder_parts(path: Path) -> list[Path] | None:
     return None if parts is None else [path / name for name in parts.names]
 
 
-def part_header(parts: Sequence[Path], folder: Path) -> list[str]:
-    """The parts' one header, read from each part (its header only): a part whose columns are not
-    the first part's (names, order) is refused by name, as the pipeline refuses it
-    (upload_parts.check_headers)."""
+def part_header(parts: Sequence[Path], folder: Path, encoding: str | None = None) -> list[str]:
+    """The parts' one header, read from each part (its header only, in `encoding` as its rows
+    are): a part whose columns are not the first part's (names, order) is refused by name, as the
+    pipeline refuses it (upload_parts.check_headers)."""
     from smlt.runtime.steps.upload_parts import check_headers
 
-    headers = {p.name: list(open_table(p).columns) for p in parts}
+    headers = {p.name: list(open_table(p, encoding).columns) for p in parts}
     check_headers(headers, f"{folder}/", advice="prepare a table with other columns on its own")
     return headers[parts[0].name]
 
@@ -257,6 +257,7 @@ def folder_found(path: Path) -> str:
     """Why a folder is no source: what a folder may be (class subfolders of images, or the parts
     of one table), then what this one holds (its top, names a source never includes left out)."""
     from smlt.runtime.steps.prepare_limits import ignored
+    from smlt.runtime.steps.upload_parts import part_format
 
     may = (
         f"a folder is a source when it holds one subfolder of {images.IMAGE_KINDS} images per class, or the "
@@ -269,8 +270,8 @@ def folder_found(path: Path) -> str:
     names = [e.name + "/" * e.is_dir() for e in entries]
     more = len(names) - FOUND_NAMED
     shown = ", ".join(names[:FOUND_NAMED]) + (f" and {more} more" if more > 0 else "")
-    tables = [e for e in entries if e.is_file() and table_suffix(e) in TABLE_SUFFIXES]
-    kinds = sorted({table_suffix(t) for t in tables})
+    tables = [e for e in entries if e.is_file() and part_format(e.name) is not None]
+    kinds = sorted({str(part_format(t.name)) for t in tables})
     why = ""
     if len(tables) == 1 and len(entries) == 1:
         why = f": one table file, a source on its own (give {tables[0]})"

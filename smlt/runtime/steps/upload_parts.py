@@ -44,7 +44,8 @@ class TableParts:
     bytes: int
 
 
-def _format(name: str) -> str | None:
+def part_format(name: str) -> str | None:
+    """A table file's format as parts share one (`TableParts.format`), or None for another file."""
     if table_suffix(name) not in TABLE_SUFFIXES:
         return None
     if is_parquet(name) or is_jsonl(name) or is_workbook(name):
@@ -69,7 +70,7 @@ def same_table(objects: Mapping[str, int]) -> TableParts | None:
     files = {n: s for n, s in objects.items() if not ignored(n)}
     if len(files) < 2 or any("/" in n for n in files):
         return None
-    formats = {_format(n) for n in files}
+    formats = {part_format(n) for n in files}
     if len(formats) != 1 or None in formats:
         return None
     (fmt,) = formats
