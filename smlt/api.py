@@ -221,11 +221,12 @@ def predict(
     encoding: str | None = None,
 ) -> Predictions:
     """Predict with a run's model (a LoadedModel, or what `load_model` takes) on `data`: a .csv /
-    .parquet / .xlsx / .npz file, an image or image folder, a prepared dataset (its `split`), a DataFrame or
-    an array. With `out` (.csv, .parquet or .xlsx) the predictions are also written there. `id_column`: a
-    table's column that names each prediction (`PassengerId`), instead of its line or row number.
-    `encoding`: a CSV's (.tsv, .txt) when it is not UTF-8 and has no byte-order mark (`cp1252`: Excel's
-    "CSV (Comma delimited)" on Windows); without it such a file is refused."""
+    .parquet / .xlsx / .npz file, an image or image folder, a folder of a table's parts (`part-00000.csv`,
+    ...: its rows in the parts' order), a prepared dataset (its `split`), a DataFrame or an array. With
+    `out` (.csv, .parquet or .xlsx) the predictions are also written there. `id_column`: a table's column
+    that names each prediction (`PassengerId`), instead of its line or row number. `encoding`: a CSV's
+    (.tsv, .txt) when it is not UTF-8 and has no byte-order mark (`cp1252`: Excel's "CSV (Comma
+    delimited)" on Windows); without it such a file is refused."""
     loaded = model if isinstance(model, LoadedModel) else load_model(model, out=runs, stack=stack)
     result = loaded.predict(data, split=split, id_column=id_column, encoding=encoding)
     if out is not None:

@@ -12,17 +12,26 @@ def add_commands(sub: Any) -> None:
     data = sub.add_parser("data", help="dataset tools").add_subparsers(dest="data_cmd", required=True)
     prep = data.add_parser(
         "prepare",
-        help="shard a CSV, Parquet, JSONL, NPZ, image folder, sklearn:NAME or synthetic:... dataset",
+        help="shard a CSV, Parquet, JSONL, NPZ, image folder, folder of a table's parts, sklearn:NAME or "
+        "synthetic:... dataset",
         description="A CSV (.tsv, .txt: delimited text) is read as UTF-8, or as its byte-order mark says (UTF-16: "
         'Excel\'s "Unicode Text"); a file in another encoding, with no mark, is read with --encoding only.',
     )
-    prep.add_argument("source")
+    prep.add_argument(
+        "source",
+        help="a table file (.csv, .tsv, .txt, .parquet, .jsonl, .xlsx; a .csv, .tsv, .txt or .jsonl also .gz, .bz2, .xz), "
+        "an .npz, a folder of one subfolder of images per class, a folder of a table's parts (two or more table files "
+        "of one format, part-00000.csv, part-00001.csv, ... as Spark, Dask or `aws s3 sync` write them; _SUCCESS, .crc "
+        "and dot-files aside: prepared part by part, one shard a part and split, more past 64 MB), sklearn:NAME or "
+        "synthetic:...",
+    )
     prep.add_argument("--out", required=True, help="local folder or s3://bucket/prefix/")
     prep.add_argument(
         "--shards",
         type=int,
         default=16,
-        help="train shards, at least (default 16): a shard holds at most 64 MB, so a large source gets more",
+        help="train shards, at least (default 16): a shard holds at most 64 MB, so a large source gets more "
+        "(a folder of parts: not used, each part is sharded on its own)",
     )
     prep.add_argument("--validation-fraction", type=float, default=0.2)
     prep.add_argument("--seed", type=int, default=0)

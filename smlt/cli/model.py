@@ -34,8 +34,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "data",
         help="a .csv, .tsv, .txt, .parquet, .jsonl (a .csv, .tsv, .txt or .jsonl also .gz, .bz2, .xz), .xlsx or .npz "
-        "file, an image or "
-        "image folder, or a prepared dataset folder",
+        "file, an image or image folder, a folder of a table's parts (part-00000.csv, part-00001.csv, ...: every "
+        "part's rows in the parts' order, each named by its part and line, part-00001.csv line 2), or a prepared "
+        "dataset folder",
     )
     p.add_argument(
         "--out",
