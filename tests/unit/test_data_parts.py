@@ -356,3 +356,17 @@ def test_a_jobs_folder_of_parts_is_cached_by_its_parts(tmp_path: Path, monkeypat
     with pytest.raises(InvalidDataset, match="spark_out/part-00002.csv has no column 'size'"):
         extra.write_text("area,rooms,city,price,kind\n1,2,oslo,3,a\n")
         local_dataset_folder(spec, base=tmp_path)
+
+
+def test_a_folder_of_parts_in_another_encoding_reads_every_part_in_it(tmp_path: Path) -> None:
+    folder, paths = _spark_folder(tmp_path, [80, 90])
+    for p in paths:
+        text = Path(p).read_text().replace("oslo", "malmö")
+        Path(p).write_bytes(text.encode("cp1252"))
+    opts = SourceOptions(label="kind", encoding="cp1252")
+    reference = prepare_parts(paths, str(tmp_path / "ref"), options=opts)
+    manifest = prepare_dataset(str(folder), str(tmp_path / "out"), options=opts)
+    assert manifest.model_dump(exclude={"name", "source"}) == reference.model_dump(exclude={"name", "source"})
+    assert manifest.columns is not None and "malmö" in str(manifest.columns)
+    with pytest.raises(InvalidDataset, match=r"spark_out/part-00000\.csv"):
+        prepare_dataset(str(folder), str(tmp_path / "plain"), options=SourceOptions(label="kind"))

@@ -330,3 +330,17 @@ def test_a_folder_of_parts_refuses_by_the_part(model: LoadedModel, tmp_path: Pat
     _write(folder / "part-00002.csv", [h.replace("note", "remark") for h in header], rows[200:])
     with pytest.raises(InvalidDataset, match=r"spark_out/part-00002\.csv has no column 'note'"):
         model.predict(str(folder))
+
+
+def test_a_folder_of_parts_in_another_encoding(model: LoadedModel, tmp_path: Path) -> None:
+    header, rows = _new(200)
+    for r in rows:
+        r[3] = "café"  # the unused note, in cp1252
+    folder = _parts_folder(tmp_path, header, rows, [120, 80])
+    for p in sorted(folder.glob("part-*.csv")):
+        p.write_bytes(p.read_text().encode("cp1252"))
+    got = model.predict(str(folder), encoding="cp1252")
+    whole = model.predict_rows(model.inputs(str(folder), encoding="cp1252"))
+    assert got.ids == whole.ids and len(got) == 200 and got.ids[120] == "part-00001.csv line 2"
+    with pytest.raises(InvalidDataset, match=r"spark_out/part-00000\.csv"):
+        model.predict(str(folder))
