@@ -65,7 +65,9 @@ def _prepare(src: Path, out: Path, caplog, **options):
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="smlt.notice"):
         m = prepare_dataset(str(src), str(out), shards=2, options=SourceOptions(**options))
-    return m, [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # these folders are small on purpose: the small validation split's own warning is not the one tested
+    small = "the validation split holds"
+    return m, [r for r in caplog.records if r.levelno >= logging.WARNING and small not in r.getMessage()]
 
 
 def _same_files(a: Path, b: Path) -> None:
