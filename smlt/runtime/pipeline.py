@@ -10,7 +10,9 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
 - The gate: a run of a version warm-starts from the champion, so its round 0 scores the champion
   on the new version's validation rows; the run's final model (the challenger) is promoted only if
   it is not worse than that by more than the job's `promotion_margin` on the job's target metric.
-  Else the version is kept, rejected, with both metrics and the reason. On imbalanced classes the
+  Else the version is kept, rejected, with both metrics and the reason; so is a version whose
+  validation rows cannot tell the two apart (fewer than MIN_GATE_ROWS, or a classification's rows
+  missing some of the pipeline's classes). On imbalanced classes the
   target metric to gate on is `val_balanced_accuracy` (the mean of the classes' recalls): a
   challenger that stops predicting a rare class can gain accuracy and is still rejected.
 - Every version has a record (versions/<version>.json); every change of champion an append-only
@@ -23,6 +25,7 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -286,6 +289,23 @@ def start_version(
 
 # --- the gate at Finalize ---------------------------------------------------------------------
 
+# The fewest validation rows the gate compares a challenger with the champion on: below it one row
+# moves an accuracy by more than 3 points, more than any margin a team sets, so a version this
+# small (a partial export, a test upload) is rejected, saying so, and the champion stays.
+MIN_GATE_ROWS = 30
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The version's validation split as the run measured it (Finalize reads it from META): its
+    rows, its rows by class (a bincount: it ends at its last class present) and the pipeline's
+    classes, for a classification."""
+
+    rows: int
+    class_rows: list[int] | None = None
+    classes: list[str] | None = None
+
+
 # S3 requests `conclude` makes (the run's own bill counts them): GETs of the version record and
 # latest.json, PUTs of the record and, when it promotes, of latest.json and a promotion entry.
 CONCLUDE_GETS, CONCLUDE_PUTS = 2, 3
@@ -302,9 +322,11 @@ def conclude(
     champion_scored: float | None,
     cost_usd: float,
     model_sha256: str | None,
+    validation: Validation | None = None,
 ) -> VersionRecord | None:
     """Finalize of a pipeline run: promote its model or keep it rejected (see the module doc).
-    `champion_scored` is the run's round 0 metric, the champion on this version's validation rows."""
+    `champion_scored` is the run's round 0 metric, the champion on this version's validation rows;
+    `validation` those rows, which the gate must be able to compare on (`_not_comparable`)."""
     where = version_of(dataset_uri)
     if where is None:
         return None  # a run of the pipeline not started by an upload: nothing to gate
@@ -316,7 +338,7 @@ def conclude(
     if record.run_id != run_id:
         return None  # the version was uploaded again since: its newer run decides
     current = champion(artifacts, pipeline)
-    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored)
+    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation)
     now = time.time()
     record = record.model_copy(
         update={
@@ -347,6 +369,7 @@ def _verdict(
     margin: float,
     challenger: float | None,
     scored: float | None,
+    validation: Validation | None = None,
 ) -> tuple[bool, str]:
     if challenger is None:
         return False, f"the challenger has no {metric}" + _unmeasured(metric)
@@ -366,9 +389,39 @@ def _verdict(
     lower = metric in LOWER_IS_BETTER
     worse_by = challenger - scored if lower else scored - challenger
     verdict = f"{metric} {challenger:.4g} vs the champion {record.champion_version}'s {scored:.4g} on the same rows"
+    problem = _not_comparable(validation) if validation is not None else None
+    if problem is not None:
+        return False, (
+            f"{verdict}, but {problem}: the champion {record.champion_version} stays (upload the version again with "
+            f"more rows, or `smlt models promote {record.pipeline} {record.version}` to serve it anyway)"
+        )
     if worse_by > margin:
         return False, f"{verdict}: worse by {worse_by:.4g}, more than the margin {margin:g}"
     return True, f"{verdict}: not worse by more than the margin {margin:g}"
+
+
+def _not_comparable(validation: Validation) -> str | None:
+    """Why the version's validation rows cannot tell a challenger from the champion, else None:
+    too few rows (MIN_GATE_ROWS), or a classification's rows missing some of the pipeline's
+    classes (a filtered export: a model that predicts the classes present everywhere scores best
+    on them, however it does on the others)."""
+    said = []
+    if 0 < validation.rows < MIN_GATE_ROWS:  # 0: a run made before META counted them
+        said.append(
+            f"the version's validation split has {validation.rows} row{'s' * (validation.rows != 1)}, fewer than "
+            f"the {MIN_GATE_ROWS} the gate compares on"
+        )
+    counts, classes = validation.class_rows, validation.classes
+    if counts is not None and classes:
+        absent = [c for i, c in enumerate(classes) if i >= len(counts) or counts[i] == 0]
+        if absent:
+            shown = ", ".join(repr(c) for c in absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+            said.append(
+                f"its validation rows hold {len(classes) - len(absent)} of the pipeline's {len(classes)} classes "
+                f"(none of {shown}: a filtered export?), so a model that no longer predicts "
+                f"{'it' if len(absent) == 1 else 'them'} is not seen"
+            )
+    return "; ".join(said) or None
 
 
 def _unmeasured(metric: str) -> str:

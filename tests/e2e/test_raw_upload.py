@@ -365,3 +365,27 @@ def test_watch_folder_uploads_a_raw_version_marker_last_and_fetches_its_run(loca
     assert any(
         line.startswith(f"  prepared s3://{names.data_bucket}/incoming/wr/v1/ fixed pipeline wr's") for line in lines
     )
+
+
+def test_the_gate_rejects_a_version_too_small_or_missing_a_class_to_compare_on(pipeline, tmp_path):
+    engine, names, _, setup, upload = pipeline
+    setup("few", {**SHORT, "training": {**SHORT["training"], "batch_size": 4}})
+    head, *rows = Path(_houses(tmp_path / "h.csv", 7)).read_text().splitlines()
+    upload("incoming/few/v1/houses.csv", "\n".join([head, *rows]).encode())
+    assert _wait(engine, upload("incoming/few/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    artifacts = S3Store(names.artifacts_bucket)
+
+    def version(name: str, body: list[str]) -> pl.VersionRecord:
+        upload(f"incoming/few/{name}/houses.csv", "\n".join([head, *body]).encode())
+        desc = _wait(engine, upload(f"incoming/few/{name}/_SUCCESS", b""))
+        assert desc["status"] == "SUCCEEDED", desc
+        return pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("few", name)))
+
+    # a filtered export (label 1 alone): a model that predicts 1 everywhere scores 1 on its rows
+    ones = version("v2", [r for r in rows if r.endswith(",1")])
+    assert ones.status == "rejected" and ones.challenger_value is not None, ones
+    assert "hold 1 of the pipeline's 2 classes (none of '0': a filtered export?)" in ones.reason, ones.reason
+    # 10 rows: 2 of them to validate on
+    tiny = version("v3", rows[:10])
+    assert tiny.status == "rejected" and "validation split has 2 rows, fewer than the 30" in tiny.reason, tiny.reason
+    assert pl.champion(artifacts, "few").version == "v1"
