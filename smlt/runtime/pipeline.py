@@ -25,6 +25,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -33,7 +34,7 @@ from pydantic import BaseModel
 
 from smlt.runtime import keys
 from smlt.runtime.data.manifest import FeatureSpec, Manifest, feature_spec, parse_manifest
-from smlt.runtime.errors import InvalidDataset, SmltError
+from smlt.runtime.errors import InvalidDataset, InvalidJob, SmltError
 from smlt.runtime.evaluation import LOWER_IS_BETTER, class_warning
 from smlt.runtime.store import NotFound, S3Store
 
@@ -232,17 +233,31 @@ def champion(artifacts: Records, pipeline: str) -> Champion | None:
 
 
 def start_version(
-    data: S3Store, artifacts: S3Store, pipeline: str, version: str, folder: str, run_id: str
+    data: S3Store,
+    artifacts: S3Store,
+    pipeline: str,
+    version: str,
+    folder: str,
+    run_id: str,
+    *,
+    check: Callable[[Manifest], None] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> tuple[str | None, VersionRecord]:
     """A version's run starts: wait for its shards, decide warm or cold start from the champion
     (same features: warm; a newer generation: cold, and why; other features: a named error),
-    record the version. Returns (the warm start's model URI or None, the record)."""
+    record the version. Returns (the warm start's model URI or None, the record).
+
+    Nothing is recorded for a run that cannot start: `check` (the job against the manifest,
+    smlt.runtime.job.check_dataset) raises first, and so does a warm start whose champion was
+    trained with another `model` (the job's, as JSON) than the job's, whose weights do not fit it."""
     uri = f"s3://{data.bucket}/{folder}/"
     try:
         manifest = parse_manifest(data.get(f"{folder}/manifest.json"), f"{uri}manifest.json")
     except NotFound:
         raise InvalidDataset(f"no {uri}manifest.json") from None
     wait_for_shards(data, folder, manifest)
+    if check is not None:
+        check(manifest)
     spec = feature_spec(manifest)
     digest = spec.digest()
     champ = champion(artifacts, pipeline)
@@ -264,6 +279,8 @@ def start_version(
             f"s3://{data.bucket}/{keys.pipeline_features_key(pipeline)}, or add --new-features to start a new "
             "generation (its run starts cold)"
         )
+    if warm is not None and champ is not None and model is not None:
+        _same_model(artifacts, champ, model, pipeline, uri)
     key = keys.pipeline_version_key(pipeline, version)
     try:
         known = VersionRecord.model_validate_json(artifacts.get(key))
@@ -285,6 +302,29 @@ def start_version(
     )
     artifacts.put(key, record.model_dump_json(indent=1).encode())
     return warm, record
+
+
+def _same_model(artifacts: S3Store, champ: Champion, model: dict[str, Any], pipeline: str, uri: str) -> None:
+    """InvalidJob when the pipeline's job now names another model than the champion's run did (its
+    job.json): the champion's weights, which the run starts from, fit their own model only."""
+    try:
+        trained = json.loads(artifacts.get(keys.job_key(champ.run_id))).get("model")
+    except NotFound:
+        return  # a champion whose run's job is gone: the warm start's own check tells
+    if trained is None or trained == model:
+        return
+    raise InvalidJob(
+        f"model: incoming/{pipeline}/job.json names {_model_said(model)}, but the champion "
+        f"{champ.version or '?'} (run {champ.run_id}), which this version's run starts from, is {_model_said(trained)}: "
+        f"its weights fit that model only. Put the model back in job.json and upload {uri}{keys.SUCCESS_MARKER} "
+        f"again; or, to change the model, prepare the version as a new features generation (its run starts cold): "
+        f"`smlt data prepare SOURCE --out {uri} --new-features`"
+    )
+
+
+def _model_said(model: dict[str, Any]) -> str:
+    params = model.get("params") or {}
+    return f"{model.get('name')!r}" + (f" with params {json.dumps(params, sort_keys=True)}" if params else "")
 
 
 # --- the gate at Finalize ---------------------------------------------------------------------

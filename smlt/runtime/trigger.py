@@ -121,8 +121,13 @@ def run_job(upload: Upload, job: dict[str, Any]) -> dict[str, Any]:
 def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
     upload = upload_of(trigger)
     job = run_job(upload, pipeline_job(upload.bucket, upload.pipeline))
+    from smlt.runtime.job import check_dataset, parse_job
     from smlt.runtime.pipeline import start_version
 
+    # The job checked against the version before the version is recorded: a job that cannot run
+    # on it (another label or task, a batch larger than its rows, another model than the
+    # champion's) fails the execution by name and leaves no version "starting" forever.
+    parsed = parse_job(job)
     warm, _ = start_version(
         S3Store(upload.bucket),
         S3Store(artifacts_bucket),
@@ -130,6 +135,8 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
         upload.version,
         upload.dataset_folder,
         upload.run_id,
+        check=lambda manifest: check_dataset(parsed, manifest),
+        model=parsed.model.model_dump(mode="json"),
     )
     if warm is not None:
         job["warm_start"] = warm
