@@ -21,6 +21,7 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -104,9 +105,20 @@ class VersionRecord(BaseModel):
 # --- preparing a version (client and cloud share it) ------------------------------------------
 
 
+VERSION_NAME_CHARS = 40
+
+
 def version_name(folders: list[str]) -> str:
-    """A data version's name from its folder(s) under incoming/<pipeline>/ (S3-key and run-id safe)."""
-    return re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(folders))[:40]
+    """A data version's name from its folder(s) under incoming/<pipeline>/ (S3-key and run-id
+    safe): the folder itself when it is made of letters, digits, `-` and `_` (nested folders
+    joined by `-`: 2026/11 is 2026-11), within VERSION_NAME_CHARS; else those characters (others
+    as `-`) and 8 hex digits of the folder's name, so two folders never share a version's record
+    (`v 2` is v-2-<8 hex>, never the folder `v-2`; `été` and `ete` stay two versions)."""
+    joined = "-".join(folders)
+    if re.fullmatch(r"[A-Za-z0-9_-]+", joined) and len(joined) <= VERSION_NAME_CHARS:
+        return joined
+    digest = hashlib.sha1(joined.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '-', joined)[: VERSION_NAME_CHARS - 9]}-{digest}"
 
 
 def version_of(dataset_uri: str) -> tuple[str, str] | None:
