@@ -298,6 +298,10 @@ def start_version(
         known = VersionRecord.model_validate_json(artifacts.get(key))
         if known.run_id == run_id:
             return warm, known  # a duplicate event of a run that exists: nothing to record again
+        # the version uploaded again: its earlier upload's record is kept, not overwritten
+        artifacts.put(
+            keys.pipeline_replaced_key(pipeline, version, known.run_id), known.model_dump_json(indent=1).encode()
+        )
     except NotFound:
         pass
     record = VersionRecord(
@@ -511,6 +515,15 @@ def versions(artifacts: Records, pipeline: str) -> list[VersionRecord]:
     return sorted(found, key=lambda r: r.created_at)
 
 
+def replaced(artifacts: Records, pipeline: str) -> dict[str, list[VersionRecord]]:
+    """The records of versions uploaded again since, by version, oldest first."""
+    found: dict[str, list[VersionRecord]] = {}
+    for key in artifacts.list(keys.pipeline_replaced_prefix(pipeline)):
+        record = VersionRecord.model_validate_json(artifacts.get(key))
+        found.setdefault(record.version, []).append(record)
+    return {v: sorted(rs, key=lambda r: r.created_at) for v, rs in found.items()}
+
+
 def run_class_warning(artifacts: Records, run_id: str) -> str | None:
     """A version's run's class warning (smlt.runtime.evaluation.class_warning: a class its final
     model never predicts, or a balanced accuracy well below its accuracy), from its metrics.json's
@@ -546,21 +559,36 @@ def rollback(artifacts: S3Store, pipeline: str, by: str) -> Champion:
     if len(stack) < 2:
         raise NoSuchVersion(
             f"pipeline {pipeline}: nothing to roll back to "
-            f"({'no champion yet' if not stack else f'{stack[0]} is its only champion so far'})"
+            f"({'no champion yet' if not stack else f'{stack[0][0]} is its only champion so far'})"
         )
-    record = _version(artifacts, pipeline, stack[-2])
+    version, run_id = stack[-2]
+    record = _version(artifacts, pipeline, version)
+    if record.run_id != run_id:  # that version was uploaded again since: its champion is the earlier upload's run
+        try:
+            record = VersionRecord.model_validate_json(
+                artifacts.get(keys.pipeline_replaced_key(pipeline, version, run_id))
+            )
+        except NotFound:
+            raise NoSuchVersion(
+                f"pipeline {pipeline}: the champion before the current one is version {version}'s run {run_id}, "
+                f"whose record was replaced by a later upload of {version} (run {record.run_id}): "
+                f"its model is still s3://.../{keys.final_model_key(run_id)}"
+            ) from None
     return _make_champion(artifacts, record, by, "rollback", time.time())
 
 
-def champions_stack(artifacts: Records, pipeline: str) -> list[str]:
-    stack: list[str] = []
+def champions_stack(artifacts: Records, pipeline: str) -> list[tuple[str, str]]:
+    """The champions in promotion order, rollbacks popped: (version, run id) each (a version
+    uploaded again is another run, and another champion)."""
+    stack: list[tuple[str, str]] = []
     for key in artifacts.list(keys.pipeline_promotions_prefix(pipeline)):
         entry = json.loads(artifacts.get(key))
+        this = (entry["version"], entry["run_id"])
         if entry["action"] == "rollback":
-            if len(stack) > 1 and stack[-2] == entry["version"]:
+            if len(stack) > 1 and stack[-2] == this:
                 stack.pop()
-        elif not stack or stack[-1] != entry["version"]:
-            stack.append(entry["version"])
+        elif not stack or stack[-1] != this:
+            stack.append(this)
     return stack
 
 
