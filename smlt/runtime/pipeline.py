@@ -291,19 +291,19 @@ def start_version(
             f"s3://{data.bucket}/{keys.pipeline_features_key(pipeline)}, or add --new-features to start a new "
             "generation (its run starts cold)"
         )
-    if warm is not None and champ is not None and model is not None:
-        _same_model(artifacts, champ, model, pipeline, uri)
     key = keys.pipeline_version_key(pipeline, version)
     try:
-        known = VersionRecord.model_validate_json(artifacts.get(key))
-        if known.run_id == run_id:
-            return warm, known  # a duplicate event of a run that exists: nothing to record again
-        # the version uploaded again: its earlier upload's record is kept, not overwritten
+        known: VersionRecord | None = VersionRecord.model_validate_json(artifacts.get(key))
+    except NotFound:
+        known = None
+    if known is not None and known.run_id == run_id:
+        return warm, known  # a later round, or a duplicate event, of a run that exists: nothing to record again
+    if warm is not None and champ is not None and model is not None:
+        _same_model(artifacts, champ, model, pipeline, version, data.bucket)
+    if known is not None:  # the version uploaded again: its earlier upload's record is kept, not overwritten
         artifacts.put(
             keys.pipeline_replaced_key(pipeline, version, known.run_id), known.model_dump_json(indent=1).encode()
         )
-    except NotFound:
-        pass
     record = VersionRecord(
         pipeline=pipeline,
         version=version,
@@ -320,7 +320,9 @@ def start_version(
     return warm, record
 
 
-def _same_model(artifacts: S3Store, champ: Champion, model: dict[str, Any], pipeline: str, uri: str) -> None:
+def _same_model(
+    artifacts: S3Store, champ: Champion, model: dict[str, Any], pipeline: str, version: str, bucket: str
+) -> None:
     """InvalidJob when the pipeline's job now names another model than the champion's run did (its
     job.json): the champion's weights, which the run starts from, fit their own model only."""
     try:
@@ -332,9 +334,10 @@ def _same_model(artifacts: S3Store, champ: Champion, model: dict[str, Any], pipe
     raise InvalidJob(
         f"model: incoming/{pipeline}/job.json names {_model_said(model)}, but the champion "
         f"{champ.version or '?'} (run {champ.run_id}), which this version's run starts from, is {_model_said(trained)}: "
-        f"its weights fit that model only. Put the model back in job.json and upload {uri}{keys.SUCCESS_MARKER} "
-        f"again; or, to change the model, prepare the version as a new features generation (its run starts cold): "
-        f"`smlt data prepare SOURCE --out {uri} --new-features`"
+        f"its weights fit that model only. Put the model back in job.json and upload version {version}'s "
+        f"{keys.SUCCESS_MARKER} (or {keys.MANIFEST}) again; or, to change the model, prepare the version as a new "
+        f"features generation (its run starts cold): `smlt data prepare SOURCE --out "
+        f"s3://{bucket}/{keys.INCOMING}{pipeline}/{version}/ --new-features`"
     )
 
 

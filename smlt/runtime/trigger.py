@@ -21,11 +21,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.store import NotFound, S3Store
+
+if TYPE_CHECKING:
+    from smlt.runtime.data.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,23 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
     # on it (another label or task, a batch larger than its rows, another model than the
     # champion's) fails the execution by name and leaves no version "starting" forever.
     parsed = parse_job(job)
+
+    def check(manifest: Manifest) -> None:
+        try:
+            check_dataset(parsed, manifest)
+        except InvalidJob as e:
+            fixed = str(e).startswith(("dataset.label", "dataset.task"))
+            raise InvalidJob(
+                f"{keys.pipeline_job_key(upload.pipeline)} against version {upload.version}: {e}"
+                + (
+                    " (a pipeline's label and task are its features', fixed by its first version: to change them, "
+                    "prepare the version with `smlt data prepare SOURCE --out .../incoming/<pipeline>/<version>/ "
+                    "--new-features`, a new generation)"
+                    if fixed
+                    else ""
+                )
+            ) from None
+
     warm, _ = start_version(
         S3Store(upload.bucket),
         S3Store(artifacts_bucket),
@@ -135,7 +155,7 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
         upload.version,
         upload.dataset_folder,
         upload.run_id,
-        check=lambda manifest: check_dataset(parsed, manifest),
+        check=check,
         model=parsed.model.model_dump(mode="json"),
     )
     if warm is not None:

@@ -408,7 +408,10 @@ def test_a_job_changed_between_versions_is_refused_before_the_version_is_recorde
     setup("changed", {**SHORT, "dataset": {"uri": "x", "label": "color"}})
     desc = _wait(engine, upload("incoming/changed/v2/_SUCCESS", b""))
     assert desc["status"] == "FAILED" and desc["error"] == "InvalidJob", desc
-    assert "dataset.label: 'color', but houses was prepared with label 'label'" in desc["cause"]
+    assert (
+        "incoming/changed/job.json against version v2: dataset.label: 'color', but houses was prepared with label "
+        "'label' (a pipeline's label and task are its features'" in desc["cause"]
+    ), desc
     assert [v.version for v in pl.versions(artifacts, "changed")] == ["v1"]
 
     setup("changed", {**SHORT, "model": {"name": "mlp"}})
