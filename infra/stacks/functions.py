@@ -48,10 +48,12 @@ TRAIN_DOCKERFILE = "lambdas/train_step/Dockerfile"
 RUN_OBJECTS = keys.object_pattern(keys.run_prefix(keys.ANY))  # runs/*/*
 ROUND_OBJECTS = keys.object_pattern(keys.rounds_prefix(keys.ANY))  # runs/*/rounds/*: a worker's objects
 PIPELINE_LATEST = keys.object_pattern(keys.pipeline_latest_key(keys.ANY))  # pipelines/*/latest.json
-# pipelines/*/versions/* and pipelines/*/promotions/*: the gate's records (Finalize writes them)
+# pipelines/*/versions/* and pipelines/*/promotions/*: the gate's records (Finalize writes them);
+# pipelines/*/replaced/*: a version's record before it was uploaded again (the run's first Plan)
 PIPELINE_RECORDS = (
     keys.object_pattern(keys.pipeline_versions_prefix(keys.ANY)),
     keys.object_pattern(keys.pipeline_promotions_prefix(keys.ANY)),
+    keys.object_pattern(keys.pipeline_replaced_prefix(keys.ANY)),
 )
 STUDY_BEST = keys.object_pattern(keys.study_best_prefix(keys.ANY))  # studies/*/best/*
 CODE_OBJECTS = keys.object_pattern(keys.code_key(keys.ANY))  # code/*.zip

@@ -59,9 +59,9 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "(CreateNetworkInterface is also scoped to the VPC's subnets and the functions' security group).",
     ),
     (
-        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs/\*/\*|runs/\*/rounds/\*|runs/\*/final/\*|pipelines/\*/latest\.json|pipelines/\*/(versions|promotions)/\*)$",
+        r"^Resource::<\w*Artifacts\w*\.Arn>/(runs/\*/\*|runs/\*/rounds/\*|runs/\*/final/\*|pipelines/\*/latest\.json|pipelines/\*/(versions|promotions|replaced)/\*)$",
         "Objects under the run prefix runs/ (and, for the planner, pipelines/: the champion and the "
-        "gate's version and promotion records) of the artifacts bucket; keys are per run/round/worker "
+        "gate's version and promotion records, and versions' replaced records) of the artifacts bucket; keys are per run/round/worker "
         "or per pipeline and version and not known at deploy time.",
     ),
     (

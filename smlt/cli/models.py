@@ -122,7 +122,7 @@ def _value(v: float | None) -> str:
 
 def list_versions(args: argparse.Namespace) -> int:
     from smlt.runtime import keys
-    from smlt.runtime.pipeline import NoSuchVersion, champion, versions
+    from smlt.runtime.pipeline import NoSuchVersion, champion, replaced, versions
     from smlt.runtime.store import S3Store
 
     stack = _stack(args)
@@ -133,7 +133,7 @@ def list_versions(args: argparse.Namespace) -> int:
         raise NoSuchVersion(f"pipeline {args.pipeline} has no version yet (upload one under incoming/{args.pipeline}/)")
     champ = champion(store, args.pipeline)
     if found:
-        _print_versions(stack, found, champ, _warnings(store, found))
+        _print_versions(stack, found, champ, _warnings(store, found), replaced(store, args.pipeline))
     if failed:
         print(f"uploads refused before training (fix them and upload the version's {keys.SUCCESS_MARKER} again):")
         for version, when, cause in failed:
@@ -154,9 +154,16 @@ def _warnings(store: Any, found: list[Any]) -> dict[str, str]:
     return {r.version: w for r, w in zip(decided, said, strict=True) if w}
 
 
-def _print_versions(stack: Any, found: list[Any], champ: Any, warnings: dict[str, str] | None = None) -> None:
-    """The versions' table; `warnings`: a version's run's class warning, on a line of its own."""
-    warnings = warnings or {}
+def _print_versions(
+    stack: Any,
+    found: list[Any],
+    champ: Any,
+    warnings: dict[str, str] | None = None,
+    earlier: dict[str, list[Any]] | None = None,
+) -> None:
+    """The versions' table; `warnings`: a version's run's class warning, on a line of its own;
+    `earlier`: a version's earlier uploads (replaced by its latest), a line each."""
+    warnings, earlier = warnings or {}, earlier or {}
     m = max([14] + [len(r.metric or "-") + 1 for r in found])  # val_balanced_accuracy is 21 long
     print(f"{'':2}{'version':<14}{'status':<10}{'metric':<{m}}{'new':>8}{'champion':>10}{'cost $':>10}  run / reason")
     for r in found:
@@ -172,6 +179,12 @@ def _print_versions(stack: Any, found: list[Any], champ: Any, warnings: dict[str
             print(f"{'':26}promoted by {r.by}, model sha256 {(r.model_sha256 or '?')[:12]}")
         if r.version in warnings:
             print(f"{'':26}warning: {warnings[r.version]}")
+        for e in earlier.get(r.version, []):
+            was = "champion (*), " if champ and champ.run_id == e.run_id else ""
+            print(
+                f"{'':26}uploaded again since: the earlier upload's run {e.run_id} ({was}{e.status}, "
+                f"{e.metric or '-'} {_value(e.challenger_value)})"
+            )
     if champ is not None:
         print(f"champion (*): {champ.version} (run {champ.run_id}, by {champ.by}) {champ.model}")
 

@@ -229,6 +229,16 @@ def pipeline_versions_prefix(pipeline: str) -> str:
     return f"{PIPELINES}{pipeline}/versions/"
 
 
+def pipeline_replaced_key(pipeline: str, version: str, run_id: str) -> str:
+    """A version's record as it was before the version was uploaded again (its run `run_id`): kept
+    for `rollback` to that run and for `smlt models list`."""
+    return f"{pipeline_replaced_prefix(pipeline)}{version}/{run_id}.json"
+
+
+def pipeline_replaced_prefix(pipeline: str) -> str:
+    return f"{PIPELINES}{pipeline}/replaced/"
+
+
 def pipeline_promotion_key(pipeline: str, at_ns: int) -> str:
     """One change of champion (promotion or rollback), append-only, in time order."""
     return f"{pipeline_promotions_prefix(pipeline)}{at_ns:020d}.json"

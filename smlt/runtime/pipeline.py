@@ -10,7 +10,9 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
 - The gate: a run of a version warm-starts from the champion, so its round 0 scores the champion
   on the new version's validation rows; the run's final model (the challenger) is promoted only if
   it is not worse than that by more than the job's `promotion_margin` on the job's target metric.
-  Else the version is kept, rejected, with both metrics and the reason. On imbalanced classes the
+  Else the version is kept, rejected, with both metrics and the reason; so is a version whose
+  validation rows cannot tell the two apart (fewer than MIN_GATE_ROWS, or a classification's rows
+  missing some of the pipeline's classes). On imbalanced classes the
   target metric to gate on is `val_balanced_accuracy` (the mean of the classes' recalls): a
   challenger that stops predicting a rare class can gain accuracy and is still rejected.
 - Every version has a record (versions/<version>.json); every change of champion an append-only
@@ -19,10 +21,13 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -30,7 +35,7 @@ from pydantic import BaseModel
 
 from smlt.runtime import keys
 from smlt.runtime.data.manifest import FeatureSpec, Manifest, feature_spec, parse_manifest
-from smlt.runtime.errors import InvalidDataset, SmltError
+from smlt.runtime.errors import InvalidDataset, InvalidJob, SmltError
 from smlt.runtime.evaluation import LOWER_IS_BETTER, class_warning
 from smlt.runtime.store import NotFound, S3Store
 
@@ -100,9 +105,20 @@ class VersionRecord(BaseModel):
 # --- preparing a version (client and cloud share it) ------------------------------------------
 
 
+VERSION_NAME_CHARS = 40
+
+
 def version_name(folders: list[str]) -> str:
-    """A data version's name from its folder(s) under incoming/<pipeline>/ (S3-key and run-id safe)."""
-    return re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(folders))[:40]
+    """A data version's name from its folder(s) under incoming/<pipeline>/ (S3-key and run-id
+    safe): the folder itself when it is made of letters, digits, `-` and `_` (nested folders
+    joined by `-`: 2026/11 is 2026-11), within VERSION_NAME_CHARS; else those characters (others
+    as `-`) and 8 hex digits of the folder's name, so two folders never share a version's record
+    (`v 2` is v-2-<8 hex>, never the folder `v-2`; `été` and `ete` stay two versions)."""
+    joined = "-".join(folders)
+    if re.fullmatch(r"[A-Za-z0-9_-]+", joined) and len(joined) <= VERSION_NAME_CHARS:
+        return joined
+    digest = hashlib.sha1(joined.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '-', joined)[: VERSION_NAME_CHARS - 9]}-{digest}"
 
 
 def version_of(dataset_uri: str) -> tuple[str, str] | None:
@@ -229,17 +245,31 @@ def champion(artifacts: Records, pipeline: str) -> Champion | None:
 
 
 def start_version(
-    data: S3Store, artifacts: S3Store, pipeline: str, version: str, folder: str, run_id: str
+    data: S3Store,
+    artifacts: S3Store,
+    pipeline: str,
+    version: str,
+    folder: str,
+    run_id: str,
+    *,
+    check: Callable[[Manifest], None] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> tuple[str | None, VersionRecord]:
     """A version's run starts: wait for its shards, decide warm or cold start from the champion
     (same features: warm; a newer generation: cold, and why; other features: a named error),
-    record the version. Returns (the warm start's model URI or None, the record)."""
+    record the version. Returns (the warm start's model URI or None, the record).
+
+    Nothing is recorded for a run that cannot start: `check` (the job against the manifest,
+    smlt.runtime.job.check_dataset) raises first, and so does a warm start whose champion was
+    trained with another `model` (the job's, as JSON) than the job's, whose weights do not fit it."""
     uri = f"s3://{data.bucket}/{folder}/"
     try:
         manifest = parse_manifest(data.get(f"{folder}/manifest.json"), f"{uri}manifest.json")
     except NotFound:
         raise InvalidDataset(f"no {uri}manifest.json") from None
     wait_for_shards(data, folder, manifest)
+    if check is not None:
+        check(manifest)
     spec = feature_spec(manifest)
     digest = spec.digest()
     champ = champion(artifacts, pipeline)
@@ -263,11 +293,17 @@ def start_version(
         )
     key = keys.pipeline_version_key(pipeline, version)
     try:
-        known = VersionRecord.model_validate_json(artifacts.get(key))
-        if known.run_id == run_id:
-            return warm, known  # a duplicate event of a run that exists: nothing to record again
+        known: VersionRecord | None = VersionRecord.model_validate_json(artifacts.get(key))
     except NotFound:
-        pass
+        known = None
+    if known is not None and known.run_id == run_id:
+        return warm, known  # a later round, or a duplicate event, of a run that exists: nothing to record again
+    if warm is not None and champ is not None and model is not None:
+        _same_model(artifacts, champ, model, pipeline, version, data.bucket)
+    if known is not None:  # the version uploaded again: its earlier upload's record is kept, not overwritten
+        artifacts.put(
+            keys.pipeline_replaced_key(pipeline, version, known.run_id), known.model_dump_json(indent=1).encode()
+        )
     record = VersionRecord(
         pipeline=pipeline,
         version=version,
@@ -284,7 +320,50 @@ def start_version(
     return warm, record
 
 
+def _same_model(
+    artifacts: S3Store, champ: Champion, model: dict[str, Any], pipeline: str, version: str, bucket: str
+) -> None:
+    """InvalidJob when the pipeline's job now names another model than the champion's run did (its
+    job.json): the champion's weights, which the run starts from, fit their own model only."""
+    try:
+        trained = json.loads(artifacts.get(keys.job_key(champ.run_id))).get("model")
+    except NotFound:
+        return  # a champion whose run's job is gone: the warm start's own check tells
+    if trained is None or trained == model:
+        return
+    raise InvalidJob(
+        f"model: incoming/{pipeline}/job.json names {_model_said(model)}, but the champion "
+        f"{champ.version or '?'} (run {champ.run_id}), which this version's run starts from, is {_model_said(trained)}: "
+        f"its weights fit that model only. Put the model back in job.json and upload version {version}'s "
+        f"{keys.SUCCESS_MARKER} (or {keys.MANIFEST}) again; or, to change the model, prepare the version as a new "
+        f"features generation (its run starts cold): `smlt data prepare SOURCE --out "
+        f"s3://{bucket}/{keys.INCOMING}{pipeline}/{version}/ --new-features`"
+    )
+
+
+def _model_said(model: dict[str, Any]) -> str:
+    params = model.get("params") or {}
+    return f"{model.get('name')!r}" + (f" with params {json.dumps(params, sort_keys=True)}" if params else "")
+
+
 # --- the gate at Finalize ---------------------------------------------------------------------
+
+# The fewest validation rows the gate compares a challenger with the champion on: below it one row
+# moves an accuracy by more than 3 points, more than any margin a team sets, so a version this
+# small (a partial export, a test upload) is rejected, saying so, and the champion stays.
+MIN_GATE_ROWS = 30
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The version's validation split as the run measured it (Finalize reads it from META): its
+    rows, its rows by class (a bincount: it ends at its last class present) and the pipeline's
+    classes, for a classification."""
+
+    rows: int
+    class_rows: list[int] | None = None
+    classes: list[str] | None = None
+
 
 # S3 requests `conclude` makes (the run's own bill counts them): GETs of the version record and
 # latest.json, PUTs of the record and, when it promotes, of latest.json and a promotion entry.
@@ -302,9 +381,11 @@ def conclude(
     champion_scored: float | None,
     cost_usd: float,
     model_sha256: str | None,
+    validation: Validation | None = None,
 ) -> VersionRecord | None:
     """Finalize of a pipeline run: promote its model or keep it rejected (see the module doc).
-    `champion_scored` is the run's round 0 metric, the champion on this version's validation rows."""
+    `champion_scored` is the run's round 0 metric, the champion on this version's validation rows;
+    `validation` those rows, which the gate must be able to compare on (`_not_comparable`)."""
     where = version_of(dataset_uri)
     if where is None:
         return None  # a run of the pipeline not started by an upload: nothing to gate
@@ -316,7 +397,7 @@ def conclude(
     if record.run_id != run_id:
         return None  # the version was uploaded again since: its newer run decides
     current = champion(artifacts, pipeline)
-    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored)
+    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation)
     now = time.time()
     record = record.model_copy(
         update={
@@ -347,6 +428,7 @@ def _verdict(
     margin: float,
     challenger: float | None,
     scored: float | None,
+    validation: Validation | None = None,
 ) -> tuple[bool, str]:
     if challenger is None:
         return False, f"the challenger has no {metric}" + _unmeasured(metric)
@@ -366,9 +448,39 @@ def _verdict(
     lower = metric in LOWER_IS_BETTER
     worse_by = challenger - scored if lower else scored - challenger
     verdict = f"{metric} {challenger:.4g} vs the champion {record.champion_version}'s {scored:.4g} on the same rows"
+    problem = _not_comparable(validation) if validation is not None else None
+    if problem is not None:
+        return False, (
+            f"{verdict}, but {problem}: the champion {record.champion_version} stays (upload the version again with "
+            f"more rows, or `smlt models promote {record.pipeline} {record.version}` to serve it anyway)"
+        )
     if worse_by > margin:
         return False, f"{verdict}: worse by {worse_by:.4g}, more than the margin {margin:g}"
     return True, f"{verdict}: not worse by more than the margin {margin:g}"
+
+
+def _not_comparable(validation: Validation) -> str | None:
+    """Why the version's validation rows cannot tell a challenger from the champion, else None:
+    too few rows (MIN_GATE_ROWS), or a classification's rows missing some of the pipeline's
+    classes (a filtered export: a model that predicts the classes present everywhere scores best
+    on them, however it does on the others)."""
+    said = []
+    if 0 < validation.rows < MIN_GATE_ROWS:  # 0: a run made before META counted them
+        said.append(
+            f"the version's validation split has {validation.rows} row{'s' * (validation.rows != 1)}, fewer than "
+            f"the {MIN_GATE_ROWS} the gate compares on"
+        )
+    counts, classes = validation.class_rows, validation.classes
+    if counts is not None and classes:
+        absent = [c for i, c in enumerate(classes) if i >= len(counts) or counts[i] == 0]
+        if absent:
+            shown = ", ".join(repr(c) for c in absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+            said.append(
+                f"its validation rows hold {len(classes) - len(absent)} of the pipeline's {len(classes)} classes "
+                f"(none of {shown}: a filtered export?), so a model that no longer predicts "
+                f"{'it' if len(absent) == 1 else 'them'} is not seen"
+            )
+    return "; ".join(said) or None
 
 
 def _unmeasured(metric: str) -> str:
@@ -406,6 +518,15 @@ def versions(artifacts: Records, pipeline: str) -> list[VersionRecord]:
     return sorted(found, key=lambda r: r.created_at)
 
 
+def replaced(artifacts: Records, pipeline: str) -> dict[str, list[VersionRecord]]:
+    """The records of versions uploaded again since, by version, oldest first."""
+    found: dict[str, list[VersionRecord]] = {}
+    for key in artifacts.list(keys.pipeline_replaced_prefix(pipeline)):
+        record = VersionRecord.model_validate_json(artifacts.get(key))
+        found.setdefault(record.version, []).append(record)
+    return {v: sorted(rs, key=lambda r: r.created_at) for v, rs in found.items()}
+
+
 def run_class_warning(artifacts: Records, run_id: str) -> str | None:
     """A version's run's class warning (smlt.runtime.evaluation.class_warning: a class its final
     model never predicts, or a balanced accuracy well below its accuracy), from its metrics.json's
@@ -441,21 +562,36 @@ def rollback(artifacts: S3Store, pipeline: str, by: str) -> Champion:
     if len(stack) < 2:
         raise NoSuchVersion(
             f"pipeline {pipeline}: nothing to roll back to "
-            f"({'no champion yet' if not stack else f'{stack[0]} is its only champion so far'})"
+            f"({'no champion yet' if not stack else f'{stack[0][0]} is its only champion so far'})"
         )
-    record = _version(artifacts, pipeline, stack[-2])
+    version, run_id = stack[-2]
+    record = _version(artifacts, pipeline, version)
+    if record.run_id != run_id:  # that version was uploaded again since: its champion is the earlier upload's run
+        try:
+            record = VersionRecord.model_validate_json(
+                artifacts.get(keys.pipeline_replaced_key(pipeline, version, run_id))
+            )
+        except NotFound:
+            raise NoSuchVersion(
+                f"pipeline {pipeline}: the champion before the current one is version {version}'s run {run_id}, "
+                f"whose record was replaced by a later upload of {version} (run {record.run_id}): "
+                f"its model is still s3://.../{keys.final_model_key(run_id)}"
+            ) from None
     return _make_champion(artifacts, record, by, "rollback", time.time())
 
 
-def champions_stack(artifacts: Records, pipeline: str) -> list[str]:
-    stack: list[str] = []
+def champions_stack(artifacts: Records, pipeline: str) -> list[tuple[str, str]]:
+    """The champions in promotion order, rollbacks popped: (version, run id) each (a version
+    uploaded again is another run, and another champion)."""
+    stack: list[tuple[str, str]] = []
     for key in artifacts.list(keys.pipeline_promotions_prefix(pipeline)):
         entry = json.loads(artifacts.get(key))
+        this = (entry["version"], entry["run_id"])
         if entry["action"] == "rollback":
-            if len(stack) > 1 and stack[-2] == entry["version"]:
+            if len(stack) > 1 and stack[-2] == this:
                 stack.pop()
-        elif not stack or stack[-1] != entry["version"]:
-            stack.append(entry["version"])
+        elif not stack or stack[-1] != this:
+            stack.append(this)
     return stack
 
 

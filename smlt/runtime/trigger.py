@@ -21,11 +21,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.store import NotFound, S3Store
+
+if TYPE_CHECKING:
+    from smlt.runtime.data.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,29 @@ def run_job(upload: Upload, job: dict[str, Any]) -> dict[str, Any]:
 def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
     upload = upload_of(trigger)
     job = run_job(upload, pipeline_job(upload.bucket, upload.pipeline))
+    from smlt.runtime.job import check_dataset, parse_job
     from smlt.runtime.pipeline import start_version
+
+    # The job checked against the version before the version is recorded: a job that cannot run
+    # on it (another label or task, a batch larger than its rows, another model than the
+    # champion's) fails the execution by name and leaves no version "starting" forever.
+    parsed = parse_job(job)
+
+    def check(manifest: Manifest) -> None:
+        try:
+            check_dataset(parsed, manifest)
+        except InvalidJob as e:
+            fixed = str(e).startswith(("dataset.label", "dataset.task"))
+            raise InvalidJob(
+                f"{keys.pipeline_job_key(upload.pipeline)} against version {upload.version}: {e}"
+                + (
+                    " (a pipeline's label and task are its features', fixed by its first version: to change them, "
+                    "prepare the version with `smlt data prepare SOURCE --out .../incoming/<pipeline>/<version>/ "
+                    "--new-features`, a new generation)"
+                    if fixed
+                    else ""
+                )
+            ) from None
 
     warm, _ = start_version(
         S3Store(upload.bucket),
@@ -130,6 +155,8 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
         upload.version,
         upload.dataset_folder,
         upload.run_id,
+        check=check,
+        model=parsed.model.model_dump(mode="json"),
     )
     if warm is not None:
         job["warm_start"] = warm

@@ -365,3 +365,116 @@ def test_watch_folder_uploads_a_raw_version_marker_last_and_fetches_its_run(loca
     assert any(
         line.startswith(f"  prepared s3://{names.data_bucket}/incoming/wr/v1/ fixed pipeline wr's") for line in lines
     )
+
+
+def test_the_gate_rejects_a_version_too_small_or_missing_a_class_to_compare_on(pipeline, tmp_path):
+    engine, names, _, setup, upload = pipeline
+    setup("few", {**SHORT, "training": {**SHORT["training"], "batch_size": 4}})
+    head, *rows = Path(_houses(tmp_path / "h.csv", 7)).read_text().splitlines()
+    upload("incoming/few/v1/houses.csv", "\n".join([head, *rows]).encode())
+    assert _wait(engine, upload("incoming/few/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    artifacts = S3Store(names.artifacts_bucket)
+
+    def version(name: str, body: list[str]) -> pl.VersionRecord:
+        upload(f"incoming/few/{name}/houses.csv", "\n".join([head, *body]).encode())
+        desc = _wait(engine, upload(f"incoming/few/{name}/_SUCCESS", b""))
+        assert desc["status"] == "SUCCEEDED", desc
+        return pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("few", name)))
+
+    # a filtered export (label 1 alone): a model that predicts 1 everywhere scores 1 on its rows
+    ones = version("v2", [r for r in rows if r.endswith(",1")])
+    assert ones.status == "rejected" and ones.challenger_value is not None, ones
+    assert "hold 1 of the pipeline's 2 classes (none of '0': a filtered export?)" in ones.reason, ones.reason
+    # 10 rows: 2 of them to validate on
+    tiny = version("v3", rows[:10])
+    assert tiny.status == "rejected" and "validation split has 2 rows, fewer than the 30" in tiny.reason, tiny.reason
+    assert pl.champion(artifacts, "few").version == "v1"
+
+
+def test_a_job_changed_between_versions_is_refused_before_the_version_is_recorded(pipeline, tmp_path, capsys):
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    engine, names, _, setup, upload = pipeline
+    setup("changed", SHORT)
+    data = Path(_houses(tmp_path / "h.csv", 8)).read_bytes()
+    upload("incoming/changed/v1/houses.csv", data)
+    assert _wait(engine, upload("incoming/changed/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    artifacts = S3Store(names.artifacts_bucket)
+    upload("incoming/changed/v2/houses.csv", data)
+
+    # another label than the pipeline's features, another model than the champion's: the
+    # execution fails by name, and no v2 is recorded (before: a v2 "starting" for ever)
+    setup("changed", {**SHORT, "dataset": {"uri": "x", "label": "color"}})
+    desc = _wait(engine, upload("incoming/changed/v2/_SUCCESS", b""))
+    assert desc["status"] == "FAILED" and desc["error"] == "InvalidJob", desc
+    assert (
+        "incoming/changed/job.json against version v2: dataset.label: 'color', but houses was prepared with label "
+        "'label' (a pipeline's label and task are its features'" in desc["cause"]
+    ), desc
+    assert [v.version for v in pl.versions(artifacts, "changed")] == ["v1"]
+
+    setup("changed", {**SHORT, "model": {"name": "mlp"}})
+    desc = _wait(engine, upload("incoming/changed/v2/_SUCCESS", b""))
+    assert desc["status"] == "FAILED" and desc["error"] == "InvalidJob", desc
+    cause = json.loads(desc["cause"])["errorMessage"]
+    assert (
+        cause.startswith("model: incoming/changed/job.json names 'mlp', but the champion v1 (run changed-v1-")
+        and "), which this version's run starts from, is 'logreg': its weights fit that model only." in cause
+    ), cause
+    assert "--new-features" in cause
+    assert [v.version for v in pl.versions(artifacts, "changed")] == ["v1"]
+    try:
+        publish_outputs(engine, "SmltUploads")
+    except Exception:  # noqa: BLE001 - published by an earlier test of the session
+        pass
+    capsys.readouterr()
+    assert main(["models", "list", "changed", "--stack", "SmltUploads"]) == 0
+    out = capsys.readouterr().out
+    assert "starting" not in out and "InvalidJob: model: incoming/changed/job.json names 'mlp'" in out, out
+
+    # the job put back: the same upload trains
+    setup("changed", SHORT)
+    assert _wait(engine, upload("incoming/changed/v2/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    assert [v.version for v in pl.versions(artifacts, "changed")] == ["v1", "v2"]
+
+
+def test_a_version_uploaded_again_keeps_its_earlier_record_and_rolls_back_to_its_run(pipeline, tmp_path, capsys):
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    engine, names, _, setup, upload = pipeline
+    setup("again", SHORT)
+    artifacts = S3Store(names.artifacts_bucket)
+
+    def version(name: str, seed: int, **kw) -> pl.VersionRecord:
+        upload(f"incoming/again/{name}/houses.csv", Path(_houses(tmp_path / f"{seed}.csv", seed, **kw)).read_bytes())
+        assert _wait(engine, upload(f"incoming/again/{name}/_SUCCESS", b""))["status"] == "SUCCEEDED"
+        return pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("again", name)))
+
+    version("v1", 1)
+    first = version("v2", 2)
+    if not first.promoted:
+        pl.promote(artifacts, "again", "v2", "test")
+    # v2 again, its train labels shuffled: a new run whose record replaces the first's as v2's
+    order = np.random.default_rng(0).permutation(ROWS)
+    second = version("v2", 3, shuffle_train=order[int(round(ROWS * 0.2)) :])
+    assert second.run_id != first.run_id
+    kept = pl.replaced(artifacts, "again")["v2"]
+    assert [r.run_id for r in kept] == [first.run_id] and kept[0].promoted  # before: overwritten
+
+    try:
+        publish_outputs(engine, "SmltUploads")
+    except Exception:  # noqa: BLE001 - published by an earlier test of the session
+        pass
+    capsys.readouterr()
+    assert main(["models", "list", "again", "--stack", "SmltUploads"]) == 0
+    out = capsys.readouterr().out
+    assert f"uploaded again since: the earlier upload's run {first.run_id} (" in out, out
+
+    # v1 by hand, then a rollback: back to v2's first run, the champion before v1 (before: to
+    # v2's latest record, the second run, which was never champion if the gate rejected it)
+    assert second.status == "rejected", second  # its train labels shuffled (as v3 of the console's test)
+    pl.promote(artifacts, "again", "v1", "test")
+    assert pl.rollback(artifacts, "again", "test").run_id == first.run_id
+    assert pl.champion(artifacts, "again").run_id == first.run_id

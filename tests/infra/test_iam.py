@@ -89,7 +89,7 @@ def test_function_roles_are_scoped(synth):
     # the patterns are the key functions' (smlt.runtime.keys) applied to "*"
     runs, pipelines = f"<{artifacts}.Arn>/runs/*/*", f"<{artifacts}.Arn>/pipelines/*/latest.json"
     study_best = f"<{artifacts}.Arn>/studies/*/best/*"
-    records = {f"<{artifacts}.Arn>/pipelines/*/versions/*", f"<{artifacts}.Arn>/pipelines/*/promotions/*"}
+    records = {f"<{artifacts}.Arn>/pipelines/*/{k}/*" for k in ("versions", "promotions", "replaced")}
     data_objects = f"<{data}.Arn>/*"
 
     planner = _grants(synth, "FunctionsPlannerRole")

@@ -17,7 +17,7 @@ from smlt.runtime.errors import InvalidJob
 from smlt.runtime.evaluation import MAX_CLASS_SUMS, metric_reaches, summary_text, target_reached, val_metrics
 from smlt.runtime.items import FinalMetrics, RoundItem
 from smlt.runtime.job import Job, check_dataset, parse_job
-from smlt.runtime.pipeline import Champion, VersionRecord, conclude, run_class_warning
+from smlt.runtime.pipeline import MIN_GATE_ROWS, Champion, Validation, VersionRecord, conclude, run_class_warning
 from smlt.runtime.planner import decide
 from smlt.runtime.planner.progress import ProgressModel
 from smlt.runtime.planner.stall import stalled
@@ -222,7 +222,9 @@ def _pipeline_with_champion(store: _Store, run_id: str = "fraud-v2-r") -> None:
     store.put(keys.pipeline_version_key("fraud", "v2"), record.model_dump_json().encode())
 
 
-def _gate(metric: str, champion_round0: RoundItem, challenger: FinalMetrics) -> VersionRecord | None:
+def _gate(
+    metric: str, champion_round0: RoundItem, challenger: FinalMetrics, validation: Validation | None = None
+) -> VersionRecord | None:
     """Finalize's call (smlt.runtime.steps.finalize): the final metrics against round 0's, the
     champion scored on this version's validation rows."""
     store = _Store()
@@ -238,6 +240,7 @@ def _gate(metric: str, champion_round0: RoundItem, challenger: FinalMetrics) -> 
         getattr(champion_round0, metric),
         challenger.estimated_cost_usd,
         "ab" * 32,
+        validation,
     )
 
 
@@ -380,3 +383,36 @@ def test_a_run_held_to_balanced_accuracy_ends_with_it_on_its_done_line(tmp_path)
     )
     (tmp_path / "metrics.json").write_text(json.dumps({"job": {"training": {"target_metric": "val_accuracy"}}}))
     assert "balanced" not in done_lines("r", final, 1.0, tmp_path)[0]
+
+
+def test_the_gate_rejects_a_version_whose_validation_rows_cannot_compare_and_says_why():
+    # the champion scored on the new version's rows, the challenger better on them: promoted when
+    # the rows can tell, rejected when they are too few or hold only some of the classes
+    champion = RoundItem(round=0, workers=2, memory_mb=1769, local_steps=0, batch_size=32, val_accuracy=0.89)
+    challenger = _final("fraud-v2-r", 1.0, [None, 1.0])
+    enough = Validation(200, [120, 80], ["ok", "fraud"])
+    assert _gate("val_accuracy", champion, challenger, enough).status == "promoted"  # type: ignore[union-attr]
+
+    one_class = _gate("val_accuracy", champion, challenger, Validation(200, [0, 200], ["ok", "fraud"]))
+    assert one_class is not None and one_class.status == "rejected" and not one_class.promoted
+    assert one_class.reason == (
+        "val_accuracy 1 vs the champion v1's 0.89 on the same rows, but its validation rows hold 1 of the "
+        "pipeline's 2 classes (none of 'ok': a filtered export?), so a model that no longer predicts it is not "
+        "seen: the champion v1 stays (upload the version again with more rows, or `smlt models promote fraud v2` "
+        "to serve it anyway)"
+    ), one_class.reason
+    # a bincount ends at its last class present: a missing last class is absent too
+    assert (
+        "(none of 'fraud'" in _gate("val_accuracy", champion, challenger, Validation(50, [50], ["ok", "fraud"])).reason
+    )  # type: ignore[union-attr]
+
+    tiny = _gate("val_accuracy", champion, challenger, Validation(2, [1, 1], ["ok", "fraud"]))
+    assert tiny is not None and tiny.status == "rejected"
+    assert (
+        "but the version's validation split has 2 rows, fewer than the 30 the gate compares on: the champion v1 stays"
+        in tiny.reason
+    )
+    # a regression's rows (no classes), and a META from before the rows were counted (0): only the rows tell
+    assert _gate("val_accuracy", champion, challenger, Validation(29)).status == "rejected"  # type: ignore[union-attr]
+    assert _gate("val_accuracy", champion, challenger, Validation(0)).status == "promoted"  # type: ignore[union-attr]
+    assert MIN_GATE_ROWS == 30

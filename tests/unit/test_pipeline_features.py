@@ -57,6 +57,15 @@ def test_a_missing_column_or_an_unknown_class_is_named(tmp_path):
     no_color = _csv(tmp_path / "v2.csv", ["size", "label"], [[r[0], r[2]] for r in _rows(30, ["a"], 2)])
     with pytest.raises(InvalidDataset, match=r"no column 'color', which the pipeline's features \(generation 1\) use"):
         prepare_version(no_color, str(pipe / "v2"))
+    # a renamed column: the missing one named with the new one
+    renamed = _csv(tmp_path / "v2r.csv", ["size", "colour", "label"], _rows(30, ["a", "b"], 2))
+    with pytest.raises(InvalidDataset) as e:
+        prepare_version(renamed, str(pipe / "v2"))
+    assert str(e.value).endswith(
+        "v2r.csv: no column 'color', which the pipeline's features (generation 1) use (its columns new to them: "
+        "'colour': renamed?); add it (or give it back its name), or prepare with --new-features to start a "
+        "generation without it"
+    ), e.value
     three = _csv(tmp_path / "v3.csv", ["size", "color", "label"], _rows(30, ["a"], 3, label=lambda i: i % 3))
     with pytest.raises(
         InvalidDataset, match=r"label '2' is not one of the pipeline's classes \(0, 1\).*--new-features"

@@ -279,8 +279,13 @@ def test_a_pipeline_version_is_checked_against_its_features_far_into_the_file(tm
         prepare_version(_write(tmp_path / "v2.csv", later), str(tmp_path / "incoming/p/v2"), shards=2)
     assert not any((tmp_path / "incoming/p/v2").glob("*.safetensors"))
     later["b"][2800] = "tall"
-    with pytest.raises(InvalidDataset, match=r"v2.csv: column 'b', line 2802: 'tall' is not a number"):
+    with pytest.raises(InvalidDataset) as e:
         prepare_version(_write(tmp_path / "v2.csv", later), str(tmp_path / "incoming/p/v2"), shards=2)
+    # what to do: the column is numbers in the pipeline's features, a stray word in it is refused
+    assert str(e.value).endswith(
+        "v2.csv: column 'b', line 2802: 'tall' is not a number, and the pipeline's features read column 'b' as "
+        "numbers: empty the cell (or write NA, read as empty) and upload the version again"
+    ), e.value
 
 
 def test_shards_stay_under_their_size_cap_and_progress_is_said(tmp_path, small_blocks, monkeypatch, caplog):

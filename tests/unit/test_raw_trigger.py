@@ -3,11 +3,13 @@ marker, the run id and the prepared prefix each upload gets, and the keys outsid
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob
-from smlt.runtime.pipeline import version_of
+from smlt.runtime.pipeline import version_name, version_of
 from smlt.runtime.trigger import run_job, upload_of
 
 
@@ -31,6 +33,21 @@ def test_a_marker_trains_on_its_own_prepared_prefix():
     assert version_of(up.dataset_uri) == ("houses", "2026-11")
     assert version_of("s3://data/incoming/houses/2026/11/") == ("houses", "2026-11")
     assert version_of("s3://data/datasets/houses/") is None
+
+
+def test_version_folders_that_are_not_names_get_names_of_their_own():
+    # a folder of letters, digits, - and _ is its name; any other is told apart by a digest of it,
+    # so `v 2` and `v-2` (or `été` and `ete`, or two long names) never share a version's record
+    assert version_name(["v2"]) == "v2" and version_name(["2026", "11"]) == "2026-11"
+    spaced, dashed = (
+        upload_of(trigger("incoming/houses/v 2/_SUCCESS")),
+        upload_of(trigger("incoming/houses/v-2/_SUCCESS")),
+    )
+    assert dashed.version == "v-2" and spaced.version.startswith("v-2-") and len(spaced.version) == 12
+    assert spaced.run_id.startswith(f"houses-{spaced.version}-") and version_of(spaced.dataset_uri)[1] == spaced.version
+    names = {version_name([f]) for f in ("été", "ete", "ètè", "v1.2", "v1-2", "a" * 40, "a" * 41, "a" * 42)}
+    assert len(names) == 8 and all(re.fullmatch(r"[A-Za-z0-9_-]{1,40}", n) for n in names), names
+    assert version_name(["été"]) == version_name(["été"])  # the same folder, the same version
 
 
 def test_the_same_event_is_the_same_run_and_a_new_upload_a_new_one():

@@ -611,9 +611,11 @@ def _check_columns(src: TableSource, features: FeatureSpec) -> None:
         )
     absent = [t.name for t in features.columns if t.name not in src.file.columns]
     if absent:
+        # a renamed column is one missing and one new: name the new ones beside the missing ones
+        renamed = f" (its columns new to them: {', '.join(map(repr, new))}: renamed?)" if new else ""
         raise InvalidDataset(
-            f"{source}: no column {', '.join(map(repr, absent))}, which {gen} use; add it, or prepare "
-            "with --new-features to start a generation without it"
+            f"{source}: no column {', '.join(map(repr, absent))}, which {gen} use{renamed}; add it (or "
+            "give it back its name), or prepare with --new-features to start a generation without it"
         )
 
 

@@ -559,7 +559,11 @@ class ColumnFit:
         if self.numeric and parsed is None:
             if self.fixed is not None:
                 i = block.first_not_a_number(self.name)
-                raise InvalidDataset(f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a number")
+                raise InvalidDataset(
+                    f"{block.where(i, self.name)}: {block.cell(i, self.name)!r} is not a number, and the pipeline's "
+                    f"features read column {self.name!r} as numbers: empty the cell (or write NA, read as empty) and "
+                    "upload the version again"
+                )
             self.numeric, self.flipped = False, self.blocks > 0
         if parsed is not None:
             values, gaps = parsed

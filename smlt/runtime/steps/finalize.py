@@ -96,6 +96,7 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
             getattr(rounds[0], metric) if rounds and rounds[0].val_loss is not None else None,
             final.estimated_cost_usd,
             published,
+            pipelines.Validation(meta.val_rows, meta.val_class_rows, card.classes if card is not None else None),
         )
         if decided is not None and settings.notify_topic_arn:
             _notify(artifacts, settings.notify_topic_arn, decided)
