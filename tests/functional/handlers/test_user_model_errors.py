@@ -4,12 +4,14 @@ start-execution`, the console): the worker names it as the user's code, once, no
 data after a retry. On moto."""
 
 import pytest
+import torch
 from torch import nn
 
+from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt.runtime import keys
-from smlt.runtime.errors import InvalidJob, UserCodeError
+from smlt.runtime.errors import Diverged, InvalidJob, UserCodeError
 from smlt.runtime.items import ErrorItem
 from smlt.runtime.records import RunTable
 from tests.functional.handlers.conftest import job
@@ -23,6 +25,21 @@ def bn(input_shape, output_dim):
 
 def frozen(input_shape, output_dim):
     return nn.Linear(64, output_dim).requires_grad_(False)
+
+
+class LogScale(nn.Module):
+    """NaN once training drives its scale negative: a log of a parameter, whatever the learning rate."""
+
+    def __init__(self, output_dim):
+        super().__init__()
+        self.l, self.s = nn.Linear(64, output_dim), nn.Parameter(torch.tensor(-1.0))
+
+    def forward(self, x):
+        return self.l(x) + torch.log(self.s)
+
+
+def log_scale(input_shape, output_dim):
+    return LogScale(output_dim)
 
 
 def _plan(digits, run, model, **training):
@@ -49,3 +66,20 @@ def test_a_model_with_every_parameter_frozen_is_named(digits, aws):
     with pytest.raises(InvalidJob, match=r"has 650 parameters and every one is frozen \(requires_grad=False\)"):
         train_step({"run_id": "frozen", "round": 0, "worker": 0}, None)
     assert RunTable("smlt-runs", "frozen").errors(0)[0].error == "InvalidJob"
+
+
+def test_a_users_model_that_diverges_twice_is_named_beside_the_learning_rate(digits, aws):
+    """It said only "lower training.learning_rate" (and the CLI offered a resume, which diverges again)."""
+    for rnd in (0, 1):
+        _plan(digits, "nan", "log_scale", local_steps=2)
+        for w in range(4):
+            train_step({"run_id": "nan", "round": rnd, "worker": w}, None)
+        if rnd == 0:
+            assert "diverged" in aggregate({"run_id": "nan", "round": 0}, None)["reason"]
+    with pytest.raises(Diverged) as e:
+        aggregate({"run_id": "nan", "round": 1}, None)
+    assert str(e.value).endswith(
+        f"again after halving the learning rate to 0.025; lower training.learning_rate, or make model.name "
+        f"'{HERE}:log_scale' finite for any weights training gives it (a log or sqrt of a parameter gone negative, "
+        "a division by one gone to zero gives NaN whatever the learning rate)"
+    ), str(e.value)
