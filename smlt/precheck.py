@@ -627,9 +627,14 @@ def _try_train_step(
                 "Diverged: make the forward pass finite for any input"
             )
 
+    ungraded: list[tuple[str, int]] = []  # trainable parameters the backward pass left without a gradient
+
+    def graded() -> None:
+        ungraded.extend((n, p.numel()) for n, p in model.named_parameters() if p.requires_grad and p.grad is None)
+
     t0 = time.perf_counter()
     fp = _users(
-        lambda: measure(model, xb, yb, _loss_fn(manifest.task), inspect),
+        lambda: measure(model, xb, yb, _loss_fn(manifest.task), inspect, graded),
         roots,
         where,
         name not in BUILTIN_MODELS,
@@ -638,9 +643,27 @@ def _try_train_step(
     )
     took = time.perf_counter() - t0
     model.eval()
+    if ungraded and name not in BUILTIN_MODELS:
+        _warn_ungraded(job, model, ungraded)
     if rows == MEASURE_ROWS:
         remember(_footprint_key(job, manifest), fp)  # the memory check's, measured once
     _check_step_time(job, took, rows)
+
+
+def _warn_ungraded(job: Job, model: Any, ungraded: list[tuple[str, int]]) -> None:
+    """Some trainable parameters (requires_grad) get no gradient from a training step: the forward
+    pass cuts them off (`.detach()`, `torch.no_grad()` around part of it) or never uses them, so
+    training never changes them and the run trains the rest only. Every one cut off is refused
+    (`_try_train_step`); some are told, as a model may hold layers it does not use."""
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    missed = sum(n for _, n in ungraded)
+    names = ", ".join(n for n, _ in ungraded[:3]) + (f" and {len(ungraded) - 3} more" if len(ungraded) > 3 else "")
+    notice.warning(
+        f"model.name: {job.model.name!r}: {missed:,} of its {total:,} trainable parameters get no gradient from a "
+        f"training step ({names}), so training never changes them and the run trains the rest only: a .detach() "
+        "or torch.no_grad() in forward, or layers forward does not use? Freeze what should stay as built "
+        "(requires_grad_(False)) and this is not told"
+    )
 
 
 def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:

@@ -176,6 +176,24 @@ def endless(input_shape, output_dim):
     return Endless(output_dim)
 
 
+class Partial(nn.Module):
+    def __init__(self, output_dim, how):
+        super().__init__()
+        self.body, self.head, self.how = nn.Linear(64, 16), nn.Linear(16, output_dim), how
+        if how == "detach":
+            self.unused = nn.Linear(4, 4)
+        else:  # frozen as meant: fine
+            self.body.requires_grad_(False)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.head(h.detach() if self.how == "detach" else h)
+
+
+def partial(input_shape, output_dim, how):
+    return Partial(output_dim, how)
+
+
 def to_numpy(x):
     return x.numpy()
 
@@ -529,3 +547,18 @@ def test_a_timer_set_before_the_check_is_kept():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
+
+
+def test_parameters_no_gradient_reaches_are_told(digits, code, caplog):
+    """A body cut off by .detach() (or torch.no_grad()) trained its head only, exit 0, unsaid (digits:
+    0.61 accuracy after 3 rounds where the whole model reaches 0.84); every parameter cut off is refused."""
+    with caplog.at_level("WARNING", logger="smlt.notice"):
+        check_model(more("partial", {"how": "detach"}), digits, code)
+        check_model(more("partial", {"how": "frozen"}), digits, code)
+    said = [r.getMessage() for r in caplog.records if "no gradient" in r.getMessage()]
+    assert said == [
+        "model.name: 'usernets.more:partial': 1,060 of its 1,230 trainable parameters get no gradient from a training "
+        "step (body.weight, body.bias, unused.weight and 1 more), so training never changes them and the run trains "
+        "the rest only: a .detach() or torch.no_grad() in forward, or layers forward does not use? Freeze what "
+        "should stay as built (requires_grad_(False)) and this is not told"
+    ]
