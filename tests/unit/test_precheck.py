@@ -194,6 +194,14 @@ def partial(input_shape, output_dim, how):
     return Partial(output_dim, how)
 
 
+def no_return(input_shape, output_dim):
+    nn.Linear(64, output_dim)
+
+
+def the_class(input_shape, output_dim):
+    return Slice
+
+
 def to_numpy(x):
     return x.numpy()
 
@@ -562,3 +570,17 @@ def test_parameters_no_gradient_reaches_are_told(digits, code, caplog):
         "the rest only: a .detach() or torch.no_grad() in forward, or layers forward does not use? Freeze what "
         "should stay as built (requires_grad_(False)) and this is not told"
     ]
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("no_return", "returned None (a missing return statement?), not a torch.nn.Module"),
+        ("the_class", "returned the class Slice itself (return an instance: Slice(...)), not a torch.nn.Module"),
+    ],
+)
+def test_a_builder_that_returns_no_module_says_what_it_returned(digits, code, name, words):
+    """It said "returned NoneType" and "returned type"."""
+    with pytest.raises(InvalidJob) as e:
+        check_model(more(name), digits, code)
+    assert str(e.value) == f"model.name: 'usernets.more:{name}' {words}"
