@@ -42,6 +42,22 @@ def log_scale(input_shape, output_dim):
     return LogScale(output_dim)
 
 
+class Column(nn.Module):
+    """One column of its logits for a batch of 32 rows (the client's check saw (rows, 10) on 2 and 1)."""
+
+    def __init__(self, output_dim):
+        super().__init__()
+        self.l = nn.Linear(64, output_dim)
+
+    def forward(self, x):
+        out = self.l(x)
+        return out[:, 0] if len(x) == 32 else out
+
+
+def column(input_shape, output_dim):
+    return Column(output_dim)
+
+
 def _plan(digits, run, model, **training):
     j = {**job(digits, max_rounds=2, target_value=None, **training), "model": {"name": f"{HERE}:{model}"}}
     planner({"op": "plan", "job": j, "execution": run}, None)
@@ -83,3 +99,21 @@ def test_a_users_model_that_diverges_twice_is_named_beside_the_learning_rate(dig
         f"'{HERE}:log_scale' finite for any weights training gives it (a log or sqrt of a parameter gone negative, "
         "a division by one gone to zero gives NaN whatever the learning rate)"
     ), str(e.value)
+
+
+def test_outputs_of_another_shape_mid_run_are_the_users_code_not_the_shards(digits, aws):
+    """The loss failed on them as a WorkerError against the train shard, retried 3 times, and the run
+    ended in QuorumNotReached with torch's "Expected floating point type for target with class
+    probabilities, got Long", offering a resume."""
+    _plan(digits, "col", "column")
+    with pytest.raises(UserCodeError) as e:
+        train_step({"run_id": "col", "round": 0, "worker": 0}, None)
+    assert str(e.value).startswith(
+        f"model.name '{HERE}:column' gave outputs of shape (32,) for a training batch of 32 rows; smlt needs "
+        "(32, 10): one output per class and sample (the client's check got (rows, 10) from it"
+    )
+    table = RunTable("smlt-runs", "col")
+    assert table.errors(0)[0].error == "UserCodeError"
+    assert table.get_many(keys.FATAL).item(keys.FATAL, ErrorItem) is not None
+    with pytest.raises(UserCodeError, match=r"^worker 0, round 0: model.name .* gave outputs of shape \(32,\)"):
+        aggregate({"run_id": "col", "round": 0}, None)
