@@ -527,12 +527,31 @@ def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, in
     augment = build_augment(spec.job.training.augment, manifest.input_shape, seed)
     if per_sample is None:
         return augment
+    name = spec.job.code.transform if spec.job.code else None
 
     def transform(batch: torch.Tensor) -> torch.Tensor:
-        out = torch.stack([per_sample(x) for x in batch])
+        out = torch.stack([_same_form(per_sample(x), x, name) for x in batch])
         return augment(out) if augment is not None else out
 
     return transform
+
+
+def _same_form(got: object, sample: Tensor, name: str | None) -> Tensor:
+    """A sample through the user's transform, when it kept the sample's shape and dtype (the client's
+    check saw it do so on a few samples): one that changes some samples only is the user's code
+    (UserCodeError, not retried), not the shard's data that torch.stack's error blamed after retries."""
+    if isinstance(got, Tensor) and got.shape == sample.shape and got.dtype == sample.dtype:
+        return got
+    what = (
+        f"{tuple(got.shape)} ({str(got.dtype).removeprefix('torch.')})"
+        if isinstance(got, Tensor)
+        else type(got).__name__
+    )
+    raise UserCodeError(
+        f"code.transform {name!r} turned a training sample of shape {tuple(sample.shape)} "
+        f"({str(sample.dtype).removeprefix('torch.')}) into {what}; it must keep each sample's shape and dtype "
+        f"(the client's check saw it do so on a few samples: does it change some samples only?)\n{FIX_AND_START_AGAIN}"
+    )
 
 
 def _track_reads(shards: Prefetcher, where: _Where) -> None:

@@ -58,8 +58,19 @@ def column(input_shape, output_dim):
     return Column(output_dim)
 
 
-def _plan(digits, run, model, **training):
+_SEEN = [0]
+
+
+def crop_some(x):
+    """Drops a sample's last feature from its 6th call on (the client's check sees the first few)."""
+    _SEEN[0] += 1
+    return x[:-1] if _SEEN[0] > 5 else x
+
+
+def _plan(digits, run, model, transform=None, **training):
     j = {**job(digits, max_rounds=2, target_value=None, **training), "model": {"name": f"{HERE}:{model}"}}
+    if transform:
+        j["code"] = {"transform": f"{HERE}:{transform}"}
     planner({"op": "plan", "job": j, "execution": run}, None)
 
 
@@ -117,3 +128,16 @@ def test_outputs_of_another_shape_mid_run_are_the_users_code_not_the_shards(digi
     assert table.get_many(keys.FATAL).item(keys.FATAL, ErrorItem) is not None
     with pytest.raises(UserCodeError, match=r"^worker 0, round 0: model.name .* gave outputs of shape \(32,\)"):
         aggregate({"run_id": "col", "round": 0}, None)
+
+
+def test_a_transform_that_changes_some_samples_only_is_the_users_code(digits, aws):
+    """torch.stack's error was a WorkerError against the train shard, retried, then a DataError
+    blaming the shard's data."""
+    _plan(digits, "crop", "bn", transform="crop_some")
+    with pytest.raises(UserCodeError) as e:
+        train_step({"run_id": "crop", "round": 0, "worker": 0}, None)
+    assert str(e.value).startswith(
+        f"code.transform '{HERE}:crop_some' turned a training sample of shape (64,) (float32) into (63,) (float32); "
+        "it must keep each sample's shape and dtype"
+    )
+    assert RunTable("smlt-runs", "crop").get_many(keys.FATAL).item(keys.FATAL, ErrorItem) is not None
