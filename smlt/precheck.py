@@ -19,7 +19,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +55,7 @@ EVAL_FLOPS = 2e11  # ... and not when their forward passes would cost more (a fe
 EVAL_BATCH = 256
 MAX_FRAMES = 6  # frames of the user's code shown, the innermost last
 REBUILD_BYTES = 256 << 20  # a user's model is built a second time (is it the same?) up to this size
+MIN_CALL_S = 30.0  # the least time a call into the user's model gets here (`_call_limit_s`)
 
 T = TypeVar("T")
 
@@ -184,12 +187,28 @@ def _message(exc: BaseException) -> str:
 
 
 def _users(
-    fn: Callable[[], T], roots: Sequence[Path], where: str, own: bool, fallback: Callable[[Exception], SmltError]
+    fn: Callable[[], T],
+    roots: Sequence[Path],
+    where: str,
+    own: bool,
+    fallback: Callable[[Exception], SmltError],
+    limit_s: float | None = None,
 ) -> T:
     """fn(); an exception it raises is the user's (UserCodeError) when it passed through their
-    files or `own` says the code is theirs, else `fallback(exc)`. smlt's named errors pass as they are."""
+    files or `own` says the code is theirs, else `fallback(exc)`. smlt's named errors pass as they are.
+    `limit_s`: fn is stopped after that long (an endless loop), InvalidJob saying where it was."""
     try:
-        return fn()
+        with _time_limit(limit_s):
+            return fn()
+    except _TooSlow as e:
+        at = user_frames(e, roots)
+        raise InvalidJob(
+            f"{where}: did not finish in {limit_s:.3g} s"
+            + (f" (stopped at {at[-1]})" if at else "")
+            + f": an endless loop, a sleep or a read that waits? A worker gives one training step of "
+            f"training.batch_size rows at most {0.8 * _worker_timeout_s():,.0f} s (0.8 of the "
+            f"{_worker_timeout_s():,.0f} s Lambda timeout): make it finish"
+        ) from None
     except SmltError as e:
         cause = e.__context__
         if isinstance(e, InvalidJob) and isinstance(cause, Exception) and user_frames(cause, roots):
@@ -199,6 +218,47 @@ def _users(
         if own or user_frames(e, roots):
             raise _user_error(e, roots, where) from None
         raise fallback(e) from None
+
+
+class _TooSlow(BaseException):
+    """Raised into the user's code when its time is up (a BaseException: an `except Exception` in
+    their loop does not swallow it)."""
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """_TooSlow raised in the main thread after `seconds` (SIGALRM; nothing elsewhere, or without
+    a limit). A loop in Python is stopped between two of its steps, a single long torch call when
+    it returns. A timer already set (a caller's own, pytest-timeout's) is left to fire first when
+    it is due first, and set again, less the time spent, afterwards."""
+    if seconds is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    due, interval = signal.getitimer(signal.ITIMER_REAL)
+    if 0 < due <= seconds:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise _TooSlow
+
+    before = signal.signal(signal.SIGALRM, fire)
+    t0 = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+        if due > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(due - (time.monotonic() - t0), 1e-3), interval)
+
+
+def _call_limit_s(job: Job, rows: int) -> float:
+    """How long one call of the model on `rows` rows may take here: what a worker gives one training
+    step of the job's batch (0.8 of its timeout), scaled to `rows`, and at least MIN_CALL_S (a first
+    call's own setup on a busy machine). A step slower than that is refused anyway (`_check_step_time`)."""
+    return max(MIN_CALL_S, 0.8 * _worker_timeout_s() * rows / job.training.batch_size)
 
 
 def _user_error(e: BaseException, roots: Sequence[Path], where: str) -> UserCodeError:
@@ -319,6 +379,7 @@ def _build(job: Job, manifest: Manifest, roots: Sequence[Path]) -> Any:
         f"building model.name {spec.name!r}",
         own,
         fallback,
+        max(MIN_CALL_S, 0.8 * _worker_timeout_s()),  # a worker's whole call
     )
 
 
@@ -389,7 +450,7 @@ def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots:
     where = (
         f"the forward pass of model.name {name!r} on {len(x)} sample{'s' * (len(x) != 1)} of shape {_shape(manifest)}"
     )
-    out = _users(forward, roots, where, name not in BUILTIN_MODELS, fallback)
+    out = _users(forward, roots, where, name not in BUILTIN_MODELS, fallback, _call_limit_s(job, len(x)))
     _check_outputs(job, manifest, out, len(x))
 
 
@@ -488,7 +549,8 @@ def _try_transform(job: Job, manifest: Manifest, model: Any, x: np.ndarray, root
         with torch.no_grad():
             return model(out)
 
-    _check_outputs(job, manifest, _users(forward, roots, where, True, lambda e: InvalidJob(str(e))), len(x))
+    out = _users(forward, roots, where, True, lambda e: InvalidJob(str(e)), _call_limit_s(job, len(x)))
+    _check_outputs(job, manifest, out, len(x))
 
 
 def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]) -> Any:
@@ -502,7 +564,8 @@ def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]
     assert fn is not None and job.code is not None
     name = job.code.transform
     where = f"code.transform {name!r} on one sample of shape {_shape(manifest)}"
-    samples = _users(lambda: [fn(s) for s in batch], roots, where, True, lambda e: InvalidJob(str(e)))
+    limit = _call_limit_s(job, len(batch))
+    samples = _users(lambda: [fn(s) for s in batch], roots, where, True, lambda e: InvalidJob(str(e)), limit)
     sample = batch[0]
     for got in samples:
         if not isinstance(got, torch.Tensor):
@@ -564,19 +627,43 @@ def _try_train_step(
                 "Diverged: make the forward pass finite for any input"
             )
 
+    ungraded: list[tuple[str, int]] = []  # trainable parameters the backward pass left without a gradient
+
+    def graded() -> None:
+        ungraded.extend((n, p.numel()) for n, p in model.named_parameters() if p.requires_grad and p.grad is None)
+
     t0 = time.perf_counter()
     fp = _users(
-        lambda: measure(model, xb, yb, _loss_fn(manifest.task), inspect),
+        lambda: measure(model, xb, yb, _loss_fn(manifest.task), inspect, graded),
         roots,
         where,
         name not in BUILTIN_MODELS,
         lambda e: InvalidJob(f"{where}: {type(e).__name__}: {_message(e)}"),
+        _call_limit_s(job, rows),
     )
     took = time.perf_counter() - t0
     model.eval()
+    if ungraded and name not in BUILTIN_MODELS:
+        _warn_ungraded(job, model, ungraded)
     if rows == MEASURE_ROWS:
         remember(_footprint_key(job, manifest), fp)  # the memory check's, measured once
     _check_step_time(job, took, rows)
+
+
+def _warn_ungraded(job: Job, model: Any, ungraded: list[tuple[str, int]]) -> None:
+    """Some trainable parameters (requires_grad) get no gradient from a training step: the forward
+    pass cuts them off (`.detach()`, `torch.no_grad()` around part of it) or never uses them, so
+    training never changes them and the run trains the rest only. Every one cut off is refused
+    (`_try_train_step`); some are told, as a model may hold layers it does not use."""
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    missed = sum(n for _, n in ungraded)
+    names = ", ".join(n for n, _ in ungraded[:3]) + (f" and {len(ungraded) - 3} more" if len(ungraded) > 3 else "")
+    notice.warning(
+        f"model.name: {job.model.name!r}: {missed:,} of its {total:,} trainable parameters get no gradient from a "
+        f"training step ({names}), so training never changes them and the run trains the rest only: a .detach() "
+        "or torch.no_grad() in forward, or layers forward does not use? Freeze what should stay as built "
+        "(requires_grad_(False)) and this is not told"
+    )
 
 
 def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
@@ -596,7 +683,8 @@ def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, r
             return model(xb.clone()), model(xb.clone())
 
     where = f"the forward pass of model.name {name!r} on {len(x)} samples of shape {_shape(manifest)}"
-    first, second = _users(twice, roots, where, True, lambda e: InvalidJob(f"{where}: {e}"))
+    limit = _call_limit_s(job, 2 * len(x))
+    first, second = _users(twice, roots, where, True, lambda e: InvalidJob(f"{where}: {e}"), limit)
     if not bool(((first == second) | (first.isnan() & second.isnan())).all()):
         notice.warning(
             f"model.name: {name!r} gives different outputs for the same samples in evaluation mode (dropout that "
@@ -691,6 +779,7 @@ def _check_memory(job: Job, manifest: Manifest, model: Any, roots: Sequence[Path
         f"measuring a training step of model.name {job.model.name!r} on {_shape(manifest)} samples",
         job.model.name not in BUILTIN_MODELS,
         lambda e: InvalidJob(f"model: {job.model.name} cannot be trained on {manifest.name}'s samples: {e}"),
+        _call_limit_s(job, SAMPLE_ROWS),
     )
     batch = job.training.batch_size
     shards = [*manifest.train.shards, *manifest.validation.shards]
@@ -754,6 +843,7 @@ def _check_target(
         where,
         job.model.name not in BUILTIN_MODELS,
         lambda err: InvalidJob(f"{where}: {type(err).__name__}: {_message(err)}"),
+        _call_limit_s(job, len(x)),
     )
     m = val_metrics(
         e.loss,

@@ -84,6 +84,7 @@ _START_AGAIN = frozenset(
         "AlreadyFinished",
         "Infeasible",
         "DamagedState",
+        "Diverged",  # the learning rate already halved in META, the same round diverges again
     }
 )
 

@@ -131,6 +131,13 @@ def test_exit_codes_of_named_errors(tmp_path, capsys, monkeypatch):
         "  a resume would fail the same way: fix the cause and start the run again\n"
     )
 
+    def diverged(job_path, out, faults=None, code=None, replace=False):
+        raise RunFailed("r1", "FAILED", "Diverged", "round 1: NaN/Inf loss again after halving the learning rate")
+
+    monkeypatch.setattr(smlt.runner, "run_local", diverged)  # a resume meets the halved rate and diverges again
+    assert main(["run", "--local", str(job)]) == 1
+    assert capsys.readouterr().err.endswith("a resume would fail the same way: fix the cause and start the run again\n")
+
     def died(job_path, out, faults=None, code=None, replace=False):
         raise RunFailed("r1", "FAILED", "Runtime.ExitError", "Runtime exited with error: signal: 9")
 

@@ -47,6 +47,7 @@ from smlt.runtime.items import (
     WorkerItem,
     data_error_message,
 )
+from smlt.runtime.job import BUILTIN_MODELS
 from smlt.runtime.model_store import (
     fetch_model,
     model_sha256,
@@ -279,9 +280,16 @@ class _Round:
         """Fall back to the last good model (this round's) and halve the learning rate, once."""
         meta = self.table.meta()
         if meta is not None and meta.lr_scale < 1.0:
+            name = self.spec.job.model.name
+            own = (
+                ""
+                if name in BUILTIN_MODELS
+                else f", or make model.name {name!r} finite for any weights training gives it (a log or sqrt of a "
+                "parameter gone negative, a division by one gone to zero gives NaN whatever the learning rate)"
+            )
             raise smlt_errors.Diverged(
                 f"round {self.rnd}: {reason} again after halving the learning rate to "
-                f"{self.spec.learning_rate:g}; lower training.learning_rate"
+                f"{self.spec.learning_rate:g}; lower training.learning_rate{own}"
             )
         self.table.update(keys.META, MetaItem, lr_scale=0.5)
 

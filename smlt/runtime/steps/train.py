@@ -55,7 +55,13 @@ from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_stat
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.measure import Footprint, footprint
 from smlt.runtime.train.models import build_model, check_trainable
-from smlt.runtime.usercode import activate_code, load_transform, model_failure, user_code_failure
+from smlt.runtime.usercode import (
+    FIX_AND_START_AGAIN,
+    activate_code,
+    load_transform,
+    model_failure,
+    user_code_failure,
+)
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
 
@@ -125,6 +131,23 @@ def _floating(out: Tensor, name: str) -> Tensor:
     return out
 
 
+def _own_output(out: object, rows: int, manifest: Manifest, name: str, batch: str) -> Tensor:
+    """The user's model's output for a batch of `rows`, when it is what the loss takes: (rows,
+    outputs), floating point. The client's check saw it so on a few samples; a forward whose output
+    changes with the batch or over the calls is the user's code (UserCodeError, not retried), not
+    a shard's data that a loss error on the wrong shape blamed after three quorum attempts."""
+    want = (rows, manifest.outputs)
+    if isinstance(out, Tensor) and tuple(out.shape) == want:
+        return _floating(out, name)
+    got = f"outputs of shape {tuple(out.shape)}" if isinstance(out, Tensor) else f"a {type(out).__name__}"
+    per = "class" if manifest.task == "classification" else "target"
+    raise UserCodeError(
+        f"model.name {name!r} gave {got} for a {batch} batch of {rows} rows; smlt needs {want}: one output per "
+        f"{per} and sample (the client's check got (rows, {manifest.outputs}) from it: does its output's shape change "
+        f"with the batch or over the calls?)\n{FIX_AND_START_AGAIN}"
+    )
+
+
 @dataclass
 class _Evaluated:
     """Sums over a worker's validation rows, so the round's metrics weigh every row alike however
@@ -150,7 +173,7 @@ def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest, j
             with _model_runs(own):
                 out = model(torch.from_numpy(model_input(manifest, x)))
             if own:
-                _floating(out, name)
+                out = _own_output(out, len(x), manifest, name, "validation")
             target = torch.from_numpy(y)
             sums.loss += float(loss_fn(out, target))
             if classification:
@@ -273,7 +296,9 @@ def _local_steps(
         opt.zero_grad(set_to_none=True)
         with _model_runs(own):
             out = model(xb)
-        loss = loss_fn(_floating(out, name) if step == 0 else out, torch.from_numpy(y))
+        if own:
+            out = _own_output(out, len(x), manifest, name, "training")
+        loss = loss_fn(out, torch.from_numpy(y))
         with _model_runs(own):
             (loss / len(x)).backward()
         if sync is not None:  # per-step mode: every worker steps with the averaged gradient
@@ -394,6 +419,9 @@ def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | 
         user = model_failure(e.__cause__ or e, where.job)
         _record_user_error(table, event, user)
         raise user from None
+    except UserCodeError as e:  # what the user's model gave, named here (`_own_output`)
+        _record_user_error(table, event, e)
+        raise
     except Exception as e:
         if _transient(e):
             raise
@@ -499,12 +527,31 @@ def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, in
     augment = build_augment(spec.job.training.augment, manifest.input_shape, seed)
     if per_sample is None:
         return augment
+    name = spec.job.code.transform if spec.job.code else None
 
     def transform(batch: torch.Tensor) -> torch.Tensor:
-        out = torch.stack([per_sample(x) for x in batch])
+        out = torch.stack([_same_form(per_sample(x), x, name) for x in batch])
         return augment(out) if augment is not None else out
 
     return transform
+
+
+def _same_form(got: object, sample: Tensor, name: str | None) -> Tensor:
+    """A sample through the user's transform, when it kept the sample's shape and dtype (the client's
+    check saw it do so on a few samples): one that changes some samples only is the user's code
+    (UserCodeError, not retried), not the shard's data that torch.stack's error blamed after retries."""
+    if isinstance(got, Tensor) and got.shape == sample.shape and got.dtype == sample.dtype:
+        return got
+    what = (
+        f"{tuple(got.shape)} ({str(got.dtype).removeprefix('torch.')})"
+        if isinstance(got, Tensor)
+        else type(got).__name__
+    )
+    raise UserCodeError(
+        f"code.transform {name!r} turned a training sample of shape {tuple(sample.shape)} "
+        f"({str(sample.dtype).removeprefix('torch.')}) into {what}; it must keep each sample's shape and dtype "
+        f"(the client's check saw it do so on a few samples: does it change some samples only?)\n{FIX_AND_START_AGAIN}"
+    )
 
 
 def _track_reads(shards: Prefetcher, where: _Where) -> None:

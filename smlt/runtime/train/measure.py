@@ -59,9 +59,11 @@ def measure(
     y: Tensor,
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     inspect: Callable[[Tensor], None] | None = None,
+    after: Callable[[], None] | None = None,
 ) -> Footprint:
     """One training step's forward and backward on (x, y), without the optimizer step;
-    `inspect(output)` between the forward pass and the loss (it may raise)."""
+    `inspect(output)` between the forward pass and the loss (it may raise), `after()` once the
+    backward pass has left the gradients (before they are cleared)."""
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     was_training = model.training
     own = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -83,6 +85,8 @@ def measure(
                     inspect(out)
                 loss = loss_fn(out, y)
             loss.backward()
+        if after is not None:
+            after()
     finally:
         model.zero_grad(set_to_none=True)
         with torch.no_grad():

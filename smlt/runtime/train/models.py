@@ -76,8 +76,19 @@ def build_model(
     except TypeError as e:
         raise InvalidJob(f"model.params: {e}") from None
     if not isinstance(model, nn.Module):
-        raise InvalidJob(f"model.name: {spec.name!r} returned {type(model).__name__}, not a torch.nn.Module")
+        raise InvalidJob(f"model.name: {spec.name!r} returned {_what(model)}, not a torch.nn.Module")
     return model
+
+
+def _what(got: object) -> str:
+    """What a builder returned instead of a module, with the usual slip named."""
+    if got is None:
+        return "None (a missing return statement?)"
+    if isinstance(got, type) and issubclass(got, nn.Module):
+        return f"the class {got.__name__} itself (return an instance: {got.__name__}(...))"
+    if isinstance(got, (tuple, list)) and any(isinstance(g, nn.Module) for g in got):
+        return f"a {type(got).__name__} holding a module (return the module alone)"
+    return type(got).__name__
 
 
 def check_trainable(model: nn.Module, name: str) -> None:
