@@ -430,8 +430,8 @@ def _claim(table: RunTable, meta: MetaItem, state: _RunState, execution: str, st
 
 
 def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -> MetaItem:
-    """Round 0: check the job's data and access, write META (first writer wins), job.json and
-    the warm start's model. Nothing is written for a bad job."""
+    """Round 0: check the job's data and access, write META (first writer wins). Nothing is
+    written for a bad job. The rest of the run's start is `_start_inputs`'."""
     _check_access(job, settings)
     facts = _check_resources(job, settings)
     facts["account_concurrency"] = _check_concurrency(job, settings)
@@ -443,15 +443,20 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
         created_at=time.time(),
         **facts,
     )
-    written, meta = table.put_once(keys.META, meta)
-    if not written:  # another execution created the run first: `_claim` decides who drives it
-        return meta
+    _, meta = table.put_once(keys.META, meta)  # another execution's, when it created the run first
+    return meta
+
+
+def _start_inputs(settings: Settings, run_id: str, job: Job) -> None:
+    """Before round 0 is planned, by the run's driver: job.json and the warm start's model as
+    model 0 (each written once). Every Plan before PLAN 0 writes them, not only the one that wrote
+    META: a Plan that died after META (the warm start's read is its largest) is retried, and its
+    retry must not leave round 0's workers to store a fresh initialisation as model 0."""
     artifacts = S3Store(settings.artifacts_bucket)
-    artifacts.put(keys.job_key(table.run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
+    artifacts.put(keys.job_key(run_id), job.model_dump_json(indent=1).encode(), if_absent=True)
     if job.warm_start:
         model = warmstart.read_checked(settings.artifacts_bucket, settings.table, job.warm_start)
-        artifacts.put(keys.model_key(table.run_id, 0), model, if_absent=True)
-    return meta
+        artifacts.put(keys.model_key(run_id, 0), model, if_absent=True)
 
 
 def _decide(settings: Settings, job: Job, meta: MetaItem, state: _RunState) -> Decision:
@@ -578,6 +583,8 @@ def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
     meta = _claim(table, meta, state, execution, event.state_machine)
     if state.plan is not None:
         return _answer(state.plan, settings)
+    if state.round == 0:
+        _start_inputs(settings, run_id, meta.job)
     chain_reason = _chain_reason(state, job, execution, settings.fanout)
     if chain_reason is not None:
         return PlanOther(action="chain", run_id=run_id, round=state.round, reason=chain_reason)
