@@ -397,6 +397,8 @@ def conclude(
     if record.run_id != run_id:
         return None  # the version was uploaded again since: its newer run decides
     current = champion(artifacts, pipeline)
+    if record.decided_at is not None:
+        return _decided(artifacts, record, current)
     promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation)
     now = time.time()
     record = record.model_copy(
@@ -418,6 +420,18 @@ def conclude(
     artifacts.put(keys.pipeline_version_key(pipeline, record.version), record.model_dump_json(indent=1).encode())
     if promote:
         _make_champion(artifacts, record, "gate", "promote", now)
+    return record
+
+
+def _decided(artifacts: S3Store, record: VersionRecord, current: Champion | None) -> VersionRecord:
+    """The gate decided this version already: Finalize runs again (its first attempt died after
+    the gate, before it answered). The decision stands; it is not taken again against a champion
+    that is now this version itself ("the champion changed during the run" turned a promoted
+    version's record into a rejected one while latest.json named it). A promotion the first
+    attempt recorded but did not finish (it died before latest.json) is finished, unless the
+    champion has moved on from the one the gate compared with."""
+    if record.promoted and record.by == "gate" and (current.run_id if current else None) == record.champion_run:
+        _make_champion(artifacts, record, "gate", "promote", record.decided_at or time.time())
     return record
 
 

@@ -6,7 +6,9 @@ import pytest
 
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
+from smlt.runtime import keys
 from smlt.runtime.job import parse_job
+from smlt.runtime.pipeline import Champion, VersionRecord, _version, champion, champions_stack, conclude
 from smlt.runtime.store import S3Store
 from smlt.runtime.tensors.torch_state import state_to_bytes
 from smlt.runtime.train.models import build_model
@@ -47,3 +49,55 @@ def test_plan_dying_after_meta_still_starts_from_the_warm_start(digits, aws, mon
         train_step({"run_id": "ws", "round": 0, "worker": w}, None)
     m0 = aws.get_object(Bucket="smlt-artifacts", Key="runs/ws/rounds/000000/model.safetensors")["Body"].read()
     assert m0 == blob, "round 0 started from a fresh initialisation, not the warm start"
+
+
+def _version_with_champion(artifacts: S3Store) -> None:
+    """Pipeline fraud: champion v1; version v2's run fraud-v2-r warm-started from it."""
+    latest = Champion(run_id="fraud-v1-r", model="s3://a/runs/fraud-v1-r/final/model.safetensors", version="v1")
+    artifacts.put(keys.pipeline_latest_key("fraud"), latest.model_dump_json().encode())
+    record = VersionRecord(
+        pipeline="fraud",
+        version="v2",
+        data="s3://smlt-data/incoming/fraud/v2/",
+        run_id="fraud-v2-r",
+        features="f",
+        generation=1,
+        champion_run="fraud-v1-r",
+        champion_version="v1",
+    )
+    artifacts.put(keys.pipeline_version_key("fraud", "v2"), record.model_dump_json().encode())
+
+
+def _gate(artifacts: S3Store) -> VersionRecord | None:
+    """Finalize's call of the gate: the challenger 0.96 against the champion's 0.9 on its rows."""
+    model = "s3://smlt-artifacts/runs/fraud-v2-r/final/model.safetensors"
+    return conclude(
+        artifacts, "s3://smlt-data/incoming/fraud/v2/", "fraud-v2-r", model, "val_accuracy", 0.0, 0.96, 0.9, 0.01, "ab"
+    )
+
+
+def test_finalize_retried_after_the_gate_keeps_its_decision(aws):
+    artifacts = S3Store("smlt-artifacts")
+    _version_with_champion(artifacts)
+    first = _gate(artifacts)
+    assert first is not None and first.status == "promoted"
+    assert champion(artifacts, "fraud").run_id == "fraud-v2-r"  # type: ignore[union-attr]
+    # Finalize died after the gate (before it answered) and runs again: the same decision.
+    again = _gate(artifacts)
+    stored = _version(artifacts, "fraud", "v2")
+    assert stored.status == "promoted" and stored.promoted, stored.reason
+    assert again is not None and again.status == "promoted"
+    assert champion(artifacts, "fraud").run_id == "fraud-v2-r"  # type: ignore[union-attr]
+    assert [entry[0] for entry in champions_stack(artifacts, "fraud")] == ["v2"]  # one promotion, not two
+
+
+def test_finalize_dying_between_the_gates_writes_finishes_the_promotion(aws, monkeypatch):
+    artifacts = S3Store("smlt-artifacts")
+    _version_with_champion(artifacts)
+    die_at_put(monkeypatch, keys.pipeline_latest_key("fraud"))  # the record says promoted; latest.json not yet
+    with pytest.raises(Died):
+        _gate(artifacts)
+    assert champion(artifacts, "fraud").run_id == "fraud-v1-r"  # type: ignore[union-attr]
+    again = _gate(artifacts)
+    assert again is not None and again.status == "promoted"
+    assert champion(artifacts, "fraud").run_id == "fraud-v2-r"  # type: ignore[union-attr]
