@@ -277,9 +277,15 @@ class _Round:
             delete_prefix(self.settings.exchange_store(), keys.sync_prefix(self.run_id, self.rnd))
 
     def diverged(self, reason: str) -> None:
-        """Fall back to the last good model (this round's) and halve the learning rate, once."""
+        """Fall back to the last good model (this round's) and halve the learning rate, once. A
+        rate halved with no earlier round diverged is this round's own halving: an aggregation that
+        died after it (before its ROUND item) runs again, and its divergence is still the first."""
         meta = self.table.meta()
-        if meta is not None and meta.lr_scale < 1.0:
+        if (
+            meta is not None
+            and meta.lr_scale < 1.0
+            and any(r.diverged for r in self.table.rounds() if r.round < self.rnd)
+        ):
             name = self.spec.job.model.name
             own = (
                 ""

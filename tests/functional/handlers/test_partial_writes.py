@@ -4,11 +4,13 @@ finish what the first attempt began, not build on its half. On moto, with the re
 
 import pytest
 
+from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt.runtime import keys
 from smlt.runtime.job import parse_job
 from smlt.runtime.pipeline import Champion, VersionRecord, _version, champion, champions_stack, conclude
+from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
 from smlt.runtime.tensors.torch_state import state_to_bytes
 from smlt.runtime.train.models import build_model
@@ -101,3 +103,21 @@ def test_finalize_dying_between_the_gates_writes_finishes_the_promotion(aws, mon
     again = _gate(artifacts)
     assert again is not None and again.status == "promoted"
     assert champion(artifacts, "fraud").run_id == "fraud-v2-r"  # type: ignore[union-attr]
+
+
+def test_aggregate_dying_after_a_divergence_halved_the_rate_is_not_a_second_divergence(digits, aws, monkeypatch):
+    j = job(digits, learning_rate=1e6, target_value=None)  # explodes at once
+    p = plan(j, "nan")
+    for w in p["workers"]:
+        train_step({"run_id": "nan", "round": 0, "worker": w}, None)
+    die_at_put(monkeypatch, "rounds/000001/model.safetensors")  # META's rate halved; model 1 and ROUND not yet
+    with pytest.raises(Died):
+        aggregate({"run_id": "nan", "round": 0}, None)
+    a = aggregate({"run_id": "nan", "round": 0}, None)  # the retry: the same round's divergence, once
+    assert "diverged" in a["reason"] and a["stop"] is False
+    assert RunTable("smlt-runs", "nan").meta().lr_scale == 0.5  # type: ignore[union-attr]
+    m0, m1 = (
+        aws.get_object(Bucket="smlt-artifacts", Key=f"runs/nan/rounds/{r:06d}/model.safetensors")["Body"].read()
+        for r in (0, 1)
+    )
+    assert m0 == m1
