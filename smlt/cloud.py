@@ -32,6 +32,7 @@ from smlt.runtime.errors import (
     InvalidCode,
     InvalidJob,
     RunInProgress,
+    RunNotFinished,
     RunNotFound,
     StackNotFound,
 )
@@ -155,8 +156,24 @@ def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
     return meta
 
 
+def succeeded(run_id: str, stack: Stack) -> MetaItem:
+    """The run's META when it succeeded, else RunNotFound or RunNotFinished: a run whose Finalize
+    failed (PartialData: metrics.json and final/model.safetensors written, then the run refused)
+    has a final model in the bucket that is not the run's result."""
+    meta = RunTable(stack.table, run_id).meta()
+    if meta is None:
+        raise RunNotFound(f"no run {run_id!r} in table {stack.table}: check the run id (`smlt start` prints it)")
+    if meta.status != "SUCCEEDED":
+        raise RunNotFinished(
+            f"run {run_id} did not succeed (it is {meta.status}: still running, or it failed; a model it "
+            f"stored is not its result): see `smlt status {run_id}`"
+        )
+    return meta
+
+
 def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
     """Download a finished run's outputs into ``out``; returns its final metrics."""
+    succeeded(run_id, stack)
     sfn = sfn or clients.make("stepfunctions")
     history = []
     pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)

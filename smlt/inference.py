@@ -228,11 +228,12 @@ def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
             f"{text}: not a file, and no local run {text!r} is saved under {out}/.state "
             "(pass the run's --out folder, or stack= / --stack for a deployed stack)"
         )
-    from smlt.cloud import Stack
+    from smlt.cloud import Stack, succeeded
 
-    artifacts = Stack.lookup(stack).artifacts_bucket
+    deployed = Stack.lookup(stack)
+    succeeded(text, deployed)  # a failed run's stored model is not its result
     try:
-        return _read_s3(f"s3://{artifacts}/{final_model_key(text)}")
+        return _read_s3(f"s3://{deployed.artifacts_bucket}/{final_model_key(text)}")
     except InvalidModel:
         raise RunNotFound(f"run {text!r} has no final model in stack {stack!r} (is it finished?)") from None
 

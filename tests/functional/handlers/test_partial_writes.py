@@ -2,12 +2,17 @@
 retries `Runtime.ExitError` / `Lambda.Unknown` on Plan, Aggregate and Finalize): the retry must
 finish what the first attempt began, not build on its half. On moto, with the real digits data."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
+from smlt.cloud import Stack, fetch
 from smlt.runtime import keys
+from smlt.runtime.errors import PartialData, RunNotFinished
+from smlt.runtime.items import RoundItem
 from smlt.runtime.job import parse_job
 from smlt.runtime.pipeline import Champion, VersionRecord, _version, champion, champions_stack, conclude
 from smlt.runtime.records import RunTable
@@ -121,3 +126,30 @@ def test_aggregate_dying_after_a_divergence_halved_the_rate_is_not_a_second_dive
         for r in (0, 1)
     )
     assert m0 == m1
+
+
+class _NoExecutions:
+    """The Step Functions client `smlt fetch` lists the run's executions with (none here)."""
+
+    def get_paginator(self, _name):
+        return SimpleNamespace(paginate=lambda **_: [{"executions": []}])
+
+
+def test_fetch_refuses_a_run_whose_finalize_failed(digits, aws, tmp_path):
+    p = plan(job(digits, max_rounds=1), "part")
+    for w in p["workers"]:
+        train_step({"run_id": "part", "round": 0, "worker": w}, None)
+    aggregate({"run_id": "part", "round": 0}, None)
+    table = RunTable("smlt-runs", "part")  # as if worker 3's update had been refused: shards 3, 7 never trained
+    accepted = [a for a in table.get(keys.round_sk(0), RoundItem).accepted if a.worker != 3]  # type: ignore[union-attr]
+    table.update(keys.round_sk(0), RoundItem, accepted=accepted)
+    p = plan(job(digits, max_rounds=1), "part")  # the final evaluation of model 1
+    for w in p["workers"]:
+        train_step({"run_id": "part", "round": 1, "worker": w}, None)
+    assert aggregate({"run_id": "part", "round": 1}, None)["stop"]
+    with pytest.raises(PartialData):  # metrics.json and the model are written; META stays RUNNING
+        planner({"op": "finalize", "run_id": "part"}, None)
+    stack = Stack("arn:aws:states:us-east-1:123456789012:stateMachine:t", "smlt-artifacts", "smlt-data", "smlt-runs")
+    with pytest.raises(RunNotFinished, match="run part did not succeed"):
+        fetch("part", stack, tmp_path / "out", sfn=_NoExecutions())
+    assert not (tmp_path / "out" / "model.safetensors").exists()
