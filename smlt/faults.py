@@ -1,5 +1,5 @@
 """Fault injection for the local engine:
-`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,kill=0.2,store_outage=5,seed=7"`.
+`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,kill=0.2,crash=0.2,store_outage=5,seed=7"`.
 
 Each worker invocation draws once: with the given probabilities it fails (an error raised in
 the worker), is duplicated (the handler runs twice), is throttled (Lambda's 429
@@ -11,7 +11,10 @@ conflict with probability `ddb_conflict` (see smlt/local/conflicts.py).
 Control steps: each invocation of Plan, Aggregate (and its prepare/slice/finish) and Finalize
 dies with probability `kill`: its handler process is killed (SIGKILL) after the handler has done its
 work, before it answers, so the state machine sees `Runtime.ExitError`, as when a Lambda sandbox is
-OOM-killed, and its retrier runs the step again. `store_outage=S`: the Redis exchange
+OOM-killed, and its retrier runs the step again. With probability `crash` it dies in the middle
+instead: right after its k-th write (S3 PutObject/DeleteObject, DynamoDB PutItem/UpdateItem/
+DeleteItem/TransactWriteItems; k drawn from 1 to CRASH_WRITES), so the retry finds some of the
+step's writes done and the others not (an invocation with fewer writes runs to its end). `store_outage=S`: the Redis exchange
 (SMLT_EXCHANGE_URL, sync mode) goes down once for S seconds, shortly after the first handler
 connects: the handlers reach it through a TCP proxy that closes every connection and refuses new
 ones for the outage (a failover as the client sees it). Without a Redis exchange it does nothing.
@@ -38,7 +41,8 @@ from smlt.local.conflicts import KINDS as CONFLICTS
 from smlt.local.conflicts import Plan, tallied
 
 ACTIONS = ("fail", "duplicate", "throttle", "timeout")  # per invocation, one of them at most
-CONTROL = ("kill",)  # per control-step invocation
+CONTROL = ("kill", "crash")  # per control-step invocation, one of them at most
+CRASH_WRITES = 5  # `crash`: the process dies after its k-th write, k in 1..CRASH_WRITES
 NAMES = (*ACTIONS, *CONFLICTS, *CONTROL, "store_outage", "seed")
 # The ops of the control steps `kill` applies to (the state machine retries them when they die).
 CONTROL_OPS = frozenset({"plan", "finalize", "aggregate", "prepare", "slice", "finish"})
@@ -63,8 +67,9 @@ def parse_fault_spec(spec: str) -> FaultSpec:
             rates[name] = _seconds(value)
         else:
             rates[name] = _rate(name, value)
-    if sum(rates.get(a, 0.0) for a in ACTIONS) > 1:
-        raise ValueError(f"--faults: the rates of {', '.join(ACTIONS)} add up to more than 1")
+    for group in (ACTIONS, CONTROL):
+        if sum(rates.get(a, 0.0) for a in group) > 1:
+            raise ValueError(f"--faults: the rates of {', '.join(group)} add up to more than 1")
     return FaultSpec(rates, seed)
 
 
@@ -145,6 +150,7 @@ class FaultInjector:
             self._rng = random.Random(seed)
             self._conflict_rng = random.Random(f"{seed}:conflicts")  # leaves the invocation draws as they were
             self._kill_rng = random.Random(f"{seed}:kill")
+            self._crash_rng = random.Random(f"{seed}:crash")  # where a crash strikes: the kills stay as they were
 
     def execution_started(self, job: object) -> None:
         """The engine starts an execution of `job`: without an explicit `seed=`, the faults
@@ -164,13 +170,18 @@ class FaultInjector:
 
     def __call__(self, function_name: str, payload: dict) -> str:
         if is_control_step(payload):
-            rate = self.rates.get("kill", 0.0)
-            if not rate:
+            kill, crash = self.rates.get("kill", 0.0), self.rates.get("crash", 0.0)
+            if not kill and not crash:
                 return "ok"
             with self._lock:
-                killed = self._kill_rng.random() < rate
-                self._counts["kill"] += killed
-            return "kill" if killed else "ok"
+                draw = self._kill_rng.random()
+                if draw < kill:
+                    self._counts["kill"] += 1
+                    return "kill"
+                if draw < kill + crash:
+                    self._counts["crash"] += 1
+                    return f"crash:{self._crash_rng.randint(1, CRASH_WRITES)}"
+            return "ok"
         if self.functions is not None and function_name not in self.functions:
             return "ok"
         with self._lock:

@@ -18,7 +18,8 @@ Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
 - throttled (fault injection): HTTP 429 ``TooManyRequestsException``, which the interpreter
   reports as ``Lambda.TooManyRequestsException``;
 - killed (fault injection, ``kill``): the handler process dies by SIGKILL after the handler ran,
-  before answering: ``Runtime.ExitError``, as a Lambda sandbox that is OOM-killed.
+  before answering: ``Runtime.ExitError``, as a Lambda sandbox that is OOM-killed; ``crash:K``: it
+  dies the same way right after the handler's K-th write (S3 or DynamoDB), in the middle of its work.
 
 Only requests addressed to a running engine's endpoint are answered; any other Lambda call
 (another endpoint, no engine running) passes through untouched. Engines of one process share
@@ -47,7 +48,7 @@ from .pool import InvokeOutcome, WorkerPool, timeout_payload
 EVENT = "before-send.lambda.Invoke"
 MAX_INVOKE_PAYLOAD = 6 * 1024 * 1024  # 6 MB, synchronous request and response
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout", "kill")
+ACTIONS = ("ok", "fail", "throttle", "duplicate", "timeout", "kill", "crash")  # crash as "crash:K"
 
 InvokeFilter = Callable[[str, Any], str]
 # Told (function name, request payload, ok) when a synchronous invocation returns, before the state
@@ -168,6 +169,8 @@ class InvokeRouter:
             extra["repeat"] = 2
         elif action == "kill":  # the handler process dies after its work: Runtime.ExitError (smlt/faults.py)
             extra["fault"] = "kill"
+        elif action.startswith("crash:"):  # ... or right after its K-th write
+            extra["fault"], extra["crash_after"] = "crash", int(action.partition(":")[2])
         if self.trace is not None:
             extra["trace"] = True
         out = self.pool.run(self._job(spec, payload, request_id, **extra), spec.timeout)
@@ -225,7 +228,7 @@ class InvokeRouter:
             except ValueError:
                 event = body
             action = self.invoke_filter(name, event) or "ok"
-            if action not in ACTIONS:
+            if action.partition(":")[0] not in ACTIONS:
                 raise ValueError(f"invoke_filter returned {action!r}; expected one of {ACTIONS}")
         if action == "throttle":
             self._record(name, t0, "throttle")

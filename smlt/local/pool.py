@@ -154,6 +154,26 @@ def _inject_failure(**_: Any) -> None:
         raise InjectedFault("injected failure (smlt local fault injection)")
 
 
+# The injected crash (`--faults crash=R`): the process dies right after the handler's K-th write.
+_WRITES = frozenset(
+    {"s3.PutObject", "s3.DeleteObject", "s3.DeleteObjects", "dynamodb.PutItem", "dynamodb.UpdateItem"}
+    | {"dynamodb.DeleteItem", "dynamodb.TransactWriteItems", "dynamodb.BatchWriteItem"}
+)
+_crash_after: int | None = None
+_writes_done = 0
+
+
+def _crash_at_write(http_response: Any = None, model: Any = None, **_: Any) -> None:
+    """botocore ``after-call``: count the job's successful writes; die after the K-th."""
+    global _writes_done
+    if _crash_after is None or model is None or http_response is None or http_response.status_code >= 300:
+        return
+    if f"{model.service_model.service_name}.{model.name}" in _WRITES:
+        _writes_done += 1
+        if _writes_done >= _crash_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes, dict[str, Any]]:
     """(status, payload, info): info["billed"] is what the process measured of each handler call
     as Lambda bills it, [init s, duration s] (init: the module's import on a cold call), the
@@ -180,7 +200,7 @@ def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[st
 def _run_job_untraced(
     job: dict[str, Any], cache: dict[tuple[str, str], Any], billed: list[list[float]]
 ) -> tuple[str, bytes]:
-    global _fail_armed
+    global _fail_armed, _crash_after, _writes_done
     rid = job["request_id"]
     os.environ.clear()
     os.environ.update(job["env"])
@@ -207,6 +227,7 @@ def _run_job_untraced(
     init_s = time.perf_counter() - t_load if cold else 0.0
     ctx = LambdaContext(job)
     _fail_armed = job.get("fault") == "fail"
+    _crash_after, _writes_done = (int(job["crash_after"]) if job.get("fault") == "crash" else None), 0
     try:
         result = None
         for _ in range(max(1, int(job.get("repeat", 1)))):
@@ -220,7 +241,7 @@ def _run_job_untraced(
     except Exception as e:  # noqa: BLE001 - the handler's error becomes the Lambda error
         return "error", json.dumps(_error(e, rid), default=str).encode()
     finally:
-        _fail_armed = False
+        _fail_armed, _crash_after = False, None
         if job.get("fault") == "kill":  # `--faults kill=R`: the process dies before it answers
             os.kill(os.getpid(), signal.SIGKILL)
     try:
@@ -235,6 +256,7 @@ def _worker_main(conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers end
     conflicts.install()  # before any handler makes a client; idle until a job arms it
     put_first("before-send", _inject_failure, "smlt-local-fail")  # idle until a job asks for it
+    put_first("after-call", _crash_at_write, "smlt-local-crash")  # idle until a job asks for it
     for event, handler in (("provide-client-params", _call_started), ("after-call", _call_ended)):
         put_first(event, handler, f"smlt-local-trace-{event}")  # idle until a job asks for a trace
     put_first("after-call-error", _call_ended, "smlt-local-trace-after-call-error")

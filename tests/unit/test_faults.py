@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from smlt.faults import FaultInjector, parse_fault_spec, parse_faults
+from smlt.faults import CRASH_WRITES, FaultInjector, parse_fault_spec, parse_faults
 from smlt.local import conflicts
 
 
@@ -58,3 +58,19 @@ def test_conflict_settings_reach_the_handler_process_with_a_seed_per_invocation(
     assert conflicts._plan is not None and conflicts._plan.rates == {"s3_conflict": 0.25}
     conflicts.arm_from_env({})
     assert conflicts._plan is None
+
+
+def test_crash_kills_a_control_step_after_one_of_its_first_writes_and_never_a_worker():
+    assert parse_faults("kill=0.2,crash=0.3") == {"kill": 0.2, "crash": 0.3}
+    with pytest.raises(ValueError, match="kill, crash add up to more than 1"):
+        parse_fault_spec("kill=0.6,crash=0.5")
+    injector = FaultInjector.from_spec("crash=0.5,seed=2")
+    fates = [injector("planner", {"op": "plan"}) for _ in range(200)]
+    crashes = [f for f in fates if f != "ok"]
+    assert 60 < len(crashes) < 140 and injector.counts["crash"] == len(crashes)
+    assert {int(f.removeprefix("crash:")) for f in crashes} == set(range(1, CRASH_WRITES + 1))
+    assert {injector("train", {"run_id": "r", "round": 0, "worker": 1}) for _ in range(50)} == {"ok"}
+    # `kill` strikes the same invocations as without `crash` (one draw each, the same seed)
+    alone, both = FaultInjector.from_spec("kill=0.3,seed=2"), FaultInjector.from_spec("kill=0.3,crash=0.4,seed=2")
+    plan = {"op": "plan"}
+    assert [alone("p", plan) == "kill" for _ in range(100)] == [both("p", plan) == "kill" for _ in range(100)]
