@@ -102,6 +102,7 @@ class MetaItem(Item):
     target: TargetScaling | None = None  # regression: the manifest's target scaling (the metrics' units)
     lr_scale: float = 1.0  # halved once when a round diverges
     model0_sha256: str | None = None  # round 0's model: the first worker to write or read it records it
+    manifest_sha256: str | None = None  # the dataset's manifest.json as the run started on it
     # The account's unreserved Lambda concurrency, read at the run's first plan (None: not read).
     account_concurrency: int | None = None
     final: FinalMetrics | None = None

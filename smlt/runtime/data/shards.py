@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load
 
 from smlt.runtime.data.manifest import Manifest, ShardInfo, parse_manifest
-from smlt.runtime.errors import AccessDenied, CorruptShard, InvalidDataset
+from smlt.runtime.errors import AccessDenied, CorruptShard, DataError, InvalidDataset
 from smlt.runtime.keys import parse_s3_uri
 from smlt.runtime.store import NotFound, S3Store
 
@@ -157,11 +157,36 @@ def _read(store: S3Store, key: str, what: str) -> bytes:
         raise InvalidDataset(f"dataset.uri: no {what} at s3://{store.bucket}/{store.prefix}{key}") from None
 
 
+# sha256 of the manifest.json each cached `load_manifest` read (by uri): what a run pins in META
+_MANIFEST_SHA256: dict[str, str] = {}
+
+
 @functools.lru_cache(maxsize=16)
 def load_manifest(uri: str) -> Manifest:
     store = dataset_store(uri)
     raw = _read(store, "manifest.json", "manifest.json")
-    return parse_manifest(raw, f"dataset.uri: s3://{store.bucket}/{store.prefix}manifest.json")
+    manifest = parse_manifest(raw, f"dataset.uri: s3://{store.bucket}/{store.prefix}manifest.json")
+    _MANIFEST_SHA256[uri] = hashlib.sha256(raw).hexdigest()
+    return manifest
+
+
+def manifest_sha256(uri: str) -> str | None:
+    """sha256 of the manifest.json `load_manifest(uri)` read (read now if it is not cached)."""
+    load_manifest(uri)
+    return _MANIFEST_SHA256.get(uri)
+
+
+def check_pinned(pinned: str | None, now: str | None, uri: str) -> None:
+    """DataError when the dataset's manifest (sha256 `now`) is not the one the run started on
+    (META's `manifest_sha256`, `pinned`): the dataset was prepared again at its uri during the run."""
+    if pinned is None or now is None or now == pinned:
+        return
+    raise DataError(
+        f"dataset.uri: {uri.rstrip('/')}/manifest.json changed during the run (sha256 {pinned[:12]} when the "
+        f"run started, {now[:12]} now): the dataset was prepared again in the same place, so the run would "
+        "train on two datasets and describe its model with the second; prepare a new dataset into a new "
+        "folder and start a new run on it"
+    )
 
 
 def load_shard(uri: str, shard: ShardInfo, cache: ShardCache | None = None) -> tuple[np.ndarray, np.ndarray]:

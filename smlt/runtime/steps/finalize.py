@@ -18,7 +18,7 @@ from smlt.runtime import keys, ledger
 from smlt.runtime import pipeline as pipelines
 from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
-from smlt.runtime.data.shards import load_manifest
+from smlt.runtime.data.shards import check_pinned, load_manifest
 from smlt.runtime.errors import PartialData
 from smlt.runtime.evaluation import ValMetrics
 from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
@@ -45,6 +45,9 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     measured = [r for r in rounds if r.val_loss is not None]
     final_round = measured[-1] if measured else None
     card = card_of_run(run_id, meta.job) if meta and final_round is not None else None
+    if card is not None and meta is not None:
+        # the card describes the model with the dataset's features: the ones it was trained on
+        check_pinned(meta.manifest_sha256, card.data.manifest_sha256, meta.job.dataset.uri)
     published = None
     if final_round is not None:
         published = _publish_model(

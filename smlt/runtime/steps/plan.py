@@ -20,7 +20,7 @@ from typing import Any
 
 from smlt.runtime import account, clients, keys, warmstart
 from smlt.runtime.config import Settings
-from smlt.runtime.data.shards import load_manifest
+from smlt.runtime.data.shards import load_manifest, manifest_sha256
 from smlt.runtime.errors import (
     AccessDenied,
     AlreadyFinished,
@@ -72,6 +72,7 @@ def _check_resources(job: Job, settings: Settings) -> dict[str, Any]:
         "outputs": manifest.outputs,
         "task": manifest.task,
         "target": manifest.target,
+        "manifest_sha256": manifest_sha256(job.dataset.uri),
     }
 
 

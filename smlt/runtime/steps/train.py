@@ -28,7 +28,7 @@ from smlt.runtime.config import Settings
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.loader import Arrays, Key, Prefetcher, ShardReader, eval_batches, first_train_key, train_batches
 from smlt.runtime.data.manifest import Manifest, ShardInfo
-from smlt.runtime.data.shards import ShardCache, load_manifest
+from smlt.runtime.data.shards import ShardCache, check_pinned, load_manifest, manifest_sha256
 from smlt.runtime.errors import (
     AccessDenied,
     CorruptShard,
@@ -364,6 +364,7 @@ class _Where:
     manifest: Manifest | None = None
     shard: Key | None = None
     attempt: int = 0
+    manifest_sha256: str | None = None  # the dataset's manifest as the run started on it (META)
 
     def shard_ref(self) -> ShardRef | None:
         if self.shard is None or self.manifest is None:
@@ -484,7 +485,7 @@ def _round_spec(
     request for the items (the digest: ROUND r-1's `model_sha256`, META's in round 0)."""
     seal_sk, worker_sk, plan_sk = keys.seal_sk(rnd), keys.worker_sk(rnd, worker), keys.plan_sk(rnd)
     digest_sk = keys.round_sk(rnd - 1) if rnd > 0 else keys.META
-    items = table.get_many(seal_sk, worker_sk, plan_sk, digest_sk, FATAL_SK)
+    items = table.get_many(seal_sk, worker_sk, plan_sk, digest_sk, keys.META, FATAL_SK)
     fatal = items.item(FATAL_SK, ErrorItem)
     if fatal is not None:
         raise StaleInvocation(
@@ -502,6 +503,7 @@ def _round_spec(
     raw = items[digest_sk] or {}
     if where is not None:
         where.attempt = plan.attempts
+        where.manifest_sha256 = (items[keys.META] or {}).get("manifest_sha256")
     return plan.spec, raw.get("model_sha256" if rnd > 0 else "model0_sha256")
 
 
@@ -586,6 +588,7 @@ def _run_worker(
     spec, model_digest = got
     where.job = spec.job
     manifest = load_manifest(spec.job.dataset.uri)
+    check_pinned(where.manifest_sha256, manifest_sha256(spec.job.dataset.uri), spec.job.dataset.uri)
     where.manifest = manifest
     memory_mb = settings.memory_mb or spec.memory_mb
     torch.set_num_threads(torch_threads(memory_mb))  # every vCPU the tier pays for

@@ -11,7 +11,9 @@ from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
 from smlt.cloud import Stack, fetch
 from smlt.runtime import keys
-from smlt.runtime.errors import PartialData, RunNotFinished
+from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.shards import load_manifest
+from smlt.runtime.errors import DataError, PartialData, RunNotFinished
 from smlt.runtime.items import RoundItem
 from smlt.runtime.job import parse_job
 from smlt.runtime.pipeline import Champion, VersionRecord, _version, champion, champions_stack, conclude
@@ -153,3 +155,19 @@ def test_fetch_refuses_a_run_whose_finalize_failed(digits, aws, tmp_path):
     with pytest.raises(RunNotFinished, match="run part did not succeed"):
         fetch("part", stack, tmp_path / "out", sfn=_NoExecutions())
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_dataset_prepared_again_under_a_running_run_ends_it_with_a_data_error(digits, aws):
+    p = plan(job(digits), "moved")
+    assert RunTable("smlt-runs", "moved").meta().manifest_sha256 is not None  # type: ignore[union-attr]
+    for w in p["workers"]:
+        train_step({"run_id": "moved", "round": 0, "worker": w}, None)
+    aggregate({"run_id": "moved", "round": 0}, None)
+    p = plan(job(digits), "moved")
+    # The same folder prepared again (another split: 4 shards, another seed), read by a cold worker.
+    prepare_dataset("sklearn:digits", digits, shards=4, seed=1, replace=True)
+    load_manifest.cache_clear()
+    with pytest.raises(DataError, match="manifest.json changed during the run"):
+        train_step({"run_id": "moved", "round": 1, "worker": 0}, None)
+    with pytest.raises(DataError, match="changed during the run"):  # whatever the quorum
+        aggregate({"run_id": "moved", "round": 1}, None)
