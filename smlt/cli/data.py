@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from smlt.runtime.data.manifest import Manifest
+from smlt.runtime.data.spool import SHARDS
 
 
 def add_commands(sub: Any) -> None:
@@ -22,16 +23,16 @@ def add_commands(sub: Any) -> None:
         help="a table file (.csv, .tsv, .txt, .parquet, .jsonl, .xlsx; a .csv, .tsv, .txt or .jsonl also .gz, .bz2, .xz), "
         "an .npz, a folder of one subfolder of images per class, a folder of a table's parts (two or more table files "
         "of one format, part-00000.csv, part-00001.csv, ... as Spark, Dask or `aws s3 sync` write them; _SUCCESS, .crc "
-        "and dot-files aside: prepared part by part, one shard a part and split, more past 64 MB), sklearn:NAME or "
+        "and dot-files aside: prepared part by part, each part its share of --shards), sklearn:NAME or "
         "synthetic:...",
     )
     prep.add_argument("--out", required=True, help="local folder or s3://bucket/prefix/")
     prep.add_argument(
         "--shards",
         type=int,
-        default=16,
-        help="train shards, at least (default 16): a shard holds at most 64 MB, so a large source gets more "
-        "(a folder of parts: not used, each part is sharded on its own)",
+        default=SHARDS,
+        help=f"train shards, at least (default {SHARDS}): a shard holds at most 64 MB, so a large source gets more "
+        "(a folder of parts: shared out among the parts by their rows, each at least one)",
     )
     prep.add_argument("--validation-fraction", type=float, default=0.2)
     prep.add_argument("--seed", type=int, default=0)

@@ -370,3 +370,94 @@ def test_a_folder_of_parts_in_another_encoding_reads_every_part_in_it(tmp_path: 
     assert manifest.columns is not None and "malmö" in str(manifest.columns)
     with pytest.raises(InvalidDataset, match=r"spark_out/part-00000\.csv"):
         prepare_dataset(str(folder), str(tmp_path / "plain"), options=SourceOptions(label="kind"))
+
+
+def test_a_folder_of_two_parts_gets_the_shards_one_file_of_it_gets(tmp_path: Path) -> None:
+    """`--shards` is the table's, whatever its parts: a 2-part folder with --shards 16 has at least
+    16 train shards (8 validation), each part its share by its rows (ceil(16 x its rows / the
+    table's), at least one), the rows conserved, the same shards again; so 16 workers each take
+    a shard of their own (the planner's round-robin), where one shard a part left 8 of them
+    training on another's rows."""
+    from smlt.runtime.data.spool import part_share
+    from smlt.runtime.steps.plan import assign_shards
+
+    folder, paths = _spark_folder(tmp_path, [1500, 600])
+    opts = SourceOptions(label="kind", missing="impute")
+    m = prepare_dataset(str(folder), str(tmp_path / "out"), options=opts, shards=16)
+    assert len(m.train.shards) >= 16 and len(m.validation.shards) >= 8
+    for split, wanted in ((m.train, 16), (m.validation, 8)):
+        by_part: dict[str, list[int]] = {}
+        for s in split.shards:
+            by_part.setdefault(s.key.split("-")[1], []).append(s.rows)
+        part_rows = {k: sum(v) for k, v in by_part.items()}
+        assert sum(part_rows.values()) == split.rows  # every row in one shard
+        for part, rows in by_part.items():
+            assert len(rows) == part_share(wanted, part_rows[part], split.rows)
+            assert max(rows) - min(rows) <= 1  # dealt in turn within the part
+        files = [load_file(tmp_path / "out" / s.key) for s in split.shards]
+        assert [len(f["y"]) for f in files] == [s.rows for s in split.shards]
+    assert m.train.rows + m.validation.rows == 2100
+    held = [s for w in assign_shards(len(m.train.shards), 16, []) for s in w]
+    assert sorted(held) == list(range(len(m.train.shards)))  # each shard held by one worker, none shared
+    assert [w for w in assign_shards(2, 16, []) if w == [0]] == [[0]] * 8  # one shard a part: 8 workers on it
+    again = prepare_dataset(str(folder), str(tmp_path / "again"), options=opts, shards=16)
+    assert again.model_dump(exclude={"source"}) == m.model_dump(exclude={"source"})  # the same shards, by sha256
+    reference = prepare_parts(paths, str(tmp_path / "ref"), options=opts)  # prepare_parts' default: 16 too
+    assert [s.sha256 for s in reference.train.shards] == [s.sha256 for s in m.train.shards]
+
+
+@pytest.mark.parametrize(
+    "shards, train, validation", [(1, [1, 1], [1, 1]), (3, [2, 1], [1, 1]), (40, [27, 14], [14, 7])]
+)
+def test_each_part_takes_its_share_of_the_shards(tmp_path: Path, shards: int, train: list, validation: list) -> None:
+    """--shards 1 keeps one train and one validation shard a part (the layout before the shares);
+    a part's share rounds up, so the parts have --shards at least between them."""
+    paths, _ = _parts(tmp_path, [1000, 500])
+    m = prepare_parts(paths, str(tmp_path / "out"), options=SourceOptions(label="kind"), shards=shards)
+
+    def counts(split) -> list[int]:
+        return [sum(s.key.split("-")[1] == f"{i:05d}" for s in split.shards) for i in range(2)]
+
+    assert counts(m.train) == train and counts(m.validation) == validation
+    assert sum(train) >= shards and sum(validation) >= max(1, shards // 2)
+
+
+def test_a_part_past_64_mb_a_shard_gets_more_than_its_share(tmp_path: Path, monkeypatch) -> None:
+    """The 64 MB rule still holds within a part: whichever gives more shards."""
+    from smlt.runtime.data import spool
+
+    monkeypatch.setattr(spool, "MAX_SHARD_BYTES", 4_000)  # a shard of this table: about 160 rows
+    paths, _ = _parts(tmp_path, [2000, 200])
+    m = prepare_parts(paths, str(tmp_path / "out"), options=SourceOptions(label="kind"), shards=2)
+    assert all(s.bytes < 8_000 for s in m.train.shards + m.validation.shards)
+    assert len([s for s in m.train.shards if s.key.startswith("train-00000-")]) > 2
+
+
+def test_replace_keeps_the_earlier_dataset_when_a_folder_of_parts_is_refused(tmp_path: Path) -> None:
+    """As for one file: --replace removes the earlier dataset only once the parts' statistics are
+    through (a refused folder leaves it whole), before the first new shard is written."""
+    folder, paths = _spark_folder(tmp_path, [300, 200])
+    out = tmp_path / "out"
+    opts = SourceOptions(label="price", task="regression")
+    earlier = prepare_dataset(str(folder), str(out), options=opts)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    bad = Path(paths[1])
+    lines = bad.read_text().splitlines()
+    lines[4] = lines[4].rsplit(",", 2)[0] + ",many," + lines[4].rsplit(",", 1)[1]
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidDataset, match=r"part-00001\.csv: column 'price', line 5"):
+        prepare_dataset(str(folder), str(out), options=opts, replace=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier dataset, whole
+    assert read_manifest(out) == earlier
+    bad.write_text("\n".join(lines[:4] + lines[5:]) + "\n")
+    now = prepare_dataset(str(folder), str(out), options=opts, replace=True, shards=4)
+    assert {p.name for p in out.iterdir()} == {
+        "manifest.json",
+        *(s.key for s in now.train.shards + now.validation.shards),
+    }
+
+
+def read_manifest(folder: Path):  # noqa: ANN201
+    from smlt.runtime.data.prepare import read_local_manifest
+
+    return read_local_manifest(folder)

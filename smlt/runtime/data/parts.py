@@ -8,7 +8,12 @@ prepared part by part in three passes, each part's split seeded by the seed and 
    and the imputed medians' second pass, merged (`Moments.merge`, `Median.merge_again`) and
    settled (`TableTransforms.settle`);
 3. shards: each part encoded, standardised and written as its own shards (`prepare.part_shards`:
-   named by the part, at most 64 MB, shuffled within); the manifest, written last, lists them all.
+   named by the part, shuffled within); the manifest, written last, lists them all. The table
+   gets the shards one file of it would (`--shards`, 16, train shards at least, half as many
+   for validation), shared out among its parts: a part's share is ceil(shards x its rows / the
+   table's rows) in each split, at least one, more when a shard would pass 64 MB
+   (`spool.part_share`); it depends on the part's and the table's rows alone, so the same parts
+   and seed give the same shards, and a Distributed Map's child computes it on its own.
 
 Each pass over one part is what one child of a Distributed Map computes; `prepare_parts` runs
 them one after another: a machine's `smlt data prepare` of a folder of parts (and a job's
@@ -17,7 +22,7 @@ them one after another: a machine's `smlt data prepare` of a folder of parts (an
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +38,7 @@ from smlt.runtime.data.manifest import (
 )
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
-from smlt.runtime.data.spool import add_counts
+from smlt.runtime.data.spool import SHARDS, add_counts
 from smlt.runtime.data.stats import Moments
 from smlt.runtime.data.table_fit import TableFit
 from smlt.runtime.errors import InvalidDataset
@@ -159,24 +164,33 @@ def prepare_parts(
     *,
     options: SourceOptions | None = None,
     features: FeatureSpec | None = None,
+    shards: int = SHARDS,
     validation_fraction: float = 0.2,
     seed: int = 0,
     name: str = "parts",
     generation: int | None = None,
     source: str | None = None,
+    before_shards: Callable[[], object] | None = None,
 ) -> Manifest:
     """A table in parts prepared into `dest` (a folder or s3:// prefix, empty), one pass over one
-    part at a time (the module's docstring); the manifest last, its `source` the parts' folder
-    when given (else the first part's path and their count)."""
+    part at a time (the module's docstring), `shards` the table's fewest train shards; the
+    manifest last, its `source` the parts' folder when given (else the first part's path and
+    their count). `before_shards` runs after the passes that refuse a table (statistics,
+    moments), before the first shard is written (`smlt data prepare --replace` removes the
+    earlier dataset there)."""
     from smlt.runtime.data.prepare import _writer
 
+    if shards < 1:
+        raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
     fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
     t = TableTransforms.of(fit)
     kw = dict(options=options, features=features, validation_fraction=validation_fraction, seed=seed)
     moments = merge_moments([part_moments(p, i, fit, t, **kw) for i, p in enumerate(paths)])  # type: ignore[arg-type]
     norm, _ = t.settle(moments, (fit.train_rows, fit.rows - fit.train_rows), features)
+    if before_shards is not None:
+        before_shards()
     splits = [
-        part_shards(p, i, fit, t, norm, dest, (r.train, r.validation), **kw)  # type: ignore[arg-type]
+        part_shards(p, i, fit, t, norm, dest, (r.train, r.validation), shards=shards, **kw)  # type: ignore[arg-type]
         for i, (p, r) in enumerate(zip(paths, rows))
     ]
     manifest = part_manifest(

@@ -49,7 +49,16 @@ from smlt.runtime.data.manifest import (
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.sources import Source, TableSource, folder_parts, open_source, part_header
 from smlt.runtime.data.split import Split, aligned
-from smlt.runtime.data.spool import MAX_SHARD_BYTES, ShardSpool, Transform, Writer, shard_count
+from smlt.runtime.data.spool import (
+    MAX_SHARD_BYTES,
+    SHARDS,
+    ShardSpool,
+    Transform,
+    Writer,
+    part_share,
+    requested,
+    shard_count,
+)
 from smlt.runtime.data.stats import Moments
 from smlt.runtime.data.table_fit import ColumnFit, LabelFit, Labels, TableFit
 from smlt.runtime.data.table_reader import Block
@@ -64,7 +73,7 @@ def prepare_dataset(
     source: str,
     dest: str,
     *,
-    shards: int = 16,
+    shards: int = SHARDS,
     validation_fraction: float = 0.2,
     seed: int = 0,
     name: str | None = None,
@@ -78,7 +87,8 @@ def prepare_dataset(
     (never a stale shard beside the new manifest). With `features` (a pipeline's FeatureSpec) the
     source is transformed with them instead of with statistics of its own: its columns, encodings,
     statistics, shape, vocabulary and classes. `shards` is the fewest shards of the train split
-    (half as many for validation): more when one would hold more than 64 MB."""
+    (half as many for validation): more when one would hold more than 64 MB; a folder of parts
+    has them shared out among its parts (`spool.part_share`)."""
     earlier = _earlier_dataset(dest)  # before the source is read: a refusal costs nothing
     if earlier and not replace:
         raise InvalidDataset(
@@ -93,7 +103,7 @@ def prepare_dataset(
     parts = folder_parts(Path(source))
     if parts is not None:
         return _prepare_folder(
-            source, parts, dest, earlier, opts, features, validation_fraction, seed, name, generation
+            source, parts, dest, earlier, opts, features, shards, validation_fraction, seed, name, generation
         )
     if features is not None:
         opts = _options_of(features, source, opts)
@@ -145,6 +155,7 @@ def _prepare_folder(
     earlier: list[str],
     opts: SourceOptions,
     features: FeatureSpec | None,
+    shards: int,
     validation_fraction: float,
     seed: int,
     name: str | None,
@@ -153,9 +164,10 @@ def _prepare_folder(
     """A folder of a table's parts (sources.folder_parts) prepared as the pipeline prepares an
     upload in parts: its headers checked first (a part with other columns refused by name), then
     `smlt.runtime.data.parts.prepare_parts` itself, its three passes one part at a time, each
-    part's split seeded by (seed, part), its shards named by the part (one train and one
-    validation shard a part, more past 64 MB: `--shards` is not used). An earlier dataset in
-    `dest` is removed before the first shard is written."""
+    part's split seeded by (seed, part), its shards named by the part (its share of `shards`,
+    `spool.part_share`). An earlier dataset in `dest` is removed as one file's is: after the
+    passes over every part that refuse a table (statistics, moments), before the first shard is
+    written."""
     from smlt.runtime.data.parts import prepare_parts
     from smlt.runtime.progress import notice
 
@@ -163,13 +175,13 @@ def _prepare_folder(
     notice.info(
         f"{source}: {len(parts)} parts of one table ({parts[0].name} ... {parts[-1].name}): prepared part by part"
     )
-    if earlier:
-        _remove(dest, earlier)
     return prepare_parts(
         [str(p) for p in parts],
         dest,
         options=opts,
         features=features,
+        shards=shards,
+        before_shards=(lambda: _remove(dest, earlier)) if earlier else None,
         validation_fraction=validation_fraction,
         seed=seed,
         name=name or Path(source).name,
@@ -186,11 +198,13 @@ class _Plan:
     seed: int
     features: FeatureSpec | None
     part: int | None = None  # one part of a table in many files: its split seeded by (seed, part)
+    table: tuple[int, int] | None = None  # a part's: the whole table's (train, validation) rows
 
     def spools(self, folder: Path, train: int, validation: int, row_bytes: int) -> tuple[ShardSpool, ShardSpool]:
         """The splits' spools: `shards` train shards and half as many validation shards (at least
-        one), more when a shard would pass MAX_SHARD_BYTES, never more than rows. Refused before
-        a row is spooled when the disk cannot hold them (the spools, then a shard at a time)."""
+        one), more when a shard would pass MAX_SHARD_BYTES, never more than rows; a part of a
+        table its share of them (`part_share`, by its rows in the split). Refused before a row is
+        spooled when the disk cannot hold them (the spools, then a shard at a time)."""
         need = (train + validation) * row_bytes + 2 * MAX_SHARD_BYTES
         free = shutil.disk_usage(folder).free
         if need > free:
@@ -201,9 +215,20 @@ class _Plan:
                 "table in parts (docs/deploy.md), which are prepared one by one"
             )
         return (
-            ShardSpool(folder, "train", shard_count(self.shards, train, row_bytes), self.part),
-            ShardSpool(folder, "validation", shard_count(max(1, self.shards // 2), validation, row_bytes), self.part),
+            ShardSpool(folder, "train", shard_count(self.requested("train", train), train, row_bytes), self.part),
+            ShardSpool(
+                folder,
+                "validation",
+                shard_count(self.requested("validation", validation), validation, row_bytes),
+                self.part,
+            ),
         )
+
+    def requested(self, split: str, rows: int) -> int:
+        wanted = requested(self.shards, split)
+        if self.table is None:
+            return wanted
+        return part_share(wanted, rows, self.table[split == "validation"])
 
     def too_few(self, rows: int, train: int) -> None:
         if not train:
@@ -567,19 +592,23 @@ def part_shards(
     dest: str,
     rows: tuple[int, int],
     *,
+    shards: int = SHARDS,
     options: SourceOptions | None = None,
     features: FeatureSpec | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> tuple[SplitInfo, SplitInfo]:
     """One part of a table in many files read a third time, with the whole table's transforms
-    (`t`, its medians settled) and normalization: its rows spooled, its shards (at most 64 MB
-    each, named by the part, shuffled within) written to `dest`; `rows` is the part's (train,
-    validation) rows from pass 1. Its (train, validation) splits."""
+    (`t`, its medians settled) and normalization: its rows spooled, its shards (named by the
+    part, shuffled within) written to `dest`; `rows` is the part's (train, validation) rows from
+    pass 1. Its share of the table's `shards` (`fit`'s rows: the whole table's), as one file of
+    the table would be sharded: ceil(shards x its train rows / the table's), at least one, more
+    when a shard would pass 64 MB; half as many for validation. Its (train, validation) splits."""
     if t.pending:
         raise ValueError("part_shards: settle the medians first (TableTransforms.settle)")
     src, _ = _part(path, options, features)
-    plan = _Plan(path, 1, validation_fraction, seed, features, part)
+    table = (fit.train_rows, fit.rows - fit.train_rows)
+    plan = _Plan(path, shards, validation_fraction, seed, features, part, table)
     with _spool_folder(dest) as folder:
         spools = plan.spools(folder, *rows, t.row_bytes)
         moments = _spool_table(src, plan, fit, t.columns, [], spools)

@@ -18,6 +18,10 @@ from smlt.runtime.data.manifest import ShardInfo, SplitInfo
 
 # The most bytes of x and y one shard holds: more shards than asked for when a split needs it.
 MAX_SHARD_BYTES = 64 << 20
+# The fewest train shards of a dataset (`smlt data prepare --shards`; a job's `dataset.uri` and a
+# pipeline's upload, one file or in parts, are prepared with it): a run's workers each take whole
+# shards, so a dataset of fewer shards than workers has workers training on the same rows.
+SHARDS = 16
 
 Writer = Callable[[str, bytes], object]
 Transform = Callable[[np.ndarray], np.ndarray]
@@ -26,6 +30,18 @@ Transform = Callable[[np.ndarray], np.ndarray]
 def shard_count(requested: int, rows: int, row_bytes: int) -> int:
     """`requested` shards, more when one would hold more than MAX_SHARD_BYTES; one per row at most."""
     return max(1, min(rows, max(requested, math.ceil(rows * row_bytes / MAX_SHARD_BYTES))))
+
+
+def requested(shards: int, split: str) -> int:
+    """The fewest shards of a split: `shards` for train, half as many (at least one) for validation."""
+    return shards if split == "train" else max(1, shards // 2)
+
+
+def part_share(shards: int, rows: int, table_rows: int) -> int:
+    """A part's share of its table's `shards` (of one split): ceil(shards x rows / table_rows), at
+    least 1. The parts' shares add up to `shards` at least, and each depends on the part's rows
+    and the table's alone (the same parts, the same shards)."""
+    return max(1, -(-shards * rows // table_rows)) if table_rows > 0 else 1
 
 
 class ShardSpool:

@@ -11,8 +11,11 @@ after each Map (infra/stacks/workflow.py; docs/architecture.md, "Prepare"):
 - PartMoments (`part_moments`) encodes its part: the standardisation's moments and the imputed
   medians' second pass (`moments-<part>.json`); MergeMoments settles them (`settled.json`);
 - PartShards (`part_shards`) writes its part's shards into the dataset folder (named by the part,
-  at most 64 MB, shuffled within; `shards-<part>.json`); FinishParts writes the manifest last (and
-  for the pipeline's first version its features), deletes the scratch and answers as PrepareData does (with those `notes`).
+  shuffled within; `shards-<part>.json`): its share of the table's train shards (`spool.SHARDS`,
+  what an upload of one file gets from `prepare_dataset`; smlt.runtime.data.parts), from its
+  rows and the whole table's in `settled.json`, so the table has the shards one file would;
+  FinishParts writes the manifest last (and for the pipeline's first version its features),
+  deletes the scratch and answers as PrepareData does (with those `notes`).
 
 A child's named error is caught inside the child (the Map never fails for it) and raised again,
 by its name and message, by the step after the Map: the execution ends with the same error
@@ -32,6 +35,7 @@ from smlt.runtime.data.manifest import FeatureSpec
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.parts import PartRows, described, merge_fits, merge_moments, part_manifest, settle
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
+from smlt.runtime.data.spool import SHARDS
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.notify import Refusal, refusal_told
 from smlt.runtime.pipeline import read_features, version_of, write_features
@@ -232,6 +236,7 @@ def part_shards_step(event: PartShardsEvent) -> dict[str, Any]:
                 norm,
                 dest,
                 tuple(rows[event.part]),
+                shards=SHARDS,  # as a single file's upload (prepare_with_features -> prepare_dataset)
                 options=setup.options,
                 features=setup.features,
             )

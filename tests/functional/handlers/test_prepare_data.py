@@ -302,6 +302,44 @@ def test_a_table_in_parts_answers_the_notes_a_single_file_does(aws):
     ], answer
 
 
+def test_a_table_in_parts_gets_the_shards_its_one_file_gets(aws, tmp_path):
+    """The parts' Maps share out the train shards a single file's upload gets (16, `spool.SHARDS`;
+    half as many for validation) among the parts by their rows, as `smlt data prepare` of a
+    folder of the same parts does: the same shards, byte for byte."""
+    from smlt.runtime.data.options import SourceOptions
+    from smlt.runtime.data.parts import prepare_parts
+    from smlt.runtime.data.spool import SHARDS
+    from smlt.runtime.pipeline import read_features
+
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    head, *rows = _csv(8, rows=300).decode().splitlines()
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=("\n".join([head, *rows]) + "\n").encode())
+    one = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    bodies = [("\n".join([head, *chunk]) + "\n").encode() for chunk in (rows[:210], rows[210:])]
+    answer = _parts_prepared(aws, "v2", bodies)
+
+    def stored(uri):
+        bucket, prefix = parse_s3_uri(uri)
+        return json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+
+    whole, parts = stored(one.dataset), stored(answer["dataset"])
+    assert len(whole["train"]["shards"]) == SHARDS and len(whole["validation"]["shards"]) == SHARDS // 2
+    assert SHARDS <= len(parts["train"]["shards"]) <= SHARDS + 1  # each part's share rounded up
+    assert SHARDS // 2 <= len(parts["validation"]["shards"]) <= SHARDS // 2 + 1
+    assert sum(s["rows"] for s in parts["train"]["shards"]) == parts["train"]["rows"]
+    paths = []
+    for i, body in enumerate(bodies):
+        (path := tmp_path / f"part-{i:05d}.csv").write_bytes(body)
+        paths.append(str(path))
+    features = read_features(f"s3://smlt-data/{keys.pipeline_features_key('h')}")  # v1's, which v2 is prepared with
+    local = prepare_parts(
+        paths, str(tmp_path / "out"), options=SourceOptions(label="price", task="regression"), features=features
+    )
+    assert [(s.key, s.sha256) for s in local.train.shards + local.validation.shards] == [
+        (s["key"], s["sha256"]) for s in parts["train"]["shards"] + parts["validation"]["shards"]
+    ]
+
+
 def test_workbooks_in_parts_are_prepared_as_their_csvs(aws):
     """Monthly workbooks uploaded together are the parts of one table, each read as its CSV."""
     aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
