@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import prepare_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import prepare_dataset, prepare_parts
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.job import check_dataset, parse_job
 from smlt.runtime.steps.train import _train_loss_fn, balanced_weights

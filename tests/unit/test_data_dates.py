@@ -21,8 +21,7 @@ from smlt.inference import read_inputs
 from smlt.runtime.data import fit_state
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import fit_parts, prepare_parts
-from smlt.runtime.data.prepare import TableTransforms, prepare_dataset
+from smlt.runtime.data.prepare import TableTransforms, fit_parts, prepare_dataset, prepare_parts
 from smlt.runtime.data.split import Split
 from smlt.runtime.data.table_fit import TableFit
 from smlt.runtime.data.table_reader import parse_dates

@@ -16,8 +16,7 @@ import pytest
 from smlt.inference import read_inputs
 from smlt.runtime.data import fit_state
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import fit_parts, prepare_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import fit_parts, prepare_dataset, prepare_parts
 from smlt.runtime.data.table_reader import DATE_FORMS, date_shape, parse_dates
 from smlt.runtime.data.tabular import apply_columns, read_table
 from smlt.runtime.errors import InvalidDataset

@@ -11,8 +11,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import fit_parts, prepare_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import fit_parts, prepare_dataset, prepare_parts
 from smlt.runtime.data.split import Split
 from smlt.runtime.data.stats import Levels, Median, Moments
 from smlt.runtime.data.table_fit import TableFit

@@ -16,8 +16,8 @@ from smlt import api
 from smlt.cli import main
 from smlt.inference import LoadedModel
 from smlt.runtime.data import drift, fit_state
-from smlt.runtime.data.parts import merge_fits, prepare_parts
-from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset
+from smlt.runtime.data.parts import merge_fits
+from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset, prepare_parts
 from smlt.runtime.pipeline import feature_spec, prepare_version
 from smlt.runtime.progress import collected_notices
 from tests.unit.untrained import load_folder, run_folder, untrained

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import fit_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import fit_parts, prepare_dataset
 
 
 def _frame(n: int = 600) -> tuple[np.ndarray, np.ndarray]:

@@ -11,8 +11,7 @@ import pytest
 
 from smlt.runtime.data import fit_state
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import fit_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import fit_parts, prepare_dataset
 
 AWAY = "gives the label away"
 

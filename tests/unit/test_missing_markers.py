@@ -186,7 +186,7 @@ def test_a_numeric_label_written_na_is_an_empty_label(tmp_path, caplog):
 
 def test_many_blocks_and_parts_read_markers_as_one_file_does(tmp_path, monkeypatch, caplog):
     from smlt.runtime.data import fit_state, split, table_reader
-    from smlt.runtime.data.parts import fit_parts
+    from smlt.runtime.data.prepare import fit_parts
 
     monkeypatch.setattr(table_reader, "BLOCK_BYTES", 2048)
     monkeypatch.setattr(split, "SPLIT_ROWS", 512)

@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from smlt.runtime.data import split, table_reader
-from smlt.runtime.data.parts import prepare_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import prepare_dataset, prepare_parts
 from smlt.runtime.data.tabular import read_table
 from smlt.runtime.errors import InvalidDataset
 from tests.unit.untrained import loaded, untrained

@@ -8,8 +8,7 @@ import logging
 import numpy as np
 
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import prepare_parts
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import prepare_dataset, prepare_parts
 
 
 def _csv(path, labels):

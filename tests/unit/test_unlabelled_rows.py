@@ -20,8 +20,8 @@ import pytest
 
 from smlt.cli import main
 from smlt.runtime.data import fit_state, split, table_reader
-from smlt.runtime.data.parts import fit_parts, merge_fits, prepare_parts
-from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset
+from smlt.runtime.data.parts import merge_fits
+from smlt.runtime.data.prepare import TableTransforms, fit_part, fit_parts, prepare_dataset, prepare_parts
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.pipeline import feature_spec, prepare_version
 from smlt.runtime.progress import collected_notices

@@ -16,8 +16,8 @@ from smlt import api
 from smlt.cli import main
 from smlt.runtime.data import fit_state
 from smlt.runtime.data.manifest import ColumnTransform
-from smlt.runtime.data.parts import merge_fits, prepare_parts
-from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset
+from smlt.runtime.data.parts import merge_fits
+from smlt.runtime.data.prepare import TableTransforms, fit_part, prepare_dataset, prepare_parts
 from smlt.runtime.pipeline import prepare_version, read_features
 from tests.unit.untrained import load_folder, run_folder, untrained
 

@@ -15,20 +15,23 @@ prepared part by part in three passes, each part's split seeded by the seed and 
    (`spool.part_share`); it depends on the part's and the table's rows alone, so the same parts
    and seed give the same shards, and a Distributed Map's child computes it on its own.
 
-Each pass over one part is what one child of a Distributed Map computes; `prepare_parts` runs
-them one after another: a machine's `smlt data prepare` of a folder of parts (and a job's
-`dataset.uri` naming one: `smlt.runtime.data.prepare.prepare_dataset`), and the tests' reference."""
+Each pass over one part is what one child of a Distributed Map computes; `prepare.prepare_parts`
+runs them one after another: a machine's `smlt data prepare` of a folder of parts (and a job's
+`dataset.uri` naming one: `prepare.prepare_dataset`), and the tests' reference. This module holds
+what joins the parts' passes (their statistics, moments and shards), for both."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from smlt.runtime.data.manifest import (
     ArraySpec,
+    ColumnTransform,
     FeatureSpec,
     Manifest,
     Normalization,
@@ -36,11 +39,9 @@ from smlt.runtime.data.manifest import (
     SplitInfo,
     dataset_warnings,
 )
-from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
-from smlt.runtime.data.spool import SHARDS, add_counts
+from smlt.runtime.data.spool import add_counts
 from smlt.runtime.data.stats import Moments
-from smlt.runtime.data.table_fit import TableFit
+from smlt.runtime.data.table_fit import Labels, TableFit
 from smlt.runtime.errors import InvalidDataset
 
 
@@ -84,35 +85,17 @@ def described(paths: Sequence[str]) -> str:
     return paths[0] if len(paths) == 1 else f"{paths[0]} and {len(paths) - 1} more parts"
 
 
-def fit_parts(
-    paths: Sequence[str],
-    *,
-    options: SourceOptions | None = None,
-    features: FeatureSpec | None = None,
-    validation_fraction: float = 0.2,
-    seed: int = 0,
-) -> tuple[TableFit, list[PartRows]]:
-    """Pass 1 of a table in parts, part by part then merged, with each part's rows; a column that
-    is text in one part and numbers in another is read again as text in every part (as one
-    file's pass 1 starts again)."""
-    text: set[str] = set()
-    while True:
-        fits = [
-            fit_part(
-                p, i, options=options, features=features, text=text, validation_fraction=validation_fraction, seed=seed
-            )
-            for i, p in enumerate(paths)
-        ]
-        rows = [PartRows(f.train_rows, f.rows - f.train_rows) for f in fits]
-        whole = merge_fits(fits)
-        if not whole.flipped:
-            return settle(whole, described(paths)), rows
-        text |= whole.flipped
+class Transforms(Protocol):
+    """What part_manifest reads of the table's transforms (prepare.TableTransforms)."""
+
+    labels: Labels
+    columns: list[ColumnTransform]
+    names: list[str]
 
 
 def part_manifest(
     fit: TableFit,
-    t: TableTransforms,
+    t: Transforms,
     norm: Normalization,
     splits: Sequence[tuple[SplitInfo, SplitInfo]],
     *,
@@ -155,46 +138,4 @@ def part_manifest(
         from smlt.runtime.progress import notice
 
         notice.warning(said)
-    return manifest
-
-
-def prepare_parts(
-    paths: Sequence[str],
-    dest: str,
-    *,
-    options: SourceOptions | None = None,
-    features: FeatureSpec | None = None,
-    shards: int = SHARDS,
-    validation_fraction: float = 0.2,
-    seed: int = 0,
-    name: str = "parts",
-    generation: int | None = None,
-    source: str | None = None,
-    before_shards: Callable[[], object] | None = None,
-) -> Manifest:
-    """A table in parts prepared into `dest` (a folder or s3:// prefix, empty), one pass over one
-    part at a time (the module's docstring), `shards` the table's fewest train shards; the
-    manifest last, its `source` the parts' folder when given (else the first part's path and
-    their count). `before_shards` runs after the passes that refuse a table (statistics,
-    moments), before the first shard is written (`smlt data prepare --replace` removes the
-    earlier dataset there)."""
-    from smlt.runtime.data.prepare import _writer
-
-    if shards < 1:
-        raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
-    fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
-    t = TableTransforms.of(fit)
-    kw = dict(options=options, features=features, validation_fraction=validation_fraction, seed=seed)
-    moments = merge_moments([part_moments(p, i, fit, t, **kw) for i, p in enumerate(paths)])  # type: ignore[arg-type]
-    norm, _ = t.settle(moments, (fit.train_rows, fit.rows - fit.train_rows), features)
-    if before_shards is not None:
-        before_shards()
-    splits = [
-        part_shards(p, i, fit, t, norm, dest, (r.train, r.validation), shards=shards, **kw)  # type: ignore[arg-type]
-        for i, (p, r) in enumerate(zip(paths, rows))
-    ]
-    manifest = part_manifest(
-        fit, t, norm, splits, name=name, source=source or described(paths), features=features, generation=generation
-    )
-    _writer(dest)("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest

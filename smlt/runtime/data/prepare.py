@@ -28,7 +28,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from smlt.runtime.data.manifest import (
     parse_manifest,
 )
 from smlt.runtime.data.options import SourceOptions, Task
+from smlt.runtime.data.parts import PartRows, described, merge_fits, merge_moments, part_manifest, settle
 from smlt.runtime.data.sources import Source, TableSource, folder_parts, open_source, part_header
 from smlt.runtime.data.split import Split, aligned
 from smlt.runtime.data.spool import (
@@ -163,12 +164,11 @@ def _prepare_folder(
 ) -> Manifest:
     """A folder of a table's parts (sources.folder_parts) prepared as the pipeline prepares an
     upload in parts: its headers checked first (a part with other columns refused by name), then
-    `smlt.runtime.data.parts.prepare_parts` itself, its three passes one part at a time, each
+    `prepare_parts` itself, its three passes one part at a time, each
     part's split seeded by (seed, part), its shards named by the part (its share of `shards`,
     `spool.part_share`). An earlier dataset in `dest` is removed as one file's is: after the
     passes over every part that refuse a table (statistics, moments), before the first shard is
     written."""
-    from smlt.runtime.data.parts import prepare_parts
     from smlt.runtime.progress import notice
 
     part_header(parts, Path(source), opts.encoding)
@@ -835,3 +835,72 @@ def read_local_manifest(folder: str | Path) -> Manifest:
     if not path.exists():
         raise InvalidDataset(f"no manifest.json in {folder}")
     return parse_manifest(path.read_bytes(), str(path))
+
+
+# --- a table in parts, one pass over one part at a time (smlt.runtime.data.parts) -------------
+
+
+def fit_parts(
+    paths: Sequence[str],
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> tuple[TableFit, list[PartRows]]:
+    """Pass 1 of a table in parts, part by part then merged, with each part's rows; a column that
+    is text in one part and numbers in another is read again as text in every part (as one
+    file's pass 1 starts again)."""
+    text: set[str] = set()
+    while True:
+        fits = [
+            fit_part(
+                p, i, options=options, features=features, text=text, validation_fraction=validation_fraction, seed=seed
+            )
+            for i, p in enumerate(paths)
+        ]
+        rows = [PartRows(f.train_rows, f.rows - f.train_rows) for f in fits]
+        whole = merge_fits(fits)
+        if not whole.flipped:
+            return settle(whole, described(paths)), rows
+        text |= whole.flipped
+
+
+def prepare_parts(
+    paths: Sequence[str],
+    dest: str,
+    *,
+    options: SourceOptions | None = None,
+    features: FeatureSpec | None = None,
+    shards: int = SHARDS,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    name: str = "parts",
+    generation: int | None = None,
+    source: str | None = None,
+    before_shards: Callable[[], object] | None = None,
+) -> Manifest:
+    """A table in parts prepared into `dest` (a folder or s3:// prefix, empty), one pass over one
+    part at a time (the module's docstring), `shards` the table's fewest train shards; the
+    manifest last, its `source` the parts' folder when given (else the first part's path and
+    their count). `before_shards` runs after the passes that refuse a table (statistics,
+    moments), before the first shard is written (`smlt data prepare --replace` removes the
+    earlier dataset there)."""
+    if shards < 1:
+        raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
+    fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
+    t = TableTransforms.of(fit)
+    kw = dict(options=options, features=features, validation_fraction=validation_fraction, seed=seed)
+    moments = merge_moments([part_moments(p, i, fit, t, **kw) for i, p in enumerate(paths)])  # type: ignore[arg-type]
+    norm, _ = t.settle(moments, (fit.train_rows, fit.rows - fit.train_rows), features)
+    if before_shards is not None:
+        before_shards()
+    splits = [
+        part_shards(p, i, fit, t, norm, dest, (r.train, r.validation), shards=shards, **kw)  # type: ignore[arg-type]
+        for i, (p, r) in enumerate(zip(paths, rows))
+    ]
+    manifest = part_manifest(
+        fit, t, norm, splits, name=name, source=source or described(paths), features=features, generation=generation
+    )
+    _writer(dest)("manifest.json", manifest.model_dump_json(indent=1).encode())
+    return manifest

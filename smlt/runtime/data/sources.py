@@ -27,8 +27,7 @@ from smlt.runtime.data import images, synthetic, tabular
 from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix, unnamed
-from smlt.runtime.data.tables import open_table
-from smlt.runtime.data.workbook import WORKBOOK_SUFFIXES
+from smlt.runtime.data.tables import TABLE_SUFFIXES, open_table
 from smlt.runtime.errors import InvalidDataset
 
 SKLEARN_BUNDLED = {
@@ -38,8 +37,6 @@ SKLEARN_BUNDLED = {
     "breast_cancer": ("load_breast_cancer", "classification"),
     "diabetes": ("load_diabetes", "regression"),
 }
-# `.txt`: delimited text, as Excel's "Unicode Text" (UTF-16, tab-separated) and "Text (Tab delimited)" name it.
-TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".jsonl", ".ndjson", *WORKBOOK_SUFFIXES)
 
 
 @dataclass

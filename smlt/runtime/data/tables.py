@@ -9,8 +9,12 @@ from pathlib import Path
 from smlt.runtime.data.jsonl_reader import is_jsonl, open_jsonl
 from smlt.runtime.data.options import text_encoding
 from smlt.runtime.data.table_reader import TableFile, open_csv_or_parquet
-from smlt.runtime.data.workbook import is_workbook, open_workbook
+from smlt.runtime.data.workbook import WORKBOOK_SUFFIXES, is_workbook, open_workbook
 from smlt.runtime.errors import InvalidDataset
+
+# What a table file is named (a compressed one also ends .gz, .bz2 or .xz: table_reader.table_suffix).
+# `.txt`: delimited text, as Excel's "Unicode Text" (UTF-16, tab-separated) and "Text (Tab delimited)" name it.
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".jsonl", ".ndjson", *WORKBOOK_SUFFIXES)
 
 
 def open_table(path: str | Path, encoding: str | None = None) -> TableFile:

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from smlt.runtime.data.jsonl_reader import is_jsonl
-from smlt.runtime.data.sources import TABLE_SUFFIXES
 from smlt.runtime.data.table_reader import is_compressed, is_parquet, table_suffix
+from smlt.runtime.data.tables import TABLE_SUFFIXES
 from smlt.runtime.data.workbook import is_workbook
 from smlt.runtime.steps.prepare_limits import (
     MAX_COMPRESSED_TABLE_BYTES,

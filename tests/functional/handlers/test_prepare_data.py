@@ -307,7 +307,7 @@ def test_a_table_in_parts_gets_the_shards_its_one_file_gets(aws, tmp_path):
     half as many for validation) among the parts by their rows, as `smlt data prepare` of a
     folder of the same parts does: the same shards, byte for byte."""
     from smlt.runtime.data.options import SourceOptions
-    from smlt.runtime.data.parts import prepare_parts
+    from smlt.runtime.data.prepare import prepare_parts
     from smlt.runtime.data.spool import SHARDS
     from smlt.runtime.pipeline import read_features
 
