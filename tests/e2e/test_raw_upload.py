@@ -207,6 +207,21 @@ def _wait(engine, arns: list[str]) -> dict:
     return engine.wait(arn, interval=0.1)
 
 
+def _models_list(engine, pipeline: str, capsys) -> str:
+    """`smlt models list PIPELINE --stack SmltUploads`'s output (the stack's outputs published for
+    the CLI once per session: a later publish of the same stack raises)."""
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    try:
+        publish_outputs(engine, "SmltUploads")
+    except Exception:  # noqa: BLE001 - published by an earlier test of the session
+        pass
+    capsys.readouterr()
+    assert main(["models", "list", pipeline, "--stack", "SmltUploads"]) == 0
+    return capsys.readouterr().out
+
+
 def test_a_duplicate_event_trains_once_and_a_new_marker_retrains(pipeline, tmp_path):
     engine, names, trigger, setup, upload = pipeline
     setup("dup", SHORT)
@@ -268,12 +283,8 @@ def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipel
 
     # `smlt models list` shows the refused uploads, which record nothing of the pipeline
     from smlt.cli import main
-    from smlt.console import publish_outputs
 
-    publish_outputs(engine, "SmltUploads")
-    capsys.readouterr()
-    assert main(["models", "list", "nodata", "--stack", "SmltUploads"]) == 0
-    out = capsys.readouterr().out
+    out = _models_list(engine, "nodata", capsys)
     assert "uploads refused before training (fix them and upload the version's _SUCCESS again):" in out, out
     assert "v1" in out and "NoDataFile: s3://" in out and "UnsupportedFormat: " in out and "notes.docx" in out, out
 
@@ -392,8 +403,6 @@ def test_the_gate_rejects_a_version_too_small_or_missing_a_class_to_compare_on(p
 
 
 def test_a_job_changed_between_versions_is_refused_before_the_version_is_recorded(pipeline, tmp_path, capsys):
-    from smlt.cli import main
-    from smlt.console import publish_outputs
 
     engine, names, _, setup, upload = pipeline
     setup("changed", SHORT)
@@ -424,13 +433,7 @@ def test_a_job_changed_between_versions_is_refused_before_the_version_is_recorde
     ), cause
     assert "--new-features" in cause
     assert [v.version for v in pl.versions(artifacts, "changed")] == ["v1"]
-    try:
-        publish_outputs(engine, "SmltUploads")
-    except Exception:  # noqa: BLE001 - published by an earlier test of the session
-        pass
-    capsys.readouterr()
-    assert main(["models", "list", "changed", "--stack", "SmltUploads"]) == 0
-    out = capsys.readouterr().out
+    out = _models_list(engine, "changed", capsys)
     assert "starting" not in out and "InvalidJob: model: incoming/changed/job.json names 'mlp'" in out, out
 
     # the job put back: the same upload trains
@@ -440,8 +443,6 @@ def test_a_job_changed_between_versions_is_refused_before_the_version_is_recorde
 
 
 def test_a_version_uploaded_again_keeps_its_earlier_record_and_rolls_back_to_its_run(pipeline, tmp_path, capsys):
-    from smlt.cli import main
-    from smlt.console import publish_outputs
 
     engine, names, _, setup, upload = pipeline
     setup("again", SHORT)
@@ -463,13 +464,7 @@ def test_a_version_uploaded_again_keeps_its_earlier_record_and_rolls_back_to_its
     kept = pl.replaced(artifacts, "again")["v2"]
     assert [r.run_id for r in kept] == [first.run_id] and kept[0].promoted  # before: overwritten
 
-    try:
-        publish_outputs(engine, "SmltUploads")
-    except Exception:  # noqa: BLE001 - published by an earlier test of the session
-        pass
-    capsys.readouterr()
-    assert main(["models", "list", "again", "--stack", "SmltUploads"]) == 0
-    out = capsys.readouterr().out
+    out = _models_list(engine, "again", capsys)
     assert f"uploaded again since: the earlier upload's run {first.run_id} (" in out, out
 
     # v1 by hand, then a rollback: back to v2's first run, the champion before v1 (before: to
