@@ -35,7 +35,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from smlt.runtime import keys
-from smlt.runtime.errors import AccessDenied, InvalidCode, UserCodeError
+from smlt.runtime.errors import FIX_AND_START_AGAIN, AccessDenied, InvalidCode, UserCodeError
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.keys import parse_s3_uri
 from smlt.runtime.progress import notice
@@ -437,10 +437,6 @@ def _user_error(exc: BaseException, trace: str) -> UserCodeError:
     error = UserCodeError(_user_message(exc, trace))
     error.type = type(exc).__name__
     return error
-
-
-# What a user-code error says to do (the CLI adds no second line when a cause holds it).
-FIX_AND_START_AGAIN = "(fix your code and start the run again: a resume would run the same code)"
 
 
 # What a worker's machine lacks, said where an error's own words do not.
