@@ -35,6 +35,7 @@ from smlt.runtime.errors import (
     RunNotFinished,
     RunNotFound,
     StackNotFound,
+    after_failure,
 )
 from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.items import ErrorItem, MetaItem
@@ -126,8 +127,11 @@ def _execution_end(stack: Stack, meta: MetaItem, sfn=None) -> tuple[str, str, st
     return desc["status"], desc.get("error", ""), cause
 
 
-def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
-    """Reports every round of the run and its status; returns the run's META item."""
+def status(run_id: str, stack: Stack, sfn=None, resume_command: str = "") -> MetaItem:
+    """Reports every round of the run and its status; returns the run's META item. A run whose
+    execution failed is told to be started again when a resume would meet the same error (the
+    CLI's own list, `errors.START_AGAIN`), else the command that resumes it (`resume_command`,
+    by default `smlt resume RUN`)."""
     table = RunTable(stack.table, run_id)
     meta = table.meta()
     if meta is None:
@@ -144,7 +148,9 @@ def status(run_id: str, stack: Stack, sfn=None) -> MetaItem:
     if ended is not None:
         state, error, cause = ended
         notice.info(f"run {run_id}: {state}: {error}\n  cause: {cause}")
-        notice.info(f"  continue it from its last complete round with: smlt resume {run_id}")
+        told = after_failure(error, str(cause), resume_command or f"smlt resume {run_id}")
+        if told is not None:
+            notice.info(f"  {told}")
         return meta
     notice.info(f"run {run_id}: {meta.status}")
     if meta.final:

@@ -16,8 +16,16 @@ logger = Logger(service="smlt")
 meter = Meter(LOADED_AT, lambda: Settings.from_env().table)
 
 
+def _deadline(context) -> float | None:
+    """When this invocation ends (time.monotonic()), from Lambda's context; None without one."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return time.monotonic() + remaining() / 1000 if remaining is not None else None
+
+
 @meter
 def handler(event, context):
-    result = run_worker(Settings.from_env(), parse_event(TRAIN_EVENTS, event)).model_dump(mode="json")
+    deadline = _deadline(context)  # the watchdog on the user's code stops it before this
+    answer = run_worker(Settings.from_env(), parse_event(TRAIN_EVENTS, event), deadline=deadline)
+    result = answer.model_dump(mode="json")
     logger.debug("worker done", extra=result)
     return result

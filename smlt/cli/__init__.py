@@ -28,6 +28,7 @@ from smlt.runtime.errors import (
     SmltError,
     StackNotFound,
     StudyFailed,
+    after_failure,
 )
 from smlt.tracking import TrackingFailed
 
@@ -67,28 +68,6 @@ _COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, Stud
 _ENGINE = (MotoVersionError, SynthError, UnresolvableError)
 
 
-# A run that failed with one of these would fail the same way when resumed: it is started again
-# once the cause (the job, the data, the user's code) is fixed.
-_START_AGAIN = frozenset(
-    {
-        "InvalidJob",
-        "InvalidCode",
-        "InvalidDataset",
-        "CorruptShard",
-        "DataError",
-        "UserCodeError",
-        "ModelTooLarge",
-        "AccessDenied",
-        "PartialData",
-        "RunInProgress",
-        "AlreadyFinished",
-        "Infeasible",
-        "DamagedState",
-        "Diverged",  # the learning rate already halved in META, the same round diverges again
-    }
-)
-
-
 def resume_command(run_id: str, args: argparse.Namespace | None) -> str:
     """The exact command that continues a run, as the user started it (local: the same --out)."""
     if args is not None and getattr(args, "local", False):
@@ -103,13 +82,9 @@ def _failed(e: Exception, args: argparse.Namespace | None = None) -> int:
     if isinstance(e, RunFailed):
         print(f"run {e.run_id} {e.status}: {e.error}", file=sys.stderr)
         print(f"  cause: {e.cause}", file=sys.stderr)
-        if e.error in _START_AGAIN:
-            from smlt.runtime.usercode import FIX_AND_START_AGAIN
-
-            if FIX_AND_START_AGAIN not in str(e.cause):  # a user-code error's cause already says it
-                print("  a resume would fail the same way: fix the cause and start the run again", file=sys.stderr)
-        else:
-            print(f"  continue it from its last complete round with: {resume_command(e.run_id, args)}", file=sys.stderr)
+        told = after_failure(e.error, str(e.cause), resume_command(e.run_id, args))
+        if told is not None:
+            print(f"  {told}", file=sys.stderr)
         return 1
     if isinstance(e, _COULD_NOT):
         print(f"error: {e}", file=sys.stderr)

@@ -50,8 +50,9 @@ def start(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
+    from smlt.cli import resume_command
 
-    remote.status(args.run, remote.Stack.lookup(args.stack))
+    remote.status(args.run, remote.Stack.lookup(args.stack), resume_command=resume_command(args.run, args))
     return 0
 
 

@@ -157,3 +157,39 @@ class StudyFailed(SmltError):
     def __init__(self, message: str, causes: dict[int, str] | None = None) -> None:
         super().__init__(message)
         self.causes = dict(causes or {})
+
+
+# What a user-code error's cause says to do (the CLI adds no second line when a cause holds it).
+FIX_AND_START_AGAIN = "(fix your code and start the run again: a resume would run the same code)"
+
+# A run that failed with one of these would fail the same way when resumed: it is started again
+# once the cause (the job, the data, the user's code) is fixed. The one list the local CLI
+# (`smlt run --local`, `smlt resume --local`) and `smlt status` on a stack both read.
+START_AGAIN = frozenset(
+    {
+        "InvalidJob",
+        "InvalidCode",
+        "InvalidDataset",
+        "CorruptShard",
+        "DataError",
+        "UserCodeError",
+        "ModelTooLarge",
+        "AccessDenied",
+        "PartialData",
+        "RunInProgress",
+        "AlreadyFinished",
+        "Infeasible",
+        "DamagedState",
+        "Diverged",  # the learning rate already halved in META, the same round diverges again
+    }
+)
+
+
+def after_failure(error: str, cause: str, resume_command: str) -> str | None:
+    """What to do about a run that failed with `error` (its cause `cause`): start it again once the
+    cause is fixed (None when the cause says so already), or the command that resumes it."""
+    if error in START_AGAIN:
+        if FIX_AND_START_AGAIN in cause:  # a user-code error's cause already says it
+            return None
+        return "a resume would fail the same way: fix the cause and start the run again"
+    return f"continue it from its last complete round with: {resume_command}"

@@ -35,7 +35,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from smlt.runtime import keys
-from smlt.runtime.errors import AccessDenied, InvalidCode, UserCodeError
+from smlt.runtime.errors import FIX_AND_START_AGAIN, AccessDenied, InvalidCode, UserCodeError
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.keys import parse_s3_uri
 from smlt.runtime.progress import notice
@@ -401,24 +401,35 @@ def user_code_failure(e: BaseException, job: Job | None) -> UserCodeError | None
     if not roots:
         return None
     for exc in _chain(e):
-        frames = [
-            (where, f)
-            for f in traceback.extract_tb(exc.__traceback__)
-            if (where := _inside(f.filename, roots)) is not None
-        ]
         if isinstance(exc, SyntaxError) and exc.filename and (where := _inside(exc.filename, roots)):
             line = (exc.text or "").strip()
             trace = f'  File "{where}", line {exc.lineno}\n    {line}'
             return _user_error(exc, trace)
-        if frames:
-            shown = frames[-MAX_USER_FRAMES:]
-            lines = [
-                f'  File "{w}", line {f.lineno}, in {f.name}' + (f"\n    {f.line}" if f.line else "") for w, f in shown
-            ]
-            more = len(frames) - len(shown)
-            trace = (f"  ... {more} earlier frames in your code\n" if more else "") + "\n".join(lines)
-            return _user_error(exc, trace)
+        frames = _frames_text(exc, roots)
+        if frames is not None:
+            return _user_error(exc, frames)
     return None
+
+
+def _frames_text(exc: BaseException, roots: list[str]) -> str | None:
+    """The last MAX_USER_FRAMES frames of `exc`'s traceback inside the user's files, as Python
+    prints them (paths relative to the code's root); None when none is there."""
+    frames = [
+        (where, f) for f in traceback.extract_tb(exc.__traceback__) if (where := _inside(f.filename, roots)) is not None
+    ]
+    if not frames:
+        return None
+    shown = frames[-MAX_USER_FRAMES:]
+    lines = [f'  File "{w}", line {f.lineno}, in {f.name}' + (f"\n    {f.line}" if f.line else "") for w, f in shown]
+    more = len(frames) - len(shown)
+    return (f"  ... {more} earlier frames in your code\n" if more else "") + "\n".join(lines)
+
+
+def user_trace(e: BaseException, job: Job | None) -> str | None:
+    """Where `e` was in the user's code when it was raised into it (a watchdog's stop): its frames
+    there, as a worker's UserCodeError shows them; None when none is in the user's files."""
+    roots = user_code_roots(job) if job is not None else []
+    return _frames_text(e, roots) if roots else None
 
 
 def model_failure(e: BaseException, job: Job | None) -> UserCodeError:
@@ -437,10 +448,6 @@ def _user_error(exc: BaseException, trace: str) -> UserCodeError:
     error = UserCodeError(_user_message(exc, trace))
     error.type = type(exc).__name__
     return error
-
-
-# What a user-code error says to do (the CLI adds no second line when a cause holds it).
-FIX_AND_START_AGAIN = "(fix your code and start the run again: a resume would run the same code)"
 
 
 # What a worker's machine lacks, said where an error's own words do not.

@@ -90,3 +90,77 @@ def test_start_with_an_s3_dataset_refuses_a_model_that_cannot_train_before_any_e
     sfn = engine.client("stepfunctions")
     started = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     assert not [e for e in started if e["name"].startswith("s3-wide")]
+
+
+RAISES = """\
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, n, k):
+        super().__init__()
+        self.lin = nn.Linear(n, k)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.training and self.calls > 1:
+            raise ValueError("scale is not ready")
+        return self.lin(x)
+
+
+def build(input_shape, output_dim):
+    return Net(input_shape[0], output_dim)
+"""
+
+
+class _Ended:
+    """Step Functions as seen by `smlt status`, the execution ended with `error`."""
+
+    def __init__(self, sfn, error):
+        self.sfn, self.error, self.exceptions = sfn, error, sfn.exceptions
+
+    def describe_execution(self, executionArn):
+        ended = self.sfn.describe_execution(executionArn=executionArn)
+        return {**ended, "status": "FAILED", "error": self.error, "cause": f"{self.error}: the cause"}
+
+
+def test_status_of_a_run_a_resume_would_fail_again_says_to_start_it_again(deployed, tmp_path, capsys):
+    """`smlt status` reads the CLI's own list of errors a resume meets again (UserCodeError,
+    InvalidCode, Diverged, ...): it used to print `smlt resume RUN` after every failed execution."""
+    from smlt.cli import main
+
+    engine, stack = deployed
+    pkg = tmp_path / "e2eraises"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(RAISES)
+    job = json.loads((ROOT / "examples/digits.json").read_text())
+    job.update(run_id="cli-usercode", model={"name": "e2eraises:build"})
+    job["training"].update(max_rounds=2, target_value=None)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    with console():
+        cloud.start(path, stack, code=pkg)
+    capsys.readouterr()
+    sfn = engine.client("stepfunctions")
+    (ex,) = [
+        e
+        for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        if e["name"].startswith("cli-usercode")
+    ]
+    assert engine.wait(ex["executionArn"], interval=0.2)["status"] == "FAILED"
+
+    assert main(["status", "cli-usercode", "--stack", "SmltCliTest"]) == 0
+    out = capsys.readouterr().out
+    assert "run cli-usercode: FAILED: UserCodeError" in out and "scale is not ready" in out
+    assert "fix your code and start the run again" in out and "smlt resume" not in out
+
+    for error in ("Diverged", "InvalidCode"):  # the cause says nothing: the CLI's line says it
+        with console():
+            cloud.status("cli-usercode", stack, sfn=_Ended(sfn, error))
+        out = capsys.readouterr().out
+        assert "a resume would fail the same way: fix the cause and start the run again" in out
+        assert "smlt resume" not in out
+    with console():  # a platform's failure: resumed
+        cloud.status("cli-usercode", stack, sfn=_Ended(sfn, "States.Timeout"), resume_command="smlt resume R --stack S")
+    assert "continue it from its last complete round with: smlt resume R --stack S" in capsys.readouterr().out

@@ -255,3 +255,63 @@ def test_a_run_that_never_trained_a_shard_fails_unless_the_job_allows_it(local, 
     final = metrics["final"]
     assert final["trained_fraction"] < 1.0 and 2 in final["untrained_shards"]
     assert "allowed by training.allow_partial_data" in final["stop_reason"]
+
+
+HANGS_LATER = """import time
+
+from torch import nn
+
+STEPS = 0
+
+
+class Net(nn.Module):
+    def __init__(self, input_shape, output_dim):
+        super().__init__()
+        self.fc = nn.Linear(input_shape[0], output_dim)
+
+    def forward(self, x):
+        global STEPS
+        STEPS += self.training
+        if STEPS > 12:
+            time.sleep(3600)  # a read that waits forever, after some calls
+        return self.fc(x)
+
+
+def build(input_shape, output_dim):
+    return Net(input_shape, output_dim)
+"""
+
+
+def test_a_forward_that_hangs_mid_run_is_stopped_and_ends_the_run_with_a_user_code_error(
+    local, tmp_path, monkeypatch, capsys
+):
+    """A forward that hangs after some calls, past the client's check: the worker's watchdog stops
+    the step at 20x the job's slowest measured step (at least 10 s), names the line, and the run
+    ends with UserCodeError. Before, the Map gave up on the worker, the run went on and published
+    its model (exit 0, `workers 1/2`, the hung worker never named), the hung Lambda billed until its
+    900 s timeout."""
+    engine, names = local
+    pkg = tmp_path / "src" / "smlt_e2e_hang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "net.py").write_text(HANGS_LATER)
+    job = digits_job(max_rounds=40, target_value=None, local_steps=10)  # a process's 13th step hangs: round 1
+    job.update(run_id="user-hangs", model={"name": "smlt_e2e_hang.net:build", "params": {}})
+    job["workers"].update(initial=2, max=2)
+    job_path = tmp_path / "job.json"
+    job_path.write_text(json.dumps(job))
+    monkeypatch.setattr(smlt.runner, "start_engine", lambda faults: (engine, names, None))
+    monkeypatch.setattr(engine, "stop", lambda: None)
+    monkeypatch.setattr("smlt.precheck.check_job_file", lambda *a, **k: None)  # it would pass: 12 steps are fine
+    rc = main(["run", "--local", str(job_path), "--out", str(tmp_path / "out"), "--code", str(pkg)])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "run user-hangs FAILED: UserCodeError" in err, err
+    assert "your code hung: a training step's transform, forward and backward of model.name" in err, err
+    assert "20x the slowest training step this job measured" in err, err
+    assert 'File "smlt_e2e_hang/net.py", line 17, in forward\n    time.sleep(3600)' in err, err
+    assert err.count("start the run again") == 1, err
+    meta = RunTable(names.table, "user-hangs", client=engine.client("dynamodb")).meta()
+    assert meta is not None and meta.status == "RUNNING"  # never SUCCEEDED: no model published
+    art = S3Store(names.artifacts_bucket, client=engine.client("s3"))
+    assert not art.exists(keys.final_model_key("user-hangs"))

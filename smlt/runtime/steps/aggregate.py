@@ -87,6 +87,12 @@ def _fatal_worker_error(table: RunTable, rnd: int, quorum_met: bool = False) -> 
             raise smlt_errors.UserCodeError(f"worker {worker}, round {rnd}: {e.message}")
         if e.error == "DataError":
             raise smlt_errors.DataError(e.message)
+    # A worker of an earlier round that the Map stopped waiting for may record the user's error
+    # later (its watchdog stopped a hung step): this round's workers read FATAL and stopped, and
+    # so does the run (one read, only when a worker is missing).
+    fatal = table.get(keys.FATAL, ErrorItem)
+    if fatal is not None and fatal.error == "UserCodeError":
+        raise smlt_errors.UserCodeError(f"worker {fatal.worker}, round {fatal.round}: {fatal.message}")
     _repeated_shard_failure(table, rnd, errors)
     if quorum_met:
         return

@@ -43,7 +43,16 @@ from smlt.runtime.errors import (
 )
 from smlt.runtime.evaluation import MAX_CLASS_SUMS
 from smlt.runtime.exchange import Poll, ReduceScatter
-from smlt.runtime.items import ErrorItem, MetaItem, PlanItem, SealItem, ShardRef, WorkerItem, data_error_message
+from smlt.runtime.items import (
+    ErrorItem,
+    MetaItem,
+    PlanItem,
+    RoundTiming,
+    SealItem,
+    ShardRef,
+    WorkerItem,
+    data_error_message,
+)
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.model_store import StoredModel, fetch_model, verified_model
 from smlt.runtime.records import RunTable
@@ -55,12 +64,14 @@ from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_stat
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.measure import Footprint, footprint
 from smlt.runtime.train.models import build_model, check_trainable
+from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
 from smlt.runtime.usercode import (
     FIX_AND_START_AGAIN,
     activate_code,
     load_transform,
     model_failure,
     user_code_failure,
+    user_trace,
 )
 
 _COLD = True  # first invocation in this process (a cold start on Lambda)
@@ -160,8 +171,15 @@ class _Evaluated:
     class_count: list[int] = field(default_factory=list)
 
 
-def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest, job: Job | None = None) -> _Evaluated:
-    """With `job`, what the user's own model raises is ModelRaised."""
+def _evaluate(
+    model: nn.Module,
+    batches: Iterator[Arrays],
+    manifest: Manifest,
+    job: Job | None = None,
+    watchdog: Watchdog | None = None,
+) -> _Evaluated:
+    """With `job`, what the user's own model raises is ModelRaised; with `watchdog`, a batch's
+    forward that runs far past the job's measured steps is a UserCodeError (`_watched`)."""
     model.eval()
     loss_fn, classification = _loss_fn(manifest.task), manifest.task == "classification"
     k = manifest.outputs if classification and manifest.outputs <= MAX_CLASS_SUMS else 0
@@ -170,7 +188,7 @@ def _evaluate(model: nn.Module, batches: Iterator[Arrays], manifest: Manifest, j
     own, name = (job is not None and _own(job)), job.model.name if job is not None else ""
     with torch.no_grad():
         for x, y in batches:
-            with _model_runs(own):
+            with _watched(watchdog, len(x), job, "validation"), _model_runs(own):
                 out = model(torch.from_numpy(model_input(manifest, x)))
             if own:
                 out = _own_output(out, len(x), manifest, name, "validation")
@@ -268,6 +286,47 @@ def _sync_exchange(
 Transform = Callable[[Tensor], Tensor]  # a training batch's model input -> the input trained on
 
 
+@contextmanager
+def _watched(watchdog: Watchdog | None, rows: int, job: Job | None, batch: str) -> Iterator[None]:
+    """Around one call into the user's code on a `batch` ("training": transform, forward and
+    backward; "validation": forward) of `rows` rows: stopped when it runs far past the job's
+    measured steps (`smlt.runtime.train.watchdog`), UserCodeError naming where it was."""
+    if watchdog is None or job is None:
+        yield
+        return
+    basis = watchdog.per_row_s
+    with watchdog.call(rows, batch == "training") as limit:
+        try:
+            yield
+        except Stalled as e:
+            raise _stalled(e, job, rows, batch, limit, basis) from None
+
+
+def _stalled(e: Stalled, job: Job, rows: int, batch: str, limit: float | None, basis: float | None) -> UserCodeError:
+    """The user's code stopped by the watchdog after `limit` s, as their error: where it was."""
+    steps = "a training step's transform, forward and backward" if batch == "training" else "a validation forward"
+    code = f"model.name {job.model.name!r}" + (
+        f" (with code.transform {job.code.transform!r})" if job.code and job.code.transform else ""
+    )
+    if basis is not None:
+        b = job.training.batch_size
+        why = (
+            f"{STALL_MARGIN:g}x the slowest training step this job measured ({basis * b:.3g} s for {b} rows), "
+            f"at least {MIN_STALL_S:g} s"
+        )
+    else:
+        why = "all this worker's invocation had left, less the time to record this (no step of the job measured yet)"
+    trace = user_trace(e, job) or "  (stopped with no frame in your files: inside torch, or between your calls)"
+    text = (
+        f"your code hung: {steps} of {code} on {rows} rows did not finish in {limit or 0:.3g} s ({why}); "
+        f"stopped at:\n{trace}\nan endless loop, a sleep or a read that waits, after some calls? "
+        f"(the client's check ran it on a few samples only)\n{FIX_AND_START_AGAIN}"
+    )
+    error = UserCodeError(text)
+    error.type = "Hung"
+    return error
+
+
 def _local_steps(
     spec: RoundSpec,
     model: nn.Module,
@@ -276,10 +335,12 @@ def _local_steps(
     sync: Callable[[int, int], None] | None,
     t0: float,
     transform: Transform | None = None,
+    watchdog: Watchdog | None = None,
 ) -> tuple[int, float, bool]:
     """Local SGD steps, one per batch (`transform`, e.g. augmentation, applied to each training
     batch after `model_input`): (samples trained on, mean train loss, whether the compute limit
-    cut the steps short)."""
+    cut the steps short). With `watchdog`, a step's transform, forward and backward that run far
+    past the job's measured steps are a UserCodeError naming where they were (`_watched`)."""
     model.train()
     opt = _optimizer(model.parameters(), spec)
     loss_fn = _train_loss_fn(spec.job, manifest)
@@ -290,17 +351,18 @@ def _local_steps(
     samples, train_loss, cut = 0, 0.0, False
     own, name = _own(spec.job), spec.job.model.name
     for step, (x, y) in enumerate(batches):
-        xb = torch.from_numpy(model_input(manifest, x))
-        if transform is not None:
-            xb = transform(xb)
-        opt.zero_grad(set_to_none=True)
-        with _model_runs(own):
-            out = model(xb)
-        if own:
-            out = _own_output(out, len(x), manifest, name, "training")
-        loss = loss_fn(out, torch.from_numpy(y))
-        with _model_runs(own):
-            (loss / len(x)).backward()
+        with _watched(watchdog, len(x), spec.job, "training"):
+            xb = torch.from_numpy(model_input(manifest, x))
+            if transform is not None:
+                xb = transform(xb)
+            opt.zero_grad(set_to_none=True)
+            with _model_runs(own):
+                out = model(xb)
+            if own:
+                out = _own_output(out, len(x), manifest, name, "training")
+            loss = loss_fn(out, torch.from_numpy(y))
+            with _model_runs(own):
+                (loss / len(x)).backward()
         if sync is not None:  # per-step mode: every worker steps with the averaged gradient
             sync(step, len(x))
         opt.step()
@@ -365,6 +427,15 @@ class _Where:
     shard: Key | None = None
     attempt: int = 0
     manifest_sha256: str | None = None  # the dataset's manifest as the run started on it (META)
+    # The previous round's workers' training steps: (slowest seconds per row, their memory MB).
+    steps_before: list[tuple[float, int]] = field(default_factory=list)
+
+    def step_per_row_s(self, memory_mb: int) -> float | None:
+        """The slowest seconds per row of a training step measured before this round, on
+        `memory_mb` (a smaller tier has fewer vCPUs: slower in proportion at most)."""
+        if not self.steps_before:
+            return None
+        return max(s * max(1.0, m / memory_mb) for s, m in self.steps_before)
 
     def shard_ref(self) -> ShardRef | None:
         if self.shard is None or self.manifest is None:
@@ -396,11 +467,15 @@ def _transient(e: BaseException) -> bool:
 FATAL_SK = keys.FATAL
 
 
-def run_worker(settings: Settings, event: TrainEvent, *, transform: Transform | None = None) -> TrainAnswer:
+def run_worker(
+    settings: Settings, event: TrainEvent, *, transform: Transform | None = None, deadline: float | None = None
+) -> TrainAnswer:
+    """One worker's round. `deadline`: the time.monotonic() at which the invocation ends (Lambda's
+    `context.get_remaining_time_in_millis()`), the watchdog's last limit on the user's code."""
     table = RunTable(settings.table, event.run_id)
     where = _Where()
     try:
-        return _run_worker(settings, table, event.run_id, event.round, event.worker, transform, where)
+        return _run_worker(settings, table, event.run_id, event.round, event.worker, transform, where, deadline)
     except StaleInvocation:
         raise
     except (InvalidDataset, InvalidJob, ModelTooLarge, AccessDenied, DigestMismatch, DataError) as e:
@@ -504,6 +579,10 @@ def _round_spec(
     if where is not None:
         where.attempt = plan.attempts
         where.manifest_sha256 = (items[keys.META] or {}).get("manifest_sha256")
+        if rnd > 0:  # ROUND r-1: its workers' timings (read anyway for its model's digest)
+            b = max(plan.spec.job.training.batch_size, 1)
+            timings = [RoundTiming.model_validate(t) for t in raw.get("timings") or []]
+            where.steps_before = [(t.compute_s / (t.steps * b), t.memory_mb) for t in timings if t.steps > 0]
     return plan.spec, raw.get("model_sha256" if rnd > 0 else "model0_sha256")
 
 
@@ -576,6 +655,7 @@ def _run_worker(
     worker: int,
     transform: Transform | None,
     where: _Where | None = None,
+    deadline: float | None = None,
 ) -> TrainAnswer:
     global _COLD
     cold, _COLD = _COLD, False
@@ -610,12 +690,15 @@ def _run_worker(
     seed = (spec.job.seed, rnd, worker)
     if transform is None:
         transform = _training_transform(spec, manifest, seed)
+    # The user's code (their model, their transform) is watched: a call far past its measured steps ends the run.
+    users = _own(spec.job) or bool(spec.job.code and spec.job.code.transform)
+    watchdog = Watchdog(deadline, where.step_per_row_s(memory_mb), enabled=users)
     t_setup = time.perf_counter()
     reader = ShardReader(spec.job.dataset.uri, manifest, cache)
     with cache.in_use([sh.sha256 for sh in used]), Prefetcher(reader) as shards:
         _track_reads(shards, where)
         batches = eval_batches(shards, val_idx, then=first_train_key(train_idx, seed))
-        evaluated = _evaluate(model, batches, manifest, spec.job)
+        evaluated = _evaluate(model, batches, manifest, spec.job, watchdog)
         t_eval, eval_wait = time.perf_counter(), shards.wait_s
 
         samples, train_loss, cut = 0, 0.0, False
@@ -625,7 +708,7 @@ def _run_worker(
             batches = train_batches(shards, train_idx, b, k, seed)
             # The compute limit counts from here: not the process's one-off setup (a cold worker
             # measures its model's footprint, seconds on the first call) nor model r's download.
-            samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t_setup, transform)
+            samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t_setup, transform, watchdog)
         t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
         if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
             rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]

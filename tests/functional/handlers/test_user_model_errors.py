@@ -141,3 +141,28 @@ def test_a_transform_that_changes_some_samples_only_is_the_users_code(digits, aw
         "it must keep each sample's shape and dtype"
     )
     assert RunTable("smlt-runs", "crop").get_many(keys.FATAL).item(keys.FATAL, ErrorItem) is not None
+
+
+def test_a_users_error_recorded_after_its_round_closed_ends_the_run_at_the_next_round(digits, aws):
+    """A hung worker that the Map stopped waiting for records its UserCodeError late (its watchdog
+    stopped the step after the round was aggregated without it): the next round's workers read
+    FATAL and stop, and that round's aggregation fails the run with the error. It found no error
+    of its own round and answered a quorum retry, until QuorumNotReached."""
+    from smlt.runtime.errors import StaleInvocation
+    from smlt.runtime.steps.events import TrainEvent
+    from smlt.runtime.steps.train import _record_user_error
+
+    j = {**job(digits, max_rounds=4, target_value=None, local_steps=2), "model": {"name": "mlp"}}
+    for rnd in (0, 1):
+        planner({"op": "plan", "job": j, "execution": "late"}, None)
+        for w in range(4) if rnd == 0 else (1, 2, 3):  # round 1's worker 0 hangs
+            train_step({"run_id": "late", "round": rnd, "worker": w}, None)
+        assert "reason" in aggregate({"run_id": "late", "round": rnd}, None)  # 3 of 4: the round goes on
+    hung = UserCodeError("your code hung: a training step's transform, forward and backward of model.name ...")
+    _record_user_error(RunTable("smlt-runs", "late"), TrainEvent(run_id="late", round=1, worker=0), hung)
+    planner({"op": "plan", "job": j, "execution": "late"}, None)
+    for w in range(4):
+        with pytest.raises(StaleInvocation, match="worker 0 of round 1 hit a UserCodeError"):
+            train_step({"run_id": "late", "round": 2, "worker": w}, None)
+    with pytest.raises(UserCodeError, match=r"^worker 0, round 1: your code hung"):
+        aggregate({"run_id": "late", "round": 2}, None)
