@@ -19,9 +19,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +44,7 @@ from smlt.runtime.errors import (
 from smlt.runtime.evaluation import balanced_problem, lower_is_better, target_metric_problem, val_metrics
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
+from smlt.runtime.train.watchdog import Stalled, time_limit
 from smlt.runtime.usercode import check_importable, entry_points, hint
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
@@ -198,9 +197,9 @@ def _users(
     files or `own` says the code is theirs, else `fallback(exc)`. smlt's named errors pass as they are.
     `limit_s`: fn is stopped after that long (an endless loop), InvalidJob saying where it was."""
     try:
-        with _time_limit(limit_s):
+        with time_limit(limit_s):
             return fn()
-    except _TooSlow as e:
+    except Stalled as e:
         at = user_frames(e, roots)
         raise InvalidJob(
             f"{where}: did not finish in {limit_s:.3g} s"
@@ -218,40 +217,6 @@ def _users(
         if own or user_frames(e, roots):
             raise _user_error(e, roots, where) from None
         raise fallback(e) from None
-
-
-class _TooSlow(BaseException):
-    """Raised into the user's code when its time is up (a BaseException: an `except Exception` in
-    their loop does not swallow it)."""
-
-
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """_TooSlow raised in the main thread after `seconds` (SIGALRM; nothing elsewhere, or without
-    a limit). A loop in Python is stopped between two of its steps, a single long torch call when
-    it returns. A timer already set (a caller's own, pytest-timeout's) is left to fire first when
-    it is due first, and set again, less the time spent, afterwards."""
-    if seconds is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-    due, interval = signal.getitimer(signal.ITIMER_REAL)
-    if 0 < due <= seconds:
-        yield
-        return
-
-    def fire(signum: int, frame: Any) -> None:
-        raise _TooSlow
-
-    before = signal.signal(signal.SIGALRM, fire)
-    t0 = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
-        if due > 0:
-            signal.setitimer(signal.ITIMER_REAL, max(due - (time.monotonic() - t0), 1e-3), interval)
 
 
 def _call_limit_s(job: Job, rows: int) -> float:

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import time
 from collections.abc import Iterator
@@ -331,7 +332,8 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
 
 
 def resume_command(run_id: str, out: Path) -> str:
-    return f"smlt resume {run_id} --local --out {out}"
+    """The command that continues a local run saved under `out` (quoted for a shell)."""
+    return f"smlt resume {run_id} --local --out {shlex.quote(str(out))}"
 
 
 def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults: dict | None = None) -> list[str]:

@@ -12,7 +12,6 @@ deployed stack), :mod:`.data` (data prepare), :mod:`.models` (a retraining pipel
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
 from smlt.extras import MissingExtra
@@ -33,6 +32,7 @@ from smlt.runtime.errors import (
 from smlt.tracking import TrackingFailed
 
 from . import cloud, dashboard, data, doctor, local, model, models, quote, tune, verify
+from .cloud import resume_command
 from .console import console
 
 
@@ -66,15 +66,6 @@ _COULD_NOT = (StackNotFound, RunNotFinished, RunNotFound, AwsNotConfigured, Stud
 # The local engine's own errors: it could not start or run the synthesized stack (exit 1), but
 # LimitError, a Step Functions quota applied to the user's input (exit 2).
 _ENGINE = (MotoVersionError, SynthError, UnresolvableError)
-
-
-def resume_command(run_id: str, args: argparse.Namespace | None) -> str:
-    """The exact command that continues a run, as the user started it (local: the same --out)."""
-    if args is not None and getattr(args, "local", False):
-        out = getattr(args, "out", "out")
-        return f"smlt resume {run_id} --local --out {shlex.quote(str(out))}"
-    stack = getattr(args, "stack", "Smlt") if args is not None else "Smlt"
-    return f"smlt resume {run_id}" + (f" --stack {shlex.quote(stack)}" if stack and stack != "Smlt" else "")
 
 
 def _failed(e: Exception, args: argparse.Namespace | None = None) -> int:

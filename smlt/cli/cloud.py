@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,6 @@ def start(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     from smlt import cloud as remote
-    from smlt.cli import resume_command
 
     remote.status(args.run, remote.Stack.lookup(args.stack), resume_command=resume_command(args.run, args))
     return 0
@@ -81,3 +81,14 @@ def resume(args: argparse.Namespace) -> int:
 
     remote.resume(args.run, remote.Stack.lookup(args.stack))
     return 0
+
+
+def resume_command(run_id: str, args: argparse.Namespace | None) -> str:
+    """The exact command that continues a run, as the user started it: locally with the same
+    --out (smlt.runner.resume_command), else on its stack."""
+    if args is not None and getattr(args, "local", False):
+        from smlt.runner import resume_command as local
+
+        return local(run_id, Path(getattr(args, "out", None) or "out"))
+    stack = getattr(args, "stack", "Smlt") if args is not None else "Smlt"
+    return f"smlt resume {run_id}" + (f" --stack {shlex.quote(stack)}" if stack and stack != "Smlt" else "")

@@ -3,7 +3,6 @@ starts; the user's own exception shown as it is, outputs checked against the dat
 measured with the workers' rule, a target the untrained model (or the most common class alone) meets refused."""
 
 import re
-import signal
 import textwrap
 
 import numpy as np
@@ -539,22 +538,6 @@ def test_a_forward_that_never_ends_is_stopped_and_named_where(digits, code, monk
         "(stopped at usernets/more.py:"
     ), text
     assert "in forward: time.sleep(0.01)): an endless loop, a sleep or a read that waits? A worker gives one " in text
-
-
-def test_a_timer_set_before_the_check_is_kept():
-    from smlt.precheck import _time_limit
-
-    before = signal.signal(signal.SIGALRM, lambda *a: None)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 100.0)
-        with _time_limit(1.0):
-            assert signal.getitimer(signal.ITIMER_REAL)[0] <= 1.0
-        assert 99.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100.0
-        with _time_limit(200.0):  # the caller's is due first: left as it is
-            assert 99.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100.0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
 
 
 def test_parameters_no_gradient_reaches_are_told(digits, code, caplog):
