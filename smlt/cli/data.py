@@ -72,7 +72,7 @@ def add_commands(sub: Any) -> None:
     prep.add_argument(
         "--replace",
         action="store_true",
-        help="--out holds an earlier dataset: remove its manifest and shards first (without it: refused)",
+        help="--out holds an earlier dataset: remove its manifest and shards once the source is read and checked, before the first new shard (without it: refused)",
     )
     prep.add_argument(
         "--new-features",
