@@ -9,7 +9,7 @@ What the served model takes, by what the model was trained on (`input_kind`):
   pixel values, an .npz's x), standardised inside;
 - `columns` float32 [batch, N]: a CSV/Parquet of number columns, one value per column in the
   spec's `columns` order, NaN for a missing cell (imputed inside, with its missing indicator, as
-  prepare did; NaN in a column trained without missing values gives NaN outputs), standardised inside;
+  prepare did; a dataset prepared with --missing refuse imputes nothing: NaN outputs), standardised inside;
 - `image` uint8 [batch, C, H, W]: pixels 0..255 at the recorded size and channels (float32 for an
   image array of floats, in its own units), normalised per channel inside;
 - `token_ids` int64 [batch, T]: ids below the vocabulary size, as they are;
@@ -19,8 +19,8 @@ What the served model takes, by what the model was trained on (`input_kind`):
   per column of the spec's `text_columns`, its text as smlt reads it (a CSV cell stripped of its
   surrounding whitespace: the graph compares whole strings; "" for a missing cell):
   equal to one of the column's levels, a 1 in that level's feature; any other value all zeros
-  (`unseen_values`); "" the column's imputed level with its indicator (a column trained without
-  missing cells: NaN features, so NaN outputs, as NaN in a number column); encoded, imputed and
+  (`unseen_values`); "" the column's imputed level with its indicator (prepared with --missing
+  refuse: NaN features, so NaN outputs, as NaN in a number column); encoded, imputed and
   standardised inside, in `encode_columns`' feature order (`exporter._table_graph`: ONNX's string
   `Equal`, opset 19). In Python: `table_feeds(smlt.load_model(RUN), rows)`;
 - `encoded_features` float32 [batch, F]: a table with a hashed or free-text column or a date

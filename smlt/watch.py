@@ -79,13 +79,21 @@ def _verdict(artifacts: S3Store, job: dict[str, Any], run_id: str) -> str | None
     return f"pipeline {r.pipeline} version {r.version} {r.status} ({r.start}): {r.reason}"
 
 
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # removed since the listing
+        return -1
+
+
 def watch_folder(
     engine: Any, names: StackNames, root: Path, out: Path, once: bool = False, interval: float = 1.0
 ) -> list[str]:
     """Watch ROOT/incoming/<pipeline>/<version>/manifest.json and .../_SUCCESS on a started engine;
-    each new one starts a retraining run through the stack's rule. Runs until interrupted (or, with
-    once, until a pass finds nothing new); returns the execution ARNs it started."""
-    seen: set[Path] = set()
+    each new one, or one written again (its modification time changed: a version's data fixed and
+    its marker uploaded again), starts a retraining run through the stack's rule. Runs until
+    interrupted (or, with once, until a pass finds nothing new); returns the execution ARNs it started."""
+    seen: dict[Path, int] = {}  # each marker's modification time when it was uploaded
     started: list[str] = []
     trigger = UploadTrigger(engine, names.data_bucket)
     trigger.prime()
@@ -95,9 +103,9 @@ def watch_folder(
     try:
         while True:
             found = [p for name in (keys.MANIFEST, keys.SUCCESS_MARKER) for p in root.glob(f"incoming/*/*/{name}")]
-            fresh = sorted(p for p in found if p not in seen)
+            fresh = sorted(p for p in found if seen.get(p) != _mtime(p))
             for upload in fresh:
-                seen.add(upload)
+                seen[upload] = _mtime(upload)
                 for arn in upload_version(trigger, upload.parent, root, last=upload.name):
                     started.append(arn)
                     _follow_triggered(engine, names, arn, out)

@@ -63,7 +63,7 @@ def add_commands(sub: Any) -> None:
         type=encoding,
         metavar="NAME",
         help="CSV/TSV/TXT not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV (Comma "
-        'delimited)" on Windows), latin-1, shift_jis; without it such a file is refused (a BOM says UTF-8/16 itself)',
+        'delimited)" on Windows), latin-1, shift_jis; without it such a file is refused (a BOM says UTF-8/16/32 itself)',
     )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")
     prep.add_argument("--channels", type=int, choices=[1, 3], help="image folders: 3 (RGB, default) or 1 (gray)")
@@ -72,7 +72,7 @@ def add_commands(sub: Any) -> None:
     prep.add_argument(
         "--replace",
         action="store_true",
-        help="--out holds an earlier dataset: remove its manifest and shards first (without it: refused)",
+        help="--out holds an earlier dataset: remove its manifest and shards once the source is read and checked, before the first new shard (without it: refused)",
     )
     prep.add_argument(
         "--new-features",
