@@ -188,6 +188,12 @@ def _jsonl(csv_body: bytes) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in records).encode()
 
 
+def _stored(s3, uri: str) -> dict:
+    """The manifest a prepared dataset's uri holds, as JSON."""
+    bucket, prefix = parse_s3_uri(uri)
+    return json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+
+
 def test_a_jsonl_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
     s3 = houses
     v1 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
@@ -195,11 +201,7 @@ def test_a_jsonl_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
     v2 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
     assert v2.action == "plan" and v2.rows == v1.rows == 200
 
-    def stored(answer):
-        bucket, prefix = parse_s3_uri(answer.dataset)
-        return json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
-
-    a, b = stored(v1), stored(v2)
+    a, b = _stored(s3, v1.dataset), _stored(s3, v2.dataset)
     assert a["columns"] == b["columns"] and a["normalization"] == b["normalization"] and a["train"] == b["train"]
 
     s3.put_object(
@@ -238,11 +240,7 @@ def test_an_xlsx_upload_is_prepared_as_the_same_rows_as_a_csv_are(houses):
     assert v2.action == "plan" and v2.rows == v1.rows == 200
     assert v2.notes[0].startswith("s3://smlt-data/incoming/h/v2/houses.xlsx: 2 sheets; read the first, 'Sheet'")
 
-    def stored(answer):
-        bucket, prefix = parse_s3_uri(answer.dataset)
-        return json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
-
-    a, b = stored(v1), stored(v2)
+    a, b = _stored(s3, v1.dataset), _stored(s3, v2.dataset)
     assert a["columns"] == b["columns"] and a["normalization"] == b["normalization"] and a["train"] == b["train"]
 
     s3.put_object(Bucket="smlt-data", Key="incoming/h/v3/houses.xlsx", Body=_xlsx(_csv(1), bad_row=9))
@@ -318,11 +316,7 @@ def test_a_table_in_parts_gets_the_shards_its_one_file_gets(aws, tmp_path):
     bodies = [("\n".join([head, *chunk]) + "\n").encode() for chunk in (rows[:210], rows[210:])]
     answer = _parts_prepared(aws, "v2", bodies)
 
-    def stored(uri):
-        bucket, prefix = parse_s3_uri(uri)
-        return json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
-
-    whole, parts = stored(one.dataset), stored(answer["dataset"])
+    whole, parts = _stored(aws, one.dataset), _stored(aws, answer["dataset"])
     assert len(whole["train"]["shards"]) == SHARDS and len(whole["validation"]["shards"]) == SHARDS // 2
     assert SHARDS <= len(parts["train"]["shards"]) <= SHARDS + 1  # each part's share rounded up
     assert SHARDS // 2 <= len(parts["validation"]["shards"]) <= SHARDS // 2 + 1
@@ -348,11 +342,7 @@ def test_workbooks_in_parts_are_prepared_as_their_csvs(aws):
     b = _parts_prepared(aws, "v2", [_xlsx(c) for c in csvs], suffix=".xlsx")
     assert a["rows"] == b["rows"] == 150
 
-    def stored(answer):
-        bucket, prefix = parse_s3_uri(answer["dataset"])
-        return json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
-
-    x, y = stored(a), stored(b)
+    x, y = _stored(aws, a["dataset"]), _stored(aws, b["dataset"])
     assert x["columns"] == y["columns"] and x["normalization"] == y["normalization"]
     assert [s["sha256"] for s in x["train"]["shards"]] == [s["sha256"] for s in y["train"]["shards"]]
 
@@ -369,16 +359,12 @@ def test_a_job_with_dataset_encoding_reads_its_uploads_whole_and_in_parts_in_it(
     v1 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
     v2 = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
 
-    def stored(uri):
-        bucket, prefix = parse_s3_uri(uri)
-        return json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
-
-    a, b = stored(v1.dataset), stored(v2.dataset)
+    a, b = _stored(aws, v1.dataset), _stored(aws, v2.dataset)
     assert a["columns"][1]["levels"] == ["Zürich", "b"] and a["columns"] == b["columns"] and a["train"] == b["train"]
     head, *rows = text.splitlines()
     halves = [("\n".join([head, *chunk]) + "\n").encode("cp1252") for chunk in (rows[:90], rows[90:])]
     parts = _parts_prepared(aws, "v3", halves)
-    assert parts["rows"] == 200 and stored(parts["dataset"])["columns"] == a["columns"]
+    assert parts["rows"] == 200 and _stored(aws, parts["dataset"])["columns"] == a["columns"]
 
     aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
     aws.put_object(Bucket="smlt-data", Key="incoming/h/v4/houses.csv", Body=text.encode("cp1252"))
