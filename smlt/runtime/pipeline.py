@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 
 from smlt.runtime import keys
-from smlt.runtime.data.manifest import FeatureSpec, Manifest, feature_spec, parse_manifest
+from smlt.runtime.data.manifest import SMALL_VALIDATION_ROWS, FeatureSpec, Manifest, feature_spec, parse_manifest
 from smlt.runtime.errors import InvalidDataset, InvalidJob, SmltError
 from smlt.runtime.evaluation import LOWER_IS_BETTER, class_warning
 from smlt.runtime.store import NotFound, S3Store
@@ -350,8 +350,9 @@ def _model_said(model: dict[str, Any]) -> str:
 
 # The fewest validation rows the gate compares a challenger with the champion on: below it one row
 # moves an accuracy by more than 3 points, more than any margin a team sets, so a version this
-# small (a partial export, a test upload) is rejected, saying so, and the champion stays.
-MIN_GATE_ROWS = 30
+# small (a partial export, a test upload) is rejected, saying so, and the champion stays. The same
+# line prepare warns at (manifest.SMALL_VALIDATION_ROWS): one rule.
+MIN_GATE_ROWS = SMALL_VALIDATION_ROWS
 
 
 @dataclass(frozen=True)

@@ -157,23 +157,23 @@ def _read(store: S3Store, key: str, what: str) -> bytes:
         raise InvalidDataset(f"dataset.uri: no {what} at s3://{store.bucket}/{store.prefix}{key}") from None
 
 
-# sha256 of the manifest.json each cached `load_manifest` read (by uri): what a run pins in META
-_MANIFEST_SHA256: dict[str, str] = {}
-
-
 @functools.lru_cache(maxsize=16)
-def load_manifest(uri: str) -> Manifest:
+def read_manifest(uri: str) -> tuple[Manifest, str]:
+    """The dataset's manifest and the sha256 of its manifest.json's bytes (what a run pins in META)."""
     store = dataset_store(uri)
     raw = _read(store, "manifest.json", "manifest.json")
     manifest = parse_manifest(raw, f"dataset.uri: s3://{store.bucket}/{store.prefix}manifest.json")
-    _MANIFEST_SHA256[uri] = hashlib.sha256(raw).hexdigest()
-    return manifest
+    return manifest, hashlib.sha256(raw).hexdigest()
 
 
-def manifest_sha256(uri: str) -> str | None:
+def load_manifest(uri: str) -> Manifest:
+    """The dataset's manifest (read once per process and uri: `read_manifest`)."""
+    return read_manifest(uri)[0]
+
+
+def manifest_sha256(uri: str) -> str:
     """sha256 of the manifest.json `load_manifest(uri)` read (read now if it is not cached)."""
-    load_manifest(uri)
-    return _MANIFEST_SHA256.get(uri)
+    return read_manifest(uri)[1]
 
 
 def check_pinned(pinned: str | None, now: str | None, uri: str) -> None:

@@ -30,6 +30,7 @@ from smlt.runtime.data.loader import Arrays, Key, Prefetcher, ShardReader, eval_
 from smlt.runtime.data.manifest import Manifest, ShardInfo
 from smlt.runtime.data.shards import ShardCache, check_pinned, load_manifest, manifest_sha256
 from smlt.runtime.errors import (
+    FIX_AND_START_AGAIN,
     AccessDenied,
     CorruptShard,
     DataError,
@@ -66,7 +67,6 @@ from smlt.runtime.train.measure import Footprint, footprint
 from smlt.runtime.train.models import build_model, check_trainable
 from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
 from smlt.runtime.usercode import (
-    FIX_AND_START_AGAIN,
     activate_code,
     load_transform,
     model_failure,

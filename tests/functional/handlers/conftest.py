@@ -21,10 +21,10 @@ def aws(monkeypatch, tmp_path):
     with mock_aws():
         # Cached clients must be made inside the mock.
         from smlt.runtime import clients
-        from smlt.runtime.data.shards import load_manifest
+        from smlt.runtime.data.shards import read_manifest
         from smlt.runtime.records import create_run_table
 
-        clients.reset(), load_manifest.cache_clear()
+        clients.reset(), read_manifest.cache_clear()
         s3 = boto3.client("s3")
         for b in ("smlt-artifacts", "smlt-data"):
             s3.create_bucket(Bucket=b)
@@ -35,7 +35,7 @@ def aws(monkeypatch, tmp_path):
         monkeypatch.setenv("SMLT_TRAIN_FUNCTIONS", json.dumps({str(k): v for k, v in TIERS.items()}))
         monkeypatch.setenv("SMLT_MEMORY_MB", "1769")
         yield s3
-        clients.reset(), load_manifest.cache_clear()
+        clients.reset(), read_manifest.cache_clear()
 
 
 @pytest.fixture

@@ -96,10 +96,10 @@ def test_a_garbage_update_is_named_by_its_key(digits, aws):
     [(b'{"name": ', "is not valid JSON"), (b'{"name": "x"}', "is not an smlt dataset manifest: source")],
 )
 def test_a_corrupt_manifest_on_s3_names_its_uri(digits, aws, body, needle):
-    from smlt.runtime.data.shards import load_manifest
+    from smlt.runtime.data.shards import read_manifest
 
     aws.put_object(Bucket="smlt-data", Key="datasets/bad/manifest.json", Body=body)
-    load_manifest.cache_clear()
+    read_manifest.cache_clear()
     with pytest.raises(InvalidDataset, match=f"dataset.uri: s3://smlt-data/datasets/bad/manifest.json {needle}"):
         plan(job("s3://smlt-data/datasets/bad/"), "badman")
     assert run_keys(aws, "badman") == []

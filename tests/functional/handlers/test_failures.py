@@ -118,9 +118,9 @@ def test_features_that_do_not_match_the_manifest(digits, aws, tmp_path, monkeypa
     from safetensors.numpy import save
 
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache2"))
-    from smlt.runtime.data.shards import load_manifest
+    from smlt.runtime.data.shards import read_manifest
 
-    load_manifest.cache_clear()
+    read_manifest.cache_clear()
     man = json.loads(aws.get_object(Bucket="smlt-data", Key="datasets/digits/manifest.json")["Body"].read())
     blob = save({"x": np.zeros((10, 7), np.float32), "y": np.zeros(10, np.int64)})
     for s in man["train"]["shards"]:

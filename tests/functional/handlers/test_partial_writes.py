@@ -12,7 +12,7 @@ from lambdas.train_step.handler import handler as train_step
 from smlt.cloud import Stack, fetch
 from smlt.runtime import keys
 from smlt.runtime.data.prepare import prepare_dataset
-from smlt.runtime.data.shards import load_manifest
+from smlt.runtime.data.shards import read_manifest
 from smlt.runtime.errors import DataError, PartialData, RunNotFinished
 from smlt.runtime.items import RoundItem
 from smlt.runtime.job import parse_job
@@ -166,7 +166,7 @@ def test_a_dataset_prepared_again_under_a_running_run_ends_it_with_a_data_error(
     p = plan(job(digits), "moved")
     # The same folder prepared again (another split: 4 shards, another seed), read by a cold worker.
     prepare_dataset("sklearn:digits", digits, shards=4, seed=1, replace=True)
-    load_manifest.cache_clear()
+    read_manifest.cache_clear()
     with pytest.raises(DataError, match="manifest.json changed during the run"):
         train_step({"run_id": "moved", "round": 1, "worker": 0}, None)
     with pytest.raises(DataError, match="changed during the run"):  # whatever the quorum
