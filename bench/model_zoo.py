@@ -351,10 +351,10 @@ class MotoStack:
         import boto3
 
         from smlt.runtime import clients
-        from smlt.runtime.data.shards import load_manifest
+        from smlt.runtime.data.shards import read_manifest
         from smlt.runtime.records import create_run_table
 
-        clients.reset(), load_manifest.cache_clear()  # made for an earlier endpoint
+        clients.reset(), read_manifest.cache_clear()  # made for an earlier endpoint
 
         for bucket in ("smlt-artifacts", "smlt-data"):
             boto3.client("s3").create_bucket(Bucket=bucket)
