@@ -107,25 +107,41 @@ def _clean(where: str, raw: str) -> str:
 
 
 def _unreadable(where: str, e: BaseException) -> BadArchive:
+    kind = "zip" if where.lower().endswith(".zip") else "tar"
+    why = "; ".join(line.strip("- ") for line in str(e).splitlines() if line.strip()) or type(e).__name__
     return BadArchive(
-        f"{where}: not a readable {ARCHIVE_KINDS} archive ({e}): it may be truncated (an interrupted download or "
-        "copy) or of another format under this name; download or make it again"
+        f"{where}: not a readable {kind} archive ({why}): it may be truncated (an interrupted download or copy) or "
+        "of another format under this name; download or make it again"
     )
 
 
 @contextlib.contextmanager
 def _opened(archive: Path, where: str) -> Iterator[zipfile.ZipFile | tarfile.TarFile]:
     try:
-        if zipfile.is_zipfile(archive):
+        if archive.name.lower().endswith(".zip") or zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
                 yield z
         else:
-            with tarfile.open(archive, "r:*") as t:
+            with _tar(archive) as t:
                 yield t
     except BadArchive:
         raise
     except UNREADABLE as e:
         raise _unreadable(where, e) from None
+
+
+def _tar(archive: Path) -> tarfile.TarFile:
+    """A tar, compressed as its content says; one that opens in no way is refused with the reason
+    of the compression its name says (`.tgz`: not a gzip file)."""
+    try:
+        return tarfile.open(archive, "r:*")
+    except tarfile.ReadError:
+        low = archive.name.lower()
+        compression = next((c for c, ends in _COMPRESSIONS.items() if low.endswith(ends)), "")
+        return tarfile.open(archive, f"r:{compression}")  # raises the reason
+
+
+_COMPRESSIONS = {"gz": (".gz", ".tgz"), "bz2": (".bz2", ".tbz2", ".tbz"), "xz": (".xz", ".txz")}
 
 
 def _zip_members(z: zipfile.ZipFile, where: str) -> Iterator[Member]:
