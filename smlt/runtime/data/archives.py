@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from smlt.runtime.errors import InvalidDataset
 
@@ -137,11 +137,15 @@ def _tar(archive: Path) -> tarfile.TarFile:
         return tarfile.open(archive, "r:*")
     except tarfile.ReadError:
         low = archive.name.lower()
-        compression = next((c for c, ends in _COMPRESSIONS.items() if low.endswith(ends)), "")
-        return tarfile.open(archive, f"r:{compression}")  # raises the reason
+        mode = next((m for m, ends in _COMPRESSIONS if low.endswith(ends)), "r:")
+        return tarfile.open(archive, mode)  # raises the reason
 
 
-_COMPRESSIONS = {"gz": (".gz", ".tgz"), "bz2": (".bz2", ".tbz2", ".tbz"), "xz": (".xz", ".txz")}
+_COMPRESSIONS: list[tuple[Literal["r:gz", "r:bz2", "r:xz"], tuple[str, ...]]] = [
+    ("r:gz", (".gz", ".tgz")),
+    ("r:bz2", (".bz2", ".tbz2", ".tbz")),
+    ("r:xz", (".xz", ".txz")),
+]
 
 
 def _zip_members(z: zipfile.ZipFile, where: str) -> Iterator[Member]:
