@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from smlt.runtime.errors import InvalidDataset
 
@@ -137,15 +137,13 @@ def _tar(archive: Path) -> tarfile.TarFile:
         return tarfile.open(archive, "r:*")
     except tarfile.ReadError:
         low = archive.name.lower()
-        mode = next((m for m, ends in _COMPRESSIONS if low.endswith(ends)), "r:")
-        return tarfile.open(archive, mode)  # raises the reason
-
-
-_COMPRESSIONS: list[tuple[Literal["r:gz", "r:bz2", "r:xz"], tuple[str, ...]]] = [
-    ("r:gz", (".gz", ".tgz")),
-    ("r:bz2", (".bz2", ".tbz2", ".tbz")),
-    ("r:xz", (".xz", ".txz")),
-]
+        if low.endswith((".gz", ".tgz")):
+            return tarfile.open(archive, "r:gz")  # raises the reason
+        if low.endswith((".bz2", ".tbz2", ".tbz")):
+            return tarfile.open(archive, "r:bz2")
+        if low.endswith((".xz", ".txz")):
+            return tarfile.open(archive, "r:xz")
+        raise
 
 
 def _zip_members(z: zipfile.ZipFile, where: str) -> Iterator[Member]:
