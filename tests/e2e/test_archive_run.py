@@ -1,9 +1,11 @@
 """`smlt run --local` of a job whose dataset.uri is a zip of an image folder, as Kaggle's come (one
 wrapping folder, macOS' `__MACOSX/` and `.DS_Store` beside it): prepared from the archive, trained on
-the local engine, the model's classes the folder's; a damaged zip refused before any run starts."""
+the local engine, the model's classes the folder's, `smlt predict` on the same zip; a damaged zip
+refused before any run starts."""
 
 from __future__ import annotations
 
+import csv
 import json
 import zipfile
 
@@ -37,6 +39,11 @@ def test_a_run_trains_on_a_zip_of_an_image_folder(cli, tmp_path, capsys):  # noq
     card = json.loads((out / "model.json").read_text())
     assert card["classes"] == sorted(WORDS) and card["input_shape"] == [1, 8, 8]
     assert json.loads((out / "metrics.json").read_text())["final"]["val_accuracy"] > 0.2  # 10 classes: chance is 0.1
+    # smlt predict takes the same zip: its images, named inside the wrapping folder, with their labels
+    assert cli(["predict", str(out), str(archive), "--out", str(tmp_path / "p.csv")]) == 0
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert len(rows) == 300 and rows[0]["id"].split("/")[0] in WORDS and rows[0]["label"] in WORDS
+    assert "accuracy" in capsys.readouterr().out
 
     archive.write_bytes(archive.read_bytes()[:1000])  # an interrupted download
     assert zipfile.is_zipfile(archive) is False
