@@ -232,6 +232,14 @@ def test_a_tar_of_a_csv_unpacks_and_an_archive_inside_is_refused(tmp_path):
         p.find_source({}, f"{WHERE}empty.zip", in_archive=True)
 
 
+def test_a_table_in_a_wrapping_folder_is_found_inside_it(tmp_path):
+    unpacked, _ = _unpack(tmp_path, "h.zip", _zip({"export/houses.csv": b"a,label\n1,0\n", "__MACOSX/x": b"r"}))
+    assert unpacked == {"export/houses.csv": 12}
+    wrap, names, inside = p._unwrapped(unpacked, f"{WHERE}h.zip")
+    assert (wrap, names, inside) == ("export", {"houses.csv": 12}, f"{WHERE}h.zip/export")
+    assert p.find_source(names, inside, in_archive=True).root == "houses.csv"
+
+
 def test_a_member_outside_the_archive_is_refused(tmp_path):
     with pytest.raises(
         p.UnsupportedFormat, match=r"v1/evil\.tar: member '\.\./escaped\.csv' points outside the archive"

@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -274,6 +274,12 @@ def _copy(src: IO[bytes], dst: IO[bytes], size: int) -> None:
         if written > size:  # never more than the header declared
             raise zipfile.BadZipFile(f"more bytes than its header's {size:,}")
         dst.write(chunk)
+
+
+def wrapper(names: Iterable[str]) -> str:
+    """The one folder wrapping every name (`images` of `images/cat/1.png`, ...), or ""."""
+    tops = {n.split("/", 1)[0] if "/" in n else "" for n in names}
+    return tops.pop() if len(tops) == 1 and "" not in tops else ""
 
 
 def root_of(out: Path) -> Path:

@@ -338,10 +338,22 @@ def _fetch(upload: Upload, source: RawSource, tmp: Path, where: str, options: So
     out = tmp / "unpacked"
     unpacked = _extract(archive, out, source, where, options)
     archive.unlink()  # /tmp holds the extraction alone from here
-    inner = find_source(unpacked, f"{where}{source.root}", in_archive=True, options=options)
-    path = out / inner.root if inner.root else out
-    _check_loaded(path, inner, f"{where}{source.root}", options, in_archive=True)
+    wrap, names, inside = _unwrapped(unpacked, f"{where}{source.root}")
+    inner = find_source(names, inside, in_archive=True, options=options)
+    top = out / wrap if wrap else out
+    path = top / inner.root if inner.root else top
+    _check_loaded(path, inner, inside, options, in_archive=True)
     return path
+
+
+def _unwrapped(sizes: dict[str, int], inside: str) -> tuple[str, dict[str, int], str]:
+    """An archive's files seen from inside the one folder wrapping them all, if there is one
+    (`data/houses.csv` is `houses.csv` of `.../data.zip/data`): (that folder or "", the names
+    relative to it, the archive's name in messages with it)."""
+    wrap = archives.wrapper(sizes)
+    if not wrap:
+        return "", sizes, inside
+    return wrap, {n[len(wrap) + 1 :]: size for n, size in sizes.items()}, f"{inside}/{wrap}"
 
 
 def _extract(
@@ -357,7 +369,7 @@ def _extract(
     try:
         listed = archives.members(archive, inside)
         sizes = {m.name: m.size for m in listed}
-        find_source(sizes, inside, in_archive=True, options=options)
+        find_source(*_unwrapped(sizes, inside)[1:], in_archive=True, options=options)
         _check_tmp(sizes, out, inside, where)
         archives.check_sizes(archive, listed, inside, archives.MAX_UNPACKED_BYTES, "prepare it from a machine")
         archives.extract(archive, out, listed, inside)
