@@ -48,6 +48,7 @@ from pydantic_settings import BaseSettings
 from smlt.runtime import clients, keys
 from smlt.runtime.config import ENV
 from smlt.runtime.data import archives
+from smlt.runtime.data.archives import ARCHIVE_SUFFIXES
 from smlt.runtime.data.images import IMAGE_KINDS, IMAGE_SUFFIXES
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
@@ -65,7 +66,6 @@ from smlt.runtime.steps import prepare_parts, upload_parts
 from smlt.runtime.steps.events import DataPrepared, PrepareDataEvent
 from smlt.runtime.steps.prepare_limits import (
     ARCHIVE_LIMIT,
-    ARCHIVE_SUFFIXES,
     ARRAY_SUFFIXES,
     ARRAYS_LIMIT,
     COMPRESSED_TABLE_LIMIT,

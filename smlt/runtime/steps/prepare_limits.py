@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from smlt.runtime.data.archives import ARCHIVE_SUFFIXES as ARCHIVE_SUFFIXES
 from smlt.runtime.errors import InvalidDataset
 
 # --- what one function prepares -------------------------------------------------------------
