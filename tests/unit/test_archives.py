@@ -229,6 +229,13 @@ def test_too_large_and_a_zip_bomb_are_refused_before_a_byte_is_written(tmp_path,
     ):
         prepare_dataset(str(archive), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+    # a compressed tar is listed by reading it: a bomb is refused once its headers have told enough
+    bomb = _tar(tmp_path / "bomb.tar.bz2", {f"zeros-{i}.csv": b"0" * 200_000 for i in range(20)}, "w:bz2")
+    monkeypatch.setattr(archives, "RATIO_FLOOR", 300_000)
+    with pytest.raises(
+        archives.BadArchive, match=r"bomb\.tar\.bz2 unpacks to [\d,]+ times its bytes \(0\.4 MB in 2 members"
+    ):
+        prepare_dataset(str(bomb), str(tmp_path / "out"))  # the first two members: the rest never read
 
 
 def test_a_job_names_an_archive_and_its_preparation_is_cached_by_content(tmp_path):

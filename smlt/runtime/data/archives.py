@@ -165,7 +165,7 @@ def _zip_members(z: zipfile.ZipFile, where: str) -> Iterator[Member]:
 
 
 def _tar_members(t: tarfile.TarFile, where: str) -> Iterator[Member]:
-    for info in t.getmembers():
+    for info in t:  # header by header, as the stream is read
         if info.isdir():
             continue
         if not info.isfile():
@@ -181,9 +181,17 @@ def members(archive: Path, where: str | None = None) -> list[Member]:
     """The archive's files to extract (noise left out), checked: readable, not encrypted, no
     link, device or name outside it, at least one file, no archive inside it."""
     where = where or str(archive)
+    packed = archive.stat().st_size
     with _opened(archive, where) as a:
         try:
-            found = list(_zip_members(a, where) if isinstance(a, zipfile.ZipFile) else _tar_members(a, where))
+            found: list[Member] = []
+            total = 0
+            for m in _zip_members(a, where) if isinstance(a, zipfile.ZipFile) else _tar_members(a, where):
+                found.append(m)
+                total += m.size
+                # a compressed tar is listed by decompressing it: a bomb is stopped as soon as it shows
+                if total > MAX_UNPACKED_BYTES or (total > RATIO_FLOOR and total > MAX_RATIO * packed):
+                    check_sizes(archive, found, where, MAX_UNPACKED_BYTES, "unpack it yourself and give the folder")
         except BadArchive:
             raise
         except UNREADABLE as e:
@@ -214,17 +222,20 @@ def check_sizes(archive: Path, listed: list[Member], where: str, max_bytes: int,
             f"{where} unpacks to {_gb(total)} (its largest member {largest.name!r}, {_gb(largest.size)}), more "
             f"than {_gb(max_bytes)}: {advice}"
         )
-    if total > RATIO_FLOOR:
-        tar = not listed or isinstance(listed[0].source, tarfile.TarInfo)
-        packed = {m.name: (archive.stat().st_size if tar else m.packed) for m in listed}
-        worst = max(listed, key=lambda m: m.size / max(packed[m.name], 1))
-        ratio = (total if tar else worst.size) / max(packed[worst.name], 1)
-        if ratio > MAX_RATIO:
-            raise BadArchive(
-                f"{where}: member {worst.name!r} unpacks to {ratio:,.0f} times its packed bytes "
-                f"({_gb(worst.size)}), more than the {MAX_RATIO} any real dataset compresses by (a zip bomb?): "
-                "unpack it yourself if you trust it and give the folder"
-            )
+    if total <= RATIO_FLOOR:
+        return total
+    if isinstance(largest.source, tarfile.TarInfo):  # compressed as one stream: the whole archive's ratio
+        ratio = total / max(archive.stat().st_size, 1)
+        said = f"{where} unpacks to {ratio:,.0f} times its bytes ({_gb(total)} in {len(listed):,} members, the largest {largest.name!r})"
+    else:
+        worst = max(listed, key=lambda m: m.size / max(m.packed, 1))
+        ratio = worst.size / max(worst.packed, 1)
+        said = f"{where}: member {worst.name!r} unpacks to {ratio:,.0f} times its packed bytes ({_gb(worst.size)})"
+    if ratio > MAX_RATIO:
+        raise BadArchive(
+            f"{said}, more than the {MAX_RATIO} any real dataset compresses by (a zip bomb?): unpack it yourself if "
+            "you trust it and give the folder"
+        )
     return total
 
 
