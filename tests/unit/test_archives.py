@@ -179,6 +179,14 @@ REFUSED = {
         lambda p: _cut(_tar(p, {"houses.csv": bytes(range(256)) * 400})),
         r"cut\.tar\.gz: not a readable tar archive \(.*\): it may be truncated",
     ),
+    "cut.tar.xz": (
+        lambda p: _cut(_tar(p, {"houses.csv": bytes(range(256)) * 400}, "w:xz")),
+        r"cut\.tar\.xz: not a readable tar archive \(.*\): it may be truncated",
+    ),
+    "cut.tar.bz2": (
+        lambda p: _cut(_tar(p, {"houses.csv": bytes(range(256)) * 400}, "w:bz2")),
+        r"cut\.tar\.bz2: not a readable tar archive \(.*\): it may be truncated",
+    ),
     "fake.tgz": (
         lambda p: p.write_bytes(b"<html>not found</html>") and p,
         r"fake\.tgz: not a readable tar archive \(not a gzip file\): it may be truncated",

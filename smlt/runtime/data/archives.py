@@ -52,11 +52,20 @@ MAX_UNPACKED_BYTES = 100 * 10**9
 # deflate cannot pass about 1,032x, so past it lies only a bzip2/xz bomb or a nested one.
 MAX_RATIO = 500
 RATIO_FLOOR = 256 * 2**20
-# Disk kept free beside an extraction (the rows spooled for the shards come after it).
+# The share of the free disk an extraction may take (the rows spooled for the shards come after it).
 DISK_MARGIN = 0.9
 COPY_BYTES = 1 << 20
 
-UNREADABLE = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
+UNREADABLE = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    tarfile.TarError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    OSError,
+    ValueError,  # bz2: data after the end of its stream
+)
 
 
 class BadArchive(InvalidDataset):
@@ -258,6 +267,11 @@ def extract(archive: Path, out: Path, listed: list[Member], where: str) -> None:
             except RuntimeError as e:  # zipfile: an encrypted member it could not tell from its flags
                 raise BadArchive(f"{where}: member {m.name!r}: {e}") from None
             except UNREADABLE as e:
+                if isinstance(e, OSError) and e.errno:  # the disk's (full, read-only), not the archive's
+                    raise BadArchive(
+                        f"{where}: member {m.name!r} could not be written to {out} ({e.strerror}): free some space "
+                        "(or point TMPDIR at a larger disk), or unpack it yourself and give the folder"
+                    ) from None
                 raise BadArchive(
                     f"{where}: member {m.name!r} is not readable ({e}): the archive may be truncated or damaged; "
                     "download or make it again"
