@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import smlt.runtime.data
+from smlt.runtime.data import archives
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
 from smlt.runtime.data.sources import folder_found, folder_parts, is_source_path
@@ -41,12 +42,14 @@ def local_dataset_folder(dataset: DatasetSpec | str, base: Path | None = None) -
         read_local_manifest(path)  # raises InvalidDataset with the reason
         return path
     if is_source_path(path):
-        return _prepared(str(path), path.stem, _fingerprint(path), spec.options())
+        stem = archives.stem(path) if archives.is_archive(path) else path.stem
+        return _prepared(str(path), stem, _fingerprint(path), spec.options())
     if path.is_dir():
         raise InvalidDataset(f"dataset.uri: {path} is not a prepared dataset (no manifest.json); {folder_found(path)}")
     raise InvalidDataset(
         f"dataset.uri: {uri!r} is not an s3:// URI, a prepared dataset folder, an image folder, a folder of a "
-        "table's parts, a .csv/.parquet/.jsonl/.xlsx/.npz file, sklearn:NAME or synthetic:..."
+        f"table's parts, a .csv/.parquet/.jsonl/.xlsx/.npz file, an archive of one of those ({archives.ARCHIVE_KINDS}), "
+        "sklearn:NAME or synthetic:..."
     )
 
 

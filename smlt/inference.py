@@ -34,7 +34,7 @@ from safetensors.torch import load as load_state
 from torch import nn
 
 from smlt.runtime import keys
-from smlt.runtime.data import drift, images
+from smlt.runtime.data import archives, drift, images
 from smlt.runtime.data.arrays import sample_layout, standardise
 from smlt.runtime.data.inputs import model_input
 from smlt.runtime.data.manifest import Manifest, class_name, parse_manifest
@@ -570,7 +570,11 @@ class LoadedModel:
     ) -> Predictions:
         """Predictions on `data` (as `inputs` reads it). A table file or a DataFrame is read, transformed
         and predicted on block by block (`_predict_table`): its memory is a block's and the
-        predictions', whatever the file's size; the predictions and notes are those of the rows read whole."""
+        predictions', whatever the file's size; the predictions and notes are those of the rows read whole.
+        An archive (.zip, .tar, .tar.gz, ...) is predicted on as the folder or file it holds."""
+        if _is_archive(data):
+            with archives.unpacked(Path(str(data))) as inner:
+                return self.predict(inner, split, id_column, encoding)
         if not isinstance(data, Inputs) and self.card.features is not None and _streams(self.manifest, data):
             return self._predict_table(data, id_column, encoding)
         rows = data if isinstance(data, Inputs) else self.inputs(data, split, id_column, encoding)
@@ -733,6 +737,13 @@ def _activate_code(card: ModelCard, found: _Found, folder: Path | None) -> None:
 def read_inputs(
     manifest: Manifest, data: Any, split: str = "validation", id_column: str | None = None, encoding: str | None = None
 ) -> Inputs:
+    if _is_archive(data):  # read as the folder or file it holds
+        with archives.unpacked(Path(str(data))) as inner:
+            return _read_inputs(manifest, inner, split, id_column, encoding)
+    return _read_inputs(manifest, data, split, id_column, encoding)
+
+
+def _read_inputs(manifest: Manifest, data: Any, split: str, id_column: str | None, encoding: str | None) -> Inputs:
     if isinstance(data, Inputs):
         return data
     if id_column is not None and not (_is_frame(data) or table_suffix(str(data)) in TABLE_SUFFIXES or _parts(data)):
@@ -769,8 +780,12 @@ def read_inputs(
         return _images(manifest, path)
     raise InvalidDataset(
         f"{path}: predict on a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them), "
-        "a folder of a table's parts or a prepared dataset folder"
+        f"a folder of a table's parts, an archive of one of those ({archives.ARCHIVE_KINDS}) or a prepared dataset folder"
     )
+
+
+def _is_archive(data: Any) -> bool:
+    return isinstance(data, (str, Path)) and archives.is_archive(data) and Path(str(data)).is_file()
 
 
 def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.ndarray | None:

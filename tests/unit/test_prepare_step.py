@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 import zipfile
 from dataclasses import replace
@@ -231,8 +232,18 @@ def test_a_tar_of_a_csv_unpacks_and_an_archive_inside_is_refused(tmp_path):
         p.find_source({}, f"{WHERE}empty.zip", in_archive=True)
 
 
+def test_a_table_in_a_wrapping_folder_is_found_inside_it(tmp_path):
+    unpacked, _ = _unpack(tmp_path, "h.zip", _zip({"export/houses.csv": b"a,label\n1,0\n", "__MACOSX/x": b"r"}))
+    assert unpacked == {"export/houses.csv": 12}
+    wrap, names, inside = p._unwrapped(unpacked, f"{WHERE}h.zip")
+    assert (wrap, names, inside) == ("export", {"houses.csv": 12}, f"{WHERE}h.zip/export")
+    assert p.find_source(names, inside, in_archive=True).root == "houses.csv"
+
+
 def test_a_member_outside_the_archive_is_refused(tmp_path):
-    with pytest.raises(p.UnsupportedFormat, match=r"v1/evil\.tar: not a readable zip or tar archive"):
+    with pytest.raises(
+        p.UnsupportedFormat, match=r"v1/evil\.tar: member '\.\./escaped\.csv' points outside the archive"
+    ):
         _unpack(tmp_path, "evil.tar", _tar({"../escaped.csv": b"a\n1\n"}, mode="w"))
     assert not (tmp_path / "escaped.csv").exists()
 
@@ -251,8 +262,33 @@ def test_an_archive_that_unpacks_over_the_limit_is_refused_before_it_is_written(
 
 
 def test_not_an_archive_is_named(tmp_path):
-    with pytest.raises(p.UnsupportedFormat, match=r"v1/fake\.zip: not a readable zip or tar archive"):
+    with pytest.raises(
+        p.UnsupportedFormat, match=r"v1/fake\.zip: not a readable zip archive \(File is not a zip file\)"
+    ):
         _unpack(tmp_path, "fake.zip", b"these bytes are not an archive")
+
+
+def test_an_archive_is_unpacked_without_its_noise_and_a_locked_one_is_refused(tmp_path):
+    finder = {"pets/cat/1.png": b"x", "pets/dog/1.png": b"y", "__MACOSX/pets/cat/._1.png": b"r", "pets/Thumbs.db": b"t"}
+    unpacked, _ = _unpack(tmp_path, "pets.tar.bz2", _tar(finder, mode="w:bz2"))
+    assert unpacked == {"pets/cat/1.png": 1, "pets/dog/1.png": 1}
+    blob = bytearray(_zip({"houses.csv": b"a,label\n1,0\n"}))
+    for signature, at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        blob[blob.index(signature) + at] |= 0x1  # encrypted, as `zip -e` flags it
+    with pytest.raises(p.UnsupportedFormat, match=r"v1/locked\.zip: member 'houses\.csv' is password-protected"):
+        _unpack(tmp_path, "locked.zip", bytes(blob))
+
+
+def test_an_archive_that_would_not_fit_the_functions_tmp_is_refused(tmp_path, monkeypatch):
+    free = shutil.disk_usage(tmp_path)._replace(free=5000)
+    monkeypatch.setattr(p.shutil, "disk_usage", lambda path: free)
+    with pytest.raises(
+        p.TooLargeForLambda,
+        match=rf"^{WHERE}big\.tgz unpacks to 6,000 bytes \(its largest member 'houses\.csv', 6,000 bytes\), more than "
+        r"the Prepare function's /tmp \(10,240 MB of ephemeral storage\) has free beside its download \(5,000 bytes",
+    ):
+        _unpack(tmp_path, "big.tgz", _tar({"houses.csv": b"0" * 6000}))
+    assert not (tmp_path / "out").exists()
 
 
 def test_messages_name_the_uploaded_objects_not_the_functions_copies():

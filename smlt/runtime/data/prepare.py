@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smlt.runtime.data import arrays, tabular
+from smlt.runtime.data import archives, arrays, tabular
 from smlt.runtime.data.manifest import (
     ArraySpec,
     ColumnTransform,
@@ -101,14 +101,65 @@ def prepare_dataset(
     if not 0 < validation_fraction < 1:
         raise InvalidDataset(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     opts = options or SourceOptions()
-    parts = folder_parts(Path(source))
-    if parts is not None:
-        return _prepare_folder(
-            source, parts, dest, earlier, opts, features, shards, validation_fraction, seed, name, generation
+    with _readable(source) as (read, default_name):
+        parts = folder_parts(Path(read))
+        if parts is not None:
+            return _prepare_folder(
+                source,
+                parts,
+                dest,
+                earlier,
+                opts,
+                features,
+                shards,
+                validation_fraction,
+                seed,
+                name or default_name,
+                generation,
+                read,
+            )
+        manifest = _prepare_read(
+            source, read, dest, earlier, opts, features, shards, validation_fraction, seed, generation
         )
+        manifest = manifest.model_copy(update={"name": name or default_name or manifest.name})
+    for said in dataset_warnings(manifest):
+        from smlt.runtime.progress import notice
+
+        notice.warning(said)
+    _writer(dest)("manifest.json", manifest.model_dump_json(indent=1).encode())
+    return manifest
+
+
+@contextlib.contextmanager
+def _readable(source: str) -> Iterator[tuple[str, str | None]]:
+    """(the path to read, a default name): the source itself, or for an archive the source it
+    holds, extracted into a temporary folder for the block (smlt.runtime.data.archives), named
+    by the archive's stem (`images.zip`: images)."""
+    path = Path(source)
+    if archives.is_archive(source) and path.is_file():
+        with archives.unpacked(path) as inner:
+            yield str(inner), archives.stem(source)
+        return
+    yield source, None
+
+
+def _prepare_read(
+    source: str,
+    read: str,
+    dest: str,
+    earlier: list[str],
+    opts: SourceOptions,
+    features: FeatureSpec | None,
+    shards: int,
+    validation_fraction: float,
+    seed: int,
+    generation: int | None = None,
+) -> Manifest:
+    """`source` (read from `read`: itself, or what its archive holds) split, spooled and written
+    to `dest` as shards, the manifest returned (written by the caller, last)."""
     if features is not None:
-        opts = _options_of(features, source, opts)
-    src = open_source(source, opts)
+        opts = _options_of(features, read, opts)
+    src = open_source(read, opts)
     plan = _Plan(source, shards, validation_fraction, seed, features)
     with _spool_folder(dest) as folder:
         if isinstance(src, TableSource):
@@ -116,7 +167,7 @@ def prepare_dataset(
         else:
             prepared = _in_memory(src, plan, folder)
         manifest = Manifest(
-            name=name or src.name,
+            name=src.name,
             source=source,
             task=prepared.task,
             x=prepared.x,
@@ -141,11 +192,6 @@ def prepare_dataset(
                 "validation": prepared.validation.finish(out, prepared.transform, seed),
             }
         )
-    for said in dataset_warnings(manifest):
-        from smlt.runtime.progress import notice
-
-        notice.warning(said)
-    out("manifest.json", manifest.model_dump_json(indent=1).encode())
     return manifest
 
 
@@ -161,6 +207,7 @@ def _prepare_folder(
     seed: int,
     name: str | None,
     generation: int | None,
+    read: str | None = None,
 ) -> Manifest:
     """A folder of a table's parts (sources.folder_parts) prepared as the pipeline prepares an
     upload in parts: its headers checked first (a part with other columns refused by name), then
@@ -168,10 +215,10 @@ def _prepare_folder(
     part's split seeded by (seed, part), its shards named by the part (its share of `shards`,
     `spool.part_share`). An earlier dataset in `dest` is removed as one file's is: after the
     passes over every part that refuse a table (statistics, moments), before the first shard is
-    written."""
+    written. `read`: the folder read, when it is not `source` (an archive's contents)."""
     from smlt.runtime.progress import notice
 
-    part_header(parts, Path(source), opts.encoding)
+    part_header(parts, Path(read or source), opts.encoding)
     notice.info(
         f"{source}: {len(parts)} parts of one table ({parts[0].name} ... {parts[-1].name}): prepared part by part"
     )

@@ -12,6 +12,8 @@ for a table file its header, the rows left on disk to be streamed (smlt.runtime.
 - a folder of the parts of one table (`part-00000.csv`, `part-00001.csv`, ... as Spark, Dask and
   `aws s3 sync` write one; `folder_parts`), prepared part by part as the pipeline prepares an
   upload in parts (smlt.runtime.data.parts)
+- an archive (`.zip`, `.tar`, `.tar.gz`/`.tgz`, `.tar.bz2`, `.tar.xz`) of one of those: its
+  contents read as the folder they hold (smlt.runtime.data.archives), by prepare_dataset
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smlt.runtime.data import images, synthetic, tabular
+from smlt.runtime.data import archives, images, synthetic, tabular
 from smlt.runtime.data.arrays import sample_layout
 from smlt.runtime.data.options import SourceOptions, Task
 from smlt.runtime.data.table_reader import TableFile, is_compressed, table_suffix, unnamed
@@ -69,6 +71,8 @@ class TableSource:
 def is_source_path(path: Path) -> bool:
     """A file or folder `load_source` reads (a prepared dataset folder is not one)."""
     kind = table_suffix(path) if path.is_file() else ""
+    if path.is_file() and archives.is_archive(path):
+        return True
     return kind in (".npz", *TABLE_SUFFIXES) or folder_parts(path) is not None or images.is_image_folder(path)
 
 
@@ -127,6 +131,8 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
         if folder_parts(path) is not None:
             raise InvalidDataset(f"{source}: a table in parts is prepared part by part (prepare_dataset)")
         return _image_folder(path, opts)
+    if archives.is_archive(path):
+        raise InvalidDataset(f"{source}: an archive is unpacked as it is prepared (prepare_dataset)")
     if path.suffix.lower() == ".npz":
         return _npz(path, opts)
     if table_suffix(path) in TABLE_SUFFIXES:
@@ -135,7 +141,7 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
         f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .txt, .parquet, .jsonl, "
         ".xlsx "
         "(a CSV, TSV or JSON Lines file also gzip-, bzip2- or xz-compressed: .csv.gz), .npz "
-        "or a folder of class subfolders of images"
+        f"or a folder of class subfolders of images, or an archive of one of those ({archives.ARCHIVE_KINDS})"
     )
 
 

@@ -33,12 +33,10 @@ docs/architecture.md, "Trigger".
 
 from __future__ import annotations
 
-import posixpath
-import tarfile
+import shutil
 import tempfile
 import time
 import zipfile
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +47,8 @@ from pydantic_settings import BaseSettings
 
 from smlt.runtime import clients, keys
 from smlt.runtime.config import ENV
+from smlt.runtime.data import archives
+from smlt.runtime.data.archives import ARCHIVE_SUFFIXES
 from smlt.runtime.data.images import IMAGE_KINDS, IMAGE_SUFFIXES
 from smlt.runtime.data.manifest import Manifest
 from smlt.runtime.data.options import SourceOptions
@@ -66,14 +66,15 @@ from smlt.runtime.steps import prepare_parts, upload_parts
 from smlt.runtime.steps.events import DataPrepared, PrepareDataEvent
 from smlt.runtime.steps.prepare_limits import (
     ARCHIVE_LIMIT,
-    ARCHIVE_SUFFIXES,
     ARRAY_SUFFIXES,
     ARRAYS_LIMIT,
     COMPRESSED_TABLE_LIMIT,
     FORMATS,
     IMAGES_LIMIT,
     MAX_NOTES,
+    PREPARE_EPHEMERAL_MB,
     TABLE_LIMIT,
+    TMP_SHARE,
     WORKBOOK_LIMIT,
     AlreadyPrepared,
     Limit,
@@ -172,7 +173,7 @@ def find_source(
         )
     if not sources and in_archive:
         raise NoDataFile(
-            f"{where} holds no data: an archive holds {FORMATS.removesuffix(' or a .zip/.tar(.gz) of one')}"
+            f"{where} holds no data: an archive holds {FORMATS.removesuffix(' or a .zip/.tar(.gz, .bz2, .xz) of one')}"
         )
     if not sources:
         raise NoDataFile(
@@ -337,42 +338,61 @@ def _fetch(upload: Upload, source: RawSource, tmp: Path, where: str, options: So
     out = tmp / "unpacked"
     unpacked = _extract(archive, out, source, where, options)
     archive.unlink()  # /tmp holds the extraction alone from here
-    inner = find_source(unpacked, f"{where}{source.root}", in_archive=True, options=options)
-    path = out / inner.root if inner.root else out
-    _check_loaded(path, inner, f"{where}{source.root}", options, in_archive=True)
+    wrap, names, inside = _unwrapped(unpacked, f"{where}{source.root}")
+    inner = find_source(names, inside, in_archive=True, options=options)
+    top = out / wrap if wrap else out
+    path = top / inner.root if inner.root else top
+    _check_loaded(path, inner, inside, options, in_archive=True)
     return path
+
+
+def _unwrapped(sizes: dict[str, int], inside: str) -> tuple[str, dict[str, int], str]:
+    """An archive's files seen from inside the one folder wrapping them all, if there is one
+    (`data/houses.csv` is `houses.csv` of `.../data.zip/data`): (that folder or "", the names
+    relative to it, the archive's name in messages with it)."""
+    wrap = archives.wrapper(sizes)
+    if not wrap:
+        return "", sizes, inside
+    return wrap, {n[len(wrap) + 1 :]: size for n, size in sizes.items()}, f"{inside}/{wrap}"
 
 
 def _extract(
     archive: Path, out: Path, source: RawSource, where: str, options: SourceOptions | None = None
 ) -> dict[str, int]:
-    """Extract a zip or tar (only regular files, inside `out`); its files' sizes. Its members
-    are checked first, as a source of their own (`find_source`: one source, within its kind's
-    limit), before anything is written."""
+    """Extract a zip or tar (only regular files, inside `out`; smlt.runtime.data.archives); its
+    files' sizes. Its members are checked first, before anything is written: the archive itself
+    (readable, no encrypted member, link, name outside it or archive inside it; `__MACOSX/`,
+    `.DS_Store`, `Thumbs.db` left out), as a source of their own (`find_source`: one source,
+    within its kind's limit), and by their unpacked bytes against the /tmp left beside the
+    download (the function's ephemeral storage) and against a zip bomb's ratio."""
     inside = f"{where}{source.root}"
     try:
-        if zipfile.is_zipfile(archive):
-            with zipfile.ZipFile(archive) as z:
-                members = {_zip_name(i.filename): i.file_size for i in z.infolist() if not i.is_dir()}
-                find_source(members, inside, in_archive=True, options=options)
-                z.extractall(out)  # names with "..", or absolute, are made safe by zipfile
-        else:
-            with tarfile.open(archive) as t:
-                regular = [m for m in t.getmembers() if m.isfile()]
-                members = {posixpath.normpath(m.name): m.size for m in regular}
-                outside = [n for n in members if n.startswith(("../", "/"))]
-                if outside:  # what extracting with filter="data" refuses, refused before anything is written
-                    raise UnsupportedFormat(f"{inside}: not a readable zip or tar archive ({outside[0]} is outside it)")
-                find_source(members, inside, in_archive=True, options=options)
-                t.extractall(out, members=regular, filter="data")  # refuses paths outside `out`
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as e:
-        raise UnsupportedFormat(f"{inside}: not a readable zip or tar archive ({e})") from None
-    return {p.relative_to(out).as_posix(): p.stat().st_size for p in out.rglob("*") if p.is_file()}
+        listed = archives.members(archive, inside)
+        sizes = {m.name: m.size for m in listed}
+        find_source(*_unwrapped(sizes, inside)[1:], in_archive=True, options=options)
+        _check_tmp(sizes, out, inside, where)
+        archives.check_sizes(archive, listed, inside, archives.MAX_UNPACKED_BYTES, "prepare it from a machine")
+        archives.extract(archive, out, listed, inside)
+    except archives.BadArchive as e:
+        raise UnsupportedFormat(str(e)) from None
+    return sizes
 
 
-def _zip_name(name: str) -> str:
-    """A zip member's name as zipfile extracts it (no drive, no "", "." or ".." parts)."""
-    return "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
+def _check_tmp(sizes: dict[str, int], out: Path, inside: str, where: str) -> None:
+    """An archive whose contents would not fit the function's /tmp beside its download (and the
+    rows spooled after them: TMP_SHARE of what is free) is refused before a byte is written."""
+    total = sum(sizes.values())
+    free = shutil.disk_usage(out.parent).free
+    if total > TMP_SHARE * free:
+        largest = max(sizes, key=lambda n: sizes[n])
+        folder = where if where.endswith("/") else where.rsplit("/", 1)[0] + "/"
+        raise TooLargeForLambda(
+            f"{inside} unpacks to {_size(total)} (its largest member {largest!r}, {_size(sizes[largest])}), more "
+            f"than the Prepare function's /tmp ({PREPARE_EPHEMERAL_MB:,} MB of ephemeral storage) has free beside "
+            f"its download ({_size(free)}, a fifth kept for the shards' spool): prepare it from a machine, "
+            f"`smlt data prepare {inside.rsplit('/', 1)[-1]} --out {folder}` (its manifest starts the run), and "
+            f"delete {folder}{keys.SUCCESS_MARKER}; or upload it unpacked in parts (docs/deploy.md)"
+        )
 
 
 def _check_loaded(path: Path, source: RawSource, where: str, options: SourceOptions, *, in_archive: bool) -> None:

@@ -134,7 +134,6 @@ ARCHIVE_LIMIT = Limit(
 )
 
 ARRAY_SUFFIXES = (".npz",)
-ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # A few preparing notices travel in the answer (the execution's history shows them).
 MAX_NOTES = 10
 
@@ -166,7 +165,7 @@ def _size(n: int) -> str:
 FORMATS = (
     "a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file (a .csv, .tsv, .txt or .jsonl also compressed: .gz, "
     ".bz2, .xz), "
-    "an image folder (one subfolder of images per class) or a .zip/.tar(.gz) of one"
+    "an image folder (one subfolder of images per class) or a .zip/.tar(.gz, .bz2, .xz) of one"
 )
 
 
