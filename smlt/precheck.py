@@ -102,7 +102,9 @@ def _check(
             model = _build(job, manifest, roots)
             _check_cpu(job, model)
             _check_registered(job, model)
+            built = _form(model.state_dict())
             _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+            _check_state_kept(job, model, built)
             _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
             _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
             _try_train_step(job, manifest, model, x, y, roots)
@@ -660,12 +662,46 @@ def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, r
     if sum(p.numel() * p.element_size() for p in model.parameters()) > REBUILD_BYTES:
         return
     again = _build(job, manifest, roots).state_dict()
+    _check_same_form(name, model.state_dict(), again)
     if any(k not in again or not torch.equal(v, again[k]) for k, v in model.state_dict().items()):
         notice.warning(
             f"model.name: {name!r} builds different weights each time with the same seed (it draws random "
             "numbers that torch.manual_seed does not fix: Python's random, numpy.random or a generator of its "
             "own): the run's workers all start from its one stored model 0, but two runs of this job start "
             "from different weights; draw them with torch (torch.randn, nn.init) to make runs repeatable"
+        )
+
+
+def _form(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in state.items()}
+
+
+def _check_same_form(name: str, first: dict[str, Any], again: dict[str, Any]) -> None:
+    """InvalidJob when a second build of the model has other parameters or shapes than the first:
+    each worker builds the model and loads the run's one stored model 0 into it."""
+    from smlt.runtime.train.models import form_difference
+
+    diff = form_difference(_form(first), _form(again))
+    if diff:
+        raise InvalidJob(
+            f"model.name: {name!r} builds another architecture each time with the same params ({diff} on a second "
+            "build): every worker builds the model and loads the run's one stored model 0 into it, so they must all "
+            "build the same layers; decide sizes and layer counts from the builder's arguments (model.params, "
+            "input_shape, output_dim), not from random, numpy.random or the time"
+        )
+
+
+def _check_state_kept(job: Job, model: Any, built: dict[str, tuple[int, ...]]) -> None:
+    """InvalidJob when the forward pass added to the model's state or reshaped it (a parameter
+    created on its first call): the workers store, average and load the state the builder makes."""
+    from smlt.runtime.train.models import form_difference
+
+    diff = form_difference(built, _form(model.state_dict()))
+    if diff:
+        raise InvalidJob(
+            f"model.name: {job.model.name!r} changes its state in its forward pass ({diff} after a first call): "
+            "smlt stores, averages and loads the model as the builder returns it; create every parameter and buffer "
+            "in __init__ (the builder gets input_shape for their sizes)"
         )
 
 

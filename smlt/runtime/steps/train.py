@@ -64,7 +64,7 @@ from smlt.runtime.tensors.digest import check, sha256_hex
 from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.measure import Footprint, footprint
-from smlt.runtime.train.models import build_model, check_trainable
+from smlt.runtime.train.models import build_model, check_trainable, form_difference
 from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
 from smlt.runtime.usercode import (
     activate_code,
@@ -591,14 +591,30 @@ def _start_from(
 ) -> dict[str, Tensor]:
     """Load model r into `model`; a copy of its state (the update is the difference to it)."""
     global_blob = _global_model(artifacts, table, spec, model, expected)
+    stored = bytes_to_state(global_blob)
+    if _own(spec.job):
+        diff = form_difference(_form(stored), _form(model.state_dict()))
+        if diff:
+            raise UserCodeError(
+                f"model.name {spec.job.model.name!r} built {diff}, unlike the run's stored model {spec.round}, so this "
+                "worker's model cannot take the run's weights: its builder builds another architecture from one call "
+                "to the next (Python's random, numpy.random, the time or a file deciding sizes or layer counts), or "
+                "its forward pass adds parameters on a first call; decide sizes from the builder's arguments "
+                "(model.params, input_shape, output_dim) and create every parameter in __init__\n"
+                f"{FIX_AND_START_AGAIN}"
+            )
     try:
-        model.load_state_dict(bytes_to_state(global_blob))
+        model.load_state_dict(stored)
     except RuntimeError as e:
         raise InvalidDataset(
             f"the model does not match the dataset (samples of shape {manifest.x.shape}, "
             f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
         ) from None
     return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _form(state: dict[str, Tensor]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in state.items()}
 
 
 def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, int, int]) -> Transform | None:

@@ -3,12 +3,17 @@ architecture that differs between builds, lazily shaped layers, global torch set
 forward. Each reaches a worker without the client's check (`aws stepfunctions start-execution`):
 it trains, or it fails naming the user's code, never the dataset's shards. On moto."""
 
+import pytest
 import torch
 from torch import nn
 
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
+from smlt.runtime import keys
+from smlt.runtime.errors import UserCodeError
+from smlt.runtime.items import ErrorItem
+from smlt.runtime.records import RunTable
 from smlt.runtime.tensors.torch_state import bytes_to_state
 from tests.functional.handlers.conftest import job
 
@@ -30,6 +35,32 @@ class Tied(nn.Module):
 
 def tied(input_shape, output_dim):
     return Tied(output_dim)
+
+
+_BUILDS = [0]
+
+
+def each_build_wider(input_shape, output_dim):
+    _BUILDS[0] += 1
+    h = 16 * _BUILDS[0]
+    return nn.Sequential(nn.Linear(64, h), nn.ReLU(), nn.Linear(h, output_dim))
+
+
+class OnFirstCall(nn.Module):
+    """A parameter created on the first forward call, beside one made in __init__."""
+
+    def __init__(self, output_dim):
+        super().__init__()
+        self.o, self.w, self.b = output_dim, None, nn.Parameter(torch.zeros(output_dim))
+
+    def forward(self, x):
+        if self.w is None:
+            self.w = nn.Parameter(torch.zeros(x.shape[1], self.o))
+        return x @ self.w + self.b
+
+
+def on_first_call(input_shape, output_dim):
+    return OnFirstCall(output_dim)
 
 
 def _plan(digits, run, model, **training):
@@ -59,3 +90,37 @@ def test_tied_weights_are_stored_under_each_name_and_stay_tied(digits, aws):
     net = tied((64,), 10)
     net.load_state_dict(m1)
     assert net.b.weight is net.c.weight and torch.equal(net.b.weight, m1["b.weight"])
+
+
+def _fatal(run):
+    return RunTable("smlt-runs", run).get_many(keys.FATAL).item(keys.FATAL, ErrorItem)
+
+
+def test_a_builder_that_builds_another_architecture_is_the_users_code(digits, aws):
+    """Model 0 failed to load as InvalidDataset "the model does not match the dataset (samples of
+    shape [64], 10 outputs): Error(s) in loading state_dict for Sequential:"."""
+    _plan(digits, "wider", "each_build_wider")
+    train_step({"run_id": "wider", "round": 0, "worker": 0}, None)  # builds 16 wide and stores model 0
+    with pytest.raises(UserCodeError) as e:
+        train_step({"run_id": "wider", "round": 0, "worker": 1}, None)  # builds 32 wide
+    assert str(e.value).startswith(
+        f"model.name '{HERE}:each_build_wider' built '0.weight' of shape (32, 64), not (16, 64), unlike the run's "
+        "stored model 0, so this worker's model cannot take the run's weights: its builder builds another "
+        "architecture from one call to the next"
+    )
+    assert _fatal("wider") is not None
+
+
+def test_a_parameter_created_in_forward_is_the_users_code(digits, aws):
+    """The first worker of a process creates it measuring its step, before model 0 is stored; a
+    warm worker (its step measured already) built the model without it and failed to load model 0
+    as InvalidDataset "the model does not match the dataset"."""
+    _plan(digits, "lazyw", "on_first_call")
+    train_step({"run_id": "lazyw", "round": 0, "worker": 0}, None)
+    with pytest.raises(UserCodeError) as e:
+        train_step({"run_id": "lazyw", "round": 0, "worker": 1}, None)
+    assert str(e.value).startswith(
+        f"model.name '{HERE}:on_first_call' built no 'w' (of shape (64, 10)), unlike the run's stored model 0"
+    )
+    assert "or its forward pass adds parameters on a first call" in str(e.value)
+    assert _fatal("lazyw") is not None
