@@ -95,7 +95,7 @@ def _check(
     job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, code: Path | None, deployed: bool = False
 ) -> None:
     """The checks on `x` (stored rows, or zeros of the recorded shape when `y` is None)."""
-    with _user_code(code) as roots:
+    with _user_code(code) as roots, _torch_defaults_kept(job):
         check_importable(job)
         roots = roots or _entry_point_roots(job)
         with _watch_reads() as reads:
@@ -117,6 +117,36 @@ def _check(
 
 
 # --- the user's code -------------------------------------------------------------------------
+
+
+_CHANGED_DEFAULTS: list[str] = []  # what the user's code changed of torch's settings, during one check
+
+
+def _reset_defaults() -> list[str]:
+    """torch's defaults set back (as a worker does before each call); everything changed so far."""
+    from smlt.runtime.train.models import reset_torch_defaults
+
+    _CHANGED_DEFAULTS.extend(reset_torch_defaults())
+    return _CHANGED_DEFAULTS
+
+
+@contextmanager
+def _torch_defaults_kept(job: Job) -> Iterator[None]:
+    """The process's torch defaults as they were, whatever the user's code set (this is the
+    caller's process: a notebook's `smlt.train`); a warning names what it changed, which a
+    worker sets back before each call."""
+    _CHANGED_DEFAULTS.clear()
+    try:
+        yield
+    finally:
+        changed = list(dict.fromkeys(_reset_defaults()))
+        if changed:
+            notice.warning(
+                f"model.name: {job.model.name!r} changes torch's settings for the whole process "
+                f"({', '.join(changed)}, in its builder, forward or transform): the workers set them back before "
+                "each call (float32, gradients on), so the model trains as built; leave it out, or set a dtype "
+                "per layer (nn.Linear(..., dtype=torch.float64)) and use torch.no_grad() as a context"
+            )
 
 
 @contextmanager
@@ -661,6 +691,7 @@ def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, r
         )
     if sum(p.numel() * p.element_size() for p in model.parameters()) > REBUILD_BYTES:
         return
+    _reset_defaults()  # a second build as a worker's, after an earlier call's forward
     again = _build(job, manifest, roots).state_dict()
     _check_same_form(name, model.state_dict(), again)
     if any(k not in again or not torch.equal(v, again[k]) for k, v in model.state_dict().items()):

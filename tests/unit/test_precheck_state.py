@@ -94,3 +94,39 @@ def test_an_architecture_that_differs_between_builds_is_refused(digits, code):
         "model.name: 'statenets.nets:each_build_wider' builds another architecture each time with the same params "
         "('0.weight' of shape (32, 64), not (16, 64) on a second build)"
     )
+
+
+GLOBAL = """
+import torch
+from torch import nn
+
+class SetsDefaults(nn.Module):
+    def __init__(self, output_dim):
+        super().__init__()
+        self.l = nn.Linear(64, output_dim)
+
+    def forward(self, x):
+        torch.set_default_dtype(torch.float64)
+        return self.l(x)
+
+def sets_defaults(input_shape, output_dim):
+    return SetsDefaults(output_dim)
+"""
+
+
+def test_torch_settings_changed_by_the_model_are_set_back_and_told(digits, code, caplog):
+    """The caller's process kept float64 as torch's default dtype after the check, and the second
+    build's float64 weights were told as "builds different weights each time with the same seed"."""
+    import torch
+
+    (code / "glob.py").write_text(GLOBAL)
+    raw = {"dataset": {"uri": "unused"}, "model": {"name": "statenets.glob:sets_defaults"}}
+    with caplog.at_level("WARNING", logger="smlt.notice"):
+        check_model(parse_job(raw), digits, code)
+    assert torch.get_default_dtype() == torch.float32
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        "model.name: 'statenets.glob:sets_defaults' changes torch's settings for the whole process "
+        "(torch.set_default_dtype(torch.float64), in its builder, forward or transform): the workers set them back"
+    )

@@ -64,7 +64,7 @@ from smlt.runtime.tensors.digest import check, sha256_hex
 from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.measure import Footprint, footprint
-from smlt.runtime.train.models import build_model, check_trainable, form_difference
+from smlt.runtime.train.models import build_model, check_trainable, form_difference, reset_torch_defaults
 from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
 from smlt.runtime.usercode import (
     activate_code,
@@ -688,6 +688,7 @@ def _run_worker(
     where.manifest = manifest
     memory_mb = settings.memory_mb or spec.memory_mb
     torch.set_num_threads(torch_threads(memory_mb))  # every vCPU the tier pays for
+    reset_torch_defaults()  # as a user's forward in an earlier call of this process may have left them
 
     activate_code(spec.job, settings.artifacts_bucket)  # the user's code (`--code`) first on sys.path, fetched once
     model = build_model(

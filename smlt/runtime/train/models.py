@@ -148,3 +148,17 @@ def form_difference(want: dict[str, tuple[int, ...]], got: dict[str, tuple[int, 
             f" and {len(extra) - 1} more" if len(extra) > 1 else ""
         )
     return ""
+
+
+def reset_torch_defaults() -> list[str]:
+    """Set back what a user's code may change for the whole process (a warm Lambda container
+    serves later invocations and runs): torch's default dtype (float32) and gradient mode (on).
+    What was changed, named ("torch.set_default_dtype(torch.float64)"); [] when nothing was."""
+    changed = []
+    if torch.get_default_dtype() != torch.float32:
+        changed.append(f"torch.set_default_dtype({torch.get_default_dtype()})")
+        torch.set_default_dtype(torch.float32)
+    if not torch.is_grad_enabled():
+        changed.append("torch.set_grad_enabled(False)")
+        torch.set_grad_enabled(True)
+    return changed

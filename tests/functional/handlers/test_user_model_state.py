@@ -124,3 +124,34 @@ def test_a_parameter_created_in_forward_is_the_users_code(digits, aws):
     )
     assert "or its forward pass adds parameters on a first call" in str(e.value)
     assert _fatal("lazyw") is not None
+
+
+class SetsDefaults(nn.Module):
+    """Changes torch's default dtype for the whole process in its forward pass."""
+
+    def __init__(self, output_dim):
+        super().__init__()
+        self.l = nn.Linear(64, output_dim)
+
+    def forward(self, x):
+        torch.set_default_dtype(torch.float64)
+        return self.l(x)
+
+
+def sets_defaults(input_shape, output_dim):
+    return SetsDefaults(output_dim)
+
+
+def test_a_forward_that_sets_torchs_default_dtype_does_not_reach_the_next_call(digits, aws):
+    """Round 1 in the same process (a warm container) built float64 weights and failed: "your code
+    raised RuntimeError: mat1 and mat2 must have the same dtype, but got Float and Double"; so would
+    a later run's built-in model."""
+    try:
+        for rnd in (0, 1):
+            _plan(digits, "f64", "sets_defaults")
+            for w in range(4):
+                train_step({"run_id": "f64", "round": rnd, "worker": w}, None)
+            assert "reason" in aggregate({"run_id": "f64", "round": rnd}, None)
+        assert _model(aws, "f64", 2)["l.weight"].dtype == torch.float32
+    finally:
+        torch.set_default_dtype(torch.float32)
