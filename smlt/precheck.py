@@ -551,8 +551,10 @@ def _try_transform(job: Job, manifest: Manifest, model: Any, x: np.ndarray, root
 
 
 def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]) -> Any:
-    """The batch through the job's `code.transform`, sample by sample (as a worker applies it);
-    InvalidJob when a sample comes back as something else than a tensor of its shape and dtype."""
+    """The batch through the job's `code.transform`, sample by sample (as a worker applies it: on
+    a copy, so a transform that changes its sample in place leaves the check's stored samples as
+    they are); InvalidJob when a sample comes back as something else than a tensor of its shape
+    and dtype."""
     import torch
 
     from smlt.runtime.usercode import load_transform
@@ -562,6 +564,7 @@ def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]
     name = job.code.transform
     where = f"code.transform {name!r} on one sample of shape {_shape(manifest)}"
     limit = _call_limit_s(job, len(batch))
+    batch = batch.clone()  # the stored rows it may view (model_input gives float32 rows as they are)
     samples = _users(lambda: [fn(s) for s in batch], roots, where, True, lambda e: InvalidJob(str(e)), limit)
     sample = batch[0]
     for got in samples:

@@ -130,3 +130,28 @@ def test_torch_settings_changed_by_the_model_are_set_back_and_told(digits, code,
         "model.name: 'statenets.glob:sets_defaults' changes torch's settings for the whole process "
         "(torch.set_default_dtype(torch.float64), in its builder, forward or transform): the workers set them back"
     )
+
+
+IN_PLACE = """
+from pathlib import Path
+
+def doubles_in_place(x):
+    with open(Path(__file__).parent / "seen.txt", "a") as f:
+        f.write(repr(float(x.abs().sum())) + "\\n")
+    x.mul_(2)
+    return x
+"""
+
+
+def test_a_transform_that_changes_its_sample_in_place_leaves_the_checks_samples(digits, code):
+    """The check's stored rows were changed by it: its next calls (the training step) saw the
+    first samples doubled. A worker's batches are copies of the stored rows (the loader's)."""
+    (code / "inplace.py").write_text(IN_PLACE)
+    raw = {
+        "dataset": {"uri": "unused"},
+        "model": {"name": "statenets.nets:lazy_run_once"},
+        "code": {"transform": "statenets.inplace:doubles_in_place"},
+    }
+    check_model(parse_job(raw), digits, code)
+    seen = [float(v) for v in (code / "seen.txt").read_text().split()]
+    assert len(seen) >= 3 and seen[2] == seen[0], seen  # the first sample again, as stored

@@ -155,3 +155,39 @@ def test_a_forward_that_sets_torchs_default_dtype_does_not_reach_the_next_call(d
         assert _model(aws, "f64", 2)["l.weight"].dtype == torch.float32
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+_SEEN: list[float] = []
+
+
+def doubles_in_place(x):
+    _SEEN.append(float(x.abs().max()))
+    x.mul_(2)
+    return x
+
+
+def linear(input_shape, output_dim):
+    return nn.Linear(64, output_dim)
+
+
+def test_a_transform_that_changes_its_sample_in_place_does_not_compound(digits, aws):
+    """Measured: a worker's training batches are copies of the stored rows, so a sample seen again
+    (here each is, within the round) is seen as stored, not doubled again."""
+    j = {**job(digits, max_rounds=2, target_value=None, local_steps=40), "model": {"name": f"{HERE}:linear"}}
+    j["code"] = {"transform": f"{HERE}:doubles_in_place"}
+    planner({"op": "plan", "job": j, "execution": "inplace"}, None)
+    train_step({"run_id": "inplace", "round": 0, "worker": 0}, None)
+    stored = max(float(abs(x).max()) for x in _stored_rows(aws, digits))
+    assert len(_SEEN) == 40 * 32 and max(_SEEN) <= stored + 1e-4
+
+
+def _stored_rows(aws, uri):
+    import json
+
+    from safetensors.numpy import load
+
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    manifest = json.loads(aws.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/manifest.json")["Body"].read())
+    for shard in manifest["train"]["shards"]:
+        key = f"{prefix.rstrip('/')}/{shard['key'] if 'key' in shard else shard['path']}"
+        yield load(aws.get_object(Bucket=bucket, Key=key)["Body"].read())["x"]
