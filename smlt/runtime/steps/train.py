@@ -63,6 +63,7 @@ from smlt.runtime.store import NotFound, S3Store
 from smlt.runtime.tensors.digest import check, sha256_hex
 from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.runtime.train.augment import build_augment
+from smlt.runtime.train.leak import check_growth
 from smlt.runtime.train.measure import Footprint, footprint
 from smlt.runtime.train.models import build_model, check_trainable, form_difference, reset_torch_defaults
 from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
@@ -727,6 +728,8 @@ def _run_worker(
             # measures its model's footprint, seconds on the first call) nor model r's download.
             samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t_setup, transform, watchdog)
         t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
+        if _own(spec.job):  # a warm container runs the user's model again: is it keeping memory?
+            check_growth(run_id, spec.job.model.name, memory_mb)
         if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
             rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]
             shards.background(lambda: reader.warm(rest))

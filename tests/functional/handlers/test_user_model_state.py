@@ -191,3 +191,57 @@ def _stored_rows(aws, uri):
     for shard in manifest["train"]["shards"]:
         key = f"{prefix.rstrip('/')}/{shard['key'] if 'key' in shard else shard['path']}"
         yield load(aws.get_object(Bucket=bucket, Key=key)["Body"].read())["x"]
+
+
+_KEPT: list[torch.Tensor] = []
+
+
+class Keeps(nn.Module):
+    """Appends 4 MB to a module-level list on each forward call, as a leak does."""
+
+    def __init__(self, output_dim, leak):
+        super().__init__()
+        self.l, self.leak = nn.Linear(64, output_dim), leak
+
+    def forward(self, x):
+        if self.leak:
+            _KEPT.append(torch.ones(1 << 20))
+        return self.l(x)
+
+
+def keeps(input_shape, output_dim, leak=True):
+    return Keeps(output_dim, leak)
+
+
+@pytest.fixture
+def small_leak_share(monkeypatch):
+    from smlt.runtime.train import leak
+
+    monkeypatch.setattr(leak, "LEAK_SHARE", 0.1)  # 177 MB of the 1769 MB tier: a small test
+    monkeypatch.setattr(leak, "_history", [])
+    yield
+    _KEPT.clear()
+
+
+def test_memory_kept_between_calls_is_named_before_the_worker_runs_out(digits, aws, small_leak_share):
+    """A warm container ran out of memory at some round N, and the planner, told "OutOfMemory",
+    moved the run to a larger tier (more spend), never naming the user's leak. Each worker
+    invocation here grows the process by ~84 MB (21 forward calls)."""
+    j = {**job(digits, max_rounds=2, target_value=None), "model": {"name": f"{HERE}:keeps"}}
+    planner({"op": "plan", "job": j, "execution": "leak"}, None)
+    for w in range(3):
+        train_step({"run_id": "leak", "round": 0, "worker": w}, None)
+    with pytest.raises(UserCodeError) as e:
+        train_step({"run_id": "leak", "round": 0, "worker": 3}, None)
+    assert str(e.value).startswith(f"model.name '{HERE}:keeps': this worker's process grew by ")
+    assert "a module-level list or dict that tensors are appended to" in str(e.value)
+    assert _fatal("leak") is not None
+
+
+def test_a_model_that_keeps_nothing_is_not_told(digits, aws, small_leak_share):
+    j = {**job(digits, max_rounds=3, target_value=None), "model": {"name": f"{HERE}:keeps", "params": {"leak": False}}}
+    for rnd in (0, 1):
+        planner({"op": "plan", "job": j, "execution": "noleak"}, None)
+        for w in range(4):
+            train_step({"run_id": "noleak", "round": rnd, "worker": w}, None)
+        assert "reason" in aggregate({"run_id": "noleak", "round": rnd}, None)
