@@ -108,6 +108,7 @@ def _check(
             _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
             _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
             _try_train_step(job, manifest, model, x, y, roots)
+            _check_non_persistent(job, manifest, model, x[:SAMPLE_ROWS], roots)
             if job.model.name not in BUILTIN_MODELS:
                 _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
         _check_reads(job, reads, roots, deployed)
@@ -736,6 +737,45 @@ def _check_state_kept(job: Job, model: Any, built: dict[str, tuple[int, ...]]) -
             f"model.name: {job.model.name!r} changes its state in its forward pass ({diff} after a first call): "
             "smlt stores, averages and loads the model as the builder returns it; create every parameter and buffer "
             "in __init__ (the builder gets input_shape for their sizes)"
+        )
+
+
+def _check_non_persistent(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
+    """A warning when a forward pass in training mode changes a buffer that is not in the model's
+    state (`register_buffer(..., persistent=False)`): the workers neither average nor store it, so
+    the published model has the builder's value. The buffers are left as they were."""
+    import torch
+
+    from smlt.runtime.data.inputs import model_input
+
+    kept = set(model.state_dict())
+    if all(k in kept for k, _ in model.named_buffers()):
+        return
+    built = {k: b.detach().clone() for k, b in model.named_buffers()}
+    xb = torch.from_numpy(model_input(manifest, x)).clone()
+
+    def forward() -> list[str]:
+        model.train()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                model(xb)
+            now = dict(model.named_buffers())
+            return [k for k, b in built.items() if k not in kept and k in now and not torch.equal(b, now[k])]
+        finally:
+            model.eval()
+            with torch.no_grad():
+                for k, b in model.named_buffers():
+                    if k in built:
+                        b.copy_(built[k])
+
+    where = f"the forward pass of model.name {job.model.name!r} in training mode on {len(x)} samples"
+    changed = _users(forward, roots, where, True, lambda e: InvalidJob(f"{where}: {e}"), _call_limit_s(job, len(x)))
+    if changed:
+        notice.warning(
+            f"model.name: {job.model.name!r} changes its non-persistent buffer {changed[0]!r} while it trains "
+            "(register_buffer(..., persistent=False)): it is not in the model's state, so the workers neither "
+            "average nor store it, and the published model has the builder's value; register it persistent "
+            "(the default) if training should keep it"
         )
 
 

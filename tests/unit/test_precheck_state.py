@@ -155,3 +155,46 @@ def test_a_transform_that_changes_its_sample_in_place_leaves_the_checks_samples(
     check_model(parse_job(raw), digits, code)
     seen = [float(v) for v in (code / "seen.txt").read_text().split()]
     assert len(seen) >= 3 and seen[2] == seen[0], seen  # the first sample again, as stored
+
+
+COUNTS = """
+import torch
+from torch import nn
+
+class Counts(nn.Module):
+    def __init__(self, output_dim, persistent):
+        super().__init__()
+        self.l = nn.Linear(64, output_dim)
+        self.register_buffer("seen", torch.zeros(()), persistent=persistent)
+        self.register_buffer("scale", torch.ones(64), persistent=False)  # never changed: fine
+
+    def forward(self, x):
+        if self.training:
+            self.seen += len(x)
+        return self.l(x * self.scale)
+
+def counts(input_shape, output_dim, persistent=False):
+    return Counts(output_dim, persistent)
+"""
+
+
+def test_a_non_persistent_buffer_that_training_changes_is_told(digits, code, caplog):
+    """It trained silently: the workers neither average nor store it, so the published model kept
+    the builder's value."""
+    (code / "counts.py").write_text(COUNTS)
+
+    def said(persistent):
+        caplog.clear()
+        raw = {
+            "dataset": {"uri": "unused"},
+            "model": {"name": "statenets.counts:counts", "params": {"persistent": persistent}},
+        }
+        with caplog.at_level("WARNING", logger="smlt.notice"):
+            check_model(parse_job(raw), digits, code)
+        return [r.getMessage() for r in caplog.records]
+
+    (warning,) = said(False)
+    assert warning.startswith(
+        "model.name: 'statenets.counts:counts' changes its non-persistent buffer 'seen' while it trains"
+    )
+    assert said(True) == []
