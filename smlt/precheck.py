@@ -95,17 +95,20 @@ def _check(
     job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, code: Path | None, deployed: bool = False
 ) -> None:
     """The checks on `x` (stored rows, or zeros of the recorded shape when `y` is None)."""
-    with _user_code(code) as roots:
+    with _user_code(code) as roots, _torch_defaults_kept(job):
         check_importable(job)
         roots = roots or _entry_point_roots(job)
         with _watch_reads() as reads:
             model = _build(job, manifest, roots)
             _check_cpu(job, model)
             _check_registered(job, model)
+            built = _form(model.state_dict())
             _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+            _check_state_kept(job, model, built)
             _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
             _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
             _try_train_step(job, manifest, model, x, y, roots)
+            _check_non_persistent(job, manifest, model, x[:SAMPLE_ROWS], roots)
             if job.model.name not in BUILTIN_MODELS:
                 _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
         _check_reads(job, reads, roots, deployed)
@@ -115,6 +118,36 @@ def _check(
 
 
 # --- the user's code -------------------------------------------------------------------------
+
+
+_CHANGED_DEFAULTS: list[str] = []  # what the user's code changed of torch's settings, during one check
+
+
+def _reset_defaults() -> list[str]:
+    """torch's defaults set back (as a worker does before each call); everything changed so far."""
+    from smlt.runtime.train.models import reset_torch_defaults
+
+    _CHANGED_DEFAULTS.extend(reset_torch_defaults())
+    return _CHANGED_DEFAULTS
+
+
+@contextmanager
+def _torch_defaults_kept(job: Job) -> Iterator[None]:
+    """The process's torch defaults as they were, whatever the user's code set (this is the
+    caller's process: a notebook's `smlt.train`); a warning names what it changed, which a
+    worker sets back before each call."""
+    _CHANGED_DEFAULTS.clear()
+    try:
+        yield
+    finally:
+        changed = list(dict.fromkeys(_reset_defaults()))
+        if changed:
+            notice.warning(
+                f"model.name: {job.model.name!r} changes torch's settings for the whole process "
+                f"({', '.join(changed)}, in its builder, forward or transform): the workers set them back before "
+                "each call (float32, gradients on), so the model trains as built; leave it out, or set a dtype "
+                "per layer (nn.Linear(..., dtype=torch.float64)) and use torch.no_grad() as a context"
+            )
 
 
 @contextmanager
@@ -519,8 +552,10 @@ def _try_transform(job: Job, manifest: Manifest, model: Any, x: np.ndarray, root
 
 
 def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]) -> Any:
-    """The batch through the job's `code.transform`, sample by sample (as a worker applies it);
-    InvalidJob when a sample comes back as something else than a tensor of its shape and dtype."""
+    """The batch through the job's `code.transform`, sample by sample (as a worker applies it: on
+    a copy, so a transform that changes its sample in place leaves the check's stored samples as
+    they are); InvalidJob when a sample comes back as something else than a tensor of its shape
+    and dtype."""
     import torch
 
     from smlt.runtime.usercode import load_transform
@@ -530,6 +565,7 @@ def _transformed(job: Job, manifest: Manifest, batch: Any, roots: Sequence[Path]
     name = job.code.transform
     where = f"code.transform {name!r} on one sample of shape {_shape(manifest)}"
     limit = _call_limit_s(job, len(batch))
+    batch = batch.clone()  # the stored rows it may view (model_input gives float32 rows as they are)
     samples = _users(lambda: [fn(s) for s in batch], roots, where, True, lambda e: InvalidJob(str(e)), limit)
     sample = batch[0]
     for got in samples:
@@ -659,13 +695,87 @@ def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, r
         )
     if sum(p.numel() * p.element_size() for p in model.parameters()) > REBUILD_BYTES:
         return
+    _reset_defaults()  # a second build as a worker's, after an earlier call's forward
     again = _build(job, manifest, roots).state_dict()
+    _check_same_form(name, model.state_dict(), again)
     if any(k not in again or not torch.equal(v, again[k]) for k, v in model.state_dict().items()):
         notice.warning(
             f"model.name: {name!r} builds different weights each time with the same seed (it draws random "
             "numbers that torch.manual_seed does not fix: Python's random, numpy.random or a generator of its "
             "own): the run's workers all start from its one stored model 0, but two runs of this job start "
             "from different weights; draw them with torch (torch.randn, nn.init) to make runs repeatable"
+        )
+
+
+def _form(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in state.items()}
+
+
+def _check_same_form(name: str, first: dict[str, Any], again: dict[str, Any]) -> None:
+    """InvalidJob when a second build of the model has other parameters or shapes than the first:
+    each worker builds the model and loads the run's one stored model 0 into it."""
+    from smlt.runtime.train.models import form_difference
+
+    diff = form_difference(_form(first), _form(again))
+    if diff:
+        raise InvalidJob(
+            f"model.name: {name!r} builds another architecture each time with the same params ({diff} on a second "
+            "build): every worker builds the model and loads the run's one stored model 0 into it, so they must all "
+            "build the same layers; decide sizes and layer counts from the builder's arguments (model.params, "
+            "input_shape, output_dim), not from random, numpy.random or the time"
+        )
+
+
+def _check_state_kept(job: Job, model: Any, built: dict[str, tuple[int, ...]]) -> None:
+    """InvalidJob when the forward pass added to the model's state or reshaped it (a parameter
+    created on its first call): the workers store, average and load the state the builder makes."""
+    from smlt.runtime.train.models import form_difference
+
+    diff = form_difference(built, _form(model.state_dict()))
+    if diff:
+        raise InvalidJob(
+            f"model.name: {job.model.name!r} changes its state in its forward pass ({diff} after a first call): "
+            "smlt stores, averages and loads the model as the builder returns it; create every parameter and buffer "
+            "in __init__ (the builder gets input_shape for their sizes)"
+        )
+
+
+def _check_non_persistent(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:
+    """A warning when a forward pass in training mode changes a buffer that is not in the model's
+    state (`register_buffer(..., persistent=False)`): the workers neither average nor store it, so
+    the published model has the builder's value. The buffers are left as they were."""
+    import torch
+
+    from smlt.runtime.data.inputs import model_input
+
+    kept = set(model.state_dict())
+    if all(k in kept for k, _ in model.named_buffers()):
+        return
+    built = {k: b.detach().clone() for k, b in model.named_buffers()}
+    xb = torch.from_numpy(model_input(manifest, x)).clone()
+
+    def forward() -> list[str]:
+        model.train()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                model(xb)
+            now = dict(model.named_buffers())
+            return [k for k, b in built.items() if k not in kept and k in now and not torch.equal(b, now[k])]
+        finally:
+            model.eval()
+            with torch.no_grad():
+                for k, b in model.named_buffers():
+                    if k in built:
+                        b.copy_(built[k])
+
+    where = f"the forward pass of model.name {job.model.name!r} in training mode on {len(x)} samples"
+    changed = _users(forward, roots, where, True, lambda e: InvalidJob(f"{where}: {e}"), _call_limit_s(job, len(x)))
+    if changed:
+        notice.warning(
+            f"model.name: {job.model.name!r} changes its non-persistent buffer {changed[0]!r} while it trains "
+            "(register_buffer(..., persistent=False)): it is not in the model's state, so the workers neither "
+            "average nor store it, and the published model has the builder's value; register it persistent "
+            "(the default) if training should keep it"
         )
 
 

@@ -63,8 +63,9 @@ from smlt.runtime.store import NotFound, S3Store
 from smlt.runtime.tensors.digest import check, sha256_hex
 from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_state, state_to_bytes, update_delta
 from smlt.runtime.train.augment import build_augment
+from smlt.runtime.train.leak import check_growth
 from smlt.runtime.train.measure import Footprint, footprint
-from smlt.runtime.train.models import build_model, check_trainable
+from smlt.runtime.train.models import build_model, check_trainable, form_difference, reset_torch_defaults
 from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
 from smlt.runtime.usercode import (
     activate_code,
@@ -591,14 +592,30 @@ def _start_from(
 ) -> dict[str, Tensor]:
     """Load model r into `model`; a copy of its state (the update is the difference to it)."""
     global_blob = _global_model(artifacts, table, spec, model, expected)
+    stored = bytes_to_state(global_blob)
+    if _own(spec.job):
+        diff = form_difference(_form(stored), _form(model.state_dict()))
+        if diff:
+            raise UserCodeError(
+                f"model.name {spec.job.model.name!r} built {diff}, unlike the run's stored model {spec.round}, so this "
+                "worker's model cannot take the run's weights: its builder builds another architecture from one call "
+                "to the next (Python's random, numpy.random, the time or a file deciding sizes or layer counts), or "
+                "its forward pass adds parameters on a first call; decide sizes from the builder's arguments "
+                "(model.params, input_shape, output_dim) and create every parameter in __init__\n"
+                f"{FIX_AND_START_AGAIN}"
+            )
     try:
-        model.load_state_dict(bytes_to_state(global_blob))
+        model.load_state_dict(stored)
     except RuntimeError as e:
         raise InvalidDataset(
             f"the model does not match the dataset (samples of shape {manifest.x.shape}, "
             f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
         ) from None
     return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _form(state: dict[str, Tensor]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in state.items()}
 
 
 def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, int, int]) -> Transform | None:
@@ -672,6 +689,7 @@ def _run_worker(
     where.manifest = manifest
     memory_mb = settings.memory_mb or spec.memory_mb
     torch.set_num_threads(torch_threads(memory_mb))  # every vCPU the tier pays for
+    reset_torch_defaults()  # as a user's forward in an earlier call of this process may have left them
 
     activate_code(spec.job, settings.artifacts_bucket)  # the user's code (`--code`) first on sys.path, fetched once
     model = build_model(
@@ -710,6 +728,8 @@ def _run_worker(
             # measures its model's footprint, seconds on the first call) nor model r's download.
             samples, train_loss, cut = _local_steps(spec, model, batches, manifest, sync, t_setup, transform, watchdog)
         t_compute, train_wait = time.perf_counter(), shards.wait_s - eval_wait
+        if _own(spec.job):  # a warm container runs the user's model again: is it keeping memory?
+            check_growth(run_id, spec.job.model.name, memory_mb)
         if cache_miss:  # the rest of the slice, for the rounds to come (leaving the `with` waits)
             rest: list[Key] = [("validation", i) for i in val_idx] + [("train", i) for i in train_idx]
             shards.background(lambda: reader.warm(rest))

@@ -12,7 +12,19 @@ from smlt.runtime.tensors.codec import FP16_MAX, check_codec
 
 
 def state_to_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
-    return save({k: v.detach().contiguous().cpu() for k, v in state.items()}, metadata=metadata)
+    """The state as safetensors bytes. A tensor that shares memory with an earlier one (tied
+    weights: one parameter under two names, a module used twice) is stored as a copy under each
+    name, which safetensors' `save` would refuse: loading it back sets the one parameter twice to
+    the same values, and every name's update is the same, so averaging keeps them equal."""
+    out, seen = {}, set()
+    for k, v in state.items():
+        t = v.detach().contiguous().cpu()
+        ptr = t.untyped_storage().data_ptr() if t.numel() else None
+        if ptr is not None and ptr in seen:
+            t = t.clone()
+        seen.add(ptr)
+        out[k] = t
+    return save(out, metadata=metadata)
 
 
 def bytes_to_state(blob: bytes) -> dict[str, torch.Tensor]:

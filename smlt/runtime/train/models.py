@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.job import ModelSpec
@@ -77,7 +78,23 @@ def build_model(
         raise InvalidJob(f"model.params: {e}") from None
     if not isinstance(model, nn.Module):
         raise InvalidJob(f"model.name: {spec.name!r} returned {_what(model)}, not a torch.nn.Module")
+    check_shaped(model, spec.name)
     return model
+
+
+def check_shaped(model: nn.Module, name: str) -> None:
+    """InvalidJob when the built model holds lazy layers (nn.LazyLinear, nn.LazyConv2d...): their
+    weights have no shape until a first forward pass, and the workers store, average and load the
+    model as built (model 0 is stored before any forward)."""
+    lazy = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if is_lazy(t)]
+    if lazy:
+        shown = ", ".join(lazy[:4]) + (f" and {len(lazy) - 4} more" if len(lazy) > 4 else "")
+        raise InvalidJob(
+            f"model.name: {name!r} holds lazy layers whose weights have no shape until a first forward pass "
+            f"({shown}): smlt stores and averages the model as the builder returns it; give each layer its input "
+            "size (nn.Linear(in_features, out_features) for nn.LazyLinear), or run the model once in the builder "
+            "(model(torch.zeros(1, *input_shape))) before returning it"
+        )
 
 
 def _what(got: object) -> str:
@@ -105,4 +122,43 @@ def check_trainable(model: nn.Module, name: str) -> None:
     raise InvalidJob(
         f"model.name: {name!r} {what}, so training would not change it: give it a trainable layer "
         "(or unfreeze one: requires_grad_(True))"
+        + (
+            "; one created in forward, on its first call, is not there when smlt builds, stores and averages the "
+            "model: create it in __init__"
+            if not params
+            else ""
+        )
     )
+
+
+def form_difference(want: dict[str, tuple[int, ...]], got: dict[str, tuple[int, ...]]) -> str:
+    """The first difference between two states' names and shapes ("" when they match), named:
+    "parameter 'l.weight' of shape (16, 64), not (32, 64)", "no 'w'", "an extra 'w' of shape (64, 10)"."""
+    for k, shape in got.items():  # in `got`'s order: a model's own, the first layer first
+        if k in want and want[k] != shape:
+            return f"{k!r} of shape {shape}, not {want[k]}"
+    missing = [k for k in want if k not in got]
+    if missing:
+        return f"no {missing[0]!r} (of shape {want[missing[0]]})" + (
+            f" and {len(missing) - 1} more missing" if len(missing) > 1 else ""
+        )
+    extra = [k for k in got if k not in want]
+    if extra:
+        return f"an extra {extra[0]!r} of shape {got[extra[0]]}" + (
+            f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        )
+    return ""
+
+
+def reset_torch_defaults() -> list[str]:
+    """Set back what a user's code may change for the whole process (a warm Lambda container
+    serves later invocations and runs): torch's default dtype (float32) and gradient mode (on).
+    What was changed, named ("torch.set_default_dtype(torch.float64)"); [] when nothing was."""
+    changed = []
+    if torch.get_default_dtype() != torch.float32:
+        changed.append(f"torch.set_default_dtype({torch.get_default_dtype()})")
+        torch.set_default_dtype(torch.float32)
+    if not torch.is_grad_enabled():
+        changed.append("torch.set_grad_enabled(False)")
+        torch.set_grad_enabled(True)
+    return changed
