@@ -68,7 +68,10 @@ SERVED_TOLERANCE = 1e-5
 RELATIVE = 1e-6
 CHECK_ROWS = 8
 DATA_ROWS = 64  # rows of --data an export is checked on
-STRING_EQUAL_OPSET = 19  # ONNX's Equal takes strings from opset 19 (kind columns_text)
+TEXT_OPSET = 20  # ONNX's RegexFullMatch (strings) is opset 20's (kind columns_text)
+# What smlt's CSV reader strips around a text cell (pyarrow's utf8_trim_whitespace: Python's
+# str.isspace characters), as an RE2 class: the table graph strips it too (`_level_pattern`).
+_SPACE = r"[\t-\r\x{1C}-\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
 ENCODED = "smlt_encoded_features"  # kind columns_text: the table graph's output, the network's input
 
 
@@ -322,9 +325,9 @@ def _label(path: Path, metadata: dict[str, str], table: Manifest | None = None) 
         from onnx.compose import merge_models
 
         opset = next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx"))
-        if opset < STRING_EQUAL_OPSET:
+        if opset < TEXT_OPSET:
             raise ExportFailed(
-                f"the network's ONNX opset is {opset}: text cells need {STRING_EQUAL_OPSET} (Equal on strings)"
+                f"the network's ONNX opset is {opset}: text cells need {TEXT_OPSET} (RegexFullMatch on strings)"
             )
         front = _table_graph(table, opset, graph.ir_version)
         graph = merge_models(front, graph, io_map=[(ENCODED, ENCODED)])
@@ -338,9 +341,11 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
     graph from the inputs `numbers` (float32 [batch, N], NaN where missing; absent when N is 0) and
     `text` (string [batch, M], "" where missing) to ENCODED (float32 [batch, F]): a number column's
     missing cell its fill (NaN without one) and 1 in its indicator; a text column one 0/1 feature
-    per level (string Equal; a value none of them: all 0), a missing cell the fill level's features
-    (NaN without a fill) and 1 in its indicator; the features gathered into `encode_columns`' order,
-    minus the mean, over the std."""
+    per level (RegexFullMatch of the level with the whitespace smlt's CSV reader strips around it,
+    `_level_pattern`: ' Paris' is 'Paris', as `smlt predict` reads a CSV; a value none of them: all
+    0), a missing cell ("" or only whitespace) the fill level's features (NaN without a fill) and 1
+    in its indicator; the features gathered into `encode_columns`' order, minus the mean, over the
+    std."""
     from onnx import TensorProto, helper
 
     from smlt.runtime.data.tabular import width
@@ -377,12 +382,16 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
             own[t.name], gap[t.name] = j, len(numbers) + j
         at = 2 * len(numbers)
     inputs.append(helper.make_tensor_value_info(TEXT, TensorProto.STRING, [BATCH, len(text)]))
-    text_gaps = node("Equal", [TEXT, const("empty", [b""], TensorProto.STRING)], "text_gaps")
+    text_gaps = node("RegexFullMatch", [TEXT], "text_gaps", pattern=f"{_SPACE}*")
     for k, t in enumerate(text):
         where = const(f"text_{k}_at", [k], TensorProto.INT64, row=False)
         cell = node("Gather", [TEXT, where], f"text_{k}", axis=1)
-        levels = const(f"text_{k}_levels", [level.encode() for level in t.levels], TensorProto.STRING)
-        hot = node("Cast", [node("Equal", [cell, levels], f"text_{k}_hot")], f"text_{k}_features", to=TensorProto.FLOAT)
+        each = [
+            node("RegexFullMatch", [cell], f"text_{k}_is_{j}", pattern=_level_pattern(level))
+            for j, level in enumerate(t.levels)
+        ]
+        matched = node("Concat", each, f"text_{k}_hot", axis=1) if len(each) > 1 else each[0]
+        hot = node("Cast", [matched], f"text_{k}_features", to=TensorProto.FLOAT)
         empty = node("Gather", [text_gaps, where], f"text_{k}_gap", axis=1)
         fill = [float(level == str(t.fill)) if t.fill is not None else np.nan for level in t.levels]
         pieces.append(node("Where", [empty, const(f"text_{k}_fill", fill), hot], f"text_{k}_filled"))
@@ -405,6 +414,15 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
     output = helper.make_tensor_value_info(ENCODED, TensorProto.FLOAT, [BATCH, len(order)])
     graph = helper.make_graph(nodes, "smlt_table", inputs, [output], initializer=consts)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+
+
+def _level_pattern(level: str) -> str:
+    """An RE2 pattern that fully matches a cell that is `level` once the whitespace around it is
+    stripped, as smlt's CSV reader strips it (`_SPACE`); the level's characters matched as they
+    are (every one but a letter or digit written as its code point: no regex meaning). A level
+    with whitespace of its own around it (a Parquet string is kept as stored) matches only as it is."""
+    exact = "".join(c if c.isalnum() else f"\\x{{{ord(c):X}}}" for c in level)
+    return exact if level != level.strip() else f"{_SPACE}*{exact}{_SPACE}*"
 
 
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")

@@ -297,9 +297,32 @@ def _ctrl_c_after() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+def handler_log(out: Path, run_id: str) -> Path:
+    """Where a local run's functions' prints go (`LocalEngine.handler_output`): on AWS, CloudWatch Logs."""
+    return out / "logs" / f"{run_id}.log"
+
+
 def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
     """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
-    returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed."""
+    returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed.
+    What the functions print (a forward's prints, their logs) goes to `handler_log`, not the
+    terminal, as on AWS it goes to CloudWatch Logs: one line at the end says where."""
+    logs = handler_log(out, run_id)
+    logs.parent.mkdir(parents=True, exist_ok=True)
+    engine.handler_output = logs
+    try:
+        return _execute(engine, names, run_id, job, out, injector)
+    finally:
+        engine.handler_output = None
+        if logs.exists() and logs.stat().st_size:
+            lines = sum(not line.startswith(b"--- ") for line in logs.read_bytes().splitlines())
+            progress.info(f"  the functions printed {lines:,} lines (CloudWatch Logs on AWS): {logs}")
+        else:
+            with contextlib.suppress(OSError):
+                logs.parent.rmdir()  # nothing printed: no empty folder left
+
+
+def _execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
     tracking = LiveTracking(run_id, job, out)
     follower = Follower(engine, names, run_id, state_dir(out, run_id), tracking)
     t0 = time.time()

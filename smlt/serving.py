@@ -16,13 +16,13 @@ What the served model takes, by what the model was trained on (`input_kind`):
 - `columns_text` (ONNX only; spec format smlt-serving/2): a table of number columns and one-hot
   text columns (at most MAX_ONEHOT_LEVELS levels), two inputs: `numbers` float32 [batch, N] as
   `columns` takes them (left out when the table has none) and `text` string [batch, M], one cell
-  per column of the spec's `text_columns`, its text as smlt reads it (a CSV cell stripped of its
-  surrounding whitespace: the graph compares whole strings; "" for a missing cell):
+  per column of the spec's `text_columns`, its text as written (the graph strips the whitespace
+  around it as smlt's CSV reader does: ' Paris' is 'Paris'; "" or only whitespace for a missing cell):
   equal to one of the column's levels, a 1 in that level's feature; any other value all zeros
   (`unseen_values`); "" the column's imputed level with its indicator (prepared with --missing
   refuse: NaN features, so NaN outputs, as NaN in a number column); encoded, imputed and
   standardised inside, in `encode_columns`' feature order (`exporter._table_graph`: ONNX's string
-  `Equal`, opset 19). In Python: `table_feeds(smlt.load_model(RUN), rows)`;
+  `RegexFullMatch`, opset 20). In Python: `table_feeds(smlt.load_model(RUN), rows)`;
 - `encoded_features` float32 [batch, F]: a table with a hashed or free-text column or a date
   column (those have no graph form), and a table with text columns exported with torch.export (no
   string tensors): the card's column transforms and standardisation applied (`apply_columns`'
@@ -319,8 +319,8 @@ _TAKES: dict[str, str] = {
     "error, never a silent wrap",
     NUMBERS: "one value per number column of `columns`, in that order, in the data's own units; NaN for a "
     "missing cell (imputed inside as the training data was)",
-    TEXT: "one cell per text column of `text_columns`, in that order, its text as smlt reads it (a CSV cell "
-    'without its surrounding whitespace, case kept; a Parquet string as stored); "" for a missing cell '
+    TEXT: "one cell per text column of `text_columns`, in that order, its text as written, case kept (the "
+    'whitespace around it is stripped inside, as smlt\'s CSV reader strips it); "" for a missing cell '
     "(imputed inside as the training data was); a value that is none of the column's levels (the model card's) "
     "is encoded as none of them, as smlt predict does",
     "encoded_features": "the rows with the card's column transforms and standardisation applied (a hashed or "

@@ -15,8 +15,8 @@ def add_commands(sub: Any) -> None:
         "prepare",
         help="shard a CSV, Parquet, JSONL, NPZ, image folder, folder of a table's parts, sklearn:NAME or "
         "synthetic:... dataset",
-        description="A CSV (.tsv, .txt: delimited text) is read as UTF-8, or as its byte-order mark says (UTF-16: "
-        'Excel\'s "Unicode Text"); a file in another encoding, with no mark, is read with --encoding only.',
+        description="A CSV (.tsv, .txt: delimited text) or JSON Lines file is read as UTF-8, or as its byte-order mark "
+        'says (UTF-16: Excel\'s "Unicode Text"); a file in another encoding, with no mark, is read with --encoding only.',
     )
     prep.add_argument(
         "source",
@@ -62,7 +62,7 @@ def add_commands(sub: Any) -> None:
         "--encoding",
         type=encoding,
         metavar="NAME",
-        help="CSV/TSV/TXT not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV (Comma "
+        help="CSV/TSV/TXT/JSONL not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV (Comma "
         'delimited)" on Windows), latin-1, shift_jis; without it such a file is refused (a BOM says UTF-8/16/32 itself)',
     )
     prep.add_argument("--image-size", type=_positive, help="image folders: resize every image to SIZE x SIZE")

@@ -52,7 +52,7 @@ def add_commands(sub: Any) -> None:
         "--encoding",
         type=encoding,
         metavar="NAME",
-        help="a CSV/TSV/TXT not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV "
+        help="a CSV/TSV/TXT/JSONL not UTF-8 and without a byte-order mark: its encoding, e.g. cp1252 (Excel's \"CSV "
         '(Comma delimited)" on Windows); without it such a file is refused',
     )
     p.set_defaults(fn=predict)

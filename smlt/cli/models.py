@@ -187,6 +187,11 @@ def _print_versions(
             )
     if champ is not None:
         print(f"champion (*): {champ.version} (run {champ.run_id}, by {champ.by}) {champ.model}")
+    elif found:
+        name = found[0].pipeline
+        print(
+            f"no champion yet ({name}@latest names none): `smlt models promote {name} VERSION` serves a version's model"
+        )
 
 
 def promote(args: argparse.Namespace) -> int:

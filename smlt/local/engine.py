@@ -110,6 +110,7 @@ class LocalEngine:
         self._preload = DEFAULT_PRELOAD + tuple(m for m in preload if m not in DEFAULT_PRELOAD)
         self._invoke_filter = invoke_filter
         self._after_invoke: AfterInvoke | None = None
+        self._handler_output: Path | None = None
         self.history_limit = history_limit
         self._state_machine = state_machine
         self.timings: dict[str, float] = {}
@@ -197,6 +198,7 @@ class LocalEngine:
         assert self.server.port is not None  # acquire() returns a started server
         router = InvokeRouter(self.functions, self.pool, self.server.port, self.runtime_env, self._invoke_filter)
         router.after_invoke = self._after_invoke
+        router.output = str(self._handler_output) if self._handler_output else None
         invoke.activate(router)  # refuses a second engine of the same stack
         self._router = router
         self._create_buckets()
@@ -399,6 +401,19 @@ class LocalEngine:
         self._after_invoke = value
         if self._router is not None:
             self._router.after_invoke = value
+
+    @property
+    def handler_output(self) -> Path | None:
+        return self._handler_output
+
+    @handler_output.setter
+    def handler_output(self, value: Path | None) -> None:
+        """A file the handler processes append what they print to (stdout and stderr, an
+        invocation's at a time under a line naming it, as CloudWatch keeps a Lambda's), instead of
+        this process's terminal (None)."""
+        self._handler_output = value
+        if self._router is not None:
+            self._router.output = str(value) if value else None
 
     @property
     def invocations(self) -> list[tuple[str, float, str]]:

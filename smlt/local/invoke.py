@@ -125,6 +125,7 @@ class InvokeRouter:
         self.env_for = env_for
         self.invoke_filter = invoke_filter
         self.after_invoke: AfterInvoke | None = None
+        self.output: str | None = None  # a file for the handlers' prints (LocalEngine.handler_output)
         self.calls: list[tuple[str, float, str]] = []  # (function name, seconds, outcome)
         self.billed: list[Billed] = []  # every handler run, as Lambda bills it
         # diagnostics: a list to fill with one record per invocation (see LocalEngine.trace)
@@ -149,6 +150,7 @@ class InvokeRouter:
             "env": self.env_for(spec),
             "payload": payload,
             "request_id": request_id,
+            "output": self.output,
             **extra,
         }
 

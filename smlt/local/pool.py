@@ -174,10 +174,61 @@ def _crash_at_write(http_response: Any = None, model: Any = None, **_: Any) -> N
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+# What one invocation's output (`job["output"]`) keeps, as CloudWatch keeps at most 256 KB of
+# a log event: the rest is left out, saying how much.
+OUTPUT_KEPT = 256 << 10
+
+
+@contextlib.contextmanager
+def _output_to(path: str | None, job: dict[str, Any]) -> Iterator[None]:
+    """The invocation's stdout and stderr (file descriptors 1 and 2: C extensions' too) held in a
+    temporary file and appended to `path` when it ends, under a line naming the function and the
+    request, when it printed anything (None: the worker's own, the engine's terminal)."""
+    if not path:
+        yield
+        return
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 1)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            size = held.seek(0, os.SEEK_END)
+            if size:
+                held.seek(0)
+                text = held.read(OUTPUT_KEPT)
+                head = f"--- {job['function']} {job['request_id']} ({time.strftime('%H:%M:%S')})\n".encode()
+                tail = b"" if text.endswith(b"\n") else b"\n"
+                if size > OUTPUT_KEPT:
+                    tail += f"... {size - OUTPUT_KEPT:,} more bytes of this invocation left out\n".encode()
+                try:
+                    with open(path, "ab") as log:  # one write: whole under other workers' appends
+                        log.write(head + text + tail)
+                except OSError:
+                    pass  # the run goes on without its handlers' output
+
+
 def _run_job(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes, dict[str, Any]]:
     """(status, payload, info): info["billed"] is what the process measured of each handler call
     as Lambda bills it, [init s, duration s] (init: the module's import on a cold call), the
-    engine's own record of the invocation; info["trace"] when the job asked for one."""
+    engine's own record of the invocation; info["trace"] when the job asked for one. What the
+    handler prints goes to `job["output"]` when it names a file (`_output_to`)."""
+    with _output_to(job.get("output"), job):
+        return _run_job_output(job, cache)
+
+
+def _run_job_output(job: dict[str, Any], cache: dict[tuple[str, str], Any]) -> tuple[str, bytes, dict[str, Any]]:
     global _api_calls
     billed: list[list[float]] = []
     if not job.get("trace"):

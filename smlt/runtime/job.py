@@ -220,6 +220,9 @@ class Job(_Strict):
     # A pipeline's gate (smlt.runtime.pipeline): a retrained model is promoted only if its target
     # metric is not worse than the champion's on the same validation rows by more than this.
     promotion_margin: float = Field(default=0.0, ge=0.0)
+    # ... and only when the version's validation split holds at least this many rows (a version's
+    # first included: pipeline.MIN_GATE_ROWS, the default, is the line prepare warns at).
+    promotion_min_rows: PositiveInt = 30
     # Start from this model (s3://.../model.safetensors) instead of a fresh initialisation.
     warm_start: str | None = None
     # Rounds one Step Functions execution runs before it chains into a fresh one that resumes

@@ -12,7 +12,9 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
   it is not worse than that by more than the job's `promotion_margin` on the job's target metric.
   Else the version is kept, rejected, with both metrics and the reason; so is a version whose
   validation rows cannot tell the two apart (fewer than MIN_GATE_ROWS, or a classification's rows
-  missing some of the pipeline's classes). On imbalanced classes the
+  missing some of the pipeline's classes). A generation's first version has no champion to compare
+  with, and is promoted unless its validation rows are such: then it is rejected too (a first
+  version of 12 rows is no better measured than a later one). On imbalanced classes the
   target metric to gate on is `val_balanced_accuracy` (the mean of the classes' recalls): a
   challenger that stops predicting a rare class can gain accuracy and is still rejected.
 - Every version has a record (versions/<version>.json); every change of champion an append-only
@@ -348,10 +350,11 @@ def _model_said(model: dict[str, Any]) -> str:
 
 # --- the gate at Finalize ---------------------------------------------------------------------
 
-# The fewest validation rows the gate compares a challenger with the champion on: below it one row
-# moves an accuracy by more than 3 points, more than any margin a team sets, so a version this
-# small (a partial export, a test upload) is rejected, saying so, and the champion stays. The same
-# line prepare warns at (manifest.SMALL_VALIDATION_ROWS): one rule.
+# The fewest validation rows the gate compares a challenger with the champion on, unless the job's
+# `promotion_min_rows` says another: below it one row moves an accuracy by more than 3 points, more
+# than any margin a team sets, so a version this small (a partial export, a test upload) is
+# rejected, saying so, and the champion stays. The same line prepare warns at
+# (manifest.SMALL_VALIDATION_ROWS): one rule.
 MIN_GATE_ROWS = SMALL_VALIDATION_ROWS
 
 
@@ -383,10 +386,12 @@ def conclude(
     cost_usd: float,
     model_sha256: str | None,
     validation: Validation | None = None,
+    min_rows: int = MIN_GATE_ROWS,
 ) -> VersionRecord | None:
     """Finalize of a pipeline run: promote its model or keep it rejected (see the module doc).
     `champion_scored` is the run's round 0 metric, the champion on this version's validation rows;
-    `validation` those rows, which the gate must be able to compare on (`_not_comparable`)."""
+    `validation` those rows, which the gate must be able to compare on (`_not_comparable`: at
+    least `min_rows`, the job's `promotion_min_rows`)."""
     where = version_of(dataset_uri)
     if where is None:
         return None  # a run of the pipeline not started by an upload: nothing to gate
@@ -400,7 +405,7 @@ def conclude(
     current = champion(artifacts, pipeline)
     if record.decided_at is not None:
         return _decided(artifacts, record, current)
-    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation)
+    promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation, min_rows)
     now = time.time()
     record = record.model_copy(
         update={
@@ -444,11 +449,20 @@ def _verdict(
     challenger: float | None,
     scored: float | None,
     validation: Validation | None = None,
+    min_rows: int = MIN_GATE_ROWS,
 ) -> tuple[bool, str]:
     if challenger is None:
         return False, f"the challenger has no {metric}" + _unmeasured(metric)
     if record.champion_run is None:
-        return True, f"no champion to compare with ({record.start})"
+        problem = _not_comparable(validation, min_rows) if validation is not None else None
+        if problem is None:
+            return True, f"no champion to compare with ({record.start})"
+        # nothing to compare, but a version a later one would be rejected for is no champion either
+        stays = f"the champion {current.version} stays" if current is not None else "the pipeline has no champion yet"
+        return False, (
+            f"no champion to compare with, but {problem}: {stays} (upload the version again with more rows, or "
+            f"`smlt models promote {record.pipeline} {record.version}` to serve it anyway)"
+        )
     if current is None or current.run_id != record.champion_run:
         now = current.version if current else "none"
         return False, (
@@ -463,7 +477,7 @@ def _verdict(
     lower = metric in LOWER_IS_BETTER
     worse_by = challenger - scored if lower else scored - challenger
     verdict = f"{metric} {challenger:.4g} vs the champion {record.champion_version}'s {scored:.4g} on the same rows"
-    problem = _not_comparable(validation) if validation is not None else None
+    problem = _not_comparable(validation, min_rows) if validation is not None else None
     if problem is not None:
         return False, (
             f"{verdict}, but {problem}: the champion {record.champion_version} stays (upload the version again with "
@@ -474,16 +488,16 @@ def _verdict(
     return True, f"{verdict}: not worse by more than the margin {margin:g}"
 
 
-def _not_comparable(validation: Validation) -> str | None:
+def _not_comparable(validation: Validation, min_rows: int = MIN_GATE_ROWS) -> str | None:
     """Why the version's validation rows cannot tell a challenger from the champion, else None:
-    too few rows (MIN_GATE_ROWS), or a classification's rows missing some of the pipeline's
+    fewer than `min_rows` (the job's `promotion_min_rows`, MIN_GATE_ROWS unless it says), or a classification's rows missing some of the pipeline's
     classes (a filtered export: a model that predicts the classes present everywhere scores best
     on them, however it does on the others)."""
     said = []
-    if 0 < validation.rows < MIN_GATE_ROWS:  # 0: a run made before META counted them
+    if 0 < validation.rows < min_rows:  # 0: a run made before META counted them
         said.append(
             f"the version's validation split has {validation.rows} row{'s' * (validation.rows != 1)}, fewer than "
-            f"the {MIN_GATE_ROWS} the gate compares on"
+            f"the {min_rows} the gate compares on (the job's promotion_min_rows)"
         )
     counts, classes = validation.class_rows, validation.classes
     if counts is not None and classes:

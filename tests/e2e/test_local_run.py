@@ -97,3 +97,55 @@ def reconciled(local, run_id: str) -> list:
     engine, names = local
     s3, ddb = engine.client("s3"), engine.client("dynamodb")
     return reconcile(s3, ddb, names.artifacts_bucket, names.table, run_id).findings
+
+
+NOISY_MODEL = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self, features, classes):
+        super().__init__()
+        self.fc = torch.nn.Linear(features, classes)
+
+    def forward(self, x):
+        print("forward of a batch of", len(x))
+        return self.fc(x.flatten(1))
+
+
+def build(input_shape, output_dim):
+    return Net(int(torch.tensor(input_shape).prod()), output_dim)
+"""
+
+
+def test_a_forward_that_prints_writes_to_the_runs_log_not_the_terminal(local, tmp_path, monkeypatch, caplog):
+    """As on AWS the functions' prints go to CloudWatch Logs: locally to OUT/logs/RUN.log, each
+    invocation's under a line naming it, and one line of the run's output says where."""
+    import smlt.runner
+    from smlt.cli import main
+
+    engine, names = local
+    pkg = tmp_path / "src" / "smlt_e2e_noisy"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "net.py").write_text(NOISY_MODEL)
+    job = digits_job(max_rounds=2, target_value=None)
+    job.update(run_id="noisy", model={"name": "smlt_e2e_noisy.net:build", "params": {}})
+    job_path = tmp_path / "job.json"
+    job_path.write_text(json.dumps(job))
+    monkeypatch.setattr(smlt.runner, "start_engine", lambda faults: (engine, names, None))
+    monkeypatch.setattr(engine, "stop", lambda: None)
+    out = tmp_path / "out"
+    assert main(["run", "--local", str(job_path), "--out", str(out), "--code", str(pkg)]) == 0
+    said = caplog.text  # the run's progress lines
+    log = out / "logs" / "noisy.log"
+    text = log.read_text()
+    printed = text.count("forward of a batch of")
+    assert printed > 20, text[:2000]
+    heads = [line for line in text.splitlines() if line.startswith("--- ")]
+    assert heads and any("TrainStep" in h for h in heads), heads  # the workers, named as Lambda names them
+    assert (
+        f"the functions printed {len(text.splitlines()) - len(heads):,} lines (CloudWatch Logs on AWS): {log}" in said
+    )
+    assert "forward of a batch of" not in said
+    assert engine.handler_output is None  # the next run, or another caller of the engine, prints as before

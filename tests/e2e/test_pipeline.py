@@ -111,6 +111,55 @@ def test_versions_warm_start_through_the_gate_and_roll_back(engine_as_aws, tmp_p
     assert main(["models", "promote", "houses", "v9", *stack]) == 2
 
 
+def test_a_first_version_too_small_to_measure_is_rejected_and_says_what_to_do(engine_as_aws, tmp_path, capsys):
+    """No champion to compare with, but the gate's other rule holds: a first version of 60 rows (12
+    validation rows) is kept rejected, saying why; the pipeline has no champion until a version with
+    enough rows comes, or one is promoted by hand."""
+    from smlt.cli import main
+    from smlt.console import publish_outputs
+
+    engine, names = engine_as_aws
+    root = tmp_path / "watched"
+    job = {
+        "name": "cottages",
+        "dataset": {"uri": "replaced-by-the-trigger"},
+        "model": {"name": "logreg"},
+        "training": {"max_rounds": 2, "local_steps": 10, "learning_rate": 0.3},
+        "workers": {"initial": 1, "memory_mb": 1769},
+    }
+    (root / "incoming/cottages").mkdir(parents=True)
+    (root / "incoming/cottages/job.json").write_text(json.dumps(job))
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
+    artifacts = S3Store(names.artifacts_bucket)
+
+    tiny = tmp_path / "v1.csv"
+    _houses(tiny, 1)
+    tiny.write_text("\n".join(tiny.read_text().splitlines()[:61]) + "\n")  # the header and 60 rows
+    pl.prepare_version(str(tiny), str(root / "incoming/cottages/v1"), shards=2)
+    _run(engine, upload_version(trigger, root / "incoming/cottages/v1", root))
+    v1 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("cottages", "v1")))
+    assert v1.status == "rejected" and not v1.promoted and v1.model, v1
+    assert v1.reason == (
+        "no champion to compare with, but the version's validation split has "
+        "12 rows, fewer than the 30 the gate compares on (the job's promotion_min_rows): the pipeline has no "
+        "champion yet (upload the version "
+        "again with more rows, or `smlt models promote cottages v1` to serve it anyway)"
+    ), v1.reason
+    assert pl.champion(artifacts, "cottages") is None
+
+    publish_outputs(engine, "SmltTiny")
+    stack = ["--stack", "SmltTiny"]
+    assert main(["models", "list", "cottages", *stack]) == 0
+    listing = capsys.readouterr().out
+    print(listing)
+    assert "v1" in listing and "rejected" in listing and "fewer than the 30" in listing
+    assert "no champion yet (cottages@latest names none): `smlt models promote cottages VERSION`" in listing
+    assert main(["models", "promote", "cottages", "v1", *stack]) == 0
+    champ = pl.champion(artifacts, "cottages")
+    assert champ is not None and champ.version == "v1" and champ.by != "gate"
+
+
 def test_manifest_before_its_shards_waits_and_a_reupload_retrains(engine_as_aws, tmp_path):
     engine, names = engine_as_aws
     s3 = engine.client("s3")

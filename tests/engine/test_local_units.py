@@ -440,3 +440,42 @@ def test_spilled_body_is_the_file_like_object_moto_uses():
     body.close()
     with pytest.raises(ValueError, match="closed file"):
         body.read()
+
+
+def test_an_invocations_output_goes_to_the_file_named_whole_or_capped(tmp_path, capfd, monkeypatch):
+    """`job["output"]`: stdout and stderr (the descriptors: a C extension's writes too) appended
+    under a line naming the invocation, at most OUTPUT_KEPT bytes of it; nothing printed, nothing
+    written; without it the worker's own descriptors, as before."""
+    import os
+    import sys
+
+    from smlt.local import pool
+
+    # as in a worker process: sys.stdout and sys.stderr write to descriptors 1 and 2
+    monkeypatch.setattr(sys, "stdout", open(1, "w", closefd=False))  # noqa: SIM115
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False))  # noqa: SIM115
+
+    log = tmp_path / "f.log"
+    job = {"function": "Fn", "request_id": "r1"}
+    with pool._output_to(str(log), job):
+        print("from python", flush=True)
+        sys.stderr.write("to stderr\n")
+        sys.stderr.flush()
+        os.write(1, b"from the descriptor")  # no newline: the log adds one
+    assert capfd.readouterr() == ("", "")
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("--- Fn r1 (") and lines[1:] == ["from python", "to stderr", "from the descriptor"]
+
+    with pool._output_to(str(log), {"function": "Fn", "request_id": "r2"}):
+        pass
+    assert len(log.read_text().splitlines()) == 4  # nothing printed: no line for it
+
+    with pool._output_to(str(log), {"function": "Fn", "request_id": "r3"}):
+        sys.stdout.write("x" * (pool.OUTPUT_KEPT + 1000))
+    tail = log.read_bytes().split(b"--- Fn r3")[1]
+    assert tail.count(b"x") == pool.OUTPUT_KEPT
+    assert tail.endswith(b"\n... 1,000 more bytes of this invocation left out\n")
+
+    with pool._output_to(None, job):
+        print("to the terminal", flush=True)
+    assert capfd.readouterr().out == "to the terminal\n"

@@ -223,7 +223,11 @@ def _pipeline_with_champion(store: _Store, run_id: str = "fraud-v2-r") -> None:
 
 
 def _gate(
-    metric: str, champion_round0: RoundItem, challenger: FinalMetrics, validation: Validation | None = None
+    metric: str,
+    champion_round0: RoundItem,
+    challenger: FinalMetrics,
+    validation: Validation | None = None,
+    min_rows: int = MIN_GATE_ROWS,
 ) -> VersionRecord | None:
     """Finalize's call (smlt.runtime.steps.finalize): the final metrics against round 0's, the
     champion scored on this version's validation rows."""
@@ -241,6 +245,7 @@ def _gate(
         challenger.estimated_cost_usd,
         "ab" * 32,
         validation,
+        min_rows,
     )
 
 
@@ -409,10 +414,16 @@ def test_the_gate_rejects_a_version_whose_validation_rows_cannot_compare_and_say
     tiny = _gate("val_accuracy", champion, challenger, Validation(2, [1, 1], ["ok", "fraud"]))
     assert tiny is not None and tiny.status == "rejected"
     assert (
-        "but the version's validation split has 2 rows, fewer than the 30 the gate compares on: the champion v1 stays"
-        in tiny.reason
+        "but the version's validation split has 2 rows, fewer than the 30 the gate compares on (the job's "
+        "promotion_min_rows): the champion v1 stays" in tiny.reason
     )
     # a regression's rows (no classes), and a META from before the rows were counted (0): only the rows tell
     assert _gate("val_accuracy", champion, challenger, Validation(29)).status == "rejected"  # type: ignore[union-attr]
     assert _gate("val_accuracy", champion, challenger, Validation(0)).status == "promoted"  # type: ignore[union-attr]
-    assert MIN_GATE_ROWS == 30
+    assert MIN_GATE_ROWS == 30 == parse_job({"dataset": {"uri": "x.csv"}}).promotion_min_rows
+    # the job's promotion_min_rows moves the line: 12 rows pass at 10, 40 rows fail at 50
+    assert _gate("val_accuracy", champion, challenger, Validation(12), min_rows=10).status == "promoted"  # type: ignore[union-attr]
+    strict = _gate("val_accuracy", champion, challenger, Validation(40), min_rows=50)
+    assert strict is not None and strict.status == "rejected" and "40 rows, fewer than the 50" in strict.reason
+    with pytest.raises(InvalidJob, match="promotion_min_rows"):
+        parse_job({"dataset": {"uri": "x.csv"}, "promotion_min_rows": 0})

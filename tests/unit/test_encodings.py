@@ -185,3 +185,101 @@ def test_an_upload_of_txt_parts_is_one_table_and_notes_beside_a_csv_are_another_
     assert table_parts({"data.csv": 10, "notes.txt": 5}, "s3://b/v1/") is None  # not parts of one table
     with pytest.raises(MixedUpload, match=r"s3://b/v1/ holds 2 data sources \(data.csv, notes.txt\)"):
         find_source({"data.csv": 10, "notes.txt": 5}, "s3://b/v1/")
+
+
+def _jsonl(rows: int = 600) -> str:
+    """`_text`'s table as JSON Lines."""
+    head, *lines = _text(rows).split("\r\n")[:-1]
+    return "".join(f'{{"city": "{c}", "size": {s}, "label": {y}}}\n' for c, s, y in (line.split(",") for line in lines))
+
+
+JSONL_FORMS = {
+    "utf8_bom.jsonl": lambda: b"\xef\xbb\xbf" + _jsonl().encode(),
+    "utf16.jsonl": lambda: _jsonl().encode("utf-16"),  # its BOM, then little-endian
+    "utf16_be.ndjson": lambda: b"\xfe\xff" + _jsonl().encode("utf-16-be"),
+    "utf16.jsonl.gz": lambda: gzip.compress(_jsonl().encode("utf-16")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JSONL_FORMS))
+def test_json_lines_with_a_byte_order_mark_prepare_as_a_csv_does_to_the_shards_of_the_utf8_twin(tmp_path, small, name):
+    (tmp_path / "d.csv").write_bytes(_text().encode())
+    (tmp_path / name).write_bytes(JSONL_FORMS[name]())
+    want = _shards(tmp_path / "d.csv", tmp_path / "a")
+    assert _shards(tmp_path / name, tmp_path / "b") == want
+    assert _shards(tmp_path / name, tmp_path / "c", encoding="cp1252") == want  # the BOM decides
+    assert read_table(tmp_path / name).columns["city"][:5].tolist() == CITIES
+
+
+def test_json_lines_in_windows_1252_are_refused_by_line_character_and_key_and_read_with_the_encoding(tmp_path, small):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(_jsonl().encode("cp1252"))
+    with pytest.raises(InvalidDataset) as e:
+        prepare_dataset(str(path), str(tmp_path / "out"))
+    assert str(e.value) == (
+        f"{path}: line 1, character 12 (key 'city'): byte 0xFC is not UTF-8 text; read as Windows-1252 (what "
+        "programs on Windows write) the value is 'Zürich': if that is right, read the file with --encoding cp1252 "
+        '(a job\'s "dataset": {"encoding": "cp1252"}), or save it as UTF-8 JSON Lines'
+    )
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "d.csv").write_bytes(_text().encode())
+    assert _shards(path, tmp_path / "b", encoding="cp1252") == _shards(tmp_path / "d.csv", tmp_path / "a")
+
+    # far past the first block (pyarrow's reader takes the block: the line-by-line read names it)
+    lines = _jsonl().encode().split(b"\n")
+    lines[400] = b'{"city": "Gen\xe8ve", "size": 0.5, "label": 1}'
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(InvalidDataset, match=r"line 401, character 14 \(key 'city'\): byte 0xE8 .* 'Genève'"):
+        read_table(path)
+    path.write_bytes(b'{"Gr\xf6\xdfe": 1, "label": 0}\n')
+    with pytest.raises(InvalidDataset, match=r"line 1, character 5 \(a key\): byte 0xF6 .* the value is 'Größe'"):
+        read_table(path)
+
+
+@pytest.mark.parametrize("order", ["le", "be"])
+@pytest.mark.parametrize("name", ["d.csv", "d.jsonl"])
+def test_utf16_without_its_byte_order_mark_is_named_never_guessed(tmp_path, capsys, name, order):
+    """ASCII text in UTF-16 without a mark is every other byte NUL: named, and read with the encoding named."""
+    text = _text() if name.endswith(".csv") else _jsonl()
+    path = tmp_path / name
+    path.write_bytes(text.encode(f"utf-16-{order}"))
+    with pytest.raises(InvalidDataset) as e:
+        read_table(path)
+    upper = order.upper()
+    first = " ".join(f"{b:02X}" for b in text[:4].encode(f"utf-16-{order}"))
+    assert str(e.value) == (
+        f"{path}: every other byte of its start is NUL ({first} ...): it looks like UTF-16 {upper} text without a "
+        f"byte-order mark (its first line would read {text.splitlines()[0][:40]!r}); nothing is guessed: read it "
+        f'with --encoding utf-16-{order} (a job\'s "dataset": {{"encoding": "utf-16-{order}"}}), or save it as '
+        + ("CSV UTF-8" if name.endswith(".csv") else "UTF-8 JSON Lines")
+    )
+    (tmp_path / "d8.csv").write_bytes(_text().encode())
+    want = _shards(tmp_path / "d8.csv", tmp_path / "a")
+    assert _shards(path, tmp_path / "b", encoding=f"utf-16-{order}") == want
+    assert main(["data", "prepare", str(path), "--out", str(tmp_path / "c")]) != 0
+    assert "looks like UTF-16" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_nul_byte_names_a_binary_file_and_its_line(tmp_path, small):
+    path = tmp_path / "d.csv"
+    path.write_bytes(b"PK\x03\x04\x14\x00\x06\x00" + bytes(range(256)))  # an .xlsx renamed .csv
+    with pytest.raises(InvalidDataset) as e:
+        read_table(path)
+    assert str(e.value) == (
+        f"{path}: line 1, character 6: byte 0x00 (NUL): the file is not text, its first bytes say it is a zip "
+        "archive (an Excel workbook .xlsx is one: name it .xlsx)"
+    )
+    # one NUL far past the first block, in a CSV and in JSON Lines
+    for name, text in (("d.csv", _text()), ("d.jsonl", _jsonl())):
+        path = tmp_path / name
+        lines = text.encode().split(b"\n")
+        lines[400] = lines[400][:3] + b"\x00" + lines[400][3:]
+        path.write_bytes(b"\n".join(lines))
+        with pytest.raises(InvalidDataset) as e:
+            read_table(path)
+        assert str(e.value) == (
+            f"{path}: line 401, character 4: byte 0x00 (NUL), which no text table holds: the file is binary, or text "
+            "in an encoding with NUL bytes (UTF-16, UTF-32) and no byte-order mark: name that encoding with "
+            f"--encoding NAME, or save it as {'CSV UTF-8' if name.endswith('.csv') else 'UTF-8 JSON Lines'}"
+        )

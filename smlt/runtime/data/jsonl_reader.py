@@ -1,7 +1,10 @@
 """JSON Lines files (`.jsonl`, `.ndjson`: one JSON object per line) read in blocks of bounded
 size, as smlt.runtime.data.table_reader reads a CSV: cut at newlines into blocks of about its
 BLOCK_BYTES, each parsed by pyarrow's JSON reader, single-threaded; the line each row is on is
-kept for messages (blank lines are not rows).
+kept for messages (blank lines are not rows). Its text is read as a CSV's is, by the same code
+(`table_reader.open_text`, `_not_utf8`, `refuse_nul`): UTF-8, or what its byte-order mark says
+(UTF-16, UTF-32), or the encoding named (`--encoding`, `dataset.encoding`); bytes not UTF-8
+otherwise are refused by line, character and key, never guessed.
 
 The columns are the keys of the file's first records (those in its first block), in the order
 they first appear; a key first seen later is refused by name. A missing key or `null` is an
@@ -48,16 +51,16 @@ class _Number(str):
     elements must not be."""
 
 
-def open_jsonl(path: Path) -> TableFile:
+def open_jsonl(path: Path, encoding: str | None = None) -> TableFile:
     """The file's columns: the keys of the records in its first block, a key whose first value
-    there is a list spread into a column per element (`vector_columns`)."""
-    with table_reader.open_bytes(path) as (f, _):
-        skip = len(_BOM) if f.read(len(_BOM)) == _BOM else 0
-        f.seek(skip)
-        body = f.read(table_reader.BLOCK_BYTES) + f.readline()
+    there is a list spread into a column per element (`vector_columns`). Its text is read as a
+    CSV's is (`table_reader.open_text`: UTF-8, or what its byte-order mark says, or `encoding`)."""
+    with table_reader.open_text(path, encoding) as (f, _):
+        body = _unmarked(f.read(table_reader.BLOCK_BYTES) + f.readline())
+    table_reader.refuse_nul(path, body, 0)
     keys: dict[str, None] = {}
     first: dict[str, tuple[int, Any]] = {}  # key -> (line, its first value not null)
-    for line, record in _records(str(path), body, 0, skip):
+    for line, record in _records(str(path), body, 0):
         keys.update(dict.fromkeys(record))
         for k, v in record.items():
             if v is not None and k not in first:
@@ -78,7 +81,12 @@ def open_jsonl(path: Path) -> TableFile:
             f"{path}: key {twice!r} is also the column of an element of the list {of!r} (its elements are "
             f"{of}[0], {of}[1], ...); rename the key"
         )
-    return TableFile(str(path), columns, "line", path.stat().st_size, jsonl_blocks, vectors=vectors)
+    return TableFile(str(path), columns, "line", path.stat().st_size, jsonl_blocks, vectors=vectors, encoding=encoding)
+
+
+def _unmarked(body: bytes) -> bytes:
+    """The file's first bytes without UTF-8's byte-order mark (`open_text` leaves it in)."""
+    return body[len(_BOM) :] if body.startswith(_BOM) else body
 
 
 def _keys(table: TableFile) -> list[str]:
@@ -101,11 +109,13 @@ def jsonl_blocks(table: TableFile, progress: Callable[[int], None] | None) -> It
     """The file's rows in order, a block of whole lines at a time; `progress` is told the bytes read."""
     rows = line = 0
     dates: set[str] = set()  # columns pyarrow took for timestamps: read as strings from then on
-    with table_reader.open_bytes(Path(table.path)) as (f, raw):
-        offset = len(_BOM) if f.read(len(_BOM)) == _BOM else 0
-        f.seek(offset)
+    offset = 0  # text bytes read (UTF-8)
+    with table_reader.open_text(Path(table.path), table.encoding) as (f, raw):
         while body := f.read(table_reader.BLOCK_BYTES) + f.readline():
-            block = _block(table, body, line, offset, dates)
+            if not offset:
+                body = _unmarked(body)
+            table_reader.refuse_nul(table.path, body, line)
+            block = _block(table, body, line, dates)
             line += body.count(b"\n") + (not body.endswith(b"\n"))
             offset += len(body)
             if progress is not None:
@@ -128,15 +138,19 @@ def _row_lines(body: bytes, line: int) -> np.ndarray:
     return (line + 1 + np.flatnonzero(content)).astype(np.int64)
 
 
-def _block(table: TableFile, body: bytes, line: int, offset: int, dates: set[str]) -> Block:
-    """One block's rows as text cells; `line` lines of the file come before it, `offset` bytes.
+def _block(table: TableFile, body: bytes, line: int, dates: set[str]) -> Block:
+    """One block's rows as text cells; `line` lines of the file come before it.
     `dates` (updated): the columns pyarrow would take for timestamps, read as the strings they are."""
     lines = _row_lines(body, line)
     if not len(lines):
         return Block(table.path, "line", lines, {}, csv=True)
+    try:
+        body.decode("utf-8")  # pyarrow's JSON reader keeps bytes that are not UTF-8 in its strings
+    except UnicodeDecodeError as e:
+        raise table_reader._not_utf8(table.path, body, e.start, line) from None
     cells = _arrow_cells(table, body, lines, dates)
     if cells is None:
-        return _python_block(table, body, line, offset)
+        return _python_block(table, body, line)
     return Block(table.path, "line", lines, cells, csv=True)
 
 
@@ -195,14 +209,14 @@ def _as_text(t: Any) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t))
 
 
-def _python_block(table: TableFile, body: bytes, line: int, offset: int) -> Block:
+def _python_block(table: TableFile, body: bytes, line: int) -> Block:
     """The block read line by line: each number's text as written, and every refusal named."""
     import pyarrow as pa
 
     columns: dict[str, list[Any]] = {name: [] for name in _keys(table)}
     known = set(columns)
     rows = []
-    for at, record in _records(table.path, body, line, offset):
+    for at, record in _records(table.path, body, line):
         extra = [k for k in record if k not in known]
         if extra:
             raise InvalidDataset(
@@ -224,13 +238,14 @@ def _python_block(table: TableFile, body: bytes, line: int, offset: int) -> Bloc
     return Block(table.path, "line", lines, cells, csv=True)
 
 
-def _records(path: str, body: bytes, line: int, offset: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, record) for each non-blank line of `body`, which starts after `line` lines and
-    `offset` bytes; numbers keep their text as written (`_Number`)."""
+def _records(path: str, body: bytes, line: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, record) for each non-blank line of `body`, which starts after `line` lines; numbers
+    keep their text as written (`_Number`). Bytes not UTF-8 are refused as a CSV's are
+    (`table_reader._not_utf8`: line, character, key, and the value read as Windows-1252)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InvalidDataset(f"{path}: not UTF-8 text (byte {offset + e.start}); JSON Lines are UTF-8") from None
+        raise table_reader._not_utf8(path, body, e.start, line) from None
     for i, row in enumerate(text.split("\n"), start=line + 1):
         if not row.strip(" \t\r"):
             continue

@@ -28,7 +28,7 @@ class SourceOptions(UserModel):
     # read when no day above 12 tells (table_reader.DATE_ORDER_UNTOLD: `/` month first, `.` and `-`
     # day first); a column whose days say otherwise is text.
     date_order: Literal["month_first", "day_first"] | None = None
-    # CSV/TSV/TXT: the text's encoding when it is not UTF-8 and the file has no byte-order mark (a
+    # CSV/TSV/TXT/JSON Lines: the text's encoding when it is not UTF-8 and the file has no byte-order mark (a
     # BOM says UTF-8, UTF-16 or UTF-32 itself): `cp1252` for Excel's "CSV (Comma delimited)" on
     # Windows; any name Python's codecs know, kept as their name for it (`windows-1252`: `cp1252`).
     # Without it such a file is refused, never guessed (table_reader.open_text).

@@ -10,7 +10,10 @@ comma-decimal locale writes semicolons; in such a file a column of `0,346` is nu
 is UTF-8, or what a byte-order mark says (UTF-16 or UTF-32: Excel's "Unicode Text"), or the
 encoding the user names (`encoding`: Windows-1252 for Excel's "CSV (Comma delimited)"), read as
 UTF-8 as it streams (`open_text`); a file that is none of those is refused by the line and
-character of its first byte that is not UTF-8 (`_not_utf8`), never guessed. A Parquet
+character of its first byte that is not UTF-8 (`_not_utf8`), never guessed; a JSON Lines file's
+text follows the same rules, read by the same code. A NUL byte, which no such text holds, is
+refused (`refuse_nul`): UTF-16 without its byte-order mark named as such, a binary file by its
+first bytes. A Parquet
 file is read by record batches (pyarrow's `iter_batches`, one row group at a time); a column of
 number lists (an embedding) is a column per element, `emb[0]`, `emb[1]`, ... (`vector_columns`,
 `_spread`; a JSON Lines file's lists of numbers too). A block's cells stay Arrow arrays
@@ -124,10 +127,11 @@ def open_bytes(path: Path) -> Iterator[tuple[Any, Any]]:
 
 @contextlib.contextmanager
 def open_text(path: Path, encoding: str | None = None) -> Iterator[tuple[Any, Any]]:
-    """`open_bytes` of a text table, its text as UTF-8 bytes: as it is when it is UTF-8 (with or
-    without its byte-order mark, which the header leaves out), else decoded as it streams, in
-    chunks (`_Transcoded`): by what its byte-order mark says (UTF-16, UTF-32), else by `encoding`
-    (a codec's name, as `SourceOptions.encoding` reads it), else left as it is (UTF-8)."""
+    """`open_bytes` of a text table (a CSV's, a JSON Lines file's: one rule for both), its text as
+    UTF-8 bytes: as it is when it is UTF-8 (with or without its byte-order mark, which the reader
+    leaves out), else decoded as it streams, in chunks (`_Transcoded`): by what its byte-order mark
+    says (UTF-16, UTF-32), else by `encoding` (a codec's name, as `SourceOptions.encoding` reads
+    it), else left as it is (UTF-8)."""
     with open_bytes(path) as (f, _):
         head = f.read(4)
     marked = next((name for bom, name in _BOMS if head.startswith(bom)), None)
@@ -137,6 +141,60 @@ def open_text(path: Path, encoding: str | None = None) -> Iterator[tuple[Any, An
             yield f, raw
         else:
             yield io.BufferedReader(_Transcoded(f, told, str(path), marked is not None), _TEXT_CHUNK), raw
+
+
+def save_as(path: Path | str) -> str:
+    """What to save a text table as, in a message: its format in UTF-8."""
+    return "UTF-8 JSON Lines" if table_suffix(path) in (".jsonl", ".ndjson") else "CSV UTF-8"
+
+
+# What a binary file's first bytes say it is, for the refusal of one named as a text table.
+_MAGIC = (
+    (b"PK\x03\x04", "a zip archive (an Excel workbook .xlsx is one: name it .xlsx)"),
+    (b"PAR1", "a Parquet file (name it .parquet)"),
+    (b"\x1f\x8b", "gzip-compressed (name it .gz: houses.csv.gz)"),
+    (b"BZh", "bzip2-compressed (name it .bz2)"),
+    (b"\xfd7zXZ", "xz-compressed (name it .xz)"),
+    (b"\xd0\xcf\x11\xe0", "an old Excel workbook .xls (save it as .xlsx or CSV UTF-8)"),
+    (b"%PDF", "a PDF document"),
+    (b"SQLite format 3", "an SQLite database"),
+)
+
+
+def refuse_nul(path: Path | str, data: bytes, line: int) -> None:
+    """Refuse text with a NUL byte, which no CSV or JSON Lines text holds (`data`: the text from a
+    line's start, after `line` lines of the file; 0: the file's start). Never guessed: a start whose
+    every other byte is NUL (ASCII text in UTF-16 without a byte-order mark) is named UTF-16 LE or
+    BE, to be read with that encoding named; another NUL byte names a binary file, by what its first
+    bytes say it is when they say."""
+    at = data.find(b"\x00")
+    if at < 0:
+        return
+    path = str(path)
+    if line == 0:
+        sample = np.frombuffer(data[: min(len(data), 4096) & ~1], np.uint8)
+        even, odd = (sample[0::2] == 0).mean(), (sample[1::2] == 0).mean()
+        for share, other, order in ((odd, even, "LE"), (even, odd, "BE")):
+            if share > 0.3 and other < 0.02:
+                codec = f"utf-16-{order.lower()}"
+                first = sample.tobytes().decode(codec, "replace").split("\n")[0].rstrip("\r")[:40]
+                shown = " ".join(f"{b:02X}" for b in data[:8])
+                raise InvalidDataset(
+                    f"{path}: every other byte of its start is NUL ({shown} ...): it looks like UTF-16 {order} text "
+                    f"without a byte-order mark (its first line would read {first!r}); nothing is guessed: read it "
+                    f'with --encoding {codec} (a job\'s "dataset": {{"encoding": "{codec}"}}), or save it as '
+                    f"{save_as(path)}"
+                )
+    begin = data.rfind(b"\n", 0, at) + 1
+    number = line + data.count(b"\n", 0, at) + 1
+    where = f"{path}: line {number}, character {at - begin + 1}: byte 0x00 (NUL)"
+    kind = next((what for magic, what in _MAGIC if data.startswith(magic)), None) if line == 0 else None
+    if kind is not None:
+        raise InvalidDataset(f"{where}: the file is not text, its first bytes say it is {kind}")
+    raise InvalidDataset(
+        f"{where}, which no text table holds: the file is binary, or text in an encoding with NUL bytes (UTF-16, "
+        f"UTF-32) and no byte-order mark: name that encoding with --encoding NAME, or save it as {save_as(path)}"
+    )
 
 
 class _Transcoded(io.RawIOBase):
@@ -187,12 +245,12 @@ class _Transcoded(io.RawIOBase):
             name = self._encoding.upper()
             return InvalidDataset(
                 f"{said} {'is' if len(bad) == 1 else 'are'} not {name} text ({e.reason}), which the file's "
-                f"byte-order mark says it is: the file is damaged (cut short?); save it again, as CSV UTF-8"
+                f"byte-order mark says it is: the file is damaged (cut short?); save it again, as {save_as(self._path)}"
             )
         return InvalidDataset(
             f"{said} {'is' if len(bad) == 1 else 'are'} not {self._encoding} text ({e.reason}), the encoding named: "
             'name the file\'s own with --encoding NAME (a job\'s "dataset": {"encoding": "NAME"}), or save it as '
-            "CSV UTF-8"
+            f"{save_as(self._path)}"
         )
 
 
@@ -654,7 +712,7 @@ class TableFile:
     read: Callable[[TableFile, Callable[[int], None] | None], Iterator[Block]]  # its format's block reader
     delimiter: str = ","  # a CSV's, as its header shows it
     vectors: dict[str, int] = field(default_factory=dict)  # a list-of-numbers column (Parquet, JSON Lines): its length
-    encoding: str | None = None  # a CSV's without a byte-order mark, as the user named it (`open_text`); None: UTF-8
+    encoding: str | None = None  # a text table's without a byte-order mark, as named (`open_text`); None: UTF-8
 
     def blocks(self, progress: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The file's rows in order; `progress` is told how far (in `size` units) after each block."""
@@ -724,6 +782,7 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
     buf = f.read(BLOCK_BYTES)
     if buf.startswith(_BOM):  # Excel's "CSV UTF-8": not part of the first column's name
         buf = buf[len(_BOM) :]
+    refuse_nul(path, buf, 0)
     while True:
         _, ends = _record_ends(buf)
         more = f.read(BLOCK_BYTES) if not len(ends) else b""
@@ -757,11 +816,12 @@ def _delimiter(header: str) -> str:
 
 
 def _not_utf8(path: Path | str, data: bytes, start: int, line: int, table: TableFile | None = None) -> InvalidDataset:
-    """The refusal of a text table that is not UTF-8, named no encoding and has no byte-order mark:
-    `data` (bytes from a line's start, after `line` lines of the file; the header's when `table` is
-    None) is UTF-8 up to `start`, its first byte that is not. Names that byte's line, character and
-    cell; when `data` reads as Windows-1252 (what Excel's "CSV (Comma delimited)" writes on Windows),
-    shows the cell as it reads so and how to read the file so. Nothing is guessed."""
+    """The refusal of a text table (a CSV, a JSON Lines file: one rule) that is not UTF-8, named no
+    encoding and has no byte-order mark: `data` (bytes from a line's start, after `line` lines of
+    the file; a CSV's header when `table` is None) is UTF-8 up to `start`, its first byte that is
+    not. Names that byte's line, character and cell (a JSON Lines file's key); when `data` reads as
+    Windows-1252 (what Excel's "CSV (Comma delimited)" and other Windows programs write), shows the
+    cell as it reads so and how to read the file so. Nothing is guessed."""
     begin = data.rfind(b"\n", 0, start) + 1
     end = data.find(b"\n", start)
     raw_line = data[begin : end if end >= 0 else len(data)].rstrip(b"\r")
@@ -771,6 +831,28 @@ def _not_utf8(path: Path | str, data: bytes, start: int, line: int, table: Table
         text: str | None = raw_line.decode("cp1252")
     except UnicodeDecodeError:
         text = None
+    json_lines = table_suffix(path) in (".jsonl", ".ndjson")
+    cell, shown = _json_cell(text, start - begin) if json_lines else _csv_cell(before, text, raw_line, table)
+    number = line + data.count(b"\n", 0, start) + 1
+    where = f"{path}: line {number}, character {len(before) + 1}{f' ({cell})' if cell else ''}"
+    said = f"{where}: byte 0x{data[start]:02X} is not UTF-8 text"
+    if shown is None:
+        return InvalidDataset(
+            f'{said}: name the file\'s encoding with --encoding NAME (a job\'s "dataset": {{"encoding": "NAME"}}), '
+            f"or save it as {save_as(path)}"
+        )
+    writer = "programs on Windows write" if json_lines else 'Excel\'s "CSV (Comma delimited)" writes on Windows'
+    return InvalidDataset(
+        f"{said}; read as Windows-1252 (what {writer}) the "
+        f"{'name' if cell == 'the header' else 'value' if json_lines else 'cell'} is {shown!r}: if that is right, "
+        'read the file with --encoding cp1252 (a job\'s "dataset": {"encoding": "cp1252"}), or save it as '
+        f"{save_as(path)}"
+    )
+
+
+def _csv_cell(before: str, text: str | None, raw_line: bytes, table: TableFile | None) -> tuple[str, str | None]:
+    """(the cell a CSV's byte not UTF-8 is in, after `before` on its line; that cell read as
+    Windows-1252 (`text`: its line so), None when it does not read so)."""
     delimiter = table.delimiter if table is not None else _delimiter(text or raw_line.decode("utf-8", "replace"))
     index, quoted = 0, False  # the cell the byte is in: delimiters before it outside quotes
     for c in before:
@@ -784,20 +866,30 @@ def _not_utf8(path: Path | str, data: bytes, start: int, line: int, table: Table
         cell = f"column {table.columns[index]!r}"
     else:
         cell = f"value {index + 1}"
-    number = line + data.count(b"\n", 0, start) + 1
-    where = f"{path}: line {number}, character {len(before) + 1} ({cell})"
-    said = f"{where}: byte 0x{data[start]:02X} is not UTF-8 text"
     cells = next(csv.reader([text], delimiter=delimiter), []) if text is not None else []
-    if text is None or index >= len(cells):
-        return InvalidDataset(
-            f'{said}: name the file\'s encoding with --encoding NAME (a job\'s "dataset": {{"encoding": "NAME"}}), '
-            "or save it as CSV UTF-8"
-        )
-    return InvalidDataset(
-        f'{said}; read as Windows-1252 (what Excel\'s "CSV (Comma delimited)" writes on Windows) the '
-        f'{"name" if table is None else "cell"} is {cells[index]!r}: if that is right, read the file with --encoding cp1252 (a job\'s "dataset": '
-        '{"encoding": "cp1252"}), or save it as CSV UTF-8'
-    )
+    return cell, cells[index] if index < len(cells) else None
+
+
+def _json_cell(text: str | None, at: int) -> tuple[str, str | None]:
+    """(the key whose value (or name) a JSON Lines line's byte not UTF-8 is in, byte `at` of the
+    line; that string read as Windows-1252 (`text`: its line so), None when it does not read so or
+    is not a JSON object's string)."""
+    import json
+
+    if text is None:
+        return "", None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        record = None
+    char = text[at]
+    if isinstance(record, dict):
+        for key, value in record.items():
+            if char in key:
+                return "a key", key
+            if isinstance(value, str) and char in value:
+                return f"key {key!r}", value
+    return "", None
 
 
 def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Iterator[Block]:
@@ -824,6 +916,7 @@ def _csv_blocks(table: TableFile, progress: Callable[[int], None] | None) -> Ite
                     continue
                 eof, cut = True, len(buf)  # to the end of the file: a quote never closed
             body, buf = buf[:cut], buf[cut:]
+            refuse_nul(path, body, line)
             if eof:
                 _refuse_open_quote(table, body, newlines, ends, line)
             block = _csv_block(table, body, newlines, ends, line)

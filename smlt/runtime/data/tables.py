@@ -19,8 +19,8 @@ TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".jsonl", ".ndjson"
 
 def open_table(path: str | Path, encoding: str | None = None) -> TableFile:
     """A .csv (.tsv, .txt: with a header), .parquet, .jsonl or .xlsx file, its header checked; its rows are
-    read by `TableFile.blocks`. `encoding`: a delimited text file's, when it is not UTF-8 and has no
-    byte-order mark (`table_reader.open_text`); the other formats say their own (UTF-8)."""
+    read by `TableFile.blocks`. `encoding`: a delimited text or JSON Lines file's, when it is not UTF-8
+    and has no byte-order mark (`table_reader.open_text`); Parquet and workbooks say their own."""
     if is_workbook(path):
         return open_workbook(path)
     if encoding is not None:
@@ -28,4 +28,4 @@ def open_table(path: str | Path, encoding: str | None = None) -> TableFile:
             encoding = text_encoding(encoding)
         except ValueError as e:
             raise InvalidDataset(f"encoding: {e}") from None
-    return open_jsonl(Path(path)) if is_jsonl(path) else open_csv_or_parquet(path, encoding)
+    return open_jsonl(Path(path), encoding) if is_jsonl(path) else open_csv_or_parquet(path, encoding)

@@ -100,6 +100,7 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
             final.estimated_cost_usd,
             published,
             pipelines.Validation(meta.val_rows, meta.val_class_rows, card.classes if card is not None else None),
+            meta.job.promotion_min_rows,
         )
         if decided is not None and settings.notify_topic_arn:
             _notify(artifacts, settings.notify_topic_arn, decided)
