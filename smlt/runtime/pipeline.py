@@ -100,6 +100,7 @@ class VersionRecord(BaseModel):
     created_at: float = 0.0
     decided_at: float | None = None
     notify_error: str | None = None  # why the decision's notification was not sent (smlt.runtime.notify)
+    notified_at: float | None = None  # when the decision was published to the team's topic (once)
 
 
 # --- preparing a version (client and cloud share it) ------------------------------------------

@@ -112,16 +112,20 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
 
 
 def _notify(artifacts: S3Store, topic_arn: str, record: pipelines.VersionRecord) -> None:
-    """The decision published to the team's topic; a failure kept on the version's record, the
-    run and the decision unchanged."""
-    error = publish_decision(topic_arn, record)
-    if error is None:
+    """The decision published to the team's topic, once: the version's record keeps when it was
+    (`notified_at`), so a retried Finalize does not publish it again; a failure kept on the record
+    (`notify_error`; a retry publishes again), the run and the decision unchanged. At least once:
+    a Finalize that dies between the publish and that record publishes again on its retry (a
+    subscriber tells the two apart by the version's run_id), never not at all."""
+    if record.notified_at is not None:
         return
+    error = publish_decision(topic_arn, record)
+    told = {"notify_error": error} if error is not None else {"notified_at": time.time(), "notify_error": None}
     try:
         key = keys.pipeline_version_key(record.pipeline, record.version)
-        artifacts.put(key, record.model_copy(update={"notify_error": error}).model_dump_json(indent=1).encode())
+        artifacts.put(key, record.model_copy(update=told).model_dump_json(indent=1).encode())
     except Exception as e:  # noqa: BLE001 - the record says the decision; the log says this
-        log.warning("the notification's failure was not recorded on %s %s: %s", record.pipeline, record.version, e)
+        log.warning("the notification was not recorded on %s %s: %s", record.pipeline, record.version, e)
 
 
 def _trained_split(
