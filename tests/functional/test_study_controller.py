@@ -142,3 +142,56 @@ def test_the_watcher_looks_once_per_round_of_the_trials_and_within_its_reserve(p
     assert budget.next_poll(None, 3.0, 600, 1.5e-4, 1e-4) == 601
     # none left: one more look at the deadline
     assert budget.next_poll(None, 3.0, 600, 0.5e-4, 1e-4) == 601
+
+
+class Died(BaseException):
+    """The controller's process died here (nothing in the step catches a BaseException)."""
+
+
+def _dies_after_write(monkeypatch, k):
+    """The next step dies right after its k-th DynamoDB write (as `--faults crash=R` does)."""
+    done = {"writes": 0}
+    for name in ("update", "put_once"):
+        real = getattr(RunTable, name)
+
+        def write(self, *a, _real=real, **kw):
+            out = _real(self, *a, **kw)
+            done["writes"] += 1
+            if done["writes"] == k:
+                monkeypatch.undo()
+                raise Died(k)
+            return out
+
+        monkeypatch.setattr(RunTable, name, write)
+    return done
+
+
+def _state(place):
+    t = StudyTable("runs", "s", client=place.dynamodb)
+    meta = t.study()
+    trials = [(tr.trial, tr.status, tr.budget_usd, tr.cost_usd, tr.stop_reason) for tr in t.trials()]
+    return meta.started, round(meta.reserved_usd, 12), trials
+
+
+@pytest.mark.parametrize("step", ["admit", "ended"])
+def test_a_controller_step_dying_after_any_write_is_retried_to_the_same_state(place, monkeypatch, step):
+    """The study machine retries a controller step whose process died (Runtime.ExitError): its
+    retry must not reserve a trial's share twice (admit) nor leave it unsettled (ended)."""
+
+    def steps(dies_at=None):
+        controller.init(place, study(trials=2, budget_usd=0.02))
+        record(place, "s-t000", [0.1, 0.5])
+        for op, trial in (("admit", 0), ("admit", 1), ("ended", 0)):
+            if op == step and trial == 1 - (step == "ended") and dies_at is not None:
+                died = _dies_after_write(monkeypatch, dies_at)
+                with pytest.raises(Died):
+                    getattr(controller, op)(place, "s", trial)
+                assert died["writes"] == dies_at
+            getattr(controller, op)(place, "s", trial)  # the step, or its retry
+        return _state(place)
+
+    clean = steps()
+    for k in (1, 2, 3):
+        place.dynamodb.delete_table(TableName="runs")
+        create_run_table(place.dynamodb, "runs")
+        assert steps(dies_at=k) == clean, f"{step} died after write {k}"
