@@ -110,6 +110,8 @@ def test_finalize_dying_between_the_gates_writes_finishes_the_promotion(aws, mon
     again = _gate(artifacts)
     assert again is not None and again.status == "promoted"
     assert champion(artifacts, "fraud").run_id == "fraud-v2-r"  # type: ignore[union-attr]
+    # one promotion entry, the retry's written over the first attempt's (it used to add a second)
+    assert len(artifacts.list(keys.pipeline_promotions_prefix("fraud"))) == 1
 
 
 def test_aggregate_dying_after_a_divergence_halved_the_rate_is_not_a_second_divergence(digits, aws, monkeypatch):
