@@ -10,10 +10,12 @@ import pytest
 from moto import mock_aws
 
 from smlt.runtime import keys
-from smlt.runtime.items import RoundItem, StopItem
+from smlt.runtime.items import FinalMetrics, MetaItem, RoundItem, StopItem
+from smlt.runtime.job import parse_job
 from smlt.runtime.records import RunTable, create_run_table
 from smlt.runtime.study import controller
 from smlt.runtime.study.items import StudyTable
+from smlt.runtime.study.spec import parse_study, trial_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,3 +197,44 @@ def test_a_controller_step_dying_after_any_write_is_retried_to_the_same_state(pl
         place.dynamodb.delete_table(TableName="runs")
         create_run_table(place.dynamodb, "runs")
         assert steps(dies_at=k) == clean, f"{step} died after write {k}"
+
+
+def test_a_look_that_read_a_trial_running_does_not_overwrite_it_once_ended(place, monkeypatch):
+    """The watcher reads the trials, the trial's ended step writes its final ledger, then the look
+    writes its round-by-round values: they must not replace the ended trial's (its cost_usd was
+    the last round's total, not the run's ledger that its reservation settled to)."""
+    controller.init(place, study(trials=1, budget_usd=0.02))
+    controller.admit(place, "s", 0)
+    record(place, "s-t000", [0.1, 0.5])
+    (pending,) = StudyTable("runs", "s", client=place.dynamodb).trials()
+    job = parse_job({**trial_job(parse_study(study(trials=1, budget_usd=0.02)), pending.params), "run_id": "s-t000"})
+    final = FinalMetrics(
+        run_id="s-t000", rounds=2, samples=1, wall_seconds=1.0, estimated_cost_usd=0.005, stop_reason="max_rounds"
+    )
+    meta = MetaItem(
+        run_id="s-t000",
+        execution="x",
+        job=job,
+        status="SUCCEEDED",
+        created_at=1.0,
+        train_rows=1,
+        train_shards=1,
+        features=64,
+        outputs=10,
+        task="classification",
+    )
+    RunTable("runs", "s-t000", client=place.dynamodb).put_once(keys.META, meta.model_copy(update={"final": final}))
+    real = StudyTable.trials
+
+    def trials_then_ended(self):
+        found = real(self)
+        monkeypatch.setattr(StudyTable, "trials", real)
+        controller.ended(place, "s", 0)  # ends while the look holds it as RUNNING
+        return found
+
+    monkeypatch.setattr(StudyTable, "trials", trials_then_ended)
+    controller.watch(place, "s")
+    t = StudyTable("runs", "s", client=place.dynamodb)
+    (trial,) = t.trials()
+    assert trial.status == "SUCCEEDED" and trial.cost_usd == pytest.approx(0.005)
+    assert t.study().reserved_usd == pytest.approx(0.005)

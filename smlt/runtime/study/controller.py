@@ -403,7 +403,9 @@ def _look(
     if stop_reason is not None:
         run.request_stop(stop_reason, by=f"study:{study.study_id}")
         changes["stop_reason"] = stop_reason
-    t.update(trial_sk(tr.trial), TrialItem, **changes)
+    # Only while the trial runs: its ended step (which may end it after this look read it) writes
+    # its final ledger and status, which a look's round-by-round values must not overwrite.
+    t.update(trial_sk(tr.trial), TrialItem, only_if="#status = :running", values={":running": "RUNNING"}, **changes)
     trained = [r.round_s for r in rounds if not r.eval_only and r.round_s > 0]
     return trained[-1] if trained else None
 
