@@ -103,9 +103,11 @@ class StudyWorkflow(Construct):
         )
         acknowledge(self.controller, "AwsSolutions-L1")
 
+        # Every controller step is retried when its process died: each finds what its earlier
+        # invocation wrote (init its META, admit and ended their trial in META's shares/settled).
         def step(sid: str, op: str, payload: dict, result_path: str | None) -> tasks.LambdaInvoke:
             return lambda_task(
-                self, sid, self.controller, CONTROLLER_TIMEOUT, {"op": op, **payload}, result_path, idempotent=False
+                self, sid, self.controller, CONTROLLER_TIMEOUT, {"op": op, **payload}, result_path, idempotent=True
             )
 
         study_id = sfn.JsonPath.string_at("$.study_id")

@@ -142,6 +142,10 @@ class PlanItem(Item):
     stop_reason: str | None = None  # an evaluation-only round: why the run stops after it
     stop_rule: str | None = None  # and by which rule
     attempts: int = 0  # the aggregator's quorum retries of this round
+    # The quorum attempt the Map runs now: Plan hands the stored plan out again after a quorum
+    # retry and sets it to `attempts`. An Aggregate that finds `attempts` past it counted this
+    # attempt already (its earlier invocation died after counting) and does not count it again.
+    handed_out: int = 0
     # The planner's forecast of the rest of the run at this plan (adaptive planner; the ETA):
     # rounds, seconds and dollars to the end (the target, or max_rounds), median and 70th
     # percentile of the rounds needed; `elapsed_s` since the run started, at planning.

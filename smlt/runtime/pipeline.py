@@ -102,6 +102,7 @@ class VersionRecord(BaseModel):
     created_at: float = 0.0
     decided_at: float | None = None
     notify_error: str | None = None  # why the decision's notification was not sent (smlt.runtime.notify)
+    notified_at: float | None = None  # when the decision was published to the team's topic (once)
 
 
 # --- preparing a version (client and cloud share it) ------------------------------------------
@@ -530,7 +531,10 @@ def _make_champion(artifacts: S3Store, record: VersionRecord, by: str, action: s
         at=now,
     )
     entry = {"action": action, "version": record.version, "run_id": record.run_id, "by": by, "at": now}
-    artifacts.put(keys.pipeline_promotion_key(record.pipeline, time.time_ns()), json.dumps(entry).encode())
+    # keyed by the change's own time: a retried Finalize finishing its gate's promotion (`now` is
+    # the decision's time) writes the same entry again, not a second one
+    at_ns = int(now * 1_000_000_000)
+    artifacts.put(keys.pipeline_promotion_key(record.pipeline, at_ns), json.dumps(entry).encode())
     artifacts.put(keys.pipeline_latest_key(record.pipeline), champ.model_dump_json(indent=1).encode())
     return champ
 

@@ -10,10 +10,12 @@ import pytest
 from moto import mock_aws
 
 from smlt.runtime import keys
-from smlt.runtime.items import RoundItem, StopItem
+from smlt.runtime.items import FinalMetrics, MetaItem, RoundItem, StopItem
+from smlt.runtime.job import parse_job
 from smlt.runtime.records import RunTable, create_run_table
 from smlt.runtime.study import controller
 from smlt.runtime.study.items import StudyTable
+from smlt.runtime.study.spec import parse_study, trial_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,3 +144,97 @@ def test_the_watcher_looks_once_per_round_of_the_trials_and_within_its_reserve(p
     assert budget.next_poll(None, 3.0, 600, 1.5e-4, 1e-4) == 601
     # none left: one more look at the deadline
     assert budget.next_poll(None, 3.0, 600, 0.5e-4, 1e-4) == 601
+
+
+class Died(BaseException):
+    """The controller's process died here (nothing in the step catches a BaseException)."""
+
+
+def _dies_after_write(monkeypatch, k):
+    """The next step dies right after its k-th DynamoDB write (as `--faults crash=R` does)."""
+    done = {"writes": 0}
+    for name in ("update", "put_once"):
+        real = getattr(RunTable, name)
+
+        def write(self, *a, _real=real, **kw):
+            out = _real(self, *a, **kw)
+            done["writes"] += 1
+            if done["writes"] == k:
+                monkeypatch.undo()
+                raise Died(k)
+            return out
+
+        monkeypatch.setattr(RunTable, name, write)
+    return done
+
+
+def _state(place):
+    t = StudyTable("runs", "s", client=place.dynamodb)
+    meta = t.study()
+    trials = [(tr.trial, tr.status, tr.budget_usd, tr.cost_usd, tr.stop_reason) for tr in t.trials()]
+    return meta.started, round(meta.reserved_usd, 12), trials
+
+
+@pytest.mark.parametrize("step", ["admit", "ended"])
+def test_a_controller_step_dying_after_any_write_is_retried_to_the_same_state(place, monkeypatch, step):
+    """The study machine retries a controller step whose process died (Runtime.ExitError): its
+    retry must not reserve a trial's share twice (admit) nor leave it unsettled (ended)."""
+
+    def steps(dies_at=None):
+        controller.init(place, study(trials=2, budget_usd=0.02))
+        record(place, "s-t000", [0.1, 0.5])
+        for op, trial in (("admit", 0), ("admit", 1), ("ended", 0)):
+            if op == step and trial == 1 - (step == "ended") and dies_at is not None:
+                died = _dies_after_write(monkeypatch, dies_at)
+                with pytest.raises(Died):
+                    getattr(controller, op)(place, "s", trial)
+                assert died["writes"] == dies_at
+            getattr(controller, op)(place, "s", trial)  # the step, or its retry
+        return _state(place)
+
+    clean = steps()
+    for k in (1, 2, 3):
+        place.dynamodb.delete_table(TableName="runs")
+        create_run_table(place.dynamodb, "runs")
+        assert steps(dies_at=k) == clean, f"{step} died after write {k}"
+
+
+def test_a_look_that_read_a_trial_running_does_not_overwrite_it_once_ended(place, monkeypatch):
+    """The watcher reads the trials, the trial's ended step writes its final ledger, then the look
+    writes its round-by-round values: they must not replace the ended trial's (its cost_usd was
+    the last round's total, not the run's ledger that its reservation settled to)."""
+    controller.init(place, study(trials=1, budget_usd=0.02))
+    controller.admit(place, "s", 0)
+    record(place, "s-t000", [0.1, 0.5])
+    (pending,) = StudyTable("runs", "s", client=place.dynamodb).trials()
+    job = parse_job({**trial_job(parse_study(study(trials=1, budget_usd=0.02)), pending.params), "run_id": "s-t000"})
+    final = FinalMetrics(
+        run_id="s-t000", rounds=2, samples=1, wall_seconds=1.0, estimated_cost_usd=0.005, stop_reason="max_rounds"
+    )
+    meta = MetaItem(
+        run_id="s-t000",
+        execution="x",
+        job=job,
+        status="SUCCEEDED",
+        created_at=1.0,
+        train_rows=1,
+        train_shards=1,
+        features=64,
+        outputs=10,
+        task="classification",
+    )
+    RunTable("runs", "s-t000", client=place.dynamodb).put_once(keys.META, meta.model_copy(update={"final": final}))
+    real = StudyTable.trials
+
+    def trials_then_ended(self):
+        found = real(self)
+        monkeypatch.setattr(StudyTable, "trials", real)
+        controller.ended(place, "s", 0)  # ends while the look holds it as RUNNING
+        return found
+
+    monkeypatch.setattr(StudyTable, "trials", trials_then_ended)
+    controller.watch(place, "s")
+    t = StudyTable("runs", "s", client=place.dynamodb)
+    (trial,) = t.trials()
+    assert trial.status == "SUCCEEDED" and trial.cost_usd == pytest.approx(0.005)
+    assert t.study().reserved_usd == pytest.approx(0.005)

@@ -456,6 +456,36 @@ def test_replace_keeps_the_earlier_dataset_when_a_folder_of_parts_is_refused(tmp
     }
 
 
+def test_replace_keeps_the_earlier_dataset_when_the_shards_pass_refuses_a_part(tmp_path: Path) -> None:
+    """A part refused only in the shards pass (its standardised values overflow float32: the
+    statistics and moments passes take it) leaves the earlier dataset whole: the parts' shards are
+    staged until every part is through, then the earlier dataset is removed and they move in. It
+    used to be removed first, and the folder kept part 0's new shards and no manifest."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for folder, b in (
+        (good, lambda part, i: 1.0 + i % 3),
+        (bad, lambda part, i: 3e38 if part == 0 or i % 50 else -3e38),
+    ):
+        folder.mkdir()
+        for part in range(2):
+            rows = [f"{i / 100:.2f},{b(part, i):.6g},{i % 2}" for i in range(200)]
+            (folder / f"part-{part}.csv").write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    opts = SourceOptions(label="label")
+    earlier = prepare_dataset(str(good), str(out), options=opts)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(InvalidDataset, match=r"part-1\.csv \(train split, standardised\): .* column 'b'"):
+        prepare_dataset(str(bad), str(out), options=opts, replace=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier dataset, whole; nothing staged left
+    assert read_manifest(out) == earlier
+    now = prepare_dataset(str(good), str(out), options=opts, replace=True, seed=1)
+    assert {p.name for p in out.iterdir()} == {
+        "manifest.json",
+        *(s.key for s in now.train.shards + now.validation.shards),
+    }
+    assert read_manifest(out) == now != earlier
+
+
 def read_manifest(folder: Path):  # noqa: ANN201
     from smlt.runtime.data.prepare import read_local_manifest
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -868,6 +869,33 @@ def _store(dest: str):  # noqa: ANN202 - S3Store, imported only for s3:// destin
     return S3Store(bucket, prefix.rstrip("/") + "/" if prefix else "")
 
 
+@contextlib.contextmanager
+def _staged(dest: str, staging: bool) -> Iterator[str]:
+    """Where the parts' shards are written: `dest` itself, or (`staging`) a temporary folder,
+    inside a local `dest` (the same disk: the move is a rename), else the system's temp folder."""
+    if not staging:
+        yield dest
+        return
+    local = not dest.startswith("s3://")
+    if local:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".smlt-staged-", dir=dest if local else None) as tmp:
+        yield tmp
+
+
+def _move_in(staged: str, dest: str, names: list[str]) -> None:
+    """The staged shards moved into `dest` (renamed in a local folder, uploaded to S3)."""
+    if staged == dest:
+        return
+    if dest.startswith("s3://"):
+        out = _writer(dest)
+        for name in names:
+            out(name, (Path(staged) / name).read_bytes())
+        return
+    for name in names:
+        os.replace(Path(staged) / name, Path(dest) / name)
+
+
 def _writer(dest: str) -> Writer:
     if dest.startswith("s3://"):
         store = _store(dest)
@@ -930,9 +958,10 @@ def prepare_parts(
     """A table in parts prepared into `dest` (a folder or s3:// prefix, empty), one pass over one
     part at a time (the module's docstring), `shards` the table's fewest train shards; the
     manifest last, its `source` the parts' folder when given (else the first part's path and
-    their count). `before_shards` runs after the passes that refuse a table (statistics,
-    moments), before the first shard is written (`smlt data prepare --replace` removes the
-    earlier dataset there)."""
+    their count). `before_shards` runs after every pass that refuses a table (statistics,
+    moments, the shards pass: its shards are staged in a temporary folder first, then moved into
+    `dest`), before the manifest is written (`smlt data prepare --replace` removes the earlier
+    dataset there: a refusal leaves it as it was)."""
     if shards < 1:
         raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
     fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
@@ -940,12 +969,14 @@ def prepare_parts(
     kw = dict(options=options, features=features, validation_fraction=validation_fraction, seed=seed)
     moments = merge_moments([part_moments(p, i, fit, t, **kw) for i, p in enumerate(paths)])  # type: ignore[arg-type]
     norm, _ = t.settle(moments, (fit.train_rows, fit.rows - fit.train_rows), features)
-    if before_shards is not None:
-        before_shards()
-    splits = [
-        part_shards(p, i, fit, t, norm, dest, (r.train, r.validation), shards=shards, **kw)  # type: ignore[arg-type]
-        for i, (p, r) in enumerate(zip(paths, rows))
-    ]
+    with _staged(dest, before_shards is not None) as into:
+        splits = [
+            part_shards(p, i, fit, t, norm, into, (r.train, r.validation), shards=shards, **kw)  # type: ignore[arg-type]
+            for i, (p, r) in enumerate(zip(paths, rows))
+        ]
+        if before_shards is not None:  # every pass has refused what it refuses: the earlier dataset goes now
+            before_shards()
+            _move_in(into, dest, [shard.key for pair in splits for split in pair for shard in split.shards])
     manifest = part_manifest(
         fit, t, norm, splits, name=name, source=source or described(paths), features=features, generation=generation
     )

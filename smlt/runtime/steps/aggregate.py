@@ -224,14 +224,18 @@ class _Round:
             self._reported = reported
             return None
         _fatal_worker_error(table, rnd)
-        attempts = self.plan_item.attempts
-        table.update(
-            keys.plan_sk(rnd),
-            PlanItem,
-            attempts=attempts + 1,
-            only_if="attribute_not_exists(#attempts) OR #attempts = :n",
-            values={":n": attempts},
-        )
+        # The attempt the Map ran is counted once: an invocation of this Aggregate that died after
+        # counting it left `attempts` past `handed_out` (Plan catches it up when it hands out the next).
+        plan = self.plan_item
+        attempts = plan.handed_out
+        if plan.attempts <= attempts:
+            table.update(
+                keys.plan_sk(rnd),
+                PlanItem,
+                attempts=attempts + 1,
+                only_if="attribute_not_exists(#attempts) OR #attempts = :n",
+                values={":n": attempts},
+            )
         if attempts + 1 >= MAX_ATTEMPTS:
             raise smlt_errors.QuorumNotReached(
                 f"round {rnd}: fewer than {needed} of {spec.workers} workers reported, {MAX_ATTEMPTS} times; "

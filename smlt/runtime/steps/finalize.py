@@ -19,9 +19,9 @@ from smlt.runtime import pipeline as pipelines
 from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import check_pinned, load_manifest
-from smlt.runtime.errors import PartialData
+from smlt.runtime.errors import PartialData, UserCodeError
 from smlt.runtime.evaluation import ValMetrics
-from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
+from smlt.runtime.items import ErrorItem, FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.runtime.model_store import verified_model
 from smlt.runtime.modelcard import ModelCard, card_json, card_key, card_of_run, with_card
 from smlt.runtime.notify import publish_decision
@@ -83,6 +83,7 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         },
     }
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
+    _late_user_error(table)
     if partial is not None:  # metrics.json says what was trained; the run is not done, nor a pipeline's latest
         raise partial
     table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
@@ -112,17 +113,30 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
     )
 
 
+def _late_user_error(table: RunTable) -> None:
+    """The user's code's error a worker recorded after its round closed (its watchdog stopped a
+    hung call once the Map had stopped waiting for it: `FATAL`), when no later round's workers
+    or aggregation read it: the run fails with it, never SUCCEEDED (one read, before META is)."""
+    fatal = table.get(keys.FATAL, ErrorItem)
+    if fatal is not None and fatal.error == "UserCodeError":
+        raise UserCodeError(f"worker {fatal.worker}, round {fatal.round}: {fatal.message}")
+
+
 def _notify(artifacts: S3Store, topic_arn: str, record: pipelines.VersionRecord) -> None:
-    """The decision published to the team's topic; a failure kept on the version's record, the
-    run and the decision unchanged."""
-    error = publish_decision(topic_arn, record)
-    if error is None:
+    """The decision published to the team's topic, once: the version's record keeps when it was
+    (`notified_at`), so a retried Finalize does not publish it again; a failure kept on the record
+    (`notify_error`; a retry publishes again), the run and the decision unchanged. At least once:
+    a Finalize that dies between the publish and that record publishes again on its retry (a
+    subscriber tells the two apart by the version's run_id), never not at all."""
+    if record.notified_at is not None:
         return
+    error = publish_decision(topic_arn, record)
+    told = {"notify_error": error} if error is not None else {"notified_at": time.time(), "notify_error": None}
     try:
         key = keys.pipeline_version_key(record.pipeline, record.version)
-        artifacts.put(key, record.model_copy(update={"notify_error": error}).model_dump_json(indent=1).encode())
+        artifacts.put(key, record.model_copy(update=told).model_dump_json(indent=1).encode())
     except Exception as e:  # noqa: BLE001 - the record says the decision; the log says this
-        log.warning("the notification's failure was not recorded on %s %s: %s", record.pipeline, record.version, e)
+        log.warning("the notification was not recorded on %s %s: %s", record.pipeline, record.version, e)
 
 
 def _trained_split(

@@ -583,6 +583,8 @@ def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
         return PlanOther(action="duplicate", run_id=run_id, round=0, reason=reason)
     meta = _claim(table, meta, state, execution, event.state_machine)
     if state.plan is not None:
+        if state.plan.attempts > state.plan.handed_out:  # a quorum retry: the Map runs the next attempt
+            table.update(keys.plan_sk(state.round), PlanItem, handed_out=state.plan.attempts)
         return _answer(state.plan, settings)
     if state.round == 0:
         _start_inputs(settings, run_id, meta.job)

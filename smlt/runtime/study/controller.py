@@ -176,12 +176,21 @@ def _admit(place: Place, study_id: str, trial: int) -> AdmitAnswer:
     while True:
         now = place.clock()
         deadline = budget.trial_deadline(meta.created_at + study.deadline_seconds, now, study.min_trial_seconds)
+        if str(trial) in meta.shares:  # this step's earlier invocation decided and died: its decision
+            share = meta.shares[str(trial)]
+            reason = None if share > 0 else (_why_not(study, meta, deadline, share) or "not started")
+            deadline = deadline if deadline is not None else study.min_trial_seconds
+            break
         # the trials share what the study's own bill (its reserve) leaves of the budget
         share = budget.share(
             study.budget_usd - meta.overhead_reserve_usd, meta.reserved_usd, study.trials - meta.started
         )
         reason = _why_not(study, meta, deadline, share)
-        changes: dict[str, Any] = {"started": meta.started + 1, "version": meta.version + 1}
+        changes: dict[str, Any] = {
+            "started": meta.started + 1,
+            "version": meta.version + 1,
+            "shares": {**meta.shares, str(trial): share if reason is None else 0.0},
+        }
         if reason is None:
             changes["reserved_usd"] = meta.reserved_usd + share
         if t.update("META", StudyItem, only_if="#version = :ver", values={":ver": meta.version}, **changes):
@@ -268,6 +277,9 @@ def _ended(place: Place, study_id: str, trial: int, error: str | None = None) ->
     reason = error or (
         stop.reason if stop is not None else (run_meta.final.stop_reason if run_meta and run_meta.final else None)
     )
+    # The ledger replaces the reservation first, once (META's `settled`), then the trial ends: a
+    # retry of a step that died between the two settles nothing again and ends the trial.
+    _settle(t, meta, trial, item.budget_usd or 0.0, cost)
     t.update(
         trial_sk(trial),
         TrialItem,
@@ -278,13 +290,16 @@ def _ended(place: Place, study_id: str, trial: int, error: str | None = None) ->
         stop_reason=item.stop_reason if status == "STOPPED" and item.stop_reason else reason,
         ended_at=place.clock(),
     )
-    _settle(t, meta, item.budget_usd or 0.0, cost)
     return EndedAnswer(trial=trial, status=status, cost_usd=cost, metric=value)
 
 
-def _settle(t: StudyTable, meta: StudyItem, share: float, cost: float) -> None:
-    while True:
-        changes = {"reserved_usd": budget.settle(meta.reserved_usd, share, cost), "version": meta.version + 1}
+def _settle(t: StudyTable, meta: StudyItem, trial: int, share: float, cost: float) -> None:
+    while trial not in meta.settled:
+        changes = {
+            "reserved_usd": budget.settle(meta.reserved_usd, share, cost),
+            "version": meta.version + 1,
+            "settled": [*meta.settled, trial],
+        }
         if t.update("META", StudyItem, only_if="#version = :ver", values={":ver": meta.version}, **changes):
             return
         meta = t.study() or meta
@@ -388,7 +403,9 @@ def _look(
     if stop_reason is not None:
         run.request_stop(stop_reason, by=f"study:{study.study_id}")
         changes["stop_reason"] = stop_reason
-    t.update(trial_sk(tr.trial), TrialItem, **changes)
+    # Only while the trial runs: its ended step (which may end it after this look read it) writes
+    # its final ledger and status, which a look's round-by-round values must not overwrite.
+    t.update(trial_sk(tr.trial), TrialItem, only_if="#status = :running", values={":running": "RUNNING"}, **changes)
     trained = [r.round_s for r in rounds if not r.eval_only and r.round_s > 0]
     return trained[-1] if trained else None
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import Field
+
 from smlt.runtime import keys
 from smlt.runtime.items import Item
 from smlt.runtime.records import RunTable, from_item, to_item
@@ -59,6 +61,11 @@ class StudyItem(Item):
     total_usd: float = 0.0  # the full bill: the trials' ledgers and every controller step
     started: int = 0  # trials started so far
     version: int = 0  # bumped by every change of reserved_usd/started (a conditional write)
+    # Each admitted trial's share as admit reserved it (0.0: skipped), and the trials whose ledger
+    # replaced their share (ended): written with reserved_usd, so a retried admit or ended step
+    # (its first invocation died after that write) finds it done and does not take it twice.
+    shares: dict[str, float] = Field(default_factory=dict)
+    settled: list[int] = Field(default_factory=list)
     ended_at: float | None = None
 
 

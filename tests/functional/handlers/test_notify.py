@@ -62,7 +62,12 @@ def test_the_decision_arrives_on_a_subscribed_queue_and_nothing_is_rewritten(aws
     envelope = json.loads(m["Body"])
     assert envelope["Subject"] == "smlt: houses v3 rejected"
     assert json.loads(envelope["Message"]) == decision_message(RECORD)[1]
-    assert json.loads(envelope["Message"])["champion"] == 0.9 and _stored(artifacts) == RECORD
+    assert json.loads(envelope["Message"])["champion"] == 0.9
+    stored = _stored(artifacts)
+    assert stored.notified_at is not None and stored.model_copy(update={"notified_at": None}) == RECORD
+    # A retried Finalize (its first attempt died after the publish) reads the stored record: nothing sent again.
+    _notify(artifacts, topic, stored)
+    assert sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []) == []
 
 
 def test_a_failed_publish_is_kept_on_the_record_and_raises_nothing(aws, caplog):
@@ -74,6 +79,15 @@ def test_a_failed_publish_is_kept_on_the_record_and_raises_nothing(aws, caplog):
     assert stored.notify_error is not None and stored.notify_error.startswith(f"{missing}: NotFoundException")
     assert stored.model_copy(update={"notify_error": None}) == RECORD  # the decision unchanged
     assert "the decision on houses v3 was not published" in caplog.text
+    # A retried Finalize tries again: the decision is told at least once.
+    sns, sqs = boto3.client("sns"), boto3.client("sqs")
+    topic = sns.create_topic(Name="team")["TopicArn"]
+    queue = sqs.create_queue(QueueName="q")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
+    _notify(artifacts, topic, stored)
+    assert len(sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]) == 1
+    assert _stored(artifacts).notify_error is None and _stored(artifacts).notified_at is not None
 
 
 # --- a refused upload (PrepareData) ---

@@ -13,8 +13,8 @@ from smlt.cloud import Stack, fetch
 from smlt.runtime import keys
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.data.shards import read_manifest
-from smlt.runtime.errors import DataError, PartialData, RunNotFinished
-from smlt.runtime.items import RoundItem
+from smlt.runtime.errors import DataError, PartialData, QuorumNotReached, RunNotFinished
+from smlt.runtime.items import PlanItem, RoundItem
 from smlt.runtime.job import parse_job
 from smlt.runtime.pipeline import Champion, VersionRecord, _version, champion, champions_stack, conclude
 from smlt.runtime.records import RunTable
@@ -110,6 +110,8 @@ def test_finalize_dying_between_the_gates_writes_finishes_the_promotion(aws, mon
     again = _gate(artifacts)
     assert again is not None and again.status == "promoted"
     assert champion(artifacts, "fraud").run_id == "fraud-v2-r"  # type: ignore[union-attr]
+    # one promotion entry, the retry's written over the first attempt's (it used to add a second)
+    assert len(artifacts.list(keys.pipeline_promotions_prefix("fraud"))) == 1
 
 
 def test_aggregate_dying_after_a_divergence_halved_the_rate_is_not_a_second_divergence(digits, aws, monkeypatch):
@@ -171,3 +173,29 @@ def test_a_dataset_prepared_again_under_a_running_run_ends_it_with_a_data_error(
         train_step({"run_id": "moved", "round": 1, "worker": 0}, None)
     with pytest.raises(DataError, match="changed during the run"):  # whatever the quorum
         aggregate({"run_id": "moved", "round": 1}, None)
+
+
+def test_aggregate_dying_after_counting_a_failed_quorum_attempt_counts_it_once(digits, aws, monkeypatch):
+    j = job(digits, target_value=None)
+    plan(j, "q")  # round 0's plan; no worker reports: every quorum attempt fails
+    real = RunTable.update
+
+    def update(self, sk, *a, **kw):  # the process dies right after its count is stored
+        done = real(self, sk, *a, **kw)
+        if sk == keys.plan_sk(0) and "attempts" in kw:
+            monkeypatch.setattr(RunTable, "update", real)
+            raise Died(sk)
+        return done
+
+    monkeypatch.setattr(RunTable, "update", update)
+    with pytest.raises(Died):
+        aggregate({"run_id": "q", "round": 0}, None)
+    answers = [aggregate({"run_id": "q", "round": 0}, None)]  # its retry: attempt 1 again, not 2
+    assert answers[0]["retry"] and "attempt 1" in answers[0]["reason"], answers[0]
+    plan(j, "q")  # the Map runs attempt 2
+    answers.append(aggregate({"run_id": "q", "round": 0}, None))
+    assert answers[1]["retry"] and "attempt 2" in answers[1]["reason"], answers[1]
+    plan(j, "q")  # attempt 3, the last
+    with pytest.raises(QuorumNotReached, match="3 times"):
+        aggregate({"run_id": "q", "round": 0}, None)
+    assert RunTable("smlt-runs", "q").get(keys.plan_sk(0), PlanItem).attempts == 3  # type: ignore[union-attr]

@@ -166,3 +166,25 @@ def test_a_users_error_recorded_after_its_round_closed_ends_the_run_at_the_next_
             train_step({"run_id": "late", "round": 2, "worker": w}, None)
     with pytest.raises(UserCodeError, match=r"^worker 0, round 1: your code hung"):
         aggregate({"run_id": "late", "round": 2}, None)
+
+
+def test_a_users_error_recorded_in_the_last_round_fails_finalize(digits, aws):
+    """A hung worker's UserCodeError recorded after the last round's workers started (they read no
+    FATAL) and its aggregation (every worker of that round reported: no FATAL read): Finalize reads
+    it and the run fails with it, META not SUCCEEDED. It used to succeed, exit 0."""
+    from smlt.runtime.steps.events import TrainEvent
+    from smlt.runtime.steps.train import _record_user_error
+
+    j = {**job(digits, max_rounds=2, target_value=None, local_steps=2), "model": {"name": "mlp"}}
+    for rnd in (0, 1, 2):  # two training rounds, then the evaluation round
+        p = planner({"op": "plan", "job": j, "execution": "last"}, None)
+        for w in range(1, 4) if rnd == 0 else range(4):  # round 0's worker 0 hangs
+            train_step({"run_id": "last", "round": rnd, "worker": w}, None)
+        if rnd == 2:  # its watchdog stops it now
+            hung = UserCodeError("your code hung: a training step's transform, forward and backward of model.name ...")
+            _record_user_error(RunTable("smlt-runs", "last"), TrainEvent(run_id="last", round=0, worker=0), hung)
+        aggregate({"run_id": "last", "round": rnd}, None)
+    assert planner({"op": "plan", "job": j, "execution": "last"}, None)["action"] == "stop", p
+    with pytest.raises(UserCodeError, match=r"^worker 0, round 0: your code hung"):
+        planner({"op": "finalize", "run_id": "last"}, None)
+    assert RunTable("smlt-runs", "last").meta().status != "SUCCEEDED"  # type: ignore[union-attr]
