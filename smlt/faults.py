@@ -1,12 +1,14 @@
 """Fault injection for the local engine:
-`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,kill=0.2,crash=0.2,store_outage=5,seed=7"`.
+`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,s3_slowdown=0.05,ddb_throttle=0.05,kill=0.2,crash=0.2,store_outage=5,seed=7"`.
 
 Each worker invocation draws once: with the given probabilities it fails (an error raised in
 the worker), is duplicated (the handler runs twice), is throttled (Lambda's 429
 TooManyRequestsException) or times out; otherwise it runs normally. Independently, inside every
 handler process (workers, planner, aggregator), each conditional S3 write answers 409
 ConditionalRequestConflict with probability `s3_conflict` and each DynamoDB write a transaction
-conflict with probability `ddb_conflict` (see smlt/local/conflicts.py).
+conflict with probability `ddb_conflict`, and any S3 request answers 503 SlowDown with probability
+`s3_slowdown`, any DynamoDB request a throttle with probability `ddb_throttle` (see
+smlt/local/conflicts.py).
 
 Control steps: each invocation of Plan, Aggregate (and its prepare/slice/finish) and Finalize
 dies with probability `kill`: its handler process is killed (SIGKILL) after the handler has done its

@@ -32,7 +32,7 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--faults",
         help='inject faults, e.g. "fail=0.2,duplicate=0.05,s3_conflict=0.1,ddb_conflict=0.1,seed=1" '
-        "(also throttle, timeout; kill and crash: a control step's process dies after its work or after one "
+        "(also throttle, timeout; s3_slowdown, ddb_throttle: S3's 503 SlowDown and DynamoDB's throttling per request; kill and crash: a control step's process dies after its work or after one "
         "of its writes; store_outage=SECONDS; seed: by default derived from the job's seed)",
     )
     run.add_argument(

@@ -68,8 +68,9 @@ Parts
     ``AWS::Events::Rule`` patterns by moto's EventBridge matcher, the target input rendered (moto's
     renderer leaves strings unquoted at CDK's placeholders) and StartExecution.
 ``conflicts.py``
-    AWS write conflicts moto never returns (S3 409 ConditionalRequestConflict, DynamoDB
-    TransactionConflict), injected into the handler processes' requests (``--faults s3_conflict=..``).
+    AWS write conflicts and throttling moto never returns (S3 409 ConditionalRequestConflict and
+    503 SlowDown, DynamoDB TransactionConflict and ProvisionedThroughputExceededException), injected
+    into the handler processes' requests (``--faults s3_conflict=..,s3_slowdown=..``).
 ``redis_server.py``
     ``LocalRedisServer``: a throwaway ``redis-server`` (plain or TLS with a throwaway CA) for
     tests, benchmarks and local runs.

@@ -1,4 +1,4 @@
-"""AWS's write conflicts, injected into a handler process's S3 and DynamoDB requests.
+"""AWS's write conflicts and throttling, injected into a handler process's S3 and DynamoDB requests.
 
 moto serialises every request (and the local engine locks DynamoDB), so the races AWS answers
 with a conflict never happen locally. With ``--faults "s3_conflict=R,ddb_conflict=R"`` a
@@ -10,6 +10,13 @@ process (botocore's event API), answers a write with the error AWS gives, before
 - DynamoDB TransactWriteItems: ``TransactionCanceledException`` whose ``CancellationReasons``
   hold ``TransactionConflict`` for one item and ``None`` for the others;
 - DynamoDB PutItem / UpdateItem: ``TransactionConflictException``.
+
+And the throttling a wide round meets on AWS (``--faults "s3_slowdown=R,ddb_throttle=R"``), on
+any request of the service: S3's HTTP 503 ``SlowDown`` (beyond 3,500 PUT or 5,500 GET a second
+per prefix, or while S3 scales a prefix up) and DynamoDB's HTTP 400
+``ProvisionedThroughputExceededException`` (beyond a partition's 1,000 write or 3,000 read units a
+second: a run's items share one partition key). botocore's retries (smlt.runtime.clients) are
+what gets them through; AWS bills neither answer, nor does the ledger (smlt.runtime.ledger).
 
 The engine passes the settings per invocation in the handler's environment (``ENV``, JSON:
 the two rates, a seed for this invocation, and a directory where each injected conflict is
@@ -31,7 +38,7 @@ from smlt.local.responses import RawBody, put_first
 
 ENV = "SMLT_FAULT_CONFLICTS"
 EVENT = "before-send"
-KINDS = ("s3_conflict", "ddb_conflict")
+KINDS = ("s3_conflict", "ddb_conflict", "s3_slowdown", "ddb_throttle")
 
 
 @dataclass
@@ -99,11 +106,35 @@ def _before_send(request: Any, event_name: str = "", **_: Any) -> AWSResponse | 
     if plan is None:
         return None
     _event, service, operation = (event_name.split(".") + ["", ""])[:3]
+    if service == "s3" and plan.draw("s3_slowdown"):
+        return _s3_slowdown(request)
+    if service == "dynamodb" and plan.draw("ddb_throttle"):
+        return _dynamodb_throttled(request)
     if service == "s3" and operation == "PutObject" and "If-None-Match" in request.headers:
         return _s3_conflict(request) if plan.draw("s3_conflict") else None
     if service == "dynamodb" and operation in ("TransactWriteItems", "PutItem", "UpdateItem"):
         return _dynamodb_conflict(request, operation, plan) if plan.draw("ddb_conflict") else None
     return None
+
+
+def _s3_slowdown(request: Any) -> AWSResponse:
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+        b"<Message>Please reduce your request rate.</Message><RequestId>smlt-local-fault</RequestId></Error>"
+    )
+    headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+    return AWSResponse(request.url, 503, headers, RawBody(body))
+
+
+def _dynamodb_throttled(request: Any) -> AWSResponse:
+    payload = {
+        "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+        "message": "The level of configured provisioned throughput for the table was exceeded. "
+        "Consider increasing your provisioning level with the UpdateTable API.",
+    }
+    body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/x-amz-json-1.0", "Content-Length": str(len(body))}
+    return AWSResponse(request.url, 400, headers, RawBody(body))
 
 
 def _s3_conflict(request: Any) -> AWSResponse:

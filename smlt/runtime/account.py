@@ -59,8 +59,20 @@ def raise_hint(needed: int | None = None) -> str:
     )
 
 
-def worker_slots(max_concurrency: int, account_unreserved: int | None) -> int:
+def run_share(account_unreserved: int, runs: int = 1) -> int:
+    """The part of the account's unreserved concurrency one of `runs` runs running at once may
+    fill with workers. One run: all of it (its Plan and Aggregate never run beside its workers).
+    Several (a study's trials): what is left after the study controller's watcher, split evenly,
+    so that each trial's workers, or its one control step, and the watcher never pass the limit."""
+    if runs <= 1:
+        return account_unreserved
+    return (account_unreserved - 1) // runs
+
+
+def worker_slots(max_concurrency: int, account_unreserved: int | None, runs: int = 1) -> int:
     """How many workers of a round may run at once: the stack's `max_concurrency` (the Map's
-    MaxConcurrency) and the account's unreserved concurrency, whichever is lower (at least 1)."""
-    slots = max_concurrency if account_unreserved is None else min(max_concurrency, account_unreserved)
-    return max(1, slots)
+    MaxConcurrency) and this run's share of the account's unreserved concurrency (`run_share`:
+    all of it unless `runs` runs share it), whichever is lower (at least 1)."""
+    if account_unreserved is None:
+        return max(1, max_concurrency)
+    return max(1, min(max_concurrency, run_share(account_unreserved, runs)))

@@ -151,6 +151,9 @@ class WorkersSpec(_Strict):
     memory_mb: PositiveInt | None = None
     # Planner: "fixed" keeps (initial, memory, local_steps); "adaptive" optimises them.
     planner: Literal["fixed", "adaptive"] = "fixed"
+    # Runs that share the account's Lambda concurrency at once (a study sets its trials' to its
+    # `concurrency`): the planner gives this run its part of it (smlt.runtime.account.worker_slots).
+    concurrent_runs: PositiveInt = 1
 
     @field_validator("initial", "min", "max")
     @classmethod

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import json
 import logging
 import math
 import statistics
+import threading
 import time
 import uuid
 from collections import Counter, deque
@@ -59,7 +61,8 @@ def round_prefix(rnd: int | None) -> str:
 
 class AttemptItem(Item):
     """One Lambda invocation as AWS bills it: its function, memory, init and duration, and the
-    requests it made (by `service.Operation`, each HTTP request sent, retries included)."""
+    requests it made (by `service.Operation`, each HTTP request sent and billed, retries included;
+    an S3 5xx or a DynamoDB throttle is not billed)."""
 
     function: str
     memory_mb: int
@@ -110,16 +113,63 @@ def _current_tally() -> _Tally:
     return _TALLY
 
 
+# DynamoDB's throttling errors: the request consumed no capacity (nor do botocore's retries of it
+# until one is served). S3 bills no 5xx answer (503 SlowDown included: "Billing for Amazon S3
+# error responses").
+DYNAMODB_THROTTLED = frozenset(
+    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
+)
+
+# The request this thread sent last and what `_on_send` counted for it, until its answer is known.
+_sent = threading.local()
+
+
 def _on_send(request: Any, event_name: str = "", **_: Any) -> None:
-    """botocore `before-send`: one HTTP request about to be sent."""
+    """botocore `before-send`: one HTTP request about to be sent (counted now: a request whose
+    answer never comes may have been served; `_on_answer` takes back one AWS does not bill)."""
     service, operation = (event_name.split(".", 2) + ["", "", ""])[1:3]
     t = _current_tally()
-    t.requests[f"{service}.{operation}"] += 1
+    name = f"{service}.{operation}"
+    t.requests[name] += 1
+    w = 0.0
     if service == "dynamodb" and operation in bill.DYNAMODB_WRITES:
         body = request.body or b""
         items = len(_write_items(operation, body))
         w, _r = bill.dynamodb_units(operation, len(body), items, 0)
         t.write_units += w
+    _sent.counted = (t, name, w)
+
+
+def unbilled(service: str, status: int, body: bytes) -> bool:
+    """Whether AWS bills no request for this answer: an S3 5xx (503 SlowDown), a DynamoDB
+    throttle (HTTP 400 `ProvisionedThroughputExceededException`, `ThrottlingException`, ...)."""
+    if service == "s3":
+        return status >= 500
+    if service == "dynamodb" and status == 400:
+        try:
+            kind = str(json.loads(body).get("__type", ""))
+        except ValueError:
+            return False
+        return kind.rsplit("#", 1)[-1] in DYNAMODB_THROTTLED
+    return False
+
+
+def _on_answer(response_dict: Any = None, event_name: str = "", **_: Any) -> None:
+    """botocore `before-parse`: the answer to the request this thread sent; one AWS does not bill
+    is taken back out of the tally (botocore retries it, and the retry is counted when sent)."""
+    counted = getattr(_sent, "counted", None)
+    _sent.counted = None
+    if counted is None or not isinstance(response_dict, dict):
+        return
+    service = (event_name.split(".", 2) + ["", ""])[1]
+    body = response_dict.get("body", b"")
+    if not unbilled(service, int(response_dict.get("status_code", 0)), body if isinstance(body, bytes) else b""):
+        return
+    t, name, w = counted
+    t.requests[name] -= 1
+    if t.requests[name] <= 0:
+        del t.requests[name]
+    t.write_units -= w
 
 
 def _write_items(operation: str, body: Any) -> list[Any]:
@@ -152,7 +202,7 @@ def _on_dynamodb_read(http_response: Any = None, parsed: Any = None, model: Any 
     _current_tally().read_units += r
 
 
-_HANDLERS = (("before-send", _on_send), ("after-call.dynamodb", _on_dynamodb_read))
+_HANDLERS = (("before-send", _on_send), ("before-parse", _on_answer), ("after-call.dynamodb", _on_dynamodb_read))
 
 
 def install() -> None:

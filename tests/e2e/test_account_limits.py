@@ -97,3 +97,48 @@ def test_smlt_doctor_reads_the_accounts_limit_and_says_what_to_raise(engine_as_a
     err = caplog.text
     assert "10 per account in this region, 10 unreserved" in err
     assert "at most 10 workers at once" in err and "L-B99A9384" in err
+
+
+def study_file(tmp_path, initial):
+    raw = json.loads((ROOT / "examples/digits-study.json").read_text())
+    raw["job"]["training"].update(max_rounds=2, local_steps=10)
+    raw["job"]["workers"] = {"initial": initial, "min": 1, "max": initial, "memory_mb": 1769, "planner": "fixed"}
+    # a short deadline bounds the watcher's last wait (on a loaded machine its looks' cost can use
+    # up their reserve, and its next look is then at the deadline, after the trials have ended)
+    raw.update(
+        {"trials": 2, "concurrency": 2, "search": {"kind": "random"}, "budget_usd": 0.2, "deadline_seconds": 150}
+    )
+    path = tmp_path / f"study-{initial}.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_a_studys_trials_share_a_new_accounts_concurrency(local, monkeypatch, tmp_path):
+    """Two trials at once on an account of 7: each trial's planner reads 7 and plans within its
+    share, (7 - 1) // 2 = 3 workers, so two trials' workers and the study's watcher never pass the
+    limit: 3 pinned workers run, no invocation throttled; 4 pinned workers are refused at the
+    trial's first plan, naming the share and what to lower (before, each trial took the whole
+    7 and the two trials' 8 workers ran into the account's throttling)."""
+    from smlt import studies as tune
+    from smlt.runtime.errors import StudyFailed
+
+    engine, names = local
+    monkeypatch.setenv(throttle.ENV, "7")
+    target = tune.local_target(engine)
+    before = len(engine.billed)
+    meta, trials = tune.run(target, study_file(tmp_path, 3), tmp_path / "fits", "shared-fits")
+    assert meta.status == "SUCCEEDED" and [t.status for t in trials] == ["SUCCEEDED"] * 2, (meta, trials)
+    billed = engine.billed[before:]
+    assert not [b for b in billed if b.outcome == "throttle"], [b.function for b in billed if b.outcome == "throttle"]
+    for t in trials:
+        table = RunTable(names.table, t.run_id, client=engine.client("dynamodb"))
+        assert table.meta().account_concurrency == 7
+        assert {p.spec.workers for p in table.plans() if p.spec is not None} == {3}
+
+    before = len(engine.billed)
+    with pytest.raises(StudyFailed) as e:
+        tune.run(target, study_file(tmp_path, 4), tmp_path / "over", "shared-over")
+    cause = str(e.value)
+    assert "every trial: FAILED: ConcurrencyLimit: workers.initial: 4" in cause, cause
+    assert "leaves this run 3" in cause and "study.concurrency at most 1" in cause, cause
+    assert not [b for b in engine.billed[before:] if b.function in names.train_functions]  # no worker ran

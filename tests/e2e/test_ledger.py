@@ -248,3 +248,27 @@ def test_a_sync_runs_ledger_has_its_exchange_requests(local):
     rounds = metrics["rounds"]
     assert sum(r["cost_breakdown"]["s3_puts"] for r in rounds) >= exchange_puts
     assert metrics["final"]["cost_breakdown"]["s3_gets"] >= 2 * exchange_puts
+
+
+def test_throttled_requests_are_retried_and_neither_lost_nor_billed(local):
+    """S3's 503 SlowDown and DynamoDB's ProvisionedThroughputExceededException (a wide round on
+    one prefix and one partition key) on 15 % of every handler's requests: botocore's retries get
+    each through, the run reconciles, and the ledger bills the requests the server answered and
+    not the throttled ones (AWS bills neither a 5xx of S3 nor a DynamoDB throttle)."""
+    from smlt.reconcile import reconcile
+
+    engine, names = local
+    injector = FaultInjector({"s3_slowdown": 0.15, "ddb_throttle": 0.15}, seed=4)
+    job = digits_job(max_rounds=3, target_value=None, local_steps=5)
+    billed, served, attempts, metrics = run_and_count(local, job, "ledger-throttled", injector)
+    counts = injector.counts
+    assert counts["s3_slowdown"] >= 3 and counts["ddb_throttle"] >= 3, counts
+    # Every invocation got its requests through (a retried request's backoff can still make a
+    # cold round-0 worker of a loaded machine a straggler: the quorum's business, not an error).
+    assert not [a for a in attempts if a.outcome != "ok"], [a for a in attempts if a.outcome != "ok"]
+    assert len([r for r in metrics["rounds"] if r["accepted"]]) >= 3, metrics["rounds"]
+    assert ledger_requests(attempts) == served
+    check = reconcile(
+        engine.client("s3"), engine.client("dynamodb"), names.artifacts_bucket, names.table, "ledger-throttled"
+    )
+    assert check.findings == [] and all(r.applied for r in check.rounds if r.trained), check

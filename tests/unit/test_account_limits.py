@@ -53,6 +53,23 @@ def test_a_pinned_plan_beyond_the_account_is_refused_naming_the_quota(monkeypatc
         plan._check_concurrency(job(initial=9, max=9, planner="fixed"), settings(max_concurrency=8))
 
 
+def test_runs_at_once_share_the_account_and_leave_one_for_the_studys_watcher(monkeypatch):
+    # a study's 4 trials on a new account of 10: each (10 - 1) // 4 = 2 workers, so 4 x 2 workers
+    # (or a trial's one control step instead) and the watcher make 9 <= 10: nothing is throttled
+    assert account.worker_slots(64, 10, runs=4) == 2
+    assert account.worker_slots(64, 1000, runs=4) == 64  # the stack's cap is the lower
+    assert account.worker_slots(64, 10, runs=16) == 1  # never below one
+    assert account.worker_slots(64, None, runs=4) == 64  # unreadable: max_concurrency, as for one run
+    held = plan._within_slots(job(initial=4, max=8, planner="adaptive", concurrent_runs=4), settings(), Meta(10))
+    assert (held.workers.initial, held.workers.max) == (2, 2)
+    monkeypatch.setattr(account, "try_read_limits", lambda client=None: account.AccountLimits(10, 10))
+    with pytest.raises(ConcurrencyLimit) as e:
+        plan._check_concurrency(job(initial=3, max=3, planner="fixed", concurrent_runs=4), settings())
+    message = str(e.value)
+    assert "workers.initial: 3" in message and "shared by 4 runs" in message and "leaves this run 2" in message
+    assert "study.concurrency at most 3" in message and account.QUOTA_CODE in message
+
+
 def test_an_unreadable_account_plans_with_max_concurrency(monkeypatch):
     monkeypatch.setattr(account, "try_read_limits", lambda client=None: None)
     assert plan._check_concurrency(job(initial=16, max=16, planner="fixed"), settings()) is None

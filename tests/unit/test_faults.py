@@ -74,3 +74,27 @@ def test_crash_kills_a_control_step_after_one_of_its_first_writes_and_never_a_wo
     alone, both = FaultInjector.from_spec("kill=0.3,seed=2"), FaultInjector.from_spec("kill=0.3,crash=0.4,seed=2")
     plan = {"op": "plan"}
     assert [alone("p", plan) == "kill" for _ in range(100)] == [both("p", plan) == "kill" for _ in range(100)]
+
+
+def test_throttling_answers_as_aws_does_and_botocore_reads_it(monkeypatch):
+    """`s3_slowdown` and `ddb_throttle`: S3's 503 SlowDown and DynamoDB's
+    ProvisionedThroughputExceededException, on any request of the service, from the handler
+    registered on the session (nothing reaches a server: the endpoint below does not exist)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    assert parse_fault_spec("s3_slowdown=0.1,ddb_throttle=0.2").rates == {"s3_slowdown": 0.1, "ddb_throttle": 0.2}
+    session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
+    conflicts.install(session)
+    monkeypatch.setattr(conflicts, "_plan", conflicts.Plan({"s3_slowdown": 1.0, "ddb_throttle": 1.0}))
+    once = Config(retries={"max_attempts": 1, "mode": "standard"})
+    s3 = session.client("s3", endpoint_url="http://127.0.0.1:9", config=once)
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket="b", Key="k")
+    assert e.value.response["Error"]["Code"] == "SlowDown"
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    ddb = session.client("dynamodb", endpoint_url="http://127.0.0.1:9", config=once)
+    with pytest.raises(ClientError) as e:
+        ddb.get_item(TableName="t", Key={"pk": {"S": "x"}})
+    assert e.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"

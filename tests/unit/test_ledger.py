@@ -124,3 +124,27 @@ def test_the_planners_worst_case_includes_them():
         return float(tm.forecast([8], [1769], [100], RunHistory()).cost_ub[0])
 
     assert ub("sync") > ub("local_sgd") + 0.013
+
+
+def test_a_throttled_request_is_taken_back_and_its_retry_counted(monkeypatch):
+    """AWS bills no S3 5xx (503 SlowDown) and no DynamoDB throttle; every other answer, a 4xx
+    of S3 (409, 412) or a DynamoDB condition failure included, is billed."""
+    import json
+    from types import SimpleNamespace
+
+    tally = ledger._Tally()
+    monkeypatch.setattr(ledger, "_TALLY", tally)
+    put = SimpleNamespace(body=json.dumps({"TableName": "t", "Item": {"pk": {"S": "x"}}}).encode())
+    throttled = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"})
+    refused = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"})
+    for status, body in ((400, throttled), (400, refused), (200, "{}")):
+        ledger._on_send(put, event_name="before-send.dynamodb.PutItem")
+        ledger._on_answer({"status_code": status, "body": body.encode()}, event_name="before-parse.dynamodb.PutItem")
+    assert tally.requests == {"dynamodb.PutItem": 2} and tally.write_units == 2.0
+    for status in (503, 409, 200):
+        ledger._on_send(SimpleNamespace(body=b""), event_name="before-send.s3.PutObject")
+        ledger._on_answer({"status_code": status, "body": b"<Error/>"}, event_name="before-parse.s3.PutObject")
+    assert tally.requests["s3.PutObject"] == 2
+    # an answer with nothing sent on this thread takes nothing back
+    ledger._on_answer({"status_code": 503, "body": b""}, event_name="before-parse.s3.GetObject")
+    assert tally.requests["s3.PutObject"] == 2

@@ -81,11 +81,19 @@ def _check_concurrency(job: Job, settings: Settings) -> int | None:
     pins more workers at once than it and the stack's max_concurrency let run."""
     limits = account.try_read_limits()
     unreserved = limits.unreserved if limits else None
-    slots = account.worker_slots(settings.max_concurrency, unreserved)
+    runs = job.workers.concurrent_runs
+    slots = account.worker_slots(settings.max_concurrency, unreserved, runs)
     fixed = job.workers.planner == "fixed"
     field, pinned = ("workers.initial", job.workers.initial) if fixed else ("workers.min", job.workers.min)
     if pinned > slots:
-        if unreserved is not None and unreserved <= settings.max_concurrency:
+        if unreserved is not None and runs > 1 and account.run_share(unreserved, runs) <= settings.max_concurrency:
+            why = (
+                f"the account's Lambda concurrency ({unreserved}, UnreservedConcurrentExecutions) is shared by "
+                f"{runs} runs at once (workers.concurrent_runs: a study's concurrency) and one for the study's "
+                f"watcher, which leaves this run {slots}"
+            )
+            fix = f"run fewer at once (study.concurrency at most {max(1, (unreserved - 1) // pinned)}), or {account.raise_hint(pinned * runs + 2)}"
+        elif unreserved is not None and unreserved <= settings.max_concurrency:
             why = f"the account's Lambda concurrency lets {slots} run at once (UnreservedConcurrentExecutions)"
             fix = account.raise_hint(pinned + 2)
         else:
@@ -97,7 +105,7 @@ def _check_concurrency(job: Job, settings: Settings) -> int | None:
 
 def _within_slots(job: Job, settings: Settings, meta: MetaItem) -> Job:
     """The job with its workers held to what can run at once (`account.worker_slots`)."""
-    slots = account.worker_slots(settings.max_concurrency, meta.account_concurrency)
+    slots = account.worker_slots(settings.max_concurrency, meta.account_concurrency, job.workers.concurrent_runs)
     w = job.workers
     if w.max <= slots:
         return job

@@ -229,6 +229,8 @@ def _admitted(study: Study, item: TrialItem, deadline: float | None = None) -> A
     job["run_id"] = item.run_id
     job["name"] = f"{study.name}-t{item.trial}"[:64]
     job["rounds_per_execution"] = TRIAL_ROUNDS_PER_EXECUTION
+    # the trials running at once share the account's Lambda concurrency (smlt.runtime.account.run_share)
+    job.setdefault("workers", {})["concurrent_runs"] = min(study.concurrency, study.trials)
     c = job.setdefault("constraints", {})
     own = c.get("budget_usd")
     c["budget_usd"] = min(own, item.budget_usd) if own else item.budget_usd
