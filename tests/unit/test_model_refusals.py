@@ -78,10 +78,15 @@ def test_a_local_run_not_finished_is_refused_as_not_finished_not_as_unknown(mode
     assert "has not finished" in err and "Traceback" not in err
 
 
-def test_a_finished_local_runs_model_is_checked_against_its_saved_meta(model, tmp_path):
+def test_a_finished_local_runs_model_is_checked_against_its_saved_meta(model, tmp_path, monkeypatch):
     card, blob = model
     done = _saved_run(tmp_path / "done", card, blob)
     assert load_model(RUN, out=done).card.run_id == RUN
     other = _saved_run(tmp_path / "other", card, blob, final_sha="0" * 64)
     with pytest.raises(InvalidModel, match=r"records the run's model as 000000000000"):
         load_model(RUN, out=other)
+    # a run id's export lands in the current folder, named by the run, never inside the saved state
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", RUN, "--runs", str(done), "--format", "torch-export"]) == 0
+    assert (tmp_path / f"{RUN}.pt2").is_file()
+    assert not list((done / ".state").rglob("*.pt2"))
