@@ -110,8 +110,14 @@ def predict(args: argparse.Namespace) -> int:
         out = None if to_stdout else args.out
         result = run(model, args.data, out=out, split=args.split, id_column=args.id_column, encoding=args.encoding)
     if to_stdout:
-        result.write_csv(sys.stdout)
-        sys.stdout.flush()
+        try:
+            result.write_csv(sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): what it read is what it wanted
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush: no second error
+            return 0
     score = ""
     if result.accuracy is not None:
         score = f", accuracy {result.accuracy:.4f} on the data's own labels"
