@@ -424,8 +424,22 @@ def _cause(e: BaseException) -> str:
     words = summary.group(1) if summary else (lines[0] if lines else type(e).__name__)
     if "data-dependent" in text:
         words = f"the model branches on a tensor's value (use torch.where or torch.cond): {words}"
+        if "aten.item" in text or "zuf" in text:
+            words = (
+                "the model reads a tensor's value into Python (.item(), float(), int() or a branch on it): keep it "
+                f"a tensor (torch.where, torch.clamp, torch.cond): {lines[0] if lines else type(e).__name__}"
+            )
+    fixed = re.search(r"Constraints violated \(batch\)!.*?specialized it to be a constant \((\d+)\)", text, re.S)
+    if fixed:
+        words = (
+            f"the model's code makes the batch size a constant ({fixed.group(1)} rows: a Python loop over the rows, "
+            "or x.shape[0] used as a number), so the file could not take another batch size: compute on the whole "
+            "batch at once (x @ w, torch.stack of whole tensors, x.reshape(x.shape[0], -1))"
+        )
     at = f"{Path(call.group(1)).name}:{call.group(2)} `{call.group(3).strip()}`" if call else None
     at = at or (f"`{code.group(1).strip()}`" if code else None)
+    caused = re.search(r"Caused by: \(([^()]+):(\d+) in \w+\)", text)  # a data-dependent read's line
+    at = at or (f"{Path(caused.group(1)).name}:{caused.group(2)}" if caused else None)
     parts = [f"operator {op}" if op else "", f"at {at}" if at else ""]
     where = " ".join(p for p in parts if p)
     return f"{where + ': ' if where else ''}{type(e).__name__}: {words[:300]}"

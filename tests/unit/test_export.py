@@ -102,3 +102,33 @@ def test_a_model_that_cannot_be_exported_names_the_operator_or_the_line(tmp_path
         export_module(Branchy(), torch.randn(4, 3), "torch-export", tmp_path / "b.pt2")
     with pytest.raises(ExportFailed, match="--format"):
         export_module(Svd(), torch.randn(4, 4), "torchscript", tmp_path / "x")  # type: ignore[arg-type]
+
+
+class RowLoop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return torch.stack([self.fc(x[i]) for i in range(x.shape[0])])
+
+
+class ReadsAValue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x) * float(x.max().item())
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_model_that_fixes_the_batch_or_reads_a_value_is_told_what_to_change(fmt, tmp_path):
+    """A Python loop over the rows (torch: 'Constraints violated (batch)!') and a tensor's value read
+    into Python (.item()): each named with what to write instead, and the line for the value."""
+    with pytest.raises(ExportFailed, match=r"makes the batch size a constant \(4 rows: a Python loop over the rows"):
+        export_module(RowLoop(), torch.randn(4, 3), fmt, tmp_path / "loop")
+    with pytest.raises(
+        ExportFailed, match=r"at test_export\.py:\d+: .*reads a tensor's value into Python \(\.item\(\)"
+    ):
+        export_module(ReadsAValue(), torch.randn(4, 3), fmt, tmp_path / "item")
