@@ -132,3 +132,32 @@ def test_a_model_that_fixes_the_batch_or_reads_a_value_is_told_what_to_change(fm
         ExportFailed, match=r"at test_export\.py:\d+: .*reads a tensor's value into Python \(\.item\(\)"
     ):
         export_module(ReadsAValue(), torch.randn(4, 3), fmt, tmp_path / "item")
+
+
+class OneRowOtherwise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        if x.shape[0] == 1:  # traced on more rows, the file would hold the other branch only
+            return self.fc(x) * 2
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_model_that_treats_one_row_otherwise_is_refused_and_leaves_no_file(fmt, tmp_path):
+    """The file is checked on a batch of one row too: a branch on the batch size would otherwise give
+    a server's single request another answer than the model's, silently. A refused export leaves
+    no file behind (nor an earlier one replaced)."""
+    path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
+    path.write_bytes(b"an earlier export")
+    with pytest.raises(
+        ExportFailed, match=r"on a batch of 1 row .* differ from the model's own .*on 4 rows they agree"
+    ):
+        export_module(OneRowOtherwise(), torch.randn(4, 3), fmt, path)
+    assert path.read_bytes() == b"an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    done = export_module(nn.Linear(3, 2), torch.randn(4, 3), fmt, path)  # a model the same for any batch size
+    assert done.path == path and path.stat().st_size > 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
