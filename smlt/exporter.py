@@ -13,7 +13,7 @@ values in the label's units; it is checked against `smlt predict` on the same ro
 seeded batch in the data's units) within 1e-5 (regression: 1e-5 of the target's std). `raw=True`
 (`--raw`) exports the bare network instead (the input after the card's normalisation, logits or
 standardised values), checked against PyTorch within TOLERANCE. Either way the batch axis is
-dynamic and named `batch` (1 row works), the input and output tensors are named (ServingSpec), and
+dynamic and named `batch` (1 row works: checked on the first row alone too), the input and output tensors are named (ServingSpec), and
 the file carries the spec and the model card: ONNX `metadata_props` `smlt.serving` and
 `smlt.model_card`, a .pt2's extra files of the same names.
 """
@@ -25,7 +25,7 @@ import io
 import logging
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -196,19 +196,36 @@ def export_module(
         bound = np.broadcast_to(atol, want.shape) + rtol * np.abs(want)
         against = "smlt predict"
         tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
-    with _quiet(), _frozen(module):
-        if fmt == "onnx":
-            got = _onnx(module, x, path, names, metadata or {}, front)
-        else:
-            got = _torch_export(module, x, path, metadata or {})
-    if got.shape != want.shape:
-        raise ExportFailed(f"{path}: the exported model gives outputs of shape {got.shape}, not {want.shape}")
-    gap = np.abs(got.astype(np.float64) - want)
-    diff = float(gap.max()) if want.size else 0.0
-    if not (gap <= bound).all():  # NaN fails too
-        raise ExportFailed(
-            f"{path}: the exported model's outputs differ from {against}'s by up to {diff:.3g} (tolerance {tolerance})"
-        )
+    work = path.with_name(f"{path.stem}.partial{path.suffix}")  # renamed to `path` once checked
+    try:
+        with _quiet(), _frozen(module):
+            if fmt == "onnx":
+                run = _onnx(module, x, work, names, metadata or {}, front)
+            else:
+                run = _torch_export(module, x, work, metadata or {})
+            got, one = run(slice(None)), run(slice(0, 1))
+            with torch.no_grad():
+                alone = module(x[:1]).float().numpy().astype(np.float64)  # the module on one row alone
+        if got.shape != want.shape:
+            raise ExportFailed(f"{path}: the exported model gives outputs of shape {got.shape}, not {want.shape}")
+        gap = np.abs(got.astype(np.float64) - want)
+        diff = float(gap.max()) if want.size else 0.0
+        if not (gap <= bound).all():  # NaN fails too
+            raise ExportFailed(
+                f"{path}: the exported model's outputs differ from {against}'s by up to {diff:.3g} (tolerance {tolerance})"
+            )
+        lone = np.abs(one.astype(np.float64) - alone) if one.shape == alone.shape else np.array([np.inf])
+        if not (lone <= bound[:1]).all():
+            raise ExportFailed(
+                f"{path}: on a batch of 1 row the exported model's outputs differ from the model's own by up to "
+                f"{float(lone.max()):.3g} (tolerance {tolerance}; on {len(x)} rows they agree): the model's code treats one "
+                "row otherwise (a branch on x.shape[0], a squeeze of the batch axis), and the file holds only what it "
+                f"traced on {len(x)} rows: make forward the same for any batch size"
+            )
+    except BaseException:
+        work.unlink(missing_ok=True)  # a refused export leaves no file a server could pick up
+        raise
+    work.replace(path)
     return Exported(path, fmt, len(x), diff, against, tolerance, spec)
 
 
@@ -261,12 +278,22 @@ def _program(module: torch.nn.Module, x: torch.Tensor) -> torch.export.ExportedP
         raise ExportFailed(f"torch.export cannot trace the model: {_cause(e)}") from None
 
 
-def _torch_export(module: torch.nn.Module, x: torch.Tensor, path: Path, metadata: dict[str, str]) -> np.ndarray:
+def _torch_export(
+    module: torch.nn.Module, x: torch.Tensor, path: Path, metadata: dict[str, str]
+) -> Callable[[slice], np.ndarray]:
+    """Export, save and load back: the loaded program's outputs on `x`'s rows, by slice."""
     program = _program(module, x)
     torch.export.save(program, str(path), extra_files=metadata)
     loaded = torch.export.load(str(path)).module()
-    with torch.no_grad():
-        return loaded(x).float().numpy()
+
+    def run(rows: slice) -> np.ndarray:
+        with torch.no_grad():
+            try:
+                return np.asarray(loaded(x[rows]).float().numpy())
+            except Exception as e:  # noqa: BLE001 - a guard the program keeps (a batch size it refuses)
+                raise ExportFailed(f"{path}: the exported program refuses {len(x[rows])} row(s): {_cause(e)}") from None
+
+    return run
 
 
 def _onnx(
@@ -276,7 +303,9 @@ def _onnx(
     names: tuple[str, str],
     metadata: dict[str, str],
     front: tuple[Manifest, dict[str, np.ndarray]] | None = None,
-) -> np.ndarray:
+) -> Callable[[slice], np.ndarray]:
+    """Export and save the graph, load it in onnxruntime: its outputs on `x`'s rows (`front`'s
+    feeds' rows), by slice."""
     _require_onnx()
     import onnxruntime
 
@@ -293,7 +322,14 @@ def _onnx(
     _label(path, metadata, front[0] if front else None)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = front[1] if front else {session.get_inputs()[0].name: x.numpy()}
-    return np.asarray(session.run(None, feeds)[0], np.float32)
+
+    def run(rows: slice) -> np.ndarray:
+        try:
+            return np.asarray(session.run(None, {k: v[rows] for k, v in feeds.items()})[0], np.float32)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own error (a shape the graph fixed)
+            raise ExportFailed(f"{path}: onnxruntime refuses {len(x[rows])} row(s): {_cause(e)}") from None
+
+    return run
 
 
 def _require_onnx() -> None:
@@ -442,8 +478,22 @@ def _cause(e: BaseException) -> str:
     words = summary.group(1) if summary else (lines[0] if lines else type(e).__name__)
     if "data-dependent" in text:
         words = f"the model branches on a tensor's value (use torch.where or torch.cond): {words}"
+        if "aten.item" in text or "zuf" in text:
+            words = (
+                "the model reads a tensor's value into Python (.item(), float(), int() or a branch on it): keep it "
+                f"a tensor (torch.where, torch.clamp, torch.cond): {lines[0] if lines else type(e).__name__}"
+            )
+    fixed = re.search(r"Constraints violated \(batch\)!.*?specialized it to be a constant \((\d+)\)", text, re.S)
+    if fixed:
+        words = (
+            f"the model's code makes the batch size a constant ({fixed.group(1)} rows: a Python loop over the rows, "
+            "or x.shape[0] used as a number), so the file could not take another batch size: compute on the whole "
+            "batch at once (x @ w, torch.stack of whole tensors, x.reshape(x.shape[0], -1))"
+        )
     at = f"{Path(call.group(1)).name}:{call.group(2)} `{call.group(3).strip()}`" if call else None
     at = at or (f"`{code.group(1).strip()}`" if code else None)
+    caused = re.search(r"Caused by: \(([^()]+):(\d+) in \w+\)", text)  # a data-dependent read's line
+    at = at or (f"{Path(caused.group(1)).name}:{caused.group(2)}" if caused else None)
     parts = [f"operator {op}" if op else "", f"at {at}" if at else ""]
     where = " ".join(p for p in parts if p)
     return f"{where + ': ' if where else ''}{type(e).__name__}: {words[:300]}"

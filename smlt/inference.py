@@ -17,6 +17,7 @@ import csv
 import errno
 import hashlib
 import itertools
+import json
 import math
 import os
 import re
@@ -50,7 +51,7 @@ from smlt.runtime.data.tabular import (
     unseen_notices,
     unused_columns,
 )
-from smlt.runtime.errors import InvalidDataset, RunNotFound
+from smlt.runtime.errors import InvalidDataset, RunNotFinished, RunNotFound
 from smlt.runtime.keys import final_model_key, parse_s3_uri
 from smlt.runtime.modelcard import InvalidModel, ModelCard, card_key, parse_card, read_card
 from smlt.runtime.store import NotFound, S3Store
@@ -108,9 +109,35 @@ def _read_s3(uri: str, store: S3Store | None = None) -> _Found:
 
 
 def _local_run(run_id: str, out: Path) -> _Found | None:
-    """A local run's final model in its saved state (OUT/.state/runs/<run id>/s3/<bucket>/...)."""
-    state = out / ".state" / "runs" / run_id / "s3"
-    for model in sorted(state.glob(f"*/{final_model_key(run_id)}")):
+    """A local run's final model in its saved state (OUT/.state/runs/<run id>/s3/<bucket>/...),
+    None when `out` saves no run of that id; RunNotFinished when the run is saved but has not
+    succeeded (running, stopped by a crash or Ctrl-C, failed: a model it stored is not its
+    result), InvalidModel when its final model is not the one its saved META records."""
+    from smlt.snapshot import find_state, saved_items, saved_status
+
+    folder = find_state(out, run_id)
+    if not folder.is_dir():
+        return None
+    if not (folder / "items.json").exists():  # made when it starts; its state saved after its first round
+        raise RunNotFinished(
+            f"run {run_id!r} in {out} has no round saved yet (it is starting, or it stopped before its first round "
+            f"ended): wait for it to finish, or start it again (`smlt run --local JOB --out {out}`)"
+        )
+    try:  # read as it is (a live run's objects may be mid-copy); a state that does not parse: named below
+        items = json.loads((folder / "items.json").read_text())
+        status = saved_status(items, run_id)
+    except (OSError, ValueError, AttributeError, TypeError):
+        items = saved_items(run_id, out)  # RunNotFound / DamagedState, naming what is wrong
+        status = saved_status(items, run_id)
+    if status != "SUCCEEDED":
+        raise RunNotFinished(
+            f"run {run_id!r} in {out} has not finished (its saved status is {status}: still running, or stopped "
+            f"by a crash or Ctrl-C, or failed; a model it stored is not its result): continue it with `smlt resume "
+            f"{run_id} --local --out {out}`, then use its model"
+        )
+    meta = next(i for i in items if i.get("sk") == keys.META and i.get("pk") == keys.pk(run_id))
+    want = (meta.get("final") or {}).get("model_sha256")
+    for model in sorted((folder / "s3").glob(f"*/{final_model_key(run_id)}")):
         bucket = model.parents[len(Path(final_model_key(run_id)).parts) - 1]
         card = bucket / card_key(run_id)
         raw = card.read_bytes() if card.is_file() else None
@@ -119,8 +146,11 @@ def _local_run(run_id: str, out: Path) -> _Found | None:
             ref = parse_card(raw, str(card)).code
             zipped = bucket / "code" / f"{ref.sha256}.zip" if ref and ref.sha256 else None
             code = zipped.read_bytes() if zipped and zipped.is_file() else None
-        return _Found(model.read_bytes(), raw, code, str(model))
-    return None
+        found = _Found(model.read_bytes(), raw, code, str(model))
+        if want:
+            _same_model(found, want, f"the run's saved state ({folder / 'items.json'})")
+        return found
+    raise InvalidModel(f"run {run_id!r} in {out} succeeded, but its saved state holds no final model under {folder}/s3")
 
 
 # PIPELINE@latest, PIPELINE@VERSION (pipeline and version names: smlt.runtime.pipeline.version_name)
@@ -664,7 +694,10 @@ def load_model(
     found = _find(ref, Path(out), stack)
     card = read_card(found.blob, found.where)
     if found.card_raw is not None:  # model.json adds the final metrics and the file's sha256
-        card = parse_card(found.card_raw, found.where.rsplit("/", 1)[0] + "/model.json")
+        beside = found.where.rsplit("/", 1)[0] + "/model.json"
+        card = parse_card(found.card_raw, beside)
+        if card.model_sha256:
+            _same_model(found, card.model_sha256, beside)
     if card is None:
         raise InvalidModel(
             f"{found.where}: the model has no model card (it was published before smlt wrote one): "
@@ -672,6 +705,19 @@ def load_model(
         )
     module = build(card, found, Path(code) if code is not None else None)
     return LoadedModel(module, card, found.where)
+
+
+def _same_model(found: _Found, want: str, said_by: str) -> None:
+    """InvalidModel when the model file is not the one `said_by` (model.json, a local run's saved
+    META) records: edited, cut short, or another run's file put in its place."""
+    got = hashlib.sha256(found.blob).hexdigest()
+    if got != want:
+        raise InvalidModel(
+            f"{found.where}: its sha256 is {got[:12]}, but {said_by} records the run's model as {want[:12]}: "
+            "the file is not the model the run published (edited, cut short, or another run's file put in its "
+            "place); fetch the run's outputs again (`smlt fetch RUN --out DIR`), or delete the model.json that "
+            "does not belong to it"
+        )
 
 
 def build(card: ModelCard, found: _Found, code: Path | None) -> nn.Module:

@@ -336,8 +336,10 @@ def _image_takes(manifest: Manifest) -> str:
     mode = "grayscale (PIL mode L)" if c == 1 else "RGB"
     return (
         f"{mode} images of {w}x{h} pixels, uint8 0..255, channels first (batch, {c}, {h}, {w}), normalised inside: "
-        f"an image file upright (its EXIF orientation applied), converted to {mode}, resized to {w}x{h} with "
-        "PIL's bilinear filter when it is not that size (in Python smlt.load_model(RUN).serving_input(files))"
+        f"an image file upright (its EXIF orientation applied), a 16-bit grayscale one (PIL mode I;16 or I) made "
+        "8-bit as round(value / 257) (PIL's own convert clips it at 255), converted to "
+        f"{mode}, resized to {w}x{h} with PIL's bilinear filter when it is not that size (in Python "
+        "smlt.load_model(RUN).serving_input(files))"
     )
 
 

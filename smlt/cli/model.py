@@ -60,7 +60,11 @@ def add_commands(sub: Any) -> None:
     e = sub.add_parser("export", help="export a run's model for serving (ONNX or a torch.export program)")
     _model_args(e)
     e.add_argument("--format", choices=("onnx", "torch-export"), default="onnx")
-    e.add_argument("--out", help="the file to write (default: model.onnx / model.pt2 beside the model)")
+    e.add_argument(
+        "--out",
+        help="the file to write (default: model.onnx / model.pt2 beside a model given as a folder or file; "
+        "RUN_ID.onnx / RUN_ID.pt2 in the current folder for a run id, PIPELINE@... or an s3:// URI)",
+    )
     e.add_argument(
         "--data", help="check the export against `smlt predict` on these rows (as `smlt predict` takes them)"
     )
@@ -106,8 +110,14 @@ def predict(args: argparse.Namespace) -> int:
         out = None if to_stdout else args.out
         result = run(model, args.data, out=out, split=args.split, id_column=args.id_column, encoding=args.encoding)
     if to_stdout:
-        result.write_csv(sys.stdout)
-        sys.stdout.flush()
+        try:
+            result.write_csv(sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): what it read is what it wanted
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush: no second error
+            return 0
     score = ""
     if result.accuracy is not None:
         score = f", accuracy {result.accuracy:.4f} on the data's own labels"
@@ -129,8 +139,10 @@ def export(args: argparse.Namespace) -> int:
     if out is None:
         from smlt.exporter import SUFFIX
 
-        here = Path(model.source).parent if not model.source.startswith("s3://") else Path(".")
-        out = here / f"model{SUFFIX[args.format]}"
+        if Path(args.model).exists():  # a run's output folder or its model file: beside the model
+            out = Path(model.source).parent / f"model{SUFFIX[args.format]}"
+        else:  # a run id, PIPELINE@..., s3://: here, named by the run (never inside a saved state)
+            out = Path(f"{model.card.run_id}{SUFFIX[args.format]}")
     done = run(model, args.format, out=out, data=args.data, raw=args.raw)
     notice.info(
         f"exported {model.card.model.name} as {done.format} to {done.path}: outputs within {done.max_abs_diff:.2e} "

@@ -102,3 +102,62 @@ def test_a_model_that_cannot_be_exported_names_the_operator_or_the_line(tmp_path
         export_module(Branchy(), torch.randn(4, 3), "torch-export", tmp_path / "b.pt2")
     with pytest.raises(ExportFailed, match="--format"):
         export_module(Svd(), torch.randn(4, 4), "torchscript", tmp_path / "x")  # type: ignore[arg-type]
+
+
+class RowLoop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return torch.stack([self.fc(x[i]) for i in range(x.shape[0])])
+
+
+class ReadsAValue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x) * float(x.max().item())
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_model_that_fixes_the_batch_or_reads_a_value_is_told_what_to_change(fmt, tmp_path):
+    """A Python loop over the rows (torch: 'Constraints violated (batch)!') and a tensor's value read
+    into Python (.item()): each named with what to write instead, and the line for the value."""
+    with pytest.raises(ExportFailed, match=r"makes the batch size a constant \(4 rows: a Python loop over the rows"):
+        export_module(RowLoop(), torch.randn(4, 3), fmt, tmp_path / "loop")
+    with pytest.raises(
+        ExportFailed, match=r"at test_export\.py:\d+: .*reads a tensor's value into Python \(\.item\(\)"
+    ):
+        export_module(ReadsAValue(), torch.randn(4, 3), fmt, tmp_path / "item")
+
+
+class OneRowOtherwise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        if x.shape[0] == 1:  # traced on more rows, the file would hold the other branch only
+            return self.fc(x) * 2
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_model_that_treats_one_row_otherwise_is_refused_and_leaves_no_file(fmt, tmp_path):
+    """The file is checked on a batch of one row too: a branch on the batch size would otherwise give
+    a server's single request another answer than the model's, silently. A refused export leaves
+    no file behind (nor an earlier one replaced)."""
+    path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
+    path.write_bytes(b"an earlier export")
+    with pytest.raises(
+        ExportFailed, match=r"on a batch of 1 row .* differ from the model's own .*on 4 rows they agree"
+    ):
+        export_module(OneRowOtherwise(), torch.randn(4, 3), fmt, path)
+    assert path.read_bytes() == b"an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    done = export_module(nn.Linear(3, 2), torch.randn(4, 3), fmt, path)  # a model the same for any batch size
+    assert done.path == path and path.stat().st_size > 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -71,3 +71,21 @@ def test_a_header_in_another_case_or_with_spaces_names_the_columns_to_rename(
     err = capsys.readouterr().err
     assert "no column 'x1', 'city'" in err and said in err and "Traceback" not in err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_out_dash_into_a_reader_that_stops_early_ends_quietly(model: Path, tmp_path: Path) -> None:
+    """`smlt predict ... --out - | head -1`: the reader closes the pipe; no BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    new = _write(tmp_path / "new.csv", "x1,city", [f"{i / 7:.3f},{'ab'[i % 2]}" for i in range(50_000)])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cli = [sys.executable, "-m", "smlt.cli", "predict", str(model), str(new), "--out", "-"]
+    smlt = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert smlt.stdout is not None and smlt.stderr is not None
+    assert smlt.stdout.readline().decode().startswith("id,prediction")
+    smlt.stdout.close()  # as `head -1` does
+    err = smlt.stderr.read().decode()
+    assert smlt.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err

@@ -28,7 +28,7 @@ from smlt.inference import LoadedModel
 from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidDataset
-from smlt.serving import served_module, stored_rows
+from smlt.serving import served_module, serving_spec, stored_rows
 from tests.unit.untrained import loaded, run_folder, untrained
 
 ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime", "onnxscript"))
@@ -300,3 +300,42 @@ def test_onnx_without_its_extra_names_the_extra_before_reading_the_rows(models, 
         ExportFailed, match=r"needs the onnx extra \(onnxscript not installed\): pip install 'smlt\[onnx\]'"
     ):
         export_model(model, "onnx", tmp_path / "m.onnx", data=tmp_path / "no-such.csv")
+
+
+def _as_the_spec_says(path, c, h, w):
+    """An image made the served input by the spec's words alone (what a server without smlt does)."""
+    from PIL import ImageOps
+
+    img = ImageOps.exif_transpose(Image.open(path))
+    if img.mode.startswith("I;16") or img.mode == "I":  # 16-bit grayscale: round(value / 257)
+        img = Image.fromarray(np.clip(np.rint(np.asarray(img, np.float64) / 257), 0, 255).astype(np.uint8), "L")
+    img = img.convert("RGB" if c == 3 else "L")
+    if img.size != (w, h):
+        img = img.resize((w, h), Image.Resampling.BILINEAR)
+    a = np.asarray(img, np.uint8)
+    return a.transpose(2, 0, 1) if c == 3 else a[None]
+
+
+def test_images_of_another_size_mode_or_depth_made_as_the_spec_says_are_what_smlt_feeds(models, tmp_path):
+    model, folder, _ = models["image_uint8"]
+    spec = serving_spec(model)
+    _, c, h, w = spec.input.shape
+    assert "16-bit grayscale" in spec.input.means and "round(value / 257)" in spec.input.means
+    source = Image.open(sorted(folder.rglob("*.png"))[0])
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    source.resize((32, 32)).save(odd / "big.png")
+    source.convert("RGBA").save(odd / "rgba.png")
+    source.convert("P").save(odd / "palette.png")
+    source.resize((20, 12)).save(odd / "wide.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated: the viewer turns it upright
+    source.resize((16, 12)).save(odd / "rotated.jpg", exif=exif)
+    deep = np.asarray(source.convert("L")).astype(np.uint16) * 257
+    Image.fromarray(deep).save(odd / "deep.png")  # 16-bit grayscale: PIL's convert would make it white
+    assert Image.open(odd / "deep.png").mode.startswith("I")
+    files = sorted(odd.iterdir())
+    want = model.serving_input(odd)
+    got = np.stack([_as_the_spec_says(f, c, h, w) for f in files])
+    assert got.dtype == want.dtype == np.uint8 and got.shape == want.shape == (len(files), c, h, w)
+    assert np.array_equal(got, want)
