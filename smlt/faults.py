@@ -8,7 +8,7 @@ handler process (workers, planner, aggregator), each conditional S3 write answer
 ConditionalRequestConflict with probability `s3_conflict` and each DynamoDB write a transaction
 conflict with probability `ddb_conflict` (see smlt/local/conflicts.py).
 
-Control steps: each invocation of Plan, Aggregate (and its prepare/slice/finish) and Finalize
+Control steps: each invocation of Plan, Aggregate (and its prepare/slice/finish), Finalize and PrepareData
 dies with probability `kill`: its handler process is killed (SIGKILL) after the handler has done its
 work, before it answers, so the state machine sees `Runtime.ExitError`, as when a Lambda sandbox is
 OOM-killed, and its retrier runs the step again. With probability `crash` it dies in the middle
@@ -45,7 +45,7 @@ CONTROL = ("kill", "crash")  # per control-step invocation, one of them at most
 CRASH_WRITES = 5  # `crash`: the process dies after its k-th write, k in 1..CRASH_WRITES
 NAMES = (*ACTIONS, *CONFLICTS, *CONTROL, "store_outage", "seed")
 # The ops of the control steps `kill` applies to (the state machine retries them when they die).
-CONTROL_OPS = frozenset({"plan", "finalize", "aggregate", "prepare", "slice", "finish"})
+CONTROL_OPS = frozenset({"plan", "finalize", "aggregate", "prepare", "slice", "finish", "prepare_data"})
 
 
 @dataclass(frozen=True)
