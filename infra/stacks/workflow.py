@@ -12,7 +12,9 @@ a duplicated event, → Duplicate; everything else (a job, a manifest's trigger)
 A failed worker is caught inside the map child (WorkerFailed), so the map never fails because of
 one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the plan) and retries
 Lambda service errors and throttling with exponential backoff; Plan, Aggregate (each op) and
-Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`).
+Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`), PrepareData once.
+PrepareData failed for good is caught: PrepareFailed tells the team's topic, then PrepareDataFailed
+fails the execution with PrepareData's error.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
 # A function whose process died (a signal, out of memory): Runtime.ExitError, or Lambda.Unknown
 # when no error type came back. Plan, Aggregate and Finalize are idempotent: they run again.
 PROCESS_DIED = ["Runtime.ExitError", "Lambda.Unknown"]
+PREPARE_DEATH_RETRIES = 1  # PrepareData: once (an input too large for its memory would die again)
 
 # Retriers as ASL (used verbatim for the custom TrainWorker state, and via add_retry elsewhere).
 SERVICE_RETRY = {"ErrorEquals": LAMBDA_SERVICE_ERRORS, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2.0}
@@ -76,9 +79,9 @@ def _add_retries(state: sfn.TaskStateBase) -> None:
     )
 
 
-def _add_death_retry(state: sfn.TaskStateBase) -> None:
+def _add_death_retry(state: sfn.TaskStateBase, attempts: int = 3) -> None:
     """Retry a control step whose process died (idempotent steps only), with backoff."""
-    state.add_retry(errors=PROCESS_DIED, interval=Duration.seconds(2), max_attempts=3, backoff_rate=2.0)
+    state.add_retry(errors=PROCESS_DIED, interval=Duration.seconds(2), max_attempts=attempts, backoff_rate=2.0)
 
 
 def _task_timeout(function_timeout: Duration) -> sfn.Timeout:
@@ -94,6 +97,7 @@ def lambda_task(
     result_path: str | None,
     *,
     idempotent: bool,
+    death_retries: int = 3,
 ) -> tasks.LambdaInvoke:
     """A control step invoking `function` with `payload` (None: the state's input), its answer at
     `result_path`; retried on Lambda's service errors and throttling, and when its process died only
@@ -110,7 +114,7 @@ def lambda_task(
     )
     _add_retries(task)
     if idempotent:
-        _add_death_retry(task)
+        _add_death_retry(task, death_retries)
     return task
 
 
@@ -360,8 +364,9 @@ class Workflow(Construct):
         aggregate_task.next(continue_choice)
 
         # --- a raw upload: its data prepared (smlt.runtime.steps.prepare), then the run as any other ---
-        # Not retried when its process died: out of memory on an input would die again (the
-        # input's size is checked against what one function prepares before it is read).
+        # Retried once when its process died (a host's fault; an attempt that died is taken over:
+        # the claim is the execution's, a written manifest answers, shards are replaced): not more,
+        # as an input too large for its memory dies again (its size is checked before it is read).
         prepare_data = lambda_task(
             self,
             "PrepareData",
@@ -373,7 +378,33 @@ class Workflow(Construct):
                 "execution": sfn.JsonPath.string_at("$.execution"),
             },
             "$.prepared",
+            idempotent=True,
+            death_retries=PREPARE_DEATH_RETRIES,
+        )
+        # Failed for good: the refusal told to the team's topic (unless PrepareData told it),
+        # then the execution fails with PrepareData's error. Told once: not retried when it dies.
+        prepare_failed = lambda_task(
+            self,
+            "PrepareFailed",
+            prepare_function,
+            prepare_timeout,
+            {
+                "op": "prepare_failed",
+                "trigger": sfn.JsonPath.object_at("$.job.trigger"),
+                "execution": sfn.JsonPath.string_at("$.execution"),
+                "error": sfn.JsonPath.object_at("$.error"),
+            },
+            "$.failed",
             idempotent=False,
+        )
+        prepare_data.add_catch(prepare_failed, errors=[sfn.Errors.ALL], result_path="$.error")
+        prepare_failed.next(
+            sfn.Fail(self, "PrepareDataFailed", error_path="$.error.Error", cause_path="$.failed.cause")
+        )
+        prepare_failed.add_catch(
+            sfn.Fail(self, "PrepareDataFailedUntold", error_path="$.error.Error", cause_path="$.error.Cause"),
+            errors=[sfn.Errors.ALL],
+            result_path="$.notify_error",
         )
         parts = self._parts(prepare_function, prepare_timeout, plan)
         data_prepared = (

@@ -11,8 +11,8 @@ from aws_lambda_powertools import Logger
 from smlt.runtime import metrics
 from smlt.runtime.ledger import Meter
 from smlt.runtime.steps import prepare_parts
-from smlt.runtime.steps.events import PREPARE_EVENTS, PrepareDataEvent, parse_event
-from smlt.runtime.steps.prepare import PrepareSettings, prepare_upload
+from smlt.runtime.steps.events import PREPARE_EVENTS, PrepareDataEvent, PrepareFailedEvent, parse_event
+from smlt.runtime.steps.prepare import PrepareSettings, prepare_failed, prepare_upload
 
 logger = Logger(service=metrics.SERVICE)
 meter = Meter(LOADED_AT, lambda: PrepareSettings().table)
@@ -24,6 +24,8 @@ def handler(event, context):
     settings = PrepareSettings()
     if isinstance(parsed, PrepareDataEvent):
         result = prepare_upload(settings, parsed).model_dump(mode="json")
+    elif isinstance(parsed, PrepareFailedEvent):  # PrepareData failed for good: the refusal told
+        result = prepare_failed(settings, parsed)
     else:  # a step of a table in parts (a Map's child, or the step after a Map)
         result = prepare_parts.handle(parsed, settings.notify_topic_arn)
     logger.info("prepare", extra=result)

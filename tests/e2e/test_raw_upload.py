@@ -473,3 +473,84 @@ def test_a_version_uploaded_again_keeps_its_earlier_record_and_rolls_back_to_its
     pl.promote(artifacts, "again", "v1", "test")
     assert pl.rollback(artifacts, "again", "test").run_id == first.run_id
     assert pl.champion(artifacts, "again").run_id == first.run_id
+
+
+def _prepare_dies(after_write: int, times: int = 1):
+    """An invoke filter: the first `times` PrepareData invocations die right after their
+    `after_write`-th write (`--faults crash`'s fault); the ops it saw, in order."""
+    seen: list[str] = []
+
+    def fate(function: str, payload: object) -> str:
+        op = payload.get("op") if isinstance(payload, dict) else None
+        if op in ("prepare_data", "prepare_failed"):
+            seen.append(op)
+            if op == "prepare_data" and seen.count("prepare_data") <= times:
+                return f"crash:{after_write}"
+        return "ok"
+
+    return fate, seen
+
+
+def _dataset(names, desc: dict) -> tuple[dict[str, str], dict]:
+    """The run's prepared dataset: its objects' sha256 by name (the manifest apart), and its
+    manifest's split sizes and features."""
+    import hashlib
+
+    prepared = json.loads(desc["output"])["prepared"]["dataset"]
+    folder = prepared.removeprefix(f"s3://{names.data_bucket}/")
+    data = S3Store(names.data_bucket)
+    objects = {k.removeprefix(folder): hashlib.sha256(data.get(k)).hexdigest() for k in data.list(folder)}
+    manifest = json.loads(data.get(folder + keys.MANIFEST))
+    objects.pop(keys.MANIFEST)
+    return objects, {s: manifest[s]["rows"] for s in ("train", "validation")} | {"features": manifest.get("features")}
+
+
+def test_a_prepare_data_dying_between_its_writes_is_retried_to_the_same_dataset(pipeline, refusals, tmp_path):
+    engine, names, _, setup, upload = pipeline
+    setup("prepdies", SHORT)
+    upload("incoming/prepdies/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 1)).read_bytes())
+    desc = _wait(engine, upload("incoming/prepdies/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    baseline = _dataset(names, desc)
+    artifacts = S3Store(names.artifacts_bucket)
+    # the first claim (k=1), a few shards written (k=3), every shard and the manifest (k=9)
+    for k in (1, 3, 9):
+        fate, seen = _prepare_dies(k)
+        engine.invoke_filter = fate
+        try:
+            desc = _wait(engine, upload("incoming/prepdies/v1/_SUCCESS", b""))
+        finally:
+            engine.invoke_filter = None
+        assert desc["status"] == "SUCCEEDED", (k, desc)
+        assert seen == ["prepare_data", "prepare_data"], (k, seen)  # died once, retried once
+        assert _dataset(names, desc) == baseline, k
+        run = json.loads(desc["output"])["plan"]["run_id"]
+        record = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("prepdies", "v1")))
+        assert record.run_id == run and record.status in ("promoted", "rejected"), (k, record)
+    assert refusals(0) == []  # nothing refused
+
+
+def test_a_prepare_data_that_dies_on_its_retry_too_fails_told_once(pipeline, refusals, tmp_path, capsys):
+    engine, names, _, setup, upload = pipeline
+    setup("prepdead", SHORT)
+    upload("incoming/prepdead/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 1)).read_bytes())
+    fate, seen = _prepare_dies(1, times=2)
+    engine.invoke_filter = fate
+    try:
+        desc = _wait(engine, upload("incoming/prepdead/v1/_SUCCESS", b""))
+    finally:
+        engine.invoke_filter = None
+    assert desc["status"] == "FAILED" and desc["error"] == "Runtime.ExitError", desc
+    assert seen == ["prepare_data", "prepare_data", "prepare_failed"], seen
+    where = f"s3://{names.data_bucket}/incoming/prepdead/v1/"
+    message = json.loads(desc["cause"])["errorMessage"]
+    assert message.startswith(f"the Prepare function preparing {where} died (out of memory, or killed), on its retry")
+    assert f"smlt data prepare SOURCE --out {where}" in message, message
+    artifacts = S3Store(names.artifacts_bucket)
+    assert pl.versions(artifacts, "prepdead") == [] and pl.champion(artifacts, "prepdead") is None
+    (envelope,) = refusals(1) + refusals(0)  # told once
+    body = json.loads(envelope["Message"])
+    assert envelope["Subject"] == "smlt: prepdead v1 refused" and body["error"] == "Runtime.ExitError", body
+    assert body["message"] == message and body["execution"] == desc["name"], body
+    out = _models_list(engine, "prepdead", capsys)
+    assert "v1 " in out and f"Runtime.ExitError: the Prepare function preparing {where} died" in out, out

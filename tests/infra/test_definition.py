@@ -55,6 +55,7 @@ def test_every_task_has_a_timeout_and_retries(states):
         "Finalize",
         "Chain",
         "PrepareData",
+        "PrepareFailed",
         "PartStatsPart",
         "MergeStats",
         "PartMomentsPart",
@@ -75,10 +76,15 @@ def test_every_task_has_a_timeout_and_retries(states):
         assert throttle["BackoffRate"] > 1 and throttle["MaxAttempts"] >= 3, name
         assert retried["Lambda.ServiceException"]["BackoffRate"] > 1, name
         # The idempotent control steps run again when their process died (not the workers: a
-        # worker's failure is the Map's business, nor Chain, nor PrepareData: out of memory on an
-        # input would die again).
+        # worker's failure is the Map's business, nor Chain, nor PrepareFailed, which tells the
+        # topic; PrepareData once: out of memory on an input would die again).
         # A part's child neither: it prepares its part as PrepareData prepares an input.
-        if name not in ("TrainWorker", "TrainWorkerDistributed", "Chain", "PrepareData") and not name.endswith("Part"):
+        if name == "PrepareData":
+            died = retried["Runtime.ExitError"]
+            assert retried["Lambda.Unknown"] is died and died["MaxAttempts"] == 1, name
+        elif name not in ("TrainWorker", "TrainWorkerDistributed", "Chain", "PrepareFailed") and not name.endswith(
+            "Part"
+        ):
             died = retried["Runtime.ExitError"]
             assert retried["Lambda.Unknown"] is died and died["BackoffRate"] > 1 and died["MaxAttempts"] >= 2, name
         else:
@@ -109,6 +115,24 @@ def test_contract_shape(states, synth):
     assert prepare["Parameters"] == {"op": "prepare_data", "trigger.$": "$.job.trigger", "execution.$": "$.execution"}
     assert prepare["ResultPath"] == "$.prepared" and prepare["Next"] == "DataPrepared"
     assert prepare["TimeoutSeconds"] == 960  # the function's 15 minutes and the task's headroom
+    # failed for good (after its retry): PrepareFailed tells the topic, then the execution fails
+    # with PrepareData's own error (and its cause as PrepareFailed words it)
+    (catch,) = prepare["Catch"]
+    assert catch == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "PrepareFailed"}
+    failed = states["PrepareFailed"]
+    assert failed["Parameters"] == {
+        "op": "prepare_failed",
+        "trigger.$": "$.job.trigger",
+        "execution.$": "$.execution",
+        "error.$": "$.error",
+    }
+    assert failed["Next"] == "PrepareDataFailed" and failed["Catch"][0]["Next"] == "PrepareDataFailedUntold"
+    assert states["PrepareDataFailed"] == {
+        "Type": "Fail",
+        "ErrorPath": "$.error.Error",
+        "CausePath": "$.failed.cause",
+    }
+    assert states["PrepareDataFailedUntold"]["CausePath"] == "$.error.Cause"
     prepared = states["DataPrepared"]
     assert prepared["Choices"] == [
         {"Variable": "$.prepared.action", "StringEquals": "duplicate", "Next": "Duplicate"},

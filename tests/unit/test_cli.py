@@ -73,6 +73,7 @@ def test_kill_applies_to_control_steps_only():
     from smlt.faults import FaultInjector, is_control_step
 
     assert is_control_step({"op": "plan", "job": {}}) and is_control_step({"op": "finalize", "run_id": "r"})
+    assert is_control_step({"op": "prepare_data", "trigger": {}, "execution": "e"})  # PrepareData too
     assert is_control_step({"run_id": "r", "round": 0, "outcomes": []})  # Aggregate sends no op
     assert not is_control_step({"run_id": "r", "round": 0, "worker": 1})
     assert not is_control_step({"op": "chain", "run_id": "r"})

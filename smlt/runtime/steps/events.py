@@ -219,6 +219,16 @@ class PrepareDataEvent(_Event):
     execution: str
 
 
+class PrepareFailedEvent(_Event):
+    """PrepareData failed for good (its error caught by the state machine after its retries):
+    the upload's refusal told to the team's topic unless PrepareData told it already."""
+
+    op: Literal["prepare_failed"] = "prepare_failed"
+    trigger: dict[str, Any]
+    execution: str
+    error: dict[str, Any]  # the Catch's {Error, Cause}
+
+
 class PartItem(BaseModel):
     """One part of a table in many files: an item of the parts' Distributed Maps."""
 
@@ -291,6 +301,7 @@ class StatsMerged(BaseModel):
 
 PrepareFunctionEvent = Annotated[
     Annotated[PrepareDataEvent, Tag("prepare_data")]
+    | Annotated[PrepareFailedEvent, Tag("prepare_failed")]
     | Annotated[PartStatsEvent, Tag("part_stats")]
     | Annotated[PartMomentsEvent, Tag("part_moments")]
     | Annotated[PartShardsEvent, Tag("part_shards")]
@@ -308,9 +319,9 @@ AGGREGATE_EVENTS: TypeAdapter[AggregateEvent | PrepareEvent | SliceEvent | Finis
 )
 TRAIN_EVENTS: TypeAdapter[TrainEvent] = TypeAdapter(TrainEvent)
 PREPARE_DATA_EVENTS: TypeAdapter[PrepareDataEvent] = TypeAdapter(PrepareDataEvent)
-PREPARE_EVENTS: TypeAdapter[PrepareDataEvent | PartStatsEvent | PartMomentsEvent | PartShardsEvent | MergeEvent] = (
-    TypeAdapter(PrepareFunctionEvent)
-)
+PREPARE_EVENTS: TypeAdapter[
+    PrepareDataEvent | PrepareFailedEvent | PartStatsEvent | PartMomentsEvent | PartShardsEvent | MergeEvent
+] = TypeAdapter(PrepareFunctionEvent)
 
 
 def parse_event(adapter: TypeAdapter[E], event: Any) -> E:

@@ -23,7 +23,9 @@ The planner then takes the same trigger to the run's job with `dataset.uri` ther
 pipeline changes (its champion, features and versions), and a new upload of the marker (a new
 sequencer, a new run id and prefix) prepares again. A named data error (`InvalidDataset` and its
 kinds) is first told to the team's SNS topic when the stack has one (`notify_topic_arn`): the
-version's refusal (smlt.runtime.notify), then the same error raised.
+version's refusal (smlt.runtime.notify), then the same error raised. A process that died is run
+again once by the state machine (this step takes over what the attempt did); failed for good,
+`prepare_failed` (the PrepareFailed state) tells the topic what PrepareData did not, once.
 
 The step runs in the train_step image (its own command, `lambdas/prepare/handler.py`): that image
 has every library `smlt data prepare` reads formats with (pyarrow for Parquet, Pillow for
@@ -33,6 +35,7 @@ docs/architecture.md, "Trigger".
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -41,7 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic_settings import BaseSettings
 
@@ -58,12 +61,12 @@ from smlt.runtime.data.workbook import is_workbook
 from smlt.runtime.errors import InvalidDataset, InvalidJob
 from smlt.runtime.items import PrepareItem
 from smlt.runtime.job import parse_job
-from smlt.runtime.notify import Refusal, refusal_told
+from smlt.runtime.notify import Refusal, publish_refusal, refusal_told
 from smlt.runtime.pipeline import prepare_with_features
 from smlt.runtime.progress import collected_notices
 from smlt.runtime.records import RunTable
 from smlt.runtime.steps import prepare_parts, upload_parts
-from smlt.runtime.steps.events import DataPrepared, PrepareDataEvent
+from smlt.runtime.steps.events import DataPrepared, PrepareDataEvent, PrepareFailedEvent
 from smlt.runtime.steps.prepare_limits import (
     ARCHIVE_LIMIT,
     ARRAY_SUFFIXES,
@@ -263,6 +266,60 @@ def prepare_upload(settings: PrepareSettings, event: PrepareDataEvent) -> DataPr
     # A named data error from here on refuses the version: told to the team's topic, then raised.
     with refusal_told(settings.notify_topic_arn, lambda e: _refusal(upload, event.execution, e)):
         return _prepare_claimed(upload)
+
+
+# Errors a PrepareData process that died ends with (the function's own timeout, a signal, out of memory).
+DIED = frozenset({"Runtime.ExitError", "Lambda.Unknown", "Sandbox.Timedout", "States.Timeout"})
+
+
+def _told_in_step() -> frozenset[str]:
+    """The errors PrepareData tells the topic itself (`refusal_told`): InvalidDataset and its kinds."""
+    names, todo = set(), [InvalidDataset]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo += cls.__subclasses__()
+    return frozenset(names)
+
+
+def prepare_failed(settings: PrepareSettings, event: PrepareFailedEvent) -> dict[str, Any]:
+    """PrepareData failed for good (the state machine's Catch, after its retries): its refusal told
+    to the topic unless PrepareData told it (a named data error) or none is told (`InvalidJob`);
+    the answer's `cause` is what the execution fails with (the same error's, or for a process
+    that died, what happened and what to do)."""
+    upload = upload_of(event.trigger)
+    error = str(event.error.get("Error") or "States.TaskFailed")
+    cause = str(event.error.get("Cause") or "")
+    if error in _told_in_step() or error == InvalidJob.__name__:
+        return {"cause": cause}
+    try:
+        said = json.loads(cause).get("errorMessage", cause)
+    except (ValueError, AttributeError):
+        said = cause
+    where = f"s3://{upload.bucket}/{upload.folder}/"
+    if error in DIED:
+        what = "did not finish in the function's time" if "Time" in error else "died (out of memory, or killed)"
+        message = (
+            f"the Prepare function preparing {where} {what}, on its retry too ({said or error}): prepare it from a "
+            f"machine, `smlt data prepare SOURCE --out {where}` (its manifest starts the run), and delete "
+            f"{where}{keys.SUCCESS_MARKER}; or upload {where}{keys.SUCCESS_MARKER} again to try once more"
+        )
+    else:
+        message = f"PrepareData failed on {where}: {said or error}"
+    if settings.notify_topic_arn:
+        publish_refusal(
+            settings.notify_topic_arn,
+            Refusal(
+                pipeline=upload.pipeline,
+                version=upload.version,
+                error=error,
+                message=message,
+                upload=f"s3://{upload.bucket}/{upload.key}",
+                run_id=upload.run_id,
+                execution=event.execution,
+            ),
+        )
+    return {"cause": json.dumps({"errorType": error, "errorMessage": message})}
 
 
 def _refusal(upload: Upload, execution: str, error: InvalidDataset) -> Refusal:
