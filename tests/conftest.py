@@ -29,7 +29,7 @@ from tests import shared_loader
 
 # One botocore data loader for the test process (tests/shared_loader.py): moto's mock_aws gives
 # each test a new boto3 session, which would parse every client's service model again.
-# The inproc_moto half of `make test` (-n 2): 261 -> 203 CPU s (bench/experiments/2026-12-07-suite-trim.md).
+# The inproc_moto half of `make test` (-n 2): 261 -> 195 CPU s (bench/experiments/2026-12-07-suite-trim.md).
 shared_loader.install()
 
 KINDS = ("unit", "functional", "engine", "e2e", "infra", "browser")
