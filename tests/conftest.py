@@ -25,6 +25,12 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from smlt.local import synth_cache
+from tests import shared_loader
+
+# One botocore data loader for the test process (tests/shared_loader.py): moto's mock_aws gives
+# each test a new boto3 session, which would parse every client's service model again.
+# The inproc_moto half of `make test` (-n 2): 261 -> 195 CPU s (bench/experiments/2026-12-07-suite-trim.md).
+shared_loader.install()
 
 KINDS = ("unit", "functional", "engine", "e2e", "infra", "browser")
 _ROOT = Path(__file__).parent
