@@ -192,7 +192,10 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tm
 
     events = EventAccumulator(str(out / "tensorboard" / "ctrlc"))
     events.Reload()
-    assert [e.step for e in events.Scalars("loss/validation")] == rounds, said
+    # a round whose validation came back partial (a worker late on a loaded machine) has no loss
+    measured = sorted(int(i["sk"][6:]) for i in saved if i["sk"].startswith("ROUND#") and i.get("val_loss") is not None)
+    assert measured, said
+    assert [e.step for e in events.Scalars("loss/validation")] == measured, said
     assert f"continue it with: smlt resume ctrlc --local --out {out}" in said
     assert _group_gone(proc.pid), "a process of the run outlived it"
 
