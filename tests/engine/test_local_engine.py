@@ -494,7 +494,11 @@ def test_a_finished_executions_history_leaves_memory_and_reads_back_as_moto_kept
     arn, d = _run(engine, workers=["ok", "ok"], rounds=2)
     _output(d)
     kept = _moto_execution(arn)
-    assert kept.exec_worker.env.event_manager._history_event_list == []  # out of moto's memory
+    # out of moto's memory: the execution's thread spills it as it ends, just after the status is set
+    deadline = time.monotonic() + 30
+    while kept.exec_worker.env.event_manager._history_event_list and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kept.exec_worker.env.event_manager._history_event_list == []
     spilled = engine.history(arn)
     # the same execution with the spill switched off: moto's own answer, from its memory
     monkeypatch.setattr(memory, "spill_history", lambda execution: None)
