@@ -7,9 +7,10 @@ Init (controller: validate the study file, write its items) → Run, a Parallel 
     is an ordinary run, its own execution and ledger; Step Functions waits for it) → TrialEnded
     (controller: its ledger replaces its reservation); a failed execution is caught → TrialEnded
     with its error; a skipped trial → Skipped.
+    After the Map: TrialsEnded, a Fail state that stops the Watcher (below).
   - Watcher: Watch (controller: the running trials' curves, ASHA's stops, the deadline) →
     WatchDone? → Wait (the poll interval Watch answers) → Watch …
-→ Finish (controller: the best trial's model under studies/<id>/best/) → Done.
+→ (Run's catch of TrialsEnded) Finish (controller: the best trial's model under studies/<id>/best/) → Done.
 
 The controller is a thin handler over `smlt.runtime.study.controller`; it reads and writes the table's
 items and `studies/*` of the artifacts bucket, and reads the trials' `runs/*` items only through
@@ -40,6 +41,7 @@ from smlt.runtime.study import budget
 
 CONTROLLER_TIMEOUT = Duration.minutes(2)
 CONTROLLER_MEMORY_MB = budget.CONTROLLER_MEMORY_MB  # the study's own bill prices it
+TRIALS_ENDED = "Study.TrialsEnded"  # the Trials branch's end, caught by Run into Finish
 
 
 class StudyWorkflow(Construct):
@@ -170,11 +172,19 @@ class StudyWorkflow(Construct):
             .otherwise(wait)
         )
         wait.next(watch)
+        # The last trial's end ends the study: a Parallel ends only when every branch has, and the
+        # watcher may be in a Wait of up to the deadline (its paced last look), so the Trials branch
+        # ends in a Fail state, which stops the other branch (its Wait at once; a Watch invocation
+        # in flight runs to its end, `controller.watch` records it after Finish), and Run catches
+        # that one error into Finish. Any other error of either branch still fails the study.
+        trials.next(sfn.Fail(self, "TrialsEnded", error=TRIALS_ENDED, cause="every trial ended: end the watcher"))
         run = sfn.Parallel(self, "Run", result_path=sfn.JsonPath.DISCARD)
         run.branch(trials)
         run.branch(watch.next(watch_done))
         finish = step("Finish", "finish", {"study_id": study_id}, "$.result")
-        definition = init.next(run).next(finish).next(sfn.Succeed(self, "Done"))
+        run.add_catch(finish, errors=[TRIALS_ENDED], result_path=sfn.JsonPath.DISCARD)
+        definition = init.next(run)
+        finish.next(sfn.Succeed(self, "Done"))
 
         self.log_group, self.state_machine = logged_state_machine(
             self,

@@ -93,3 +93,28 @@ def test_a_study_warm_starts_from_another_studys_best(local, tmp_path):
     run = RunTable(names.table, trials[0].run_id, client=engine.client("dynamodb")).meta()
     assert run.job.warm_start == f"s3://{names.artifacts_bucket}/{first.best_model_key}"
     assert StudyTable(names.table, "warm-to", client=engine.client("dynamodb")).study().status == "SUCCEEDED"
+
+
+def test_a_study_ends_when_its_last_trial_ends_not_when_its_watcher_next_looks(local, tmp_path):
+    """The watcher's first look answers a wait of 120 s (poll_seconds) or, when that look cost more
+    than its reserve allows, to the deadline; the one trial ends long before: the trials'
+    branch ending stops that wait, and the study finishes at once."""
+    engine, _ = local
+    study = small_study(tmp_path, trials=1, concurrency=1, deadline_seconds=180, poll_seconds=120)
+    target = tune.local_target(engine)
+    meta, (trial,) = tune.run(target, study, tmp_path, study_id="ends-with-trials")
+    assert meta.status == "SUCCEEDED" and trial.status == "SUCCEEDED"
+    sfn = engine.client("stepfunctions")
+    executions = sfn.list_executions(stateMachineArn=target.study_machine_arn)["executions"]
+    (execution,) = [e for e in executions if e["name"] == "ends-with-trials"]
+    events = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)["events"]
+    outputs = [
+        json.loads(d["output"])
+        for e in events
+        if (d := e.get("taskSucceededEventDetails") or e.get("lambdaFunctionSucceededEventDetails"))
+    ]
+    answered = [o["poll_seconds"] for o in outputs if "done" in o]  # Watch's answers
+    assert answered and answered[-1] >= 120  # the watcher was waiting 120 s or more when the trial ended
+    assert meta.ended_at - trial.ended_at < 20  # not the 120 s the watcher would have waited
+    assert execution["stopDate"].timestamp() - trial.ended_at < 30
+    assert abs(meta.total_usd - (meta.spent_usd + meta.overhead_usd)) < 1e-9 and meta.total_usd <= meta.budget_usd

@@ -203,27 +203,7 @@ def test_a_look_that_read_a_trial_running_does_not_overwrite_it_once_ended(place
     """The watcher reads the trials, the trial's ended step writes its final ledger, then the look
     writes its round-by-round values: they must not replace the ended trial's (its cost_usd was
     the last round's total, not the run's ledger that its reservation settled to)."""
-    controller.init(place, study(trials=1, budget_usd=0.02))
-    controller.admit(place, "s", 0)
-    record(place, "s-t000", [0.1, 0.5])
-    (pending,) = StudyTable("runs", "s", client=place.dynamodb).trials()
-    job = parse_job({**trial_job(parse_study(study(trials=1, budget_usd=0.02)), pending.params), "run_id": "s-t000"})
-    final = FinalMetrics(
-        run_id="s-t000", rounds=2, samples=1, wall_seconds=1.0, estimated_cost_usd=0.005, stop_reason="max_rounds"
-    )
-    meta = MetaItem(
-        run_id="s-t000",
-        execution="x",
-        job=job,
-        status="SUCCEEDED",
-        created_at=1.0,
-        train_rows=1,
-        train_shards=1,
-        features=64,
-        outputs=10,
-        task="classification",
-    )
-    RunTable("runs", "s-t000", client=place.dynamodb).put_once(keys.META, meta.model_copy(update={"final": final}))
+    _one_trial_run_finished(place)
     real = StudyTable.trials
 
     def trials_then_ended(self):
@@ -238,3 +218,61 @@ def test_a_look_that_read_a_trial_running_does_not_overwrite_it_once_ended(place
     (trial,) = t.trials()
     assert trial.status == "SUCCEEDED" and trial.cost_usd == pytest.approx(0.005)
     assert t.study().reserved_usd == pytest.approx(0.005)
+
+
+def test_a_look_still_running_when_the_study_finished_adds_only_its_own_cost(place, monkeypatch):
+    """The last trial's end stops the watcher's branch without waiting for a Watch invocation in
+    flight (infra/stacks/study.py), so Finish can write the result while a look still runs: the
+    look must not overwrite the result (its best trial, the trials' spend) and its cost stays in
+    the bill, whichever of the two writes META first."""
+    _one_trial_run_finished(place)
+    place.s3.put_object(Bucket="art", Key=keys.final_model_key("s-t000"), Body=b"model")
+    real = StudyTable.trials
+
+    def trials_then_finished(self):
+        found = real(self)
+        monkeypatch.setattr(StudyTable, "trials", real)
+        controller.ended(place, "s", 0)  # the trial ends and the study finishes during the look
+        controller.finish(place, "s")
+        return found
+
+    monkeypatch.setattr(StudyTable, "trials", trials_then_finished)
+    t = StudyTable("runs", "s", client=place.dynamodb)
+    controller.watch(place, "s")
+    meta = t.study()
+    assert meta.status == "SUCCEEDED" and meta.best_run_id == "s-t000" and meta.best_model_key
+    assert meta.spent_usd == pytest.approx(0.005)  # the trial's ledger, not the look's last round
+    assert meta.watches == 1 and meta.watch_usd > 0
+    assert meta.total_usd == pytest.approx(meta.spent_usd + meta.overhead_usd)
+    assert meta.overhead_usd >= meta.watch_usd + t.trials()[0].controller_usd
+
+
+def _one_trial_run_finished(place):
+    """A one-trial study whose trial is admitted and its run finished (ROUND items, META's final)."""
+    controller.init(place, study(trials=1, budget_usd=0.02))
+    controller.admit(place, "s", 0)
+    record(place, "s-t000", [0.1, 0.5])
+    (pending,) = StudyTable("runs", "s", client=place.dynamodb).trials()
+    job = parse_job({**trial_job(parse_study(study(trials=1, budget_usd=0.02)), pending.params), "run_id": "s-t000"})
+    final = FinalMetrics(
+        run_id="s-t000",
+        rounds=2,
+        samples=1,
+        wall_seconds=1.0,
+        estimated_cost_usd=0.005,
+        stop_reason="max_rounds",
+        val_accuracy=0.5,
+    )
+    meta = MetaItem(
+        run_id="s-t000",
+        execution="x",
+        job=job,
+        status="SUCCEEDED",
+        created_at=1.0,
+        train_rows=1,
+        train_shards=1,
+        features=64,
+        outputs=10,
+        task="classification",
+    )
+    RunTable("runs", "s-t000", client=place.dynamodb).put_once(keys.META, meta.model_copy(update={"final": final}))

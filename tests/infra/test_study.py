@@ -6,6 +6,7 @@ the controller reads and writes only the table and studies/ (and reads runs/ for
 from __future__ import annotations
 
 import json
+from unittest.mock import ANY
 
 from tests.infra import asl
 from tests.infra.test_iam import _grants
@@ -32,6 +33,12 @@ def test_trials_are_training_executions_started_up_to_the_concurrency(synth):
     assert run["Catch"][0]["Next"] == "TrialFailed"
     assert watcher["States"]["Poll"]["SecondsPath"] == "$.watch.poll_seconds"  # the watcher paces itself
     assert watcher["States"]["WatchDone"]["Choices"][0]["Next"] == "Watched"
+    # the trials' end ends the watcher: their branch fails with one named error, which Run catches
+    # into Finish (a Parallel would otherwise wait for the watcher's Wait, up to the deadline)
+    assert trials["States"]["Trials"]["Next"] == "TrialsEnded"
+    assert trials["States"]["TrialsEnded"] == {"Type": "Fail", "Error": "Study.TrialsEnded", "Cause": ANY}
+    (catch,) = defn["States"]["Run"]["Catch"]
+    assert catch == {"ErrorEquals": ["Study.TrialsEnded"], "ResultPath": None, "Next": "Finish"}
 
 
 def test_the_study_machine_starts_and_watches_only_the_training_machine(synth):

@@ -47,8 +47,8 @@ def trial_deadline(study_deadline_at: float, now: float, min_trial_seconds: floa
 CONTROLLER_MEMORY_MB = 512  # the controller function's memory (infra/stacks/study.py deploys it)
 # State transitions of the study machine per controller step (infra/stacks/study.py): Init, Run
 # and the Map; per trial Admit, Admitted, RunTrial, TrialEnded and the iteration; per look Watch,
-# WatchDone and Poll; Finish and Done.
-TRANSITIONS = {"init": 4, "admit": 3, "ended": 2, "watch": 3, "finish": 2}
+# WatchDone and Poll; the Trials branch's TrialsEnded (which ends the watcher), Finish and Done.
+TRANSITIONS = {"init": 4, "admit": 3, "ended": 2, "watch": 3, "finish": 3}
 NOMINAL_STEP_S = 0.25  # a controller step's billed time when it is reserved (before it is measured)
 MIN_POLL_S, MAX_POLL_S = 2, 60
 # With fewer looks than this left in the watch reserve, the last is kept for the deadline.

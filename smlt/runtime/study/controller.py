@@ -329,13 +329,9 @@ def watch(place: Place, study_id: str) -> WatchAnswer:
     trials = t.trials()
     spent = sum(tr.cost_usd for tr in trials)
     best = _best(study, trials)
-    if best is not None:
-        t.update("META", StudyItem, best_trial=best.trial, best_run_id=best.run_id, best_metric=best.metric)
     # This look's own bill, and the next look paced so the watches stay within their reserve.
     cost = place.step_cost("watch", started)
-    watch_usd = meta.watch_usd + cost
-    overhead = meta.overhead_usd + cost
-    reserve_left = meta.overhead_reserve_usd - _fixed_overhead(place, study) - watch_usd
+    reserve_left = meta.overhead_reserve_usd - _fixed_overhead(place, study) - (meta.watch_usd + cost)
     if meta.started >= study.trials:  # no trial is left to start: what the trials do not hold pays looks too
         reserve_left += max(0.0, study.budget_usd - meta.overhead_reserve_usd - meta.reserved_usd)
     poll = budget.next_poll(
@@ -345,21 +341,38 @@ def watch(place: Place, study_id: str) -> WatchAnswer:
         reserve_left,
         cost,
     )
-    t.update(
-        "META",
-        StudyItem,
-        spent_usd=spent,
-        overhead_usd=overhead,
-        watch_usd=watch_usd,
-        watches=meta.watches + 1,
-        total_usd=spent + overhead + sum(tr.controller_usd for tr in trials),
-    )
+    _record_look(t, meta, cost, spent, best, sum(tr.controller_usd for tr in trials))
     return WatchAnswer(
         done=all(tr.status in ENDED for tr in trials),
         running=sum(tr.status == "RUNNING" for tr in trials),
         stopped=sum(tr.status == "STOPPED" for tr in trials),
         poll_seconds=poll,
     )
+
+
+def _record_look(
+    t: StudyTable, meta: StudyItem, cost: float, spent: float, best: TrialItem | None, controller_usd: float
+) -> None:
+    """A look's bill (and, while the study runs, the trials' spend and the best trial so far) onto
+    META. The last trial's end stops the watcher's branch without waiting for a look in flight
+    (`infra/stacks/study.py`), so a look can end after Finish wrote the study's result: then it
+    adds only its own cost. Version-conditional, like Finish's write, so neither loses the other's."""
+    while True:
+        changes: dict[str, Any] = {
+            "overhead_usd": meta.overhead_usd + cost,
+            "watch_usd": meta.watch_usd + cost,
+            "watches": meta.watches + 1,
+            "version": meta.version + 1,
+        }
+        if meta.status == "RUNNING":
+            changes.update(spent_usd=spent, total_usd=spent + meta.overhead_usd + cost + controller_usd)
+            if best is not None:
+                changes.update(best_trial=best.trial, best_run_id=best.run_id, best_metric=best.metric)
+        else:
+            changes["total_usd"] = meta.total_usd + cost
+        if t.update("META", StudyItem, only_if="#version = :ver", values={":ver": meta.version}, **changes):
+            return
+        meta = t.study() or meta
 
 
 def _fixed_overhead(place: Place, study: Study) -> float:
@@ -432,12 +445,20 @@ def finish(place: Place, study_id: str) -> FinishAnswer:
     spent = sum(tr.cost_usd for tr in trials)
     now = place.clock()
 
-    def bill() -> dict[str, Any]:
-        overhead = meta.overhead_usd + place.step_cost("finish", started) + sum(tr.controller_usd for tr in trials)
-        return {"spent_usd": spent, "overhead_usd": overhead, "total_usd": spent + overhead}
+    def close(**fields: Any) -> None:
+        # Conditional on META's version: a look still in flight when the trials ended
+        # (`_record_look`) may write META meanwhile; its cost is then read again, never lost.
+        m = meta
+        while True:
+            overhead = m.overhead_usd + place.step_cost("finish", started) + sum(tr.controller_usd for tr in trials)
+            bill: dict[str, Any] = {"spent_usd": spent, "overhead_usd": overhead, "total_usd": spent + overhead}
+            bill.update(fields, version=m.version + 1, ended_at=now)
+            if t.update("META", StudyItem, only_if="#version = :ver", values={":ver": m.version}, **bill):
+                return
+            m = t.study() or m
 
     if best is None:
-        t.update("META", StudyItem, status="FAILED", ended_at=now, **bill())
+        close(status="FAILED")
         return FinishAnswer(study_id=study_id, status="FAILED", spent_usd=spent)
     store = place.store
     prefix = best_prefix(study_id)
@@ -455,15 +476,11 @@ def finish(place: Place, study_id: str) -> FinishAnswer:
     )
     summary = answer.model_dump(mode="json", exclude={"status"})
     store.put(prefix + "metrics.json", json.dumps(summary, indent=2).encode())
-    t.update(
-        "META",
-        StudyItem,
+    close(
         status="SUCCEEDED",
-        **bill(),
         best_trial=best.trial,
         best_run_id=best.run_id,
         best_metric=best.metric,
         best_model_key=prefix + "model.safetensors",
-        ended_at=now,
     )
     return answer
