@@ -114,9 +114,9 @@ def predict(args: argparse.Namespace) -> int:
             result.write_csv(sys.stdout)
             sys.stdout.flush()
         except BrokenPipeError:  # the reader stopped early (`| head`): what it read is what it wanted
-            import os
+            from smlt.cli.console import reader_gone
 
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush: no second error
+            reader_gone(sys.stdout)  # Python's exit flush: no second error
             return 0
     score = ""
     if result.accuracy is not None:

@@ -89,3 +89,36 @@ def test_out_dash_into_a_reader_that_stops_early_ends_quietly(model: Path, tmp_p
     err = smlt.stderr.read().decode()
     assert smlt.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def _into_a_closed_pipe(args: list[str]) -> tuple[int, str]:
+    """`smlt ARGS | true`: stdout a pipe whose reader has already gone (every write is EPIPE)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "smlt.cli", *args], stdout=write, stderr=subprocess.PIPE, env=env, timeout=120
+        )
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr.decode()
+
+
+def test_any_command_into_a_closed_pipe_ends_quietly(model: Path, tmp_path: Path) -> None:
+    """`smlt export ... | head`: the CLI's lines (smlt.cli.console's handler) and a command's own
+    print (`smlt data prepare`'s summary, caught at the CLI's top) into a closed pipe: no
+    BrokenPipeError traceback, exit 0, and the command's work done."""
+    code, err = _into_a_closed_pipe(["export", str(model), "--format", "onnx", "--out", str(tmp_path / "m.onnx")])
+    assert code == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert (tmp_path / "m.onnx").is_file()  # the export itself is whole
+    code, err = _into_a_closed_pipe(["model", str(model)])
+    assert code == 0 and "Traceback" not in err, err
+    src = _write(tmp_path / "t.csv", "x1,label", [f"{i},{'ab'[i % 2]}" for i in range(40)])
+    code, err = _into_a_closed_pipe(["data", "prepare", str(src), "--out", str(tmp_path / "prep")])
+    assert code == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert (tmp_path / "prep" / "manifest.json").is_file()
