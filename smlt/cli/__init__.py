@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         with console(quiet=getattr(args, "quiet", False)):
-            return int(args.fn(args))
+            code = int(args.fn(args))
+            sys.stdout.flush()  # a closed pipe's error here (caught below), not in Python's flush at exit
+            return code
     except (SmltError, LimitError, *_ENGINE) as e:
         return _failed(e, args)
     except KeyboardInterrupt:
