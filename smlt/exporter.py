@@ -9,7 +9,7 @@ By default the file holds the served model (smlt.serving): the card's numeric pr
 network and its post-processing, so it takes what the data holds (feature values and number
 columns in their own units, uint8 images, token ids; in ONNX a table's number and one-hot text
 cells, its one-hot encoding an ONNX graph joined before the network's: `_table_graph`) and gives class probabilities or regression
-values in the label's units; it is checked against `smlt predict` on the same rows (default: a
+values in the label's units (a table graph with text cells also `unseen`, the cells none of a column's levels, second); it is checked against `smlt predict` on the same rows (default: a
 seeded batch in the data's units) within 1e-5 (regression: 1e-5 of the target's std). `raw=True`
 (`--raw`) exports the bare network instead (the input after the card's normalisation, logits or
 standardised values), checked against PyTorch within TOLERANCE. Either way the batch axis is
