@@ -9,7 +9,7 @@ By default the file holds the served model (smlt.serving): the card's numeric pr
 network and its post-processing, so it takes what the data holds (feature values and number
 columns in their own units, uint8 images, token ids; in ONNX a table's number and one-hot text
 cells, its one-hot encoding an ONNX graph joined before the network's: `_table_graph`) and gives class probabilities or regression
-values in the label's units; it is checked against `smlt predict` on the same rows (default: a
+values in the label's units (a table graph with text cells also `unseen`, the cells none of a column's levels, second); it is checked against `smlt predict` on the same rows (default: a
 seeded batch in the data's units) within 1e-5 (regression: 1e-5 of the target's std). `raw=True`
 (`--raw`) exports the bare network instead (the input after the card's normalisation, logits or
 standardised values), checked against PyTorch within TOLERANCE. Either way the batch axis is
@@ -41,9 +41,11 @@ from smlt.serving import (
     NUMBERS,
     SPEC_KEY,
     TEXT,
+    UNSEEN,
     ServingSpec,
     example_rows,
     feeds_inputs,
+    feeds_unseen,
     served_module,
     serving_spec,
     stored_rows,
@@ -88,6 +90,9 @@ class Exported:
     against: str = "PyTorch"  # the reference: "PyTorch" (the module) or "smlt predict"
     tolerance: str = f"{TOLERANCE}"  # the largest difference allowed (per output column, in its units)
     spec: ServingSpec | None = None  # the contract stored in the file
+    # kind columns_text: the text cells of those rows the model never saw, which the file's `unseen`
+    # output flagged exactly where `smlt predict` counts them (None: no such output)
+    unseen: int | None = None
 
 
 def example_input(
@@ -226,7 +231,8 @@ def export_module(
         work.unlink(missing_ok=True)  # a refused export leaves no file a server could pick up
         raise
     work.replace(path)
-    return Exported(path, fmt, len(x), diff, against, tolerance, spec)
+    unseen = int(feeds_unseen(*front).sum()) if front is not None else None
+    return Exported(path, fmt, len(x), diff, against, tolerance, spec, unseen)
 
 
 def _said(atol: np.ndarray) -> str:
@@ -322,6 +328,8 @@ def _onnx(
     _label(path, metadata, front[0] if front else None)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = front[1] if front else {session.get_inputs()[0].name: x.numpy()}
+    if front is not None:
+        _check_unseen(session, path, front[0], feeds)
 
     def run(rows: slice) -> np.ndarray:
         try:
@@ -330,6 +338,21 @@ def _onnx(
             raise ExportFailed(f"{path}: onnxruntime refuses {len(x[rows])} row(s): {_cause(e)}") from None
 
     return run
+
+
+def _check_unseen(session: Any, path: Path, manifest: Manifest, feeds: dict[str, np.ndarray]) -> None:
+    """The graph's `unseen` output on the check rows, whole and on the first row alone, against
+    `smlt predict`'s rule (`feeds_unseen`): ExportFailed naming the first cell they disagree on."""
+    want = feeds_unseen(manifest, feeds)
+    got = np.asarray(session.run([UNSEEN], feeds)[0])
+    one = np.asarray(session.run([UNSEEN], {k: v[:1] for k, v in feeds.items()})[0])
+    if got.shape != want.shape or one.shape != want[:1].shape or (got != want).any() or (one != want[:1]).any():
+        bad = np.argwhere(got != want) if got.shape == want.shape else np.zeros((1, 2), int)
+        i, k = (int(v) for v in bad[0]) if len(bad) else (0, 0)
+        raise ExportFailed(
+            f"{path}: the graph's {UNSEEN!r} output flags row {i}'s text cell {str(feeds[TEXT][i, k])!r} otherwise than "
+            "smlt predict counts values the model never saw: report this as a bug in smlt"
+        )
 
 
 def _require_onnx() -> None:
@@ -366,7 +389,11 @@ def _label(path: Path, metadata: dict[str, str], table: Manifest | None = None) 
                 f"the network's ONNX opset is {opset}: text cells need {TEXT_OPSET} (RegexFullMatch on strings)"
             )
         front = _table_graph(table, opset, graph.ir_version)
-        graph = merge_models(front, graph, io_map=[(ENCODED, ENCODED)])
+        served = [o.name for o in graph.graph.output]
+        graph = merge_models(front, graph, io_map=[(ENCODED, ENCODED)], outputs=[*served, UNSEEN])
+        outputs = sorted(graph.graph.output, key=lambda o: o.name == UNSEEN)  # merge_models puts front's first
+        del graph.graph.output[:]
+        graph.graph.output.extend(outputs)  # the served output first, as a graph of one input has it
     for key, text in metadata.items():
         graph.metadata_props.add(key=key, value=text)
     onnx.save(graph, str(path))
@@ -381,7 +408,9 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
     `_level_pattern`: ' Paris' is 'Paris', as `smlt predict` reads a CSV; a value none of them: all
     0), a missing cell ("" or only whitespace) the fill level's features (NaN without a fill) and 1
     in its indicator; the features gathered into `encode_columns`' order, minus the mean, over the
-    std."""
+    std. A second output, UNSEEN (bool [batch, M]), is true for a text cell that is neither missing
+    nor any of its column's levels: the cells encoded as none of them, that `smlt predict` counts as
+    values the model never saw (`tabular.unseen_values`)."""
     from onnx import TensorProto, helper
 
     from smlt.runtime.data.tabular import width
@@ -418,6 +447,7 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
             own[t.name], gap[t.name] = j, len(numbers) + j
         at = 2 * len(numbers)
     inputs.append(helper.make_tensor_value_info(TEXT, TensorProto.STRING, [BATCH, len(text)]))
+    unseen: list[str] = []  # per text column, bool [batch, 1]: a cell neither missing nor a level
     text_gaps = node("RegexFullMatch", [TEXT], "text_gaps", pattern=f"{_SPACE}*")
     for k, t in enumerate(text):
         where = const(f"text_{k}_at", [k], TensorProto.INT64, row=False)
@@ -431,6 +461,9 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
         empty = node("Gather", [text_gaps, where], f"text_{k}_gap", axis=1)
         fill = [float(level == str(t.fill)) if t.fill is not None else np.nan for level in t.levels]
         pieces.append(node("Where", [empty, const(f"text_{k}_fill", fill), hot], f"text_{k}_filled"))
+        axis = const(f"text_{k}_axis", [1], TensorProto.INT64, row=False)
+        known = node("Cast", [node("ReduceMax", [hot, axis], f"text_{k}_max")], f"text_{k}_known", to=TensorProto.BOOL)
+        unseen.append(node("Not", [node("Or", [empty, known], f"text_{k}_seen")], f"text_{k}_unseen"))
         own[t.name] = at
         at += len(t.levels)
     pieces.append(node("Cast", [text_gaps], "text_indicators", to=TensorProto.FLOAT))
@@ -447,8 +480,13 @@ def _table_graph(manifest: Manifest, opset: int, ir_version: int) -> onnx.ModelP
     nodes.append(
         helper.make_node("Div", [centred, const("std", norm.std, row=False)], [ENCODED], name="smlt_standardised")
     )
+    if len(unseen) > 1:
+        nodes.append(helper.make_node("Concat", unseen, [UNSEEN], name="smlt_unseen", axis=1))
+    else:
+        nodes.append(helper.make_node("Identity", unseen, [UNSEEN], name="smlt_unseen"))
     output = helper.make_tensor_value_info(ENCODED, TensorProto.FLOAT, [BATCH, len(order)])
-    graph = helper.make_graph(nodes, "smlt_table", inputs, [output], initializer=consts)
+    flags = helper.make_tensor_value_info(UNSEEN, TensorProto.BOOL, [BATCH, len(text)])
+    graph = helper.make_graph(nodes, "smlt_table", inputs, [output, flags], initializer=consts)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
 
 

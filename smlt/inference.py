@@ -111,17 +111,25 @@ def _read_s3(uri: str, store: S3Store | None = None) -> _Found:
 def _local_run(run_id: str, out: Path) -> _Found | None:
     """A local run's final model in its saved state (OUT/.state/runs/<run id>/s3/<bucket>/...),
     None when `out` saves no run of that id; RunNotFinished when the run is saved but has not
-    succeeded (running, stopped by a crash or Ctrl-C, failed: a model it stored is not its
-    result), InvalidModel when its final model is not the one its saved META records."""
-    from smlt.snapshot import find_state, saved_items, saved_status
+    succeeded (a model it stored is not its result): still running when a live process holds its
+    state lock (`folderlock.holder`: wait, naming the pid), else stopped by a crash or Ctrl-C or
+    failed (`smlt resume`); InvalidModel when its final model is not the one its saved META records."""
+    from smlt.folderlock import holder
+    from smlt.snapshot import find_state, saved_items, saved_status, state_dir
 
     folder = find_state(out, run_id)
     if not folder.is_dir():
         return None
+    pid = holder(state_dir(out, run_id))  # a live run holds its state folder's lock (snapshot.run_lock)
+    live = f"is still running ({f'pid {pid}' if pid else 'another process'} holds its lock)"
     if not (folder / "items.json").exists():  # made when it starts; its state saved after its first round
+        if pid is not None:
+            raise RunNotFinished(
+                f"run {run_id!r} in {out} {live} and has no round saved yet: wait for it to finish, then use its model"
+            )
         raise RunNotFinished(
-            f"run {run_id!r} in {out} has no round saved yet (it is starting, or it stopped before its first round "
-            f"ended): wait for it to finish, or start it again (`smlt run --local JOB --out {out}`)"
+            f"run {run_id!r} in {out} has no round saved yet and no process runs it (it stopped before its first "
+            f"round ended): start it again (`smlt run --local JOB --out {out}`)"
         )
     try:  # read as it is (a live run's objects may be mid-copy); a state that does not parse: named below
         items = json.loads((folder / "items.json").read_text())
@@ -129,10 +137,15 @@ def _local_run(run_id: str, out: Path) -> _Found | None:
     except (OSError, ValueError, AttributeError, TypeError):
         items = saved_items(run_id, out)  # RunNotFound / DamagedState, naming what is wrong
         status = saved_status(items, run_id)
+    if status != "SUCCEEDED" and pid is not None:
+        raise RunNotFinished(
+            f"run {run_id!r} in {out} {live}: wait for it to finish, then use its model (its saved status is "
+            f"{status}; a model it stored is not its result)"
+        )
     if status != "SUCCEEDED":
         raise RunNotFinished(
-            f"run {run_id!r} in {out} has not finished (its saved status is {status}: still running, or stopped "
-            f"by a crash or Ctrl-C, or failed; a model it stored is not its result): continue it with `smlt resume "
+            f"run {run_id!r} in {out} has not finished and no process runs it (its saved status is {status}: "
+            f"stopped by a crash or Ctrl-C, or failed; a model it stored is not its result): continue it with `smlt resume "
             f"{run_id} --local --out {out}`, then use its model"
         )
     meta = next(i for i in items if i.get("sk") == keys.META and i.get("pk") == keys.pk(run_id))

@@ -19,7 +19,7 @@ What the served model takes, by what the model was trained on (`input_kind`):
   per column of the spec's `text_columns`, its text as written (the graph strips the whitespace
   around it as smlt's CSV reader does: ' Paris' is 'Paris'; "" or only whitespace for a missing cell):
   equal to one of the column's levels, a 1 in that level's feature; any other value all zeros
-  (`unseen_values`); "" the column's imputed level with its indicator (prepared with --missing
+  (`unseen_values`), and true in the second output `unseen`; "" the column's imputed level with its indicator (prepared with --missing
   refuse: NaN features, so NaN outputs, as NaN in a number column); encoded, imputed and
   standardised inside, in `encode_columns`' feature order (`exporter._table_graph`: ONNX's string
   `RegexFullMatch`, opset 20). In Python: `table_feeds(smlt.load_model(RUN), rows)`;
@@ -34,6 +34,11 @@ never meets a second input it would not feed.
 
 What it gives: `probabilities` float32 [batch, classes] (a softmax; the class names are the spec's
 `classes`), or `values` float32 [batch, targets] in the label's own units (the target scaling undone).
+Kind `columns_text` gives a second output after it, `unseen` bool [batch, M]: true for a text cell
+that is none of its column's levels and not missing (another letter case, a typo, a new category),
+the cells `smlt predict`'s notice counts ('N of M rows hold values the model never saw'), so a
+server can log or refuse such a row; the spec's `outputs` lists both (format /2). A float tensor
+carries no column names: no output can say number columns came in another order.
 `raw=True` keeps the bare network instead: its input after the card's normalisation (`model_input`),
 its logits or standardised regression values.
 """
@@ -60,13 +65,14 @@ SPEC_KEY = "smlt.serving"  # ONNX metadata_props key / .pt2 extra file holding t
 CARD_KEY = "smlt.model_card"  # the model card's JSON beside it (model.json without the metrics)
 BATCH = "batch"  # the dynamic first axis of every input and output
 NUMBERS, TEXT = "numbers", "text"  # kind columns_text's inputs
+UNSEEN = "unseen"  # kind columns_text's second output: the text cells the model never saw
 
 
 class TensorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    dtype: Literal["float32", "uint8", "int64", "string"]
+    dtype: Literal["float32", "uint8", "int64", "string", "bool"]
     shape: list[int | str]  # "batch" first
     means: str  # what a server puts in (input) or reads out (output), in words
 
@@ -88,8 +94,9 @@ class ServingSpec(BaseModel):
     columns: list[str] | None = None
     # format /2 only (None: the key is left out, a /1 spec as before): every input, in the graph's
     # order (kind columns_text: `numbers` when the table has number columns, then `text`), and the
-    # `text` input's columns, in order
+    # `text` input's columns, in order, and every output, in order (the served one, then `unseen`)
     inputs: list[TensorSpec] | None = None
+    outputs: list[TensorSpec] | None = None
     text_columns: list[str] | None = None
     classes: list[str] | None = None  # classification: output column j is classes[j]
     targets: list[str] | None = None  # regression: output column j is targets[j]
@@ -101,6 +108,7 @@ class ServingSpec(BaseModel):
         out = handler(self)
         if self.inputs is None and isinstance(out, dict):
             out.pop("inputs", None)
+            out.pop("outputs", None)
             out.pop("text_columns", None)
         return out
 
@@ -282,6 +290,7 @@ def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> Se
         else:
             what = ", ".join(targets or []) if card.label else "values"
             gives = f"the predicted {what} in the label's own units (the training's target scaling undone)"
+    output = TensorSpec(name=out_name, dtype="float32", shape=[BATCH, card.output_dim], means=gives)
     return ServingSpec(
         format=SPEC_FORMAT if text is None else SPEC_FORMAT_INPUTS,
         run_id=card.run_id,
@@ -290,9 +299,10 @@ def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> Se
         raw=raw,
         kind=kind,
         input=inputs[0],
-        output=TensorSpec(name=out_name, dtype="float32", shape=[BATCH, card.output_dim], means=gives),
+        output=output,
         columns=columns,
         inputs=None if text is None else inputs,
+        outputs=None if text is None else [output, _unseen_output(text)],
         text_columns=text,
         classes=model.classes if classification else None,
         targets=targets,
@@ -311,18 +321,32 @@ def _table_inputs(manifest: Manifest) -> tuple[list[TensorSpec], list[str] | Non
     return inputs, numbers or None, text
 
 
+def _unseen_output(text: list[str]) -> TensorSpec:
+    return TensorSpec(
+        name=UNSEEN,
+        dtype="bool",
+        shape=[BATCH, len(text)],
+        means="true for a text cell (one per column of `text_columns`) that is none of its column's levels and not "
+        "missing: a value the model never saw in training (another letter case, a typo, a new category), encoded as "
+        "none of the levels, so that row's output is unreliable; the cells `smlt predict` counts in its notice "
+        "'N of M rows hold values the model never saw': log, flag or reject such a row",
+    )
+
+
 _TAKES: dict[str, str] = {
     "features": "feature values in the data's own units (standardised inside)",
     "columns": "one value per column of `columns`, in that order, in the data's own units; NaN for a "
-    "missing cell (imputed inside as the training data was)",
+    "missing cell (imputed inside as the training data was); a float tensor carries no column names, so the "
+    "graph cannot tell columns sent in another order: build the row from `columns` by name",
     "token_ids": "token ids in [0, vocabulary size): one outside (a negative padding id too) is the runtime's "
     "error, never a silent wrap",
     NUMBERS: "one value per number column of `columns`, in that order, in the data's own units; NaN for a "
-    "missing cell (imputed inside as the training data was)",
+    "missing cell (imputed inside as the training data was); a float tensor carries no column names, so the "
+    "graph cannot tell columns sent in another order: build the row from `columns` by name",
     TEXT: "one cell per text column of `text_columns`, in that order, its text as written, case kept (the "
     'whitespace around it is stripped inside, as smlt\'s CSV reader strips it); "" for a missing cell '
     "(imputed inside as the training data was); a value that is none of the column's levels (the model card's) "
-    "is encoded as none of them, as smlt predict does",
+    "is encoded as none of them, as smlt predict does, and flagged in the output `unseen`",
     "encoded_features": "the rows with the card's column transforms and standardisation applied (a hashed or "
     "free-text column and a date column have no graph form; number and one-hot text columns have one in "
     "ONNX only): in Python smlt.load_model(RUN).serving_input(rows)",
@@ -446,6 +470,21 @@ def feeds_inputs(model: LoadedModel, feeds: dict[str, np.ndarray]) -> Inputs:
     }
     x = apply_columns(manifest, Table("serving input", cols, np.arange(n), "row"))
     return Inputs(x, [str(i) for i in range(n)])
+
+
+def feeds_unseen(manifest: Manifest, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """Kind columns_text's `unseen` output for these inputs by `smlt predict`'s rule
+    (`tabular.unseen_values`): bool [rows, text columns], a cell neither missing ("" or only
+    whitespace) nor one of its column's levels (once stripped, as the graph and smlt's CSV reader
+    strip it)."""
+    text = [t for t in manifest.columns or [] if t.kind == "onehot"]
+    cells = np.asarray(feeds[TEXT], object).reshape(len(feeds[TEXT]), len(text))
+    out = np.zeros(cells.shape, bool)
+    for k, t in enumerate(text):
+        stripped = np.array([str(c).strip() for c in cells[:, k]], object)
+        own = np.array([str(c) in t.levels for c in cells[:, k]], bool)  # a level kept with its own spaces
+        out[:, k] = (stripped != "") & ~np.isin(stripped, list(t.levels)) & ~own
+    return out
 
 
 def _feeds(n: int, numbers: list[np.ndarray], text: list[np.ndarray]) -> dict[str, np.ndarray]:

@@ -33,7 +33,7 @@ from smlt.tracking import TrackingFailed
 
 from . import cloud, dashboard, data, doctor, local, model, models, quote, tune, verify
 from .cloud import resume_command
-from .console import console
+from .console import console, reader_gone, stdout_closed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,12 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         with console(quiet=getattr(args, "quiet", False)):
-            return int(args.fn(args))
+            code = int(args.fn(args))
+            sys.stdout.flush()  # a closed pipe's error here (caught below), not in Python's flush at exit
+            return code
     except (SmltError, LimitError, *_ENGINE) as e:
         return _failed(e, args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not stdout_closed():  # another pipe's: not the reader's doing
+            raise
+        reader_gone(sys.stdout)  # `smlt ... | head`: the reader has what it wanted (smlt.cli.console)
+        return 0
     except Exception as e:
         from smlt.aws_errors import cli_message
 

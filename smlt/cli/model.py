@@ -114,9 +114,9 @@ def predict(args: argparse.Namespace) -> int:
             result.write_csv(sys.stdout)
             sys.stdout.flush()
         except BrokenPipeError:  # the reader stopped early (`| head`): what it read is what it wanted
-            import os
+            from smlt.cli.console import reader_gone
 
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush: no second error
+            reader_gone(sys.stdout)  # Python's exit flush: no second error
             return 0
     score = ""
     if result.accuracy is not None:
@@ -148,6 +148,11 @@ def export(args: argparse.Namespace) -> int:
         f"exported {model.card.model.name} as {done.format} to {done.path}: outputs within {done.max_abs_diff:.2e} "
         f"of {done.against}'s on {done.rows} rows (tolerance {done.tolerance})"
     )
+    if done.unseen is not None:
+        notice.info(
+            f"its 'unseen' output flags the {done.unseen} text cell{'' if done.unseen == 1 else 's'} of those rows the "
+            "model never saw, as smlt predict counts them"
+        )
     if done.spec is not None:
         for line in spec_lines(done.spec):
             notice.info(line)
@@ -166,11 +171,13 @@ def spec_lines(spec: Any) -> list[str]:
         columns = spec.text_columns if t.dtype == "string" else spec.columns
         if columns:
             lines.append(f"         columns: {', '.join(columns)}")
-    lines.append(f"  output {_tensor(spec.output)}: {spec.output.means}")
-    names = spec.classes or spec.targets
-    if names:
-        shown = ", ".join(names[:10]) + (f" ... ({len(names)})" if len(names) > 10 else "")
-        lines.append(f"         {'classes' if spec.classes else 'targets'}: {shown}")
+    for t in spec.outputs or [spec.output]:
+        lines.append(f"  output {_tensor(t)}: {t.means}")
+        names = (spec.classes or spec.targets) if t.name == spec.output.name else spec.text_columns
+        if names:
+            shown = ", ".join(names[:10]) + (f" ... ({len(names)})" if len(names) > 10 else "")
+            said = "columns" if t.name != spec.output.name else "classes" if spec.classes else "targets"
+            lines.append(f"         {said}: {shown}")
     return lines
 
 

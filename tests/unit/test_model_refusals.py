@@ -90,3 +90,47 @@ def test_a_finished_local_runs_model_is_checked_against_its_saved_meta(model, tm
     assert main(["export", RUN, "--runs", str(done), "--format", "torch-export"]) == 0
     assert (tmp_path / f"{RUN}.pt2").is_file()
     assert not list((done / ".state").rglob("*.pt2"))
+
+
+def test_a_local_run_another_process_runs_is_told_to_wait_not_to_resume(model, tmp_path, capsys):
+    """A live `smlt run --local` holds its state folder's lock (snapshot.run_lock): `smlt export` /
+    `smlt predict` on it say it is still running, with the pid, and to wait; once the lock is let
+    go (the run crashed, the same saved state), `smlt resume`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    card, blob = model
+    out = _saved_run(tmp_path / "live", card, blob, status="RUNNING")
+    starting = tmp_path / "starting"
+    (starting / ".state" / "runs" / RUN).mkdir(parents=True)  # no round saved yet
+    hold = (
+        "import sys; from pathlib import Path; from smlt.snapshot import run_lock\n"
+        "with run_lock(Path(sys.argv[1]), sys.argv[2]), run_lock(Path(sys.argv[3]), sys.argv[2]):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.Popen(
+        [sys.executable, "-c", hold, str(out), RUN, str(starting)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert run.stdin is not None and run.stdout is not None
+    try:
+        assert run.stdout.readline() == b"held\n"
+        with pytest.raises(RunNotFinished, match=rf"is still running \(pid {run.pid} holds its lock\): wait for it"):
+            load_model(RUN, out=out)
+        with pytest.raises(RunNotFinished, match=rf"still running \(pid {run.pid} .* no round saved yet: wait"):
+            load_model(RUN, out=starting)
+        assert main(["export", RUN, "--runs", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert f"still running (pid {run.pid} holds its lock)" in err and "smlt resume" not in err
+    finally:
+        run.stdin.close()
+        run.wait(timeout=60)
+    with pytest.raises(RunNotFinished, match=rf"no process runs it .*RUNNING.*smlt resume {RUN}"):
+        load_model(RUN, out=out)
+    with pytest.raises(RunNotFinished, match="no round saved yet and no process runs it.*start it again"):
+        load_model(RUN, out=starting)

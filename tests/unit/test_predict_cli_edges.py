@@ -89,3 +89,42 @@ def test_out_dash_into_a_reader_that_stops_early_ends_quietly(model: Path, tmp_p
     err = smlt.stderr.read().decode()
     assert smlt.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def _closed_pipe() -> int:
+    """A pipe's write end whose reader has gone: every write is EPIPE, as after `head` has exited."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+def test_any_command_into_a_closed_pipe_ends_quietly(model: Path, tmp_path: Path, monkeypatch) -> None:
+    """`smlt export ... | head`: the CLI's lines (smlt.cli.console's handler) and a command's own
+    print (`smlt data prepare`'s summary, caught at the CLI's top) into a pipe whose reader has
+    gone: no BrokenPipeError traceback, exit 0, the command's work done. `smlt export` as a process
+    (Python's own flush at exit too), the others in this one, each into its own closed pipe."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    export = ["export", str(model), "--format", "onnx", "--out", str(tmp_path / "m.onnx")]
+    write = _closed_pipe()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "smlt.cli", *export], stdout=write, stderr=subprocess.PIPE, env=env, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr
+    assert (tmp_path / "m.onnx").is_file()  # the export itself is whole
+    src = _write(tmp_path / "t.csv", "x1,label", [f"{i},{'ab'[i % 2]}" for i in range(40)])
+    commands = [["model", str(model)], ["data", "prepare", str(src), "--out", str(tmp_path / "prep")]]
+    for command in commands:
+        for buffering in (1, -1):  # a line's print raises at once; a block's at the CLI's flush
+            with os.fdopen(_closed_pipe(), "w", buffering=buffering) as closed:
+                monkeypatch.setattr(sys, "stdout", closed)
+                assert main([*command, "--replace"] if command[0] == "data" else command) == 0
+    assert (tmp_path / "prep" / "manifest.json").is_file()

@@ -12,6 +12,7 @@ Measured here (torch 2.13, onnx 1.23, onnxruntime 1.31, CPU): the table graph's 
 
 import importlib.util
 import json
+import re
 
 import numpy as np
 import pytest
@@ -123,6 +124,46 @@ def test_the_graph_takes_the_tables_cells_and_gives_what_predict_gives(titanic, 
     other = text.copy()
     other[1] = ["alien", "Mars"]
     np.testing.assert_array_equal(session.run(None, {"numbers": numbers, "text": other})[0][1], got[1])
+
+
+def test_the_unseen_output_flags_the_cells_predict_counts(titanic, tmp_path):
+    """A second output, `unseen` (bool per row and text column): a cell that is none of its
+    column's levels and not missing ('other', 'X', 'Southampton', 's' for 'S'; not "" nor " male"),
+    the cells `smlt predict`'s notice counts; the first output as before (a server reading [0])."""
+    model, _, _, new = titanic
+    done = export_model(model, "onnx", tmp_path / "m.onnx", data=new)
+    assert done.unseen == 4 and done.max_abs_diff <= SERVED_TOLERANCE
+    session, spec = _session(done.path)
+    assert [(o.name, o.type) for o in session.get_outputs()] == [
+        ("probabilities", "tensor(float)"),
+        ("unseen", "tensor(bool)"),
+    ]
+    assert [(o["name"], o["dtype"], o["shape"]) for o in spec["outputs"]] == [
+        ("probabilities", "float32", ["batch", 2]),
+        ("unseen", "bool", ["batch", 2]),
+    ]
+    rows = [dict(zip(HEADER.split(","), line.split(","))) for line in NEW]
+    numbers = np.array([[float(r[c]) if r[c] else np.nan for c in spec["columns"]] for r in rows], np.float32)
+    text = np.array([[r[c] for c in spec["text_columns"]] for r in rows], object)  # as written: " male"
+    text[0, 1] = " \t"  # only whitespace: missing, not unseen
+    probabilities, unseen = session.run(None, {"numbers": numbers, "text": text})
+    predicted = model.predict(new)
+    np.testing.assert_allclose(probabilities, predicted.probabilities, rtol=0, atol=SERVED_TOLERANCE)
+    print(
+        f"new.csv with unseen cells: max abs diff from smlt predict {np.abs(probabilities - predicted.probabilities).max():.2e}"
+    )
+    #            sex    port
+    want = [[0, 0], [1, 1], [0, 0], [0, 0], [0, 0], [0, 1], [0, 1]]
+    np.testing.assert_array_equal(unseen, np.array(want, bool))
+    # smlt predict says the same: per column, the rows its notice counts
+    counts = dict(
+        re.findall(r"column '(\w+)': (\d+) of 7 rows hold values the model never saw", " ".join(predicted.notes))
+    )
+    assert counts == {"sex": "1", "port": "3"} == {c: str(n) for c, n in zip(spec["text_columns"], unseen.sum(0))}
+    # a client's other letter case, a typo: flagged, one row alone as a server's single request
+    for cell, flagged in (("Male", True), ("paris", True), ("female", False), ("", False)):
+        one = np.array([[cell, "S"]], object)
+        assert session.run(["unseen"], {"numbers": numbers[:1], "text": one})[0].tolist() == [[flagged, False]]
 
 
 def _spaced(src, out, rows=120):
