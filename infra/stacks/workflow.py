@@ -16,7 +16,8 @@ Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`),
 they and the steps after a table's parts retry `Throttled` (an S3 or DynamoDB request throttled
 through botocore's attempts) three times, after 5, 10 and 20 s.
 PrepareData failed for good is caught: PrepareFailed tells the team's topic, then PrepareDataFailed
-fails the execution with PrepareData's error.
+fails the execution with PrepareData's error; so are the steps after a table's parts' Maps
+(MergeStats, MergeMoments, FinishParts), with the same single message.
 """
 
 from __future__ import annotations
@@ -428,7 +429,7 @@ class Workflow(Construct):
             errors=[sfn.Errors.ALL],
             result_path="$.notify_error",
         )
-        parts = self._parts(prepare_function, prepare_timeout, plan)
+        parts = self._parts(prepare_function, prepare_timeout, plan, prepare_failed)
         data_prepared = (
             sfn.Choice(self, "DataPrepared")
             .when(sfn.Condition.string_equals("$.prepared.action", "duplicate"), duplicate)
@@ -468,7 +469,11 @@ class Workflow(Construct):
         )
 
     def _parts(
-        self, prepare_function: lambda_.IFunction, prepare_timeout: Duration, then: sfn.IChainable
+        self,
+        prepare_function: lambda_.IFunction,
+        prepare_timeout: Duration,
+        then: sfn.IChainable,
+        failed: sfn.IChainable,
     ) -> sfn.IChainable:
         """A raw upload of one table in many files (smlt.runtime.steps.prepare_parts): three
         Distributed Maps of the Prepare function over $.prepared.parts, one step after each.
@@ -476,7 +481,9 @@ class Workflow(Construct):
         PartStats → MergeStats → StatsMerged (a column text in some part: ReadAsText, PartStats
         again) → PartMoments → MergeMoments → PartShards → FinishParts → `then` (Plan). A child's
         error is caught in the child (PartStatsFailed, ...) and raised again by its name by the
-        step after the Map, which names the part's object and line."""
+        step after the Map, which names the part's object and line. A step after a Map failed for
+        good (after its retries) is caught as PrepareData is: `failed` (PrepareFailed) tells the
+        team's topic once, unless the step told it (a named data error, a part's)."""
         prepared = "$.prepared"
         common = {
             "run_id.$": f"{prepared}.run_id",
@@ -527,7 +534,9 @@ class Workflow(Construct):
                 "results": sfn.JsonPath.list_at("$.part_results"),
             }
             # idempotent: it reads the children's scratch objects again
-            return task(sid, payload, result_path, idempotent=True)
+            step = task(sid, payload, result_path, idempotent=True)
+            step.add_catch(failed, errors=[sfn.Errors.ALL], result_path="$.error")
+            return step
 
         stats = fan("PartStats", "part_stats", {"text.$": f"{prepared}.text"})
         merge_stats = after("MergeStats", "merge_stats", "$.merged")

@@ -145,6 +145,11 @@ def test_contract_shape(states, synth):
         "CausePath": "$.failed.cause",
     }
     assert states["PrepareDataFailedUntold"]["CausePath"] == "$.error.Cause"
+    # so are the steps after a table's parts' Maps, failed for good: the same PrepareFailed, which
+    # tells the topic once (not again when the step told it: a named data error, a part's)
+    for step in ("MergeStats", "MergeMoments", "FinishParts"):
+        (catch,) = states[step]["Catch"]
+        assert catch == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "PrepareFailed"}, step
     prepared = states["DataPrepared"]
     assert prepared["Choices"] == [
         {"Variable": "$.prepared.action", "StringEquals": "duplicate", "Next": "Duplicate"},
