@@ -48,7 +48,7 @@ LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
 # A function whose process died (a signal, out of memory): Runtime.ExitError, or Lambda.Unknown
 # when no error type came back. Plan, Aggregate and Finalize are idempotent: they run again.
 PROCESS_DIED = ["Runtime.ExitError", "Lambda.Unknown"]
-# A control step whose S3 or DynamoDB request stayed throttled through botocore's 8 attempts raises
+# A control step whose S3 or DynamoDB request stayed throttled through botocore's 8 retries raises
 # Throttled (smlt.runtime.retry.named_throttles): run again after 5, 10 and 20 s (35 s in all,
 # beyond the ~1-2 minutes botocore's attempts already took), time for S3 to scale a prefix or a
 # DynamoDB partition's burst to come back; no jitter, so the pause is at least that. The steps

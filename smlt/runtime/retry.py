@@ -36,7 +36,7 @@ DYNAMODB_CONFLICTS = frozenset({"TransactionConflictException", "TransactionInPr
 # Cancellation reasons of a TransactWriteItems that say the same of one of its items.
 TRANSACTION_CONFLICT_REASONS = frozenset({"TransactionConflict"})
 
-# Codes of a request refused for its rate, which botocore retries (up to its max_attempts, 8 here:
+# Codes of a request refused for its rate, which botocore retries (its max_attempts, 8 here, counts retries:
 # smlt.runtime.clients) before raising. S3 answers a HEAD's 503 without a body: its code is "503".
 S3_THROTTLES = frozenset({"SlowDown", "503"})
 DYNAMODB_THROTTLES = frozenset(
