@@ -12,9 +12,12 @@ a duplicated event, → Duplicate; everything else (a job, a manifest's trigger)
 A failed worker is caught inside the map child (WorkerFailed), so the map never fails because of
 one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the plan) and retries
 Lambda service errors and throttling with exponential backoff; Plan, Aggregate (each op) and
-Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`), PrepareData once.
+Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`), PrepareData once;
+they and the steps after a table's parts retry `Throttled` (an S3 or DynamoDB request throttled
+through botocore's attempts) three times, after 5, 10 and 20 s.
 PrepareData failed for good is caught: PrepareFailed tells the team's topic, then PrepareDataFailed
-fails the execution with PrepareData's error.
+fails the execution with PrepareData's error; so are the steps after a table's parts' Maps
+(MergeStats, MergeMoments, FinishParts), with the same single message.
 """
 
 from __future__ import annotations
@@ -45,6 +48,14 @@ LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
 # A function whose process died (a signal, out of memory): Runtime.ExitError, or Lambda.Unknown
 # when no error type came back. Plan, Aggregate and Finalize are idempotent: they run again.
 PROCESS_DIED = ["Runtime.ExitError", "Lambda.Unknown"]
+# A control step whose S3 or DynamoDB request stayed throttled through botocore's 8 retries raises
+# Throttled (smlt.runtime.retry.named_throttles): run again after 5, 10 and 20 s (35 s in all,
+# beyond the ~1-2 minutes botocore's attempts already took), time for S3 to scale a prefix or a
+# DynamoDB partition's burst to come back; no jitter, so the pause is at least that. The steps
+# are idempotent (a crash sweep ran each again after each of its writes); a fourth throttle-out
+# fails the execution with Throttled (resumed later).
+THROTTLED = ["Throttled"]
+THROTTLED_INTERVAL_S, THROTTLED_ATTEMPTS, THROTTLED_BACKOFF = 5, 3, 2.0
 PREPARE_DEATH_RETRIES = 1  # PrepareData: once (an input too large for its memory would die again)
 
 # Retriers as ASL (used verbatim for the custom TrainWorker state, and via add_retry elsewhere).
@@ -84,6 +95,16 @@ def _add_death_retry(state: sfn.TaskStateBase, attempts: int = 3) -> None:
     state.add_retry(errors=PROCESS_DIED, interval=Duration.seconds(2), max_attempts=attempts, backoff_rate=2.0)
 
 
+def _add_throttled_retry(state: sfn.TaskStateBase) -> None:
+    """Retry a control step whose S3 or DynamoDB request stayed throttled (idempotent steps only)."""
+    state.add_retry(
+        errors=THROTTLED,
+        interval=Duration.seconds(THROTTLED_INTERVAL_S),
+        max_attempts=THROTTLED_ATTEMPTS,
+        backoff_rate=THROTTLED_BACKOFF,
+    )
+
+
 def _task_timeout(function_timeout: Duration) -> sfn.Timeout:
     return sfn.Timeout.duration(Duration.seconds(function_timeout.to_seconds() + TASK_HEADROOM.to_seconds()))
 
@@ -100,8 +121,9 @@ def lambda_task(
     death_retries: int = 3,
 ) -> tasks.LambdaInvoke:
     """A control step invoking `function` with `payload` (None: the state's input), its answer at
-    `result_path`; retried on Lambda's service errors and throttling, and when its process died only
-    if the step is `idempotent` (doing it again does the same)."""
+    `result_path`; retried on Lambda's service errors and throttling, and when its process died or
+    its request stayed throttled (`Throttled`) only if the step is `idempotent` (doing it again does
+    the same)."""
     task = tasks.LambdaInvoke(
         scope,
         sid,
@@ -115,6 +137,7 @@ def lambda_task(
     _add_retries(task)
     if idempotent:
         _add_death_retry(task, death_retries)
+        _add_throttled_retry(task)
     return task
 
 
@@ -406,7 +429,7 @@ class Workflow(Construct):
             errors=[sfn.Errors.ALL],
             result_path="$.notify_error",
         )
-        parts = self._parts(prepare_function, prepare_timeout, plan)
+        parts = self._parts(prepare_function, prepare_timeout, plan, prepare_failed)
         data_prepared = (
             sfn.Choice(self, "DataPrepared")
             .when(sfn.Condition.string_equals("$.prepared.action", "duplicate"), duplicate)
@@ -446,7 +469,11 @@ class Workflow(Construct):
         )
 
     def _parts(
-        self, prepare_function: lambda_.IFunction, prepare_timeout: Duration, then: sfn.IChainable
+        self,
+        prepare_function: lambda_.IFunction,
+        prepare_timeout: Duration,
+        then: sfn.IChainable,
+        failed: sfn.IChainable,
     ) -> sfn.IChainable:
         """A raw upload of one table in many files (smlt.runtime.steps.prepare_parts): three
         Distributed Maps of the Prepare function over $.prepared.parts, one step after each.
@@ -454,7 +481,9 @@ class Workflow(Construct):
         PartStats → MergeStats → StatsMerged (a column text in some part: ReadAsText, PartStats
         again) → PartMoments → MergeMoments → PartShards → FinishParts → `then` (Plan). A child's
         error is caught in the child (PartStatsFailed, ...) and raised again by its name by the
-        step after the Map, which names the part's object and line."""
+        step after the Map, which names the part's object and line. A step after a Map failed for
+        good (after its retries) is caught as PrepareData is: `failed` (PrepareFailed) tells the
+        team's topic once, unless the step told it (a named data error, a part's)."""
         prepared = "$.prepared"
         common = {
             "run_id.$": f"{prepared}.run_id",
@@ -505,7 +534,9 @@ class Workflow(Construct):
                 "results": sfn.JsonPath.list_at("$.part_results"),
             }
             # idempotent: it reads the children's scratch objects again
-            return task(sid, payload, result_path, idempotent=True)
+            step = task(sid, payload, result_path, idempotent=True)
+            step.add_catch(failed, errors=[sfn.Errors.ALL], result_path="$.error")
+            return step
 
         stats = fan("PartStats", "part_stats", {"text.$": f"{prepared}.text"})
         merge_stats = after("MergeStats", "merge_stats", "$.merged")

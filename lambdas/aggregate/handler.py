@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from smlt.runtime import metrics
 from smlt.runtime.config import Settings
 from smlt.runtime.ledger import Meter
+from smlt.runtime.retry import named_throttles
 from smlt.runtime.steps.aggregate import aggregate_round, finish_round, prepare_round, slice_round
 from smlt.runtime.steps.events import (
     AGGREGATE_EVENTS,
@@ -33,6 +34,7 @@ meter = Meter(LOADED_AT, lambda: Settings.from_env().table)
 
 
 @meter
+@named_throttles  # a request throttled through botocore's attempts: Throttled, retried by the state machine
 def handler(event, context):
     settings = Settings.from_env()
     answer: BaseModel

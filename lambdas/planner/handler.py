@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from smlt.runtime import metrics
 from smlt.runtime.config import Settings
 from smlt.runtime.ledger import Meter
+from smlt.runtime.retry import named_throttles
 from smlt.runtime.steps.events import PLANNER_EVENTS, ChainEvent, FinalizeEvent, PlanEvent, PlanTrain, parse_event
 from smlt.runtime.steps.finalize import finalize
 from smlt.runtime.steps.plan import chain, plan_next
@@ -22,6 +23,7 @@ meter = Meter(LOADED_AT, lambda: Settings.from_env().table)
 
 
 @meter
+@named_throttles  # a request throttled through botocore's attempts: Throttled, retried by the state machine
 def handler(event, context):
     settings = Settings.from_env()
     answer: BaseModel

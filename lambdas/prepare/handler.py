@@ -10,6 +10,7 @@ from aws_lambda_powertools import Logger
 
 from smlt.runtime import metrics
 from smlt.runtime.ledger import Meter
+from smlt.runtime.retry import named_throttles
 from smlt.runtime.steps import prepare_parts
 from smlt.runtime.steps.events import PREPARE_EVENTS, PrepareDataEvent, PrepareFailedEvent, parse_event
 from smlt.runtime.steps.prepare import PrepareSettings, prepare_failed, prepare_upload
@@ -19,6 +20,7 @@ meter = Meter(LOADED_AT, lambda: PrepareSettings().table)
 
 
 @meter
+@named_throttles  # a request throttled through botocore's attempts: Throttled, retried by the state machine
 def handler(event, context):
     parsed = parse_event(PREPARE_EVENTS, event)
     settings = PrepareSettings()

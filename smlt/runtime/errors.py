@@ -104,6 +104,15 @@ class StoreUnavailable(SmltError):
     """The exchange store (Redis) stayed unreachable for longer than a failover takes."""
 
 
+class Throttled(SmltError):
+    """An S3 or DynamoDB request of a control step (Plan, Aggregate and its ops, Finalize,
+    PrepareData, the steps after a table's parts) still throttled after botocore's attempts (S3's
+    503 SlowDown, DynamoDB's ProvisionedThroughputExceededException, ThrottlingException or
+    RequestLimitExceeded). The message names the service, the request and the object or table.
+    The state machine retries the step (idempotent) after a pause; a run that fails with it is
+    resumed (`smlt resume`)."""
+
+
 class PartialData(SmltError):
     """The run ended without training some train shards at all, and the job does not allow it
     (`training.allow_partial_data`)."""

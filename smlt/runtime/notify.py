@@ -90,11 +90,11 @@ def publish_refusal(topic_arn: str, refusal: Refusal) -> str | None:
 
 
 @contextmanager
-def refusal_told(topic_arn: str, refusal_of: Callable[[InvalidDataset], Refusal]) -> Iterator[None]:
+def refusal_told(topic_arn: str, refusal_of: Callable[[InvalidDataset], Refusal | None]) -> Iterator[None]:
     """A named data error raised inside published as the version's refusal (`refusal_of` says
-    which version, upload and execution) when `topic_arn` is set, then raised again unchanged:
-    the execution fails with the same error. A refusal that cannot be described or published is
-    logged, never raised in the error's place."""
+    which version, upload and execution; None: told already) when `topic_arn` is set, then raised
+    again unchanged: the execution fails with the same error. A refusal that cannot be described
+    or published is logged, never raised in the error's place."""
     try:
         yield
     except InvalidDataset as e:
@@ -106,7 +106,8 @@ def refusal_told(topic_arn: str, refusal_of: Callable[[InvalidDataset], Refusal]
                     "the refusal (%s) was not published: %s: %s", type(e).__name__, type(failed).__name__, failed
                 )
             else:
-                publish_refusal(topic_arn, refusal)
+                if refusal is not None:
+                    publish_refusal(topic_arn, refusal)
         raise
 
 

@@ -236,3 +236,66 @@ def test_compressed_versions_with_dates_and_na_cells_train_balanced_and_predict(
     assert main([*args, "--stack", "SmltSales"]) == 0
     lines = (tmp_path / "p.csv").read_text().splitlines()
     assert lines[0] == "id,prediction,probability,label" and len(lines) == ROWS + 1
+
+
+def test_a_step_after_a_map_dying_on_every_retry_fails_told_once(pipeline, refusals, tmp_path):  # noqa: F811
+    """MergeStats' process dies on every attempt (its 3 retries too): caught as PrepareData is,
+    PrepareFailed tells the team's topic once and the execution fails with Runtime.ExitError.
+    Before, the execution failed with nothing told."""
+    engine, names, _, setup, upload = pipeline
+    setup("mergedies", SHORT)
+    for i, body in enumerate(_split(_houses(tmp_path / "h.csv", 6), 4)):
+        upload(f"incoming/mergedies/v1/part-{i:05d}.csv", body)
+    seen: list[str] = []
+
+    def fate(function: str, payload: object) -> str:
+        op = payload.get("op") if isinstance(payload, dict) else None
+        if op in ("merge_stats", "prepare_failed"):
+            seen.append(op)
+        return "kill" if op == "merge_stats" else "ok"
+
+    engine.invoke_filter = fate
+    try:
+        desc = _wait(engine, upload("incoming/mergedies/v1/_SUCCESS", b""))
+    finally:
+        engine.invoke_filter = None
+    assert desc["status"] == "FAILED" and desc["error"] == "Runtime.ExitError", desc
+    assert seen == ["merge_stats"] * 4 + ["prepare_failed"], seen
+    where = f"s3://{names.data_bucket}/incoming/mergedies/v1/"
+    message = json.loads(desc["cause"])["errorMessage"]
+    assert message.startswith(f"the Prepare function preparing {where} died"), message
+    (envelope,) = refusals(1) + refusals(0)  # told once
+    body = json.loads(envelope["Message"])
+    assert envelope["Subject"] == "smlt: mergedies v1 refused" and body["error"] == "Runtime.ExitError", body
+    assert body["message"] == message and body["execution"] == desc["name"], body
+    assert pl.champion(S3Store(names.artifacts_bucket), "mergedies") is None
+
+
+def test_a_part_dying_is_told_once_by_the_step_after_its_map(pipeline, refusals, tmp_path):  # noqa: F811
+    """A part's child dies (not retried: as PrepareData's input, it would die again): MergeStats
+    raises its error again by its name, naming the part's object, and tells the topic; caught,
+    PrepareFailed does not tell it again."""
+    engine, names, _, setup, upload = pipeline
+    setup("partdies", SHORT)
+    for i, body in enumerate(_split(_houses(tmp_path / "h.csv", 7), 4)):
+        upload(f"incoming/partdies/v1/part-{i:05d}.csv", body)
+    seen: list[str] = []
+
+    def fate(function: str, payload: object) -> str:
+        event = payload if isinstance(payload, dict) else {}
+        op = event.get("op")
+        if op in ("part_stats", "merge_stats", "prepare_failed"):
+            seen.append(op)
+        return "kill" if op == "part_stats" and event.get("part") == 2 else "ok"
+
+    engine.invoke_filter = fate
+    try:
+        desc = _wait(engine, upload("incoming/partdies/v1/_SUCCESS", b""))
+    finally:
+        engine.invoke_filter = None
+    assert desc["status"] == "FAILED" and desc["error"] == "Runtime.ExitError", desc
+    message = json.loads(desc["cause"])["errorMessage"]
+    assert message.startswith(f"s3://{names.data_bucket}/incoming/partdies/v1/part-00002.csv"), message
+    envelopes = refusals(1) + refusals(0)
+    assert [e["Subject"] for e in envelopes] == ["smlt: partdies v1 refused"], (seen, envelopes)
+    assert json.loads(envelopes[0]["Message"])["message"] == message

@@ -89,6 +89,18 @@ def test_every_task_has_a_timeout_and_retries(states):
             assert retried["Lambda.Unknown"] is died and died["BackoffRate"] > 1 and died["MaxAttempts"] >= 2, name
         else:
             assert "Runtime.ExitError" not in retried, name
+        # The idempotent control steps (PrepareData and the steps after a table's parts too) run
+        # again, after a pause, when a request of theirs stayed throttled through botocore's
+        # attempts (smlt.runtime.retry.named_throttles): 5, 10, 20 s, then the execution fails.
+        if name in ("TrainWorker", "TrainWorkerDistributed", "Chain", "PrepareFailed") or name.endswith("Part"):
+            assert "Throttled" not in retried, name
+        else:
+            assert retried["Throttled"] == {
+                "ErrorEquals": ["Throttled"],
+                "IntervalSeconds": 5,
+                "MaxAttempts": 3,
+                "BackoffRate": 2,
+            }, name
 
 
 def test_contract_shape(states, synth):
@@ -133,6 +145,11 @@ def test_contract_shape(states, synth):
         "CausePath": "$.failed.cause",
     }
     assert states["PrepareDataFailedUntold"]["CausePath"] == "$.error.Cause"
+    # so are the steps after a table's parts' Maps, failed for good: the same PrepareFailed, which
+    # tells the topic once (not again when the step told it: a named data error, a part's)
+    for step in ("MergeStats", "MergeMoments", "FinishParts"):
+        (catch,) = states[step]["Catch"]
+        assert catch == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "PrepareFailed"}, step
     prepared = states["DataPrepared"]
     assert prepared["Choices"] == [
         {"Variable": "$.prepared.action", "StringEquals": "duplicate", "Next": "Duplicate"},

@@ -269,6 +269,7 @@ def prepare_upload(settings: PrepareSettings, event: PrepareDataEvent) -> DataPr
 
 
 # Errors a PrepareData process that died ends with (the function's own timeout, a signal, out of memory).
+RAISE_FAILED = prepare_parts.raise_failed.__name__  # the function raising a part's error again
 DIED = frozenset({"Runtime.ExitError", "Lambda.Unknown", "Sandbox.Timedout", "States.Timeout"})
 
 
@@ -282,15 +283,27 @@ def _told_in_step() -> frozenset[str]:
     return frozenset(names)
 
 
+def _a_parts_error(cause: str) -> bool:
+    """A step after a table's parts' Map raised a part's error again (`prepare_parts.raise_failed`,
+    a named data error of any name, a part's timeout's too), which it told itself: its cause's
+    stack trace (the Lambda runtime's, the local engine's alike) passes through `raise_failed`."""
+    try:
+        trace = json.loads(cause).get("stackTrace") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(f"in {RAISE_FAILED}" in str(frame) for frame in trace)
+
+
 def prepare_failed(settings: PrepareSettings, event: PrepareFailedEvent) -> dict[str, Any]:
-    """PrepareData failed for good (the state machine's Catch, after its retries): its refusal told
-    to the topic unless PrepareData told it (a named data error) or none is told (`InvalidJob`);
+    """PrepareData, or a step after a table's parts' Map, failed for good (the state machine's Catch,
+    after its retries): its refusal told to the topic unless the step told it (a named data error,
+    a part's error raised again) or none is told (`InvalidJob`);
     the answer's `cause` is what the execution fails with (the same error's, or for a process
     that died, what happened and what to do)."""
     upload = upload_of(event.trigger)
     error = str(event.error.get("Error") or "States.TaskFailed")
     cause = str(event.error.get("Cause") or "")
-    if error in _told_in_step() or error == InvalidJob.__name__:
+    if error in _told_in_step() or error == InvalidJob.__name__ or _a_parts_error(cause):
         return {"cause": cause}
     try:
         said = json.loads(cause).get("errorMessage", cause)

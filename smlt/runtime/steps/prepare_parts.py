@@ -57,6 +57,7 @@ from smlt.runtime.trigger import Upload
 SCRATCH = "_parts"
 NOTES = "notes.json"
 FIRST_NOTES = "notes-00000.json"  # what the first part's pass 1 told
+TOLD = "told.json"  # the version's refusal is told (by the step after a Map that raised it)
 
 
 def _scratch(folder: str, name: str) -> str:
@@ -302,13 +303,21 @@ def handle(event: Any, notify_topic_arn: str = "") -> dict[str, Any]:
         return finish_parts(event).model_dump(mode="json")
 
 
-def _refusal(event: MergeEvent, error: InvalidDataset) -> Refusal:
+def _refusal(event: MergeEvent, error: InvalidDataset) -> Refusal | None:
     """The refusal of the version whose prepared folder is the event's (prepared/<p>/<v>/<tag>),
-    naming its upload's marker (beside the parts)."""
+    naming its upload's marker (beside the parts); None when a step told it already: a part's
+    error raised again by a step the state machine retries (a part's process died: its error's
+    name is `Runtime.ExitError`, which the step's retrier takes) is told once (`TOLD`, kept in
+    the scratch before it is published)."""
     named = version_of(f"s3://{event.bucket}/{event.folder}/")
     if named is None:
         raise ValueError(f"{event.folder} is not a version's prepared folder")
-    where = _Setup(S3Store(event.bucket), event.folder).where
+    store = S3Store(event.bucket)
+    told = _scratch(event.folder, TOLD)
+    if store.exists(told):
+        return None
+    where = _Setup(store, event.folder).where
+    store.put(told, json.dumps({"error": type(error).__name__, "execution": event.execution}).encode())
     return Refusal(
         pipeline=named[0],
         version=named[1],
