@@ -360,7 +360,15 @@ def aggregate_slice(
         raise ValueError(f"slice {j} of {k}")
     start, end = manifest.bounds[j]
     info: dict[str, Any] = {"slice": j, "of": k, "start": start, "end": end, "skipped": True, "bytes_read": 0}
-    if store.exists(manifest.keys[j]):  # a retried aggregator: the slice is there already
+    # A retried aggregator finds its slice there already; one that died between its slice and
+    # the rest (aggregator 0) or the manifest writes what is missing, not the slice again.
+    rest_missing = j == 0 and manifest.rest is not None and not store.exists(manifest.rest)
+    if store.exists(manifest.keys[j]):
+        if rest_missing:
+            layouts = _read_layouts(store, update_keys, threads, probe=HEADER_PROBE) if update_keys else []
+            _write_rest(store, run_id, rnd, source, manifest, update_keys, weights, layouts, threads)
+        if rest_missing or not store.exists(keys.slices_manifest_key(run_id, rnd + 1)):
+            write_manifest(store, run_id, rnd + 1, manifest)
         return {**info, "seconds": time.perf_counter() - t0}
 
     new = read_model_range(store, run_id, rnd, start, end, source)
@@ -371,12 +379,29 @@ def aggregate_slice(
     if not all_finite(new):
         raise FloatingPointError(f"round {rnd}: slice {j}/{k} of the averaged model has NaN or Inf")
     write_slice(store, manifest, j, new)
-    if j == 0 and manifest.rest:
-        rest = read_rest(store, run_id, rnd, source)
-        if update_keys:
-            for name, d in reduce_integers(store, update_keys, weights, layouts, threads).items():
-                rest[name] = add_integer(rest[name], d)
-        write_rest(store, manifest.rest, rest)
+    if rest_missing:
+        _write_rest(store, run_id, rnd, source, manifest, update_keys, weights, layouts, threads)
     write_manifest(store, run_id, rnd + 1, manifest)
     bytes_read = (end - start) * (itemsize * len(update_keys) + 4)
     return {**info, "skipped": False, "bytes_read": bytes_read, "seconds": time.perf_counter() - t0}
+
+
+def _write_rest(
+    store: ObjectStore,
+    run_id: str,
+    rnd: int,
+    source: ModelSource,
+    manifest: SlicedModel,
+    update_keys: list[str],
+    weights: list[float],
+    layouts: list[FlatLayout],
+    threads: int,
+) -> None:
+    """Model rnd+1's non-floating tensors (aggregator 0's part besides its slice): model rnd's,
+    plus the weighted mean of the updates' integer tensors."""
+    assert manifest.rest is not None
+    rest = read_rest(store, run_id, rnd, source)
+    if update_keys:
+        for name, d in reduce_integers(store, update_keys, weights, layouts, threads).items():
+            rest[name] = add_integer(rest[name], d)
+    write_rest(store, manifest.rest, rest)

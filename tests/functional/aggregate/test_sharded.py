@@ -260,3 +260,41 @@ def test_reduce_updates_is_the_single_aggregators_average(store):
     assert set(got) == set(expect)
     for name in expect:
         np.testing.assert_array_equal(got[name], expect[name])
+
+
+class _Died(BaseException):
+    """The aggregator's process died here (nothing in the step catches a BaseException)."""
+
+
+def test_slice_zero_dying_between_its_slice_and_the_rest_writes_the_rest_on_retry(s3_store):
+    """Aggregator 0 writes its slice, then model r+1's non-floating tensors (`rest`): dying
+    between the two, its retry must still write the rest, or model r+1 is never complete (finish
+    would take the missing part for a NaN slice and call the round diverged)."""
+    store = s3_store
+    rng = np.random.default_rng(9)
+    glob = _state(rng)
+    glob["bn.num_batches_tracked"] = np.array(5, np.int64)
+    store.put(keys.model_key(RUN, 0), np_save(glob))
+    u = _state(rng, 0.01)
+    store.put(keys.update_key(RUN, 0, 0), np_save(u))
+    accepted = [{"worker": 0, "samples": 8}]
+    real = type(store).put
+
+    def put(self, key, *a, **kw):
+        out = real(self, key, *a, **kw)
+        if "model.slices" in key and "rest" not in key and "manifest" not in key:
+            raise _Died(key)  # right after slice 0's write
+        return out
+
+    type(store).put = put
+    try:
+        with pytest.raises(_Died):
+            aggregate_slice(store, RUN, 0, 0, 2, accepted)
+    finally:
+        type(store).put = real
+    aggregate_slice(store, RUN, 0, 0, 2, accepted)  # the retry
+    aggregate_slice(store, RUN, 0, 1, 2, accepted)
+    assert sliced_model_complete(store, RUN, 1)
+    got = read_model(store, RUN, 1)
+    assert int(got["bn.num_batches_tracked"]) == 5
+    np.testing.assert_array_equal(got["0.weight"], glob["0.weight"] + u["0.weight"])
