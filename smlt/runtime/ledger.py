@@ -431,14 +431,21 @@ def _first_plan(event: Any) -> tuple[str, str] | None:
 
 
 def from_items(raw: Iterable[dict[str, Any]]) -> list[AttemptItem]:
-    """The ATTEMPT items of a query, each write estimate corrected by the process's next item."""
+    """The ATTEMPT items of a query, each write estimate corrected by the process's next item, and
+    an estimated attempt left out once its worker's own item of that round is there."""
     items = [AttemptItem.model_validate({**r, "key": r.get("sk", "")}) for r in raw]
     by_key = {a.key: a for a in items}
     for a in items:
         target = by_key.get(a.corrects or "")
         if target is not None:
             by_key[target.key] = target.model_copy(update={"duration_s": target.duration_s + a.correction_s})
-    return [by_key.get(a.key, a) if a.key else a for a in items]
+    # An estimate stands for an attempt that had left no item when its round was priced; a straggler
+    # the Map abandoned (`States.Timeout`) keeps running and writes its item later: it replaces the
+    # estimate (priced at the function's timeout) instead of being billed beside it.
+    recorded = {(a.round, a.worker) for a in items if not a.estimated and a.worker is not None}
+    return [
+        by_key.get(a.key, a) if a.key else a for a in items if not (a.estimated and (a.round, a.worker) in recorded)
+    ]
 
 
 class CostBreakdown(BaseModel):
