@@ -86,9 +86,56 @@ def follow(target: Target, raw: dict[str, Any], interval: float = 1.0) -> tuple[
         time.sleep(interval)
     if desc["status"] != "SUCCEEDED":
         raise RunFailed(study_id, desc["status"], desc.get("error", ""), desc.get("cause", ""))
-    meta = table.study()
-    assert meta is not None  # Init wrote it before anything else
+    meta = settled(table, looks_recording(target.sfn, arn))
     return meta, table.trials()
+
+
+LOOK_WAIT_S = 150.0  # the controller's timeout (infra/stacks/study.py CONTROLLER_TIMEOUT, 2 min) and a margin
+
+
+def looks_recording(sfn: Any, arn: str) -> int:
+    """How many of the execution's looks (its `watch` invocations) record their cost on META: every
+    one scheduled that did not fail or time out. The last trial's end stops the watcher's branch
+    without waiting for a look in flight (infra/stacks/study.py): its invocation goes on and adds its
+    cost after the execution ended."""
+    events: dict[int, dict[str, Any]] = {}
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+        events.update((e["id"], e) for e in page["events"])
+    looks = {i for i, e in events.items() if _op(e) == "watch"}
+    for e in events.values():
+        if e["type"] in ("LambdaFunctionFailed", "LambdaFunctionTimedOut", "TaskFailed", "TaskTimedOut"):
+            at, hops = e.get("previousEventId"), 0
+            while at is not None and at not in looks and hops < 3:
+                at, hops = events.get(at, {}).get("previousEventId"), hops + 1
+            looks.discard(at)
+    return len(looks)
+
+
+def _op(event: dict[str, Any]) -> Any:
+    """The controller op a scheduled Lambda invocation runs (its payload's `op`), else None."""
+    try:
+        if event["type"] == "LambdaFunctionScheduled":  # a Task on the function's ARN
+            payload = json.loads(event["lambdaFunctionScheduledEventDetails"]["input"])
+        elif event["type"] == "TaskScheduled":  # lambda:invoke
+            payload = json.loads(event["taskScheduledEventDetails"]["parameters"]).get("Payload")
+            payload = json.loads(payload) if isinstance(payload, str) else payload
+        else:
+            return None
+    except (KeyError, ValueError, AttributeError):
+        return None
+    return payload.get("op") if isinstance(payload, dict) else None
+
+
+def settled(table: StudyTable, looks: int, wait_s: float = LOOK_WAIT_S, interval: float = 0.5) -> StudyItem:
+    """The study's META once every look that records has added its cost (`watches`), so the bill
+    the CLI prints is final; after `wait_s` (a look that died records nothing) as it is then."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        meta = table.study()
+        assert meta is not None  # Init wrote it before anything else
+        if meta.watches >= looks or time.monotonic() > give_up:
+            return meta
+        time.sleep(interval)
 
 
 def _usd(x: float) -> str:
@@ -106,7 +153,7 @@ def summary_lines(meta: StudyItem, trials: list[TrialItem]) -> list[str]:
         f"done: study {meta.study_id}: {len(trials)} trials, {stopped} stopped early, {skipped} not started"
         + (f", {failed} failed" if failed else "")
         + f"; best trial {meta.best_trial} ({meta.best_run_id}) {meta.metric} {best}",
-        f"  spent {_usd(meta.spent_usd)}{budget}",
+        f"  spent {_usd(meta.spent_usd)}{budget} on trials; {_usd(meta.total_usd)} with the study's own steps",
         f"  result: {meta.best_model_key}",
     ]
 

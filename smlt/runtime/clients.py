@@ -32,21 +32,24 @@ def on_every_client(event: str, handler: Callable[..., Any], unique_id: str) -> 
     _HOOKS.append((event, handler, unique_id))
     for service in list(_made):
         client(service).meta.events.register(event, handler, unique_id=unique_id)
+    for service in list(_made_unretried):
+        unretried(service).meta.events.register(event, handler, unique_id=unique_id)
 
 
 _made: set[str] = set()
+_made_unretried: set[str] = set()
 
 
-def make(service: str, session: Any = None, **kw: Any) -> Any:
-    """A new client of `service` with its retry policy (from `session`, default boto3's; `kw`:
-    endpoint_url, region_name, ...): what the CLI makes per command."""
+def make(service: str, session: Any = None, config: dict[str, Any] | None = None, **kw: Any) -> Any:
+    """A new client of `service` with its retry policy, or `config` (from `session`, default
+    boto3's; `kw`: endpoint_url, region_name, ...): what the CLI makes per command."""
     import boto3
     from botocore.config import Config
 
     if session is None and "region_name" not in kw and os.environ.get("AWS_REGION"):
         # AWS_REGION first, as the AWS CLI v2 and Lambda read it; botocore reads only AWS_DEFAULT_REGION
         kw["region_name"] = os.environ["AWS_REGION"]
-    c = (session or boto3).client(service, config=Config(**CONFIGS.get(service, STANDARD)), **kw)
+    c = (session or boto3).client(service, config=Config(**(config or CONFIGS.get(service, STANDARD))), **kw)
     for event, handler, unique_id in _HOOKS:
         c.meta.events.register(event, handler, unique_id=unique_id)
     return c
@@ -59,7 +62,17 @@ def client(service: str) -> Any:
     return make(service)
 
 
+@functools.cache
+def unretried(service: str) -> Any:
+    """The process's client of `service` without botocore's retries: for a caller that retries
+    on its own terms (the ledger's ATTEMPT write, smlt.runtime.ledger)."""
+    _made_unretried.add(service)
+    return make(service, config={"retries": {"total_max_attempts": 1, "mode": "standard"}})
+
+
 def reset() -> None:
     """Forget every client (a test or a benchmark that moved AWS_ENDPOINT_URL)."""
     client.cache_clear()
+    unretried.cache_clear()
     _made.clear()
+    _made_unretried.clear()

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import json
 import logging
 import math
+import random
 import statistics
 import threading
 import time
@@ -40,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from smlt.runtime import bill, clients, keys
@@ -53,6 +56,13 @@ RUN_LEVEL = "run"  # the sk part of attempts of no round (finalize, a raw upload
 WRITE_PRIOR_S = 0.005  # the ATTEMPT PutItem's time before this process has measured one
 WRITE_WINDOW = 5  # the estimate is the median of this many of the process's last measured writes
 UNBILLABLE = frozenset({"InvalidEvent"})  # an event the handler refused: its run_id is not to be trusted
+# The ATTEMPT write is the invocation's last request, and the one the ledger cannot do without (an
+# attempt with no item is priced at the function's timeout): it retries a throttle longer than
+# botocore's 8 attempts, on its own client (no botocore retries), with full-jitter backoff, for up
+# to WRITE_PATIENCE_S (at most half the invocation's remaining time).
+WRITE_PATIENCE_S = 60.0
+WRITE_BACKOFF_BASE_S = 0.025
+WRITE_BACKOFF_CAP_S = 2.0
 
 
 def round_prefix(rnd: int | None) -> str:
@@ -315,35 +325,69 @@ class Meter:
                 log.warning("no run to bill this invocation to (an event without a valid run_id)")
             return  # else a first plan refused before its run existed (a bad job): no run to bill
         run_id, rnd, worker, op = where
-        table = RunTable(self.table(), run_id)
-        _ = table.client  # made now if this process has none yet (a failed first call): it is billed time
         tally = cur.tally
         request_id = str(getattr(context, "aws_request_id", "") or uuid.uuid4())
         last = _LAST if _LAST is not None and _LAST.run_id == run_id else None
         estimate = write_estimate()
-        t_end = time.time()
-        item = AttemptItem(
-            function=str(getattr(context, "function_name", "")),
-            memory_mb=cur.memory_mb,
-            op=op,
-            round=rnd,
-            worker=worker,
-            request_id=request_id,
-            started_at=cur.started,
-            init_s=cur.init_s,
-            duration_s=t_end - cur.started + estimate,
-            outcome=outcome,
-            # this PutItem itself: one request, one write unit
-            requests=dict(tally.requests + Counter({"dynamodb.PutItem": 1})),
-            dynamodb_write_units=tally.write_units + 1.0,
-            dynamodb_read_units=tally.read_units,
-            write_s=estimate,
-            corrects=last.key if last else None,
-            correction_s=last.error_s if last else 0.0,
-        )
         key = f"{round_prefix(rnd)}{request_id}#{uuid.uuid4().hex[:8]}"
-        table.put_once(key, item)
+        # its client made now if this process has none yet: it is billed time
+        table = RunTable(self.table(), run_id, client=_write_client())
+        give_up = time.monotonic() + _patience_s(context)
+        for attempt in itertools.count(1):
+            t_end = time.time()  # each try bills the time of the ones throttled before it
+            item = AttemptItem(
+                function=str(getattr(context, "function_name", "")),
+                memory_mb=cur.memory_mb,
+                op=op,
+                round=rnd,
+                worker=worker,
+                request_id=request_id,
+                started_at=cur.started,
+                init_s=cur.init_s,
+                duration_s=t_end - cur.started + estimate,
+                outcome=outcome,
+                # this PutItem itself: one request, one write unit (a throttled try is not billed)
+                requests=dict(tally.requests + Counter({"dynamodb.PutItem": 1})),
+                dynamodb_write_units=tally.write_units + 1.0,
+                dynamodb_read_units=tally.read_units,
+                write_s=estimate,
+                corrects=last.key if last else None,
+                correction_s=last.error_s if last else 0.0,
+            )
+            try:
+                table.put_once(key, item)
+                break
+            except ClientError as e:
+                pause = backoff_s(attempt)
+                if e.response.get("Error", {}).get("Code") not in DYNAMODB_THROTTLED:
+                    raise
+                if time.monotonic() + pause > give_up:
+                    raise
+                log.warning("the ATTEMPT item's write was throttled (try %d): again in %.2f s", attempt, pause)
+                time.sleep(pause)
         _written(run_id, key, time.time() - t_end, estimate)
+
+
+def _patience_s(context: Any) -> float:
+    """How long the ATTEMPT write may keep retrying a throttle: `WRITE_PATIENCE_S`, at most half
+    the invocation's remaining time (the Lambda context's)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if not callable(remaining):
+        return WRITE_PATIENCE_S
+    return min(WRITE_PATIENCE_S, max(0.0, remaining() / 1000 / 2))
+
+
+def backoff_s(attempt: int) -> float:
+    """The pause before the ATTEMPT write's retry number `attempt`: full jitter below an exponential cap."""
+    return _jitter.uniform(0, min(WRITE_BACKOFF_CAP_S, WRITE_BACKOFF_BASE_S * 2**attempt))
+
+
+_jitter = random.Random()  # its own: a handler may have seeded the global one
+
+
+def _write_client() -> Any:
+    """This process's client for its ATTEMPT writes: no botocore retries, `_record` retries them."""
+    return clients.unretried("dynamodb")
 
 
 def _written(run_id: str, key: str, write_s: float, estimate: float) -> None:
@@ -387,14 +431,21 @@ def _first_plan(event: Any) -> tuple[str, str] | None:
 
 
 def from_items(raw: Iterable[dict[str, Any]]) -> list[AttemptItem]:
-    """The ATTEMPT items of a query, each write estimate corrected by the process's next item."""
+    """The ATTEMPT items of a query, each write estimate corrected by the process's next item, and
+    an estimated attempt left out once its worker's own item of that round is there."""
     items = [AttemptItem.model_validate({**r, "key": r.get("sk", "")}) for r in raw]
     by_key = {a.key: a for a in items}
     for a in items:
         target = by_key.get(a.corrects or "")
         if target is not None:
             by_key[target.key] = target.model_copy(update={"duration_s": target.duration_s + a.correction_s})
-    return [by_key.get(a.key, a) if a.key else a for a in items]
+    # An estimate stands for an attempt that had left no item when its round was priced; a straggler
+    # the Map abandoned (`States.Timeout`) keeps running and writes its item later: it replaces the
+    # estimate (priced at the function's timeout) instead of being billed beside it.
+    recorded = {(a.round, a.worker) for a in items if not a.estimated and a.worker is not None}
+    return [
+        by_key.get(a.key, a) if a.key else a for a in items if not (a.estimated and (a.round, a.worker) in recorded)
+    ]
 
 
 class CostBreakdown(BaseModel):

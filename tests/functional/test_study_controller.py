@@ -247,6 +247,27 @@ def test_a_look_still_running_when_the_study_finished_adds_only_its_own_cost(pla
     assert meta.overhead_usd >= meta.watch_usd + t.trials()[0].controller_usd
 
 
+def test_the_cli_reads_the_bill_once_the_late_look_has_added_its_cost(place):
+    """`smlt tune` prints META's bill once every look the history shows recording has written
+    (`studies.settled`): a look still running when Finish ended the execution is not left out."""
+    from smlt import studies
+
+    _one_trial_run_finished(place)
+    place.s3.put_object(Bucket="art", Key=keys.final_model_key("s-t000"), Body=b"model")
+    controller.ended(place, "s", 0)
+    controller.finish(place, "s")
+    t = StudyTable("runs", "s", client=place.dynamodb)
+    early = t.study()
+    assert early.watches == 0
+    late = threading.Timer(0.3, controller.watch, (place, "s"))  # the look in flight, ending after Finish
+    late.start()
+    meta = studies.settled(t, looks=1, interval=0.05)
+    late.join()
+    assert meta.watches == 1 and meta.watch_usd > 0
+    assert meta.total_usd == pytest.approx(early.total_usd + meta.watch_usd)  # early, it was short by the look
+    assert studies.settled(t, looks=2, wait_s=0.1, interval=0.05).watches == 1  # a look that died: bounded
+
+
 def _one_trial_run_finished(place):
     """A one-trial study whose trial is admitted and its run finished (ROUND items, META's final)."""
     controller.init(place, study(trials=1, budget_usd=0.02))

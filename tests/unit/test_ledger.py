@@ -67,6 +67,24 @@ def test_a_worker_that_left_no_item_is_estimated():
     assert all(e.estimated and e.round == 5 and e.memory_mb == 1769 for e in est.values())
 
 
+def test_a_stragglers_late_item_replaces_its_estimate():
+    """A worker the Map abandoned (`States.Timeout`) is estimated at the function's timeout when its
+    round is priced; the item it writes when it ends replaces that estimate (seen with
+    `--faults ddb_throttle=0.6,seed=2`: a 65 s straggler billed as 900 s + 65 s)."""
+    seen = [attempt(worker=0, round=3, duration_s=6.0)]
+    outcomes = [{"worker": 1, "ok": False, "error": "States.Timeout"}]
+    [est] = ledger.estimate_missing(2, 1769, 3, seen, outcomes, timeout_s=900)
+    raw = [{**a.model_dump(), "sk": f"ATTEMPT#000003#{a.request_id or 'w0'}"} for a in [*seen, est]]
+    assert [a.duration_s for a in ledger.from_items(raw)] == [6.0, 900.0]  # before the straggler ends
+    late = attempt(
+        worker=1, round=3, duration_s=65.0, request_id="late", outcome="ProvisionedThroughputExceededException"
+    )
+    raw.append({**late.model_dump(), "sk": "ATTEMPT#000003#late#1"})
+    assert [a.duration_s for a in ledger.from_items(raw)] == [6.0, 65.0]
+    other_round = {**est.model_dump(), "round": 4, "sk": "ATTEMPT#000004#estimated-4-1"}
+    assert [a.estimated for a in ledger.from_items([*raw, other_round])] == [False, False, True]
+
+
 def shape(n):
     return bill.RoundShape(workers=n, worker_gb_s=0.0, planner_memory_mb=1024, aggregate_memory_mb=3008)
 
