@@ -554,3 +554,99 @@ def test_a_prepare_data_that_dies_on_its_retry_too_fails_told_once(pipeline, ref
     assert body["message"] == message and body["execution"] == desc["name"], body
     out = _models_list(engine, "prepdead", capsys)
     assert "v1 " in out and f"Runtime.ExitError: the Prepare function preparing {where} died" in out, out
+
+
+def _reshaped(path: Path, lines: list[str], order: list[str], *, rename: dict | None = None, cells=None) -> bytes:
+    """`lines` (a CSV with a header) written with its columns in `order` (a column not in the
+    header is filled by `cells(row index, cells by name)`), its header renamed by `rename`."""
+    head, *rows = [line.split(",") for line in lines]
+    out = [",".join((rename or {}).get(c, c) for c in order)]
+    for i, row in enumerate(rows):
+        by = dict(zip(head, row))
+        out.append(",".join(by[c] if c in by else cells(i, by) for c in order))
+    path.write_text("\n".join(out) + "\n")
+    return path.read_bytes()
+
+
+def test_a_version_whose_columns_changed_trains_on_the_same_encoding_or_is_refused_by_name(pipeline, tmp_path, capsys):
+    """A pipeline's later versions whose table changed shape, the job unchanged, in sequence: the
+    columns in another order, a new column, a new level of the text column and labels written
+    `1.0` prepare to exactly what the same rows in v1's shape prepare to (the features of v1, the
+    champion's warm start, the gate's validation rows encoded as for the champion); a column
+    renamed (its letter case), removed, a number column holding text and a new class are refused
+    before training, naming the column (or label) and what to do, and listed by `smlt models list`."""
+    from safetensors.numpy import load
+
+    engine, names, _, setup, upload = pipeline
+    setup("shape", SHORT)
+    data, artifacts = S3Store(names.data_bucket), S3Store(names.artifacts_bucket)
+    upload("incoming/shape/v1/houses.csv", Path(_houses(tmp_path / "v1.csv", 1)).read_bytes())
+    assert _wait(engine, upload("incoming/shape/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    features = data.get(keys.pipeline_features_key("shape"))
+
+    # v2: the columns in another order, a new column `garden`, a colour v1 never had, labels `1.0`
+    lines = Path(_houses(tmp_path / "v2.csv", 2, colors=("red", "green", "blue"))).read_text().splitlines()
+    body = _reshaped(
+        tmp_path / "v2-shaped.csv",
+        [lines[0]] + [",".join(r.split(",")[:-1] + [r.split(",")[-1] + ".0"]) for r in lines[1:]],
+        ["label", "garden", "color", "rooms", "size"],
+        cells=lambda i, _: str(i % 7),
+    )
+    upload("incoming/shape/v2/houses.csv", body)
+    desc = _wait(engine, upload("incoming/shape/v2/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    out = json.loads(desc["output"])
+    notes = "\n".join(out["prepared"]["notes"])
+    assert "column 'garden' is not among the pipeline's features (generation 1): ignored" in notes, notes
+    assert "column 'color':" in notes and "values new to the pipeline's features ('blue')" in notes, notes
+    assert data.get(keys.pipeline_features_key("shape")) == features  # v1's features kept
+    record = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("shape", "v2")))
+    assert record.start.startswith("warm: from the champion v1") and record.champion_value is not None, record
+    assert record.status in ("promoted", "rejected") and record.challenger_value is not None, record
+
+    # the same rows in v1's shape, prepared on a machine with the pipeline's features: the same
+    # shards, so the warm start and the gate read v2's rows encoded as the champion's were
+    spec = tmp_path / "same" / "incoming" / "shape"
+    spec.mkdir(parents=True)
+    (spec / "features.json").write_bytes(features)
+    pl.prepare_version(str(tmp_path / "v2.csv"), str(spec / "v2") + "/", seed=0)
+    bucket, prefix = keys.parse_s3_uri(out["prepared"]["dataset"])
+    cloud = sorted(k for k in data.list(prefix.rstrip("/") + "/") if k.endswith(".safetensors"))
+    assert [k.rsplit("/", 1)[-1] for k in cloud] == sorted(p.name for p in (spec / "v2").glob("*.safetensors"))
+    for key in cloud:
+        theirs, ours = load(data.get(key)), load((spec / "v2" / key.rsplit("/", 1)[-1]).read_bytes())
+        assert theirs.keys() == ours.keys() and all(np.array_equal(theirs[k], ours[k]) for k in ours), key
+
+    # refused before training, each naming the column or label and what to do
+    v1 = Path(tmp_path / "v1.csv").read_text().splitlines()
+    cases = {
+        "v3": (
+            _reshaped(tmp_path / "v3.csv", v1, ["size", "rooms", "color", "label"], rename={"rooms": "Rooms"}),
+            "no column 'rooms', which the pipeline's features (generation 1) use; its column 'Rooms' differs from it only "
+            "in letter case or spacing: rename that header 'rooms' and upload the version again",
+        ),
+        "v4": (
+            _reshaped(tmp_path / "v4.csv", v1, ["size", "color", "label"]),
+            "no column 'rooms', which the pipeline's features (generation 1) use; add it",
+        ),
+        "v5": (
+            "\n".join(v1[:5] + ["unknown," + v1[5].split(",", 1)[1]] + v1[6:]).encode(),
+            "column 'size', line 6: 'unknown' is not a number, and the pipeline's features read column 'size' as numbers",
+        ),
+        "v6": (
+            "\n".join(v1[:3] + [v1[3].rsplit(",", 1)[0] + ",2"] + v1[4:]).encode(),
+            "label '2' is not one of the pipeline's classes (0, 1); a new class changes the model's outputs",
+        ),
+    }
+    for version, (body, said) in cases.items():
+        upload(f"incoming/shape/{version}/houses.csv", body)
+        desc = _wait(engine, upload(f"incoming/shape/{version}/_SUCCESS", b""))
+        assert desc["status"] == "FAILED" and desc["error"] == "InvalidDataset", desc
+        assert said in desc["cause"] and f"incoming/shape/{version}/houses.csv" in desc["cause"], desc["cause"]
+    assert [v.version for v in pl.versions(artifacts, "shape")] == ["v1", "v2"]
+    assert data.get(keys.pipeline_features_key("shape")) == features
+    listed = _models_list(engine, "shape", capsys)
+    refused = listed.split("uploads refused before training", 1)[1]
+    for version in cases:
+        assert f"  {version} " in refused, listed
+    assert refused.count("InvalidDataset: ") == 4 and "'Rooms'" in refused and "'unknown'" in refused, listed

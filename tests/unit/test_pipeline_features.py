@@ -74,6 +74,48 @@ def test_a_missing_column_or_an_unknown_class_is_named(tmp_path):
     assert not (pipe / "v2" / "manifest.json").exists() and not (pipe / "v3" / "manifest.json").exists()
 
 
+def test_a_header_or_class_written_in_another_case_is_named_with_what_to_write(tmp_path, caplog):
+    """A later version's header (`Color`, `color `) or class label (`Yes` for `yes`) written in
+    another letter case or spacing: refused before training, naming the pipeline's spelling (not
+    taken as one column missing and one new, or as a new class)."""
+    pipe = tmp_path / "incoming/p"
+    yes_no = lambda i: ("yes", "no")[i % 2]  # noqa: E731
+    prepare_version(
+        _csv(tmp_path / "v1.csv", ["size", "color", "label"], _rows(30, ["a", "b"], 1, label=yes_no)), str(pipe / "v1")
+    )
+    for header in ("Color", "color ", " COLOR"):
+        v2 = _csv(tmp_path / "v2.csv", ["size", header, "label"], _rows(30, ["a", "b"], 2, label=yes_no))
+        with pytest.raises(InvalidDataset) as e:
+            prepare_version(v2, str(pipe / "v2"))
+        assert str(e.value).endswith(
+            f"v2.csv: no column 'color', which the pipeline's features (generation 1) use; its column {header!r} "
+            "differs from it only in letter case or spacing: rename that header 'color' and upload the version "
+            "again (or prepare with --new-features to start a generation that reads it as a column of its own)"
+        ), e.value
+    shouted = _csv(
+        tmp_path / "v3.csv", ["size", "color", "label"], _rows(30, ["a", "b"], 3, label=lambda i: ("yes", "No")[i % 2])
+    )
+    with pytest.raises(InvalidDataset) as e:
+        prepare_version(shouted, str(pipe / "v3"))
+    assert str(e.value).endswith(
+        "v3.csv: label 'No' is not one of the pipeline's classes (no, yes), but differs from its class 'no' only "
+        "in letter case or spacing: write it 'no' in column 'label' and upload the version again (a class of its "
+        "own changes the model's outputs: prepare with --new-features)"
+    ), e.value
+    assert sorted(p.name for p in pipe.iterdir()) == ["features.json", "v1"]  # nothing of v2, v3 written
+
+    # a one-hot level written another way: prepared as a value new to the features, and said so
+    caplog.set_level(logging.WARNING, logger="smlt.notice")
+    prepare_version(
+        _csv(tmp_path / "v4.csv", ["size", "color", "label"], _rows(30, ["A", "b"], 4, label=yes_no)), str(pipe / "v4")
+    )
+    said = [r.getMessage() for r in caplog.records if "column 'color'" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(
+        "(a new generation; its run starts cold); 'A' differs from its level 'a' only in letter case or spacing: "
+        "if they mean the same, write them so and upload the version again"
+    ), said
+
+
 def test_new_features_start_the_next_generation(tmp_path):
     pipe = tmp_path / "incoming/p"
     prepare_version(_csv(tmp_path / "v1.csv", ["size", "color", "label"], _rows(30, ["a", "b"], 1)), str(pipe / "v1"))

@@ -687,6 +687,15 @@ def _check_columns(src: TableSource, features: FeatureSpec) -> None:
             "(prepare with --new-features to start a generation that uses it)"
         )
     absent = [t.name for t in features.columns if t.name not in src.file.columns]
+    for name in absent:
+        # a header written another way (`Rooms`, `rooms `): the column to rename, said first
+        written = tabular.same_but_case(name, new)
+        if written is not None:
+            raise InvalidDataset(
+                f"{source}: no column {name!r}, which {gen} use; its column {written!r} differs from it only "
+                f"in letter case or spacing: rename that header {name!r} and upload the version again (or "
+                "prepare with --new-features to start a generation that reads it as a column of its own)"
+            )
     if absent:
         # a renamed column is one missing and one new: name the new ones beside the missing ones
         renamed = f" (its columns new to them: {', '.join(map(repr, new))}: renamed?)" if new else ""

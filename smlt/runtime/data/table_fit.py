@@ -265,6 +265,15 @@ class LabelFit:
         if self.spec is not None and self.spec.classes is not None:
             index_of = {c: i for i, c in enumerate(self.spec.classes)}
             unseen = sorted(n for n in names if n not in index_of)
+            for label in unseen:
+                written = tabular.same_but_case(label, self.spec.classes)
+                if written is not None:
+                    raise InvalidDataset(
+                        f"{self.path}: label {label!r} is not one of the pipeline's classes "
+                        f"({', '.join(self.spec.classes)}), but differs from its class {written!r} only in letter "
+                        f"case or spacing: write it {written!r} in column {self.name!r} and upload the version "
+                        "again (a class of its own changes the model's outputs: prepare with --new-features)"
+                    )
             if unseen:
                 raise InvalidDataset(
                     f"{self.path}: label {unseen[0]!r} is not one of the pipeline's classes "
@@ -681,12 +690,21 @@ class ColumnFit:
         none of them, which the model cannot learn."""
         if not self.unseen_rows:
             return None
+        levels = self.fixed.levels if self.fixed is not None else []
+        near = [(v, k) for v in sorted(self.unseen) if (k := tabular.same_but_case(v, levels)) is not None]
+        written = (
+            "; "
+            + ", ".join(f"{v!r} differs from its level {k!r}" for v, k in near[:3])
+            + " only in letter case or spacing: if they mean the same, write them so and upload the version again"
+            if near
+            else ""
+        )
         return (
             tabular.unseen_notice(
                 path, self.name, self.unseen, self.unseen_rows, self.read, "new to the pipeline's features"
             )
             + ", which the model cannot learn: prepare with --new-features to learn them "
-            "(a new generation; its run starts cold)"
+            f"(a new generation; its run starts cold){written}"
         )
 
     def _count_numbers(self, block: Block) -> None:

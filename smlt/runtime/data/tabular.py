@@ -164,6 +164,14 @@ def case_variants(values: Collection[str]) -> list[list[str]]:
     return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
+def same_but_case(value: str, known: Collection[str]) -> str | None:
+    """The one of `known` that `value` differs from only in letter case or spacing (`Rooms` and
+    `rooms`, `rooms ` and `rooms`), or None: a later version's header or label written another way."""
+    key = " ".join(value.split()).casefold()
+    found = [k for k in known if k != value and " ".join(k.split()).casefold() == key]
+    return found[0] if len(found) == 1 else None
+
+
 def missing(cells: np.ndarray) -> np.ndarray:
     """Where a column's cells are empty (text) or null (typed numbers)."""
     return np.isnan(cells) if cells.dtype.kind == "f" else cells == ""
