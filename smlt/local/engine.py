@@ -410,10 +410,11 @@ class LocalEngine:
     def handler_output(self, value: Path | None) -> None:
         """A file the handler processes append what they print to (stdout and stderr, an
         invocation's at a time under a line naming it, as CloudWatch keeps a Lambda's), instead of
-        this process's terminal (None)."""
-        self._handler_output = value
+        this process's terminal (None). A relative path is this process's: the handlers run in
+        their own working folder."""
+        self._handler_output = Path(value).absolute() if value else None
         if self._router is not None:
-            self._router.output = str(value) if value else None
+            self._router.output = str(self._handler_output) if self._handler_output else None
 
     @property
     def invocations(self) -> list[tuple[str, float, str]]:

@@ -135,10 +135,12 @@ def test_a_forward_that_prints_writes_to_the_runs_log_not_the_terminal(local, tm
     job_path.write_text(json.dumps(job))
     monkeypatch.setattr(smlt.runner, "start_engine", lambda faults: (engine, names, None))
     monkeypatch.setattr(engine, "stop", lambda: None)
-    out = tmp_path / "out"
-    assert main(["run", "--local", str(job_path), "--out", str(out), "--code", str(pkg)]) == 0
+    # --out as a user types it, relative to the folder they are in: the handler processes run in
+    # their own working folder, so the log is named by its absolute path (its prints were lost)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--local", str(job_path), "--out", "out", "--code", str(pkg)]) == 0
     said = caplog.text  # the run's progress lines
-    log = out / "logs" / "noisy.log"
+    log = Path("out") / "logs" / "noisy.log"
     text = log.read_text()
     printed = text.count("forward of a batch of")
     assert printed > 20, text[:2000]
