@@ -43,7 +43,7 @@ DYNAMODB_THROTTLES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
 )
 THROTTLES = {"s3": S3_THROTTLES, "dynamodb": DYNAMODB_THROTTLES}
-_WHERE = "smlt_where"  # the request's object or table, kept in botocore's request context
+_WHERE = "smlt_where"  # the request's parameters, kept in botocore's request context
 
 # Its own generator: jitter must not consume draws of the global one a handler may have seeded.
 _jitter = random.Random()
@@ -98,8 +98,9 @@ def _where(params: dict[str, Any]) -> str:
 
 
 def _on_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-    """botocore `before-parameter-build`: what the request names, kept in its context."""
-    context[_WHERE] = _where(params)
+    """botocore `before-parameter-build`: the request's parameters, kept in its context (named
+    only when the answer is a throttle: this runs on every request)."""
+    context[_WHERE] = params
 
 
 def _on_answer(parsed: dict[str, Any], context: dict[str, Any], event_name: str = "", **_: Any) -> None:
@@ -107,7 +108,7 @@ def _on_answer(parsed: dict[str, Any], context: dict[str, Any], event_name: str 
     (the exception botocore raises next carries `parsed` as its `response`)."""
     service = event_name.split(".")[1] if event_name.count(".") >= 2 else ""
     if parsed.get("Error", {}).get("Code") in THROTTLES.get(service, ()):
-        parsed["SmltWhere"] = context.get(_WHERE, "?")
+        parsed["SmltWhere"] = _where(context.get(_WHERE) or {})
 
 
 def throttled(e: ClientError, service: str) -> Throttled | None:
