@@ -108,6 +108,10 @@ def _read_s3(uri: str, store: S3Store | None = None) -> _Found:
     return _Found(blob, card_raw, None, f"s3://{bucket}/{key}")
 
 
+def _live(pid: int) -> str:
+    return f"is still running ({f'pid {pid}' if pid else 'another process'} holds its lock)"
+
+
 def _local_run(run_id: str, out: Path) -> _Found | None:
     """A local run's final model in its saved state (OUT/.state/runs/<run id>/s3/<bucket>/...),
     None when `out` saves no run of that id; RunNotFinished when the run is saved but has not
@@ -115,17 +119,17 @@ def _local_run(run_id: str, out: Path) -> _Found | None:
     state lock (`folderlock.holder`: wait, naming the pid), else stopped by a crash or Ctrl-C or
     failed (`smlt resume`); InvalidModel when its final model is not the one its saved META records."""
     from smlt.folderlock import holder
+    from smlt.runner import resume_command
     from smlt.snapshot import find_state, saved_items, saved_status, state_dir
 
     folder = find_state(out, run_id)
     if not folder.is_dir():
         return None
-    pid = holder(state_dir(out, run_id))  # a live run holds its state folder's lock (snapshot.run_lock)
-    live = f"is still running ({f'pid {pid}' if pid else 'another process'} holds its lock)"
     if not (folder / "items.json").exists():  # made when it starts; its state saved after its first round
+        pid = holder(state_dir(out, run_id))  # a live run holds its state folder's lock (snapshot.run_lock)
         if pid is not None:
             raise RunNotFinished(
-                f"run {run_id!r} in {out} {live} and has no round saved yet: wait for it to finish, then use its model"
+                f"run {run_id!r} in {out} {_live(pid)} and has no round saved yet: wait for it to finish, then use its model"
             )
         raise RunNotFinished(
             f"run {run_id!r} in {out} has no round saved yet and no process runs it (it stopped before its first "
@@ -137,16 +141,17 @@ def _local_run(run_id: str, out: Path) -> _Found | None:
     except (OSError, ValueError, AttributeError, TypeError):
         items = saved_items(run_id, out)  # RunNotFound / DamagedState, naming what is wrong
         status = saved_status(items, run_id)
-    if status != "SUCCEEDED" and pid is not None:
-        raise RunNotFinished(
-            f"run {run_id!r} in {out} {live}: wait for it to finish, then use its model (its saved status is "
-            f"{status}; a model it stored is not its result)"
-        )
     if status != "SUCCEEDED":
+        pid = holder(state_dir(out, run_id))
+        if pid is not None:
+            raise RunNotFinished(
+                f"run {run_id!r} in {out} {_live(pid)}: wait for it to finish, then use its model (its saved status "
+                f"is {status}; a model it stored is not its result)"
+            )
         raise RunNotFinished(
             f"run {run_id!r} in {out} has not finished and no process runs it (its saved status is {status}: "
-            f"stopped by a crash or Ctrl-C, or failed; a model it stored is not its result): continue it with `smlt resume "
-            f"{run_id} --local --out {out}`, then use its model"
+            f"stopped by a crash or Ctrl-C, or failed; a model it stored is not its result): continue it with "
+            f"`{resume_command(run_id, out)}`, then use its model"
         )
     meta = next(i for i in items if i.get("sk") == keys.META and i.get("pk") == keys.pk(run_id))
     want = (meta.get("final") or {}).get("model_sha256")
