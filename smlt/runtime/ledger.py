@@ -32,7 +32,6 @@ import itertools
 import json
 import logging
 import math
-import random
 import statistics
 import threading
 import time
@@ -45,9 +44,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
-from smlt.runtime import bill, clients, keys
+from smlt.runtime import bill, clients, keys, retry
 from smlt.runtime.items import Item
 from smlt.runtime.prices import Prices
+from smlt.runtime.retry import DYNAMODB_THROTTLES, error_code
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +123,9 @@ def _current_tally() -> _Tally:
     return _TALLY
 
 
-# DynamoDB's throttling errors: the request consumed no capacity (nor do botocore's retries of it
-# until one is served). S3 bills no 5xx answer (503 SlowDown included: "Billing for Amazon S3
+# A DynamoDB throttle (retry.DYNAMODB_THROTTLES) consumed no capacity (nor do botocore's retries of
+# it until one is served). S3 bills no 5xx answer (503 SlowDown included: "Billing for Amazon S3
 # error responses").
-DYNAMODB_THROTTLED = frozenset(
-    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
-)
 
 # The request this thread sent last and what `_on_send` counted for it, until its answer is known.
 _sent = threading.local()
@@ -160,7 +157,7 @@ def unbilled(service: str, status: int, body: bytes) -> bool:
             kind = str(json.loads(body).get("__type", ""))
         except ValueError:
             return False
-        return kind.rsplit("#", 1)[-1] in DYNAMODB_THROTTLED
+        return kind.rsplit("#", 1)[-1] in DYNAMODB_THROTTLES
     return False
 
 
@@ -359,7 +356,7 @@ class Meter:
                 break
             except ClientError as e:
                 pause = backoff_s(attempt)
-                if e.response.get("Error", {}).get("Code") not in DYNAMODB_THROTTLED:
+                if error_code(e) not in DYNAMODB_THROTTLES:
                     raise
                 if time.monotonic() + pause > give_up:
                     raise
@@ -379,10 +376,7 @@ def _patience_s(context: Any) -> float:
 
 def backoff_s(attempt: int) -> float:
     """The pause before the ATTEMPT write's retry number `attempt`: full jitter below an exponential cap."""
-    return _jitter.uniform(0, min(WRITE_BACKOFF_CAP_S, WRITE_BACKOFF_BASE_S * 2**attempt))
-
-
-_jitter = random.Random()  # its own: a handler may have seeded the global one
+    return retry.backoff_s(attempt, WRITE_BACKOFF_BASE_S, WRITE_BACKOFF_CAP_S)
 
 
 def _write_client() -> Any:

@@ -61,9 +61,9 @@ def error_code(e: ClientError) -> str | None:
     return e.response.get("Error", {}).get("Code")
 
 
-def backoff_s(attempt: int) -> float:
+def backoff_s(attempt: int, base_s: float = BASE_S, cap_s: float = CAP_S) -> float:
     """The pause before retry number `attempt` (1-based)."""
-    return _jitter.uniform(0, min(CAP_S, BASE_S * 2**attempt))
+    return _jitter.uniform(0, min(cap_s, base_s * 2**attempt))
 
 
 def on_conflict(fn: Callable[[], T], codes: frozenset[str], attempts: int = ATTEMPTS) -> T:
