@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from dynamodb_json import json_util
 
 from smlt.runtime import clients, keys
+from smlt.runtime.errors import UserCodeError
 from smlt.runtime.items import ErrorItem, Item, MetaItem, PlanItem, RoundItem, StopItem, WorkerItem
 from smlt.runtime.retry import DYNAMODB_CONFLICTS, TRANSACTION_CONFLICT_REASONS, Conflict, on_conflict
 
@@ -296,3 +297,11 @@ def _stored_fields(model: type[Item], changes: dict[str, Any]) -> dict[str, Any]
 def _names_in(expr: str | None) -> list[str]:
     """Attribute names written as #name in a condition expression."""
     return re.findall(r"#([A-Za-z_]\w*)", expr or "")
+
+
+def raise_late_user_error(table: RunTable) -> None:
+    """The user's code's error a worker recorded after its round closed (its watchdog stopped a
+    hung call once the Map had stopped waiting for it: `FATAL`), raised as the run's (one read)."""
+    fatal = table.get(keys.FATAL, ErrorItem)
+    if fatal is not None and fatal.error == "UserCodeError":
+        raise UserCodeError(f"worker {fatal.worker}, round {fatal.round}: {fatal.message}")

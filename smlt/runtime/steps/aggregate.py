@@ -55,7 +55,7 @@ from smlt.runtime.model_store import (
     sliced_model_complete,
     verified_model,
 )
-from smlt.runtime.records import RunTable
+from smlt.runtime.records import RunTable, raise_late_user_error
 from smlt.runtime.roundspec import RoundSpec
 from smlt.runtime.steps.events import (
     AggregateEvent,
@@ -90,9 +90,7 @@ def _fatal_worker_error(table: RunTable, rnd: int, quorum_met: bool = False) -> 
     # A worker of an earlier round that the Map stopped waiting for may record the user's error
     # later (its watchdog stopped a hung step): this round's workers read FATAL and stopped, and
     # so does the run (one read, only when a worker is missing).
-    fatal = table.get(keys.FATAL, ErrorItem)
-    if fatal is not None and fatal.error == "UserCodeError":
-        raise smlt_errors.UserCodeError(f"worker {fatal.worker}, round {fatal.round}: {fatal.message}")
+    raise_late_user_error(table)
     _repeated_shard_failure(table, rnd, errors)
     if quorum_met:
         return

@@ -19,13 +19,13 @@ from smlt.runtime import pipeline as pipelines
 from smlt.runtime.bill import ledger_round
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import check_pinned, load_manifest
-from smlt.runtime.errors import PartialData, UserCodeError
+from smlt.runtime.errors import PartialData
 from smlt.runtime.evaluation import ValMetrics
-from smlt.runtime.items import ErrorItem, FinalMetrics, MetaItem, PlanItem, RoundItem
+from smlt.runtime.items import FinalMetrics, MetaItem, PlanItem, RoundItem
 from smlt.runtime.model_store import verified_model
 from smlt.runtime.modelcard import ModelCard, card_json, card_key, card_of_run, with_card
 from smlt.runtime.notify import publish_decision
-from smlt.runtime.records import RunTable
+from smlt.runtime.records import RunTable, raise_late_user_error
 from smlt.runtime.steps.events import FinalizeAnswer, FinalizeEvent
 from smlt.runtime.store import S3Store
 from smlt.runtime.tensors.digest import sha256_hex
@@ -83,7 +83,7 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         },
     }
     artifacts.put(keys.final_metrics_key(run_id), json.dumps(metrics, indent=1, default=float).encode())
-    _late_user_error(table)
+    raise_late_user_error(table)  # a late-recorded user error fails the run, never SUCCEEDED
     if partial is not None:  # metrics.json says what was trained; the run is not done, nor a pipeline's latest
         raise partial
     table.update(keys.META, MetaItem, status="SUCCEEDED", final=final)
@@ -111,15 +111,6 @@ def finalize(settings: Settings, event: FinalizeEvent) -> FinalizeAnswer:
         rounds=final.rounds,
         estimated_cost_usd=round(final.estimated_cost_usd, 6),
     )
-
-
-def _late_user_error(table: RunTable) -> None:
-    """The user's code's error a worker recorded after its round closed (its watchdog stopped a
-    hung call once the Map had stopped waiting for it: `FATAL`), when no later round's workers
-    or aggregation read it: the run fails with it, never SUCCEEDED (one read, before META is)."""
-    fatal = table.get(keys.FATAL, ErrorItem)
-    if fatal is not None and fatal.error == "UserCodeError":
-        raise UserCodeError(f"worker {fatal.worker}, round {fatal.round}: {fatal.message}")
 
 
 def _notify(artifacts: S3Store, topic_arn: str, record: pipelines.VersionRecord) -> None:
