@@ -362,8 +362,9 @@ def aggregate_slice(
     info: dict[str, Any] = {"slice": j, "of": k, "start": start, "end": end, "skipped": True, "bytes_read": 0}
     # A retried aggregator finds its slice there already; one that died between its slice and
     # the rest (aggregator 0) or the manifest writes what is missing, not the slice again.
-    rest_missing = j == 0 and manifest.rest is not None and not store.exists(manifest.rest)
+    has_rest = j == 0 and manifest.rest is not None
     if store.exists(manifest.keys[j]):
+        rest_missing = manifest.rest is not None and has_rest and not store.exists(manifest.rest)
         if rest_missing:
             layouts = _read_layouts(store, update_keys, threads, probe=HEADER_PROBE) if update_keys else []
             _write_rest(store, run_id, rnd, source, manifest, update_keys, weights, layouts, threads)
@@ -379,7 +380,7 @@ def aggregate_slice(
     if not all_finite(new):
         raise FloatingPointError(f"round {rnd}: slice {j}/{k} of the averaged model has NaN or Inf")
     write_slice(store, manifest, j, new)
-    if rest_missing:
+    if has_rest:  # written after the slice: a slice not there yet has no rest either
         _write_rest(store, run_id, rnd, source, manifest, update_keys, weights, layouts, threads)
     write_manifest(store, run_id, rnd + 1, manifest)
     bytes_read = (end - start) * (itemsize * len(update_keys) + 4)
