@@ -95,6 +95,8 @@ def _check(
     job: Job, manifest: Manifest, x: np.ndarray, y: np.ndarray | None, code: Path | None, deployed: bool = False
 ) -> None:
     """The checks on `x` (stored rows, or zeros of the recorded shape when `y` is None)."""
+    from smlt.runtime.train.models import state_form
+
     with _user_code(code) as roots, _torch_defaults_kept(job):
         check_importable(job)
         roots = roots or _entry_point_roots(job)
@@ -102,7 +104,7 @@ def _check(
             model = _build(job, manifest, roots)
             _check_cpu(job, model)
             _check_registered(job, model)
-            built = _form(model.state_dict())
+            built = state_form(model.state_dict())
             _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
             _check_state_kept(job, model, built)
             _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
@@ -707,16 +709,12 @@ def _check_repeatable(job: Job, manifest: Manifest, model: Any, x: np.ndarray, r
         )
 
 
-def _form(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in state.items()}
-
-
 def _check_same_form(name: str, first: dict[str, Any], again: dict[str, Any]) -> None:
     """InvalidJob when a second build of the model has other parameters or shapes than the first:
     each worker builds the model and loads the run's one stored model 0 into it."""
-    from smlt.runtime.train.models import form_difference
+    from smlt.runtime.train.models import form_difference, state_form
 
-    diff = form_difference(_form(first), _form(again))
+    diff = form_difference(state_form(first), state_form(again))
     if diff:
         raise InvalidJob(
             f"model.name: {name!r} builds another architecture each time with the same params ({diff} on a second "
@@ -729,9 +727,9 @@ def _check_same_form(name: str, first: dict[str, Any], again: dict[str, Any]) ->
 def _check_state_kept(job: Job, model: Any, built: dict[str, tuple[int, ...]]) -> None:
     """InvalidJob when the forward pass added to the model's state or reshaped it (a parameter
     created on its first call): the workers store, average and load the state the builder makes."""
-    from smlt.runtime.train.models import form_difference
+    from smlt.runtime.train.models import form_difference, state_form
 
-    diff = form_difference(built, _form(model.state_dict()))
+    diff = form_difference(built, state_form(model.state_dict()))
     if diff:
         raise InvalidJob(
             f"model.name: {job.model.name!r} changes its state in its forward pass ({diff} after a first call): "

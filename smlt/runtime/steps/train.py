@@ -65,7 +65,7 @@ from smlt.runtime.tensors.torch_state import bytes_to_state, compress_torch_stat
 from smlt.runtime.train.augment import build_augment
 from smlt.runtime.train.leak import check_growth
 from smlt.runtime.train.measure import Footprint, footprint
-from smlt.runtime.train.models import build_model, check_trainable, form_difference, reset_torch_defaults
+from smlt.runtime.train.models import build_model, check_trainable, form_difference, reset_torch_defaults, state_form
 from smlt.runtime.train.watchdog import MIN_STALL_S, STALL_MARGIN, Stalled, Watchdog
 from smlt.runtime.usercode import (
     activate_code,
@@ -594,7 +594,7 @@ def _start_from(
     global_blob = _global_model(artifacts, table, spec, model, expected)
     stored = bytes_to_state(global_blob)
     if _own(spec.job):
-        diff = form_difference(_form(stored), _form(model.state_dict()))
+        diff = form_difference(state_form(stored), state_form(model.state_dict()))
         if diff:
             raise UserCodeError(
                 f"model.name {spec.job.model.name!r} built {diff}, unlike the run's stored model {spec.round}, so this "
@@ -612,10 +612,6 @@ def _start_from(
             f"{manifest.outputs} outputs): {str(e).splitlines()[0]}"
         ) from None
     return {k: v.clone() for k, v in model.state_dict().items()}
-
-
-def _form(state: dict[str, Tensor]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in state.items()}
 
 
 def _training_transform(spec: RoundSpec, manifest: Manifest, seed: tuple[int, int, int]) -> Transform | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -129,6 +129,11 @@ def check_trainable(model: nn.Module, name: str) -> None:
             else ""
         )
     )
+
+
+def state_form(state: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape by name: what form_difference compares."""
+    return {k: tuple(v.shape) for k, v in state.items()}
 
 
 def form_difference(want: dict[str, tuple[int, ...]], got: dict[str, tuple[int, ...]]) -> str:
