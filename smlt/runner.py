@@ -315,7 +315,8 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
     finally:
         engine.handler_output = None
         if logs.exists() and logs.stat().st_size:
-            lines = sum(not line.startswith(b"--- ") for line in logs.read_bytes().splitlines())
+            with logs.open("rb") as f:  # streamed: a chatty forward's log may be large
+                lines = sum(not line.startswith(b"--- ") for line in f)
             progress.info(f"  the functions printed {lines:,} lines (CloudWatch Logs on AWS): {logs}")
         else:
             with contextlib.suppress(OSError):

@@ -173,6 +173,7 @@ def linear(input_shape, output_dim):
 def test_a_transform_that_changes_its_sample_in_place_does_not_compound(digits, aws):
     """Measured: a worker's training batches are copies of the stored rows, so a sample seen again
     (here each is, within the round) is seen as stored, not doubled again."""
+    _SEEN.clear()  # this test's calls only (a rerun in the same process)
     j = {**job(digits, max_rounds=2, target_value=None, local_steps=40), "model": {"name": f"{HERE}:linear"}}
     j["code"] = {"transform": f"{HERE}:doubles_in_place"}
     planner({"op": "plan", "job": j, "execution": "inplace"}, None)
