@@ -620,7 +620,7 @@ class LoadedModel:
         and predicted on block by block (`_predict_table`): its memory is a block's and the
         predictions', whatever the file's size; the predictions and notes are those of the rows read whole.
         An archive (.zip, .tar, .tar.gz, ...) is predicted on as the folder or file it holds."""
-        if _is_archive(data):
+        if archives.is_archive_file(data):
             with archives.unpacked(Path(str(data))) as inner:
                 return self.predict(inner, split, id_column, encoding)
         if not isinstance(data, Inputs) and self.card.features is not None and _streams(self.manifest, data):
@@ -801,7 +801,7 @@ def _activate_code(card: ModelCard, found: _Found, folder: Path | None) -> None:
 def read_inputs(
     manifest: Manifest, data: Any, split: str = "validation", id_column: str | None = None, encoding: str | None = None
 ) -> Inputs:
-    if _is_archive(data):  # read as the folder or file it holds
+    if archives.is_archive_file(data):  # read as the folder or file it holds
         with archives.unpacked(Path(str(data))) as inner:
             return _read_inputs(manifest, inner, split, id_column, encoding)
     return _read_inputs(manifest, data, split, id_column, encoding)
@@ -846,10 +846,6 @@ def _read_inputs(manifest: Manifest, data: Any, split: str, id_column: str | Non
         f"{path}: predict on a .csv, .tsv, .txt, .parquet, .jsonl, .xlsx or .npz file, an image (or a folder of them), "
         f"a folder of a table's parts, an archive of one of those ({archives.ARCHIVE_KINDS}) or a prepared dataset folder"
     )
-
-
-def _is_archive(data: Any) -> bool:
-    return isinstance(data, (str, Path)) and archives.is_archive(data) and Path(str(data)).is_file()
 
 
 def _truth_classes(manifest: Manifest, labels: np.ndarray, where: str) -> np.ndarray | None:

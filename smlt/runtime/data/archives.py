@@ -77,6 +77,11 @@ def is_archive(name: str | Path) -> bool:
     return str(name).lower().endswith(ARCHIVE_SUFFIXES)
 
 
+def is_archive_file(data: object) -> bool:
+    """A path (str or Path) to an existing file named as an archive."""
+    return isinstance(data, (str, Path)) and is_archive(data) and Path(data).is_file()
+
+
 def stem(name: str | Path) -> str:
     """The archive's name without its suffix: `images.tar.gz` -> `images`."""
     base = Path(name).name

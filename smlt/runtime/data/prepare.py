@@ -137,7 +137,7 @@ def _readable(source: str) -> Iterator[tuple[str, str | None]]:
     holds, extracted into a temporary folder for the block (smlt.runtime.data.archives), named
     by the archive's stem (`images.zip`: images)."""
     path = Path(source)
-    if archives.is_archive(source) and path.is_file():
+    if archives.is_archive_file(path):
         with archives.unpacked(path) as inner:
             yield str(inner), archives.stem(source)
         return

@@ -71,7 +71,7 @@ class TableSource:
 def is_source_path(path: Path) -> bool:
     """A file or folder `load_source` reads (a prepared dataset folder is not one)."""
     kind = table_suffix(path) if path.is_file() else ""
-    if path.is_file() and archives.is_archive(path):
+    if archives.is_archive_file(path):
         return True
     return kind in (".npz", *TABLE_SUFFIXES) or folder_parts(path) is not None or images.is_image_folder(path)
 
