@@ -138,7 +138,8 @@ def test_a_later_version_in_parts_tells_the_whole_tables_far_column(tmp_path: Pa
     with collected_notices() as notes:
         prepare_parts(parts, str(tmp_path / "v2"), features=spec)
     told = _far(notes)
-    assert len(told) == 1 and told[0].startswith(f"{parts[0]}: column 'price': mean ")
+    # the whole table's column, named as the whole table (no folder given: the first part and their count)
+    assert len(told) == 1 and told[0].startswith(f"{parts[0]} and 2 more parts: column 'price': mean ")
     assert "80 of the 120 rows lie more than 10 sd from that mean" in told[0]
 
     # As the Distributed Map's children and the step after it do: each part's pass 1 stored and

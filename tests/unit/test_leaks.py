@@ -108,3 +108,22 @@ def test_a_column_rising_with_every_row_is_named_a_row_number_whole_or_in_parts(
     ]
     fit, _ = fit_parts(shuffled, options=SourceOptions())  # parts out of order: not one rising column
     assert [c.rising for c in fit.columns if c.name == "PassengerId"] == [None]
+
+
+def test_a_folder_of_parts_is_named_by_the_folder_the_user_gave(tmp_path, caplog):
+    """The leak found over the whole table names the folder `smlt data prepare` was given (and
+    `fit_parts` without one: the first part and their count), never the first part alone."""
+    header, cols = _churn(np.random.default_rng(6), 900)
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for i in range(3):
+        _write(folder / f"part-{i:05d}.csv", header, [c[i * 300 : (i + 1) * 300] for c in cols])
+    told = _prepare(folder, tmp_path / "p", caplog)
+    leak = [line for line in told.splitlines() if AWAY in line]
+    assert len(leak) == 1 and f"{folder}: column 'status' {AWAY}: each of its 2 values" in leak[0], told
+    assert "part-00000.csv" not in leak[0]
+    paths = sorted(str(p) for p in folder.glob("part-*.csv"))
+    fit, _ = fit_parts(paths, options=SourceOptions())
+    assert fit.path == f"{paths[0]} and 2 more parts"
+    fit, _ = fit_parts(paths, options=SourceOptions(), source=str(folder))
+    assert fit.path == str(folder) and fit.labels.path == str(folder)

@@ -247,7 +247,7 @@ def test_a_table_in_parts_leaves_out_the_same_rows_as_the_parts_deleted_by_hand(
     first = _lines(gone)[:3]  # all in the first part (lines 2 on)
     assert first[-1] < 1000
     notice = (
-        f"{messy[0]}: {int(gone.sum()):,} of {N:,} rows have no label in column 'label' "
+        f"{messy[0]} and 2 more parts: {int(gone.sum()):,} of {N:,} rows have no label in column 'label' "
         f"(part-00000.csv lines {first[0]}, {first[1]}, {first[2]}, ...): left out of training and validation"
     )
     assert told == [notice]
@@ -266,7 +266,7 @@ def test_the_first_rows_without_a_label_are_named_by_their_part(tmp_path, caplog
     caplog.set_level(logging.INFO, logger="smlt.notice")
     prepare_parts(parts, str(tmp_path / "p"))
     assert [t for t in _told(caplog) if "no label" in t] == [
-        f"{parts[0]}: 4 of 90 rows have no label in column 'label' (part-1.csv line 12; part-2.csv lines 12, 17, "
+        f"{parts[0]} and 2 more parts: 4 of 90 rows have no label in column 'label' (part-1.csv line 12; part-2.csv lines 12, 17, "
         "...): left out of training and validation"
     ]
 
@@ -313,7 +313,9 @@ def test_too_few_labelled_rows_are_refused_naming_the_column(tmp_path):
     # in parts: the whole table's count, after the merge
     parts = [empty, tmp_path / "e2.csv"]
     parts[1].write_text("a,label\n1,\n")
-    with pytest.raises(InvalidDataset, match=re.escape(f"{empty}: no row has a label in column 'label' (all 51")):
+    with pytest.raises(
+        InvalidDataset, match=re.escape(f"{empty} and 1 more parts: no row has a label in column 'label' (all 51")
+    ):
         prepare_parts([str(p) for p in parts], str(tmp_path / "q"))
 
 

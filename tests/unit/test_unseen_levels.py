@@ -166,7 +166,7 @@ def test_a_later_version_in_parts_tells_the_whole_tables_new_levels(tmp_path: Pa
     m = prepare_parts(parts, str(tmp_path / "v2"), features=spec)
     assert m.columns == v1.columns
     told = (
-        f"{parts[0]}: column 'city': 19 of 90 rows hold values new to the pipeline's features ('Berlin', 'Lima'): "
+        f"{parts[0]} and 2 more parts: column 'city': 19 of 90 rows hold values new to the pipeline's features ('Berlin', 'Lima'): "
         f"encoded as none of its levels, which the model cannot learn: {HINT}"
     )
     assert _unseen(caplog) == [told]

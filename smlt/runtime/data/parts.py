@@ -53,13 +53,18 @@ class PartRows:
     validation: int
 
 
-def merge_fits(fits: Sequence[TableFit]) -> TableFit:
-    """The parts' pass 1 merged in their order (the first part's fit, with the others added)."""
+def merge_fits(fits: Sequence[TableFit], source: str | None = None) -> TableFit:
+    """The parts' pass 1 merged in their order (the first part's fit, with the others added),
+    named `source` (the parts' folder the user gave; default: `described`): what it tells about
+    the whole table (a column that gives the label away, NA markers, a label's classes) names the
+    table, not its first part."""
     if not fits:
         raise InvalidDataset("a table in parts needs at least one part")
     whole, *rest = fits
+    first = whole.path
     for fit in rest:
         whole.merge(fit)
+    whole.path = whole.labels.path = source or described([first, *(f.path for f in rest)])
     return whole
 
 

@@ -931,8 +931,10 @@ def fit_parts(
     features: FeatureSpec | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
+    source: str | None = None,
 ) -> tuple[TableFit, list[PartRows]]:
-    """Pass 1 of a table in parts, part by part then merged, with each part's rows; a column that
+    """Pass 1 of a table in parts, part by part then merged (named `source`, the parts' folder;
+    default: the first part and their count), with each part's rows; a column that
     is text in one part and numbers in another is read again as text in every part (as one
     file's pass 1 starts again)."""
     text: set[str] = set()
@@ -944,9 +946,9 @@ def fit_parts(
             for i, p in enumerate(paths)
         ]
         rows = [PartRows(f.train_rows, f.rows - f.train_rows) for f in fits]
-        whole = merge_fits(fits)
+        whole = merge_fits(fits, source)
         if not whole.flipped:
-            return settle(whole, described(paths)), rows
+            return settle(whole, whole.path), rows
         text |= whole.flipped
 
 
@@ -973,7 +975,9 @@ def prepare_parts(
     dataset there: a refusal leaves it as it was)."""
     if shards < 1:
         raise InvalidDataset(f"shards: need at least 1 shard, got {shards}")
-    fit, rows = fit_parts(paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed)
+    fit, rows = fit_parts(
+        paths, options=options, features=features, validation_fraction=validation_fraction, seed=seed, source=source
+    )
     t = TableTransforms.of(fit)
     kw = dict(options=options, features=features, validation_fraction=validation_fraction, seed=seed)
     moments = merge_moments([part_moments(p, i, fit, t, **kw) for i, p in enumerate(paths)])  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from smlt.runtime import clients, keys
 from smlt.runtime.data import fit_state
 from smlt.runtime.data.manifest import FeatureSpec
 from smlt.runtime.data.options import SourceOptions
-from smlt.runtime.data.parts import PartRows, described, merge_fits, merge_moments, part_manifest, settle
+from smlt.runtime.data.parts import PartRows, merge_fits, merge_moments, part_manifest, settle
 from smlt.runtime.data.prepare import TableTransforms, fit_part, part_moments, part_shards
 from smlt.runtime.data.spool import SHARDS
 from smlt.runtime.errors import InvalidDataset
@@ -167,17 +167,17 @@ def merge_stats(event: MergeEvent) -> StatsMerged:
     fits = [f for f, _ in stored]
     rows = [PartRows(f.train_rows, f.rows - f.train_rows) for f in fits]
     paths = [f.path for f in fits]
-    whole = merge_fits(fits)
+    whole = merge_fits(fits, setup.where)  # the whole table's notices name the upload, not its first part
     if whole.flipped:
         return StatsMerged(again=True, text=sorted(whole.flipped | _text(whole)))
-    settle(whole, described(paths))
+    settle(whole, setup.where)
     with collected_notices() as notes:  # the NA markers, date columns, row numbers, leaks: the whole table's
         t = TableTransforms.of(whole)
     try:
         notes = json.loads(store.get(_scratch(event.folder, FIRST_NOTES))) + notes
     except NotFound:
         pass
-    told = [n.replace(f"{paths[0]}:", f"{described(paths)}:", 1) for n in notes[:MAX_NOTES]]
+    told = [n.replace(f"{paths[0]}:", f"{setup.where}:", 1) for n in notes[:MAX_NOTES]]
     store.put(_scratch(event.folder, NOTES), json.dumps(told).encode())  # FinishParts answers them
     store.put(_scratch(event.folder, "fit.json"), fit_state.dumps((whole, t, [(r.train, r.validation) for r in rows])))
     return StatsMerged(again=False)
