@@ -14,8 +14,10 @@ seeded batch in the data's units) within 1e-5 (regression: 1e-5 of the target's 
 (`--raw`) exports the bare network instead (the input after the card's normalisation, logits or
 standardised values), checked against PyTorch within TOLERANCE. Either way the batch axis is
 dynamic and named `batch` (1 row works: checked on the first row alone too), the input and output tensors are named (ServingSpec), and
-the file carries the spec and the model card: ONNX `metadata_props` `smlt.serving` and
-`smlt.model_card`, a .pt2's extra files of the same names.
+the file carries the spec, the model card and the sha256 of the model.safetensors it was made
+from: ONNX `metadata_props` `smlt.serving`, `smlt.model_card` and `smlt.model_sha256`, a .pt2's
+extra files of the same names (a file left beside a later run's model is told apart from one made
+from it: smlt.outputs.exported_from).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 
 from smlt.inference import serving_input
+from smlt.outputs import MODEL_KEY
 from smlt.runtime.errors import SmltError
 from smlt.serving import (
     BATCH,
@@ -121,6 +124,8 @@ def export_model(model: LoadedModel, fmt: Format, path: Path, data: Any = None, 
         )
     spec = serving_spec(model, raw, fmt)
     meta = {SPEC_KEY: spec.model_dump_json(), CARD_KEY: model.card.model_dump_json(exclude={"metrics"})}
+    if model.sha256:  # the model.safetensors it is made from: a file left beside a later model is told apart
+        meta[MODEL_KEY] = model.sha256
     if raw:
         x = model.transform(data)[:DATA_ROWS] if data is not None else _example(model)
         return export_module(model.module, x, fmt, path, spec=spec, metadata=meta)

@@ -171,6 +171,36 @@ def _local_run(run_id: str, out: Path) -> _Found | None:
     raise InvalidModel(f"run {run_id!r} in {out} succeeded, but its saved state holds no final model under {folder}/s3")
 
 
+def _exported_model(path: Path) -> Path:
+    """The model.safetensors beside an `smlt export` file that it was made from (said in a notice);
+    InvalidModel when the file records no model, none is beside it, or the one beside it is another
+    (a stale export: a later run's model written into its folder after it was made)."""
+    from smlt.outputs import exported_from, file_sha256, folder_run
+    from smlt.runtime.progress import notice
+
+    recorded = exported_from(path)
+    model = path.parent / "model.safetensors"
+    use = "give the run's output folder, its run id or its model.safetensors"
+    if recorded is None:
+        raise InvalidModel(
+            f"{path}: an exported file for a server, not a model smlt loads, and it records no model it was made "
+            f"from (exported by an older smlt, or not smlt's): {use}"
+        )
+    have = file_sha256(model) if model.is_file() else None
+    if have is None:
+        raise InvalidModel(f"{path}: an export of model {recorded[:12]}, with no model.safetensors beside it: {use}")
+    if have != recorded:
+        run = folder_run(path.parent)
+        raise InvalidModel(
+            f"{path} was exported from model {recorded[:12]}, but {model} is {have[:12]}"
+            + (f" (run {run})" if run else "")
+            + ": the export is stale (made before another model was written into its folder) and does not serve "
+            f"this folder's model: export again with `smlt export {path.parent}`"
+        )
+    notice.info(f"{path}: an export of {model}: using that model")
+    return model
+
+
 # PIPELINE@latest, PIPELINE@VERSION (pipeline and version names: smlt.runtime.pipeline.version_name)
 _PIPELINE_REF = re.compile(r"(?P<pipeline>[A-Za-z0-9_.-]+)@(?P<version>[A-Za-z0-9_.-]+)")
 
@@ -261,6 +291,8 @@ def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
     if text.startswith("s3://"):
         return _read_s3(text)
     path = Path(text)
+    if path.is_file() and path.suffix in (".onnx", ".pt2"):
+        return _read_local(_exported_model(path))
     if path.exists():
         return _read_local(path)
     pipeline_ref = _PIPELINE_REF.fullmatch(text)
@@ -572,6 +604,7 @@ class LoadedModel:
     card: ModelCard
     source: str
     _manifest: Manifest | None = field(default=None, repr=False)
+    sha256: str = ""  # of the model.safetensors it was loaded from (an export records it)
 
     @property
     def manifest(self) -> Manifest:
@@ -722,7 +755,7 @@ def load_model(
             "build it with smlt.runtime.train.models.build_model and load its state dict yourself"
         )
     module = build(card, found, Path(code) if code is not None else None)
-    return LoadedModel(module, card, found.where)
+    return LoadedModel(module, card, found.where, sha256=hashlib.sha256(found.blob).hexdigest())
 
 
 def _same_model(found: _Found, want: str, said_by: str) -> None:

@@ -476,6 +476,16 @@ def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
             engine.stop()
 
 
+def _outputs_of(run_id: str, out: Path) -> Path:
+    """Where run `run_id`'s outputs are: `out`, or OUT/<run id>/ when a later run's outputs moved
+    them there (smlt.outputs.retire_previous)."""
+    from smlt.outputs import folder_run
+
+    if folder_run(out) not in (None, run_id) and folder_run(out / run_id) == run_id:
+        return out / run_id
+    return out
+
+
 def _finished(run_id: str, out: Path) -> dict:
     """`smlt resume` of a run that finished: say so, change nothing, return its final metrics."""
     folder = find_state(out, run_id) / "s3"
@@ -487,6 +497,6 @@ def _finished(run_id: str, out: Path) -> dict:
     progress.info(
         f"run {run_id} finished already ({f.get('rounds', '?')} rounds"
         + (f", estimated AWS cost ${cost:.5f}" if isinstance(cost, (int, float)) else "")
-        + f"): nothing to resume, nothing changed; its outputs are in {out}/"
+        + f"): nothing to resume, nothing changed; its outputs are in {_outputs_of(run_id, out)}/"
     )
     return metrics

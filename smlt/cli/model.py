@@ -211,11 +211,35 @@ def column_lines(columns: Any) -> list[str]:
     return [f"  {t.name!r}: {what(t)}" for t in columns]
 
 
+def export_lines(folder: Path, sha256: str) -> list[str]:
+    """The files `smlt export` wrote beside a model, each said to be made from it or stale."""
+    from smlt.outputs import EXPORTS, exported_from
+
+    lines = []
+    for name in EXPORTS:
+        if not (folder / name).is_file():
+            continue
+        made = exported_from(folder / name)
+        again = f"export again with `smlt export {folder}`"
+        if made == sha256:
+            lines.append(f"{folder / name}: exported from this model")
+        elif made is None:
+            lines.append(f"{folder / name}: records no model it was made from (an older smlt's export): {again}")
+        else:
+            lines.append(
+                f"{folder / name}: stale, exported from model {made[:12]}, not this one ({sha256[:12]}): {again}"
+            )
+    return lines
+
+
 def show(args: argparse.Namespace) -> int:
     from smlt.runtime.progress import notice
 
     model = _load(args)
     notice.info(model.card.model_dump_json(indent=1, exclude={"features"}))
+    if Path(args.model).exists():  # a folder or a file: the exports beside the model, and whether they are its
+        for line in export_lines(Path(model.source).parent, model.sha256):
+            notice.info(line)
     if model.card.features is not None and model.card.features.columns:
         notice.info(f"it reads these columns of a table (the label {model.card.features.label!r} aside), in order:")
         for line in column_lines(model.card.features.columns):
