@@ -8,6 +8,7 @@ study's items while it runs: the trials are started, watched and stopped by the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any
 
 from smlt import stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
+from smlt.folderlock import write_atomic
+from smlt.outputs import fetch_card, retire_previous
 from smlt.runtime import clients
 from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound, StudyFailed
 from smlt.runtime.progress import progress
@@ -171,14 +174,22 @@ def failure(meta: StudyItem, trials: list[TrialItem]) -> StudyFailed:
 
 
 def fetch_best(target: Target, meta: StudyItem, trials: list[TrialItem], out: Path) -> None:
-    """The study's result into OUT: model.safetensors (the best trial's), study.json (every trial)."""
+    """The study's result into OUT: the best trial's model as a run's folder holds it
+    (model.safetensors, model.json: the trial run's card, code.zip for a `--code` model), so
+    `smlt predict/export/model OUT` use it; best.json (the trial, its run id, params and metric)
+    and study.json (every trial). Another run's or study's outputs there move aside first
+    (smlt.outputs.retire_previous)."""
     out.mkdir(parents=True, exist_ok=True)
     store = S3Store(target.artifacts_bucket, client=target.s3)
-    if meta.best_model_key:
-        (out / "model.safetensors").write_bytes(store.get(meta.best_model_key))
-        (out / "best.json").write_bytes(store.get(best_prefix(meta.study_id) + "metrics.json"))
+    blob = store.get(meta.best_model_key) if meta.best_model_key and meta.best_run_id else None
+    sha = hashlib.sha256(blob).hexdigest() if blob else None
+    retire_previous(out, meta.best_run_id or meta.study_id, sha, f"study {meta.study_id}")
+    if blob is not None and meta.best_run_id:
+        write_atomic(out / "model.safetensors", blob)
+        fetch_card(store, meta.best_run_id, out)
+        write_atomic(out / "best.json", store.get(best_prefix(meta.study_id) + "metrics.json"))
     doc = {"study": meta.model_dump(mode="json"), "trials": [t.model_dump(mode="json") for t in trials]}
-    (out / "study.json").write_text(json.dumps(doc, indent=2))
+    write_atomic(out / "study.json", json.dumps(doc, indent=2))
 
 
 def check_study_file(path: Path) -> tuple[Study, dict[str, Any]]:
@@ -203,8 +214,12 @@ def run(target: Target, path: Path, out: Path, study_id: str | None = None) -> t
         raise failure(meta, trials)
     for line in summary_lines(meta, trials):
         progress.info(line)
-    wrote = [n for n in ("model.safetensors", "best.json", "study.json") if (out / n).exists()]
+    wrote = [
+        n for n in ("model.safetensors", "model.json", "code.zip", "best.json", "study.json") if (out / n).exists()
+    ]
     progress.info(f"  outputs in {out}/: {' '.join(wrote)}")
+    if meta.best_run_id and (out / "model.safetensors").exists():
+        progress.info(f"  the best trial's model (run {meta.best_run_id}): smlt predict {out} DATA --out FILE")
     return meta, trials
 
 

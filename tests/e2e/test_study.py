@@ -118,3 +118,36 @@ def test_a_study_ends_when_its_last_trial_ends_not_when_its_watcher_next_looks(l
     assert meta.ended_at - trial.ended_at < 20  # not the 120 s the watcher would have waited
     assert execution["stopDate"].timestamp() - trial.ended_at < 30
     assert abs(meta.total_usd - (meta.spent_usd + meta.overhead_usd)) < 1e-9 and meta.total_usd <= meta.budget_usd
+
+
+def test_the_study_folder_holds_the_best_trials_model_as_a_run_folder_does(local, tmp_path, capsys):
+    """`smlt tune --out OUT` writes the best trial's model with its card (model.json) beside it,
+    so `smlt predict/export/model OUT` use it as they use a run's folder, and say which run it is;
+    a run's outputs already in OUT move into OUT/<run id>/ rather than sit beside the study's model."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from smlt.cli import main
+    from smlt.inference import load_model
+
+    engine, _ = local
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"run_id": "earlier-run", "final": {}}))
+    (out / "model.safetensors").write_bytes(b"an earlier run's model")
+    path = small_study(tmp_path, trials=2, search={"kind": "random"})
+    meta, _ = tune.run(tune.local_target(engine), path, out, study_id="folder-e2e")
+    assert meta.best_run_id is not None
+    card = json.loads((out / "model.json").read_text())
+    assert card["run_id"] == meta.best_run_id and card["model_sha256"]
+    model = load_model(out)  # the card's sha256 checked against the file
+    assert model.card.run_id == meta.best_run_id and model.card.metrics is not None
+    assert (out / "earlier-run" / "model.safetensors").read_bytes() == b"an earlier run's model"
+    assert json.loads((out / "best.json").read_text())["best_run_id"] == meta.best_run_id
+    x, y = load_digits(return_X_y=True)
+    np.savez(tmp_path / "d.npz", x=x[:50], y=y[:50])
+    capsys.readouterr()
+    assert main(["predict", str(out), str(tmp_path / "d.npz"), "--out", str(tmp_path / "p.csv")]) == 0
+    assert main(["model", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "wrote 50 predictions" in said and f'"run_id": "{meta.best_run_id}"' in said
