@@ -114,8 +114,9 @@ def export_model(model: LoadedModel, fmt: Format, path: Path, data: Any = None, 
     bare network checked against PyTorch."""
     if fmt not in FORMATS:
         raise ExportFailed(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    refuse_target(path, fmt)  # before the rows are read
     if fmt == "onnx":
-        _require_onnx()  # before the rows are read
+        _require_onnx()
     if not raw and model.card.features is None:
         raise ExportFailed(
             f"{model.source}: its model card records no feature spec (the dataset's manifest was unreadable when "
@@ -189,10 +190,19 @@ def export_module(
         raise ExportFailed(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     if front is not None and fmt != "onnx":
         raise ExportFailed(f"{fmt}: a table's text cells go into an ONNX graph only (no string tensors)")
+    refuse_target(path, fmt)
     module = module.eval()
     if len(x) < 2:
         x = torch.cat([x, x])
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f"{path.stem}.partial{path.suffix}")
+        probe.touch()  # the file the export is written to, then renamed: writable here?
+        probe.unlink()
+    except OSError as e:
+        raise ExportFailed(
+            f"--out {path} cannot be written ({e.strerror or e}): name a file in a folder you can write to"
+        ) from None
     names = (spec.input.name, spec.output.name) if spec else ("input", "output")
     if front is not None:
         names = (ENCODED, names[1])
@@ -238,6 +248,25 @@ def export_module(
     work.replace(path)
     unseen = int(feeds_unseen(*front).sum()) if front is not None else None
     return Exported(path, fmt, len(x), diff, against, tolerance, spec, unseen)
+
+
+def refuse_target(path: Path, fmt: Format) -> None:
+    """ExportFailed when `path` is a folder, under a file, or a file other than an earlier export (.onnx, .pt2):
+    an export never writes over a model, its card, metrics or data (`--out OUT/model.safetensors`
+    replaced the model it was made from)."""
+    if path.is_dir():
+        raise ExportFailed(f"--out {path} is a folder: name the file, e.g. --out {path / ('model' + SUFFIX[fmt])}")
+    for above in path.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise ExportFailed(f"--out {path}: {above} is a file, not a folder: name a file in a folder")
+            break
+    suggest = f"name the file, e.g. --out {path.parent / ('model' + SUFFIX[fmt])}"
+    if path.exists() and path.suffix not in SUFFIX.values():
+        raise ExportFailed(
+            f"--out {path} exists and is not an export (.onnx, .pt2): an export never writes over another file "
+            f"(a model, its card, metrics, data); {suggest}"
+        )
 
 
 def _said(atol: np.ndarray) -> str:

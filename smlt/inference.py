@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import errno
 import hashlib
+import io
 import itertools
 import json
 import math
@@ -409,19 +410,26 @@ class Predictions:
         """The predictions as a .csv, .parquet or .xlsx table: one row per input row, the same
         columns and values in each (`_write_xlsx` has the workbook's). A CSV is written a row at a
         time and a Parquet file a row group at a time: the predictions' own memory, and little more."""
-        path = Path(path)
-        if path.suffix.lower() == ".xlsx":
-            _write_xlsx(path, *self.rows())
-        elif path.suffix.lower() in (".parquet", ".pq"):
-            self._write_parquet(path)
-        elif path.suffix.lower() == ".csv":
-            with path.open("w", newline="") as f:
-                self.write_csv(f)
-        else:
+        path = predictions_target(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix.lower() == ".xlsx":
+                _write_xlsx(path, *self.rows())
+            elif path.suffix.lower() in (".parquet", ".pq"):
+                _replace_whole(path, self._write_parquet)
+            else:
+                _replace_whole(path, self._write_csv_file)
+        except OSError as e:  # a disk full, a folder that refuses files: named, nothing half-written left
             raise InvalidDataset(
-                f"--out {path}: write predictions to a .csv, .parquet or .xlsx file (smlt predict: --out - for CSV on stdout)"
-            )
+                f"--out {path} cannot be written ({e.strerror or e}): {len(self):,} predictions not saved"
+            ) from None
         return path
+
+    def _write_csv_file(self, f: BinaryIO) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        self.write_csv(text)
+        text.flush()
+        text.detach()  # `f` stays open for `_replace_whole` to close
 
     def write_csv(self, stream: TextIO) -> None:
         """The predictions as CSV text on an open stream (the file `write` makes of a .csv; `smlt
@@ -430,7 +438,7 @@ class Predictions:
         w.writerow(self._header())
         w.writerows(self._body())
 
-    def _write_parquet(self, path: Path) -> None:
+    def _write_parquet(self, path: BinaryIO) -> None:
         """The file `pq.write_table` makes of the whole table (its columns as pyarrow reads the rows'
         values: text, float64), written a row group (PARQUET_ROW_GROUP rows, pyarrow's) at a time."""
         import pyarrow as pa
@@ -442,20 +450,16 @@ class Predictions:
             return
         columns = self._columns()
         writer = None
-        try:
+        try:  # into `_replace_whole`'s new file: a predict stopped part way leaves the earlier file as it was
             for start in range(0, len(self), PARQUET_ROW_GROUP):
                 stop = start + PARQUET_ROW_GROUP
                 # a dict, as the whole table's was: a name twice (an id column named `label`) is one column
                 table = pa.table({h: pa.array(column(start, stop)) for h, column in zip(header, columns)})
                 writer = writer or pq.ParquetWriter(path, table.schema)
                 writer.write_table(table)
-            assert writer is not None
-            writer.close()
-        except BaseException:
+        finally:
             if writer is not None:
                 writer.close()
-            path.unlink(missing_ok=True)
-            raise
 
     def _columns(self) -> list[Callable[[int, int], list[Any]]]:
         """Each column of `rows` (in `_header`'s order) as its rows `start:stop`' values."""
@@ -559,6 +563,34 @@ def _refuse_what_a_sheet_cannot_hold(path: Path, header: list[str], body: list[l
                     f"--out {path}: row {row}, column {column!r}: {value[:40]!r} holds {what}, which an Excel "
                     "cell cannot hold: write the predictions to a .csv or .parquet file"
                 )
+
+
+PREDICTION_SUFFIXES = (".csv", ".parquet", ".pq", ".xlsx")
+
+
+def predictions_target(path: str | Path) -> Path:
+    """`path` as a predictions file to write (checked before any row is predicted): InvalidDataset
+    for another suffix, a folder, or a file where a folder above it should be (its missing
+    folders are made when it is written)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidDataset(
+            f"--out {path} is a folder: name the predictions file, e.g. --out {path / 'predictions.csv'}"
+        )
+    if path.suffix.lower() not in PREDICTION_SUFFIXES:
+        raise InvalidDataset(
+            f"--out {path}: write predictions to a .csv, .parquet or .xlsx file (smlt predict: --out - for CSV on stdout)"
+        )
+    for above in path.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise InvalidDataset(f"--out {path}: {above} is a file, not a folder: name a file in a folder")
+            if not os.access(above, os.W_OK | os.X_OK):
+                raise InvalidDataset(
+                    f"--out {path}: {above} cannot be written: name a file in a folder you can write to"
+                )
+            break
+    return path
 
 
 def _replace_whole(path: Path, write: Callable[[BinaryIO], None]) -> None:

@@ -12,8 +12,13 @@ sha256 of the model.safetensors it was made from (`exported_from`)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,7 @@ from botocore.exceptions import ClientError
 from smlt.folderlock import write_atomic
 from smlt.report import write_report
 from smlt.runtime import keys
-from smlt.runtime.errors import RunNotFinished, SmltError
+from smlt.runtime.errors import InvalidJob, RunNotFinished, SmltError
 from smlt.runtime.evaluation import ValMetrics, metrics_text
 from smlt.runtime.items import PlanItem, RoundItem
 from smlt.runtime.modelcard import card_key, parse_card, read_card
@@ -49,6 +54,38 @@ RUN_FILES = (
 )
 
 
+def writable_folder(out: Path, flag: str = "--out") -> Path:
+    """`out` made (with the folders above it) and written to once (a probe file, removed), before
+    anything starts: InvalidJob naming the folder and the system's reason when it cannot be (a
+    read-only disk, a folder of another user's, /proc)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".smlt-probe-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InvalidJob(
+            f"{flag} {out} cannot be written ({e.strerror or e}): name a folder you can write to"
+        ) from None
+    return out
+
+
+@contextlib.contextmanager
+def writing(out: Path) -> Iterator[None]:
+    """Hold OUT/.state/outputs.lock (an exclusive `flock`, waited for) while a run's or study's
+    outputs are written into OUT: two runs that end at once into one --out write one after the
+    other (the second moves the first's aside whole), never file by file in turn. The lock dies
+    with its process."""
+    folder = out / ".state"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "outputs.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -56,14 +93,15 @@ def fetch_outputs(artifacts: S3Store, run_id: str, out: Path, history: list[dict
     except NotFound:
         raise RunNotFinished(f"run {run_id} has no final metrics yet (is it finished?)") from None
     blob = artifacts.get(keys.final_model_key(run_id)) if metrics["final"].get("model_key") else None
-    retire_previous(out, run_id, hashlib.sha256(blob).hexdigest() if blob is not None else None)
-    if blob is not None:
-        write_atomic(out / "model.safetensors", blob)
-        fetch_card(artifacts, run_id, out)
-    write_atomic(out / "metrics.json", json.dumps(metrics, indent=1))
-    if history is not None:
-        write_atomic(out / "history.json", json.dumps(history, indent=1, default=str))
-    write_report(metrics, out / "report.png")
+    with writing(out):
+        retire_previous(out, run_id, hashlib.sha256(blob).hexdigest() if blob is not None else None)
+        if blob is not None:
+            write_atomic(out / "model.safetensors", blob)
+            fetch_card(artifacts, run_id, out)
+        write_atomic(out / "metrics.json", json.dumps(metrics, indent=1))
+        if history is not None:
+            write_atomic(out / "history.json", json.dumps(history, indent=1, default=str))
+        write_report(metrics, out / "report.png")
     _tensorboard(artifacts, run_id, metrics, out / "tensorboard" / run_id)
     log_fetched(metrics, out)  # a warning, never an error: the run and its model are stored
     return metrics

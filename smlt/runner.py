@@ -29,7 +29,7 @@ from smlt.code_imports import describe, foreign_imports
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.extras import require
 from smlt.jobfile import read_job_file
-from smlt.outputs import fetch_outputs, progress_line
+from smlt.outputs import fetch_outputs, progress_line, writable_folder
 from smlt.runtime import keys
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
 from smlt.runtime.evaluation import class_warning, summary_text
@@ -424,6 +424,7 @@ def run_local(
         out = default_out(run_id)
         if out != Path("out"):
             progress.info(f"out/ holds another run's outputs: this run writes to {out}/ (--out DIR to choose)")
+    writable_folder(out)  # InvalidJob before the engine starts, not a traceback at its end
     with run_lock(out, run_id) as saved:  # RunInProgress before the engine starts
         if replace:
             clear_state(saved)  # asked for: this run id's earlier state is replaced

@@ -18,7 +18,7 @@ from typing import Any
 from smlt import stack_outputs
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.folderlock import write_atomic
-from smlt.outputs import fetch_card, retire_previous
+from smlt.outputs import fetch_card, retire_previous, writable_folder, writing
 from smlt.runtime import clients
 from smlt.runtime.errors import InvalidJob, RunFailed, StackNotFound, StudyFailed
 from smlt.runtime.progress import progress
@@ -183,13 +183,14 @@ def fetch_best(target: Target, meta: StudyItem, trials: list[TrialItem], out: Pa
     store = S3Store(target.artifacts_bucket, client=target.s3)
     blob = store.get(meta.best_model_key) if meta.best_model_key and meta.best_run_id else None
     sha = hashlib.sha256(blob).hexdigest() if blob else None
-    retire_previous(out, meta.best_run_id or meta.study_id, sha, f"study {meta.study_id}")
-    if blob is not None and meta.best_run_id:
-        write_atomic(out / "model.safetensors", blob)
-        fetch_card(store, meta.best_run_id, out)
-        write_atomic(out / "best.json", store.get(best_prefix(meta.study_id) + "metrics.json"))
-    doc = {"study": meta.model_dump(mode="json"), "trials": [t.model_dump(mode="json") for t in trials]}
-    write_atomic(out / "study.json", json.dumps(doc, indent=2))
+    with writing(out):
+        retire_previous(out, meta.best_run_id or meta.study_id, sha, f"study {meta.study_id}")
+        if blob is not None and meta.best_run_id:
+            write_atomic(out / "model.safetensors", blob)
+            fetch_card(store, meta.best_run_id, out)
+            write_atomic(out / "best.json", store.get(best_prefix(meta.study_id) + "metrics.json"))
+        doc = {"study": meta.model_dump(mode="json"), "trials": [t.model_dump(mode="json") for t in trials]}
+        write_atomic(out / "study.json", json.dumps(doc, indent=2))
 
 
 def check_study_file(path: Path) -> tuple[Study, dict[str, Any]]:
@@ -204,6 +205,7 @@ def check_study_file(path: Path) -> tuple[Study, dict[str, Any]]:
 
 def run(target: Target, path: Path, out: Path, study_id: str | None = None) -> tuple[StudyItem, list[TrialItem]]:
     study, raw = read_study_file(path)
+    writable_folder(out)  # before any trial is started
     if study_id:
         raw["study_id"] = study_id
     raw = stage(study, raw, path, target)
@@ -264,6 +266,7 @@ def deployed_target(stack_name: str, cfn: Any = None) -> Target:
 def tune_local(path: Path, out: Path) -> tuple[StudyItem, list[TrialItem]]:
     """`smlt tune STUDY --local`: the study on the local engine (checked before it starts)."""
     check_study_file(path)
+    writable_folder(out)  # before the engine starts
     from smlt.runner import start_engine
 
     engine, _, _ = start_engine(None)

@@ -103,6 +103,10 @@ def predict(args: argparse.Namespace) -> int:
     from smlt.runtime.progress import notice
 
     to_stdout = args.out == "-"
+    if not to_stdout:
+        from smlt.inference import predictions_target
+
+        predictions_target(args.out)  # before the model and the rows are read
     # with --out -, stdout holds the CSV alone: the lines the CLI prints go to stderr meanwhile
     with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
         model = _load(args)

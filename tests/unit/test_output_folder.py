@@ -176,3 +176,95 @@ def test_an_export_beside_no_model_or_recording_none_is_refused(prepared, tmp_pa
     with pytest.raises(InvalidModel, match="records no model it was made from"):
         load_model(alone / "model.pt2")
     assert read_card((out / "model.safetensors").read_bytes(), "m") is not None
+
+
+def test_an_export_never_writes_over_the_model_or_under_a_file(prepared, tmp_path, capsys):
+    store, out = _Store(), tmp_path / "out"
+    _publish(store, prepared, "run-a", 1.0)
+    fetch_outputs(store, "run-a", out)  # type: ignore[arg-type]
+    model = (out / "model.safetensors").read_bytes()
+    cases = {
+        str(out / "model.safetensors"): "exists and is not an export (.onnx, .pt2): an export never writes over",
+        str(out / "model.json"): "exists and is not an export",
+        str(out): "is a folder: name the file, e.g. --out",
+        str(out / "model.json" / "m.pt2"): f"{out / 'model.json'} is a file, not a folder",
+    }
+    for target, said in cases.items():
+        capsys.readouterr()
+        assert main(["export", str(out), "--format", "torch-export", "--out", target]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
+    assert (out / "model.safetensors").read_bytes() == model and load_model(out).card.run_id == "run-a"
+    _export(out)  # an earlier export is replaced, as before
+    _export(out)
+
+
+def test_predictions_go_into_a_checked_file_whole_or_not_at_all(prepared, tmp_path, capsys, monkeypatch):
+    from smlt.inference import Predictions
+
+    store, out = _Store(), tmp_path / "out"
+    _publish(store, prepared, "run-a", 1.0)
+    fetch_outputs(store, "run-a", out)  # type: ignore[arg-type]
+    data = str(prepared)
+    refused = {
+        str(out / "model.json" / "p.csv"): f"{out / 'model.json'} is a file, not a folder",
+        str(out): "is a folder: name the predictions file",
+        str(out / "p.txt"): "write predictions to a .csv, .parquet or .xlsx file",
+    }
+    for target, said in refused.items():
+        capsys.readouterr()
+        assert main(["predict", "no-such-model", data, "--out", target]) == 2  # told before the model is looked for
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
+    for name in ("new/dir/p.csv", "new/dir/p.parquet"):  # missing folders are made
+        assert main(["predict", str(out), data, "--out", str(tmp_path / name)]) == 0
+    kept = (tmp_path / "new/dir/p.csv").read_bytes()
+
+    def cut(self, stream):  # a predict stopped while its file is written (Ctrl-C, a full disk)
+        stream.write("id,prediction\n0,1\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Predictions, "write_csv", cut)
+    assert main(["predict", str(out), data, "--out", str(tmp_path / "new/dir/p.csv")]) == 130  # interrupted
+    assert (tmp_path / "new/dir/p.csv").read_bytes() == kept
+    assert [p.name for p in (tmp_path / "new/dir").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_two_runs_ending_at_once_into_one_folder_write_one_after_the_other(prepared, tmp_path):
+    import threading
+
+    from smlt.outputs import writing
+
+    store, out = _Store(), tmp_path / "out"
+    first = _publish(store, prepared, "run-a", 1.0)
+    second = _publish(store, prepared, "run-b", 0.5)
+    with writing(out):  # run-a's outputs being written (by another process, as far as the lock knows)
+        ending = threading.Thread(target=fetch_outputs, args=(store, "run-b", out))
+        ending.start()
+        ending.join(0.5)
+        assert ending.is_alive() and not (out / "metrics.json").exists()  # run-b waits its turn
+        (out / "model.safetensors").write_bytes(store.get(keys.final_model_key("run-a")))
+        (out / "model.json").write_bytes(store.get(card_key("run-a")))
+        (out / "metrics.json").write_bytes(store.get(keys.final_metrics_key("run-a")))
+    ending.join(30)
+    assert not ending.is_alive()
+    assert load_model(out).sha256 == second and load_model(out / "run-a").sha256 == first
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, a folder no one can write files into")
+def test_a_folder_that_cannot_be_written_is_named_not_a_traceback(prepared, tmp_path, capsys):
+    from smlt.outputs import writable_folder
+    from smlt.runtime.errors import InvalidJob
+
+    with pytest.raises(InvalidJob, match=r"--out /proc/smlt-out cannot be written \(No such file or directory\)"):
+        writable_folder(Path("/proc/smlt-out"))
+    assert writable_folder(tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+    store, out = _Store(), tmp_path / "out"
+    _publish(store, prepared, "run-a", 1.0)
+    fetch_outputs(store, "run-a", out)  # type: ignore[arg-type]
+    capsys.readouterr()
+    assert main(["predict", str(out), str(prepared), "--out", "/proc/smlt-p.csv"]) == 2
+    assert main(["export", str(out), "--format", "torch-export", "--out", "/proc/smlt-m.pt2"]) == 2
+    err = capsys.readouterr().err
+    assert "--out /proc/smlt-p.csv cannot be written (No such file or directory)" in err
+    assert "--out /proc/smlt-m.pt2 cannot be written (No such file or directory)" in err and "Traceback" not in err
