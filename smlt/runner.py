@@ -348,8 +348,9 @@ def _execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, 
             pass
         raise RunFailed(run_id, desc["status"], desc.get("error", ""), cause)
     artifacts = S3Store(names.artifacts_bucket, client=engine.client("s3"))
-    metrics = fetch_outputs(artifacts, run_id, out, follower.history())
-    follower.snapshot.save(final=True)  # META SUCCEEDED and the final objects
+    with _ctrl_c_after():  # a Ctrl-C now waits: the outputs and the saved state are written whole
+        metrics = fetch_outputs(artifacts, run_id, out, follower.history())
+        follower.snapshot.save(final=True)  # META SUCCEEDED and the final objects
     for line in done_lines(run_id, metrics["final"], time.time() - t0, out, injector.counts if injector else None):
         progress.info(line)
     return metrics

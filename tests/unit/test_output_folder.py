@@ -268,3 +268,20 @@ def test_a_folder_that_cannot_be_written_is_named_not_a_traceback(prepared, tmp_
     err = capsys.readouterr().err
     assert "--out /proc/smlt-p.csv cannot be written (No such file or directory)" in err
     assert "--out /proc/smlt-m.pt2 cannot be written (No such file or directory)" in err and "Traceback" not in err
+
+
+def test_a_ctrl_c_while_a_run_writes_its_outputs_waits_for_them(prepared, tmp_path):
+    """`runner._execute` writes the outputs and the final saved state under `_ctrl_c_after`: a
+    Ctrl-C then lands after the folder is whole (here: after fetch_outputs wrote every file)."""
+    import os
+    import signal
+
+    from smlt.runner import _ctrl_c_after
+
+    store, out = _Store(), tmp_path / "out"
+    sha = _publish(store, prepared, "run-a", 1.0)
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_after():
+            os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, as the fetch starts
+            fetch_outputs(store, "run-a", out)  # type: ignore[arg-type]
+    assert load_model(out).sha256 == sha and (out / "metrics.json").is_file()
