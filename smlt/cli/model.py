@@ -16,7 +16,8 @@ def _model_args(c: Any) -> None:
     c.add_argument(
         "model",
         help="a run id, PIPELINE@latest or PIPELINE@VERSION (a retraining pipeline's champion or version), "
-        "a run's output folder, a model.safetensors file or an s3:// URI",
+        "a run's or study's output folder, a model.safetensors file (or an .onnx/.pt2 export beside the model it "
+        "was made from) or an s3:// URI",
     )
     c.add_argument(
         "--runs",
