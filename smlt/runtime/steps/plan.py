@@ -123,14 +123,28 @@ def _check_access(job: Job, settings: Settings) -> None:
         if not uri:
             continue
         try:
-            bucket, _ = keys.parse_s3_uri(uri)
+            bucket, key = keys.parse_s3_uri(uri)
         except ValueError as e:
             raise InvalidJob(f"{field}: {e}") from None
-        if settings.data_bucket and bucket not in readable:
-            raise AccessDenied(
-                f"{field}: the stack may read only s3://{settings.data_bucket}/ "
-                f"(and its artifacts bucket), not s3://{bucket}/; copy the data there"
-            )
+        if not settings.data_bucket or bucket in readable:
+            continue
+        folder = key.rstrip("/") + "/"
+        if field == "dataset.uri" and any(
+            b == bucket and folder.startswith(p) for b, _, p in (g.partition("/") for g in settings.data_buckets)
+        ):
+            continue
+        given = "".join(f", s3://{g}" for g in settings.data_buckets)
+        fix = (
+            f'or give the stack read access to it: cdk.json context "data_buckets": ["{bucket}"] '
+            f"(or `npx cdk deploy -c 'data_buckets=[\"{bucket}\"]'`), then deploy again "
+            '(docs/deploy.md, "Datasets in your own buckets")'
+            if field == "dataset.uri"
+            else "the stack reads warm starts from its own buckets only"
+        )
+        raise AccessDenied(
+            f"{field}: the stack's roles may read only s3://{settings.data_bucket}/ (and its artifacts "
+            f"bucket{given}), not {uri}; copy the data there, {fix}"
+        )
 
 
 def assign_shards(

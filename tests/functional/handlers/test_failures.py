@@ -106,6 +106,25 @@ def test_dataset_outside_the_stack_is_access_denied(digits, aws):
     assert run_keys(aws, "acl") == []
 
 
+def test_a_dataset_in_a_bucket_or_folder_the_stack_was_given_passes_and_one_outside_names_data_buckets(
+    digits, aws, monkeypatch
+):
+    """SMLT_DATA_BUCKETS: cdk context `data_buckets`, the user's buckets the roles may read."""
+    monkeypatch.setenv("SMLT_DATA_BUCKETS", json.dumps(["team-data", "shared/team-a/"]))
+    with pytest.raises(AccessDenied) as denied:
+        plan(job("s3://shared/team-b/ds/"), "outside")
+    said = str(denied.value)
+    assert "not s3://shared/team-b/ds/" in said and "s3://team-data, s3://shared/team-a/" in said
+    assert '"data_buckets": ["shared"]' in said and "deploy again" in said
+    with pytest.raises(AccessDenied, match="warm_start: .* own buckets only"):
+        plan(job("s3://team-data/ds/") | {"warm_start": "s3://team-data/m/model.safetensors"}, "warm")
+    # a granted bucket and folder pass the check (the manifest is then read: none there yet)
+    for uri in ("s3://team-data/ds/", "s3://shared/team-a/ds/"):
+        with pytest.raises(Exception) as other:
+            plan(job(uri), "inside")
+        assert "may read only" not in str(other.value) and "manifest.json" in str(other.value), (uri, other.value)
+
+
 def test_corrupt_shard_is_named_and_kept_out(digits, aws, tmp_path, monkeypatch):
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache"))
     aws.put_object(Bucket="smlt-data", Key="datasets/digits/train-00000.safetensors", Body=b"garbage")
