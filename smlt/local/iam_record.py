@@ -314,18 +314,33 @@ class Denial:
         return f"{self.function}: {self.operation} needs {self.request.action} on {self.request.resource}{ctx}"
 
 
+def role_statements(template: dict[str, Any], resolver: Resolver) -> dict[str, list[dict[str, Any]]]:
+    """The ``AWS::IAM::Policy`` statements of each role (its logical id), resolved to local ARNs."""
+    by_role: dict[str, list[dict[str, Any]]] = {}
+    for lid, res in template["Resources"].items():
+        if res["Type"] != "AWS::IAM::Policy":
+            continue
+        statements = resolver.resolve(res["Properties"]["PolicyDocument"]["Statement"], f"{lid}.PolicyDocument")
+        for role in res["Properties"].get("Roles", []):
+            by_role.setdefault(role["Ref"], []).extend(statements)
+    return by_role
+
+
+def allows(statements: list[dict[str, Any]], req: Request) -> bool:
+    """One identity policy's answer, as IAM evaluates it: an explicit Deny wins, else an Allow must match."""
+    if req.action.startswith("unmapped:"):
+        return False
+    if any(s["Effect"] == "Deny" and _matches(s, req) for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" and _matches(s, req) for s in statements)
+
+
 class RolePolicies:
     """The identity-policy statements of each function's role, resolved to local ARNs."""
 
     def __init__(self, template: dict[str, Any], resolver: Resolver) -> None:
         resources = template["Resources"]
-        by_role: dict[str, list[dict[str, Any]]] = {}
-        for lid, res in resources.items():
-            if res["Type"] != "AWS::IAM::Policy":
-                continue
-            statements = resolver.resolve(res["Properties"]["PolicyDocument"]["Statement"], f"{lid}.PolicyDocument")
-            for role in res["Properties"].get("Roles", []):
-                by_role.setdefault(role["Ref"], []).extend(statements)
+        by_role = role_statements(template, resolver)
         self.statements: dict[str, list[dict[str, Any]]] = {}  # function name -> its role's statements
         self.roles: dict[str, str] = {}  # function name -> its role's (local) ARN
         for lid in resolver.of_type(FUNCTION):
@@ -348,11 +363,7 @@ class RolePolicies:
 
     def allowed(self, function: str, req: Request) -> bool:
         statements = self.statements.get(function)
-        if statements is None or req.action.startswith("unmapped:"):
-            return False
-        if any(s["Effect"] == "Deny" and _matches(s, req) for s in statements):
-            return False
-        return any(s["Effect"] == "Allow" and _matches(s, req) for s in statements)
+        return statements is not None and allows(statements, req)
 
     def without(self, function_prefix: str, action: str, resource_part: str) -> RolePolicies:
         """A copy with `action` removed from the statements of the functions named `function_prefix...`
