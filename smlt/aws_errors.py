@@ -18,6 +18,7 @@ from botocore.exceptions import (
 
 from smlt.runtime.errors import AccessDenied, AwsNotConfigured, SmltError
 from smlt.runtime.store import NotFound
+from smlt.runtime.store.s3 import WRONG_REGION, bucket_region
 
 # S3's answers to credentials it does not take (expired, mistyped, of another partition).
 REFUSED_CREDENTIALS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
@@ -68,6 +69,13 @@ def user_get(store: Any, key: str, field: str, error: type[SmltError]) -> bytes:
         code = e.response.get("Error", {}).get("Code", "")
         if code == "NoSuchBucket":
             raise error(f"{field}: no bucket {store.bucket!r} (reading {uri})") from None
+        if code in WRONG_REGION:
+            raise error(
+                f"{field}: s3://{store.bucket} is in {bucket_region(e) or 'another region'}, not "
+                f"{store.client.meta.region_name or 'your region'} (S3 answered {code} reading {uri}): copy "
+                "the dataset into a bucket in the stack's region (`aws s3 sync SRC DEST --source-region REGION`) "
+                '(docs/deploy.md, "Datasets in your own buckets")'
+            ) from None
         if code in REFUSED_CREDENTIALS:
             raise AccessDenied(
                 f"{field}: S3 refused your AWS credentials reading {uri} ({code}): renew them (`aws sso login`, "
@@ -137,5 +145,11 @@ def cli_message(e: Exception) -> str | None:
             return denied
         err = e.response.get("Error", {})
         code, message = err.get("Code", "?"), err.get("Message", "")
+        if code in WRONG_REGION:
+            return (
+                f"AWS refused {e.operation_name}: {code}: the bucket is in {bucket_region(e) or 'another region'}: "
+                "set AWS_REGION to the stack's region, and keep the datasets you pass in buckets of that region "
+                '(docs/deploy.md, "Datasets in your own buckets")'
+            )
         return f"AWS refused {e.operation_name}: {code}{f' ({message})' if message else ''}"
     return f"AWS: {type(e).__name__}: {e}"

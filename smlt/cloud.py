@@ -69,8 +69,8 @@ class Stack:
             if denied is not None:  # the stack may well be there: these credentials may not see it
                 raise AccessDenied(denied) from None
             raise StackNotFound(
-                f"stack {name!r} not found ({e.response['Error']['Message']}); "
-                "deploy it with `npx cdk deploy` or pass --stack"
+                f"stack {name!r} not found in {cfn.meta.region_name} ({e.response['Error']['Message']}); "
+                "deploy it with `npx cdk deploy`, pass --stack, or set AWS_REGION to the region it is deployed in"
             ) from None
         found = {OUTPUTS[o["OutputKey"]]: o["OutputValue"] for o in outputs if o["OutputKey"] in OUTPUTS}
         missing = sorted(set(OUTPUTS.values()) - set(found))

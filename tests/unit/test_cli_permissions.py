@@ -121,3 +121,64 @@ def test_doctor_says_what_it_could_not_check_and_checks_the_rest():
     )
     assert f"may not lambda:GetFunctionConfiguration on {fn_arn}" in text
     assert "checking against what cdk.json deploys: tiers [1769, 3008], max_concurrency 64" in text
+
+
+def _wrong_region(code: str, status: int, meta: dict, headers: dict | None = None):
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_client_error(
+        "get_object",
+        service_error_code=code,
+        http_status_code=status,
+        service_message="wrong region",
+        service_error_meta=meta,
+        response_meta={"HTTPHeaders": headers or {}},
+    )
+    stub.activate()
+    return client
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "meta", "headers"),
+    [
+        ("PermanentRedirect", 301, {"Endpoint": "team-data.s3.eu-west-1.amazonaws.com"}, None),
+        ("AuthorizationHeaderMalformed", 400, {"Region": "eu-west-1"}, None),
+        ("301", 301, {}, {"x-amz-bucket-region": "eu-west-1"}),
+    ],
+)
+def test_a_dataset_bucket_in_another_region_is_named_with_its_region_and_the_fix(
+    monkeypatch, code, status, meta, headers
+):
+    """botocore follows S3's redirect to the bucket's region; an answer it could not follow (a
+    second redirect, an endpoint of one's own) says where the bucket is and what to do, in a
+    function (DataError: the run is not retried) and for the CLI's pre-check."""
+    from smlt.aws_errors import user_get
+    from smlt.runtime.errors import DataError, InvalidDataset
+    from smlt.runtime.store import S3Store
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Smlt-TrainStep1769")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(DataError) as e:
+        S3Store("team-data", "ds/", client=_wrong_region(code, status, meta, headers)).get("manifest.json")
+    assert str(e.value).startswith(
+        f"s3://team-data/ds/manifest.json: the bucket is in eu-west-1, not us-east-1 (S3 answered {code}): copy "
+        "the dataset into a bucket in us-east-1"
+    )
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME")
+    store = S3Store("team-data", "ds/", client=_wrong_region(code, status, meta, headers))
+    with pytest.raises(InvalidDataset) as e:
+        user_get(store, "manifest.json", "dataset.uri", InvalidDataset)
+    assert str(e.value).startswith(
+        f"dataset.uri: s3://team-data is in eu-west-1, not us-east-1 (S3 answered {code} reading "
+        "s3://team-data/ds/manifest.json): copy the dataset into a bucket in the stack's region"
+    )
+    # any other command's S3 call that meets it (a fetch, an upload): one line, the bucket's region
+    from botocore.exceptions import ClientError
+
+    from smlt.aws_errors import cli_message
+
+    with pytest.raises(ClientError) as raw:
+        _wrong_region(code, status, meta, headers).get_object(Bucket="team-data", Key="k")
+    assert cli_message(raw.value).startswith(
+        f"AWS refused GetObject: {code}: the bucket is in eu-west-1: set AWS_REGION"
+    )

@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from smlt.runtime import clients
-from smlt.runtime.errors import AccessDenied
+from smlt.runtime.errors import AccessDenied, DataError
 from smlt.runtime.retry import S3_CONFLICTS, error_code, on_conflict
 from smlt.runtime.store.base import NotFound
 
@@ -76,6 +76,39 @@ def _denied(e: ClientError, uri: str, what: str) -> AccessDenied | None:
     )
 
 
+# S3's answers to a request sent to another region than its bucket's (botocore follows them to the
+# bucket's region; one reaches the caller when it cannot: a second redirect, an endpoint of its own).
+WRONG_REGION = ("PermanentRedirect", "AuthorizationHeaderMalformed", "301", "IllegalLocationConstraintException")
+
+
+def bucket_region(e: ClientError) -> str | None:
+    """The bucket's region a wrong-region answer names (its Region field, its endpoint or the
+    x-amz-bucket-region header), None when it names none."""
+    err = e.response.get("Error", {})
+    headers = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    if err.get("Region"):
+        return str(err["Region"])
+    if headers.get("x-amz-bucket-region"):
+        return str(headers["x-amz-bucket-region"])
+    found = re.search(r"s3[.-]([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws", str(err.get("Endpoint", "")))
+    return found.group(1) if found else None
+
+
+def _elsewhere(e: ClientError, uri: str) -> DataError | None:
+    """A wrong-region answer to a function as what to do (on the user's machine the caller says
+    it: `smlt.aws_errors`)."""
+    if e.response.get("Error", {}).get("Code") not in WRONG_REGION or not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        return None
+    here = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "this region"
+    there = bucket_region(e) or "another region"
+    return DataError(
+        f"{uri}: the bucket is in {there}, not {here} (S3 answered {e.response['Error']['Code']}): copy the "
+        f"dataset into a bucket in {here} (`aws s3 sync s3://SRC s3://DEST --source-region {there}`), the stack's "
+        "region; a stack with redis_reducer reaches S3 only through its VPC's gateway endpoint, which serves "
+        'buckets of its own region only (docs/deploy.md, "Datasets in your own buckets")'
+    )
+
+
 class S3Store:
     def __init__(self, bucket: str, prefix: str = "", client=None):
         self.bucket = bucket
@@ -95,7 +128,9 @@ class S3Store:
         except ClientError as e:
             if _missing(e):
                 raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(key)}"
+            )
             if denied is not None:
                 raise denied from None
             raise
@@ -107,7 +142,9 @@ class S3Store:
         except ClientError as e:
             if _missing(e):
                 raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(key)}"
+            )
             if denied is not None:
                 raise denied from None
             raise
@@ -136,7 +173,9 @@ class S3Store:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(key)}"
+            )
             if denied is not None:
                 raise denied from None
             raise
@@ -152,7 +191,9 @@ class S3Store:
             for page in pages:
                 keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
         except ClientError as e:
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(prefix)}", "list")
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(prefix)}", "list") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(prefix)}"
+            )
             if denied is not None:
                 raise denied from None
             raise
