@@ -275,6 +275,8 @@ class Functions(Construct):
                 notify_topic_arn=settings.notify_topic_arn,
                 # the user's own dataset buckets its roles may read (the planner's job check)
                 data_buckets=list(settings.data_buckets) or None,
+                # its workers reach S3 only through the VPC's gateway endpoint (the dataset's region check)
+                workers_in_vpc=True if exchange is not None else None,
             ),
         )
 

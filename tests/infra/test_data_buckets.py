@@ -94,3 +94,17 @@ def test_a_malformed_entry_is_refused_naming_the_context_key(context, says):
 def test_an_s3_uri_is_taken_as_its_bucket_and_folder():
     s = Settings.from_context(_Scope({"data_buckets": '["s3://team-data/a/"]'}))  # type: ignore[arg-type]
     assert s.data_buckets == ("team-data/a/",)
+
+
+def test_the_planner_knows_when_the_workers_are_in_the_vpc(synth, redis_synth):
+    """redis_reducer puts the workers in a VPC that reaches only this region's buckets: the
+    planner refuses another region's dataset bucket then (smlt/runtime/steps/plan.py, `_check_region`)."""
+
+    def planner_env(s):
+        (planner,) = [
+            r for lid, r in s.resources("AWS::Lambda::Function").items() if lid.startswith("FunctionsPlanner")
+        ]
+        return planner["Properties"]["Environment"]["Variables"]
+
+    assert planner_env(redis_synth)["SMLT_WORKERS_IN_VPC"] == "true"
+    assert "SMLT_WORKERS_IN_VPC" not in planner_env(synth)

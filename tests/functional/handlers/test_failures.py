@@ -125,6 +125,27 @@ def test_a_dataset_in_a_bucket_or_folder_the_stack_was_given_passes_and_one_outs
         assert "may read only" not in str(other.value) and "manifest.json" in str(other.value), (uri, other.value)
 
 
+def test_a_dataset_bucket_in_another_region_is_refused_when_the_workers_are_in_the_vpc(digits, aws, monkeypatch):
+    """SMLT_WORKERS_IN_VPC (redis_reducer): the workers' S3 gateway endpoint serves this region's
+    buckets only, so the planner refuses another region's bucket by name before any worker waits
+    on it; without the VPC (S3's redirect is followed) and for a bucket here, the check passes."""
+    from smlt.runtime.errors import DataError
+
+    aws.create_bucket(Bucket="eu-data", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    aws.create_bucket(Bucket="us-data")
+    monkeypatch.setenv("SMLT_DATA_BUCKETS", json.dumps(["eu-data", "us-data"]))
+    monkeypatch.setenv("SMLT_WORKERS_IN_VPC", "true")
+    with pytest.raises(DataError) as e:
+        plan(job("s3://eu-data/ds/"), "eu")
+    assert str(e.value).startswith("dataset.uri: s3://eu-data is in eu-west-1, not us-east-1: this stack's workers")
+    assert run_keys(aws, "eu") == []
+    for uri, vpc in (("s3://us-data/ds/", "true"), ("s3://eu-data/ds/", "false")):
+        monkeypatch.setenv("SMLT_WORKERS_IN_VPC", vpc)
+        with pytest.raises(Exception) as other:  # past the check: no manifest there
+            plan(job(uri), "past")
+        assert "manifest.json" in str(other.value), (uri, other.value)
+
+
 def test_corrupt_shard_is_named_and_kept_out(digits, aws, tmp_path, monkeypatch):
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache"))
     aws.put_object(Bucket="smlt-data", Key="datasets/digits/train-00000.safetensors", Body=b"garbage")
