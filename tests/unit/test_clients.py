@@ -142,7 +142,7 @@ def test_a_botocore_error_that_reaches_the_command_line_is_one_line_not_a_traceb
     assert capsys.readouterr().err == (
         "error: AWS refused DescribeStacks (AccessDenied): the credentials in use (`aws sts get-caller-identity` "
         "names them) may not cloudformation:DescribeStacks (AWS: not yours): allow it in that user's or role's IAM "
-        "policy, or use a profile that may (AWS_PROFILE) (docs/deploy.md, \"What the CLI's user needs\")\n"
+        'policy, or use a profile that may (AWS_PROFILE) (docs/deploy.md, "What the CLI\'s user needs")\n'
     )
     monkeypatch.setattr(smlt.cli.model, "predict", fails(ValueError("ours")))
     with pytest.raises(ValueError):  # any other error stays a traceback (a bug of smlt's to report)
