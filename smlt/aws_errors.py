@@ -4,6 +4,7 @@ a 403 on an object, or a request AWS refused. (A Lambda function's own 403 speak
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from botocore.exceptions import (
@@ -17,6 +18,7 @@ from botocore.exceptions import (
 
 from smlt.runtime.errors import AccessDenied, AwsNotConfigured, SmltError
 from smlt.runtime.store import NotFound
+from smlt.runtime.store.s3 import WRONG_REGION, bucket_region
 
 # S3's answers to credentials it does not take (expired, mistyped, of another partition).
 REFUSED_CREDENTIALS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
@@ -67,6 +69,13 @@ def user_get(store: Any, key: str, field: str, error: type[SmltError]) -> bytes:
         code = e.response.get("Error", {}).get("Code", "")
         if code == "NoSuchBucket":
             raise error(f"{field}: no bucket {store.bucket!r} (reading {uri})") from None
+        if code in WRONG_REGION:
+            raise error(
+                f"{field}: s3://{store.bucket} is in {bucket_region(e) or 'another region'}, not "
+                f"{store.client.meta.region_name or 'your region'} (S3 answered {code} reading {uri}): copy "
+                "the dataset into a bucket in the stack's region (`aws s3 sync SRC DEST --source-region REGION`) "
+                '(docs/deploy.md, "Datasets in your own buckets")'
+            ) from None
         if code in REFUSED_CREDENTIALS:
             raise AccessDenied(
                 f"{field}: S3 refused your AWS credentials reading {uri} ({code}): renew them (`aws sso login`, "
@@ -75,6 +84,51 @@ def user_get(store: Any, key: str, field: str, error: type[SmltError]) -> bytes:
         raise error(f"{field}: cannot read {uri}: {code}: {e}") from None
     except BotoCoreError as e:
         raise aws_not_configured(e) or error(f"{field}: cannot read {uri}: {e}") from None
+
+
+# The IAM action of each operation the CLI and `smlt doctor` call (named when AWS's 403 does not
+# name it, as a 403 from another account's resource or a HEAD's bodiless 403 do not).
+CLI_ACTIONS = {
+    "DescribeStacks": "cloudformation:DescribeStacks",
+    "DescribeStackResources": "cloudformation:DescribeStackResources",
+    "StartExecution": "states:StartExecution",
+    "DescribeExecution": "states:DescribeExecution",
+    "ListExecutions": "states:ListExecutions",
+    "GetExecutionHistory": "states:GetExecutionHistory",
+    "GetItem": "dynamodb:GetItem",
+    "Query": "dynamodb:Query",
+    "PutItem": "dynamodb:PutItem",
+    "UpdateItem": "dynamodb:UpdateItem",
+    "GetObject": "s3:GetObject",
+    "HeadObject": "s3:GetObject",
+    "PutObject": "s3:PutObject",
+    "ListObjectsV2": "s3:ListBucket",
+    "GetAccountSettings": "lambda:GetAccountSettings",
+    "GetFunctionConfiguration": "lambda:GetFunctionConfiguration",
+}
+# AWS's 403 message: "User: ARN is not authorized to perform: ACTION on resource: ARN because ..."
+_REFUSED = re.compile(r"User: (\S+) is not authorized to perform: (\S+?)(?: on resource: \"?([^\s\"]+)\"?)?(?: |$)")
+WHAT_THE_CLI_NEEDS = 'docs/deploy.md, "What the CLI\'s user needs"'
+
+
+def denied_message(e: ClientError, resource: str = "") -> str | None:
+    """A 403 to this machine's credentials as what to do: who was refused, which IAM action on
+    which resource (from AWS's message, else the operation's action and `resource`) and where
+    the policy the CLI needs is written; None for any other error."""
+    err = e.response.get("Error", {})
+    code, message = err.get("Code", "?"), str(err.get("Message") or "")
+    if code not in DENIED:
+        return None
+    found = _REFUSED.search(message)
+    who = found.group(1) if found else "the credentials in use (`aws sts get-caller-identity` names them)"
+    action = found.group(2) if found else CLI_ACTIONS.get(e.operation_name, e.operation_name)
+    on = (found.group(3) if found else None) or resource
+    why = re.search(r"(because .*|with an explicit deny .*)$", message) if found else None
+    said = f" ({why.group(1).rstrip('.')})" if why else f" (AWS: {message})" if message and not found else ""
+    return (
+        f"AWS refused {e.operation_name} ({code}): {who} may not {action}{f' on {on}' if on else ''}{said}: allow "
+        f"it in that user's or role's IAM policy, or use a profile that may (AWS_PROFILE) ({WHAT_THE_CLI_NEEDS})"
+    )
 
 
 def cli_message(e: Exception) -> str | None:
@@ -86,12 +140,16 @@ def cli_message(e: Exception) -> str | None:
     if named is not None:
         return str(named)
     if isinstance(e, ClientError):
+        denied = denied_message(e)
+        if denied is not None:
+            return denied
         err = e.response.get("Error", {})
         code, message = err.get("Code", "?"), err.get("Message", "")
-        hint = (
-            ": the credentials in use (`aws sts get-caller-identity` names them) may not do this"
-            if code in DENIED
-            else ""
-        )
-        return f"AWS refused {e.operation_name}: {code}{f' ({message})' if message else ''}{hint}"
+        if code in WRONG_REGION:
+            return (
+                f"AWS refused {e.operation_name}: {code}: the bucket is in {bucket_region(e) or 'another region'}: "
+                "set AWS_REGION to the stack's region, and keep the datasets you pass in buckets of that region "
+                '(docs/deploy.md, "Datasets in your own buckets")'
+            )
+        return f"AWS refused {e.operation_name}: {code}{f' ({message})' if message else ''}"
     return f"AWS: {type(e).__name__}: {e}"

@@ -21,13 +21,14 @@ from botocore.exceptions import (
 )
 
 from smlt import stack_outputs
-from smlt.aws_errors import aws_not_configured
+from smlt.aws_errors import aws_not_configured, denied_message
 from smlt.code_imports import describe, foreign_imports
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
 from smlt.runtime import clients
 from smlt.runtime.errors import (
+    AccessDenied,
     AlreadyFinished,
     InvalidCode,
     InvalidJob,
@@ -64,9 +65,12 @@ class Stack:
         except (NoRegionError, NoCredentialsError, PartialCredentialsError, EndpointConnectionError) as e:
             raise aws_not_configured(e) or e from None
         except ClientError as e:
+            denied = denied_message(e, f"stack {name}")
+            if denied is not None:  # the stack may well be there: these credentials may not see it
+                raise AccessDenied(denied) from None
             raise StackNotFound(
-                f"stack {name!r} not found ({e.response['Error']['Message']}); "
-                "deploy it with `npx cdk deploy` or pass --stack"
+                f"stack {name!r} not found in {cfn.meta.region_name} ({e.response['Error']['Message']}); "
+                "deploy it with `npx cdk deploy`, pass --stack, or set AWS_REGION to the region it is deployed in"
             ) from None
         found = {OUTPUTS[o["OutputKey"]]: o["OutputValue"] for o in outputs if o["OutputKey"] in OUTPUTS}
         missing = sorted(set(OUTPUTS.values()) - set(found))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, IgnoreMode, Size, Stack
+from aws_cdk import AssetHashType, Aws, BundlingOptions, DockerImage, Duration, IgnoreMode, Size, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
@@ -273,6 +273,10 @@ class Functions(Construct):
                     {str(mb): fn.function_name for mb, fn in self.train_functions.items()}
                 ),
                 notify_topic_arn=settings.notify_topic_arn,
+                # the user's own dataset buckets its roles may read (the planner's job check)
+                data_buckets=list(settings.data_buckets) or None,
+                # its workers reach S3 only through the VPC's gateway endpoint (the dataset's region check)
+                workers_in_vpc=True if exchange is not None else None,
             ),
         )
 
@@ -282,6 +286,7 @@ class Functions(Construct):
         # smlt/runtime/steps/prepare.py (each kind of input's limit and how it follows from them).
         role = self._role("Prepare")
         self._prepare_data(role)
+        self._decrypt_data(role)  # a raw upload encrypted with one of the user's KMS keys
         self._use_table(role)  # the run's PREPARE claim and the ledger's ATTEMPT item
         self._publish_notices(role, settings)  # a refused upload, told to the team's topic
         self.prepare = lambda_.DockerImageFunction(
@@ -364,10 +369,37 @@ class Functions(Construct):
             )
 
     def _read_data(self, role: iam.Role) -> None:
+        """Datasets: every object of the stack's data bucket, of the user's own buckets (or folders)
+        in cdk context `data_buckets`, decrypted with the keys in `data_kms_keys`."""
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._data.arn_for_objects("*")])
         )
         role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket_arn]))
+        for entry in self._settings.data_buckets:
+            bucket, _, prefix = entry.partition("/")
+            arn = f"arn:{Aws.PARTITION}:s3:::{bucket}"
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{arn}/{prefix}*"]))
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}} if prefix else None,
+                )
+            )
+        self._decrypt_data(role)
+
+    def _decrypt_data(self, role: iam.Role) -> None:
+        """kms:Decrypt on the user's keys (`data_kms_keys`), only through S3 in the key's region:
+        a GetObject of an SSE-KMS object has S3 decrypt its data key with the caller's rights."""
+        for key_arn in self._settings.data_kms_keys:
+            region = key_arn.split(":")[3]
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["kms:Decrypt"],
+                    resources=[key_arn],
+                    conditions={"StringEquals": {"kms:ViaService": f"s3.{region}.{Aws.URL_SUFFIX}"}},
+                )
+            )
 
     def _prepare_data(self, role: iam.Role) -> None:
         """Read raw uploads (and the pipelines' jobs) under incoming/; write only what it prepares,

@@ -81,6 +81,11 @@ WILDCARD_ALLOWLIST: list[tuple[str, str]] = [
         "by users at run time.",
     ),
     (
+        r"^Resource::arn:<AWS::Partition>:s3:::[a-z0-9][a-z0-9.-]+[a-z0-9]/\S*\*$",
+        "Read-only access to the objects of the user's own dataset buckets (or folders of them) named in cdk "
+        "context data_buckets; dataset names are chosen by users at run time.",
+    ),
+    (
         r"^Resource::<\w*Data\w*\.Arn>/(incoming/\*|prepared/\*|incoming/\*/features\.json)$",
         "The Prepare function: it reads raw uploads under incoming/ of the data bucket and writes what it "
         "prepares under prepared/ and the pipeline's feature spec (incoming/<pipeline>/features.json); "

@@ -29,6 +29,34 @@ NODE_TYPE = re.compile(r"^cache\.[a-z][a-z0-9-]*\.[a-z0-9]+$")
 # A standard SNS topic's ARN: arn:<partition>:sns:<region>:<account>:<name> (a FIFO topic's name
 # ends in .fifo, and its publishers must give a message group: not one smlt publishes to).
 TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+# `data_buckets`: a bucket of the user's own ("BUCKET") or a folder of it ("BUCKET/PREFIX/") the
+# functions that read datasets may read (S3's bucket naming rules: 3-63 of a-z 0-9 . -).
+DATA_BUCKET = re.compile(r"^(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>\S*))?$")
+# `data_kms_keys`: a customer-managed KMS key's ARN (an alias is not what IAM authorizes kms:Decrypt on).
+KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
+
+
+def _data_buckets(value: list[Any]) -> tuple[str, ...]:
+    out = []
+    for entry in value:
+        text = str(entry).removeprefix("s3://") if isinstance(entry, str) else entry
+        if not isinstance(text, str) or not DATA_BUCKET.match(text):
+            raise ValueError(
+                f"context 'data_buckets': each entry a bucket name or BUCKET/PREFIX/ (as in "
+                f'-c data_buckets=\'["my-datasets", "shared-bucket/team-a/"]\'), got {entry!r}'
+            )
+        out.append(text)
+    return tuple(out)
+
+
+def _kms_keys(value: list[Any]) -> tuple[str, ...]:
+    for entry in value:
+        if not isinstance(entry, str) or not KMS_KEY_ARN.match(entry):
+            raise ValueError(
+                "context 'data_kms_keys': each entry a KMS key's ARN (arn:aws:kms:REGION:ACCOUNT:key/KEY_ID, "
+                f"as `aws kms describe-key --key-id alias/NAME` prints it; not an alias), got {entry!r}"
+            )
+    return tuple(value)
 
 
 def _decode(key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
@@ -65,6 +93,10 @@ class Settings:
     alarm_topic_arn: str | None = None
     # The team's SNS topic for the gate's decisions (smlt.runtime.notify); the planner may publish there.
     notify_topic_arn: str | None = None
+    # The user's own buckets (or folders of them) datasets are read from, and the customer-managed
+    # KMS keys their objects are encrypted with: read grants of the functions that read datasets.
+    data_buckets: tuple[str, ...] = ()
+    data_kms_keys: tuple[str, ...] = ()
 
     @staticmethod
     def from_context(scope: Construct) -> Settings:
@@ -110,6 +142,8 @@ class Settings:
                 f"context 'notify_topic_arn': a standard SNS topic's ARN (arn:aws:sns:REGION:ACCOUNT:NAME, "
                 f"not a .fifo topic), got {notify!r}"
             )
+        data_buckets = _data_buckets(get("data_buckets", list) or [])
+        data_kms_keys = _kms_keys(get("data_kms_keys", list) or [])
         fanout = get("fanout", dict)
         try:
             Fanout.model_validate(fanout)
@@ -134,4 +168,6 @@ class Settings:
             fanout=fanout,
             alarm_topic_arn=topic or None,
             notify_topic_arn=notify,
+            data_buckets=data_buckets,
+            data_kms_keys=data_kms_keys,
         )

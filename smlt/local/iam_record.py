@@ -9,6 +9,15 @@ each call is appended to that file as one JSON line: the function, the operation
 requests it makes (action, resource ARN, condition keys: ``requests``). The engine passes both
 variables on to its handler processes when they are set at its start (``enable``).
 
+Enforcing: with ``SMLT_IAM_ENFORCE`` naming a file that :meth:`RolePolicies.write` wrote (set the
+variable before the engine starts, write the file after: a test turns enforcement on and off by
+writing and removing it), a handler's call its role may not make is refused in the handler as
+AWS refuses it: a ``ClientError`` with S3's ``AccessDenied`` (``403`` for a HEAD, which has no
+body) or the other services' ``AccessDeniedException``, and AWS's message ``User: <role session>
+is not authorized to perform: <action> on resource: <arn> because no identity-based policy
+allows the <action> action``. A GetObject of an object stored with SSE-KMS also needs
+``kms:Decrypt`` on its key (through S3: ``kms:ViaService``), as on AWS.
+
 Checking: :class:`RolePolicies` reads the template's ``AWS::IAM::Policy`` statements of each
 function's role, resolves their intrinsics with the engine's own :class:`~smlt.local.resolve.Resolver`
 (the local names and ARNs the calls use) and evaluates each request as IAM does for one
@@ -31,14 +40,16 @@ from typing import Any
 from .resolve import ACCOUNT, FUNCTION, Resolver
 
 ENV_FILE = "SMLT_IAM_RECORD"
+ENFORCE_ENV = "SMLT_IAM_ENFORCE"
 PLUGINS_ENV = "BOTOCORE_EXPERIMENTAL__PLUGINS"
 PLUGIN = "smlt_iam=smlt.local.iam_record"
 
 
-def enable(path: str | os.PathLike[str]) -> dict[str, str]:
+def enable(path: str | os.PathLike[str], enforce: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """The environment that makes handler processes record their calls into ``path`` (set it in
-    ``os.environ`` before the engine starts: the engine passes it on to its handlers)."""
-    return {ENV_FILE: str(path), PLUGINS_ENV: PLUGIN}
+    ``os.environ`` before the engine starts: the engine passes it on to its handlers) and, with
+    ``enforce``, refuse the calls the policies :meth:`RolePolicies.write` writes there deny."""
+    return {ENV_FILE: str(path), PLUGINS_ENV: PLUGIN, **({ENFORCE_ENV: str(enforce)} if enforce else {})}
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,13 +68,86 @@ def _record(params: dict[str, Any], model: Any, **_: Any) -> None:
         return
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     service = model.service_model.signing_name
-    line = {
-        "function": function,
-        "operation": f"{service}:{model.name}",
-        "requests": [r.__dict__ for r in requests(service, model.name, params, region)],
-    }
+    reqs = requests(service, model.name, params, region)
+    policies = _enforced()
+    if policies is not None and service == "s3" and model.name == "GetObject":
+        reqs += _kms_requests(params, region)
+    line = {"function": function, "operation": f"{service}:{model.name}", "requests": [r.__dict__ for r in reqs]}
     with open(path, "a", encoding="utf-8") as f:  # one short append per call: atomic on POSIX
         f.write(json.dumps(line) + "\n")
+    if policies is not None and function in policies.statements:  # another stack's function: not ours
+        for r in reqs:
+            if not policies.allowed(function, r):
+                raise access_denied(service, model.name, r, policies.roles.get(function, ""), function)
+
+
+# --------------------------------------------------------------------------------------------
+# enforcing (runs in the handler processes)
+
+_ENFORCED: tuple[str, float, RolePolicies] | None = None
+
+
+def _enforced() -> RolePolicies | None:
+    """The policies of ``SMLT_IAM_ENFORCE`` when that file exists (read again when it changes)."""
+    global _ENFORCED
+    path = os.environ.get(ENFORCE_ENV)
+    if not path:
+        return None
+    try:
+        mtime = os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
+    if _ENFORCED is None or _ENFORCED[:2] != (path, mtime):
+        _ENFORCED = (path, mtime, RolePolicies.read(path))
+    return _ENFORCED[2]
+
+
+def _kms_requests(params: dict[str, Any], region: str) -> list[Request]:
+    """kms:Decrypt on the key of an SSE-KMS object (S3 decrypts its data key with the caller's
+    rights, through S3: kms:ViaService), looked up with a client that records nothing."""
+    import boto3
+    from botocore.exceptions import ClientError as _ClientError
+
+    global _HEAD_CLIENT
+    if _HEAD_CLIENT is None:
+        _HEAD_CLIENT = boto3.session.Session().client("s3", region_name=region)
+        _HEAD_CLIENT.meta.events.unregister("before-parameter-build", _record)  # its HEADs are not the handler's
+    try:
+        head = _HEAD_CLIENT.head_object(Bucket=params.get("Bucket", ""), Key=params.get("Key", ""))
+    except _ClientError:
+        return []  # no such object: S3 answers that, not KMS
+    key = head.get("SSEKMSKeyId")
+    if head.get("ServerSideEncryption") != "aws:kms" or not key:
+        return []
+    arn = key if key.startswith("arn:") else f"arn:aws:kms:{region}:{ACCOUNT}:key/{key}"
+    key_region = arn.split(":")[3]
+    return [Request("kms:Decrypt", arn, {"kms:ViaService": f"s3.{key_region}.amazonaws.com"})]
+
+
+_HEAD_CLIENT: Any = None
+# Operations without a response body: AWS's 403 to them carries a bare status code.
+_NO_BODY = {"HeadObject", "HeadBucket"}
+
+
+def access_denied(service: str, operation: str, req: Request, role_arn: str, function: str) -> Exception:
+    """The ``ClientError`` AWS answers a call with that the caller's identity policy does not allow."""
+    from botocore.exceptions import ClientError
+
+    role = role_arn.rsplit("/", 1)[-1] or function
+    principal = f"arn:aws:sts::{ACCOUNT}:assumed-role/{role}/{function}"
+    resource = f'"{req.resource}"' if service == "s3" else req.resource
+    message = (
+        f"User: {principal} is not authorized to perform: {req.action} on resource: {resource} "
+        f"because no identity-based policy allows the {req.action} action"
+    )
+    if service == "s3" and operation in _NO_BODY:
+        error = {"Code": "403", "Message": "Forbidden"}
+    elif service == "s3":
+        error = {"Code": "AccessDenied", "Message": message}
+    else:
+        error = {"Code": "AccessDeniedException", "Message": message}
+    status = {"HTTPStatusCode": 403 if service in ("s3", "lambda", "kms") else 400}
+    return ClientError({"Error": error, "ResponseMetadata": status}, operation)
 
 
 @dataclass(frozen=True)
@@ -230,36 +314,62 @@ class Denial:
         return f"{self.function}: {self.operation} needs {self.request.action} on {self.request.resource}{ctx}"
 
 
+def role_statements(template: dict[str, Any], resolver: Resolver) -> dict[str, list[dict[str, Any]]]:
+    """The ``AWS::IAM::Policy`` statements of each role (its logical id), resolved to local ARNs."""
+    by_role: dict[str, list[dict[str, Any]]] = {}
+    for lid, res in template["Resources"].items():
+        if res["Type"] != "AWS::IAM::Policy":
+            continue
+        statements = resolver.resolve(res["Properties"]["PolicyDocument"]["Statement"], f"{lid}.PolicyDocument")
+        for role in res["Properties"].get("Roles", []):
+            by_role.setdefault(role["Ref"], []).extend(statements)
+    return by_role
+
+
+def allows(statements: list[dict[str, Any]], req: Request) -> bool:
+    """One identity policy's answer, as IAM evaluates it: an explicit Deny wins, else an Allow must match."""
+    if req.action.startswith("unmapped:"):
+        return False
+    if any(s["Effect"] == "Deny" and _matches(s, req) for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" and _matches(s, req) for s in statements)
+
+
 class RolePolicies:
     """The identity-policy statements of each function's role, resolved to local ARNs."""
 
     def __init__(self, template: dict[str, Any], resolver: Resolver) -> None:
         resources = template["Resources"]
-        by_role: dict[str, list[dict[str, Any]]] = {}
-        for lid, res in resources.items():
-            if res["Type"] != "AWS::IAM::Policy":
-                continue
-            statements = resolver.resolve(res["Properties"]["PolicyDocument"]["Statement"], f"{lid}.PolicyDocument")
-            for role in res["Properties"].get("Roles", []):
-                by_role.setdefault(role["Ref"], []).extend(statements)
+        by_role = role_statements(template, resolver)
         self.statements: dict[str, list[dict[str, Any]]] = {}  # function name -> its role's statements
+        self.roles: dict[str, str] = {}  # function name -> its role's (local) ARN
         for lid in resolver.of_type(FUNCTION):
             role = resources[lid]["Properties"]["Role"]["Fn::GetAtt"][0]
             self.statements[resolver.local(lid).name] = by_role.get(role, [])
+            self.roles[resolver.local(lid).name] = resolver.local(role).arn or ""
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """The policies as the file ``SMLT_IAM_ENFORCE`` names (written whole, then renamed in)."""
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(json.dumps({"statements": self.statements, "roles": self.roles}), encoding="utf-8")
+        tmp.replace(path)
+
+    @staticmethod
+    def read(path: str | os.PathLike[str]) -> RolePolicies:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        policies = object.__new__(RolePolicies)
+        policies.statements, policies.roles = data["statements"], data["roles"]
+        return policies
 
     def allowed(self, function: str, req: Request) -> bool:
         statements = self.statements.get(function)
-        if statements is None or req.action.startswith("unmapped:"):
-            return False
-        if any(s["Effect"] == "Deny" and _matches(s, req) for s in statements):
-            return False
-        return any(s["Effect"] == "Allow" and _matches(s, req) for s in statements)
+        return statements is not None and allows(statements, req)
 
     def without(self, function_prefix: str, action: str, resource_part: str) -> RolePolicies:
         """A copy with `action` removed from the statements of the functions named `function_prefix...`
         whose resources contain `resource_part` (the test that the check fails on a removed grant)."""
         other = object.__new__(RolePolicies)
-        other.statements = {}
+        other.statements, other.roles = {}, dict(self.roles)
         for fn, sts in self.statements.items():
             kept = []
             for s in sts:

@@ -95,6 +95,13 @@ class Settings(FunctionSizes):
     # decision on a pipeline version there, PrepareData a raw upload's refusal (smlt.runtime.notify).
     # Written only when configured.
     notify_topic_arn: str = Field("", json_schema_extra=_read_by(PLANNER, PREPARE, optional=True))
+    # The user's own buckets ("BUCKET") or folders ("BUCKET/PREFIX/") the stack's roles may read
+    # datasets from (cdk.json `data_buckets`): the planner's check of a job's dataset.uri. Written
+    # only when configured.
+    data_buckets: list[str] = Field(default_factory=list, json_schema_extra=_read_by(PLANNER, optional=True))
+    # true when the train functions run in the exchange's VPC (redis_reducer), whose S3 gateway
+    # endpoint serves this region's buckets only: the planner's check of the dataset's region.
+    workers_in_vpc: bool = Field(False, json_schema_extra=_read_by(PLANNER, optional=True))
     # Read by Powertools (logger, metrics), not by smlt.
     service_name: str = Field(
         "smlt",

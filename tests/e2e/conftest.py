@@ -9,6 +9,10 @@ import os
 import pytest
 
 NOTIFY_TOPIC = "arn:aws:sns:us-east-1:123456789012:smlt-e2e-decisions"  # the local engine's account and region
+# A bucket of the user's own and a customer-managed KMS key the stack is given read access to
+# (cdk.json `data_buckets`, `data_kms_keys`: tests/e2e/test_foreign_bucket.py).
+DATA_BUCKET_OF_USER = "team-datasets-e2e"
+USER_KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/0e2e0000-0000-4000-8000-00000000da7a"
 
 
 @pytest.fixture(scope="session")
@@ -17,16 +21,30 @@ def iam_log(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def local(tmp_path_factory, iam_log):
+def iam_enforce_file(tmp_path_factory):
+    """Where `iam_enforced` writes the policies the handlers then enforce (none: not enforced)."""
+    return tmp_path_factory.mktemp("iam") / "enforce.json"
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory, iam_log, iam_enforce_file):
     os.environ.setdefault("SMLT_HOME", str(tmp_path_factory.mktemp("smlt-home")))
     from smlt.local import iam_record
     from smlt.runner import start_engine
 
-    os.environ.update(iam_record.enable(iam_log))  # before the engine: its handlers inherit it
+    # before the engine: its handlers inherit it
+    os.environ.update(iam_record.enable(iam_log, enforce=iam_enforce_file))
     # The team's SNS topic for the gate's decisions (tests/e2e/test_notify.py): the stack is
     # synthesized with it, as cdk.json `notify_topic_arn`, and the topic made on moto, as a team
     # makes its own before deploying.
-    engine, names, injector = start_engine(None, context={"notify_topic_arn": NOTIFY_TOPIC})
+    engine, names, injector = start_engine(
+        None,
+        context={
+            "notify_topic_arn": NOTIFY_TOPIC,
+            "data_buckets": [DATA_BUCKET_OF_USER],
+            "data_kms_keys": [USER_KMS_KEY],
+        },
+    )
     engine.client("sns").create_topic(Name=NOTIFY_TOPIC.rsplit(":", 1)[1])
     yield engine, names
     engine.stop()
@@ -40,10 +58,19 @@ def role_policies(local):
     return RolePolicies(engine.synthesized.template, engine.resolver)
 
 
+@pytest.fixture
+def iam_enforced(role_policies, iam_enforce_file):
+    """The handlers refuse, as AWS does, each call their role's policies deny (for this test)."""
+    role_policies.write(iam_enforce_file)
+    yield role_policies
+    iam_enforce_file.unlink()
+
+
 @pytest.fixture(autouse=True)
 def iam_checked(request, iam_log):
-    """Fails a test on the local engine whose handlers made a call their role may not make."""
-    if "local" not in request.fixturenames:
+    """Fails a test on the local engine whose handlers made a call their role may not make (a test
+    of what a denied call does, `iam_enforced`, checks its denials itself)."""
+    if "local" not in request.fixturenames or "iam_enforced" in request.fixturenames:
         yield
         return
     from smlt.local import iam_record

@@ -314,7 +314,8 @@ def _without_asset_hashes(resources: dict) -> dict:
 
 
 def test_the_same_stack_apart_from_the_exchange(synth, redis_synth):
-    """Turning the option on adds the exchange and changes only the functions that use it."""
+    """Turning the option on adds the exchange and changes only the functions that use it (and
+    the planner's SMLT_WORKERS_IN_VPC, its check of a dataset bucket's region)."""
     default = _without_asset_hashes(synth.template["Resources"])
     redis = _without_asset_hashes(redis_synth.template["Resources"])
     added = set(redis) - set(default)
@@ -324,7 +325,12 @@ def test_the_same_stack_apart_from_the_exchange(synth, redis_synth):
     in_vpc = {k for k in default if k.startswith(IN_VPC)}
     expected = {k for k in in_vpc if default[k]["Type"] in ("AWS::Lambda::Function", "AWS::IAM::Policy")}
     assert len(expected) == 2 * len(IN_VPC)
-    assert changed == expected
+    (planner,) = [
+        k for k in default if k.startswith("FunctionsPlanner") and default[k]["Type"] == "AWS::Lambda::Function"
+    ]
+    told = redis[planner]["Properties"]["Environment"]["Variables"].pop("SMLT_WORKERS_IN_VPC")
+    assert told == "true" and redis[planner] == default[planner]
+    assert changed == expected | {planner}
 
 
 # ------------------------------------------------------------------ what the VPC functions call

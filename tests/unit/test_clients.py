@@ -83,14 +83,17 @@ def test_an_unreachable_endpoint_says_network_for_aws_and_console_for_a_local_on
 
 
 def _stubbed_s3(*errors):
-    """An S3 client whose get_object calls answer these errors, in order (botocore's Stubber)."""
+    """An S3 client whose get_object calls answer these errors, (code, status[, message]) in order
+    (botocore's Stubber)."""
     import boto3
     from botocore.stub import Stubber
 
     s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     stub = Stubber(s3)
-    for code, status in errors:
-        stub.add_client_error("get_object", service_error_code=code, http_status_code=status)
+    for code, status, *message in errors:
+        stub.add_client_error(
+            "get_object", service_error_code=code, http_status_code=status, service_message="".join(message)
+        )
     stub.activate()
     return s3
 
@@ -137,8 +140,9 @@ def test_a_botocore_error_that_reaches_the_command_line_is_one_line_not_a_traceb
     monkeypatch.setattr(smlt.cli.model, "predict", fails(denied))
     assert main(["predict", "m", "d.csv", "--out", "p.csv"]) == 1
     assert capsys.readouterr().err == (
-        "error: AWS refused DescribeStacks: AccessDenied (not yours): the credentials in use "
-        "(`aws sts get-caller-identity` names them) may not do this\n"
+        "error: AWS refused DescribeStacks (AccessDenied): the credentials in use (`aws sts get-caller-identity` "
+        "names them) may not cloudformation:DescribeStacks (AWS: not yours): allow it in that user's or role's IAM "
+        'policy, or use a profile that may (AWS_PROFILE) (docs/deploy.md, "What the CLI\'s user needs")\n'
     )
     monkeypatch.setattr(smlt.cli.model, "predict", fails(ValueError("ours")))
     with pytest.raises(ValueError):  # any other error stays a traceback (a bug of smlt's to report)
@@ -153,5 +157,40 @@ def test_a_403_names_the_functions_role_in_a_function_and_the_users_credentials_
     with pytest.raises(AccessDenied, match=r"s3://b/k: your AWS credentials may not read it \(S3 answered 403"):
         S3Store("b", client=_stubbed_s3(("AccessDenied", 403))).get("k")
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Smlt-TrainStep1769")
-    with pytest.raises(AccessDenied, match=r"s3://b/k: this function's role may not read it .* infra/stacks/functions"):
+    with pytest.raises(
+        AccessDenied,
+        match=r"s3://b/k: the role of function Smlt-TrainStep1769 may not read it .* infra/stacks/functions",
+    ):
         S3Store("b", client=_stubbed_s3(("AccessDenied", 403))).get("k")
+
+
+def _denied_by_aws(action: str, resource: str) -> str:
+    """AWS's 403 message to a Lambda function's role in the same account."""
+    return (
+        "User: arn:aws:sts::123456789012:assumed-role/Smlt-TrainRole/Smlt-TrainStep1769 is not authorized to "
+        f'perform: {action} on resource: "{resource}" because no identity-based policy allows the {action} action'
+    )
+
+
+def test_a_403_in_a_function_names_the_role_and_the_context_key_that_grants_the_bucket_or_the_key(monkeypatch):
+    from smlt.runtime.errors import AccessDenied
+    from smlt.runtime.store import S3Store
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Smlt-TrainStep1769")
+    monkeypatch.setenv("SMLT_DATA_BUCKET", "smlt-data")
+    monkeypatch.setenv("SMLT_ARTIFACTS_BUCKET", "smlt-artifacts")
+    foreign = _denied_by_aws("s3:GetObject", "arn:aws:s3:::team-data/ds/manifest.json")
+    with pytest.raises(AccessDenied) as denied:
+        S3Store("team-data", "ds/", client=_stubbed_s3(("AccessDenied", 403, foreign))).get("manifest.json")
+    assert str(denied.value).startswith(
+        "s3://team-data/ds/manifest.json: role Smlt-TrainRole (function Smlt-TrainStep1769) may not read it "
+        "(s3:GetObject; S3 answered 403 AccessDenied): s3://team-data is not one of the stack's buckets"
+    )
+    assert '"data_buckets": ["team-data"]' in str(denied.value)
+    key = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    with pytest.raises(AccessDenied) as denied:
+        S3Store("smlt-data", client=_stubbed_s3(("AccessDenied", 403, _denied_by_aws("kms:Decrypt", key)))).get_range(
+            "prepared/s.bin", 0, 8
+        )
+    assert f"encrypted with KMS key {key}" in str(denied.value)
+    assert f'"data_kms_keys": ["{key}"]' in str(denied.value)

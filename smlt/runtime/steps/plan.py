@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from smlt.runtime import account, clients, keys, warmstart
 from smlt.runtime.config import Settings
 from smlt.runtime.data.shards import load_manifest, manifest_sha256
@@ -26,6 +28,7 @@ from smlt.runtime.errors import (
     AlreadyFinished,
     ChainedExecutionFailed,
     ConcurrencyLimit,
+    DataError,
     Infeasible,
     InvalidJob,
     RunInProgress,
@@ -123,14 +126,56 @@ def _check_access(job: Job, settings: Settings) -> None:
         if not uri:
             continue
         try:
-            bucket, _ = keys.parse_s3_uri(uri)
+            bucket, key = keys.parse_s3_uri(uri)
         except ValueError as e:
             raise InvalidJob(f"{field}: {e}") from None
-        if settings.data_bucket and bucket not in readable:
-            raise AccessDenied(
-                f"{field}: the stack may read only s3://{settings.data_bucket}/ "
-                f"(and its artifacts bucket), not s3://{bucket}/; copy the data there"
-            )
+        if not settings.data_bucket or bucket in readable:
+            continue
+        folder = key.rstrip("/") + "/"
+        if field == "dataset.uri" and any(
+            b == bucket and folder.startswith(p) for b, _, p in (g.partition("/") for g in settings.data_buckets)
+        ):
+            continue
+        given = "".join(f", s3://{g}" for g in settings.data_buckets)
+        fix = (
+            f'or give the stack read access to it: cdk.json context "data_buckets": ["{bucket}"] '
+            f"(or `npx cdk deploy -c 'data_buckets=[\"{bucket}\"]'`), then deploy again "
+            '(docs/deploy.md, "Datasets in your own buckets")'
+            if field == "dataset.uri"
+            else "the stack reads warm starts from its own buckets only"
+        )
+        raise AccessDenied(
+            f"{field}: the stack's roles may read only s3://{settings.data_bucket}/ (and its artifacts "
+            f"bucket{given}), not {uri}; copy the data there, {fix}"
+        )
+
+
+def _check_region(job: Job, settings: Settings) -> None:
+    """A stack with redis_reducer has its workers in a VPC that reaches S3 through a gateway
+    endpoint of its own region only: a dataset bucket in another region would leave every worker
+    waiting on connections that cannot open (and the round's quorum retries after them). Refused
+    here, by the bucket's region (HeadBucket: s3:ListBucket, which the readers have)."""
+    if not settings.workers_in_vpc:
+        return
+    bucket, _ = keys.parse_s3_uri(job.dataset.uri)
+    if bucket == settings.data_bucket:
+        return
+    here = clients.client("s3").meta.region_name
+    try:
+        head = clients.client("s3").head_bucket(Bucket=bucket)
+    except ClientError as e:
+        there = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
+    else:
+        there = head.get("BucketRegion") or head.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(
+            "x-amz-bucket-region"
+        )
+    if there and there != here:
+        raise DataError(
+            f"dataset.uri: s3://{bucket} is in {there}, not {here}: this stack's workers (redis_reducer) reach S3 "
+            f"only through their VPC's gateway endpoint, which serves buckets of {here} only; copy the dataset "
+            f"into a bucket in {here} (`aws s3 sync s3://{bucket}/... s3://DEST/... --source-region {there}`) "
+            '(docs/deploy.md, "Datasets in your own buckets")'
+        )
 
 
 def assign_shards(
@@ -442,6 +487,7 @@ def _create_run(settings: Settings, table: RunTable, job: Job, execution: str) -
     """Round 0: check the job's data and access, write META (first writer wins). Nothing is
     written for a bad job. The rest of the run's start is `_start_inputs`'."""
     _check_access(job, settings)
+    _check_region(job, settings)
     facts = _check_resources(job, settings)
     facts["account_concurrency"] = _check_concurrency(job, settings)
     meta = MetaItem(

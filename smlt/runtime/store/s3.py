@@ -8,12 +8,13 @@ retried (smlt/runtime/retry.py) until it either lands or meets the other writer'
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from smlt.runtime import clients
-from smlt.runtime.errors import AccessDenied
+from smlt.runtime.errors import AccessDenied, DataError
 from smlt.runtime.retry import S3_CONFLICTS, error_code, on_conflict
 from smlt.runtime.store.base import NotFound
 
@@ -26,18 +27,85 @@ def _missing(e: ClientError) -> bool:
     return e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound")
 
 
+# AWS's 403 message in the same account: "User: arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION is not
+# authorized to perform: ACTION on resource: ARN because ..." (a HEAD's 403 has no body at all).
+_ROLE = re.compile(r"assumed-role/([^/\s]+)/")
+_ACTION = re.compile(r"perform: ([a-z0-9-]+:[A-Za-z]+) on resource: \"?([^\s\"]+)")
+DATA_BUCKETS_DOC = 'docs/deploy.md, "Datasets in your own buckets"'
+
+
 def _denied(e: ClientError, uri: str, what: str) -> AccessDenied | None:
-    """A 403 as a named error (a HEAD's 403 has no body: its code is "403")."""
-    if e.response.get("Error", {}).get("Code") not in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
+    """A 403 as a named error: in a function, the role, the action AWS refused and the stack's
+    setting that grants it; elsewhere, the user's credentials."""
+    err = e.response.get("Error", {})
+    if err.get("Code") not in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
         return None
-    if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # in a function: its role, which the stack grants
+    function = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+    if not function:
         return AccessDenied(
-            f"{uri}: this function's role may not {what} it (S3 answered 403 AccessDenied); the stack grants "
-            "each function its prefixes in infra/stacks/functions.py"
+            f"{uri}: your AWS credentials may not {what} it (S3 answered 403 AccessDenied): allow it for your user "
+            "or role (`aws sts get-caller-identity` names them), or use a profile that may (AWS_PROFILE)"
+        )
+    message = str(err.get("Message") or "")
+    role = _ROLE.search(message)
+    who = f"role {role.group(1)} (function {function})" if role else f"the role of function {function}"
+    action = _ACTION.search(message)
+    if action and action.group(1) == "kms:Decrypt":
+        key = action.group(2)
+        return AccessDenied(
+            f"{uri}: {who} may not decrypt it: the object is encrypted with KMS key {key} and the role has no "
+            f"kms:Decrypt on it (S3 answered 403 AccessDenied); add the key's ARN to the stack's cdk context "
+            f'data_kms_keys (cdk.json "data_kms_keys": ["{key}"]) and deploy again; a key of another account '
+            f"must also allow the role in its key policy ({DATA_BUCKETS_DOC})"
+        )
+    refused = f"{action.group(1)}; " if action else ""
+    bucket = uri.removeprefix("s3://").partition("/")[0]
+    own = {os.environ.get("SMLT_DATA_BUCKET"), os.environ.get("SMLT_ARTIFACTS_BUCKET")} - {None, ""}
+    if own and bucket not in own:
+        return AccessDenied(
+            f"{uri}: {who} may not {what} it ({refused}S3 answered 403 AccessDenied): s3://{bucket} is not one of "
+            f"the stack's buckets; give the stack read access to it with cdk context data_buckets (cdk.json "
+            f'"data_buckets": ["{bucket}"]) and deploy again; a bucket of another account must also allow '
+            f"the role in its bucket policy, and an object encrypted with your own KMS key needs that key in "
+            f"data_kms_keys ({DATA_BUCKETS_DOC})"
         )
     return AccessDenied(
-        f"{uri}: your AWS credentials may not {what} it (S3 answered 403 AccessDenied): allow it for your user "
-        "or role (`aws sts get-caller-identity` names them), or use a profile that may (AWS_PROFILE)"
+        f"{uri}: {who} may not {what} it ({refused}S3 answered 403 AccessDenied); the stack grants each function "
+        "its prefixes in infra/stacks/functions.py, and the objects encrypted with your own KMS key need that "
+        f"key in cdk context data_kms_keys ({DATA_BUCKETS_DOC})"
+    )
+
+
+# S3's answers to a request sent to another region than its bucket's (botocore follows them to the
+# bucket's region; one reaches the caller when it cannot: a second redirect, an endpoint of its own).
+WRONG_REGION = ("PermanentRedirect", "AuthorizationHeaderMalformed", "301", "IllegalLocationConstraintException")
+
+
+def bucket_region(e: ClientError) -> str | None:
+    """The bucket's region a wrong-region answer names (its Region field, its endpoint or the
+    x-amz-bucket-region header), None when it names none."""
+    err = e.response.get("Error", {})
+    headers = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    if err.get("Region"):
+        return str(err["Region"])
+    if headers.get("x-amz-bucket-region"):
+        return str(headers["x-amz-bucket-region"])
+    found = re.search(r"s3[.-]([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws", str(err.get("Endpoint", "")))
+    return found.group(1) if found else None
+
+
+def _elsewhere(e: ClientError, uri: str) -> DataError | None:
+    """A wrong-region answer to a function as what to do (on the user's machine the caller says
+    it: `smlt.aws_errors`)."""
+    if e.response.get("Error", {}).get("Code") not in WRONG_REGION or not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        return None
+    here = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "this region"
+    there = bucket_region(e) or "another region"
+    return DataError(
+        f"{uri}: the bucket is in {there}, not {here} (S3 answered {e.response['Error']['Code']}): copy the "
+        f"dataset into a bucket in {here} (`aws s3 sync s3://SRC s3://DEST --source-region {there}`), the stack's "
+        "region; a stack with redis_reducer reaches S3 only through its VPC's gateway endpoint, which serves "
+        'buckets of its own region only (docs/deploy.md, "Datasets in your own buckets")'
     )
 
 
@@ -60,7 +128,9 @@ class S3Store:
         except ClientError as e:
             if _missing(e):
                 raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(key)}"
+            )
             if denied is not None:
                 raise denied from None
             raise
@@ -72,6 +142,11 @@ class S3Store:
         except ClientError as e:
             if _missing(e):
                 raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(key)}"
+            )
+            if denied is not None:
+                raise denied from None
             raise
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False, tagging: str | None = None) -> bool:
@@ -98,7 +173,9 @@ class S3Store:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read")
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(key)}"
+            )
             if denied is not None:
                 raise denied from None
             raise
@@ -110,8 +187,16 @@ class S3Store:
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self._k(prefix), **extra
         )
-        for page in pages:
-            keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
+        try:
+            for page in pages:
+                keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
+        except ClientError as e:
+            denied = _denied(e, f"s3://{self.bucket}/{self._k(prefix)}", "list") or _elsewhere(
+                e, f"s3://{self.bucket}/{self._k(prefix)}"
+            )
+            if denied is not None:
+                raise denied from None
+            raise
         return keys
 
     def delete(self, key: str) -> None:

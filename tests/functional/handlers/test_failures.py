@@ -106,6 +106,46 @@ def test_dataset_outside_the_stack_is_access_denied(digits, aws):
     assert run_keys(aws, "acl") == []
 
 
+def test_a_dataset_in_a_bucket_or_folder_the_stack_was_given_passes_and_one_outside_names_data_buckets(
+    digits, aws, monkeypatch
+):
+    """SMLT_DATA_BUCKETS: cdk context `data_buckets`, the user's buckets the roles may read."""
+    monkeypatch.setenv("SMLT_DATA_BUCKETS", json.dumps(["team-data", "shared/team-a/"]))
+    with pytest.raises(AccessDenied) as denied:
+        plan(job("s3://shared/team-b/ds/"), "outside")
+    said = str(denied.value)
+    assert "not s3://shared/team-b/ds/" in said and "s3://team-data, s3://shared/team-a/" in said
+    assert '"data_buckets": ["shared"]' in said and "deploy again" in said
+    with pytest.raises(AccessDenied, match="warm_start: .* own buckets only"):
+        plan(job("s3://team-data/ds/") | {"warm_start": "s3://team-data/m/model.safetensors"}, "warm")
+    # a granted bucket and folder pass the check (the manifest is then read: none there yet)
+    for uri in ("s3://team-data/ds/", "s3://shared/team-a/ds/"):
+        with pytest.raises(Exception) as other:
+            plan(job(uri), "inside")
+        assert "may read only" not in str(other.value) and "manifest.json" in str(other.value), (uri, other.value)
+
+
+def test_a_dataset_bucket_in_another_region_is_refused_when_the_workers_are_in_the_vpc(digits, aws, monkeypatch):
+    """SMLT_WORKERS_IN_VPC (redis_reducer): the workers' S3 gateway endpoint serves this region's
+    buckets only, so the planner refuses another region's bucket by name before any worker waits
+    on it; without the VPC (S3's redirect is followed) and for a bucket here, the check passes."""
+    from smlt.runtime.errors import DataError
+
+    aws.create_bucket(Bucket="eu-data", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    aws.create_bucket(Bucket="us-data")
+    monkeypatch.setenv("SMLT_DATA_BUCKETS", json.dumps(["eu-data", "us-data"]))
+    monkeypatch.setenv("SMLT_WORKERS_IN_VPC", "true")
+    with pytest.raises(DataError) as e:
+        plan(job("s3://eu-data/ds/"), "eu")
+    assert str(e.value).startswith("dataset.uri: s3://eu-data is in eu-west-1, not us-east-1: this stack's workers")
+    assert run_keys(aws, "eu") == []
+    for uri, vpc in (("s3://us-data/ds/", "true"), ("s3://eu-data/ds/", "false")):
+        monkeypatch.setenv("SMLT_WORKERS_IN_VPC", vpc)
+        with pytest.raises(Exception) as other:  # past the check: no manifest there
+            plan(job(uri), "past")
+        assert "manifest.json" in str(other.value), (uri, other.value)
+
+
 def test_corrupt_shard_is_named_and_kept_out(digits, aws, tmp_path, monkeypatch):
     monkeypatch.setenv("SMLT_CACHE_DIR", str(tmp_path / "fresh-cache"))
     aws.put_object(Bucket="smlt-data", Key="datasets/digits/train-00000.safetensors", Body=b"garbage")
