@@ -19,6 +19,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sns": {"retries": {"max_attempts": 3, "mode": "standard"}, "connect_timeout": 5, "read_timeout": 10},
 }
 STANDARD: dict[str, Any] = {"retries": {"mode": "standard", "max_attempts": 5}}
+# The AWS SDKs' own setting, when the operator sets it (on the functions or the CLI's shell), counts
+# over these defaults: AWS_MAX_ATTEMPTS, every attempt included.
+MAX_ATTEMPTS_ENV = "AWS_MAX_ATTEMPTS"
+
+
+def _config(service: str) -> dict[str, Any]:
+    """`service`'s default client settings, with AWS_MAX_ATTEMPTS when it is set."""
+    config = CONFIGS.get(service, STANDARD)
+    attempts = os.environ.get(MAX_ATTEMPTS_ENV, "").strip()
+    if not attempts.isdigit() or int(attempts) < 1:
+        return config
+    mode = config["retries"]["mode"]
+    return {**config, "retries": {"mode": mode, "total_max_attempts": int(attempts)}}
 
 
 # botocore event handlers every client gets (the ledger's request meter, smlt.runtime.ledger).
@@ -49,7 +62,7 @@ def make(service: str, session: Any = None, config: dict[str, Any] | None = None
     if session is None and "region_name" not in kw and os.environ.get("AWS_REGION"):
         # AWS_REGION first, as the AWS CLI v2 and Lambda read it; botocore reads only AWS_DEFAULT_REGION
         kw["region_name"] = os.environ["AWS_REGION"]
-    c = (session or boto3).client(service, config=Config(**(config or CONFIGS.get(service, STANDARD))), **kw)
+    c = (session or boto3).client(service, config=Config(**(config or _config(service))), **kw)
     for event, handler, unique_id in _HOOKS:
         c.meta.events.register(event, handler, unique_id=unique_id)
     return c

@@ -128,7 +128,7 @@ def throttled(e: ClientError, service: str) -> Throttled | None:
         )
     return Throttled(
         f"{'S3' if service == 's3' else 'DynamoDB'} {e.operation_name} of {where} stayed throttled ({code}) "
-        f"after botocore's {retries} retries: {cause}. The state machine runs the step again after a pause; if the "
+        f"after botocore's {retries} {'retry' if retries == 1 else 'retries'}: {cause}. The state machine runs the step again after a pause; if the "
         "run fails with this, resume it a little later (fewer workers at once, workers.max, send fewer requests)"
     )
 

@@ -1,8 +1,9 @@
-"""A control step whose DynamoDB requests stay throttled through botocore's 8 retries fails
+"""A control step whose DynamoDB requests stay throttled through botocore's retries fails
 with `Throttled` naming the table, and the state machine runs it again after a pause (its Retry
 on `Throttled`, infra/stacks/workflow.py): the run goes on and succeeds. On the session's engine,
 the throttling the engine's `--faults ddb_throttle=R` injects (smlt.local.conflicts), here at
-rate 1 in the first Plan's handler process alone."""
+rate 1 in the first Plan's handler process alone, whose clients make 2 attempts (AWS_MAX_ATTEMPTS:
+botocore's backoff over its default 8 would be most of the test's time)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 
 from smlt.datasets import stage_dataset
 from smlt.local import conflicts
+from smlt.runtime import clients
 from tests.e2e.test_local_run import digits_job
 
 
@@ -30,7 +32,7 @@ class FirstPlanThrottled:
 
     def handler_env(self) -> dict[str, str]:
         if getattr(self._op, "throttled", False):
-            return conflicts.Plan({"ddb_throttle": 1.0}).env()
+            return {**conflicts.Plan({"ddb_throttle": 1.0}).env(), clients.MAX_ATTEMPTS_ENV: "2"}
         return {}
 
 
@@ -53,6 +55,6 @@ def test_a_plan_throttled_out_is_retried_after_a_pause_and_the_run_succeeds(loca
     assert throttled["error"] == "Throttled", throttled
     said = json.loads(throttled["cause"])["errorMessage"]
     assert said.startswith("DynamoDB ") and f"of table {names.table} stayed throttled" in said, said
-    assert "(ProvisionedThroughputExceededException) after botocore's 8 retries" in said, said
+    assert "(ProvisionedThroughputExceededException) after botocore's 1 retry" in said, said
     entered = [e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e]
     assert entered.count("Plan") >= 2 and "Finalize" in entered, entered

@@ -24,6 +24,15 @@ def test_each_service_has_its_retry_policy_and_handlers_share_one_client():
     assert clients.make("s3") is not s3  # the CLI's, per command
 
 
+def test_aws_max_attempts_counts_over_the_defaults_and_keeps_each_services_mode(monkeypatch):
+    monkeypatch.delenv(clients.MAX_ATTEMPTS_ENV, raising=False)
+    assert clients.make("dynamodb").meta.config.retries == {"total_max_attempts": 9, "mode": "adaptive"}  # 8 retries
+    monkeypatch.setenv(clients.MAX_ATTEMPTS_ENV, "2")
+    assert clients.make("dynamodb").meta.config.retries == {"total_max_attempts": 2, "mode": "adaptive"}
+    assert clients.make("sns").meta.config.retries == {"total_max_attempts": 2, "mode": "standard"}
+    assert clients.make("s3").meta.config.max_pool_connections == 32  # the rest of the policy kept
+
+
 class Seen(Exception):
     pass
 
