@@ -109,7 +109,7 @@ def train(
     folder = out_folder(Path(out)) if out is not None else None
     code_dir = Path(code) if code is not None else None
     if faults and not local:
-        raise InvalidJob("faults: only on the local engine (local=True)")
+        raise InvalidJob("faults: only on the local engine (local=True, --local)")
     if local:
         require("local", "the local engine")  # before the model is checked
     with tempfile.TemporaryDirectory(prefix="smlt-job-") as tmp, _lines(verbose):
@@ -182,19 +182,22 @@ def tune(
     out: str | Path = "out",
     stack: str = "Smlt",
     verbose: bool = False,
+    faults: str | None = None,
 ) -> StudyResult:
     """Run a hyper-parameter study (docs/studies.md) to its end: `smlt tune STUDY [--local]`."""
     from smlt import studies
     from smlt.extras import require
     from smlt.paths import out_folder
 
+    if faults and not local:
+        raise InvalidJob("faults: only on the local engine (local=True, --local)")
     out = out_folder(Path(out))
     if local:
         require("local", "the local engine")  # before the study is checked
     with tempfile.TemporaryDirectory(prefix="smlt-study-") as tmp, _lines(verbose):
         path = _job_file(study, Path(tmp)) if not isinstance(study, (str, Path)) else Path(study)
         if local:
-            meta, trials = studies.tune_local(path, out)
+            meta, trials = studies.tune_local(path, out, faults=faults)
         else:
             studies.check_study_file(path)  # a bad file needs no AWS access
             meta, trials = studies.run(studies.deployed_target(stack), path, out)

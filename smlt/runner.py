@@ -302,16 +302,14 @@ def handler_log(out: Path, run_id: str) -> Path:
     return out / "logs" / f"{run_id}.log"
 
 
-def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
-    """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
-    returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed.
-    What the functions print (a forward's prints, their logs) goes to `handler_log`, not the
+@contextlib.contextmanager
+def functions_log(engine: Any, logs: Path) -> Iterator[None]:
+    """What the engine's functions print (a forward's prints, their logs) goes to `logs`, not the
     terminal, as on AWS it goes to CloudWatch Logs: one line at the end says where."""
-    logs = handler_log(out, run_id)
     logs.parent.mkdir(parents=True, exist_ok=True)
     engine.handler_output = logs
     try:
-        return _execute(engine, names, run_id, job, out, injector)
+        yield
     finally:
         engine.handler_output = None
         if logs.exists() and logs.stat().st_size:
@@ -321,6 +319,14 @@ def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, i
         else:
             with contextlib.suppress(OSError):
                 logs.parent.rmdir()  # nothing printed: no empty folder left
+
+
+def execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:
+    """Run ``job`` to its end (following chained executions) and write its outputs into ``out``;
+    returns the final metrics. Raises :class:`RunFailed` when the execution does not succeed.
+    What the functions print goes to `handler_log` (`functions_log`)."""
+    with functions_log(engine, handler_log(out, run_id)):
+        return _execute(engine, names, run_id, job, out, injector)
 
 
 def _execute(engine: Any, names: StackNames, run_id: str, job: dict, out: Path, injector: Any = None) -> dict:

@@ -57,8 +57,13 @@ def stage(study: Study, raw: dict[str, Any], path: Path, target: Target) -> dict
     raw = json.loads(json.dumps(raw))
     if folder is not None:
         raw["job"]["dataset"]["uri"] = upload_dataset(folder, target.data_bucket, client=target.s3)
-    raw.setdefault("study_id", f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"[:48])
+    raw.setdefault("study_id", default_study_id(study))
     return raw
+
+
+def default_study_id(study: Study) -> str:
+    """A study's id when its file names none: its name and the start time."""
+    return f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"[:48]
 
 
 def _line(tr: TrialItem) -> str:
@@ -263,14 +268,20 @@ def deployed_target(stack_name: str, cfn: Any = None) -> Target:
     )
 
 
-def tune_local(path: Path, out: Path) -> tuple[StudyItem, list[TrialItem]]:
-    """`smlt tune STUDY --local`: the study on the local engine (checked before it starts)."""
-    check_study_file(path)
+def tune_local(path: Path, out: Path, faults: str | None = None) -> tuple[StudyItem, list[TrialItem]]:
+    """`smlt tune STUDY --local [--faults SPEC]`: the study on the local engine (checked before it
+    starts); what its functions print goes to OUT/logs/<study id>.log, as a run's does."""
+    study, raw = check_study_file(path)
     writable_folder(out)  # before the engine starts
-    from smlt.runner import start_engine
+    from smlt.runner import functions_log, start_engine
 
-    engine, _, _ = start_engine(None)
+    study_id = raw.get("study_id") or default_study_id(study)
+    engine, _, injector = start_engine(faults)
     try:
-        return run(local_target(engine), path, out)
+        with functions_log(engine, out / "logs" / f"{study_id}.log"):
+            result = run(local_target(engine), path, out, study_id=study_id)
+        if injector is not None:
+            progress.info(f"  faults injected {injector.counts}")
+        return result
     finally:
         engine.stop()

@@ -14,11 +14,15 @@ def add_command(sub: Any) -> None:
     c.add_argument("--stack", default="Smlt", help="without --local: the deployed stack (default: Smlt)")
     c.add_argument("--out", default="out", help="folder for the best model, best.json and study.json")
     c.add_argument("--quiet", action="store_true", help="no per-trial lines")
+    c.add_argument(
+        "--faults",
+        help='with --local: inject faults into every trial, as `smlt run --local --faults` (e.g. "fail=0.2,seed=1")',
+    )
     c.set_defaults(fn=tune)
 
 
 def tune(args: argparse.Namespace) -> int:
     from smlt import api
 
-    api.tune(Path(args.study), local=args.local, out=Path(args.out), stack=args.stack)
+    api.tune(Path(args.study), local=args.local, out=Path(args.out), stack=args.stack, faults=args.faults)
     return 0

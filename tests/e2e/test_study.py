@@ -151,3 +151,45 @@ def test_the_study_folder_holds_the_best_trials_model_as_a_run_folder_does(local
     assert main(["model", str(out)]) == 0
     said = capsys.readouterr().out
     assert "wrote 50 predictions" in said and f'"run_id": "{meta.best_run_id}"' in said
+
+
+def test_smlt_tune_local_injects_faults_into_every_trial_and_logs_the_functions_prints(
+    local, tmp_path, monkeypatch, caplog
+):
+    """`smlt tune --local --faults SPEC` as `smlt run --local --faults`: the trials meet the faults and
+    still end; what the functions print goes to OUT/logs/<study id>.log, not the terminal."""
+    import smlt.runner
+    from smlt.cli import main
+    from smlt.faults import FaultInjector
+
+    engine, names = local
+    made = []
+
+    def start_engine(faults):
+        injector = FaultInjector.from_spec(faults, functions=names.train_functions)
+        made.append(injector)
+        engine.invoke_filter = injector
+        return engine, names, injector
+
+    monkeypatch.setattr(smlt.runner, "start_engine", start_engine)
+    monkeypatch.setattr(engine, "stop", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    study = small_study(tmp_path, trials=2, study_id="faulty-tune")
+    try:
+        assert main(["tune", "--local", str(study), "--out", "out", "--faults", "fail=0.3,seed=3"]) == 0
+    finally:
+        engine.invoke_filter = None
+    (injector,) = made
+    assert injector.counts["fail"] > 0, injector.counts
+    assert f"faults injected {injector.counts}" in caplog.text
+    assert (tmp_path / "out" / "model.json").exists()
+    assert engine.handler_output is None
+    log = tmp_path / "out" / "logs" / "faulty-tune.log"
+    assert not (tmp_path / "out" / "logs").exists() or log.exists()
+
+
+def test_faults_without_local_is_refused_before_any_aws_call(tmp_path, capsys):
+    from smlt.cli import main
+
+    assert main(["tune", str(small_study(tmp_path)), "--faults", "fail=0.2"]) != 0
+    assert "faults: only on the local engine" in capsys.readouterr().err
