@@ -45,7 +45,7 @@ from smlt.runtime.evaluation import balanced_problem, lower_is_better, target_me
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
 from smlt.runtime.train.watchdog import Stalled, time_limit
-from smlt.runtime.usercode import check_importable, entry_points, hint
+from smlt.runtime.usercode import check_importable, entry_points, hint, lambda_limits
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
 EVAL_ROWS = 4096  # validation rows the untrained model is evaluated on for a target check
@@ -100,23 +100,24 @@ def _check(
     with _user_code(code) as roots, _torch_defaults_kept(job):
         check_importable(job)
         roots = roots or _entry_point_roots(job)
-        with _watch_reads() as reads:
-            model = _build(job, manifest, roots)
-            _check_cpu(job, model)
-            _check_registered(job, model)
-            built = state_form(model.state_dict())
-            _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
-            _check_state_kept(job, model, built)
-            _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
-            _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
-            _try_train_step(job, manifest, model, x, y, roots)
-            _check_non_persistent(job, manifest, model, x[:SAMPLE_ROWS], roots)
-            if job.model.name not in BUILTIN_MODELS:
-                _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
-        _check_reads(job, reads, roots, deployed)
-        flops = _check_memory(job, manifest, model, roots)
-        if y is not None:  # zeros say nothing of a target
-            _check_target(job, manifest, model, x, y, flops, roots)
+        with lambda_limits(roots):  # a write outside /tmp, multiprocessing: refused as on a worker
+            with _watch_reads() as reads:
+                model = _build(job, manifest, roots)
+                _check_cpu(job, model)
+                _check_registered(job, model)
+                built = state_form(model.state_dict())
+                _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                _check_state_kept(job, model, built)
+                _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
+                _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                _try_train_step(job, manifest, model, x, y, roots)
+                _check_non_persistent(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                if job.model.name not in BUILTIN_MODELS:
+                    _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
+            _check_reads(job, reads, roots, deployed)
+            flops = _check_memory(job, manifest, model, roots)
+            if y is not None:  # zeros say nothing of a target
+                _check_target(job, manifest, model, x, y, flops, roots)
 
 
 # --- the user's code -------------------------------------------------------------------------

@@ -147,7 +147,9 @@ class InvokeRouter:
             "package": spec.package,
             "code_dir": spec.code_dir,
             "cwd": spec.code_dir,
-            "env": self.env_for(spec),
+            # smlt.runtime.usercode.LIMITS_ENV: the user's code meets a Lambda's read-only files and missing
+            # /dev/shm here too (its writes outside /tmp, multiprocessing's semaphores: OSError as on AWS)
+            "env": {**self.env_for(spec), "SMLT_LAMBDA_LIMITS": "1"},
             "payload": payload,
             "request_id": request_id,
             "output": self.output,
