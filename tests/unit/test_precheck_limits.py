@@ -177,3 +177,72 @@ def test_the_limits_end_with_the_check_and_leave_smlts_own_writes_alone(digits, 
     with usercode.lambda_limits([code]):
         Path("smlt.txt").write_text("x")  # no frame of the user's files on the stack
     assert Path("smlt.txt").exists()
+
+
+COMPILED = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, output_dim):
+        super().__init__()
+        self.body = torch.compile(nn.Linear(64, 16))
+        self.head = nn.Linear(16, output_dim)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def wrapped(input_shape, output_dim):
+    return torch.compile(nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, output_dim)))
+
+
+def inside(input_shape, output_dim):
+    net = Net(output_dim)
+    net.compile()
+    return net
+"""
+
+
+@pytest.mark.parametrize(
+    "name, keys",
+    [
+        ("wrapped", ["_orig_mod.0.weight", "_orig_mod.0.bias"]),
+        ("inside", ["body._orig_mod.weight", "body._orig_mod.bias"]),
+    ],
+)
+def test_a_compiled_model_trains_uncompiled_with_its_state_named_as_built(digits, code, caplog, name, keys):
+    """A worker cannot compile it (no C++ compiler in Lambda's image); the same model runs eagerly."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from smlt.runtime.train.models import _TOLD_EAGER, build_model
+
+    (code / "compiled.py").write_text(textwrap.dedent(COMPILED))
+    spec = parse_job({"dataset": {"uri": "unused"}, "model": {"name": f"limitnets.compiled:{name}"}})
+    _TOLD_EAGER.discard(spec.model.name)
+    counters.clear()
+    with caplog.at_level("WARNING", logger="smlt.notice"):
+        check_model(spec, digits, code)
+    said = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
+    assert said == [
+        f"model.name: 'limitnets.compiled:{name}' returns a model compiled with torch.compile (or module.compile()): "
+        "it trains uncompiled, the same model (its state keeps its names), as a worker cannot compile it (Lambda's "
+        "image has no C++ compiler for torch's inductor, and each worker would compile it again at every cold "
+        "start); leave torch.compile out of the builder"
+    ]
+    assert not counters["frames"]  # dynamo traced nothing: nothing was compiled
+    import sys
+
+    sys.path.insert(0, str(code.parent))
+    try:
+        model = build_model(spec.model, (64,), 10, 0)
+    finally:
+        sys.path.remove(str(code.parent))
+    assert list(model.state_dict())[:2] == keys
+    x = torch.randn(3, 64)
+    inner = model._orig_mod if name == "wrapped" else None
+    if inner is not None:
+        assert torch.equal(model(x), inner(x))
+    assert not counters["frames"]
