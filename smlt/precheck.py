@@ -17,6 +17,7 @@ check is left to the run), never the whole dataset.
 from __future__ import annotations
 
 import importlib.util
+import linecache
 import math
 import os
 import sys
@@ -106,7 +107,9 @@ def _check(
                 _check_cpu(job, model)
                 _check_registered(job, model)
                 built = state_form(model.state_dict())
-                _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                with _value_reads(job, roots) as values:
+                    _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                _tell_value_reads(job, values)
                 _check_state_kept(job, model, built)
                 _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
                 _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
@@ -428,6 +431,57 @@ def _check_registered(job: Job, model: Any) -> None:
                         f"(self.{where}, {tuple(item.shape)}): PyTorch does not see it, so training never changes "
                         "it and the model file leaves it out: make it an nn.Parameter"
                     )
+
+
+# What reads a tensor's value into Python: torch.export (`smlt export`) cannot trace past it.
+_VALUE_READS = ("item", "tolist", "numpy", "__array__", "__float__", "__int__", "__bool__", "__index__")
+
+
+@contextmanager
+def _value_reads(job: Job, roots: Sequence[Path]) -> Iterator[list[str]]:
+    """Where the user's own files read a tensor's value into Python while it lasts (`.item()`,
+    `float(t)`, `.numpy()`, `if t > 0:`), "file:line in function: source", the first only."""
+    import torch
+
+    seen: list[str] = []
+    if job.model.name in BUILTIN_MODELS:
+        yield seen
+        return
+    theirs: dict[str, bool] = {}
+    saved = {n: getattr(torch.Tensor, n) for n in _VALUE_READS}
+    own = {n for n in _VALUE_READS if n in vars(torch.Tensor)}  # the rest are torch.Tensor's base class's
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            f = sys._getframe(1)
+            name = f.f_code.co_filename
+            if not seen and theirs.setdefault(name, _under(name, roots)):
+                line = (linecache.getline(name, f.f_lineno) or "").strip()
+                seen.append(f"{_short(name, roots)}:{f.f_lineno} in {f.f_code.co_name}: {line}")
+            return fn(self, *args, **kwargs)
+
+        return read
+
+    for n, fn in saved.items():
+        setattr(torch.Tensor, n, wrap(fn))
+    try:
+        yield seen
+    finally:
+        for n, fn in saved.items():
+            if n in own:
+                setattr(torch.Tensor, n, fn)
+            else:
+                delattr(torch.Tensor, n)
+
+
+def _tell_value_reads(job: Job, seen: list[str]) -> None:
+    if seen:
+        notice.warning(
+            f"model.name: {job.model.name!r} reads a tensor's value into Python in its forward pass ({seen[0]}; "
+            ".item(), float(), int(), .numpy() or a branch on a tensor): it trains (the value is a constant to "
+            "the gradient), but `smlt export` cannot trace it: keep it a tensor (torch.where, torch.clamp, "
+            "x.amax()) if the model is to be exported"
+        )
 
 
 def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:

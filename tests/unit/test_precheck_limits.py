@@ -246,3 +246,59 @@ def test_a_compiled_model_trains_uncompiled_with_its_state_named_as_built(digits
     if inner is not None:
         assert torch.equal(model(x), inner(x))
     assert not counters["frames"]
+
+
+VALUES = """
+import numpy as np
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self, output_dim, how):
+        super().__init__()
+        self.l, self.how = nn.Linear(64, output_dim), how
+
+    def forward(self, x):
+        if self.how == "item":
+            x = x / (float(x.abs().max().item()) or 1.0)
+        elif self.how == "numpy":
+            x = x - torch.from_numpy(np.asarray(x.detach().mean(0)))
+        else:
+            x = x / x.abs().amax().clamp_min(1.0)
+        return self.l(x)
+
+
+def scaled(input_shape, output_dim, how):
+    return Scaled(output_dim, how)
+"""
+
+
+@pytest.mark.parametrize(
+    "how, line",
+    [
+        ("item", "limitnets/values.py:14 in forward: x = x / (float(x.abs().max().item()) or 1.0)"),
+        ("numpy", "limitnets/values.py:16 in forward: x = x - torch.from_numpy(np.asarray(x.detach().mean(0)))"),
+        ("tensor", None),
+    ],
+)
+def test_a_forward_reading_a_tensors_value_into_python_is_told_it_will_not_export(digits, code, caplog, how, line):
+    (code / "values.py").write_text(textwrap.dedent(VALUES))
+    spec = parse_job(
+        {"dataset": {"uri": "unused"}, "model": {"name": "limitnets.values:scaled", "params": {"how": how}}}
+    )
+    with caplog.at_level("WARNING", logger="smlt.notice"):
+        check_model(spec, digits, code)
+    said = [r.getMessage() for r in caplog.records if "into Python" in r.getMessage()]
+    if line is None:
+        assert said == []
+        return
+    assert said == [
+        f"model.name: 'limitnets.values:scaled' reads a tensor's value into Python in its forward pass ({line}; "
+        ".item(), float(), int(), .numpy() or a branch on a tensor): it trains (the value is a constant to the "
+        "gradient), but `smlt export` cannot trace it: keep it a tensor (torch.where, torch.clamp, x.amax()) if "
+        "the model is to be exported"
+    ]
+    import torch
+
+    assert "item" not in vars(torch.Tensor) and torch.Tensor.item.__qualname__ == "TensorBase.item"  # torch's own again
