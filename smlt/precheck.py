@@ -16,6 +16,7 @@ check is left to the run), never the whole dataset.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import linecache
 import math
@@ -254,8 +255,24 @@ def _users(
         raise
     except Exception as e:  # noqa: BLE001 - the user's code may raise anything
         if own or user_frames(e, roots):
-            raise _user_error(e, roots, where) from None
+            error = _user_error(e, roots, where)
+            _let_go(e)
+            raise error from None
         raise fallback(e) from None
+
+
+def _let_go(e: BaseException) -> None:
+    """Free what the user's code left half made in the frames of its exception, now: a cleanup of
+    torch's that fails on it (a DataLoader iterator whose workers were refused their queue) would
+    print its own traceback under the named error when the process ends."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None
+    try:
+        for exc in [e, *(c for c in (e.__cause__, e.__context__) if c is not None)]:
+            traceback.clear_frames(exc.__traceback__)
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _call_limit_s(job: Job, rows: int) -> float:

@@ -122,9 +122,16 @@ def test_files_written_beside_the_module_or_in_the_temp_folder_are_fine(digits, 
         ("queued", "the forward pass of model.name", "limitnets/nets.py:45 in forward: q = mp.Queue()"),
     ],
 )
-def test_multiprocessing_fails_as_on_a_worker_without_dev_shm(digits, code, name, where, line):
+def test_multiprocessing_fails_as_on_a_worker_without_dev_shm(digits, code, name, where, line, monkeypatch):
+    import gc
+    import sys
+
+    late = []  # torch's cleanup of a DataLoader iterator refused its queue printed a traceback at exit
+    monkeypatch.setattr(sys, "unraisablehook", late.append)
     with pytest.raises(UserCodeError) as e:
         check_model(job(name), digits, code)
+    gc.collect()
+    assert late == []
     text = str(e.value)
     assert text.startswith(f"{where} 'limitnets.nets:{name}'"), text
     assert (
