@@ -625,6 +625,11 @@ OFFLINE = (
     "a worker may not reach the internet (a stack with the exchange runs its workers in a VPC that reaches S3 and "
     "DynamoDB only), and each worker would download it again at every cold start: " + WEIGHTS
 )
+RELATIVE = (
+    "a path relative to the current folder, which on a worker is the image's code folder, not yours: open a file "
+    "shipped with your code beside the module (Path(__file__).parent / NAME), data through the dataset"
+)
+_MISSING_PATH = re.compile(r"\[Errno 2\] No such file or directory: '(?P<path>[^']+)'")
 _READ_ONLY_ERRORS = ("[Errno 30] Read-only file system",)
 _NO_SHM_ERRORS = ("[Errno 38] Function not implemented",)
 _OFFLINE_ERRORS = (
@@ -647,6 +652,9 @@ def hint(message: str) -> str:
         return f"{message} ({NO_GPU})"
     if "Expected more than 1 value per channel when training" in message:
         return f"{message} ({ONE_ROW})"
+    missing = _MISSING_PATH.search(message)
+    if missing is not None and not os.path.isabs(missing["path"]):
+        return f"{message} ({RELATIVE})"
     if any(w.lower() in low for w in _READ_ONLY_ERRORS):
         return f"{message} ({CACHE if _in_cache(message) else READ_ONLY})"
     for found, advice in ((_NO_SHM_ERRORS, NO_SHM), (_OFFLINE_ERRORS, OFFLINE)):

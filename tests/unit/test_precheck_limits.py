@@ -66,6 +66,11 @@ def queued(input_shape, output_dim):
     return Queued(output_dim)
 
 
+def reads_here(input_shape, output_dim):
+    words = open("limitnets/vocab.txt").read().split()
+    return nn.Linear(64, output_dim + 0 * len(words))
+
+
 def hub(input_shape, output_dim):
     return torch.hub.load("pytorch/vision", "resnet18", weights="IMAGENET1K_V1")
 """
@@ -309,3 +314,22 @@ def test_a_forward_reading_a_tensors_value_into_python_is_told_it_will_not_expor
     import torch
 
     assert "item" not in vars(torch.Tensor) and torch.Tensor.item.__qualname__ == "TensorBase.item"  # torch's own again
+
+
+def test_a_file_of_the_code_opened_relative_to_the_current_folder_says_to_open_it_beside_the_module(
+    digits, code, tmp_path, monkeypatch
+):
+    (code / "vocab.txt").write_text("a b c")  # shipped with the code; the current folder does not hold it
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserCodeError) as e:
+        check_model(job("reads_here"), digits, code)
+    assert str(e.value) == (
+        "building model.name 'limitnets.nets:reads_here': your code raised FileNotFoundError: [Errno 2] No such file "
+        "or directory: 'limitnets/vocab.txt' (a path relative to the current folder, which on a worker is the image's "
+        "code folder, not yours: open a file shipped with your code beside the module (Path(__file__).parent / NAME), "
+        "data through the dataset)\n"
+        '  limitnets/nets.py:54 in reads_here: words = open("limitnets/vocab.txt").read().split()'
+    )
+    assert usercode.hint("[Errno 2] No such file or directory: '/data/x.csv'") == (
+        "[Errno 2] No such file or directory: '/data/x.csv'"
+    )  # an absolute path: its own words say it
