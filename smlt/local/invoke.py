@@ -21,6 +21,10 @@ Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
   before answering: ``Runtime.ExitError``, as a Lambda sandbox that is OOM-killed; ``crash:K``: it
   dies the same way right after the handler's K-th write (S3 or DynamoDB), in the middle of its work.
 
+A handler runs with the function's environment and ``SMLT_LAMBDA_LIMITS=1``: a user's model code
+(``--code``) meets a Lambda's limits there (writes outside /tmp fail with EROFS, multiprocessing's
+semaphores with ENOSYS: ``smlt.runtime.usercode.lambda_limits``), as it would on AWS.
+
 Only requests addressed to a running engine's endpoint are answered; any other Lambda call
 (another endpoint, no engine running) passes through untouched. Engines of one process share
 the endpoint; a call goes to the engine that has the function.
