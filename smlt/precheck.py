@@ -16,7 +16,9 @@ check is left to the run), never the whole dataset.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import linecache
 import math
 import os
 import sys
@@ -45,7 +47,7 @@ from smlt.runtime.evaluation import balanced_problem, lower_is_better, target_me
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
 from smlt.runtime.train.watchdog import Stalled, time_limit
-from smlt.runtime.usercode import check_importable, entry_points, hint
+from smlt.runtime.usercode import check_importable, entry_points, hint, lambda_limits
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
 EVAL_ROWS = 4096  # validation rows the untrained model is evaluated on for a target check
@@ -100,23 +102,26 @@ def _check(
     with _user_code(code) as roots, _torch_defaults_kept(job):
         check_importable(job)
         roots = roots or _entry_point_roots(job)
-        with _watch_reads() as reads:
-            model = _build(job, manifest, roots)
-            _check_cpu(job, model)
-            _check_registered(job, model)
-            built = state_form(model.state_dict())
-            _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
-            _check_state_kept(job, model, built)
-            _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
-            _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
-            _try_train_step(job, manifest, model, x, y, roots)
-            _check_non_persistent(job, manifest, model, x[:SAMPLE_ROWS], roots)
-            if job.model.name not in BUILTIN_MODELS:
-                _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
-        _check_reads(job, reads, roots, deployed)
-        flops = _check_memory(job, manifest, model, roots)
-        if y is not None:  # zeros say nothing of a target
-            _check_target(job, manifest, model, x, y, flops, roots)
+        with lambda_limits(roots):  # a write outside /tmp, multiprocessing: refused as on a worker
+            with _watch_reads() as reads:
+                model = _build(job, manifest, roots)
+                _check_cpu(job, model)
+                _check_registered(job, model)
+                built = state_form(model.state_dict())
+                with _value_reads(job, roots) as values:
+                    _try_forward(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                _tell_value_reads(job, values)
+                _check_state_kept(job, model, built)
+                _try_forward(job, manifest, model, x[:1], roots)  # a last validation batch may hold one row
+                _try_transform(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                _try_train_step(job, manifest, model, x, y, roots)
+                _check_non_persistent(job, manifest, model, x[:SAMPLE_ROWS], roots)
+                if job.model.name not in BUILTIN_MODELS:
+                    _check_repeatable(job, manifest, model, x[:SAMPLE_ROWS], roots)
+            _check_reads(job, reads, roots, deployed)
+            flops = _check_memory(job, manifest, model, roots)
+            if y is not None:  # zeros say nothing of a target
+                _check_target(job, manifest, model, x, y, flops, roots)
 
 
 # --- the user's code -------------------------------------------------------------------------
@@ -250,8 +255,24 @@ def _users(
         raise
     except Exception as e:  # noqa: BLE001 - the user's code may raise anything
         if own or user_frames(e, roots):
-            raise _user_error(e, roots, where) from None
+            error = _user_error(e, roots, where)
+            _let_go(e)
+            raise error from None
         raise fallback(e) from None
+
+
+def _let_go(e: BaseException) -> None:
+    """Free what the user's code left half made in the frames of its exception, now: a cleanup of
+    torch's that fails on it (a DataLoader iterator whose workers were refused their queue) would
+    print its own traceback under the named error when the process ends."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _: None
+    try:
+        for exc in [e, *(c for c in (e.__cause__, e.__context__) if c is not None)]:
+            traceback.clear_frames(exc.__traceback__)
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 def _call_limit_s(job: Job, rows: int) -> float:
@@ -427,6 +448,57 @@ def _check_registered(job: Job, model: Any) -> None:
                         f"(self.{where}, {tuple(item.shape)}): PyTorch does not see it, so training never changes "
                         "it and the model file leaves it out: make it an nn.Parameter"
                     )
+
+
+# What reads a tensor's value into Python: torch.export (`smlt export`) cannot trace past it.
+_VALUE_READS = ("item", "tolist", "numpy", "__array__", "__float__", "__int__", "__bool__", "__index__")
+
+
+@contextmanager
+def _value_reads(job: Job, roots: Sequence[Path]) -> Iterator[list[str]]:
+    """Where the user's own files read a tensor's value into Python while it lasts (`.item()`,
+    `float(t)`, `.numpy()`, `if t > 0:`), "file:line in function: source", the first only."""
+    import torch
+
+    seen: list[str] = []
+    if job.model.name in BUILTIN_MODELS:
+        yield seen
+        return
+    theirs: dict[str, bool] = {}
+    saved = {n: getattr(torch.Tensor, n) for n in _VALUE_READS}
+    own = {n for n in _VALUE_READS if n in vars(torch.Tensor)}  # the rest are torch.Tensor's base class's
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            f = sys._getframe(1)
+            name = f.f_code.co_filename
+            if not seen and theirs.setdefault(name, _under(name, roots)):
+                line = (linecache.getline(name, f.f_lineno) or "").strip()
+                seen.append(f"{_short(name, roots)}:{f.f_lineno} in {f.f_code.co_name}: {line}")
+            return fn(self, *args, **kwargs)
+
+        return read
+
+    for n, fn in saved.items():
+        setattr(torch.Tensor, n, wrap(fn))
+    try:
+        yield seen
+    finally:
+        for n, fn in saved.items():
+            if n in own:
+                setattr(torch.Tensor, n, fn)
+            else:
+                delattr(torch.Tensor, n)
+
+
+def _tell_value_reads(job: Job, seen: list[str]) -> None:
+    if seen:
+        notice.warning(
+            f"model.name: {job.model.name!r} reads a tensor's value into Python in its forward pass ({seen[0]}; "
+            ".item(), float(), int(), .numpy() or a branch on a tensor): it trains (the value is a constant to "
+            "the gradient), but `smlt export` cannot trace it: keep it a tensor (torch.where, torch.clamp, "
+            "x.amax()) if the model is to be exported"
+        )
 
 
 def _try_forward(job: Job, manifest: Manifest, model: Any, x: np.ndarray, roots: Sequence[Path]) -> None:

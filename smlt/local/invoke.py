@@ -21,6 +21,10 @@ Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
   before answering: ``Runtime.ExitError``, as a Lambda sandbox that is OOM-killed; ``crash:K``: it
   dies the same way right after the handler's K-th write (S3 or DynamoDB), in the middle of its work.
 
+A handler runs with the function's environment and ``SMLT_LAMBDA_LIMITS=1``: a user's model code
+(``--code``) meets a Lambda's limits there (writes outside /tmp fail with EROFS, multiprocessing's
+semaphores with ENOSYS: ``smlt.runtime.usercode.lambda_limits``), as it would on AWS.
+
 Only requests addressed to a running engine's endpoint are answered; any other Lambda call
 (another endpoint, no engine running) passes through untouched. Engines of one process share
 the endpoint; a call goes to the engine that has the function.
@@ -147,7 +151,9 @@ class InvokeRouter:
             "package": spec.package,
             "code_dir": spec.code_dir,
             "cwd": spec.code_dir,
-            "env": self.env_for(spec),
+            # smlt.runtime.usercode.LIMITS_ENV: the user's code meets a Lambda's read-only files and missing
+            # /dev/shm here too (its writes outside /tmp, multiprocessing's semaphores: OSError as on AWS)
+            "env": {**self.env_for(spec), "SMLT_LAMBDA_LIMITS": "1"},
             "payload": payload,
             "request_id": request_id,
             "output": self.output,

@@ -79,7 +79,39 @@ def build_model(
     if not isinstance(model, nn.Module):
         raise InvalidJob(f"model.name: {spec.name!r} returned {_what(model)}, not a torch.nn.Module")
     check_shaped(model, spec.name)
+    if run_eagerly(model) and spec.name not in _TOLD_EAGER:
+        _TOLD_EAGER.add(spec.name)
+        from smlt.runtime.progress import notice
+
+        notice.warning(
+            f"model.name: {spec.name!r} returns a model compiled with torch.compile (or module.compile()): it trains "
+            "uncompiled, the same model (its state keeps its names), as a worker cannot compile it (Lambda's image "
+            "has no C++ compiler for torch's inductor, and each worker would compile it again at every cold start); "
+            "leave torch.compile out of the builder"
+        )
     return model
+
+
+_TOLD_EAGER: set[str] = set()  # the models whose compilation this process told of (once each)
+
+
+def run_eagerly(model: nn.Module) -> bool:
+    """Undo torch.compile on `model` and its submodules, keeping each wrapper (torch.compile(m)'s
+    OptimizedModule, whose state names start `_orig_mod.`) so the state's names stay as built:
+    its forward calls the module it holds as it is. True when something was compiled."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # a torch without dynamo compiles nothing
+        return False
+    found = False
+    for m in model.modules():
+        if isinstance(m, OptimizedModule):
+            m.forward = m._orig_mod.__call__
+            found = True
+        if getattr(m, "_compiled_call_impl", None) is not None:  # module.compile(), in place
+            m._compiled_call_impl = None
+            found = True
+    return found
 
 
 def check_shaped(model: nn.Module, name: str) -> None:
