@@ -8,8 +8,10 @@ aggregator (or in the code that decides what counts) cannot hide here: it shares
 
 For every aggregated round r (a ROUND item):
 1. every update object is in the applied ledger (`RoundItem.accepted`), or has a reason: the round
-   diverged (nothing applied), the worker recorded a named error (`ERROR#r#w`), or the object was
-   uploaded after the round's seal (late: its record could never land). Anything else is a finding.
+   diverged (nothing applied), the worker recorded a named error (`ERROR#r#w`), the object was
+   uploaded after the round's seal (late: its record could never land), or the worker's own ATTEMPT
+   item says the seal refused its record (a straggler: it ended `StaleInvocation` after the seal, or
+   the Map stopped waiting for it, `States.Timeout`). Anything else is a finding.
 2. every ledger entry names its worker once and has its update object and its worker record, both
    with the ledger's samples; every record that trained is in the ledger (unless the round diverged);
    a sharded round's `accepted.json` (what its k aggregators averaged) is the ledger.
@@ -55,7 +57,9 @@ from safetensors import SafetensorError
 
 from smlt.runtime import keys
 from smlt.runtime.aggregate.guard import MIN_UPDATES, NORM_FACTOR
+from smlt.runtime.errors import StaleInvocation
 from smlt.runtime.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
+from smlt.runtime.ledger import TIMEOUTS
 from smlt.runtime.records import RunTable
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -453,6 +457,7 @@ def _excuse(
     rnd = item.round
     errors: dict[int, ErrorItem] = run.table.errors(rnd) if unapplied else {}
     seal = run.table.get(keys.seal_sk(rnd), SealItem) if unapplied else None
+    stragglers = _stragglers(run, rnd, seal) if unapplied and seal is not None else {}
     for w, u in sorted(unapplied.items()):
         if item.diverged:
             check.excused[w] = f"round diverged: {item.reason}"
@@ -460,10 +465,35 @@ def _excuse(
             check.excused[w] = f"worker error {errors[w].error}: {errors[w].message}"
         elif w not in records and seal is not None and int(u.uploaded) >= seal.sealed_at:
             check.excused[w] = "late: uploaded after the round was sealed"
+        elif w not in records and w in stragglers:
+            check.excused[w] = stragglers[w]
         elif w not in records:
             detail = f"{u.key}: no ledger entry, no worker record and no recorded reason (a report lost?)"
             check.findings.append(Finding(round=rnd, kind="unexplained_update", worker=w, detail=detail))
         # a record outside the ledger is reported by _check_ledger already
+
+
+def _stragglers(run: _Run, rnd: int, seal: SealItem) -> dict[int, str]:
+    """The workers of round `rnd` whose own ATTEMPT item says the seal refused their record: an
+    attempt that ended `StaleInvocation` after the round was sealed (it uploaded its update, then
+    found the round closed; S3 times an upload to the second, so an update stored in the seal's
+    second, or before it, is excused by this and not by its time), or an attempt the Map stopped
+    waiting for (`States.Timeout`, estimated by the aggregator from Step Functions' outcome: its
+    record had not landed when the round was sealed)."""
+    out: dict[int, str] = {}
+    for a in run.table.query(f"ATTEMPT#{rnd:06d}#"):
+        worker, outcome = a.get("worker"), str(a.get("outcome", ""))
+        if worker is None:
+            continue
+        ended = float(a.get("started_at", 0)) + float(a.get("duration_s", 0))
+        if outcome == StaleInvocation.__name__ and not a.get("estimated") and ended >= seal.sealed_at:
+            out[int(worker)] = (
+                f"late: its record was refused by the seal (its attempt ended {outcome} {ended - seal.sealed_at:.2f} s "
+                "after the round was sealed)"
+            )
+        elif outcome in TIMEOUTS and a.get("estimated"):
+            out.setdefault(int(worker), f"late: the round stopped waiting for it ({outcome}) before its record landed")
+    return out
 
 
 def _check_model(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:

@@ -8,6 +8,7 @@ import json
 
 import boto3
 import numpy as np
+import pytest
 import safetensors.numpy
 
 from lambdas.train_step.handler import handler as train_step
@@ -18,7 +19,8 @@ from smlt.runtime.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers import test_buffers as buffers
 from tests.functional.handlers.conftest import job
-from tests.functional.handlers.test_sharded import drive
+from smlt.runtime.errors import StaleInvocation
+from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine, drive, plan
 
 aws, digits, images = handlers.aws, handlers.digits, buffers.images  # the handlers' moto fixtures
 ART, TABLE = "smlt-artifacts", "smlt-runs"
@@ -125,6 +127,37 @@ def test_an_update_stored_after_the_seal_is_excused_as_late(digits, aws):
     found = check("late")
     assert found.findings == []
     assert found.rounds[1].excused == {7: "late: uploaded after the round was sealed"}
+
+
+def test_a_straggler_whose_record_the_seal_refused_is_excused(digits, aws, monkeypatch):
+    """A real straggler: the round is aggregated (sealed) while its last worker, its update
+    uploaded, reports; the seal refuses its record. Its update is in the bucket, stored before or
+    in the second of the seal, and its own ATTEMPT item says why it is not applied."""
+    j = {**job(digits, max_rounds=2, target_value=None, local_steps=5), "run_id": "straggler"}
+    p = plan(j, "straggler")
+    *first, last = p["workers"]
+    for w in first:
+        train_step({"run_id": "straggler", "round": 0, "worker": w}, None)
+    reporting = RunTable.put_unless_sealed
+
+    def sealed_first(self, sk, item, seal_sk):
+        aggregate_like_the_state_machine(p)  # the round closes before the straggler's record lands
+        return reporting(self, sk, item, seal_sk)
+
+    with monkeypatch.context() as m, pytest.raises(StaleInvocation, match="closed before worker"):
+        m.setattr(RunTable, "put_unless_sealed", sealed_first)
+        train_step({"run_id": "straggler", "round": 0, "worker": last}, None)
+    found = check("straggler")
+    assert found.findings == [], found.findings
+    (r0,) = found.rounds
+    assert r0.applied == first and list(r0.excused) == [last]
+    assert r0.excused[last].startswith("late: its record was refused by the seal")
+    # without the attempt's own word, an update of no record stored before the seal is unexplained
+    table = RunTable(TABLE, "straggler")
+    for a in table.query("ATTEMPT#000000#"):
+        if a.get("worker") == last:
+            table.client.delete_item(TableName=TABLE, Key=to_item({"pk": a["pk"], "sk": a["sk"]}))
+    assert kinds(check("straggler"), 0) == {("unexplained_update", last)}
 
 
 def test_a_changed_model_value_is_reported(digits, aws):
