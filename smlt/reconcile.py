@@ -59,7 +59,7 @@ from smlt.runtime import keys
 from smlt.runtime.aggregate.guard import MIN_UPDATES, NORM_FACTOR
 from smlt.runtime.errors import StaleInvocation
 from smlt.runtime.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
-from smlt.runtime.ledger import TIMEOUTS
+from smlt.runtime.ledger import TIMEOUTS, rounds_in_model, rounds_said
 from smlt.runtime.records import RunTable
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -71,7 +71,9 @@ class Finding(BaseModel):
     round: int
     # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, committed, model,
     # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item),
-    # digest (a stored object that is not the one its item recorded), rejected (refused without cause)
+    # digest (a stored object that is not the one its item recorded), rejected (refused without cause),
+    # final (final/model.safetensors is no stored model), rounds (META's final.rounds is not the count of
+    # the rounds that trained the final model)
     kind: str
     worker: int | None = None
     detail: str
@@ -79,6 +81,7 @@ class Finding(BaseModel):
 
 class RoundCheck(BaseModel):
     round: int
+    aggregated: bool = False  # a ROUND item
     trained: bool = False  # aggregated, neither evaluation-only nor diverged
     applied: list[int] = Field(default_factory=list)  # workers in the ledger
     excused: dict[int, str] = Field(default_factory=dict)  # update objects not applied, with the reason
@@ -89,6 +92,16 @@ class Reconciliation(BaseModel):
     run_id: str
     rounds: list[RoundCheck] = Field(default_factory=list)
     pending: list[int] = Field(default_factory=list)  # rounds with updates after the last aggregated one
+    # The stored model final/model.safetensors is (found by its tensors), and the rounds that
+    # trained it (smlt.runtime.ledger.rounds_in_model over the rounds reconciled here); None: no final model.
+    final_model: int | None = None
+    final_rounds: int | None = None
+
+    @property
+    def said(self) -> str:
+        """The rounds as `smlt run` names them (smlt.runtime.ledger.rounds_said)."""
+        aggregated = sum(1 for r in self.rounds if r.aggregated)
+        return rounds_said(aggregated, aggregated if self.final_rounds is None else self.final_rounds)
 
     @property
     def findings(self) -> list[Finding]:
@@ -290,6 +303,7 @@ def _reconcile(run: _Run) -> Reconciliation:
         if item is None:
             check.findings.append(Finding(round=rnd, kind="not_aggregated", detail="update objects, no ROUND item"))
         else:
+            check.aggregated = True
             check.trained = not (item.eval_only or item.diverged)
             _check_ledger(run, item, updates.get(rnd, {}), check)
             _check_digests(run, item, updates.get(rnd, {}), check)
@@ -298,7 +312,46 @@ def _reconcile(run: _Run) -> Reconciliation:
         result.rounds.append(check)
     if result.rounds:
         result.rounds[-1].findings.extend(_final_findings(run, result.rounds[-1].round))
+        result.rounds[-1].findings.extend(_final_rounds(run, result, rounds))
     return result
+
+
+def _final_rounds(run: _Run, result: Reconciliation, rounds: dict[int, RoundItem]) -> list[Finding]:
+    """Which stored model final/model.safetensors is (the newest model r whose tensors it holds),
+    the rounds that trained it (rounds before r that applied updates), and META's `final.rounds`
+    against that count."""
+    blob = run.store.get(keys.final_model_key(run.run_id))
+    if blob is None:
+        return []
+    try:
+        final = tensors(blob)
+    except (SafetensorError, ValueError, KeyError, TypeError):
+        return []  # a damaged final model is a digest finding
+    for r in sorted((*rounds, max(rounds, default=-1) + 1), reverse=True):
+        try:
+            stored = run.model(r)
+        except (SafetensorError, ValueError, KeyError, TypeError):
+            continue
+        if stored is not None and _same(stored, final):
+            result.final_model = r
+            break
+    else:
+        last = result.rounds[-1].round
+        return [Finding(round=last, kind="final", detail="final/model.safetensors is none of the run's stored models")]
+    result.final_rounds = rounds_in_model(rounds.values(), result.final_model)
+    meta = run.table.get(keys.META, MetaItem)
+    said = meta.final.rounds if meta is not None and meta.final is not None else None
+    if said is None or said == result.final_rounds:
+        return []
+    detail = (
+        f"META's final says {said} rounds, but the final model is model {result.final_model}, "
+        f"which {result.final_rounds} rounds trained"
+    )
+    return [Finding(round=result.rounds[-1].round, kind="rounds", detail=detail)]
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in a)
 
 
 def _final_findings(run: _Run, last: int) -> list[Finding]:

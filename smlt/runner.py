@@ -30,7 +30,7 @@ from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.extras import require
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
-from smlt.runtime import keys
+from smlt.runtime import keys, ledger
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
 from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.job import Job
@@ -373,13 +373,12 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     classes = json.loads(card.read_text()).get("classes") if card.exists() else None
     warning = class_warning(f, classes)
     metrics = out / "metrics.json"
-    target = (
-        json.loads(metrics.read_text()).get("job", {}).get("training", {}).get("target_metric")
-        if metrics.exists()
-        else None
-    )
+    saved = json.loads(metrics.read_text()) if metrics.exists() else {}
+    target = saved.get("job", {}).get("training", {}).get("target_metric")
+    aggregated = len(saved.get("rounds") or []) or f["rounds"]  # ROUND items (smlt verify counts the same)
     return [
-        f"done: run {run_id}: {f['rounds']} rounds, {summary_text(f, target)}, val loss {loss}, "
+        f"done: run {run_id}: {ledger.rounds_said(aggregated, f['rounds'])}, {summary_text(f, target)}, "
+        f"val loss {loss}, "
         f"{seconds:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
         + (f", faults injected {faults}" if faults is not None else ""),
         *([f"  warning: {warning}"] if warning else []),

@@ -37,12 +37,13 @@ def verify(args: argparse.Namespace) -> int:
         notice.info(result.model_dump_json(indent=2))
     for f in result.findings:
         notice.warning(f"round {f.round}: {f.kind}{'' if f.worker is None else f' (worker {f.worker})'}: {f.detail}")
-    rounds = len(result.rounds)
     excused = sum(len(r.excused) for r in result.rounds)
+    # the rounds as `smlt run` counts them: aggregated rounds, and those trained into the final model
+    said = result.said
     if result.ok:
-        notice.info(f"run {args.run}: {rounds} rounds reconciled, nothing lost or counted twice ({excused} excused)")
+        notice.info(f"run {args.run}: {said} reconciled, nothing lost or counted twice ({excused} excused)")
         return 0
-    notice.warning(f"run {args.run}: {len(result.findings)} finding(s) in {rounds} rounds")
+    notice.warning(f"run {args.run}: {len(result.findings)} finding(s) in {said}")
     return 1
 
 

@@ -39,7 +39,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
@@ -629,3 +629,37 @@ def run_ledger(
     for bd in per_round.values():
         total = total + bd
     return per_round, total
+
+
+# --------------------------------------------------------------------------- what a round count is
+
+
+class _Aggregated(Protocol):
+    round: int
+    eval_only: bool
+    diverged: bool
+    accepted: list[Any]
+
+
+def trained(r: _Aggregated) -> bool:
+    """Whether an aggregated round (its ROUND item) trained the model: it applied at least one
+    update. An evaluation-only round, a diverged one (model r carried over) and one whose updates
+    all failed or were refused did not."""
+    return bool(r.accepted) and not r.eval_only and not r.diverged
+
+
+def rounds_in_model(rounds: Iterable[_Aggregated], model: int | None) -> int:
+    """The training rounds that made model `model` (rounds 0 .. model-1 make model `model`; round
+    r's metrics measure model r): what a run reports as its `rounds` (FinalMetrics), `smlt run`'s
+    summary and `smlt verify` say "trained into the final model". 0 when there is no final model."""
+    if model is None:
+        return 0
+    return sum(1 for r in rounds if r.round < model and trained(r))
+
+
+def rounds_said(aggregated: int, in_model: int) -> str:
+    """How `smlt run` and `smlt verify` name a run's rounds: every aggregated round (ROUND item,
+    round 0 and an evaluation-only round included), and of them those trained into the final
+    model when that differs (the last round trains a model the run does not measure)."""
+    said = f"{aggregated} round{'s' * (aggregated != 1)}"
+    return said if aggregated == in_model else f"{said} ({in_model} trained into the final model)"

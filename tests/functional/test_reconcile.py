@@ -14,12 +14,12 @@ import safetensors.numpy
 from lambdas.train_step.handler import handler as train_step
 from smlt.reconcile import reconcile
 from smlt.runtime import keys
+from smlt.runtime.errors import StaleInvocation
 from smlt.runtime.items import Accepted, RoundItem, SealItem, WorkerItem
 from smlt.runtime.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers import test_buffers as buffers
 from tests.functional.handlers.conftest import job
-from smlt.runtime.errors import StaleInvocation
 from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine, drive, plan
 
 aws, digits, images = handlers.aws, handlers.digits, buffers.images  # the handlers' moto fixtures
@@ -56,6 +56,24 @@ def kinds(found, rnd):
 def test_a_clean_run_reconciles(digits, aws):
     found = two_rounds(digits, "clean")
     assert [r.excused for r in found.rounds] == [{}, {}, {}]
+    # the final model is model 2, which the evaluation-only round 2 carried over as model 3 (the
+    # newest stored model it equals): rounds 0 and 1 trained it, as the run says
+    final = json.loads(aws.get_object(Bucket=ART, Key=keys.final_metrics_key("clean"))["Body"].read())["final"]
+    assert (found.final_model, found.final_rounds) == (3, 2) == (3, final["rounds"])
+    assert found.said == "3 rounds (2 trained into the final model)"
+
+
+def test_a_final_round_count_that_is_not_the_models_is_reported(digits, aws):
+    two_rounds(digits, "count")
+    table = RunTable(TABLE, "count")
+    meta = table.meta()
+    assert meta is not None and meta.final is not None
+    meta.final.rounds = 3  # the evaluation round counted as a training round
+    raw = {"pk": keys.pk("count"), "sk": keys.META, **meta.attrs()}
+    table.client.put_item(TableName=TABLE, Item=to_item(raw))
+    (finding,) = check("count").findings
+    assert (finding.round, finding.kind) == (2, "rounds")
+    assert finding.detail == "META's final says 3 rounds, but the final model is model 3, which 2 rounds trained"
 
 
 def test_sharded_bf16_with_server_lr_reconciles(digits, aws, monkeypatch):

@@ -166,3 +166,20 @@ def test_a_throttled_request_is_taken_back_and_its_retry_counted(monkeypatch):
     # an answer with nothing sent on this thread takes nothing back
     ledger._on_answer({"status_code": 503, "body": b""}, event_name="before-parse.s3.GetObject")
     assert tally.requests["s3.PutObject"] == 2
+
+
+def test_the_rounds_trained_into_a_model_are_the_rounds_before_it_that_applied_updates():
+    from types import SimpleNamespace as R
+
+    one = [ledger.trained(R(round=0, eval_only=False, diverged=False, accepted=[]))]  # every update failed
+    rounds = [
+        R(round=0, eval_only=False, diverged=False, accepted=["w0"]),
+        R(round=1, eval_only=False, diverged=True, accepted=[]),  # model 1 carried over as model 2
+        R(round=2, eval_only=False, diverged=False, accepted=["w0", "w1"]),
+        R(round=3, eval_only=False, diverged=False, accepted=["w0"]),  # trains model 4, never measured
+        R(round=4, eval_only=True, diverged=False, accepted=[]),
+    ]
+    assert one == [False]
+    assert [ledger.rounds_in_model(rounds, m) for m in (None, 0, 1, 3, 4, 5)] == [0, 0, 1, 2, 3, 3]
+    assert ledger.rounds_said(5, 3) == "5 rounds (3 trained into the final model)"
+    assert ledger.rounds_said(1, 1) == "1 round"
