@@ -30,10 +30,11 @@ from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.extras import require
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
-from smlt.runtime import keys, ledger
+from smlt.runtime import deployed, keys, ledger
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
 from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.job import Job
+from smlt.runtime.prices import Prices
 from smlt.runtime.progress import notice, progress
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
@@ -195,9 +196,23 @@ class Follower:
             if plan and plan.reason and shape != self.last_plan:  # say why whenever the plan changes
                 progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
-            progress.info(progress_line(r, plan, self.target()) + (f" | {r.reason}" if r.reason else ""))
+            estimated = self.estimated(r.round)
+            progress.info(
+                progress_line(r, plan, self.target())
+                + (f" | {estimated}" if estimated else "")
+                + (f" | {r.reason}" if r.reason else "")
+            )
             if self.tracking is not None:
                 self.tracking.round(r.model_dump())
+
+    def estimated(self, rnd: int) -> str:
+        """The part of round `rnd`'s cost that is an estimate still standing (a straggler priced at
+        the function's timeout; smlt.runtime.ledger.estimate_note), "" when none (one query)."""
+        table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
+        standing = ledger.standing_estimates(table.query(ledger.round_prefix(rnd)))
+        if not standing:
+            return ""
+        return ledger.estimate_note(standing, Prices(), deployed.value("architecture"))
 
     def target(self) -> str | None:
         """The run's target metric, from its META item (read once, when the first round is reported)."""

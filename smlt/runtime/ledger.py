@@ -663,3 +663,34 @@ def rounds_said(aggregated: int, in_model: int) -> str:
     model when that differs (the last round trains a model the run does not measure)."""
     said = f"{aggregated} round{'s' * (aggregated != 1)}"
     return said if aggregated == in_model else f"{said} ({in_model} trained into the final model)"
+
+
+# ------------------------------------------------------------------- an estimate shown as one
+
+
+def standing_estimates(raw: Iterable[dict[str, Any]]) -> list[AttemptItem]:
+    """The estimated attempts among a round's ATTEMPT items that no item of their own worker has
+    replaced yet (`from_items`): a straggler still running, a worker that died."""
+    return [a for a in from_items(raw) if a.estimated]
+
+
+def estimate_note(estimates: list[AttemptItem], prices: Prices, architecture: str) -> str:
+    """What part of a round's price is estimated, and why (for the round's progress line): a
+    round priced while a worker the Map stopped waiting for may still run bills that worker at the
+    function's timeout (AWS bills a time-out that much, and nothing stops the worker sooner); the
+    worker's own item replaces the estimate when it ends, and the next round's total is corrected
+    (`late`). "" when nothing is estimated."""
+    if not estimates:
+        return ""
+    usd = breakdown(estimates, 0.0, prices, architecture).total_usd
+    by_why: dict[str, list[str]] = {}
+    for a in sorted(estimates, key=lambda a: a.worker if a.worker is not None else -1):
+        if a.outcome in TIMEOUTS:
+            why = f"abandoned at its time limit, {a.duration_s:.0f} s, the function's timeout, until it ends"
+        elif a.outcome in THROTTLES:
+            why = "throttled, no duration"
+        else:
+            why = f"left no item ({a.outcome}), {a.duration_s:.1f} s, the round's longest attempt"
+        by_why.setdefault(why, []).append(str(a.worker))
+    said = "; ".join(f"worker{'s' * (len(ws) > 1)} {', '.join(ws)} {why}" for why, ws in by_why.items())
+    return f"of it ${usd:.5f} estimated ({said})"

@@ -183,3 +183,24 @@ def test_the_rounds_trained_into_a_model_are_the_rounds_before_it_that_applied_u
     assert [ledger.rounds_in_model(rounds, m) for m in (None, 0, 1, 3, 4, 5)] == [0, 0, 1, 2, 3, 3]
     assert ledger.rounds_said(5, 3) == "5 rounds (3 trained into the final model)"
     assert ledger.rounds_said(1, 1) == "1 round"
+
+
+def test_a_rounds_standing_estimate_is_shown_as_one_until_its_workers_item_replaces_it():
+    prices = Prices()
+    done = {"sk": "ATTEMPT#000003#a#1", "function": "f", "memory_mb": 1769, "round": 3, "worker": 0, "duration_s": 7.0}
+    abandoned = {
+        "sk": "ATTEMPT#000003#estimated-3-1",
+        **ledger.estimate_missing(
+            2, 1769, 3, [ledger.AttemptItem(**done)], [{"worker": 1, "ok": False, "error": "States.Timeout"}], 900
+        )[0].attrs(),
+    }
+    standing = ledger.standing_estimates([done, abandoned])
+    assert [(a.worker, a.duration_s) for a in standing] == [(1, 900.0)]
+    note = ledger.estimate_note(standing, prices, "x86_64")
+    usd = 1769 / 1024 * 900 * prices.lambda_gb_second["x86_64"]
+    assert note.startswith(f"of it ${ledger.breakdown(standing, 0, prices, 'x86_64').total_usd:.5f} estimated")
+    assert usd > 0.025 and "worker 1 abandoned at its time limit, 900 s, the function's timeout, until it ends" in note
+    # the straggler's own item, when it ends, replaces the estimate: nothing is estimated any more
+    late = {**done, "sk": "ATTEMPT#000003#b#1", "worker": 1, "duration_s": 65.0, "outcome": "StaleInvocation"}
+    assert ledger.standing_estimates([done, abandoned, late]) == []
+    assert ledger.estimate_note([], prices, "x86_64") == ""
