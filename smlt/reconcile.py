@@ -59,6 +59,7 @@ from smlt.runtime import keys
 from smlt.runtime.aggregate.guard import MIN_UPDATES, NORM_FACTOR
 from smlt.runtime.errors import StaleInvocation
 from smlt.runtime.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
+from smlt.runtime.ledger import PREFIX as ledger_prefix
 from smlt.runtime.ledger import TIMEOUTS, rounds_in_model, rounds_said
 from smlt.runtime.records import RunTable
 
@@ -297,6 +298,7 @@ def _reconcile(run: _Run) -> Reconciliation:
     rounds = {r.round: r for r in run.table.rounds()}
     last = max(rounds, default=-1)
     result = Reconciliation(run_id=run_id, pending=sorted(r for r in updates if r > last))
+    metered = bool(run.table.query(ledger_prefix))  # the run's invocations record ATTEMPT items
     for rnd in sorted(set(rounds) | {r for r in updates if r <= last}):
         check = RoundCheck(round=rnd)
         item = rounds.get(rnd)
@@ -308,7 +310,7 @@ def _reconcile(run: _Run) -> Reconciliation:
             _check_ledger(run, item, updates.get(rnd, {}), check)
             _check_digests(run, item, updates.get(rnd, {}), check)
             _check_model(run, item, updates.get(rnd, {}), check)
-            _check_billed(run, rnd, check)
+            _check_billed(run, rnd, check, metered)
         result.rounds.append(check)
     if result.rounds:
         result.rounds[-1].findings.extend(_final_findings(run, result.rounds[-1].round))
@@ -392,12 +394,16 @@ def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check
     _excuse(run, item, unapplied, records, check)
 
 
-def _check_billed(run: _Run, rnd: int, check: RoundCheck) -> None:
+def _check_billed(run: _Run, rnd: int, check: RoundCheck, metered: bool) -> None:
     """Every worker record of the round has an ATTEMPT item of its worker that ended ok (the
-    bill has the invocation that did the work; smlt.runtime.ledger). Rounds without any ATTEMPT item
-    were run before invocations recorded them: nothing to check."""
+    bill has the invocation that did the work; smlt.runtime.ledger). A run with no ATTEMPT item at
+    all was run before invocations recorded them: nothing to check; in a run that has them, a round
+    without any (not even its aggregator's) is a finding: its bill is missing, not zero."""
     attempts = run.table.query(f"ATTEMPT#{rnd:06d}#")
     if not attempts:
+        if metered:
+            detail = "no ATTEMPT item (not even its aggregation's), while the run's other rounds have them"
+            check.findings.append(Finding(round=rnd, kind="unbilled", detail=detail))
         return
     billed = {a.get("worker") for a in attempts if a.get("outcome") == "ok" and not a.get("estimated")}
     for r in run.table.workers(rnd):

@@ -206,13 +206,10 @@ class Follower:
                 self.tracking.round(r.model_dump())
 
     def estimated(self, rnd: int) -> str:
-        """The part of round `rnd`'s cost that is an estimate still standing (a straggler priced at
-        the function's timeout; smlt.runtime.ledger.estimate_note), "" when none (one query)."""
+        """The part of round `rnd`'s cost that was estimated when it was priced (a straggler at the
+        function's timeout; smlt.runtime.ledger.estimate_note), "" when none (one query)."""
         table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
-        standing = ledger.standing_estimates(table.query(ledger.round_prefix(rnd)))
-        if not standing:
-            return ""
-        return ledger.estimate_note(standing, Prices(), deployed.value("architecture"))
+        return ledger.estimate_note(table.query(ledger.round_prefix(rnd)), Prices(), deployed.value("architecture"))
 
     def target(self) -> str | None:
         """The run's target metric, from its META item (read once, when the first round is reported)."""

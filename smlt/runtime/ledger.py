@@ -668,29 +668,31 @@ def rounds_said(aggregated: int, in_model: int) -> str:
 # ------------------------------------------------------------------- an estimate shown as one
 
 
-def standing_estimates(raw: Iterable[dict[str, Any]]) -> list[AttemptItem]:
-    """The estimated attempts among a round's ATTEMPT items that no item of their own worker has
-    replaced yet (`from_items`): a straggler still running, a worker that died."""
-    return [a for a in from_items(raw) if a.estimated]
-
-
-def estimate_note(estimates: list[AttemptItem], prices: Prices, architecture: str) -> str:
-    """What part of a round's price is estimated, and why (for the round's progress line): a
-    round priced while a worker the Map stopped waiting for may still run bills that worker at the
-    function's timeout (AWS bills a time-out that much, and nothing stops the worker sooner); the
-    worker's own item replaces the estimate when it ends, and the next round's total is corrected
-    (`late`). "" when nothing is estimated."""
+def estimate_note(raw: Iterable[dict[str, Any]], prices: Prices, architecture: str) -> str:
+    """What part of a round's price (its ATTEMPT items, `raw`) is an estimate, and why, for the
+    round's progress line. A round priced while a worker the Map stopped waiting for may still run
+    bills that worker at the function's timeout (AWS bills a time-out that much, and nothing stops
+    the worker sooner), a worker that died at the round's longest attempt; the worker's own item
+    replaces the estimate when it comes (`from_items`), and the next round's total is corrected
+    (`late`), so a line printed after that says the estimate is settled. "" when nothing was estimated."""
+    items = [AttemptItem.model_validate(r) for r in raw]
+    estimates = sorted((a for a in items if a.estimated), key=lambda a: a.worker if a.worker is not None else -1)
     if not estimates:
         return ""
     usd = breakdown(estimates, 0.0, prices, architecture).total_usd
+    recorded = {a.worker for a in items if not a.estimated and a.worker is not None}
     by_why: dict[str, list[str]] = {}
-    for a in sorted(estimates, key=lambda a: a.worker if a.worker is not None else -1):
+    for a in estimates:
         if a.outcome in TIMEOUTS:
-            why = f"abandoned at its time limit, {a.duration_s:.0f} s, the function's timeout, until it ends"
+            why = f"abandoned at its time limit, priced at the function's {a.duration_s:.0f} s timeout"
         elif a.outcome in THROTTLES:
             why = "throttled, no duration"
         else:
-            why = f"left no item ({a.outcome}), {a.duration_s:.1f} s, the round's longest attempt"
+            why = f"left no item ({a.outcome}), priced at the round's longest attempt, {a.duration_s:.1f} s"
+        if a.worker in recorded:
+            why += ": its own item has replaced the estimate since, the next round's total corrects it"
+        else:
+            why += " until its own item replaces it"
         by_why.setdefault(why, []).append(str(a.worker))
     said = "; ".join(f"worker{'s' * (len(ws) > 1)} {', '.join(ws)} {why}" for why, ws in by_why.items())
     return f"of it ${usd:.5f} estimated ({said})"

@@ -246,3 +246,16 @@ def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
     state[sorted(state)[0]].flat[3] += np.float32(1e-6)
     aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
     assert [(f.round, f.kind) for f in check("nan").findings] == [(1, "digest"), (1, "model")]
+
+
+def test_a_round_whose_attempts_are_all_gone_is_unbilled_not_skipped(digits, aws):
+    """A run that records ATTEMPT items: a round without any (its workers' and its aggregation's
+    deleted) is a finding; before, such a round was taken for one run before invocations recorded
+    them, and its bill's absence passed as nothing to check."""
+    two_rounds(digits, "nobill")
+    table = RunTable(TABLE, "nobill")
+    for a in table.query("ATTEMPT#000001#"):
+        table.client.delete_item(TableName=TABLE, Key=to_item({"pk": a["pk"], "sk": a["sk"]}))
+    found = check("nobill")
+    assert {(f.kind, f.worker) for f in found.findings} == {("unbilled", None)}
+    assert [f.round for f in found.findings] == [1]

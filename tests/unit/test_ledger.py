@@ -185,22 +185,22 @@ def test_the_rounds_trained_into_a_model_are_the_rounds_before_it_that_applied_u
     assert ledger.rounds_said(1, 1) == "1 round"
 
 
-def test_a_rounds_standing_estimate_is_shown_as_one_until_its_workers_item_replaces_it():
+def test_a_rounds_estimate_is_shown_as_one_and_as_settled_once_its_workers_item_replaces_it():
     prices = Prices()
     done = {"sk": "ATTEMPT#000003#a#1", "function": "f", "memory_mb": 1769, "round": 3, "worker": 0, "duration_s": 7.0}
-    abandoned = {
-        "sk": "ATTEMPT#000003#estimated-3-1",
-        **ledger.estimate_missing(
-            2, 1769, 3, [ledger.AttemptItem(**done)], [{"worker": 1, "ok": False, "error": "States.Timeout"}], 900
-        )[0].attrs(),
-    }
-    standing = ledger.standing_estimates([done, abandoned])
-    assert [(a.worker, a.duration_s) for a in standing] == [(1, 900.0)]
-    note = ledger.estimate_note(standing, prices, "x86_64")
-    usd = 1769 / 1024 * 900 * prices.lambda_gb_second["x86_64"]
-    assert note.startswith(f"of it ${ledger.breakdown(standing, 0, prices, 'x86_64').total_usd:.5f} estimated")
-    assert usd > 0.025 and "worker 1 abandoned at its time limit, 900 s, the function's timeout, until it ends" in note
-    # the straggler's own item, when it ends, replaces the estimate: nothing is estimated any more
+    outcomes = [{"worker": 1, "ok": False, "error": "States.Timeout"}]
+    (estimate,) = ledger.estimate_missing(2, 1769, 3, [ledger.AttemptItem(**done)], outcomes, 900)
+    abandoned = {"sk": "ATTEMPT#000003#estimated-3-1", **estimate.attrs()}
+    note = ledger.estimate_note([done, abandoned], prices, "x86_64")
+    usd = ledger.breakdown([estimate], 0, prices, "x86_64").total_usd
+    assert usd > 0.025 and note == (
+        f"of it ${usd:.5f} estimated (worker 1 abandoned at its time limit, priced at the function's 900 s timeout "
+        "until its own item replaces it)"
+    )
+    # the straggler's own item, when it ends, replaces the estimate: a line printed after says so
     late = {**done, "sk": "ATTEMPT#000003#b#1", "worker": 1, "duration_s": 65.0, "outcome": "StaleInvocation"}
-    assert ledger.standing_estimates([done, abandoned, late]) == []
-    assert ledger.estimate_note([], prices, "x86_64") == ""
+    assert [a.worker for a in ledger.from_items([done, abandoned, late]) if a.estimated] == []
+    assert ledger.estimate_note([done, abandoned, late], prices, "x86_64").endswith(
+        "900 s timeout: its own item has replaced the estimate since, the next round's total corrects it)"
+    )
+    assert ledger.estimate_note([done], prices, "x86_64") == ""
