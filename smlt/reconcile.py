@@ -8,8 +8,10 @@ aggregator (or in the code that decides what counts) cannot hide here: it shares
 
 For every aggregated round r (a ROUND item):
 1. every update object is in the applied ledger (`RoundItem.accepted`), or has a reason: the round
-   diverged (nothing applied), the worker recorded a named error (`ERROR#r#w`), or the object was
-   uploaded after the round's seal (late: its record could never land). Anything else is a finding.
+   diverged (nothing applied), the worker recorded a named error (`ERROR#r#w`), the object was
+   uploaded after the round's seal (late: its record could never land), or the worker's own ATTEMPT
+   item says the seal refused its record (a straggler: it ended `StaleInvocation` after the seal, or
+   the Map stopped waiting for it, `States.Timeout`). Anything else is a finding.
 2. every ledger entry names its worker once and has its update object and its worker record, both
    with the ledger's samples; every record that trained is in the ledger (unless the round diverged);
    a sharded round's `accepted.json` (what its k aggregators averaged) is the ledger.
@@ -55,7 +57,10 @@ from safetensors import SafetensorError
 
 from smlt.runtime import keys
 from smlt.runtime.aggregate.guard import MIN_UPDATES, NORM_FACTOR
+from smlt.runtime.errors import StaleInvocation
 from smlt.runtime.items import Accepted, ErrorItem, MetaItem, PlanItem, RoundItem, SealItem, WorkerItem
+from smlt.runtime.ledger import PREFIX as ledger_prefix
+from smlt.runtime.ledger import TIMEOUTS, rounds_in_model, rounds_said
 from smlt.runtime.records import RunTable
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -67,7 +72,9 @@ class Finding(BaseModel):
     round: int
     # unexplained_update, missing_update, missing_record, applied_twice, samples, not_applied, committed, model,
     # unreadable (a damaged model or applied update), not_aggregated (updates of a round with no ROUND item),
-    # digest (a stored object that is not the one its item recorded), rejected (refused without cause)
+    # digest (a stored object that is not the one its item recorded), rejected (refused without cause),
+    # final (final/model.safetensors is no stored model), rounds (META's final.rounds is not the count of
+    # the rounds that trained the final model)
     kind: str
     worker: int | None = None
     detail: str
@@ -75,6 +82,7 @@ class Finding(BaseModel):
 
 class RoundCheck(BaseModel):
     round: int
+    aggregated: bool = False  # a ROUND item
     trained: bool = False  # aggregated, neither evaluation-only nor diverged
     applied: list[int] = Field(default_factory=list)  # workers in the ledger
     excused: dict[int, str] = Field(default_factory=dict)  # update objects not applied, with the reason
@@ -85,6 +93,16 @@ class Reconciliation(BaseModel):
     run_id: str
     rounds: list[RoundCheck] = Field(default_factory=list)
     pending: list[int] = Field(default_factory=list)  # rounds with updates after the last aggregated one
+    # The stored model final/model.safetensors is (found by its tensors), and the rounds that
+    # trained it (smlt.runtime.ledger.rounds_in_model over the rounds reconciled here); None: no final model.
+    final_model: int | None = None
+    final_rounds: int | None = None
+
+    @property
+    def said(self) -> str:
+        """The rounds as `smlt run` names them (smlt.runtime.ledger.rounds_said)."""
+        aggregated = sum(1 for r in self.rounds if r.aggregated)
+        return rounds_said(aggregated, aggregated if self.final_rounds is None else self.final_rounds)
 
     @property
     def findings(self) -> list[Finding]:
@@ -280,21 +298,62 @@ def _reconcile(run: _Run) -> Reconciliation:
     rounds = {r.round: r for r in run.table.rounds()}
     last = max(rounds, default=-1)
     result = Reconciliation(run_id=run_id, pending=sorted(r for r in updates if r > last))
+    metered = bool(run.table.query(ledger_prefix))  # the run's invocations record ATTEMPT items
     for rnd in sorted(set(rounds) | {r for r in updates if r <= last}):
         check = RoundCheck(round=rnd)
         item = rounds.get(rnd)
         if item is None:
             check.findings.append(Finding(round=rnd, kind="not_aggregated", detail="update objects, no ROUND item"))
         else:
+            check.aggregated = True
             check.trained = not (item.eval_only or item.diverged)
             _check_ledger(run, item, updates.get(rnd, {}), check)
             _check_digests(run, item, updates.get(rnd, {}), check)
             _check_model(run, item, updates.get(rnd, {}), check)
-            _check_billed(run, rnd, check)
+            _check_billed(run, rnd, check, metered)
         result.rounds.append(check)
     if result.rounds:
         result.rounds[-1].findings.extend(_final_findings(run, result.rounds[-1].round))
+        result.rounds[-1].findings.extend(_final_rounds(run, result, rounds))
     return result
+
+
+def _final_rounds(run: _Run, result: Reconciliation, rounds: dict[int, RoundItem]) -> list[Finding]:
+    """Which stored model final/model.safetensors is (the newest model r whose tensors it holds),
+    the rounds that trained it (rounds before r that applied updates), and META's `final.rounds`
+    against that count."""
+    blob = run.store.get(keys.final_model_key(run.run_id))
+    if blob is None:
+        return []
+    try:
+        final = tensors(blob)
+    except (SafetensorError, ValueError, KeyError, TypeError):
+        return []  # a damaged final model is a digest finding
+    for r in sorted((*rounds, max(rounds, default=-1) + 1), reverse=True):
+        try:
+            stored = run.model(r)
+        except (SafetensorError, ValueError, KeyError, TypeError):
+            continue
+        if stored is not None and _same(stored, final):
+            result.final_model = r
+            break
+    else:
+        last = result.rounds[-1].round
+        return [Finding(round=last, kind="final", detail="final/model.safetensors is none of the run's stored models")]
+    result.final_rounds = rounds_in_model(rounds.values(), result.final_model)
+    meta = run.table.get(keys.META, MetaItem)
+    said = meta.final.rounds if meta is not None and meta.final is not None else None
+    if said is None or said == result.final_rounds:
+        return []
+    detail = (
+        f"META's final says {said} rounds, but the final model is model {result.final_model}, "
+        f"which {result.final_rounds} rounds trained"
+    )
+    return [Finding(round=result.rounds[-1].round, kind="rounds", detail=detail)]
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in a)
 
 
 def _final_findings(run: _Run, last: int) -> list[Finding]:
@@ -335,12 +394,16 @@ def _check_ledger(run: _Run, item: RoundItem, updates: dict[int, _Update], check
     _excuse(run, item, unapplied, records, check)
 
 
-def _check_billed(run: _Run, rnd: int, check: RoundCheck) -> None:
+def _check_billed(run: _Run, rnd: int, check: RoundCheck, metered: bool) -> None:
     """Every worker record of the round has an ATTEMPT item of its worker that ended ok (the
-    bill has the invocation that did the work; smlt.runtime.ledger). Rounds without any ATTEMPT item
-    were run before invocations recorded them: nothing to check."""
+    bill has the invocation that did the work; smlt.runtime.ledger). A run with no ATTEMPT item at
+    all was run before invocations recorded them: nothing to check; in a run that has them, a round
+    without any (not even its aggregator's) is a finding: its bill is missing, not zero."""
     attempts = run.table.query(f"ATTEMPT#{rnd:06d}#")
     if not attempts:
+        if metered:
+            detail = "no ATTEMPT item (not even its aggregation's), while the run's other rounds have them"
+            check.findings.append(Finding(round=rnd, kind="unbilled", detail=detail))
         return
     billed = {a.get("worker") for a in attempts if a.get("outcome") == "ok" and not a.get("estimated")}
     for r in run.table.workers(rnd):
@@ -453,6 +516,7 @@ def _excuse(
     rnd = item.round
     errors: dict[int, ErrorItem] = run.table.errors(rnd) if unapplied else {}
     seal = run.table.get(keys.seal_sk(rnd), SealItem) if unapplied else None
+    stragglers = _stragglers(run, rnd, seal) if unapplied and seal is not None else {}
     for w, u in sorted(unapplied.items()):
         if item.diverged:
             check.excused[w] = f"round diverged: {item.reason}"
@@ -460,10 +524,35 @@ def _excuse(
             check.excused[w] = f"worker error {errors[w].error}: {errors[w].message}"
         elif w not in records and seal is not None and int(u.uploaded) >= seal.sealed_at:
             check.excused[w] = "late: uploaded after the round was sealed"
+        elif w not in records and w in stragglers:
+            check.excused[w] = stragglers[w]
         elif w not in records:
             detail = f"{u.key}: no ledger entry, no worker record and no recorded reason (a report lost?)"
             check.findings.append(Finding(round=rnd, kind="unexplained_update", worker=w, detail=detail))
         # a record outside the ledger is reported by _check_ledger already
+
+
+def _stragglers(run: _Run, rnd: int, seal: SealItem) -> dict[int, str]:
+    """The workers of round `rnd` whose own ATTEMPT item says the seal refused their record: an
+    attempt that ended `StaleInvocation` after the round was sealed (it uploaded its update, then
+    found the round closed; S3 times an upload to the second, so an update stored in the seal's
+    second, or before it, is excused by this and not by its time), or an attempt the Map stopped
+    waiting for (`States.Timeout`, estimated by the aggregator from Step Functions' outcome: its
+    record had not landed when the round was sealed)."""
+    out: dict[int, str] = {}
+    for a in run.table.query(f"ATTEMPT#{rnd:06d}#"):
+        worker, outcome = a.get("worker"), str(a.get("outcome", ""))
+        if worker is None:
+            continue
+        ended = float(a.get("started_at", 0)) + float(a.get("duration_s", 0))
+        if outcome == StaleInvocation.__name__ and not a.get("estimated") and ended >= seal.sealed_at:
+            out[int(worker)] = (
+                f"late: its record was refused by the seal (its attempt ended {outcome} {ended - seal.sealed_at:.2f} s "
+                "after the round was sealed)"
+            )
+        elif outcome in TIMEOUTS and a.get("estimated"):
+            out.setdefault(int(worker), f"late: the round stopped waiting for it ({outcome}) before its record landed")
+    return out
 
 
 def _check_model(run: _Run, item: RoundItem, updates: dict[int, _Update], check: RoundCheck) -> None:

@@ -30,10 +30,11 @@ from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.extras import require
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line, writable_folder
-from smlt.runtime import keys
+from smlt.runtime import deployed, keys, ledger
 from smlt.runtime.errors import InvalidJob, RunFailed, RunNotFound
 from smlt.runtime.evaluation import class_warning, summary_text
 from smlt.runtime.job import Job
+from smlt.runtime.prices import Prices
 from smlt.runtime.progress import notice, progress
 from smlt.runtime.records import RunTable
 from smlt.runtime.store import S3Store
@@ -195,9 +196,20 @@ class Follower:
             if plan and plan.reason and shape != self.last_plan:  # say why whenever the plan changes
                 progress.info(f"  plan: {plan.reason}")
             self.last_plan = shape
-            progress.info(progress_line(r, plan, self.target()) + (f" | {r.reason}" if r.reason else ""))
+            estimated = self.estimated(r.round)
+            progress.info(
+                progress_line(r, plan, self.target())
+                + (f" | {estimated}" if estimated else "")
+                + (f" | {r.reason}" if r.reason else "")
+            )
             if self.tracking is not None:
                 self.tracking.round(r.model_dump())
+
+    def estimated(self, rnd: int) -> str:
+        """The part of round `rnd`'s cost that was estimated when it was priced (a straggler at the
+        function's timeout; smlt.runtime.ledger.estimate_note), "" when none (one query)."""
+        table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
+        return ledger.estimate_note(table.query(ledger.round_prefix(rnd)), Prices(), deployed.value("architecture"))
 
     def target(self) -> str | None:
         """The run's target metric, from its META item (read once, when the first round is reported)."""
@@ -380,13 +392,12 @@ def done_lines(run_id: str, f: dict[str, Any], seconds: float, out: Path, faults
     classes = json.loads(card.read_text()).get("classes") if card.exists() else None
     warning = class_warning(f, classes)
     metrics = out / "metrics.json"
-    target = (
-        json.loads(metrics.read_text()).get("job", {}).get("training", {}).get("target_metric")
-        if metrics.exists()
-        else None
-    )
+    saved = json.loads(metrics.read_text()) if metrics.exists() else {}
+    target = saved.get("job", {}).get("training", {}).get("target_metric")
+    aggregated = len(saved.get("rounds") or []) or f["rounds"]  # ROUND items (smlt verify counts the same)
     return [
-        f"done: run {run_id}: {f['rounds']} rounds, {summary_text(f, target)}, val loss {loss}, "
+        f"done: run {run_id}: {ledger.rounds_said(aggregated, f['rounds'])}, {summary_text(f, target)}, "
+        f"val loss {loss}, "
         f"{seconds:.1f} s, estimated AWS cost ${f['estimated_cost_usd']:.5f}"
         + (f", faults injected {faults}" if faults is not None else ""),
         *([f"  warning: {warning}"] if warning else []),

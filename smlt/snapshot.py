@@ -40,8 +40,10 @@ class Snapshot:
     model r+1. The round in progress is left out, so a resume never meets half a round, but for
     its ATTEMPT items, saved as each invocation ends (`save_in_flight`): AWS bills them whether
     or not the round is ever aggregated, so a resume bills them with the round it runs again.
-    A finished run's last save adds every ATTEMPT item not saved yet (Finalize's, a stop plan's,
-    a straggler's).
+    A straggler's item, written rounds after its round was saved with the aggregator's estimate
+    of it, is saved as it lands too (`save_in_flight` reads the rounds whose estimate stands). A
+    finished run's last save adds every ATTEMPT item not saved yet (Finalize's, a stop plan's,
+    a duplicated delivery's).
     Every save reads only what is new: the new rounds' items, and the keys after round r (S3
     lists in key order; objects are written once under per-round keys); the dataset's keys
     once. A save that finds no new round writes nothing. Thread-safe: the engine's hook and the
@@ -57,6 +59,10 @@ class Snapshot:
         self._lock = threading.Lock()
         self._unreported: list[tuple[RoundItem, PlanItem | None]] = []
         self._meta: dict[str, Any] | None = None  # META as saved last (an in-flight save keeps it)
+        # (round, worker) of each saved estimated ATTEMPT item its worker's own item has not replaced
+        # yet (a straggler still running): `save_in_flight` reads those rounds too, so the item the
+        # straggler writes when it ends is saved even if the run crashes before its last save.
+        self._standing: set[tuple[int, int]] = set()
 
     def save(self, final: bool = False, rounds_only: bool = False) -> None:
         """Add the ROUND items aggregated since the last save and their plans; copy the new
@@ -79,10 +85,30 @@ class Snapshot:
             if self.newest < 0 or self._meta is None:
                 return
             table = RunTable(self.names.table, self.run_id, client=self.engine.client("dynamodb"))
-            new = [i for i in table.query(ledger.round_prefix(self.newest + 1)) if i["sk"] not in self.saved]
+            rounds = sorted({self.newest + 1, *(r for r, _ in self._standing)})
+            found = [i for r in rounds for i in table.query(ledger.round_prefix(r))]
+            new = [i for i in found if i["sk"] not in self.saved]
             if new:
                 self._file.write(self._meta, new)
                 self.saved.update(i["sk"] for i in new)
+                self._note_attempts(new)
+
+    def _note_attempts(self, items: list[dict[str, Any]]) -> None:
+        """Keep `_standing` up to date with saved ATTEMPT items: an estimate adds its worker, the
+        worker's own item of that round removes it."""
+        for i in items:
+            if not str(i.get("sk", "")).startswith(ledger.PREFIX) or i.get("worker") is None or i.get("round") is None:
+                continue
+            at = (int(i["round"]), int(i["worker"]))
+            if i.get("estimated"):
+                if not any(
+                    int(j.get("round", -1)) == at[0] and j.get("worker") == i.get("worker") and not j.get("estimated")
+                    for j in items
+                    if str(j.get("sk", "")).startswith(ledger.PREFIX) and j.get("round") is not None
+                ):
+                    self._standing.add(at)
+            else:
+                self._standing.discard(at)
 
     def take_new(self) -> list[tuple[RoundItem, PlanItem | None]]:
         """The rounds saved since the last call, in round order, with their plans (to report)."""
@@ -126,6 +152,7 @@ class Snapshot:
         self._file.write(meta, added)
         self._meta = meta
         self.saved.update([keys.META, *(i["sk"] for i in added)])
+        self._note_attempts(added)
 
     def _copy(self, store: S3Store, listed: list[str], modified: dict[str, float] | None = None) -> None:
         """Copy new objects; each file's mtime is its object's LastModified where listed (what

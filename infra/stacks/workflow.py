@@ -14,7 +14,9 @@ one worker. Every task has a timeout (TrainWorker: TimeoutSecondsPath from the p
 Lambda service errors and throttling with exponential backoff; Plan, Aggregate (each op) and
 Finalize also retry a process that died (`Runtime.ExitError`, `Lambda.Unknown`), PrepareData once;
 they and the steps after a table's parts retry `Throttled` (an S3 or DynamoDB request throttled
-through botocore's attempts) three times, after 5, 10 and 20 s.
+through botocore's attempts) three times, after 5, 10 and 20 s. A part's failure is final once its
+Map caught it: the step after the Map raises it again as `PartFailed` (a part's named data error
+by its own name), which none of that step's retriers take.
 PrepareData failed for good is caught: PrepareFailed tells the team's topic, then PrepareDataFailed
 fails the execution with PrepareData's error; so are the steps after a table's parts' Maps
 (MergeStats, MergeMoments, FinishParts), with the same single message.
@@ -499,6 +501,8 @@ class Workflow(Construct):
 
         def fan(sid: str, op: str, extra: dict[str, str]) -> sfn.DistributedMap:
             child = task(f"{sid}Part", None, None, idempotent=False)  # the item (ItemSelector's) is the event
+            # Not retried when it died or stayed throttled: final once caught, the step after the Map
+            # raises it as `PartFailed`, which none of that step's retriers take.
             failed = sfn.Pass(
                 self,
                 f"{sid}Failed",

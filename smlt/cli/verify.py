@@ -37,12 +37,22 @@ def verify(args: argparse.Namespace) -> int:
         notice.info(result.model_dump_json(indent=2))
     for f in result.findings:
         notice.warning(f"round {f.round}: {f.kind}{'' if f.worker is None else f' (worker {f.worker})'}: {f.detail}")
-    rounds = len(result.rounds)
     excused = sum(len(r.excused) for r in result.rounds)
+    if result.pending:  # updates of rounds after the last aggregated one: in flight, or never aggregated
+        notice.warning(
+            f"run {args.run}: update objects of round(s) {', '.join(map(str, result.pending))} after the last "
+            "aggregated round, not reconciled (a round in flight, or one the run never aggregated)"
+        )
+    # the rounds as `smlt run` counts them: aggregated rounds, and those trained into the final model
+    said = result.said
+    applied = sum(len(r.applied) for r in result.rounds)  # ledger entries, each checked against its object and record
     if result.ok:
-        notice.info(f"run {args.run}: {rounds} rounds reconciled, nothing lost or counted twice ({excused} excused)")
+        notice.info(
+            f"run {args.run}: {said} reconciled, nothing lost or counted twice "
+            f"({applied} updates applied, {excused} excused)"
+        )
         return 0
-    notice.warning(f"run {args.run}: {len(result.findings)} finding(s) in {rounds} rounds")
+    notice.warning(f"run {args.run}: {len(result.findings)} finding(s) in {said}")
     return 1
 
 

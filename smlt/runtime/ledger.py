@@ -39,7 +39,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
@@ -629,3 +629,70 @@ def run_ledger(
     for bd in per_round.values():
         total = total + bd
     return per_round, total
+
+
+# --------------------------------------------------------------------------- what a round count is
+
+
+class _Aggregated(Protocol):
+    round: int
+    eval_only: bool
+    diverged: bool
+    accepted: list[Any]
+
+
+def trained(r: _Aggregated) -> bool:
+    """Whether an aggregated round (its ROUND item) trained the model: it applied at least one
+    update. An evaluation-only round, a diverged one (model r carried over) and one whose updates
+    all failed or were refused did not."""
+    return bool(r.accepted) and not r.eval_only and not r.diverged
+
+
+def rounds_in_model(rounds: Iterable[_Aggregated], model: int | None) -> int:
+    """The training rounds that made model `model` (rounds 0 .. model-1 make model `model`; round
+    r's metrics measure model r): what a run reports as its `rounds` (FinalMetrics), `smlt run`'s
+    summary and `smlt verify` say "trained into the final model". 0 when there is no final model."""
+    if model is None:
+        return 0
+    return sum(1 for r in rounds if r.round < model and trained(r))
+
+
+def rounds_said(aggregated: int, in_model: int) -> str:
+    """How `smlt run` and `smlt verify` name a run's rounds: every aggregated round (ROUND item,
+    round 0 and an evaluation-only round included), and of them those trained into the final
+    model when that differs (the last round trains a model the run does not measure)."""
+    said = f"{aggregated} round{'s' * (aggregated != 1)}"
+    return said if aggregated == in_model else f"{said} ({in_model} trained into the final model)"
+
+
+# ------------------------------------------------------------------- an estimate shown as one
+
+
+def estimate_note(raw: Iterable[dict[str, Any]], prices: Prices, architecture: str) -> str:
+    """What part of a round's price (its ATTEMPT items, `raw`) is an estimate, and why, for the
+    round's progress line. A round priced while a worker the Map stopped waiting for may still run
+    bills that worker at the function's timeout (AWS bills a time-out that much, and nothing stops
+    the worker sooner), a worker that died at the round's longest attempt; the worker's own item
+    replaces the estimate when it comes (`from_items`), and the next round's total is corrected
+    (`late`), so a line printed after that says the estimate is settled. "" when nothing was estimated."""
+    items = [AttemptItem.model_validate(r) for r in raw]
+    estimates = sorted((a for a in items if a.estimated), key=lambda a: a.worker if a.worker is not None else -1)
+    if not estimates:
+        return ""
+    usd = breakdown(estimates, 0.0, prices, architecture).total_usd
+    recorded = {a.worker for a in items if not a.estimated and a.worker is not None}
+    by_why: dict[str, list[str]] = {}
+    for a in estimates:
+        if a.outcome in TIMEOUTS:
+            why = f"abandoned at its time limit, priced at the function's {a.duration_s:.0f} s timeout"
+        elif a.outcome in THROTTLES:
+            why = "throttled, no duration"
+        else:
+            why = f"left no item ({a.outcome}), priced at the round's longest attempt, {a.duration_s:.1f} s"
+        if a.worker in recorded:
+            why += ": its own item has replaced the estimate since, the next round's total corrects it"
+        else:
+            why += " until its own item replaces it"
+        by_why.setdefault(why, []).append(str(a.worker))
+    said = "; ".join(f"worker{'s' * (len(ws) > 1)} {', '.join(ws)} {why}" for why, ws in by_why.items())
+    return f"of it ${usd:.5f} estimated ({said})"

@@ -556,6 +556,35 @@ def test_a_prepare_data_that_dies_on_its_retry_too_fails_told_once(pipeline, ref
     assert "v1 " in out and f"Runtime.ExitError: the Prepare function preparing {where} died" in out, out
 
 
+def test_a_prepare_data_failed_for_good_leaves_no_shards_and_keeps_the_earlier_dataset(pipeline, tmp_path):
+    """The version's marker uploaded again; its PrepareData dies after a few shards, on its retry
+    too: PrepareFailed deletes what it wrote into its own prepared folder (before, those shards
+    stayed, a dataset without a manifest), and the first upload's dataset is kept byte for byte."""
+    import hashlib
+
+    engine, names, _, setup, upload = pipeline
+    setup("prepleft", SHORT)
+    upload("incoming/prepleft/v1/houses.csv", Path(_houses(tmp_path / "h.csv", 1)).read_bytes())
+    desc = _wait(engine, upload("incoming/prepleft/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    data = S3Store(names.data_bucket)
+
+    def stored() -> dict[str, str]:
+        return {k: hashlib.sha256(data.get(k)).hexdigest() for k in data.list(keys.PREPARED + "prepleft/")}
+
+    before = stored()
+    assert any(k.endswith(keys.MANIFEST) for k in before) and len(before) > 2, before
+    fate, seen = _prepare_dies(3, times=2)  # the claim, then shards: dies after its 3rd write, twice
+    engine.invoke_filter = fate
+    try:
+        desc = _wait(engine, upload("incoming/prepleft/v1/_SUCCESS", b""))
+    finally:
+        engine.invoke_filter = None
+    assert desc["status"] == "FAILED" and desc["error"] == "Runtime.ExitError", desc
+    assert seen == ["prepare_data", "prepare_data", "prepare_failed"], seen
+    assert stored() == before
+
+
 def _reshaped(path: Path, lines: list[str], order: list[str], *, rename: dict | None = None, cells=None) -> bytes:
     """`lines` (a CSV with a header) written with its columns in `order` (a column not in the
     header is filled by `cells(row index, cells by name)`), its header renamed by `rename`."""

@@ -273,8 +273,8 @@ def test_a_step_after_a_map_dying_on_every_retry_fails_told_once(pipeline, refus
 
 def test_a_part_dying_is_told_once_by_the_step_after_its_map(pipeline, refusals, tmp_path):  # noqa: F811
     """A part's child dies (not retried: as PrepareData's input, it would die again): MergeStats
-    raises its error again by its name, naming the part's object, and tells the topic; caught,
-    PrepareFailed does not tell it again."""
+    raises it again once, as PartFailed naming the part's object and its error, and tells the
+    topic; caught, PrepareFailed does not tell it again."""
     engine, names, _, setup, upload = pipeline
     setup("partdies", SHORT)
     for i, body in enumerate(_split(_houses(tmp_path / "h.csv", 7), 4)):
@@ -293,9 +293,13 @@ def test_a_part_dying_is_told_once_by_the_step_after_its_map(pipeline, refusals,
         desc = _wait(engine, upload("incoming/partdies/v1/_SUCCESS", b""))
     finally:
         engine.invoke_filter = None
-    assert desc["status"] == "FAILED" and desc["error"] == "Runtime.ExitError", desc
+    # a part's death is final: MergeStats raises it as PartFailed, which it is not retried for (it
+    # was raised as Runtime.ExitError, and MergeStats ran 4 times reading the same failure)
+    assert seen.count("merge_stats") == 1, seen
+    assert desc["status"] == "FAILED" and desc["error"] == "PartFailed", desc
     message = json.loads(desc["cause"])["errorMessage"]
-    assert message.startswith(f"s3://{names.data_bucket}/incoming/partdies/v1/part-00002.csv"), message
+    part = f"s3://{names.data_bucket}/incoming/partdies/v1/part-00002.csv"
+    assert message.startswith(f"{part}: its preparation failed with Runtime.ExitError (after the part's own"), message
     envelopes = refusals(1) + refusals(0)
     assert [e["Subject"] for e in envelopes] == ["smlt: partdies v1 refused"], (seen, envelopes)
     assert json.loads(envelopes[0]["Message"])["message"] == message

@@ -8,17 +8,19 @@ import json
 
 import boto3
 import numpy as np
+import pytest
 import safetensors.numpy
 
 from lambdas.train_step.handler import handler as train_step
 from smlt.reconcile import reconcile
 from smlt.runtime import keys
+from smlt.runtime.errors import StaleInvocation
 from smlt.runtime.items import Accepted, RoundItem, SealItem, WorkerItem
 from smlt.runtime.records import RunTable, to_item
 from tests.functional.handlers import conftest as handlers
 from tests.functional.handlers import test_buffers as buffers
 from tests.functional.handlers.conftest import job
-from tests.functional.handlers.test_sharded import drive
+from tests.functional.handlers.test_sharded import aggregate_like_the_state_machine, drive, plan
 
 aws, digits, images = handlers.aws, handlers.digits, buffers.images  # the handlers' moto fixtures
 ART, TABLE = "smlt-artifacts", "smlt-runs"
@@ -54,6 +56,24 @@ def kinds(found, rnd):
 def test_a_clean_run_reconciles(digits, aws):
     found = two_rounds(digits, "clean")
     assert [r.excused for r in found.rounds] == [{}, {}, {}]
+    # the final model is model 2, which the evaluation-only round 2 carried over as model 3 (the
+    # newest stored model it equals): rounds 0 and 1 trained it, as the run says
+    final = json.loads(aws.get_object(Bucket=ART, Key=keys.final_metrics_key("clean"))["Body"].read())["final"]
+    assert (found.final_model, found.final_rounds) == (3, 2) == (3, final["rounds"])
+    assert found.said == "3 rounds (2 trained into the final model)"
+
+
+def test_a_final_round_count_that_is_not_the_models_is_reported(digits, aws):
+    two_rounds(digits, "count")
+    table = RunTable(TABLE, "count")
+    meta = table.meta()
+    assert meta is not None and meta.final is not None
+    meta.final.rounds = 3  # the evaluation round counted as a training round
+    raw = {"pk": keys.pk("count"), "sk": keys.META, **meta.attrs()}
+    table.client.put_item(TableName=TABLE, Item=to_item(raw))
+    (finding,) = check("count").findings
+    assert (finding.round, finding.kind) == (2, "rounds")
+    assert finding.detail == "META's final says 3 rounds, but the final model is model 3, which 2 rounds trained"
 
 
 def test_sharded_bf16_with_server_lr_reconciles(digits, aws, monkeypatch):
@@ -127,6 +147,37 @@ def test_an_update_stored_after_the_seal_is_excused_as_late(digits, aws):
     assert found.rounds[1].excused == {7: "late: uploaded after the round was sealed"}
 
 
+def test_a_straggler_whose_record_the_seal_refused_is_excused(digits, aws, monkeypatch):
+    """A real straggler: the round is aggregated (sealed) while its last worker, its update
+    uploaded, reports; the seal refuses its record. Its update is in the bucket, stored before or
+    in the second of the seal, and its own ATTEMPT item says why it is not applied."""
+    j = {**job(digits, max_rounds=2, target_value=None, local_steps=5), "run_id": "straggler"}
+    p = plan(j, "straggler")
+    *first, last = p["workers"]
+    for w in first:
+        train_step({"run_id": "straggler", "round": 0, "worker": w}, None)
+    reporting = RunTable.put_unless_sealed
+
+    def sealed_first(self, sk, item, seal_sk):
+        aggregate_like_the_state_machine(p)  # the round closes before the straggler's record lands
+        return reporting(self, sk, item, seal_sk)
+
+    with monkeypatch.context() as m, pytest.raises(StaleInvocation, match="closed before worker"):
+        m.setattr(RunTable, "put_unless_sealed", sealed_first)
+        train_step({"run_id": "straggler", "round": 0, "worker": last}, None)
+    found = check("straggler")
+    assert found.findings == [], found.findings
+    (r0,) = found.rounds
+    assert r0.applied == first and list(r0.excused) == [last]
+    assert r0.excused[last].startswith("late: its record was refused by the seal")
+    # without the attempt's own word, an update of no record stored before the seal is unexplained
+    table = RunTable(TABLE, "straggler")
+    for a in table.query("ATTEMPT#000000#"):
+        if a.get("worker") == last:
+            table.client.delete_item(TableName=TABLE, Key=to_item({"pk": a["pk"], "sk": a["sk"]}))
+    assert kinds(check("straggler"), 0) == {("unexplained_update", last)}
+
+
 def test_a_changed_model_value_is_reported(digits, aws):
     two_rounds(digits, "changed")
     key = keys.model_key("changed", 2)
@@ -195,3 +246,16 @@ def test_a_diverged_round_excuses_its_updates_and_keeps_the_model(digits, aws):
     state[sorted(state)[0]].flat[3] += np.float32(1e-6)
     aws.put_object(Bucket=ART, Key=key, Body=safetensors.numpy.save(state))
     assert [(f.round, f.kind) for f in check("nan").findings] == [(1, "digest"), (1, "model")]
+
+
+def test_a_round_whose_attempts_are_all_gone_is_unbilled_not_skipped(digits, aws):
+    """A run that records ATTEMPT items: a round without any (its workers' and its aggregation's
+    deleted) is a finding; before, such a round was taken for one run before invocations recorded
+    them, and its bill's absence passed as nothing to check."""
+    two_rounds(digits, "nobill")
+    table = RunTable(TABLE, "nobill")
+    for a in table.query("ATTEMPT#000001#"):
+        table.client.delete_item(TableName=TABLE, Key=to_item({"pk": a["pk"], "sk": a["sk"]}))
+    found = check("nobill")
+    assert {(f.kind, f.worker) for f in found.findings} == {("unbilled", None)}
+    assert [f.round for f in found.findings] == [1]

@@ -17,7 +17,9 @@ def test_verify_passes_a_clean_run_and_fails_a_damaged_one(digits, aws, monkeypa
     stack(monkeypatch)
     two_rounds(digits, "cli")
     assert main(["verify", "cli"]) == 0
-    assert "run cli: 3 rounds reconciled, nothing lost or counted twice (0 excused)" in capsys.readouterr().out
+    # rounds 0 and 1 trained model 2; round 2 evaluated it (as `smlt run`'s summary says them)
+    said = "run cli: 3 rounds (2 trained into the final model) reconciled, nothing lost or counted twice"
+    assert f"{said} (8 updates applied, 0 excused)" in capsys.readouterr().out
     assert main(["verify", "cli", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.rsplit("\nrun cli:", 1)[0])["run_id"] == "cli"
 
@@ -25,7 +27,12 @@ def test_verify_passes_a_clean_run_and_fails_a_damaged_one(digits, aws, monkeypa
     assert main(["verify", "cli"]) == 1
     err = capsys.readouterr().err
     assert "round 1: missing_update (worker 2): applied, no update object" in err
-    assert "run cli: 1 finding(s) in 3 rounds" in err
+    assert "run cli: 1 finding(s) in 3 rounds (2 trained into the final model)" in err
+
+    # an update of a round after the last aggregated one is said, not passed over in silence
+    aws.put_object(Bucket=ART, Key=keys.update_key("cli", 3, 0), Body=b"x")
+    assert main(["verify", "cli"]) == 1
+    assert "update objects of round(s) 3 after the last aggregated round, not reconciled" in capsys.readouterr().err
 
 
 def test_verify_of_an_unknown_run_is_named(aws, monkeypatch, capsys):  # noqa: F811

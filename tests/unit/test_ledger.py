@@ -166,3 +166,41 @@ def test_a_throttled_request_is_taken_back_and_its_retry_counted(monkeypatch):
     # an answer with nothing sent on this thread takes nothing back
     ledger._on_answer({"status_code": 503, "body": b""}, event_name="before-parse.s3.GetObject")
     assert tally.requests["s3.PutObject"] == 2
+
+
+def test_the_rounds_trained_into_a_model_are_the_rounds_before_it_that_applied_updates():
+    from types import SimpleNamespace as R
+
+    one = [ledger.trained(R(round=0, eval_only=False, diverged=False, accepted=[]))]  # every update failed
+    rounds = [
+        R(round=0, eval_only=False, diverged=False, accepted=["w0"]),
+        R(round=1, eval_only=False, diverged=True, accepted=[]),  # model 1 carried over as model 2
+        R(round=2, eval_only=False, diverged=False, accepted=["w0", "w1"]),
+        R(round=3, eval_only=False, diverged=False, accepted=["w0"]),  # trains model 4, never measured
+        R(round=4, eval_only=True, diverged=False, accepted=[]),
+    ]
+    assert one == [False]
+    assert [ledger.rounds_in_model(rounds, m) for m in (None, 0, 1, 3, 4, 5)] == [0, 0, 1, 2, 3, 3]
+    assert ledger.rounds_said(5, 3) == "5 rounds (3 trained into the final model)"
+    assert ledger.rounds_said(1, 1) == "1 round"
+
+
+def test_a_rounds_estimate_is_shown_as_one_and_as_settled_once_its_workers_item_replaces_it():
+    prices = Prices()
+    done = {"sk": "ATTEMPT#000003#a#1", "function": "f", "memory_mb": 1769, "round": 3, "worker": 0, "duration_s": 7.0}
+    outcomes = [{"worker": 1, "ok": False, "error": "States.Timeout"}]
+    (estimate,) = ledger.estimate_missing(2, 1769, 3, [ledger.AttemptItem(**done)], outcomes, 900)
+    abandoned = {"sk": "ATTEMPT#000003#estimated-3-1", **estimate.attrs()}
+    note = ledger.estimate_note([done, abandoned], prices, "x86_64")
+    usd = ledger.breakdown([estimate], 0, prices, "x86_64").total_usd
+    assert usd > 0.025 and note == (
+        f"of it ${usd:.5f} estimated (worker 1 abandoned at its time limit, priced at the function's 900 s timeout "
+        "until its own item replaces it)"
+    )
+    # the straggler's own item, when it ends, replaces the estimate: a line printed after says so
+    late = {**done, "sk": "ATTEMPT#000003#b#1", "worker": 1, "duration_s": 65.0, "outcome": "StaleInvocation"}
+    assert [a.worker for a in ledger.from_items([done, abandoned, late]) if a.estimated] == []
+    assert ledger.estimate_note([done, abandoned, late], prices, "x86_64").endswith(
+        "900 s timeout: its own item has replaced the estimate since, the next round's total corrects it)"
+    )
+    assert ledger.estimate_note([done], prices, "x86_64") == ""

@@ -235,7 +235,8 @@ def _final(
     plans: dict[int, PlanItem],
     final_round: RoundItem | None,
 ) -> FinalMetrics:
-    trained = [r for r in rounds if not r.eval_only and final_round and r.round < final_round.round]
+    model = final_round.round if final_round else None
+    trained = [r for r in rounds if model is not None and r.round < model and ledger.trained(r)]
     last_plan = plans[max(plans)] if plans else None
     last = rounds[-1] if rounds else None
     return FinalMetrics(
@@ -243,7 +244,7 @@ def _final(
         task=meta.task if meta else "classification",
         **(final_round.model_dump(include=_FINAL_METRICS) if final_round else {}),
         val_rows=final_round.val_rows if final_round else 0,
-        rounds=len(trained),
+        rounds=ledger.rounds_in_model(rounds, model),
         samples=sum(r.samples for r in trained),
         wall_seconds=time.time() - (meta.created_at if meta else time.time()),
         estimated_cost_usd=last.cost_total_usd if last else 0.0,

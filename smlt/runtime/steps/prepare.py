@@ -36,6 +36,7 @@ docs/architecture.md, "Trigger".
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -90,6 +91,8 @@ from smlt.runtime.steps.prepare_limits import (
 )
 from smlt.runtime.store import S3Store
 from smlt.runtime.trigger import Upload, pipeline_job, run_job, upload_of
+
+log = logging.getLogger(__name__)
 
 
 class PrepareSettings(BaseSettings):
@@ -296,15 +299,17 @@ def _a_parts_error(cause: str) -> bool:
 
 def prepare_failed(settings: PrepareSettings, event: PrepareFailedEvent) -> dict[str, Any]:
     """PrepareData, or a step after a table's parts' Map, failed for good (the state machine's Catch,
-    after its retries): its refusal told to the topic unless the step told it (a named data error,
-    a part's error raised again) or none is told (`InvalidJob`);
+    after its retries): what it wrote into its own prepared folder deleted (`discard_partial`); its
+    refusal told to the topic unless the step told it (a named data error, a part's error raised
+    again) or none is told (`InvalidJob`);
     the answer's `cause` is what the execution fails with (the same error's, or for a process
     that died, what happened and what to do)."""
     upload = upload_of(event.trigger)
     error = str(event.error.get("Error") or "States.TaskFailed")
     cause = str(event.error.get("Cause") or "")
+    left = discard_partial(settings, upload, event.execution)
     if error in _told_in_step() or error == InvalidJob.__name__ or _a_parts_error(cause):
-        return {"cause": cause}
+        return {"cause": _with_left(cause, left)}
     try:
         said = json.loads(cause).get("errorMessage", cause)
     except (ValueError, AttributeError):
@@ -332,7 +337,44 @@ def prepare_failed(settings: PrepareSettings, event: PrepareFailedEvent) -> dict
                 execution=event.execution,
             ),
         )
-    return {"cause": json.dumps({"errorType": error, "errorMessage": message})}
+    return {"cause": _with_left(json.dumps({"errorType": error, "errorMessage": message}), left)}
+
+
+def discard_partial(settings: PrepareSettings, upload: Upload, execution: str) -> str:
+    """A preparation failed for good: the objects it wrote into its own prepared folder (this
+    upload's `prepared/<pipeline>/<version>/<tag>/`: shards, a table's parts' scratch) deleted, so
+    no half-written dataset is left for a listing or a later preparation to see. Only this
+    execution's folder (its `PREPARE` claim) and only one without a manifest: a folder with one
+    holds a whole dataset, never deleted; every other upload's and version's folder is another
+    prefix. "" when done (or nothing to do), else what is left and why (for the cause)."""
+    folder = f"{upload.dataset_folder}/"
+    try:
+        claim = RunTable(settings.table, upload.run_id).get(keys.PREPARE, PrepareItem)
+        if claim is None or claim.execution != execution:
+            return ""  # the folder is not this execution's (a duplicate event's, or no claim made)
+        data = S3Store(upload.bucket)
+        if data.exists(f"{folder}{keys.MANIFEST}"):
+            return ""
+        for key in data.list(folder):
+            data.delete(key)
+    except Exception as e:  # noqa: BLE001 - the failure is told all the same; what is left is said
+        log.warning("the partial preparation under s3://%s/%s was not deleted: %s", upload.bucket, folder, e)
+        return (
+            f"s3://{upload.bucket}/{folder} holds objects of this failed preparation ({type(e).__name__}): delete them"
+        )
+    return ""
+
+
+def _with_left(cause: str, left: str) -> str:
+    """The execution's cause, with what a failed preparation left (`discard_partial`) said in its message."""
+    if not left:
+        return cause
+    try:
+        doc = json.loads(cause)
+        doc["errorMessage"] = f"{doc.get('errorMessage', '')} ({left})"
+        return json.dumps(doc)
+    except (ValueError, AttributeError, TypeError):
+        return f"{cause} ({left})"
 
 
 def _refusal(upload: Upload, execution: str, error: InvalidDataset) -> Refusal:

@@ -138,10 +138,19 @@ def part_stats(event: PartStatsEvent) -> dict[str, Any]:
     return {"part": event.part, "rows": fit.rows}
 
 
+class PartFailed(InvalidDataset):
+    """A part's child failed for good with an error it did not store (its process died, it timed
+    out, its requests stayed throttled through its own retries): raised by the step after the Map
+    under this name, which none of that step's retriers takes. Raised by its own name
+    (`Runtime.ExitError`, `Throttled`, ...), the step's retriers ran it 3 more times (and up to
+    10 for `Lambda.TooManyRequestsException`), each reading the same final failure again."""
+
+
 def raise_failed(event: MergeEvent) -> None:
     """The first failed child's error (in the parts' order), raised again by its name and message
     (a named dataset error stays one); an error the child did not store (a timeout, a process
-    that died) by its name, naming the part's object."""
+    that died, a throttle) as `PartFailed`, naming the part's object and the error: it is final
+    (the child's retries are over), so the step after the Map must not be retried for it."""
     failed = [r for r in event.results if "error" in r]
     if not failed:
         return
@@ -151,10 +160,15 @@ def raise_failed(event: MergeEvent) -> None:
         stored = json.loads(S3Store(event.bucket).get(_scratch(event.folder, f"error-{part:05d}.json")))
         name, message = stored["error"], stored["message"]
     except NotFound:
-        message = f"s3://{event.bucket}/{first.get('key', '')}: its preparation failed with {name}"
+        message = (
+            f"s3://{event.bucket}/{first.get('key', '')}: its preparation failed with {name} (after the part's own "
+            "retries): upload the version's _SUCCESS again to prepare it once more"
+        )
+        name = PartFailed.__name__
     n = len(failed) - 1
     more = f" ({n} more part{'s' * (n > 1)} failed too)" if n else ""
-    raise type(name, (InvalidDataset,), {})(message + more)
+    cls = PartFailed if name == PartFailed.__name__ else type(name, (InvalidDataset,), {})
+    raise cls(message + more)
 
 
 def merge_stats(event: MergeEvent) -> StatsMerged:
@@ -306,9 +320,8 @@ def handle(event: Any, notify_topic_arn: str = "") -> dict[str, Any]:
 def _refusal(event: MergeEvent, error: InvalidDataset) -> Refusal | None:
     """The refusal of the version whose prepared folder is the event's (prepared/<p>/<v>/<tag>),
     naming its upload's marker (beside the parts); None when a step told it already: a part's
-    error raised again by a step the state machine retries (a part's process died: its error's
-    name is `Runtime.ExitError`, which the step's retrier takes) is told once (`TOLD`, kept in
-    the scratch before it is published)."""
+    error raised again by a step the state machine retries (the step's own process died after it
+    told it) is told once (`TOLD`, kept in the scratch before it is published)."""
     named = version_of(f"s3://{event.bucket}/{event.folder}/")
     if named is None:
         raise ValueError(f"{event.folder} is not a version's prepared folder")

@@ -216,3 +216,27 @@ def test_a_parts_error_is_told_by_the_step_after_the_map_which_raises_it(upload)
     assert envelope["Subject"] == "smlt: h v1 refused" and body["message"] == str(e.value)
     assert body["error"] == "InvalidDataset" and body["upload"] == f"s3://smlt-data/{MARKER}"
     assert body["run_id"] == started.run_id and body["execution"] == "exec-9" and body["version"] == "v1"
+
+
+def test_a_parts_final_failure_is_raised_under_a_name_no_retrier_of_the_step_takes(upload):
+    """A part throttled out (or dead, or timed out) stored no error: MergeStats raises it as
+    PartFailed, naming the part and its error. Raised by its own name (`Throttled`), the step's
+    Throttled retrier ran MergeStats 3 more times, each reading the same final failure."""
+    from infra.stacks.workflow import LAMBDA_SERVICE_ERRORS, LAMBDA_THROTTLED, PROCESS_DIED, THROTTLED
+
+    topic, queue = _subscribed()
+    for i in range(2):
+        upload.put_object(Bucket="smlt-data", Key=f"incoming/h/v1/part-{i:05d}.csv", Body=_csv(1))
+    started = p.prepare_upload(p.PrepareSettings(notify_topic_arn=topic), _event(MARKER, execution="exec-3"))
+    steps = {"run_id": started.run_id, "bucket": started.bucket, "folder": started.folder, "execution": "exec-3"}
+    retried = {*LAMBDA_SERVICE_ERRORS, *LAMBDA_THROTTLED, *PROCESS_DIED, *THROTTLED}
+    for error in ("Throttled", "Runtime.ExitError", "Lambda.TooManyRequestsException", "Sandbox.Timedout"):
+        results = [{"part": 0, "rows": 40}, {**started.parts[1].model_dump(), "error": error}]
+        with pytest.raises(prepare_parts.PartFailed) as e:
+            prepare_parts.handle(MergeEvent.model_validate({"op": "merge_stats", "results": results, **steps}), topic)
+        assert type(e.value).__name__ == "PartFailed" not in retried
+        assert str(e.value).startswith(
+            f"s3://smlt-data/incoming/h/v1/part-00001.csv: its preparation failed with {error} (after the part's own "
+        ), str(e.value)
+    (envelope,) = _envelopes(queue)  # told once, by the first step that raised it
+    assert json.loads(envelope["Message"])["error"] == "PartFailed"

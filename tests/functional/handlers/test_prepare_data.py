@@ -374,3 +374,34 @@ def test_a_job_with_dataset_encoding_reads_its_uploads_whole_and_in_parts_in_it(
     where = f"s3://smlt-data/incoming/h/v4/houses.csv: line {line}, character "
     assert str(e.value).startswith(where) and "(column 'city'): byte 0xFC is not UTF-8 text" in str(e.value)
     assert "the cell is 'Zürich'" in str(e.value) and '"dataset": {"encoding": "cp1252"}' in str(e.value)
+
+
+def test_a_failed_preparation_deletes_only_its_own_partial_folder(houses):
+    """PrepareFailed deletes what the failed execution wrote into its own prepared folder; never a
+    folder holding a manifest (a whole dataset), nor one another execution claimed."""
+    from smlt.runtime.steps.events import PrepareFailedEvent
+    from smlt.runtime.store import S3Store
+
+    data = S3Store("smlt-data")
+    p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))  # a whole dataset, exec-1's
+    whole = upload_of(_event("incoming/h/v1/_SUCCESS").trigger).dataset_folder
+    kept = sorted(data.list(whole + "/"))
+    died = {"Error": "Runtime.ExitError", "Cause": "{}"}
+
+    def failed(event: PrepareDataEvent, execution: str) -> dict[str, Any]:
+        ev = PrepareFailedEvent(trigger=event.trigger, execution=execution, error=died)
+        return p.prepare_failed(p.PrepareSettings(), ev)
+
+    failed(_event("incoming/h/v1/_SUCCESS"), "exec-1")  # its folder has a manifest: kept
+    assert sorted(data.list(whole + "/")) == kept and len(kept) > 2
+    # a second upload of the marker (its own folder) that died after two shards
+    again = _event("incoming/h/v1/_SUCCESS", execution="exec-2", sequencer="0B2")
+    up = upload_of(again.trigger)
+    RunTable("smlt-runs", up.run_id).put_once(keys.PREPARE, p.PrepareItem(execution="exec-2", key=up.key, claimed_at=1))
+    for name in ("train-00000.safetensors", "train-00001.safetensors"):
+        data.put(f"{up.dataset_folder}/{name}", b"half")
+    failed(again, "exec-9")  # not the execution that claimed it: nothing deleted
+    assert len(data.list(up.dataset_folder + "/")) == 2
+    answer = failed(again, "exec-2")
+    assert data.list(up.dataset_folder + "/") == [] and sorted(data.list(whole + "/")) == kept
+    assert "died (out of memory, or killed)" in json.loads(answer["cause"])["errorMessage"]
