@@ -339,9 +339,11 @@ def load_transform(job: Job) -> Callable[..., Any] | None:
     if job.code is None or job.code.transform is None:
         return None
     activate_code(job)
+    from smlt.runtime.train.models import import_entry_module
+
     module, _, attr = job.code.transform.partition(":")
     try:
-        fn = getattr(importlib.import_module(module), attr)
+        fn = getattr(import_entry_module(module), attr)
     except (ImportError, AttributeError) as e:
         raise InvalidCode(f"code.transform: cannot import {job.code.transform!r} ({e})") from None
     if not callable(fn):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,12 +35,27 @@ BUILTINS: dict[str, str] = {
 Builder = Callable[..., nn.Module]
 
 
+def import_entry_module(name: str) -> Any:
+    """The module of a job's entry point (a model builder, a transform). One that imports
+    torchvision beside the CPU torch meets PyPI's CUDA-built torchvision, whose import fails
+    ("operator torchvision::nms does not exist"; smlt.runtime.train.vision says why): imported
+    again after smlt's own torchvision import, which works there."""
+    try:
+        return importlib.import_module(name)
+    except RuntimeError as e:
+        if "operator torchvision::nms does not exist" not in str(e):
+            raise
+    import smlt.runtime.train.vision  # noqa: F401 - makes torchvision importable
+
+    return importlib.import_module(name)
+
+
 def builder(name: str) -> Builder:
     """The builder a job's model.name means (a built-in or `package.module:function`)."""
     entry = BUILTINS.get(name, name)
     mod_name, _, attr = entry.partition(":")
     try:
-        fn = getattr(importlib.import_module(mod_name), attr)
+        fn = getattr(import_entry_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise InvalidJob(f"model.name: cannot import {name!r} ({e})") from None
     return fn

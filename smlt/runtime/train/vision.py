@@ -5,7 +5,8 @@ do not load, and `torchvision/_meta_registrations.py` then fails at import with 
 torchvision::nms does not exist" (its `register_fake` of nms/qnms is not guarded by `_has_ops()`).
 The models and transforms smlt uses are pure Python, so in exactly that case the two operator
 schemas are defined here and the import is retried. The Lambda image installs the CPU build from
-PyTorch's own index, where the first import simply works.
+PyTorch's own index, where the first import simply works. A user's module that imports torchvision
+itself is imported again after this one (`smlt.runtime.train.models.import_entry_module`).
 """
 
 from __future__ import annotations
