@@ -789,18 +789,61 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
         if not more:
             break
         buf += more
+    hint = _SEP_LINE.match(buf)
+    skipped = 0
+    if hint:  # Excel's `sep=;` line: the delimiter, not the header
+        buf, skipped = buf[hint.end() :], 1
+        while b"\n" not in buf:
+            more = f.read(BLOCK_BYTES)
+            if not more:
+                break
+            buf += more
+        _, ends = _record_ends(buf)
     end = int(ends[0]) + 1 if len(ends) else len(buf)
     try:
         text = buf[:end].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _not_utf8(path, buf, e.start, 0) from None
-    delimiter = _delimiter(text)
+        raise _not_utf8(path, buf, e.start, skipped) from None
+    delimiter = hint.group(1).decode() if hint else _delimiter(text)
     header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+    _refuse_numbers_header(path, header, skipped + 1)
     # A header cell with no name after the first (a trailing delimiter, as spreadsheets write one)
     # is named as pandas names it, `Unnamed: 3` (sources._table leaves it out); the first stays ''
     # (row names: tabular.INDEX_NAMES).
     header = [name if name.strip() or not i else f"{UNNAMED}{i}" for i, name in enumerate(header)]
-    return header, buf[end:], buf[:end].count(b"\n"), delimiter
+    return header, buf[end:], skipped + buf[:end].count(b"\n"), delimiter
+
+
+# Excel's first line naming a CSV's delimiter (`sep=;`), as Excel reads it and some exporters write
+# it so that Excel splits the columns in any locale.
+_SEP_LINE = re.compile(rb"sep=([,;\t|])\r?\n")
+
+
+def _refuse_numbers_header(path: Path | str, header: list[str], line: int) -> None:
+    """A header holding a fractional number (`5.1`), or only whole numbers that do not count up by one,
+    is a file's first row, not its header: a file written without one (pandas' `to_csv(header=False)`,
+    a sensor's log, a UCI `.data` file such as iris's) would lose the row and have its columns named
+    by its values."""
+    names = [n.strip() for n in header if n.strip()]
+    numbers = [n for n in names if _PLAIN_NUMBER.fullmatch(n)]
+    # a name such as `5.1` or `-3` is a cell; names that are all whole numbers are a row unless they
+    # count up by one (pandas' default column names 0, 1, 2, ...; years)
+    fractional = any(not n.isdigit() for n in numbers)
+    whole = [int(n) for n in numbers if n.isdigit()]
+    counting = whole == list(range(whole[0], whole[0] + len(whole))) if whole else False
+    if not numbers or not (fractional or (len(numbers) == len(names) and not counting)):
+        return
+    first = ",".join(header) if len(header) <= 8 else ",".join(header[:8]) + ",..."
+    example = ",".join([f"x{i + 1}" for i in range(min(len(header), 3) - 1)] + ["label"])
+    raise InvalidDataset(
+        f"{path}: line {line}, the header, holds numbers where a header names columns ({first}): the file "
+        f"has no header, so its first row would be taken for one; add a header line as its first line "
+        f"(such as '{example}', with the label column's name) and prepare again"
+    )
+
+
+# `12`, `-0.5`, `1e3` (not `nan` or `Infinity`, names a header may have)
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _delimiter(header: str) -> str:
