@@ -61,3 +61,54 @@ def test_excels_sep_line_names_the_delimiter_and_is_not_the_header(tmp_path, cap
     bad.write_text("sep=,\na,b,label\n1,2,x\n3,4,y\n5,,x\n")
     assert main(["data", "prepare", str(bad), "--out", str(tmp_path / "c"), "--missing", "refuse"]) == 2
     assert f"{bad}: column 'b', line 5 is empty" in capsys.readouterr().err
+
+
+def _png(path, seed: int) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)).save(path)
+
+
+def test_images_in_subfolders_of_a_class_folder_are_its_class(tmp_path, caplog):
+    import logging
+
+    nested, flat = tmp_path / "nested", tmp_path / "flat"
+    for i in range(6):  # cat/ holds its breeds' folders, and a few images of its own
+        for sub in ("persian/", "siamese/", ""):
+            _png(nested / "cat" / f"{sub}{i}.png", hash((sub, i)) % 1000)
+            _png(flat / "cat" / f"{sub.strip('/')}{i}.png", hash((sub, i)) % 1000)
+        _png(nested / "dog" / f"{i}.png", 1000 + i)
+        _png(flat / "dog" / f"{i}.png", 1000 + i)
+    # what Windows, macOS and Jupyter leave beside the images: passed over without a word
+    (nested / "cat" / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0")
+    (nested / "dog" / "desktop.ini").write_text("[.ShellClassInfo]\n")
+    _png(nested / "cat" / ".ipynb_checkpoints" / "0-checkpoint.png", 0)
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(nested), str(tmp_path / "a"))
+    assert m.classes == ["cat", "dog"] and m.train.rows + m.validation.rows == 24
+    counts = [a + b for a, b in zip(m.train.class_counts or [], m.validation.class_counts or [])]
+    assert counts == [18, 6]
+    assert (
+        "nested: 12 images in subfolders of class folders are read as the class folder's class "
+        "(cat/persian/ 6, cat/siamese/ 6), as torchvision's ImageFolder reads them" in caplog.text
+    )
+    assert "skipped" not in caplog.text and "Thumbs.db" not in caplog.text
+    f = prepare_dataset(str(flat), str(tmp_path / "b"))
+    a, b = (
+        np.concatenate([stored(tmp_path / d, s.train), stored(tmp_path / d, s.validation)])
+        for d, s in (("a", m), ("b", f))
+    )
+    assert a.shape == b.shape == (24, 3, 12, 12)  # the same images, in another order
+    np.testing.assert_array_equal(np.sort(a.reshape(len(a), -1), axis=0), np.sort(b.reshape(len(b), -1), axis=0))
+
+
+def test_a_folder_wrapping_the_image_folder_names_it(tmp_path, capsys):
+    for c in ("cat", "dog"):
+        _png(tmp_path / "download" / "pets" / c / "0.png", 0)
+    assert main(["data", "prepare", str(tmp_path / "download"), "--out", str(tmp_path / "out")]) == 2
+    assert (
+        "an image folder needs at least 2 class subfolders, found ['pets']: pets/ holds the class folders "
+        f"(cat/, dog/), so prepare {tmp_path / 'download' / 'pets'}" in capsys.readouterr().err
+    )
