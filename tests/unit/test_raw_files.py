@@ -112,3 +112,29 @@ def test_a_folder_wrapping_the_image_folder_names_it(tmp_path, capsys):
         "an image folder needs at least 2 class subfolders, found ['pets']: pets/ holds the class folders "
         f"(cat/, dog/), so prepare {tmp_path / 'download' / 'pets'}" in capsys.readouterr().err
     )
+
+
+def test_ids_written_without_spaces_are_hashed_and_named_not_read_as_free_text(tmp_path, caplog):
+    import logging
+    import uuid
+
+    rng = np.random.default_rng(0)
+    lines = ["order,email,page,review,label"]
+    for i in range(80):
+        order = uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i)
+        page = f"https://shop.example.com/products/item-{i}?ref=mail"
+        review = f"{['great', 'poor'][i % 2]} product number {i} would buy again"
+        lines.append(f"{order},user{i}.name@example.com,{page},{review},{'ab'[i % 2]}")
+    src = tmp_path / "orders.csv"
+    src.write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(src), str(tmp_path / "out"))
+    assert {c.name: c.kind for c in m.columns or []} == {
+        "order": "hash",
+        "email": "hash",
+        "page": "hash",
+        "review": "text",
+    }
+    for name in ("order", "email", "page"):  # named as ids, which a model can only memorise
+        assert f"column '{name}' has 64 distinct values in 64 train rows, hashed into 32 features" in caplog.text
+    assert "column 'review' read as free text" in caplog.text and "column 'order' read as free text" not in caplog.text
