@@ -138,3 +138,25 @@ def test_ids_written_without_spaces_are_hashed_and_named_not_read_as_free_text(t
     for name in ("order", "email", "page"):  # named as ids, which a model can only memorise
         assert f"column '{name}' has 64 distinct values in 64 train rows, hashed into 32 features" in caplog.text
     assert "column 'review' read as free text" in caplog.text and "column 'order' read as free text" not in caplog.text
+
+
+def test_ucis_question_mark_is_an_empty_cell_in_a_column_of_numbers(tmp_path, caplog):
+    import logging
+
+    # breast-cancer-wisconsin.data, with a header: 'bare_nuclei' is '?' where it was not measured
+    rng = np.random.default_rng(1)
+    lines = ["id,clump,bare_nuclei,workclass,class"]
+    for i in range(100):
+        nuclei = "?" if i % 25 == 3 else str(rng.integers(1, 11))
+        lines.append(
+            f"{1000 + i * 7},{rng.integers(1, 11)},{nuclei},{['Private', '?', 'State-gov'][i % 3]},{2 + 2 * (i % 2)}"
+        )
+    src = tmp_path / "wisconsin.csv"
+    src.write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(src), str(tmp_path / "out"))
+    kinds = {c.name: c for c in m.columns or []}
+    assert kinds["bare_nuclei"].kind == "numeric" and kinds["bare_nuclei"].indicator
+    assert "column 'bare_nuclei': 4 cells written '?' are read as empty" in caplog.text
+    assert kinds["workclass"].kind == "onehot" and "?" in kinds["workclass"].levels  # text: a level like any other
+    assert m.classes == ["2", "4"]

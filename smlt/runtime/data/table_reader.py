@@ -72,7 +72,8 @@ _OTHER_DELIMITERS = ";\t|"
 # without `nan`/`NaN`, which are the number NaN here (refused as not finite); and Excel's other
 # error values, a formula's that failed (`#DIV/0!`), as its CSV and a workbook (smlt.runtime.data.workbook) hold them.
 EXCEL_ERRORS = ("#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#NULL!")
-MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None", *EXCEL_ERRORS)
+# `?` is how UCI's repository writes one (adult, heart-disease, breast-cancer-wisconsin's `.data` files).
+MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None", "?", *EXCEL_ERRORS)
 # Characters a text cell may have for its column to be a fixed-width numpy str array (`Block.column`).
 WIDE_CELL = 256
 # A number as a spreadsheet formats it: grouped thousands, a currency sign before or after, a
