@@ -160,3 +160,28 @@ def test_ucis_question_mark_is_an_empty_cell_in_a_column_of_numbers(tmp_path, ca
     assert "column 'bare_nuclei': 4 cells written '?' are read as empty" in caplog.text
     assert kinds["workclass"].kind == "onehot" and "?" in kinds["workclass"].levels  # text: a level like any other
     assert m.classes == ["2", "4"]
+
+
+def test_an_accountants_negative_in_parentheses_is_a_negative_number(tmp_path):
+    # Excel's accounting and currency formats, saved as CSV as shown: `(1,234.50)`, `$ (5.00)`
+    amounts = ["1,234.50", "(1,234.50)", "$ (5.00)", "($7)", "(12)", "$3.00", "(0.5%)", "8"] * 8
+    comma = tmp_path / "ledger.csv"
+    comma.write_text("amount,label\n" + "\n".join(f'"{a}",{"ab"[i % 2]}' for i, a in enumerate(amounts)) + "\n")
+    euro = tmp_path / "konten.csv"  # a comma-decimal locale's: `(1.234,50)`
+    euro.write_text(
+        "amount;label\n"
+        + "\n".join(
+            f"{a.replace(',', '_').replace('.', ',').replace('_', '.')};{'ab'[i % 2]}" for i, a in enumerate(amounts)
+        )
+        + "\n"
+    )
+    want = [1234.5, -1234.5, -5.0, -7.0, -12.0, 3.0, -0.5, 8.0] * 8
+    for src in (comma, euro):
+        t = read_table(str(src), ["amount"])
+        np.testing.assert_array_equal(t.columns["amount"].astype(float), want)
+        m = prepare_dataset(str(src), str(tmp_path / src.stem))
+        assert [c.kind for c in m.columns or []] == ["numeric"]
+    # unbalanced or with a sign inside, it is not a number
+    odd = tmp_path / "odd.csv"
+    odd.write_text("amount,label\n" + "".join(f"{a},a\n" for a in ["(5", "5)", "(-5)", "()"] + ["1"] * 60))
+    assert read_table(str(odd), []).columns["amount"][:4].tolist() == ["(5", "5)", "(-5)", "()"]

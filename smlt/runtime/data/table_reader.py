@@ -77,16 +77,24 @@ MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None", "
 # Characters a text cell may have for its column to be a fixed-width numpy str array (`Block.column`).
 WIDE_CELL = 256
 # A number as a spreadsheet formats it: grouped thousands, a currency sign before or after, a
-# percent sign (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`; in a file not separated by commas,
+# percent sign, parentheses for a negative (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`, `(1,234)`; in a file not separated by commas,
 # `1.234,50` or `1.234.567`). Read as the number without its marks (`7.5%` is 7.5): whole columns of
 # them were text, hashed into buckets. In a comma file `1,234` is a thousand and more, as Excel
 # writes it in English; in a comma-decimal file `1.234` stays 1.234.
 _SIGNS = "$€£¥"
+_DIGITS = {
+    False: r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?",
+    True: r"(?:[0-9]{1,3}(?:\.[0-9]{3})+,[0-9]+|[0-9]{1,3}(?:\.[0-9]{3}){2,}|[0-9]+(?:,[0-9]+)?)",
+}
+# A negative number as an accountant writes it, in parentheses (`(1,234.50)`, `$(5)`, `($5)`, `$ (5.00)`
+# of Excel's accounting format), is that number negated.
 _MARKED = {
-    False: rf"^[+-]?[{_SIGNS}]?[+-]?(?:[0-9]{{1,3}}(?:,[0-9]{{3}})+|[0-9]+)(?:\.[0-9]+)?(?:%|\s?[{_SIGNS}])?$",
-    True: rf"^[+-]?[{_SIGNS}]?[+-]?(?:[0-9]{{1,3}}(?:\.[0-9]{{3}})+,[0-9]+|[0-9]{{1,3}}(?:\.[0-9]{{3}}){{2,}}|[0-9]+(?:,[0-9]+)?)(?:%|\s?[{_SIGNS}])?$",
+    comma: rf"^(?:[+-]?[{_SIGNS}]?[+-]?{digits}(?:%|\s?[{_SIGNS}])?"
+    rf"|[{_SIGNS}]?\s?\([{_SIGNS}]?{digits}(?:%|\s?[{_SIGNS}])?\))$"
+    for comma, digits in _DIGITS.items()
 }
 _MARKS = {False: rf"[,%\s{_SIGNS}]", True: rf"[.%\s{_SIGNS}]"}
+_PARENTHESES = r"^\((.*)\)$"
 
 
 # A text table (CSV, TSV, JSON Lines) may come compressed whole, as Spark, Firehose and pandas
@@ -411,6 +419,7 @@ class Block:
                 formatted = pc.fill_null(pc.match_substring_regex(text, _MARKED[self.decimal_comma]), False)
                 if pc.any(formatted).as_py():
                     bare = pc.replace_substring_regex(text, _MARKS[self.decimal_comma], "")
+                    bare = pc.replace_substring_regex(bare, _PARENTHESES, r"-\1")
                     text = pc.if_else(formatted, bare, text)
             if self.decimal_comma:
                 text = pc.replace_substring(text, ",", ".")
