@@ -185,3 +185,36 @@ def test_an_accountants_negative_in_parentheses_is_a_negative_number(tmp_path):
     odd = tmp_path / "odd.csv"
     odd.write_text("amount,label\n" + "".join(f"{a},a\n" for a in ["(5", "5)", "(-5)", "()"] + ["1"] * 60))
     assert read_table(str(odd), []).columns["amount"][:4].tolist() == ["(5", "5)", "(-5)", "()"]
+
+
+def test_a_column_empty_in_every_row_is_left_out_and_said(tmp_path, caplog, capsys):
+    import logging
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(2)
+    n = 80
+    x, labels = np.round(rng.random(n), 4), [str(v) for v in rng.choice(["a", "b"], n)]
+    # a spreadsheet's column with a header and nothing below it; a Parquet column of nulls (of no
+    # type, or of strings: pandas' object column of None)
+    csv = tmp_path / "sheet.csv"
+    csv.write_text("x,notes,label\n" + "\n".join(f"{v:.4f},,{lab}" for v, lab in zip(x, labels)) + "\n")
+    parquet = tmp_path / "frame.parquet"
+    pq.write_table(
+        pa.table({"x": x, "notes": pa.nulls(n), "comment": pa.nulls(n, pa.string()), "label": labels}), parquet
+    )
+    plain = tmp_path / "plain.csv"
+    plain.write_text("x,label\n" + "\n".join(f"{v:.4f},{lab}" for v, lab in zip(x, labels)) + "\n")
+    p = prepare_dataset(str(plain), str(tmp_path / "p"))
+    for src, said in ((csv, "column 'notes' is"), (parquet, "columns 'notes', 'comment' are")):
+        with caplog.at_level(logging.INFO, logger="smlt.notice"):
+            m = prepare_dataset(str(src), str(tmp_path / src.stem))
+        assert [c.name for c in m.columns or []] == ["x"] and m.x.shape == [1]
+        assert f"{src}: {said} empty in every row of the train split: left out" in caplog.text
+        np.testing.assert_allclose(stored(tmp_path / src.stem, m.train), stored(tmp_path / "p", p.train), rtol=1e-6)
+    # with no other feature column, refused by name
+    only = tmp_path / "only.csv"
+    only.write_text("notes,label\n" + "\n".join(f",{lab}" for lab in labels) + "\n")
+    assert main(["data", "prepare", str(only), "--out", str(tmp_path / "o")]) == 2
+    assert f"{only}: every feature column is empty in the train split's rows" in capsys.readouterr().err

@@ -1009,8 +1009,23 @@ class TableFit:
         found.append(self.labels.target_notice(whose))
         return [note for note in found if note]
 
+    def empty(self, c: ColumnFit) -> bool:
+        """Whether a column (not a pipeline's, whose features are fixed) has no cell in the train split's
+        rows (a spreadsheet's column with a header and nothing below it, a Parquet column of nulls): it
+        is left out, and `transforms` says so (imputed, it would be a constant; a column of nulls has no
+        value to impute)."""
+        return c.fixed is None and self.train_rows > 0 and c.train_gaps >= self.train_rows
+
     def transforms(self, task: str) -> list[ColumnTransform]:
         from smlt.runtime.progress import notice
+
+        empty = [c.name for c in self.columns if self.empty(c)]
+        if empty:
+            shown = ", ".join(repr(n) for n in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            notice.info(
+                f"{self.path}: column{'s' * (len(empty) > 1)} {shown} {'are' if len(empty) > 1 else 'is'} empty in "
+                f"every row of the train split: left out (nothing to learn from {'them' if len(empty) > 1 else 'it'})"
+            )
 
         unlabelled = self.labels.unlabelled_notice(self.rows)
         if unlabelled:
