@@ -142,14 +142,41 @@ def open_text(path: Path, encoding: str | None = None) -> Iterator[tuple[Any, An
     says (UTF-16, UTF-32), else by `encoding` (a codec's name, as `SourceOptions.encoding` reads
     it), else left as it is (UTF-8)."""
     with open_bytes(path) as (f, _):
-        head = f.read(4)
+        head = f.read(_CR_HEAD)
     marked = next((name for bom, name in _BOMS if head.startswith(bom)), None)
     told = marked or (None if head.startswith(_BOM) else encoding)
+    # lines ended by a CR alone (Excel for Mac's "CSV (Macintosh)", classic Mac OS): read as ended by LF
+    lone_cr = b"\r" in head and b"\n" not in head
     with open_bytes(path) as (f, raw):
-        if told is None or codecs.lookup(told).name == "utf-8":
-            yield f, raw
-        else:
-            yield io.BufferedReader(_Transcoded(f, told, str(path), marked is not None), _TEXT_CHUNK), raw
+        if told is not None and codecs.lookup(told).name != "utf-8":
+            f = io.BufferedReader(_Transcoded(f, told, str(path), marked is not None), _TEXT_CHUNK)
+        yield (io.BufferedReader(_CRLines(f), _TEXT_CHUNK) if lone_cr else f), raw
+
+
+# Bytes of a text table's start looked at for its byte-order mark and its line ends.
+_CR_HEAD = 1 << 16
+
+
+class _CRLines(io.RawIOBase):
+    """Text whose lines end with a CR alone, as text whose lines end with LF (a CR byte is never part
+    of another UTF-8 character)."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self._given = 0  # bytes read
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._given
+
+    def readinto(self, b: Any) -> int:
+        chunk = self._f.read(len(b))
+        n = len(chunk)
+        b[:n] = chunk.replace(b"\r", b"\n")
+        self._given += n
+        return n
 
 
 def save_as(path: Path | str) -> str:
@@ -817,6 +844,7 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
     delimiter = hint.group(1).decode() if hint else _delimiter(text)
     header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
     _refuse_numbers_header(path, header, skipped + 1)
+    _refuse_above_header(path, header, skipped + 1, buf[end:], delimiter)
     # A header cell with no name after the first (a trailing delimiter, as spreadsheets write one)
     # is named as pandas names it, `Unnamed: 3` (sources._table leaves it out); the first stays ''
     # (row names: tabular.INDEX_NAMES).
@@ -849,6 +877,30 @@ def _refuse_numbers_header(path: Path | str, header: list[str], line: int) -> No
         f"{path}: line {line}, the header, holds numbers where a header names columns ({first}): the file "
         f"has no header, so its first row would be taken for one; add a header line as its first line "
         f"(such as '{example}', with the label column's name) and prepare again"
+    )
+
+
+def _refuse_above_header(path: Path | str, header: list[str], line: int, rest: bytes, delimiter: str) -> None:
+    """A first line that is a title, a note or a comment above the table, not its header: one cell
+    (`Sales report 2024`, `# units: mm`) where the next line holds three or more, or a first cell
+    and only empty ones after it (a title in a spreadsheet's A1 saved as CSV: `Sales report,,`)."""
+    first = header[0].strip() if header else ""
+    if len(header) > 1 and not any(n.strip() for n in header[1:]):
+        what = f"{first!r} and {len(header) - 1} empty cell{'s' * (len(header) > 2)}" if first else "empty cells"
+    elif len(header) == 1 and first.startswith("#"):
+        what = f"one cell, {first!r}"
+    elif len(header) == 1:
+        following = next((t for t in rest.split(b"\n") if t.strip(b"\r\t ")), b"").decode("utf-8", "replace")
+        seen = _delimiter(following) if "," in following or delimiter == "\t" else delimiter
+        cells = next(csv.reader(io.StringIO(following, newline=""), delimiter=seen), [])
+        if len(cells) < 3:
+            return
+        what = f"one cell, {first!r}, where line {line + 1} holds {len(cells)}"
+    else:
+        return
+    raise InvalidDataset(
+        f"{path}: line {line} is not a header: {what} (a title, a note or a comment above the table?); a CSV's "
+        "first line names its columns: delete the lines above the column names and prepare again"
     )
 
 
