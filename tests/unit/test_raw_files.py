@@ -276,3 +276,29 @@ def test_lines_ended_by_a_cr_alone_read_as_the_same_file_with_newlines(tmp_path,
     bad.write_bytes(b"a,b,label\r1,2,x\r3,,y\r")
     assert main(["data", "prepare", str(bad), "--out", str(tmp_path / "c"), "--missing", "refuse"]) == 2
     assert f"{bad}: column 'b', line 3 is empty" in capsys.readouterr().err
+
+
+def test_formats_smlt_does_not_read_say_what_to_save_them_as(tmp_path, capsys):
+    import json
+
+    records = [{"a": i / 10, "label": "ab"[i % 2]} for i in range(40)]
+    files = {
+        "records.json": (
+            json.dumps(records, indent=2),
+            "one JSON array, which smlt does not read: write one JSON object per line as JSON Lines (.jsonl",
+        ),
+        "events.json": (
+            "\n".join(json.dumps(r) for r in records) + "\n",
+            "JSON Lines (one JSON object per line) under a .json name: name it .jsonl",
+        ),
+        "config.json": (json.dumps({"rows": records}), "a JSON document, which smlt does not read"),
+        "old.xls": ("\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook, which smlt does not read: save it as .xlsx"),
+        "frame.pkl": ("\x80\x04", "a pickle, which smlt never loads (it runs code): write the frame as Parquet"),
+    }
+    for name, (text, said) in files.items():
+        (tmp_path / name).write_text(text)
+        assert main(["data", "prepare", str(tmp_path / name), "--out", str(tmp_path / "out")]) == 2
+        assert f"{tmp_path / name}: {said}" in capsys.readouterr().err
+    # renamed as it says, the JSON Lines file prepares
+    (tmp_path / "events.json").rename(tmp_path / "events.jsonl")
+    assert prepare_dataset(str(tmp_path / "events.jsonl"), str(tmp_path / "ok")).train.rows == 32
