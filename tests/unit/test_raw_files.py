@@ -7,7 +7,7 @@ import numpy as np
 from safetensors.numpy import load
 
 from smlt.cli import main
-from smlt.runtime.data.prepare import prepare_dataset
+from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
 from smlt.runtime.data.tabular import read_table
 
 
@@ -302,3 +302,31 @@ def test_formats_smlt_does_not_read_say_what_to_save_them_as(tmp_path, capsys):
     # renamed as it says, the JSON Lines file prepares
     (tmp_path / "events.json").rename(tmp_path / "events.jsonl")
     assert prepare_dataset(str(tmp_path / "events.jsonl"), str(tmp_path / "ok")).train.rows == 32
+
+
+def test_a_pipeline_version_without_a_class_is_said(tmp_path, caplog):
+    import logging
+
+    rng = np.random.default_rng(3)
+
+    def version(name: str, classes: str) -> str:
+        src = tmp_path / f"{name}.csv"
+        src.write_text(
+            "size,label\n" + "\n".join(f"{rng.random():.3f},{rng.choice(list(classes))}" for _ in range(80)) + "\n"
+        )
+        return str(src)
+
+    folder = tmp_path / "incoming" / "houses"
+    assert main(["data", "prepare", version("v1", "xyz"), "--out", str(folder / "v1")]) == 0
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        assert main(["data", "prepare", version("v2", "xy"), "--out", str(folder / "v2")]) == 0
+    assert (
+        "v2.csv: class 'z' has no row in this dataset, of the 3 classes its features fix (x, y, z): a model trained "
+        "on it never learns it" in caplog.text
+    )
+    m = read_local_manifest(str(folder / "v2"))
+    assert m.classes == ["x", "y", "z"] and m.generation == 1
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):  # every class there: nothing said
+        assert main(["data", "prepare", version("v3", "xyz"), "--out", str(folder / "v3")]) == 0
+    assert "no row in this dataset" not in caplog.text
