@@ -330,3 +330,17 @@ def test_a_pipeline_version_without_a_class_is_said(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="smlt.notice"):  # every class there: nothing said
         assert main(["data", "prepare", version("v3", "xyz"), "--out", str(folder / "v3")]) == 0
     assert "no row in this dataset" not in caplog.text
+
+
+def test_a_label_or_drop_named_without_the_headers_spaces_is_refused_naming_the_column(tmp_path, capsys):
+    src = tmp_path / "sheet.csv"  # a spreadsheet's header cells typed with spaces
+    src.write_text("a , b ,  Price \n" + "\n".join(f"{i / 7:.3f},{i % 5},{i * 3.5}" for i in range(60)) + "\n")
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "o"), "--label", "price"]) == 2
+    assert (
+        f"{src}: no label column 'price' (did you mean '  Price '? name it exactly, spaces and case as the header "
+        "has them); the columns are 'a ', ' b ', '  Price '" in capsys.readouterr().err
+    )
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "o"), "--label", "  Price ", "--drop", "b"]) == 2
+    assert "drop: no column 'b' (did you mean ' b '?)" in capsys.readouterr().err
+    m = prepare_dataset(str(src), str(tmp_path / "ok"))  # the last column, as the header names it
+    assert m.label == "  Price " and m.task == "regression"

@@ -128,11 +128,17 @@ def _cells(blocks: list[Block], name: str, numeric: bool) -> np.ndarray:
 
 def no_column(where: str, names: Sequence[str], columns: Sequence[str]) -> InvalidDataset:
     """`names` (asked for by an option: `where` says which) are not among a file's `columns`."""
-    close = difflib.get_close_matches(names[0], list(columns), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return InvalidDataset(
-        f"{where}: no column {', '.join(map(repr, names))}{hint}; the columns are {', '.join(columns)}"
-    )
+    close = _nearest(names[0], columns)
+    hint = f" (did you mean {close!r}?)" if close else ""
+    return InvalidDataset(f"{where}: no column {', '.join(map(repr, names))}{hint}; the columns are {_listed(columns)}")
+
+
+def _nearest(name: str, columns: Sequence[str]) -> str | None:
+    """The column a name asked for most likely means: the same but for end spaces and letter case (a
+    spreadsheet's header cell `  price `), else difflib's closest."""
+    same = [c for c in columns if c.strip().casefold() == name.strip().casefold()]
+    close = same or difflib.get_close_matches(name, list(columns), n=1)
+    return close[0] if close else None
 
 
 def _listed(columns: Sequence[str]) -> str:
@@ -202,7 +208,12 @@ def pick_label(path: str, names: Sequence[str], label: str | None) -> str:
     """The label column: the one named, else one called label/target/y, else the last (said)."""
     if label is not None:
         if label not in names:
-            raise InvalidDataset(f"{path}: no label column {label!r}; the columns are {', '.join(names)}")
+            # a header cell with spaces at an end (`  price `) or in another case: the column to name
+            close = _nearest(label, names)
+            hint = (
+                f" (did you mean {close!r}? name it exactly, spaces and case as the header has them)" if close else ""
+            )
+            raise InvalidDataset(f"{path}: no label column {label!r}{hint}; the columns are {_listed(names)}")
         return label
     for name in LABEL_NAMES:
         if name in names:
