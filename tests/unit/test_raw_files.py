@@ -344,3 +344,13 @@ def test_a_label_or_drop_named_without_the_headers_spaces_is_refused_naming_the_
     assert "drop: no column 'b' (did you mean ' b '?)" in capsys.readouterr().err
     m = prepare_dataset(str(src), str(tmp_path / "ok"))  # the last column, as the header names it
     assert m.label == "  Price " and m.task == "regression"
+
+
+def test_a_name_twice_in_the_header_says_where(tmp_path, capsys):
+    src = tmp_path / "twice.csv"
+    src.write_text("x,y,x,label\n" + "\n".join(f"{i},{i % 3},{i * 2},{'ab'[i % 2]}" for i in range(40)) + "\n")
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        f"{src}: column 'x' appears twice in the header (columns 1 and 3, counting from 1): rename one of them"
+        in capsys.readouterr().err
+    )

@@ -784,11 +784,14 @@ def open_csv_or_parquet(path: str | Path, encoding: str | None = None) -> TableF
 
 
 def _check_header(path: Path | str, header: list[str]) -> None:
-    seen = set()
-    for name in header:
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header):
         if name in seen:
-            raise InvalidDataset(f"{path}: column {name!r} appears twice in the header")
-        seen.add(name)
+            raise InvalidDataset(
+                f"{path}: column {name!r} appears twice in the header (columns {seen[name] + 1} and {i + 1}, counting "
+                "from 1): rename one of them"
+            )
+        seen[name] = i
 
 
 # --- CSV -------------------------------------------------------------------------------------
