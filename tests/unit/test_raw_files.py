@@ -354,3 +354,34 @@ def test_a_name_twice_in_the_header_says_where(tmp_path, capsys):
         f"{src}: column 'x' appears twice in the header (columns 1 and 3, counting from 1): rename one of them"
         in capsys.readouterr().err
     )
+
+
+def test_jfif_and_avif_images_are_read_and_heic_photos_are_named(tmp_path, caplog, capsys):
+    import logging
+
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    for c in ("cat", "dog"):
+        (tmp_path / "pets" / c).mkdir(parents=True)
+        for i, (suffix, kind) in enumerate(
+            [(".jfif", "JPEG"), (".avif", "AVIF"), (".JPG", "JPEG"), (".jpe", "JPEG")] * 2
+        ):
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(
+                tmp_path / "pets" / c / f"{i}{suffix}", kind
+            )
+        (tmp_path / "pets" / c / "IMG_0001.HEIC").write_bytes(b"\x00\x00\x00\x18ftypheic")
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(tmp_path / "pets"), str(tmp_path / "out"))
+    assert m.train.rows + m.validation.rows == 16 and m.x.shape == [3, 16, 16]
+    assert (
+        "skipped 2 files that are not images" in caplog.text and "HEIC photos (an iPhone's) are not read" in caplog.text
+    )
+    # a class of HEIC photos only: refused saying how to convert them
+    for f in (tmp_path / "pets" / "dog").iterdir():
+        if f.suffix != ".HEIC":
+            f.unlink()
+    assert main(["data", "prepare", str(tmp_path / "pets"), "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert "dog: class folder holds no PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF image; HEIC photos" in err
+    assert "convert them to JPEG" in err

@@ -1,4 +1,4 @@
-"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, GIF, WebP, BMP,
+"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, GIF, WebP, AVIF, BMP,
 TIFF), read with Pillow, turned upright as their EXIF orientation says, resized to one size and
 stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits). A folder split already, as
 torchvision's ImageFolder layouts and Kaggle's come (`train/` and `val/` or `test/`, each of class
@@ -20,8 +20,15 @@ import numpy as np
 
 from smlt.runtime.errors import InvalidDataset
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")
-IMAGE_KINDS = "PNG, JPEG, GIF, WebP, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
+# `.jfif` and `.jpe`: JPEG as Windows' browsers save one; AVIF: what Pillow reads since 11.3.
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".gif", ".webp", ".avif", ".bmp", ".tif", ".tiff")
+IMAGE_KINDS = "PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
+# An iPhone's photos (HEIC, HEIF), which Pillow does not read: named, with how to get JPEGs.
+HEIC_SUFFIXES = (".heic", ".heif")
+HEIC_TODO = (
+    "HEIC photos (an iPhone's) are not read: convert them to JPEG (on a Mac `sips -s format jpeg IMG.HEIC --out "
+    "IMG.jpg`; an iPhone set to Settings > Camera > Formats > Most Compatible takes JPEGs)"
+)
 SHOW_SKIPPED = 10  # skipped files named in the notice; the rest are counted
 UNREADABLE_SHOWN = 3  # unreadable images named (with Pillow's reason) where they are told; the rest counted
 # More than this share of a folder's images unreadable is refused, not left out: likely the wrong
@@ -79,7 +86,10 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
             else:
                 skipped.append(f.relative_to(path).as_posix())
         if not found:
-            raise InvalidDataset(f"{folder}: class folder holds no {IMAGE_KINDS} image")
+            heic = any(f.suffix.lower() in HEIC_SUFFIXES for f in _walk(folder))
+            raise InvalidDataset(
+                f"{folder}: class folder holds no {IMAGE_KINDS} image" + (f"; {HEIC_TODO}" if heic else "")
+            )
     from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
 
     if nested:
@@ -96,9 +106,10 @@ def image_files(path: Path) -> list[tuple[Path, int]]:
             f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
         )
         one = len(skipped) == 1
+        heic = any(Path(f).suffix.lower() in HEIC_SUFFIXES for f in skipped)
         notice.info(
             f"{path}: skipped {len(skipped)} {'file that is not an image' if one else 'files that are not images'} "
-            f"({IMAGE_KINDS}): {shown}"
+            f"({IMAGE_KINDS}): {shown}" + (f"; {HEIC_TODO}" if heic else "")
         )
     return files
 
