@@ -385,3 +385,34 @@ def test_jfif_and_avif_images_are_read_and_heic_photos_are_named(tmp_path, caplo
     err = capsys.readouterr().err
     assert "dog: class folder holds no PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF image; HEIC photos" in err
     assert "convert them to JPEG" in err
+
+
+def test_thousands_grouped_by_no_break_spaces_or_apostrophes_are_numbers(tmp_path):
+    rng = np.random.default_rng(5)
+    values = np.round(rng.uniform(1000, 999_999, 60), 2)
+    rates = np.round(rng.uniform(0, 30, 60), 1)
+    labels = ["ab"[i % 2] for i in range(60)]
+
+    def grouped(v: float, group: str, point: str) -> str:
+        return f"{v:,.2f}".replace(",", "_").replace(".", point).replace("_", group)
+
+    nbsp, nnbsp, apostrophe = "\u00a0", "\u202f", "'"
+    rows = list(zip(values, rates, labels))
+    files = {  # as Excel in France (a no-break space, a narrow one) and Switzerland write them
+        "fr.csv": "montant;taux;label\n"
+        + "".join(f"{grouped(v, nbsp, ',')};{r:.1f}{nbsp}%;{lab}\n".replace(".", ",") for v, r, lab in rows),
+        "fr2.csv": "montant;taux;label\n"
+        + "".join(f"{grouped(v, nnbsp, ',')} €;{r:.1f} %;{lab}\n".replace(".", ",") for v, r, lab in rows),
+        "ch.csv": "amount,rate,label\n" + "".join(f"{grouped(v, apostrophe, '.')},{r}%,{lab}\n" for v, r, lab in rows),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        t = read_table(str(tmp_path / name))
+        first, second = list(t.columns)[:2]
+        np.testing.assert_allclose(t.columns[first].astype(float), values, err_msg=name)
+        np.testing.assert_allclose(t.columns[second].astype(float), rates, err_msg=name)
+        m = prepare_dataset(str(tmp_path / name), str(tmp_path / name.replace(".", "_")))
+        assert [c.kind for c in m.columns or []] == ["numeric", "numeric"], name
+    # in a comma-decimal file a plain space groups too; `1.234` stays 1.234 there
+    (tmp_path / "sp.csv").write_text("x;label\n1 234,5;a\n1.234;b\n12 345 678;a\n")
+    assert read_table(str(tmp_path / "sp.csv")).columns["x"].astype(float).tolist() == [1234.5, 1.234, 12345678.0]

@@ -80,20 +80,29 @@ WIDE_CELL = 256
 # percent sign, parentheses for a negative (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`, `(1,234)`; in a file not separated by commas,
 # `1.234,50` or `1.234.567`). Read as the number without its marks (`7.5%` is 7.5): whole columns of
 # them were text, hashed into buckets. In a comma file `1,234` is a thousand and more, as Excel
-# writes it in English; in a comma-decimal file `1.234` stays 1.234.
+# writes it in English; in a comma-decimal file `1.234` stays 1.234. Thousands are also grouped by a
+# no-break or narrow no-break space (French, `1 234,56`, as Excel in France writes it) or an
+# apostrophe (Swiss, `1'234.56`), in a comma-decimal file by a space too, and a no-break space may
+# stand before a percent or currency sign (`11,6 %`, `12 €`).
 _SIGNS = "$€£¥"
+_SPACE = "[\\s\u00a0\u202f]"  # a space, a no-break space, a narrow no-break space
+_GROUPS = {
+    False: "[,'\u00a0\u202f]",
+    True: "['\u00a0\u202f ]",
+}  # what separates groups of thousands, besides a comma file's
 _DIGITS = {
-    False: r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?",
-    True: r"(?:[0-9]{1,3}(?:\.[0-9]{3})+,[0-9]+|[0-9]{1,3}(?:\.[0-9]{3}){2,}|[0-9]+(?:,[0-9]+)?)",
+    False: rf"(?:[0-9]{{1,3}}(?:{_GROUPS[False]}[0-9]{{3}})+|[0-9]+)(?:\.[0-9]+)?",
+    True: rf"(?:[0-9]{{1,3}}(?:\.[0-9]{{3}})+,[0-9]+|[0-9]{{1,3}}(?:\.[0-9]{{3}}){{2,}}"
+    rf"|[0-9]{{1,3}}(?:{_GROUPS[True]}[0-9]{{3}})+(?:,[0-9]+)?|[0-9]+(?:,[0-9]+)?)",
 }
 # A negative number as an accountant writes it, in parentheses (`(1,234.50)`, `$(5)`, `($5)`, `$ (5.00)`
 # of Excel's accounting format), is that number negated.
 _MARKED = {
-    comma: rf"^(?:[+-]?[{_SIGNS}]?[+-]?{digits}(?:%|\s?[{_SIGNS}])?"
-    rf"|[{_SIGNS}]?\s?\([{_SIGNS}]?{digits}(?:%|\s?[{_SIGNS}])?\))$"
+    comma: rf"^(?:[+-]?[{_SIGNS}]?[+-]?{digits}(?:{_SPACE}?%|{_SPACE}?[{_SIGNS}])?"
+    rf"|[{_SIGNS}]?{_SPACE}?\([{_SIGNS}]?{digits}(?:{_SPACE}?%|{_SPACE}?[{_SIGNS}])?\))$"
     for comma, digits in _DIGITS.items()
 }
-_MARKS = {False: rf"[,%\s{_SIGNS}]", True: rf"[.%\s{_SIGNS}]"}
+_MARKS = {False: f"[,'%\\s\u00a0\u202f{_SIGNS}]", True: f"[.'%\\s\u00a0\u202f{_SIGNS}]"}
 _PARENTHESES = r"^\((.*)\)$"
 
 
