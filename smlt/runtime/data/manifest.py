@@ -90,6 +90,10 @@ DateFormat = Literal[
     "d mon yyyy h:mm AM/PM",
     "mon d, yyyy",
     "mon d, yyyy h:mm AM/PM",
+    "yyyy/m/d",
+    "yyyy/m/d h:mm AM/PM",
+    "yyyy.m.d",
+    "yyyy.m.d h:mm AM/PM",
 ]
 
 

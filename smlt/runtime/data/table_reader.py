@@ -555,7 +555,9 @@ def parse_dates(text: Any, form: str | None = None) -> tuple[np.ndarray, np.ndar
 # (`14:05`) or 12-hour (`2:05 PM`, the form's ` h:mm AM/PM` entries). Read by `parse_dates` and
 # recorded in a date column's ColumnTransform.date_format (None: ISO 8601).
 DATE_SEPARATORS = "/.-"
-NAMED_STYLES = ("d-mon-yyyy", "d mon yyyy", "mon d, yyyy")  # the month by name: no order to decide
+# Styles with no day-month order to decide: the month by name, or the year first (`2024/3/17`, as
+# Excel in Japan, China and Taiwan writes dates; `2024.3.17`), whose order is always year, month, day.
+NAMED_STYLES = ("d-mon-yyyy", "d mon yyyy", "mon d, yyyy", "yyyy/m/d", "yyyy.m.d")
 CLOCK_12 = " h:mm AM/PM"
 DATE_FORMS = tuple(
     f"{style}{clock}"
@@ -578,6 +580,7 @@ _DATE_PART = {
     "d-mon-yyyy": rf"{_DAY}-{_MONTH}-{_YEAR}",
     "d mon yyyy": rf"{_DAY} {_MONTH} {_YEAR}",
     "mon d, yyyy": rf"{_MONTH} {_DAY}, {_YEAR}",
+    **{f"yyyy{sep}m{sep}d": rf"{_YEAR}{re.escape(sep)}(?P<mo>\d{{1,2}}){re.escape(sep)}{_DAY}" for sep in "/."},
 }
 # the time after the date: `clock` "24" (14:05, 14:05:30.5), "12" (2:05 PM, 2:05:30 pm) or "any"
 _CLOCK = {
@@ -694,7 +697,9 @@ def _as_iso(text: Any, form: str) -> Any:
         return pc.struct_field(fields, [pattern.groupindex[name] - 1])
 
     pad = lambda f: pc.utf8_lpad(f, width=2, padding="0")  # noqa: E731
-    if order == NAMED_ORDER:
+    if order == NAMED_ORDER and "mo" in pattern.groupindex:  # the year first
+        month, day = group("mo"), group("d")
+    elif order == NAMED_ORDER:
         name = pc.utf8_lower(pc.utf8_slice_codeunits(group("mon"), 0, 3))
         month = pc.add(pc.index_in(name, value_set=pa.array(MONTHS)), 1).cast(pa.string())
         day = group("d")
@@ -720,7 +725,13 @@ def date_example(form: str) -> tuple[str, str, str]:
     """17 March 2024 as `form` (a DATE_FORMS entry) writes it: the date, with a time, with seconds."""
     sep, order, clock = _form_parts(form)
     if order == NAMED_ORDER:
-        date = {"d-mon-yyyy": "17-Mar-2024", "d mon yyyy": "17 Mar 2024", "mon d, yyyy": "Mar 17, 2024"}[sep]
+        date = {
+            "d-mon-yyyy": "17-Mar-2024",
+            "d mon yyyy": "17 Mar 2024",
+            "mon d, yyyy": "Mar 17, 2024",
+            "yyyy/m/d": "2024/3/17",
+            "yyyy.m.d": "2024.3.17",
+        }[sep]
     else:
         date = sep.join(["3", "17", "2024"] if order == "month_first" else ["17", "3", "2024"])
     if clock == "12":
