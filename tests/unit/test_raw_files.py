@@ -416,3 +416,27 @@ def test_thousands_grouped_by_no_break_spaces_or_apostrophes_are_numbers(tmp_pat
     # in a comma-decimal file a plain space groups too; `1.234` stays 1.234 there
     (tmp_path / "sp.csv").write_text("x;label\n1 234,5;a\n1.234;b\n12 345 678;a\n")
     assert read_table(str(tmp_path / "sp.csv")).columns["x"].astype(float).tolist() == [1234.5, 1.234, 12345678.0]
+
+
+def test_parquet_half_floats_and_64_bit_ids_are_numbers(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from smlt.inference import read_inputs
+
+    rng = np.random.default_rng(6)
+    n = 80
+    half = rng.random(n).astype(np.float16)  # numpy's float16, as pandas writes it
+    ids = rng.integers(2**60, 2**62, n, dtype=np.int64)  # a snowflake id, past float64's 2^53
+    labels = ["ab"[i % 2] for i in range(n)]
+    src = tmp_path / "events.parquet"
+    pq.write_table(pa.table({"h": half, "id": ids, "uid": ids.astype(np.uint64), "label": labels}), src)
+    m = prepare_dataset(str(src), str(tmp_path / "out"))
+    assert [(c.name, c.kind) for c in m.columns or []] == [("h", "numeric"), ("id", "numeric"), ("uid", "numeric")]
+    # the same numbers as a CSV of them: float32 half floats, ids as their nearest float64
+    csv = tmp_path / "events.csv"
+    csv.write_text("h,id,uid,label\n" + "".join(f"{float(a)!r},{b},{b},{c}\n" for a, b, c in zip(half, ids, labels)))
+    c = prepare_dataset(str(csv), str(tmp_path / "csv"))
+    np.testing.assert_allclose(stored(tmp_path / "out", m.train), stored(tmp_path / "csv", c.train), rtol=1e-6)
+    x = read_inputs(m, src).x  # predict reads it too
+    assert x.shape == (n, 3) and np.isfinite(x).all()

@@ -375,7 +375,8 @@ class Block:
 
         col = self.cells[name]
         if not self.csv and _is_number_type(col.type):
-            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            # unsafe: an integer past 2^53 (a 64-bit id) is its nearest float64, as numpy makes it
+            values = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
             return values, np.isnan(values)
         if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             return None  # booleans, dates, ...: text, as Python writes them
@@ -1231,7 +1232,7 @@ def _spread(table: TableFile, name: str, col: Any, rows: np.ndarray) -> dict[str
         by_column = flat.take(pa.array(order, mask=order < 0))
         return {c: by_column.slice(i * len(col), len(col)) for i, c in enumerate(vector_columns(name, length))}
     values = np.full((len(col), length), np.nan)
-    values[present] = flat.cast(pa.float64()).to_numpy(zero_copy_only=False).reshape(-1, length)
+    values[present] = flat.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False).reshape(-1, length)
     return {c: pa.array(values[:, i]) for i, c in enumerate(vector_columns(name, length))}
 
 
@@ -1248,7 +1249,9 @@ def _parquet_blocks(table: TableFile, progress: Callable[[int], None] | None) ->
                 if name in table.vectors:
                     cells.update(_spread(table, name, col, rows))
                 else:
-                    cells[name] = col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+                    col = col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+                    # numpy's float16 as pandas writes it: float32 (pyarrow's grouping and sorting take no float16)
+                    cells[name] = col.cast(pa.float32()) if pa.types.is_float16(col.type) else col
             start += batch.num_rows
             if progress is not None:
                 progress(start - 1)
