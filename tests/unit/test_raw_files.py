@@ -440,3 +440,25 @@ def test_parquet_half_floats_and_64_bit_ids_are_numbers(tmp_path):
     np.testing.assert_allclose(stored(tmp_path / "out", m.train), stored(tmp_path / "csv", c.train), rtol=1e-6)
     x = read_inputs(m, src).x  # predict reads it too
     assert x.shape == (n, 3) and np.isfinite(x).all()
+
+
+def test_a_line_of_another_width_than_the_header_says_why_it_likely_is(tmp_path, capsys):
+    body = "\n".join(table()) + "\n"
+    cases = {
+        "trailing.csv": (
+            "a,b,label\n" + body.replace("\n", ",\n", 3),
+            "line 2 has 4 values, the header 3: its last value is empty",
+        ),
+        "unquoted.csv": (
+            "name,b,label\nSmith, John,1,a\n" + body,
+            "line 2 has 4 values, the header 3: a cell holding the delimiter (',') without quotes?",
+        ),
+        "short.csv": (
+            "a,b,label\n" + body + "0.5,a\n",
+            "line 62 has 2 values, the header 3: a value is missing from it",
+        ),
+    }
+    for name, (text, said) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert main(["data", "prepare", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
+        assert f"{tmp_path / name}: {said}" in capsys.readouterr().err, name

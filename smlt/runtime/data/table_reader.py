@@ -1142,6 +1142,24 @@ def _decode(table: TableFile, body: bytes, line: int) -> str:
         raise _not_utf8(table.path, body, e.start, line, table) from None
 
 
+def _ragged_hint(row: list[str], width: int, delimiter: str) -> str:
+    """Why a row has another number of values than the header's `width`, as far as its cells tell."""
+    shown = "tab" if delimiter == "\t" else repr(delimiter)
+    if len(row) > width and not any(c.strip() for c in row[width:]):
+        extra = len(row) - width
+        return (
+            f": its last {'value is' if extra == 1 else f'{extra} values are'} empty, a delimiter at the end of the "
+            "line (as spreadsheets write one where a cell right of the table was once used); remove it from such "
+            "lines, or name a column for it in the header (a column without a name is left out)"
+        )
+    if len(row) > width:
+        return (
+            f': a cell holding the delimiter ({shown}) without quotes? Quote such a cell ("Smith, John"), as a '
+            "spreadsheet saving CSV does"
+        )
+    return ": a value is missing from it (or a line break in a cell without quotes cut it)"
+
+
 def _diagnose(table: TableFile, body: bytes, line: int, error: Exception) -> None:
     """The named error for a block pyarrow could not read: not UTF-8, or a row with another
     number of values than the header (found with Python's csv, as only a failing block is)."""
@@ -1150,6 +1168,7 @@ def _diagnose(table: TableFile, body: bytes, line: int, error: Exception) -> Non
         if r and len(r) != len(table.columns):
             raise InvalidDataset(
                 f"{table.path}: line {line + reader.line_num} has {len(r)} values, the header {len(table.columns)}"
+                + _ragged_hint(r, len(table.columns), table.delimiter)
             )
     raise InvalidDataset(f"{table.path}: not a readable CSV after line {line} ({error})")
 
