@@ -462,3 +462,18 @@ def test_a_line_of_another_width_than_the_header_says_why_it_likely_is(tmp_path,
         (tmp_path / name).write_text(text)
         assert main(["data", "prepare", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
         assert f"{tmp_path / name}: {said}" in capsys.readouterr().err, name
+
+
+def test_pretty_printed_json_lines_are_named_as_such(tmp_path, capsys):
+    import json
+
+    records = [{"a": i / 10, "label": "ab"[i % 2]} for i in range(40)]
+    src = tmp_path / "dump.jsonl"
+    src.write_text("\n".join(json.dumps(r, indent=2) for r in records) + "\n")
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        f"{src}: line 1 is not JSON (Expecting property name enclosed in double quotes at character 2): a record "
+        "spread over several lines (pretty-printed JSON)?" in capsys.readouterr().err
+    )
+    src.write_text("\n".join(json.dumps(r) for r in records) + "\n")  # as it says: one line each
+    assert prepare_dataset(str(src), str(tmp_path / "ok")).train.rows == 32
