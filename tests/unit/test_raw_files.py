@@ -477,3 +477,29 @@ def test_pretty_printed_json_lines_are_named_as_such(tmp_path, capsys):
     )
     src.write_text("\n".join(json.dumps(r) for r in records) + "\n")  # as it says: one line each
     assert prepare_dataset(str(src), str(tmp_path / "ok")).train.rows == 32
+
+
+def test_a_floating_point_tiff_is_refused_not_read_as_black(tmp_path, capsys):
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    for c, base in (("dark", 0.1), ("bright", 0.9)):  # microscopy in 0-1: as 8 bits, every pixel 0 or 1
+        (tmp_path / "cells" / c).mkdir(parents=True)
+        for i in range(6):
+            pixels = (rng.random((16, 16)) * 0.1 + base).astype(np.float32)
+            Image.fromarray(pixels, "F").save(tmp_path / "cells" / c / f"{i}.tif")
+    assert main(["data", "prepare", str(tmp_path / "cells"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'cells' / 'bright' / '0.tif'}: a 32-bit floating-point image (values 0.9" in err
+    assert "an .npz of float arrays" in err and not (tmp_path / "o" / "manifest.json").exists()
+    # as it says: the same pixels in an .npz prepare as float images, the classes apart
+    x = np.stack(
+        [
+            np.asarray(Image.open(f), np.float32)
+            for c in ("bright", "dark")
+            for f in sorted((tmp_path / "cells" / c).iterdir())
+        ]
+    )
+    np.savez(tmp_path / "cells.npz", x=x, y=np.repeat(["bright", "dark"], 6))
+    m = prepare_dataset(str(tmp_path / "cells.npz"), str(tmp_path / "npz"))
+    assert m.x.shape == [1, 16, 16] and m.x.dtype == "float32" and m.classes == ["bright", "dark"]

@@ -300,6 +300,8 @@ def _decode(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray | st
 
     try:
         with Image.open(f) as img:
+            if img.mode == "F":
+                _refuse_float(f, img)
             # a camera stores a portrait photo as landscape pixels plus an orientation tag: what
             # a viewer shows (and what a model serving the photo should see) is the tag applied
             upright = ImageOps.exif_transpose(img)
@@ -307,10 +309,22 @@ def _decode(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray | st
             if size is not None and pixels.size != size:
                 pixels = pixels.resize(size, Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.uint8)
-    except MemoryError:
+    except (MemoryError, InvalidDataset):
         raise
     except Exception as e:  # a corrupt file fails in many ways (OSError, SyntaxError, struct.error, ...)
         return _reason(f, e)
+
+
+def _refuse_float(f: Path, img: Any) -> None:
+    """A 32-bit floating-point image (a TIFF of mode F: microscopy, satellite bands, depth maps) has no
+    one 8-bit scale (0-1, 0-255, metres?): converted as 8 bits every pixel would round to 0 or 1."""
+    a = np.asarray(img, dtype=np.float64)
+    lo, hi = (float(np.nanmin(a)), float(np.nanmax(a))) if a.size else (0.0, 0.0)
+    raise InvalidDataset(
+        f"{f}: a 32-bit floating-point image (values {lo:g} to {hi:g}), which has no one scale to 8 bits, as smlt "
+        "stores images: save the images as 8- or 16-bit PNG or TIFF scaled as they are meant, or their pixels as an "
+        ".npz of float arrays (x of shape (N, H, W), y the labels), stored as float32 and standardised"
+    )
 
 
 def _reason(f: Path, e: Exception) -> str:
