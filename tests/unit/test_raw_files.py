@@ -503,3 +503,25 @@ def test_a_floating_point_tiff_is_refused_not_read_as_black(tmp_path, capsys):
     np.savez(tmp_path / "cells.npz", x=x, y=np.repeat(["bright", "dark"], 6))
     m = prepare_dataset(str(tmp_path / "cells.npz"), str(tmp_path / "npz"))
     assert m.x.shape == [1, 16, 16] and m.x.dtype == "float32" and m.classes == ["bright", "dark"]
+
+
+def test_a_number_column_named_as_an_id_is_said(tmp_path, caplog):
+    import logging
+
+    rng = np.random.default_rng(8)
+    ids = rng.permutation(np.arange(10_000, 10_080))  # not in row order: no row number to see
+    src = tmp_path / "customers.csv"
+    src.write_text(
+        "customer_id,userId,age,paid,label\n"
+        + "".join(
+            f"{i},{j},{rng.integers(18, 80)},{rng.integers(0, 2)},{'ab'[k % 2]}\n"
+            for k, (i, j) in enumerate(zip(ids, ids[::-1]))
+        )
+    )
+    with caplog.at_level(logging.INFO, logger="smlt.notice"):
+        m = prepare_dataset(str(src), str(tmp_path / "out"))
+    for name in ("customer_id", "userId"):
+        assert f"column '{name}' is named as an id is, and is read as a number" in caplog.text
+        assert f"--drop {name}" in caplog.text
+    assert "'age' is named" not in caplog.text and "'paid' is named" not in caplog.text
+    assert [c.name for c in m.columns or []] == ["customer_id", "userId", "age", "paid"]  # said, not dropped

@@ -29,6 +29,7 @@ far from the recorded standardisation (smlt.runtime.data.drift: another unit, a 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -441,6 +442,11 @@ def _still_rising(span: list[float], values: np.ndarray, gaps: np.ndarray) -> li
     return [span[0] if span else float(values[0]), float(values[-1])]
 
 
+# A column name that says it is an id: `id`, `ID`, `customer_id`, `customer id`, `userId`, `CustomerID`,
+# `uuid` (not `idle`, `valid`, `paid`: `id` a word of its own, or capitalised after a lower-case letter).
+_ID_NAME = re.compile(r"(?:^|[_\s.-])(?:id|ID|Id|uuid|UUID)$|^(?:id|ID|Id)(?:[_\s.-]|$)|[a-z](?:Id|ID)$")
+
+
 class ColumnFit:
     """One feature column over pass 1: numeric or text, its train statistics, its bad numbers."""
 
@@ -772,6 +778,18 @@ class ColumnFit:
             f"it): {tabular.drop_hint(self.name)}, unless it means something"
         )
 
+    def id_named(self, path: str) -> str | None:
+        """A notice when this numeric column is named as an id is (`id`, `customer_id`, `userId`, `ID`)
+        and does not rise with every row (`row_number` says so of one that does): its numbers name
+        rows, they measure nothing."""
+        if not self.numeric or self.fixed is not None or self.is_date or not _ID_NAME.search(self.name):
+            return None
+        return (
+            f"{path}: column {self.name!r} is named as an id is, and is read as a number: an id names a row and "
+            f"measures nothing, so a model can only memorise it: {tabular.drop_hint(self.name)}, unless it means "
+            "something"
+        )
+
     def merge(self, other: ColumnFit, offset: int) -> None:
         """Add another file's pass 1 of the same column, its rows after this one's (`offset` is
         added to its row numbers: the first bad cell stays the first in the files' order). A
@@ -1033,7 +1051,10 @@ class TableFit:
         for c in self.columns:
             for told in (
                 c.markers_read(self.path),
-                c.mostly_numbers() or c.mostly_distinct(self.path) or c.row_number(self.path, self.rows),
+                c.mostly_numbers()
+                or c.mostly_distinct(self.path)
+                or c.row_number(self.path, self.rows)
+                or c.id_named(self.path),
             ):
                 if told:
                     notice.info(told)
