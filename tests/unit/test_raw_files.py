@@ -525,3 +525,25 @@ def test_a_number_column_named_as_an_id_is_said(tmp_path, caplog):
         assert f"--drop {name}" in caplog.text
     assert "'age' is named" not in caplog.text and "'paid' is named" not in caplog.text
     assert [c.name for c in m.columns or []] == ["customer_id", "userId", "age", "paid"]  # said, not dropped
+
+
+def test_a_class_dealt_to_the_validation_split_only_is_said(tmp_path, caplog):
+    import logging
+
+    rng = np.random.default_rng(0)
+    src = tmp_path / "few.csv"  # 10 and 10 rows of two classes, one of a third: too few rows for "almost none"
+    src.write_text("x,label\n" + "".join(f"{rng.random():.3f},{c}\n" for c in ["a"] * 10 + ["b"] * 10 + ["c"]))
+    told = {}
+    for seed in range(8):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="smlt.notice"):
+            m = prepare_dataset(str(src), str(tmp_path / f"s{seed}"), seed=seed)
+        counts = (m.train.class_counts or []) + [0, 0, 0]
+        told[seed] = "has rows in the validation split only" in caplog.text
+        assert told[seed] == (counts[2] == 0), seed  # said exactly when 'c' has no train row
+        if told[seed]:
+            assert (
+                "few.csv: class 'c' (1 row) has rows in the validation split only: a model never learns it"
+                in caplog.text
+            )
+    assert any(told.values()) and not all(told.values())

@@ -263,7 +263,29 @@ SMALL_VALIDATION_ROWS = 30
 def dataset_warnings(m: Manifest) -> list[str]:
     """What prepare warns of in a dataset it wrote: classes with almost no rows, a validation split
     too small to measure on."""
-    return [w for w in (absent_classes(m), rare_classes(m), small_validation(m)) if w]
+    return [w for w in (absent_classes(m), rare_classes(m) or untrained_classes(m), small_validation(m)) if w]
+
+
+def untrained_classes(m: Manifest) -> str | None:
+    """What to say when classes have validation rows and no train row (a class of one row, dealt to the
+    validation split): the model never learns them and the validation counts them wrong, else None."""
+    train, val = m.train.class_counts, m.validation.class_counts
+    if m.task != "classification" or m.classes is None or train is None or val is None:
+        return None
+    k = len(m.classes)
+    train, val = train + [0] * (k - len(train)), val + [0] * (k - len(val))
+    alone = [(c, v) for c, t, v in zip(m.classes, train, val) if t == 0 and v > 0]
+    if not alone:
+        return None
+    said = ", ".join(f"{c!r} ({v:,} row{'s' * (v > 1)})" for c, v in alone[:5]) + (
+        f" and {len(alone) - 5} more" if len(alone) > 5 else ""
+    )
+    one = len(alone) == 1
+    return (
+        f"{m.source}: {'class' if one else 'classes'} {said} {'has' if one else 'have'} rows in the validation split "
+        f"only: a model never learns {'it' if one else 'them'}, and the validation counts {'its' if one else 'their'} "
+        "rows wrong; bring more rows of it, or another --seed deals them otherwise"
+    )
 
 
 def absent_classes(m: Manifest) -> str | None:
