@@ -7,6 +7,7 @@ import numpy as np
 from safetensors.numpy import load
 
 from smlt.cli import main
+from smlt.runtime.data.options import SourceOptions
 from smlt.runtime.data.prepare import prepare_dataset, read_local_manifest
 from smlt.runtime.data.tabular import read_table
 
@@ -547,3 +548,27 @@ def test_a_class_dealt_to_the_validation_split_only_is_said(tmp_path, caplog):
                 in caplog.text
             )
     assert any(told.values()) and not all(told.values())
+
+
+def test_a_spreadsheets_totals_row_at_the_end_is_refused_when_it_has_a_label(tmp_path, capsys):
+    rng = np.random.default_rng(9)
+    rows = [f"{i + 1},{'NS'[i % 2]},{rng.uniform(1, 100):.2f},{rng.uniform(100, 900):.1f}" for i in range(60)]
+    src = tmp_path / "sales.csv"
+    src.write_text("id,region,size,price\n" + "\n".join(rows) + "\nTotal,,3012.55,30001.2\n")
+    # even with the column that says it left out of the features
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "o"), "--label", "price", "--drop", "id"]) == 2
+    assert (
+        f"{src}: column 'id', line 62 is 'Total': the table's last row is a totals row, not a row of data"
+        in capsys.readouterr().err
+    )
+    # without a label it is a row without one, left out as such; a 'Total' level earlier is data
+    src.write_text("id,region,size,price\n" + "\n".join(rows) + "\nTotal,,3012.55,\n")
+    assert (
+        prepare_dataset(str(src), str(tmp_path / "a"), options=SourceOptions(label="price", drop=["id"])).train.rows
+        == 48
+    )
+    middle = tmp_path / "middle.csv"
+    middle.write_text(
+        "kind,size,price\n" + "\n".join(f"{'Total' if i == 5 else 'part'},{i},{i * 2.5}" for i in range(60)) + "\n"
+    )
+    assert prepare_dataset(str(middle), str(tmp_path / "b"), options=SourceOptions(label="price")).train.rows == 48

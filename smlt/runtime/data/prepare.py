@@ -438,6 +438,7 @@ class TableTransforms:
 
     @classmethod
     def of(cls, fit: TableFit) -> TableTransforms:
+        fit.refuse_totals()
         labels = fit.labels.finish()
         fit.labels.refuse_a_row_per_class(labels, fit.rows)
         kept = [(c, t) for c, t in zip(fit.columns, fit.transforms(labels.task)) if not fit.empty(c)]

@@ -442,6 +442,25 @@ def _still_rising(span: list[float], values: np.ndarray, gaps: np.ndarray) -> li
     return [span[0] if span else float(values[0]), float(values[-1])]
 
 
+# What a spreadsheet's totals row says in one of its cells (stripped, any case, an optional colon).
+_TOTAL = re.compile(
+    r"(?i:(?:grand |sub-?)?totals?|sum|summe|gesamt(?:summe)?|total général|totale|totaal|suma|合計|合计|总计|總計):?"
+)
+
+
+def _totals_row(block: Block, label: str) -> str | None:
+    """Where a block's last row is a totals row with a label (its label cell not empty): `path: column
+    'id', line 62 is 'Total'`; else None (a row without a label is left out as such)."""
+    i = len(block) - 1
+    if label in block.cells and not block.cell(i, label):
+        return None
+    for name in block.cells:
+        cell = block.cell(i, name)
+        if cell and _TOTAL.fullmatch(cell):
+            return f"{block.where(i, name)} is {cell!r}"
+    return None
+
+
 # A column name that says it is an id: `id`, `ID`, `customer_id`, `customer id`, `userId`, `CustomerID`,
 # `uuid` (not `idle`, `valid`, `paid`: `id` a word of its own, or capitalised after a lower-case letter).
 _ID_NAME = re.compile(r"(?:^|[_\s.-])(?:id|ID|Id|uuid|UUID)$|^(?:id|ID|Id)(?:[_\s.-]|$)|[a-z](?:Id|ID)$")
@@ -950,6 +969,7 @@ class TableFit:
         self.rows = 0
         self.train_rows = 0
         self.span = 0  # the largest row number read: where another file's rows start in `merge`
+        self.totals: str | None = None  # the file's last row, when it is a labelled totals row: where, and why
 
     @property
     def flipped(self) -> set[str]:
@@ -975,6 +995,8 @@ class TableFit:
         self.rows += len(block)
         self.train_rows += len(train)
         self.span = max(self.span, int(block.rows[-1])) if len(block) else self.span
+        if block.csv and len(block):  # the file's last row so far: a spreadsheet's totals row?
+            self.totals = _totals_row(block, self.labels.name)
 
     def merge(self, other: TableFit) -> None:
         """Add another file's pass 1 (the same columns; its rows after this one's): the statistics
@@ -991,6 +1013,16 @@ class TableFit:
         self.rows += other.rows
         self.train_rows += other.train_rows
         self.span += other.span
+        self.totals = self.totals or other.totals
+
+    def refuse_totals(self) -> None:
+        """A table whose last row sums the rows above it (`Total`, `Sum`, ...: a spreadsheet's totals
+        row saved with the table) and has a label: as a row of data it would be trained on."""
+        if self.totals is not None:
+            raise InvalidDataset(
+                f"{self.totals}: the table's last row is a totals row, not a row of data (a spreadsheet's sum of "
+                "the rows above it, saved with them); delete it from the file and prepare again"
+            )
 
     def refuse_unlabelled(self) -> None:
         """Too few rows with a label left, the others left out (`LabelFit.refuse_too_few`)."""
