@@ -53,6 +53,10 @@ def _written(d: datetime.datetime | None, form: str, i: int = 0) -> str:
         return f"{d.day} {_named(d.month, i)} {d.year}{clock}"
     if style == "mon d, yyyy":
         return f'"{_named(d.month, i)} {d.day}, {d.year}{clock}"'
+    if style.startswith("yyyy"):  # the year first, the month and day padded or not
+        sep = style[4]
+        month, day = (f"{d.month:02d}", f"{d.day:02d}") if i % 2 else (str(d.month), str(d.day))
+        return f"{d.year}{sep}{month}{sep}{day}{clock}"
     sep = style[1]
     first, second = (d.month, d.day) if style[0] == "m" else (d.day, d.month)
     return f"{first}{sep}{second}{sep}{d.year}{clock}"
@@ -83,6 +87,12 @@ def test_twelve_hour_times_and_month_names_are_the_iso_dates_they_mean() -> None
             ["Mar 15, 2024 12:00 PM", "Jul 4, 2024 8:30 pm"],
             ["2024-03-15 12:00", "2024-07-04 20:30"],
         ),
+        # the year first, as Excel in Japan, China and Taiwan writes dates
+        "yyyy/m/d": (
+            ["2024/3/7", "2024/03/17 14:05", "2024/12/1 9:05:30"],
+            ["2024-03-07", "2024-03-17 14:05", "2024-12-01 09:05:30"],
+        ),
+        "yyyy.m.d h:mm AM/PM": (["2024.3.7 2:05 PM", "2024.12.01"], ["2024-03-07 14:05", "2024-12-01"]),
     }
     for form, (cells, iso) in cases.items():
         assert form in DATE_FORMS
@@ -95,6 +105,7 @@ def test_twelve_hour_times_and_month_names_are_the_iso_dates_they_mean() -> None
         ("17-Mar-2024", "1-Feb-2024 9:05"): ("d-mon-yyyy", "24"),
         ("Mar 17, 2024", "sept 1, 2024"): ("mon d, yyyy", ""),
         ("17 March 2024 2:05 am",): ("d mon yyyy", "12"),
+        ("2024/3/17", "2024/12/1 9:05"): ("yyyy/m/d", "24"),
     }
     for cells, (sep, clock) in shapes.items():
         shape = date_shape(pa.array(list(cells)))
@@ -109,10 +120,17 @@ def test_twelve_hour_times_and_month_names_are_the_iso_dates_they_mean() -> None
         ["Mar 15, 2024", "15 Mar 2024"],  # two styles
         ["15-Mar-2024", "15-3-2024"],
         ["Mar 15, 2024", "2024-03-15"],
+        ["2024/3/17", "3/17/2024"],  # the year first and last
+        ["2024/3/17", "2024.3.17"],
+        ["24/3/17"],  # a two-digit year
     ]
     for cells in not_dates:
         assert date_shape(pa.array(cells)) is None, cells
     assert parse_dates(pa.array(["Feb 30, 2024"]), "mon d, yyyy") is None
+    assert (
+        parse_dates(pa.array(["2024/2/30"]), "yyyy/m/d") is None
+        and parse_dates(pa.array(["2024/13/1"]), "yyyy/m/d") is None
+    )
     assert parse_dates(pa.array(["3/17/2024 14:05"]), "m/d/yyyy h:mm AM/PM") is None
     assert parse_dates(pa.array(["3/17/2024 2:05 PM"]), "m/d/yyyy") is None
 
@@ -125,6 +143,8 @@ NEW_FORMS = (
     "d mon yyyy",
     "mon d, yyyy",
     "mon d, yyyy h:mm AM/PM",
+    "yyyy/m/d",
+    "yyyy.m.d h:mm AM/PM",
 )
 
 

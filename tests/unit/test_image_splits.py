@@ -79,5 +79,5 @@ def test_classes_named_like_splits_stay_classes(tmp_path, caplog):
     _images(tmp_path / "mixed" / "train", {"cat": 4}, shade=1)
     _images(tmp_path / "mixed" / "val", {"cat": 4}, shade=1)
     _images(tmp_path / "mixed" / "dog", {"dog": 4}, shade=1)
-    with pytest.raises(InvalidDataset, match="class folder holds no"):
+    with pytest.raises(InvalidDataset, match=r"mixed/train: holds class folders as a split .* beside dog/"):
         prepare_dataset(str(tmp_path / "mixed"), str(tmp_path / "q"))

@@ -126,7 +126,10 @@ def test_a_dataframes_rows_are_named_by_position_and_its_index_by_a_column(shop:
 
 def test_a_dataframe_the_csv_reader_refuses_is_refused_as_a_dataframe(shop: LoadedModel) -> None:
     df = _plain()
-    with pytest.raises(InvalidDataset, match=r"^DataFrame: column 'city' appears twice in the header$"):
+    with pytest.raises(
+        InvalidDataset,
+        match=r"^DataFrame: column 'city' appears twice in the header \(columns \d and \d, counting from 1\): rename one of them$",
+    ):
         shop.predict(pd.concat([df, df[["city"]]], axis=1))
     with pytest.raises(InvalidDataset, match=r"^DataFrame: a CSV dataset needs a header and at least one row$"):
         shop.predict(df.iloc[:0])

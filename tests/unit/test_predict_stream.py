@@ -240,7 +240,10 @@ def test_a_bad_cell_in_a_late_block_is_refused_as_read_whole(model: LoadedModel,
     # a row of too many values late in the file, after a bad cell: the reader's refusal, as read whole
     rows[100][4], rows[2800] = "heavy", [*rows[2800], "more"]
     path = _write(tmp_path / "broken.csv", header, rows)
-    assert _refused(model, path, monkeypatch) == f"{path}: line 2802 has 7 values, the header 6"
+    assert _refused(model, path, monkeypatch) == (
+        f"{path}: line 2802 has 7 values, the header 6: a cell holding the delimiter (',') without quotes? Quote such "
+        'a cell ("Smith, John"), as a spreadsheet saving CSV does'
+    )
 
 
 def _as_before(preds: Predictions, path: Path) -> bytes:

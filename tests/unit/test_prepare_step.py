@@ -114,7 +114,9 @@ def test_a_format_smlt_does_not_prepare_is_named():
         p.find_source({"houses.csv": 1, "notes.docx": 1}, WHERE)
     with pytest.raises(p.MixedUpload, match=r"holds 2 data sources \(houses\.csv, notes\.xlsx\)"):
         p.find_source({"houses.csv": 1, "notes.xlsx": 1}, WHERE)  # a workbook is a table of its own
-    with pytest.raises(p.UnsupportedFormat, match=r"docs/ \(docs/a\.txt: no PNG, JPEG, GIF, WebP, BMP or TIFF image\)"):
+    with pytest.raises(
+        p.UnsupportedFormat, match=r"docs/ \(docs/a\.txt: no PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF image\)"
+    ):
         p.find_source({"docs/a.txt": 1}, WHERE)
 
 

@@ -139,7 +139,7 @@ def test_a_class_with_no_readable_image_is_refused_naming_its_folder(tmp_path, c
         _prepare(tmp_path / "pets", tmp_path / "out", caplog)
     assert str(e.value) == (
         f"{tmp_path / 'pets' / 'owl'}: class folder holds no readable image: all 2 are unreadable (a.jpg: cannot "
-        "identify image file, an HTML page; b.png: 0 bytes); replace them with readable PNG, JPEG, GIF, WebP, BMP or "
+        "identify image file, an HTML page; b.png: 0 bytes); replace them with readable PNG, JPEG, GIF, WebP, AVIF, BMP or "
         "TIFF images, or remove the class folder"
     )
     # A split's class folder too (val/owl beside a train/owl that reads).
@@ -163,7 +163,7 @@ def test_more_than_half_unreadable_is_refused_as_the_wrong_folder(tmp_path, capl
         "page; cat/page1.jpg: "
     )
     assert str(e.value).endswith(
-        "; ...): more than half, so this is likely the wrong folder or files that are not PNG, JPEG, GIF, WebP, BMP or "
+        "; ...): more than half, so this is likely the wrong folder or files that are not PNG, JPEG, GIF, WebP, AVIF, BMP or "
         "TIFF images under an image's name; check the folder (when at most half are unreadable, they are left out "
         "with a warning)"
     )
@@ -229,7 +229,7 @@ def test_predict_on_one_unreadable_file_or_a_folder_of_them_is_an_error(model, t
     with pytest.raises(InvalidDataset) as e:
         read_inputs(manifest, str(tmp_path / "page.jpg"))
     assert str(e.value) == (
-        f"{tmp_path / 'page.jpg'}: not a readable PNG, JPEG, GIF, WebP, BMP or TIFF image (cannot identify image file, "
+        f"{tmp_path / 'page.jpg'}: not a readable PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF image (cannot identify image file, "
         "an HTML page)"
     )
     (tmp_path / "none").mkdir()
@@ -239,5 +239,5 @@ def test_predict_on_one_unreadable_file_or_a_folder_of_them_is_an_error(model, t
         read_inputs(manifest, str(tmp_path / "none"))
     assert str(e.value) == (
         f"{tmp_path / 'none'}: 2 of 2 images are unreadable (a.png: 0 bytes; b.jpg: cannot identify image file, an "
-        "HTML page): no image left to predict on; predict on PNG, JPEG, GIF, WebP, BMP or TIFF images Pillow reads"
+        "HTML page): no image left to predict on; predict on PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF images Pillow reads"
     )

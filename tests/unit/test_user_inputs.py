@@ -89,7 +89,7 @@ def test_skipped_files_of_an_image_folder_are_named(tmp_path, caplog):
     (tmp_path / "img" / "cat" / "notes.txt").write_text("found at the shelter")
     with caplog.at_level(logging.INFO, logger="smlt.notice"):
         prepare_dataset(str(tmp_path / "img"), str(tmp_path / "p"), shards=1)
-    assert "skipped 1 file that is not an image (PNG, JPEG, GIF, WebP, BMP or TIFF): cat/notes.txt" in caplog.text
+    assert "skipped 1 file that is not an image (PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF): cat/notes.txt" in caplog.text
 
 
 def test_a_study_deadline_no_trial_fits_names_the_least_that_would():

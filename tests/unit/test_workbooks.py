@@ -204,7 +204,10 @@ def test_an_empty_encrypted_or_damaged_workbook_is_named(tmp_path: Path) -> None
     with pytest.raises(InvalidDataset, match=r"p.xlsx.gz: a workbook compresses itself"):
         prepare_dataset(str(tmp_path / "p.xlsx.gz"), str(tmp_path / "p"))
     _workbook(tmp_path / "twice.xlsx", ["a", "a", "label"], [[1, 2, 0]])
-    with pytest.raises(InvalidDataset, match=r"^.*twice.xlsx: column 'a' appears twice in the header$"):
+    with pytest.raises(
+        InvalidDataset,
+        match=r"^.*twice.xlsx: column 'a' appears twice in the header \(columns \d and \d, counting from 1\): rename one of them$",
+    ):
         read_table(tmp_path / "twice.xlsx")
     assert not list(Path(__import__("tempfile").gettempdir()).glob("smlt-workbook-*/twice.csv"))
 

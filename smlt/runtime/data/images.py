@@ -1,4 +1,4 @@
-"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, GIF, WebP, BMP,
+"""An image folder as a dataset: one subfolder per class holding image files (PNG, JPEG, GIF, WebP, AVIF, BMP,
 TIFF), read with Pillow, turned upright as their EXIF orientation says, resized to one size and
 stored as uint8 (N, C, H, W) (16-bit grayscale scaled to 8 bits). A folder split already, as
 torchvision's ImageFolder layouts and Kaggle's come (`train/` and `val/` or `test/`, each of class
@@ -20,8 +20,15 @@ import numpy as np
 
 from smlt.runtime.errors import InvalidDataset
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")
-IMAGE_KINDS = "PNG, JPEG, GIF, WebP, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
+# `.jfif` and `.jpe`: JPEG as Windows' browsers save one; AVIF: what Pillow reads since 11.3.
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".gif", ".webp", ".avif", ".bmp", ".tif", ".tiff")
+IMAGE_KINDS = "PNG, JPEG, GIF, WebP, AVIF, BMP or TIFF"  # what IMAGE_SUFFIXES are, for messages
+# An iPhone's photos (HEIC, HEIF), which Pillow does not read: named, with how to get JPEGs.
+HEIC_SUFFIXES = (".heic", ".heif")
+HEIC_TODO = (
+    "HEIC photos (an iPhone's) are not read: convert them to JPEG (on a Mac `sips -s format jpeg IMG.HEIC --out "
+    "IMG.jpg`; an iPhone set to Settings > Camera > Formats > Most Compatible takes JPEGs)"
+)
 SHOW_SKIPPED = 10  # skipped files named in the notice; the rest are counted
 UNREADABLE_SHOWN = 3  # unreadable images named (with Pillow's reason) where they are told; the rest counted
 # More than this share of a folder's images unreadable is refused, not left out: likely the wrong
@@ -59,31 +66,89 @@ def _class_dirs(path: Path) -> list[Path]:
 
 
 def image_files(path: Path) -> list[tuple[Path, int]]:
-    """(file, class index) for every image, classes in sorted subfolder order, files in name order."""
+    """(file, class index) for every image, classes in sorted subfolder order, files in name order.
+    A class folder's subfolders are read as part of its class (`cat/siamese/1.jpg` is a `cat`), as
+    torchvision's ImageFolder and Keras' image_dataset_from_directory read them; dot-files and
+    folders (`.ipynb_checkpoints/`, `.DS_Store`) and what Windows and macOS leave in a folder
+    (`Thumbs.db`, `desktop.ini`, `__MACOSX/`) are passed over without a word."""
     files: list[tuple[Path, int]] = []
     skipped: list[str] = []
+    nested: dict[str, int] = {}  # a class folder's subfolder holding images: how many
     for label, folder in enumerate(_class_dirs(path)):
         found = 0
-        for f in sorted(folder.iterdir()):
-            if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES:
+        for f in _walk(folder):
+            if f.suffix.lower() in IMAGE_SUFFIXES:
                 files.append((f, label))
                 found += 1
-            elif not f.name.startswith("."):
-                skipped.append(f.relative_to(path).as_posix() + ("/" if f.is_dir() else ""))
+                if f.parent != folder:
+                    key = f.parent.relative_to(path).as_posix() + "/"
+                    nested[key] = nested.get(key, 0) + 1
+            else:
+                skipped.append(f.relative_to(path).as_posix())
         if not found:
-            raise InvalidDataset(f"{folder}: class folder holds no {IMAGE_KINDS} image")
-    if skipped:
-        from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
+            heic = any(f.suffix.lower() in HEIC_SUFFIXES for f in _walk(folder))
+            raise InvalidDataset(
+                f"{folder}: class folder holds no {IMAGE_KINDS} image" + (f"; {HEIC_TODO}" if heic else "")
+            )
+    from smlt.runtime.progress import notice  # local-only (not in the Lambda layer), as preparing is
 
+    if nested:
+        shown = ", ".join(f"{k} {n:,}" for k, n in list(nested.items())[:SHOW_SKIPPED]) + (
+            f" and {len(nested) - SHOW_SKIPPED} more" if len(nested) > SHOW_SKIPPED else ""
+        )
+        notice.info(
+            f"{path}: {sum(nested.values()):,} images in subfolders of class folders are read as the class "
+            f"folder's class ({shown}), as torchvision's ImageFolder reads them; to learn the subfolders as "
+            "classes of their own, make them class folders at the top"
+        )
+    if skipped:
         shown = ", ".join(skipped[:SHOW_SKIPPED]) + (
             f" and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
         )
         one = len(skipped) == 1
+        heic = any(Path(f).suffix.lower() in HEIC_SUFFIXES for f in skipped)
         notice.info(
             f"{path}: skipped {len(skipped)} {'file that is not an image' if one else 'files that are not images'} "
-            f"({IMAGE_KINDS}): {shown}"
+            f"({IMAGE_KINDS}): {shown}" + (f"; {HEIC_TODO}" if heic else "")
         )
     return files
+
+
+def _refuse_stray_splits(path: Path) -> None:
+    """A split's folder of class folders (`train/cat/`) beside a folder that is no split's name: a
+    split layout gone wrong, whose split folders would otherwise be read as classes `train` and `val`."""
+    names = TRAIN_NAMES + VALIDATION_NAMES
+    splits = [p for p in _class_dirs(path) if p.name.lower() in names and any(_class_dirs(p))]
+    if splits:
+        others = [p.name + "/" for p in _class_dirs(path) if p.name.lower() not in names]
+        raise InvalidDataset(
+            f"{splits[0]}: holds class folders as a split of a folder split already does, beside "
+            f"{', '.join(others[:3]) or 'no train/ or no val/'}{', ...' if len(others) > 3 else ''}: a folder split "
+            f"already holds train/ and val/ (valid/, validation/ or test/) only, each of class folders; "
+            "move the other folders into them, or make every subfolder a class folder of images"
+        )
+
+
+# What operating systems leave in a folder a person copies (Windows' thumbnail cache and folder
+# settings, macOS's resource forks in a zip): not data, passed over without a word.
+SYSTEM_FILES = {"thumbs.db", "desktop.ini", "__macosx", "ehthumbs.db"}
+
+
+def _walk(folder: Path) -> list[Path]:
+    """The files under `folder`, its subfolders' too, in name order (a folder's files before its
+    subfolders'), without dot-files and folders or SYSTEM_FILES."""
+    out: list[Path] = []
+    subfolders: list[Path] = []
+    for f in sorted(folder.iterdir()):
+        if f.name.startswith(".") or f.name.lower() in SYSTEM_FILES:
+            continue
+        if f.is_dir():
+            subfolders.append(f)
+        elif f.is_file():
+            out.append(f)
+    for sub in subfolders:
+        out.extend(_walk(sub))
+    return out
 
 
 def read_image_folder(
@@ -97,7 +162,15 @@ def read_image_folder(
     if split is None:
         classes = [p.name for p in _class_dirs(path)]
         if len(classes) < 2:
-            raise InvalidDataset(f"{path}: an image folder needs at least 2 class subfolders, found {classes}")
+            inner = _class_dirs(path / classes[0]) if classes else []
+            wrapped = (
+                f": {classes[0]}/ holds the class folders ({', '.join(p.name + '/' for p in inner[:5])}"
+                f"{', ...' if len(inner) > 5 else ''}), so prepare {path / classes[0]}"
+                if len(inner) >= 2
+                else ""
+            )
+            raise InvalidDataset(f"{path}: an image folder needs at least 2 class subfolders, found {classes}{wrapped}")
+        _refuse_stray_splits(path)
         files, validation = image_files(path), None
     else:
         files, classes, validation = _split_files(path, *split)
@@ -227,6 +300,8 @@ def _decode(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray | st
 
     try:
         with Image.open(f) as img:
+            if img.mode == "F":
+                _refuse_float(f, img)
             # a camera stores a portrait photo as landscape pixels plus an orientation tag: what
             # a viewer shows (and what a model serving the photo should see) is the tag applied
             upright = ImageOps.exif_transpose(img)
@@ -234,10 +309,22 @@ def _decode(f: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray | st
             if size is not None and pixels.size != size:
                 pixels = pixels.resize(size, Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.uint8)
-    except MemoryError:
+    except (MemoryError, InvalidDataset):
         raise
     except Exception as e:  # a corrupt file fails in many ways (OSError, SyntaxError, struct.error, ...)
         return _reason(f, e)
+
+
+def _refuse_float(f: Path, img: Any) -> None:
+    """A 32-bit floating-point image (a TIFF of mode F: microscopy, satellite bands, depth maps) has no
+    one 8-bit scale (0-1, 0-255, metres?): converted as 8 bits every pixel would round to 0 or 1."""
+    a = np.asarray(img, dtype=np.float64)
+    lo, hi = (float(np.nanmin(a)), float(np.nanmax(a))) if a.size else (0.0, 0.0)
+    raise InvalidDataset(
+        f"{f}: a 32-bit floating-point image (values {lo:g} to {hi:g}), which has no one scale to 8 bits, as smlt "
+        "stores images: save the images as 8- or 16-bit PNG or TIFF scaled as they are meant, or their pixels as an "
+        ".npz of float arrays (x of shape (N, H, W), y the labels), stored as float32 and standardised"
+    )
 
 
 def _reason(f: Path, e: Exception) -> str:

@@ -252,7 +252,14 @@ def _records(path: str, body: bytes, line: int) -> Iterator[tuple[int, dict[str,
         try:
             record = json.loads(row, parse_float=_Number, parse_int=_Number, parse_constant=_Number)
         except json.JSONDecodeError as e:
-            raise InvalidDataset(f"{path}: line {i} is not JSON ({e.msg} at character {e.colno})") from None
+            spread = row.strip(" \t\r") in ("{", "[", "[{") or row.rstrip(" \t\r").endswith(("{", "["))
+            hint = (
+                ": a record spread over several lines (pretty-printed JSON)? JSON Lines holds each record on one "
+                "line: write it without an indent (json.dumps(record), jq -c)"
+                if spread
+                else ""
+            )
+            raise InvalidDataset(f"{path}: line {i} is not JSON ({e.msg} at character {e.colno}){hint}") from None
         if not isinstance(record, dict):
             raise InvalidDataset(
                 f"{path}: line {i} is a JSON {_kind(record)}, not an object: each line of a JSON Lines "

@@ -90,6 +90,10 @@ DateFormat = Literal[
     "d mon yyyy h:mm AM/PM",
     "mon d, yyyy",
     "mon d, yyyy h:mm AM/PM",
+    "yyyy/m/d",
+    "yyyy/m/d h:mm AM/PM",
+    "yyyy.m.d",
+    "yyyy.m.d h:mm AM/PM",
 ]
 
 
@@ -259,7 +263,50 @@ SMALL_VALIDATION_ROWS = 30
 def dataset_warnings(m: Manifest) -> list[str]:
     """What prepare warns of in a dataset it wrote: classes with almost no rows, a validation split
     too small to measure on."""
-    return [w for w in (rare_classes(m), small_validation(m)) if w]
+    return [w for w in (absent_classes(m), rare_classes(m) or untrained_classes(m), small_validation(m)) if w]
+
+
+def untrained_classes(m: Manifest) -> str | None:
+    """What to say when classes have validation rows and no train row (a class of one row, dealt to the
+    validation split): the model never learns them and the validation counts them wrong, else None."""
+    train, val = m.train.class_counts, m.validation.class_counts
+    if m.task != "classification" or m.classes is None or train is None or val is None:
+        return None
+    k = len(m.classes)
+    train, val = train + [0] * (k - len(train)), val + [0] * (k - len(val))
+    alone = [(c, v) for c, t, v in zip(m.classes, train, val) if t == 0 and v > 0]
+    if not alone:
+        return None
+    said = ", ".join(f"{c!r} ({v:,} row{'s' * (v > 1)})" for c, v in alone[:5]) + (
+        f" and {len(alone) - 5} more" if len(alone) > 5 else ""
+    )
+    one = len(alone) == 1
+    return (
+        f"{m.source}: {'class' if one else 'classes'} {said} {'has' if one else 'have'} rows in the validation split "
+        f"only: a model never learns {'it' if one else 'them'}, and the validation counts {'its' if one else 'their'} "
+        "rows wrong; bring more rows of it, or another --seed deals them otherwise"
+    )
+
+
+def absent_classes(m: Manifest) -> str | None:
+    """What to say when classes of the dataset have no row in it: a pipeline's later version whose
+    upload lacks a class its features fix (filtered by mistake, or the class gone), else None."""
+    train, val = m.train.class_counts, m.validation.class_counts
+    if m.task != "classification" or m.classes is None or train is None or val is None:
+        return None
+    k = len(m.classes)
+    rows = [a + b for a, b in zip(train + [0] * (k - len(train)), val + [0] * (k - len(val)))]
+    absent = [c for c, n in zip(m.classes, rows) if n == 0]
+    if not absent:
+        return None
+    said = ", ".join(repr(c) for c in absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+    one = len(absent) == 1
+    return (
+        f"{m.source}: {'class' if one else 'classes'} {said} {'has' if one else 'have'} no row in this dataset, of the "
+        f"{k} classes its features fix ({', '.join(m.classes[:10])}{', ...' if k > 10 else ''}): a model trained on it "
+        f"never learns {'it' if one else 'them'} and its validation cannot measure {'it' if one else 'them'}; if the "
+        "rows were left out by mistake (a filtered export), upload or prepare it again with them"
+    )
 
 
 def small_validation(m: Manifest) -> str | None:

@@ -438,14 +438,19 @@ class TableTransforms:
 
     @classmethod
     def of(cls, fit: TableFit) -> TableTransforms:
+        fit.refuse_totals()
         labels = fit.labels.finish()
         fit.labels.refuse_a_row_per_class(labels, fit.rows)
-        columns = fit.transforms(labels.task)
+        kept = [(c, t) for c, t in zip(fit.columns, fit.transforms(labels.task)) if not fit.empty(c)]
+        columns = [t for _, t in kept]
+        if not columns:
+            raise InvalidDataset(
+                f"{fit.path}: every feature column is empty in the train split's rows: no features besides the "
+                f"label {fit.labels.name!r}"
+            )
         at = np.cumsum([0] + [tabular.width(t) for t in columns])
         pending = [
-            (int(at[i]), i, c)
-            for i, (c, t) in enumerate(zip(fit.columns, columns))
-            if isinstance(t.fill, float) and math.isnan(t.fill)
+            (int(at[i]), i, c) for i, (c, t) in enumerate(kept) if isinstance(t.fill, float) and math.isnan(t.fill)
         ]
         for _, _, c in pending:
             if c.median.needs_second_pass:

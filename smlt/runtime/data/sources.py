@@ -137,12 +137,48 @@ def open_source(source: str, opts: SourceOptions) -> Source | TableSource:
         return _npz(path, opts)
     if table_suffix(path) in TABLE_SUFFIXES:
         return _table(path, opts)
+    hint = other_format(path)
+    if hint:
+        raise InvalidDataset(f"{source}: {hint}")
     raise InvalidDataset(
         f"unsupported dataset source {source!r}: use sklearn:NAME, synthetic:..., .csv, .tsv, .txt, .parquet, .jsonl, "
         ".xlsx "
         "(a CSV, TSV or JSON Lines file also gzip-, bzip2- or xz-compressed: .csv.gz), .npz "
         f"or a folder of class subfolders of images, or an archive of one of those ({archives.ARCHIVE_KINDS})"
     )
+
+
+# Formats people save tables in that smlt does not read, and what to save them as.
+_OTHER_FORMATS = {
+    ".xls": "an Excel 97-2003 workbook, which smlt does not read: save it as .xlsx (Excel Workbook) or CSV UTF-8",
+    ".ods": "an OpenDocument spreadsheet, which smlt does not read: save it as .xlsx or CSV UTF-8",
+    ".numbers": "a Numbers spreadsheet, which smlt does not read: export it as .xlsx or CSV",
+    ".feather": "an Arrow (Feather) file, which smlt does not read: write it as Parquet (pandas' to_parquet)",
+    ".arrow": "an Arrow file, which smlt does not read: write it as Parquet (pandas' to_parquet)",
+    ".pkl": "a pickle, which smlt never loads (it runs code): write the frame as Parquet (pandas' to_parquet)",
+    ".pickle": "a pickle, which smlt never loads (it runs code): write the frame as Parquet (pandas' to_parquet)",
+}
+
+
+def other_format(path: Path) -> str | None:
+    """What a file of a format smlt does not prepare is, and what to save it as; None when its name
+    says nothing known. A `.json` file is looked into: one JSON array of records, or JSON Lines
+    under another name."""
+    suffix = path.suffix.lower()
+    if suffix in _OTHER_FORMATS:
+        return _OTHER_FORMATS[suffix]
+    if suffix != ".json" or not path.is_file():
+        return None
+    with path.open("rb") as f:
+        head = f.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"["):
+        return (
+            "one JSON array, which smlt does not read: write one JSON object per line as JSON Lines (.jsonl: "
+            "pandas' to_json(orient='records', lines=True), or jq -c '.[]')"
+        )
+    if head.startswith(b"{") and b"}\n{" in head.replace(b"\r\n", b"\n"):
+        return "JSON Lines (one JSON object per line) under a .json name: name it .jsonl"
+    return "a JSON document, which smlt does not read: write its records as JSON Lines (.jsonl, one object per line)"
 
 
 def _sklearn(source: str, opts: SourceOptions) -> Source:

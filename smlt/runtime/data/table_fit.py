@@ -29,6 +29,7 @@ far from the recorded standardisation (smlt.runtime.data.drift: another unit, a 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -441,6 +442,30 @@ def _still_rising(span: list[float], values: np.ndarray, gaps: np.ndarray) -> li
     return [span[0] if span else float(values[0]), float(values[-1])]
 
 
+# What a spreadsheet's totals row says in one of its cells (stripped, any case, an optional colon).
+_TOTAL = re.compile(
+    r"(?i:(?:grand |sub-?)?totals?|sum|summe|gesamt(?:summe)?|total général|totale|totaal|suma|合計|合计|总计|總計):?"
+)
+
+
+def _totals_row(block: Block, label: str) -> str | None:
+    """Where a block's last row is a totals row with a label (its label cell not empty): `path: column
+    'id', line 62 is 'Total'`; else None (a row without a label is left out as such)."""
+    i = len(block) - 1
+    if label in block.cells and not block.cell(i, label):
+        return None
+    for name in block.cells:
+        cell = block.cell(i, name)
+        if cell and _TOTAL.fullmatch(cell):
+            return f"{block.where(i, name)} is {cell!r}"
+    return None
+
+
+# A column name that says it is an id: `id`, `ID`, `customer_id`, `customer id`, `userId`, `CustomerID`,
+# `uuid` (not `idle`, `valid`, `paid`: `id` a word of its own, or capitalised after a lower-case letter).
+_ID_NAME = re.compile(r"(?:^|[_\s.-])(?:id|ID|Id|uuid|UUID)$|^(?:id|ID|Id)(?:[_\s.-]|$)|[a-z](?:Id|ID)$")
+
+
 class ColumnFit:
     """One feature column over pass 1: numeric or text, its train statistics, its bad numbers."""
 
@@ -772,6 +797,18 @@ class ColumnFit:
             f"it): {tabular.drop_hint(self.name)}, unless it means something"
         )
 
+    def id_named(self, path: str) -> str | None:
+        """A notice when this numeric column is named as an id is (`id`, `customer_id`, `userId`, `ID`)
+        and does not rise with every row (`row_number` says so of one that does): its numbers name
+        rows, they measure nothing."""
+        if not self.numeric or self.fixed is not None or self.is_date or not _ID_NAME.search(self.name):
+            return None
+        return (
+            f"{path}: column {self.name!r} is named as an id is, and is read as a number: an id names a row and "
+            f"measures nothing, so a model can only memorise it: {tabular.drop_hint(self.name)}, unless it means "
+            "something"
+        )
+
     def merge(self, other: ColumnFit, offset: int) -> None:
         """Add another file's pass 1 of the same column, its rows after this one's (`offset` is
         added to its row numbers: the first bad cell stays the first in the files' order). A
@@ -932,6 +969,7 @@ class TableFit:
         self.rows = 0
         self.train_rows = 0
         self.span = 0  # the largest row number read: where another file's rows start in `merge`
+        self.totals: str | None = None  # the file's last row, when it is a labelled totals row: where, and why
 
     @property
     def flipped(self) -> set[str]:
@@ -957,6 +995,8 @@ class TableFit:
         self.rows += len(block)
         self.train_rows += len(train)
         self.span = max(self.span, int(block.rows[-1])) if len(block) else self.span
+        if block.csv and len(block):  # the file's last row so far: a spreadsheet's totals row?
+            self.totals = _totals_row(block, self.labels.name)
 
     def merge(self, other: TableFit) -> None:
         """Add another file's pass 1 (the same columns; its rows after this one's): the statistics
@@ -973,6 +1013,16 @@ class TableFit:
         self.rows += other.rows
         self.train_rows += other.train_rows
         self.span += other.span
+        self.totals = self.totals or other.totals
+
+    def refuse_totals(self) -> None:
+        """A table whose last row sums the rows above it (`Total`, `Sum`, ...: a spreadsheet's totals
+        row saved with the table) and has a label: as a row of data it would be trained on."""
+        if self.totals is not None:
+            raise InvalidDataset(
+                f"{self.totals}: the table's last row is a totals row, not a row of data (a spreadsheet's sum of "
+                "the rows above it, saved with them); delete it from the file and prepare again"
+            )
 
     def refuse_unlabelled(self) -> None:
         """Too few rows with a label left, the others left out (`LabelFit.refuse_too_few`)."""
@@ -1009,8 +1059,23 @@ class TableFit:
         found.append(self.labels.target_notice(whose))
         return [note for note in found if note]
 
+    def empty(self, c: ColumnFit) -> bool:
+        """Whether a column (not a pipeline's, whose features are fixed) has no cell in the train split's
+        rows (a spreadsheet's column with a header and nothing below it, a Parquet column of nulls): it
+        is left out, and `transforms` says so (imputed, it would be a constant; a column of nulls has no
+        value to impute)."""
+        return c.fixed is None and self.train_rows > 0 and c.train_gaps >= self.train_rows
+
     def transforms(self, task: str) -> list[ColumnTransform]:
         from smlt.runtime.progress import notice
+
+        empty = [c.name for c in self.columns if self.empty(c)]
+        if empty:
+            shown = ", ".join(repr(n) for n in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            notice.info(
+                f"{self.path}: column{'s' * (len(empty) > 1)} {shown} {'are' if len(empty) > 1 else 'is'} empty in "
+                f"every row of the train split: left out (nothing to learn from {'them' if len(empty) > 1 else 'it'})"
+            )
 
         unlabelled = self.labels.unlabelled_notice(self.rows)
         if unlabelled:
@@ -1018,7 +1083,10 @@ class TableFit:
         for c in self.columns:
             for told in (
                 c.markers_read(self.path),
-                c.mostly_numbers() or c.mostly_distinct(self.path) or c.row_number(self.path, self.rows),
+                c.mostly_numbers()
+                or c.mostly_distinct(self.path)
+                or c.row_number(self.path, self.rows)
+                or c.id_named(self.path),
             ):
                 if told:
                     notice.info(told)

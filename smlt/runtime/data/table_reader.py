@@ -72,20 +72,38 @@ _OTHER_DELIMITERS = ";\t|"
 # without `nan`/`NaN`, which are the number NaN here (refused as not finite); and Excel's other
 # error values, a formula's that failed (`#DIV/0!`), as its CSV and a workbook (smlt.runtime.data.workbook) hold them.
 EXCEL_ERRORS = ("#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#NULL!")
-MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None", *EXCEL_ERRORS)
+# `?` is how UCI's repository writes one (adult, heart-disease, breast-cancer-wisconsin's `.data` files).
+MISSING_MARKERS = ("NA", "N/A", "n/a", "#N/A", "NULL", "null", "<NA>", "None", "?", *EXCEL_ERRORS)
 # Characters a text cell may have for its column to be a fixed-width numpy str array (`Block.column`).
 WIDE_CELL = 256
 # A number as a spreadsheet formats it: grouped thousands, a currency sign before or after, a
-# percent sign (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`; in a file not separated by commas,
+# percent sign, parentheses for a negative (`1,234.50`, `$1,234.50`, `-$5`, `12 €`, `7.5%`, `(1,234)`; in a file not separated by commas,
 # `1.234,50` or `1.234.567`). Read as the number without its marks (`7.5%` is 7.5): whole columns of
 # them were text, hashed into buckets. In a comma file `1,234` is a thousand and more, as Excel
-# writes it in English; in a comma-decimal file `1.234` stays 1.234.
+# writes it in English; in a comma-decimal file `1.234` stays 1.234. Thousands are also grouped by a
+# no-break or narrow no-break space (French, `1 234,56`, as Excel in France writes it) or an
+# apostrophe (Swiss, `1'234.56`), in a comma-decimal file by a space too, and a no-break space may
+# stand before a percent or currency sign (`11,6 %`, `12 €`).
 _SIGNS = "$€£¥"
-_MARKED = {
-    False: rf"^[+-]?[{_SIGNS}]?[+-]?(?:[0-9]{{1,3}}(?:,[0-9]{{3}})+|[0-9]+)(?:\.[0-9]+)?(?:%|\s?[{_SIGNS}])?$",
-    True: rf"^[+-]?[{_SIGNS}]?[+-]?(?:[0-9]{{1,3}}(?:\.[0-9]{{3}})+,[0-9]+|[0-9]{{1,3}}(?:\.[0-9]{{3}}){{2,}}|[0-9]+(?:,[0-9]+)?)(?:%|\s?[{_SIGNS}])?$",
+_SPACE = "[\\s\u00a0\u202f]"  # a space, a no-break space, a narrow no-break space
+_GROUPS = {
+    False: "[,'\u00a0\u202f]",
+    True: "['\u00a0\u202f ]",
+}  # what separates groups of thousands, besides a comma file's
+_DIGITS = {
+    False: rf"(?:[0-9]{{1,3}}(?:{_GROUPS[False]}[0-9]{{3}})+|[0-9]+)(?:\.[0-9]+)?",
+    True: rf"(?:[0-9]{{1,3}}(?:\.[0-9]{{3}})+,[0-9]+|[0-9]{{1,3}}(?:\.[0-9]{{3}}){{2,}}"
+    rf"|[0-9]{{1,3}}(?:{_GROUPS[True]}[0-9]{{3}})+(?:,[0-9]+)?|[0-9]+(?:,[0-9]+)?)",
 }
-_MARKS = {False: rf"[,%\s{_SIGNS}]", True: rf"[.%\s{_SIGNS}]"}
+# A negative number as an accountant writes it, in parentheses (`(1,234.50)`, `$(5)`, `($5)`, `$ (5.00)`
+# of Excel's accounting format), is that number negated.
+_MARKED = {
+    comma: rf"^(?:[+-]?[{_SIGNS}]?[+-]?{digits}(?:{_SPACE}?%|{_SPACE}?[{_SIGNS}])?"
+    rf"|[{_SIGNS}]?{_SPACE}?\([{_SIGNS}]?{digits}(?:{_SPACE}?%|{_SPACE}?[{_SIGNS}])?\))$"
+    for comma, digits in _DIGITS.items()
+}
+_MARKS = {False: f"[,'%\\s\u00a0\u202f{_SIGNS}]", True: f"[.'%\\s\u00a0\u202f{_SIGNS}]"}
+_PARENTHESES = r"^\((.*)\)$"
 
 
 # A text table (CSV, TSV, JSON Lines) may come compressed whole, as Spark, Firehose and pandas
@@ -133,14 +151,41 @@ def open_text(path: Path, encoding: str | None = None) -> Iterator[tuple[Any, An
     says (UTF-16, UTF-32), else by `encoding` (a codec's name, as `SourceOptions.encoding` reads
     it), else left as it is (UTF-8)."""
     with open_bytes(path) as (f, _):
-        head = f.read(4)
+        head = f.read(_CR_HEAD)
     marked = next((name for bom, name in _BOMS if head.startswith(bom)), None)
     told = marked or (None if head.startswith(_BOM) else encoding)
+    # lines ended by a CR alone (Excel for Mac's "CSV (Macintosh)", classic Mac OS): read as ended by LF
+    lone_cr = b"\r" in head and b"\n" not in head
     with open_bytes(path) as (f, raw):
-        if told is None or codecs.lookup(told).name == "utf-8":
-            yield f, raw
-        else:
-            yield io.BufferedReader(_Transcoded(f, told, str(path), marked is not None), _TEXT_CHUNK), raw
+        if told is not None and codecs.lookup(told).name != "utf-8":
+            f = io.BufferedReader(_Transcoded(f, told, str(path), marked is not None), _TEXT_CHUNK)
+        yield (io.BufferedReader(_CRLines(f), _TEXT_CHUNK) if lone_cr else f), raw
+
+
+# Bytes of a text table's start looked at for its byte-order mark and its line ends.
+_CR_HEAD = 1 << 16
+
+
+class _CRLines(io.RawIOBase):
+    """Text whose lines end with a CR alone, as text whose lines end with LF (a CR byte is never part
+    of another UTF-8 character)."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self._given = 0  # bytes read
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._given
+
+    def readinto(self, b: Any) -> int:
+        chunk = self._f.read(len(b))
+        n = len(chunk)
+        b[:n] = chunk.replace(b"\r", b"\n")
+        self._given += n
+        return n
 
 
 def save_as(path: Path | str) -> str:
@@ -330,7 +375,8 @@ class Block:
 
         col = self.cells[name]
         if not self.csv and _is_number_type(col.type):
-            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            # unsafe: an integer past 2^53 (a 64-bit id) is its nearest float64, as numpy makes it
+            values = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
             return values, np.isnan(values)
         if not self.csv and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             return None  # booleans, dates, ...: text, as Python writes them
@@ -410,6 +456,7 @@ class Block:
                 formatted = pc.fill_null(pc.match_substring_regex(text, _MARKED[self.decimal_comma]), False)
                 if pc.any(formatted).as_py():
                     bare = pc.replace_substring_regex(text, _MARKS[self.decimal_comma], "")
+                    bare = pc.replace_substring_regex(bare, _PARENTHESES, r"-\1")
                     text = pc.if_else(formatted, bare, text)
             if self.decimal_comma:
                 text = pc.replace_substring(text, ",", ".")
@@ -509,7 +556,9 @@ def parse_dates(text: Any, form: str | None = None) -> tuple[np.ndarray, np.ndar
 # (`14:05`) or 12-hour (`2:05 PM`, the form's ` h:mm AM/PM` entries). Read by `parse_dates` and
 # recorded in a date column's ColumnTransform.date_format (None: ISO 8601).
 DATE_SEPARATORS = "/.-"
-NAMED_STYLES = ("d-mon-yyyy", "d mon yyyy", "mon d, yyyy")  # the month by name: no order to decide
+# Styles with no day-month order to decide: the month by name, or the year first (`2024/3/17`, as
+# Excel in Japan, China and Taiwan writes dates; `2024.3.17`), whose order is always year, month, day.
+NAMED_STYLES = ("d-mon-yyyy", "d mon yyyy", "mon d, yyyy", "yyyy/m/d", "yyyy.m.d")
 CLOCK_12 = " h:mm AM/PM"
 DATE_FORMS = tuple(
     f"{style}{clock}"
@@ -532,6 +581,7 @@ _DATE_PART = {
     "d-mon-yyyy": rf"{_DAY}-{_MONTH}-{_YEAR}",
     "d mon yyyy": rf"{_DAY} {_MONTH} {_YEAR}",
     "mon d, yyyy": rf"{_MONTH} {_DAY}, {_YEAR}",
+    **{f"yyyy{sep}m{sep}d": rf"{_YEAR}{re.escape(sep)}(?P<mo>\d{{1,2}}){re.escape(sep)}{_DAY}" for sep in "/."},
 }
 # the time after the date: `clock` "24" (14:05, 14:05:30.5), "12" (2:05 PM, 2:05:30 pm) or "any"
 _CLOCK = {
@@ -648,7 +698,9 @@ def _as_iso(text: Any, form: str) -> Any:
         return pc.struct_field(fields, [pattern.groupindex[name] - 1])
 
     pad = lambda f: pc.utf8_lpad(f, width=2, padding="0")  # noqa: E731
-    if order == NAMED_ORDER:
+    if order == NAMED_ORDER and "mo" in pattern.groupindex:  # the year first
+        month, day = group("mo"), group("d")
+    elif order == NAMED_ORDER:
         name = pc.utf8_lower(pc.utf8_slice_codeunits(group("mon"), 0, 3))
         month = pc.add(pc.index_in(name, value_set=pa.array(MONTHS)), 1).cast(pa.string())
         day = group("d")
@@ -674,7 +726,13 @@ def date_example(form: str) -> tuple[str, str, str]:
     """17 March 2024 as `form` (a DATE_FORMS entry) writes it: the date, with a time, with seconds."""
     sep, order, clock = _form_parts(form)
     if order == NAMED_ORDER:
-        date = {"d-mon-yyyy": "17-Mar-2024", "d mon yyyy": "17 Mar 2024", "mon d, yyyy": "Mar 17, 2024"}[sep]
+        date = {
+            "d-mon-yyyy": "17-Mar-2024",
+            "d mon yyyy": "17 Mar 2024",
+            "mon d, yyyy": "Mar 17, 2024",
+            "yyyy/m/d": "2024/3/17",
+            "yyyy.m.d": "2024.3.17",
+        }[sep]
     else:
         date = sep.join(["3", "17", "2024"] if order == "month_first" else ["17", "3", "2024"])
     if clock == "12":
@@ -747,11 +805,14 @@ def open_csv_or_parquet(path: str | Path, encoding: str | None = None) -> TableF
 
 
 def _check_header(path: Path | str, header: list[str]) -> None:
-    seen = set()
-    for name in header:
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header):
         if name in seen:
-            raise InvalidDataset(f"{path}: column {name!r} appears twice in the header")
-        seen.add(name)
+            raise InvalidDataset(
+                f"{path}: column {name!r} appears twice in the header (columns {seen[name] + 1} and {i + 1}, counting "
+                "from 1): rename one of them"
+            )
+        seen[name] = i
 
 
 # --- CSV -------------------------------------------------------------------------------------
@@ -789,18 +850,86 @@ def _csv_header(path: Path, f: Any) -> tuple[list[str], bytes, int, str]:
         if not more:
             break
         buf += more
+    hint = _SEP_LINE.match(buf)
+    skipped = 0
+    if hint:  # Excel's `sep=;` line: the delimiter, not the header
+        buf, skipped = buf[hint.end() :], 1
+        while b"\n" not in buf:
+            more = f.read(BLOCK_BYTES)
+            if not more:
+                break
+            buf += more
+        _, ends = _record_ends(buf)
     end = int(ends[0]) + 1 if len(ends) else len(buf)
     try:
         text = buf[:end].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _not_utf8(path, buf, e.start, 0) from None
-    delimiter = _delimiter(text)
+        raise _not_utf8(path, buf, e.start, skipped) from None
+    delimiter = hint.group(1).decode() if hint else _delimiter(text)
     header = next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+    _refuse_numbers_header(path, header, skipped + 1)
+    _refuse_above_header(path, header, skipped + 1, buf[end:], delimiter)
     # A header cell with no name after the first (a trailing delimiter, as spreadsheets write one)
     # is named as pandas names it, `Unnamed: 3` (sources._table leaves it out); the first stays ''
     # (row names: tabular.INDEX_NAMES).
     header = [name if name.strip() or not i else f"{UNNAMED}{i}" for i, name in enumerate(header)]
-    return header, buf[end:], buf[:end].count(b"\n"), delimiter
+    return header, buf[end:], skipped + buf[:end].count(b"\n"), delimiter
+
+
+# Excel's first line naming a CSV's delimiter (`sep=;`), as Excel reads it and some exporters write
+# it so that Excel splits the columns in any locale.
+_SEP_LINE = re.compile(rb"sep=([,;\t|])\r?\n")
+
+
+def _refuse_numbers_header(path: Path | str, header: list[str], line: int) -> None:
+    """A header holding a fractional number (`5.1`), or only whole numbers that do not count up by one,
+    is a file's first row, not its header: a file written without one (pandas' `to_csv(header=False)`,
+    a sensor's log, a UCI `.data` file such as iris's) would lose the row and have its columns named
+    by its values."""
+    names = [n.strip() for n in header if n.strip()]
+    numbers = [n for n in names if _PLAIN_NUMBER.fullmatch(n)]
+    # a name such as `5.1` or `-3` is a cell; names that are all whole numbers are a row unless they
+    # count up by one (pandas' default column names 0, 1, 2, ...; years)
+    fractional = any(not n.isdigit() for n in numbers)
+    whole = [int(n) for n in numbers if n.isdigit()]
+    counting = whole == list(range(whole[0], whole[0] + len(whole))) if whole else False
+    if not numbers or not (fractional or (len(numbers) == len(names) and not counting)):
+        return
+    first = ",".join(header) if len(header) <= 8 else ",".join(header[:8]) + ",..."
+    example = ",".join([f"x{i + 1}" for i in range(min(len(header), 3) - 1)] + ["label"])
+    raise InvalidDataset(
+        f"{path}: line {line}, the header, holds numbers where a header names columns ({first}): the file "
+        f"has no header, so its first row would be taken for one; add a header line as its first line "
+        f"(such as '{example}', with the label column's name) and prepare again"
+    )
+
+
+def _refuse_above_header(path: Path | str, header: list[str], line: int, rest: bytes, delimiter: str) -> None:
+    """A first line that is a title, a note or a comment above the table, not its header: one cell
+    (`Sales report 2024`, `# units: mm`) where the next line holds three or more, or a first cell
+    and only empty ones after it (a title in a spreadsheet's A1 saved as CSV: `Sales report,,`)."""
+    first = header[0].strip() if header else ""
+    if len(header) > 1 and not any(n.strip() for n in header[1:]):
+        what = f"{first!r} and {len(header) - 1} empty cell{'s' * (len(header) > 2)}" if first else "empty cells"
+    elif len(header) == 1 and first.startswith("#"):
+        what = f"one cell, {first!r}"
+    elif len(header) == 1:
+        following = next((t for t in rest.split(b"\n") if t.strip(b"\r\t ")), b"").decode("utf-8", "replace")
+        seen = _delimiter(following) if "," in following or delimiter == "\t" else delimiter
+        cells = next(csv.reader(io.StringIO(following, newline=""), delimiter=seen), [])
+        if len(cells) < 3:
+            return
+        what = f"one cell, {first!r}, where line {line + 1} holds {len(cells)}"
+    else:
+        return
+    raise InvalidDataset(
+        f"{path}: line {line} is not a header: {what} (a title, a note or a comment above the table?); a CSV's "
+        "first line names its columns: delete the lines above the column names and prepare again"
+    )
+
+
+# `12`, `-0.5`, `1e3` (not `nan` or `Infinity`, names a header may have)
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _delimiter(header: str) -> str:
@@ -1013,6 +1142,24 @@ def _decode(table: TableFile, body: bytes, line: int) -> str:
         raise _not_utf8(table.path, body, e.start, line, table) from None
 
 
+def _ragged_hint(row: list[str], width: int, delimiter: str) -> str:
+    """Why a row has another number of values than the header's `width`, as far as its cells tell."""
+    shown = "tab" if delimiter == "\t" else repr(delimiter)
+    if len(row) > width and not any(c.strip() for c in row[width:]):
+        extra = len(row) - width
+        return (
+            f": its last {'value is' if extra == 1 else f'{extra} values are'} empty, a delimiter at the end of the "
+            "line (as spreadsheets write one where a cell right of the table was once used); remove it from such "
+            "lines, or name a column for it in the header (a column without a name is left out)"
+        )
+    if len(row) > width:
+        return (
+            f': a cell holding the delimiter ({shown}) without quotes? Quote such a cell ("Smith, John"), as a '
+            "spreadsheet saving CSV does"
+        )
+    return ": a value is missing from it (or a line break in a cell without quotes cut it)"
+
+
 def _diagnose(table: TableFile, body: bytes, line: int, error: Exception) -> None:
     """The named error for a block pyarrow could not read: not UTF-8, or a row with another
     number of values than the header (found with Python's csv, as only a failing block is)."""
@@ -1021,6 +1168,7 @@ def _diagnose(table: TableFile, body: bytes, line: int, error: Exception) -> Non
         if r and len(r) != len(table.columns):
             raise InvalidDataset(
                 f"{table.path}: line {line + reader.line_num} has {len(r)} values, the header {len(table.columns)}"
+                + _ragged_hint(r, len(table.columns), table.delimiter)
             )
     raise InvalidDataset(f"{table.path}: not a readable CSV after line {line} ({error})")
 
@@ -1103,7 +1251,7 @@ def _spread(table: TableFile, name: str, col: Any, rows: np.ndarray) -> dict[str
         by_column = flat.take(pa.array(order, mask=order < 0))
         return {c: by_column.slice(i * len(col), len(col)) for i, c in enumerate(vector_columns(name, length))}
     values = np.full((len(col), length), np.nan)
-    values[present] = flat.cast(pa.float64()).to_numpy(zero_copy_only=False).reshape(-1, length)
+    values[present] = flat.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False).reshape(-1, length)
     return {c: pa.array(values[:, i]) for i, c in enumerate(vector_columns(name, length))}
 
 
@@ -1120,7 +1268,9 @@ def _parquet_blocks(table: TableFile, progress: Callable[[int], None] | None) ->
                 if name in table.vectors:
                     cells.update(_spread(table, name, col, rows))
                 else:
-                    cells[name] = col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+                    col = col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+                    # numpy's float16 as pandas writes it: float32 (pyarrow's grouping and sorting take no float16)
+                    cells[name] = col.cast(pa.float32()) if pa.types.is_float16(col.type) else col
             start += batch.num_rows
             if progress is not None:
                 progress(start - 1)

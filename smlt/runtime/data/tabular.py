@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 MAX_ONEHOT_LEVELS = 16
 HASH_BUCKETS = 32
 # Such a column whose present train cells hold at least TEXT_MIN_WORDS words with a letter on
-# average (LETTERED: a date, a time, a number or a code of digits is no such word) is free text (a
+# average (LETTERED, separated by spaces: a date, a time, a number or a code of digits is no such
+# word, and an id, an e-mail address or a URL written without spaces is one) is free text (a
 # review, a description): each cell's words (WORD: runs of Unicode letters, marks, digits and
 # underscores, as Python's `\w+` but with combining marks kept in their word, as Devanagari's are;
 # lower-cased a character at a time, pyarrow's utf8_lower: `İ` is `i`, a final `Σ` is `σ`),
@@ -62,7 +63,9 @@ TEXT_BUCKETS = 512
 # Unicode classes take 1.5 ms (WORD) to 4 ms (LETTERED) a call, per column and block: an array of
 # ASCII text (the same words) takes the ASCII patterns, 0.01 ms.
 WORD = (r"[\p{L}\p{M}\p{N}_]+", r"[A-Za-z0-9_]+")
-LETTERED = (r"[\p{M}\p{N}_]*\p{L}[\p{L}\p{M}\p{N}_]*", r"[0-9_]*[A-Za-z][A-Za-z0-9_]*")
+# LETTERED: a word is what spaces separate (`don't` is one, a UUID, an e-mail address or a URL too:
+# ids, not text), and it has a letter.
+LETTERED = (r"[^\s\p{Z}\p{L}]*\p{L}[^\s\p{Z}]*", r"[^\sA-Za-z]*[A-Za-z]\S*")
 _NOT_WORD = (r"[^\p{L}\p{M}\p{N}_]+", r"[^A-Za-z0-9_]+")
 # A first column so named is a data frame's index or row names (pandas' to_csv writes "", and
 # "Unnamed: 0" once read and written again; R's write.csv ""; pyarrow from pandas
@@ -125,11 +128,17 @@ def _cells(blocks: list[Block], name: str, numeric: bool) -> np.ndarray:
 
 def no_column(where: str, names: Sequence[str], columns: Sequence[str]) -> InvalidDataset:
     """`names` (asked for by an option: `where` says which) are not among a file's `columns`."""
-    close = difflib.get_close_matches(names[0], list(columns), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return InvalidDataset(
-        f"{where}: no column {', '.join(map(repr, names))}{hint}; the columns are {', '.join(columns)}"
-    )
+    close = _nearest(names[0], columns)
+    hint = f" (did you mean {close!r}?)" if close else ""
+    return InvalidDataset(f"{where}: no column {', '.join(map(repr, names))}{hint}; the columns are {_listed(columns)}")
+
+
+def _nearest(name: str, columns: Sequence[str]) -> str | None:
+    """The column a name asked for most likely means: the same but for end spaces and letter case (a
+    spreadsheet's header cell `  price `), else difflib's closest."""
+    same = [c for c in columns if c.strip().casefold() == name.strip().casefold()]
+    close = same or difflib.get_close_matches(name, list(columns), n=1)
+    return close[0] if close else None
 
 
 def _listed(columns: Sequence[str]) -> str:
@@ -199,7 +208,12 @@ def pick_label(path: str, names: Sequence[str], label: str | None) -> str:
     """The label column: the one named, else one called label/target/y, else the last (said)."""
     if label is not None:
         if label not in names:
-            raise InvalidDataset(f"{path}: no label column {label!r}; the columns are {', '.join(names)}")
+            # a header cell with spaces at an end (`  price `) or in another case: the column to name
+            close = _nearest(label, names)
+            hint = (
+                f" (did you mean {close!r}? name it exactly, spaces and case as the header has them)" if close else ""
+            )
+            raise InvalidDataset(f"{path}: no label column {label!r}{hint}; the columns are {_listed(names)}")
         return label
     for name in LABEL_NAMES:
         if name in names:

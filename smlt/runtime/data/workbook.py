@@ -161,6 +161,7 @@ def _rows_to_csv(path: Path, sheet: Any, out: Path) -> np.ndarray:
     # as wide as their last cell, blank rows empty.
     sheet.reset_dimensions()
     header: list[str] | None = None
+    at = 0  # the header's row
     numbers: list[int] = []
     first, width = 0, 0  # the columns [first, width) that hold a cell in some row
     ragged = False  # a row with a cell past the header's last: the columns are cut again below
@@ -177,7 +178,7 @@ def _rows_to_csv(path: Path, sheet: Any, out: Path) -> np.ndarray:
             while not cells[lead]:
                 lead += 1
             if header is None:
-                header, first, width = cells[:end], lead, end
+                header, first, width, at = cells[:end], lead, end, number
                 writer.writerow(header)
                 continue
             first = min(first, lead)
@@ -191,6 +192,13 @@ def _rows_to_csv(path: Path, sheet: Any, out: Path) -> np.ndarray:
         raise InvalidDataset(f"{path}: {title} is empty: a table needs a header row and at least one row")
     if not numbers:
         raise InvalidDataset(f"{path}: {title} has a header row and no row below it")
+    named = [c for c in header if c]
+    if len(named) == 1 and width - first >= 3:  # a title in A1 above the table (table_reader._refuse_above_header)
+        raise InvalidDataset(
+            f"{path}: row {at} of {title} is not a header: one cell, {named[0]!r}, where the rows below hold "
+            f"{width - first} columns (a title or a note above the table?); the sheet's first row that is not blank "
+            "names its columns: delete the rows above the column names and prepare again"
+        )
     if ragged or first:
         _cut(out, first, width)
     return np.asarray(numbers, np.int64)
