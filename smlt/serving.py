@@ -34,6 +34,8 @@ never meets a second input it would not feed.
 
 What it gives: `probabilities` float32 [batch, classes] (a softmax; the class names are the spec's
 `classes`), or `values` float32 [batch, targets] in the label's own units (the target scaling undone).
+A float input's row that holds an infinity, or a NaN where nothing is imputed (what `smlt predict`
+refuses), gives NaN in every output column of that row, whatever the network makes of it (`Served`).
 Kind `columns_text` gives a second output after it, `unseen` bool [batch, M]: true for a text cell
 that is none of its column's levels and not missing (another letter case, a typo, a new category),
 the cells `smlt predict`'s notice counts ('N of M rows hold values the model never saw'), so a
@@ -66,6 +68,12 @@ CARD_KEY = "smlt.model_card"  # the model card's JSON beside it (model.json with
 BATCH = "batch"  # the dynamic first axis of every input and output
 NUMBERS, TEXT = "numbers", "text"  # kind columns_text's inputs
 UNSEEN = "unseen"  # kind columns_text's second output: the text cells the model never saw
+# What a served model of float inputs gives for a row it cannot answer (`Served`'s `finite`)
+NAN_ROW = (
+    "NaN in every output column for a row whose input holds an infinity, or a NaN where nothing is "
+    "imputed (smlt predict refuses such a row): check np.isnan(out).any(1) before taking a row's argmax, "
+    "which would name a class for it"
+)
 
 
 class TensorSpec(BaseModel):
@@ -224,16 +232,31 @@ class _Softmax(nn.Module):
 
 
 class Served(nn.Module):
-    """preprocess -> the run's network -> postprocess, in eval mode."""
+    """preprocess -> the run's network -> postprocess, in eval mode. With `finite` (float inputs),
+    a row whose network input holds a NaN or an infinity after the preprocessing (an infinity, a
+    NaN where nothing is imputed: what `smlt predict` refuses) gives NaN in every output, whatever
+    the network makes of it (a clamp, a 0 weight would give a finite answer a server takes for one)."""
 
-    def __init__(self, network: nn.Module, pre: nn.Module, post: nn.Module) -> None:
+    def __init__(self, network: nn.Module, pre: nn.Module, post: nn.Module, finite: bool = False) -> None:
         super().__init__()
         self.pre = pre
         self.network = network
         self.post = post
+        self.finite = finite
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.post(self.network(self.pre(x)))
+        z = self.pre(x)
+        y = self.post(self.network(z))
+        if not self.finite:
+            return y
+        bad = ~torch.isfinite(z).flatten(1).all(dim=1, keepdim=True)
+        return torch.where(bad, torch.full_like(y, math.nan), y)
+
+
+def nan_rows(manifest: Manifest) -> bool:
+    """Whether the served model's input is float (features, columns, float images, encoded
+    features), so that a row can hold a NaN or an infinity: NaN outputs for it (`Served`)."""
+    return input_kind(manifest) != "token_ids" and manifest.normalization.applied != "on_load"
 
 
 def served_module(model: LoadedModel) -> Served:
@@ -254,7 +277,7 @@ def served_module(model: LoadedModel) -> Served:
         post = _Unscale(manifest.target.mean, manifest.target.std)
     else:
         post = nn.Identity()
-    return Served(model.module, pre, post).eval()
+    return Served(model.module, pre, post, finite=nan_rows(manifest)).eval()
 
 
 def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> ServingSpec:
@@ -290,6 +313,8 @@ def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> Se
         else:
             what = ", ".join(targets or []) if card.label else "values"
             gives = f"the predicted {what} in the label's own units (the training's target scaling undone)"
+        if nan_rows(manifest):
+            gives += f"; {NAN_ROW}"
     output = TensorSpec(name=out_name, dtype="float32", shape=[BATCH, card.output_dim], means=gives)
     return ServingSpec(
         format=SPEC_FORMAT if text is None else SPEC_FORMAT_INPUTS,
