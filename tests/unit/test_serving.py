@@ -358,7 +358,12 @@ def test_a_row_smlt_predict_refuses_gives_nan_outputs_never_a_class(models, fmt,
     assert "np.isnan(out).any(1)" in spec["output"]["means"]
     with torch.no_grad():  # without the check, the clamp would make the infinity a class
         assert torch.isfinite(clamped.module(torch.from_numpy((x[2:3] - 8) / 6))).all()
-    with pytest.raises(InvalidDataset, match="NaN or Inf"):
+    with pytest.raises(
+        InvalidDataset,
+        match=r"^array: 2 rows of 4 hold NaN or Inf features: feature 0 \(1 row, first row 2\), feature 5 \(1 row, "
+        r"first row 1\): the model has no answer for such a row \(an exported model gives it NaN outputs\): fix or "
+        r"drop those rows and predict again$",
+    ):
         clamped.predict(x)
 
     houses, src, _ = models["columns"]
