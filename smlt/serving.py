@@ -368,10 +368,11 @@ _TAKES: dict[str, str] = {
     NUMBERS: "one value per number column of `columns`, in that order, in the data's own units; NaN for a "
     "missing cell (imputed inside as the training data was); a float tensor carries no column names, so the "
     "graph cannot tell columns sent in another order: build the row from `columns` by name",
-    TEXT: "one cell per text column of `text_columns`, in that order, its text as written, case kept (the "
-    'whitespace around it is stripped inside, as smlt\'s CSV reader strips it); "" for a missing cell '
-    "(imputed inside as the training data was); a value that is none of the column's levels (the model card's) "
-    "is encoded as none of them, as smlt predict does, and flagged in the output `unseen`",
+    TEXT: "one cell per text column of `text_columns`, in that order, its text as written, case kept, a boolean "
+    "as the CSV held it ('False', never \"\", which is a missing cell); the whitespace around it is stripped "
+    'inside, as smlt\'s CSV reader strips it; "" for a missing cell (imputed inside as the training data was); a '
+    "value that is none of the column's levels (the model card's) is encoded as none of them, as smlt predict "
+    "does, and flagged in the output `unseen`",
     "encoded_features": "the rows with the card's column transforms and standardisation applied (a hashed or "
     "free-text column and a date column have no graph form; number and one-hot text columns have one in "
     "ONNX only): in Python smlt.load_model(RUN).serving_input(rows)",
