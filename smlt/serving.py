@@ -375,7 +375,9 @@ _TAKES: dict[str, str] = {
     "does, and flagged in the output `unseen`",
     "encoded_features": "the rows with the card's column transforms and standardisation applied (a hashed or "
     "free-text column and a date column have no graph form; number and one-hot text columns have one in "
-    "ONNX only): in Python smlt.load_model(RUN).serving_input(rows)",
+    "ONNX only): in Python smlt.load_model(RUN).serving_input(rows); elsewhere from the model card stored beside "
+    "this spec (smlt.model_card: its features.columns, in order, and features.normalization), as smlt's README "
+    "('Use the model') spells it out",
 }
 
 

@@ -5,6 +5,7 @@ and `text`), text columns only (/2, `text` alone). Its price equals `smlt predic
 a boolean False included (a level, `False`, never a missing cell given the column's imputed level)."""
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -79,3 +80,71 @@ def test_the_readme_snippet_runs_as_written_without_smlt(tmp_path, drop, spec_fo
     price = float(ran.stdout.strip().splitlines()[-1])
     std = model.manifest.target.std[0]
     assert abs(price - want[0, 0]) <= 1e-5 * std + 1e-6 * abs(want[0, 0]), (price, want)
+
+
+# The README's recipe for `encoded_features` (number and one-hot text columns), from the model card
+# a .pt2 carries, in plain Python: what a torch service without smlt computes.
+RECIPE = r"""
+import json, sys
+sys.modules["smlt"] = None
+import numpy as np, torch
+
+extra = {"smlt.serving": "", "smlt.model_card": ""}
+program = torch.export.load("model.pt2", extra_files=extra).module()
+spec, card = json.loads(extra["smlt.serving"]), json.loads(extra["smlt.model_card"])
+assert spec["input"]["name"] == "encoded_features" and "smlt.model_card" in spec["input"]["means"]
+rows = json.loads(sys.argv[1])
+features = []
+for row in rows:
+    f = []
+    for t in card["features"]["columns"]:
+        v = row[t["name"]]
+        gap = v is None or str(v).strip() == ""
+        if t["kind"] == "numeric":
+            f.append(float(t["fill"]) if gap else float(v))
+        else:
+            cell = t["fill"] if gap else str(v).strip()
+            f += [float(cell == level) for level in t["levels"]]
+        if t["indicator"]:
+            f.append(float(gap))
+    features.append(f)
+norm = card["features"]["normalization"]
+x = (np.array(features) - np.array(norm["mean"])) / np.array(norm["std"])
+print(json.dumps(program(torch.from_numpy(x.astype(np.float32))).detach().numpy()[:, 0].tolist()))
+"""
+
+
+def test_the_readme_recipe_for_a_torch_export_of_text_columns_gives_what_predict_gives(tmp_path):
+    src = _houses(tmp_path / "houses.csv")
+    options = SourceOptions(label="price", task="regression")
+    manifest = prepare_dataset(str(src), str(tmp_path / "prepared"), shards=2, options=options)
+    card, blob = untrained(manifest, "mlp", run_id="run-recipe")
+    model = loaded(card, blob, str(tmp_path / "m"))
+    done = export_model(model, "torch-export", tmp_path / "model.pt2")
+    assert done.spec is not None and done.spec.kind == "encoded_features"
+    assert any(t.indicator for t in manifest.columns or [])  # area's missing cells: an indicator feature
+
+    rows = [
+        {"rooms": 3, "area": None, "age": 10, "city": "Paris", "garden": False},
+        {"rooms": 1, "area": 55.5, "age": 70, "city": " Nice ", "garden": True},  # spaces around: stripped
+        {"rooms": 5, "area": 160, "age": 0, "city": "Berlin", "garden": False},  # unseen: none of the levels
+    ]
+    csv = "rooms,area,age,city,garden\n" + "".join(
+        ",".join("" if r[c] is None else str(r[c]) for c in ("rooms", "area", "age", "city", "garden")) + "\n"
+        for r in rows
+    )
+    (tmp_path / "rows.csv").write_text(csv)
+    want = model.predict(tmp_path / "rows.csv").values
+    assert want is not None
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", RECIPE, json.dumps(rows)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    got = np.array(json.loads(ran.stdout.strip().splitlines()[-1]))
+    std = model.manifest.target.std[0]
+    np.testing.assert_allclose(got, want[:, 0], rtol=1e-6, atol=1e-5 * std)
