@@ -249,8 +249,9 @@ class Served(nn.Module):
         y = self.post(self.network(z))
         if not self.finite:
             return y
-        bad = ~torch.isfinite(z).flatten(1).all(dim=1, keepdim=True)
-        return torch.where(bad, torch.full_like(y, math.nan), y)
+        # 0 for a row of finite values, NaN for one with a NaN or an infinity (0 * inf is NaN):
+        # exact for every other row (y + 0), and cheaper in a graph than isfinite, all and where
+        return y + (z.to(torch.float32) * 0).flatten(1).sum(dim=1, keepdim=True)
 
 
 def nan_rows(manifest: Manifest) -> bool:
