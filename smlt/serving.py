@@ -235,7 +235,7 @@ class Served(nn.Module):
     """preprocess -> the run's network -> postprocess, in eval mode. With `finite` (float inputs),
     a row whose network input holds a NaN or an infinity after the preprocessing (an infinity, a
     NaN where nothing is imputed: what `smlt predict` refuses) gives NaN in every output, whatever
-    the network makes of it (a clamp, a 0 weight would give a finite answer a server takes for one)."""
+    the network makes of it (a clamp of its input would give a finite answer a server takes for one)."""
 
     def __init__(self, network: nn.Module, pre: nn.Module, post: nn.Module, finite: bool = False) -> None:
         super().__init__()
