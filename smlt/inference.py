@@ -1321,7 +1321,13 @@ def _arrays(manifest: Manifest, x: np.ndarray, y: np.ndarray | None, where: str)
     norm = manifest.normalization
     if norm.applied == "stored":
         if not np.isfinite(x.astype(np.float64)).all():
-            raise InvalidDataset(f"{where}: features contain NaN or Inf")
+            from smlt.runtime.data.arrays import non_finite
+
+            flat = x.reshape(len(x), -1)  # an image array's values, counted along the row
+            raise InvalidDataset(
+                f"{where}: {non_finite(flat, rows=np.arange(len(x)))}: the model has no answer for such a row "
+                "(an exported model gives it NaN outputs): fix or drop those rows and predict again"
+            )
         stored = standardise(x.astype(np.float32), norm)
     elif norm.applied == "on_load":
         if x.dtype != np.uint8:

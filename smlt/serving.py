@@ -34,6 +34,8 @@ never meets a second input it would not feed.
 
 What it gives: `probabilities` float32 [batch, classes] (a softmax; the class names are the spec's
 `classes`), or `values` float32 [batch, targets] in the label's own units (the target scaling undone).
+A float input's row that holds an infinity, or a NaN where nothing is imputed (what `smlt predict`
+refuses), gives NaN in every output column of that row, whatever the network makes of it (`Served`).
 Kind `columns_text` gives a second output after it, `unseen` bool [batch, M]: true for a text cell
 that is none of its column's levels and not missing (another letter case, a typo, a new category),
 the cells `smlt predict`'s notice counts ('N of M rows hold values the model never saw'), so a
@@ -66,6 +68,12 @@ CARD_KEY = "smlt.model_card"  # the model card's JSON beside it (model.json with
 BATCH = "batch"  # the dynamic first axis of every input and output
 NUMBERS, TEXT = "numbers", "text"  # kind columns_text's inputs
 UNSEEN = "unseen"  # kind columns_text's second output: the text cells the model never saw
+# What a served model of float inputs gives for a row it cannot answer (`Served`'s `finite`)
+NAN_ROW = (
+    "NaN in every output column for a row whose input holds an infinity, or a NaN where nothing is "
+    "imputed (smlt predict refuses such a row): check np.isnan(out).any(1) before taking a row's argmax, "
+    "which would name a class for it"
+)
 
 
 class TensorSpec(BaseModel):
@@ -224,16 +232,32 @@ class _Softmax(nn.Module):
 
 
 class Served(nn.Module):
-    """preprocess -> the run's network -> postprocess, in eval mode."""
+    """preprocess -> the run's network -> postprocess, in eval mode. With `finite` (float inputs),
+    a row whose network input holds a NaN or an infinity after the preprocessing (an infinity, a
+    NaN where nothing is imputed: what `smlt predict` refuses) gives NaN in every output, whatever
+    the network makes of it (a clamp of its input would give a finite answer a server takes for one)."""
 
-    def __init__(self, network: nn.Module, pre: nn.Module, post: nn.Module) -> None:
+    def __init__(self, network: nn.Module, pre: nn.Module, post: nn.Module, finite: bool = False) -> None:
         super().__init__()
         self.pre = pre
         self.network = network
         self.post = post
+        self.finite = finite
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.post(self.network(self.pre(x)))
+        z = self.pre(x)
+        y = self.post(self.network(z))
+        if not self.finite:
+            return y
+        # 0 for a row of finite values, NaN for one with a NaN or an infinity (0 * inf is NaN):
+        # exact for every other row (y + 0), and cheaper in a graph than isfinite, all and where
+        return y + (z.to(torch.float32) * 0).flatten(1).sum(dim=1, keepdim=True)
+
+
+def nan_rows(manifest: Manifest) -> bool:
+    """Whether the served model's input is float (features, columns, float images, encoded
+    features), so that a row can hold a NaN or an infinity: NaN outputs for it (`Served`)."""
+    return input_kind(manifest) != "token_ids" and manifest.normalization.applied != "on_load"
 
 
 def served_module(model: LoadedModel) -> Served:
@@ -254,7 +278,7 @@ def served_module(model: LoadedModel) -> Served:
         post = _Unscale(manifest.target.mean, manifest.target.std)
     else:
         post = nn.Identity()
-    return Served(model.module, pre, post).eval()
+    return Served(model.module, pre, post, finite=nan_rows(manifest)).eval()
 
 
 def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> ServingSpec:
@@ -290,6 +314,8 @@ def serving_spec(model: LoadedModel, raw: bool = False, fmt: str = "onnx") -> Se
         else:
             what = ", ".join(targets or []) if card.label else "values"
             gives = f"the predicted {what} in the label's own units (the training's target scaling undone)"
+        if nan_rows(manifest):
+            gives += f"; {NAN_ROW}"
     output = TensorSpec(name=out_name, dtype="float32", shape=[BATCH, card.output_dim], means=gives)
     return ServingSpec(
         format=SPEC_FORMAT if text is None else SPEC_FORMAT_INPUTS,
@@ -343,13 +369,16 @@ _TAKES: dict[str, str] = {
     NUMBERS: "one value per number column of `columns`, in that order, in the data's own units; NaN for a "
     "missing cell (imputed inside as the training data was); a float tensor carries no column names, so the "
     "graph cannot tell columns sent in another order: build the row from `columns` by name",
-    TEXT: "one cell per text column of `text_columns`, in that order, its text as written, case kept (the "
-    'whitespace around it is stripped inside, as smlt\'s CSV reader strips it); "" for a missing cell '
-    "(imputed inside as the training data was); a value that is none of the column's levels (the model card's) "
-    "is encoded as none of them, as smlt predict does, and flagged in the output `unseen`",
+    TEXT: "one cell per text column of `text_columns`, in that order, its text as written, case kept, a boolean "
+    "as the CSV held it ('False', never \"\", which is a missing cell); the whitespace around it is stripped "
+    'inside, as smlt\'s CSV reader strips it; "" for a missing cell (imputed inside as the training data was); a '
+    "value that is none of the column's levels (the model card's) is encoded as none of them, as smlt predict "
+    "does, and flagged in the output `unseen`",
     "encoded_features": "the rows with the card's column transforms and standardisation applied (a hashed or "
     "free-text column and a date column have no graph form; number and one-hot text columns have one in "
-    "ONNX only): in Python smlt.load_model(RUN).serving_input(rows)",
+    "ONNX only): in Python smlt.load_model(RUN).serving_input(rows); elsewhere from the model card stored beside "
+    "this spec (smlt.model_card: its features.columns, in order, and features.normalization), as smlt's README "
+    "('Use the model') spells it out",
 }
 
 

@@ -110,3 +110,25 @@ def test_predict_and_export_take_the_reference(shop, engine_as_aws, capsys):
 
     assert main(["predict", "shop@v7", csv, "--out", str(out), "--stack", "SmltModels"]) == 2
     assert "pipeline shop has no version 'v7'; its versions: v1, v2" in capsys.readouterr().err
+
+
+def test_export_of_latest_after_a_rollback_is_the_champion_rolled_back_to(shop, engine_as_aws, tmp_path, monkeypatch):
+    """`smlt export shop@latest` after a promotion by hand and `smlt models rollback` exports the
+    champion the rollback made (pipelines/shop/latest.json), not the version rolled back from: its
+    default file is named by that run, and the spec inside names it. The champion is as before after."""
+    from smlt.cli import main
+
+    artifacts = shop["artifacts"]
+    before = pl.champion(artifacts, "shop")
+    other = "v1" if before.version == "v2" else "v2"
+    stack = ["--stack", "SmltModels"]
+    assert main(["models", "promote", "shop", other, *stack]) == 0
+    assert pl.champion(artifacts, "shop").run_id == shop["runs"][other] != before.run_id
+    assert main(["models", "rollback", "shop", *stack]) == 0
+    assert pl.champion(artifacts, "shop").run_id == before.run_id
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "shop@latest", *stack, "--format", "torch-export"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == [f"{before.run_id}.pt2"]
+    extra = {"smlt.serving": ""}
+    torch.export.load(str(tmp_path / f"{before.run_id}.pt2"), extra_files=extra)
+    assert json.loads(extra["smlt.serving"])["run_id"] == before.run_id

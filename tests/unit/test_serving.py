@@ -339,3 +339,37 @@ def test_images_of_another_size_mode_or_depth_made_as_the_spec_says_are_what_sml
     got = np.stack([_as_the_spec_says(f, c, h, w) for f in files])
     assert got.dtype == want.dtype == np.uint8 and got.shape == want.shape == (len(files), c, h, w)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_row_smlt_predict_refuses_gives_nan_outputs_never_a_class(models, fmt, tmp_path):
+    """An infinity (any float input), or a NaN where nothing is imputed (an array's feature), is
+    refused by `smlt predict`; the exported file gives that row NaN in every output column, even
+    from a network that would answer it (a clamp first), and the other rows as before."""
+    model, digits, _ = models["features"]
+    clamped = LoadedModel(torch.nn.Sequential(torch.nn.Hardtanh(-3.0, 3.0), model.module), model.card, model.source)
+    done = export_model(clamped, fmt, tmp_path / "digits", data=digits[:8])
+    assert "NaN in every output column" in done.spec.output.means
+    x = digits[:4].astype(np.float32)
+    x[1, 5], x[2, 0] = np.nan, np.inf
+    got, spec = _run(done.path, fmt, x)
+    assert np.isnan(got[1:3]).all() and not np.isnan(got[[0, 3]]).any()
+    np.testing.assert_allclose(got[[0, 3]], clamped.predict(x[[0, 3]]).probabilities, atol=SERVED_TOLERANCE)
+    assert "np.isnan(out).any(1)" in spec["output"]["means"]
+    with torch.no_grad():  # without the check, the clamp would make the infinity a class
+        assert torch.isfinite(clamped.module(torch.from_numpy((x[2:3] - 8) / 6))).all()
+    with pytest.raises(
+        InvalidDataset,
+        match=r"^array: 2 rows of 4 hold NaN or Inf features: feature 0 \(1 row, first row 2\), feature 5 \(1 row, "
+        r"first row 1\): the model has no answer for such a row \(an exported model gives it NaN outputs\): fix or "
+        r"drop those rows and predict again$",
+    ):
+        clamped.predict(x)
+
+    houses, src, _ = models["columns"]
+    done = export_model(houses, fmt, tmp_path / "houses", data=src)
+    rows = houses.serving_input(src)[:3].copy()
+    rows[0, 1] = np.nan  # imputed: an answer
+    rows[1, 2] = np.inf  # refused by predict: NaN
+    got, _ = _run(done.path, fmt, rows)
+    assert np.isfinite(got[[0, 2]]).all() and np.isnan(got[1]).all()
