@@ -214,22 +214,10 @@ def ok(x):
 """
 
 
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("digits")
-    prepare_dataset("sklearn:digits", str(folder), shards=2)
-    return folder
-
-
 @pytest.fixture
-def code(tmp_path):
-    pkg = tmp_path / "code" / "usernets"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "nets.py").write_text(NETS)
-    (pkg / "more.py").write_text(MORE)
-    (pkg / "syntax.py").write_text("def build(input_shape, output_dim):\n    return nn.Linear(3 output_dim)\n")
-    return pkg
+def code(user_package):
+    syntax = "def build(input_shape, output_dim):\n    return nn.Linear(3 output_dim)\n"
+    return user_package("usernets", nets=NETS, more=MORE, syntax=syntax)
 
 
 def job(model, **training):

@@ -10,7 +10,6 @@ import pytest
 
 from smlt.precheck import check_model
 from smlt.runtime import usercode
-from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import UserCodeError
 from smlt.runtime.job import parse_job
 
@@ -76,20 +75,9 @@ def hub(input_shape, output_dim):
 """
 
 
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("digits")
-    prepare_dataset("sklearn:digits", str(folder), shards=2)
-    return folder
-
-
 @pytest.fixture
-def code(tmp_path):
-    pkg = tmp_path / "code" / "limitnets"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "nets.py").write_text(textwrap.dedent(LIMITS))
-    return pkg
+def code(user_package):
+    return user_package("limitnets", nets=textwrap.dedent(LIMITS))
 
 
 def job(name):

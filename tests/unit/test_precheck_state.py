@@ -5,7 +5,6 @@ differs from one build to the next. Refused before anything starts, naming the p
 import pytest
 
 from smlt.precheck import check_model
-from smlt.runtime.data.prepare import prepare_dataset
 from smlt.runtime.errors import InvalidJob
 from smlt.runtime.job import parse_job
 
@@ -43,20 +42,9 @@ def each_build_wider(input_shape, output_dim):
 """
 
 
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("digits")
-    prepare_dataset("sklearn:digits", str(folder), shards=2)
-    return folder
-
-
 @pytest.fixture
-def code(tmp_path):
-    pkg = tmp_path / "code" / "statenets"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "nets.py").write_text(STATE)
-    return pkg
+def code(user_package):
+    return user_package("statenets", nets=STATE)
 
 
 def job(name):
