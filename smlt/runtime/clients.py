@@ -43,13 +43,13 @@ def on_every_client(event: str, handler: Callable[..., Any], unique_id: str) -> 
     if any(h[2] == unique_id for h in _HOOKS):
         return
     _HOOKS.append((event, handler, unique_id))
-    for service in list(_made):
-        client(service).meta.events.register(event, handler, unique_id=unique_id)
+    for made in list(_clients.values()):
+        made.meta.events.register(event, handler, unique_id=unique_id)
     for service in list(_made_unretried):
         unretried(service).meta.events.register(event, handler, unique_id=unique_id)
 
 
-_made: set[str] = set()
+_clients: dict[tuple[str, str], Any] = {}  # by service and AWS_MAX_ATTEMPTS when it was made
 _made_unretried: set[str] = set()
 
 
@@ -68,11 +68,14 @@ def make(service: str, session: Any = None, config: dict[str, Any] | None = None
     return c
 
 
-@functools.cache
 def client(service: str) -> Any:
-    """The process's client of `service` (a handler's, kept while the sandbox is warm)."""
-    _made.add(service)
-    return make(service)
+    """The process's client of `service` (a handler's, kept while the sandbox is warm; made again
+    when AWS_MAX_ATTEMPTS changes, as the local engine's faults change it between invocations)."""
+    key = (service, os.environ.get(MAX_ATTEMPTS_ENV, ""))
+    made = _clients.get(key)
+    if made is None:
+        made = _clients[key] = make(service)
+    return made
 
 
 @functools.cache
@@ -85,7 +88,6 @@ def unretried(service: str) -> Any:
 
 def reset() -> None:
     """Forget every client (a test or a benchmark that moved AWS_ENDPOINT_URL)."""
-    client.cache_clear()
+    _clients.clear()
     unretried.cache_clear()
-    _made.clear()
     _made_unretried.clear()
