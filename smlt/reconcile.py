@@ -322,7 +322,10 @@ def _final_rounds(run: _Run, result: Reconciliation, rounds: dict[int, RoundItem
     """Which stored model final/model.safetensors is (the newest model r whose tensors it holds),
     the rounds that trained it (rounds before r that applied updates), and META's `final.rounds`
     against that count."""
-    blob = run.store.get(keys.final_model_key(run.run_id))
+    key = keys.final_model_key(run.run_id)
+    if any(f.kind == "digest" and key in f.detail for rr in result.rounds for f in rr.findings):
+        return []  # a final model changed since it was recorded is that one finding
+    blob = run.store.get(key)
     if blob is None:
         return []
     try:
