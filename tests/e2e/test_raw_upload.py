@@ -378,6 +378,44 @@ def test_watch_folder_uploads_a_raw_version_marker_last_and_fetches_its_run(loca
     )
 
 
+@pytest.mark.skipif(AWS is None, reason="the AWS CLI (awscli, a dev dependency) is not installed")
+def test_watch_folder_waits_for_a_data_file_still_written_when_its_marker_appears(local, tmp_path, caplog):
+    """The marker written while the CSV is still being copied in (its last line cut): the watcher
+    uploads the folder once it has stopped changing, so the run prepares all 600 rows, not the
+    part written so far (which failed on its cut line, or trained on fewer rows)."""
+    import threading
+
+    from smlt.watch import watch_folder
+
+    engine, names = local
+    root, out = tmp_path / "watched", tmp_path / "out"
+    (root / "incoming/grow/v1").mkdir(parents=True)
+    (root / "incoming/grow/job.json").write_text(json.dumps(SHORT))
+    whole = Path(_houses(tmp_path / "whole.csv", 5)).read_bytes()
+    data = root / "incoming/grow/v1/houses.csv"
+    data.write_bytes(whole[:3001])  # a cut line
+    (root / "incoming/grow/v1/_SUCCESS").write_bytes(b"")
+
+    def finish() -> None:
+        time.sleep(0.6)
+        with data.open("ab") as f:
+            f.write(whole[3001:])
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    caplog.set_level("INFO", logger="smlt.notice")
+    (arn,) = watch_folder(engine, names, root, out, once=True, interval=0.1, settle=1.0)
+    writer.join()
+    desc = engine.wait(arn, interval=0.1)
+    assert desc["status"] == "SUCCEEDED", desc
+    prepared = json.loads(desc["output"])["prepared"]["dataset"]
+    bucket, prefix = keys.parse_s3_uri(prepared)
+    manifest = json.loads(S3Store(bucket, client=engine.client("s3")).get(prefix.rstrip("/") + "/manifest.json"))
+    assert manifest["train"]["rows"] + manifest["validation"]["rows"] == ROWS, manifest
+    lines = [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
+    assert any("still changing, its upload waits" in line for line in lines), lines
+
+
 def test_the_gate_rejects_a_version_too_small_or_missing_a_class_to_compare_on(pipeline, tmp_path):
     engine, names, _, setup, upload = pipeline
     setup("few", {**SHORT, "training": {**SHORT["training"], "batch_size": 4}})
