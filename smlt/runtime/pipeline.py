@@ -14,7 +14,9 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
   validation rows cannot tell the two apart (fewer than MIN_GATE_ROWS, or a classification's rows
   missing some of the pipeline's classes). A generation's first version has no champion to compare
   with, and is promoted unless its validation rows are such: then it is rejected too (a first
-  version of 12 rows is no better measured than a later one). On imbalanced classes the
+  version of 12 rows is no better measured than a later one), and unless the champion is of an
+  older generation the team went back to (a rollback, a promotion by hand) after one of this
+  generation's versions was champion. On imbalanced classes the
   target metric to gate on is `val_balanced_accuracy` (the mean of the classes' recalls): a
   challenger that stops predicting a rare class can gain accuracy and is still rejected.
 - A version whose prepared rows are those of another version the gate decided on, under the same
@@ -468,6 +470,10 @@ def conclude(
     if record.decided_at is not None:
         return _decided(artifacts, record, current)
     promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation, min_rows)
+    if promote and record.champion_run is None and current is not None:
+        older = _older_generation_chosen(artifacts, record, current)
+        if older is not None:
+            promote, reason = False, older
     now = time.time()
     record = record.model_copy(
         update={
@@ -501,6 +507,31 @@ def _decided(artifacts: S3Store, record: VersionRecord, current: Champion | None
     if record.promoted and record.by == "gate" and (current.run_id if current else None) == record.champion_run:
         _make_champion(artifacts, record, "gate", "promote", record.decided_at or time.time())
     return record
+
+
+def _older_generation_chosen(artifacts: S3Store, record: VersionRecord, current: Champion) -> str | None:
+    """Why a cold-started version is not promoted over a champion of an older features generation
+    that the team chose over this generation (rolled back to it, or promoted it by hand, after a
+    version of this generation had been champion), else None. A generation's first version replaces
+    the older generation's champion without comparison, the two models reading different features;
+    once the team has gone back from that generation, a later version of it would undo their
+    choice unseen."""
+    if (current.generation or 1) >= record.generation:
+        return None
+    earlier = [
+        r.version
+        for r in versions(artifacts, record.pipeline)
+        if r.generation == record.generation and r.promoted and r.run_id != record.run_id
+    ]
+    if not earlier:
+        return None
+    return (
+        f"no champion of feature generation {record.generation} to compare with: the champion {current.version} "
+        f"(generation {current.generation or 1}) was chosen over generation {record.generation}'s "
+        f"{', '.join(earlier)} (rolled back to, or promoted by hand), and a model of other features cannot be "
+        f"compared with it: the champion {current.version} stays (`smlt models promote {record.pipeline} "
+        f"{record.version}` to serve this version)"
+    )
 
 
 def _verdict(
