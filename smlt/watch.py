@@ -86,14 +86,49 @@ def _mtime(path: Path) -> int:
         return -1
 
 
+# A version's folder is uploaded once its files have stayed the same (names, sizes, modification
+# times) for this long after its marker appeared: a marker written while the data file is still
+# being copied in (a `cp` of a large CSV, an export still writing) would otherwise upload the part
+# written so far, and train on it or fail on its cut last line.
+SETTLE_S = 2.0
+
+
+Files = tuple[tuple[str, int, int], ...]
+
+
+def _files(folder: Path) -> Files:
+    """The folder's files as (name, size, modification time), to tell whether it still changes."""
+    found = []
+    for f in sorted(folder.rglob("*")):
+        try:
+            st = f.stat()
+        except OSError:  # removed since the listing
+            continue
+        if f.is_file():
+            found.append((f.relative_to(folder).as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
 def watch_folder(
-    engine: Any, names: StackNames, root: Path, out: Path, once: bool = False, interval: float = 1.0
+    engine: Any,
+    names: StackNames,
+    root: Path,
+    out: Path,
+    once: bool = False,
+    interval: float = 1.0,
+    settle: float | None = None,
 ) -> list[str]:
     """Watch ROOT/incoming/<pipeline>/<version>/manifest.json and .../_SUCCESS on a started engine;
     each new one, or one written again (its modification time changed: a version's data fixed and
     its marker uploaded again), starts a retraining run through the stack's rule. Runs until
-    interrupted (or, with once, until a pass finds nothing new); returns the execution ARNs it started."""
+    interrupted (or, with once, until a pass finds nothing new); returns the execution ARNs it started.
+
+    A new marker's folder is uploaded once its files have not changed for `settle` seconds
+    (SETTLE_S): a data file still being written when its marker appears is uploaded whole."""
     seen: dict[Path, int] = {}  # each marker's modification time when it was uploaded
+    pending: dict[Path, tuple[float, Files]] = {}  # each new marker: since when its folder's files are as they are
+    told: set[Path] = set()  # markers whose folder was said to be still changing
+    settle = SETTLE_S if settle is None else settle
     started: list[str] = []
     trigger = UploadTrigger(engine, names.data_bucket)
     trigger.prime()
@@ -105,6 +140,20 @@ def watch_folder(
             found = [p for name in (keys.MANIFEST, keys.SUCCESS_MARKER) for p in root.glob(f"incoming/*/*/{name}")]
             fresh = sorted(p for p in found if seen.get(p) != _mtime(p))
             for upload in fresh:
+                files, now = _files(upload.parent), time.monotonic()
+                since, before = pending.get(upload, (now, None))
+                if files != before:  # new, or its folder changed since the last pass: wait for it to settle
+                    if before is not None and upload not in told:
+                        told.add(upload)
+                        notice.info(
+                            f"  {upload.parent}: still changing, its upload waits until it has not for {settle:g} s"
+                        )
+                    pending[upload] = (now, files)
+                    continue
+                if now - since < settle:
+                    continue
+                del pending[upload]
+                told.discard(upload)
                 seen[upload] = _mtime(upload)
                 for arn in upload_version(trigger, upload.parent, root, last=upload.name):
                     started.append(arn)

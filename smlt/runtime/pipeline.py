@@ -14,9 +14,13 @@ A pipeline is a folder `incoming/<pipeline>/` of the data bucket (its `job.json`
   validation rows cannot tell the two apart (fewer than MIN_GATE_ROWS, or a classification's rows
   missing some of the pipeline's classes). A generation's first version has no champion to compare
   with, and is promoted unless its validation rows are such: then it is rejected too (a first
-  version of 12 rows is no better measured than a later one). On imbalanced classes the
+  version of 12 rows is no better measured than a later one), and unless the champion is of an
+  older generation the team went back to (a rollback, a promotion by hand) after one of this
+  generation's versions was champion. On imbalanced classes the
   target metric to gate on is `val_balanced_accuracy` (the mean of the classes' recalls): a
   challenger that stops predicting a rare class can gain accuracy and is still rejected.
+- A version whose prepared rows are those of another version the gate decided on, under the same
+  job (the same export uploaded again under a new name), is refused before its run, naming it.
 - Every version has a record (versions/<version>.json); every change of champion an append-only
   entry (promotions/), which `rollback` replays.
 """
@@ -87,6 +91,7 @@ class VersionRecord(BaseModel):
     start: str = ""  # warm (from which champion) or cold, and why
     features: str
     generation: int
+    data_sha256: str | None = None  # its rows as prepared (data_digest): the same rows again are refused
     champion_run: str | None = None  # the champion the run warm-started from (scored in its round 0)
     champion_version: str | None = None
     metric: str | None = None
@@ -239,6 +244,58 @@ def wait_for_shards(store: S3Store, folder: str, manifest: Manifest, wait_s: flo
         time.sleep(UPLOAD_POLL_S)
 
 
+def data_digest(manifest: Manifest) -> str:
+    """The identity of a version's rows as prepared: its train and validation shards' sha256s (an
+    upload of the same bytes prepares to the same shards with the pipeline's features)."""
+    shards = [f"train:{s.sha256}" for s in manifest.train.shards]
+    shards += [f"validation:{s.sha256}" for s in manifest.validation.shards]
+    return hashlib.sha256("\n".join(shards).encode()).hexdigest()[:16]
+
+
+# A run's job's fields that differ between two runs of the same training: the data, the run's
+# name, and the warm start (each version's champion).
+_RUN_FIELDS = ("dataset", "run_id", "warm_start", "name")
+
+
+def _same_rows(
+    artifacts: S3Store,
+    pipeline: str,
+    version: str,
+    features: str,
+    rows: str,
+    job: dict[str, Any] | None,
+    uri: str,
+    bucket: str,
+) -> None:
+    """InvalidDataset when another version of the pipeline, decided by the gate, was trained on
+    exactly these rows with the same features and the same job (its training, model, workers):
+    an export uploaded again under a new name (or a copy of the wrong file) would warm-start from
+    a model trained on them, be compared with it on the same validation rows, and cost a run for
+    nothing. The
+    same rows under a changed job train (a team retraining with other settings)."""
+    for other in versions(artifacts, pipeline):
+        if other.version == version or other.data_sha256 != rows or other.features != features:
+            continue
+        if other.decided_at is None:
+            continue  # its run did not end: these rows are not trained on yet
+        if job is not None:
+            try:
+                trained = json.loads(artifacts.get(keys.job_key(other.run_id)))
+            except NotFound:
+                continue  # its run's job is gone: nothing to tell the two apart by
+            if {k: v for k, v in trained.items() if k not in _RUN_FIELDS} != {
+                k: v for k, v in job.items() if k not in _RUN_FIELDS
+            }:
+                continue
+        raise InvalidDataset(
+            f"{uri} holds the same rows as pipeline {pipeline}'s version {other.version} (run {other.run_id}, "
+            f"{other.status}), and its job is unchanged: nothing new to train on, so no run starts. Upload the new "
+            f"export under {keys.INCOMING}{pipeline}/{version}/ and its {keys.SUCCESS_MARKER} again; to train on "
+            f"these rows again, upload version {other.version}'s {keys.SUCCESS_MARKER} (or {keys.MANIFEST}) again "
+            f"(s3://{bucket}/{keys.INCOMING}{pipeline}/{other.version}/), or change the job first"
+        )
+
+
 def champion(artifacts: Records, pipeline: str) -> Champion | None:
     try:
         raw = json.loads(artifacts.get(keys.pipeline_latest_key(pipeline)))
@@ -257,6 +314,7 @@ def start_version(
     *,
     check: Callable[[Manifest], None] | None = None,
     model: dict[str, Any] | None = None,
+    job: dict[str, Any] | None = None,
 ) -> tuple[str | None, VersionRecord]:
     """A version's run starts: wait for its shards, decide warm or cold start from the champion
     (same features: warm; a newer generation: cold, and why; other features: a named error),
@@ -264,7 +322,9 @@ def start_version(
 
     Nothing is recorded for a run that cannot start: `check` (the job against the manifest,
     smlt.runtime.job.check_dataset) raises first, and so does a warm start whose champion was
-    trained with another `model` (the job's, as JSON) than the job's, whose weights do not fit it."""
+    trained with another `model` (the job's, as JSON) than the job's, whose weights do not fit it,
+    and a version whose rows another version was already trained on and judged with under the same
+    `job` (the run's, `_same_rows`)."""
     uri = f"s3://{data.bucket}/{folder}/"
     try:
         manifest = parse_manifest(data.get(f"{folder}/manifest.json"), f"{uri}manifest.json")
@@ -303,6 +363,8 @@ def start_version(
         return warm, known  # a later round, or a duplicate event, of a run that exists: nothing to record again
     if warm is not None and champ is not None and model is not None:
         _same_model(artifacts, champ, model, pipeline, version, data.bucket)
+    rows = data_digest(manifest)
+    _same_rows(artifacts, pipeline, version, digest, rows, job, uri, data.bucket)
     if known is not None:  # the version uploaded again: its earlier upload's record is kept, not overwritten
         artifacts.put(
             keys.pipeline_replaced_key(pipeline, version, known.run_id), known.model_dump_json(indent=1).encode()
@@ -315,6 +377,7 @@ def start_version(
         start=start,
         features=digest,
         generation=spec.generation,
+        data_sha256=rows,
         champion_run=champ.run_id if warm and champ else None,
         champion_version=champ.version if warm and champ else None,
         created_at=time.time(),
@@ -407,6 +470,10 @@ def conclude(
     if record.decided_at is not None:
         return _decided(artifacts, record, current)
     promote, reason = _verdict(record, current, metric, margin, challenger, champion_scored, validation, min_rows)
+    if promote and record.champion_run is None and current is not None:
+        older = _older_generation_chosen(artifacts, record, current)
+        if older is not None:
+            promote, reason = False, older
     now = time.time()
     record = record.model_copy(
         update={
@@ -440,6 +507,31 @@ def _decided(artifacts: S3Store, record: VersionRecord, current: Champion | None
     if record.promoted and record.by == "gate" and (current.run_id if current else None) == record.champion_run:
         _make_champion(artifacts, record, "gate", "promote", record.decided_at or time.time())
     return record
+
+
+def _older_generation_chosen(artifacts: S3Store, record: VersionRecord, current: Champion) -> str | None:
+    """Why a cold-started version is not promoted over a champion of an older features generation
+    that the team chose over this generation (rolled back to it, or promoted it by hand, after a
+    version of this generation had been champion), else None. A generation's first version replaces
+    the older generation's champion without comparison, the two models reading different features;
+    once the team has gone back from that generation, a later version of it would undo their
+    choice unseen."""
+    if (current.generation or 1) >= record.generation:
+        return None
+    earlier = [
+        r.version
+        for r in versions(artifacts, record.pipeline)
+        if r.generation == record.generation and r.promoted and r.run_id != record.run_id
+    ]
+    if not earlier:
+        return None
+    return (
+        f"no champion of feature generation {record.generation} to compare with: the champion {current.version} "
+        f"(generation {current.generation or 1}) was chosen over generation {record.generation}'s "
+        f"{', '.join(earlier)} (rolled back to, or promoted by hand), and a model of other features cannot be "
+        f"compared with it: the champion {current.version} stays (`smlt models promote {record.pipeline} "
+        f"{record.version}` to serve this version)"
+    )
 
 
 def _verdict(

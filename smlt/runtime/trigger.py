@@ -157,6 +157,7 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
         upload.run_id,
         check=check,
         model=parsed.model.model_dump(mode="json"),
+        job=parsed.model_dump(mode="json"),
     )
     if warm is not None:
         job["warm_start"] = warm

@@ -278,3 +278,56 @@ def test_a_gate_on_balanced_accuracy_rejects_a_challenger_that_stops_predicting_
     listing = capsys.readouterr().out
     print(listing)
     assert "val_balanced_accuracy" in listing and "warning: balanced accuracy" in listing
+
+
+def test_after_a_rollback_the_next_version_starts_from_the_champion_rolled_back_to(engine_as_aws, tmp_path):
+    """A rollback then a new version: its warm start and its gate are the rolled-back-to
+    champion's. A rollback from a new features generation to the older one's champion holds: a
+    later version of the newer generation, which starts cold and cannot be compared with it, is
+    rejected saying so instead of replacing it unseen (before: promoted, "no champion to compare
+    with")."""
+    engine, names = engine_as_aws
+    root = tmp_path / "watched"
+    job = {
+        "name": "back",
+        "dataset": {"uri": "replaced-by-the-trigger"},
+        "model": {"name": "logreg"},
+        "training": {"max_rounds": 1, "local_steps": 5, "learning_rate": 0.3},
+        "workers": {"initial": 2, "memory_mb": 1769},
+    }
+    (root / "incoming/back").mkdir(parents=True)
+    (root / "incoming/back/job.json").write_text(json.dumps(job))
+    trigger = UploadTrigger(engine, names.data_bucket)
+    trigger.prime()
+    artifacts = S3Store(names.artifacts_bucket)
+
+    def version(name: str, seed: int, **kw) -> pl.VersionRecord:
+        pl.prepare_version(_houses(tmp_path / f"{name}.csv", seed), str(root / f"incoming/back/{name}"), **kw)
+        run = _run(engine, upload_version(trigger, root / f"incoming/back/{name}", root))
+        record = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("back", name)))
+        assert record.run_id == run and record.decided_at is not None, record
+        return record
+
+    v1 = version("v1", 1)
+    v2 = version("v2", 2)
+    if not v2.promoted:
+        pl.promote(artifacts, "back", "v2", "test")
+    assert pl.rollback(artifacts, "back", "test").run_id == v1.run_id
+    v3 = version("v3", 3)
+    assert v3.champion_run == v1.run_id and v3.start.startswith("warm: from the champion v1"), v3
+    assert v3.champion_value is not None, v3  # the gate compared with v1, not v2
+    champ = pl.champion(artifacts, "back")
+    assert champ.version in ("v1", "v3")
+
+    # a new generation, promoted cold, then rolled back from
+    v4 = version("v4", 4, new_features=True)
+    assert v4.generation == 2 and v4.start.startswith("cold: feature generation 2") and v4.promoted, v4
+    assert pl.rollback(artifacts, "back", "test").run_id == champ.run_id
+    v5 = version("v5", 5)
+    assert v5.generation == 2 and v5.champion_run is None and v5.status == "rejected", v5
+    assert (
+        f"the champion {champ.version} (generation 1) was chosen over generation 2's v4 (rolled back to, or "
+        "promoted by hand)" in v5.reason
+    ), v5.reason
+    assert "`smlt models promote back v5`" in v5.reason
+    assert pl.champion(artifacts, "back").run_id == champ.run_id

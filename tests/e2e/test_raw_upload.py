@@ -259,6 +259,49 @@ def refusals(pipeline):
         yield received
 
 
+def test_a_version_of_the_same_rows_as_an_earlier_one_is_refused_naming_it(pipeline, tmp_path, capsys):
+    """v2 uploaded with v1's very bytes (an export uploaded again under a new name): refused before
+    training under the same job, naming v1 and what to do, no record, the champion unchanged; the
+    same file under another name or compressed differently prepares to the same rows and is refused
+    alike; under a changed job the same rows train; v1's own marker uploaded again retrains v1."""
+    import gzip
+
+    engine, names, _, setup, upload = pipeline
+    setup("same", SHORT)
+    artifacts = S3Store(names.artifacts_bucket)
+    body = Path(_houses(tmp_path / "v1.csv", 1)).read_bytes()
+    upload("incoming/same/v1/houses.csv", body)
+    assert _wait(engine, upload("incoming/same/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    v1 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("same", "v1")))
+    assert v1.status == "promoted" and v1.data_sha256, v1
+    for version, name, blob in (("v2", "houses.csv", body), ("v3", "export.csv.gz", gzip.compress(body))):
+        upload(f"incoming/same/{version}/{name}", blob)
+        desc = _wait(engine, upload(f"incoming/same/{version}/_SUCCESS", b""))
+        assert desc["status"] == "FAILED" and desc["error"] == "InvalidDataset", desc
+        assert f"holds the same rows as pipeline same's version v1 (run {v1.run_id}, promoted)" in desc["cause"], desc
+        assert "upload version v1's _SUCCESS (or manifest.json) again" in desc["cause"], desc["cause"]
+        assert "and its job is unchanged" in desc["cause"] and "or change the job first" in desc["cause"]
+    assert [v.version for v in pl.versions(artifacts, "same")] == ["v1"]
+    assert pl.champion(artifacts, "same").run_id == v1.run_id
+    assert "holds the same rows as pipeline same's version v1" in _models_list(engine, "same", capsys)
+    # the same rows under a changed job (another learning rate): a retraining with other settings
+    setup("same", {**SHORT, "training": {**SHORT["training"], "learning_rate": 0.1}})
+    assert _wait(engine, upload("incoming/same/v3/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    v3 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("same", "v3")))
+    assert v3.data_sha256 == v1.data_sha256 and v3.decided_at is not None, v3
+    setup("same", SHORT)
+    # new rows in v2: trained, warm from v1
+    upload("incoming/same/v2/houses.csv", Path(_houses(tmp_path / "v2.csv", 2)).read_bytes())
+    assert _wait(engine, upload("incoming/same/v2/_SUCCESS", b""))["status"] == "SUCCEEDED"
+    v2 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("same", "v2")))
+    assert v2.start.startswith("warm: from the champion") and v2.data_sha256 != v1.data_sha256, v2
+    # v1's marker again: the same rows trained again on purpose, as v1's new run
+    desc = _wait(engine, upload("incoming/same/v1/_SUCCESS", b""))
+    assert desc["status"] == "SUCCEEDED", desc
+    again = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("same", "v1")))
+    assert again.run_id != v1.run_id and again.data_sha256 == v1.data_sha256, again
+
+
 def test_a_marker_without_data_fails_by_name_and_the_pipeline_trains_again(pipeline, refusals, tmp_path, capsys):
     engine, names, _, setup, upload = pipeline
     setup("nodata", SHORT)
@@ -378,6 +421,44 @@ def test_watch_folder_uploads_a_raw_version_marker_last_and_fetches_its_run(loca
     )
 
 
+@pytest.mark.skipif(AWS is None, reason="the AWS CLI (awscli, a dev dependency) is not installed")
+def test_watch_folder_waits_for_a_data_file_still_written_when_its_marker_appears(local, tmp_path, caplog):
+    """The marker written while the CSV is still being copied in (its last line cut): the watcher
+    uploads the folder once it has stopped changing, so the run prepares all 600 rows, not the
+    part written so far (which failed on its cut line, or trained on fewer rows)."""
+    import threading
+
+    from smlt.watch import watch_folder
+
+    engine, names = local
+    root, out = tmp_path / "watched", tmp_path / "out"
+    (root / "incoming/grow/v1").mkdir(parents=True)
+    (root / "incoming/grow/job.json").write_text(json.dumps(SHORT))
+    whole = Path(_houses(tmp_path / "whole.csv", 5)).read_bytes()
+    data = root / "incoming/grow/v1/houses.csv"
+    data.write_bytes(whole[:3001])  # a cut line
+    (root / "incoming/grow/v1/_SUCCESS").write_bytes(b"")
+
+    def finish() -> None:
+        time.sleep(0.6)
+        with data.open("ab") as f:
+            f.write(whole[3001:])
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    caplog.set_level("INFO", logger="smlt.notice")
+    (arn,) = watch_folder(engine, names, root, out, once=True, interval=0.1, settle=1.0)
+    writer.join()
+    desc = engine.wait(arn, interval=0.1)
+    assert desc["status"] == "SUCCEEDED", desc
+    prepared = json.loads(desc["output"])["prepared"]["dataset"]
+    bucket, prefix = keys.parse_s3_uri(prepared)
+    manifest = json.loads(S3Store(bucket, client=engine.client("s3")).get(prefix.rstrip("/") + "/manifest.json"))
+    assert manifest["train"]["rows"] + manifest["validation"]["rows"] == ROWS, manifest
+    lines = [r.getMessage() for r in caplog.records if r.name == "smlt.notice"]
+    assert any("still changing, its upload waits" in line for line in lines), lines
+
+
 def test_the_gate_rejects_a_version_too_small_or_missing_a_class_to_compare_on(pipeline, tmp_path):
     engine, names, _, setup, upload = pipeline
     setup("few", {**SHORT, "training": {**SHORT["training"], "batch_size": 4}})
@@ -410,7 +491,7 @@ def test_a_job_changed_between_versions_is_refused_before_the_version_is_recorde
     upload("incoming/changed/v1/houses.csv", data)
     assert _wait(engine, upload("incoming/changed/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
     artifacts = S3Store(names.artifacts_bucket)
-    upload("incoming/changed/v2/houses.csv", data)
+    upload("incoming/changed/v2/houses.csv", Path(_houses(tmp_path / "h2.csv", 9)).read_bytes())  # new rows
 
     # another label than the pipeline's features, another model than the champion's: the
     # execution fails by name, and no v2 is recorded (before: a v2 "starting" for ever)
