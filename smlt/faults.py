@@ -10,7 +10,7 @@ conflict with probability `ddb_conflict`, and any S3 request answers 503 SlowDow
 `s3_slowdown`, any DynamoDB request a throttle with probability `ddb_throttle` (see
 smlt/local/conflicts.py).
 
-Control steps: each invocation of Plan, Aggregate (and its prepare/slice/finish), Finalize and PrepareData
+Control steps: each invocation of Plan, Chain, Aggregate (and its prepare/slice/finish), Finalize and PrepareData
 dies with probability `kill`: its handler process is killed (SIGKILL) after the handler has done its
 work, before it answers, so the state machine sees `Runtime.ExitError`, as when a Lambda sandbox is
 OOM-killed, and its retrier runs the step again. With probability `crash` it dies in the middle
@@ -47,7 +47,7 @@ CONTROL = ("kill", "crash")  # per control-step invocation, one of them at most
 CRASH_WRITES = 5  # `crash`: the process dies after its k-th write, k in 1..CRASH_WRITES
 NAMES = (*ACTIONS, *CONFLICTS, *CONTROL, "store_outage", "seed")
 # The ops of the control steps `kill` applies to (the state machine retries them when they die).
-CONTROL_OPS = frozenset({"plan", "finalize", "aggregate", "prepare", "slice", "finish", "prepare_data"})
+CONTROL_OPS = frozenset({"plan", "chain", "finalize", "aggregate", "prepare", "slice", "finish", "prepare_data"})
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def _seconds(value: str) -> float:
 
 
 def is_control_step(payload: object) -> bool:
-    """An invocation of Plan, Aggregate (any of its ops) or Finalize, by its event (train events
+    """An invocation of Plan, Chain, Aggregate (any of its ops) or Finalize, by its event (train events
     name a worker; Aggregate's carries no op)."""
     if not isinstance(payload, dict) or "worker" in payload:
         return False

@@ -345,7 +345,11 @@ class Workflow(Construct):
                 "state_machine": sfn.JsonPath.string_at("$$.StateMachine.Id"),
             },
             "$.chain",
-            idempotent=False,  # it starts the next execution
+            # It starts the next execution, by a name derived from the round: run again after its
+            # process died (after StartExecution, before it answered), it finds that execution
+            # alive and answers it (smlt.runtime.steps.plan.chain), so the run does not end FAILED
+            # while its continuation trains on.
+            idempotent=True,
         )
         chain.next(sfn.Succeed(self, "Chained", comment="The run continues in $.chain.execution_arn"))
 

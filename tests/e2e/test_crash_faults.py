@@ -52,3 +52,33 @@ def test_control_steps_dying_between_their_writes_are_retried_to_a_reconciled_ru
     final = json.loads((tmp_path / "metrics.json").read_text())["final"]
     assert final["rounds"] == 3 and final["trained_fraction"] == 1.0 and final["val_accuracy"] > 0.9, final
     assert reconciled(local, "crash-faulty") == []
+
+
+def test_a_chain_dying_after_it_started_the_next_execution_is_retried_and_the_run_succeeds(local, tmp_path):
+    """Chain's process dies after StartExecution, before it answers (`kill`): its retry finds the
+    continuation by its name and answers it, so `smlt run` follows the run to its end (before, the
+    first execution FAILED with Runtime.ExitError, exit 1, while the continuation trained on)."""
+    engine, names = local
+    job = digits_job(max_rounds=6, target_value=None, local_steps=2)
+    job["workers"].update(initial=2)
+    job["rounds_per_execution"] = 3
+    killed: list[str] = []
+
+    class FirstChainDies:
+        counts = {"kill": 0}  # what `smlt run` reports of the faults
+
+        def __call__(self, function: str, payload: object) -> str:
+            if isinstance(payload, dict) and payload.get("op") == "chain" and not killed:
+                killed.append(function)
+                self.counts["kill"] += 1
+                return "kill"
+            return "ok"
+
+    assert run(local, job, tmp_path, "chain-killed", FirstChainDies()) == 0
+    assert killed and any(c[0] == killed[0] and c[2] == "Runtime.ExitError" for c in engine.invocations)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["final"]["rounds"] == 6
+    assert [r["round"] for r in metrics["rounds"]] == list(range(7))  # no round twice, none lost
+    executions = {e["execution"] for e in json.loads((tmp_path / "history.json").read_text())}
+    assert len(executions) == 3  # 3 + 3 rounds and the evaluation: the kill started no extra one
+    assert reconciled(local, "chain-killed") == []

@@ -76,15 +76,13 @@ def test_every_task_has_a_timeout_and_retries(states):
         assert throttle["BackoffRate"] > 1 and throttle["MaxAttempts"] >= 3, name
         assert retried["Lambda.ServiceException"]["BackoffRate"] > 1, name
         # The idempotent control steps run again when their process died (not the workers: a
-        # worker's failure is the Map's business, nor Chain, nor PrepareFailed, which tells the
+        # worker's failure is the Map's business, nor PrepareFailed, which tells the
         # topic; PrepareData once: out of memory on an input would die again).
         # A part's child neither: it prepares its part as PrepareData prepares an input.
         if name == "PrepareData":
             died = retried["Runtime.ExitError"]
             assert retried["Lambda.Unknown"] is died and died["MaxAttempts"] == 1, name
-        elif name not in ("TrainWorker", "TrainWorkerDistributed", "Chain", "PrepareFailed") and not name.endswith(
-            "Part"
-        ):
+        elif name not in ("TrainWorker", "TrainWorkerDistributed", "PrepareFailed") and not name.endswith("Part"):
             died = retried["Runtime.ExitError"]
             assert retried["Lambda.Unknown"] is died and died["BackoffRate"] > 1 and died["MaxAttempts"] >= 2, name
         else:
@@ -92,7 +90,7 @@ def test_every_task_has_a_timeout_and_retries(states):
         # The idempotent control steps (PrepareData and the steps after a table's parts too) run
         # again, after a pause, when a request of theirs stayed throttled through botocore's
         # attempts (smlt.runtime.retry.named_throttles): 5, 10, 20 s, then the execution fails.
-        if name in ("TrainWorker", "TrainWorkerDistributed", "Chain", "PrepareFailed") or name.endswith("Part"):
+        if name in ("TrainWorker", "TrainWorkerDistributed", "PrepareFailed") or name.endswith("Part"):
             assert "Throttled" not in retried, name
         else:
             assert retried["Throttled"] == {

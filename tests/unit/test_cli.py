@@ -76,7 +76,7 @@ def test_kill_applies_to_control_steps_only():
     assert is_control_step({"op": "prepare_data", "trigger": {}, "execution": "e"})  # PrepareData too
     assert is_control_step({"run_id": "r", "round": 0, "outcomes": []})  # Aggregate sends no op
     assert not is_control_step({"run_id": "r", "round": 0, "worker": 1})
-    assert not is_control_step({"op": "chain", "run_id": "r"})
+    assert is_control_step({"op": "chain", "run_id": "r"})  # Chain is retried when it dies too
     injector = FaultInjector({"kill": 1.0}, functions={"train"}, seed=1)
     assert injector("planner", {"op": "plan"}) == "kill"
     assert injector("train", {"run_id": "r", "round": 0, "worker": 0}) == "ok"

@@ -242,3 +242,49 @@ def test_sync_mode_workers_step_together(digits, aws, monkeypatch, request, exch
     )
     m = metrics(aws, run)
     assert reconciled(run) == [] and all(len(r["accepted"]) == 4 for r in m["rounds"] if not r["eval_only"])
+
+
+def test_a_duplicate_delivery_after_a_sharded_round_changes_nothing(digits, aws, small_slices):
+    """A worker's invocation delivered again once its round is sealed (after prepare, before the
+    slices) or aggregated (after finish): refused (StaleInvocation) before it trains, its stored
+    update, WORKER item and the round's model as they were, nothing counted twice."""
+    from smlt.runtime import ledger
+    from smlt.runtime.items import RoundItem, WorkerItem
+    from smlt.runtime.records import RunTable
+
+    j = job(digits, max_rounds=3, target_value=None)
+    run_id, store, table = "dup", S3Store(ART), RunTable("smlt-runs", "dup")
+    p0 = plan(j, run_id)
+    for w in p0["workers"]:
+        train_step({"run_id": run_id, "round": 0, "worker": w}, None)
+    aggregate_like_the_state_machine(p0)
+    p = plan(j, run_id)
+    assert p["round"] == 1 and p["aggregators"] == 8
+    for w in p["workers"]:
+        train_step({"run_id": run_id, "round": 1, "worker": w}, None)
+    update = store.get(keys.update_key(run_id, 1, 2))
+    record = table.get(keys.worker_sk(1, 2), WorkerItem)
+    ev = {"run_id": run_id, "round": 1}
+    assert aggregate({**ev, "op": "prepare"}, None)["proceed"] is True
+    with pytest.raises(StaleInvocation, match="already aggregated"):  # sealed, the slices not run yet
+        train_step({**ev, "worker": 2}, None)
+    for s in p["slices"]:
+        aggregate({**ev, "op": "slice", "slice": s, "of": p["aggregators"]}, None)
+    done = aggregate({**ev, "op": "finish"}, None)
+    model1 = read_model(store, run_id, 2)
+    for w in p["workers"]:  # every worker's invocation again, after the round's model
+        with pytest.raises(StaleInvocation, match="already aggregated"):
+            train_step({**ev, "worker": w}, None)
+    assert store.get(keys.update_key(run_id, 1, 2)) == update
+    assert table.get(keys.worker_sk(1, 2), WorkerItem) == record
+    assert aggregate({**ev, "op": "finish"}, None) == done
+    again = read_model(store, run_id, 2)
+    for name in model1:
+        np.testing.assert_array_equal(again[name], model1[name])
+    item = table.get(keys.round_sk(1), RoundItem)
+    assert item is not None and [a.worker for a in item.accepted] == [0, 1, 2, 3] and item.workers_ok == 4
+    # The late invocations are billed (they ran), each once: one ATTEMPT item per invocation.
+    workers = [a for a in ledger.from_items(table.query(ledger.PREFIX)) if a.round == 1 and a.worker is not None]
+    assert len(workers) == 4 + 1 + 4 and len({a.request_id for a in workers}) == len(workers)
+    drive(j, run_id)  # the run goes on to its end from the untouched round
+    assert reconciled(run_id) == []
