@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
+import secrets
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -194,30 +196,21 @@ def export_module(
     module = module.eval()
     if len(x) < 2:
         x = torch.cat([x, x])
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f"{path.stem}.partial{path.suffix}")
-        probe.touch()  # the file the export is written to, then renamed: writable here?
-        probe.unlink()
-    except OSError as e:
-        raise ExportFailed(
-            f"--out {path} cannot be written ({e.strerror or e}): name a file in a folder you can write to"
-        ) from None
     names = (spec.input.name, spec.output.name) if spec else ("input", "output")
     if front is not None:
         names = (ENCODED, names[1])
-    if expect is None:
-        with torch.no_grad():
-            want = module(x).float().numpy().astype(np.float64)
-        bound = np.full(want.shape, TOLERANCE)
-        against, tolerance = "PyTorch", f"{TOLERANCE}"
-    else:
-        want, atol, rtol = expect
-        bound = np.broadcast_to(atol, want.shape) + rtol * np.abs(want)
-        against = "smlt predict"
-        tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
-    work = path.with_name(f"{path.stem}.partial{path.suffix}")  # renamed to `path` once checked
+    work = _work_file(path)  # this export's own, renamed to `path` once checked
     try:
+        if expect is None:
+            with torch.no_grad():
+                want = module(x).float().numpy().astype(np.float64)
+            bound = np.full(want.shape, TOLERANCE)
+            against, tolerance = "PyTorch", f"{TOLERANCE}"
+        else:
+            want, atol, rtol = expect
+            bound = np.broadcast_to(atol, want.shape) + rtol * np.abs(want)
+            against = "smlt predict"
+            tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
         with _quiet(), _frozen(module):
             if fmt == "onnx":
                 run = _onnx(module, x, work, names, metadata or {}, front)
@@ -242,12 +235,32 @@ def export_module(
                 "row otherwise (a branch on x.shape[0], a squeeze of the batch axis), and the file holds only what it "
                 f"traced on {len(x)} rows: make forward the same for any batch size"
             )
-    except BaseException:
-        work.unlink(missing_ok=True)  # a refused export leaves no file a server could pick up
+    except BaseException:  # a refusal, an error, a Ctrl-C (KeyboardInterrupt)
+        work.unlink(missing_ok=True)  # no file a server could pick up is left, only this export's own
         raise
     work.replace(path)
     unseen = int(feeds_unseen(*front).sum()) if front is not None else None
     return Exported(path, fmt, len(x), diff, against, tolerance, spec, unseen)
+
+
+def _work_file(path: Path) -> Path:
+    """A new empty file beside `path` that no other export uses: `NAME.partial-PID-RANDOM.onnx`
+    (`.pt2`: torch.export.save wants that suffix), made with O_EXCL so that two exports to one
+    `--out` at once never write, check, rename or delete each other's file; ExportFailed when the
+    folder cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            work = path.with_name(f"{path.stem}.partial-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+            try:  # 0o666 less the umask: the renamed file is readable as any other the user writes
+                os.close(os.open(work, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                return work
+            except FileExistsError:
+                continue
+    except OSError as e:
+        raise ExportFailed(
+            f"--out {path} cannot be written ({e.strerror or e}): name a file in a folder you can write to"
+        ) from None
 
 
 def refuse_target(path: Path, fmt: Format) -> None:
