@@ -568,6 +568,15 @@ def _cause(e: BaseException) -> str:
                 "the model reads a tensor's value into Python (.item(), float(), int() or a branch on it): keep it "
                 f"a tensor (torch.where, torch.clamp, torch.cond): {lines[0] if lines else type(e).__name__}"
             )
+    numpy = (
+        ".numpy() is not supported for tensor subclasses" in text
+    )  # torch.export's fake tensor, asked for its values
+    if numpy:
+        words = (
+            "the model turns a tensor into a NumPy array in its forward (.numpy(), np.asarray(t), np.clip(t, ...)), "
+            "which torch.export cannot trace (an exported graph holds torch operations only): keep forward in torch "
+            "ops (torch.clamp for np.clip, torch.exp for np.exp, torch.where for np.where)"
+        )
     fixed = re.search(r"Constraints violated \(batch\)!.*?specialized it to be a constant \((\d+)\)", text, re.S)
     if fixed:
         words = (
@@ -579,6 +588,20 @@ def _cause(e: BaseException) -> str:
     at = at or (f"`{code.group(1).strip()}`" if code else None)
     caused = re.search(r"Caused by: \(([^()]+):(\d+) in \w+\)", text)  # a data-dependent read's line
     at = at or (f"{Path(caused.group(1)).name}:{caused.group(2)}" if caused else None)
+    at = at or (_user_line(e) if numpy else None)
     parts = [f"operator {op}" if op else "", f"at {at}" if at else ""]
     where = " ".join(p for p in parts if p)
     return f"{where + ': ' if where else ''}{type(e).__name__}: {words[:300]}"
+
+
+def _user_line(e: BaseException) -> str | None:
+    """The last line of `e`'s traceback in neither torch, NumPy (np.clip's own Python) nor this
+    module: the model's own code that called `.numpy()`, as "file:line `source`"."""
+    import traceback
+
+    theirs = tuple(str(Path(m.__file__).parent) + os.sep for m in (torch, np) if m.__file__)
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not frame.filename.startswith(theirs) and frame.filename != __file__:
+            code = f" `{frame.line.strip()}`" if frame.line else ""
+            return f"{Path(frame.filename).name}:{frame.lineno}{code}"
+    return None

@@ -10,6 +10,7 @@ transformer 1.2e-07 / 1.2e-07, user CNN 0 / 6.0e-07 (torch-export / onnx). Run w
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -217,4 +218,38 @@ def test_a_ctrl_c_during_an_export_leaves_no_partial_file(fmt, tmp_path, monkeyp
     path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
     with pytest.raises(KeyboardInterrupt):
         export_module(nn.Linear(3, 2), torch.randn(4, 3), fmt, path)
+    assert list(tmp_path.iterdir()) == []
+
+
+class ThroughNumPy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        # eager PyTorch runs it (and trains the layers after it)
+        a = np.clip(x.detach().numpy(), -1, 1)
+        return self.fc(torch.from_numpy(a))
+
+
+class NumPyOnATensor(nn.Module):
+    def forward(self, x):
+        # NumPy's own Python (np.clip) calls x.__array__
+        return torch.as_tensor(np.clip(x, -1, 1))
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_forward_through_numpy_names_the_users_line_and_says_to_keep_torch_ops(fmt, tmp_path):
+    """A NumPy round trip in forward: the user's line (not torch's nor NumPy's) and what to write
+    instead, as for .item(); it was only `RuntimeError: .numpy() is not supported for tensor subclasses`."""
+    path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
+    told = r"NumPy array in its forward .*keep forward in torch ops \(torch\.clamp for np\.clip"
+    with pytest.raises(
+        ExportFailed, match=r"at test_export\.py:\d+ `a = np\.clip\(x\.detach\(\)\.numpy\(\), -1, 1\)`.*" + told
+    ):
+        export_module(ThroughNumPy(), torch.randn(4, 3), fmt, path)
+    with pytest.raises(
+        ExportFailed, match=r"at test_export\.py:\d+ `return torch\.as_tensor\(np\.clip\(x, -1, 1\)\)`.*" + told
+    ):
+        export_module(NumPyOnATensor(), torch.randn(4, 3), fmt, path)
     assert list(tmp_path.iterdir()) == []
