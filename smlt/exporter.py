@@ -375,24 +375,30 @@ def _onnx(
     _label(path, metadata, front[0] if front else None)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = front[1] if front else {session.get_inputs()[0].name: x.numpy()}
-    if front is not None:
-        _check_unseen(session, path, front[0], feeds)
 
-    def run(rows: slice) -> np.ndarray:
+    def outputs(rows: slice) -> list[np.ndarray]:
+        """Every output of the graph (kind columns_text: the served one, then `unseen`) on `rows`."""
         try:
-            return np.asarray(session.run(None, {k: v[rows] for k, v in feeds.items()})[0], np.float32)
+            return list(session.run(None, {k: v[rows] for k, v in feeds.items()}))
         except Exception as e:  # noqa: BLE001 - onnxruntime's own error (a shape the graph fixed)
             raise ExportFailed(f"{path}: onnxruntime refuses {len(x[rows])} row(s): {_cause(e)}") from None
+
+    whole, one = outputs(slice(None)), outputs(slice(0, 1))  # the graph run once on each: every check reads these
+    if front is not None:
+        _check_unseen(path, front[0], feeds, whole[1], one[1])
+
+    def run(rows: slice) -> np.ndarray:
+        return np.asarray((one if rows == slice(0, 1) else whole)[0], np.float32)
 
     return run
 
 
-def _check_unseen(session: Any, path: Path, manifest: Manifest, feeds: dict[str, np.ndarray]) -> None:
-    """The graph's `unseen` output on the check rows, whole and on the first row alone, against
-    `smlt predict`'s rule (`feeds_unseen`): ExportFailed naming the first cell they disagree on."""
+def _check_unseen(path: Path, manifest: Manifest, feeds: dict[str, np.ndarray], got: Any, one: Any) -> None:
+    """The graph's `unseen` output on the check rows, whole (`got`) and on the first row alone
+    (`one`), against `smlt predict`'s rule (`feeds_unseen`): ExportFailed naming the first cell
+    they disagree on."""
     want = feeds_unseen(manifest, feeds)
-    got = np.asarray(session.run([UNSEEN], feeds)[0])
-    one = np.asarray(session.run([UNSEEN], {k: v[:1] for k, v in feeds.items()})[0])
+    got, one = np.asarray(got), np.asarray(one)
     if got.shape != want.shape or one.shape != want[:1].shape or (got != want).any() or (one != want[:1]).any():
         bad = np.argwhere(got != want) if got.shape == want.shape else np.zeros((1, 2), int)
         i, k = (int(v) for v in bad[0]) if len(bad) else (0, 0)
