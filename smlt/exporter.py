@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
+import secrets
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -194,30 +196,21 @@ def export_module(
     module = module.eval()
     if len(x) < 2:
         x = torch.cat([x, x])
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f"{path.stem}.partial{path.suffix}")
-        probe.touch()  # the file the export is written to, then renamed: writable here?
-        probe.unlink()
-    except OSError as e:
-        raise ExportFailed(
-            f"--out {path} cannot be written ({e.strerror or e}): name a file in a folder you can write to"
-        ) from None
     names = (spec.input.name, spec.output.name) if spec else ("input", "output")
     if front is not None:
         names = (ENCODED, names[1])
-    if expect is None:
-        with torch.no_grad():
-            want = module(x).float().numpy().astype(np.float64)
-        bound = np.full(want.shape, TOLERANCE)
-        against, tolerance = "PyTorch", f"{TOLERANCE}"
-    else:
-        want, atol, rtol = expect
-        bound = np.broadcast_to(atol, want.shape) + rtol * np.abs(want)
-        against = "smlt predict"
-        tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
-    work = path.with_name(f"{path.stem}.partial{path.suffix}")  # renamed to `path` once checked
+    work = _work_file(path)  # this export's own, renamed to `path` once checked
     try:
+        if expect is None:
+            with torch.no_grad():
+                want = module(x).float().numpy().astype(np.float64)
+            bound = np.full(want.shape, TOLERANCE)
+            against, tolerance = "PyTorch", f"{TOLERANCE}"
+        else:
+            want, atol, rtol = expect
+            bound = np.broadcast_to(atol, want.shape) + rtol * np.abs(want)
+            against = "smlt predict"
+            tolerance = _said(atol) + (f" + {rtol:.0e} of the value" if rtol else "")
         with _quiet(), _frozen(module):
             if fmt == "onnx":
                 run = _onnx(module, x, work, names, metadata or {}, front)
@@ -242,12 +235,32 @@ def export_module(
                 "row otherwise (a branch on x.shape[0], a squeeze of the batch axis), and the file holds only what it "
                 f"traced on {len(x)} rows: make forward the same for any batch size"
             )
-    except BaseException:
-        work.unlink(missing_ok=True)  # a refused export leaves no file a server could pick up
+    except BaseException:  # a refusal, an error, a Ctrl-C (KeyboardInterrupt)
+        work.unlink(missing_ok=True)  # no file a server could pick up is left, only this export's own
         raise
     work.replace(path)
     unseen = int(feeds_unseen(*front).sum()) if front is not None else None
     return Exported(path, fmt, len(x), diff, against, tolerance, spec, unseen)
+
+
+def _work_file(path: Path) -> Path:
+    """A new empty file beside `path` that no other export uses: `NAME.partial-PID-RANDOM.onnx`
+    (`.pt2`: torch.export.save wants that suffix), made with O_EXCL so that two exports to one
+    `--out` at once never write, check, rename or delete each other's file; ExportFailed when the
+    folder cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            work = path.with_name(f"{path.stem}.partial-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+            try:  # 0o666 less the umask: the renamed file is readable as any other the user writes
+                os.close(os.open(work, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                return work
+            except FileExistsError:
+                continue
+    except OSError as e:
+        raise ExportFailed(
+            f"--out {path} cannot be written ({e.strerror or e}): name a file in a folder you can write to"
+        ) from None
 
 
 def refuse_target(path: Path, fmt: Format) -> None:
@@ -362,24 +375,30 @@ def _onnx(
     _label(path, metadata, front[0] if front else None)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = front[1] if front else {session.get_inputs()[0].name: x.numpy()}
-    if front is not None:
-        _check_unseen(session, path, front[0], feeds)
 
-    def run(rows: slice) -> np.ndarray:
+    def outputs(rows: slice) -> list[np.ndarray]:
+        """Every output of the graph (kind columns_text: the served one, then `unseen`) on `rows`."""
         try:
-            return np.asarray(session.run(None, {k: v[rows] for k, v in feeds.items()})[0], np.float32)
+            return list(session.run(None, {k: v[rows] for k, v in feeds.items()}))
         except Exception as e:  # noqa: BLE001 - onnxruntime's own error (a shape the graph fixed)
             raise ExportFailed(f"{path}: onnxruntime refuses {len(x[rows])} row(s): {_cause(e)}") from None
+
+    whole, one = outputs(slice(None)), outputs(slice(0, 1))  # the graph run once on each: every check reads these
+    if front is not None:
+        _check_unseen(path, front[0], feeds, whole[1], one[1])
+
+    def run(rows: slice) -> np.ndarray:
+        return np.asarray((one if rows == slice(0, 1) else whole)[0], np.float32)
 
     return run
 
 
-def _check_unseen(session: Any, path: Path, manifest: Manifest, feeds: dict[str, np.ndarray]) -> None:
-    """The graph's `unseen` output on the check rows, whole and on the first row alone, against
-    `smlt predict`'s rule (`feeds_unseen`): ExportFailed naming the first cell they disagree on."""
+def _check_unseen(path: Path, manifest: Manifest, feeds: dict[str, np.ndarray], got: Any, one: Any) -> None:
+    """The graph's `unseen` output on the check rows, whole (`got`) and on the first row alone
+    (`one`), against `smlt predict`'s rule (`feeds_unseen`): ExportFailed naming the first cell
+    they disagree on."""
     want = feeds_unseen(manifest, feeds)
-    got = np.asarray(session.run([UNSEEN], feeds)[0])
-    one = np.asarray(session.run([UNSEEN], {k: v[:1] for k, v in feeds.items()})[0])
+    got, one = np.asarray(got), np.asarray(one)
     if got.shape != want.shape or one.shape != want[:1].shape or (got != want).any() or (one != want[:1]).any():
         bad = np.argwhere(got != want) if got.shape == want.shape else np.zeros((1, 2), int)
         i, k = (int(v) for v in bad[0]) if len(bad) else (0, 0)
@@ -555,6 +574,15 @@ def _cause(e: BaseException) -> str:
                 "the model reads a tensor's value into Python (.item(), float(), int() or a branch on it): keep it "
                 f"a tensor (torch.where, torch.clamp, torch.cond): {lines[0] if lines else type(e).__name__}"
             )
+    numpy = (
+        ".numpy() is not supported for tensor subclasses" in text
+    )  # torch.export's fake tensor, asked for its values
+    if numpy:
+        words = (
+            "the model turns a tensor into a NumPy array in its forward (.numpy(), np.asarray(t), np.clip(t, ...)), "
+            "which torch.export cannot trace (an exported graph holds torch operations only): keep forward in torch "
+            "ops (torch.clamp for np.clip, torch.exp for np.exp, torch.where for np.where)"
+        )
     fixed = re.search(r"Constraints violated \(batch\)!.*?specialized it to be a constant \((\d+)\)", text, re.S)
     if fixed:
         words = (
@@ -566,6 +594,20 @@ def _cause(e: BaseException) -> str:
     at = at or (f"`{code.group(1).strip()}`" if code else None)
     caused = re.search(r"Caused by: \(([^()]+):(\d+) in \w+\)", text)  # a data-dependent read's line
     at = at or (f"{Path(caused.group(1)).name}:{caused.group(2)}" if caused else None)
+    at = at or (_user_line(e) if numpy else None)
     parts = [f"operator {op}" if op else "", f"at {at}" if at else ""]
     where = " ".join(p for p in parts if p)
     return f"{where + ': ' if where else ''}{type(e).__name__}: {words[:300]}"
+
+
+def _user_line(e: BaseException) -> str | None:
+    """The last line of `e`'s traceback in neither torch, NumPy (np.clip's own Python) nor this
+    module: the model's own code that called `.numpy()`, as "file:line `source`"."""
+    import traceback
+
+    theirs = tuple(str(Path(m.__file__).parent) + os.sep for m in (torch, np) if m.__file__)
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not frame.filename.startswith(theirs) and frame.filename != __file__:
+            code = f" `{frame.line.strip()}`" if frame.line else ""
+            return f"{Path(frame.filename).name}:{frame.lineno}{code}"
+    return None

@@ -309,6 +309,26 @@ def _ctrl_c_after() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def _sigterm_is_ctrl_c() -> Iterator[None]:
+    """While the block runs, a SIGTERM (`kill PID`, a process manager's stop) is a Ctrl-C: it raises
+    SIGINT in this process, whose handler of the moment acts on it (KeyboardInterrupt: the round in
+    flight finished and saved, the resume command said, the engine's handler processes stopped before
+    this one ends; held by `_ctrl_c_after` while the outputs are written). Its default, ending the
+    process at once, left the handler processes writing to a closed pipe (BrokenPipeError
+    tracebacks) and the run without the line saying how to resume it. Outside the main thread (no
+    signal handler can be set there) the block runs as it is."""
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda _sig, _frame: signal.raise_signal(signal.SIGINT))
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def handler_log(out: Path, run_id: str) -> Path:
     """Where a local run's functions' prints go (`LocalEngine.handler_output`): on AWS, CloudWatch Logs."""
     return out / "logs" / f"{run_id}.log"
@@ -443,7 +463,7 @@ def run_local(
         if out != Path("out"):
             progress.info(f"out/ holds another run's outputs: this run writes to {out}/ (--out DIR to choose)")
     writable_folder(out)  # InvalidJob before the engine starts, not a traceback at its end
-    with run_lock(out, run_id) as saved:  # RunInProgress before the engine starts
+    with _sigterm_is_ctrl_c(), run_lock(out, run_id) as saved:  # RunInProgress before the engine starts
         if replace:
             clear_state(saved)  # asked for: this run id's earlier state is replaced
         refuse_to_replace(out, run_id, saved)  # SavedRunExists: an earlier run's state is kept
@@ -480,7 +500,7 @@ def resume_local(run_id: str, out: Path, faults: str | None = None) -> dict:
     items = saved_items(run_id, out)  # RunNotFound / DamagedState before the engine starts
     if saved_status(items, run_id) == "SUCCEEDED":
         return _finished(run_id, out)
-    with run_lock(out, run_id):  # and RunInProgress
+    with _sigterm_is_ctrl_c(), run_lock(out, run_id):  # and RunInProgress
         engine, names, injector = start_engine(faults)
         try:
             restore_snapshot(engine, names, run_id, out)

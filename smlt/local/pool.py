@@ -325,7 +325,10 @@ def _worker_main(conn: Any) -> None:
             out = ("error", json.dumps(_error(e, job.get("request_id", ""), "Runtime.ExitError")).encode(), {})
         sys.stdout.flush()
         sys.stderr.flush()
-        conn.send(out)
+        try:
+            conn.send(out)
+        except OSError:  # BrokenPipeError: the engine's process is gone (killed): no one to answer
+            return
 
 
 # --------------------------------------------------------------------------------------------

@@ -201,6 +201,38 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tm
     assert _group_gone(proc.pid), "a process of the run outlived it"
 
 
+def test_sigterm_stops_as_ctrl_c_does(tmp_path):
+    """`kill PID` (a process manager's stop) on the engine's process alone: the round in flight is
+    finished and saved, the resume command said, no handler process's BrokenPipeError traceback
+    (SIGTERM's default used to end the process at once, its handler processes then writing to a
+    closed pipe), and no process of the run left."""
+    job = digits_job(max_rounds=8, target_value=None, local_steps=5)
+    job.update(run_id="term")
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    out = tmp_path / "out"
+    proc = _start(["run", "--local", str(path), "--out", str(out)], {})
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("round   1"):
+            break
+    proc.send_signal(signal.SIGTERM)  # the engine's process only, as `kill PID` sends it
+    rest, _ = proc.communicate(timeout=120)
+    said = "".join(lines) + rest
+    assert proc.returncode == 130, said
+    assert "Traceback" not in said and "BrokenPipeError" not in said, said
+    flight = re.search(r"interrupted: finishing round (\d+) \(in flight\)", said)
+    assert flight, said
+    saved = json.loads((out / ".state/runs/term/items.json").read_text())
+    rounds = sorted(int(i["sk"][6:]) for i in saved if i["sk"].startswith("ROUND#"))
+    assert rounds[-1] >= int(flight.group(1)), said  # the round in flight was finished and saved
+    assert f"stopped run term after round {rounds[-1]}" in said
+    assert f"continue it with: smlt resume term --local --out {out}" in said
+    assert _group_gone(proc.pid), "a process of the run outlived it"
+
+
 def test_ctrl_c_during_a_cold_synth_prints_no_traceback(tmp_path):
     job = digits_job(max_rounds=2)
     path = tmp_path / "job.json"

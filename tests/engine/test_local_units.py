@@ -2,6 +2,7 @@
 
 import json
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -479,3 +480,22 @@ def test_an_invocations_output_goes_to_the_file_named_whole_or_capped(tmp_path, 
     with pool._output_to(None, job):
         print("to the terminal", flush=True)
     assert capfd.readouterr().out == "to the terminal\n"
+
+
+def test_a_worker_whose_engine_is_gone_ends_quietly(tmp_path):
+    """The engine's process killed (SIGKILL, or a SIGTERM before it was a Ctrl-C) while a handler
+    runs: the worker finishes it, finds the pipe closed, and ends with exit code 0 (it used to end
+    with a BrokenPipeError traceback on the terminal, exit code 1)."""
+    path = tmp_path / "handler.py"
+    path.write_text(HANDLER)
+    p = WorkerPool(1).start()
+    try:
+        (w,) = p._workers.values()
+        job = {**_job(path, sleep=0.5), "deadline_epoch": time.time() + 10}
+        w.conn.send(job)
+        w.conn.close()  # the engine's end of the pipe, as its process dying closes it
+        w.proc.join(timeout=30)
+        assert w.proc.exitcode == 0
+    finally:
+        p._closed = True
+        p._workers.clear()

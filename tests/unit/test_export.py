@@ -8,7 +8,9 @@ transformer 1.2e-07 / 1.2e-07, user CNN 0 / 6.0e-07 (torch-export / onnx). Run w
 """
 
 import importlib.util
+import os
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -161,3 +163,93 @@ def test_a_model_that_treats_one_row_otherwise_is_refused_and_leaves_no_file(fmt
     done = export_module(nn.Linear(3, 2), torch.randn(4, 3), fmt, path)  # a model the same for any batch size
     assert done.path == path and path.stat().st_size > 100
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_two_exports_to_one_out_at_once_keep_to_their_own_files(fmt, tmp_path, monkeypatch):
+    """A second export to the same --out runs whole while the first's file is written but not yet
+    checked (one refused, one that succeeds): each writes, checks and deletes only its own partial
+    file, so the first still checks and renames the file it wrote, and nothing partial is left.
+    (With one `NAME.partial.onnx` for both, the second's start deleted the first's file.)"""
+    import smlt.exporter as exporter
+
+    path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
+    inner = "_label" if fmt == "onnx" else "_program"
+    real = getattr(exporter, inner)
+    seen: list[list[str]] = []
+
+    def meanwhile(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if not seen:  # the first export's own file exists now (ONNX: saved; torch-export: made)
+            seen.append(sorted(p.name for p in tmp_path.iterdir()))
+            with pytest.raises(ExportFailed, match="on a batch of 1 row"):
+                export_module(OneRowOtherwise(), torch.randn(4, 3), fmt, path)
+            second = export_module(nn.Linear(3, 2), torch.randn(4, 3), fmt, path)
+            seen.append(sorted(p.name for p in tmp_path.iterdir()))
+            assert second.path == path
+        return out
+
+    monkeypatch.setattr(exporter, inner, meanwhile)
+    torch.manual_seed(0)
+    first = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    done = export_module(first, torch.randn(4, 3), fmt, path)
+    (partial,) = seen[0]  # the first export's file, named for its process and itself
+    assert partial.startswith(f"m.partial-{os.getpid()}-") and partial.endswith(path.suffix)
+    assert len(seen[1]) == 2 and partial in seen[1] and path.name in seen[1]  # the second's renamed, the first's kept
+    assert done.max_abs_diff <= TOLERANCE
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # the first's, renamed last
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()  # as any file the user writes
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_ctrl_c_during_an_export_leaves_no_partial_file(fmt, tmp_path, monkeypatch):
+    import smlt.exporter as exporter
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(exporter, "_label" if fmt == "onnx" else "_program", interrupted)
+    path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
+    with pytest.raises(KeyboardInterrupt):
+        export_module(nn.Linear(3, 2), torch.randn(4, 3), fmt, path)
+    assert list(tmp_path.iterdir()) == []
+
+
+class ThroughNumPy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        # eager PyTorch runs it (and trains the layers after it)
+        a = np.clip(x.detach().numpy(), -1, 1)
+        return self.fc(torch.from_numpy(a))
+
+
+class NumPyOnATensor(nn.Module):
+    def forward(self, x):
+        # NumPy's own Python (np.clip) calls x.__array__
+        return torch.as_tensor(np.clip(x, -1, 1))
+
+
+@pytest.mark.parametrize("fmt", ["torch-export", pytest.param("onnx", marks=needs_onnx)])
+def test_a_forward_through_numpy_names_the_users_line_and_says_to_keep_torch_ops(fmt, tmp_path):
+    """A NumPy round trip in forward: the user's line (not torch's nor NumPy's) and what to write
+    instead, as for .item(); it was only `RuntimeError: .numpy() is not supported for tensor subclasses`."""
+    path = tmp_path / ("m.onnx" if fmt == "onnx" else "m.pt2")
+    told = r"NumPy array in its forward .*keep forward in torch ops \(torch\.clamp for np\.clip"
+    with pytest.raises(
+        ExportFailed, match=r"at test_export\.py:\d+ `a = np\.clip\(x\.detach\(\)\.numpy\(\), -1, 1\)`.*" + told
+    ):
+        export_module(ThroughNumPy(), torch.randn(4, 3), fmt, path)
+    with pytest.raises(
+        ExportFailed, match=r"at test_export\.py:\d+ `return torch\.as_tensor\(np\.clip\(x, -1, 1\)\)`.*" + told
+    ):
+        export_module(NumPyOnATensor(), torch.randn(4, 3), fmt, path)
+    assert list(tmp_path.iterdir()) == []
