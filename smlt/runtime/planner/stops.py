@@ -101,7 +101,8 @@ def terminal(job: Job, history: RunHistory, tm: TimingModel, prices: Prices, arc
             tm,
             prices,
             arch,
-            f"max_rounds reached: {r} of {job.training.max_rounds} rounds trained",
+            # a repeated final evaluation round is in the history too: it trained nothing
+            f"max_rounds reached: {min(r, job.training.max_rounds)} of {job.training.max_rounds} rounds trained",
             "max_rounds",
             "max_rounds",
         )
