@@ -1,5 +1,5 @@
 """Fault injection for the local engine:
-`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,s3_slowdown=0.05,ddb_throttle=0.05,kill=0.2,crash=0.2,store_outage=5,seed=7"`.
+`--faults "fail=0.2,duplicate=0.05,throttle=0.05,timeout=0.02,s3_conflict=0.1,ddb_conflict=0.1,s3_slowdown=0.05,ddb_throttle=0.05,sfn_throttle=0.05,kill=0.2,crash=0.2,store_outage=5,seed=7"`.
 
 Each worker invocation draws once: with the given probabilities it fails (an error raised in
 the worker), is duplicated (the handler runs twice), is throttled (Lambda's 429
@@ -7,8 +7,9 @@ TooManyRequestsException) or times out; otherwise it runs normally. Independentl
 handler process (workers, planner, aggregator), each conditional S3 write answers 409
 ConditionalRequestConflict with probability `s3_conflict` and each DynamoDB write a transaction
 conflict with probability `ddb_conflict`, and any S3 request answers 503 SlowDown with probability
-`s3_slowdown`, any DynamoDB request a throttle with probability `ddb_throttle` (see
-smlt/local/conflicts.py).
+`s3_slowdown`, any DynamoDB request a throttle with probability `ddb_throttle`, and any Step
+Functions request (Chain's StartExecution) a ThrottlingException with probability `sfn_throttle`
+(see smlt/local/conflicts.py).
 
 Control steps: each invocation of Plan, Chain, Aggregate (and its prepare/slice/finish), Finalize and PrepareData
 dies with probability `kill`: its handler process is killed (SIGKILL) after the handler has done its

@@ -18,6 +18,14 @@ per prefix, or while S3 scales a prefix up) and DynamoDB's HTTP 400
 second: a run's items share one partition key). botocore's retries (smlt.runtime.clients) are
 what gets them through; AWS bills neither answer, nor does the ledger (smlt.runtime.ledger).
 
+And Step Functions' API throttling (``--faults "sfn_throttle=R"``), on any Step Functions request
+(StartExecution, DescribeExecution, GetExecutionHistory, ...): HTTP 400 ``ThrottlingException``
+("Rate exceeded"). On AWS each API action has its own token bucket per account and Region
+(docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html, "Quotas related to API action
+throttling"; the API reference's common errors: ``ThrottlingException``, HTTP 400), so Chain's
+StartExecution is refused once a bucket runs dry; moto never refuses. Tests arm the same
+handler in their own process (:func:`install`, :func:`arm`) to throttle the CLI's polls.
+
 The engine passes the settings per invocation in the handler's environment (``ENV``, JSON:
 the two rates, a seed for this invocation, and a directory where each injected conflict is
 tallied so the parent can count them); :func:`arm` reads them before the handler runs.
@@ -38,7 +46,7 @@ from smlt.local.responses import RawBody, put_first
 
 ENV = "SMLT_FAULT_CONFLICTS"
 EVENT = "before-send"
-KINDS = ("s3_conflict", "ddb_conflict", "s3_slowdown", "ddb_throttle")
+KINDS = ("s3_conflict", "ddb_conflict", "s3_slowdown", "ddb_throttle", "sfn_throttle")
 
 
 @dataclass
@@ -110,6 +118,8 @@ def _before_send(request: Any, event_name: str = "", **_: Any) -> AWSResponse | 
         return _s3_slowdown(request)
     if service == "dynamodb" and plan.draw("ddb_throttle"):
         return _dynamodb_throttled(request)
+    if service == "sfn" and plan.draw("sfn_throttle"):
+        return _sfn_throttled(request)
     if service == "s3" and operation == "PutObject" and "If-None-Match" in request.headers:
         return _s3_conflict(request) if plan.draw("s3_conflict") else None
     if service == "dynamodb" and operation in ("TransactWriteItems", "PutItem", "UpdateItem"):
@@ -133,6 +143,13 @@ def _dynamodb_throttled(request: Any) -> AWSResponse:
         "Consider increasing your provisioning level with the UpdateTable API.",
     }
     body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/x-amz-json-1.0", "Content-Length": str(len(body))}
+    return AWSResponse(request.url, 400, headers, RawBody(body))
+
+
+def _sfn_throttled(request: Any) -> AWSResponse:
+    """Step Functions' answer to a request beyond its API action's token bucket."""
+    body = json.dumps({"__type": "ThrottlingException", "message": "Rate exceeded"}).encode()
     headers = {"Content-Type": "application/x-amz-json-1.0", "Content-Length": str(len(body))}
     return AWSResponse(request.url, 400, headers, RawBody(body))
 

@@ -3,7 +3,7 @@ transaction conflicts. AWS documents both as "retry the request"; botocore retri
 (only TransactionInProgressException), and moto never answers them.
 
 A request still throttled after botocore's own attempts (S3's 503 SlowDown, DynamoDB's
-throughput errors) is not retried here: `named_throttles` turns it into `Throttled`, naming the
+throughput errors, Step Functions' ThrottlingException: Chain's StartExecution) is not retried here: `named_throttles` turns it into `Throttled`, naming the
 service, the request and the object or table, and the state machine retries the control step
 after a pause (infra/stacks/workflow.py, THROTTLED).
 
@@ -42,7 +42,13 @@ S3_THROTTLES = frozenset({"SlowDown", "503"})
 DYNAMODB_THROTTLES = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
 )
-THROTTLES = {"s3": S3_THROTTLES, "dynamodb": DYNAMODB_THROTTLES}
+# Step Functions throttles each API action with its own token bucket per account and Region
+# (StartExecution, DescribeExecution, ...: docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html,
+# "Quotas related to API action throttling") and answers HTTP 400 ThrottlingException (the API
+# reference's common errors); botocore's standard mode retries it (5 attempts, smlt.runtime.clients).
+SFN_THROTTLES = frozenset({"ThrottlingException"})
+THROTTLES = {"s3": S3_THROTTLES, "dynamodb": DYNAMODB_THROTTLES, "sfn": SFN_THROTTLES}
+SERVICE_NAMES = {"s3": "S3", "dynamodb": "DynamoDB", "sfn": "Step Functions"}
 _WHERE = "smlt_where"  # the request's parameters, kept in botocore's request context
 
 # Its own generator: jitter must not consume draws of the global one a handler may have seeded.
@@ -91,6 +97,9 @@ def _where(params: dict[str, Any]) -> str:
         return f"s3://{params['Bucket']}/{rest}"
     if "TableName" in params:
         return f"table {params['TableName']}"
+    if "executionArn" in params or "stateMachineArn" in params:  # Step Functions
+        arn = params.get("executionArn") or params["stateMachineArn"]
+        return f"execution {params['name']} of {arn}" if params.get("name") else arn
     tables = list(params.get("RequestItems") or {})
     for item in params.get("TransactItems") or []:
         tables += [op["TableName"] for op in item.values() if isinstance(op, dict) and "TableName" in op]
@@ -109,6 +118,7 @@ def _on_answer(parsed: dict[str, Any], context: dict[str, Any], event_name: str 
     service = event_name.split(".")[1] if event_name.count(".") >= 2 else ""
     if parsed.get("Error", {}).get("Code") in THROTTLES.get(service, ()):
         parsed["SmltWhere"] = _where(context.get(_WHERE) or {})
+        parsed["SmltService"] = service  # ThrottlingException is DynamoDB's code as well as Step Functions'
 
 
 def throttled(e: ClientError, service: str) -> Throttled | None:
@@ -119,22 +129,29 @@ def throttled(e: ClientError, service: str) -> Throttled | None:
         return None
     where = e.response.get("SmltWhere", "?")
     retries = int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
+    advice = "fewer workers at once, workers.max, send fewer requests"
     if service == "s3":
         cause = "S3 serves a prefix up to 3,500 writes or 5,500 reads a second, fewer while it scales the prefix up"
+    elif service == "sfn":
+        advice = "fewer runs and studies at once, or a higher Step Functions quota through Service Quotas"
+        cause = (
+            "Step Functions serves each API action (StartExecution, DescribeExecution, ...) from a token bucket "
+            "per account and Region, shared with every other caller in the account (other runs, studies, consoles)"
+        )
     else:
         cause = (
             "a run's items share one partition, which serves up to 1,000 write and 3,000 read units a "
             "second (and an on-demand table its maximum throughput, the account its table quotas)"
         )
     return Throttled(
-        f"{'S3' if service == 's3' else 'DynamoDB'} {e.operation_name} of {where} stayed throttled ({code}) "
+        f"{SERVICE_NAMES[service]} {e.operation_name} of {where} stayed throttled ({code}) "
         f"after botocore's {retries} {'retry' if retries == 1 else 'retries'}: {cause}. The state machine runs the step again after a pause; if the "
-        "run fails with this, resume it a little later (fewer workers at once, workers.max, send fewer requests)"
+        f"run fails with this, resume it a little later ({advice})"
     )
 
 
 def named_throttles(fn: Callable[..., T]) -> Callable[..., T]:
-    """A control step's handler whose S3 or DynamoDB request stayed throttled raises `Throttled`
+    """A control step's handler whose S3, DynamoDB or Step Functions request stayed throttled raises `Throttled`
     (the state machine's retry takes it) instead of botocore's ClientError."""
     clients.on_every_client("before-parameter-build", _on_params, "smlt-throttle-where")
     clients.on_every_client("after-call", _on_answer, "smlt-throttle-answer")
@@ -144,7 +161,8 @@ def named_throttles(fn: Callable[..., T]) -> Callable[..., T]:
         try:
             return fn(*args, **kw)
         except ClientError as e:
-            named = throttled(e, "s3") or throttled(e, "dynamodb")
+            service = e.response.get("SmltService")
+            named = throttled(e, service) if service else throttled(e, "s3") or throttled(e, "dynamodb")
             if named is None:
                 raise
             raise named from e

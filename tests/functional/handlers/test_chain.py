@@ -57,3 +57,30 @@ def test_a_failed_continuation_fails_the_chain_with_a_named_error(aws, monkeypat
     with pytest.raises(ChainedExecutionFailed, match="FAILED") as raised:
         _chain(arn, "c-fail")
     assert "smlt resume c-fail" in str(raised.value)
+
+
+def test_a_chain_whose_start_stays_throttled_is_named_throttled_and_its_retry_continues_the_run(aws, monkeypatch):
+    """Step Functions' StartExecution bucket ran dry (`--faults sfn_throttle=1`): after botocore's
+    attempts Chain raises `Throttled` naming the request (the state machine retries Chain on it:
+    infra/stacks/workflow.py), not a bare ClientError; the retry starts the continuation once."""
+    from smlt.local import conflicts
+    from smlt.runtime import clients
+    from smlt.runtime.errors import Throttled
+
+    arn = _state_machine("sm-throttled")
+    monkeypatch.setitem(clients.CONFIGS, "stepfunctions", {"retries": {"max_attempts": 2, "mode": "standard"}})
+    clients.reset()
+    conflicts.install()
+    conflicts.arm(conflicts.Plan({"sfn_throttle": 1.0}))
+    try:
+        with pytest.raises(Throttled) as raised:
+            _chain(arn, "c-thr")
+    finally:
+        conflicts.arm(None)
+    said = str(raised.value)
+    assert said.startswith("Step Functions StartExecution of execution c-thr-r000003 of " + arn), said
+    assert "(ThrottlingException) after botocore's 2 retries" in said and "token bucket" in said, said
+    assert "fewer runs and studies at once" in said, said
+    sfn = boto3.client("stepfunctions")
+    out = _chain(arn, "c-thr")  # the state machine's retry of Chain
+    assert sfn.describe_execution(executionArn=out["execution_arn"])["status"] == "RUNNING"
