@@ -5,8 +5,9 @@ Init (controller: validate the study file, write its items) → Run, a Parallel 
     each iteration: Admit (controller: reserve the trial's budget share, give its deadline) →
     Admitted? → RunTrial (`states:startExecution.sync:2` of the training state machine: the trial
     is an ordinary run, its own execution and ledger; Step Functions waits for it) → TrialEnded
-    (controller: its ledger replaces its reservation); a failed execution is caught → TrialEnded
-    with its error; a skipped trial → Skipped.
+    (controller: its ledger replaces its reservation); a start refused for the account's Step
+    Functions rate (throttled StartExecution) is retried with backoff (START_RETRY); a failed
+    execution is caught → TrialEnded with its error; a skipped trial → Skipped.
     After the Map: TrialsEnded, a Fail state that stops the Watcher (below).
   - Watcher: Watch (controller: the running trials' curves, ASHA's stops, the deadline) →
     WatchDone? → Wait (the poll interval Watch answers) → Watch …
@@ -38,6 +39,22 @@ from smlt.runtime import keys, metrics
 from smlt.runtime.config import STUDY
 from smlt.runtime.config import Settings as RuntimeSettings
 from smlt.runtime.study import budget
+
+# RunTrial's StartExecution refused for the account's rate (each Step Functions API action has its
+# own token bucket per account and Region: docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html,
+# "Quotas related to API action throttling") or its open executions (ExecutionLimitExceeded, 1,000,000).
+# The optimized integration names an error "StepFunctions." + the API's error code (the AWS guide's
+# example retries "StepFunctions.ExecutionLimitExceeded"); without this retrier the Catch took a
+# throttled start for a failed trial. Jittered: a Map's trials start together and would collide again.
+START_THROTTLED = ["StepFunctions.ThrottlingException", "StepFunctions.ExecutionLimitExceeded"]
+START_RETRY = {
+    "ErrorEquals": START_THROTTLED,
+    "IntervalSeconds": 2,
+    "MaxAttempts": 8,
+    "BackoffRate": 2.0,
+    "MaxDelaySeconds": 60,
+    "JitterStrategy": "FULL",
+}
 
 CONTROLLER_TIMEOUT = Duration.minutes(2)
 CONTROLLER_MEMORY_MB = budget.CONTROLLER_MEMORY_MB  # the study's own bill prices it
@@ -133,7 +150,7 @@ class StudyWorkflow(Construct):
                 },
                 "ResultSelector": {"status.$": "$.Status"},
                 "ResultPath": "$.run",
-                "Retry": [SERVICE_RETRY, THROTTLE_RETRY],
+                "Retry": [SERVICE_RETRY, THROTTLE_RETRY, START_RETRY],
             },
         )
         ended_ok = step("TrialEnded", "ended", {"study_id": study_id, "trial": sfn.JsonPath.number_at("$.trial")}, None)

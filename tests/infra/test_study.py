@@ -31,6 +31,11 @@ def test_trials_are_training_executions_started_up_to_the_concurrency(synth):
     training = next(k for k in synth.resources("AWS::StepFunctions::StateMachine") if k.startswith("Workflow"))
     assert run["Parameters"]["StateMachineArn"] == asl.placeholder(synth.template, training, None)
     assert run["Catch"][0]["Next"] == "TrialFailed"
+    # a StartExecution throttled for the account's rate is retried (jittered: the Map's trials
+    # start together), not caught as a failed trial
+    (start_retry,) = [r for r in run["Retry"] if "StepFunctions.ThrottlingException" in r["ErrorEquals"]]
+    assert start_retry["JitterStrategy"] == "FULL" and start_retry["MaxAttempts"] >= 5, start_retry
+    assert "StepFunctions.ExecutionLimitExceeded" in start_retry["ErrorEquals"]
     assert watcher["States"]["Poll"]["SecondsPath"] == "$.watch.poll_seconds"  # the watcher paces itself
     assert watcher["States"]["WatchDone"]["Choices"][0]["Next"] == "Watched"
     # the trials' end ends the watcher: their branch fails with one named error, which Run catches
