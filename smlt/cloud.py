@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from botocore.exceptions import (
     ClientError,
@@ -26,7 +28,7 @@ from smlt.code_imports import describe, foreign_imports
 from smlt.datasets import checked_dataset_folder, upload_dataset
 from smlt.jobfile import read_job_file
 from smlt.outputs import fetch_outputs, progress_line
-from smlt.runtime import clients
+from smlt.runtime import clients, retry
 from smlt.runtime.errors import (
     AccessDenied,
     AlreadyFinished,
@@ -36,6 +38,7 @@ from smlt.runtime.errors import (
     RunNotFinished,
     RunNotFound,
     StackNotFound,
+    Throttled,
     after_failure,
 )
 from smlt.runtime.evaluation import class_warning, summary_text
@@ -46,6 +49,54 @@ from smlt.runtime.store import S3Store
 from smlt.runtime.usercode import check_shipped, entry_points, package_code, stage_code, with_code
 
 OUTPUTS = stack_outputs.REQUIRED
+T = TypeVar("T")
+
+# Step Functions serves each API action from a token bucket per account and Region, shared with
+# every other caller (docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html, "Quotas
+# related to API action throttling"); past it, HTTP 400 ThrottlingException. botocore's standard
+# mode retries a request 5 times within seconds (smlt.runtime.clients); a read still throttled
+# then is asked again after a longer, jittered pause (2 s doubling, up to 30 s, 5 times): a poll
+# waits for the bucket rather than failing the command.
+POLL_ATTEMPTS, POLL_BASE_S, POLL_CAP_S = 5, 2.0, 30.0
+
+
+def sfn_throttled(e: BaseException) -> bool:
+    """Whether `e` is Step Functions' answer to a request beyond its API action's bucket."""
+    return isinstance(e, ClientError) and e.response.get("Error", {}).get("Code") in retry.SFN_THROTTLES
+
+
+def polled(call: Callable[..., T], /, **kw: Any) -> T:
+    """`call(**kw)`, a Step Functions read, asked again after a pause while it stays throttled
+    (POLL_ATTEMPTS in all); the last throttle propagates."""
+    for attempt in range(1, POLL_ATTEMPTS + 1):
+        try:
+            return call(**kw)
+        except ClientError as e:
+            if not sfn_throttled(e) or attempt == POLL_ATTEMPTS:
+                raise
+        time.sleep(retry.backoff_s(attempt, POLL_BASE_S, POLL_CAP_S))
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _start_throttled(e: ClientError, what: str, again: str) -> Throttled:
+    retries = int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
+    return Throttled(
+        f"Step Functions StartExecution of {what} stayed throttled (ThrottlingException) after botocore's "
+        f"{retries} {'retry' if retries == 1 else 'retries'}: the account's StartExecution bucket (per Region, "
+        "shared with every run, study and console in the account) is empty, and this request started nothing. "
+        f"Run `{again}` again in a minute, or ask for a higher Step Functions quota through Service Quotas"
+    )
+
+
+def _start(sfn: Any, what: str, again: str, **kw: Any) -> str:
+    """StartExecution, named `Throttled` when it stays throttled (not polled again: a start is the
+    user's to repeat, and botocore's retries already spent seconds)."""
+    try:
+        return str(sfn.start_execution(**kw)["executionArn"])
+    except ClientError as e:
+        if sfn_throttled(e):
+            raise _start_throttled(e, what, again) from None
+        raise
 
 
 @dataclass
@@ -103,7 +154,14 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
         if meta is not None:
             refuse_live(run_id, meta, stack, sfn)
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
-    arn = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(raw))["executionArn"]
+    arn = _start(
+        sfn,
+        f"run {run_id}",
+        f"smlt start {job_path}",
+        stateMachineArn=stack.state_machine_arn,
+        name=name,
+        input=json.dumps(raw),
+    )
     region = arn.split(":")[3]
     notice.info(
         f"started run {run_id}\n  execution: {arn}\n  console:   "
@@ -118,7 +176,7 @@ def _execution_end(stack: Stack, meta: MetaItem, sfn=None) -> tuple[str, str, st
     sfn = sfn or clients.make("stepfunctions")
     arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
     try:
-        desc = sfn.describe_execution(executionArn=arn)
+        desc = polled(sfn.describe_execution, executionArn=arn)
     except sfn.exceptions.ExecutionDoesNotExist:
         return None
     if desc["status"] in ("RUNNING", "PENDING_REDRIVE", "SUCCEEDED"):
@@ -148,7 +206,17 @@ def status(run_id: str, stack: Stack, sfn=None, resume_command: str = "") -> Met
         where = f" on {e.shard.split} shard {e.shard.key or e.shard.index}" if e.shard else ""
         first = e.message.splitlines()[0] if e.message else ""
         notice.info(f"  round {e.round} worker {e.worker}: {e.error}{where}: {first}")
-    ended = _execution_end(stack, meta, sfn) if meta.status != "SUCCEEDED" else None
+    try:
+        ended = _execution_end(stack, meta, sfn) if meta.status != "SUCCEEDED" else None
+    except ClientError as e:
+        if not sfn_throttled(e):
+            raise
+        ended = None  # the run's own items tell its status; only the execution's error is unread
+        notice.warning(
+            f"  Step Functions throttled DescribeExecution of {meta.execution} through {POLL_ATTEMPTS} tries "
+            "(the account's bucket is shared): the status below is the run's own; run `smlt status` again for "
+            "the execution's error, if it failed"
+        )
     if ended is not None:
         state, error, cause = ended
         notice.info(f"run {run_id}: {state}: {error}\n  cause: {cause}")
@@ -186,15 +254,36 @@ def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
     succeeded(run_id, stack)
     sfn = sfn or clients.make("stepfunctions")
     history = []
-    pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)
-    for page in pages:
-        for ex in page["executions"]:
+    try:
+        for ex in _pages(sfn.list_executions, "executions", stateMachineArn=stack.state_machine_arn):
             if ex["name"] == run_id or ex["name"].startswith(run_id[:66] + "-"):
-                for hp in sfn.get_paginator("get_execution_history").paginate(executionArn=ex["executionArn"]):
-                    history += [{"execution": ex["executionArn"], **e} for e in hp["events"]]
+                history += [
+                    {"execution": ex["executionArn"], **e}
+                    for e in _pages(sfn.get_execution_history, "events", executionArn=ex["executionArn"])
+                ]
+    except ClientError as e:
+        if not sfn_throttled(e):
+            raise
+        raise Throttled(
+            f"run {run_id}: Step Functions throttled {e.operation_name} through {POLL_ATTEMPTS} tries (the account's "
+            f"bucket is shared); nothing was written to {out}: run `smlt fetch {run_id}` again in a minute"
+        ) from None
     metrics = fetch_outputs(S3Store(stack.artifacts_bucket), run_id, out, history)
     notice.info(f"fetched run {run_id} ({metrics['final']['rounds']} rounds) into {out}/")
     return metrics
+
+
+def _pages(call: Callable[..., dict], key: str, **kw: Any) -> list[dict]:
+    """Every item under `key` of a paged Step Functions read, each page `polled` (a throttled page
+    is asked again, not the whole listing)."""
+    items: list[dict] = []
+    token: str | None = None
+    while True:
+        page = polled(call, **kw, **({"nextToken": token} if token else {}))
+        items += page[key]
+        token = page.get("nextToken")
+        if not token:
+            return items
 
 
 def refuse_live(run_id: str, meta: MetaItem, stack: Stack, sfn) -> None:
@@ -202,9 +291,17 @@ def refuse_live(run_id: str, meta: MetaItem, stack: Stack, sfn) -> None:
     execution would end at its first Plan anyway (one driver per run), so none is started."""
     arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + meta.execution
     try:
-        status = sfn.describe_execution(executionArn=arn)["status"]
+        status = polled(sfn.describe_execution, executionArn=arn)["status"]
     except sfn.exceptions.ExecutionDoesNotExist:
         return
+    except ClientError as e:
+        if not sfn_throttled(e):
+            raise
+        raise Throttled(
+            f"run {run_id}: Step Functions throttled DescribeExecution of {meta.execution} through {POLL_ATTEMPTS} "
+            "tries (the account's bucket is shared), so whether it still runs is unknown and nothing was started; "
+            "run the same command again in a minute"
+        ) from None
     if status in ("RUNNING", "PENDING_REDRIVE"):
         raise RunInProgress(
             f"run {run_id} is still running (execution {meta.execution}): follow it with `smlt status {run_id}`, "
@@ -221,11 +318,14 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
     sfn = sfn or clients.make("stepfunctions")
     refuse_live(run_id, meta, stack, sfn)
     name = f"{run_id[:60]}-resume-{int(time.time())}"
-    arn = sfn.start_execution(
+    arn = _start(
+        sfn,
+        f"the resume of run {run_id}",
+        f"smlt resume {run_id}",
         stateMachineArn=stack.state_machine_arn,
         name=name,
         input=json.dumps({**meta.job.model_dump(mode="json"), "run_id": run_id}),
-    )["executionArn"]
+    )
     done = len(RunTable(stack.table, run_id).rounds())
     notice.info(f"resuming run {run_id} after {done} complete rounds: {arn}")
     return arn
