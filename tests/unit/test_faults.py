@@ -98,3 +98,31 @@ def test_throttling_answers_as_aws_does_and_botocore_reads_it(monkeypatch):
     with pytest.raises(ClientError) as e:
         ddb.get_item(TableName="t", Key={"pk": {"S": "x"}})
     assert e.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+
+
+def test_sfn_throttle_answers_step_functions_requests_as_aws_does(monkeypatch):
+    """`sfn_throttle`: Step Functions' HTTP 400 ThrottlingException ("Rate exceeded") on any of
+    its requests, which botocore reads as such and retries (standard mode); S3 is left alone."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    assert parse_fault_spec("sfn_throttle=0.3").rates == {"sfn_throttle": 0.3}
+    session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
+    conflicts.install(session)
+    monkeypatch.setattr(conflicts, "_plan", conflicts.Plan({"sfn_throttle": 1.0}))
+    sfn = session.client(
+        "stepfunctions",
+        endpoint_url="http://127.0.0.1:9",
+        config=Config(retries={"max_attempts": 2, "mode": "standard"}),
+    )
+    monkeypatch.setattr("time.sleep", lambda s: None)  # botocore's backoff between its retries
+    for call in (
+        lambda: sfn.start_execution(stateMachineArn="arn:aws:states:us-east-1:1:stateMachine:m", name="n"),
+        lambda: sfn.describe_execution(executionArn="arn:aws:states:us-east-1:1:execution:m:n"),
+    ):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert e.value.response["Error"]["Code"] == "ThrottlingException"
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert e.value.response["ResponseMetadata"]["RetryAttempts"] == 2  # botocore took it for a throttle
