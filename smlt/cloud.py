@@ -88,7 +88,7 @@ def _start_throttled(e: ClientError, what: str, again: str) -> Throttled:
     )
 
 
-def _start(sfn: Any, what: str, again: str, **kw: Any) -> str:
+def start_execution(sfn: Any, what: str, again: str, **kw: Any) -> str:
     """StartExecution, named `Throttled` when it stays throttled (not polled again: a start is the
     user's to repeat, and botocore's retries already spent seconds)."""
     try:
@@ -154,7 +154,7 @@ def start(job_path: Path, stack: Stack | str, sfn=None, code: Path | None = None
         if meta is not None:
             refuse_live(run_id, meta, stack, sfn)
     name = run_id if not job.run_id else f"{run_id[:68]}-{int(time.time())}"
-    arn = _start(
+    arn = start_execution(
         sfn,
         f"run {run_id}",
         f"smlt start {job_path}",
@@ -255,11 +255,11 @@ def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
     sfn = sfn or clients.make("stepfunctions")
     history = []
     try:
-        for ex in _pages(sfn.list_executions, "executions", stateMachineArn=stack.state_machine_arn):
+        for ex in pages(sfn.list_executions, "executions", stateMachineArn=stack.state_machine_arn):
             if ex["name"] == run_id or ex["name"].startswith(run_id[:66] + "-"):
                 history += [
                     {"execution": ex["executionArn"], **e}
-                    for e in _pages(sfn.get_execution_history, "events", executionArn=ex["executionArn"])
+                    for e in pages(sfn.get_execution_history, "events", executionArn=ex["executionArn"])
                 ]
     except ClientError as e:
         if not sfn_throttled(e):
@@ -273,7 +273,7 @@ def fetch(run_id: str, stack: Stack, out: Path, sfn=None) -> dict:
     return metrics
 
 
-def _pages(call: Callable[..., dict], key: str, **kw: Any) -> list[dict]:
+def pages(call: Callable[..., dict], key: str, **kw: Any) -> list[dict]:
     """Every item under `key` of a paged Step Functions read, each page `polled` (a throttled page
     is asked again, not the whole listing)."""
     items: list[dict] = []
@@ -318,7 +318,7 @@ def resume(run_id: str, stack: Stack, sfn=None) -> str:
     sfn = sfn or clients.make("stepfunctions")
     refuse_live(run_id, meta, stack, sfn)
     name = f"{run_id[:60]}-resume-{int(time.time())}"
-    arn = _start(
+    arn = start_execution(
         sfn,
         f"the resume of run {run_id}",
         f"smlt resume {run_id}",

@@ -76,15 +76,22 @@ def _line(tr: TrialItem) -> str:
 def follow(target: Target, raw: dict[str, Any], interval: float = 1.0) -> tuple[StudyItem, list[TrialItem]]:
     """Start the study execution, report each trial when its status changes, return the study's
     items once the execution ends; RunFailed when it does not succeed."""
+    from smlt.cloud import polled, start_execution
+
     study_id = raw["study_id"]
-    arn = target.sfn.start_execution(stateMachineArn=target.study_machine_arn, name=study_id, input=json.dumps(raw))[
-        "executionArn"
-    ]
+    arn = start_execution(
+        target.sfn,
+        f"study {study_id}",
+        "smlt tune STUDY",
+        stateMachineArn=target.study_machine_arn,
+        name=study_id,
+        input=json.dumps(raw),
+    )
     progress.info(f"started study {study_id}: execution {arn.rsplit(':', 1)[-1]}")
     table = StudyTable(target.table, study_id, client=target.dynamodb)
     seen: dict[int, str] = {}
     while True:
-        desc = target.sfn.describe_execution(executionArn=arn)
+        desc = polled(target.sfn.describe_execution, executionArn=arn)
         for tr in table.trials():
             if seen.get(tr.trial) != tr.status and tr.status != "PENDING":
                 seen[tr.trial] = tr.status
@@ -106,9 +113,9 @@ def looks_recording(sfn: Any, arn: str) -> int:
     one scheduled that did not fail or time out. The last trial's end stops the watcher's branch
     without waiting for a look in flight (infra/stacks/study.py): its invocation goes on and adds its
     cost after the execution ended."""
-    events: dict[int, dict[str, Any]] = {}
-    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
-        events.update((e["id"], e) for e in page["events"])
+    from smlt.cloud import pages
+
+    events = {e["id"]: e for e in pages(sfn.get_execution_history, "events", executionArn=arn)}
     looks = {i for i, e in events.items() if _op(e) == "watch"}
     for e in events.values():
         if e["type"] in ("LambdaFunctionFailed", "LambdaFunctionTimedOut", "TaskFailed", "TaskTimedOut"):

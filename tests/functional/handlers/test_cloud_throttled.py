@@ -91,7 +91,7 @@ def test_a_status_poll_throttled_for_good_goes_on_with_the_runs_own_status(throt
 def test_a_throttled_history_page_is_asked_again_not_the_listing(throttle, monkeypatch):
     stack = _stack_with_failed_run(monkeypatch, "thr-pages")
     paused = throttle(1)
-    (ex,) = cloud._pages(
+    (ex,) = cloud.pages(
         boto3.client("stepfunctions").list_executions, "executions", stateMachineArn=stack.state_machine_arn
     )
     assert ex["name"] == "thr-pages" and len(paused) == 1
