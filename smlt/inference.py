@@ -327,13 +327,14 @@ def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
 class Predictions:
     """A model's predictions for some rows.
 
-    `ids` name the rows (CSV line, Parquet row, image file, array index). Classification:
-    `labels` (class names), `index` (class indices), `probability` (of the predicted class),
-    `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
-    `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
-    `rmse` say how the model did on it. `notes`: what reading the data told (a table's values the
-    model never saw in training, a number column far from what it was trained on, its columns the
-    model does not use, an image folder's unreadable images left out), as `smlt predict` prints them."""
+        `ids` name the rows (CSV line, Parquet row, image file, array index). Classification:
+        `labels` (class names), `index` (class indices), `probability` (of the predicted class),
+        `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
+        `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
+        `rmse` say how the model did on it. `unseen` (a table with text columns): per row, its text
+    columns holding a value the model never saw, written as the last column. `notes`: what reading the data told (a table's values the
+        model never saw in training, a number column far from what it was trained on, its columns the
+        model does not use, an image folder's unreadable images left out), as `smlt predict` prints them."""
 
     task: str
     ids: list[str]
@@ -696,8 +697,11 @@ class Unseen:
 
     def cells(self, start: int, stop: int) -> list[str]:
         """Rows `start:stop`' cells of the written column: the flagged columns' names, `;` between them."""
-        names = self.columns
-        return [";".join(n for n, f in zip(names, row) if f) for row in self.flags[start:stop].tolist()]
+        flags = self.flags[start:stop]
+        cells = [""] * len(flags)
+        for r in np.flatnonzero(flags.any(axis=1)).tolist():  # most rows flag none: only those that do are joined
+            cells[r] = ";".join(n for n, f in zip(self.columns, flags[r].tolist()) if f)
+        return cells
 
 
 @dataclass
