@@ -235,7 +235,7 @@ def test_the_readme_image_snippet_gives_what_predict_gives_on_batches_of_1_and_7
     done = export_model(model, "onnx", tmp_path / "model.onnx")
     assert done.spec is not None and done.spec.kind == "image" and done.spec.input.dtype == "uint8"
 
-    # a service's images: other sizes, modes and depths than training's 8x8 RGB PNGs
+    # a service's images: other sizes, modes and depths than training's 8x8 RGB PNGs, one transparent
     source = Image.open(sorted((tmp_path / "images").rglob("*.png"))[0])
     new = tmp_path / "new"
     new.mkdir()
@@ -247,7 +247,9 @@ def test_the_readme_image_snippet_gives_what_predict_gives_on_batches_of_1_and_7
     exif[0x0112] = 6  # rotated: upright is the tag applied
     source.resize((16, 12)).save(new / "e-rotated.jpg", exif=exif)
     Image.fromarray(np.asarray(source.convert("L")).astype(np.uint16) * 257).save(new / "f-deep.png")  # 16-bit
-    source.save(new / "g-same.png")
+    clear = np.asarray(source.convert("RGBA")).copy()
+    clear[:4, :, 3] = 0  # transparent rows: their stored colour is what prepare, predict and the spec take
+    Image.fromarray(clear, "RGBA").save(new / "g-transparent.png")
     source.save(tmp_path / "photo.png")  # the snippet's own example request
     files = sorted(new.iterdir())
     assert len(files) == 7
