@@ -327,13 +327,14 @@ def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
 class Predictions:
     """A model's predictions for some rows.
 
-    `ids` name the rows (CSV line, Parquet row, image file, array index). Classification:
-    `labels` (class names), `index` (class indices), `probability` (of the predicted class),
-    `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
-    `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
-    `rmse` say how the model did on it. `notes`: what reading the data told (a table's values the
-    model never saw in training, a number column far from what it was trained on, its columns the
-    model does not use, an image folder's unreadable images left out), as `smlt predict` prints them."""
+        `ids` name the rows (CSV line, Parquet row, image file, array index). Classification:
+        `labels` (class names), `index` (class indices), `probability` (of the predicted class),
+        `probabilities` (rows x classes). Regression: `values` (rows x targets) in the user's units.
+        `truth` is the data's own labels when it had them (class indices or values), so `accuracy` /
+        `rmse` say how the model did on it. `unseen` (a table with text columns): per row, its text
+    columns holding a value the model never saw, written as the last column. `notes`: what reading the data told (a table's values the
+        model never saw in training, a number column far from what it was trained on, its columns the
+        model does not use, an image folder's unreadable images left out), as `smlt predict` prints them."""
 
     task: str
     ids: list[str]
@@ -344,6 +345,7 @@ class Predictions:
     truth: np.ndarray | None = None
     id_name: str = "id"  # the ids' column in the written table: the data's own id column when named
     notes: list[str] = field(default_factory=list)
+    unseen: Unseen | None = None  # a table's: per row, its text cells the model never saw (column `unseen`)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -375,6 +377,9 @@ class Predictions:
         return self._header(), list(self._body())
 
     def _header(self) -> list[str]:
+        return self._outputs_header() + ([UNSEEN_COLUMN] if self.unseen is not None else [])
+
+    def _outputs_header(self) -> list[str]:
         if self.index is not None:
             return [self.id_name, "prediction", "probability"] + (["label"] if self.truth is not None else [])
         assert self.values is not None
@@ -387,6 +392,17 @@ class Predictions:
 
     def _body(self) -> Iterator[list[Any]]:
         """The rows of `rows`, one at a time (a file of millions is written without them all in memory)."""
+        if self.unseen is None:
+            yield from self._outputs_body()
+            return
+        step = 65536
+        rows = self._outputs_body()
+        for start in range(0, len(self), step):
+            for row, cell in zip(rows, self.unseen.cells(start, start + step)):
+                row.append(cell)
+                yield row
+
+    def _outputs_body(self) -> Iterator[list[Any]]:
         if self.index is not None:
             labels = (self.columns[i] for i in self.index)
             body = ([i, label, round(float(p), 6)] for i, label, p in zip(self.ids, labels, self.probability))
@@ -463,6 +479,12 @@ class Predictions:
 
     def _columns(self) -> list[Callable[[int, int], list[Any]]]:
         """Each column of `rows` (in `_header`'s order) as its rows `start:stop`' values."""
+        found = self._outputs_columns()
+        if self.unseen is not None:
+            found.append(self.unseen.cells)
+        return found
+
+    def _outputs_columns(self) -> list[Callable[[int, int], list[Any]]]:
         ids = self.ids
         if self.index is not None:
             index, probability, classes = self.index, self.probability, self.columns
@@ -485,6 +507,10 @@ class Predictions:
         if self.truth is not None:
             found += [of(self.truth.reshape(values.shape), j) for j in range(len(self._names()))]
         return found
+
+
+# The written predictions' column naming, per row, the text columns whose value the model never saw.
+UNSEEN_COLUMN = "unseen"
 
 
 # Rows of a Parquet file's row group: pyarrow's default, as `pq.write_table` cuts a whole table.
@@ -626,6 +652,56 @@ class Inputs:
     truth: np.ndarray | None = None
     id_name: str = "id"
     notes: list[str] = field(default_factory=list)
+    unseen: Unseen | None = None  # a table's one-hot cells the model never saw, per row
+
+
+@dataclass
+class Unseen:
+    """Per row, per one-hot text column of a table (`columns`), whether its cell holds a value the
+    model never saw in training (`flags`, bool [rows, columns]): the cells the notice 'N of M rows
+    hold values the model never saw' counts (tabular.unseen_values' rule), and the ONNX export's
+    output `unseen`. Written beside the predictions as the column `unseen`: the flagged columns'
+    names, `;` between them, empty for a row with none."""
+
+    columns: list[str]
+    flags: np.ndarray
+
+    @staticmethod
+    def of(columns: Any, table: Table) -> Unseen | None:
+        """The one-hot columns of `columns` (the manifest's) that `table` holds, read as
+        tabular.TableUnseen reads them (a missing cell is never unseen); None: it holds none."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        onehot = [t for t in columns or [] if t.kind == "onehot" and t.name in table.columns]
+        if not onehot:
+            return None
+        flags = np.zeros((len(table), len(onehot)), bool)
+        for j, t in enumerate(onehot):
+            cells = table.columns[t.name]
+            text = cells.astype(str) if cells.dtype.kind == "f" else cells  # as `_encode` reads them
+            arr = pa.array(text, pa.string(), mask=missing(cells))
+            new = pc.and_(pc.invert(pc.is_in(arr, value_set=pa.array(t.levels, pa.string()))), pc.is_valid(arr))
+            flags[:, j] = new.fill_null(False).to_numpy(zero_copy_only=False)
+        return Unseen([t.name for t in onehot], flags)
+
+    @staticmethod
+    def joined(parts: list[Unseen | None]) -> Unseen | None:
+        """Blocks' (or parts') flags as one, in order; None when any block has none."""
+        if not parts or any(u is None for u in parts):
+            return None
+        found = [u for u in parts if u is not None]
+        if any(u.columns != found[0].columns for u in found):
+            return None
+        return Unseen(found[0].columns, np.concatenate([u.flags for u in found]))
+
+    def cells(self, start: int, stop: int) -> list[str]:
+        """Rows `start:stop`' cells of the written column: the flagged columns' names, `;` between them."""
+        flags = self.flags[start:stop]
+        cells = [""] * len(flags)
+        for r in np.flatnonzero(flags.any(axis=1)).tolist():  # most rows flag none: only those that do are joined
+            cells[r] = ";".join(n for n, f in zip(self.columns, flags[r].tolist()) if f)
+        return cells
 
 
 @dataclass
@@ -751,6 +827,7 @@ class LoadedModel:
                 truth=rows.truth,
                 id_name=rows.id_name,
                 notes=list(rows.notes),
+                unseen=rows.unseen,
             )
         target = self.manifest.target
         values = out.astype(np.float64)
@@ -761,7 +838,14 @@ class LoadedModel:
         if values.shape[1] == 1 and not label:
             names = ["prediction"]
         return Predictions(
-            "regression", rows.ids, names, values=values, truth=rows.truth, id_name=rows.id_name, notes=list(rows.notes)
+            "regression",
+            rows.ids,
+            names,
+            values=values,
+            truth=rows.truth,
+            id_name=rows.id_name,
+            notes=list(rows.notes),
+            unseen=rows.unseen,
         )
 
 
@@ -978,11 +1062,12 @@ def _table(manifest: Manifest, table: Table, id_column: str | None = None) -> In
                 truth = cells.astype(np.float64)
             except ValueError:
                 truth = None
+    unseen = Unseen.of(manifest.columns, table)
     if id_column is None:
-        return Inputs(x, [f"{table.unit} {int(r)}" for r in table.rows], truth, notes=notes)
+        return Inputs(x, [f"{table.unit} {int(r)}" for r in table.rows], truth, notes=notes, unseen=unseen)
     cells = table.columns[id_column]
     ids = [_number_id(float(v)) for v in cells] if cells.dtype.kind == "f" else [str(v) for v in cells]
-    return Inputs(x, ids, truth, id_column, notes)
+    return Inputs(x, ids, truth, id_column, notes, unseen)
 
 
 def _parts(data: Any) -> list[Path] | None:
@@ -1004,7 +1089,8 @@ def _parts_inputs(
     truths = [r.truth for r in read if r.truth is not None]
     truth = np.concatenate(truths) if len(truths) == len(read) else None
     x = np.concatenate([r.x for r in read])
-    return Inputs(x, ids, truth, read[0].id_name, [n for r in read for n in r.notes])
+    unseen = Unseen.joined([r.unseen for r in read])
+    return Inputs(x, ids, truth, read[0].id_name, [n for r in read for n in r.notes], unseen)
 
 
 def _number_id(v: float) -> str:
@@ -1219,12 +1305,14 @@ class _Gathered:
         self.far = drift.TableFar(manifest, header)
         self.labels = _Labels(manifest, header)
         self.ids: list[str] = []
+        self.flags: list[Unseen | None] = []
         self.read = 0
         self.parts = where != "DataFrame" and Path(where).is_dir()  # a folder of parts: each row named by its part too
 
     def add(self, table: Table) -> None:
         self.read += len(table)
         self.unseen.add(table)
+        self.flags.append(Unseen.of(self.manifest.columns, table))
         self.far.add(table)
         self.labels.add(table)
         if self.id_column is None:
@@ -1246,9 +1334,10 @@ class _Gathered:
             notice.warning(note)
         truth = self.labels.truth(self.where)
         empty = np.zeros((0, *self.manifest.x.shape), np.float32)
+        unseen = Unseen.joined(self.flags)
         if self.id_column is None:
-            return Inputs(empty, self.ids, truth, notes=notes)
-        return Inputs(empty, self.ids, truth, self.id_column, notes)
+            return Inputs(empty, self.ids, truth, notes=notes, unseen=unseen)
+        return Inputs(empty, self.ids, truth, self.id_column, notes, unseen)
 
 
 class _Labels:

@@ -85,7 +85,7 @@ def test_a_model_built_from_its_card_predicts_new_csv_rows_with_the_recorded_tra
     assert preds.labels == ["big", "small", "big"] and preds.accuracy == 1.0
     out = preds.write(tmp_path / "p.csv")
     lines = out.read_text().splitlines()
-    assert lines[0] == "id,prediction,probability,label" and lines[1].startswith("line 2,big,")
+    assert lines[0] == "id,prediction,probability,label,unseen" and lines[1].startswith("line 2,big,")
     # A table's own column names the rows (a submission's PassengerId), in the header too.
     named = tmp_path / "named.csv"
     named.write_text("ref,size,colour\nA-1,15.0,red\nB-2,4.0,blue\n")
@@ -136,5 +136,5 @@ def test_regression_predictions_are_in_the_labels_units(tmp_path):
     import pyarrow.parquet as pq
 
     written = pq.read_table(tmp_path / "p.parquet")
-    assert written.column_names == ["id", "label", "label_true"]  # the file's own values beside them
+    assert written.column_names == ["id", "label", "label_true", "unseen"]  # the file's own values beside them
     assert written.column("label_true").to_pylist()[0] == pytest.approx(rows[0][2])

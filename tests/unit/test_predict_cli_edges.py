@@ -40,7 +40,7 @@ def test_out_dash_writes_the_csv_alone_on_stdout_as_the_file_holds_it(model: Pat
     assert main(["predict", str(model), str(new), "--out", "-"]) == 0
     piped = capsys.readouterr()
     assert piped.out == (tmp_path / "p.csv").read_bytes().decode()  # nothing but the CSV on stdout
-    assert list(csv.reader(io.StringIO(piped.out)))[0] == ["id", "prediction", "probability"]
+    assert list(csv.reader(io.StringIO(piped.out)))[0] == ["id", "prediction", "probability", "unseen"]
     assert "wrote 3 predictions to stdout" in piped.err and "model " in piped.err
     # the id-like column the model does not use is offered as --id
     assert "--id customer_id names each prediction by its 'customer_id'" in piped.err

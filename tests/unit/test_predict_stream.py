@@ -347,3 +347,43 @@ def test_a_folder_of_parts_in_another_encoding(model: LoadedModel, tmp_path: Pat
     assert got.ids == whole.ids and len(got) == 200 and got.ids[120] == "part-00001.csv line 2"
     with pytest.raises(InvalidDataset, match=r"spark_out/part-00000\.csv"):
         model.predict(str(folder))
+
+
+def test_the_written_predictions_flag_each_row_whose_text_the_model_never_saw(
+    model: LoadedModel, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """The column `unseen` names, per row, the text columns holding a value the model never saw
+    (the cells the notice counts), streamed in blocks as read whole, in each written format."""
+    import pyarrow.parquet as pq
+    from openpyxl import load_workbook
+
+    header, rows = _new()
+    rows[10][1] = ""  # a missing city: imputed, never unseen
+    path = _write(tmp_path / "new.csv", header, rows)
+    (streamed_one, _), (streamed, told), (whole, _) = _predict_both(model, path, monkeypatch, caplog, "order")
+    _same(streamed, whole, tmp_path)
+    _same(streamed_one, whole, tmp_path)
+    want = ["city" if r[1] not in CITIES and r[1] != "" else "" for r in rows]
+    assert sum(map(bool, want)) > 30 and want[10] == ""
+    n = sum(map(bool, want))
+    assert any(f"column 'city': {n} of {len(rows):,} rows hold values the model never saw" in t for t in told)
+
+    written = streamed.write(tmp_path / "p.csv").read_text().splitlines()
+    assert written[0] == "order,prediction,probability,label,unseen"
+    assert [line.rsplit(",", 1)[1] for line in written[1:]] == want
+    table = pq.read_table(streamed.write(tmp_path / "p.parquet"))
+    assert table.column_names[-1] == "unseen" and table.column("unseen").to_pylist() == want
+    sheet = load_workbook(streamed.write(tmp_path / "p.xlsx"), read_only=True)["predictions"]
+    cells = [r[-1] for r in sheet.iter_rows(values_only=True)]
+    assert cells[0] == "unseen" and [c or "" for c in cells[1:]] == want
+
+
+def test_a_model_without_text_columns_writes_no_unseen_column(tmp_path: Path) -> None:
+    rows = [[r[0], r[1], r[3]] for r in _train(300, 1)]
+    src = _write(tmp_path / "numbers.csv", ["weight", "price", "label"], rows)
+    m = prepare_dataset(src, str(tmp_path / "prepared"), shards=2)
+    card, blob = untrained(m, "mlp", tmp_path / "prepared")
+    model = load_folder(run_folder(tmp_path / "out", card, blob))
+    got = model.predict(_write(tmp_path / "new.csv", ["weight", "price"], [r[:2] for r in rows[:5]]))
+    assert got.unseen is None
+    assert got.write(tmp_path / "p.csv").read_text().splitlines()[0] == "id,prediction,probability"

@@ -63,7 +63,9 @@ def _same_as_the_csv_and_the_parquet(preds: Predictions, folder: Path) -> list[t
     typed = pq.read_table(preds.write(folder / "p.parquet")).to_pylist()
     assert len(sheet) == len(text) == len(typed) + 1
     assert list(sheet[0]) == text[0] == list(typed[0])
-    for cells, line, row in zip(sheet[1:], text[1:], typed):
+    for held, line, row in zip(sheet[1:], text[1:], typed):
+        # an empty text (a row's `unseen` naming no column) is an empty cell, as a sheet holds no ""
+        cells = tuple("" if c is None and v == "" else c for c, v in zip(held, row.values()))
         assert [type(c) for c in cells] == [type(v) for v in row.values()]  # str stays str, float float
         assert list(cells) == list(row.values())
         assert [c if isinstance(c, str) else repr(c) for c in cells] == line
@@ -74,7 +76,7 @@ def test_a_classifiers_workbook_holds_the_csvs_columns_and_values(model: Path, t
     new = _write(tmp_path / "new.csv", HEADER, _shop(30, 2))
     preds = load_folder(model).predict(new, id_column="cust")
     sheet = _same_as_the_csv_and_the_parquet(preds, tmp_path)
-    assert sheet[0] == ("cust", "prediction", "probability", "label")
+    assert sheet[0] == ("cust", "prediction", "probability", "label", "unseen")  # unseen: its text columns
     assert sheet[1][0] == "1000" and sheet[1][1] in ("buy", "skip")  # an id is text, as in the Parquet file
     assert all(isinstance(r[2], float) and 0.5 <= r[2] <= 1 for r in sheet[1:])
     by_line = load_folder(model).predict(new)
@@ -103,7 +105,7 @@ def test_the_cli_writes_a_workbook_and_says_so(model: Path, tmp_path: Path, caps
     assert main(["predict", str(model), str(new), "--out", str(out), "--id", "cust"]) == 0
     assert f"wrote 20 predictions to {out}" in capsys.readouterr().out
     sheet = _sheet(out)
-    assert len(sheet) == 21 and sheet[0] == ("cust", "prediction", "probability", "label")
+    assert len(sheet) == 21 and sheet[0] == ("cust", "prediction", "probability", "label", "unseen")
     assert [r[0] for r in sheet[1:]] == [str(1000 + i) for i in range(20)]
 
 
