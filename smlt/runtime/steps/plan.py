@@ -43,7 +43,7 @@ from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec, round_limits, shard_slice, val_slice
 from smlt.runtime.steps.events import ChainAnswer, ChainEvent, PlanAnswer, PlanEvent, PlanOther, PlanTrain
 from smlt.runtime.store import S3Store
-from smlt.runtime.store.s3 import DATA_BUCKETS_DOC
+from smlt.runtime.store.s3 import DATA_BUCKETS_DOC, bucket_region
 from smlt.runtime.trigger import job_from_trigger
 from smlt.runtime.usercode import check_code_location
 
@@ -165,7 +165,7 @@ def _check_region(job: Job, settings: Settings) -> None:
     try:
         head = clients.client("s3").head_bucket(Bucket=bucket)
     except ClientError as e:
-        there = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
+        there = bucket_region(e)
     else:
         there = head.get("BucketRegion") or head.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(
             "x-amz-bucket-region"
