@@ -18,7 +18,7 @@ from botocore.exceptions import (
 
 from smlt.runtime.errors import AccessDenied, AwsNotConfigured, SmltError
 from smlt.runtime.store import NotFound
-from smlt.runtime.store.s3 import WRONG_REGION, bucket_region
+from smlt.runtime.store.s3 import DATA_BUCKETS_DOC, WRONG_REGION, bucket_region
 
 # S3's answers to credentials it does not take (expired, mistyped, of another partition).
 REFUSED_CREDENTIALS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
@@ -74,7 +74,7 @@ def user_get(store: Any, key: str, field: str, error: type[SmltError]) -> bytes:
                 f"{field}: s3://{store.bucket} is in {bucket_region(e) or 'another region'}, not "
                 f"{store.client.meta.region_name or 'your region'} (S3 answered {code} reading {uri}): copy "
                 "the dataset into a bucket in the stack's region (`aws s3 sync SRC DEST --source-region REGION`) "
-                '(docs/deploy.md, "Datasets in your own buckets")'
+                f"({DATA_BUCKETS_DOC})"
             ) from None
         if code in REFUSED_CREDENTIALS:
             raise AccessDenied(
@@ -149,7 +149,7 @@ def cli_message(e: Exception) -> str | None:
             return (
                 f"AWS refused {e.operation_name}: {code}: the bucket is in {bucket_region(e) or 'another region'}: "
                 "set AWS_REGION to the stack's region, and keep the datasets you pass in buckets of that region "
-                '(docs/deploy.md, "Datasets in your own buckets")'
+                f"({DATA_BUCKETS_DOC})"
             )
         return f"AWS refused {e.operation_name}: {code}{f' ({message})' if message else ''}"
     return f"AWS: {type(e).__name__}: {e}"

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from smlt.inference import serving_input
-from smlt.outputs import MODEL_KEY
+from smlt.outputs import EXPORT_SUFFIX, MODEL_KEY
 from smlt.runtime.errors import SmltError
 from smlt.serving import (
     BATCH,
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 Format = Literal["onnx", "torch-export"]
 FORMATS: tuple[Format, ...] = ("onnx", "torch-export")
-SUFFIX = {"onnx": ".onnx", "torch-export": ".pt2"}
+SUFFIX = EXPORT_SUFFIX
 # Largest absolute difference from PyTorch's outputs an export may show (float32 kernels reorder sums).
 TOLERANCE = 1e-3
 # Largest difference of a served export from `smlt predict`: probabilities, or regression values

@@ -288,11 +288,13 @@ def _stored(store: Any, key: str, where: str) -> _Found:
 
 
 def _find(ref: str | Path, out: Path, stack: str | None) -> _Found:
+    from smlt.outputs import EXPORT_SUFFIX
+
     text = str(ref)
     if text.startswith("s3://"):
         return _read_s3(text)
     path = Path(text)
-    if path.is_file() and path.suffix in (".onnx", ".pt2"):
+    if path.is_file() and path.suffix in EXPORT_SUFFIX.values():
         return _read_local(_exported_model(path))
     if path.exists():
         return _read_local(path)

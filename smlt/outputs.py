@@ -37,7 +37,8 @@ from smlt.runtime.usercode import code_key
 from smlt.tracking import log_fetched, write_tensorboard
 
 MODEL_KEY = "smlt.model_sha256"  # an exported file's ONNX metadata_props key / .pt2 extra file: its model's sha256
-EXPORTS = ("model.onnx", "model.pt2")  # what `smlt export FOLDER` writes beside the model
+EXPORT_SUFFIX = {"onnx": ".onnx", "torch-export": ".pt2"}  # an `smlt export` file's suffix, by its format
+EXPORTS = tuple(f"model{s}" for s in EXPORT_SUFFIX.values())  # what `smlt export FOLDER` writes beside the model
 # a run's files at the folder's top level (tensorboard/<run id>/, logs/<run id>.log and
 # .state/runs/<run id>/ are each run's own already)
 # and a study's (`smlt tune --out`: its best trial's model and card, best.json, study.json)
@@ -149,7 +150,7 @@ def exported_from(path: Path) -> str | None:
     """The sha256 of the model.safetensors an `smlt export` file (.onnx, .pt2) was made from, as
     the file records it (MODEL_KEY); None when it records none (exported by an older smlt, or not
     smlt's) or cannot be read."""
-    if path.suffix == ".pt2":
+    if path.suffix == EXPORT_SUFFIX["torch-export"]:
         import zipfile
 
         try:

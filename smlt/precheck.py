@@ -47,7 +47,8 @@ from smlt.runtime.evaluation import balanced_problem, lower_is_better, target_me
 from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.progress import notice
 from smlt.runtime.train.watchdog import Stalled, time_limit
-from smlt.runtime.usercode import check_importable, entry_points, hint, lambda_limits
+from smlt.runtime.usercode import check_importable, entry_points, hint
+from smlt.runtime.worker_limits import lambda_limits
 
 SAMPLE_ROWS = 2  # the forward pass's batch (batch norm in training mode needs more than one row)
 EVAL_ROWS = 4096  # validation rows the untrained model is evaluated on for a target check

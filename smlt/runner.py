@@ -20,7 +20,7 @@ import re
 import shlex
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,21 @@ class Follower:
 
 
 @contextlib.contextmanager
+def _signal_handler(signum: int, handler: Callable[[int, Any], None]) -> Iterator[bool]:
+    """`handler` answers `signum` while the block runs, the previous one after; outside the main
+    thread (no signal handler can be set there) nothing is set and the block is told so (False)."""
+    try:
+        previous = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        signal.signal(signum, previous)
+
+
+@contextlib.contextmanager
 def _ctrl_c_wins() -> Iterator[None]:
     """A Ctrl-C that ends the block with another error is a KeyboardInterrupt. During a cold synth
     the SIGINT reaches jsii's node process too (one process group); when node dies before Python
@@ -274,37 +289,25 @@ def _ctrl_c_wins() -> Iterator[None]:
         caught.append(sig)
         raise KeyboardInterrupt
 
-    try:
-        previous = signal.signal(signal.SIGINT, interrupted)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    except Exception:
-        time.sleep(0.05)  # a SIGINT already delivered runs its handler here (raising KeyboardInterrupt)
-        if caught:
-            raise KeyboardInterrupt from None
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with _signal_handler(signal.SIGINT, interrupted) as handled:
+        try:
+            yield
+        except Exception:
+            if not handled:
+                raise
+            time.sleep(0.05)  # a SIGINT already delivered runs its handler here (raising KeyboardInterrupt)
+            if caught:
+                raise KeyboardInterrupt from None
+            raise
 
 
 @contextlib.contextmanager
 def _ctrl_c_after() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) until the block ends, then raise it; outside the main thread (no
     signal handler can be set there) run the block as it is."""
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        caught: list[int] = []
-        signal.signal(signal.SIGINT, lambda sig, _frame: caught.append(sig))
-    except ValueError:  # not the main thread
+    caught: list[int] = []
+    with _signal_handler(signal.SIGINT, lambda sig, _frame: caught.append(sig)):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if caught:
         raise KeyboardInterrupt
 
@@ -315,18 +318,11 @@ def _sigterm_is_ctrl_c() -> Iterator[None]:
     SIGINT in this process, whose handler of the moment acts on it (KeyboardInterrupt: the round in
     flight finished and saved, the resume command said, the engine's handler processes stopped before
     this one ends; held by `_ctrl_c_after` while the outputs are written). Its default, ending the
-    process at once, left the handler processes writing to a closed pipe (BrokenPipeError
-    tracebacks) and the run without the line saying how to resume it. Outside the main thread (no
-    signal handler can be set there) the block runs as it is."""
-    try:
-        previous = signal.signal(signal.SIGTERM, lambda _sig, _frame: signal.raise_signal(signal.SIGINT))
-    except ValueError:  # not the main thread
+    process at once, would leave the handler processes writing to a closed pipe and the run without
+    the line saying how to resume it. Outside the main thread (no signal handler can be set there)
+    the block runs as it is."""
+    with _signal_handler(signal.SIGTERM, lambda _sig, _frame: signal.raise_signal(signal.SIGINT)):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def handler_log(out: Path, run_id: str) -> Path:

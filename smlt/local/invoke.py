@@ -23,7 +23,7 @@ Responses are what Lambda returns, so Step Functions sees what it sees on AWS:
 
 A handler runs with the function's environment and ``SMLT_LAMBDA_LIMITS=1``: a user's model code
 (``--code``) meets a Lambda's limits there (writes outside /tmp fail with EROFS, multiprocessing's
-semaphores with ENOSYS: ``smlt.runtime.usercode.lambda_limits``), as it would on AWS.
+semaphores with ENOSYS: ``smlt.runtime.worker_limits.lambda_limits``), as it would on AWS.
 
 Only requests addressed to a running engine's endpoint are answered; any other Lambda call
 (another endpoint, no engine running) passes through untouched. Engines of one process share
@@ -45,6 +45,7 @@ from botocore.awsrequest import AWSResponse
 
 from smlt.local import throttle
 from smlt.local.responses import RawBody, put_first
+from smlt.runtime.worker_limits import LIMITS_ENV
 
 from .functions import FunctionSpec
 from .pool import InvokeOutcome, WorkerPool, timeout_payload
@@ -151,9 +152,9 @@ class InvokeRouter:
             "package": spec.package,
             "code_dir": spec.code_dir,
             "cwd": spec.code_dir,
-            # smlt.runtime.usercode.LIMITS_ENV: the user's code meets a Lambda's read-only files and missing
+            # LIMITS_ENV: the user's code meets a Lambda's read-only files and missing
             # /dev/shm here too (its writes outside /tmp, multiprocessing's semaphores: OSError as on AWS)
-            "env": {**self.env_for(spec), "SMLT_LAMBDA_LIMITS": "1"},
+            "env": {**self.env_for(spec), LIMITS_ENV: "1"},
             "payload": payload,
             "request_id": request_id,
             "output": self.output,

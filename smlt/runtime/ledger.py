@@ -39,7 +39,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
@@ -648,13 +648,19 @@ def trained(r: _Aggregated) -> bool:
     return bool(r.accepted) and not r.eval_only and not r.diverged
 
 
-def rounds_in_model(rounds: Iterable[_Aggregated], model: int | None) -> int:
+_R = TypeVar("_R", bound=_Aggregated)
+
+
+def trained_into(rounds: Iterable[_R], model: int | None) -> list[_R]:
     """The training rounds that made model `model` (rounds 0 .. model-1 make model `model`; round
-    r's metrics measure model r): what a run reports as its `rounds` (FinalMetrics), `smlt run`'s
-    summary and `smlt verify` say "trained into the final model". 0 when there is no final model."""
-    if model is None:
-        return 0
-    return sum(1 for r in rounds if r.round < model and trained(r))
+    r's metrics measure model r); none when there is no final model."""
+    return [] if model is None else [r for r in rounds if r.round < model and trained(r)]
+
+
+def rounds_in_model(rounds: Iterable[_Aggregated], model: int | None) -> int:
+    """How many rounds `trained_into` model `model`: what a run reports as its `rounds`
+    (FinalMetrics), `smlt run`'s summary and `smlt verify` say "trained into the final model"."""
+    return len(trained_into(rounds, model))
 
 
 def rounds_said(aggregated: int, in_model: int) -> str:

@@ -162,9 +162,11 @@ def _group_gone(pgid: int) -> bool:
     return False
 
 
-def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tmp_path):
+def _run_past_round_1(tmp_path, run_id):
+    """`smlt run --local` of an 8-round digits job, read until its round 1's line: the process, the
+    lines read, the --out folder."""
     job = digits_job(max_rounds=8, target_value=None, local_steps=5)
-    job.update(run_id="ctrlc")
+    job.update(run_id=run_id)
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job))
     out = tmp_path / "out"
@@ -175,6 +177,11 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tm
         lines.append(line)
         if line.startswith("round   1"):
             break
+    return proc, lines, out
+
+
+def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tmp_path):
+    proc, lines, out = _run_past_round_1(tmp_path, "ctrlc")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
     rest, _ = proc.communicate(timeout=120)
     said = "".join(lines) + rest
@@ -204,20 +211,9 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_prints_the_resume_command(tm
 def test_sigterm_stops_as_ctrl_c_does(tmp_path):
     """`kill PID` (a process manager's stop) on the engine's process alone: the round in flight is
     finished and saved, the resume command said, no handler process's BrokenPipeError traceback
-    (SIGTERM's default used to end the process at once, its handler processes then writing to a
-    closed pipe), and no process of the run left."""
-    job = digits_job(max_rounds=8, target_value=None, local_steps=5)
-    job.update(run_id="term")
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(job))
-    out = tmp_path / "out"
-    proc = _start(["run", "--local", str(path), "--out", str(out)], {})
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("round   1"):
-            break
+    (SIGTERM's default ends the process at once, its handler processes then writing to a closed
+    pipe), and no process of the run left."""
+    proc, lines, out = _run_past_round_1(tmp_path, "term")
     proc.send_signal(signal.SIGTERM)  # the engine's process only, as `kill PID` sends it
     rest, _ = proc.communicate(timeout=120)
     said = "".join(lines) + rest

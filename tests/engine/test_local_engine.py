@@ -409,7 +409,7 @@ def test_function_env_and_context_inside_the_handler(engine):
     for k, v in env.items():
         if k.startswith(("SMLT_", "FIXTURE_", "AWS_")):
             assert seen["env"].get(k) == v, k
-    # the user's code meets a Lambda's read-only files and missing /dev/shm (smlt.runtime.usercode.LIMITS_ENV)
+    # the user's code meets a Lambda's read-only files and missing /dev/shm (smlt.runtime.worker_limits.LIMITS_ENV)
     assert seen["env"].get("SMLT_LAMBDA_LIMITS") == "1"
 
 

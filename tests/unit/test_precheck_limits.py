@@ -1,5 +1,5 @@
 """What a Lambda worker lacks, met in the client's check (smlt.precheck with
-smlt.runtime.usercode.lambda_limits): a file written outside /tmp (the current folder, $HOME's
+smlt.runtime.worker_limits.lambda_limits): a file written outside /tmp (the current folder, $HOME's
 download caches) and multiprocessing's semaphores (no /dev/shm) fail there as on a worker, with
 the same OSError, named as the user's code with the line and what to do."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from smlt.precheck import check_model
-from smlt.runtime import usercode
+from smlt.runtime import usercode, worker_limits
 from smlt.runtime.errors import UserCodeError
 from smlt.runtime.job import parse_job
 
@@ -140,7 +140,7 @@ def test_pretrained_weights_downloaded_into_a_cache_fail_as_on_a_worker(digits, 
     on a worker (here the temp folder holds the cache, so it is made read-only for the check)."""
     cache = tmp_path / "home" / "torch"
     monkeypatch.setenv("TORCH_HOME", str(cache))
-    monkeypatch.setattr(usercode, "_writable", lambda: ("/dev",))
+    monkeypatch.setattr(worker_limits, "_writable", lambda: ("/dev",))
     with pytest.raises(UserCodeError) as e:
         check_model(job("hub"), digits, code)
     text = str(e.value)
@@ -173,8 +173,8 @@ def test_the_limits_end_with_the_check_and_leave_smlts_own_writes_alone(digits, 
     with pytest.raises(UserCodeError):
         check_model(job("writes_here"), digits, code)
     Path("after.txt").write_text("x")  # the caller's own code, after the check
-    assert usercode._limits is None
-    with usercode.lambda_limits([code]):
+    assert worker_limits._limits is None
+    with worker_limits.lambda_limits([code]):
         Path("smlt.txt").write_text("x")  # no frame of the user's files on the stack
     assert Path("smlt.txt").exists()
 

@@ -266,20 +266,31 @@ def dataset_warnings(m: Manifest) -> list[str]:
     return [w for w in (absent_classes(m), rare_classes(m) or untrained_classes(m), small_validation(m)) if w]
 
 
-def untrained_classes(m: Manifest) -> str | None:
-    """What to say when classes have validation rows and no train row (a class of one row, dealt to the
-    validation split): the model never learns them and the validation counts them wrong, else None."""
+def _class_rows(m: Manifest) -> tuple[list[int], list[int]] | None:
+    """A classification's train and validation rows per class, each as long as its classes (a
+    split's counts end at its last class present: a bincount), else None."""
     train, val = m.train.class_counts, m.validation.class_counts
     if m.task != "classification" or m.classes is None or train is None or val is None:
         return None
     k = len(m.classes)
-    train, val = train + [0] * (k - len(train)), val + [0] * (k - len(val))
-    alone = [(c, v) for c, t, v in zip(m.classes, train, val) if t == 0 and v > 0]
+    return train + [0] * (k - len(train)), val + [0] * (k - len(val))
+
+
+def _first_five(said: list[str]) -> str:
+    """Up to five items of a message's list, and how many more."""
+    return ", ".join(said[:5]) + (f" and {len(said) - 5} more" if len(said) > 5 else "")
+
+
+def untrained_classes(m: Manifest) -> str | None:
+    """What to say when classes have validation rows and no train row (a class of one row, dealt to the
+    validation split): the model never learns them and the validation counts them wrong, else None."""
+    counts = _class_rows(m)
+    if counts is None or m.classes is None:
+        return None
+    alone = [(c, v) for c, t, v in zip(m.classes, *counts) if t == 0 and v > 0]
     if not alone:
         return None
-    said = ", ".join(f"{c!r} ({v:,} row{'s' * (v > 1)})" for c, v in alone[:5]) + (
-        f" and {len(alone) - 5} more" if len(alone) > 5 else ""
-    )
+    said = _first_five([f"{c!r} ({v:,} row{'s' * (v > 1)})" for c, v in alone])
     one = len(alone) == 1
     return (
         f"{m.source}: {'class' if one else 'classes'} {said} {'has' if one else 'have'} rows in the validation split "
@@ -291,15 +302,15 @@ def untrained_classes(m: Manifest) -> str | None:
 def absent_classes(m: Manifest) -> str | None:
     """What to say when classes of the dataset have no row in it: a pipeline's later version whose
     upload lacks a class its features fix (filtered by mistake, or the class gone), else None."""
-    train, val = m.train.class_counts, m.validation.class_counts
-    if m.task != "classification" or m.classes is None or train is None or val is None:
+    counts = _class_rows(m)
+    if counts is None or m.classes is None:
         return None
     k = len(m.classes)
-    rows = [a + b for a, b in zip(train + [0] * (k - len(train)), val + [0] * (k - len(val)))]
+    rows = [a + b for a, b in zip(*counts)]
     absent = [c for c, n in zip(m.classes, rows) if n == 0]
     if not absent:
         return None
-    said = ", ".join(repr(c) for c in absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+    said = _first_five([repr(c) for c in absent])
     one = len(absent) == 1
     return (
         f"{m.source}: {'class' if one else 'classes'} {said} {'has' if one else 'have'} no row in this dataset, of the "
@@ -326,17 +337,14 @@ def rare_classes(m: Manifest) -> str | None:
     """What to say about a classification's classes with almost no rows (train and validation
     together), else None. A pipeline's later version (its classes fixed) says nothing: a class
     may be rare in one upload."""
-    train, val = m.train.class_counts, m.validation.class_counts
-    if m.task != "classification" or m.classes is None or train is None or val is None or m.generation:
+    counts = _class_rows(m)
+    if counts is None or m.classes is None or m.generation:
         return None
-    k = len(m.classes)  # a split's counts end at its last class present (a bincount)
-    rows = [a + b for a, b in zip(train + [0] * (k - len(train)), val + [0] * (k - len(val)))]
+    rows = [a + b for a, b in zip(*counts)]
     rare = [(c, n) for c, n in zip(m.classes, rows) if 0 < n < RARE_CLASS_ROWS and n * RARE_CLASS_RATIO <= max(rows)]
     if not rare:
         return None
-    said = ", ".join(f"{c!r} {n:,} row{'s' * (n > 1)}" for c, n in rare[:5]) + (
-        f" and {len(rare) - 5} more" if len(rare) > 5 else ""
-    )
+    said = _first_five([f"{c!r} {n:,} row{'s' * (n > 1)}" for c, n in rare])
     return (
         f"{m.source}: {'a class has' if len(rare) == 1 else f'{len(rare)} classes have'} almost no rows ({said}, "
         f"of {sum(rows):,}): too few to learn or to measure; a typo in the label column? They stay classes of the "

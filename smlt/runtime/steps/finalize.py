@@ -236,7 +236,7 @@ def _final(
     final_round: RoundItem | None,
 ) -> FinalMetrics:
     model = final_round.round if final_round else None
-    trained = [r for r in rounds if model is not None and r.round < model and ledger.trained(r)]
+    trained = ledger.trained_into(rounds, model)
     last_plan = plans[max(plans)] if plans else None
     last = rounds[-1] if rounds else None
     return FinalMetrics(
@@ -244,7 +244,7 @@ def _final(
         task=meta.task if meta else "classification",
         **(final_round.model_dump(include=_FINAL_METRICS) if final_round else {}),
         val_rows=final_round.val_rows if final_round else 0,
-        rounds=ledger.rounds_in_model(rounds, model),
+        rounds=len(trained),
         samples=sum(r.samples for r in trained),
         wall_seconds=time.time() - (meta.created_at if meta else time.time()),
         estimated_cost_usd=last.cost_total_usd if last else 0.0,

@@ -43,6 +43,7 @@ from smlt.runtime.records import RunTable
 from smlt.runtime.roundspec import RoundSpec, round_limits, shard_slice, val_slice
 from smlt.runtime.steps.events import ChainAnswer, ChainEvent, PlanAnswer, PlanEvent, PlanOther, PlanTrain
 from smlt.runtime.store import S3Store
+from smlt.runtime.store.s3 import DATA_BUCKETS_DOC, bucket_region
 from smlt.runtime.trigger import job_from_trigger
 from smlt.runtime.usercode import check_code_location
 
@@ -140,7 +141,7 @@ def _check_access(job: Job, settings: Settings) -> None:
         fix = (
             f'or give the stack read access to it: cdk.json context "data_buckets": ["{bucket}"] '
             f"(or `npx cdk deploy -c 'data_buckets=[\"{bucket}\"]'`), then deploy again "
-            '(docs/deploy.md, "Datasets in your own buckets")'
+            f"({DATA_BUCKETS_DOC})"
             if field == "dataset.uri"
             else "the stack reads warm starts from its own buckets only"
         )
@@ -164,7 +165,7 @@ def _check_region(job: Job, settings: Settings) -> None:
     try:
         head = clients.client("s3").head_bucket(Bucket=bucket)
     except ClientError as e:
-        there = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
+        there = bucket_region(e)
     else:
         there = head.get("BucketRegion") or head.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(
             "x-amz-bucket-region"
@@ -174,7 +175,7 @@ def _check_region(job: Job, settings: Settings) -> None:
             f"dataset.uri: s3://{bucket} is in {there}, not {here}: this stack's workers (redis_reducer) reach S3 "
             f"only through their VPC's gateway endpoint, which serves buckets of {here} only; copy the dataset "
             f"into a bucket in {here} (`aws s3 sync s3://{bucket}/... s3://DEST/... --source-region {there}`) "
-            '(docs/deploy.md, "Datasets in your own buckets")'
+            f"({DATA_BUCKETS_DOC})"
         )
 
 

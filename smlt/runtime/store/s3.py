@@ -105,8 +105,13 @@ def _elsewhere(e: ClientError, uri: str) -> DataError | None:
         f"{uri}: the bucket is in {there}, not {here} (S3 answered {e.response['Error']['Code']}): copy the "
         f"dataset into a bucket in {here} (`aws s3 sync s3://SRC s3://DEST --source-region {there}`), the stack's "
         "region; a stack with redis_reducer reaches S3 only through its VPC's gateway endpoint, which serves "
-        'buckets of its own region only (docs/deploy.md, "Datasets in your own buckets")'
+        f"buckets of its own region only ({DATA_BUCKETS_DOC})"
     )
+
+
+def _refused(e: ClientError, uri: str, what: str) -> AccessDenied | DataError | None:
+    """A 403 or a wrong-region answer as its named error (`_denied`, `_elsewhere`), else None."""
+    return _denied(e, uri, what) or _elsewhere(e, uri)
 
 
 class S3Store:
@@ -122,17 +127,18 @@ class S3Store:
     def _k(self, key: str) -> str:
         return self.prefix + key
 
+    def _uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._k(key)}"
+
     def get(self, key: str) -> bytes:
         try:
             return self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
         except ClientError as e:
             if _missing(e):
-                raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
-                e, f"s3://{self.bucket}/{self._k(key)}"
-            )
-            if denied is not None:
-                raise denied from None
+                raise NotFound(self._uri(key)) from None
+            refused = _refused(e, self._uri(key), "read")
+            if refused is not None:
+                raise refused from None
             raise
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
@@ -141,12 +147,10 @@ class S3Store:
             return resp["Body"].read()
         except ClientError as e:
             if _missing(e):
-                raise NotFound(f"s3://{self.bucket}/{self._k(key)}") from None
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
-                e, f"s3://{self.bucket}/{self._k(key)}"
-            )
-            if denied is not None:
-                raise denied from None
+                raise NotFound(self._uri(key)) from None
+            refused = _refused(e, self._uri(key), "read")
+            if refused is not None:
+                raise refused from None
             raise
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False, tagging: str | None = None) -> bool:
@@ -171,13 +175,11 @@ class S3Store:
             self.client.head_object(Bucket=self.bucket, Key=self._k(key))
             return True
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if _missing(e):
                 return False
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(key)}", "read") or _elsewhere(
-                e, f"s3://{self.bucket}/{self._k(key)}"
-            )
-            if denied is not None:
-                raise denied from None
+            refused = _refused(e, self._uri(key), "read")
+            if refused is not None:
+                raise refused from None
             raise
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
@@ -191,11 +193,9 @@ class S3Store:
             for page in pages:
                 keys.extend(o["Key"][len(self.prefix) :] for o in page.get("Contents", []))
         except ClientError as e:
-            denied = _denied(e, f"s3://{self.bucket}/{self._k(prefix)}", "list") or _elsewhere(
-                e, f"s3://{self.bucket}/{self._k(prefix)}"
-            )
-            if denied is not None:
-                raise denied from None
+            refused = _refused(e, self._uri(prefix), "list")
+            if refused is not None:
+                raise refused from None
             raise
         return keys
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
-from smlt.runtime import keys, usercode
+from smlt.runtime import keys, worker_limits
 from smlt.runtime.errors import UserCodeError
 from smlt.runtime.items import ErrorItem
 from smlt.runtime.records import RunTable
@@ -43,8 +43,8 @@ def queued(input_shape, output_dim):
 
 @pytest.fixture
 def limits(monkeypatch, tmp_path):
-    monkeypatch.setenv(usercode.LIMITS_ENV, "1")
-    monkeypatch.setattr(usercode, "_limits", None)  # this process's limits end with the test
+    monkeypatch.setenv(worker_limits.LIMITS_ENV, "1")
+    monkeypatch.setattr(worker_limits, "_limits", None)  # this process's limits end with the test
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -81,8 +81,8 @@ def test_a_lambdas_limits_fail_the_users_code_on_a_local_worker_once(digits, aws
 
 def test_without_the_limits_a_worker_writes_where_it_runs(digits, aws, monkeypatch, tmp_path):
     """What the local engine did before (its handlers ran in the repository's folder), and a unit test still does."""
-    monkeypatch.delenv(usercode.LIMITS_ENV, raising=False)
-    monkeypatch.setattr(usercode, "_limits", None)
+    monkeypatch.delenv(worker_limits.LIMITS_ENV, raising=False)
+    monkeypatch.setattr(worker_limits, "_limits", None)
     monkeypatch.chdir(tmp_path)
     j = {**job(digits, max_rounds=1, target_value=None), "model": {"name": f"{HERE}:writes_here"}}
     planner({"op": "plan", "job": j, "execution": "nolim"}, None)
