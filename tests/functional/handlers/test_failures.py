@@ -10,6 +10,7 @@ import pytest
 from lambdas.aggregate.handler import handler as aggregate
 from lambdas.planner.handler import handler as planner
 from lambdas.train_step.handler import handler as train_step
+from smlt.runtime.data.shards import load_manifest
 from smlt.runtime.errors import AccessDenied, Diverged, InvalidDataset, ModelTooLarge, QuorumNotReached
 from tests.functional.handlers.conftest import job, run_keys
 
@@ -174,10 +175,17 @@ def test_features_that_do_not_match_the_manifest(digits, aws, tmp_path, monkeypa
         train_step({"run_id": "feat", "round": 0, "worker": 0}, None)
 
 
-def _upload_version(s3, version):
+def _upload_version(s3, version, like=None):
+    """Digits prepared as a version; `like`: an earlier version's manifest, whose features this one
+    keeps, on another split (other rows: a version of the same rows is refused)."""
+    from smlt.runtime.data.manifest import feature_spec
     from smlt.runtime.data.prepare import prepare_dataset
 
-    prepare_dataset("sklearn:digits", f"s3://smlt-data/incoming/digits/{version}/", shards=4)
+    uri = f"s3://smlt-data/incoming/digits/{version}/"
+    if like is None:
+        prepare_dataset("sklearn:digits", uri, shards=4)
+    else:
+        prepare_dataset("sklearn:digits", uri, shards=4, seed=1, features=feature_spec(like))
     return {"trigger": {"bucket": "smlt-data", "key": f"incoming/digits/{version}/manifest.json", "etag": version}}
 
 
@@ -188,6 +196,7 @@ def test_trigger_dedups_events_and_warm_starts_from_the_pipeline(digits, aws):
         Body=json.dumps(job("s3://ignored/", max_rounds=2, target_value=None)),
     )
     event = _upload_version(aws, "v1")
+    v1 = load_manifest("s3://smlt-data/incoming/digits/v1/")
     first = plan(event, "exec-a")
     assert first["action"] == "train"
     dup = plan(event, "exec-b")  # the same event, delivered again
@@ -197,7 +206,7 @@ def test_trigger_dedups_events_and_warm_starts_from_the_pipeline(digits, aws):
     final = drive(event, execution="exec-a")
     latest = json.loads(aws.get_object(Bucket="smlt-artifacts", Key="pipelines/digits/latest.json")["Body"].read())
     assert latest["run_id"] == final["run_id"]
-    second = plan(_upload_version(aws, "v2"), "exec-c")
+    second = plan(_upload_version(aws, "v2", like=v1), "exec-c")
     meta_job = json.loads(
         aws.get_object(Bucket="smlt-artifacts", Key=f"runs/{second['run_id']}/job.json")["Body"].read()
     )
