@@ -547,9 +547,17 @@ def _decided(artifacts: S3Store, record: VersionRecord, current: Champion | None
     that is now this version itself ("the champion changed during the run" turned a promoted
     version's record into a rejected one while latest.json named it). A promotion the first
     attempt recorded but did not finish (it died before latest.json) is finished, unless the
-    champion has moved on from the one the gate compared with."""
-    if record.promoted and record.by == "gate" and (current.run_id if current else None) == record.champion_run:
-        _make_champion(artifacts, record, "gate", "promote", record.decided_at or time.time())
+    champion has moved on from the one the gate compared with, or a change of champion came after
+    the decision (an entry under promotions/ keyed later than the decision's own: a rollback to
+    exactly the champion the gate compared with, a promotion by hand): a retry never undoes a
+    later human decision."""
+    if not (record.promoted and record.by == "gate") or (current.run_id if current else None) != record.champion_run:
+        return record
+    decided_at = record.decided_at or time.time()
+    own = keys.pipeline_promotion_key(record.pipeline, int(decided_at * 1_000_000_000))
+    if artifacts.list(keys.pipeline_promotions_prefix(record.pipeline), start_after=own):
+        return record  # decided on since: that decision stands
+    _make_champion(artifacts, record, "gate", "promote", decided_at)
     return record
 
 

@@ -54,3 +54,33 @@ def test_a_version_uploaded_again_while_its_first_run_trains_ends_that_runs_reco
     _print_versions(None, found, pl.champion(artifacts, "h"), {}, pl.replaced(artifacts, "h"))
     out = capsys.readouterr().out
     assert f"uploaded again since: the earlier upload's run {first} (replaced, val_r2 0.5)" in out, out
+
+
+def test_a_finalize_retried_after_a_rollback_to_the_compared_champion_keeps_the_rollback(aws):
+    artifacts = S3Store("smlt-artifacts")
+    model = "s3://smlt-artifacts/runs/{}/final/model.safetensors"
+    v1 = pl.VersionRecord(
+        pipeline="fraud", version="v1", data="s3://smlt-data/incoming/fraud/v1/", run_id="fraud-v1-r",
+        status="rejected", features="f", generation=1, model=model.format("fraud-v1-r"), decided_at=1.0,
+    )  # fmt: skip
+    artifacts.put(keys.pipeline_version_key("fraud", "v1"), v1.model_dump_json().encode())
+    pl.promote(artifacts, "fraud", "v1", "alice")
+    v2 = pl.VersionRecord(
+        pipeline="fraud", version="v2", data="s3://smlt-data/incoming/fraud/v2/", run_id="fraud-v2-r",
+        features="f", generation=1, champion_run="fraud-v1-r", champion_version="v1",
+    )  # fmt: skip
+    artifacts.put(keys.pipeline_version_key("fraud", "v2"), v2.model_dump_json().encode())
+
+    def gate() -> pl.VersionRecord | None:  # Finalize's call: the challenger 0.96 against the champion's 0.9
+        uri, run = "s3://smlt-data/incoming/fraud/v2/", "fraud-v2-r"
+        return pl.conclude(artifacts, uri, run, model.format(run), "val_accuracy", 0.0, 0.96, 0.9, 0.01, "ab")
+
+    assert gate().status == "promoted" and pl.champion(artifacts, "fraud").run_id == "fraud-v2-r"
+    # the team rolls back to v1, exactly the champion the gate compared v2 with
+    assert pl.rollback(artifacts, "fraud", "bob").run_id == "fraud-v1-r"
+    # Finalize's retry lands now (its first attempt's answer was lost): the rollback stands
+    again = gate()
+    assert again is not None and again.status == "promoted" and again.run_id == "fraud-v2-r"
+    champ = pl.champion(artifacts, "fraud")
+    assert champ is not None and champ.run_id == "fraud-v1-r" and champ.by == "bob", champ  # before: v2 again
+    assert [v for v, _ in pl.champions_stack(artifacts, "fraud")] == ["v1"]
