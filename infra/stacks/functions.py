@@ -427,6 +427,11 @@ class Functions(Construct):
                 conditions={"StringLike": {"s3:prefix": [INCOMING_OBJECTS, PREPARED_OBJECTS]}},
             )
         )
+        # The uploads into a version's folder still in progress when its marker lands: waited for
+        # (smlt.runtime.steps.prepare._await_data). The action takes no prefix condition.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:ListBucketMultipartUploads"], resources=[data.bucket_arn])
+        )
 
     def _read_code(self, role: iam.Role) -> None:
         # The users' code the CLI stores for `--code` (smlt/runtime/usercode.py): read only.

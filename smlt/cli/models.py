@@ -181,8 +181,10 @@ def _print_versions(
             print(f"{'':26}warning: {warnings[r.version]}")
         for e in earlier.get(r.version, []):
             was = "champion (*), " if champ and champ.run_id == e.run_id else ""
+            # a record kept while its run trained (before records were marked so) is replaced too
+            status = "replaced" if e.status == "training" else e.status
             print(
-                f"{'':26}uploaded again since: the earlier upload's run {e.run_id} ({was}{e.status}, "
+                f"{'':26}uploaded again since: the earlier upload's run {e.run_id} ({was}{status}, "
                 f"{e.metric or '-'} {_value(e.challenger_value)})"
             )
     if champ is not None:

@@ -211,6 +211,8 @@ def _s3(op: str, p: dict[str, Any]) -> list[Request]:
         return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", ctx)]
     if op == "HeadBucket":
         return [Request("s3:ListBucket", f"arn:aws:s3:::{bucket}")]
+    if op == "ListMultipartUploads":
+        return [Request("s3:ListBucketMultipartUploads", f"arn:aws:s3:::{bucket}")]
     return [Request(f"unmapped:s3:{op}", f"arn:aws:s3:::{bucket}")]
 
 

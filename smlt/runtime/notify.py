@@ -8,6 +8,13 @@ each pipeline version's outcome.
   before training (smlt.runtime.steps.prepare, and for a table in parts the step after a Map that
   raises a part's error, smlt.runtime.steps.prepare_parts): `refusal_message`, `publish_refusal`,
   called by `refusal_told` around the step's core, which raises the same error again.
+- The run's first Plan publishes a version's refusal raised after PrepareData, or for a prepared
+  upload (`manifest.json`) in its place (smlt.runtime.trigger.job_from_trigger): the same rows as
+  an earlier version, features other than the pipeline's, shards not uploaded, a job that cannot
+  run on the version (its label, task, batch or model); once per run (`publish_refusal_once`:
+  `runs/<run_id>/refused.json` in the artifacts bucket, written if absent, first), so a duplicated
+  event's execution or a retried Plan does not tell it again. A bad or missing job.json is not a
+  version's refusal and is not told (as at PrepareData).
 
 One message per outcome: the subject `smlt: <pipeline> <version> promoted|rejected|refused`, the
 body a JSON object, and the message attributes `pipeline` and `decision`, so a subscription's
@@ -23,13 +30,16 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from smlt.runtime import clients
+from smlt.runtime import clients, keys
 from smlt.runtime.errors import InvalidDataset
 from smlt.runtime.pipeline import VersionRecord
+from smlt.runtime.store import S3Store
 
 log = logging.getLogger(__name__)
+
+E = TypeVar("E", bound=Exception)
 
 SUBJECT_MAX = 100  # SNS's limit on a subject's characters
 
@@ -89,6 +99,24 @@ def publish_refusal(topic_arn: str, refusal: Refusal) -> str | None:
     return _publish(topic_arn, subject, body)
 
 
+def refusal_key(run_id: str) -> str:
+    """The artifacts bucket: the refusal of the run `run_id` before it started (its first Plan's),
+    written once by the first teller, so a duplicated event or a retried Plan tells it once."""
+    return f"{keys.run_prefix(run_id)}refused.json"
+
+
+def publish_refusal_once(topic_arn: str, refusal: Refusal, artifacts: S3Store) -> str | None:
+    """Publish the refusal unless its run's refusal was told already (`refusal_key`, written if
+    absent first); None when sent or told before, else why not (logged, never raised)."""
+    subject, body = refusal_message(refusal)
+    try:
+        first = artifacts.put(refusal_key(refusal.run_id), json.dumps(body, indent=1).encode(), if_absent=True)
+    except Exception as e:  # noqa: BLE001 - told all the same: twice is better than never
+        log.warning("the refusal of %s %s was not recorded: %s", refusal.pipeline, refusal.version, e)
+        first = True
+    return _publish(topic_arn, subject, body) if first else None
+
+
 @contextmanager
 def refusal_told(topic_arn: str, refusal_of: Callable[[InvalidDataset], Refusal | None]) -> Iterator[None]:
     """A named data error raised inside published as the version's refusal (`refusal_of` says
@@ -98,17 +126,38 @@ def refusal_told(topic_arn: str, refusal_of: Callable[[InvalidDataset], Refusal 
     try:
         yield
     except InvalidDataset as e:
-        if topic_arn:
-            try:
-                refusal = refusal_of(e)
-            except Exception as failed:  # noqa: BLE001 - the data error is what the execution says
-                log.warning(
-                    "the refusal (%s) was not published: %s: %s", type(e).__name__, type(failed).__name__, failed
-                )
-            else:
-                if refusal is not None:
-                    publish_refusal(topic_arn, refusal)
+        _tell(topic_arn, e, refusal_of, None)
         raise
+
+
+@contextmanager
+def refusal_told_once(
+    topic_arn: str, refusal_of: Callable[[Exception], Refusal], errors: tuple[type[Exception], ...], artifacts: S3Store
+) -> Iterator[None]:
+    """`refusal_told` for the errors `errors` (at the run's first Plan: a data error, or a job
+    that cannot run on the version), published by the run's first teller only
+    (`publish_refusal_once` in `artifacts`), then raised again unchanged."""
+    try:
+        yield
+    except errors as e:
+        _tell(topic_arn, e, refusal_of, artifacts)
+        raise
+
+
+def _tell(topic_arn: str, error: E, refusal_of: Callable[[E], Refusal | None], once: S3Store | None) -> None:
+    if not topic_arn:
+        return
+    try:
+        refusal = refusal_of(error)
+    except Exception as failed:  # noqa: BLE001 - the data error is what the execution says
+        log.warning("the refusal (%s) was not published: %s: %s", type(error).__name__, type(failed).__name__, failed)
+        return
+    if refusal is None:
+        return
+    if once is not None:
+        publish_refusal_once(topic_arn, refusal, once)
+    else:
+        publish_refusal(topic_arn, refusal)
 
 
 def _subject(body: dict[str, Any]) -> str:

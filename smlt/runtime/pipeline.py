@@ -87,7 +87,9 @@ class VersionRecord(BaseModel):
     version: str
     data: str  # s3:// folder of the prepared version
     run_id: str
-    status: Literal["training", "promoted", "rejected"] = "training"
+    # replaced: the version was uploaded again before this run ended (a record under replaced/ only):
+    # the run is not gated, its results (model, metric, cost) filled in when it ends
+    status: Literal["training", "promoted", "rejected", "replaced"] = "training"
     start: str = ""  # warm (from which champion) or cold, and why
     features: str
     generation: int
@@ -366,6 +368,13 @@ def start_version(
     rows = data_digest(manifest)
     _same_rows(artifacts, pipeline, version, digest, rows, job, uri, data.bucket)
     if known is not None:  # the version uploaded again: its earlier upload's record is kept, not overwritten
+        if known.decided_at is None:  # its run has not ended: it never will be the version's, nor gated
+            known = known.model_copy(
+                update={
+                    "status": "replaced",
+                    "reason": f"the version was uploaded again (run {run_id}) before this run ended: not gated",
+                }
+            )
         artifacts.put(
             keys.pipeline_replaced_key(pipeline, version, known.run_id), known.model_dump_json(indent=1).encode()
         )
@@ -464,8 +473,9 @@ def conclude(
         record = VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key(pipeline, version)))
     except NotFound:
         return None
-    if record.run_id != run_id:
-        return None  # the version was uploaded again since: its newer run decides
+    if record.run_id != run_id:  # the version was uploaded again since: its newer run decides
+        _replaced_run_ended(artifacts, pipeline, version, run_id, metric, challenger, cost_usd, model_uri, model_sha256)
+        return None
     current = champion(artifacts, pipeline)
     if record.decided_at is not None:
         return _decided(artifacts, record, current)
@@ -497,15 +507,57 @@ def conclude(
     return record
 
 
+def _replaced_run_ended(
+    artifacts: S3Store,
+    pipeline: str,
+    version: str,
+    run_id: str,
+    metric: str,
+    challenger: float | None,
+    cost_usd: float,
+    model_uri: str,
+    model_sha256: str | None,
+) -> None:
+    """A run whose version was uploaded again while it trained ended: its record under replaced/
+    (status `replaced`) gets what it ended with (its model, metric, cost), still not gated; once
+    (a Finalize retried finds it filled)."""
+    key = keys.pipeline_replaced_key(pipeline, version, run_id)
+    try:
+        record = VersionRecord.model_validate_json(artifacts.get(key))
+    except NotFound:
+        return
+    if record.status != "replaced" or record.decided_at is not None:
+        return
+    ended = record.model_copy(
+        update={
+            "metric": metric,
+            "challenger_value": challenger,
+            "cost_usd": cost_usd,
+            "model": model_uri,
+            "model_sha256": model_sha256,
+            "decided_at": time.time(),
+        }
+    )
+    artifacts.put(key, ended.model_dump_json(indent=1).encode())
+
+
 def _decided(artifacts: S3Store, record: VersionRecord, current: Champion | None) -> VersionRecord:
     """The gate decided this version already: Finalize runs again (its first attempt died after
     the gate, before it answered). The decision stands; it is not taken again against a champion
     that is now this version itself ("the champion changed during the run" turned a promoted
     version's record into a rejected one while latest.json named it). A promotion the first
     attempt recorded but did not finish (it died before latest.json) is finished, unless the
-    champion has moved on from the one the gate compared with."""
-    if record.promoted and record.by == "gate" and (current.run_id if current else None) == record.champion_run:
-        _make_champion(artifacts, record, "gate", "promote", record.decided_at or time.time())
+    champion has moved on from the one the gate compared with, or a change of champion came after
+    the decision (an entry under promotions/ keyed later than the decision's own: a rollback to
+    exactly the champion the gate compared with, a promotion by hand): a retry never undoes a
+    later human decision."""
+    if not (record.promoted and record.by == "gate") or (current.run_id if current else None) != record.champion_run:
+        return record
+    decided_at = record.decided_at or time.time()
+    own = keys.pipeline_promotion_key(record.pipeline, int(decided_at * 1_000_000_000))
+    if artifacts.list(keys.pipeline_promotions_prefix(record.pipeline), start_after=own):
+        return record  # decided on since: that decision stands
+    _make_champion(artifacts, record, "gate", "promote", decided_at)
     return record
 
 

@@ -23,12 +23,22 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic_settings import BaseSettings
+
 from smlt.runtime import keys
-from smlt.runtime.errors import InvalidJob
+from smlt.runtime.config import ENV
+from smlt.runtime.errors import InvalidDataset, InvalidJob
 from smlt.runtime.store import NotFound, S3Store
 
 if TYPE_CHECKING:
     from smlt.runtime.data.manifest import Manifest
+
+
+class _TopicSettings(BaseSettings):
+    """The planner's team topic (Settings.notify_topic_arn), read here when the caller does not pass it."""
+
+    model_config = ENV
+    notify_topic_arn: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,10 +131,18 @@ def run_job(upload: Upload, job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str, Any]:
+def job_from_trigger(
+    trigger: dict[str, Any], artifacts_bucket: str, *, notify_topic_arn: str | None = None, execution: str = ""
+) -> dict[str, Any]:
+    """The upload's run's job, its version recorded (`start_version`). A version refused here (a
+    data error: the same rows as an earlier version, other features, shards not uploaded; or a job
+    that cannot run on it: its label, task, batch or model) is told to the team's topic
+    (`notify_topic_arn`; None: the function's SMLT_NOTIFY_TOPIC_ARN) once per run
+    (smlt.runtime.notify.refusal_told_once), then raised; a bad or missing job.json is not told."""
     upload = upload_of(trigger)
     job = run_job(upload, pipeline_job(upload.bucket, upload.pipeline))
     from smlt.runtime.job import check_dataset, parse_job
+    from smlt.runtime.notify import Refusal, refusal_told_once
     from smlt.runtime.pipeline import start_version
 
     # The job checked against the version before the version is recorded: a job that cannot run
@@ -148,17 +166,31 @@ def job_from_trigger(trigger: dict[str, Any], artifacts_bucket: str) -> dict[str
                 )
             ) from None
 
-    warm, _ = start_version(
-        S3Store(upload.bucket),
-        S3Store(artifacts_bucket),
-        upload.pipeline,
-        upload.version,
-        upload.dataset_folder,
-        upload.run_id,
-        check=check,
-        model=parsed.model.model_dump(mode="json"),
-        job=parsed.model_dump(mode="json"),
-    )
+    def refusal(e: Exception) -> Refusal:
+        return Refusal(
+            pipeline=upload.pipeline,
+            version=upload.version,
+            error=type(e).__name__,
+            message=str(e),
+            upload=f"s3://{upload.bucket}/{upload.key}",
+            run_id=upload.run_id,
+            execution=execution,
+        )
+
+    topic = _TopicSettings().notify_topic_arn if notify_topic_arn is None else notify_topic_arn
+    artifacts = S3Store(artifacts_bucket)
+    with refusal_told_once(topic, refusal, (InvalidDataset, InvalidJob), artifacts):
+        warm, _ = start_version(
+            S3Store(upload.bucket),
+            artifacts,
+            upload.pipeline,
+            upload.version,
+            upload.dataset_folder,
+            upload.run_id,
+            check=check,
+            model=parsed.model.model_dump(mode="json"),
+            job=parsed.model_dump(mode="json"),
+        )
     if warm is not None:
         job["warm_start"] = warm
     else:

@@ -259,7 +259,7 @@ def refusals(pipeline):
         yield received
 
 
-def test_a_version_of_the_same_rows_as_an_earlier_one_is_refused_naming_it(pipeline, tmp_path, capsys):
+def test_a_version_of_the_same_rows_as_an_earlier_one_is_refused_naming_it(pipeline, refusals, tmp_path, capsys):
     """v2 uploaded with v1's very bytes (an export uploaded again under a new name): refused before
     training under the same job, naming v1 and what to do, no record, the champion unchanged; the
     same file under another name or compressed differently prepares to the same rows and is refused
@@ -283,6 +283,16 @@ def test_a_version_of_the_same_rows_as_an_earlier_one_is_refused_naming_it(pipel
         assert "and its job is unchanged" in desc["cause"] and "or change the job first" in desc["cause"]
     assert [v.version for v in pl.versions(artifacts, "same")] == ["v1"]
     assert pl.champion(artifacts, "same").run_id == v1.run_id
+    # each refusal (raised at the run's first Plan, after PrepareData) told the team's topic once
+    envelopes = refusals(2)
+    envelopes += refusals(0)
+    assert [e["Subject"] for e in envelopes] == ["smlt: same v2 refused", "smlt: same v3 refused"], envelopes
+    for envelope, version in zip(envelopes, ("v2", "v3")):
+        body = json.loads(envelope["Message"])
+        assert (
+            body["error"] == "InvalidDataset" and "holds the same rows as pipeline same's version v1" in body["message"]
+        )
+        assert body["upload"] == f"s3://{names.data_bucket}/incoming/same/{version}/_SUCCESS", body
     assert "holds the same rows as pipeline same's version v1" in _models_list(engine, "same", capsys)
     # the same rows under a changed job (another learning rate): a retraining with other settings
     setup("same", {**SHORT, "training": {**SHORT["training"], "learning_rate": 0.1}})

@@ -125,6 +125,8 @@ def test_function_roles_are_scoped(synth):
     assert prepare["s3:PutObject"] == {prepared, f"<{data}.Arn>/incoming/*/features.json"}
     assert prepare["s3:DeleteObject"] == {prepared}
     assert prepare["s3:ListBucket"] == {f"<{data}.Arn>"}
+    # the uploads into a version's folder still in progress when its marker lands, waited for
+    assert prepare["s3:ListBucketMultipartUploads"] == {f"<{data}.Arn>"}
     assert not any(a.startswith(("states:", "lambda:")) for a in prepare)
     listing = [
         st

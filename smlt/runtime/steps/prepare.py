@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -394,7 +395,7 @@ def _prepare_claimed(upload: Upload) -> DataPrepared:
     job = parse_job(run_job(upload, pipeline_job(upload.bucket, upload.pipeline)))  # a bad job fails first
     where = f"s3://{upload.bucket}/{upload.folder}/"
     options = job.dataset.options()
-    listing = _listing(upload)
+    listing = _await_data(upload, where)
     spec = f"s3://{upload.bucket}/{keys.pipeline_features_key(upload.pipeline)}"
 
     parts = upload_parts.table_parts(listing, where)
@@ -431,6 +432,54 @@ def _listing(upload: Upload) -> dict[str, int]:
     for page in pages:
         found.update({o["Key"][len(prefix) :]: int(o["Size"]) for o in page.get("Contents", [])})
     return found
+
+
+# A marker can land while its data's multipart upload is still in progress (`aws s3 sync` gives no
+# order, and a multipart object exists only once completed): with no data beside it, PrepareData
+# waits up to DATA_WAIT_S for it, polling every DATA_POLL_S. 120 s fits the function's 900 s: the
+# largest table prepares in about 430 s after it, with the 60 s reserve kept (prepare_limits).
+DATA_WAIT_S = float(os.environ.get("SMLT_DATA_WAIT_S", "120"))
+DATA_POLL_S = 2.0
+
+
+def _in_progress(upload: Upload) -> list[str] | None:
+    """The keys under the version's folder whose multipart upload has started and not completed
+    (names relative to the folder); None when the bucket's uploads cannot be listed."""
+    prefix = upload.folder + "/"
+    try:
+        pages = (
+            clients.client("s3").get_paginator("list_multipart_uploads").paginate(Bucket=upload.bucket, Prefix=prefix)
+        )
+        return sorted({u["Key"][len(prefix) :] for page in pages for u in page.get("Uploads", [])})
+    except Exception as e:  # noqa: BLE001 - unknown: waited for all the same
+        log.warning("the multipart uploads under s3://%s/%s were not listed: %s", upload.bucket, prefix, e)
+        return None
+
+
+def _await_data(upload: Upload, where: str, wait_s: float | None = None) -> dict[str, int]:
+    """The version's folder's listing once it holds data (a name not ignored): at once when it does,
+    or when no upload into it is in progress (find_source then names what is missing); else polled
+    until one is there, up to `wait_s` (DATA_WAIT_S); NoDataFile naming what it waited for after."""
+    deadline = time.monotonic() + (DATA_WAIT_S if wait_s is None else wait_s)
+    while True:
+        listing = _listing(upload)
+        pending = _in_progress(upload)
+        if any(not ignored(n) for n in listing) or pending == []:
+            return listing
+        if time.monotonic() >= deadline:
+            waited = f"PrepareData waited {DATA_WAIT_S if wait_s is None else wait_s:.0f} s"
+            if pending:
+                raise NoDataFile(
+                    f"{where} has a {keys.SUCCESS_MARKER} marker but its data is still being uploaded ({_listed(pending)}: "
+                    f"a multipart upload started, not completed) after {waited} for it: upload {where}"
+                    f"{keys.SUCCESS_MARKER} again once the upload has finished (the marker is written last: it "
+                    "starts the run); an upload abandoned is aborted with `aws s3api abort-multipart-upload`"
+                )
+            raise NoDataFile(
+                f"{where} has a {keys.SUCCESS_MARKER} marker but no data beside it after {waited} for it: upload "
+                f"{FORMATS} into {where}, then {keys.SUCCESS_MARKER} again (written last: the marker starts the run)"
+            )
+        time.sleep(DATA_POLL_S)
 
 
 def _fetch(upload: Upload, source: RawSource, tmp: Path, where: str, options: SourceOptions) -> Path:

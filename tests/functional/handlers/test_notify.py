@@ -240,3 +240,35 @@ def test_a_parts_final_failure_is_raised_under_a_name_no_retrier_of_the_step_tak
         ), str(e.value)
     (envelope,) = _envelopes(queue)  # told once, by the first step that raised it
     assert json.loads(envelope["Message"])["error"] == "PartFailed"
+
+
+def test_a_version_refused_at_its_runs_first_plan_is_told_once_per_run(upload):
+    """After PrepareData (or for a prepared upload, in its place) the run's first Plan refuses a
+    version whose job cannot run on it: told to the topic once, however often the event comes."""
+    from smlt.runtime.errors import InvalidJob
+    from smlt.runtime.trigger import job_from_trigger
+
+    topic, queue = _subscribed()
+    upload.put_object(Bucket="smlt-data", Key="incoming/h/v1/houses.csv", Body=_csv(1))
+    assert p.prepare_upload(p.PrepareSettings(notify_topic_arn=topic), _event(MARKER)).action == "plan"
+    assert _envelopes(queue) == []  # prepared: nothing refused yet
+    # the pipeline's job now names another label than the features the version was prepared with
+    upload.put_object(
+        Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps({**JOB, "dataset": {"label": "size"}}).encode()
+    )
+    trigger = _event(MARKER).trigger
+    for _ in range(2):  # the event delivered twice (or Plan retried): one message
+        with pytest.raises(InvalidJob, match=r"incoming/h/job.json against version v1: dataset.label") as e:
+            job_from_trigger(trigger, "smlt-artifacts", notify_topic_arn=topic, execution="exec-1")
+    (envelope,) = _envelopes(queue)
+    assert envelope["Subject"] == "smlt: h v1 refused"
+    body = json.loads(envelope["Message"])
+    assert body["error"] == "InvalidJob" and body["message"] == str(e.value) and body["execution"] == "exec-1"
+    assert body["run_id"] == upload_of(trigger).run_id and body["upload"] == f"s3://smlt-data/{MARKER}"
+    told = json.loads(S3Store("smlt-artifacts").get(f"runs/{upload_of(trigger).run_id}/refused.json"))
+    assert told == body  # the run's refusal, kept where its run's objects are
+    # a bad job.json is the pipeline's, not a version's refusal: not told (as at PrepareData)
+    upload.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=b"{not json")
+    with pytest.raises(InvalidJob, match="is not valid JSON"):
+        job_from_trigger(_event(MARKER, sequencer="0A2").trigger, "smlt-artifacts", notify_topic_arn=topic)
+    assert _envelopes(queue) == []

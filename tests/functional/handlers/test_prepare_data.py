@@ -405,3 +405,55 @@ def test_a_failed_preparation_deletes_only_its_own_partial_folder(houses):
     answer = failed(again, "exec-2")
     assert data.list(up.dataset_folder + "/") == [] and sorted(data.list(whole + "/")) == kept
     assert "died (out of memory, or killed)" in json.loads(answer["cause"])["errorMessage"]
+
+
+def _start_multipart(s3, key: str, body: bytes) -> Any:
+    """A multipart upload of `key` started, its one part sent, not completed: the object does not exist yet."""
+    started = s3.create_multipart_upload(Bucket="smlt-data", Key=key)
+    part = s3.upload_part(Bucket="smlt-data", Key=key, UploadId=started["UploadId"], PartNumber=1, Body=body)
+
+    def complete() -> None:
+        s3.complete_multipart_upload(
+            Bucket="smlt-data",
+            Key=key,
+            UploadId=started["UploadId"],
+            MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
+        )
+
+    return complete
+
+
+def test_a_marker_landing_before_its_datas_multipart_upload_completes_waits_for_it(aws):
+    import threading
+    import time
+
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    complete = _start_multipart(aws, "incoming/h/v1/houses.csv", _csv(1))
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/_SUCCESS", Body=b"")
+    finisher = threading.Timer(1.5, complete)
+    finisher.start()
+    began = time.monotonic()
+    answer = p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    finisher.join()
+    assert answer.action == "plan" and answer.rows == 200, answer
+    assert time.monotonic() - began >= 1.5  # it waited for the upload, then prepared it
+
+
+def test_a_data_upload_that_never_completes_fails_by_name_after_the_bounded_wait(aws, monkeypatch):
+    monkeypatch.setattr(p, "DATA_WAIT_S", 1.0)
+    monkeypatch.setattr(p, "DATA_POLL_S", 0.2)
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/job.json", Body=json.dumps(JOB).encode())
+    _start_multipart(aws, "incoming/h/v1/houses.csv", _csv(1))
+    aws.put_object(Bucket="smlt-data", Key="incoming/h/v1/_SUCCESS", Body=b"")
+    with pytest.raises(p.NoDataFile) as e:
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v1/_SUCCESS"))
+    assert str(e.value) == (
+        "s3://smlt-data/incoming/h/v1/ has a _SUCCESS marker but its data is still being uploaded (houses.csv: a "
+        "multipart upload started, not completed) after PrepareData waited 1 s for it: upload "
+        "s3://smlt-data/incoming/h/v1/_SUCCESS again once the upload has finished (the marker is written last: it "
+        "starts the run); an upload abandoned is aborted with `aws s3api abort-multipart-upload`"
+    )
+    # nothing in progress and no data: refused at once, as before
+    monkeypatch.setattr(p, "DATA_WAIT_S", 600.0)
+    with pytest.raises(p.NoDataFile, match="has a _SUCCESS marker but no data beside it: upload"):
+        p.prepare_upload(p.PrepareSettings(), _event("incoming/h/v2/_SUCCESS"))
