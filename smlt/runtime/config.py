@@ -92,7 +92,8 @@ class Settings(FunctionSizes):
     # a redis:// URL = Redis (ElastiCache), opened with smlt.runtime.store.open_store.
     exchange_url: str = Field("", json_schema_extra=_read_by(TRAIN, AGGREGATE, optional=True))
     # An SNS topic the team owns (cdk.json `notify_topic_arn`): Finalize publishes the gate's
-    # decision on a pipeline version there, PrepareData a raw upload's refusal (smlt.runtime.notify).
+    # decision on a pipeline version there, PrepareData and the first Plan a version's refusal
+    # (smlt.runtime.notify).
     # Written only when configured.
     notify_topic_arn: str = Field("", json_schema_extra=_read_by(PLANNER, PREPARE, optional=True))
     # The user's own buckets ("BUCKET") or folders ("BUCKET/PREFIX/") the stack's roles may read

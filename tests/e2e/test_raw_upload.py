@@ -274,10 +274,12 @@ def test_a_version_of_the_same_rows_as_an_earlier_one_is_refused_naming_it(pipel
     assert _wait(engine, upload("incoming/same/v1/_SUCCESS", b""))["status"] == "SUCCEEDED"
     v1 = pl.VersionRecord.model_validate_json(artifacts.get(keys.pipeline_version_key("same", "v1")))
     assert v1.status == "promoted" and v1.data_sha256, v1
+    executions = []
     for version, name, blob in (("v2", "houses.csv", body), ("v3", "export.csv.gz", gzip.compress(body))):
         upload(f"incoming/same/{version}/{name}", blob)
         desc = _wait(engine, upload(f"incoming/same/{version}/_SUCCESS", b""))
         assert desc["status"] == "FAILED" and desc["error"] == "InvalidDataset", desc
+        executions.append(desc["name"])
         assert f"holds the same rows as pipeline same's version v1 (run {v1.run_id}, promoted)" in desc["cause"], desc
         assert "upload version v1's _SUCCESS (or manifest.json) again" in desc["cause"], desc["cause"]
         assert "and its job is unchanged" in desc["cause"] and "or change the job first" in desc["cause"]
@@ -287,11 +289,12 @@ def test_a_version_of_the_same_rows_as_an_earlier_one_is_refused_naming_it(pipel
     envelopes = refusals(2)
     envelopes += refusals(0)
     assert [e["Subject"] for e in envelopes] == ["smlt: same v2 refused", "smlt: same v3 refused"], envelopes
-    for envelope, version in zip(envelopes, ("v2", "v3")):
+    for envelope, version, execution in zip(envelopes, ("v2", "v3"), executions):
         body = json.loads(envelope["Message"])
         assert (
             body["error"] == "InvalidDataset" and "holds the same rows as pipeline same's version v1" in body["message"]
         )
+        assert body["execution"] == execution, body
         assert body["upload"] == f"s3://{names.data_bucket}/incoming/same/{version}/_SUCCESS", body
     assert "holds the same rows as pipeline same's version v1" in _models_list(engine, "same", capsys)
     # the same rows under a changed job (another learning rate): a retraining with other settings

@@ -626,7 +626,12 @@ def plan_next(settings: Settings, event: PlanEvent) -> PlanAnswer:
     raw_job, execution = event.job, event.execution
     triggered = isinstance(raw_job, dict) and "trigger" in raw_job
     if triggered:
-        raw_job = job_from_trigger(raw_job["trigger"], settings.artifacts_bucket)
+        raw_job = job_from_trigger(
+            raw_job["trigger"],
+            settings.artifacts_bucket,
+            notify_topic_arn=settings.notify_topic_arn,
+            execution=execution,
+        )
     job = parse_job(raw_job)
     run_id = job.run_id or execution
     table = RunTable(settings.table, run_id)
