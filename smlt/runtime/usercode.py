@@ -40,7 +40,7 @@ from smlt.runtime.job import BUILTIN_MODELS, Job
 from smlt.runtime.keys import parse_s3_uri
 from smlt.runtime.progress import notice
 from smlt.runtime.store import NotFound, S3Store
-from smlt.runtime.worker_limits import LIMITS_ENV, impose, within
+from smlt.runtime.worker_limits import LIMITS_ENV, code_root, impose, within
 
 # The most a user's code may hold, unpacked: it lives in the worker's /tmp beside the dataset
 # cache, and a model's weights belong in `warm_start`, not in the code.
@@ -50,10 +50,6 @@ _COMPILED = re.compile(r"\.(so|pyd|dylib|dll)(\.\d+)*$", re.IGNORECASE)
 # Top-level names the image provides: a user's copy would shadow the pinned one.
 IMAGE_PACKAGES = frozenset({"smlt", "lambdas", "torch", "torchvision", "numpy", "PIL", "safetensors", "pyarrow"})
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can record
-
-
-def code_root() -> Path:
-    return Path(os.environ.get("SMLT_CODE_DIR", Path(tempfile.gettempdir()) / "smlt-code"))
 
 
 # Where the artifacts bucket keeps users' code (the train functions may read it: infra/stacks/functions.py).

@@ -30,10 +30,13 @@ _OPEN_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _WRITE_EVENTS = {"open": 0, "os.mkdir": 0, "os.rename": 1, "os.remove": 0, "os.rmdir": 0, "os.truncate": 0}
 
 
+def code_root() -> Path:
+    """Where a worker unpacks the user's code (`--code`): under the temp folder unless SMLT_CODE_DIR says."""
+    return Path(os.environ.get("SMLT_CODE_DIR", Path(tempfile.gettempdir()) / "smlt-code"))
+
+
 def _writable() -> tuple[str, ...]:
     """The folders a worker may write: /tmp (where its code is unpacked) and the system's temp folder."""
-    from smlt.runtime.usercode import code_root
-
     return tuple(os.path.realpath(p) for p in ("/tmp", tempfile.gettempdir(), str(code_root()), "/dev"))
 
 
