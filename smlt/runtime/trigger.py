@@ -32,6 +32,7 @@ from smlt.runtime.store import NotFound, S3Store
 
 if TYPE_CHECKING:
     from smlt.runtime.data.manifest import Manifest
+    from smlt.runtime.notify import Refusal
 
 
 class _TopicSettings(BaseSettings):
@@ -142,7 +143,7 @@ def job_from_trigger(
     upload = upload_of(trigger)
     job = run_job(upload, pipeline_job(upload.bucket, upload.pipeline))
     from smlt.runtime.job import check_dataset, parse_job
-    from smlt.runtime.notify import Refusal, refusal_told_once
+    from smlt.runtime.notify import refusal_told_once
     from smlt.runtime.pipeline import start_version
 
     # The job checked against the version before the version is recorded: a job that cannot run
@@ -166,20 +167,9 @@ def job_from_trigger(
                 )
             ) from None
 
-    def refusal(e: Exception) -> Refusal:
-        return Refusal(
-            pipeline=upload.pipeline,
-            version=upload.version,
-            error=type(e).__name__,
-            message=str(e),
-            upload=f"s3://{upload.bucket}/{upload.key}",
-            run_id=upload.run_id,
-            execution=execution,
-        )
-
     topic = _TopicSettings().notify_topic_arn if notify_topic_arn is None else notify_topic_arn
     artifacts = S3Store(artifacts_bucket)
-    with refusal_told_once(topic, refusal, (InvalidDataset, InvalidJob), artifacts):
+    with refusal_told_once(topic, lambda e: refusal_of(upload, execution, e), (InvalidDataset, InvalidJob), artifacts):
         warm, _ = start_version(
             S3Store(upload.bucket),
             artifacts,
@@ -196,3 +186,18 @@ def job_from_trigger(
     else:
         job.pop("warm_start", None)
     return job
+
+
+def refusal_of(upload: Upload, execution: str, error: Exception) -> Refusal:
+    """The upload's refusal by `error`, as the team's topic is told it (smlt.runtime.notify)."""
+    from smlt.runtime.notify import Refusal
+
+    return Refusal(
+        pipeline=upload.pipeline,
+        version=upload.version,
+        error=type(error).__name__,
+        message=str(error),
+        upload=f"s3://{upload.bucket}/{upload.key}",
+        run_id=upload.run_id,
+        execution=execution,
+    )

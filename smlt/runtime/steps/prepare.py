@@ -91,7 +91,7 @@ from smlt.runtime.steps.prepare_limits import (
     ignored,
 )
 from smlt.runtime.store import S3Store
-from smlt.runtime.trigger import Upload, pipeline_job, run_job, upload_of
+from smlt.runtime.trigger import Upload, pipeline_job, refusal_of, run_job, upload_of
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def prepare_upload(settings: PrepareSettings, event: PrepareDataEvent) -> DataPr
             action="plan", run_id=upload.run_id, dataset=upload.dataset_uri, reason="prepared by an earlier attempt"
         )
     # A named data error from here on refuses the version: told to the team's topic, then raised.
-    with refusal_told(settings.notify_topic_arn, lambda e: _refusal(upload, event.execution, e)):
+    with refusal_told(settings.notify_topic_arn, lambda e: refusal_of(upload, event.execution, e)):
         return _prepare_claimed(upload)
 
 
@@ -376,18 +376,6 @@ def _with_left(cause: str, left: str) -> str:
         return json.dumps(doc)
     except (ValueError, AttributeError, TypeError):
         return f"{cause} ({left})"
-
-
-def _refusal(upload: Upload, execution: str, error: InvalidDataset) -> Refusal:
-    return Refusal(
-        pipeline=upload.pipeline,
-        version=upload.version,
-        error=type(error).__name__,
-        message=str(error),
-        upload=f"s3://{upload.bucket}/{upload.key}",
-        run_id=upload.run_id,
-        execution=execution,
-    )
 
 
 def _prepare_claimed(upload: Upload) -> DataPrepared:
